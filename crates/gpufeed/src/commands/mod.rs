@@ -1,0 +1,15 @@
+//! One module per subcommand: each turns parsed arguments into work and a process exit code.
+
+pub mod analyze;
+pub mod record;
+
+use crate::cli::{Cli, Command};
+
+/// Runs the parsed command line; returns the process exit code.
+pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+    match cli.command {
+        Command::Run(args) => record::run(&cli.global, &args),
+        Command::Record(args) => record::record(&cli.global, &args),
+        Command::Analyze(args) => analyze::run(&cli.global, &args),
+    }
+}

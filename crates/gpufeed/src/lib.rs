@@ -1,0 +1,14 @@
+//! gpufeed: find out why a GPU is starving during training, what to change, and measure the fix.
+//!
+//! Data flows one way: sources (`sample`) → samples/events → timeline (`record`) or trace summary
+//! (`trace`) → evidence → rules → findings (`finding`) → presenters (`present`).
+
+pub mod cli;
+pub mod commands;
+pub mod exit;
+pub mod finding;
+pub mod job;
+pub mod present;
+pub mod record;
+pub mod sample;
+pub mod trace;
