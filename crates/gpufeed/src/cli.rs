@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::commands::analyze::AnalyzeArgs;
 
-const ABOUT: &str = "Find out why your GPU is starving during training, what to change, and measure the fix.";
+const ABOUT: &str =
+    "Find out why your GPU is starving during training, what to change, and measure the fix.";
 
 #[derive(Debug, Parser)]
 #[command(name = "gpufeed", version, about = ABOUT, long_about = None,
@@ -87,7 +88,12 @@ pub struct RunArgs {
     #[command(flatten)]
     pub rec: RecordingOpts,
     /// The command to run, after `--`
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
     pub command: Vec<String>,
 }
 
@@ -112,7 +118,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         }
         return Err(format!("'{s}' is not a valid duration"));
     }
-    humantime::parse_duration(t).map_err(|e| format!("'{s}' is not a valid duration ({e}); use e.g. 100ms, 30s, 5m"))
+    humantime::parse_duration(t)
+        .map_err(|e| format!("'{s}' is not a valid duration ({e}); use e.g. 100ms, 30s, 5m"))
 }
 
 #[cfg(test)]

@@ -1,1 +1,3 @@
-//! record
+//! Recording: the NDJSON file format, the recorder threads, and the summary computed from a file.
+
+pub mod format;

@@ -1,1 +1,196 @@
-//! sample
+//! Sources of facts and the sample types they produce.
+//!
+//! GPUs sit behind the `GpuSource` trait so the recorder, tests and benchmarks
+//! can drive any implementation. A metric that could not be read is `None` — never 0 or -1.
+//! Units live in the field names (`_bytes`, `_pct`, `_mhz`, `_w`, `_c`, `_s`).
+
+pub mod host;
+pub mod nvml;
+
+use serde::{Deserialize, Serialize};
+
+/// What does not change while a GPU is recorded.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuStatic {
+    pub index: u32,
+    pub name: Option<String>,
+    pub uuid: Option<String>,
+    pub memory_total_bytes: Option<u64>,
+    /// CUDA compute capability as `[major, minor]`.
+    pub compute_capability: Option<[u32; 2]>,
+    pub pcie_max_gen: Option<u32>,
+    pub pcie_max_width: Option<u32>,
+    /// MIG mode currently enabled.
+    pub mig_enabled: Option<bool>,
+    pub power_limit_w: Option<f64>,
+}
+
+/// Driver-wide facts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DriverInfo {
+    pub driver_version: Option<String>,
+    /// CUDA driver API version, e.g. "12.4".
+    pub cuda_driver_version: Option<String>,
+}
+
+/// One process seen on a GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuProcess {
+    pub pid: u32,
+    pub used_memory_bytes: Option<u64>,
+    /// SM utilization of this process since the previous reading (0–100).
+    pub sm_util_pct: Option<u32>,
+}
+
+/// One reading of one GPU.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuSample {
+    pub index: u32,
+    /// Seconds since the recording started.
+    pub t_s: f64,
+    /// Every utilization sample the driver produced since the previous reading, as
+    /// `[t_s, util_pct]` pairs (t_s relative to the recording's start). Empty when the driver had
+    /// nothing new; `None` when the driver cannot give per-period samples (then `util_pct` is the
+    /// `GetUtilizationRates` fallback).
+    pub util_samples: Option<Vec<[f64; 2]>>,
+    /// Utilization over the driver's last sample period (`GetUtilizationRates`).
+    pub util_pct: Option<f64>,
+    /// Percent of time device memory was read or written (not capacity).
+    pub mem_util_pct: Option<f64>,
+    pub mem_used_bytes: Option<u64>,
+    pub sm_clock_mhz: Option<u32>,
+    pub power_w: Option<f64>,
+    pub temperature_c: Option<u32>,
+    /// Cumulative PCIe bytes received by the GPU (host → device), where the driver counts them.
+    pub pcie_rx_bytes: Option<u64>,
+    /// Cumulative PCIe bytes sent by the GPU (device → host).
+    pub pcie_tx_bytes: Option<u64>,
+    /// PCIe receive rate over a 20 ms window (`GetPcieThroughput`, read at a lower rate).
+    pub pcie_rx_bytes_per_s: Option<f64>,
+    pub pcie_tx_bytes_per_s: Option<f64>,
+    pub pcie_gen: Option<u32>,
+    pub pcie_width: Option<u32>,
+    /// Clock-event (throttle) reasons bitmask as NVML reports it; bit 0x1 (GpuIdle) is not throttling.
+    pub throttle_reasons: Option<u64>,
+    /// Compute processes on this GPU (read at a lower rate; `None` between readings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<Vec<GpuProcess>>,
+}
+
+/// Clock-event reason bits (nvml.h `nvmlClocksEventReason*`).
+pub mod throttle {
+    pub const GPU_IDLE: u64 = 0x1;
+    pub const APPLICATIONS_CLOCKS_SETTING: u64 = 0x2;
+    pub const SW_POWER_CAP: u64 = 0x4;
+    pub const HW_SLOWDOWN: u64 = 0x8;
+    pub const SYNC_BOOST: u64 = 0x10;
+    pub const SW_THERMAL: u64 = 0x20;
+    pub const HW_THERMAL: u64 = 0x40;
+    pub const HW_POWER_BRAKE: u64 = 0x80;
+    pub const DISPLAY_CLOCK: u64 = 0x100;
+
+    /// Bits that mean the GPU is really being slowed (not GpuIdle, not an application setting).
+    pub const SLOWING: u64 = SW_POWER_CAP | HW_SLOWDOWN | SW_THERMAL | HW_THERMAL | HW_POWER_BRAKE;
+
+    /// Names of the set bits, GpuIdle included (callers decide what counts as throttling).
+    pub fn names(mask: u64) -> Vec<&'static str> {
+        const ALL: [(u64, &str); 9] = [
+            (GPU_IDLE, "gpu_idle"),
+            (APPLICATIONS_CLOCKS_SETTING, "applications_clocks_setting"),
+            (SW_POWER_CAP, "sw_power_cap"),
+            (HW_SLOWDOWN, "hw_slowdown"),
+            (SYNC_BOOST, "sync_boost"),
+            (SW_THERMAL, "sw_thermal"),
+            (HW_THERMAL, "hw_thermal"),
+            (HW_POWER_BRAKE, "hw_power_brake"),
+            (DISPLAY_CLOCK, "display_clock"),
+        ];
+        ALL.iter()
+            .filter(|(bit, _)| mask & bit != 0)
+            .map(|(_, n)| *n)
+            .collect()
+    }
+}
+
+/// Static facts about the host.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostInfo {
+    pub hostname: Option<String>,
+    pub kernel: Option<String>,
+    /// Logical CPUs online.
+    pub cpu_count: u32,
+    /// CPUs this process may run on (sched_getaffinity).
+    pub cpus_allowed: Option<u32>,
+    pub mem_total_bytes: Option<u64>,
+    pub clock_ticks_per_s: Option<u64>,
+}
+
+/// Per-device disk throughput over one interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DiskRate {
+    pub device: String,
+    pub read_bytes_per_s: f64,
+    pub write_bytes_per_s: f64,
+}
+
+/// One reading of the whole machine.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostSample {
+    pub t_s: f64,
+    /// Busy percent of each logical CPU over the interval (user+nice+system+irq+softirq+steal).
+    pub cpu_pct: Vec<f64>,
+    /// Mean over all CPUs.
+    pub cpu_total_pct: Option<f64>,
+    /// Percent of the interval CPUs spent waiting for I/O (iowait, machine-wide).
+    pub iowait_pct: Option<f64>,
+    pub mem_total_bytes: Option<u64>,
+    pub mem_available_bytes: Option<u64>,
+    pub mem_cached_bytes: Option<u64>,
+    pub swap_total_bytes: Option<u64>,
+    pub swap_free_bytes: Option<u64>,
+    /// Pressure stall information: percent of the interval some task stalled (from the `total` counters).
+    pub psi_cpu_some_pct: Option<f64>,
+    pub psi_io_some_pct: Option<f64>,
+    pub psi_io_full_pct: Option<f64>,
+    pub psi_mem_some_pct: Option<f64>,
+    pub psi_mem_full_pct: Option<f64>,
+    pub disks: Vec<DiskRate>,
+}
+
+/// One process of the job's tree, as first seen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcStart {
+    pub t_s: f64,
+    pub pid: u32,
+    pub ppid: u32,
+    /// Command line (arguments joined by spaces); `None` when unreadable.
+    pub cmd: Option<String>,
+    /// Short name from /proc/PID/comm.
+    pub comm: Option<String>,
+}
+
+/// One reading of one process of the job's tree.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcSample {
+    pub pid: u32,
+    /// user+system CPU over the interval, percent of one core (can exceed 100 with threads).
+    pub cpu_pct: Option<f64>,
+    pub rss_bytes: Option<u64>,
+    /// Cumulative bytes read from storage (/proc/PID/io read_bytes), where permitted.
+    pub read_bytes: Option<u64>,
+    pub write_bytes: Option<u64>,
+    /// Scheduler state letter: R running, S sleeping, D uninterruptible (usually I/O), Z, T, ...
+    pub state: Option<char>,
+    pub threads: Option<u32>,
+    pub voluntary_ctxt_switches: Option<u64>,
+    pub nonvoluntary_ctxt_switches: Option<u64>,
+}
+
+/// Abstraction over a GPU driver, so tests and the recorder never depend on real hardware.
+pub trait GpuSource: Send {
+    fn driver(&self) -> DriverInfo;
+    fn devices(&self) -> Vec<GpuStatic>;
+    /// Reads every device once. `t0_unix_us` is the recording's start (Unix µs), to convert driver
+    /// timestamps; `slow` asks for the expensive metrics too (process lists, PCIe throughput).
+    fn sample(&mut self, t_s: f64, t0_unix_us: u64, slow: bool) -> Vec<GpuSample>;
+}

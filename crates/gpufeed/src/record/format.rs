@@ -1,0 +1,383 @@
+//! The recording file: NDJSON, one JSON object per line, each with a `type`.
+//!
+//! The first line is a [`Header`] carrying `schema_version`; then samples in time order
+//! (`gpu`, `host`, `proc_start`, `procs`, `proc_exit`) and, when the recording ended cleanly,
+//! an `end` line. Readers ignore line types they do not know, accept every schema version up to
+//! [`SCHEMA_VERSION`], and treat a last line cut mid-way (a killed recorder) as the end.
+
+use crate::sample::{
+    DriverInfo, GpuSample, GpuStatic, HostInfo, HostSample, ProcSample, ProcStart,
+};
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+/// Bump when a field is added; keep reading the old ones.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// First line of a recording.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    pub schema_version: u32,
+    #[serde(default)]
+    pub gpufeed_version: Option<String>,
+    /// RFC 3339 UTC time the recording started.
+    pub start_time: String,
+    /// The same instant in microseconds since the Unix epoch; every `t_s` is relative to it.
+    pub start_unix_us: u64,
+    /// Host and process sampling interval.
+    pub interval_s: f64,
+    pub host: HostInfo,
+    #[serde(default)]
+    pub driver: Option<DriverInfo>,
+    #[serde(default)]
+    pub gpus: Vec<GpuStatic>,
+    /// Why GPUs are absent, when they are (e.g. "no NVIDIA driver found").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_error: Option<String>,
+    /// The command `gpufeed run` started, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// The job's root process (started by `run`, or attached with `record --pid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+}
+
+/// How a recording ended.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct End {
+    pub t_s: f64,
+    /// The job's exit code, when it exited normally.
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    /// The signal that killed the job, when one did.
+    #[serde(default)]
+    pub signal: Option<i32>,
+    /// Why the recording stopped: "job_exited", "duration", "interrupted", "attached_exited".
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// Every line after the header.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Line {
+    Gpu(GpuSample),
+    Host(HostSample),
+    ProcStart(ProcStart),
+    Procs {
+        t_s: f64,
+        procs: Vec<ProcSample>,
+    },
+    ProcExit {
+        t_s: f64,
+        pid: u32,
+    },
+    End(End),
+    /// A line type from a newer gpufeed: ignored.
+    #[serde(other)]
+    Unknown,
+}
+
+/// Header line as written: the header plus its `type` tag.
+#[derive(Serialize, Deserialize)]
+struct TaggedHeader {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(flatten)]
+    header: Header,
+}
+
+pub fn header_line(h: &Header) -> String {
+    serde_json::to_string(&TaggedHeader {
+        kind: "header".into(),
+        header: h.clone(),
+    })
+    .expect("header serializes")
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("cannot open recording {path}: {source}")]
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is empty: nothing was recorded")]
+    Empty { path: PathBuf },
+    #[error("{path} is not a gpufeed recording (first line: {detail})")]
+    NotARecording { path: PathBuf, detail: String },
+    #[error("{path} was written by a newer gpufeed (schema {found}, this one reads up to {SCHEMA_VERSION}): upgrade gpufeed")]
+    TooNew { path: PathBuf, found: u32 },
+    #[error("error reading {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// What a read found besides the lines.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ReadStats {
+    pub lines: u64,
+    /// Lines that were not valid JSON of a known shape, other than a cut last line.
+    pub malformed: u64,
+    /// The last line was cut mid-way (the recorder was killed): it was dropped.
+    pub truncated: bool,
+    /// No `end` line: the recorder did not finish.
+    pub unfinished: bool,
+}
+
+/// Reads a recording, handing each line to `visit` in order; streams, never holds the file.
+pub fn read_recording(
+    path: &Path,
+    visit: impl FnMut(&Header, Line),
+) -> Result<(Header, ReadStats), ReadError> {
+    let f = std::fs::File::open(path).map_err(|source| ReadError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    read_from(path, f, visit)
+}
+
+/// As [`read_recording`], from any reader (`path` is only used in messages).
+pub fn read_from(
+    path: &Path,
+    r: impl Read,
+    mut visit: impl FnMut(&Header, Line),
+) -> Result<(Header, ReadStats), ReadError> {
+    let mut reader = BufReader::with_capacity(256 * 1024, r);
+    let io_err = |source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut buf = String::new();
+    let n = reader.read_line(&mut buf).map_err(io_err)?;
+    if n == 0 || buf.trim().is_empty() {
+        return Err(ReadError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    let header = parse_header(path, &buf)?;
+    let mut stats = ReadStats {
+        unfinished: true,
+        ..Default::default()
+    };
+    let mut pending_bad = 0u64;
+    let mut bytes = Vec::new();
+    loop {
+        bytes.clear();
+        let n = reader.read_until(b'\n', &mut bytes).map_err(io_err)?;
+        if n == 0 {
+            break;
+        }
+        let complete = bytes.last() == Some(&b'\n');
+        let text = String::from_utf8_lossy(&bytes);
+        let text = text.trim();
+        if text.is_empty() {
+            continue;
+        }
+        stats.lines += 1;
+        match serde_json::from_str::<Line>(text) {
+            Ok(line) => {
+                stats.malformed += pending_bad;
+                pending_bad = 0;
+                if matches!(line, Line::End(_)) {
+                    stats.unfinished = false;
+                }
+                visit(&header, line);
+            }
+            Err(_) if !complete => stats.truncated = true,
+            Err(_) => pending_bad += 1,
+        }
+    }
+    // A bad line with nothing valid after it is the cut end of a killed recording.
+    if pending_bad > 0 {
+        stats.truncated = true;
+        stats.malformed += pending_bad - 1;
+    }
+    Ok((header, stats))
+}
+
+fn parse_header(path: &Path, line: &str) -> Result<Header, ReadError> {
+    let v: serde_json::Value =
+        serde_json::from_str(line.trim()).map_err(|e| ReadError::NotARecording {
+            path: path.to_path_buf(),
+            detail: format!("not JSON: {e}"),
+        })?;
+    if v.get("type").and_then(|t| t.as_str()) != Some("header") {
+        return Err(ReadError::NotARecording {
+            path: path.to_path_buf(),
+            detail: "no gpufeed header".into(),
+        });
+    }
+    let found = v
+        .get("schema_version")
+        .and_then(|s| s.as_u64())
+        .unwrap_or(0) as u32;
+    if found > SCHEMA_VERSION {
+        return Err(ReadError::TooNew {
+            path: path.to_path_buf(),
+            found,
+        });
+    }
+    serde_json::from_value::<TaggedHeader>(v)
+        .map(|t| t.header)
+        .map_err(|e| ReadError::NotARecording {
+            path: path.to_path_buf(),
+            detail: format!("bad header: {e}"),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> Header {
+        Header {
+            schema_version: SCHEMA_VERSION,
+            gpufeed_version: Some("0.1.0".into()),
+            start_time: "2026-12-02T12:00:00Z".into(),
+            start_unix_us: 1_700_000_000_000_000,
+            interval_s: 0.1,
+            host: HostInfo {
+                cpu_count: 2,
+                ..Default::default()
+            },
+            driver: None,
+            gpus: vec![GpuStatic {
+                index: 0,
+                name: Some("Fake".into()),
+                ..Default::default()
+            }],
+            gpu_error: None,
+            command: Some(vec!["python".into(), "train.py".into()]),
+            pid: Some(42),
+        }
+    }
+
+    fn lines() -> Vec<Line> {
+        vec![
+            Line::Gpu(GpuSample {
+                index: 0,
+                t_s: 0.1,
+                util_samples: Some(vec![[0.05, 80.0], [0.1, 10.0]]),
+                mem_used_bytes: Some(1 << 30),
+                ..Default::default()
+            }),
+            Line::ProcStart(ProcStart {
+                t_s: 0.1,
+                pid: 42,
+                ppid: 1,
+                cmd: Some("python train.py".into()),
+                comm: Some("python".into()),
+            }),
+            Line::Procs {
+                t_s: 0.2,
+                procs: vec![ProcSample {
+                    pid: 42,
+                    cpu_pct: Some(99.0),
+                    state: Some('R'),
+                    ..Default::default()
+                }],
+            },
+            Line::End(End {
+                t_s: 0.3,
+                exit_code: Some(0),
+                signal: None,
+                reason: Some("job_exited".into()),
+            }),
+        ]
+    }
+
+    fn write(h: &Header, ls: &[Line]) -> String {
+        let mut s = header_line(h);
+        s.push('\n');
+        for l in ls {
+            s.push_str(&serde_json::to_string(l).unwrap());
+            s.push('\n');
+        }
+        s
+    }
+
+    fn read(text: &str) -> Result<(Header, ReadStats, Vec<Line>), ReadError> {
+        let mut got = Vec::new();
+        let (h, st) = read_from(Path::new("t.ndjson"), text.as_bytes(), |_, l| got.push(l))?;
+        Ok((h, st, got))
+    }
+
+    #[test]
+    fn round_trip_keeps_everything() {
+        let text = write(&header(), &lines());
+        assert!(text.starts_with("{\"type\":\"header\",\"schema_version\":1"));
+        let (h, st, got) = read(&text).unwrap();
+        assert_eq!(h, header());
+        assert_eq!(got, lines());
+        assert_eq!(
+            st,
+            ReadStats {
+                lines: 4,
+                ..Default::default()
+            }
+        );
+    }
+
+    #[test]
+    fn a_line_cut_mid_way_is_dropped_and_reported() {
+        let text = write(&header(), &lines()[..3]);
+        let cut = &text[..text.len() - 20];
+        let (_, st, got) = read(cut).unwrap();
+        assert_eq!(got.len(), 2);
+        assert!(st.truncated && st.unfinished);
+        assert_eq!(st.malformed, 0);
+    }
+
+    #[test]
+    fn unknown_line_types_and_fields_are_ignored() {
+        let mut text = write(&header(), &[]);
+        text.push_str("{\"type\":\"from_the_future\",\"x\":1}\n");
+        text.push_str("{\"type\":\"proc_exit\",\"t_s\":1.0,\"pid\":7,\"new_field\":true}\n");
+        let (_, st, got) = read(&text).unwrap();
+        assert_eq!(
+            got,
+            vec![Line::Unknown, Line::ProcExit { t_s: 1.0, pid: 7 }]
+        );
+        assert_eq!(st.malformed, 0);
+    }
+
+    #[test]
+    fn garbage_in_the_middle_is_counted_not_fatal() {
+        let mut text = write(&header(), &lines()[..1]);
+        text.push_str("not json\n");
+        text.push_str(&serde_json::to_string(&lines()[3]).unwrap());
+        text.push('\n');
+        let (_, st, got) = read(&text).unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(st.malformed, 1);
+        assert!(!st.truncated && !st.unfinished);
+    }
+
+    #[test]
+    fn bad_files_get_clear_errors() {
+        assert!(matches!(read(""), Err(ReadError::Empty { .. })));
+        assert!(matches!(
+            read("hello\n"),
+            Err(ReadError::NotARecording { .. })
+        ));
+        assert!(matches!(
+            read("{\"a\":1}\n"),
+            Err(ReadError::NotARecording { .. })
+        ));
+        let newer = header_line(&header()).replace("\"schema_version\":1", "\"schema_version\":99");
+        let e = read(&newer).unwrap_err();
+        assert!(matches!(e, ReadError::TooNew { found: 99, .. }), "{e}");
+        assert!(e.to_string().contains("upgrade gpufeed"));
+    }
+
+    #[test]
+    fn missing_optional_header_fields_default() {
+        let text = "{\"type\":\"header\",\"schema_version\":1,\"start_time\":\"x\",\"start_unix_us\":0,\"interval_s\":0.1,\"host\":{\"cpu_count\":1,\"hostname\":null,\"kernel\":null,\"cpus_allowed\":null,\"mem_total_bytes\":null,\"clock_ticks_per_s\":null}}\n";
+        let (h, _, _) = read(text).unwrap();
+        assert!(h.gpus.is_empty() && h.command.is_none());
+    }
+}
