@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::commands::analyze::AnalyzeArgs;
+use crate::commands::diagnose::DiagnoseArgs;
 
 const ABOUT: &str =
     "Find out why your GPU is starving during training, what to change, and measure the fix.";
@@ -25,6 +26,7 @@ const HELP_TEXT: &str = concat!(
     "    gpufeed run -- python train.py --epochs 1     wrap a job, record it, print a summary\n",
     "    gpufeed record --duration 60s                 record the whole machine for a minute\n",
     "    gpufeed record --pid 4242                     attach to a running job and its children\n",
+    "    gpufeed diagnose gpufeed-20261202-120000.ndjson   why was the GPU starving?\n",
     "    gpufeed analyze trace.json.gz                 analyze a PyTorch profiler trace\n",
     "\n",
     "ENVIRONMENT:\n",
@@ -55,6 +57,8 @@ pub enum Command {
     Run(RunArgs),
     /// Record the machine for a duration, or attach to a running job with --pid
     Record(RecordArgs),
+    /// Diagnose a recording or an nvidia-smi / dcgmi log: the bottleneck, its evidence and the fix
+    Diagnose(DiagnoseArgs),
     /// Analyze PyTorch profiler (Kineto) traces: per-step breakdown, starvation, copies, precision
     Analyze(AnalyzeArgs),
 }

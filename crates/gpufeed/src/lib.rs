@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod diagnose;
 pub mod exit;
 pub mod finding;
 pub mod job;

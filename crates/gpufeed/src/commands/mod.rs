@@ -1,6 +1,7 @@
 //! One module per subcommand: each turns parsed arguments into work and a process exit code.
 
 pub mod analyze;
+pub mod diagnose;
 pub mod record;
 
 use crate::cli::{Cli, Command};
@@ -11,5 +12,6 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Run(args) => record::run(&cli.global, &args),
         Command::Record(args) => record::record(&cli.global, &args),
         Command::Analyze(args) => analyze::run(&cli.global, &args),
+        Command::Diagnose(args) => diagnose::run(&cli.global, &args),
     }
 }

@@ -1,0 +1,1 @@
+//! Diagnosis: evidence from samples, pure rules, findings and a verdict.
