@@ -1,11 +1,169 @@
 //! `gpufeed run` and `gpufeed record`.
 
-use crate::cli::{GlobalOpts, RecordArgs, RunArgs};
+use crate::cli::{GlobalOpts, RecordArgs, RecordingOpts, RunArgs, SummaryFormat};
+use crate::exit::{self, Failure};
+use crate::job::{signal_all, Job, Received, SignalWatch};
+use crate::present;
+use crate::record::format::End;
+use crate::record::recorder::{default_output_name, Prepared, RecorderConfig};
+use crate::record::summary::summarize;
+use anyhow::Context;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
-pub fn run(_global: &GlobalOpts, _args: &RunArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("not yet")
+fn prepare(global: &GlobalOpts, opts: &RecordingOpts) -> anyhow::Result<Prepared> {
+    if opts.interval < Duration::from_millis(10) {
+        return Err(Failure::new(
+            exit::USAGE,
+            "--interval must be at least 10ms (the default, 100ms, is right for most jobs)",
+        )
+        .into());
+    }
+    let output = opts
+        .output
+        .clone()
+        .unwrap_or_else(|| default_output_name(SystemTime::now()));
+    let prepared = Prepared::new(RecorderConfig {
+        output,
+        interval: opts.interval,
+        nvml_lib: global.nvml_lib.clone(),
+        no_gpu: false,
+    })
+    .map_err(|e| Failure::input(e.to_string()))?;
+    if let Some(e) = &prepared.gpu().error {
+        eprintln!("gpufeed: {e}: recording host metrics only");
+    } else if prepared.gpu().gpus.is_empty() {
+        eprintln!("gpufeed: the NVIDIA driver reports no GPU: recording host metrics only");
+    }
+    Ok(prepared)
 }
 
-pub fn record(_global: &GlobalOpts, _args: &RecordArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("not yet")
+fn print_summary(path: &Path, opts: &RecordingOpts) -> anyhow::Result<()> {
+    if opts.quiet {
+        return Ok(());
+    }
+    let (summary, _) =
+        summarize(path).with_context(|| format!("summarising {}", path.display()))?;
+    match opts.format {
+        SummaryFormat::Text => eprint!("{}", present::summary::text(&summary)),
+        SummaryFormat::Json => println!("{}", present::summary::json(&summary)),
+    }
+    Ok(())
+}
+
+/// `gpufeed run -- CMD...`: the job's exit code becomes gpufeed's.
+pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
+    let prepared = prepare(global, &args.rec)?;
+    let output: PathBuf = prepared.path().to_path_buf();
+    let mut job = match Job::spawn(&args.command) {
+        Ok(j) => j,
+        Err(e) => {
+            // Nothing was recorded: leave no empty file behind.
+            drop(prepared);
+            let _ = std::fs::remove_file(&output);
+            return Err(Failure::new(e.exit_code(), e.to_string()).into());
+        }
+    };
+    let recorder = prepared
+        .start(Some(job.pid()), Some(args.command.clone()))
+        .map_err(|e| Failure::input(e.to_string()))?;
+
+    // Signals: one from the terminal reached the whole foreground group, the job included;
+    // one sent to gpufeed alone (kill, a scheduler) is forwarded to every process of the job.
+    let pids = recorder.tree_pids();
+    let root = job.pid();
+    let watch = SignalWatch::start(move |r: Received| {
+        if !r.from_terminal {
+            let mut targets = pids.lock().map(|p| p.clone()).unwrap_or_default();
+            if !targets.contains(&root) {
+                targets.insert(0, root);
+            }
+            signal_all(&targets, r.signal);
+        }
+    })
+    .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
+
+    let status = job.wait();
+    drop(watch);
+    let (end, code) = match status {
+        Ok(st) => (
+            End {
+                exit_code: st.code(),
+                signal: st.signal(),
+                reason: Some("job_exited".into()),
+                ..Default::default()
+            },
+            st.shell_code(),
+        ),
+        Err(e) => (
+            End {
+                reason: Some("lost_job".into()),
+                ..Default::default()
+            },
+            {
+                eprintln!("gpufeed: {e}");
+                e.exit_code()
+            },
+        ),
+    };
+    let path = recorder.finish(end).context("finishing the recording")?;
+    print_summary(&path, &args.rec)?;
+    Ok(code)
+}
+
+/// `gpufeed record [--duration D] [--pid PID]`.
+pub fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
+    if let Some(pid) = args.pid {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            return Err(Failure::input(format!(
+                "no process with pid {pid}: check it with `ps -p {pid}` (or use `gpufeed run -- CMD`)"
+            ))
+            .into());
+        }
+    }
+    let prepared = prepare(global, &args.rec)?;
+    let recorder = prepared
+        .start(args.pid, None)
+        .map_err(|e| Failure::input(e.to_string()))?;
+    let got_signal = Arc::new(AtomicI32::new(0));
+    let flag = Arc::clone(&got_signal);
+    let watch = SignalWatch::start(move |r| flag.store(r.signal, Ordering::SeqCst))
+        .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
+    if !args.rec.quiet {
+        eprintln!(
+            "gpufeed: recording to {}{}; Ctrl-C stops",
+            recorder.path().display(),
+            match (args.duration, args.pid) {
+                (Some(d), _) => format!(" for {}", humantime::format_duration(d)),
+                (None, Some(p)) => format!(" until pid {p} exits"),
+                (None, None) => String::new(),
+            }
+        );
+    }
+    let started = Instant::now();
+    let reason = loop {
+        std::thread::sleep(Duration::from_millis(50));
+        if got_signal.load(Ordering::SeqCst) != 0 {
+            break "interrupted";
+        }
+        if args.duration.is_some_and(|d| started.elapsed() >= d) {
+            break "duration";
+        }
+        if let Some(pid) = args.pid {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                break "attached_exited";
+            }
+        }
+    };
+    drop(watch);
+    let path = recorder
+        .finish(End {
+            reason: Some(reason.into()),
+            ..Default::default()
+        })
+        .context("finishing the recording")?;
+    print_summary(&path, &args.rec)?;
+    Ok(exit::OK)
 }

@@ -1,1 +1,37 @@
-//! present
+//! Presenters: turn summaries and findings into bytes. They never touch hardware.
+
+pub mod summary;
+
+/// `1.5 GiB`, `812 MiB`, `12 KiB`, `17 B`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else if v >= 100.0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// `-` for a missing value, else the formatted one.
+pub fn opt<T>(v: Option<T>, f: impl FnOnce(T) -> String) -> String {
+    v.map(f).unwrap_or_else(|| "-".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn byte_units() {
+        assert_eq!(super::bytes(17), "17 B");
+        assert_eq!(super::bytes(1536), "1.5 KiB");
+        assert_eq!(super::bytes(812 << 20), "812 MiB");
+        assert_eq!(super::bytes(80 << 30), "80.0 GiB");
+    }
+}

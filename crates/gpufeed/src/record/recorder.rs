@@ -1,0 +1,512 @@
+//! The recorder: sampling threads (GPU through NVML on its own thread; host and the job's process
+//! tree on another) feeding one writer thread that streams NDJSON to disk and flushes at least
+//! every `FLUSH_EVERY`, so a killed gpufeed or a crashed job loses at most the last second.
+
+use super::format::{header_line, End, Header, Line, SCHEMA_VERSION};
+use crate::sample::host::{host_info, HostSampler, ProcTree};
+use crate::sample::nvml::{self, NvmlSource};
+use crate::sample::{DriverInfo, GpuSource, GpuStatic};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Longest time a recorded sample may sit in memory before reaching the file.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(500);
+/// Expensive readings (GPU process lists, PCIe throughput and link, context switches) run at most
+/// this often.
+pub const SLOW_EVERY: Duration = Duration::from_secs(1);
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("cannot create recording {path}: {source} (choose another place with --output)")]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start the {what} thread: {source}")]
+    Thread {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("writing {path} failed: {detail}")]
+    Write { path: PathBuf, detail: String },
+}
+
+/// What to record.
+#[derive(Debug, Clone)]
+pub struct RecorderConfig {
+    pub output: PathBuf,
+    pub interval: Duration,
+    /// NVML library to load; `None` = the system's.
+    pub nvml_lib: Option<PathBuf>,
+    /// Leave GPUs out entirely (no NVML calls).
+    pub no_gpu: bool,
+}
+
+/// GPUs found at start-up, or why there are none.
+pub struct GpuSetup {
+    pub driver: Option<DriverInfo>,
+    pub gpus: Vec<GpuStatic>,
+    pub error: Option<String>,
+}
+
+type GpuReply = Result<(DriverInfo, Vec<GpuStatic>), String>;
+
+/// A recorder whose GPU side is initialised and whose file is created, waiting for `start`.
+pub struct Prepared {
+    cfg: RecorderConfig,
+    file: std::fs::File,
+    gpu: GpuSetup,
+    gpu_go: Option<SyncSender<GpuGo>>,
+    gpu_thread: Option<JoinHandle<()>>,
+}
+
+/// Sent to the GPU thread to begin sampling.
+struct GpuGo {
+    t0: Instant,
+    t0_unix_us: u64,
+    lines: Sender<Line>,
+    stop: Receiver<()>,
+}
+
+/// A running recording.
+pub struct Recorder {
+    path: PathBuf,
+    t0: Instant,
+    stop_txs: Vec<Sender<()>>,
+    samplers: Vec<JoinHandle<()>>,
+    lines: Option<Sender<Line>>,
+    writer: Option<JoinHandle<Result<(), String>>>,
+    tree_pids: Arc<Mutex<Vec<u32>>>,
+}
+
+impl Prepared {
+    /// Creates the output file and opens NVML on the GPU thread (blocking until it answered).
+    pub fn new(cfg: RecorderConfig) -> Result<Prepared, RecordError> {
+        let file = std::fs::File::create(&cfg.output).map_err(|source| RecordError::Create {
+            path: cfg.output.clone(),
+            source,
+        })?;
+        if cfg.no_gpu {
+            return Ok(Prepared {
+                cfg,
+                file,
+                gpu: GpuSetup {
+                    driver: None,
+                    gpus: vec![],
+                    error: Some("GPU recording disabled".into()),
+                },
+                gpu_go: None,
+                gpu_thread: None,
+            });
+        }
+        let (reply_tx, reply_rx) = mpsc::sync_channel::<GpuReply>(1);
+        let (go_tx, go_rx) = mpsc::sync_channel::<GpuGo>(1);
+        let lib = cfg.nvml_lib.clone();
+        let interval = cfg.interval;
+        let thread = std::thread::Builder::new()
+            .name("gpufeed-gpu".into())
+            .spawn(move || gpu_thread(lib, interval, reply_tx, go_rx))
+            .map_err(|source| RecordError::Thread {
+                what: "GPU",
+                source,
+            })?;
+        let gpu = match reply_rx.recv() {
+            Ok(Ok((driver, gpus))) => GpuSetup {
+                driver: Some(driver),
+                gpus,
+                error: None,
+            },
+            Ok(Err(e)) => GpuSetup {
+                driver: None,
+                gpus: vec![],
+                error: Some(e),
+            },
+            Err(_) => GpuSetup {
+                driver: None,
+                gpus: vec![],
+                error: Some("the NVML library crashed during initialisation".into()),
+            },
+        };
+        let (gpu_go, gpu_thread) = if gpu.error.is_none() {
+            (Some(go_tx), Some(thread))
+        } else {
+            let _ = thread.join();
+            (None, None)
+        };
+        Ok(Prepared {
+            cfg,
+            file,
+            gpu,
+            gpu_go,
+            gpu_thread,
+        })
+    }
+
+    pub fn gpu(&self) -> &GpuSetup {
+        &self.gpu
+    }
+
+    /// The recording file (already created).
+    pub fn path(&self) -> &Path {
+        &self.cfg.output
+    }
+
+    /// Writes the header and starts sampling. `root_pid` is the job whose process tree is followed.
+    pub fn start(
+        self,
+        root_pid: Option<u32>,
+        command: Option<Vec<String>>,
+    ) -> Result<Recorder, RecordError> {
+        let t0 = Instant::now();
+        let t0_unix_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
+        let header = Header {
+            schema_version: SCHEMA_VERSION,
+            gpufeed_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+            start_time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            start_unix_us: t0_unix_us,
+            interval_s: self.cfg.interval.as_secs_f64(),
+            host: host_info(),
+            driver: self.gpu.driver.clone(),
+            gpus: self.gpu.gpus.clone(),
+            gpu_error: self.gpu.error.clone(),
+            command,
+            pid: root_pid,
+        };
+        let path = self.cfg.output.clone();
+        let mut out = BufWriter::with_capacity(64 * 1024, self.file);
+        writeln!(out, "{}", header_line(&header))
+            .and_then(|_| out.flush())
+            .map_err(|e| RecordError::Write {
+                path: path.clone(),
+                detail: e.to_string(),
+            })?;
+
+        let (lines_tx, lines_rx) = mpsc::channel::<Line>();
+        let writer = std::thread::Builder::new()
+            .name("gpufeed-writer".into())
+            .spawn(move || writer_thread(out, lines_rx))
+            .map_err(|source| RecordError::Thread {
+                what: "writer",
+                source,
+            })?;
+
+        let mut stop_txs = Vec::new();
+        let mut samplers = Vec::new();
+        if let (Some(go), Some(th)) = (self.gpu_go, self.gpu_thread) {
+            let (stop_tx, stop_rx) = mpsc::channel();
+            let _ = go.send(GpuGo {
+                t0,
+                t0_unix_us,
+                lines: lines_tx.clone(),
+                stop: stop_rx,
+            });
+            stop_txs.push(stop_tx);
+            samplers.push(th);
+        }
+        let tree_pids = Arc::new(Mutex::new(root_pid.into_iter().collect::<Vec<_>>()));
+        {
+            let (stop_tx, stop_rx) = mpsc::channel();
+            let lines = lines_tx.clone();
+            let pids = Arc::clone(&tree_pids);
+            let interval = self.cfg.interval;
+            let th = std::thread::Builder::new()
+                .name("gpufeed-host".into())
+                .spawn(move || host_thread(t0, interval, root_pid, lines, stop_rx, pids))
+                .map_err(|source| RecordError::Thread {
+                    what: "host",
+                    source,
+                })?;
+            stop_txs.push(stop_tx);
+            samplers.push(th);
+        }
+        Ok(Recorder {
+            path,
+            t0,
+            stop_txs,
+            samplers,
+            lines: Some(lines_tx),
+            writer: Some(writer),
+            tree_pids,
+        })
+    }
+}
+
+impl Recorder {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Seconds since the recording started.
+    pub fn elapsed_s(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    /// The job's processes as last seen (root first if alive), for forwarding signals.
+    pub fn tree_pids(&self) -> Arc<Mutex<Vec<u32>>> {
+        Arc::clone(&self.tree_pids)
+    }
+
+    /// Stops sampling, writes the `end` line and flushes; returns the recording's path.
+    pub fn finish(mut self, mut end: End) -> Result<PathBuf, RecordError> {
+        self.stop_samplers();
+        end.t_s = self.elapsed_s();
+        if let Some(tx) = self.lines.take() {
+            let _ = tx.send(Line::End(end));
+        }
+        self.join_writer()?;
+        Ok(self.path.clone())
+    }
+
+    fn stop_samplers(&mut self) {
+        for tx in self.stop_txs.drain(..) {
+            let _ = tx.send(());
+        }
+        for th in self.samplers.drain(..) {
+            let _ = th.join();
+        }
+    }
+
+    fn join_writer(&mut self) -> Result<(), RecordError> {
+        self.lines.take();
+        if let Some(w) = self.writer.take() {
+            match w.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(detail)) => {
+                    return Err(RecordError::Write {
+                        path: self.path.clone(),
+                        detail,
+                    })
+                }
+                Err(_) => {
+                    return Err(RecordError::Write {
+                        path: self.path.clone(),
+                        detail: "the writer thread panicked".into(),
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Recorder {
+    /// A recorder dropped without `finish` (an error path) still flushes what it has.
+    fn drop(&mut self) {
+        self.stop_samplers();
+        let _ = self.join_writer();
+    }
+}
+
+fn writer_thread(mut out: BufWriter<std::fs::File>, rx: Receiver<Line>) -> Result<(), String> {
+    let mut last_flush = Instant::now();
+    let mut buf = Vec::with_capacity(4096);
+    loop {
+        let wait = FLUSH_EVERY.saturating_sub(last_flush.elapsed());
+        match rx.recv_timeout(wait) {
+            Ok(line) => {
+                buf.clear();
+                serde_json::to_writer(&mut buf, &line).map_err(|e| e.to_string())?;
+                buf.push(b'\n');
+                out.write_all(&buf).map_err(|e| e.to_string())?;
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        if last_flush.elapsed() >= FLUSH_EVERY {
+            out.flush().map_err(|e| e.to_string())?;
+            last_flush = Instant::now();
+        }
+    }
+    out.flush().map_err(|e| e.to_string())?;
+    out.get_ref().sync_data().ok();
+    Ok(())
+}
+
+/// Sleeps until `deadline` or a stop message; true when asked to stop.
+fn wait_or_stop(stop: &Receiver<()>, deadline: Instant) -> bool {
+    let now = Instant::now();
+    let timeout = deadline.saturating_duration_since(now);
+    !matches!(stop.recv_timeout(timeout), Err(RecvTimeoutError::Timeout))
+}
+
+fn gpu_thread(
+    lib: Option<PathBuf>,
+    interval: Duration,
+    reply: SyncSender<GpuReply>,
+    go: Receiver<GpuGo>,
+) {
+    let nvml = match nvml::open(lib.as_deref()) {
+        Ok(n) => n,
+        Err(e) => {
+            let _ = reply.send(Err(e.to_string()));
+            return;
+        }
+    };
+    let mut source = match NvmlSource::new(&nvml) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = reply.send(Err(e.to_string()));
+            return;
+        }
+    };
+    if reply.send(Ok((source.driver(), source.devices()))).is_err() {
+        return;
+    }
+    let Ok(go) = go.recv() else { return };
+    // Driver utilization samples are buffered by the driver; polling at the host interval (at
+    // most every 500 ms) collects every one of them.
+    let tick = interval.min(Duration::from_millis(500));
+    let mut next = go.t0;
+    let mut last_slow: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        let slow = last_slow.is_none_or(|t| now.duration_since(t) >= SLOW_EVERY);
+        if slow {
+            last_slow = Some(now);
+        }
+        let t_s = now.duration_since(go.t0).as_secs_f64();
+        for s in source.sample(t_s, go.t0_unix_us, slow) {
+            if go.lines.send(Line::Gpu(s)).is_err() {
+                return;
+            }
+        }
+        next += tick;
+        if next < Instant::now() {
+            next = Instant::now() + tick;
+        }
+        if wait_or_stop(&go.stop, next) {
+            // One last reading so the final driver samples are kept.
+            let t_s = go.t0.elapsed().as_secs_f64();
+            for s in source.sample(t_s, go.t0_unix_us, false) {
+                let _ = go.lines.send(Line::Gpu(s));
+            }
+            return;
+        }
+    }
+}
+
+fn host_thread(
+    t0: Instant,
+    interval: Duration,
+    root: Option<u32>,
+    lines: Sender<Line>,
+    stop: Receiver<()>,
+    pids: Arc<Mutex<Vec<u32>>>,
+) {
+    let mut host = HostSampler::new();
+    let mut tree = root.map(ProcTree::new);
+    let mut next = t0;
+    let mut last_slow: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        let slow = last_slow.is_none_or(|t| now.duration_since(t) >= SLOW_EVERY);
+        if slow {
+            last_slow = Some(now);
+        }
+        let t_s = now.duration_since(t0).as_secs_f64();
+        let h = host.sample(t_s);
+        let mut batch = Vec::with_capacity(4);
+        if let Some(tree) = tree.as_mut() {
+            let r = tree.sample(t_s, slow);
+            batch.extend(r.started.into_iter().map(Line::ProcStart));
+            if !r.samples.is_empty() {
+                batch.push(Line::Procs {
+                    t_s,
+                    procs: r.samples,
+                });
+            }
+            batch.extend(r.exited.into_iter().map(|pid| Line::ProcExit { t_s, pid }));
+            let mut now_pids = tree.pids();
+            now_pids.sort_unstable();
+            if let Some(pos) = now_pids.iter().position(|&p| p == tree.root()) {
+                now_pids.swap(0, pos);
+            }
+            if let Ok(mut p) = pids.lock() {
+                *p = now_pids;
+            }
+        }
+        // The first host reading has no rates yet; skip it.
+        if !h.cpu_pct.is_empty() {
+            batch.push(Line::Host(h));
+        }
+        for l in batch {
+            if lines.send(l).is_err() {
+                return;
+            }
+        }
+        next += interval;
+        if next < Instant::now() {
+            next = Instant::now() + interval;
+        }
+        if wait_or_stop(&stop, next) {
+            return;
+        }
+    }
+}
+
+/// `gpufeed-YYYYMMDD-HHMMSS.ndjson` in the working directory.
+pub fn default_output_name(now: SystemTime) -> PathBuf {
+    let s = humantime::format_rfc3339_seconds(now).to_string(); // 2026-12-02T12:00:00Z
+    let digits: String = s.chars().filter(|c| c.is_ascii_digit()).collect();
+    let (date, time) = digits.split_at(8.min(digits.len()));
+    PathBuf::from(format!("gpufeed-{date}-{time}.ndjson"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_name_is_timestamped() {
+        let t = UNIX_EPOCH + Duration::from_secs(1_764_676_800); // 2025-12-02T12:00:00Z
+        assert_eq!(
+            default_output_name(t),
+            PathBuf::from("gpufeed-20251202-120000.ndjson")
+        );
+    }
+
+    #[test]
+    fn records_host_and_a_job_tree_without_gpu() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("r.ndjson");
+        let prepared = Prepared::new(RecorderConfig {
+            output: out.clone(),
+            interval: Duration::from_millis(50),
+            nvml_lib: None,
+            no_gpu: true,
+        })
+        .unwrap();
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 0.4"])
+            .spawn()
+            .unwrap();
+        let rec = prepared
+            .start(Some(child.id()), Some(vec!["sh".into()]))
+            .unwrap();
+        child.wait().unwrap();
+        std::thread::sleep(Duration::from_millis(120));
+        let path = rec.finish(End::default()).unwrap();
+        let mut hosts = 0;
+        let mut starts = 0;
+        let mut ends = 0;
+        let (h, st) = super::super::format::read_recording(&path, |_, l| match l {
+            Line::Host(_) => hosts += 1,
+            Line::ProcStart(_) => starts += 1,
+            Line::End(_) => ends += 1,
+            _ => {}
+        })
+        .unwrap();
+        assert_eq!(h.pid, Some(child.id()));
+        assert!(hosts >= 4, "{hosts} host samples");
+        assert!(starts >= 1);
+        assert_eq!(ends, 1);
+        assert!(!st.truncated && !st.unfinished);
+    }
+}
