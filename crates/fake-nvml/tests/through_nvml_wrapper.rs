@@ -15,25 +15,24 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::Nvml;
 
-/// `target/debug/libfake_nvml.so`, found next to this test executable (`target/debug/deps/`);
-/// built with `cargo build -p fake-nvml` when absent.
+/// The built `libfake_nvml.so` next to this test executable: `target/debug/deps/` (where
+/// `cargo test` rebuilds it) or `target/debug/` (where `cargo build` puts it), the newer one;
+/// built with `cargo build -p fake-nvml` when neither exists.
 fn lib_path() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    let deps = exe.parent().expect("test exe has a parent dir");
-    let profile_dir = deps.parent().expect("deps dir has a parent dir");
-    let lib = profile_dir.join("libfake_nvml.so");
-    if !lib.exists() {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "fake-nvml"])
-            .status();
-        assert!(
-            lib.exists(),
-            "{} is missing and `cargo build -p fake-nvml` did not produce it ({status:?})",
-            lib.display()
-        );
+    if let Some(lib) = fake_nvml::library_path_near(&exe) {
+        return lib;
     }
-    lib
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "-p", "fake-nvml"])
+        .status();
+    fake_nvml::library_path_near(&exe).unwrap_or_else(|| {
+        panic!(
+            "libfake_nvml.so is not next to {} and `cargo build -p fake-nvml` did not produce it ({status:?})",
+            exe.display()
+        )
+    })
 }
 
 fn write(dir: &Path, name: &str, json: &str) -> PathBuf {
