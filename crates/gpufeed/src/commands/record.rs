@@ -7,6 +7,7 @@ use crate::present;
 use crate::record::format::End;
 use crate::record::recorder::{default_output_name, Prepared, RecorderConfig};
 use crate::record::summary::summarize;
+use crate::sample::host::pid_alive;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -55,6 +56,13 @@ fn print_summary(path: &Path, opts: &RecordingOpts) -> anyhow::Result<()> {
 
 /// `gpufeed run -- CMD...`: the job's exit code becomes gpufeed's.
 pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
+    if let Some(first) = args.command.first().filter(|c| c.starts_with('-')) {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!("unknown option '{first}' for run: put gpufeed's options before the command, e.g. gpufeed run -o rec.ndjson -- python train.py"),
+        )
+        .into());
+    }
     let prepared = prepare(global, &args.rec)?;
     let output: PathBuf = prepared.path().to_path_buf();
     let mut job = match Job::spawn(&args.command) {
@@ -116,7 +124,7 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
 /// `gpufeed record [--duration D] [--pid PID]`.
 pub fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
     if let Some(pid) = args.pid {
-        if !Path::new(&format!("/proc/{pid}")).exists() {
+        if !pid_alive(pid) {
             return Err(Failure::input(format!(
                 "no process with pid {pid}: check it with `ps -p {pid}` (or use `gpufeed run -- CMD`)"
             ))
@@ -152,7 +160,7 @@ pub fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
             break "duration";
         }
         if let Some(pid) = args.pid {
-            if !Path::new(&format!("/proc/{pid}")).exists() {
+            if !pid_alive(pid) {
                 break "attached_exited";
             }
         }

@@ -12,6 +12,14 @@ use procfs::{CpuPressure, CpuTime, IoPressure, KernelStats, Meminfo, MemoryPress
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
+/// True while `pid` exists and is not a zombie waiting to be reaped.
+pub fn pid_alive(pid: u32) -> bool {
+    match Process::new(pid as i32).and_then(|p| p.stat()) {
+        Ok(st) => st.state != 'Z' && st.state != 'X',
+        Err(_) => false,
+    }
+}
+
 /// Static facts about this machine.
 pub fn host_info() -> HostInfo {
     let cpu_count = std::thread::available_parallelism()
@@ -257,7 +265,7 @@ impl ProcTree {
 
     /// True while the root process exists.
     pub fn root_alive(&self) -> bool {
-        std::path::Path::new(&format!("/proc/{}", self.root)).exists()
+        pid_alive(self.root)
     }
 
     pub fn sample(&mut self, t_s: f64, slow: bool) -> TreeReading {

@@ -214,8 +214,12 @@ impl GpuSource for NvmlSource<'_> {
                 ..Default::default()
             };
             let last = st.last_util_ts_us;
+            // NOT_FOUND: the driver has no sample newer than `last` (not an error).
             if let Some(samples) = st.read(Metric::UtilSamples, |d| {
-                d.samples(Sampling::GpuUtilization, last)
+                match d.samples(Sampling::GpuUtilization, last) {
+                    Err(NvmlError::NotFound) => Ok(Vec::new()),
+                    r => r,
+                }
             }) {
                 let mut v = Vec::with_capacity(samples.len());
                 for smp in samples {

@@ -1,0 +1,398 @@
+//! `gpufeed run` / `gpufeed record` through the real binary on real child processes, with the
+//! real NVML code path driven by the fake driver (crates/fake-nvml).
+
+mod common_fake;
+
+use assert_cmd::Command;
+use common_fake::{fake_nvml, scenario};
+use gpufeed::record::format::{read_recording, Line};
+use gpufeed::record::summary::{summarize, Summary};
+use predicates::prelude::*;
+use std::path::Path;
+use std::time::Duration;
+
+fn gpufeed() -> Command {
+    let mut c = Command::cargo_bin("gpufeed").unwrap();
+    c.env_remove("GPUFEED_NVML_LIB")
+        .env_remove("FAKE_NVML_SCENARIO");
+    c
+}
+
+/// The JSON summary is the last line of stdout.
+fn summary_of(stdout: &[u8]) -> Summary {
+    let text = String::from_utf8_lossy(stdout);
+    let last = text.lines().last().expect("a summary line");
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("bad summary {e}: {last}"))
+}
+
+const SQUARE: &str = r#"{"devices":[{"name":"NVIDIA H100 80GB HBM3","memory_total_bytes":85899345920,
+  "memory_used_bytes":80000000000,"compute_capability":[9,0],
+  "util":{"pattern":"square","period_s":2.0,"high":85,"low":10,"duty":0.3}}]}"#;
+
+#[test]
+fn exit_codes_pass_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.ndjson");
+    gpufeed()
+        .args(["run", "-q", "-o"])
+        .arg(&out)
+        .args(["--", "sh", "-c", "exit 7"])
+        .assert()
+        .code(7);
+    gpufeed()
+        .args(["run", "-q", "-o"])
+        .arg(&out)
+        .args(["--", "sh", "-c", "kill -KILL $$"])
+        .assert()
+        .code(137);
+}
+
+#[test]
+fn a_command_that_cannot_start_gets_one_line_and_a_shell_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.ndjson");
+    gpufeed()
+        .args(["run", "-o"])
+        .arg(&out)
+        .args(["--", "no-such-program-gpufeed-test"])
+        .assert()
+        .code(127)
+        .stderr(predicate::str::contains(
+            "command not found: no-such-program-gpufeed-test",
+        ));
+    assert!(!out.exists(), "no empty recording is left behind");
+    let script = dir.path().join("script.sh");
+    std::fs::write(&script, "echo hi\n").unwrap(); // not executable
+    gpufeed()
+        .args(["run", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&script)
+        .assert()
+        .code(126)
+        .stderr(predicate::str::contains("cannot execute"));
+}
+
+#[test]
+fn bad_command_lines_exit_2() {
+    gpufeed()
+        .args(["run", "--no-such-flag", "--", "true"])
+        .assert()
+        .code(2);
+    gpufeed().args(["run"]).assert().code(2);
+    gpufeed()
+        .args(["record", "--interval", "soon"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("not a valid duration"));
+}
+
+#[test]
+fn stdin_and_stdout_pass_through() {
+    let dir = tempfile::tempdir().unwrap();
+    gpufeed()
+        .args(["run", "-q", "-o"])
+        .arg(dir.path().join("r.ndjson"))
+        .args(["--", "tr", "a-z", "A-Z"])
+        .write_stdin("hello\n")
+        .assert()
+        .success()
+        .stdout("HELLO\n");
+}
+
+#[test]
+fn no_driver_records_host_only_with_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.ndjson");
+    let a = gpufeed()
+        .args([
+            "--nvml-lib",
+            "/nonexistent/libnvidia-ml.so.1",
+            "run",
+            "--format",
+            "json",
+            "-o",
+        ])
+        .arg(&out)
+        .args(["--", "sleep", "0.5"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("recording host metrics only"));
+    let s = summary_of(&a.get_output().stdout);
+    assert!(s.gpus.is_empty());
+    assert!(s.gpu_error.is_some());
+    assert!(s.host.cpu_count >= 1);
+    assert!(s.host.cpu_mean_pct.is_some());
+    assert_eq!(s.job.as_ref().unwrap().exit_code, Some(0));
+}
+
+/// A tree shaped like a training job: the main process starts two workers late; they burn CPU
+/// and exit before the main process does.
+#[test]
+fn process_tree_with_late_starting_early_exiting_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.ndjson");
+    let script = "sleep 0.5; \
+        (timeout 1.2 sh -c 'while :; do :; done') & \
+        (timeout 1.2 sh -c 'while :; do :; done') & \
+        wait; sleep 0.5";
+    let a = gpufeed()
+        .args([
+            "--nvml-lib",
+            "/nonexistent.so",
+            "run",
+            "--format",
+            "json",
+            "--interval",
+            "50ms",
+            "-o",
+        ])
+        .arg(&out)
+        .args(["--", "sh", "-c", script])
+        .assert()
+        .success();
+    let s = summary_of(&a.get_output().stdout);
+    let job = s.job.expect("job summary");
+    let root = job.pid;
+    let burners: Vec<_> = job
+        .processes
+        .iter()
+        .filter(|p| p.cmd.as_deref() == Some("sh -c while :; do :; done"))
+        .collect();
+    assert_eq!(burners.len(), 2, "{:#?}", job.processes);
+    for b in &burners {
+        assert!(
+            b.first_seen_s >= 0.4,
+            "worker seen at {} before it started",
+            b.first_seen_s
+        );
+        assert!(
+            b.last_seen_s < s.duration_s - 0.2,
+            "worker exited early: {} vs {}",
+            b.last_seen_s,
+            s.duration_s
+        );
+        assert!(
+            b.cpu_mean_pct.unwrap() > 25.0,
+            "a busy loop shows CPU: {:?}",
+            b.cpu_mean_pct
+        );
+        assert_ne!(b.ppid, 0);
+    }
+    assert!(job.processes.iter().any(|p| p.pid == root));
+    assert!(
+        job.processes_max >= 5,
+        "root, 2 timeouts, 2 loops: {}",
+        job.processes_max
+    );
+    // The recording carries per-process state, threads and RSS.
+    let mut saw_state = false;
+    read_recording(&out, |_, l| {
+        if let Line::Procs { procs, .. } = l {
+            saw_state |= procs
+                .iter()
+                .any(|p| p.state.is_some() && p.rss_bytes.is_some() && p.threads.is_some());
+        }
+    })
+    .unwrap();
+    assert!(saw_state);
+}
+
+#[test]
+fn fake_driver_square_wave_keeps_every_driver_sample() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.ndjson");
+    let sc = scenario(dir.path(), SQUARE);
+    let a = gpufeed()
+        .env("FAKE_NVML_SCENARIO", &sc)
+        .arg("--nvml-lib")
+        .arg(fake_nvml())
+        .args(["run", "--format", "json", "-o"])
+        .arg(&out)
+        .args(["--", "sleep", "6"])
+        .assert()
+        .success();
+    let s = summary_of(&a.get_output().stdout);
+    assert_eq!(s.gpus.len(), 1);
+    let g = &s.gpus[0];
+    assert_eq!(g.name.as_deref(), Some("NVIDIA H100 80GB HBM3"));
+    assert_eq!(g.mem_total_bytes, Some(85_899_345_920));
+    assert_eq!(g.mem_used_max_bytes, Some(80_000_000_000));
+    assert!(g.util_samples >= 30, "{} samples in 6 s", g.util_samples);
+    // 0.3 * 85 + 0.7 * 10 = 32.5
+    let mean = g.util_mean_pct.unwrap();
+    assert!((mean - 32.5).abs() < 6.0, "mean {mean}");
+    assert_eq!(g.util_min_pct, Some(10.0));
+    assert_eq!(g.util_max_pct, Some(85.0));
+    let period = g.util_sample_period_s.unwrap();
+    assert!((period - 1.0 / 6.0).abs() < 0.03, "driver period {period}");
+    // Header: static facts and the driver.
+    let (h, _) = read_recording(&out, |_, _| {}).unwrap();
+    assert_eq!(h.gpus[0].compute_capability, Some([9, 0]));
+    assert!(h.driver.unwrap().driver_version.is_some());
+}
+
+#[test]
+fn malformed_scenario_is_one_clear_error_and_the_run_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = scenario(
+        dir.path(),
+        r#"{"devices": [{"name": "x", "util": {"pattern": "sine"}}]}"#,
+    );
+    gpufeed()
+        .env("FAKE_NVML_SCENARIO", &sc)
+        .arg("--nvml-lib")
+        .arg(fake_nvml())
+        .args(["run", "-q", "-o"])
+        .arg(dir.path().join("r.ndjson"))
+        .args(["--", "true"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("fake-nvml: invalid scenario"))
+        .stderr(predicate::str::contains("recording host metrics only"));
+}
+
+#[test]
+fn driver_not_loaded_is_reported_as_no_driver() {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = scenario(dir.path(), r#"{"init_error": 9, "devices": []}"#);
+    gpufeed()
+        .env("FAKE_NVML_SCENARIO", &sc)
+        .env("GPUFEED_NVML_LIB", fake_nvml())
+        .args(["run", "-q", "-o"])
+        .arg(dir.path().join("r.ndjson"))
+        .args(["--", "true"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("no NVIDIA driver found"));
+}
+
+fn wait_for_lines(path: &Path, min: usize) {
+    for _ in 0..100 {
+        if std::fs::read_to_string(path)
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+            >= min
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{} never reached {min} lines", path.display());
+}
+
+#[test]
+fn sigint_is_forwarded_to_the_job_and_the_recording_stays_readable() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.ndjson");
+    let bin = assert_cmd::cargo::cargo_bin("gpufeed");
+    let mut child = std::process::Command::new(bin)
+        .args(["--nvml-lib", "/nonexistent.so", "run", "-q", "-o"])
+        .arg(&out)
+        .args(["--", "sleep", "30"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_lines(&out, 4);
+    // SAFETY: plain kill(2) of our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let st = child.wait().unwrap();
+    assert_eq!(st.code(), Some(130), "sleep killed by the forwarded SIGINT");
+    let mut end = None;
+    let (_, stats) = read_recording(&out, |_, l| {
+        if let Line::End(e) = l {
+            end = Some(e)
+        }
+    })
+    .unwrap();
+    assert!(!stats.truncated && !stats.unfinished);
+    assert_eq!(end.unwrap().signal, Some(libc::SIGINT));
+}
+
+#[test]
+fn a_killed_recorder_loses_at_most_the_last_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.ndjson");
+    let bin = assert_cmd::cargo::cargo_bin("gpufeed");
+    let mut child = std::process::Command::new(bin)
+        .args([
+            "--nvml-lib",
+            "/nonexistent.so",
+            "record",
+            "-q",
+            "--interval",
+            "50ms",
+            "-o",
+        ])
+        .arg(&out)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (s, stats) = summarize(&out).unwrap();
+    assert!(stats.unfinished);
+    assert!(
+        s.duration_s >= 1.4,
+        "only {} s of 2.5 s survived",
+        s.duration_s
+    );
+}
+
+#[test]
+fn record_for_a_duration_and_attached_to_a_pid() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.ndjson");
+    let a = gpufeed()
+        .args([
+            "--nvml-lib",
+            "/nonexistent.so",
+            "record",
+            "--duration",
+            "1s",
+            "--format",
+            "json",
+            "-o",
+        ])
+        .arg(&out)
+        .assert()
+        .success();
+    let s = summary_of(&a.get_output().stdout);
+    assert!((0.9..2.0).contains(&s.duration_s), "{}", s.duration_s);
+    assert!(s.job.is_none());
+
+    let mut job = std::process::Command::new("sh")
+        .args(["-c", "sleep 0.3; (sleep 0.6) ; true"])
+        .spawn()
+        .unwrap();
+    let a = gpufeed()
+        .args([
+            "--nvml-lib",
+            "/nonexistent.so",
+            "record",
+            "--format",
+            "json",
+            "--pid",
+        ])
+        .arg(job.id().to_string())
+        .arg("-o")
+        .arg(&out)
+        .timeout(Duration::from_secs(20))
+        .assert()
+        .success();
+    job.wait().unwrap();
+    let s = summary_of(&a.get_output().stdout);
+    let j = s.job.unwrap();
+    assert_eq!(j.pid, job.id());
+    assert!(
+        j.processes.len() >= 2,
+        "the attached process and its child: {:?}",
+        j.processes
+    );
+
+    gpufeed()
+        .args(["record", "--pid", "999999999"])
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("no process with pid 999999999"));
+}
