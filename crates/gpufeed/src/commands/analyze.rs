@@ -1,16 +1,78 @@
 //! `gpufeed analyze`: PyTorch profiler (Kineto) traces.
 
 use crate::cli::GlobalOpts;
-use clap::Args;
+use crate::exit::Failure;
+use crate::trace::{self, report, TraceError};
+use clap::{Args, ValueEnum};
 use std::path::PathBuf;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum AnalyzeFormat {
+    #[default]
+    Text,
+    Json,
+    Markdown,
+}
 
 #[derive(Debug, Clone, Args)]
 pub struct AnalyzeArgs {
     /// Trace files (.json or .json.gz), directories of per-rank traces, or - for stdin
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = AnalyzeFormat::Text)]
+    pub format: AnalyzeFormat,
+    /// Print the per-step breakdown table (text and markdown)
+    #[arg(long)]
+    pub steps: bool,
 }
 
-pub fn run(_global: &GlobalOpts, _args: &AnalyzeArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("analyze is not implemented yet")
+fn input_error(e: TraceError) -> anyhow::Error {
+    let hint = match &e {
+        TraceError::Io { .. } => "check the path",
+        TraceError::Empty | TraceError::NoEvents => {
+            "export one with torch.profiler ... on_trace_ready=tensorboard_trace_handler(dir)"
+        }
+        TraceError::NotATrace(_) => "pass a .json or .json.gz file written by the PyTorch profiler",
+        TraceError::EmptyDir(_) => "pass the directory tensorboard_trace_handler wrote to",
+    };
+    anyhow::Error::new(Failure::input(format!("{e}; {hint}")))
+}
+
+pub fn run(_global: &GlobalOpts, args: &AnalyzeArgs) -> anyhow::Result<u8> {
+    let paths = trace::expand_paths(&args.paths).map_err(input_error)?;
+    let mut traces = Vec::new();
+    for (p, r) in paths.iter().zip(trace::analyze_many(&paths)) {
+        match r {
+            Ok(s) => traces.push(s),
+            Err(e) => {
+                if paths.len() == 1 {
+                    return Err(input_error(e));
+                }
+                eprintln!("gpufeed: warning: skipping {}: {e}", p.display());
+            }
+        }
+    }
+    if traces.is_empty() {
+        return Err(anyhow::Error::new(Failure::input(
+            "none of the traces could be read; see the warnings above",
+        )));
+    }
+    let rep = report::Report::new(traces);
+    let out = match args.format {
+        AnalyzeFormat::Json => serde_json::to_string_pretty(&rep)? + "\n",
+        AnalyzeFormat::Text => report::text(&rep, args.steps),
+        AnalyzeFormat::Markdown => report::markdown(&rep, args.steps),
+    };
+    use std::io::Write;
+    let mut so = std::io::stdout().lock();
+    if let Err(e) = so.write_all(out.as_bytes()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            return Err(e.into());
+        }
+    }
+    if rep.truncated && args.format != AnalyzeFormat::Text {
+        eprintln!("gpufeed: warning: truncated input: the figures cover only what was read");
+    }
+    Ok(crate::exit::OK)
 }

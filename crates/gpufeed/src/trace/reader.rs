@@ -1,0 +1,712 @@
+//! Streaming Kineto reader.
+//!
+//! The input is read in chunks; a small scanner finds each element of `traceEvents` (string- and
+//! escape-aware brace matching) and that one event is deserialized from the buffer with
+//! serde_json's slice reader into a borrowed, compact [`Event`]. The whole event list is never held:
+//! each event is handed to an [`EventSink`] at once and dropped. Top-level keys other than
+//! `traceEvents` are read only when needed (`baseTimeNanoseconds`, `deviceProperties`,
+//! `distributedInfo`).
+//!
+//! Robustness: a read error (truncated gzip) or an unexpected end of input stops the scan and
+//! marks the result truncated, keeping everything read so far; an event that does not
+//! deserialize is counted and skipped; strings are taken as raw bytes (no UTF-8 validation) and
+//! decoded lossily where they are used.
+
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use std::borrow::Cow;
+use std::fmt;
+use std::io::Read;
+
+use super::TraceError;
+
+const CHUNK: usize = 1 << 20;
+
+/// One trace event, borrowing from the read buffer where it can.
+#[derive(Debug, Default)]
+pub struct Event<'a> {
+    pub ph: u8,
+    pub cat: Cow<'a, [u8]>,
+    pub name: Cow<'a, [u8]>,
+    pub pid: Option<u64>,
+    pub tid: Option<u64>,
+    pub ts: Option<f64>,
+    pub dur: Option<f64>,
+    pub args: Args,
+}
+
+/// Only the `args` the analyses need.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Args {
+    pub external_id: Option<u64>,
+    pub correlation: Option<u64>,
+    pub bytes: Option<f64>,
+    pub stream: Option<u64>,
+    pub device: Option<u64>,
+    pub collective: bool,
+}
+
+/// Receives events and the few top-level fields.
+pub trait EventSink {
+    fn event(&mut self, ev: &Event<'_>);
+    fn top_level(&mut self, key: &str, value: serde_json::Value);
+}
+
+/// What the scan saw besides events.
+#[derive(Debug, Default, Clone)]
+pub struct ScanStats {
+    pub bytes: u64,
+    pub events: u64,
+    pub bad_events: u64,
+    pub truncated: bool,
+    pub found_events_key: bool,
+    pub warnings: Vec<String>,
+}
+
+struct Buf<R> {
+    r: R,
+    data: Vec<u8>,
+    pos: usize,
+    eof: bool,
+    consumed: u64,
+    read_error: Option<String>,
+}
+
+impl<R: Read> Buf<R> {
+    /// Reads more; returns false at the end of input (or after a read error, which is recorded).
+    fn fill(&mut self) -> bool {
+        if self.eof {
+            return false;
+        }
+        if self.pos > 0 {
+            self.consumed += self.pos as u64;
+            self.data.drain(..self.pos);
+            self.pos = 0;
+        }
+        let old = self.data.len();
+        self.data.resize(old + CHUNK, 0);
+        loop {
+            match self.r.read(&mut self.data[old..]) {
+                Ok(0) => {
+                    self.data.truncate(old);
+                    self.eof = true;
+                    return false;
+                }
+                Ok(n) => {
+                    self.data.truncate(old + n);
+                    return true;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.data.truncate(old);
+                    self.eof = true;
+                    self.read_error = Some(e.to_string());
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Next non-whitespace byte, not consumed; None at end of input.
+    fn peek(&mut self) -> Option<u8> {
+        loop {
+            while self.pos < self.data.len() {
+                let b = self.data[self.pos];
+                if matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
+                    self.pos += 1;
+                } else if self.consumed == 0
+                    && self.pos == 0
+                    && self.data.starts_with(b"\xEF\xBB\xBF")
+                {
+                    self.pos = 3; // UTF-8 byte-order mark
+                } else {
+                    return Some(b);
+                }
+            }
+            if !self.fill() {
+                return None;
+            }
+        }
+    }
+
+    /// Length of the complete JSON value starting at `pos`, reading more as needed.
+    /// Err(()) when the input ends first.
+    fn value_len(&mut self) -> Result<usize, ()> {
+        loop {
+            if let Some(n) = scan_value(&self.data[self.pos..], self.eof) {
+                return Ok(n);
+            }
+            if !self.fill() {
+                // one last try with eof = true (a bare number at the very end)
+                return scan_value(&self.data[self.pos..], true).ok_or(());
+            }
+        }
+    }
+
+    /// A JSON string at `pos` (which must be '"'): its raw contents; advances past it.
+    fn string(&mut self) -> Result<Vec<u8>, ()> {
+        let n = self.value_len()?;
+        let s = self.data[self.pos + 1..self.pos + n - 1].to_vec();
+        self.pos += n;
+        Ok(s)
+    }
+}
+
+/// Finds the end of the value that starts at `b[0]` (no leading whitespace). None: incomplete.
+fn scan_value(b: &[u8], eof: bool) -> Option<usize> {
+    let first = *b.first()?;
+    match first {
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = 0;
+            while i < b.len() {
+                match b[i] {
+                    b'"' => {
+                        i += 1;
+                        loop {
+                            // fast skip to the next quote or backslash
+                            let rest = &b[i.min(b.len())..];
+                            let k = rest.iter().position(|&c| c == b'"' || c == b'\\')?;
+                            i += k;
+                            if b[i] == b'\\' {
+                                i += 2;
+                            } else {
+                                break;
+                            }
+                        }
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            None
+        }
+        b'"' => {
+            let mut i = 1;
+            loop {
+                let rest = b.get(i..)?;
+                let k = rest.iter().position(|&c| c == b'"' || c == b'\\')?;
+                i += k;
+                if b[i] == b'\\' {
+                    i += 2;
+                } else {
+                    return Some(i + 1);
+                }
+            }
+        }
+        _ => {
+            let k = b
+                .iter()
+                .position(|&c| matches!(c, b',' | b']' | b'}' | b' ' | b'\n' | b'\r' | b'\t'));
+            match k {
+                Some(k) => Some(k.max(1)),
+                None if eof => Some(b.len()),
+                None => None,
+            }
+        }
+    }
+}
+
+/// Reads a whole trace from `r` into `sink`. Errors only when nothing could be read as a trace.
+pub fn read_trace<R: Read>(r: R, sink: &mut dyn EventSink) -> Result<ScanStats, TraceError> {
+    let mut buf = Buf {
+        r,
+        data: Vec::with_capacity(CHUNK),
+        pos: 0,
+        eof: false,
+        consumed: 0,
+        read_error: None,
+    };
+    let mut st = ScanStats::default();
+    let res = scan_top(&mut buf, sink, &mut st);
+    st.bytes = buf.consumed + buf.pos as u64;
+    if let Some(e) = buf.read_error.take() {
+        st.truncated = true;
+        st.warnings.push(format!(
+            "input ended early ({e}); analyzed the {} events read before that",
+            st.events
+        ));
+    }
+    match res {
+        Ok(()) => {}
+        Err(Stop::Eof) => {
+            if st.bytes == 0 && !st.truncated {
+                return Err(TraceError::Empty);
+            }
+            if !st.truncated {
+                st.truncated = true;
+                st.warnings.push(format!(
+                    "the trace ends in the middle (after {} bytes); analyzed the {} events read before that",
+                    st.bytes, st.events
+                ));
+            }
+        }
+        Err(Stop::Syntax(msg)) => {
+            if st.events == 0 && !st.found_events_key {
+                return Err(TraceError::NotATrace(msg));
+            }
+            st.truncated = true;
+            st.warnings.push(format!(
+                "malformed JSON at byte {} ({msg}); analyzed the {} events read before that",
+                st.bytes, st.events
+            ));
+        }
+    }
+    if st.bad_events > 0 {
+        st.warnings.push(format!(
+            "{} events could not be decoded and were skipped",
+            st.bad_events
+        ));
+    }
+    Ok(st)
+}
+
+enum Stop {
+    Eof,
+    Syntax(String),
+}
+
+fn expect<R: Read>(buf: &mut Buf<R>, what: &[u8]) -> Result<u8, Stop> {
+    match buf.peek() {
+        None => Err(Stop::Eof),
+        Some(b) if what.contains(&b) => {
+            buf.pos += 1;
+            Ok(b)
+        }
+        Some(b) => Err(Stop::Syntax(format!(
+            "expected one of {:?}, found {:?}",
+            String::from_utf8_lossy(what),
+            b as char
+        ))),
+    }
+}
+
+fn scan_top<R: Read>(
+    buf: &mut Buf<R>,
+    sink: &mut dyn EventSink,
+    st: &mut ScanStats,
+) -> Result<(), Stop> {
+    match buf.peek() {
+        None => Err(Stop::Eof),
+        Some(b'[') => {
+            st.found_events_key = true;
+            scan_events(buf, sink, st)
+        }
+        Some(b'{') => {
+            buf.pos += 1;
+            loop {
+                if buf.peek() == Some(b'}') {
+                    buf.pos += 1;
+                    return Ok(());
+                }
+                if buf.peek() != Some(b'"') {
+                    return match buf.peek() {
+                        None => Err(Stop::Eof),
+                        Some(c) => Err(Stop::Syntax(format!(
+                            "expected a key, found {:?}",
+                            c as char
+                        ))),
+                    };
+                }
+                let key = buf.string().map_err(|_| Stop::Eof)?;
+                expect(buf, b":")?;
+                if key == b"traceEvents" && buf.peek() == Some(b'[') {
+                    st.found_events_key = true;
+                    scan_events(buf, sink, st)?;
+                } else {
+                    if buf.peek().is_none() {
+                        return Err(Stop::Eof);
+                    }
+                    let n = buf.value_len().map_err(|_| Stop::Eof)?;
+                    let span = &buf.data[buf.pos..buf.pos + n];
+                    if matches!(
+                        key.as_slice(),
+                        b"baseTimeNanoseconds"
+                            | b"deviceProperties"
+                            | b"distributedInfo"
+                            | b"displayTimeUnit"
+                    ) {
+                        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(span) {
+                            sink.top_level(&String::from_utf8_lossy(&key), v);
+                        }
+                    }
+                    buf.pos += n;
+                }
+                if expect(buf, b",}")? == b'}' {
+                    return Ok(());
+                }
+            }
+        }
+        Some(c) => Err(Stop::Syntax(format!(
+            "a trace starts with '{{' or '[', found {:?}",
+            c as char
+        ))),
+    }
+}
+
+fn scan_events<R: Read>(
+    buf: &mut Buf<R>,
+    sink: &mut dyn EventSink,
+    st: &mut ScanStats,
+) -> Result<(), Stop> {
+    expect(buf, b"[")?;
+    if buf.peek() == Some(b']') {
+        buf.pos += 1;
+        return Ok(());
+    }
+    loop {
+        if buf.peek().is_none() {
+            return Err(Stop::Eof);
+        }
+        let n = buf.value_len().map_err(|_| Stop::Eof)?;
+        let span = &buf.data[buf.pos..buf.pos + n];
+        if span[0] == b'{' {
+            let mut de = serde_json::Deserializer::from_slice(span);
+            match de::Deserializer::deserialize_map(&mut de, EventVisitor) {
+                Ok(ev) => {
+                    st.events += 1;
+                    sink.event(&ev);
+                }
+                Err(_) => st.bad_events += 1,
+            }
+        } else {
+            st.bad_events += 1;
+        }
+        buf.pos += n;
+        if expect(buf, b",]")? == b']' {
+            return Ok(());
+        }
+    }
+}
+
+// ---------- per-event deserialization ----------
+
+#[derive(Clone, Copy)]
+enum Key {
+    Ph,
+    Cat,
+    Name,
+    Pid,
+    Tid,
+    Ts,
+    Dur,
+    Args,
+    ExternalId,
+    Correlation,
+    Bytes,
+    Stream,
+    Device,
+    Collective,
+    Other,
+}
+
+struct KeySeed;
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Key;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
+        d.deserialize_bytes(KeyVisitor)
+    }
+}
+struct KeyVisitor;
+impl<'de> Visitor<'de> for KeyVisitor {
+    type Value = Key;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a key")
+    }
+    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Key, E> {
+        Ok(match v {
+            b"ph" => Key::Ph,
+            b"cat" => Key::Cat,
+            b"name" => Key::Name,
+            b"pid" => Key::Pid,
+            b"tid" => Key::Tid,
+            b"ts" => Key::Ts,
+            b"dur" => Key::Dur,
+            b"args" => Key::Args,
+            b"External id" | b"external id" => Key::ExternalId,
+            b"correlation" => Key::Correlation,
+            b"bytes" => Key::Bytes,
+            b"stream" => Key::Stream,
+            b"device" => Key::Device,
+            b"Collective name" => Key::Collective,
+            _ => Key::Other,
+        })
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
+        self.visit_bytes(v.as_bytes())
+    }
+}
+
+/// A string as raw bytes, borrowed when it has no escapes.
+struct RawStr<'a>(Cow<'a, [u8]>);
+impl<'de> de::Deserialize<'de> for RawStr<'de> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawStr<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_bytes<E: de::Error>(self, v: &'de [u8]) -> Result<Self::Value, E> {
+                Ok(RawStr(Cow::Borrowed(v)))
+            }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Self::Value, E> {
+                Ok(RawStr(Cow::Owned(v.to_vec())))
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(RawStr(Cow::Borrowed(v.as_bytes())))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(RawStr(Cow::Owned(v.as_bytes().to_vec())))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(RawStr(Cow::Borrowed(b"")))
+            }
+        }
+        d.deserialize_bytes(V)
+    }
+}
+
+/// Any JSON value read as a number if it is one (or a numeric string); ids also hash strings.
+#[derive(Clone, Copy)]
+struct Num {
+    f: Option<f64>,
+    id: Option<u64>,
+}
+impl<'de> de::Deserialize<'de> for Num {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Num;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a number")
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Num, E> {
+                Ok(Num {
+                    f: Some(v as f64),
+                    id: Some(v),
+                })
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Num, E> {
+                Ok(Num {
+                    f: Some(v as f64),
+                    id: Some(v as u64),
+                })
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Num, E> {
+                let id = if (0.0..1.8e19).contains(&v) {
+                    Some(v as u64)
+                } else {
+                    None
+                };
+                Ok(Num {
+                    f: Some(v).filter(|x| x.is_finite()),
+                    id,
+                })
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Num, E> {
+                Ok(Num {
+                    f: None,
+                    id: Some(v as u64),
+                })
+            }
+            fn visit_unit<E>(self) -> Result<Num, E> {
+                Ok(Num { f: None, id: None })
+            }
+            fn visit_none<E>(self) -> Result<Num, E> {
+                Ok(Num { f: None, id: None })
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Num, E> {
+                Ok(num_from_str(v.as_bytes()))
+            }
+            fn visit_bytes<E>(self, v: &[u8]) -> Result<Num, E> {
+                Ok(num_from_str(v))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Num, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Num { f: None, id: None })
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Num, A::Error> {
+                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Num { f: None, id: None })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// "7", "stream 7", "python 123" → the number; other strings → a stable hash with the top bit set.
+fn num_from_str(v: &[u8]) -> Num {
+    let s = String::from_utf8_lossy(v);
+    let t = s.trim();
+    if let Ok(f) = t.parse::<f64>() {
+        let id = if (0.0..1.8e19).contains(&f) {
+            Some(f as u64)
+        } else {
+            None
+        };
+        return Num {
+            f: Some(f).filter(|x| x.is_finite()),
+            id,
+        };
+    }
+    let digits: String = t
+        .chars()
+        .rev()
+        .take_while(|c| c.is_ascii_digit())
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    if !digits.is_empty() && digits.len() < 19 {
+        if let Ok(n) = digits.parse::<u64>() {
+            return Num {
+                f: None,
+                id: Some(n),
+            };
+        }
+    }
+    // FNV-1a
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in v {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    Num {
+        f: None,
+        id: Some(h | (1 << 63)),
+    }
+}
+
+struct EventVisitor;
+impl<'de> Visitor<'de> for EventVisitor {
+    type Value = Event<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a trace event object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Event<'de>, A::Error> {
+        let mut ev = Event::default();
+        while let Some(k) = m.next_key_seed(KeySeed)? {
+            match k {
+                Key::Ph => {
+                    let s: RawStr = m.next_value()?;
+                    ev.ph = s.0.first().copied().unwrap_or(0);
+                }
+                Key::Cat => ev.cat = m.next_value::<RawStr>()?.0,
+                Key::Name => ev.name = m.next_value::<RawStr>()?.0,
+                Key::Pid => ev.pid = m.next_value::<Num>()?.id,
+                Key::Tid => ev.tid = m.next_value::<Num>()?.id,
+                Key::Ts => ev.ts = m.next_value::<Num>()?.f,
+                Key::Dur => ev.dur = m.next_value::<Num>()?.f,
+                Key::Args => ev.args = m.next_value::<ArgsDe>()?.0,
+                _ => {
+                    m.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(ev)
+    }
+}
+
+struct ArgsDe(Args);
+impl<'de> de::Deserialize<'de> for ArgsDe {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ArgsDe;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("args")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<ArgsDe, A::Error> {
+                let mut a = Args::default();
+                while let Some(k) = m.next_key_seed(KeySeed)? {
+                    match k {
+                        Key::ExternalId => a.external_id = m.next_value::<Num>()?.id,
+                        Key::Correlation => a.correlation = m.next_value::<Num>()?.id,
+                        Key::Bytes => a.bytes = m.next_value::<Num>()?.f,
+                        Key::Stream => a.stream = m.next_value::<Num>()?.id,
+                        Key::Device => a.device = m.next_value::<Num>()?.id,
+                        Key::Collective => {
+                            m.next_value::<IgnoredAny>()?;
+                            a.collective = true;
+                        }
+                        _ => {
+                            m.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(ArgsDe(a))
+            }
+            fn visit_unit<E>(self) -> Result<ArgsDe, E> {
+                Ok(ArgsDe(Args::default()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<ArgsDe, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(ArgsDe(Args::default()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Collect {
+        names: Vec<String>,
+        tops: Vec<String>,
+    }
+    impl EventSink for Collect {
+        fn event(&mut self, ev: &Event<'_>) {
+            self.names
+                .push(String::from_utf8_lossy(&ev.name).into_owned());
+        }
+        fn top_level(&mut self, key: &str, _v: serde_json::Value) {
+            self.tops.push(key.to_string());
+        }
+    }
+
+    fn read(s: &[u8]) -> (Collect, Result<ScanStats, TraceError>) {
+        let mut c = Collect::default();
+        let r = read_trace(s, &mut c);
+        (c, r)
+    }
+
+    #[test]
+    fn reads_events_and_top_level() {
+        let (c, r) = read(br#"{"schemaVersion":1,"traceEvents":[{"ph":"X","name":"a\"b","ts":1.5,"dur":2,"pid":"7","tid":"stream 7","args":{"External id":18446744073709551616,"x":[1,{"y":"}"}]}},{"name":"c"}],"baseTimeNanoseconds":17}"#);
+        let st = r.unwrap();
+        assert!(!st.truncated);
+        assert_eq!(c.names, vec!["a\"b", "c"]);
+        assert_eq!(c.tops, vec!["baseTimeNanoseconds"]);
+    }
+
+    #[test]
+    fn truncated_and_invalid_utf8() {
+        let (c, r) = read(b"{\"traceEvents\":[{\"name\":\"ok\xff\"},{\"name\":\"cut");
+        let st = r.unwrap();
+        assert!(st.truncated);
+        assert_eq!(c.names, vec!["ok\u{fffd}"]);
+        let (_, r) = read(b"");
+        assert!(matches!(r, Err(TraceError::Empty)));
+        let (_, r) = read(b"hello");
+        assert!(matches!(r, Err(TraceError::NotATrace(_))));
+    }
+
+    #[test]
+    fn bare_array_and_bad_event() {
+        let (c, r) = read(br#"[{"name":"a"}, 5, {"name":"b","ts":"x"}]"#);
+        let st = r.unwrap();
+        assert_eq!(st.bad_events, 1);
+        assert_eq!(c.names, vec!["a", "b"]);
+    }
+}

@@ -1,0 +1,353 @@
+//! Presenters for `gpufeed analyze`: text (top fix first), JSON and Markdown.
+
+use serde::{Deserialize, Serialize};
+use std::fmt::Write;
+
+use super::summary::{StepRow, TraceSummary, CATEGORY_NAMES};
+use crate::finding::{rank, Finding};
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Per-rank line of a multi-trace report.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RankLine {
+    pub rank: Option<u64>,
+    pub path: String,
+    pub steps: usize,
+    pub step_us: f64,
+    pub communication_pct: f64,
+    pub gpu_busy_pct: Option<f64>,
+}
+
+/// The `--format json` document. `steps`, `breakdown` and `devices` are those of the first trace;
+/// `traces` holds every trace's full summary.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub truncated: bool,
+    pub warnings: Vec<String>,
+    pub step_source: String,
+    pub tb_plugin_compatible: bool,
+    pub steps: Vec<StepRow>,
+    pub breakdown: StepRow,
+    pub devices: Vec<super::summary::Device>,
+    pub findings: Vec<Finding>,
+    pub ranks: Vec<RankLine>,
+    pub traces: Vec<TraceSummary>,
+}
+
+impl Report {
+    pub fn new(traces: Vec<TraceSummary>) -> Report {
+        let mut findings = Vec::new();
+        let multi = traces.len() > 1;
+        for t in &traces {
+            for mut f in super::rules::evaluate(t) {
+                if multi {
+                    let who = t
+                        .rank
+                        .map(|r| format!("rank {r}"))
+                        .unwrap_or_else(|| t.path.clone());
+                    f.title = format!("[{who}] {}", f.title);
+                    f = f.with("trace", t.path.clone());
+                }
+                findings.push(f);
+            }
+        }
+        if let Some(f) = super::rules::straggler(&traces) {
+            findings.push(f);
+        }
+        rank(&mut findings);
+        let first = traces.first().cloned().unwrap_or_default();
+        let ranks = traces
+            .iter()
+            .map(|t| RankLine {
+                rank: t.rank,
+                path: t.path.clone(),
+                steps: t.steps.len(),
+                step_us: t.breakdown.total_us,
+                communication_pct: t.communication.share_pct,
+                gpu_busy_pct: t.gpu_busy_pct,
+            })
+            .collect();
+        Report {
+            schema_version: SCHEMA_VERSION,
+            truncated: traces.iter().any(|t| t.truncated),
+            warnings: traces
+                .iter()
+                .flat_map(|t| {
+                    t.warnings.iter().map(move |w| {
+                        if multi {
+                            format!("{}: {w}", t.path)
+                        } else {
+                            w.clone()
+                        }
+                    })
+                })
+                .collect(),
+            step_source: first.step_source.clone(),
+            tb_plugin_compatible: first.tb_plugin_compatible,
+            steps: first.steps.clone(),
+            breakdown: first.breakdown.clone(),
+            devices: first.devices.clone(),
+            findings,
+            ranks,
+            traces,
+        }
+    }
+}
+
+fn ms(us: f64) -> String {
+    format!("{:.1}", us / 1000.0)
+}
+
+fn pct(part: f64, total: f64) -> f64 {
+    if total > 0.0 {
+        100.0 * part / total
+    } else {
+        0.0
+    }
+}
+
+fn breakdown_line(b: &StepRow) -> String {
+    let v = b.values();
+    let mut parts: Vec<(usize, f64)> = (0..8).map(|i| (i, v[i])).filter(|x| x.1 > 0.0).collect();
+    parts.sort_by(|a, b| b.1.total_cmp(&a.1));
+    parts
+        .iter()
+        .map(|(i, x)| format!("{} {:.0}%", CATEGORY_NAMES[*i], pct(*x, b.total_us)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub fn steps_table(steps: &[StepRow], markdown: bool) -> String {
+    let mut o = String::new();
+    let head = [
+        "step", "kernel", "memcpy", "memset", "comm", "runtime", "dataload", "cpu_op", "other",
+        "total",
+    ];
+    if markdown {
+        let _ = writeln!(o, "| {} |", head.join(" | "));
+        let _ = writeln!(
+            o,
+            "|{}|",
+            head.iter().map(|_| "---:").collect::<Vec<_>>().join("|")
+        );
+        for s in steps {
+            let v: Vec<String> = s.values().iter().map(|x| ms(*x)).collect();
+            let _ = writeln!(o, "| {} | {} |", s.step, v.join(" | "));
+        }
+    } else {
+        let _ = writeln!(
+            o,
+            "  {:>8} {}   (ms)",
+            head[0],
+            head[1..]
+                .iter()
+                .map(|h| format!("{h:>9}"))
+                .collect::<String>()
+        );
+        for s in steps {
+            let v: String = s
+                .values()
+                .iter()
+                .map(|x| format!("{:>9}", ms(*x)))
+                .collect();
+            let _ = writeln!(o, "  {:>8} {v}", s.step);
+        }
+    }
+    o
+}
+
+pub fn text(r: &Report, show_steps: bool) -> String {
+    let mut o = String::new();
+    for w in &r.warnings {
+        let _ = writeln!(o, "warning: {w}");
+    }
+    if r.truncated {
+        let _ = writeln!(
+            o,
+            "warning: truncated input: the figures cover only what was read"
+        );
+    }
+    for (i, t) in r.traces.iter().enumerate() {
+        if r.traces.len() > 1 {
+            let _ = writeln!(
+                o,
+                "\n== {} (rank {}) ==",
+                t.path,
+                t.rank.map(|x| x.to_string()).unwrap_or("?".into())
+            );
+        } else if i == 0 {
+            let _ = writeln!(
+                o,
+                "{}: {} events, {} steps ({})",
+                t.path,
+                t.events,
+                t.steps.len(),
+                t.step_source
+            );
+        }
+        let b = &t.breakdown;
+        let _ = writeln!(o, "step time {} ms: {}", ms(b.total_us), breakdown_line(b));
+        for d in &t.devices {
+            if d.kernels > 0 {
+                let _ = writeln!(
+                    o,
+                    "GPU {}{}: busy {:.0}% of the steps, {} kernels",
+                    d.device,
+                    d.name
+                        .as_ref()
+                        .map(|n| format!(" ({n})"))
+                        .unwrap_or_default(),
+                    d.busy_pct,
+                    d.kernels
+                );
+            }
+            for s in &d.streams {
+                let idle = s.host_wait_us + s.kernel_wait_us + s.other_us;
+                if idle > 0.0 {
+                    let _ = writeln!(
+                        o,
+                        "  stream {}: idle {} ms (host wait {:.0}%, kernel wait {:.0}%, other {:.0}%)",
+                        s.stream,
+                        ms(idle),
+                        pct(s.host_wait_us, idle),
+                        pct(s.kernel_wait_us, idle),
+                        pct(s.other_us, idle)
+                    );
+                }
+            }
+        }
+        if t.dataloader.calls > 0 {
+            let _ = writeln!(
+                o,
+                "DataLoader: {} ms per step ({:.0}%), iterator {}",
+                ms(t.dataloader.per_step_us),
+                t.dataloader.share_pct,
+                t.dataloader.iterator
+            );
+        }
+        for c in t.copies.iter().take(4) {
+            let _ = writeln!(
+                o,
+                "copies {} {} -> {}: {} x, {:.1} MB, {} ms, {:.1} GB/s",
+                c.direction,
+                c.src,
+                c.dst,
+                c.count,
+                c.bytes / 1e6,
+                ms(c.time_us),
+                c.bandwidth_gbps
+            );
+        }
+        if t.kernels.count > 0 {
+            let _ = writeln!(
+                o,
+                "kernels: {} ({:.0}% under 10 µs), tensor cores {:.0}% of kernel time, tensor-core-eligible ops {:.0}%",
+                t.kernels.count, t.kernels.short_kernel_pct, t.kernels.tensor_core_pct, t.kernels.tc_eligible_pct
+            );
+        }
+        if t.sync.calls > 0 || t.sync.cuda_sync_events > 0 {
+            let _ = writeln!(
+                o,
+                "sync: {} blocking calls, {} ms ({:.1}% of the span)",
+                t.sync.calls,
+                ms(t.sync.time_us),
+                t.sync.share_pct
+            );
+        }
+        if show_steps {
+            o.push_str(&steps_table(&t.steps, false));
+        }
+    }
+    if r.ranks.len() > 1 {
+        let _ = writeln!(o, "\nranks:");
+        for l in &r.ranks {
+            let _ = writeln!(
+                o,
+                "  rank {:>4}: step {} ms, communication {:.0}%, GPU busy {}",
+                l.rank.map(|x| x.to_string()).unwrap_or("?".into()),
+                ms(l.step_us),
+                l.communication_pct,
+                l.gpu_busy_pct
+                    .map(|x| format!("{x:.0}%"))
+                    .unwrap_or("-".into())
+            );
+        }
+    }
+    let _ = writeln!(o);
+    if r.findings.is_empty() {
+        let _ = writeln!(o, "No problems found.");
+    }
+    for (i, f) in r.findings.iter().enumerate() {
+        let gain = f
+            .expected_speedup
+            .map(|x| format!(" (up to {x:.2}x)"))
+            .unwrap_or_default();
+        let _ = writeln!(o, "{}. [{}] {}{gain}", i + 1, f.severity.as_str(), f.title);
+        let ev: Vec<String> = f.evidence.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(o, "   evidence: {}", ev.join(", "));
+        let _ = writeln!(o, "   fix: {}", f.recommendation);
+    }
+    o
+}
+
+pub fn markdown(r: &Report, show_steps: bool) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "# gpufeed analyze\n");
+    for w in &r.warnings {
+        let _ = writeln!(o, "> **warning:** {w}");
+    }
+    if !r.warnings.is_empty() {
+        let _ = writeln!(o);
+    }
+    let _ = writeln!(o, "## Findings\n");
+    if r.findings.is_empty() {
+        let _ = writeln!(o, "No problems found.\n");
+    }
+    for f in &r.findings {
+        let gain = f
+            .expected_speedup
+            .map(|x| format!(" — up to {x:.2}×"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "### `{}` ({}){gain}\n\n{}\n",
+            f.id,
+            f.severity.as_str(),
+            f.title
+        );
+        for (k, v) in &f.evidence {
+            let _ = writeln!(o, "- `{k}`: {v}");
+        }
+        let _ = writeln!(o, "\n**Fix:** {}\n", f.recommendation);
+    }
+    for t in &r.traces {
+        let _ = writeln!(o, "## {}\n", t.path);
+        let _ = writeln!(
+            o,
+            "Steps: {} ({}). Average step {} ms: {}.\n",
+            t.steps.len(),
+            t.step_source,
+            ms(t.breakdown.total_us),
+            breakdown_line(&t.breakdown)
+        );
+        let _ = writeln!(o, "| GPU | name | busy % | kernels |\n|---:|---|---:|---:|");
+        for d in &t.devices {
+            let _ = writeln!(
+                o,
+                "| {} | {} | {:.1} | {} |",
+                d.device,
+                d.name.clone().unwrap_or_default(),
+                d.busy_pct,
+                d.kernels
+            );
+        }
+        let _ = writeln!(o);
+        if show_steps {
+            o.push_str(&steps_table(&t.steps, true));
+            let _ = writeln!(o);
+        }
+    }
+    o
+}
