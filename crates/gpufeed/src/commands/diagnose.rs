@@ -1,7 +1,11 @@
 //! `gpufeed diagnose`: a verdict with evidence and a fix, from recordings and existing logs.
 
 use crate::cli::GlobalOpts;
+use crate::diagnose::input::LogOptions;
+use crate::diagnose::{self, DiagnoseError, InputFormat, ReportFormat};
+use crate::exit::{self, Failure};
 use clap::Args;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 #[derive(Debug, Clone, Args)]
@@ -9,8 +13,75 @@ pub struct DiagnoseArgs {
     /// gpufeed recordings (.ndjson), nvidia-smi CSV logs, or nvidia-smi/dcgmi dmon logs
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
+    /// Report format (json: one object per file; several files give a JSON array)
+    #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+    pub format: ReportFormat,
+    /// Input format; auto detects it from the first lines
+    #[arg(long, value_enum, default_value_t = InputFormat::Auto)]
+    pub input_format: InputFormat,
+    /// Field names of a header-less nvidia-smi CSV log, as given to --query-gpu
+    #[arg(long, value_name = "FIELDS", value_delimiter = ',')]
+    pub columns: Option<Vec<String>>,
+    /// Seconds between polls, for logs without timestamps (nvidia-smi -l N, dmon -d N) [default: 1]
+    #[arg(long, value_name = "SECONDS")]
+    pub sample_interval: Option<f64>,
+    /// Colour in text output: auto (when stdout is a terminal and NO_COLOR is unset), always, never
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
 }
 
-pub fn run(_global: &GlobalOpts, _args: &DiagnoseArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("diagnose is not implemented yet")
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+/// Turns a diagnose error into the input-error exit code with its one clear line.
+pub fn input_failure(e: DiagnoseError) -> anyhow::Error {
+    anyhow::Error::new(Failure::input(e.to_string()))
+}
+
+pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
+    if let Some(i) = args.sample_interval {
+        if !(i.is_finite() && i > 0.0) {
+            return Err(anyhow::Error::new(Failure::new(
+                exit::USAGE,
+                format!("--sample-interval must be a positive number of seconds, not {i}"),
+            )));
+        }
+    }
+    let opts = LogOptions {
+        columns: args.columns.clone(),
+        interval_s: args.sample_interval,
+    };
+    let color = match args.color {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => {
+            std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+        }
+    };
+    let mut reports = Vec::with_capacity(args.files.len());
+    for f in &args.files {
+        let r = diagnose::diagnose_file(f, args.input_format, &opts).map_err(input_failure)?;
+        reports.push(r);
+    }
+    let out = match args.format {
+        ReportFormat::Json if reports.len() > 1 => {
+            let mut s = serde_json::to_string_pretty(&reports)?;
+            s.push('\n');
+            s
+        }
+        fmt => reports
+            .iter()
+            .map(|r| diagnose::render(r, fmt, color))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    };
+    let mut stdout = std::io::stdout().lock();
+    // A closed pipe (`| head`) is not an error worth a message.
+    let _ = stdout.write_all(out.as_bytes());
+    let _ = stdout.flush();
+    Ok(exit::OK)
 }

@@ -4,8 +4,10 @@
 //! can drive any implementation. A metric that could not be read is `None` — never 0 or -1.
 //! Units live in the field names (`_bytes`, `_pct`, `_mhz`, `_w`, `_c`, `_s`).
 
+pub mod dcgmi;
 pub mod host;
 pub mod nvml;
+pub mod smi_csv;
 
 use serde::{Deserialize, Serialize};
 

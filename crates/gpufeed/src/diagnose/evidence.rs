@@ -1,0 +1,1239 @@
+//! Evidence: derived statistics computed by streaming over a recording's lines.
+//!
+//! [`EvidenceBuilder`] takes one [`Line`] at a time and keeps only running sums, fixed histograms
+//! and fixed-size buffers, so memory does not grow with the recording's length (per-process state
+//! grows with the number of processes, not with time). [`EvidenceBuilder::finish`] turns them into
+//! an [`Evidence`] that the rules read.
+
+use super::stats::{
+    Moments, PctHistogram, PeriodicityDetector, PeriodicityResult, Split, Timeline,
+};
+use crate::record::format::{Header, Line};
+use crate::sample::{throttle, GpuSample, HostSample, ProcSample, ProcStart};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+
+/// A GPU counts as "under load" (for judging its PCIe link) at or above this utilization.
+pub const LOADED_PCT: f64 = 50.0;
+/// A core counts as idle below this, busy at or above [`BUSY_CORE_PCT`].
+pub const IDLE_CORE_PCT: f64 = 20.0;
+pub const BUSY_CORE_PCT: f64 = 90.0;
+/// A process whose mean CPU is at least this (percent of one core) is pinned on a core.
+pub const SATURATED_PROC_PCT: f64 = 85.0;
+
+/// Host-to-device bandwidth of one PCIe lane per direction, GB/s, by generation.
+pub fn pcie_lane_gb_per_s(gen: u32) -> Option<f64> {
+    Some(match gen {
+        1 => 0.25,
+        2 => 0.5,
+        3 => 0.985,
+        4 => 1.969,
+        5 => 3.938,
+        6 => 7.563,
+        _ => return None,
+    })
+}
+
+/// Link capacity per direction in bytes/s at a generation and width.
+pub fn pcie_capacity_bytes_per_s(gen: u32, width: u32) -> Option<f64> {
+    Some(pcie_lane_gb_per_s(gen)? * 1e9 * width as f64)
+}
+
+pub use crate::sample::dcgmi::ProfilingMeans;
+
+/// Everything the rules look at.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// Seconds between the first and last sample.
+    pub duration_s: f64,
+    pub gpus: Vec<GpuEvidence>,
+    pub host: HostEvidence,
+    pub job: JobEvidence,
+}
+
+impl Evidence {
+    /// GPUs that produced utilization samples.
+    pub fn measured_gpus(&self) -> impl Iterator<Item = &GpuEvidence> {
+        self.gpus.iter().filter(|g| g.util_mean_pct.is_some())
+    }
+
+    /// Mean busy fraction over the measured GPUs.
+    pub fn busy_fraction(&self) -> Option<f64> {
+        let v: Vec<f64> = self
+            .measured_gpus()
+            .filter_map(|g| g.busy_fraction)
+            .collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    }
+
+    /// Strongest periodicity among the GPUs.
+    pub fn strongest_period(&self) -> Option<PeriodicityResult> {
+        self.measured_gpus()
+            .filter_map(|g| g.periodicity)
+            .max_by(|a, b| a.strength.total_cmp(&b.strength))
+    }
+
+    /// Any GPU whose utilization sits at two separated levels.
+    pub fn any_bimodal(&self) -> bool {
+        self.measured_gpus().any(|g| g.bimodal)
+    }
+
+    /// Logical CPUs per GPU (the CPUs this job may use, divided by the GPUs it drives).
+    pub fn cores_per_gpu(&self) -> Option<f64> {
+        let cpus = self.host.cpus_allowed.or(self.host.cpu_count)? as f64;
+        let gpus = self.measured_gpus().count().max(1) as f64;
+        Some(cpus / gpus)
+    }
+}
+
+/// One GPU.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuEvidence {
+    pub index: u32,
+    pub name: Option<String>,
+    /// Utilization samples seen (every driver sample when the recorder kept them).
+    pub util_samples: u64,
+    pub util_mean_pct: Option<f64>,
+    pub util_std_pct: Option<f64>,
+    pub util_p10_pct: Option<f64>,
+    pub util_p50_pct: Option<f64>,
+    pub util_p90_pct: Option<f64>,
+    /// Mean utilization as a fraction: the share of time a kernel was running.
+    pub busy_fraction: Option<f64>,
+    /// Share of samples below 30 %.
+    pub low_util_fraction: Option<f64>,
+    /// Utilization histogram, 20 bins of 5 points (0–5, 5–10, … 95–100).
+    pub util_histogram: Vec<u64>,
+    /// Two-cluster split of the utilization distribution.
+    pub util_split: Option<Split>,
+    /// The split shows two separated levels (busy / starved).
+    pub bimodal: bool,
+    pub periodicity: Option<PeriodicityResult>,
+    pub mem_total_bytes: Option<u64>,
+    pub mem_used_max_bytes: Option<u64>,
+    pub mem_used_mean_bytes: Option<f64>,
+    /// Peak used / total.
+    pub mem_used_max_fraction: Option<f64>,
+    pub pcie: PcieEvidence,
+    pub throttle: ThrottleEvidence,
+    pub profiling: Option<ProfilingMeans>,
+    /// Mean temperature, power and SM clock where recorded.
+    pub temperature_mean_c: Option<f64>,
+    pub power_mean_w: Option<f64>,
+    pub sm_clock_mean_mhz: Option<f64>,
+    /// Utilization over time for a sparkline: bucket width and bucket means.
+    pub timeline_step_s: f64,
+    pub timeline_pct: Vec<f64>,
+}
+
+/// Host-to-device PCIe traffic against the link's capacity.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PcieEvidence {
+    /// Rate readings (from cumulative counters or the 20 ms throughput call).
+    pub rx_samples: u64,
+    pub rx_mean_bytes_per_s: Option<f64>,
+    pub rx_max_bytes_per_s: Option<f64>,
+    /// Mean and 90th percentile of RX / capacity at the link's current generation × width.
+    pub rx_capacity_mean_fraction: Option<f64>,
+    pub rx_capacity_p90_fraction: Option<f64>,
+    /// Share of rate readings at ≥ 70 % of capacity.
+    pub rx_near_capacity_fraction: Option<f64>,
+    /// Most common current generation and width while loaded (or overall when never loaded).
+    pub gen_current: Option<u32>,
+    pub width_current: Option<u32>,
+    pub gen_max: Option<u32>,
+    pub width_max: Option<u32>,
+    /// Capacity per direction at the current and the maximum link state.
+    pub capacity_current_bytes_per_s: Option<f64>,
+    pub capacity_max_bytes_per_s: Option<f64>,
+    /// Samples taken with the GPU at ≥ 50 % utilization and a known link state.
+    pub loaded_link_samples: u64,
+    /// Share of those below the maximum generation or width.
+    pub degraded_loaded_fraction: Option<f64>,
+}
+
+/// Time spent with clock-slowing reasons (never counting GpuIdle).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThrottleEvidence {
+    /// Seconds covered by throttle-reason readings.
+    pub observed_s: f64,
+    /// Share of that time with any slowing reason (power cap, thermal, HW slowdown, power brake).
+    pub slowing_fraction: Option<f64>,
+    /// Share of observed time per reason name (GpuIdle excluded).
+    pub by_reason: BTreeMap<String, f64>,
+}
+
+/// The machine.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostEvidence {
+    pub cpu_count: Option<u32>,
+    pub cpus_allowed: Option<u32>,
+    pub samples: u64,
+    pub cpu_mean_pct: Option<f64>,
+    /// Mean number of cores below 20 % / at or above 90 %.
+    pub idle_cores_mean: Option<f64>,
+    pub busy_cores_mean: Option<f64>,
+    pub iowait_mean_pct: Option<f64>,
+    pub psi_cpu_some_mean_pct: Option<f64>,
+    pub psi_io_some_mean_pct: Option<f64>,
+    pub psi_io_full_mean_pct: Option<f64>,
+    pub psi_mem_some_mean_pct: Option<f64>,
+    pub psi_mem_full_mean_pct: Option<f64>,
+    /// Sum over block devices.
+    pub disk_read_mean_bytes_per_s: Option<f64>,
+    pub disk_read_max_bytes_per_s: Option<f64>,
+    pub mem_total_bytes: Option<u64>,
+    pub mem_available_min_bytes: Option<u64>,
+}
+
+/// Role of a process in the job's tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The training loop (the root, or the first busy process under a launcher).
+    Main,
+    /// A descendant of the main process (DataLoader workers and the like).
+    Worker,
+    /// Launchers and anything else in the tree.
+    Other,
+}
+
+/// One process of the job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcEvidence {
+    pub pid: u32,
+    pub ppid: u32,
+    pub cmd: Option<String>,
+    pub role: Role,
+    pub samples: u64,
+    pub cpu_mean_pct: Option<f64>,
+    pub cpu_max_pct: Option<f64>,
+    pub rss_max_bytes: Option<u64>,
+    /// Share of samples in uninterruptible sleep (D: usually waiting for I/O).
+    pub d_state_fraction: Option<f64>,
+    /// Bytes read from storage while recorded.
+    pub read_bytes: Option<u64>,
+    pub first_t_s: f64,
+    pub last_t_s: f64,
+}
+
+/// The job's process tree.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobEvidence {
+    pub pid: Option<u32>,
+    pub main_pid: Option<u32>,
+    pub main_cmd: Option<String>,
+    pub main_cpu_mean_pct: Option<f64>,
+    /// Share of samples with the main process at ≥ 90 % of a core.
+    pub main_saturated_fraction: Option<f64>,
+    /// Most worker processes alive at once.
+    pub workers_max: u32,
+    /// Worker processes seen over the whole run.
+    pub workers_seen: u32,
+    /// Mean CPU of one worker, and of all workers together (percent of one core).
+    pub worker_cpu_mean_pct: Option<f64>,
+    pub workers_cpu_total_mean_pct: Option<f64>,
+    /// Workers whose mean CPU is ≥ 85 % of a core.
+    pub saturated_workers: u32,
+    /// Whole tree, percent of one core.
+    pub cpu_mean_pct: Option<f64>,
+    pub samples: u64,
+    /// Share of process samples in D state, and share of sampling instants with any process in D.
+    pub d_state_fraction: Option<f64>,
+    pub d_state_time_fraction: Option<f64>,
+    /// Storage read rate of the whole tree.
+    pub read_mean_bytes_per_s: Option<f64>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub processes: Vec<ProcEvidence>,
+}
+
+#[derive(Debug, Default)]
+struct GpuAcc {
+    index: u32,
+    util: Moments,
+    hist: PctHistogram,
+    period: PeriodicityDetector,
+    timeline: Timeline,
+    mem_used: Moments,
+    mem_total: Option<u64>,
+    last_t: Option<f64>,
+    last_rx: Option<(f64, u64)>,
+    last_util: Option<f64>,
+    rx_rate: Moments,
+    rx_frac: Moments,
+    rx_frac_hist: PctHistogram,
+    link_counts: HashMap<(u32, u32), u64>,
+    gen_max_seen: Option<u32>,
+    width_max_seen: Option<u32>,
+    loaded_link: u64,
+    loaded_degraded: u64,
+    throttle_observed: f64,
+    throttle_slowing: f64,
+    throttle_by_bit: [f64; 9],
+    temp: Moments,
+    power: Moments,
+    clock: Moments,
+}
+
+#[derive(Debug)]
+struct ProcAcc {
+    ppid: u32,
+    cmd: Option<String>,
+    cpu: Moments,
+    saturated: u64,
+    rss_max: Option<u64>,
+    states: u64,
+    d_states: u64,
+    read_first: Option<u64>,
+    read_last: Option<u64>,
+    first_t: f64,
+    last_t: f64,
+}
+
+impl ProcAcc {
+    fn new(ppid: u32, cmd: Option<String>, t: f64) -> Self {
+        ProcAcc {
+            ppid,
+            cmd,
+            cpu: Moments::default(),
+            saturated: 0,
+            rss_max: None,
+            states: 0,
+            d_states: 0,
+            read_first: None,
+            read_last: None,
+            first_t: t,
+            last_t: t,
+        }
+    }
+}
+
+/// Streams lines into running statistics.
+#[derive(Debug, Default)]
+pub struct EvidenceBuilder {
+    t_first: Option<f64>,
+    t_last: Option<f64>,
+    gpus: Vec<GpuAcc>,
+    host_n: u64,
+    cpu_count_seen: Option<u32>,
+    cpu_total: Moments,
+    idle_cores: Moments,
+    busy_cores: Moments,
+    iowait: Moments,
+    psi: [Moments; 5],
+    disk_read: Moments,
+    mem_total: Option<u64>,
+    mem_avail_min: Option<u64>,
+    procs: HashMap<u32, ProcAcc>,
+    /// Most children alive at once, per parent pid.
+    max_children: HashMap<u32, u32>,
+    children_now: HashMap<u32, u32>,
+    job_cpu: Moments,
+    proc_samples: u64,
+    proc_d: u64,
+    instants: u64,
+    instants_d: u64,
+    end: Option<(Option<i32>, Option<i32>)>,
+    profiling: BTreeMap<u32, ProfilingMeans>,
+}
+
+impl EvidenceBuilder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn seen(&mut self, t: f64) {
+        if !t.is_finite() {
+            return;
+        }
+        self.t_first = Some(self.t_first.map_or(t, |f| f.min(t)));
+        self.t_last = Some(self.t_last.map_or(t, |l| l.max(t)));
+    }
+
+    pub fn push(&mut self, line: &Line) {
+        match line {
+            Line::Gpu(g) => self.push_gpu(g),
+            Line::Host(h) => self.push_host(h),
+            Line::ProcStart(p) => self.push_proc_start(p),
+            Line::Procs { t_s, procs } => self.push_procs(*t_s, procs),
+            Line::ProcExit { t_s, .. } => self.seen(*t_s),
+            Line::End(e) => {
+                self.end = Some((e.exit_code, e.signal));
+            }
+            Line::Unknown => {}
+        }
+    }
+
+    /// Profiling means from a `dcgmi dmon` log, for one GPU.
+    pub fn set_profiling(&mut self, index: u32, p: ProfilingMeans) {
+        self.profiling.insert(index, p);
+    }
+
+    fn gpu(&mut self, index: u32) -> &mut GpuAcc {
+        let pos = match self.gpus.iter().position(|g| g.index == index) {
+            Some(p) => p,
+            None => {
+                self.gpus.push(GpuAcc {
+                    index,
+                    ..Default::default()
+                });
+                self.gpus.len() - 1
+            }
+        };
+        &mut self.gpus[pos]
+    }
+
+    pub fn push_gpu(&mut self, s: &GpuSample) {
+        self.seen(s.t_s);
+        let g = self.gpu(s.index);
+        let dt = g
+            .last_t
+            .map(|l| (s.t_s - l).clamp(0.0, 10.0))
+            .unwrap_or(0.0);
+        g.last_t = Some(s.t_s);
+
+        let mut util_now = None;
+        match &s.util_samples {
+            Some(samples) => {
+                for &[t, v] in samples {
+                    g.util.push(v);
+                    g.hist.push(v);
+                    g.period.push(t, v);
+                    g.timeline.push(t, v);
+                    util_now = Some(v);
+                }
+            }
+            None => {
+                if let Some(v) = s.util_pct {
+                    g.util.push(v);
+                    g.hist.push(v);
+                    g.period.push(s.t_s, v);
+                    g.timeline.push(s.t_s, v);
+                    util_now = Some(v);
+                }
+            }
+        }
+        if util_now.is_none() {
+            util_now = s.util_pct.or(g.last_util);
+        }
+        g.last_util = util_now;
+
+        if let Some(m) = s.mem_used_bytes {
+            g.mem_used.push(m as f64);
+        }
+
+        // PCIe receive rate: cumulative counters first (they may wrap: skip a negative delta).
+        let mut rate = None;
+        if let Some(rx) = s.pcie_rx_bytes {
+            if let Some((lt, lrx)) = g.last_rx {
+                if s.t_s > lt && rx >= lrx {
+                    rate = Some((rx - lrx) as f64 / (s.t_s - lt));
+                }
+            }
+            g.last_rx = Some((s.t_s, rx));
+        }
+        if rate.is_none() {
+            rate = s.pcie_rx_bytes_per_s;
+        }
+        if let (Some(gen), Some(width)) = (s.pcie_gen, s.pcie_width) {
+            g.gen_max_seen = Some(g.gen_max_seen.map_or(gen, |m| m.max(gen)));
+            g.width_max_seen = Some(g.width_max_seen.map_or(width, |m| m.max(width)));
+            let loaded = util_now.is_some_and(|u| u >= LOADED_PCT);
+            if loaded {
+                *g.link_counts.entry((gen, width)).or_default() += 1;
+            }
+        }
+        if let Some(r) = rate {
+            g.rx_rate.push(r);
+            if let Some(cap) = s
+                .pcie_gen
+                .zip(s.pcie_width)
+                .and_then(|(gn, w)| pcie_capacity_bytes_per_s(gn, w))
+            {
+                let f = r / cap;
+                g.rx_frac.push(f);
+                g.rx_frac_hist.push(f * 100.0);
+            }
+        }
+
+        if let Some(mask) = s.throttle_reasons {
+            g.throttle_observed += dt;
+            if mask & throttle::SLOWING != 0 {
+                g.throttle_slowing += dt;
+            }
+            for (bit, acc) in g.throttle_by_bit.iter_mut().enumerate() {
+                if mask & (1 << bit) != 0 {
+                    *acc += dt;
+                }
+            }
+        }
+        if let Some(v) = s.temperature_c {
+            g.temp.push(v as f64);
+        }
+        if let Some(v) = s.power_w {
+            g.power.push(v);
+        }
+        if let Some(v) = s.sm_clock_mhz {
+            g.clock.push(v as f64);
+        }
+    }
+
+    pub fn push_host(&mut self, h: &HostSample) {
+        self.seen(h.t_s);
+        self.host_n += 1;
+        if !h.cpu_pct.is_empty() {
+            self.cpu_count_seen = Some(h.cpu_pct.len() as u32);
+            let idle = h.cpu_pct.iter().filter(|c| **c < IDLE_CORE_PCT).count();
+            let busy = h.cpu_pct.iter().filter(|c| **c >= BUSY_CORE_PCT).count();
+            self.idle_cores.push(idle as f64);
+            self.busy_cores.push(busy as f64);
+        }
+        let total = h.cpu_total_pct.or_else(|| {
+            (!h.cpu_pct.is_empty()).then(|| h.cpu_pct.iter().sum::<f64>() / h.cpu_pct.len() as f64)
+        });
+        if let Some(t) = total {
+            self.cpu_total.push(t);
+        }
+        if let Some(v) = h.iowait_pct {
+            self.iowait.push(v);
+        }
+        for (acc, v) in self.psi.iter_mut().zip([
+            h.psi_cpu_some_pct,
+            h.psi_io_some_pct,
+            h.psi_io_full_pct,
+            h.psi_mem_some_pct,
+            h.psi_mem_full_pct,
+        ]) {
+            if let Some(v) = v {
+                acc.push(v);
+            }
+        }
+        if !h.disks.is_empty() {
+            self.disk_read
+                .push(h.disks.iter().map(|d| d.read_bytes_per_s).sum());
+        }
+        if h.mem_total_bytes.is_some() {
+            self.mem_total = h.mem_total_bytes;
+        }
+        if let Some(a) = h.mem_available_bytes {
+            self.mem_avail_min = Some(self.mem_avail_min.map_or(a, |m| m.min(a)));
+        }
+    }
+
+    pub fn push_proc_start(&mut self, p: &ProcStart) {
+        self.seen(p.t_s);
+        let cmd = p.cmd.clone().or_else(|| p.comm.clone());
+        self.procs
+            .entry(p.pid)
+            .and_modify(|a| {
+                a.ppid = p.ppid;
+                if a.cmd.is_none() {
+                    a.cmd = cmd.clone();
+                }
+            })
+            .or_insert_with(|| ProcAcc::new(p.ppid, cmd, p.t_s));
+    }
+
+    pub fn push_procs(&mut self, t: f64, procs: &[ProcSample]) {
+        self.seen(t);
+        self.instants += 1;
+        self.children_now.clear();
+        let mut total = 0.0;
+        let mut any_cpu = false;
+        let mut any_d = false;
+        for p in procs {
+            let a = self
+                .procs
+                .entry(p.pid)
+                .or_insert_with(|| ProcAcc::new(0, None, t));
+            a.last_t = t;
+            if let Some(c) = p.cpu_pct {
+                a.cpu.push(c);
+                if c >= BUSY_CORE_PCT {
+                    a.saturated += 1;
+                }
+                total += c;
+                any_cpu = true;
+            }
+            if let Some(r) = p.rss_bytes {
+                a.rss_max = Some(a.rss_max.map_or(r, |m| m.max(r)));
+            }
+            if let Some(st) = p.state {
+                a.states += 1;
+                self.proc_samples += 1;
+                if st == 'D' {
+                    a.d_states += 1;
+                    self.proc_d += 1;
+                    any_d = true;
+                }
+            }
+            if let Some(rb) = p.read_bytes {
+                if a.read_first.is_none() {
+                    a.read_first = Some(rb);
+                }
+                a.read_last = Some(rb);
+            }
+            *self.children_now.entry(a.ppid).or_default() += 1;
+        }
+        for (ppid, n) in &self.children_now {
+            let m = self.max_children.entry(*ppid).or_default();
+            *m = (*m).max(*n);
+        }
+        if any_cpu {
+            self.job_cpu.push(total);
+        }
+        if any_d {
+            self.instants_d += 1;
+        }
+    }
+
+    /// Turns the running statistics into evidence; `header` gives the static facts.
+    pub fn finish(mut self, header: &Header) -> Evidence {
+        let duration_s = match (self.t_first, self.t_last) {
+            (Some(a), Some(b)) => (b - a).max(0.0),
+            _ => 0.0,
+        };
+        // GPUs known from the header but never sampled still appear.
+        for s in &header.gpus {
+            self.gpu(s.index);
+        }
+        let mut gpus: Vec<GpuEvidence> = std::mem::take(&mut self.gpus)
+            .into_iter()
+            .map(|g| {
+                let st = header.gpus.iter().find(|s| s.index == g.index);
+                let prof = self.profiling.remove(&g.index);
+                finish_gpu(g, st, prof)
+            })
+            .collect();
+        gpus.sort_by_key(|g| g.index);
+
+        let host = HostEvidence {
+            cpu_count: (header.host.cpu_count > 0)
+                .then_some(header.host.cpu_count)
+                .or(self.cpu_count_seen),
+            cpus_allowed: header.host.cpus_allowed,
+            samples: self.host_n,
+            cpu_mean_pct: self.cpu_total.mean(),
+            idle_cores_mean: self.idle_cores.mean(),
+            busy_cores_mean: self.busy_cores.mean(),
+            iowait_mean_pct: self.iowait.mean(),
+            psi_cpu_some_mean_pct: self.psi[0].mean(),
+            psi_io_some_mean_pct: self.psi[1].mean(),
+            psi_io_full_mean_pct: self.psi[2].mean(),
+            psi_mem_some_mean_pct: self.psi[3].mean(),
+            psi_mem_full_mean_pct: self.psi[4].mean(),
+            disk_read_mean_bytes_per_s: self.disk_read.mean(),
+            disk_read_max_bytes_per_s: self.disk_read.max(),
+            mem_total_bytes: header.host.mem_total_bytes.or(self.mem_total),
+            mem_available_min_bytes: self.mem_avail_min,
+        };
+
+        let job = self.finish_job(header, duration_s, &gpus);
+        Evidence {
+            duration_s,
+            gpus,
+            host,
+            job,
+        }
+    }
+
+    fn finish_job(
+        &mut self,
+        header: &Header,
+        duration_s: f64,
+        gpus: &[GpuEvidence],
+    ) -> JobEvidence {
+        let _ = gpus;
+        let root = header.pid.or_else(|| {
+            // Without a recorded root: the process whose parent is not in the tree, earliest first.
+            self.procs
+                .iter()
+                .filter(|(_, a)| !self.procs.contains_key(&a.ppid))
+                .min_by(|a, b| a.1.first_t.total_cmp(&b.1.first_t).then(a.0.cmp(b.0)))
+                .map(|(p, _)| *p)
+        });
+        let children = |pid: u32| -> Vec<u32> {
+            let mut c: Vec<u32> = self
+                .procs
+                .iter()
+                .filter(|(p, a)| a.ppid == pid && **p != pid)
+                .map(|(p, _)| *p)
+                .collect();
+            c.sort_unstable();
+            c
+        };
+        // Walk down launchers: a quiet process with exactly one child hands "main" to the child.
+        let mut main = root;
+        if let Some(mut m) = root {
+            for _ in 0..8 {
+                let quiet = self.procs.get(&m).and_then(|a| a.cpu.mean()).unwrap_or(0.0) < 5.0;
+                let c = children(m);
+                if quiet && c.len() == 1 {
+                    m = c[0];
+                } else {
+                    break;
+                }
+            }
+            main = Some(m);
+        }
+        // Roles: descendants of main are workers.
+        let mut roles: HashMap<u32, Role> = HashMap::new();
+        if let Some(m) = main {
+            roles.insert(m, Role::Main);
+            let mut stack = vec![m];
+            while let Some(p) = stack.pop() {
+                for c in children(p) {
+                    if let std::collections::hash_map::Entry::Vacant(e) = roles.entry(c) {
+                        e.insert(Role::Worker);
+                        stack.push(c);
+                    }
+                }
+            }
+        }
+        let mut processes: Vec<ProcEvidence> = self
+            .procs
+            .iter()
+            .map(|(pid, a)| ProcEvidence {
+                pid: *pid,
+                ppid: a.ppid,
+                cmd: a.cmd.clone(),
+                role: roles.get(pid).copied().unwrap_or(Role::Other),
+                samples: a.cpu.n,
+                cpu_mean_pct: a.cpu.mean(),
+                cpu_max_pct: a.cpu.max(),
+                rss_max_bytes: a.rss_max,
+                d_state_fraction: (a.states > 0).then(|| a.d_states as f64 / a.states as f64),
+                read_bytes: a
+                    .read_first
+                    .zip(a.read_last)
+                    .map(|(f, l)| l.saturating_sub(f)),
+                first_t_s: a.first_t,
+                last_t_s: a.last_t,
+            })
+            .collect();
+        processes.sort_by_key(|p| p.pid);
+
+        let workers: Vec<&ProcEvidence> = processes
+            .iter()
+            .filter(|p| p.role == Role::Worker)
+            .collect();
+        let worker_means: Vec<f64> = workers.iter().filter_map(|w| w.cpu_mean_pct).collect();
+        let main_acc = main.and_then(|m| self.procs.get(&m));
+        // Most workers alive at once: counted from the per-parent maxima under main.
+        let workers_max = match main {
+            Some(m) => {
+                let mut n = 0u32;
+                let mut stack = vec![m];
+                let mut seen = 0;
+                while let Some(p) = stack.pop() {
+                    seen += 1;
+                    if seen > 10_000 {
+                        break;
+                    }
+                    n += self.max_children.get(&p).copied().unwrap_or(0);
+                    stack.extend(children(p));
+                }
+                n.min(workers.len() as u32)
+            }
+            None => 0,
+        };
+        let read_total: u64 = processes.iter().filter_map(|p| p.read_bytes).sum();
+        let any_read = processes.iter().any(|p| p.read_bytes.is_some());
+        JobEvidence {
+            pid: root,
+            main_pid: main,
+            main_cmd: main_acc.and_then(|a| a.cmd.clone()),
+            main_cpu_mean_pct: main_acc.and_then(|a| a.cpu.mean()),
+            main_saturated_fraction: main_acc
+                .filter(|a| a.cpu.n > 0)
+                .map(|a| a.saturated as f64 / a.cpu.n as f64),
+            workers_max,
+            workers_seen: workers.len() as u32,
+            worker_cpu_mean_pct: (!worker_means.is_empty())
+                .then(|| worker_means.iter().sum::<f64>() / worker_means.len() as f64),
+            workers_cpu_total_mean_pct: (!worker_means.is_empty()).then(|| {
+                // Sum of per-worker means, weighted by how long each lived.
+                let span = duration_s.max(1e-9);
+                workers
+                    .iter()
+                    .filter_map(|w| {
+                        let life = (w.last_t_s - w.first_t_s).max(0.0);
+                        w.cpu_mean_pct.map(|c| c * (life / span).min(1.0))
+                    })
+                    .sum::<f64>()
+            }),
+            saturated_workers: worker_means
+                .iter()
+                .filter(|c| **c >= SATURATED_PROC_PCT)
+                .count() as u32,
+            cpu_mean_pct: self.job_cpu.mean(),
+            samples: self.instants,
+            d_state_fraction: (self.proc_samples > 0)
+                .then(|| self.proc_d as f64 / self.proc_samples as f64),
+            d_state_time_fraction: (self.instants > 0 && self.proc_samples > 0)
+                .then(|| self.instants_d as f64 / self.instants as f64),
+            read_mean_bytes_per_s: (any_read && duration_s > 0.0)
+                .then(|| read_total as f64 / duration_s),
+            exit_code: self.end.and_then(|e| e.0),
+            signal: self.end.and_then(|e| e.1),
+            processes,
+        }
+    }
+}
+
+fn finish_gpu(
+    g: GpuAcc,
+    st: Option<&crate::sample::GpuStatic>,
+    profiling: Option<ProfilingMeans>,
+) -> GpuEvidence {
+    let mut g = g;
+    let split = g.hist.split();
+    let periodicity = g.period.finish();
+    let mem_total = st.and_then(|s| s.memory_total_bytes).or(g.mem_total);
+    let mem_used_max = g.mem_used.max().map(|m| m as u64);
+    let (timeline_step_s, timeline_pct) = g.timeline.points();
+
+    // Link state: the most common one while loaded.
+    let current = g
+        .link_counts
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .map(|(k, _)| *k);
+    let gen_max = st.and_then(|s| s.pcie_max_gen).or(g.gen_max_seen);
+    let width_max = st.and_then(|s| s.pcie_max_width).or(g.width_max_seen);
+    for (&(gen, width), &n) in &g.link_counts {
+        g.loaded_link += n;
+        if gen_max.is_some_and(|m| gen < m) || width_max.is_some_and(|m| width < m) {
+            g.loaded_degraded += n;
+        }
+    }
+    let pcie = PcieEvidence {
+        rx_samples: g.rx_rate.n,
+        rx_mean_bytes_per_s: g.rx_rate.mean(),
+        rx_max_bytes_per_s: g.rx_rate.max(),
+        rx_capacity_mean_fraction: g.rx_frac.mean(),
+        rx_capacity_p90_fraction: g.rx_frac_hist.percentile(90.0).map(|p| p / 100.0),
+        rx_near_capacity_fraction: g.rx_frac_hist.fraction_at_least(70.0),
+        gen_current: current.map(|c| c.0),
+        width_current: current.map(|c| c.1),
+        gen_max,
+        width_max,
+        capacity_current_bytes_per_s: current.and_then(|(a, b)| pcie_capacity_bytes_per_s(a, b)),
+        capacity_max_bytes_per_s: gen_max
+            .zip(width_max)
+            .and_then(|(a, b)| pcie_capacity_bytes_per_s(a, b)),
+        loaded_link_samples: g.loaded_link,
+        degraded_loaded_fraction: (g.loaded_link > 0)
+            .then(|| g.loaded_degraded as f64 / g.loaded_link as f64),
+    };
+
+    let names = [
+        "gpu_idle",
+        "applications_clocks_setting",
+        "sw_power_cap",
+        "hw_slowdown",
+        "sync_boost",
+        "sw_thermal",
+        "hw_thermal",
+        "hw_power_brake",
+        "display_clock",
+    ];
+    let mut by_reason = BTreeMap::new();
+    if g.throttle_observed > 0.0 {
+        for (bit, secs) in g.throttle_by_bit.iter().enumerate() {
+            if bit == 0 || *secs <= 0.0 {
+                continue;
+            }
+            by_reason.insert(names[bit].to_string(), secs / g.throttle_observed);
+        }
+    }
+    let throttle = ThrottleEvidence {
+        observed_s: g.throttle_observed,
+        slowing_fraction: (g.throttle_observed > 0.0)
+            .then(|| g.throttle_slowing / g.throttle_observed),
+        by_reason,
+    };
+
+    let mean = g.util.mean();
+    GpuEvidence {
+        index: g.index,
+        name: st.and_then(|s| s.name.clone()),
+        util_samples: g.util.n,
+        util_mean_pct: mean,
+        util_std_pct: g.util.std(),
+        util_p10_pct: g.hist.percentile(10.0),
+        util_p50_pct: g.hist.percentile(50.0),
+        util_p90_pct: g.hist.percentile(90.0),
+        busy_fraction: mean.map(|m| (m / 100.0).clamp(0.0, 1.0)),
+        low_util_fraction: g.hist.fraction_below(30.0),
+        util_histogram: g.hist.bins.to_vec(),
+        util_split: split,
+        bimodal: split.is_some_and(|s| s.is_bimodal()),
+        periodicity,
+        mem_total_bytes: mem_total,
+        mem_used_max_bytes: mem_used_max,
+        mem_used_mean_bytes: g.mem_used.mean(),
+        mem_used_max_fraction: mem_used_max
+            .zip(mem_total)
+            .filter(|(_, t)| *t > 0)
+            .map(|(u, t)| u as f64 / t as f64),
+        pcie,
+        throttle,
+        profiling,
+        temperature_mean_c: g.temp.mean(),
+        power_mean_w: g.power.mean(),
+        sm_clock_mean_mhz: g.clock.mean(),
+        timeline_step_s,
+        timeline_pct,
+    }
+}
+
+/// Sets a GPU's total memory when the header does not know it (logs carry it per row).
+impl EvidenceBuilder {
+    pub fn set_mem_total(&mut self, index: u32, bytes: u64) {
+        self.gpu(index).mem_total = Some(bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::format::End;
+    use crate::sample::{DiskRate, GpuStatic, HostInfo};
+
+    fn header(cpus: u32, pid: Option<u32>) -> Header {
+        Header {
+            schema_version: 1,
+            gpufeed_version: None,
+            start_time: String::new(),
+            start_unix_us: 0,
+            interval_s: 0.1,
+            host: HostInfo {
+                cpu_count: cpus,
+                ..Default::default()
+            },
+            driver: None,
+            gpus: vec![GpuStatic {
+                index: 0,
+                name: Some("Fake".into()),
+                memory_total_bytes: Some(80 << 30),
+                pcie_max_gen: Some(4),
+                pcie_max_width: Some(16),
+                ..Default::default()
+            }],
+            gpu_error: None,
+            command: None,
+            pid,
+        }
+    }
+
+    fn gpu(t: f64, util: f64) -> GpuSample {
+        GpuSample {
+            index: 0,
+            t_s: t,
+            util_samples: Some(vec![[t, util]]),
+            ..Default::default()
+        }
+    }
+
+    fn square(t: f64) -> f64 {
+        if (t / 2.0).fract() < 0.3 {
+            85.0
+        } else {
+            10.0
+        }
+    }
+
+    #[test]
+    fn busy_fraction_distribution_and_periodicity() {
+        let mut b = EvidenceBuilder::new();
+        for i in 0..3600 {
+            let t = i as f64 / 6.0;
+            b.push(&Line::Gpu(gpu(t, square(t))));
+        }
+        let e = b.finish(&header(8, None));
+        let g = &e.gpus[0];
+        assert_eq!(g.util_samples, 3600);
+        // 12 samples per period, 4 of them high (t/2 fract < 0.3): a third of the time busy.
+        assert!((g.busy_fraction.unwrap() - 0.35).abs() < 1e-9, "{g:?}");
+        assert!(g.bimodal);
+        assert!((g.low_util_fraction.unwrap() - 2.0 / 3.0).abs() < 1e-9);
+        let p = g.periodicity.unwrap();
+        assert!((p.period_s - 2.0).abs() < 0.15 && p.is_strong(), "{p:?}");
+        assert!(g.util_p90_pct.unwrap() >= 80.0 && g.util_p10_pct.unwrap() <= 15.0);
+        assert!((e.duration_s - 3599.0 / 6.0).abs() < 1e-6);
+        assert!(!g.timeline_pct.is_empty() && g.timeline_pct.len() <= 128);
+        assert_eq!(g.name.as_deref(), Some("Fake"));
+    }
+
+    #[test]
+    fn util_pct_is_the_fallback_and_empty_driver_batches_add_nothing() {
+        let mut b = EvidenceBuilder::new();
+        b.push(&Line::Gpu(GpuSample {
+            util_samples: None,
+            util_pct: Some(40.0),
+            ..gpu(0.0, 0.0)
+        }));
+        b.push(&Line::Gpu(GpuSample {
+            util_samples: Some(vec![]),
+            util_pct: Some(99.0),
+            ..gpu(0.1, 0.0)
+        }));
+        let e = b.finish(&header(8, None));
+        assert_eq!(e.gpus[0].util_samples, 1);
+        assert_eq!(e.gpus[0].util_mean_pct, Some(40.0));
+    }
+
+    #[test]
+    fn memory_used_against_total() {
+        let mut b = EvidenceBuilder::new();
+        for (i, m) in [10u64, 70, 40].iter().enumerate() {
+            b.push(&Line::Gpu(GpuSample {
+                mem_used_bytes: Some(m << 30),
+                ..gpu(i as f64, 50.0)
+            }));
+        }
+        let e = b.finish(&header(8, None));
+        let g = &e.gpus[0];
+        assert_eq!(g.mem_used_max_bytes, Some(70 << 30));
+        assert_eq!(g.mem_total_bytes, Some(80 << 30));
+        assert!((g.mem_used_max_fraction.unwrap() - 0.875).abs() < 1e-9);
+        assert!((g.mem_used_mean_bytes.unwrap() - (40u64 << 30) as f64).abs() < 1.0);
+    }
+
+    #[test]
+    fn pcie_rate_from_counters_against_capacity_and_degraded_link() {
+        let mut b = EvidenceBuilder::new();
+        let cap = pcie_capacity_bytes_per_s(3, 8).unwrap(); // a Gen4 x16 card stuck at Gen3 x8
+        let mut rx = u64::MAX - 1000; // counters wrap: the first delta is skipped
+        for i in 0..100 {
+            let t = i as f64 * 0.1;
+            b.push(&Line::Gpu(GpuSample {
+                pcie_rx_bytes: Some(rx),
+                pcie_gen: Some(3),
+                pcie_width: Some(8),
+                ..gpu(t, 90.0)
+            }));
+            rx = rx.wrapping_add((cap * 0.8 * 0.1) as u64);
+        }
+        let e = b.finish(&header(8, None));
+        let p = &e.gpus[0].pcie;
+        assert_eq!(p.rx_samples, 98, "the wrapped delta is skipped");
+        assert!(
+            (p.rx_capacity_mean_fraction.unwrap() - 0.8).abs() < 0.01,
+            "{p:?}"
+        );
+        assert!((p.rx_near_capacity_fraction.unwrap() - 1.0).abs() < 1e-9);
+        assert_eq!((p.gen_current, p.width_current), (Some(3), Some(8)));
+        assert_eq!((p.gen_max, p.width_max), (Some(4), Some(16)));
+        assert_eq!(p.degraded_loaded_fraction, Some(1.0));
+        assert_eq!(p.capacity_current_bytes_per_s, Some(cap));
+    }
+
+    #[test]
+    fn idle_links_are_not_judged() {
+        let mut b = EvidenceBuilder::new();
+        for i in 0..50 {
+            b.push(&Line::Gpu(GpuSample {
+                pcie_gen: Some(1),
+                pcie_width: Some(16),
+                ..gpu(i as f64, 0.0)
+            }));
+        }
+        let e = b.finish(&header(8, None));
+        assert_eq!(e.gpus[0].pcie.loaded_link_samples, 0);
+        assert_eq!(e.gpus[0].pcie.degraded_loaded_fraction, None);
+    }
+
+    #[test]
+    fn throttle_time_by_reason_never_counts_gpu_idle() {
+        let mut b = EvidenceBuilder::new();
+        for i in 0..=100 {
+            let mask = match i % 4 {
+                0 => throttle::GPU_IDLE,
+                1 => throttle::HW_THERMAL | throttle::SW_THERMAL,
+                _ => 0,
+            };
+            b.push(&Line::Gpu(GpuSample {
+                throttle_reasons: Some(mask),
+                ..gpu(i as f64, 50.0)
+            }));
+        }
+        let e = b.finish(&header(8, None));
+        let t = &e.gpus[0].throttle;
+        assert!((t.observed_s - 100.0).abs() < 1e-9);
+        assert!((t.slowing_fraction.unwrap() - 0.25).abs() < 0.01, "{t:?}");
+        assert!(!t.by_reason.contains_key("gpu_idle"));
+        assert!((t.by_reason["hw_thermal"] - 0.25).abs() < 0.01);
+    }
+
+    fn host(t: f64, cores: &[f64]) -> HostSample {
+        HostSample {
+            t_s: t,
+            cpu_pct: cores.to_vec(),
+            psi_io_some_pct: Some(30.0),
+            psi_cpu_some_pct: Some(2.0),
+            iowait_pct: Some(5.0),
+            disks: vec![
+                DiskRate {
+                    device: "nvme0n1".into(),
+                    read_bytes_per_s: 100e6,
+                    write_bytes_per_s: 0.0,
+                },
+                DiskRate {
+                    device: "sda".into(),
+                    read_bytes_per_s: 50e6,
+                    write_bytes_per_s: 1e6,
+                },
+            ],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn host_cores_pressure_and_disk() {
+        let mut b = EvidenceBuilder::new();
+        b.push(&Line::Host(host(0.0, &[100.0, 95.0, 5.0, 0.0])));
+        b.push(&Line::Host(host(1.0, &[100.0, 50.0, 10.0, 92.0])));
+        let e = b.finish(&header(4, None));
+        let h = &e.host;
+        assert_eq!(h.samples, 2);
+        assert_eq!(h.cpu_count, Some(4));
+        assert_eq!(h.idle_cores_mean, Some(1.5));
+        assert_eq!(h.busy_cores_mean, Some(2.0));
+        assert!((h.cpu_mean_pct.unwrap() - 56.5).abs() < 1e-9);
+        assert_eq!(h.psi_io_some_mean_pct, Some(30.0));
+        assert_eq!(h.disk_read_mean_bytes_per_s, Some(150e6));
+        assert_eq!(
+            e.cores_per_gpu(),
+            Some(4.0),
+            "no GPU measured: all CPUs for one"
+        );
+    }
+
+    fn start(pid: u32, ppid: u32, cmd: &str) -> Line {
+        Line::ProcStart(ProcStart {
+            t_s: 0.0,
+            pid,
+            ppid,
+            cmd: Some(cmd.into()),
+            comm: None,
+        })
+    }
+
+    fn ps(pid: u32, cpu: f64, state: char, read: u64) -> ProcSample {
+        ProcSample {
+            pid,
+            cpu_pct: Some(cpu),
+            rss_bytes: Some(1 << 30),
+            read_bytes: Some(read),
+            state: Some(state),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn job_split_into_main_and_workers_through_a_launcher() {
+        let mut b = EvidenceBuilder::new();
+        // bash (10) → python (11) → two DataLoader workers (12, 13) sharing its cmdline.
+        b.push(&start(10, 1, "bash -c python train.py"));
+        b.push(&start(11, 10, "python train.py"));
+        b.push(&start(12, 11, "python train.py"));
+        b.push(&start(13, 11, "python train.py"));
+        for i in 0..10 {
+            let t = i as f64;
+            let d = if i % 2 == 0 { 'D' } else { 'S' };
+            b.push(&Line::Procs {
+                t_s: t,
+                procs: vec![
+                    ps(10, 0.0, 'S', 0),
+                    ps(11, 40.0, 'R', 0),
+                    ps(12, 99.0, 'R', i * 1_000_000),
+                    ps(13, 60.0, d, i * 1_000_000),
+                ],
+            });
+        }
+        b.push(&Line::End(End {
+            t_s: 9.0,
+            exit_code: Some(0),
+            ..Default::default()
+        }));
+        let e = b.finish(&header(8, Some(10)));
+        let j = &e.job;
+        assert_eq!(j.pid, Some(10));
+        assert_eq!(
+            j.main_pid,
+            Some(11),
+            "the quiet launcher hands over to python"
+        );
+        assert_eq!(j.main_cpu_mean_pct, Some(40.0));
+        assert_eq!(j.workers_max, 2);
+        assert_eq!(j.workers_seen, 2);
+        assert_eq!(j.saturated_workers, 1);
+        assert!((j.worker_cpu_mean_pct.unwrap() - 79.5).abs() < 1e-9);
+        assert!((j.workers_cpu_total_mean_pct.unwrap() - 159.0).abs() < 1e-9);
+        assert_eq!(j.cpu_mean_pct, Some(199.0));
+        assert!((j.d_state_fraction.unwrap() - 5.0 / 40.0).abs() < 1e-9);
+        assert!((j.d_state_time_fraction.unwrap() - 0.5).abs() < 1e-9);
+        assert!((j.read_mean_bytes_per_s.unwrap() - 2e6).abs() < 1.0);
+        assert_eq!(j.exit_code, Some(0));
+        let roles: Vec<Role> = j.processes.iter().map(|p| p.role).collect();
+        assert_eq!(roles, [Role::Other, Role::Main, Role::Worker, Role::Worker]);
+    }
+
+    #[test]
+    fn workers_that_come_and_go_count_by_concurrency() {
+        let mut b = EvidenceBuilder::new();
+        b.push(&start(1, 0, "python train.py"));
+        // Each epoch starts two fresh workers (persistent_workers=False).
+        for epoch in 0..3u32 {
+            let (a, c) = (100 + 2 * epoch, 101 + 2 * epoch);
+            b.push(&start(a, 1, "python train.py"));
+            b.push(&start(c, 1, "python train.py"));
+            b.push(&Line::Procs {
+                t_s: epoch as f64,
+                procs: vec![
+                    ps(1, 50.0, 'R', 0),
+                    ps(a, 90.0, 'R', 0),
+                    ps(c, 90.0, 'R', 0),
+                ],
+            });
+        }
+        let e = b.finish(&header(8, Some(1)));
+        assert_eq!(e.job.workers_max, 2);
+        assert_eq!(e.job.workers_seen, 6);
+    }
+
+    #[test]
+    fn imbalance_inputs_and_cores_per_gpu() {
+        let mut b = EvidenceBuilder::new();
+        for i in 0..100 {
+            let t = i as f64;
+            b.push(&Line::Gpu(gpu(t, 90.0)));
+            b.push(&Line::Gpu(GpuSample {
+                index: 1,
+                ..gpu(t, 30.0)
+            }));
+        }
+        let e = b.finish(&header(16, None));
+        assert_eq!(e.gpus.len(), 2);
+        assert_eq!(e.gpus[1].util_mean_pct, Some(30.0));
+        assert_eq!(e.cores_per_gpu(), Some(8.0));
+        assert!((e.busy_fraction().unwrap() - 0.6).abs() < 1e-9);
+    }
+
+    #[test]
+    fn memory_stays_fixed_as_the_recording_grows() {
+        let mut b = EvidenceBuilder::new();
+        for i in 0..200_000 {
+            let t = i as f64 / 6.0;
+            b.push(&Line::Gpu(gpu(t, square(t))));
+        }
+        let g = &b.gpus[0];
+        assert!(g.timeline.points().1.len() <= 128);
+        assert!(g.link_counts.is_empty());
+        let e = b.finish(&header(8, None));
+        assert!(e.gpus[0].periodicity.unwrap().windows < 200);
+    }
+}

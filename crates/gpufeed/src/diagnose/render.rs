@@ -1,0 +1,490 @@
+//! Presenters for a [`DiagnoseReport`]: text for people (colour on a terminal, a sparkline of
+//! utilization, the top fix first), JSON (the contract) and Markdown.
+
+use super::evidence::{GpuEvidence, Role};
+use super::DiagnoseReport;
+use crate::finding::{Finding, Severity};
+use std::fmt::Write as _;
+
+/// Output formats (`--format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ReportFormat {
+    #[default]
+    Text,
+    Json,
+    Markdown,
+}
+
+/// Renders a report; `color` adds ANSI colours (text only).
+pub fn render(report: &DiagnoseReport, format: ReportFormat, color: bool) -> String {
+    match format {
+        ReportFormat::Text => text(report, color),
+        ReportFormat::Json => {
+            let mut s = serde_json::to_string_pretty(report).expect("report serializes");
+            s.push('\n');
+            s
+        }
+        ReportFormat::Markdown => markdown(report),
+    }
+}
+
+const SPARKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+
+/// A Unicode sparkline of 0–100 % values, averaged down to at most `width` cells.
+pub fn sparkline(values: &[f64], width: usize) -> String {
+    if values.is_empty() || width == 0 {
+        return String::new();
+    }
+    let cells = values.len().min(width);
+    (0..cells)
+        .map(|c| {
+            let a = c * values.len() / cells;
+            let b = ((c + 1) * values.len() / cells).max(a + 1);
+            let m = values[a..b].iter().sum::<f64>() / (b - a) as f64;
+            let i = ((m.clamp(0.0, 100.0) / 100.0) * 7.0).round() as usize;
+            SPARKS[i.min(7)]
+        })
+        .collect()
+}
+
+fn paint(s: &str, code: &str, color: bool) -> String {
+    if color {
+        format!("\x1b[{code}m{s}\x1b[0m")
+    } else {
+        s.to_string()
+    }
+}
+
+fn verdict_color(id: &str) -> &'static str {
+    match id {
+        "compute_bound" => "1;32",
+        "unknown" | "idle" => "1;33",
+        _ => "1;31",
+    }
+}
+
+fn severity_color(s: Severity) -> &'static str {
+    match s {
+        Severity::Critical => "31",
+        Severity::Warning => "33",
+        Severity::Info => "36",
+    }
+}
+
+/// Bytes as GiB / MiB for people.
+pub fn bytes(b: f64) -> String {
+    if b >= 1024.0 * 1024.0 * 1024.0 {
+        format!("{:.1} GiB", b / (1024.0 * 1024.0 * 1024.0))
+    } else {
+        format!("{:.0} MiB", b / (1024.0 * 1024.0))
+    }
+}
+
+/// Seconds as `1h 02m`, `3m 05s`, `12.5s`.
+pub fn duration(s: f64) -> String {
+    if s >= 3600.0 {
+        format!(
+            "{}h {:02}m",
+            (s / 3600.0) as u64,
+            ((s % 3600.0) / 60.0) as u64
+        )
+    } else if s >= 60.0 {
+        format!("{}m {:02}s", (s / 60.0) as u64, (s % 60.0) as u64)
+    } else {
+        format!("{s:.1}s")
+    }
+}
+
+fn evidence_line(f: &Finding) -> String {
+    f.evidence
+        .iter()
+        .map(|(k, v)| match v {
+            serde_json::Value::String(s) => format!("{k}={s}"),
+            other => format!("{k}={other}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn gpu_line(g: &GpuEvidence) -> String {
+    let mut s = format!("GPU {}", g.index);
+    if let Some(n) = &g.name {
+        let _ = write!(s, "  {n}");
+    }
+    match g.util_mean_pct {
+        Some(m) => {
+            let _ = write!(s, "  util {m:.0}% mean");
+            if let (Some(a), Some(b), Some(c)) = (g.util_p10_pct, g.util_p50_pct, g.util_p90_pct) {
+                let _ = write!(s, " (p10 {a:.0}, p50 {b:.0}, p90 {c:.0})");
+            }
+        }
+        None => s.push_str("  no utilization samples"),
+    }
+    match (g.mem_used_max_bytes, g.mem_total_bytes) {
+        (Some(u), Some(t)) => {
+            let _ = write!(s, "  mem {} / {}", bytes(u as f64), bytes(t as f64));
+        }
+        (Some(u), None) => {
+            let _ = write!(s, "  mem {} used", bytes(u as f64));
+        }
+        _ => {}
+    }
+    s
+}
+
+fn gpu_pattern(g: &GpuEvidence) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(p) = g.periodicity.filter(|p| p.is_strong()) {
+        parts.push(format!(
+            "repeats every {:.1}s (strength {:.2})",
+            p.period_s, p.strength
+        ));
+    }
+    if let Some(sp) = g.util_split.filter(|s| s.is_bimodal()) {
+        parts.push(format!(
+            "two levels: {:.0}% and {:.0}% ({:.0}% of the time low)",
+            sp.high_mean_pct,
+            sp.low_mean_pct,
+            sp.low_weight * 100.0
+        ));
+    }
+    if let Some(p) = &g.profiling {
+        if let Some(a) = p.sm_active_pct {
+            parts.push(format!("SM active {a:.0}%"));
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+fn proc_name(cmd: &Option<String>) -> String {
+    let c = cmd.as_deref().unwrap_or("?");
+    if c.chars().count() > 60 {
+        format!("{}…", c.chars().take(59).collect::<String>())
+    } else {
+        c.to_string()
+    }
+}
+
+fn host_line(r: &DiagnoseReport) -> Option<String> {
+    let h = &r.host;
+    if h.samples == 0 {
+        return None;
+    }
+    let mut s = String::new();
+    if let Some(n) = h.cpu_count {
+        let _ = write!(s, "{n} CPUs");
+    }
+    if let Some(c) = h.cpu_mean_pct {
+        let _ = write!(s, ", {c:.0}% busy");
+    }
+    if let Some(i) = h.idle_cores_mean {
+        let _ = write!(s, ", {i:.1} cores idle on average");
+    }
+    let psi: Vec<String> = [
+        ("cpu", h.psi_cpu_some_mean_pct),
+        ("io", h.psi_io_some_mean_pct),
+        ("mem", h.psi_mem_some_mean_pct),
+    ]
+    .iter()
+    .filter_map(|(n, v)| v.map(|v| format!("{n} {v:.1}%")))
+    .collect();
+    if !psi.is_empty() {
+        let _ = write!(s, "; pressure {}", psi.join(", "));
+    }
+    if let Some(d) = h.disk_read_mean_bytes_per_s {
+        let _ = write!(s, "; disk reads {}/s", bytes(d));
+    }
+    Some(s)
+}
+
+fn job_line(r: &DiagnoseReport) -> Option<String> {
+    let j = &r.job;
+    if j.samples == 0 && j.processes.is_empty() {
+        return None;
+    }
+    let mut s = String::new();
+    if let Some(p) = j.main_pid {
+        let _ = write!(s, "main pid {p} `{}`", proc_name(&j.main_cmd));
+    }
+    if let Some(c) = j.main_cpu_mean_pct {
+        let _ = write!(s, " at {c:.0}% of a core");
+    }
+    if j.workers_max > 0 {
+        let _ = write!(s, "; {} workers", j.workers_max);
+        if let Some(w) = j.worker_cpu_mean_pct {
+            let _ = write!(s, " at {w:.0}% each");
+        }
+    } else {
+        s.push_str("; no worker processes");
+    }
+    if let Some(d) = j.d_state_time_fraction.filter(|d| *d > 0.0) {
+        let _ = write!(s, "; D state {:.0}% of the time", d * 100.0);
+    }
+    match (j.exit_code, j.signal) {
+        (Some(c), _) => {
+            let _ = write!(s, "; exit {c}");
+        }
+        (None, Some(sig)) => {
+            let _ = write!(s, "; killed by signal {sig}");
+        }
+        _ => {}
+    }
+    Some(s)
+}
+
+fn text(r: &DiagnoseReport, color: bool) -> String {
+    let mut o = String::new();
+    let gpus = r.gpus.iter().filter(|g| g.util_mean_pct.is_some()).count();
+    let _ = writeln!(
+        o,
+        "{} {} ({}, {}, {} GPU{})",
+        paint("gpufeed diagnose:", "1", color),
+        r.source.path,
+        r.source.format.replace('_', " "),
+        duration(r.duration_s),
+        gpus,
+        if gpus == 1 { "" } else { "s" }
+    );
+    o.push('\n');
+    let _ = writeln!(
+        o,
+        "{}  {}  (confidence {:.2})",
+        paint("VERDICT", "1", color),
+        paint(&r.verdict.id, verdict_color(&r.verdict.id), color),
+        r.verdict.confidence
+    );
+    let _ = writeln!(o, "         {}", r.verdict.summary);
+    if let Some(top) = r.findings.first() {
+        o.push('\n');
+        let _ = writeln!(
+            o,
+            "{}  {}",
+            paint("TOP FIX", "1", color),
+            top.recommendation
+        );
+        if let Some(x) = top.expected_speedup {
+            let _ = writeln!(o, "         expected speed-up: up to {x:.2}x");
+        }
+    }
+    o.push('\n');
+    for g in &r.gpus {
+        let _ = writeln!(o, "{}", gpu_line(g));
+        if !g.timeline_pct.is_empty() {
+            let line = sparkline(&g.timeline_pct, 60);
+            let cells = line.chars().count().max(1);
+            let per = r.duration_s / cells as f64;
+            let _ = writeln!(
+                o,
+                "  {}  {}/cell",
+                paint(&line, "36", color),
+                duration(per.max(g.timeline_step_s.min(r.duration_s.max(0.1))))
+            );
+        }
+        if let Some(p) = gpu_pattern(g) {
+            let _ = writeln!(o, "  {p}");
+        }
+    }
+    if let Some(h) = host_line(r) {
+        let _ = writeln!(o, "{}  {h}", paint("HOST", "1", color));
+    }
+    if let Some(j) = job_line(r) {
+        let _ = writeln!(o, "{}   {j}", paint("JOB", "1", color));
+    }
+    if !r.findings.is_empty() {
+        o.push('\n');
+        let _ = writeln!(o, "{}", paint("FINDINGS", "1", color));
+        for f in &r.findings {
+            let _ = writeln!(
+                o,
+                "  [{}] {}: {}",
+                paint(f.severity.as_str(), severity_color(f.severity), color),
+                paint(&f.id, "1", color),
+                f.title
+            );
+            let _ = writeln!(o, "      evidence: {}", evidence_line(f));
+            let _ = writeln!(o, "      fix: {}", f.recommendation);
+            if let Some(x) = f.expected_speedup {
+                let _ = writeln!(o, "      gain: up to {x:.2}x");
+            }
+        }
+    } else {
+        o.push('\n');
+        let _ = writeln!(
+            o,
+            "No findings: nothing is holding the GPU back in this recording."
+        );
+    }
+    if !r.notes.is_empty() {
+        o.push('\n');
+        for n in &r.notes {
+            let _ = writeln!(o, "{}  {n}", paint("NOTE", "2", color));
+        }
+    }
+    o
+}
+
+fn md_escape(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map(|x| format!("{x:.digits$}"))
+        .unwrap_or_else(|| "–".into())
+}
+
+fn markdown(r: &DiagnoseReport) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "# gpufeed diagnosis: `{}`\n", r.source.path);
+    let _ = writeln!(
+        o,
+        "Input: {} · duration {} · {} GPU(s)\n",
+        r.source.format.replace('_', " "),
+        duration(r.duration_s),
+        r.gpus.len()
+    );
+    let _ = writeln!(
+        o,
+        "**Verdict: `{}`** (confidence {:.2}): {}\n",
+        r.verdict.id, r.verdict.confidence, r.verdict.summary
+    );
+    if let Some(top) = r.findings.first() {
+        let _ = writeln!(o, "## Top fix\n\n{}\n", top.recommendation);
+        if let Some(x) = top.expected_speedup {
+            let _ = writeln!(o, "Expected speed-up: up to **{x:.2}x**.\n");
+        }
+    }
+    let _ = writeln!(o, "## Findings\n");
+    if r.findings.is_empty() {
+        let _ = writeln!(
+            o,
+            "None: nothing is holding the GPU back in this recording.\n"
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "| severity | id | finding | speed-up |\n|---|---|---|---|"
+        );
+        for f in &r.findings {
+            let _ = writeln!(
+                o,
+                "| {} | `{}` | {} | {} |",
+                f.severity.as_str(),
+                f.id,
+                md_escape(&f.title),
+                f.expected_speedup
+                    .map(|x| format!("{x:.2}x"))
+                    .unwrap_or_else(|| "–".into())
+            );
+        }
+        o.push('\n');
+        for f in &r.findings {
+            let _ = writeln!(o, "### `{}`: {}\n", f.id, f.title);
+            let _ = writeln!(o, "| evidence | value |\n|---|---|");
+            for (k, v) in &f.evidence {
+                let v = match v {
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                let _ = writeln!(o, "| {k} | {} |", md_escape(&v));
+            }
+            let _ = writeln!(o, "\n**Fix:** {}\n", f.recommendation);
+        }
+    }
+    let _ = writeln!(o, "## GPUs\n");
+    let _ = writeln!(
+        o,
+        "| GPU | name | util mean % | p10 / p50 / p90 | period s (strength) | memory used / total | utilization |\n|---|---|---|---|---|---|---|"
+    );
+    for g in &r.gpus {
+        let period = g
+            .periodicity
+            .map(|p| format!("{:.1} ({:.2})", p.period_s, p.strength))
+            .unwrap_or_else(|| "–".into());
+        let mem = match (g.mem_used_max_bytes, g.mem_total_bytes) {
+            (Some(u), Some(t)) => format!("{} / {}", bytes(u as f64), bytes(t as f64)),
+            (Some(u), None) => bytes(u as f64),
+            _ => "–".into(),
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} / {} / {} | {} | {} | {} |",
+            g.index,
+            md_escape(g.name.as_deref().unwrap_or("–")),
+            opt(g.util_mean_pct, 1),
+            opt(g.util_p10_pct, 0),
+            opt(g.util_p50_pct, 0),
+            opt(g.util_p90_pct, 0),
+            period,
+            mem,
+            sparkline(&g.timeline_pct, 40)
+        );
+    }
+    o.push('\n');
+    if let Some(h) = host_line(r) {
+        let _ = writeln!(o, "## Host\n\n{h}\n");
+    }
+    if let Some(j) = job_line(r) {
+        let _ = writeln!(o, "## Job\n\n{j}\n");
+        let procs: Vec<_> = r
+            .job
+            .processes
+            .iter()
+            .filter(|p| p.role != Role::Other || p.cpu_mean_pct.unwrap_or(0.0) >= 1.0)
+            .take(20)
+            .collect();
+        if !procs.is_empty() {
+            let _ = writeln!(
+                o,
+                "| pid | role | CPU % of a core | RSS max | command |\n|---|---|---|---|---|"
+            );
+            for p in procs {
+                let _ = writeln!(
+                    o,
+                    "| {} | {:?} | {} | {} | `{}` |",
+                    p.pid,
+                    p.role,
+                    opt(p.cpu_mean_pct, 0),
+                    p.rss_max_bytes
+                        .map(|b| bytes(b as f64))
+                        .unwrap_or_else(|| "–".into()),
+                    md_escape(&proc_name(&p.cmd))
+                );
+            }
+            o.push('\n');
+        }
+    }
+    if !r.notes.is_empty() {
+        let _ = writeln!(o, "## Notes\n");
+        for n in &r.notes {
+            let _ = writeln!(o, "- {n}");
+        }
+        o.push('\n');
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sparkline_levels_and_width() {
+        assert_eq!(sparkline(&[0.0, 50.0, 100.0], 10), "▁▅█");
+        let many: Vec<f64> = (0..600)
+            .map(|i| if i < 300 { 0.0 } else { 100.0 })
+            .collect();
+        let s = sparkline(&many, 60);
+        assert_eq!(s.chars().count(), 60);
+        assert!(s.starts_with('▁') && s.ends_with('█'));
+        assert_eq!(sparkline(&[], 10), "");
+    }
+
+    #[test]
+    fn human_units() {
+        assert_eq!(bytes(80.0 * 1024.0 * 1024.0 * 1024.0), "80.0 GiB");
+        assert_eq!(bytes(512.0 * 1024.0 * 1024.0), "512 MiB");
+        assert_eq!(duration(3725.0), "1h 02m");
+        assert_eq!(duration(185.0), "3m 05s");
+        assert_eq!(duration(12.5), "12.5s");
+    }
+}

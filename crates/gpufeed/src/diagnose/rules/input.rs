@@ -1,0 +1,460 @@
+//! Starvation: the GPU waits for its input. `input_bound` names the kind (too few workers, CPU
+//! saturated, I/O bound, main process bound, or unknown when the host was not recorded);
+//! `cpu_saturated`, `io_bound` and `main_process_bound` carry the host-side detail.
+
+use super::{r1, r2, r3};
+use crate::diagnose::evidence::{Evidence, SATURATED_PROC_PCT};
+use crate::finding::{Finding, Severity};
+
+/// Busy fraction under which a starving signature matters.
+pub const STARVED_BUSY: f64 = 0.80;
+/// Busy fraction under which host-side evidence alone is enough to call starvation.
+pub const LOW_BUSY: f64 = 0.60;
+
+/// The kind of input bottleneck.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    TooFewWorkers,
+    CpuSaturated,
+    IoBound,
+    MainProcess,
+    Unknown,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::TooFewWorkers => "too_few_workers",
+            Kind::CpuSaturated => "cpu_saturated",
+            Kind::IoBound => "io_bound",
+            Kind::MainProcess => "main_process_bound",
+            Kind::Unknown => "unknown",
+        }
+    }
+}
+
+/// Does the utilization itself look starved: a repeating busy/idle pattern or two levels?
+pub fn starving_signature(e: &Evidence) -> bool {
+    let busy = match e.busy_fraction() {
+        Some(b) => b,
+        None => return false,
+    };
+    busy < STARVED_BUSY && (e.strongest_period().is_some_and(|p| p.is_strong()) || e.any_bimodal())
+}
+
+/// The I/O side is stalling: processes in D state, io pressure, or iowait.
+pub fn io_stalled(e: &Evidence) -> bool {
+    e.job.d_state_time_fraction.is_some_and(|f| f >= 0.2)
+        || e.host.psi_io_some_mean_pct.is_some_and(|p| p >= 20.0)
+        || e.host.iowait_mean_pct.is_some_and(|p| p >= 20.0)
+}
+
+/// Every core is busy (or CPU pressure is high).
+pub fn cpu_full(e: &Evidence) -> bool {
+    let by_mean = e.host.cpu_mean_pct.is_some_and(|c| c >= 85.0);
+    let by_cores = match (e.host.idle_cores_mean, e.host.cpu_count) {
+        (Some(idle), Some(n)) if n > 1 => {
+            idle < 0.5 && e.host.busy_cores_mean.unwrap_or(0.0) >= n as f64 * 0.75
+        }
+        _ => false,
+    };
+    let by_psi = e.host.psi_cpu_some_mean_pct.is_some_and(|p| p >= 30.0)
+        && e.host.cpu_mean_pct.is_some_and(|c| c >= 70.0);
+    by_mean || by_cores || by_psi
+}
+
+/// The training loop's own process is pinned at a core.
+pub fn main_saturated(e: &Evidence) -> bool {
+    e.job.main_saturated_fraction.is_some_and(|f| f >= 0.6)
+        || e.job.main_cpu_mean_pct.is_some_and(|c| c >= 90.0)
+}
+
+/// Workers pinned at a core while cores sit idle.
+pub fn workers_short(e: &Evidence) -> bool {
+    let idle = e.host.idle_cores_mean.unwrap_or(0.0);
+    let saturated = e.job.saturated_workers >= 1
+        || e.job
+            .worker_cpu_mean_pct
+            .is_some_and(|c| c >= SATURATED_PROC_PCT);
+    saturated && idle >= 1.0
+}
+
+/// Starvation and its kind, when there is starvation.
+pub fn classify(e: &Evidence) -> Option<Kind> {
+    let busy = e.busy_fraction()?;
+    let host_known = e.host.samples > 0 || e.job.samples > 0;
+    let sig = starving_signature(e);
+    let kind = if io_stalled(e) {
+        Kind::IoBound
+    } else if cpu_full(e) {
+        Kind::CpuSaturated
+    } else if main_saturated(e) && e.job.workers_max == 0 {
+        // num_workers=0: the loading happens in the main process.
+        Kind::MainProcess
+    } else if workers_short(e) {
+        Kind::TooFewWorkers
+    } else if main_saturated(e) {
+        Kind::MainProcess
+    } else {
+        Kind::Unknown
+    };
+    let host_says = kind != Kind::Unknown;
+    let starving =
+        (sig && (host_says || !host_known || busy < LOW_BUSY)) || (host_says && busy < LOW_BUSY);
+    starving.then_some(kind)
+}
+
+/// `num_workers` worth trying: enough saturated workers to keep the GPU busy, within the cores
+/// one GPU can use (leaving one for the training loop).
+pub fn recommended_workers(e: &Evidence) -> Option<(u32, u32)> {
+    let cores = e.cores_per_gpu()?;
+    let cap = ((cores.floor() as i64) - 1).max(1) as u32;
+    let busy = e.busy_fraction()?.max(0.05);
+    let now = e.job.workers_max;
+    let want = if now == 0 {
+        4
+    } else {
+        // Saturated workers deliver at a fixed rate each: the GPU could take 1/busy times more.
+        let per_worker = e.job.worker_cpu_mean_pct.unwrap_or(100.0).max(1.0) / 100.0;
+        ((now as f64 * per_worker / busy).ceil() as u32).max(now + 1)
+    };
+    Some((want.min(cap).max(1), cap))
+}
+
+fn speedup_bound(e: &Evidence) -> Option<f64> {
+    e.busy_fraction()
+        .filter(|b| *b > 0.02)
+        .map(|b| r2((1.0 / b).min(50.0)))
+}
+
+fn with_signature(mut f: Finding, e: &Evidence) -> Finding {
+    if let Some(b) = e.busy_fraction() {
+        f = f.with("gpu_busy_fraction", r3(b));
+    }
+    if let Some(p) = e.strongest_period() {
+        f = f
+            .with("util_period_s", r2(p.period_s))
+            .with("util_period_strength", r2(p.strength));
+    }
+    if let Some(s) = e
+        .measured_gpus()
+        .find_map(|g| g.util_split.filter(|s| s.is_bimodal()))
+    {
+        f = f
+            .with("util_high_level_pct", r1(s.high_mean_pct))
+            .with("util_low_level_pct", r1(s.low_mean_pct))
+            .with("util_low_time_fraction", r2(s.low_weight));
+    }
+    f
+}
+
+const LOADER_FLAGS: &str = "pin_memory=True, persistent_workers=True, prefetch_factor=4";
+
+/// `input_bound`: the GPU is starved by its input pipeline.
+pub fn input_bound(e: &Evidence) -> Option<Finding> {
+    let kind = classify(e)?;
+    let busy = e.busy_fraction()?;
+    let period = e.strongest_period().filter(|p| p.is_strong());
+    let pattern = match (period, e.any_bimodal()) {
+        (Some(p), _) => format!(
+            "utilization repeats every {:.1} s between busy and starved",
+            p.period_s
+        ),
+        (None, true) => "utilization alternates between busy and starved".to_string(),
+        _ => format!("the GPU is busy only {:.0}% of the time", busy * 100.0),
+    };
+    let title = match kind {
+        Kind::TooFewWorkers => format!("Input-bound: too few DataLoader workers ({pattern})"),
+        Kind::CpuSaturated => format!("Input-bound: the CPU is saturated ({pattern})"),
+        Kind::IoBound => format!("Input-bound: reading data is the bottleneck ({pattern})"),
+        Kind::MainProcess => {
+            format!("Input-bound: the main process is pinned at a core ({pattern})")
+        }
+        Kind::Unknown => format!("Input-bound: the GPU waits for data ({pattern})"),
+    };
+    let mut f = Finding::new("input_bound", Severity::Critical, title).with("kind", kind.as_str());
+    f = with_signature(f, e);
+    if let Some(c) = e.cores_per_gpu() {
+        f = f.with("cores_per_gpu", r1(c));
+    }
+    if let Some(i) = e.host.idle_cores_mean {
+        f = f.with("idle_cores_mean", r1(i));
+    }
+    if e.job.samples > 0 {
+        f = f
+            .with("workers", e.job.workers_max)
+            .with("saturated_workers", e.job.saturated_workers);
+        if let Some(w) = e.job.worker_cpu_mean_pct {
+            f = f.with("worker_cpu_mean_pct", r1(w));
+        }
+        if let Some(m) = e.job.main_cpu_mean_pct {
+            f = f.with("main_cpu_mean_pct", r1(m));
+        }
+    }
+    let mut speedup = speedup_bound(e);
+    let rec = match kind {
+        Kind::TooFewWorkers | Kind::MainProcess
+            if e.job.workers_max == 0 || kind == Kind::TooFewWorkers =>
+        {
+            let (n, cap) = recommended_workers(e).unwrap_or((4, 4));
+            f = f.with("recommended_num_workers", n).with("max_useful_workers", cap);
+            if e.job.workers_max > 0 && e.job.worker_cpu_mean_pct.is_some() {
+                // Each saturated worker adds about the same rate: the gain is bounded by it too.
+                let gain = n as f64 / e.job.workers_max as f64;
+                speedup = speedup.map(|s| r2(s.min(gain)));
+            }
+            format!(
+                "Raise the DataLoader's worker count: DataLoader(dataset, batch_size=..., \
+                 num_workers={n}, {LOADER_FLAGS}). Each worker is saturating a core and cores are \
+                 idle; this GPU's share of the machine allows up to {cap} workers."
+            )
+        }
+        Kind::TooFewWorkers | Kind::MainProcess => "The training loop's own process is pinned at a core: move per-sample \
+            work (decoding, augmentation, collation) into DataLoader workers, avoid per-step host \
+            syncs (.item(), .cpu(), printing tensors), and consider CUDA graphs or torch.compile to \
+            cut Python overhead per step."
+            .to_string(),
+        Kind::CpuSaturated => "More workers will not help: every core is busy. Make each sample \
+            cheaper: decode and augment on the GPU (NVIDIA DALI, or torchvision.transforms.v2 on \
+            CUDA tensors), cache decoded samples, store pre-resized data, and use Pillow-SIMD or \
+            decode at reduced size."
+            .to_string(),
+        Kind::IoBound => "Reading data is the bottleneck: copy the dataset to local SSD or \
+            /dev/shm, use larger shards (WebDataset / TFRecord-style tar shards of 100 MB–1 GB \
+            instead of many small files), leave RAM for the page cache, and raise prefetch_factor \
+            so reads overlap compute."
+            .to_string(),
+        Kind::Unknown => format!(
+            "The GPU waits for data between steps. Record the host too (gpufeed run -- <your \
+            command>) to tell which part is short; meanwhile try more DataLoader workers with \
+            {LOADER_FLAGS}, and check that nothing in the training loop synchronizes with the host \
+            every step."
+        ),
+    };
+    Some(f.recommend(rec).speedup(speedup))
+}
+
+/// `cpu_saturated`: every core busy while the GPU starves.
+pub fn cpu_saturated(e: &Evidence) -> Option<Finding> {
+    if classify(e)? != Kind::CpuSaturated {
+        return None;
+    }
+    let mut f = Finding::new(
+        "cpu_saturated",
+        Severity::Warning,
+        "Every CPU core is busy: the input pipeline cannot go faster with more workers",
+    );
+    if let Some(c) = e.host.cpu_mean_pct {
+        f = f.with("host_cpu_mean_pct", r1(c));
+    }
+    if let Some(c) = e.host.busy_cores_mean {
+        f = f.with("busy_cores_mean", r1(c));
+    }
+    if let Some(n) = e.host.cpu_count {
+        f = f.with("cpu_count", n);
+    }
+    if let Some(p) = e.host.psi_cpu_some_mean_pct {
+        f = f.with("psi_cpu_some_mean_pct", r1(p));
+    }
+    Some(f.recommend(
+        "Cut CPU work per sample: GPU-side decoding and augmentation (NVIDIA DALI, \
+         torchvision.transforms.v2 on CUDA tensors), cache decoded/augmented samples across epochs, \
+         pre-resize images offline, and check that nothing else on the host competes for the cores.",
+    ))
+}
+
+/// `io_bound`: processes wait on storage while the GPU starves.
+pub fn io_bound(e: &Evidence) -> Option<Finding> {
+    if classify(e)? != Kind::IoBound {
+        return None;
+    }
+    let mut f = Finding::new(
+        "io_bound",
+        Severity::Warning,
+        "Data loading waits on storage (processes in D state, I/O pressure)",
+    );
+    if let Some(d) = e.job.d_state_time_fraction {
+        f = f.with("d_state_time_fraction", r2(d));
+    }
+    if let Some(p) = e.host.psi_io_some_mean_pct {
+        f = f.with("psi_io_some_mean_pct", r1(p));
+    }
+    if let Some(p) = e.host.psi_io_full_mean_pct {
+        f = f.with("psi_io_full_mean_pct", r1(p));
+    }
+    if let Some(p) = e.host.iowait_mean_pct {
+        f = f.with("iowait_mean_pct", r1(p));
+    }
+    if let Some(r) = e.host.disk_read_mean_bytes_per_s {
+        f = f.with("disk_read_mean_bytes_per_s", r.round());
+    }
+    if let Some(r) = e.job.read_mean_bytes_per_s {
+        f = f.with("job_read_mean_bytes_per_s", r.round());
+    }
+    Some(f.recommend(
+        "Copy the dataset to local NVMe (or /dev/shm when it fits) before training; pack small \
+         files into large shards read sequentially (WebDataset, TFRecord, or one big array file); \
+         keep enough free RAM for the page cache to hold the hot set; raise prefetch_factor and \
+         num_workers so reads overlap.",
+    ))
+}
+
+/// `main_process_bound`: the training loop's process is at 100 % of a core while the GPU starves.
+pub fn main_process_bound(e: &Evidence) -> Option<Finding> {
+    let kind = classify(e)?;
+    if !main_saturated(e) || kind == Kind::IoBound {
+        return None;
+    }
+    let mut f = Finding::new(
+        "main_process_bound",
+        Severity::Warning,
+        "The training loop's own process is at 100% of a core",
+    )
+    .with("workers", e.job.workers_max);
+    if let Some(c) = e.job.main_cpu_mean_pct {
+        f = f.with("main_cpu_mean_pct", r1(c));
+    }
+    if let Some(s) = e.job.main_saturated_fraction {
+        f = f.with("main_saturated_fraction", r2(s));
+    }
+    if let Some(p) = e.job.main_pid {
+        f = f.with("main_pid", p);
+    }
+    let rec = if e.job.workers_max == 0 {
+        let n = recommended_workers(e).map(|r| r.0).unwrap_or(4);
+        format!(
+            "Data is loaded in the main process (num_workers=0). Use DataLoader(..., \
+             num_workers={n}, {LOADER_FLAGS}) so loading runs beside the training loop."
+        )
+    } else {
+        "Move per-sample work out of the training loop into the Dataset (run by workers); avoid \
+         host syncs each step (.item(), .cpu(), .numpy(), printing tensors); use \
+         torch.compile or CUDA graphs to cut Python/launch overhead."
+            .to_string()
+    };
+    Some(f.recommend(rec).speedup(speedup_bound(e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnose::rules::fixtures::*;
+
+    #[test]
+    fn healthy_steady_run_is_not_starving() {
+        let e = base(97.0);
+        assert_eq!(classify(&e), None);
+        assert!(input_bound(&e).is_none());
+        assert!(main_process_bound(&e).is_none());
+        assert!(super::cpu_saturated(&e).is_none() && io_bound(&e).is_none());
+    }
+
+    #[test]
+    fn busy_gpu_with_saturated_workers_is_not_starving() {
+        // Saturated workers keeping up: the GPU is busy, nothing to fix on the input side.
+        let e = too_few_workers(base(96.0));
+        assert!(input_bound(&e).is_none());
+    }
+
+    #[test]
+    fn one_saturated_worker_with_idle_cores_wants_more_workers() {
+        let e = too_few_workers(starving(base(30.0)));
+        let f = input_bound(&e).unwrap();
+        assert_eq!(f.evidence["kind"], "too_few_workers");
+        let n = f.evidence["recommended_num_workers"].as_u64().unwrap();
+        assert_eq!(
+            n, 4,
+            "ceil(1 worker / 0.325 busy) = 4, within 7 cores: {f:?}"
+        );
+        assert!(f.recommendation.contains("num_workers=4"));
+        assert!(f.recommendation.contains("pin_memory=True"));
+        assert!(f.recommendation.contains("persistent_workers=True"));
+        let s = f.expected_speedup.unwrap();
+        assert!((s - 3.08).abs() < 0.01, "{s}");
+        assert!(super::cpu_saturated(&e).is_none());
+        assert!(main_process_bound(&e).is_none());
+    }
+
+    #[test]
+    fn recommended_workers_respect_cores_per_gpu() {
+        let mut e = too_few_workers(starving(base(30.0)));
+        e.gpus.push(gpu(1, 30.0));
+        e.gpus[1].busy_fraction = Some(0.1);
+        e.gpus[0].busy_fraction = Some(0.1);
+        // 8 cpus / 2 gpus = 4 per GPU → at most 3 workers.
+        assert_eq!(recommended_workers(&e), Some((3, 3)));
+        e.job.workers_max = 0;
+        assert_eq!(recommended_workers(&e), Some((3, 3)));
+    }
+
+    #[test]
+    fn all_cores_busy_is_cpu_saturated() {
+        let e = all_cores_busy(starving(base(30.0)));
+        let f = input_bound(&e).unwrap();
+        assert_eq!(f.evidence["kind"], "cpu_saturated");
+        assert!(f.recommendation.contains("More workers will not help"));
+        let c = super::cpu_saturated(&e).unwrap();
+        assert_eq!(c.id, "cpu_saturated");
+        assert_eq!(c.evidence["host_cpu_mean_pct"], 97.0);
+        assert!(c.recommendation.contains("DALI"));
+    }
+
+    #[test]
+    fn d_state_and_io_pressure_is_io_bound() {
+        let e = io_stuck(starving(base(30.0)));
+        let f = input_bound(&e).unwrap();
+        assert_eq!(f.evidence["kind"], "io_bound");
+        let io = io_bound(&e).unwrap();
+        assert_eq!(io.evidence["d_state_time_fraction"], 0.8);
+        assert!(io.recommendation.contains("local NVMe"));
+        assert!(super::cpu_saturated(&e).is_none());
+    }
+
+    #[test]
+    fn num_workers_zero_with_a_pinned_main_process() {
+        let mut e = starving(base(30.0));
+        e.job.workers_max = 0;
+        e.job.workers_seen = 0;
+        e.job.worker_cpu_mean_pct = None;
+        e.job.main_cpu_mean_pct = Some(99.0);
+        e.job.main_saturated_fraction = Some(0.95);
+        let f = input_bound(&e).unwrap();
+        assert_eq!(f.evidence["kind"], "main_process_bound");
+        assert!(
+            f.recommendation.contains("num_workers=4"),
+            "{}",
+            f.recommendation
+        );
+        let m = main_process_bound(&e).unwrap();
+        assert!(m.recommendation.contains("num_workers=0"));
+    }
+
+    #[test]
+    fn pinned_main_with_workers_is_main_process_bound() {
+        let mut e = starving(base(30.0));
+        e.job.main_cpu_mean_pct = Some(99.0);
+        e.job.main_saturated_fraction = Some(0.9);
+        let f = input_bound(&e).unwrap();
+        assert_eq!(f.evidence["kind"], "main_process_bound");
+        assert!(main_process_bound(&e)
+            .unwrap()
+            .recommendation
+            .contains(".item()"));
+    }
+
+    #[test]
+    fn log_without_host_data_still_sees_the_signature() {
+        let mut e = starving(base(30.0));
+        e.host = Default::default();
+        e.job = Default::default();
+        let f = input_bound(&e).unwrap();
+        assert_eq!(f.evidence["kind"], "unknown");
+        assert!(f.recommendation.contains("gpufeed run"));
+    }
+
+    #[test]
+    fn low_flat_utilization_without_host_signals_is_not_input_bound() {
+        let e = base(40.0);
+        assert!(input_bound(&e).is_none());
+    }
+}

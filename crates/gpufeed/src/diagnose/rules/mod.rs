@@ -1,0 +1,166 @@
+//! Rules: pure functions of the [`Evidence`], each returning at most one [`Finding`].
+//!
+//! One file per family: `input` (starvation and its kinds), `pcie` (transfer and link),
+//! `throttle`, `balance` (GPUs against each other), `capacity` (idle GPU, small batch).
+
+pub mod balance;
+pub mod capacity;
+pub mod input;
+pub mod pcie;
+pub mod throttle;
+
+use super::evidence::Evidence;
+use crate::finding::{rank, Finding};
+
+/// A rule: evidence in, at most one finding out.
+pub type Rule = fn(&Evidence) -> Option<Finding>;
+
+/// Every rule, in no particular order (findings are ranked afterwards).
+pub const ALL: &[Rule] = &[
+    capacity::gpu_idle,
+    input::input_bound,
+    input::cpu_saturated,
+    input::io_bound,
+    input::main_process_bound,
+    pcie::transfer_bound,
+    pcie::pcie_link_degraded,
+    throttle::throttled,
+    capacity::batch_too_small,
+    balance::gpu_imbalance,
+];
+
+/// Runs every rule and ranks what they found.
+pub fn evaluate(e: &Evidence) -> Vec<Finding> {
+    let mut out: Vec<Finding> = ALL.iter().filter_map(|r| r(e)).collect();
+    rank(&mut out);
+    out
+}
+
+/// Rounds for evidence maps (keeps reports readable and snapshots stable).
+pub(crate) fn r1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+pub(crate) fn r2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+pub(crate) fn r3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    //! Synthetic evidence for rule tests.
+    use crate::diagnose::evidence::*;
+    use crate::diagnose::stats::{PeriodicityResult, Split};
+
+    /// One GPU, steadily busy at `util` %, 8 CPUs, a main process with `workers` idle workers.
+    pub fn base(util: f64) -> Evidence {
+        Evidence {
+            duration_s: 600.0,
+            gpus: vec![gpu(0, util)],
+            host: HostEvidence {
+                cpu_count: Some(8),
+                samples: 6000,
+                cpu_mean_pct: Some(20.0),
+                idle_cores_mean: Some(6.0),
+                busy_cores_mean: Some(1.0),
+                iowait_mean_pct: Some(0.5),
+                psi_cpu_some_mean_pct: Some(1.0),
+                psi_io_some_mean_pct: Some(0.5),
+                psi_io_full_mean_pct: Some(0.1),
+                psi_mem_some_mean_pct: Some(0.0),
+                psi_mem_full_mean_pct: Some(0.0),
+                ..Default::default()
+            },
+            job: JobEvidence {
+                pid: Some(100),
+                main_pid: Some(100),
+                main_cmd: Some("python train.py".into()),
+                main_cpu_mean_pct: Some(40.0),
+                main_saturated_fraction: Some(0.0),
+                workers_max: 2,
+                workers_seen: 2,
+                worker_cpu_mean_pct: Some(30.0),
+                workers_cpu_total_mean_pct: Some(60.0),
+                saturated_workers: 0,
+                cpu_mean_pct: Some(100.0),
+                samples: 6000,
+                d_state_fraction: Some(0.0),
+                d_state_time_fraction: Some(0.0),
+                ..Default::default()
+            },
+        }
+    }
+
+    pub fn gpu(index: u32, util: f64) -> GpuEvidence {
+        GpuEvidence {
+            index,
+            name: Some("Fake H100".into()),
+            util_samples: 3600,
+            util_mean_pct: Some(util),
+            util_std_pct: Some(1.0),
+            busy_fraction: Some(util / 100.0),
+            low_util_fraction: Some(if util < 30.0 { 1.0 } else { 0.0 }),
+            mem_total_bytes: Some(80 << 30),
+            mem_used_max_bytes: Some(70 << 30),
+            mem_used_max_fraction: Some(70.0 / 80.0),
+            ..Default::default()
+        }
+    }
+
+    /// Turns GPU 0 into the "85 % then 10 %, every 2 s" signature.
+    pub fn starving(mut e: Evidence) -> Evidence {
+        let g = &mut e.gpus[0];
+        g.util_mean_pct = Some(32.5);
+        g.busy_fraction = Some(0.325);
+        g.low_util_fraction = Some(0.7);
+        g.util_split = Some(Split {
+            threshold_pct: 50.0,
+            low_mean_pct: 10.0,
+            high_mean_pct: 85.0,
+            low_weight: 0.7,
+            separation: 0.98,
+        });
+        g.bimodal = true;
+        g.periodicity = Some(PeriodicityResult {
+            period_s: 2.0,
+            strength: 0.8,
+            step_s: 0.2,
+            windows: 5,
+        });
+        e
+    }
+
+    /// One worker pinned at 100 % with cores idle.
+    pub fn too_few_workers(mut e: Evidence) -> Evidence {
+        e.job.workers_max = 1;
+        e.job.workers_seen = 1;
+        e.job.worker_cpu_mean_pct = Some(99.0);
+        e.job.workers_cpu_total_mean_pct = Some(99.0);
+        e.job.saturated_workers = 1;
+        e
+    }
+
+    pub fn all_cores_busy(mut e: Evidence) -> Evidence {
+        e.host.cpu_mean_pct = Some(97.0);
+        e.host.idle_cores_mean = Some(0.0);
+        e.host.busy_cores_mean = Some(7.8);
+        e.host.psi_cpu_some_mean_pct = Some(45.0);
+        e.job.workers_max = 7;
+        e.job.workers_seen = 7;
+        e.job.worker_cpu_mean_pct = Some(95.0);
+        e.job.saturated_workers = 7;
+        e
+    }
+
+    pub fn io_stuck(mut e: Evidence) -> Evidence {
+        e.host.psi_io_some_mean_pct = Some(55.0);
+        e.host.psi_io_full_mean_pct = Some(30.0);
+        e.host.iowait_mean_pct = Some(25.0);
+        e.host.disk_read_mean_bytes_per_s = Some(180e6);
+        e.job.d_state_fraction = Some(0.5);
+        e.job.d_state_time_fraction = Some(0.8);
+        e.job.worker_cpu_mean_pct = Some(15.0);
+        e
+    }
+}

@@ -1,0 +1,614 @@
+//! Streaming statistics with memory fixed in advance: a percent histogram (percentiles and a
+//! two-cluster split), a periodicity detector (windowed autocorrelation on a regularly resampled
+//! series) and a decimating timeline for sparklines.
+
+use serde::{Deserialize, Serialize};
+
+/// Running count / sum / sum of squares / min / max.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Moments {
+    pub n: u64,
+    pub sum: f64,
+    pub sum_sq: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Moments {
+    pub fn push(&mut self, v: f64) {
+        if !v.is_finite() {
+            return;
+        }
+        if self.n == 0 {
+            self.min = v;
+            self.max = v;
+        } else {
+            self.min = self.min.min(v);
+            self.max = self.max.max(v);
+        }
+        self.n += 1;
+        self.sum += v;
+        self.sum_sq += v * v;
+    }
+    pub fn mean(&self) -> Option<f64> {
+        (self.n > 0).then(|| self.sum / self.n as f64)
+    }
+    pub fn std(&self) -> Option<f64> {
+        let m = self.mean()?;
+        Some((self.sum_sq / self.n as f64 - m * m).max(0.0).sqrt())
+    }
+    pub fn max(&self) -> Option<f64> {
+        (self.n > 0).then_some(self.max)
+    }
+    pub fn min(&self) -> Option<f64> {
+        (self.n > 0).then_some(self.min)
+    }
+}
+
+/// Number of bins of [`PctHistogram`] (5 percentage points each).
+pub const PCT_BINS: usize = 20;
+
+/// Histogram of a 0–100 % quantity in 5-point bins.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PctHistogram {
+    pub bins: [u64; PCT_BINS],
+    pub n: u64,
+}
+
+/// Two clusters found in a distribution (Otsu's split of the histogram).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Split {
+    /// Values below this belong to the low cluster.
+    pub threshold_pct: f64,
+    pub low_mean_pct: f64,
+    pub high_mean_pct: f64,
+    /// Share of samples in the low cluster (0–1).
+    pub low_weight: f64,
+    /// Between-cluster variance over total variance (1 = two clean levels; uniform noise = 0.75;
+    /// a normal bump ≈ 0.64).
+    pub separation: f64,
+}
+
+impl Split {
+    /// Two well separated levels, each holding a fair share of the time.
+    pub fn is_bimodal(&self) -> bool {
+        self.separation >= 0.8
+            && self.high_mean_pct - self.low_mean_pct >= 35.0
+            && self.low_weight >= 0.1
+            && self.low_weight <= 0.9
+    }
+}
+
+impl PctHistogram {
+    pub fn push(&mut self, pct: f64) {
+        if !pct.is_finite() {
+            return;
+        }
+        let b = ((pct.clamp(0.0, 100.0) / 5.0) as usize).min(PCT_BINS - 1);
+        self.bins[b] += 1;
+        self.n += 1;
+    }
+
+    /// Percentile (0–100) by linear interpolation inside the bin.
+    pub fn percentile(&self, p: f64) -> Option<f64> {
+        if self.n == 0 {
+            return None;
+        }
+        let target = (p / 100.0).clamp(0.0, 1.0) * self.n as f64;
+        let mut acc = 0.0;
+        for (i, &c) in self.bins.iter().enumerate() {
+            let c = c as f64;
+            if c > 0.0 && acc + c >= target {
+                let within = ((target - acc) / c).clamp(0.0, 1.0);
+                return Some(i as f64 * 5.0 + within * 5.0);
+            }
+            acc += c;
+        }
+        Some(100.0)
+    }
+
+    /// Share of samples at or above `pct` (bin resolution).
+    pub fn fraction_at_least(&self, pct: f64) -> Option<f64> {
+        if self.n == 0 {
+            return None;
+        }
+        let from = ((pct / 5.0).floor() as usize).min(PCT_BINS);
+        let c: u64 = self.bins[from..].iter().sum();
+        Some(c as f64 / self.n as f64)
+    }
+
+    /// Share of samples below `pct` (bin resolution).
+    pub fn fraction_below(&self, pct: f64) -> Option<f64> {
+        self.fraction_at_least(pct).map(|f| 1.0 - f)
+    }
+
+    /// Otsu's two-cluster split over bin centres.
+    pub fn split(&self) -> Option<Split> {
+        if self.n < 4 {
+            return None;
+        }
+        let n = self.n as f64;
+        let centre = |i: usize| i as f64 * 5.0 + 2.5;
+        let total_mean: f64 = self
+            .bins
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| centre(i) * c as f64)
+            .sum::<f64>()
+            / n;
+        let total_var: f64 = self
+            .bins
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| (centre(i) - total_mean).powi(2) * c as f64)
+            .sum::<f64>()
+            / n;
+        if total_var <= 1e-9 {
+            return None;
+        }
+        let mut best: Option<(f64, usize)> = None;
+        let (mut w0, mut s0) = (0.0, 0.0);
+        for k in 0..PCT_BINS - 1 {
+            w0 += self.bins[k] as f64;
+            s0 += centre(k) * self.bins[k] as f64;
+            let w1 = n - w0;
+            if w0 == 0.0 || w1 == 0.0 {
+                continue;
+            }
+            let m0 = s0 / w0;
+            let m1 = (total_mean * n - s0) / w1;
+            let between = (w0 / n) * (w1 / n) * (m1 - m0).powi(2);
+            if best.is_none() || best.is_some_and(|(b, _)| between > b) {
+                best = Some((between, k));
+            }
+        }
+        let (between, k) = best?;
+        let w0: f64 = self.bins[..=k].iter().sum::<u64>() as f64;
+        let s0: f64 = (0..=k).map(|i| centre(i) * self.bins[i] as f64).sum();
+        Some(Split {
+            threshold_pct: (k + 1) as f64 * 5.0,
+            low_mean_pct: s0 / w0,
+            high_mean_pct: (total_mean * n - s0) / (n - w0),
+            low_weight: w0 / n,
+            separation: between / total_var,
+        })
+    }
+}
+
+/// Window length (bins) of the periodicity detector; lags up to half of it.
+const WINDOW: usize = 512;
+const MAX_LAG: usize = WINDOW / 2;
+/// Samples used to choose the resampling step.
+const CALIBRATION: usize = 64;
+/// Full windows analysed before the detector starts skipping windows (cost stays bounded).
+const WINDOWS_BEFORE_THINNING: u64 = 64;
+
+/// The "busy, then starved, over and over" signature.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PeriodicityResult {
+    /// Period of the strongest repeating pattern.
+    pub period_s: f64,
+    /// Autocorrelation at that period (0–1; ≥ 0.3 is a clear repeating pattern).
+    pub strength: f64,
+    /// Resampling step of the analysed series.
+    pub step_s: f64,
+    /// Windows analysed.
+    pub windows: u64,
+}
+
+impl PeriodicityResult {
+    pub fn is_strong(&self) -> bool {
+        self.strength >= 0.3
+    }
+}
+
+/// Resamples a series onto a regular grid (bin means, gaps carried forward) and averages the
+/// unbiased autocorrelation of fixed windows. Memory is fixed: one window and one ACF sum.
+#[derive(Debug, Clone)]
+pub struct PeriodicityDetector {
+    calib: Vec<(f64, f64)>,
+    step: Option<f64>,
+    t0: f64,
+    cur_bin: i64,
+    bin_sum: f64,
+    bin_n: u32,
+    last: Option<f64>,
+    window: Vec<f64>,
+    acf_sum: Vec<f64>,
+    acf_len: usize,
+    used: u64,
+    seen: u64,
+    stride: u64,
+    flat: u64,
+}
+
+impl Default for PeriodicityDetector {
+    fn default() -> Self {
+        PeriodicityDetector {
+            calib: Vec::with_capacity(CALIBRATION),
+            step: None,
+            t0: 0.0,
+            cur_bin: 0,
+            bin_sum: 0.0,
+            bin_n: 0,
+            last: None,
+            window: Vec::with_capacity(WINDOW),
+            acf_sum: vec![0.0; MAX_LAG],
+            acf_len: MAX_LAG,
+            used: 0,
+            seen: 0,
+            stride: 1,
+            flat: 0,
+        }
+    }
+}
+
+impl PeriodicityDetector {
+    pub fn push(&mut self, t: f64, v: f64) {
+        if !t.is_finite() || !v.is_finite() {
+            return;
+        }
+        match self.step {
+            Some(_) => self.push_binned(t, v),
+            None => {
+                self.calib.push((t, v));
+                if self.calib.len() >= CALIBRATION {
+                    self.calibrate();
+                }
+            }
+        }
+    }
+
+    fn calibrate(&mut self) {
+        let mut gaps: Vec<f64> = self
+            .calib
+            .windows(2)
+            .map(|w| w[1].0 - w[0].0)
+            .filter(|g| *g > 1e-6)
+            .collect();
+        gaps.sort_by(f64::total_cmp);
+        let median = gaps.get(gaps.len() / 2).copied().unwrap_or(0.2);
+        let step = median.clamp(0.1, 5.0);
+        self.step = Some(step);
+        self.t0 = self.calib.first().map(|c| c.0).unwrap_or(0.0);
+        self.cur_bin = 0;
+        let calib = std::mem::take(&mut self.calib);
+        for (t, v) in calib {
+            self.push_binned(t, v);
+        }
+    }
+
+    fn push_binned(&mut self, t: f64, v: f64) {
+        let step = self.step.unwrap_or(0.2);
+        let b = ((t - self.t0) / step).floor() as i64;
+        if b > self.cur_bin {
+            self.close_bin();
+            let gap = b - self.cur_bin - 1;
+            if gap > MAX_LAG as i64 {
+                // A long hole: the pattern before it says nothing about the one after.
+                self.window.clear();
+            } else if let Some(last) = self.last {
+                for _ in 0..gap {
+                    self.push_value(last);
+                }
+            }
+            self.cur_bin = b;
+        }
+        self.bin_sum += v;
+        self.bin_n += 1;
+    }
+
+    fn close_bin(&mut self) {
+        if self.bin_n > 0 {
+            let v = self.bin_sum / self.bin_n as f64;
+            self.bin_sum = 0.0;
+            self.bin_n = 0;
+            self.last = Some(v);
+            self.push_value(v);
+        }
+    }
+
+    fn push_value(&mut self, v: f64) {
+        self.window.push(v);
+        if self.window.len() == WINDOW {
+            if self.seen % self.stride == 0 {
+                let w = std::mem::take(&mut self.window);
+                self.analyse(&w, MAX_LAG);
+                self.window = w;
+            }
+            self.seen += 1;
+            if self.seen >= WINDOWS_BEFORE_THINNING * self.stride {
+                self.stride *= 2;
+            }
+            self.window.clear();
+        }
+    }
+
+    fn analyse(&mut self, x: &[f64], lags: usize) {
+        let n = x.len();
+        let mean = x.iter().sum::<f64>() / n as f64;
+        let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n as f64;
+        if var < 1.0 {
+            // Flat within one percentage point: nothing repeats.
+            self.flat += 1;
+            return;
+        }
+        let mut centred = [0.0f64; WINDOW];
+        for (c, v) in centred.iter_mut().zip(x) {
+            *c = v - mean;
+        }
+        let c = &centred[..n];
+        for k in 0..lags.min(self.acf_len) {
+            let m = n - k;
+            let s: f64 = c[..m].iter().zip(&c[k..]).map(|(a, b)| a * b).sum();
+            self.acf_sum[k] += s / m as f64 / var;
+        }
+        self.used += 1;
+    }
+
+    /// The strongest repeat, if the series has any non-flat stretch long enough to tell.
+    pub fn finish(&mut self) -> Option<PeriodicityResult> {
+        if self.step.is_none() && self.calib.len() >= 8 {
+            self.calibrate();
+        }
+        self.close_bin();
+        if self.used == 0 && self.window.len() >= 16 {
+            let w = std::mem::take(&mut self.window);
+            let lags = w.len() / 2;
+            self.acf_len = lags;
+            self.analyse(&w, lags);
+        }
+        if self.used == 0 {
+            return None;
+        }
+        let step = self.step?;
+        let a: Vec<f64> = self.acf_sum[..self.acf_len]
+            .iter()
+            .map(|s| s / self.used as f64)
+            .collect();
+        peak_after_first_dip(&a).map(|(lag, strength)| PeriodicityResult {
+            period_s: lag * step,
+            strength,
+            step_s: step,
+            windows: self.used,
+        })
+    }
+}
+
+/// First clear ACF peak after the function has dipped below zero; (fractional lag, height).
+fn peak_after_first_dip(a: &[f64]) -> Option<(f64, f64)> {
+    let dip = a.iter().position(|v| *v < 0.0)?;
+    let rest = a.get(dip..)?;
+    let global = rest.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if global <= 0.0 {
+        return None;
+    }
+    // The first local maximum close to the global one (avoid picking a harmonic).
+    for k in dip + 1..a.len().saturating_sub(1) {
+        if a[k] >= a[k - 1] && a[k] >= a[k + 1] && a[k] >= 0.8 * global {
+            let (y0, y1, y2) = (a[k - 1], a[k], a[k + 1]);
+            let denom = y0 - 2.0 * y1 + y2;
+            let shift = if denom.abs() > 1e-12 {
+                (0.5 * (y0 - y2) / denom).clamp(-0.5, 0.5)
+            } else {
+                0.0
+            };
+            return Some((k as f64 + shift, y1.min(1.0)));
+        }
+    }
+    None
+}
+
+/// Number of points a [`Timeline`] keeps at most.
+const TIMELINE_CAP: usize = 128;
+
+/// Mean value per time bucket; buckets double in width when the cap is reached.
+#[derive(Debug, Clone)]
+pub struct Timeline {
+    t0: Option<f64>,
+    width: f64,
+    sums: Vec<(f64, u32)>,
+}
+
+impl Default for Timeline {
+    fn default() -> Self {
+        Timeline {
+            t0: None,
+            width: 0.5,
+            sums: Vec::with_capacity(TIMELINE_CAP),
+        }
+    }
+}
+
+impl Timeline {
+    pub fn push(&mut self, t: f64, v: f64) {
+        if !t.is_finite() || !v.is_finite() {
+            return;
+        }
+        let t0 = *self.t0.get_or_insert(t);
+        let mut b = ((t - t0).max(0.0) / self.width) as usize;
+        while b >= TIMELINE_CAP {
+            self.width *= 2.0;
+            let merged: Vec<(f64, u32)> = self
+                .sums
+                .chunks(2)
+                .map(|c| c.iter().fold((0.0, 0), |a, x| (a.0 + x.0, a.1 + x.1)))
+                .collect();
+            self.sums = merged;
+            b = ((t - t0).max(0.0) / self.width) as usize;
+        }
+        if self.sums.len() <= b {
+            self.sums.resize(b + 1, (0.0, 0));
+        }
+        self.sums[b].0 += v;
+        self.sums[b].1 += 1;
+    }
+
+    /// Bucket width in seconds and the bucket means (gaps carry the previous value).
+    pub fn points(&self) -> (f64, Vec<f64>) {
+        let mut out = Vec::with_capacity(self.sums.len());
+        let mut last = None;
+        for &(s, n) in &self.sums {
+            let v = if n > 0 { Some(s / n as f64) } else { last };
+            if let Some(v) = v {
+                out.push(v);
+                last = Some(v);
+            }
+        }
+        (self.width, out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn square(t: f64, period: f64, duty: f64, hi: f64, lo: f64) -> f64 {
+        if (t / period).fract() < duty {
+            hi
+        } else {
+            lo
+        }
+    }
+
+    #[test]
+    fn moments() {
+        let mut m = Moments::default();
+        for v in [1.0, 2.0, 3.0, f64::NAN] {
+            m.push(v);
+        }
+        assert_eq!(m.n, 3);
+        assert_eq!(m.mean(), Some(2.0));
+        assert!((m.std().unwrap() - (2.0f64 / 3.0).sqrt()).abs() < 1e-9);
+        assert_eq!((m.min(), m.max()), (Some(1.0), Some(3.0)));
+        assert_eq!(Moments::default().mean(), None);
+    }
+
+    #[test]
+    fn percentiles_interpolate_within_bins() {
+        let mut h = PctHistogram::default();
+        for i in 0..100 {
+            h.push(i as f64);
+        }
+        let p50 = h.percentile(50.0).unwrap();
+        assert!((p50 - 50.0).abs() <= 5.0, "{p50}");
+        assert!((h.fraction_at_least(80.0).unwrap() - 0.2).abs() < 1e-9);
+        assert!((h.fraction_below(10.0).unwrap() - 0.1).abs() < 1e-9);
+        h.push(150.0); // clamped into the top bin
+        assert_eq!(h.bins[PCT_BINS - 1], 6);
+    }
+
+    #[test]
+    fn two_levels_are_bimodal_a_bump_is_not() {
+        let mut two = PctHistogram::default();
+        for i in 0..1000 {
+            two.push(if i % 10 < 3 {
+                85.0 + (i % 3) as f64
+            } else {
+                10.0
+            });
+        }
+        let s = two.split().unwrap();
+        assert!(s.is_bimodal(), "{s:?}");
+        assert!((s.low_weight - 0.7).abs() < 0.01);
+        assert!((s.low_mean_pct - 12.5).abs() < 3.0 && s.high_mean_pct > 80.0);
+
+        let mut bump = PctHistogram::default();
+        // Roughly normal around 60 with sd ~10.
+        for i in 0..1000 {
+            let z = ((i as f64 + 0.5) / 1000.0 - 0.5) * 6.0;
+            let v = 60.0 + 10.0 * z.signum() * (z.abs()).powf(0.8);
+            bump.push(v);
+        }
+        assert!(!bump.split().unwrap().is_bimodal());
+
+        let mut flat = PctHistogram::default();
+        for _ in 0..100 {
+            flat.push(97.0);
+        }
+        assert!(flat.split().is_none());
+    }
+
+    #[test]
+    fn square_wave_period_is_found_at_driver_rate() {
+        let mut d = PeriodicityDetector::default();
+        let mut t = 0.0;
+        while t < 600.0 {
+            d.push(t, square(t, 2.0, 0.3, 85.0, 10.0));
+            t += 1.0 / 6.0;
+        }
+        let r = d.finish().unwrap();
+        assert!((r.period_s - 2.0).abs() < 0.15, "{r:?}");
+        assert!(r.strength > 0.7, "{r:?}");
+        assert!(r.is_strong());
+    }
+
+    #[test]
+    fn short_recordings_still_show_the_period() {
+        // 6 s of a 2 s square wave, as the fake driver produces in tests.
+        let mut d = PeriodicityDetector::default();
+        let mut t = 0.0;
+        while t < 6.0 {
+            d.push(t, square(t, 2.0, 0.3, 85.0, 10.0));
+            t += 1.0 / 6.0;
+        }
+        let r = d.finish().unwrap();
+        assert!((r.period_s - 2.0).abs() < 0.4, "{r:?}");
+        assert!(r.is_strong(), "{r:?}");
+    }
+
+    #[test]
+    fn one_second_logs_with_a_slow_cycle() {
+        let mut d = PeriodicityDetector::default();
+        for i in 0..3000 {
+            let t = i as f64;
+            d.push(t, square(t, 12.0, 0.5, 90.0, 5.0));
+        }
+        let r = d.finish().unwrap();
+        assert!((r.step_s - 1.0).abs() < 1e-9);
+        assert!((r.period_s - 12.0).abs() < 0.6, "{r:?}");
+    }
+
+    #[test]
+    fn steady_and_noisy_series_have_no_strong_period() {
+        let mut steady = PeriodicityDetector::default();
+        let mut noisy = PeriodicityDetector::default();
+        let mut x: u64 = 12345;
+        for i in 0..20_000 {
+            let t = i as f64 / 6.0;
+            steady.push(t, 97.0 + (i % 2) as f64 * 0.5);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            noisy.push(t, 50.0 + ((x >> 33) % 40) as f64);
+        }
+        assert!(steady.finish().is_none());
+        assert!(!noisy.finish().is_some_and(|r| r.is_strong()));
+    }
+
+    #[test]
+    fn very_long_series_cost_is_bounded() {
+        let mut d = PeriodicityDetector::default();
+        let n = 6 * 3600 * 6; // six hours at the driver rate
+        for i in 0..n {
+            let t = i as f64 / 6.0;
+            d.push(t, square(t, 3.0, 0.5, 80.0, 10.0));
+        }
+        let r = d.finish().unwrap();
+        assert!(r.windows < 200, "{r:?}");
+        assert!((r.period_s - 3.0).abs() < 0.2, "{r:?}");
+        assert!(d.window.capacity() <= WINDOW && d.acf_sum.len() == MAX_LAG);
+    }
+
+    #[test]
+    fn timeline_decimates_to_a_fixed_size() {
+        let mut tl = Timeline::default();
+        for i in 0..100_000 {
+            tl.push(i as f64 * 0.1, if i < 50_000 { 10.0 } else { 90.0 });
+        }
+        let (w, pts) = tl.points();
+        assert!(pts.len() <= TIMELINE_CAP && pts.len() > TIMELINE_CAP / 2);
+        assert!(w >= 10_000.0 / TIMELINE_CAP as f64);
+        assert!((pts[0] - 10.0).abs() < 1e-9 && (pts[pts.len() - 1] - 90.0).abs() < 1e-9);
+    }
+}

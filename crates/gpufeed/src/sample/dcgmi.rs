@@ -1,0 +1,407 @@
+//! `dcgmi dmon` and `nvidia-smi dmon` logs → recording lines.
+//!
+//! Both print a `#`-prefixed header line of column names and a unit line, repeated every so
+//! often, then one row per GPU per poll. dcgmi rows begin with `GPU N` (other entities such as
+//! `GPU-I` are skipped); nvidia-smi rows begin with the index (after `Date Time` with `-o DT`).
+//! Missing values are `N/A` or `-`. Neither prints a time by default: polls are counted, one
+//! interval apart (`-d`), unless a date/time column is present.
+
+use super::smi_csv::{log_header, parse_timestamp, LogError, LogInfo};
+use super::{GpuSample, GpuStatic};
+use crate::record::format::{Header, Line};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
+
+/// Which tool wrote the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavour {
+    Dcgmi,
+    SmiDmon,
+}
+
+/// Means of DCGM profiling fields, which a plain [`GpuSample`] does not carry.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProfilingMeans {
+    /// SM active (SMACT), percent of time.
+    pub sm_active_pct: Option<f64>,
+    /// SM occupancy (SMOCC), percent.
+    pub sm_occupancy_pct: Option<f64>,
+    /// Tensor pipe active (TENSO), percent.
+    pub tensor_active_pct: Option<f64>,
+    /// DRAM active (DRAMA), percent.
+    pub dram_active_pct: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Col {
+    Index,
+    Date,
+    Time,
+    Util,
+    GrAct,
+    MemUtil,
+    FbUsedMib,
+    PowerW,
+    TempC,
+    SmClock,
+    /// MB/s (nvidia-smi dmon `rxpci`).
+    RxMbS,
+    TxMbS,
+    /// bytes/s (DCGM PCIRX).
+    RxBytesS,
+    TxBytesS,
+    SmAct,
+    SmOcc,
+    Tensor,
+    DramAct,
+    Other,
+}
+
+fn col_of(name: &str, flavour: Flavour) -> Col {
+    match flavour {
+        Flavour::Dcgmi => match name.to_ascii_uppercase().as_str() {
+            "GPUTL" => Col::Util,
+            "GRACT" => Col::GrAct,
+            "MCUTL" => Col::MemUtil,
+            "FBUSD" => Col::FbUsedMib,
+            "POWER" => Col::PowerW,
+            "TMPTR" | "TEMP" | "GPUTEMP" => Col::TempC,
+            "SMCLK" => Col::SmClock,
+            "PCIRX" => Col::RxBytesS,
+            "PCITX" => Col::TxBytesS,
+            "SMACT" => Col::SmAct,
+            "SMOCC" => Col::SmOcc,
+            "TENSO" => Col::Tensor,
+            "DRAMA" => Col::DramAct,
+            _ => Col::Other,
+        },
+        Flavour::SmiDmon => match name.to_ascii_lowercase().as_str() {
+            "gpu" | "idx" => Col::Index,
+            "date" => Col::Date,
+            "time" => Col::Time,
+            "sm" => Col::Util,
+            "mem" => Col::MemUtil,
+            "fb" => Col::FbUsedMib,
+            "pwr" => Col::PowerW,
+            "gtemp" => Col::TempC,
+            "pclk" => Col::SmClock,
+            "rxpci" => Col::RxMbS,
+            "txpci" => Col::TxMbS,
+            _ => Col::Other,
+        },
+    }
+}
+
+fn value(v: &str) -> Option<f64> {
+    let v = v.trim();
+    if v == "-" || v.eq_ignore_ascii_case("n/a") || v.is_empty() {
+        return None;
+    }
+    v.parse().ok().filter(|x: &f64| x.is_finite())
+}
+
+#[derive(Default, Clone, Copy)]
+struct Sum {
+    n: u64,
+    s: f64,
+}
+impl Sum {
+    fn add(&mut self, v: Option<f64>) {
+        if let Some(v) = v {
+            self.n += 1;
+            self.s += v;
+        }
+    }
+    fn mean(&self) -> Option<f64> {
+        (self.n > 0).then(|| self.s / self.n as f64)
+    }
+}
+
+/// Reads a `dcgmi dmon` or `nvidia-smi dmon` log; returns the synthesized header, read
+/// statistics, and per-GPU means of profiling fields (dcgmi).
+pub fn read_dmon(
+    r: impl Read,
+    flavour: Flavour,
+    interval_s: Option<f64>,
+    mut visit: impl FnMut(&Line),
+) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+    let interval = interval_s.unwrap_or(1.0);
+    let mut reader = BufReader::new(r);
+    let mut cols: Option<Vec<Col>> = None;
+    let mut info = LogInfo::default();
+    let mut any = false;
+    let mut poll = 0u64;
+    let mut seen: Vec<u32> = Vec::new();
+    let mut t0: Option<f64> = None;
+    let mut gpus: Vec<u32> = Vec::new();
+    let mut prof: BTreeMap<u32, [Sum; 4]> = BTreeMap::new();
+    let mut pending_bad = false;
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let n = reader
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| LogError::Io(e.to_string()))?;
+        if n == 0 {
+            break;
+        }
+        let complete = buf.last() == Some(&b'\n');
+        let text = String::from_utf8_lossy(&buf);
+        let line = text.trim();
+        if line.is_empty() {
+            continue;
+        }
+        any = true;
+        if let Some(rest) = line.strip_prefix('#') {
+            let names: Vec<&str> = rest.split_whitespace().collect();
+            let is_units = names
+                .first()
+                .is_some_and(|n| n.eq_ignore_ascii_case("idx") || n.starts_with("YYYY"));
+            if !names.is_empty() && !is_units {
+                let mut c: Vec<Col> = names.iter().map(|n| col_of(n, flavour)).collect();
+                if flavour == Flavour::Dcgmi {
+                    // `#Entity` covers two tokens in each row: `GPU 0`.
+                    c[0] = Col::Index;
+                }
+                cols = Some(c);
+            }
+            continue;
+        }
+        let toks: Vec<&str> = line.split_whitespace().collect();
+        if flavour == Flavour::Dcgmi && (toks == ["ID"] || toks[0] == "ID") {
+            continue;
+        }
+        let Some(c) = cols.as_ref() else {
+            return Err(LogError::Format(
+                "dmon log without a header line (`# gpu ...` / `#Entity ...`)".into(),
+            ));
+        };
+        if pending_bad {
+            info.malformed += 1;
+            pending_bad = false;
+        }
+        // Entity tokens: dcgmi rows start `GPU 0`; other entities are skipped.
+        let (idx, vals): (Option<u32>, &[&str]) = match flavour {
+            Flavour::Dcgmi => {
+                if toks[0] != "GPU" {
+                    continue;
+                }
+                (
+                    toks.get(1).and_then(|t| t.parse().ok()),
+                    toks.get(2..).unwrap_or(&[]),
+                )
+            }
+            Flavour::SmiDmon => (None, &toks[..]),
+        };
+        let expected = match flavour {
+            Flavour::Dcgmi => c.len() - 1,
+            Flavour::SmiDmon => c.len(),
+        };
+        if vals.len() != expected {
+            if complete {
+                pending_bad = true;
+            } else {
+                info.truncated = true;
+            }
+            continue;
+        }
+        let cols_vals: Vec<(Col, &str)> = match flavour {
+            Flavour::Dcgmi => c[1..].iter().copied().zip(vals.iter().copied()).collect(),
+            Flavour::SmiDmon => c.iter().copied().zip(vals.iter().copied()).collect(),
+        };
+        let mut s = GpuSample::default();
+        let mut index = idx;
+        let (mut date, mut time) = (None, None);
+        let mut gract = None;
+        let mut p = [None; 4];
+        for (col, v) in cols_vals {
+            match col {
+                Col::Index => index = v.trim().parse().ok(),
+                Col::Date => date = Some(v),
+                Col::Time => time = Some(v),
+                Col::Util => s.util_pct = value(v),
+                Col::GrAct => gract = value(v).map(|x| x * 100.0),
+                Col::MemUtil => s.mem_util_pct = value(v),
+                Col::FbUsedMib => s.mem_used_bytes = value(v).map(|x| (x * 1048576.0) as u64),
+                Col::PowerW => s.power_w = value(v),
+                Col::TempC => s.temperature_c = value(v).map(|x| x as u32),
+                Col::SmClock => s.sm_clock_mhz = value(v).map(|x| x as u32),
+                Col::RxMbS => s.pcie_rx_bytes_per_s = value(v).map(|x| x * 1e6),
+                Col::TxMbS => s.pcie_tx_bytes_per_s = value(v).map(|x| x * 1e6),
+                Col::RxBytesS => s.pcie_rx_bytes_per_s = value(v),
+                Col::TxBytesS => s.pcie_tx_bytes_per_s = value(v),
+                Col::SmAct => p[0] = value(v).map(|x| x * 100.0),
+                Col::SmOcc => p[1] = value(v).map(|x| x * 100.0),
+                Col::Tensor => p[2] = value(v).map(|x| x * 100.0),
+                Col::DramAct => p[3] = value(v).map(|x| x * 100.0),
+                Col::Other => {}
+            }
+        }
+        if s.util_pct.is_none() {
+            s.util_pct = gract;
+        }
+        let Some(index) = index else {
+            pending_bad = complete;
+            info.truncated |= !complete;
+            continue;
+        };
+        let ts = match (date, time) {
+            (Some(d), Some(t)) if d.len() == 8 => {
+                parse_timestamp(&format!("{}/{}/{} {}", &d[..4], &d[4..6], &d[6..], t))
+            }
+            _ => None,
+        };
+        if seen.contains(&index) {
+            poll += 1;
+            seen.clear();
+        }
+        seen.push(index);
+        s.index = index;
+        s.t_s = match ts {
+            Some(t) => t - *t0.get_or_insert(t),
+            None => poll as f64 * interval,
+        };
+        if !gpus.contains(&index) {
+            gpus.push(index);
+        }
+        if p.iter().any(Option::is_some) {
+            let e = prof.entry(index).or_default();
+            for (acc, v) in e.iter_mut().zip(p) {
+                acc.add(v);
+            }
+        }
+        info.rows += 1;
+        visit(&Line::Gpu(s));
+    }
+    if pending_bad {
+        info.truncated = true;
+    }
+    if !any {
+        return Err(LogError::Empty);
+    }
+    if info.rows == 0 {
+        return Err(LogError::Format("no GPU rows in the dmon log".into()));
+    }
+    gpus.sort_unstable();
+    let statics = gpus
+        .into_iter()
+        .map(|index| GpuStatic {
+            index,
+            ..Default::default()
+        })
+        .collect();
+    let means = prof
+        .into_iter()
+        .map(|(i, s)| {
+            (
+                i,
+                ProfilingMeans {
+                    sm_active_pct: s[0].mean(),
+                    sm_occupancy_pct: s[1].mean(),
+                    tensor_active_pct: s[2].mean(),
+                    dram_active_pct: s[3].mean(),
+                },
+            )
+        })
+        .collect();
+    Ok((log_header(statics, interval), info, means))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Parsed = (
+        Header,
+        LogInfo,
+        BTreeMap<u32, ProfilingMeans>,
+        Vec<GpuSample>,
+    );
+
+    fn read(text: &str, f: Flavour) -> Result<Parsed, LogError> {
+        let mut out = Vec::new();
+        let (h, i, p) = read_dmon(text.as_bytes(), f, None, |l| {
+            if let Line::Gpu(g) = l {
+                out.push(g.clone())
+            }
+        })?;
+        Ok((h, i, p, out))
+    }
+
+    const DCGMI: &str = "\
+#Entity   GPUTL  FBUSD  SMACT  SMOCC  TENSO  PCITX      PCIRX
+ID
+GPU 0     85     40960  0.812  0.400  0.300  1000000    2000000000
+GPU 1     10     40960  0.050  N/A    0.000  1000000    1000000
+GPU 0     12     40960  0.100  0.100  0.000  1000000    100000000
+GPU 1     11     40960  0.050  0.020  0.000  1000000    1000000
+#Entity   GPUTL  FBUSD  SMACT  SMOCC  TENSO  PCITX      PCIRX
+ID
+GPU 0     80     40960  0.790  0.380  0.290  1000000    1900000000
+GPU-I 0   5      100    0.1    0.1    0.0    0          0
+GPU 1     9      409";
+
+    #[test]
+    fn dcgmi_rows_repeated_headers_and_a_cut_end() {
+        let (h, info, prof, s) = read(DCGMI, Flavour::Dcgmi).unwrap();
+        assert_eq!(info.rows, 5);
+        assert!(info.truncated);
+        assert_eq!(h.gpus.len(), 2);
+        assert_eq!(s[0].util_pct, Some(85.0));
+        assert_eq!(s[0].mem_used_bytes, Some(40960 << 20));
+        assert_eq!(s[0].pcie_rx_bytes_per_s, Some(2e9));
+        let t: Vec<f64> = s.iter().filter(|x| x.index == 0).map(|x| x.t_s).collect();
+        assert_eq!(t, [0.0, 1.0, 2.0]);
+        let p0 = &prof[&0];
+        assert!((p0.sm_active_pct.unwrap() - 56.73).abs() < 0.01, "{p0:?}");
+        assert!((prof[&1].sm_occupancy_pct.unwrap() - 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn dcgmi_gract_stands_in_for_gputl() {
+        let text = "#Entity GRACT SMACT\nID\nGPU 0 0.5 0.4\n";
+        let (_, _, _, s) = read(text, Flavour::Dcgmi).unwrap();
+        assert_eq!(s[0].util_pct, Some(50.0));
+    }
+
+    const SMI_DMON: &str = "\
+# gpu    pwr  gtemp  mtemp     sm    mem    enc    dec    jpg    ofa   mclk   pclk
+# Idx      W      C      C      %      %      %      %      %      %    MHz    MHz
+    0    310     62     70     97     45      0      0      -      -   2619   1980
+    1     90     40     45      -      3      0      0      -      -   2619    345
+    0    312     63     70     96     44      0      0      -      -   2619   1980
+    1     91     40     45      2      3      0      0      -      -   2619    345
+";
+
+    #[test]
+    fn smi_dmon_default_columns() {
+        let (h, info, prof, s) = read(SMI_DMON, Flavour::SmiDmon).unwrap();
+        assert_eq!(info.rows, 4);
+        assert!(prof.is_empty());
+        assert_eq!(h.gpus.len(), 2);
+        assert_eq!(s[0].util_pct, Some(97.0));
+        assert_eq!(s[1].util_pct, None);
+        assert_eq!(s[0].sm_clock_mhz, Some(1980));
+        assert_eq!(s[2].t_s, 1.0);
+    }
+
+    #[test]
+    fn smi_dmon_with_date_time_and_pci() {
+        let text = "\
+#Date       Time        gpu     sm    mem  rxpci  txpci
+#YYYYMMDD   HH:MM:SS    Idx      %      %   MB/s   MB/s
+ 20261202   12:00:00      0     80     30   9000    100
+ 20261202   12:00:05      0     10     30    100    100
+";
+        let (_, _, _, s) = read(text, Flavour::SmiDmon).unwrap();
+        assert_eq!(s[1].t_s, 5.0);
+        assert_eq!(s[0].pcie_rx_bytes_per_s, Some(9e9));
+    }
+
+    #[test]
+    fn no_header_or_empty() {
+        assert_eq!(read("", Flavour::Dcgmi).unwrap_err(), LogError::Empty);
+        assert!(read("    0 1 2\n", Flavour::SmiDmon).is_err());
+    }
+}

@@ -1,0 +1,642 @@
+//! `nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits] -l N` logs → recording lines.
+//!
+//! Accepts any subset and order of fields, units in the header (`utilization.gpu [%]`) and/or in
+//! the values (`87 %`, `1024 MiB`), `[N/A]` / `[Not Supported]`, padding, several GPUs interleaved
+//! (told apart by `index`, `uuid` or `pci.bus_id`, else by rows of the same poll), repeated header
+//! lines and a truncated last line. Without a header, fields come from `columns` or are guessed
+//! from the units in the values.
+
+use super::{GpuSample, GpuStatic, HostInfo};
+use crate::record::format::{Header, Line, SCHEMA_VERSION};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
+
+/// What a log reader found besides the lines.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LogInfo {
+    /// Data rows accepted.
+    pub rows: u64,
+    /// Rows that could not be read (wrong field count, no usable value).
+    pub malformed: u64,
+    /// The last row was cut (killed logger): dropped.
+    pub truncated: bool,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum LogError {
+    #[error("the log is empty")]
+    Empty,
+    #[error("{0}")]
+    Format(String),
+    #[error("read error: {0}")]
+    Io(String),
+}
+
+/// Options for logs that do not describe themselves.
+#[derive(Debug, Clone, Default)]
+pub struct CsvOptions {
+    /// Field names for a log written with `noheader` (the `--query-gpu` list).
+    pub columns: Option<Vec<String>>,
+    /// Seconds between polls when the log has no timestamp column (`-l N`); default 1.
+    pub interval_s: Option<f64>,
+}
+
+/// Fields gpufeed understands (canonical names; aliases map onto them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Timestamp,
+    Index,
+    Uuid,
+    BusId,
+    Name,
+    UtilGpu,
+    UtilMem,
+    MemUsed,
+    MemTotal,
+    MemFree,
+    PcieGen,
+    PcieGenMax,
+    PcieWidth,
+    PcieWidthMax,
+    Throttle,
+    ThrottleBit(u64),
+    Temperature,
+    Power,
+    PowerLimit,
+    SmClock,
+    Other,
+}
+
+fn field_of(name: &str) -> Field {
+    use super::throttle as t;
+    let n = name.trim().to_ascii_lowercase();
+    let n = n.split('[').next().unwrap_or("").trim().to_string();
+    match n.as_str() {
+        "timestamp" => Field::Timestamp,
+        "index" => Field::Index,
+        "uuid" | "gpu_uuid" => Field::Uuid,
+        "pci.bus_id" | "gpu_bus_id" | "pci.bus" => Field::BusId,
+        "name" | "gpu_name" => Field::Name,
+        "utilization.gpu" => Field::UtilGpu,
+        "utilization.memory" => Field::UtilMem,
+        "memory.used" => Field::MemUsed,
+        "memory.total" => Field::MemTotal,
+        "memory.free" => Field::MemFree,
+        "pcie.link.gen.current" | "pcie.link.gen.gpucurrent" => Field::PcieGen,
+        "pcie.link.gen.max" | "pcie.link.gen.gpumax" | "pcie.link.gen.hostmax" => Field::PcieGenMax,
+        "pcie.link.width.current" => Field::PcieWidth,
+        "pcie.link.width.max" => Field::PcieWidthMax,
+        "clocks_throttle_reasons.active" | "clocks_event_reasons.active" => Field::Throttle,
+        "temperature.gpu" => Field::Temperature,
+        "power.draw" | "power.draw.instant" | "power.draw.average" => Field::Power,
+        "power.limit" | "enforced.power.limit" => Field::PowerLimit,
+        "clocks.sm" | "clocks.current.sm" => Field::SmClock,
+        other => {
+            let bit = other
+                .strip_prefix("clocks_throttle_reasons.")
+                .or_else(|| other.strip_prefix("clocks_event_reasons."))
+                .and_then(|r| match r {
+                    "gpu_idle" => Some(t::GPU_IDLE),
+                    "applications_clocks_setting" => Some(t::APPLICATIONS_CLOCKS_SETTING),
+                    "sw_power_cap" => Some(t::SW_POWER_CAP),
+                    "hw_slowdown" => Some(t::HW_SLOWDOWN),
+                    "hw_thermal_slowdown" => Some(t::HW_THERMAL),
+                    "hw_power_brake_slowdown" => Some(t::HW_POWER_BRAKE),
+                    "sw_thermal_slowdown" => Some(t::SW_THERMAL),
+                    "sync_boost" => Some(t::SYNC_BOOST),
+                    _ => None,
+                });
+            bit.map(Field::ThrottleBit).unwrap_or(Field::Other)
+        }
+    }
+}
+
+/// Is this line a header (every field a dotted lower-case name, one of them known)?
+fn is_header(fields: &[&str]) -> bool {
+    let names_only = fields.iter().all(|f| {
+        let n = f.split('[').next().unwrap_or("").trim();
+        !n.is_empty()
+            && n.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '_')
+            && n.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+    });
+    names_only && fields.iter().any(|f| field_of(f) != Field::Other)
+}
+
+/// A value without padding and unit; `None` for `[N/A]`, `[Not Supported]`, `N/A`, empty.
+fn clean(v: &str) -> Option<&str> {
+    let v = v.trim();
+    if v.is_empty() || v.starts_with('[') || v.eq_ignore_ascii_case("n/a") {
+        return None;
+    }
+    Some(v)
+}
+
+/// A number with an optional unit; MiB/GiB/KiB/MB/GB values become bytes.
+fn number(v: &str, unit_from_header: Option<&str>) -> Option<f64> {
+    let v = clean(v)?;
+    let (num, unit) = match v.find(|c: char| c.is_ascii_alphabetic() || c == '%') {
+        Some(i) => (v[..i].trim(), v[i..].trim()),
+        None => (v, unit_from_header.unwrap_or("")),
+    };
+    let x: f64 = num.parse().ok()?;
+    let scale = match unit.trim_matches(|c| c == '[' || c == ']') {
+        "MiB" => 1024.0 * 1024.0,
+        "GiB" => 1024.0 * 1024.0 * 1024.0,
+        "KiB" => 1024.0,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "KB" | "kB" => 1e3,
+        _ => 1.0,
+    };
+    Some(x * scale)
+}
+
+fn header_unit(name: &str) -> Option<String> {
+    let open = name.find('[')?;
+    let close = name[open..].find(']')? + open;
+    Some(name[open + 1..close].trim().to_string())
+}
+
+/// `2026/12/02 12:00:00.123` (or with `-`) → seconds since the Unix epoch (the zone is unknown;
+/// only differences matter).
+pub fn parse_timestamp(v: &str) -> Option<f64> {
+    let v = clean(v)?;
+    let (date, time) = v.split_once([' ', 'T'])?;
+    let mut d = date.split(['/', '-']);
+    let y: i64 = d.next()?.parse().ok()?;
+    let mo: i64 = d.next()?.parse().ok()?;
+    let da: i64 = d.next()?.parse().ok()?;
+    let mut t = time.trim().split(':');
+    let h: f64 = t.next()?.parse().ok()?;
+    let mi: f64 = t.next()?.parse().ok()?;
+    let s: f64 = t.next()?.trim_end_matches('Z').parse().ok()?;
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&da) {
+        return None;
+    }
+    Some(days_from_civil(y, mo, da) as f64 * 86400.0 + h * 3600.0 + mi * 60.0 + s)
+}
+
+/// Days since 1970-01-01 (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146097 + doe - 719468
+}
+
+fn split(line: &str) -> Vec<&str> {
+    line.split(',').map(str::trim).collect()
+}
+
+/// Guesses the fields of a header-less row from units in its values.
+fn guess_columns(values: &[&str]) -> Option<Vec<String>> {
+    let mut out = vec![String::from("other"); values.len()];
+    let mut pct = Vec::new();
+    let mut mib = Vec::new();
+    for (i, v) in values.iter().enumerate() {
+        let v = v.trim();
+        if parse_timestamp(v).is_some() {
+            out[i] = "timestamp".into();
+        } else if v.ends_with('%') {
+            pct.push(i);
+        } else if v.ends_with("MiB") {
+            mib.push(i);
+        } else if v.ends_with(" W") {
+            out[i] = "power.draw".into();
+        } else if v.ends_with("MHz") && !out.iter().any(|o| o == "clocks.sm") {
+            out[i] = "clocks.sm".into();
+        } else if v.starts_with("GPU-") {
+            out[i] = "uuid".into();
+        } else if v.len() >= 12 && v.matches(':').count() == 2 && v.contains('.') {
+            out[i] = "pci.bus_id".into();
+        }
+    }
+    if pct.is_empty() {
+        return None;
+    }
+    out[pct[0]] = "utilization.gpu".into();
+    if let Some(&i) = pct.get(1) {
+        out[i] = "utilization.memory".into();
+    }
+    let m: Vec<f64> = mib
+        .iter()
+        .filter_map(|&i| number(values[i], None))
+        .collect();
+    match mib.len() {
+        1 => out[mib[0]] = "memory.used".into(),
+        2 if m.len() == 2 => {
+            let (used, total) = if m[0] <= m[1] { (0, 1) } else { (1, 0) };
+            out[mib[used]] = "memory.used".into();
+            out[mib[total]] = "memory.total".into();
+        }
+        3 if m.len() == 3 => {
+            // The one equal to the sum of the other two is the total; the order after it is
+            // the documented free, used unless the values say otherwise.
+            let t = (0..3).find(|&k| {
+                let others: f64 = (0..3).filter(|&j| j != k).map(|j| m[j]).sum();
+                (others - m[k]).abs() <= m[k] * 0.02 + 2.0 * 1048576.0
+            })?;
+            let rest: Vec<usize> = (0..3).filter(|&j| j != t).collect();
+            out[mib[t]] = "memory.total".into();
+            out[mib[rest[0]]] = "memory.free".into();
+            out[mib[rest[1]]] = "memory.used".into();
+        }
+        _ => {}
+    }
+    Some(out)
+}
+
+struct Columns {
+    fields: Vec<Field>,
+    units: Vec<Option<String>>,
+}
+
+impl Columns {
+    fn new(names: &[String]) -> Self {
+        Columns {
+            fields: names.iter().map(|n| field_of(n)).collect(),
+            units: names.iter().map(|n| header_unit(n)).collect(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct GpuMeta {
+    static_: GpuStatic,
+}
+
+/// Reads an nvidia-smi CSV log, handing each GPU reading to `visit` as a [`Line::Gpu`]; returns a
+/// synthesized header (GPUs with the names and totals the log showed) and read statistics.
+pub fn read_smi_csv(
+    r: impl Read,
+    opts: &CsvOptions,
+    mut visit: impl FnMut(&Line),
+) -> Result<(Header, LogInfo), LogError> {
+    let mut reader = BufReader::new(r);
+    let mut info = LogInfo::default();
+    let mut cols: Option<Columns> = opts.columns.as_ref().map(|c| Columns::new(c));
+    let mut gpus: Vec<GpuMeta> = Vec::new();
+    let mut ids: HashMap<String, u32> = HashMap::new();
+    let mut t0: Option<f64> = None;
+    let mut poll = 0u64;
+    let mut pos_in_poll = 0u32;
+    let mut last_ts: Option<f64> = None;
+    let mut seen_in_poll: Vec<u32> = Vec::new();
+    let interval = opts.interval_s.unwrap_or(1.0);
+    let mut any_line = false;
+    let mut pending_bad: Option<bool> = None; // a bad row not yet known to be the last
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let n = reader
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| LogError::Io(e.to_string()))?;
+        if n == 0 {
+            break;
+        }
+        let complete = buf.last() == Some(&b'\n');
+        let text = String::from_utf8_lossy(&buf);
+        let line = text.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        any_line = true;
+        let fields = split(line);
+        if is_header(&fields) {
+            let names: Vec<String> = fields.iter().map(|s| s.to_string()).collect();
+            cols = Some(Columns::new(&names));
+            continue;
+        }
+        if pending_bad.take().is_some() {
+            info.malformed += 1;
+        }
+        if cols.is_none() {
+            let guessed = guess_columns(&fields).ok_or_else(|| {
+                LogError::Format(
+                    "nvidia-smi CSV without a header and without units in the values: pass the \
+                     --query-gpu field list with --columns (or log without `noheader`)"
+                        .into(),
+                )
+            })?;
+            cols = Some(Columns::new(&guessed));
+        }
+        let c = cols.as_ref().expect("columns set above");
+        if fields.len() != c.fields.len() {
+            if complete {
+                pending_bad = Some(true);
+            } else {
+                info.truncated = true;
+            }
+            continue;
+        }
+        let mut s = GpuSample::default();
+        let mut ts = None;
+        let mut id_key: Option<String> = None;
+        let mut index: Option<u32> = None;
+        let mut name = None;
+        let mut mem_total = None;
+        let mut mem_free = None;
+        let mut gen_max = None;
+        let mut width_max = None;
+        let mut power_limit = None;
+        let mut bits: Option<u64> = None;
+        for ((f, unit), v) in c.fields.iter().zip(&c.units).zip(&fields) {
+            let u = unit.as_deref();
+            match f {
+                Field::Timestamp => ts = parse_timestamp(v),
+                Field::Index => index = clean(v).and_then(|v| v.parse().ok()),
+                Field::Uuid | Field::BusId => {
+                    if id_key.is_none() {
+                        id_key = clean(v).map(str::to_string);
+                    }
+                }
+                Field::Name => name = clean(v).map(str::to_string),
+                Field::UtilGpu => s.util_pct = number(v, u),
+                Field::UtilMem => s.mem_util_pct = number(v, u),
+                Field::MemUsed => s.mem_used_bytes = number(v, u).map(|x| x as u64),
+                Field::MemTotal => mem_total = number(v, u).map(|x| x as u64),
+                Field::MemFree => mem_free = number(v, u).map(|x| x as u64),
+                Field::PcieGen => s.pcie_gen = number(v, u).map(|x| x as u32),
+                Field::PcieGenMax => gen_max = number(v, u).map(|x| x as u32),
+                Field::PcieWidth => s.pcie_width = number(v, u).map(|x| x as u32),
+                Field::PcieWidthMax => width_max = number(v, u).map(|x| x as u32),
+                Field::Throttle => {
+                    s.throttle_reasons = clean(v).and_then(|v| {
+                        let h = v.trim_start_matches("0x").trim_start_matches("0X");
+                        u64::from_str_radix(h, 16).ok()
+                    })
+                }
+                Field::ThrottleBit(bit) => {
+                    if let Some(v) = clean(v) {
+                        let active = v.eq_ignore_ascii_case("active");
+                        let b = bits.get_or_insert(0);
+                        if active {
+                            *b |= bit;
+                        }
+                    }
+                }
+                Field::Temperature => s.temperature_c = number(v, u).map(|x| x as u32),
+                Field::Power => s.power_w = number(v, u),
+                Field::PowerLimit => power_limit = number(v, u),
+                Field::SmClock => s.sm_clock_mhz = number(v, u).map(|x| x as u32),
+                Field::Other => {}
+            }
+        }
+        if s.throttle_reasons.is_none() {
+            s.throttle_reasons = bits;
+        }
+        if s.mem_used_bytes.is_none() {
+            if let (Some(t), Some(f)) = (mem_total, mem_free) {
+                s.mem_used_bytes = Some(t.saturating_sub(f));
+            }
+        }
+        if s.util_pct.is_none() && s.mem_used_bytes.is_none() && s.throttle_reasons.is_none() {
+            if !complete {
+                info.truncated = true;
+            } else {
+                pending_bad = Some(true);
+            }
+            continue;
+        }
+        // Which GPU, and which poll.
+        let idx = match (index, id_key.clone()) {
+            (Some(i), _) => i,
+            (None, Some(k)) => {
+                let next = ids.len() as u32;
+                *ids.entry(k).or_insert(next)
+            }
+            (None, None) => {
+                let new_poll = match (ts, last_ts) {
+                    (Some(a), Some(b)) => (a - b).abs() > 0.1,
+                    (Some(_), None) => true,
+                    _ => false,
+                };
+                if new_poll {
+                    pos_in_poll = 0;
+                }
+                let i = if ts.is_some() { pos_in_poll } else { 0 };
+                pos_in_poll += 1;
+                i
+            }
+        };
+        if ts.is_none() && seen_in_poll.contains(&idx) {
+            poll += 1;
+            seen_in_poll.clear();
+        }
+        seen_in_poll.push(idx);
+        last_ts = ts.or(last_ts);
+        s.index = idx;
+        s.t_s = match ts {
+            Some(t) => t - *t0.get_or_insert(t),
+            None => poll as f64 * interval,
+        };
+        let meta = match gpus.iter().position(|g| g.static_.index == idx) {
+            Some(p) => &mut gpus[p],
+            None => {
+                gpus.push(GpuMeta {
+                    static_: GpuStatic {
+                        index: idx,
+                        ..Default::default()
+                    },
+                });
+                gpus.last_mut().expect("just pushed")
+            }
+        };
+        let st = &mut meta.static_;
+        st.name = st.name.take().or(name);
+        st.memory_total_bytes = mem_total.or(st.memory_total_bytes);
+        st.pcie_max_gen = gen_max.or(st.pcie_max_gen);
+        st.pcie_max_width = width_max.or(st.pcie_max_width);
+        st.power_limit_w = power_limit.or(st.power_limit_w);
+        if st.uuid.is_none() {
+            st.uuid = id_key;
+        }
+        info.rows += 1;
+        visit(&Line::Gpu(s));
+    }
+    if pending_bad.is_some() {
+        info.truncated = true;
+    }
+    if !any_line {
+        return Err(LogError::Empty);
+    }
+    if info.rows == 0 {
+        return Err(LogError::Format(
+            "no nvidia-smi CSV rows with utilization or memory values".into(),
+        ));
+    }
+    gpus.sort_by_key(|g| g.static_.index);
+    Ok((
+        log_header(gpus.into_iter().map(|g| g.static_).collect(), interval),
+        info,
+    ))
+}
+
+/// A header for a log that has none: no host facts, the GPUs it showed.
+pub fn log_header(gpus: Vec<GpuStatic>, interval_s: f64) -> Header {
+    Header {
+        schema_version: SCHEMA_VERSION,
+        gpufeed_version: None,
+        start_time: String::new(),
+        start_unix_us: 0,
+        interval_s,
+        host: HostInfo::default(),
+        driver: None,
+        gpus,
+        gpu_error: None,
+        command: None,
+        pid: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str, opts: &CsvOptions) -> Result<(Header, LogInfo, Vec<GpuSample>), LogError> {
+        let mut out = Vec::new();
+        let (h, i) = read_smi_csv(text.as_bytes(), opts, |l| {
+            if let Line::Gpu(g) = l {
+                out.push(g.clone())
+            }
+        })?;
+        Ok((h, i, out))
+    }
+
+    #[test]
+    fn units_in_header_and_values_and_na() {
+        let text = "timestamp, index, name, utilization.gpu [%], memory.used [MiB], memory.total [MiB], pcie.link.gen.current, power.draw [W]\n\
+                    2026/12/02 12:00:00.000, 0, NVIDIA H100 80GB HBM3, 87 %, 1024 MiB, 81559 MiB, 5, [N/A]\n\
+                    2026/12/02 12:00:01.000, 0, NVIDIA H100 80GB HBM3, 12 %, 1024 MiB, 81559 MiB, 5, 350.25 W\n";
+        let (h, info, s) = read(text, &CsvOptions::default()).unwrap();
+        assert_eq!(info.rows, 2);
+        assert_eq!(s[0].util_pct, Some(87.0));
+        assert_eq!(s[0].mem_used_bytes, Some(1024 << 20));
+        assert_eq!(s[0].power_w, None);
+        assert_eq!(s[1].power_w, Some(350.25));
+        assert!((s[1].t_s - 1.0).abs() < 1e-9);
+        assert_eq!(h.gpus[0].memory_total_bytes, Some(81559 << 20));
+        assert_eq!(h.gpus[0].name.as_deref(), Some("NVIDIA H100 80GB HBM3"));
+    }
+
+    #[test]
+    fn nounits_padded_and_reordered() {
+        let text = "memory.used [MiB],utilization.gpu [%],   index\n   2000 ,  55  ,1\n";
+        let (_, _, s) = read(text, &CsvOptions::default()).unwrap();
+        assert_eq!(s[0].index, 1);
+        assert_eq!(s[0].util_pct, Some(55.0));
+        assert_eq!(s[0].mem_used_bytes, Some(2000 << 20));
+    }
+
+    #[test]
+    fn interleaved_gpus_by_bus_id_and_repeated_headers() {
+        let text = "pci.bus_id, utilization.gpu [%]\n\
+                    00000000:07:00.0, 10 %\n00000000:0A:00.0, 90 %\n\
+                    pci.bus_id, utilization.gpu [%]\n\
+                    00000000:07:00.0, 11 %\n00000000:0A:00.0, 91 %\n";
+        let (h, info, s) = read(text, &CsvOptions::default()).unwrap();
+        assert_eq!(info.rows, 4);
+        assert_eq!(h.gpus.len(), 2);
+        let g1: Vec<_> = s
+            .iter()
+            .filter(|x| x.index == 1)
+            .map(|x| x.util_pct)
+            .collect();
+        assert_eq!(g1, [Some(90.0), Some(91.0)]);
+        // No timestamps: each repeat of a GPU starts a new poll, one interval later.
+        assert_eq!(s[2].t_s, 1.0);
+    }
+
+    #[test]
+    fn gpus_without_ids_are_told_apart_by_poll() {
+        let text = "timestamp, utilization.gpu [%]\n\
+                    2026/12/02 12:00:00.000, 10 %\n2026/12/02 12:00:00.020, 90 %\n\
+                    2026/12/02 12:00:01.000, 11 %\n2026/12/02 12:00:01.021, 91 %\n";
+        let (h, _, s) = read(text, &CsvOptions::default()).unwrap();
+        assert_eq!(h.gpus.len(), 2);
+        assert_eq!(s.iter().map(|x| x.index).collect::<Vec<_>>(), [0, 1, 0, 1]);
+    }
+
+    #[test]
+    fn truncated_last_line_is_dropped() {
+        let text = "index, utilization.gpu [%], memory.used [MiB]\n0, 50 %, 10 MiB\n0, 6";
+        let (_, info, s) = read(text, &CsvOptions::default()).unwrap();
+        assert_eq!(s.len(), 1);
+        assert!(info.truncated);
+        assert_eq!(info.malformed, 0);
+    }
+
+    #[test]
+    fn garbage_in_the_middle_is_counted() {
+        let text = "index, utilization.gpu [%]\n0, 50 %\n0, 1, 2\n0, 60 %\n";
+        let (_, info, s) = read(text, &CsvOptions::default()).unwrap();
+        assert_eq!(s.len(), 2);
+        assert_eq!(info.malformed, 1);
+        assert!(!info.truncated);
+    }
+
+    #[test]
+    fn noheader_with_units_is_guessed() {
+        let text =
+            "2026/12/02 12:00:00.000, NVIDIA A100, 87 %, 34 %, 81920 MiB, 1024 MiB, 80896 MiB\n";
+        let (h, _, s) = read(text, &CsvOptions::default()).unwrap();
+        assert_eq!(s[0].util_pct, Some(87.0));
+        assert_eq!(s[0].mem_util_pct, Some(34.0));
+        assert_eq!(s[0].mem_used_bytes, Some(80896 << 20));
+        assert_eq!(h.gpus[0].memory_total_bytes, Some(81920 << 20));
+    }
+
+    #[test]
+    fn noheader_nounits_needs_columns() {
+        let text = "0, 87, 1024\n0, 12, 1024\n";
+        let e = read(text, &CsvOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("--columns"), "{e}");
+        let opts = CsvOptions {
+            columns: Some(vec![
+                "index".into(),
+                "utilization.gpu".into(),
+                "memory.used [MiB]".into(),
+            ]),
+            interval_s: Some(2.0),
+        };
+        let (_, _, s) = read(text, &opts).unwrap();
+        assert_eq!(s[1].util_pct, Some(12.0));
+        assert_eq!(s[1].t_s, 2.0);
+        assert_eq!(s[1].mem_used_bytes, Some(1024 << 20));
+    }
+
+    #[test]
+    fn throttle_reasons_hex_and_per_reason_columns() {
+        let text = "index, clocks_throttle_reasons.active, utilization.gpu [%]\n0, 0x0000000000000040, 99 %\n";
+        let (_, _, s) = read(text, &CsvOptions::default()).unwrap();
+        assert_eq!(s[0].throttle_reasons, Some(0x40));
+        let text = "index, clocks_throttle_reasons.hw_thermal_slowdown, clocks_throttle_reasons.gpu_idle, utilization.gpu [%]\n0, Active, Not Active, 99 %\n";
+        let (_, _, s) = read(text, &CsvOptions::default()).unwrap();
+        assert_eq!(s[0].throttle_reasons, Some(0x40));
+    }
+
+    #[test]
+    fn empty_and_headers_only() {
+        assert_eq!(
+            read("", &CsvOptions::default()).unwrap_err(),
+            LogError::Empty
+        );
+        assert!(matches!(
+            read("index, utilization.gpu [%]\n", &CsvOptions::default()).unwrap_err(),
+            LogError::Format(_)
+        ));
+    }
+
+    #[test]
+    fn timestamps() {
+        let a = parse_timestamp("2026/12/02 12:00:00.500").unwrap();
+        let b = parse_timestamp("2026/12/03 12:00:01.000").unwrap();
+        assert!((b - a - 86400.5).abs() < 1e-6);
+        assert_eq!(parse_timestamp("1970/01/01 00:00:10"), Some(10.0));
+        assert_eq!(parse_timestamp("[N/A]"), None);
+    }
+}
