@@ -116,6 +116,11 @@ fn pageable_memcpy_only_for_pageable_host_copies() {
     let f = rules::pageable_memcpy(&s).unwrap();
     assert_eq!(f.evidence["copies"], 1);
     assert_eq!(f.evidence["bandwidth_gbps"].as_f64().unwrap(), 10.0);
+    // a tiny pageable copy (scalars) is not worth a finding
+    let mut ev = steps_with_dataloader(2, 100_000.0, 10.0, "_MultiProcessingDataLoaderIter");
+    ev.push(json!({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "pid": 0, "tid": 7,
+                   "ts": 50.0, "dur": 2.0, "args": {"device": 0, "stream": 7, "bytes": 4}}));
+    assert!(rules::pageable_memcpy(&summarize(ev, json!({}))).is_none());
 }
 
 #[test]

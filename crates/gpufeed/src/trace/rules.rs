@@ -12,6 +12,9 @@ pub const LOW_UTIL_PCT: f64 = 50.0;
 pub const COMM_BOUND_PCT: f64 = 10.0;
 pub const SYNC_BOUND_PCT: f64 = 10.0;
 pub const STRAGGLER_RATIO: f64 = 1.10;
+/// Pageable copies matter from 1 MB per step or 1% of the step time.
+pub const PAGEABLE_MIN_BYTES_PER_STEP: f64 = 1e6;
+pub const PAGEABLE_MIN_PCT: f64 = 1.0;
 /// GPU idle inside launch-bound stretches, as a share of the step, above which launches are the problem.
 pub const LAUNCH_IDLE_PCT: f64 = 10.0;
 
@@ -92,6 +95,9 @@ pub fn pageable_memcpy(s: &TraceSummary) -> Option<Finding> {
     let steps = s.steps.len().max(1) as f64;
     let per_step = time / steps;
     let share = 100.0 * per_step / s.breakdown.total_us.max(1e-9);
+    if bytes / steps < PAGEABLE_MIN_BYTES_PER_STEP && share < PAGEABLE_MIN_PCT {
+        return None; // a few small pageable copies (e.g. scalars) cost nothing worth fixing
+    }
     let sev = if share > 5.0 {
         Severity::Warning
     } else {
