@@ -65,7 +65,8 @@ pub struct Device {
     pub streams: Vec<StreamIdle>,
 }
 
-/// Idle time between consecutive GPU operations on one stream, split as HTA does.
+/// Idle time between consecutive GPU operations on one stream, split as HTA does, over the GPU work
+/// launched from the first ProfilerStep's start to the last one's (HTA drops the last iteration).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct StreamIdle {
     pub stream: u64,
@@ -542,6 +543,20 @@ pub fn summarize(c: &Collected) -> TraceSummary {
     s
 }
 
+/// HTA analyzes iterations from the first ProfilerStep's start to the last one's start.
+fn hta_window(c: &Collected) -> Option<(f64, f64)> {
+    if c.steps.len() < 2 {
+        return None;
+    }
+    let first = c.steps.iter().map(|x| x.ts).fold(f64::INFINITY, f64::min);
+    let last = c
+        .steps
+        .iter()
+        .map(|x| x.ts)
+        .fold(f64::NEG_INFINITY, f64::max);
+    (last > first).then_some((first, last))
+}
+
 fn devices(c: &Collected, span: (f64, f64), s: &mut TraceSummary) {
     let mut per: BTreeMap<u64, Vec<Range>> = BTreeMap::new();
     let mut count: BTreeMap<u64, u64> = BTreeMap::new();
@@ -554,7 +569,9 @@ fn devices(c: &Collected, span: (f64, f64), s: &mut TraceSummary) {
         .iter()
         .filter_map(|r| r.corr.map(|x| (x, r.ts)))
         .collect();
-    // streams: all GPU operations
+    // streams: all GPU operations launched within the complete iterations (as HTA: from the first
+    // ProfilerStep's start to the last one's start, the last iteration being possibly incomplete)
+    let window = hta_window(c);
     let mut streams: BTreeMap<(u64, u64), Vec<&DevRec>> = BTreeMap::new();
     for d in c
         .kernels
@@ -562,7 +579,14 @@ fn devices(c: &Collected, span: (f64, f64), s: &mut TraceSummary) {
         .chain(c.memcpys.iter())
         .chain(c.memsets.iter())
     {
-        streams.entry((d.device, d.stream)).or_default().push(d);
+        let at = d
+            .corr
+            .and_then(|x| launch_ts.get(&x))
+            .copied()
+            .unwrap_or(d.ts);
+        if window.is_none_or(|(a, b)| at >= a && at < b) {
+            streams.entry((d.device, d.stream)).or_default().push(d);
+        }
     }
     let width = (span.1 - span.0).max(1e-9);
     let mut busy_sum = 0.0;
