@@ -124,6 +124,9 @@ pub struct GpuEvidence {
     /// Utilization over time for a sparkline: bucket width and bucket means.
     pub timeline_step_s: f64,
     pub timeline_pct: Vec<f64>,
+    /// The end of the run at full resolution (up to 60 resampled values) for a zoomed sparkline.
+    pub recent_step_s: f64,
+    pub recent_pct: Vec<f64>,
 }
 
 /// Host-to-device PCIe traffic against the link's capacity.
@@ -264,6 +267,8 @@ struct GpuAcc {
     rx_frac: Moments,
     rx_frac_hist: PctHistogram,
     link_counts: HashMap<(u32, u32), u64>,
+    /// The link state last read (the recorder reads it only on slow ticks).
+    last_link: Option<(u32, u32)>,
     gen_max_seen: Option<u32>,
     width_max_seen: Option<u32>,
     loaded_link: u64,
@@ -437,6 +442,7 @@ impl EvidenceBuilder {
             rate = s.pcie_rx_bytes_per_s;
         }
         if let (Some(gen), Some(width)) = (s.pcie_gen, s.pcie_width) {
+            g.last_link = Some((gen, width));
             g.gen_max_seen = Some(g.gen_max_seen.map_or(gen, |m| m.max(gen)));
             g.width_max_seen = Some(g.width_max_seen.map_or(width, |m| m.max(width)));
             let loaded = util_now.is_some_and(|u| u >= LOADED_PCT);
@@ -449,6 +455,7 @@ impl EvidenceBuilder {
             if let Some(cap) = s
                 .pcie_gen
                 .zip(s.pcie_width)
+                .or(g.last_link)
                 .and_then(|(gn, w)| pcie_capacity_bytes_per_s(gn, w))
             {
                 let f = r / cap;
@@ -669,7 +676,11 @@ impl EvidenceBuilder {
             for _ in 0..8 {
                 let quiet = self.procs.get(&m).and_then(|a| a.cpu.mean()).unwrap_or(0.0) < 5.0;
                 let c = children(m);
-                if quiet && c.len() == 1 {
+                // A forked child with the same command line is a worker, not the training loop.
+                let same_cmd = c.len() == 1
+                    && self.procs.get(&m).and_then(|a| a.cmd.as_ref())
+                        == self.procs.get(&c[0]).and_then(|a| a.cmd.as_ref());
+                if quiet && c.len() == 1 && !same_cmd {
                     m = c[0];
                 } else {
                     break;
@@ -790,6 +801,7 @@ fn finish_gpu(
     let mut g = g;
     let split = g.hist.split();
     let periodicity = g.period.finish();
+    let (recent_step_s, recent_pct) = g.period.recent();
     let mem_total = st.and_then(|s| s.memory_total_bytes).or(g.mem_total);
     let mem_used_max = g.mem_used.max().map(|m| m as u64);
     let (timeline_step_s, timeline_pct) = g.timeline.points();
@@ -886,6 +898,8 @@ fn finish_gpu(
         sm_clock_mean_mhz: g.clock.mean(),
         timeline_step_s,
         timeline_pct,
+        recent_step_s,
+        recent_pct,
     }
 }
 
@@ -1011,8 +1025,9 @@ mod tests {
             let t = i as f64 * 0.1;
             b.push(&Line::Gpu(GpuSample {
                 pcie_rx_bytes: Some(rx),
-                pcie_gen: Some(3),
-                pcie_width: Some(8),
+                // Like the recorder: the link state only on slow ticks.
+                pcie_gen: (i % 10 == 0).then_some(3),
+                pcie_width: (i % 10 == 0).then_some(8),
                 ..gpu(t, 90.0)
             }));
             rx = rx.wrapping_add((cap * 0.8 * 0.1) as u64);
@@ -1180,6 +1195,21 @@ mod tests {
         assert_eq!(j.exit_code, Some(0));
         let roles: Vec<Role> = j.processes.iter().map(|p| p.role).collect();
         assert_eq!(roles, [Role::Other, Role::Main, Role::Worker, Role::Worker]);
+    }
+
+    #[test]
+    fn a_quiet_main_with_one_forked_worker_stays_main() {
+        let mut b = EvidenceBuilder::new();
+        b.push(&start(1, 0, "python train.py"));
+        b.push(&start(2, 1, "python train.py"));
+        b.push(&Line::Procs {
+            t_s: 0.0,
+            procs: vec![ps(1, 2.0, 'S', 0), ps(2, 100.0, 'R', 0)],
+        });
+        let e = b.finish(&header(8, Some(1)));
+        assert_eq!(e.job.main_pid, Some(1));
+        assert_eq!(e.job.workers_max, 1);
+        assert_eq!(e.job.saturated_workers, 1);
     }
 
     #[test]

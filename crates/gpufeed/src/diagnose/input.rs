@@ -105,7 +105,14 @@ pub fn detect(head: &str) -> Option<InputFormat> {
             known.iter().any(|k| l.contains(k))
         });
         let has_units = lines.iter().any(|l| l.contains(" %") || l.contains("MiB"));
-        if has_header || has_units {
+        // `noheader,nounits`: rows of numbers; the CSV reader asks for --columns.
+        let numeric = lines.iter().all(|l| {
+            l.split(',').all(|v| {
+                let v = v.trim();
+                v.parse::<f64>().is_ok() || v.starts_with('[')
+            })
+        });
+        if has_header || has_units || (numeric && lines.iter().any(|l| l.contains(','))) {
             return Some(InputFormat::SmiCsv);
         }
     }
@@ -145,6 +152,7 @@ pub fn read(
     opts: &LogOptions,
 ) -> Result<ReadOutcome, DiagnoseError> {
     let format = match format {
+        InputFormat::Auto if opts.columns.is_some() => InputFormat::SmiCsv,
         InputFormat::Auto => {
             let mut head = Vec::with_capacity(8192);
             open(path)?
@@ -352,7 +360,8 @@ mod tests {
             Some(InputFormat::Dcgmi)
         );
         assert_eq!(detect("hello world\n"), None);
-        assert_eq!(detect("a,b\n1,2\n"), None);
+        assert_eq!(detect("a,b\nx,y\n"), None);
+        assert_eq!(detect("97, 40211, 81920\n"), Some(InputFormat::SmiCsv));
         assert_eq!(detect(""), None);
     }
 }

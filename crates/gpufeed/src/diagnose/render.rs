@@ -210,7 +210,12 @@ fn job_line(r: &DiagnoseReport) -> Option<String> {
         let _ = write!(s, " at {c:.0}% of a core");
     }
     if j.workers_max > 0 {
-        let _ = write!(s, "; {} workers", j.workers_max);
+        let _ = write!(
+            s,
+            "; {} worker{}",
+            j.workers_max,
+            if j.workers_max == 1 { "" } else { "s" }
+        );
         if let Some(w) = j.worker_cpu_mean_pct {
             let _ = write!(s, " at {w:.0}% each");
         }
@@ -281,6 +286,17 @@ fn text(r: &DiagnoseReport, color: bool) -> String {
             );
         }
         if let Some(p) = gpu_pattern(g) {
+            let zoom = g.periodicity.is_some_and(|p| p.is_strong())
+                || g.util_split.is_some_and(|s| s.is_bimodal());
+            if zoom && g.recent_pct.len() >= 8 && g.recent_step_s > 0.0 {
+                let _ = writeln!(
+                    o,
+                    "  {}  last {} at {}/cell",
+                    paint(&sparkline(&g.recent_pct, 60), "36", color),
+                    duration(g.recent_pct.len() as f64 * g.recent_step_s),
+                    duration(g.recent_step_s)
+                );
+            }
             let _ = writeln!(o, "  {p}");
         }
     }

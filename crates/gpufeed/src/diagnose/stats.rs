@@ -220,7 +220,11 @@ pub struct PeriodicityDetector {
     seen: u64,
     stride: u64,
     flat: u64,
+    recent: std::collections::VecDeque<f64>,
 }
+
+/// Resampled values kept for a zoomed sparkline.
+pub const RECENT: usize = 60;
 
 impl Default for PeriodicityDetector {
     fn default() -> Self {
@@ -239,6 +243,7 @@ impl Default for PeriodicityDetector {
             seen: 0,
             stride: 1,
             flat: 0,
+            recent: std::collections::VecDeque::with_capacity(RECENT),
         }
     }
 }
@@ -309,6 +314,10 @@ impl PeriodicityDetector {
     }
 
     fn push_value(&mut self, v: f64) {
+        if self.recent.len() == RECENT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(v);
         self.window.push(v);
         if self.window.len() == WINDOW {
             if self.seen % self.stride == 0 {
@@ -344,6 +353,14 @@ impl PeriodicityDetector {
             self.acf_sum[k] += s / m as f64 / var;
         }
         self.used += 1;
+    }
+
+    /// The last [`RECENT`] resampled values and their step (call after [`Self::finish`]).
+    pub fn recent(&self) -> (f64, Vec<f64>) {
+        (
+            self.step.unwrap_or(0.0),
+            self.recent.iter().copied().collect(),
+        )
     }
 
     /// The strongest repeat, if the series has any non-flat stretch long enough to tell.

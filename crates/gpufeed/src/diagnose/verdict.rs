@@ -77,7 +77,7 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
                 c += 0.15;
             }
             let what = match kind {
-                input::Kind::TooFewWorkers => "too few DataLoader workers",
+                input::Kind::TooFewWorkers => "there are too few DataLoader workers",
                 input::Kind::CpuSaturated => "the CPU is saturated",
                 input::Kind::IoBound => "reading data is too slow",
                 input::Kind::MainProcess => "the training loop's process is pinned at a core",
@@ -177,7 +177,11 @@ mod tests {
         assert_eq!(v.id, "input_bound");
         assert_eq!(v.finding.as_deref(), Some("input_bound"));
         assert!(v.confidence >= 0.9, "{v:?}");
-        assert!(v.summary.contains("too few DataLoader workers"));
+        assert!(
+            v.summary.contains("too few DataLoader workers"),
+            "{}",
+            v.summary
+        );
     }
 
     #[test]

@@ -108,7 +108,9 @@ pub fn classify(e: &Evidence) -> Option<Kind> {
 /// one GPU can use (leaving one for the training loop).
 pub fn recommended_workers(e: &Evidence) -> Option<(u32, u32)> {
     let cores = e.cores_per_gpu()?;
-    let cap = ((cores.floor() as i64) - 1).max(1) as u32;
+    // Leave the training loop what it uses (at least a tenth of a core).
+    let main = (e.job.main_cpu_mean_pct.unwrap_or(100.0) / 100.0).clamp(0.1, 1.0);
+    let cap = ((cores - main + 0.15).floor() as i64).max(1) as u32;
     let busy = e.busy_fraction()?.max(0.05);
     let now = e.job.workers_max;
     let want = if now == 0 {
