@@ -8,9 +8,78 @@
 use super::{DiskRate, HostInfo, HostSample, ProcSample, ProcStart};
 use procfs::prelude::*;
 use procfs::process::Process;
-use procfs::{CpuPressure, CpuTime, IoPressure, KernelStats, Meminfo, MemoryPressure};
+use procfs::{CpuPressure, CpuTime, DiskStats, IoPressure, KernelStats, Meminfo, MemoryPressure};
 use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::time::Instant;
+
+/// A /proc file kept open and re-read from offset 0 at each reading: /proc regenerates the
+/// content on every read, and keeping the descriptor saves an open and a close per reading —
+/// the main cost of sampling a job tree ten times a second. (procfs parses paths it opens itself,
+/// hence this small helper; procfs still parses the bytes.)
+struct ProcFile {
+    file: File,
+    buf: Vec<u8>,
+}
+
+impl ProcFile {
+    fn open(path: &str) -> Option<ProcFile> {
+        File::open(path).ok().map(|file| ProcFile {
+            file,
+            buf: Vec::with_capacity(4096),
+        })
+    }
+
+    /// Reads the whole file again; `None` once it can no longer be read (process gone).
+    fn read(&mut self) -> Option<&[u8]> {
+        self.buf.clear();
+        let mut chunk = [0u8; 8192];
+        loop {
+            match self.file.read_at(&mut chunk, self.buf.len() as u64) {
+                Ok(0) => break,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => return None,
+            }
+        }
+        (!self.buf.is_empty()).then_some(&self.buf[..])
+    }
+}
+
+/// The fields of /proc/PID/stat that gpufeed uses.
+#[derive(Debug, Clone, PartialEq)]
+struct StatLite {
+    comm: String,
+    state: char,
+    ppid: u32,
+    /// utime + stime, in clock ticks.
+    ticks: u64,
+    threads: u32,
+    starttime: u64,
+    rss_pages: u64,
+}
+
+/// Parses /proc/PID/stat. The command name may hold spaces and parentheses, so the fields are
+/// counted from the last `)`.
+fn parse_stat(b: &[u8]) -> Option<StatLite> {
+    let s = std::str::from_utf8(b).ok()?;
+    let open = s.find('(')?;
+    let close = s.rfind(')')?;
+    let comm = s.get(open + 1..close)?.to_string();
+    let f: Vec<&str> = s.get(close + 1..)?.split_ascii_whitespace().collect();
+    // f[0] is field 3 (state) of proc(5).
+    let num = |i: usize| f.get(i)?.parse::<u64>().ok();
+    Some(StatLite {
+        comm,
+        state: f.first()?.chars().next()?,
+        ppid: num(1)? as u32,
+        ticks: num(11)? + num(12)?,
+        threads: num(17)? as u32,
+        starttime: num(19)?,
+        rss_pages: num(21)?,
+    })
+}
 
 /// True while `pid` exists and is not a zombie waiting to be reaped.
 pub fn pid_alive(pid: u32) -> bool {
@@ -74,10 +143,30 @@ struct PsiTotals {
     mem_full: Option<u64>,
 }
 
-fn read_psi() -> PsiTotals {
-    let cpu = CpuPressure::current().ok();
-    let io = IoPressure::current().ok();
-    let mem = MemoryPressure::current().ok();
+impl HostSampler {
+    fn read_psi(&mut self) -> PsiTotals {
+        let [c, i, m] = &mut self.psi;
+        let cpu = c
+            .as_mut()
+            .and_then(|f| f.read())
+            .and_then(|b| CpuPressure::from_buf_read(b).ok());
+        let io = i
+            .as_mut()
+            .and_then(|f| f.read())
+            .and_then(|b| IoPressure::from_buf_read(b).ok());
+        let mem = m
+            .as_mut()
+            .and_then(|f| f.read())
+            .and_then(|b| MemoryPressure::from_buf_read(b).ok());
+        psi_totals(cpu, io, mem)
+    }
+}
+
+fn psi_totals(
+    cpu: Option<CpuPressure>,
+    io: Option<IoPressure>,
+    mem: Option<MemoryPressure>,
+) -> PsiTotals {
     PsiTotals {
         cpu_some: cpu.as_ref().map(|p| p.some.total),
         io_some: io.as_ref().map(|p| p.some.total),
@@ -116,6 +205,11 @@ pub struct HostSampler {
     prev_disk: HashMap<String, (u64, u64)>,
     prev_psi: PsiTotals,
     prev_at: Option<Instant>,
+    stat: Option<ProcFile>,
+    meminfo: Option<ProcFile>,
+    diskstats: Option<ProcFile>,
+    psi: [Option<ProcFile>; 3],
+    whole_disk: HashMap<String, bool>,
 }
 
 impl Default for HostSampler {
@@ -131,6 +225,15 @@ impl HostSampler {
             prev_disk: HashMap::new(),
             prev_psi: PsiTotals::default(),
             prev_at: None,
+            stat: ProcFile::open("/proc/stat"),
+            meminfo: ProcFile::open("/proc/meminfo"),
+            diskstats: ProcFile::open("/proc/diskstats"),
+            psi: [
+                ProcFile::open("/proc/pressure/cpu"),
+                ProcFile::open("/proc/pressure/io"),
+                ProcFile::open("/proc/pressure/memory"),
+            ],
+            whole_disk: HashMap::new(),
         }
     }
 
@@ -145,7 +248,12 @@ impl HostSampler {
             ..Default::default()
         };
 
-        if let Ok(ks) = KernelStats::current() {
+        let ks = self
+            .stat
+            .as_mut()
+            .and_then(|f| f.read())
+            .and_then(|b| KernelStats::from_buf_read(b, procfs::current_system_info()).ok());
+        if let Some(ks) = ks {
             let per: Vec<(u64, u64)> = ks.cpu_time.iter().map(busy_idle).collect();
             let total = busy_idle(&ks.total);
             let iowait = ks.total.iowait.unwrap_or(0);
@@ -167,7 +275,12 @@ impl HostSampler {
             self.prev_cpu = Some((per, total, iowait));
         }
 
-        if let Ok(m) = Meminfo::current() {
+        let mem = self
+            .meminfo
+            .as_mut()
+            .and_then(|f| f.read())
+            .and_then(|b| Meminfo::from_buf_read(b).ok());
+        if let Some(m) = mem {
             s.mem_total_bytes = Some(m.mem_total);
             s.mem_available_bytes = m.mem_available;
             s.mem_cached_bytes = Some(m.cached);
@@ -175,7 +288,7 @@ impl HostSampler {
             s.swap_free_bytes = Some(m.swap_free);
         }
 
-        let psi = read_psi();
+        let psi = self.read_psi();
         s.psi_cpu_some_pct = stall_pct(psi.cpu_some, self.prev_psi.cpu_some, dt_s);
         s.psi_io_some_pct = stall_pct(psi.io_some, self.prev_psi.io_some, dt_s);
         s.psi_io_full_pct = stall_pct(psi.io_full, self.prev_psi.io_full, dt_s);
@@ -183,11 +296,20 @@ impl HostSampler {
         s.psi_mem_full_pct = stall_pct(psi.mem_full, self.prev_psi.mem_full, dt_s);
         self.prev_psi = psi;
 
-        if let Ok(disks) = procfs::diskstats() {
+        let disks = self
+            .diskstats
+            .as_mut()
+            .and_then(|f| f.read())
+            .and_then(|b| DiskStats::from_buf_read(b).ok());
+        if let Some(DiskStats(disks)) = disks {
             for d in disks {
                 // Whole devices only: partitions would count the same bytes twice; skip loop/ram.
-                if d.name.starts_with("loop") || d.name.starts_with("ram") || is_partition(&d.name)
-                {
+                let whole = *self.whole_disk.entry(d.name.clone()).or_insert_with(|| {
+                    !(d.name.starts_with("loop")
+                        || d.name.starts_with("ram")
+                        || is_partition(&d.name))
+                });
+                if !whole {
                     continue;
                 }
                 let now_b = (d.sectors_read * 512, d.sectors_written * 512);
@@ -223,24 +345,35 @@ pub struct TreeReading {
 }
 
 struct Tracked {
+    /// /proc/PID/stat kept open (while fewer than `MAX_OPEN` processes are tracked).
+    stat: Option<ProcFile>,
     starttime: u64,
     prev_ticks: u64,
     prev_at: Instant,
 }
 
+/// Most /proc/PID/stat files kept open at once; beyond that they are opened at each reading.
+const MAX_OPEN: usize = 256;
+
 /// Follows a root process and all its descendants.
 ///
 /// Each reading lists /proc once; a pid not seen before has its stat read once to learn its
 /// parent: descendants are adopted, others are remembered as unrelated (and forgotten when they
-/// vanish) so steady-state cost is one directory listing plus one stat and one io read per
-/// process of the job. Context switches (from /proc/PID/status, costly to generate) are read
-/// only when `slow` is set.
+/// vanish). /proc is listed only when /proc/loadavg shows a pid was created since the last
+/// reading, so steady-state cost is one read of /proc/loadavg plus one read of an already open
+/// /proc/PID/stat per process of the job. I/O bytes and context switches (from /proc/PID/io and
+/// /proc/PID/status, the latter costly to generate) are read only when `slow` is set.
 pub struct ProcTree {
     root: u32,
     tracked: HashMap<u32, Tracked>,
     unrelated: HashMap<u32, u64>,
     ticks_per_s: f64,
     page_size: u64,
+    last_io: HashMap<u32, (u64, u64)>,
+    /// /proc/loadavg, whose last field is the most recently created pid: while it does not
+    /// change, no process was created and listing /proc can be skipped.
+    loadavg: Option<ProcFile>,
+    last_pid_seen: Option<u64>,
 }
 
 impl ProcTree {
@@ -251,6 +384,9 @@ impl ProcTree {
             unrelated: HashMap::new(),
             ticks_per_s: procfs::ticks_per_second() as f64,
             page_size: procfs::page_size(),
+            last_io: HashMap::new(),
+            loadavg: ProcFile::open("/proc/loadavg"),
+            last_pid_seen: None,
         }
     }
 
@@ -268,12 +404,41 @@ impl ProcTree {
         pid_alive(self.root)
     }
 
+    /// True when a process may have been created since the previous call.
+    fn maybe_new_processes(&mut self) -> bool {
+        let last = self.loadavg.as_mut().and_then(|f| f.read()).and_then(|b| {
+            std::str::from_utf8(b)
+                .ok()?
+                .split_ascii_whitespace()
+                .nth(4)?
+                .parse::<u64>()
+                .ok()
+        });
+        match last {
+            Some(l) if Some(l) == self.last_pid_seen => false,
+            _ => {
+                self.last_pid_seen = last;
+                true
+            }
+        }
+    }
+
     pub fn sample(&mut self, t_s: f64, slow: bool) -> TreeReading {
         let mut reading = TreeReading::default();
+        if self.maybe_new_processes() {
+            self.discover(t_s, &mut reading);
+        }
+        self.read_tracked(slow, &mut reading);
+        reading.samples.sort_by_key(|s| s.pid);
+        reading
+    }
+
+    /// Lists /proc and adopts the root and every new descendant.
+    fn discover(&mut self, t_s: f64, reading: &mut TreeReading) {
         let mut present: HashSet<u32> = HashSet::new();
-        let mut candidates: Vec<(u32, procfs::process::Stat)> = Vec::new();
+        let mut candidates: Vec<(u32, ProcFile, StatLite)> = Vec::new();
         let Ok(entries) = std::fs::read_dir("/proc") else {
-            return reading;
+            return;
         };
         for e in entries.flatten() {
             let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
@@ -283,8 +448,10 @@ impl ProcTree {
             if self.tracked.contains_key(&pid) || self.unrelated.contains_key(&pid) {
                 continue;
             }
-            if let Ok(st) = Process::new(pid as i32).and_then(|p| p.stat()) {
-                candidates.push((pid, st));
+            if let Some(mut f) = ProcFile::open(&format!("/proc/{pid}/stat")) {
+                if let Some(st) = f.read().and_then(parse_stat) {
+                    candidates.push((pid, f, st));
+                }
             }
         }
         // Adopt descendants: repeat until no candidate's parent is in the tree (parents may be
@@ -293,108 +460,120 @@ impl ProcTree {
         while changed {
             changed = false;
             let mut rest = Vec::with_capacity(candidates.len());
-            for (pid, st) in candidates.drain(..) {
-                let ppid = st.ppid.max(0) as u32;
-                if pid == self.root || self.tracked.contains_key(&ppid) {
-                    let proc_ = Process::new(pid as i32).ok();
-                    let cmd = proc_
-                        .as_ref()
-                        .and_then(|p| p.cmdline().ok())
+            for (pid, f, st) in candidates.drain(..) {
+                if pid == self.root || self.tracked.contains_key(&st.ppid) {
+                    let cmd = Process::new(pid as i32)
+                        .and_then(|p| p.cmdline())
+                        .ok()
                         .filter(|c| !c.is_empty())
                         .map(|c| c.join(" "));
                     reading.started.push(ProcStart {
                         t_s,
                         pid,
-                        ppid,
+                        ppid: st.ppid,
                         cmd,
                         comm: Some(st.comm.clone()),
                     });
+                    let keep = self.tracked.len() < MAX_OPEN;
                     self.tracked.insert(
                         pid,
                         Tracked {
+                            stat: keep.then_some(f),
                             starttime: st.starttime,
-                            prev_ticks: st.utime + st.stime,
+                            prev_ticks: st.ticks,
                             prev_at: Instant::now(),
                         },
                     );
                     changed = true;
                 } else {
-                    rest.push((pid, st));
+                    rest.push((pid, f, st));
                 }
             }
             candidates = rest;
         }
-        for (pid, st) in candidates {
+        for (pid, _, st) in candidates {
             self.unrelated.insert(pid, st.starttime);
         }
         self.unrelated.retain(|pid, _| present.contains(pid));
+    }
 
-        // Read every tracked process; drop the ones that are gone (or whose pid was reused).
+    /// Reads every tracked process; drops the ones that are gone (or whose pid was reused).
+    fn read_tracked(&mut self, slow: bool, reading: &mut TreeReading) {
         let mut gone = Vec::new();
-        let pids: Vec<u32> = self.tracked.keys().copied().collect();
-        for pid in pids {
-            let p = match Process::new(pid as i32) {
-                Ok(p) => p,
-                Err(_) => {
-                    gone.push(pid);
-                    continue;
-                }
+        for (&pid, tr) in self.tracked.iter_mut() {
+            let st = match tr.stat.as_mut() {
+                Some(f) => f.read().and_then(parse_stat),
+                None => ProcFile::open(&format!("/proc/{pid}/stat"))
+                    .and_then(|mut f| f.read().and_then(parse_stat)),
             };
-            let st = match p.stat() {
-                Ok(st) => st,
-                Err(_) => {
-                    gone.push(pid);
-                    continue;
-                }
-            };
-            let tr = self.tracked.get_mut(&pid).expect("pid is tracked");
-            if st.starttime != tr.starttime || st.state == 'Z' || st.state == 'X' {
+            let Some(st) =
+                st.filter(|st| st.starttime == tr.starttime && st.state != 'Z' && st.state != 'X')
+            else {
                 gone.push(pid);
                 continue;
-            }
+            };
             let now = Instant::now();
-            let ticks = st.utime + st.stime;
             let dt = now.duration_since(tr.prev_at).as_secs_f64();
-            let cpu_pct = if dt > 0.0 && reading.started.iter().all(|s| s.pid != pid) {
-                Some(ticks.saturating_sub(tr.prev_ticks) as f64 / self.ticks_per_s / dt * 100.0)
-            } else {
-                None
-            };
-            tr.prev_ticks = ticks;
+            let just_started = reading.started.iter().any(|s| s.pid == pid);
+            let cpu_pct = (dt > 0.0 && !just_started).then(|| {
+                st.ticks.saturating_sub(tr.prev_ticks) as f64 / self.ticks_per_s / dt * 100.0
+            });
+            tr.prev_ticks = st.ticks;
             tr.prev_at = now;
-            let io = p.io().ok();
-            let (vol, invol) = if slow {
-                match p.status() {
-                    Ok(s) => (s.voluntary_ctxt_switches, s.nonvoluntary_ctxt_switches),
-                    Err(_) => (None, None),
-                }
-            } else {
-                (None, None)
-            };
-            reading.samples.push(ProcSample {
+            let mut sample = ProcSample {
                 pid,
                 cpu_pct,
-                rss_bytes: Some(st.rss * self.page_size),
-                read_bytes: io.as_ref().map(|i| i.read_bytes),
-                write_bytes: io.as_ref().map(|i| i.write_bytes),
+                rss_bytes: Some(st.rss_pages * self.page_size),
                 state: Some(st.state),
-                threads: u32::try_from(st.num_threads).ok(),
-                voluntary_ctxt_switches: vol,
-                nonvoluntary_ctxt_switches: invol,
-            });
+                threads: Some(st.threads),
+                ..Default::default()
+            };
+            if slow || just_started {
+                if let Ok(p) = Process::new(pid as i32) {
+                    if let Ok(io) = p.io() {
+                        self.last_io.insert(pid, (io.read_bytes, io.write_bytes));
+                    }
+                    if let Ok(status) = p.status() {
+                        sample.voluntary_ctxt_switches = status.voluntary_ctxt_switches;
+                        sample.nonvoluntary_ctxt_switches = status.nonvoluntary_ctxt_switches;
+                    }
+                }
+            }
+            // Cumulative I/O counters: the last value read (at most a second old).
+            if let Some(&(r, w)) = self.last_io.get(&pid) {
+                sample.read_bytes = Some(r);
+                sample.write_bytes = Some(w);
+            }
+            reading.samples.push(sample);
         }
         for pid in gone {
             self.tracked.remove(&pid);
+            self.last_io.remove(&pid);
             reading.exited.push(pid);
         }
-        reading.samples.sort_by_key(|s| s.pid);
-        reading
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_parsing_survives_odd_command_names() {
+        let line = b"4242 (py (worker) 1) S 4200 4242 4200 0 -1 4194560 100 0 0 0 150 50 0 0 20 0 7 0 12345 1000000 2500 18446744073709551615";
+        let st = parse_stat(line).unwrap();
+        assert_eq!(st.comm, "py (worker) 1");
+        assert_eq!(st.state, 'S');
+        assert_eq!(st.ppid, 4200);
+        assert_eq!(st.ticks, 200);
+        assert_eq!(st.threads, 7);
+        assert_eq!(st.starttime, 12345);
+        assert_eq!(st.rss_pages, 2500);
+        assert!(parse_stat(b"garbage").is_none());
+        assert!(parse_stat(b"1 (x) S 1").is_none());
+        let own = std::fs::read(format!("/proc/{}/stat", std::process::id())).unwrap();
+        assert!(parse_stat(&own).unwrap().threads >= 1);
+    }
 
     #[test]
     fn stall_and_busy_math() {
