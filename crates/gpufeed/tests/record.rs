@@ -396,3 +396,65 @@ fn record_for_a_duration_and_attached_to_a_pid() {
         .code(3)
         .stderr(predicate::str::contains("no process with pid 999999999"));
 }
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
+/// SIGTERM sent to gpufeed alone (as a scheduler does) reaches every process of the job, not only
+/// the shell at its root: no orphaned workers keep running.
+#[test]
+fn sigterm_is_forwarded_to_the_whole_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.ndjson");
+    let bin = assert_cmd::cargo::cargo_bin("gpufeed");
+    let mut child = std::process::Command::new(bin)
+        .args([
+            "--nvml-lib",
+            "/nonexistent.so",
+            "run",
+            "-q",
+            "--interval",
+            "50ms",
+            "-o",
+        ])
+        .arg(&out)
+        .args(["--", "sh", "-c", "sleep 31 & sleep 32 & wait"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the recorder has seen the whole tree (root + 2 sleeps).
+    let mut pids = Vec::new();
+    for _ in 0..100 {
+        pids.clear();
+        if out.exists() {
+            read_recording(&out, |_, l| {
+                if let Line::ProcStart(p) = l {
+                    pids.push(p.pid)
+                }
+            })
+            .unwrap();
+        }
+        if pids.len() >= 3 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(pids.len(), 3, "root and two sleeps seen: {pids:?}");
+    // SAFETY: plain kill(2) of our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let st = child.wait().unwrap();
+    assert_eq!(st.code(), Some(128 + libc::SIGTERM));
+    std::thread::sleep(Duration::from_millis(200));
+    for pid in pids {
+        assert!(!alive(pid), "process {pid} of the job survived SIGTERM");
+    }
+}
