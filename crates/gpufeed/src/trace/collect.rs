@@ -295,6 +295,9 @@ pub struct Collected {
     pub step_seq: u64,
     /// Blocking calls by name: cuda*/hip*Synchronize and synchronous cudaMemcpy.
     pub sync_calls: std::collections::BTreeMap<String, (u64, f64)>,
+    /// Caches by event name (few distinct names, many events).
+    pub runtime_names: HashMap<Vec<u8>, (RtClass, bool)>,
+    pub eligible_names: HashMap<Vec<u8>, bool>,
 }
 
 impl Collected {
@@ -413,17 +416,26 @@ impl EventSink for Collected {
                 }
             }
             Kind::RuntimeLegacy | Kind::CudaRuntime | Kind::CudaDriver => {
-                let name = String::from_utf8_lossy(&ev.name);
-                let class = runtime_class(&name);
+                let (class, blocking) = match self.runtime_names.get(&ev.name[..]) {
+                    Some(&v) => v,
+                    None => {
+                        let name = String::from_utf8_lossy(&ev.name);
+                        let class = runtime_class(&name);
+                        let blocking_copy = matches!(
+                            &*name,
+                            "cudaMemcpy" | "hipMemcpy" | "cuMemcpyDtoH_v2" | "cuMemcpyDtoH"
+                        );
+                        let v = (class, class == RtClass::Sync || blocking_copy);
+                        self.runtime_names.insert(ev.name.to_vec(), v);
+                        v
+                    }
+                };
                 if class == RtClass::Launch {
                     self.launch_calls += 1;
                 }
-                let blocking_copy = matches!(
-                    &*name,
-                    "cudaMemcpy" | "hipMemcpy" | "cuMemcpyDtoH_v2" | "cuMemcpyDtoH"
-                );
-                if class == RtClass::Sync || blocking_copy {
-                    let e = self.sync_calls.entry(name.to_string()).or_insert((0, 0.0));
+                if blocking {
+                    let name = String::from_utf8_lossy(&ev.name);
+                    let e = self.sync_calls.entry(name.into_owned()).or_insert((0, 0.0));
                     e.0 += 1;
                     e.1 += dur;
                 }
@@ -481,7 +493,15 @@ impl EventSink for Collected {
                 }
                 if kind == Kind::Operator {
                     if let Some(x) = a.external_id {
-                        if is_tc_eligible_op(&String::from_utf8_lossy(name)) {
+                        let eligible = match self.eligible_names.get(name) {
+                            Some(&v) => v,
+                            None => {
+                                let v = is_tc_eligible_op(&String::from_utf8_lossy(name));
+                                self.eligible_names.insert(name.to_vec(), v);
+                                v
+                            }
+                        };
+                        if eligible {
                             self.tc_eligible_ext.insert(x);
                         }
                     }
