@@ -226,6 +226,17 @@ fn fake_driver_square_wave_keeps_every_driver_sample() {
     assert_eq!(g.util_max_pct, Some(85.0));
     let period = g.util_sample_period_s.unwrap();
     assert!((period - 1.0 / 6.0).abs() < 0.03, "driver period {period}");
+    // The same run's diagnosis rides along: a 2 s square wave of busy and starved.
+    let report: gpufeed::present::run::RunReport = serde_json::from_str(
+        String::from_utf8_lossy(&a.get_output().stdout)
+            .lines()
+            .last()
+            .unwrap(),
+    )
+    .unwrap();
+    let verdict = report.verdict.expect("a verdict");
+    assert_ne!(verdict.id, "compute_bound", "{verdict:?}");
+    assert!(!report.findings.is_empty());
     // Header: static facts and the driver.
     let (h, _) = read_recording(&out, |_, _| {}).unwrap();
     assert_eq!(h.gpus[0].compute_capability, Some([9, 0]));

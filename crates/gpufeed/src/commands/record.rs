@@ -9,6 +9,7 @@ use crate::record::recorder::{default_output_name, Prepared, RecorderConfig};
 use crate::record::summary::summarize;
 use crate::sample::host::pid_alive;
 use anyhow::Context;
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
@@ -47,9 +48,22 @@ fn print_summary(path: &Path, opts: &RecordingOpts) -> anyhow::Result<()> {
     }
     let (summary, _) =
         summarize(path).with_context(|| format!("summarising {}", path.display()))?;
+    let diagnosis = match crate::diagnose::report_for_recording(path) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            eprintln!("gpufeed: no diagnosis: {e}");
+            None
+        }
+    };
     match opts.format {
-        SummaryFormat::Text => eprint!("{}", present::summary::text(&summary)),
-        SummaryFormat::Json => println!("{}", present::summary::json(&summary)),
+        SummaryFormat::Text => {
+            let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            eprint!(
+                "{}",
+                present::run::text(&summary, diagnosis.as_ref(), color)
+            )
+        }
+        SummaryFormat::Json => println!("{}", present::run::json(&summary, diagnosis.as_ref())),
     }
     Ok(())
 }
