@@ -172,10 +172,18 @@ fn process_tree_with_late_starting_early_exiting_workers() {
             b.last_seen_s,
             s.duration_s
         );
+        // A busy loop shows CPU (loosely: the test may share 2 cores with many others), far
+        // more than the waiting shell at the root.
+        let root_cpu = job
+            .processes
+            .iter()
+            .find(|p| p.pid == root)
+            .and_then(|p| p.cpu_mean_pct)
+            .unwrap();
+        let cpu = b.cpu_mean_pct.unwrap();
         assert!(
-            b.cpu_mean_pct.unwrap() > 25.0,
-            "a busy loop shows CPU: {:?}",
-            b.cpu_mean_pct
+            cpu > 5.0 && cpu > root_cpu + 5.0,
+            "busy loop {cpu} vs root {root_cpu}"
         );
         assert_ne!(b.ppid, 0);
     }
