@@ -155,20 +155,43 @@ pub fn is_tc_eligible_op(name: &str) -> bool {
 pub struct DevRec {
     pub ts: f64,
     pub te: f64,
-    pub corr: Option<u64>,
-    pub ext: Option<u64>,
+    /// Correlation id (`NONE` when absent); see [`DevRec::corr`].
+    pub corr_raw: u64,
+    pub ext_raw: u64,
     pub device: u64,
     pub stream: u64,
     /// Kernel name index for kernels, copy class for memcpys.
     pub tag: u32,
-    pub bytes: f64,
+    pub bytes: f32,
+}
+
+/// Stands for a missing id in the compact records.
+pub const NONE: u64 = u64::MAX;
+
+fn some(x: u64) -> Option<u64> {
+    (x != NONE).then_some(x)
+}
+
+impl DevRec {
+    pub fn corr(&self) -> Option<u64> {
+        some(self.corr_raw)
+    }
+    pub fn ext(&self) -> Option<u64> {
+        some(self.ext_raw)
+    }
+}
+
+impl RtRec {
+    pub fn corr(&self) -> Option<u64> {
+        some(self.corr_raw)
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
 pub struct RtRec {
     pub ts: f64,
     pub te: f64,
-    pub corr: Option<u64>,
+    pub corr_raw: u64,
     /// 2021 `Runtime` category (the plugin's Runtime role).
     pub legacy: bool,
     pub class: RtClass,
@@ -387,12 +410,12 @@ impl EventSink for Collected {
                 let mut r = DevRec {
                     ts,
                     te,
-                    corr: a.correlation,
-                    ext: a.external_id,
+                    corr_raw: a.correlation.unwrap_or(NONE),
+                    ext_raw: a.external_id.unwrap_or(NONE),
                     device: a.device.or(ev.pid).unwrap_or(0),
                     stream: a.stream.or(ev.tid).unwrap_or(0),
                     tag: 0,
-                    bytes: a.bytes.unwrap_or(0.0),
+                    bytes: a.bytes.unwrap_or(0.0) as f32,
                 };
                 match kind {
                     Kind::Kernel => {
@@ -442,7 +465,7 @@ impl EventSink for Collected {
                 self.runtimes.push(RtRec {
                     ts,
                     te,
-                    corr: a.correlation,
+                    corr_raw: a.correlation.unwrap_or(NONE),
                     legacy: kind == Kind::RuntimeLegacy,
                     class,
                 });
