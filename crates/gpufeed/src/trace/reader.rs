@@ -366,6 +366,15 @@ fn scan_events<R: Read>(
             // serde_json parses the event straight from the buffer and says where it ended; an
             // event cut by the end of the buffer is parsed again after reading more
             let avail = &buf.data[buf.pos..buf.end];
+            if let Some((ev, n)) = super::fast::event(avail) {
+                st.events += 1;
+                sink.event(&ev);
+                buf.pos += n;
+                if expect(buf, b",]")? == b']' {
+                    return Ok(());
+                }
+                continue;
+            }
             let mut it = serde_json::Deserializer::from_slice(avail).into_iter::<EventDe>();
             match it.next() {
                 Some(Ok(ev)) => {
@@ -395,6 +404,13 @@ fn scan_events<R: Read>(
             return Ok(());
         }
     }
+}
+
+/// The serde_json path for one event (the reference the fast path is tested against).
+#[cfg(test)]
+pub(super) fn parse_event_serde(b: &[u8]) -> Option<Event<'_>> {
+    let mut de = serde_json::Deserializer::from_slice(b);
+    de::Deserializer::deserialize_map(&mut de, EventVisitor).ok()
 }
 
 struct EventDe<'a>(Event<'a>);
@@ -559,6 +575,17 @@ impl<'de> de::Deserialize<'de> for Num {
         }
         d.deserialize_any(V)
     }
+}
+
+/// For the fast path: (number, id) of a string id.
+pub(super) fn num_from_bytes(v: &[u8]) -> (Option<f64>, Option<u64>) {
+    let n = num_from_str(v);
+    (n.f, n.id)
+}
+
+/// For the fast path: the length of a complete object/array at the start of `b`.
+pub(super) fn scan_value_pub(b: &[u8]) -> Option<usize> {
+    scan_value(b, false)
 }
 
 /// "7", "stream 7", "python 123" → the number; other strings → a stable hash with the top bit set.
