@@ -1,6 +1,7 @@
 //! Reading any supported input into evidence: format detection and a fast recording reader.
 
 use super::evidence::EvidenceBuilder;
+use super::fast;
 use super::{DiagnoseError, Evidence, Source};
 use crate::record::format::{self, Header, Line, ReadError};
 use crate::sample::dcgmi::{self, Flavour};
@@ -185,7 +186,7 @@ pub fn read(
     };
     let header = match format {
         InputFormat::Recording | InputFormat::Auto => {
-            let (h, st) = read_recording_fast(path, file, |l| b.push(l)).map_err(|e| match e {
+            let (h, st) = read_recording_fast(path, file, &mut b).map_err(|e| match e {
                 ReadError::Empty { .. } => DiagnoseError::Empty {
                     path: path.to_path_buf(),
                 },
@@ -241,18 +242,13 @@ pub fn read(
     })
 }
 
-#[derive(serde::Deserialize)]
-struct ProcsLine {
-    t_s: f64,
-    procs: Vec<ProcSample>,
-}
-
-/// Like [`format::read_from`] (same tolerance and statistics) but parses the frequent line
-/// types straight into their structs, skipping the tagged-enum detour.
+/// Like [`format::read_from`] (same tolerance and statistics), feeding the evidence builder:
+/// the frequent line types go through the specialised scanner in `fast` with reused buffers,
+/// everything else (and any line the scanner gives up on) through serde.
 pub fn read_recording_fast(
     path: &Path,
     r: impl Read,
-    mut visit: impl FnMut(&Line),
+    b: &mut EvidenceBuilder,
 ) -> Result<(Header, format::ReadStats), ReadError> {
     let mut reader = BufReader::with_capacity(1 << 20, r);
     let mut first = Vec::new();
@@ -269,6 +265,9 @@ pub fn read_recording_fast(
     };
     let mut pending_bad = 0u64;
     let mut bytes = Vec::with_capacity(4096);
+    let mut gpu = GpuSample::default();
+    let mut host = HostSample::default();
+    let mut procs: Vec<ProcSample> = Vec::new();
     loop {
         bytes.clear();
         let n = reader
@@ -286,35 +285,33 @@ pub fn read_recording_fast(
             continue;
         }
         stats.lines += 1;
-        let parsed: Option<Line> = if text.starts_with(b"{\"type\":\"gpu\",") {
-            serde_json::from_slice::<GpuSample>(text)
-                .ok()
-                .map(Line::Gpu)
+        let fast_done = if text.starts_with(b"{\"type\":\"gpu\",") {
+            fast::gpu(text, &mut gpu).map(|_| b.push_gpu(&gpu))
         } else if text.starts_with(b"{\"type\":\"host\",") {
-            serde_json::from_slice::<HostSample>(text)
-                .ok()
-                .map(Line::Host)
+            fast::host(text, &mut host).map(|_| b.push_host(&host))
         } else if text.starts_with(b"{\"type\":\"procs\",") {
-            serde_json::from_slice::<ProcsLine>(text)
-                .ok()
-                .map(|p| Line::Procs {
-                    t_s: p.t_s,
-                    procs: p.procs,
-                })
+            fast::procs(text, &mut procs).map(|t| b.push_procs(t, &procs))
         } else {
-            serde_json::from_slice::<Line>(text).ok()
+            None
         };
-        match parsed {
-            Some(line) => {
-                stats.malformed += pending_bad;
-                pending_bad = 0;
-                if matches!(line, Line::End(_)) {
-                    stats.unfinished = false;
+        let ok = fast_done.is_some()
+            || match serde_json::from_slice::<Line>(text) {
+                Ok(line) => {
+                    if matches!(line, Line::End(_)) {
+                        stats.unfinished = false;
+                    }
+                    b.push(&line);
+                    true
                 }
-                visit(&line);
-            }
-            None if !complete => stats.truncated = true,
-            None => pending_bad += 1,
+                Err(_) => false,
+            };
+        if ok {
+            stats.malformed += pending_bad;
+            pending_bad = 0;
+        } else if !complete {
+            stats.truncated = true;
+        } else {
+            pending_bad += 1;
         }
     }
     if pending_bad > 0 {
