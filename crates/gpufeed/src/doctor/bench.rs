@@ -550,8 +550,47 @@ fn measure(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
 }
 
 fn cublas_present() -> bool {
+    preload_cublas();
     // SAFETY: only tries to dlopen cuBLAS under the names cudarc would use.
     unsafe { cudarc::cublas::sys::is_culib_present() }
+}
+
+/// Directories where a CUDA toolkit keeps cuBLAS when they are not on the loader's path.
+fn cublas_dirs() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = ["CUDA_HOME", "CUDA_PATH"]
+        .iter()
+        .filter_map(std::env::var_os)
+        .map(|h| PathBuf::from(h).join("lib64"))
+        .collect();
+    v.push(PathBuf::from("/usr/local/cuda/lib64"));
+    v.push(PathBuf::from("/usr/local/cuda/targets/x86_64-linux/lib"));
+    v.push(PathBuf::from("/usr/local/cuda/targets/sbsa-linux/lib"));
+    v
+}
+
+/// cudarc looks cuBLAS up by name (`libcublas.so.13`, `.12`…) on the loader's path. A toolkit in
+/// /usr/local/cuda is often not on it: load libcublasLt and libcublas from there by full path
+/// first (and keep them loaded), so the later lookup by name finds the already-loaded library.
+fn preload_cublas() {
+    for dir in cublas_dirs() {
+        for major in ["13", "12"] {
+            let lt = dir.join(format!("libcublasLt.so.{major}"));
+            let blas = dir.join(format!("libcublas.so.{major}"));
+            if !blas.exists() {
+                continue;
+            }
+            // SAFETY: loading NVIDIA's cuBLAS runs only its own initialisers.
+            unsafe {
+                if let Ok(l) = libloading::Library::new(&lt) {
+                    std::mem::forget(l);
+                }
+                if let Ok(l) = libloading::Library::new(&blas) {
+                    std::mem::forget(l);
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// Shrinks n until three fp32 n×n matrices fit in half the free memory.
@@ -646,21 +685,33 @@ fn measure_copies(
     Ok(out)
 }
 
-/// Host data for one precision: values in [-1, 1) from a fixed LCG, as raw bytes.
+/// Host data for one precision: values in [-1, 1) from a fixed LCG (a 1 Mi-element pattern,
+/// repeated), as raw bytes.
 fn matrix_bytes(precision: &str, count: usize) -> Vec<u8> {
+    let pattern = count.min(1 << 20);
     let mut state: u32 = 0x1234_5678;
     let mut next = || {
         state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
         (state >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
     };
-    let mut out = Vec::with_capacity(count * 4);
-    for _ in 0..count {
+    let elem = if precision == "fp16" || precision == "bf16" {
+        2
+    } else {
+        4
+    };
+    let mut out = Vec::with_capacity(count * elem);
+    for _ in 0..pattern {
         let v = next();
         match precision {
             "fp16" => out.extend_from_slice(&f32_to_f16_bits(v).to_le_bytes()),
             "bf16" => out.extend_from_slice(&((v.to_bits() >> 16) as u16).to_le_bytes()),
             _ => out.extend_from_slice(&v.to_le_bytes()),
         }
+    }
+    let pattern_bytes = out.len();
+    while out.len() < count * elem {
+        let n = pattern_bytes.min(count * elem - out.len());
+        out.extend_from_within(..n);
     }
     out
 }
@@ -862,6 +913,9 @@ mod tests {
         assert_eq!(f32_to_f16_bits(0.0), 0);
         assert_eq!(matrix_bytes("fp16", 3).len(), 6);
         assert_eq!(matrix_bytes("fp32", 3).len(), 12);
+        let big = matrix_bytes("bf16", (1 << 20) + 3);
+        assert_eq!(big.len(), ((1 << 20) + 3) * 2);
+        assert_eq!(big[(1 << 21)..], big[..6], "the pattern repeats");
     }
 
     #[test]

@@ -215,22 +215,21 @@ pub fn judge_gpus(sys: &GpuSystem) -> Check {
             }
         })
         .collect();
-    let mut c = Check::new(
+    Check::new(
         "gpus",
         Group::Gpu,
         Status::Pass,
         format!("{} GPU(s): {}", sys.devices.len(), names.join(", ")),
     )
-    .with("gpu_count", sys.devices.len() as u64);
-    c = c.with(
+    .with("gpu_count", sys.devices.len() as u64)
+    .with(
         "names",
         serde_json::json!(sys
             .devices
             .iter()
             .map(|d| d.name.clone())
             .collect::<Vec<_>>()),
-    );
-    c
+    )
 }
 
 pub fn judge_pcie(d: &GpuFacts) -> Check {
@@ -327,6 +326,9 @@ pub fn judge_ecc(d: &GpuFacts) -> Check {
             } else if d.ecc_aggregate_uncorrected.is_some_and(|n| n > 0) {
                 base(Status::Warn, "uncorrectable ECC errors in the GPU's lifetime (none since the last reload)")
                     .fix("watch `nvidia-smi -q -d ECC,ROW_REMAPPER`; pending row remaps need a GPU reset")
+            } else if d.ecc_volatile_uncorrected.is_none() && d.ecc_aggregate_uncorrected.is_none()
+            {
+                base(Status::Pass, "ECC on (the driver gave no error counts)")
             } else {
                 base(Status::Pass, "ECC on, no uncorrectable errors")
             }

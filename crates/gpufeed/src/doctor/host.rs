@@ -27,7 +27,7 @@ pub struct HostFacts {
     pub numa_nodes: BTreeMap<u32, Vec<u32>>,
 }
 
-pub fn probe(shm_path: &Path, _gpus: Option<&GpuSystem>) -> HostFacts {
+pub fn probe(shm_path: &Path) -> HostFacts {
     let (shm_total_bytes, shm_available_bytes) = match statvfs(shm_path) {
         Some((t, a)) => (Some(t), Some(a)),
         None => (None, None),
@@ -623,7 +623,7 @@ mod tests {
 
     #[test]
     fn probes_this_machine_without_panicking() {
-        let h = probe(Path::new("/dev/shm"), None);
+        let h = probe(Path::new("/dev/shm"));
         assert!(h.mem_total_bytes.is_some());
         assert!(h.allowed_cpus.as_ref().is_some_and(|v| !v.is_empty()));
     }

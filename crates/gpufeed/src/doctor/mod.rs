@@ -216,7 +216,7 @@ pub fn run(opts: &Options) -> Report {
         _ => Vec::new(),
     };
     let cudnn = stack::probe_cudnn(&site_packages);
-    let host = host::probe(&opts.shm_path, gpus.as_ref().ok());
+    let host = host::probe(&opts.shm_path);
 
     let mut checks = Vec::new();
     checks.extend(stack::checks(&gpus, &nvcc, &cudnn, &py));
