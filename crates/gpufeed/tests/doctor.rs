@@ -637,6 +637,54 @@ fn bench_without_a_gpu_exits_5_with_one_line() {
     );
 }
 
+/// Builds a stand-in libcuda.so.1 from C source with the system compiler; `None` without one.
+fn stub_libcuda(dir: &Path, c_source: &str) -> Option<PathBuf> {
+    let src = dir.join("cuda.c");
+    std::fs::write(&src, c_source).unwrap();
+    let lib = dir.join("libcuda.so.1");
+    let ok = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status()
+        .is_ok_and(|s| s.success());
+    ok.then_some(lib)
+}
+
+#[test]
+fn bench_with_a_driver_but_no_device_exits_5_with_one_line() {
+    if libcuda_present() {
+        eprintln!("SKIPPED: this machine has a real libcuda.so.1");
+        return;
+    }
+    for (name, source) in [
+        // What a driver without a GPU answers.
+        ("no_device", "int cuInit(unsigned int f) { return 100; }\n"),
+        // A library missing the functions cudarc calls next: a panic inside cudarc, caught.
+        (
+            "missing_symbols",
+            "int cuInit(unsigned int f) { return 0; }\n",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(_) = stub_libcuda(dir.path(), source) else {
+            eprintln!("SKIPPED: no C compiler (cc) to build a stand-in libcuda");
+            return;
+        };
+        let out = gpufeed()
+            .env("LD_LIBRARY_PATH", dir.path())
+            .env("XDG_CACHE_HOME", dir.path())
+            .arg("bench")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(5), "{name}: {err}");
+        assert_eq!(err.lines().count(), 1, "{name}: {err}");
+        assert!(err.contains("needs an NVIDIA GPU"), "{name}: {err}");
+        assert!(!err.contains("panicked"), "{name}: {err}");
+    }
+}
+
 /// GPU only: the real `gpufeed bench` end to end, small sizes, JSON, saved file.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]

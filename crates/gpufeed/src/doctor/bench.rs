@@ -448,10 +448,16 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, BenchError>) -> Result<T
     }
 }
 
+/// The error's CUresult name (`CUDA_ERROR_NO_DEVICE`): formatted without calling back into
+/// libcuda (`Display` would call `cuGetErrorString`).
+fn driver_error_name(e: &cudarc::driver::DriverError) -> String {
+    format!("{:?}", e.0)
+}
+
 fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> BenchError + '_ {
     move |e| BenchError::Cuda {
         what: what.to_string(),
-        detail: e.to_string(),
+        detail: driver_error_name(&e),
     }
 }
 
@@ -466,9 +472,21 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
     if !cuda_driver_present() {
         return Err(BenchError::NoDriver);
     }
+    // Any failure here (no device, a driver without the GPU's kernel module, a libcuda missing
+    // functions) means there is no usable GPU.
     let count = guarded("cuInit", || {
-        cudarc::driver::CudaContext::device_count()
-            .map_err(|e| BenchError::NoDevice(format!("CUDA found no usable GPU ({e})")))
+        cudarc::driver::CudaContext::device_count().map_err(|e| {
+            BenchError::NoDevice(format!(
+                "CUDA found no usable GPU ({})",
+                driver_error_name(&e)
+            ))
+        })
+    })
+    .map_err(|e| match e {
+        BenchError::Cuda { detail, .. } => BenchError::NoDevice(format!(
+            "the CUDA driver could not be initialised ({detail})"
+        )),
+        e => e,
     })?;
     let count = usize::try_from(count).unwrap_or(0);
     if count == 0 {
