@@ -452,6 +452,103 @@ fn a_python_that_prints_nothing_useful_is_skipped() {
     assert!(c.summary.contains("boom"), "{}", c.summary);
 }
 
+/// A stand-in `torch` package importable by the real python3, so the real probe script runs.
+fn fake_torch_package(dir: &Path) {
+    let t = dir.join("torch");
+    std::fs::create_dir_all(t.join("backends")).unwrap();
+    let files = [
+        ("__init__.py", "__version__ = '2.5.1+cu124'\nfrom . import version, backends, cuda\n"),
+        ("version.py", "cuda = '12.4'\n"),
+        ("backends/__init__.py", "from . import cudnn\n"),
+        ("backends/cudnn.py", "def version():\n    return 90100\n"),
+        (
+            "cuda.py",
+            "import os, warnings\n\
+             def is_available():\n\
+             \x20   if os.environ.get('FAKE_TORCH_CUDA') == '1':\n\
+             \x20       return True\n\
+             \x20   warnings.warn('CUDA initialization: The NVIDIA driver on your system is too old (found version 11040).')\n\
+             \x20   return False\n\
+             def get_arch_list():\n\
+             \x20   return ['sm_50', 'sm_80', 'sm_86', 'sm_90'] if is_available() else []\n\
+             def get_device_capability(i=0):\n\
+             \x20   return (8, 0)\n\
+             def get_device_name(i=0):\n\
+             \x20   return 'NVIDIA A100-SXM4-80GB'\n",
+        ),
+    ];
+    for (name, body) in files {
+        std::fs::write(t.join(name), body).unwrap();
+    }
+}
+
+#[test]
+fn the_real_probe_script_reads_a_torch_like_package() {
+    if std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIPPED: no python3 on PATH");
+        return;
+    }
+    let pkgs = tempfile::tempdir().unwrap();
+    fake_torch_package(pkgs.path());
+    let run = |cuda: &str, scenario_json: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let out = gpufeed()
+            .env("FAKE_NVML_SCENARIO", scenario(dir.path(), scenario_json))
+            .env("PYTHONPATH", pkgs.path())
+            .env("FAKE_TORCH_CUDA", cuda)
+            .arg("--nvml-lib")
+            .arg(fake_nvml())
+            .args([
+                "doctor",
+                "--format",
+                "json",
+                "--num-workers",
+                "1",
+                "--batch-bytes",
+                "1K",
+            ])
+            .output()
+            .unwrap();
+        let r: JsonReport = serde_json::from_slice(&out.stdout).unwrap();
+        (out.status.code().unwrap(), r)
+    };
+    // The driver is too old for the wheel: torch says so in a warning, which doctor quotes.
+    let (code, r) = run(
+        "0",
+        r#"{"driver_version": "470.82.01", "cuda_driver_version": 11040,
+            "devices": [{"compute_capability": [8, 0]}]}"#,
+    );
+    assert_eq!(code, 4);
+    let t = r.get("torch");
+    assert_eq!(t.status, "pass");
+    assert_eq!(t.evidence["torch_version"], "2.5.1+cu124");
+    assert_eq!(t.evidence["cudnn_version"], "9.1.0");
+    let c = r.get("torch_cuda");
+    assert_eq!(c.status, "fail");
+    assert!(
+        c.evidence["cuda_error"]
+            .as_str()
+            .unwrap()
+            .contains("too old"),
+        "{c:?}"
+    );
+    // A working set-up: arch list and capability read through the real script.
+    let (code, r) = run("1", r#"{"devices": [{"compute_capability": [8, 0]}]}"#);
+    assert_eq!(code, 0, "{:?}", r.ids());
+    assert_eq!(r.status("torch_cuda"), "pass");
+    let a = r.get("torch_arch");
+    assert_eq!(a.status, "pass");
+    assert_eq!(
+        a.evidence["arch_list"],
+        serde_json::json!(["sm_50", "sm_80", "sm_86", "sm_90"])
+    );
+    assert_eq!(r.status("cuda_stack_age"), "pass");
+}
+
 /// A tmpfs mounted for one test, unmounted on drop.
 struct Tmpfs {
     dir: tempfile::TempDir,
