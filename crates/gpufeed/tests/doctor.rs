@@ -549,6 +549,65 @@ fn the_real_probe_script_reads_a_torch_like_package() {
     assert_eq!(r.status("cuda_stack_age"), "pass");
 }
 
+#[test]
+fn cudnn_from_ld_library_path_and_nvcc_on_path() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("lib")).unwrap();
+    std::fs::create_dir_all(root.path().join("include")).unwrap();
+    // Never loaded: the version comes from the header next to it.
+    std::fs::write(root.path().join("lib/libcudnn.so.9"), b"").unwrap();
+    std::fs::write(
+        root.path().join("include/cudnn_version.h"),
+        "#define CUDNN_MAJOR 9\n#define CUDNN_MINOR 3\n#define CUDNN_PATCHLEVEL 0\n",
+    )
+    .unwrap();
+    let py = FakePython::new(
+        "cat <<'EOF'\nGPUFEED_PROBE {\"python_version\": \"3.12.1\", \"torch_error\": \"ModuleNotFoundError\"}\nEOF",
+    );
+    let nvcc = py.dir.path().join("nvcc");
+    std::fs::write(
+        &nvcc,
+        "#!/bin/sh\necho 'nvcc: NVIDIA (R) Cuda compiler driver'\necho 'Cuda compilation tools, release 13.0, V13.0.48'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&nvcc, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = gpufeed()
+        .env(
+            "FAKE_NVML_SCENARIO",
+            scenario(dir.path(), r#"{"cuda_driver_version": 12040}"#),
+        )
+        .env("PATH", py.path_env())
+        .env("LD_LIBRARY_PATH", root.path().join("lib"))
+        .arg("--nvml-lib")
+        .arg(fake_nvml())
+        .args([
+            "doctor",
+            "--format",
+            "json",
+            "--num-workers",
+            "1",
+            "--batch-bytes",
+            "1K",
+        ])
+        .output()
+        .unwrap();
+    let r: JsonReport = serde_json::from_slice(&out.stdout).unwrap();
+    let c = r.get("cudnn");
+    assert_eq!(c.status, "pass", "{c:?}");
+    assert_eq!(c.evidence["cudnn_version"], "9.3.0");
+    assert!(c.evidence["version_source"]
+        .as_str()
+        .unwrap()
+        .ends_with("include/cudnn_version.h"));
+    let n = r.get("nvcc");
+    assert_eq!(
+        n.status, "warn",
+        "nvcc 13.0 builds code a 12.4 driver cannot run: {n:?}"
+    );
+    assert_eq!(n.evidence["nvcc_version"], "13.0");
+}
+
 /// A tmpfs mounted for one test, unmounted on drop.
 struct Tmpfs {
     dir: tempfile::TempDir,

@@ -55,29 +55,36 @@ pub struct CudnnFound {
 }
 
 pub fn probe_cudnn(site_packages: &[PathBuf]) -> Option<CudnnFound> {
+    // In the loader's order of precedence: LD_LIBRARY_PATH, then the ld.so cache; Python's
+    // nvidia-cudnn wheel (loaded by torch through its own path) last.
     let mut libs: Vec<PathBuf> = Vec::new();
+    let scan = |d: &Path, libs: &mut Vec<PathBuf>| {
+        if let Ok(rd) = std::fs::read_dir(d) {
+            let mut found: Vec<PathBuf> = rd
+                .flatten()
+                .filter(|e| is_cudnn_lib(&e.file_name().to_string_lossy()))
+                .map(|e| e.path())
+                .collect();
+            found.sort();
+            libs.extend(found);
+        }
+    };
+    if let Some(v) = std::env::var_os("LD_LIBRARY_PATH") {
+        for d in std::env::split_paths(&v) {
+            scan(&d, &mut libs);
+        }
+    }
     let ldconfig = ["ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"]
         .iter()
         .find_map(|p| proc::run(Path::new(p), &["-p"], Duration::from_secs(10)).ok());
     if let Some(o) = ldconfig {
         libs.extend(parse_ldconfig(&o.stdout));
     }
-    let mut dirs: Vec<PathBuf> = std::env::var_os("LD_LIBRARY_PATH")
-        .map(|v| std::env::split_paths(&v).collect())
-        .unwrap_or_default();
-    dirs.extend(site_packages.iter().map(|s| s.join("nvidia/cudnn/lib")));
-    for d in &dirs {
-        if let Ok(rd) = std::fs::read_dir(d) {
-            for e in rd.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if is_cudnn_lib(&name) {
-                    libs.push(e.path());
-                }
-            }
-        }
+    for s in site_packages {
+        scan(&s.join("nvidia/cudnn/lib"), &mut libs);
     }
-    libs.sort();
-    libs.dedup();
+    let mut seen = std::collections::HashSet::new();
+    libs.retain(|p| seen.insert(p.clone()));
     if libs.is_empty() {
         return None;
     }
