@@ -43,7 +43,7 @@ tail -n 3 "$out/build.txt"
 step "tests, GPU-only ones included"
 # --include-ignored runs the normal tests and the #[ignore = "needs an NVIDIA GPU"] ones.
 set +e
-timeout 240 cargo test --workspace -- --include-ignored > "$out/tests.txt" 2>&1
+timeout 240 cargo test --workspace --no-fail-fast -- --include-ignored > "$out/tests.txt" 2>&1
 rc=$?
 set -e
 grep -E '^test result|FAILED|panicked|SKIPPED|GEMM skipped' "$out/tests.txt" || true
