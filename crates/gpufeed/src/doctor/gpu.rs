@@ -577,6 +577,39 @@ mod tests {
     }
 
     #[test]
+    fn gpus_judgement() {
+        let sys = GpuSystem {
+            devices: vec![
+                dev(),
+                GpuFacts {
+                    index: 1,
+                    name: None,
+                    compute_capability: None,
+                    ..dev()
+                },
+            ],
+            ..Default::default()
+        };
+        let c = judge_gpus(&sys);
+        assert_eq!(c.status, Status::Pass);
+        assert_eq!(c.evidence["gpu_count"], 2);
+        assert!(
+            c.summary.contains("NVIDIA A100 (compute capability 8.0)"),
+            "{}",
+            c.summary
+        );
+        assert!(c.summary.contains("unknown GPU"), "{}", c.summary);
+        assert_eq!(sys.min_cc(), Some((8, 0)));
+        let none = judge_gpus(&GpuSystem::default());
+        assert_eq!(none.status, Status::Skip);
+        assert_eq!(
+            checks(&Ok(sys)).len(),
+            1 + 2 * 5,
+            "gpus plus five checks per GPU"
+        );
+    }
+
+    #[test]
     fn no_driver_is_one_skip() {
         let c = checks(&Err(GpuProbeError::Open("no NVIDIA driver found".into())));
         assert_eq!(c.len(), 1);

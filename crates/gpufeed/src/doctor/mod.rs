@@ -130,11 +130,6 @@ impl Check {
         self
     }
 
-    pub fn maybe_fix(mut self, text: Option<String>) -> Self {
-        self.fix = text;
-        self
-    }
-
     pub fn gpu(mut self, index: u32) -> Self {
         self.gpu = Some(index);
         self

@@ -71,6 +71,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn capability_from_torch_when_nvml_is_missing() {
+        use crate::doctor::python::PyFacts;
+        let no_nvml = Err(GpuProbeError::Open("no NVIDIA driver found".into()));
+        let py = Probe::Ran(Box::new(PyFacts {
+            device_capability: Some(vec![8, 6]),
+            ..Default::default()
+        }));
+        let c = check(&no_nvml, &py);
+        assert_eq!(c.evidence["compute_capability"], "8.6");
+        let none = Probe::Failed {
+            python: "python3".into(),
+            reason: "not found".into(),
+        };
+        assert_eq!(check(&no_nvml, &none).status, Status::Skip);
+    }
+
+    #[test]
     fn by_capability() {
         let hopper = judge((9, 0));
         assert_eq!(hopper.status, Status::Pass);
