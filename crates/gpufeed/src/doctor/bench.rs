@@ -652,13 +652,15 @@ fn measure_copies(
     let mut dev = stream
         .alloc_zeros::<u8>(max)
         .map_err(cuda_err("allocating device memory"))?;
-    // SAFETY: the pinned buffer is fully written below before any copy reads it.
-    let mut pinned = unsafe { ctx.alloc_pinned::<u8>(max) }
+    // Plain page-locked memory (flags 0), as `cudaHostAlloc` gives PyTorch's pin_memory; not
+    // cudarc's default write-combined kind, which is slow for the host to read.
+    // SAFETY: the buffer is fully written just below, before any copy reads it.
+    let mut pinned = unsafe { ctx.alloc_pinned_with_flags::<u8>(max, 0) }
         .map_err(cuda_err("allocating pinned host memory"))?;
-    pinned
+    let pinned_host: &mut [u8] = pinned
         .as_mut_slice()
-        .map_err(cuda_err("mapping pinned memory"))?
-        .fill(1);
+        .map_err(cuda_err("mapping pinned memory"))?;
+    pinned_host.fill(1);
     // Touched pages, so first-touch faults are not measured.
     let mut pageable = vec![1u8; max];
     let mut out = Vec::new();
@@ -670,9 +672,7 @@ fn measure_copies(
                 let mut once = |dev: &mut cudarc::driver::CudaSlice<u8>| -> Result<(), BenchError> {
                     let mut view = dev.slice_mut(0..n);
                     let host: &mut [u8] = match memory {
-                        HostMemory::Pinned => &mut pinned
-                            .as_mut_slice()
-                            .map_err(cuda_err("mapping pinned memory"))?[..n],
+                        HostMemory::Pinned => &mut pinned_host[..n],
                         HostMemory::Pageable => &mut pageable[..n],
                     };
                     match direction {
