@@ -841,6 +841,106 @@ fn bench_with_a_driver_but_no_device_exits_5_with_one_line() {
     }
 }
 
+/// The whole bench flow (context, pinned and pageable buffers, every size, table, JSON, the saved
+/// file) against tests/fake_cuda/libcuda.c, whose "device" memory is host memory. GEMM: cuBLAS is
+/// absent here, so it must be skipped with the reason (on a machine with a real cuBLAS, --no-gemm
+/// keeps the real library away from the fake context).
+#[test]
+fn bench_runs_end_to_end_on_a_stand_in_cuda_driver() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake_cuda/libcuda.c"),
+    )
+    .unwrap();
+    let Some(lib) = stub_libcuda(dir.path(), &source) else {
+        eprintln!("SKIPPED: no C compiler (cc) to build a stand-in libcuda");
+        return;
+    };
+    // cudarc tries libcuda.so before libcuda.so.1: both names must be the stand-in.
+    std::fs::copy(&lib, dir.path().join("libcuda.so")).unwrap();
+    let real_cuda = libcuda_present();
+    let cache = dir.path().join("cache");
+    let bench = |format: &str| {
+        let mut c = gpufeed();
+        c.env("LD_LIBRARY_PATH", dir.path())
+            .env("XDG_CACHE_HOME", &cache)
+            .env_remove("CUDA_HOME")
+            .env_remove("CUDA_PATH")
+            .args(["--nvml-lib", "/nonexistent/libnvidia-ml.so.1"])
+            .args(["bench", "--format", format, "--max-size", "4M"]);
+        if real_cuda {
+            c.arg("--no-gemm");
+        }
+        c.output().unwrap()
+    };
+    let out = bench("json");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["gpu_name"], "Fake CUDA GPU");
+    assert_eq!(v["gpu_uuid"], "GPU-c0c1c2c3-c4c5-c6c7-c8c9-cacbcccdcecf");
+    assert_eq!(v["compute_capability"], serde_json::json!([9, 0]));
+    let copies = v["copies"].as_array().unwrap();
+    assert_eq!(
+        copies.len(),
+        2 * 4,
+        "1 MiB and 4 MiB, H2D/D2H, pinned/pageable"
+    );
+    assert!(copies
+        .iter()
+        .all(|c| c["bytes_per_s"].as_f64().unwrap() > 0.0));
+    assert!(
+        copies.iter().all(|c| c["fraction_of_link"].is_null()),
+        "no NVML: no link"
+    );
+    assert!(v["best"]["h2d_pinned_bytes_per_s"].as_f64().unwrap() > 0.0);
+    if !real_cuda {
+        assert!(
+            v["gemm_skipped"].as_str().unwrap().contains("cuBLAS"),
+            "{v:#}"
+        );
+        assert_eq!(v["gemm"], serde_json::json!([]));
+        assert!(v["expected_amp_speedup"].is_null());
+    }
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cache.join("gpufeed/bench.json")).unwrap())
+            .unwrap();
+    assert_eq!(saved["gpus"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        saved["gpus"][0]["uuid"],
+        "GPU-c0c1c2c3-c4c5-c6c7-c8c9-cacbcccdcecf"
+    );
+    assert!(saved["gpus"][0]["h2d_pinned_bytes_per_s"].as_f64().unwrap() > 0.0);
+
+    // Text: the table; a second run replaces this GPU's entry rather than adding one.
+    let out = bench("text");
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("GPU 0: Fake CUDA GPU (compute capability 9.0)"),
+        "{text}"
+    );
+    assert!(text.contains("H2D pinned"), "{text}");
+    assert!(text.contains("4.0 MiB"), "{text}");
+    assert!(text.contains("Saved the pinned bandwidth"), "{text}");
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cache.join("gpufeed/bench.json")).unwrap())
+            .unwrap();
+    assert_eq!(saved["gpus"].as_array().unwrap().len(), 1);
+
+    // A device that does not exist: a usage error, one line.
+    let out = gpufeed()
+        .env("LD_LIBRARY_PATH", dir.path())
+        .env("XDG_CACHE_HOME", &cache)
+        .args(["bench", "--device", "3"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("GPU 3 does not exist (1 GPU(s)"), "{err}");
+}
+
 /// GPU only: the real `gpufeed bench` end to end, small sizes, JSON, saved file.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]

@@ -374,11 +374,20 @@ pub fn render_text(r: &BenchReport) -> String {
             gbps(t)
         );
     }
-    if let Some(x) = r.best.pinned_speedup_h2d {
-        let _ = writeln!(
-            o,
-            "  pinned memory is {x:.1}x faster than pageable for H2D: DataLoader(pin_memory=True) and .to(device, non_blocking=True)"
-        );
+    match r.best.pinned_speedup_h2d {
+        Some(x) if x >= 1.1 => {
+            let _ = writeln!(
+                o,
+                "  pinned memory is {x:.1}x faster than pageable for H2D: DataLoader(pin_memory=True) and .to(device, non_blocking=True)"
+            );
+        }
+        Some(x) => {
+            let _ = writeln!(
+                o,
+                "  pinned memory is no faster than pageable for H2D here ({x:.2}x); non_blocking copies still overlap with compute"
+            );
+        }
+        None => {}
     }
     let _ = writeln!(o, "\nGEMM throughput");
     if let Some(why) = &r.gemm_skipped {
