@@ -841,24 +841,34 @@ fn bench_with_a_driver_but_no_device_exits_5_with_one_line() {
     }
 }
 
-/// The whole bench flow (context, pinned and pageable buffers, every size, table, JSON, the saved
-/// file) against tests/fake_cuda/libcuda.c, whose "device" memory is host memory. GEMM: cuBLAS is
-/// absent here, so it must be skipped with the reason (on a machine with a real cuBLAS, --no-gemm
-/// keeps the real library away from the fake context).
+/// The whole bench flow (context, pinned and pageable buffers, every size, GEMM per precision,
+/// table, JSON, the saved file) against tests/fake_cuda/libcuda.c, whose "device" memory is host
+/// memory, and tests/fake_cuda/libcublas.c, whose GEMM only sleeps for a time set by its
+/// precision (fp32 8x slower than fp16/bf16). Both are first on LD_LIBRARY_PATH, so a real CUDA
+/// installation is never reached.
 #[test]
 fn bench_runs_end_to_end_on_a_stand_in_cuda_driver() {
     let dir = tempfile::tempdir().unwrap();
-    let source = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake_cuda/libcuda.c"),
-    )
-    .unwrap();
-    let Some(lib) = stub_libcuda(dir.path(), &source) else {
+    let fixture = |name: &str| {
+        std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fake_cuda")
+                .join(name),
+        )
+        .unwrap()
+    };
+    let Some(lib) = stub_libcuda(dir.path(), &fixture("libcuda.c")) else {
         eprintln!("SKIPPED: no C compiler (cc) to build a stand-in libcuda");
         return;
     };
-    // cudarc tries libcuda.so before libcuda.so.1: both names must be the stand-in.
+    // cudarc tries libcuda.so before libcuda.so.1 (and libcublas.so first): every name it may
+    // try first must be the stand-in.
     std::fs::copy(&lib, dir.path().join("libcuda.so")).unwrap();
-    let real_cuda = libcuda_present();
+    let blas_dir = tempfile::tempdir().unwrap();
+    let blas = stub_libcuda(blas_dir.path(), &fixture("libcublas.c")).unwrap();
+    for name in ["libcublas.so", "libcublas.so.13", "libcublas.so.12"] {
+        std::fs::copy(&blas, dir.path().join(name)).unwrap();
+    }
     let cache = dir.path().join("cache");
     let bench = |format: &str| {
         let mut c = gpufeed();
@@ -867,10 +877,15 @@ fn bench_runs_end_to_end_on_a_stand_in_cuda_driver() {
             .env_remove("CUDA_HOME")
             .env_remove("CUDA_PATH")
             .args(["--nvml-lib", "/nonexistent/libnvidia-ml.so.1"])
-            .args(["bench", "--format", format, "--max-size", "4M"]);
-        if real_cuda {
-            c.arg("--no-gemm");
-        }
+            .args([
+                "bench",
+                "--format",
+                format,
+                "--max-size",
+                "4M",
+                "--gemm-size",
+                "512",
+            ]);
         c.output().unwrap()
     };
     let out = bench("json");
@@ -895,14 +910,21 @@ fn bench_runs_end_to_end_on_a_stand_in_cuda_driver() {
         "no NVML: no link"
     );
     assert!(v["best"]["h2d_pinned_bytes_per_s"].as_f64().unwrap() > 0.0);
-    if !real_cuda {
-        assert!(
-            v["gemm_skipped"].as_str().unwrap().contains("cuBLAS"),
-            "{v:#}"
-        );
-        assert_eq!(v["gemm"], serde_json::json!([]));
-        assert!(v["expected_amp_speedup"].is_null());
-    }
+    assert!(v["gemm_skipped"].is_null(), "{v:#}");
+    let gemm = v["gemm"].as_array().unwrap();
+    let precisions: Vec<&str> = gemm
+        .iter()
+        .map(|g| g["precision"].as_str().unwrap())
+        .collect();
+    assert_eq!(precisions, ["fp32", "tf32", "fp16", "bf16"]);
+    assert!(gemm.iter().all(|g| g["n"] == 512));
+    assert_eq!(gemm[0]["speedup_vs_fp32"], 1.0);
+    // The stand-in makes fp16/bf16 8x and TF32 4x faster than fp32; sleeps only overshoot, so
+    // allow a wide margin.
+    let amp = v["expected_amp_speedup"].as_f64().unwrap();
+    assert!((2.5..=12.0).contains(&amp), "{amp}");
+    let tf32 = gemm[1]["speedup_vs_fp32"].as_f64().unwrap();
+    assert!((1.5..=6.0).contains(&tf32), "{tf32}");
     let saved: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(cache.join("gpufeed/bench.json")).unwrap())
             .unwrap();
@@ -924,6 +946,11 @@ fn bench_runs_end_to_end_on_a_stand_in_cuda_driver() {
     assert!(text.contains("H2D pinned"), "{text}");
     assert!(text.contains("4.0 MiB"), "{text}");
     assert!(text.contains("Saved the pinned bandwidth"), "{text}");
+    assert!(text.contains("bf16"), "{text}");
+    assert!(
+        text.contains("mixed precision (bf16/fp16 autocast)"),
+        "{text}"
+    );
     let saved: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(cache.join("gpufeed/bench.json")).unwrap())
             .unwrap();

@@ -577,9 +577,12 @@ fn measure(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
 }
 
 fn cublas_present() -> bool {
-    preload_cublas();
     // SAFETY: only tries to dlopen cuBLAS under the names cudarc would use.
-    unsafe { cudarc::cublas::sys::is_culib_present() }
+    let by_name = || unsafe { cudarc::cublas::sys::is_culib_present() };
+    by_name() || {
+        preload_cublas();
+        by_name()
+    }
 }
 
 /// Directories where a CUDA toolkit keeps cuBLAS when they are not on the loader's path.
