@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::commands::analyze::AnalyzeArgs;
+use crate::commands::bench::BenchArgs;
 use crate::commands::diagnose::DiagnoseArgs;
+use crate::commands::doctor::DoctorArgs;
 
 const ABOUT: &str =
     "Find out why your GPU is starving during training, what to change, and measure the fix.";
@@ -28,6 +30,8 @@ const HELP_TEXT: &str = concat!(
     "    gpufeed record --pid 4242                     attach to a running job and its children\n",
     "    gpufeed diagnose gpufeed-20261202-120000.ndjson   why was the GPU starving?\n",
     "    gpufeed analyze trace.json.gz                 analyze a PyTorch profiler trace\n",
+    "    gpufeed doctor                                check the machine and its software stack\n",
+    "    gpufeed bench                                 measure copy bandwidth and GEMM speed-ups\n",
     "\n",
     "ENVIRONMENT:\n",
     "    GPUFEED_NVML_LIB   path of the NVML library to load (same as --nvml-lib)\n",
@@ -61,6 +65,10 @@ pub enum Command {
     Diagnose(DiagnoseArgs),
     /// Analyze PyTorch profiler (Kineto) traces: per-step breakdown, starvation, copies, precision
     Analyze(AnalyzeArgs),
+    /// Check the driver, CUDA, cuDNN, PyTorch, GPU link and health, /dev/shm, CPUs and data storage
+    Doctor(DoctorArgs),
+    /// Measure host<->GPU copy bandwidth (pinned vs pageable) and GEMM throughput per precision
+    Bench(BenchArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]

@@ -1,7 +1,9 @@
 //! One module per subcommand: each turns parsed arguments into work and a process exit code.
 
 pub mod analyze;
+pub mod bench;
 pub mod diagnose;
+pub mod doctor;
 pub mod record;
 
 use crate::cli::{Cli, Command};
@@ -13,5 +15,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Record(args) => record::record(&cli.global, &args),
         Command::Analyze(args) => analyze::run(&cli.global, &args),
         Command::Diagnose(args) => diagnose::run(&cli.global, &args),
+        Command::Doctor(args) => doctor::run(&cli.global, &args),
+        Command::Bench(args) => bench::run(&cli.global, &args),
     }
 }
