@@ -143,10 +143,11 @@ impl<'a> Cur<'a> {
         let mut v: u64 = 0;
         let start = i;
         while let Some(d) = b.get(i).filter(|d| d.is_ascii_digit()) {
-            v = v.checked_mul(10)?.checked_add((d - b'0') as u64)?;
+            v = v.wrapping_mul(10).wrapping_add((d - b'0') as u64);
             i += 1;
         }
-        if i == start || matches!(b.get(i), Some(b'.' | b'e' | b'E')) {
+        // Up to 19 digits cannot overflow; longer ones go to serde.
+        if i == start || i - start > 19 || matches!(b.get(i), Some(b'.' | b'e' | b'E')) {
             return None;
         }
         self.i = i;

@@ -7,7 +7,7 @@ use crate::record::format::{self, Header, Line, ReadError};
 use crate::sample::dcgmi::{self, Flavour};
 use crate::sample::smi_csv::{self, CsvOptions, LogError};
 use crate::sample::{GpuSample, HostSample, ProcSample};
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::Path;
 
 /// Input formats (`--input-format`).
@@ -250,37 +250,29 @@ pub fn read_recording_fast(
     r: impl Read,
     b: &mut EvidenceBuilder,
 ) -> Result<(Header, format::ReadStats), ReadError> {
-    let mut reader = BufReader::with_capacity(1 << 20, r);
-    let mut first = Vec::new();
-    reader
-        .read_until(b'\n', &mut first)
-        .map_err(|source| ReadError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    let (header, _) = format::read_from(path, &first[..], |_, _| {})?;
+    let io = |source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut lines = Lines::new(r);
+    let header = match lines.next().map_err(io)? {
+        Some((a, z, _)) => {
+            let first = &lines.buf[a..z];
+            format::read_from(path, first, |_, _| {})?.0
+        }
+        None => format::read_from(path, &b""[..], |_, _| {})?.0,
+    };
     let mut stats = format::ReadStats {
         unfinished: true,
         ..Default::default()
     };
     let mut pending_bad = 0u64;
-    let mut bytes = Vec::with_capacity(4096);
     let mut gpu = GpuSample::default();
     let mut host = HostSample::default();
     let mut procs: Vec<ProcSample> = Vec::new();
-    loop {
-        bytes.clear();
-        let n = reader
-            .read_until(b'\n', &mut bytes)
-            .map_err(|source| ReadError::Io {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        if n == 0 {
-            break;
-        }
-        let complete = bytes.last() == Some(&b'\n');
-        let text = trim(&bytes);
+    while let Some((a, z, complete)) = lines.next().map_err(io)? {
+        let bytes = &lines.buf[a..z];
+        let text = trim(bytes);
         if text.is_empty() {
             continue;
         }
@@ -319,6 +311,60 @@ pub fn read_recording_fast(
         stats.malformed += pending_bad - 1;
     }
     Ok((header, stats))
+}
+
+/// Lines read in place from a large buffer (no copy per line); the last one may lack its
+/// newline (`complete` false).
+struct Lines<R> {
+    r: R,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    eof: bool,
+}
+
+impl<R: Read> Lines<R> {
+    fn new(r: R) -> Self {
+        Lines {
+            r,
+            buf: vec![0; 4 << 20],
+            start: 0,
+            end: 0,
+            eof: false,
+        }
+    }
+
+    /// The next line as a range of `buf` (newline included) and whether it was complete.
+    fn next(&mut self) -> std::io::Result<Option<(usize, usize, bool)>> {
+        loop {
+            if let Some(p) = memchr::memchr(b'\n', &self.buf[self.start..self.end]) {
+                let a = self.start;
+                self.start += p + 1;
+                return Ok(Some((a, self.start, true)));
+            }
+            if self.eof {
+                if self.start < self.end {
+                    let a = self.start;
+                    self.start = self.end;
+                    return Ok(Some((a, self.end, false)));
+                }
+                return Ok(None);
+            }
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+            if self.end == self.buf.len() {
+                let n = self.buf.len() * 2;
+                self.buf.resize(n, 0);
+            }
+            match self.r.read(&mut self.buf[self.end..]) {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
 }
 
 fn trim(b: &[u8]) -> &[u8] {
