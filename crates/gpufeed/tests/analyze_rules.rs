@@ -265,6 +265,25 @@ fn comm_bound_from_nccl_annotations_and_kernels() {
     let f = rules::comm_bound(&s).unwrap();
     assert!((f.evidence["communication_pct"].as_f64().unwrap() - 40.0).abs() < 0.1);
     assert!(s.communication.kernel_us >= 400.0);
+    // NCCL kernels not linked to a CPU collective still count when they are exposed
+    let mut ev = vec![x(
+        "user_annotation",
+        "ProfilerStep#1",
+        0.0,
+        1000.0,
+        json!({}),
+    )];
+    ev.push(kernel("sgemm", 10.0, 300.0, 1));
+    ev.push(kernel(
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+        400.0,
+        300.0,
+        2,
+    ));
+    let s = summarize(ev, json!({}));
+    assert_eq!(s.breakdown.communication_us, 0.0);
+    assert!((s.communication.exposed_us_per_step - 300.0).abs() < 1e-6);
+    assert!(rules::comm_bound(&s).is_some());
 }
 
 #[test]
