@@ -29,7 +29,7 @@ PIN=""
 command -v taskset >/dev/null && PIN="taskset -c 0"
 run() { # file
   local size
-  size=$(stat -c %s "$1")
+  size=$(stat -L -c %s "$1")
   for i in 1 2 3; do
     cat "$1" >/dev/null # warm the page cache: measure parsing, not the disk
     /usr/bin/time -f "%e %U %S %M" $PIN "$BIN" diagnose --format json "$1" 2>"$DIR/time.txt" >"$DIR/out.json"
