@@ -190,6 +190,15 @@ fn idle_breakdown_close_to_hta() {
                 "{n} stream {stream} {}: {mine:.0} vs HTA {gv:.0}",
                 row["idle_category"]
             );
+            // µs-resolution traces match HTA exactly; HTA rounds sub-µs timestamps of the newer
+            // (ns-resolution) traces, so those differ by up to a few ms
+            let exact = ["kineto_", "hta_alexnet", "hta_cuda_event", "hta_sampled"];
+            if exact.iter().any(|p| n.starts_with(p)) {
+                assert!(
+                    (mine - gv).abs() <= 0.01 * gv.max(100.0),
+                    "{n} stream {stream}: {mine} vs {gv}"
+                );
+            }
         }
     }
 }
