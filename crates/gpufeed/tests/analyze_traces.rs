@@ -4,6 +4,7 @@
 use assert_cmd::Command;
 use gpufeed::trace::{self, TraceSummary};
 use serde::Deserialize;
+use std::io::Write as _;
 use std::path::PathBuf;
 
 fn traces_dir() -> Option<PathBuf> {
@@ -11,7 +12,8 @@ fn traces_dir() -> Option<PathBuf> {
     if d.is_dir() {
         Some(d)
     } else {
-        eprintln!(
+        let _ = writeln!(
+            std::io::stderr(),
             "SKIPPED: {} not found: real-trace tests did not run",
             d.display()
         );
