@@ -79,6 +79,75 @@ pub enum Line {
     Unknown,
 }
 
+/// Rounds `x` to `dp` decimal places.
+fn round_dp(x: f64, dp: i32) -> f64 {
+    let m = 10f64.powi(dp);
+    (x * m).round() / m
+}
+
+fn round_opt(x: &mut Option<f64>, dp: i32) {
+    if let Some(v) = x {
+        *v = round_dp(*v, dp);
+    }
+}
+
+impl Line {
+    /// Rounds the line's figures to what they can mean: times to the microsecond, percentages to
+    /// 0.01, rates to the byte per second. Full-precision floats (`33.33333333333333`) would make
+    /// the most frequent lines of a recording half again as long for no information.
+    pub fn round_for_storage(&mut self) {
+        const T: i32 = 6;
+        const PCT: i32 = 2;
+        match self {
+            Line::Gpu(g) => {
+                g.t_s = round_dp(g.t_s, T);
+                if let Some(v) = &mut g.util_samples {
+                    for p in v.iter_mut() {
+                        p[0] = round_dp(p[0], T);
+                        p[1] = round_dp(p[1], PCT);
+                    }
+                }
+                round_opt(&mut g.util_pct, PCT);
+                round_opt(&mut g.mem_util_pct, PCT);
+                round_opt(&mut g.power_w, 3);
+                round_opt(&mut g.pcie_rx_bytes_per_s, 0);
+                round_opt(&mut g.pcie_tx_bytes_per_s, 0);
+            }
+            Line::Host(h) => {
+                h.t_s = round_dp(h.t_s, T);
+                for c in h.cpu_pct.iter_mut() {
+                    *c = round_dp(*c, PCT);
+                }
+                for x in [
+                    &mut h.cpu_total_pct,
+                    &mut h.iowait_pct,
+                    &mut h.psi_cpu_some_pct,
+                    &mut h.psi_io_some_pct,
+                    &mut h.psi_io_full_pct,
+                    &mut h.psi_mem_some_pct,
+                    &mut h.psi_mem_full_pct,
+                ] {
+                    round_opt(x, PCT);
+                }
+                for d in h.disks.iter_mut() {
+                    d.read_bytes_per_s = round_dp(d.read_bytes_per_s, 0);
+                    d.write_bytes_per_s = round_dp(d.write_bytes_per_s, 0);
+                }
+            }
+            Line::ProcStart(p) => p.t_s = round_dp(p.t_s, T),
+            Line::Procs { t_s, procs } => {
+                *t_s = round_dp(*t_s, T);
+                for p in procs.iter_mut() {
+                    round_opt(&mut p.cpu_pct, PCT);
+                }
+            }
+            Line::ProcExit { t_s, .. } => *t_s = round_dp(*t_s, T),
+            Line::End(e) => e.t_s = round_dp(e.t_s, T),
+            Line::Unknown => {}
+        }
+    }
+}
+
 /// Header line as written: the header plus its `type` tag.
 #[derive(Serialize, Deserialize)]
 struct TaggedHeader {
@@ -304,6 +373,27 @@ mod tests {
         let mut got = Vec::new();
         let (h, st) = read_from(Path::new("t.ndjson"), text.as_bytes(), |_, l| got.push(l))?;
         Ok((h, st, got))
+    }
+
+    #[test]
+    fn storage_rounding_keeps_meaningful_digits_only() {
+        let mut l = Line::Host(HostSample {
+            t_s: 0.100289128,
+            cpu_pct: vec![33.333333333333336, 100.0],
+            psi_io_some_pct: Some(4.993686799762249),
+            disks: vec![crate::sample::DiskRate {
+                device: "vda".into(),
+                read_bytes_per_s: 6198224.585401869,
+                write_bytes_per_s: 0.0,
+            }],
+            ..Default::default()
+        });
+        l.round_for_storage();
+        let s = serde_json::to_string(&l).unwrap();
+        assert!(s.contains("\"t_s\":0.100289,"), "{s}");
+        assert!(s.contains("\"cpu_pct\":[33.33,100.0]"), "{s}");
+        assert!(s.contains("\"psi_io_some_pct\":4.99,"), "{s}");
+        assert!(s.contains("\"read_bytes_per_s\":6198225.0"), "{s}");
     }
 
     #[test]

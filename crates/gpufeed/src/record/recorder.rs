@@ -322,7 +322,8 @@ fn writer_thread(mut out: BufWriter<std::fs::File>, rx: Receiver<Line>) -> Resul
     loop {
         let wait = FLUSH_EVERY.saturating_sub(last_flush.elapsed());
         match rx.recv_timeout(wait) {
-            Ok(line) => {
+            Ok(mut line) => {
+                line.round_for_storage();
                 buf.clear();
                 serde_json::to_writer(&mut buf, &line).map_err(|e| e.to_string())?;
                 buf.push(b'\n');
