@@ -13,3 +13,4 @@ pub mod present;
 pub mod record;
 pub mod sample;
 pub mod trace;
+pub mod tune;
