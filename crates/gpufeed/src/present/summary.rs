@@ -111,3 +111,97 @@ pub fn text(s: &Summary) -> String {
     }
     o
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::summary::{GpuSummary, HostSummary, JobSummary, ProcessSummary, Summary};
+
+    fn sample() -> Summary {
+        Summary {
+            schema_version: 1,
+            recording: "gpufeed-20261202-120000.ndjson".into(),
+            start_time: "2026-12-02T12:00:00.000Z".into(),
+            duration_s: 6.02,
+            command: Some(vec!["python".into(), "train.py".into()]),
+            gpu_error: None,
+            gpus: vec![GpuSummary {
+                index: 0,
+                name: Some("NVIDIA H100 80GB HBM3".into()),
+                util_mean_pct: Some(32.4),
+                util_min_pct: Some(10.0),
+                util_max_pct: Some(85.0),
+                util_samples: 36,
+                util_sample_period_s: Some(0.1667),
+                mem_used_max_bytes: Some(80_000_000_000),
+                mem_total_bytes: Some(85_899_345_920),
+                power_mean_w: Some(350.0),
+                temperature_max_c: Some(65),
+                sm_clock_mean_mhz: Some(1980.0),
+                pcie_rx_mean_bytes_per_s: None,
+                throttled_pct: Some(0.0),
+            }],
+            host: HostSummary {
+                cpu_count: 16,
+                cpu_mean_pct: Some(41.0),
+                mem_total_bytes: Some(64 << 30),
+                mem_available_min_bytes: Some(40 << 30),
+            },
+            job: Some(JobSummary {
+                pid: 4242,
+                exit_code: Some(0),
+                signal: None,
+                cpu_mean_pct: Some(180.5),
+                cpu_max_pct: Some(260.0),
+                rss_max_bytes: Some(3 << 30),
+                processes_max: 3,
+                processes: vec![
+                    ProcessSummary {
+                        pid: 4242,
+                        ppid: 1,
+                        cmd: Some("python train.py".into()),
+                        cpu_mean_pct: Some(99.0),
+                        rss_max_bytes: Some(2 << 30),
+                        read_bytes: Some(0),
+                        first_seen_s: 0.0,
+                        last_seen_s: 6.0,
+                    },
+                    ProcessSummary {
+                        pid: 4250,
+                        ppid: 4242,
+                        cmd: Some("python train.py".into()),
+                        cpu_mean_pct: Some(81.5),
+                        rss_max_bytes: Some(1 << 30),
+                        read_bytes: Some(1 << 20),
+                        first_seen_s: 0.5,
+                        last_seen_s: 6.0,
+                    },
+                ],
+            }),
+            truncated: false,
+        }
+    }
+
+    #[test]
+    fn text_summary() {
+        insta::assert_snapshot!(text(&sample()));
+    }
+
+    #[test]
+    fn json_summary_round_trips() {
+        let s = sample();
+        let back: Summary = serde_json::from_str(&json(&s)).unwrap();
+        assert_eq!(back, s);
+        assert!(!json(&s).contains('\n'), "one line");
+    }
+
+    #[test]
+    fn missing_values_show_as_dashes_not_zeros() {
+        let mut s = sample();
+        s.gpus[0].power_mean_w = None;
+        s.gpus[0].util_mean_pct = None;
+        let t = text(&s);
+        assert!(t.contains("power mean -"), "{t}");
+        assert!(t.contains("utilization mean -"), "{t}");
+    }
+}

@@ -374,6 +374,26 @@ mod tests {
         assert!(e.to_string().contains("upgrade gpufeed"));
     }
 
+    proptest::proptest! {
+        /// Whatever follows a valid header — garbage, or a valid recording cut at any byte —
+        /// reading never panics, and a cut recording yields a prefix of its lines.
+        #[test]
+        fn reading_never_panics_and_cuts_keep_a_prefix(garbage in proptest::collection::vec(proptest::num::u8::ANY, 0..400), cut in 0usize..2000) {
+            let mut text = header_line(&header()).into_bytes();
+            text.push(b'\n');
+            text.extend_from_slice(&garbage);
+            let _ = read_from(Path::new("g"), &text[..], |_, _| {});
+
+            let full = write(&header(), &lines());
+            let cut = cut.min(full.len());
+            let mut got = Vec::new();
+            if let Ok((_, st)) = read_from(Path::new("c"), &full.as_bytes()[..cut], |_, l| got.push(l)) {
+                proptest::prop_assert_eq!(&got[..], &lines()[..got.len()]);
+                proptest::prop_assert_eq!(st.malformed, 0);
+            }
+        }
+    }
+
     #[test]
     fn missing_optional_header_fields_default() {
         let text = "{\"type\":\"header\",\"schema_version\":1,\"start_time\":\"x\",\"start_unix_us\":0,\"interval_s\":0.1,\"host\":{\"cpu_count\":1,\"hostname\":null,\"kernel\":null,\"cpus_allowed\":null,\"mem_total_bytes\":null,\"clock_ticks_per_s\":null}}\n";

@@ -62,6 +62,7 @@ pub struct Prepared {
     gpu: GpuSetup,
     gpu_go: Option<SyncSender<GpuGo>>,
     gpu_thread: Option<JoinHandle<()>>,
+    tree_pids: Arc<Mutex<Vec<u32>>>,
 }
 
 /// Sent to the GPU thread to begin sampling.
@@ -101,6 +102,7 @@ impl Prepared {
                 },
                 gpu_go: None,
                 gpu_thread: None,
+                tree_pids: Arc::default(),
             });
         }
         let (reply_tx, reply_rx) = mpsc::sync_channel::<GpuReply>(1);
@@ -143,11 +145,18 @@ impl Prepared {
             gpu,
             gpu_go,
             gpu_thread,
+            tree_pids: Arc::default(),
         })
     }
 
     pub fn gpu(&self) -> &GpuSetup {
         &self.gpu
+    }
+
+    /// The job's processes as the recorder will see them (empty until `start`), for a signal
+    /// handler installed before the job is spawned.
+    pub fn tree_pids(&self) -> Arc<Mutex<Vec<u32>>> {
+        Arc::clone(&self.tree_pids)
     }
 
     /// The recording file (already created).
@@ -210,7 +219,10 @@ impl Prepared {
             stop_txs.push(stop_tx);
             samplers.push(th);
         }
-        let tree_pids = Arc::new(Mutex::new(root_pid.into_iter().collect::<Vec<_>>()));
+        let tree_pids = self.tree_pids;
+        if let Ok(mut p) = tree_pids.lock() {
+            *p = root_pid.into_iter().collect();
+        }
         {
             let (stop_tx, stop_rx) = mpsc::channel();
             let lines = lines_tx.clone();
