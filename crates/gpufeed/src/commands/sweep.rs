@@ -94,6 +94,9 @@ pub struct SweepArgs {
     /// Write the results as a Markdown table after every trial
     #[arg(long, value_name = "PATH")]
     pub export_markdown: Option<PathBuf>,
+    /// Write an SVG chart of throughput (and GPU utilization) against the knob after every trial
+    #[arg(long, value_name = "PATH")]
+    pub export_svg: Option<PathBuf>,
     /// The command, after `--`, with {name} where each knob's value goes
     #[arg(
         required = true,
@@ -215,7 +218,7 @@ pub fn spec(
         argv,
         env,
         recording,
-        socket_path: std::env::temp_dir().join(format!("gpufeed-{}-{n}.sock", std::process::id())),
+        socket_path: socket_path(n),
         min_time: t.min_time,
         max_time: t.max_time,
         rel_tol: t.tolerance,
@@ -227,6 +230,18 @@ pub fn spec(
         nvml_lib: global.nvml_lib.clone(),
         no_gpu: false,
         grace: t.grace,
+    }
+}
+
+/// Where trial `n`'s step socket goes: the temporary directory, or /tmp when that path would be
+/// too long for a Unix socket (108 bytes).
+fn socket_path(n: u32) -> PathBuf {
+    let name = format!("gpufeed-{}-{n}.sock", std::process::id());
+    let p = std::env::temp_dir().join(&name);
+    if p.as_os_str().len() < 100 {
+        p
+    } else {
+        Path::new("/tmp").join(name)
     }
 }
 
@@ -295,6 +310,12 @@ fn write_reports(args: &SweepArgs, dir: &Path, rep: &SweepReport) -> anyhow::Res
     }
     if let Some(p) = &args.export_markdown {
         writes.push((p.clone(), report::markdown(rep)));
+    }
+    if let Some(svg) = crate::tune::chart::svg(rep) {
+        writes.push((dir.join("sweep.svg"), svg.clone()));
+        if let Some(p) = &args.export_svg {
+            writes.push((p.clone(), svg));
+        }
     }
     for (p, text) in writes {
         report::write_atomic(&p, &text)

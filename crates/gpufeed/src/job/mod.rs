@@ -348,6 +348,8 @@ mod tests {
         let mut s = String::new();
         std::io::Read::read_to_string(&mut out.unwrap(), &mut s).unwrap();
         assert_eq!(s, "hello\n");
+        assert_eq!(j.wait().unwrap(), JobExit::Code(0));
+        // Nothing left of an ended job: no signal needed.
         let (exit, last) = j.stop_tree(&[], Duration::from_millis(300)).unwrap();
         assert_eq!((exit, last), (JobExit::Code(0), None));
     }

@@ -8,9 +8,11 @@
 //! - [`steady`]: warm-up detection (MSER-5) and batch-means confidence intervals.
 //! - [`trial`]: one trial: spawn, observe, stop the whole process tree, summarise.
 //! - [`sweep`]: results, the sweet spot, and the table/JSON/CSV/Markdown reports.
+//! - [`chart`]: the SVG chart of throughput and GPU utilization against the knob.
 //! - [`batch`]: the batch-size search, out-of-memory recognition and the accumulation plan.
 
 pub mod batch;
+pub mod chart;
 pub mod params;
 pub mod progress;
 pub mod steady;

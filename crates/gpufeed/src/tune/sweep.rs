@@ -548,6 +548,14 @@ mod tests {
         let c = csv(&rep);
         assert_eq!(c.lines().count(), 6);
         assert!(c.lines().nth(5).unwrap().starts_with("8,,"), "{c}");
+        let svg = crate::tune::chart::svg(&rep).unwrap();
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert_eq!(
+            svg.matches("<circle").count(),
+            4 + 1,
+            "4 points and the sweet spot"
+        );
+        assert!(svg.contains("sweet spot") && svg.contains("data wait %"));
         let json = serde_json::to_string(&rep).unwrap();
         let back: SweepReport = serde_json::from_str(&json).unwrap();
         assert_eq!(back.results.len(), 5);

@@ -489,9 +489,7 @@ pub fn run_trial(
             last_gpu_read = Instant::now();
         }
         let series = {
-            let o = obs
-                .lock()
-                .map_err(|_| TuneError::Usage("output reader panicked".into()))?;
+            let o = obs.lock().unwrap_or_else(|e| e.into_inner());
             pick_series(spec, &marks, start_ns, &o, &gpu, el)
         };
         let est = series
