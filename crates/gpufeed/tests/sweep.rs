@@ -139,6 +139,8 @@ fn workers_sweep_rises_then_plateaus_and_leaves_no_process() {
     let sweet = rep["sweet_spot"]["parameters"]["workers"].as_i64().unwrap();
     assert!(sweet >= 1, "{stdout}");
     assert_eq!(csv_lines(&csv), 5);
+    let svg = std::fs::read_to_string(dir.path().join("out/sweep.svg")).unwrap();
+    assert!(svg.contains("steps/s vs workers"), "{svg}");
     assert!(std::fs::read_to_string(&md)
         .unwrap()
         .starts_with("| workers |"));

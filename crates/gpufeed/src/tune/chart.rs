@@ -103,7 +103,11 @@ pub fn svg(rep: &SweepReport) -> Option<String> {
             W - RIGHT,
             LEFT - 6.0,
             yy + 4.0,
-            fmt_num(v)
+            if v == 0.0 {
+                "0".to_string()
+            } else {
+                fmt_num(v)
+            }
         );
         v += step;
     }
@@ -137,6 +141,13 @@ pub fn svg(rep: &SweepReport) -> Option<String> {
             TOP + ph / 2.0
         );
     }
+    let _ = writeln!(
+        s,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+        LEFT + pw / 2.0,
+        H - 12.0,
+        esc(&knob_names.join(", "))
+    );
     // Category labels.
     for (i, r) in rep.results.iter().enumerate() {
         let label = if knob_names.len() == 1 {

@@ -3,9 +3,9 @@
 (a sleep standing in for GPU time). Throughput rises with workers until the main loop is the
 limit, then plateaus:
 
-    workers 0: work + train per step        (~15 steps/s with the defaults)
-    workers 1: one worker's production      (~25 steps/s)
-    workers 2+: the training step           (~40 steps/s)
+    workers 0: work + train per step        (~13 steps/s with the defaults on an idle 2-core box)
+    workers 1: one worker's production      (~25 steps/s: a batch takes ~40 ms of CPU)
+    workers 2+: the training step (25 ms)   (~40 steps/s), or the two cores when they are busy
 
 Options: --workers N, --batch B (samples per step), --work N (loop iterations per batch),
 --train-ms MS, --progress socket|tqdm|print|none, --fail-above B (PyTorch's OOM message and
@@ -67,7 +67,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--work", type=int, default=500_000)
+    p.add_argument("--work", type=int, default=750_000)
     p.add_argument("--train-ms", type=float, default=25.0)
     p.add_argument("--progress", default="socket")
     p.add_argument("--fail-above", type=int, default=None)
