@@ -286,6 +286,21 @@ fn driver_not_loaded_is_reported_as_no_driver() {
         .stderr(predicate::str::contains("no NVIDIA driver found"));
 }
 
+/// Starts gpufeed (no GPU) as a plain child process, for tests that signal it.
+fn spawn_gpufeed(args: &[&str], out: &Path) -> std::process::Child {
+    let (sub, rest) = args.split_first().unwrap();
+    let dash = rest.iter().position(|a| *a == "--").unwrap_or(rest.len());
+    std::process::Command::new(assert_cmd::cargo::cargo_bin("gpufeed"))
+        .args(["--nvml-lib", "/nonexistent.so", sub])
+        .args(&rest[..dash])
+        .arg("-o")
+        .arg(out)
+        .args(&rest[dash..])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 fn wait_for_lines(path: &Path, min: usize) {
     for _ in 0..100 {
         if std::fs::read_to_string(path)
@@ -304,14 +319,7 @@ fn wait_for_lines(path: &Path, min: usize) {
 fn sigint_is_forwarded_to_the_job_and_the_recording_stays_readable() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.ndjson");
-    let bin = assert_cmd::cargo::cargo_bin("gpufeed");
-    let mut child = std::process::Command::new(bin)
-        .args(["--nvml-lib", "/nonexistent.so", "run", "-q", "-o"])
-        .arg(&out)
-        .args(["--", "sleep", "30"])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_gpufeed(&["run", "-q", "--", "sleep", "30"], &out);
     wait_for_lines(&out, 4);
     // SAFETY: plain kill(2) of our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
@@ -332,20 +340,7 @@ fn sigint_is_forwarded_to_the_job_and_the_recording_stays_readable() {
 fn a_killed_recorder_loses_at_most_the_last_second() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.ndjson");
-    let bin = assert_cmd::cargo::cargo_bin("gpufeed");
-    let mut child = std::process::Command::new(bin)
-        .args([
-            "--nvml-lib",
-            "/nonexistent.so",
-            "record",
-            "-q",
-            "--interval",
-            "50ms",
-            "-o",
-        ])
-        .arg(&out)
-        .spawn()
-        .unwrap();
+    let mut child = spawn_gpufeed(&["record", "-q", "--interval", "50ms"], &out);
     std::thread::sleep(Duration::from_millis(2500));
     child.kill().unwrap();
     child.wait().unwrap();
@@ -434,22 +429,19 @@ fn alive(pid: u32) -> bool {
 fn sigterm_is_forwarded_to_the_whole_tree() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.ndjson");
-    let bin = assert_cmd::cargo::cargo_bin("gpufeed");
-    let mut child = std::process::Command::new(bin)
-        .args([
-            "--nvml-lib",
-            "/nonexistent.so",
+    let mut child = spawn_gpufeed(
+        &[
             "run",
             "-q",
             "--interval",
             "50ms",
-            "-o",
-        ])
-        .arg(&out)
-        .args(["--", "sh", "-c", "sleep 31 & sleep 32 & wait"])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+            "--",
+            "sh",
+            "-c",
+            "sleep 31 & sleep 32 & wait",
+        ],
+        &out,
+    );
     // Wait until the recorder has seen the whole tree (root + 2 sleeps).
     let mut pids = Vec::new();
     for _ in 0..100 {

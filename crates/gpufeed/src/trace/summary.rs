@@ -720,7 +720,8 @@ fn kernels(c: &Collected, s: &mut TraceSummary) {
         .zip(&tc_flags)
         .filter(|(_, t)| **t)
         .map(|(a, _)| a.total_us)
-        .sum();
+        .sum::<f64>()
+        + 0.0; // an empty float sum is -0.0
     let eligible: f64 = c
         .kernels
         .iter()
