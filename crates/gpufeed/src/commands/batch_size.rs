@@ -334,8 +334,14 @@ pub fn run(global: &GlobalOpts, args: &BatchSizeArgs) -> anyhow::Result<u8> {
                     Verdict::Ok => "ran".to_string(),
                     Verdict::Oom =>
                         format!("out of memory ({})", oom_kind.clone().unwrap_or_default()),
-                    Verdict::Failed =>
-                        format!("failed ({:?}, exit {:?})", o.exit.status, o.exit.code),
+                    Verdict::Failed => format!(
+                        "failed ({})",
+                        o.exit
+                            .code
+                            .map(|c| format!("exit {c}"))
+                            .or(o.exit.signal.map(|s| format!("signal {s}")))
+                            .unwrap_or_default()
+                    ),
                 },
                 o.throughput
                     .as_ref()

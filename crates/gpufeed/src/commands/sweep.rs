@@ -435,20 +435,33 @@ pub fn run(global: &GlobalOpts, args: &SweepArgs) -> anyhow::Result<u8> {
 pub fn trial_line(i: usize, n: usize, r: &TrialResult) -> String {
     let tp = match &r.throughput {
         Some(t) => format!(
-            "{} {}{} ({:?})",
+            "{} {}{} (from {})",
             fmt_num(t.value),
             t.unit,
             t.rel_half_width()
                 .map(|h| format!(" ±{:.1}%", h * 100.0))
                 .unwrap_or_default(),
-            t.source
+            word(&t.source)
         ),
         None => "no throughput".into(),
     };
+    let how = match (r.exit.status, r.exit.code, r.exit.signal) {
+        (crate::tune::trial::Status::Failed, Some(c), _) => format!("failed with exit {c}"),
+        (crate::tune::trial::Status::Failed, _, Some(s)) => format!("failed with signal {s}"),
+        (st, _, _) => word(&st),
+    };
     format!(
-        "trial {i}/{n} {}: {tp}, {:?} after {:.1}s",
-        r.label, r.exit.status, r.duration_s
+        "trial {i}/{n} {}: {tp}, {how} after {:.1}s",
+        r.label, r.duration_s
     )
+}
+
+/// The JSON name of an enum value (`step_socket`, `max_time`).
+pub fn word<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -613,6 +613,76 @@ mod tests {
     }
 
     #[test]
+    fn sources_in_order_and_the_busiest_bar() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sp = spec(dir.path(), "true");
+        let mut o = Obs::default();
+        for i in 0..40 {
+            let t = i as f64 * 0.1;
+            // An inner per-batch bar (20 it/s) and an outer per-epoch bar updated rarely.
+            o.line(t, &format!("{}/1000 [00:01<00:10, 20.00it/s]", 2 * i), None);
+            if i % 10 == 0 {
+                o.line(t, &format!("{}/5 [00:01<00:10, 0.10it/s]", i / 10), None);
+            }
+            o.line(
+                t,
+                &format!("throughput: {} samples/s", 640 + i % 3),
+                sp.rate_regex.as_ref(),
+            );
+        }
+        let s = pick_series(&sp, &[], 0, &o, &[], 10.0).unwrap();
+        assert_eq!((s.source, s.unit.as_str()), (Source::Tqdm, "it/s"));
+        let e = estimate(&s.intervals, 0.03).unwrap();
+        assert!((e.value - 20.0).abs() < 0.5, "{e:?}");
+        // A regex, when given, is the user's explicit choice and wins over tqdm.
+        sp.rate_regex = Some(RateRegex::new(r"throughput: ([0-9.]+) samples/s").unwrap());
+        let mut o2 = Obs::default();
+        for i in 0..40 {
+            let t = i as f64 * 0.1;
+            o2.line(
+                t,
+                &format!("{}/1000 [00:01<00:10, 20.00it/s]", 2 * i),
+                sp.rate_regex.as_ref(),
+            );
+            o2.line(
+                t,
+                &format!("throughput: {} samples/s", 640 + i % 3),
+                sp.rate_regex.as_ref(),
+            );
+        }
+        let s = pick_series(&sp, &[], 0, &o2, &[], 10.0).unwrap();
+        assert_eq!((s.source, s.unit.as_str()), (Source::RateRegex, "it/s"));
+        // Step markers beat everything; observations after the stop are left out.
+        let marks: Vec<StepMark> = (0..30u64)
+            .map(|i| StepMark {
+                t_ns: i * 50_000_000,
+                wait_ns: Some(10_000_000),
+                items: Some(4),
+            })
+            .collect();
+        let s = pick_series(&sp, &marks, 0, &o2, &[], 1.0).unwrap();
+        assert_eq!(s.source, Source::StepSocket);
+        assert_eq!(s.marks.len(), 21);
+        let e = estimate(&s.intervals, 0.03).unwrap();
+        assert!((e.value - 20.0).abs() < 1e-6);
+        assert!((data_wait(&s, &e).unwrap() - 0.2).abs() < 1e-9);
+        let sps = throughput_of(&s, &e, None).samples_per_s.unwrap();
+        assert!((sps - 80.0).abs() < 1e-6, "{sps}");
+        // Nothing: the GPU proxy, or no series at all.
+        let gpu: Vec<(f64, f64)> = (0..10).map(|i| (i as f64 * 0.17, 55.0)).collect();
+        let s = pick_series(
+            &spec(dir.path(), "true"),
+            &[],
+            0,
+            &Obs::default(),
+            &gpu,
+            5.0,
+        );
+        assert_eq!(s.unwrap().source, Source::GpuBusyProxy);
+        assert!(pick_series(&sp, &[], 0, &Obs::default(), &[], 5.0).is_none());
+    }
+
+    #[test]
     fn a_tqdm_job_is_measured_and_stopped() {
         let dir = tempfile::tempdir().unwrap();
         // 50 it/s, printed like tqdm with \r redraws, forever.
