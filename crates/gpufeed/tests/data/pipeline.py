@@ -8,7 +8,7 @@ limit, then plateaus:
     workers 2+: the training step (25 ms)   (~40 steps/s), or the two cores when they are busy
 
 Options: --workers N, --batch B (samples per step), --work N (loop iterations per batch),
---train-ms MS, --progress socket|tqdm|print|none, --fail-above B (PyTorch's OOM message and
+--io-ms MS (a wait per batch in the worker, like reading from remote storage), --train-ms MS, --progress socket|tqdm|print|none, --fail-above B (PyTorch's OOM message and
 exit 1 when --batch is larger), --exit-code C (fail with a ValueError and exit C after
 --steps steps), --steps N (stop after N steps; default: run until stopped), --tag T (ignored:
 lets a test find its processes).
@@ -36,7 +36,9 @@ OOM = (
 
 
 def make_batch(args):
-    n, size = args
+    n, size, io_s = args
+    if io_s:
+        time.sleep(io_s)  # waiting on storage or the network
     s = 0
     for i in range(n):
         s += i * i
@@ -44,7 +46,7 @@ def make_batch(args):
 
 
 def batches(a):
-    job = (a.work, a.batch)
+    job = (a.work, a.batch, a.io_ms / 1000.0)
     if a.workers == 0:
         while True:
             yield make_batch(job)
@@ -69,6 +71,7 @@ def main():
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--work", type=int, default=750_000)
     p.add_argument("--train-ms", type=float, default=25.0)
+    p.add_argument("--io-ms", type=float, default=0.0)
     p.add_argument("--progress", default="socket")
     p.add_argument("--fail-above", type=int, default=None)
     p.add_argument("--exit-code", type=int, default=0)
