@@ -543,3 +543,58 @@ fn bad_input_gets_one_line_and_a_documented_code() {
         .code(2)
         .stderr(predicate::str::contains("--start must be at least 1"));
 }
+
+#[test]
+fn batch_size_uses_gpu_memory_from_the_driver() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let scen = common_fake::scenario(
+        dir.path(),
+        r#"{"devices":[{"name":"NVIDIA H100 80GB HBM3","memory_total_bytes":85899345920,
+            "memory_used_bytes":40000000000,"util":{"pattern":"constant","value":90}}]}"#,
+    );
+    let json = dir.path().join("b.json");
+    gpufeed()
+        .env("FAKE_NVML_SCENARIO", &scen)
+        .arg("--nvml-lib")
+        .arg(common_fake::fake_nvml())
+        .args([
+            "batch-size",
+            "--param",
+            "bs",
+            "--start",
+            "32",
+            "--max",
+            "64",
+        ])
+        .args([
+            "--min-time",
+            "0.5s",
+            "--max-time",
+            "2s",
+            "--tolerance",
+            "15%",
+            "-q",
+        ])
+        .arg("--output-dir")
+        .arg(dir.path().join("o"))
+        .arg("--export-json")
+        .arg(&json)
+        .args(["--", "python3"])
+        .arg(pipeline())
+        .args(["--batch", "{bs}", "--work", "2000", "--train-ms", "10"])
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .success();
+    let rep = read_json(&json);
+    assert_eq!(rep["max_batch"], 64, "{rep}");
+    assert_eq!(rep["first_oom_batch"], Value::Null);
+    assert_eq!(rep["gpu_mem_total_bytes"], 85899345920u64);
+    // Memory does not grow with the batch here, so no fit: the largest size under 90%.
+    assert_eq!(rep["recommendation"]["basis"], "memory_measured");
+    assert_eq!(rep["recommended_batch"], 64);
+    for t in rep["trials"].as_array().unwrap() {
+        assert_eq!(t["gpu_mem_max_bytes"], 40000000000u64);
+        assert!((t["gpu_util_mean_pct"].as_f64().unwrap() - 90.0).abs() < 1.0);
+    }
+}
