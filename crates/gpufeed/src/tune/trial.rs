@@ -433,29 +433,37 @@ pub fn run_trial(
             return Err(e.into());
         }
     };
-    let recorder = prepared.start(Some(job.pid()), Some(spec.argv.clone()))?;
+    // From here on the job runs: an error must not leave it behind.
+    let started = (|| {
+        let recorder = prepared.start(Some(job.pid()), Some(spec.argv.clone()))?;
+        let obs = Arc::new(Mutex::new(Obs::default()));
+        let (out, err) = job.take_output();
+        let mut readers = Vec::new();
+        for stream in [
+            out.map(|o| Box::new(o) as Box<dyn Read + Send>),
+            err.map(|e| Box::new(e) as Box<dyn Read + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            readers.push(reader(
+                stream,
+                Arc::clone(&obs),
+                t0,
+                spec.rate_regex.clone(),
+                spec.show_output,
+            )?);
+        }
+        Ok::<_, TuneError>((recorder, obs, readers))
+    })();
+    let (recorder, obs, readers) = match started {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = job.stop_tree(&[], spec.grace);
+            return Err(e);
+        }
+    };
     let tree = recorder.tree_pids();
-    let obs = Arc::new(Mutex::new(Obs::default()));
-    let (out, err) = job.take_output();
-    let mut readers = Vec::new();
-    if let Some(o) = out {
-        readers.push(reader(
-            o,
-            Arc::clone(&obs),
-            t0,
-            spec.rate_regex.clone(),
-            spec.show_output,
-        )?);
-    }
-    if let Some(e) = err {
-        readers.push(reader(
-            e,
-            Arc::clone(&obs),
-            t0,
-            spec.rate_regex.clone(),
-            spec.show_output,
-        )?);
-    }
 
     let mut gpu: Vec<(f64, f64)> = Vec::new();
     let mut last_gpu_read = Instant::now();
