@@ -162,6 +162,7 @@ pub fn sweet_spot(results: &[TrialResult]) -> (Option<SweetSpot>, bool) {
             (best_v / v - 1.0) * 100.0
         )
     };
+    let reason = reason + &evidence(results, pick);
     (
         Some(SweetSpot {
             parameters: pick.parameters.clone(),
@@ -174,6 +175,39 @@ pub fn sweet_spot(results: &[TrialResult]) -> (Option<SweetSpot>, bool) {
         }),
         false,
     )
+}
+
+/// What changed from the cheapest setting to the pick: data wait and GPU utilization.
+fn evidence(results: &[TrialResult], pick: &TrialResult) -> String {
+    let Some(base) = results
+        .iter()
+        .filter(|r| r.exit.ok() && !std::ptr::eq(*r, pick))
+        .min_by_key(|r| r.cost)
+        .filter(|b| b.cost < pick.cost)
+    else {
+        return String::new();
+    };
+    let mut parts = Vec::new();
+    if let (Some(a), Some(b)) = (base.data_wait_fraction, pick.data_wait_fraction) {
+        parts.push(format!(
+            "the training loop waits for data {:.0}% of the time at {}, {:.0}% at {}",
+            a * 100.0,
+            base.label,
+            b * 100.0,
+            pick.label
+        ));
+    }
+    if let (Some(a), Some(b)) = (base.gpu_util_mean_pct, pick.gpu_util_mean_pct) {
+        parts.push(format!(
+            "GPU utilization {a:.0}% at {}, {b:.0}% at {}",
+            base.label, pick.label
+        ));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("; {}", parts.join("; "))
+    }
 }
 
 /// Three significant digits, no exponent for everyday magnitudes.
@@ -536,6 +570,12 @@ mod tests {
         assert_eq!(sw.parameters["workers"], serde_json::json!(2));
         assert_eq!(sw.best_parameters["workers"], serde_json::json!(4));
         assert!(sw.reason.contains("within 5%"), "{}", sw.reason);
+        assert!(
+            sw.reason
+                .contains("waits for data 85% of the time at workers=0, 61% at workers=2"),
+            "{}",
+            sw.reason
+        );
         let t = text(&rep);
         assert!(t.contains("Sweet spot: workers=2"), "{t}");
         assert!(
