@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use crate::commands::analyze::AnalyzeArgs;
 use crate::commands::batch_size::BatchSizeArgs;
+use crate::commands::bench::BenchArgs;
 use crate::commands::diagnose::DiagnoseArgs;
+use crate::commands::doctor::DoctorArgs;
 use crate::commands::sweep::SweepArgs;
 
 const ABOUT: &str =
@@ -32,6 +34,8 @@ const HELP_TEXT: &str = concat!(
     "    gpufeed analyze trace.json.gz                 analyze a PyTorch profiler trace\n",
     "    gpufeed sweep -L workers 0,2,4,8 -- python train.py --workers {workers}\n",
     "    gpufeed batch-size --param bs --start 64 -- python train.py --batch-size {bs}\n",
+    "    gpufeed doctor                                check the machine and its software stack\n",
+    "    gpufeed bench                                 measure copy bandwidth and GEMM speed-ups\n",
     "\n",
     "ENVIRONMENT:\n",
     "    GPUFEED_NVML_LIB   path of the NVML library to load (same as --nvml-lib)\n",
@@ -70,6 +74,10 @@ pub enum Command {
     Sweep(SweepArgs),
     /// Find the largest batch size that fits, the one to use, and a gradient-accumulation plan
     BatchSize(BatchSizeArgs),
+    /// Check the driver, CUDA, cuDNN, PyTorch, GPU link and health, /dev/shm, CPUs and data storage
+    Doctor(DoctorArgs),
+    /// Measure host<->GPU copy bandwidth (pinned vs pageable) and GEMM throughput per precision
+    Bench(BenchArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]

@@ -2,7 +2,9 @@
 
 pub mod analyze;
 pub mod batch_size;
+pub mod bench;
 pub mod diagnose;
+pub mod doctor;
 pub mod record;
 pub mod sweep;
 
@@ -17,5 +19,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Diagnose(args) => diagnose::run(&cli.global, &args),
         Command::Sweep(args) => sweep::run(&cli.global, &args),
         Command::BatchSize(args) => batch_size::run(&cli.global, &args),
+        Command::Doctor(args) => doctor::run(&cli.global, &args),
+        Command::Bench(args) => bench::run(&cli.global, &args),
     }
 }
