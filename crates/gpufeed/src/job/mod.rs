@@ -95,6 +95,15 @@ impl Job {
         if opts.capture {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
+        if opts.die_with_parent {
+            // SAFETY: prctl(2) is async-signal-safe and touches no memory of the parent.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong);
+                    Ok(())
+                });
+            }
+        }
         Self::spawn_command(prog, cmd)
     }
 
@@ -194,6 +203,10 @@ pub struct SpawnOpts {
     pub env: Vec<(String, String)>,
     /// Pipe stdout and stderr instead of inheriting them.
     pub capture: bool,
+    /// The job's root gets SIGTERM if gpufeed dies without stopping it (even by SIGKILL).
+    /// Linux ties this to the *thread* that spawned the job: spawn from a thread that lives as
+    /// long as the job (the main thread).
+    pub die_with_parent: bool,
 }
 
 fn exit_of(st: std::process::ExitStatus) -> JobExit {
@@ -334,6 +347,20 @@ mod tests {
     }
 
     #[test]
+    fn die_with_parent_ends_the_job_when_its_spawner_goes() {
+        let argv: Vec<String> = ["sleep", "30"].map(String::from).to_vec();
+        let opts = SpawnOpts {
+            die_with_parent: true,
+            ..Default::default()
+        };
+        // The spawning thread ends at once: the kernel sends the job SIGTERM.
+        let mut j = std::thread::spawn(move || Job::spawn_with(&argv, &opts).unwrap())
+            .join()
+            .unwrap();
+        assert_eq!(j.wait().unwrap(), JobExit::Signal(libc::SIGTERM));
+    }
+
+    #[test]
     fn spawn_with_sets_env_and_captures_output() {
         let argv: Vec<String> = ["sh", "-c", "echo $GPUFEED_T"].map(String::from).to_vec();
         let mut j = Job::spawn_with(
@@ -341,6 +368,7 @@ mod tests {
             &SpawnOpts {
                 env: vec![("GPUFEED_T".into(), "hello".into())],
                 capture: true,
+                ..Default::default()
             },
         )
         .unwrap();

@@ -424,7 +424,13 @@ pub fn run_trial(
     }
     let t0 = Instant::now();
     let start_ns = monotonic_ns();
-    let mut job = match Job::spawn_with(&spec.argv, &SpawnOpts { env, capture: true }) {
+    let opts = SpawnOpts {
+        env,
+        capture: true,
+        // run_trial runs on gpufeed's main thread, which lives as long as the trial.
+        die_with_parent: true,
+    };
+    let mut job = match Job::spawn_with(&spec.argv, &opts) {
         Ok(j) => j,
         Err(e) => {
             let path = prepared.path().to_path_buf();
