@@ -198,9 +198,15 @@ impl<'a> Cur<'a> {
             v = v.wrapping_mul(10).wrapping_add((d - b'0') as u64);
             i += 1;
         }
-        // Up to 19 digits cannot overflow; longer ones go to serde.
-        if i == start || i - start > 19 || matches!(b.get(i), Some(b'.' | b'e' | b'E')) {
+        if i == start || matches!(b.get(i), Some(b'.' | b'e' | b'E')) {
             return None;
+        }
+        if i - start > 19 {
+            // Up to 19 digits cannot overflow; longer ones are redone with checks.
+            v = 0;
+            for d in &b[start..i] {
+                v = v.checked_mul(10)?.checked_add((d - b'0') as u64)?;
+            }
         }
         self.i = i;
         Some(v)
@@ -630,6 +636,137 @@ mod tests {
             &mut got
         )
         .is_none());
+    }
+
+    mod props {
+        use super::super::*;
+        use crate::record::format::Line;
+        use proptest::prelude::*;
+
+        fn f() -> impl Strategy<Value = f64> {
+            prop_oneof![
+                -1e6f64..1e6,
+                0.0f64..100.0,
+                any::<f64>().prop_filter("finite", |x| x.is_finite()),
+                (0u32..1_000_000).prop_map(|x| x as f64 / 1000.0),
+            ]
+        }
+
+        fn gpu_sample() -> impl Strategy<Value = GpuSample> {
+            (
+                (
+                    any::<u32>(),
+                    f(),
+                    proptest::option::of(proptest::collection::vec((f(), f()), 0..4)),
+                ),
+                (
+                    proptest::option::of(f()),
+                    proptest::option::of(any::<u64>()),
+                    proptest::option::of(any::<u32>()),
+                ),
+                (
+                    proptest::option::of(any::<u64>()),
+                    proptest::option::of(f()),
+                    proptest::option::of(0u32..7),
+                ),
+                proptest::option::of(any::<u64>()),
+            )
+                .prop_map(|((index, t_s, us), (u, mem, clk), (rx, rxs, gen), thr)| {
+                    GpuSample {
+                        index,
+                        t_s,
+                        util_samples: us.map(|v| v.into_iter().map(|(a, b)| [a, b]).collect()),
+                        util_pct: u,
+                        mem_used_bytes: mem,
+                        sm_clock_mhz: clk,
+                        pcie_rx_bytes: rx,
+                        pcie_rx_bytes_per_s: rxs,
+                        pcie_gen: gen,
+                        pcie_width: gen.map(|g| g * 4),
+                        throttle_reasons: thr,
+                        ..Default::default()
+                    }
+                })
+        }
+
+        fn proc_sample() -> impl Strategy<Value = ProcSample> {
+            (
+                any::<u32>(),
+                proptest::option::of(f()),
+                proptest::option::of(any::<u64>()),
+                proptest::option::of(prop_oneof![Just('R'), Just('S'), Just('D'), Just('Z')]),
+                proptest::option::of(any::<u32>()),
+            )
+                .prop_map(|(pid, cpu, rss, state, threads)| ProcSample {
+                    pid,
+                    cpu_pct: cpu,
+                    rss_bytes: rss,
+                    read_bytes: rss.map(|r| r / 3),
+                    state,
+                    threads,
+                    ..Default::default()
+                })
+        }
+
+        proptest! {
+            #[test]
+            fn fast_gpu_reads_back_exactly_what_serde_wrote(g in gpu_sample()) {
+                let line = serde_json::to_string(&Line::Gpu(g.clone())).unwrap();
+                let mut out = GpuSample::default();
+                prop_assert!(gpu(line.as_bytes(), &mut out).is_some(), "{}", line);
+                prop_assert_eq!(out, g);
+            }
+
+            #[test]
+            fn fast_procs_reads_back_exactly_what_serde_wrote(
+                t in f(),
+                ps in proptest::collection::vec(proc_sample(), 0..6),
+            ) {
+                let line = serde_json::to_string(&Line::Procs { t_s: t, procs: ps.clone() }).unwrap();
+                let mut out = Vec::new();
+                prop_assert_eq!(procs(line.as_bytes(), &mut out), Some(t));
+                prop_assert_eq!(out, ps);
+            }
+
+            #[test]
+            fn fast_host_reads_back_exactly_what_serde_wrote(
+                t in f(),
+                cpus in proptest::collection::vec(f(), 0..70),
+                psi in proptest::option::of(f()),
+                reads in proptest::collection::vec(f(), 0..3),
+            ) {
+                let h = HostSample {
+                    t_s: t,
+                    cpu_pct: cpus,
+                    psi_io_some_pct: psi,
+                    disks: reads
+                        .iter()
+                        .map(|r| DiskRate { device: String::new(), read_bytes_per_s: *r, write_bytes_per_s: 1.0 })
+                        .collect(),
+                    ..Default::default()
+                };
+                let line = serde_json::to_string(&Line::Host(h.clone())).unwrap();
+                let mut out = HostSample::default();
+                prop_assert!(host(line.as_bytes(), &mut out).is_some(), "{}", line);
+                prop_assert_eq!(out, h);
+            }
+
+            #[test]
+            fn never_panics_on_cut_or_garbled_lines(g in gpu_sample(), cut in 0usize..400, flip in 0usize..400) {
+                let line = serde_json::to_string(&Line::Gpu(g)).unwrap().into_bytes();
+                let mut b = line[..cut.min(line.len())].to_vec();
+                if !b.is_empty() {
+                    let i = flip % b.len();
+                    b[i] = b[i].wrapping_add(1);
+                }
+                let mut out = GpuSample::default();
+                let _ = gpu(&b, &mut out);
+                let mut p = Vec::new();
+                let _ = procs(&b, &mut p);
+                let mut h = HostSample::default();
+                let _ = host(&b, &mut h);
+            }
+        }
     }
 
     #[test]
