@@ -5,9 +5,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::commands::analyze::AnalyzeArgs;
+use crate::commands::batch_size::BatchSizeArgs;
 use crate::commands::bench::BenchArgs;
 use crate::commands::diagnose::DiagnoseArgs;
 use crate::commands::doctor::DoctorArgs;
+use crate::commands::sweep::SweepArgs;
 
 const ABOUT: &str =
     "Find out why your GPU is starving during training, what to change, and measure the fix.";
@@ -30,11 +32,14 @@ const HELP_TEXT: &str = concat!(
     "    gpufeed record --pid 4242                     attach to a running job and its children\n",
     "    gpufeed diagnose gpufeed-20261202-120000.ndjson   why was the GPU starving?\n",
     "    gpufeed analyze trace.json.gz                 analyze a PyTorch profiler trace\n",
+    "    gpufeed sweep -L workers 0,2,4,8 -- python train.py --workers {workers}\n",
+    "    gpufeed batch-size --param bs --start 64 -- python train.py --batch-size {bs}\n",
     "    gpufeed doctor                                check the machine and its software stack\n",
     "    gpufeed bench                                 measure copy bandwidth and GEMM speed-ups\n",
     "\n",
     "ENVIRONMENT:\n",
     "    GPUFEED_NVML_LIB   path of the NVML library to load (same as --nvml-lib)\n",
+    "    GPUFEED_STEP_SOCKET  set by sweep/batch-size for the job: where to send step markers\n",
     "\n",
     "EXIT CODES:\n",
     "    0      success (for `run`: the job's own exit code is passed through)\n",
@@ -65,6 +70,10 @@ pub enum Command {
     Diagnose(DiagnoseArgs),
     /// Analyze PyTorch profiler (Kineto) traces: per-step breakdown, starvation, copies, precision
     Analyze(AnalyzeArgs),
+    /// Run your command once per knob setting (num_workers, pin_memory, ...) and find the sweet spot
+    Sweep(SweepArgs),
+    /// Find the largest batch size that fits, the one to use, and a gradient-accumulation plan
+    BatchSize(BatchSizeArgs),
     /// Check the driver, CUDA, cuDNN, PyTorch, GPU link and health, /dev/shm, CPUs and data storage
     Doctor(DoctorArgs),
     /// Measure host<->GPU copy bandwidth (pinned vs pageable) and GEMM throughput per precision

@@ -1,10 +1,12 @@
 //! One module per subcommand: each turns parsed arguments into work and a process exit code.
 
 pub mod analyze;
+pub mod batch_size;
 pub mod bench;
 pub mod diagnose;
 pub mod doctor;
 pub mod record;
+pub mod sweep;
 
 use crate::cli::{Cli, Command};
 
@@ -15,6 +17,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Record(args) => record::record(&cli.global, &args),
         Command::Analyze(args) => analyze::run(&cli.global, &args),
         Command::Diagnose(args) => diagnose::run(&cli.global, &args),
+        Command::Sweep(args) => sweep::run(&cli.global, &args),
+        Command::BatchSize(args) => batch_size::run(&cli.global, &args),
         Command::Doctor(args) => doctor::run(&cli.global, &args),
         Command::Bench(args) => bench::run(&cli.global, &args),
     }

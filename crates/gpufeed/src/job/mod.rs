@@ -6,8 +6,9 @@ use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::low_level::siginfo::Cause;
 use std::io;
-use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, Command};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, ChildStderr, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
@@ -75,26 +76,113 @@ impl Job {
     /// Ctrl-C at the terminal reaches the job directly, as it would without gpufeed).
     pub fn spawn(argv: &[String]) -> Result<Job, JobError> {
         let (prog, args) = argv.split_first().ok_or(JobError::Empty)?;
-        let child =
-            Command::new(prog)
-                .args(args)
-                .spawn()
-                .map_err(|source| match source.kind() {
-                    io::ErrorKind::NotFound => JobError::NotFound { cmd: prog.clone() },
-                    io::ErrorKind::PermissionDenied => JobError::NotExecutable {
-                        cmd: prog.clone(),
-                        source,
-                    },
-                    _ if source.raw_os_error() == Some(libc::ENOEXEC) => JobError::NotExecutable {
-                        cmd: prog.clone(),
-                        source,
-                    },
-                    _ => JobError::Spawn {
-                        cmd: prog.clone(),
-                        source,
-                    },
-                })?;
+        let mut cmd = Command::new(prog);
+        cmd.args(args);
+        Self::spawn_command(prog, cmd)
+    }
+
+    /// Starts `argv` with extra environment variables, in a process group of its own (so gpufeed
+    /// alone decides when the job stops and can signal every process of it, see
+    /// [`Job::stop_tree`]), stdin closed, and stdout/stderr piped when `opts.capture` (take them
+    /// with [`Job::take_output`]) or inherited otherwise.
+    pub fn spawn_with(argv: &[String], opts: &SpawnOpts) -> Result<Job, JobError> {
+        let (prog, args) = argv.split_first().ok_or(JobError::Empty)?;
+        let mut cmd = Command::new(prog);
+        cmd.args(args)
+            .envs(opts.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .process_group(0);
+        if opts.capture {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+        if opts.die_with_parent {
+            // SAFETY: prctl(2) is async-signal-safe and touches no memory of the parent.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong);
+                    Ok(())
+                });
+            }
+        }
+        Self::spawn_command(prog, cmd)
+    }
+
+    fn spawn_command(prog: &str, mut cmd: Command) -> Result<Job, JobError> {
+        let prog = prog.to_string();
+        let child = cmd.spawn().map_err(|source| match source.kind() {
+            io::ErrorKind::NotFound => JobError::NotFound { cmd: prog.clone() },
+            io::ErrorKind::PermissionDenied => JobError::NotExecutable {
+                cmd: prog.clone(),
+                source,
+            },
+            _ if source.raw_os_error() == Some(libc::ENOEXEC) => JobError::NotExecutable {
+                cmd: prog.clone(),
+                source,
+            },
+            _ => JobError::Spawn {
+                cmd: prog.clone(),
+                source,
+            },
+        })?;
         Ok(Job { child })
+    }
+
+    /// The job's piped stdout and stderr (once; `None` when not captured or already taken).
+    pub fn take_output(&mut self) -> (Option<ChildStdout>, Option<ChildStderr>) {
+        (self.child.stdout.take(), self.child.stderr.take())
+    }
+
+    /// The exit status if the job has ended, without blocking.
+    pub fn try_wait(&mut self) -> Result<Option<JobExit>, JobError> {
+        Ok(self.child.try_wait().map_err(JobError::Wait)?.map(exit_of))
+    }
+
+    /// Stops the job's whole process tree: its process group (a job started with
+    /// [`Job::spawn_with`] leads one) plus `extra` pids (descendants that may have left the
+    /// group), first with SIGINT, then SIGTERM, then SIGKILL, each given `grace` to work. Returns
+    /// how the root process ended and the last signal that had to be sent (`None` when the job had
+    /// already ended and nothing of it was left).
+    pub fn stop_tree(
+        &mut self,
+        extra: &[u32],
+        grace: Duration,
+    ) -> Result<(JobExit, Option<i32>), JobError> {
+        let pgid = self.pid();
+        let mut root_exit = self.try_wait()?;
+        let mut last = None;
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGKILL] {
+            let left = live_members(pgid, extra);
+            if root_exit.is_some() && left.is_empty() {
+                break;
+            }
+            last = Some(sig);
+            if root_exit.is_none() {
+                signal_all(&[pgid], sig);
+            }
+            // SAFETY: kill(2) on a process group with a valid signal has no memory effects.
+            unsafe {
+                libc::kill(-(pgid as libc::pid_t), sig);
+            }
+            signal_all(&left, sig);
+            let deadline = Instant::now() + grace;
+            loop {
+                if root_exit.is_none() {
+                    root_exit = self.try_wait()?;
+                }
+                if root_exit.is_some() && live_members(pgid, extra).is_empty() {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let exit = match root_exit {
+            Some(e) => e,
+            None => self.wait()?,
+        };
+        Ok((exit, last))
     }
 
     pub fn pid(&self) -> u32 {
@@ -104,12 +192,59 @@ impl Job {
     /// Waits for the job to end.
     pub fn wait(&mut self) -> Result<JobExit, JobError> {
         let st = self.child.wait().map_err(JobError::Wait)?;
-        Ok(match (st.code(), st.signal()) {
-            (Some(c), _) => JobExit::Code(c),
-            (None, Some(s)) => JobExit::Signal(s),
-            (None, None) => JobExit::Code(1),
-        })
+        Ok(exit_of(st))
     }
+}
+
+/// Options for [`Job::spawn_with`].
+#[derive(Debug, Clone, Default)]
+pub struct SpawnOpts {
+    /// Variables added to (or replacing in) gpufeed's own environment.
+    pub env: Vec<(String, String)>,
+    /// Pipe stdout and stderr instead of inheriting them.
+    pub capture: bool,
+    /// The job's root gets SIGTERM if gpufeed dies without stopping it (even by SIGKILL).
+    /// Linux ties this to the *thread* that spawned the job: spawn from a thread that lives as
+    /// long as the job (the main thread).
+    pub die_with_parent: bool,
+}
+
+fn exit_of(st: std::process::ExitStatus) -> JobExit {
+    match (st.code(), st.signal()) {
+        (Some(c), _) => JobExit::Code(c),
+        (None, Some(s)) => JobExit::Signal(s),
+        (None, None) => JobExit::Code(1),
+    }
+}
+
+/// Pids of processes that are alive (not zombies) and either in process group `pgid` or listed in
+/// `extra`.
+pub fn live_members(pgid: u32, extra: &[u32]) -> Vec<u32> {
+    let mut out = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            if let Some((state, pgrp)) = stat_state_pgrp(pid) {
+                if state != 'Z' && state != 'X' && (pgrp == pgid || extra.contains(&pid)) {
+                    out.push(pid);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// State letter and process group of `pid` from /proc/PID/stat.
+fn stat_state_pgrp(pid: u32) -> Option<(char, u32)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace();
+    let state = f.next()?.chars().next()?;
+    let _ppid = f.next()?;
+    let pgrp = f.next()?.parse().ok()?;
+    Some((state, pgrp))
 }
 
 /// One termination signal gpufeed received.
@@ -193,6 +328,58 @@ mod tests {
         let e = Job::spawn(&["/etc/hostname".into()]).err().unwrap();
         assert_eq!(e.exit_code(), 126, "{e}");
         assert_eq!(Job::spawn(&[]).err().unwrap().exit_code(), 2);
+    }
+
+    #[test]
+    fn stop_tree_leaves_no_process_of_the_job() {
+        // A shell that ignores SIGINT and SIGTERM, with a background child that does too.
+        let argv: Vec<String> = ["sh", "-c", "trap '' INT TERM; sleep 30 & sleep 30 & wait"]
+            .map(String::from)
+            .to_vec();
+        let mut j = Job::spawn_with(&argv, &SpawnOpts::default()).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let pgid = j.pid();
+        assert!(live_members(pgid, &[]).len() >= 3);
+        let (exit, last) = j.stop_tree(&[], Duration::from_millis(300)).unwrap();
+        assert_eq!(last, Some(libc::SIGKILL));
+        assert_eq!(exit, JobExit::Signal(libc::SIGKILL));
+        assert!(live_members(pgid, &[]).is_empty());
+    }
+
+    #[test]
+    fn die_with_parent_ends_the_job_when_its_spawner_goes() {
+        let argv: Vec<String> = ["sleep", "30"].map(String::from).to_vec();
+        let opts = SpawnOpts {
+            die_with_parent: true,
+            ..Default::default()
+        };
+        // The spawning thread ends at once: the kernel sends the job SIGTERM.
+        let mut j = std::thread::spawn(move || Job::spawn_with(&argv, &opts).unwrap())
+            .join()
+            .unwrap();
+        assert_eq!(j.wait().unwrap(), JobExit::Signal(libc::SIGTERM));
+    }
+
+    #[test]
+    fn spawn_with_sets_env_and_captures_output() {
+        let argv: Vec<String> = ["sh", "-c", "echo $GPUFEED_T"].map(String::from).to_vec();
+        let mut j = Job::spawn_with(
+            &argv,
+            &SpawnOpts {
+                env: vec![("GPUFEED_T".into(), "hello".into())],
+                capture: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let (out, _) = j.take_output();
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut out.unwrap(), &mut s).unwrap();
+        assert_eq!(s, "hello\n");
+        assert_eq!(j.wait().unwrap(), JobExit::Code(0));
+        // Nothing left of an ended job: no signal needed.
+        let (exit, last) = j.stop_tree(&[], Duration::from_millis(300)).unwrap();
+        assert_eq!((exit, last), (JobExit::Code(0), None));
     }
 
     #[test]

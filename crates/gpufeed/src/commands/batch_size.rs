@@ -1,0 +1,421 @@
+//! `gpufeed batch-size`: the largest batch that runs, the one to use at a memory target, and a
+//! gradient-accumulation plan.
+
+use super::sweep::{
+    check_trial_opts, file_safe, interrupt_flag, live_msg, output_dir, parse_fraction,
+    progress_bar, say, spec, ReportFormat, TrialOpts,
+};
+use crate::cli::GlobalOpts;
+use crate::exit::{self, Failure};
+use crate::tune::batch::{
+    accumulation, classify, recommend, Accumulation, Recommendation, Search, Verdict,
+};
+use crate::tune::params;
+use crate::tune::sweep::{fmt_num, write_atomic};
+use crate::tune::trial::{run_trial, Throughput, TrialExit};
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+#[derive(Debug, Clone, Args)]
+#[command(after_help = "EXAMPLES:
+    gpufeed batch-size --param bs --start 64 -- python train.py --batch-size {bs}
+    gpufeed batch-size --param bs --start 32 --max 1024 --mem-target 85% --target-batch 2048 -- python train.py --bs {bs}
+
+Doubles the batch until the first out-of-memory, then bisects between the last size that ran and
+the first that did not. Out-of-memory is recognised from the job's output (CUDA out of memory,
+torch.OutOfMemoryError, CUBLAS_STATUS_ALLOC_FAILED, DefaultCPUAllocator, RESOURCE_EXHAUSTED,
+DataLoader worker killed) or a SIGKILL / exit 137; any other failure stops the search.
+Exit: 0 when a batch size ran, 1 when none did or the command failed otherwise, 2 bad options,
+130 interrupted.")]
+pub struct BatchSizeArgs {
+    /// The name used in the command as {NAME}
+    #[arg(long, value_name = "NAME")]
+    pub param: String,
+    /// First batch size to try
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub start: u64,
+    /// Never try more than this
+    #[arg(long, value_name = "N")]
+    pub max: Option<u64>,
+    /// Recommend the largest batch whose peak GPU memory stays under this share of the total
+    #[arg(long, value_name = "PCT", default_value = "90%", value_parser = parse_fraction)]
+    pub mem_target: f64,
+    /// Plan gradient accumulation to reach this effective batch
+    #[arg(long, value_name = "N")]
+    pub target_batch: Option<u64>,
+    #[command(flatten)]
+    pub trial: TrialOpts,
+    /// Write the report as JSON after every trial
+    #[arg(long, value_name = "PATH")]
+    pub export_json: Option<PathBuf>,
+    /// The command, after `--`, with {NAME} where the batch size goes
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchTrial {
+    pub batch: u64,
+    pub verdict: Verdict,
+    /// Which out-of-memory was recognised (`cuda_oom`, `host_oom`, `killed_sigkill`, ...).
+    pub oom_kind: Option<String>,
+    pub oom_line: Option<String>,
+    pub throughput: Option<Throughput>,
+    pub gpu_mem_max_bytes: Option<u64>,
+    pub gpu_util_mean_pct: Option<f64>,
+    pub duration_s: f64,
+    pub exit: TrialExit,
+    pub last_lines: Vec<String>,
+    pub recording: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchReport {
+    pub schema_version: u32,
+    pub command: Vec<String>,
+    pub param: String,
+    pub mem_target_pct: f64,
+    /// Largest batch that ran.
+    pub max_batch: Option<u64>,
+    /// Smallest batch that ran out of memory.
+    pub first_oom_batch: Option<u64>,
+    pub recommended_batch: Option<u64>,
+    pub recommendation: Option<Recommendation>,
+    /// The tried batch with the highest samples/s (bigger is not always faster).
+    pub fastest_batch: Option<u64>,
+    pub gpu_mem_total_bytes: Option<u64>,
+    pub trials: Vec<BatchTrial>,
+    pub accumulation: Option<Accumulation>,
+    /// Why the search ended early, when it did.
+    pub stopped: Option<String>,
+}
+
+fn samples_per_s(t: &BatchTrial) -> Option<f64> {
+    t.throughput.as_ref().and_then(|x| x.samples_per_s)
+}
+
+fn text(rep: &BatchReport) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:>8}  {:<8}  {:>14}  {:>10}  {:>12}  {:>6}",
+        "batch", "result", "throughput", "samples/s", "GPU mem peak", "time"
+    );
+    for t in &rep.trials {
+        let tp = t
+            .throughput
+            .as_ref()
+            .map(|x| format!("{} {}", fmt_num(x.value), x.unit))
+            .unwrap_or_else(|| "-".into());
+        let verdict = match t.verdict {
+            Verdict::Ok => "ok".to_string(),
+            Verdict::Oom => "OOM".to_string(),
+            Verdict::Failed => "failed".to_string(),
+        };
+        let _ = writeln!(
+            s,
+            "{:>8}  {:<8}  {:>14}  {:>10}  {:>12}  {:>5.1}s",
+            t.batch,
+            verdict,
+            tp,
+            samples_per_s(t).map(fmt_num).unwrap_or_else(|| "-".into()),
+            t.gpu_mem_max_bytes
+                .map(|b| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64))
+                .unwrap_or_else(|| "-".into()),
+            t.duration_s
+        );
+    }
+    for t in rep.trials.iter().filter(|t| t.verdict == Verdict::Failed) {
+        let _ = writeln!(
+            s,
+            "\nBatch {} failed (not out of memory); last output:",
+            t.batch
+        );
+        for l in &t.last_lines {
+            let _ = writeln!(s, "    {l}");
+        }
+    }
+    match rep.max_batch {
+        Some(m) => {
+            let _ = write!(s, "\nLargest batch that runs: {m}");
+            if let Some(f) = rep.first_oom_batch {
+                let kind = rep
+                    .trials
+                    .iter()
+                    .find(|t| t.batch == f)
+                    .and_then(|t| t.oom_kind.clone())
+                    .unwrap_or_default();
+                let _ = write!(s, " ({f} ran out of memory: {kind})");
+            }
+            let _ = writeln!(s);
+        }
+        None => {
+            let _ = writeln!(s, "\nNo batch size ran.");
+        }
+    }
+    if let (Some(b), Some(r)) = (rep.recommended_batch, &rep.recommendation) {
+        let why = match r.basis.as_str() {
+            "memory_fit" => format!(
+                "peak GPU memory, fitted against batch size, stays under {:.0}% of the total (predicted {})",
+                rep.mem_target_pct,
+                r.predicted_mem_bytes
+                    .map(|b| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64))
+                    .unwrap_or_default()
+            ),
+            "memory_measured" => format!(
+                "the largest tried batch whose peak GPU memory stayed under {:.0}%",
+                rep.mem_target_pct
+            ),
+            _ => format!(
+                "{:.0}% of the largest batch: no GPU memory figures, so the target is kept as a margin against later OOMs (evaluation, fragmentation)",
+                rep.mem_target_pct
+            ),
+        };
+        let _ = writeln!(s, "Recommended batch: {b} ({why})");
+    }
+    if let Some(f) = rep.fastest_batch {
+        if Some(f) != rep.max_batch {
+            let _ = writeln!(
+                s,
+                "Fastest tried batch: {f} (more samples/s than larger ones: bigger is not always faster)"
+            );
+        }
+    }
+    if let Some(a) = &rep.accumulation {
+        let _ = writeln!(
+            s,
+            "Gradient accumulation for batch {}: {} × {} steps\n  {}",
+            a.target_batch, a.micro_batch, a.steps, a.note
+        );
+    }
+    if let Some(why) = &rep.stopped {
+        let _ = writeln!(s, "Search stopped: {why}");
+    }
+    s
+}
+
+fn finish(rep: &mut BatchReport, target_batch: Option<u64>) {
+    let ok: Vec<&BatchTrial> = rep
+        .trials
+        .iter()
+        .filter(|t| t.verdict == Verdict::Ok)
+        .collect();
+    rep.max_batch = ok.iter().map(|t| t.batch).max();
+    rep.first_oom_batch = rep
+        .trials
+        .iter()
+        .filter(|t| t.verdict == Verdict::Oom && rep.max_batch.is_none_or(|m| t.batch > m))
+        .map(|t| t.batch)
+        .min();
+    rep.fastest_batch = ok
+        .iter()
+        .filter_map(|t| samples_per_s(t).map(|v| (t.batch, v)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(b, _)| b);
+    rep.recommendation = rep.max_batch.map(|m| {
+        let pts: Vec<(u64, u64)> = ok
+            .iter()
+            .filter_map(|t| t.gpu_mem_max_bytes.map(|b| (t.batch, b)))
+            .collect();
+        recommend(m, &pts, rep.gpu_mem_total_bytes, rep.mem_target_pct / 100.0)
+    });
+    rep.recommended_batch = rep.recommendation.as_ref().map(|r| r.batch);
+    rep.accumulation = match (target_batch, rep.recommended_batch) {
+        (Some(t), Some(r)) => accumulation(t, r),
+        _ => None,
+    };
+}
+
+pub fn run(global: &GlobalOpts, args: &BatchSizeArgs) -> anyhow::Result<u8> {
+    let knob = params::parse_knobs(&[args.param.clone(), "1".into()])
+        .map_err(|e| Failure::new(exit::USAGE, e.to_string()))?;
+    params::check_used(&knob, &args.command, &[])
+        .map_err(|e| Failure::new(exit::USAGE, e.to_string()))?;
+    let regex = check_trial_opts(&args.trial, &args.command)?;
+    if args.start == 0 {
+        return Err(Failure::new(exit::USAGE, "--start must be at least 1").into());
+    }
+    if args.max == Some(0) {
+        return Err(Failure::new(exit::USAGE, "--max must be at least 1").into());
+    }
+    if args.target_batch == Some(0) {
+        return Err(Failure::new(exit::USAGE, "--target-batch must be at least 1").into());
+    }
+    let dir = output_dir(&args.trial, "gpufeed-batch-size")?;
+    let (interrupt, _watch) = interrupt_flag()?;
+    let quiet = args.trial.quiet;
+    let mut rep = BatchReport {
+        schema_version: 1,
+        command: args.command.clone(),
+        param: args.param.clone(),
+        mem_target_pct: args.mem_target * 100.0,
+        max_batch: None,
+        first_oom_batch: None,
+        recommended_batch: None,
+        recommendation: None,
+        fastest_batch: None,
+        gpu_mem_total_bytes: None,
+        trials: vec![],
+        accumulation: None,
+        stopped: None,
+    };
+    let mut search = Search::new(args.start, args.max);
+    let pb = progress_bar(0, quiet);
+    let mut fatal = None;
+    let mut gpu_note_said = false;
+    while let Some(bs) = search.next() {
+        if interrupt.load(Ordering::SeqCst) {
+            break;
+        }
+        pb.inc_length(1);
+        let values = vec![(args.param.clone(), bs.to_string())];
+        let argv: Vec<String> = args
+            .command
+            .iter()
+            .map(|a| params::substitute(a, &values))
+            .collect();
+        let label = format!("{}={bs}", args.param);
+        let recording = dir.join(format!(
+            "trial-{:02}-{}.ndjson",
+            rep.trials.len() + 1,
+            file_safe(&label)
+        ));
+        let batch = match &args.trial.batch {
+            Some(_) => super::sweep::batch_of(&args.trial, &values)?,
+            None => Some(bs as f64),
+        };
+        let spec = spec(
+            global,
+            &args.trial,
+            regex.clone(),
+            argv,
+            vec![],
+            recording,
+            batch,
+        );
+        pb.set_message(format!("{label}: starting"));
+        let o = match run_trial(&spec, &interrupt, |l| pb.set_message(live_msg(&label, l))) {
+            Ok(o) => o,
+            Err(e) => {
+                fatal = Some(anyhow::Error::from(Failure::new(
+                    e.exit_code(),
+                    e.to_string(),
+                )));
+                break;
+            }
+        };
+        if let (Some(e), false) = (&o.gpu_error, gpu_note_said) {
+            say(
+                &pb,
+                quiet,
+                format!("gpufeed: {e}: recording host metrics only"),
+            );
+            gpu_note_said = true;
+        }
+        if o.exit.status == crate::tune::trial::Status::Interrupted {
+            break;
+        }
+        let (verdict, oom_kind) = classify(&o.exit, o.oom_line.as_deref());
+        rep.gpu_mem_total_bytes = rep.gpu_mem_total_bytes.or(o.gpu_mem_total_bytes);
+        say(
+            &pb,
+            quiet,
+            format!(
+                "batch {bs}: {}{}",
+                match verdict {
+                    Verdict::Ok => "ran".to_string(),
+                    Verdict::Oom =>
+                        format!("out of memory ({})", oom_kind.clone().unwrap_or_default()),
+                    Verdict::Failed => format!(
+                        "failed ({})",
+                        o.exit
+                            .code
+                            .map(|c| format!("exit {c}"))
+                            .or(o.exit.signal.map(|s| format!("signal {s}")))
+                            .unwrap_or_default()
+                    ),
+                },
+                o.throughput
+                    .as_ref()
+                    .map(|t| format!(", {} {}", fmt_num(t.value), t.unit))
+                    .unwrap_or_default()
+            ),
+        );
+        rep.trials.push(BatchTrial {
+            batch: bs,
+            verdict,
+            oom_kind,
+            oom_line: o.oom_line.clone(),
+            throughput: o.throughput.clone(),
+            gpu_mem_max_bytes: o.gpu_mem_max_bytes,
+            gpu_util_mean_pct: o.gpu_util_mean_pct,
+            duration_s: o.duration_s,
+            exit: o.exit.clone(),
+            last_lines: if verdict == Verdict::Ok {
+                vec![]
+            } else {
+                o.last_lines.clone()
+            },
+            recording: o.recording.display().to_string(),
+        });
+        pb.inc(1);
+        if verdict == Verdict::Failed {
+            rep.stopped = Some(format!(
+                "batch {bs} failed for a reason other than memory (exit {}); fix that first",
+                o.exit
+                    .code
+                    .map(|c| c.to_string())
+                    .or(o.exit.signal.map(|s| format!("signal {s}")))
+                    .unwrap_or_default()
+            ));
+            break;
+        }
+        search.record(bs, verdict == Verdict::Ok);
+        finish(&mut rep, args.target_batch);
+        write_json(args, &dir, &rep)?;
+    }
+    pb.finish_and_clear();
+    if interrupt.load(Ordering::SeqCst) {
+        rep.stopped = Some("interrupted".into());
+    }
+    finish(&mut rep, args.target_batch);
+    write_json(args, &dir, &rep)?;
+    match args.trial.format {
+        ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&rep)?),
+        _ => print!("{}", text(&rep)),
+    }
+    if let Some(e) = fatal {
+        return Err(e);
+    }
+    if interrupt.load(Ordering::SeqCst) {
+        return Ok(exit::SIGNAL_BASE + libc::SIGINT as u8);
+    }
+    Ok(if rep.max_batch.is_some() && rep.stopped.is_none() {
+        exit::OK
+    } else {
+        exit::FAILURE
+    })
+}
+
+fn write_json(
+    args: &BatchSizeArgs,
+    dir: &std::path::Path,
+    rep: &BatchReport,
+) -> anyhow::Result<()> {
+    let json = serde_json::to_string_pretty(rep)?;
+    let mut paths = vec![dir.join("batch-size.json")];
+    paths.extend(args.export_json.clone());
+    for p in paths {
+        write_atomic(&p, &json)
+            .map_err(|e| Failure::input(format!("cannot write {}: {e}", p.display())))?;
+    }
+    Ok(())
+}

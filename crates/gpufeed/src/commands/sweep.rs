@@ -1,0 +1,485 @@
+//! `gpufeed sweep`: try every combination of knob values on the user's own command and find the
+//! sweet spot; `TrialOpts` is shared with `gpufeed batch-size`.
+
+use crate::cli::{parse_duration, GlobalOpts};
+use crate::exit::{self, Failure};
+use crate::job::SignalWatch;
+use crate::tune::params::{self, Setting};
+use crate::tune::progress::RateRegex;
+use crate::tune::sweep::{self as report, fmt_num, SweepReport, TrialResult, SCHEMA_VERSION};
+use crate::tune::trial::{run_trial, Live, TrialSpec};
+use crate::tune::TuneError;
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// How each trial is measured (shared by `sweep` and `batch-size`).
+#[derive(Debug, Clone, Args)]
+pub struct TrialOpts {
+    /// Shortest trial, even when throughput is steady sooner
+    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration)]
+    pub min_time: Duration,
+    /// Longest trial: stop there even if throughput is not yet steady
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub max_time: Duration,
+    /// Steady when the 95% CI half-width is at most this share of the median rate (e.g. 3%, 0.03)
+    #[arg(long, value_name = "PCT", default_value = "3%", value_parser = parse_fraction)]
+    pub tolerance: f64,
+    /// Read the rate from output lines matching this regex (first capture group = the number)
+    #[arg(long, value_name = "REGEX")]
+    pub rate_regex: Option<String>,
+    /// Unit of the --rate-regex rate
+    #[arg(long, value_name = "UNIT", default_value = "samples/s")]
+    pub rate_unit: String,
+    /// Samples per step (may use {name}): adds samples/s to step and it/s throughputs
+    #[arg(long, value_name = "N")]
+    pub batch: Option<String>,
+    /// Pass the job's output through to stderr (it is always parsed)
+    #[arg(long)]
+    pub show_output: bool,
+    /// Host and process sampling interval of each trial's recording
+    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// How long SIGINT and then SIGTERM are given to stop a trial before the next signal
+    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration)]
+    pub grace: Duration,
+    /// Where each trial's recording goes [default: gpufeed-sweep-YYYYMMDD-HHMMSS]
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+    /// Report format on stdout
+    #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+    pub format: ReportFormat,
+    /// No progress bar or per-trial lines on stderr
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum ReportFormat {
+    #[default]
+    Text,
+    Json,
+    Markdown,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(after_help = "EXAMPLES:
+    gpufeed sweep -L workers 0,2,4,8 -- python train.py --num-workers {workers}
+    gpufeed sweep -L workers 2,4 -L pin 0,1 --export-json sweep.json -- python train.py --workers {workers} --pin {pin}
+    gpufeed sweep -L threads 1,2,4 --env OMP_NUM_THREADS={threads} -- python train.py
+
+Throughput comes from step markers on GPUFEED_STEP_SOCKET (python/gpufeed_probe.py), else
+--rate-regex, else a tqdm progress bar, else mean GPU utilization as a stated proxy.
+Exit: 0 when a trial succeeded, 1 when none did, 2 bad options, 127/126 command not found /
+not executable, 130 interrupted (results so far are written).")]
+pub struct SweepArgs {
+    /// A knob and the values to try, in order of cost: -L workers 0,2,4,8 (repeat for a product)
+    #[arg(short = 'L', long = "parameter-list", num_args = 2,
+          value_names = ["NAME", "VALUES"], required = true)]
+    pub lists: Vec<String>,
+    /// Set an environment variable per trial, e.g. --env OMP_NUM_THREADS={threads}
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    pub env: Vec<String>,
+    #[command(flatten)]
+    pub trial: TrialOpts,
+    /// Write the results as JSON after every trial
+    #[arg(long, value_name = "PATH")]
+    pub export_json: Option<PathBuf>,
+    /// Write the results as CSV after every trial
+    #[arg(long, value_name = "PATH")]
+    pub export_csv: Option<PathBuf>,
+    /// Write the results as a Markdown table after every trial
+    #[arg(long, value_name = "PATH")]
+    pub export_markdown: Option<PathBuf>,
+    /// Write an SVG chart of throughput (and GPU utilization) against the knob after every trial
+    #[arg(long, value_name = "PATH")]
+    pub export_svg: Option<PathBuf>,
+    /// The command, after `--`, with {name} where each knob's value goes
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<String>,
+}
+
+/// `3%`, `0.03` or `3` (percent when above 1).
+pub fn parse_fraction(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let (num, pct) = match t.strip_suffix('%') {
+        Some(n) => (n, true),
+        None => (t, false),
+    };
+    let x: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a percentage; use e.g. 3% or 0.03"))?;
+    let f = if pct || x > 1.0 { x / 100.0 } else { x };
+    if !(f > 0.0 && f <= 1.0) {
+        return Err(format!("'{s}' must be above 0% and at most 100%"));
+    }
+    Ok(f)
+}
+
+fn usage(msg: impl Into<String>) -> anyhow::Error {
+    Failure::new(exit::USAGE, msg).into()
+}
+
+fn tune_err(e: TuneError) -> anyhow::Error {
+    Failure::new(e.exit_code(), e.to_string()).into()
+}
+
+/// Checks shared trial options; returns the compiled regex.
+pub fn check_trial_opts(t: &TrialOpts, command: &[String]) -> anyhow::Result<Option<RateRegex>> {
+    if let Some(first) = command.first().filter(|c| c.starts_with('-')) {
+        return Err(usage(format!(
+            "unknown option '{first}': put gpufeed's options before `--` and the command after it"
+        )));
+    }
+    if t.min_time > t.max_time {
+        return Err(usage(format!(
+            "--min-time ({}) is longer than --max-time ({})",
+            humantime::format_duration(t.min_time),
+            humantime::format_duration(t.max_time)
+        )));
+    }
+    if t.max_time.is_zero() {
+        return Err(usage("--max-time must be above 0"));
+    }
+    if t.interval < Duration::from_millis(10) {
+        return Err(usage("--interval must be at least 10ms"));
+    }
+    t.rate_regex
+        .as_deref()
+        .map(RateRegex::new)
+        .transpose()
+        .map_err(usage)
+}
+
+/// The batch size of a setting, from `--batch` (`None` when not given).
+pub fn batch_of(t: &TrialOpts, values: &[(String, String)]) -> anyhow::Result<Option<f64>> {
+    let Some(tpl) = &t.batch else { return Ok(None) };
+    let s = params::substitute(tpl, values);
+    match s.trim().parse::<f64>() {
+        Ok(b) if b > 0.0 && b.is_finite() => Ok(Some(b)),
+        _ => Err(usage(format!(
+            "--batch '{tpl}' gives '{s}', not a positive number"
+        ))),
+    }
+}
+
+/// The output directory (created).
+pub fn output_dir(t: &TrialOpts, prefix: &str) -> anyhow::Result<PathBuf> {
+    let dir = t.output_dir.clone().unwrap_or_else(|| {
+        let s = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
+        let d: String = s.chars().filter(|c| c.is_ascii_digit()).collect();
+        let (date, time) = d.split_at(8.min(d.len()));
+        PathBuf::from(format!("{prefix}-{date}-{time}"))
+    });
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        Failure::input(format!(
+            "cannot create output directory {}: {e} (choose another with --output-dir)",
+            dir.display()
+        ))
+    })?;
+    Ok(dir)
+}
+
+/// A file-name-safe version of a label.
+pub fn file_safe(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "=._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Everything a trial needs apart from its command, env and paths.
+pub fn spec(
+    global: &GlobalOpts,
+    t: &TrialOpts,
+    regex: Option<RateRegex>,
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    recording: PathBuf,
+    batch: Option<f64>,
+) -> TrialSpec {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    TrialSpec {
+        argv,
+        env,
+        recording,
+        socket_path: socket_path(n),
+        min_time: t.min_time,
+        max_time: t.max_time,
+        rel_tol: t.tolerance,
+        rate_regex: regex,
+        rate_unit: t.rate_unit.clone(),
+        batch,
+        show_output: t.show_output,
+        interval: t.interval,
+        nvml_lib: global.nvml_lib.clone(),
+        no_gpu: false,
+        grace: t.grace,
+    }
+}
+
+/// Where trial `n`'s step socket goes: the temporary directory, or /tmp when that path would be
+/// too long for a Unix socket (108 bytes).
+fn socket_path(n: u32) -> PathBuf {
+    let name = format!("gpufeed-{}-{n}.sock", std::process::id());
+    let p = std::env::temp_dir().join(&name);
+    if p.as_os_str().len() < 100 {
+        p
+    } else {
+        Path::new("/tmp").join(name)
+    }
+}
+
+/// The progress bar (hidden with --quiet or when stderr is not a terminal).
+pub fn progress_bar(len: u64, quiet: bool) -> ProgressBar {
+    let pb = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr())
+    };
+    pb.set_style(
+        ProgressStyle::with_template(
+            "{spinner} {elapsed_precise} [{bar:25}] {pos}/{len} trials, ETA {eta}  {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    pb.enable_steady_tick(Duration::from_millis(200));
+    pb
+}
+
+/// A line above the bar, or on stderr when the bar is hidden.
+pub fn say(pb: &ProgressBar, quiet: bool, line: String) {
+    if quiet {
+        return;
+    }
+    if pb.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        pb.println(line);
+    }
+}
+
+/// The bar's message while a trial runs.
+pub fn live_msg(label: &str, l: &Live) -> String {
+    match (l.value, &l.unit) {
+        (Some(v), Some(u)) => format!(
+            "{label}: {} {u}{} at {:.0}s",
+            fmt_num(v),
+            l.rel_half_width
+                .map(|r| format!(" ±{:.1}%", r * 100.0))
+                .unwrap_or_default(),
+            l.elapsed_s
+        ),
+        _ => format!("{label}: waiting for throughput, {:.0}s", l.elapsed_s),
+    }
+}
+
+/// Ctrl-C / SIGTERM: set a flag that stops the running trial cleanly.
+pub fn interrupt_flag() -> anyhow::Result<(Arc<AtomicBool>, SignalWatch)> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = Arc::clone(&flag);
+    let watch = SignalWatch::start(move |_| f.store(true, Ordering::SeqCst))
+        .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
+    Ok((flag, watch))
+}
+
+fn write_reports(args: &SweepArgs, dir: &Path, rep: &SweepReport) -> anyhow::Result<()> {
+    let json = serde_json::to_string_pretty(rep)?;
+    let mut writes: Vec<(PathBuf, String)> = vec![(dir.join("sweep.json"), json.clone())];
+    if let Some(p) = &args.export_json {
+        writes.push((p.clone(), json));
+    }
+    if let Some(p) = &args.export_csv {
+        writes.push((p.clone(), report::csv(rep)));
+    }
+    if let Some(p) = &args.export_markdown {
+        writes.push((p.clone(), report::markdown(rep)));
+    }
+    if let Some(svg) = crate::tune::chart::svg(rep) {
+        writes.push((dir.join("sweep.svg"), svg.clone()));
+        if let Some(p) = &args.export_svg {
+            writes.push((p.clone(), svg));
+        }
+    }
+    for (p, text) in writes {
+        report::write_atomic(&p, &text)
+            .map_err(|e| Failure::input(format!("cannot write {}: {e}", p.display())))?;
+    }
+    Ok(())
+}
+
+pub fn run(global: &GlobalOpts, args: &SweepArgs) -> anyhow::Result<u8> {
+    let knobs = params::parse_knobs(&args.lists).map_err(tune_err)?;
+    let env_t = params::parse_env(&args.env).map_err(tune_err)?;
+    params::check_used(&knobs, &args.command, &env_t).map_err(tune_err)?;
+    let regex = check_trial_opts(&args.trial, &args.command)?;
+    let settings: Vec<Setting> = params::product(&knobs);
+    let batches: Vec<Option<f64>> = settings
+        .iter()
+        .map(|s| batch_of(&args.trial, &s.values))
+        .collect::<anyhow::Result<_>>()?;
+    let dir = output_dir(&args.trial, "gpufeed-sweep")?;
+    let (interrupt, _watch) = interrupt_flag()?;
+    let quiet = args.trial.quiet;
+    let mut rep = SweepReport {
+        schema_version: SCHEMA_VERSION,
+        command: args.command.clone(),
+        knobs: knobs
+            .iter()
+            .map(|k| (k.name.clone(), k.values.clone()))
+            .collect(),
+        results: vec![],
+        sweet_spot: None,
+        trials_planned: settings.len(),
+        interrupted: false,
+        mixed_units: false,
+    };
+    let pb = progress_bar(settings.len() as u64, quiet);
+    let mut gpu_note_said = false;
+    let mut fatal: Option<anyhow::Error> = None;
+    for (i, (setting, batch)) in settings.iter().zip(&batches).enumerate() {
+        if interrupt.load(Ordering::SeqCst) {
+            break;
+        }
+        let argv: Vec<String> = args
+            .command
+            .iter()
+            .map(|a| params::substitute(a, &setting.values))
+            .collect();
+        let env: Vec<(String, String)> = env_t
+            .iter()
+            .map(|(k, v)| (k.clone(), params::substitute(v, &setting.values)))
+            .collect();
+        let label = setting.label();
+        let recording = dir.join(format!(
+            "trial-{:02}-{}.ndjson",
+            i + 1,
+            file_safe(&label.replace(' ', "_"))
+        ));
+        let spec = spec(
+            global,
+            &args.trial,
+            regex.clone(),
+            argv.clone(),
+            env,
+            recording,
+            *batch,
+        );
+        pb.set_message(format!("{label}: starting"));
+        let outcome = match run_trial(&spec, &interrupt, |l| pb.set_message(live_msg(&label, l))) {
+            Ok(o) => o,
+            Err(e) => {
+                fatal = Some(tune_err(e));
+                break;
+            }
+        };
+        if let (Some(e), false) = (&outcome.gpu_error, gpu_note_said) {
+            say(
+                &pb,
+                quiet,
+                format!("gpufeed: {e}: recording host metrics only"),
+            );
+            gpu_note_said = true;
+        }
+        let r = TrialResult::new(setting, argv, outcome);
+        say(&pb, quiet, trial_line(i + 1, settings.len(), &r));
+        rep.results.push(r);
+        let (sw, mixed) = report::sweet_spot(&rep.results);
+        rep.sweet_spot = sw;
+        rep.mixed_units = mixed;
+        rep.interrupted = interrupt.load(Ordering::SeqCst);
+        write_reports(args, &dir, &rep)?;
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    rep.interrupted = interrupt.load(Ordering::SeqCst);
+    write_reports(args, &dir, &rep)?;
+    match args.trial.format {
+        ReportFormat::Text => print!("{}", report::text(&rep)),
+        ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&rep)?),
+        ReportFormat::Markdown => print!("{}", report::markdown(&rep)),
+    }
+    if !quiet {
+        eprintln!("gpufeed: recordings and sweep.json in {}", dir.display());
+    }
+    if let Some(e) = fatal {
+        return Err(e);
+    }
+    if rep.interrupted {
+        return Ok(exit::SIGNAL_BASE + libc::SIGINT as u8);
+    }
+    if !rep.results.iter().any(|r| r.exit.ok()) {
+        eprintln!("gpufeed: no trial ran successfully");
+        return Ok(exit::FAILURE);
+    }
+    Ok(exit::OK)
+}
+
+/// One line per finished trial.
+pub fn trial_line(i: usize, n: usize, r: &TrialResult) -> String {
+    let tp = match &r.throughput {
+        Some(t) => format!(
+            "{} {}{} (from {})",
+            fmt_num(t.value),
+            t.unit,
+            t.rel_half_width()
+                .map(|h| format!(" ±{:.1}%", h * 100.0))
+                .unwrap_or_default(),
+            word(&t.source)
+        ),
+        None => "no throughput".into(),
+    };
+    let how = match (r.exit.status, r.exit.code, r.exit.signal) {
+        (crate::tune::trial::Status::Failed, Some(c), _) => format!("failed with exit {c}"),
+        (crate::tune::trial::Status::Failed, _, Some(s)) => format!("failed with signal {s}"),
+        (st, _, _) => word(&st),
+    };
+    format!(
+        "trial {i}/{n} {}: {tp}, {how} after {:.1}s",
+        r.label, r.duration_s
+    )
+}
+
+/// The JSON name of an enum value (`step_socket`, `max_time`).
+pub fn word<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fractions() {
+        assert_eq!(parse_fraction("3%").unwrap(), 0.03);
+        assert_eq!(parse_fraction("0.03").unwrap(), 0.03);
+        assert_eq!(parse_fraction("90").unwrap(), 0.9);
+        assert!(parse_fraction("0").is_err());
+        assert!(parse_fraction("abc").is_err());
+        assert!(parse_fraction("150%").is_err());
+    }
+
+    #[test]
+    fn file_names() {
+        assert_eq!(file_safe("workers=2_pin=a/b"), "workers=2_pin=a_b");
+    }
+}

@@ -1,0 +1,52 @@
+//! The tuner: runs the user's own command once per knob setting (`sweep`) or batch size
+//! (`batch-size`), records each trial with the same recorder as `gpufeed run`, measures
+//! throughput until it is steady, and picks the setting to use.
+//!
+//! - [`params`]: `-L name v1,v2` lists, their Cartesian product and `{name}` substitution.
+//! - [`progress`]: throughput from tqdm-style progress lines or a user regex.
+//! - [`steps`]: the step-marker socket (`GPUFEED_STEP_SOCKET`, docs/step-protocol.md).
+//! - [`steady`]: warm-up detection (MSER-5) and batch-means confidence intervals.
+//! - [`trial`]: one trial: spawn, observe, stop the whole process tree, summarise.
+//! - [`sweep`]: results, the sweet spot, and the table/JSON/CSV/Markdown reports.
+//! - [`chart`]: the SVG chart of throughput and GPU utilization against the knob.
+//! - [`batch`]: the batch-size search, out-of-memory recognition and the accumulation plan.
+
+pub mod batch;
+pub mod chart;
+pub mod params;
+pub mod progress;
+pub mod steady;
+pub mod steps;
+pub mod sweep;
+pub mod trial;
+
+/// Errors of the tuner. The command layer maps them to exit codes with [`TuneError::exit_code`].
+#[derive(Debug, thiserror::Error)]
+pub enum TuneError {
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Job(#[from] crate::job::JobError),
+    #[error(transparent)]
+    Record(#[from] crate::record::recorder::RecordError),
+    #[error("step-marker socket: {0}")]
+    Socket(std::io::Error),
+    #[error("cannot start a reader thread: {0}")]
+    Thread(std::io::Error),
+    #[error("writing {path}: {source}")]
+    Write {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl TuneError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            TuneError::Usage(_) => crate::exit::USAGE,
+            TuneError::Job(e) => e.exit_code(),
+            TuneError::Record(_) | TuneError::Write { .. } => crate::exit::INPUT,
+            _ => crate::exit::FAILURE,
+        }
+    }
+}

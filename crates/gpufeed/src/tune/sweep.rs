@@ -1,0 +1,615 @@
+//! Sweep results, the sweet spot, and the reports (table, JSON, CSV, Markdown).
+
+use super::params::{json_value, Setting};
+use super::trial::{Throughput, TrialExit, TrialOutcome};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A setting is as good as the best when its throughput is within this fraction of it.
+pub const WITHIN_OF_BEST: f64 = 0.05;
+
+/// One trial, as reported.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrialResult {
+    /// Knob name → value (a number when it reads as one).
+    pub parameters: BTreeMap<String, serde_json::Value>,
+    pub command: Vec<String>,
+    pub throughput: Option<Throughput>,
+    pub gpu_util_mean_pct: Option<f64>,
+    pub gpu_mem_max_bytes: Option<u64>,
+    pub data_wait_fraction: Option<f64>,
+    pub job_cpu_mean_pct: Option<f64>,
+    pub job_rss_max_bytes: Option<u64>,
+    pub duration_s: f64,
+    pub exit: TrialExit,
+    /// The job's last output lines when the trial failed (empty otherwise).
+    pub last_lines: Vec<String>,
+    pub recording: String,
+    /// Position of each value in its list: the setting's cost order.
+    #[serde(skip)]
+    pub cost: usize,
+    #[serde(skip)]
+    pub label: String,
+}
+
+impl TrialResult {
+    pub fn new(setting: &Setting, command: Vec<String>, o: TrialOutcome) -> TrialResult {
+        let failed = !o.exit.ok() && o.exit.status != super::trial::Status::Interrupted;
+        TrialResult {
+            parameters: setting
+                .values
+                .iter()
+                .map(|(k, v)| (k.clone(), json_value(v)))
+                .collect(),
+            command,
+            throughput: o.throughput,
+            gpu_util_mean_pct: o.gpu_util_mean_pct,
+            gpu_mem_max_bytes: o.gpu_mem_max_bytes,
+            data_wait_fraction: o.data_wait_fraction,
+            job_cpu_mean_pct: o.job_cpu_mean_pct,
+            job_rss_max_bytes: o.job_rss_max_bytes,
+            duration_s: o.duration_s,
+            exit: o.exit,
+            last_lines: if failed { o.last_lines } else { vec![] },
+            recording: o.recording.display().to_string(),
+            cost: setting.cost(),
+            label: setting.label(),
+        }
+    }
+
+    /// Usable for the sweet spot: ran without failing and has a throughput.
+    fn usable(&self) -> Option<f64> {
+        if !self.exit.ok() {
+            return None;
+        }
+        self.throughput
+            .as_ref()
+            .map(|t| t.value)
+            .filter(|v| *v > 0.0)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweetSpot {
+    pub parameters: BTreeMap<String, serde_json::Value>,
+    pub throughput: f64,
+    pub unit: String,
+    /// Its throughput over the best one's.
+    pub fraction_of_best: f64,
+    pub best_parameters: BTreeMap<String, serde_json::Value>,
+    pub best_throughput: f64,
+    pub reason: String,
+}
+
+/// The whole report, rewritten after every trial.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepReport {
+    pub schema_version: u32,
+    pub command: Vec<String>,
+    /// Knobs in the order given: name and values.
+    pub knobs: Vec<(String, Vec<String>)>,
+    pub results: Vec<TrialResult>,
+    pub sweet_spot: Option<SweetSpot>,
+    /// Trials planned in all.
+    pub trials_planned: usize,
+    /// Ctrl-C stopped the sweep early.
+    pub interrupted: bool,
+    /// Throughputs are in different units (sources differ between trials): no sweet spot.
+    #[serde(default)]
+    pub mixed_units: bool,
+}
+
+/// The cheapest setting within 5% of the best: cheapest = lowest sum of list positions (values
+/// are taken to be listed in order of cost, as `0,2,4,8` workers are), ties to the faster one.
+pub fn sweet_spot(results: &[TrialResult]) -> (Option<SweetSpot>, bool) {
+    let usable: Vec<(&TrialResult, f64)> = results
+        .iter()
+        .filter_map(|r| r.usable().map(|v| (r, v)))
+        .collect();
+    let units: std::collections::BTreeSet<&str> = usable
+        .iter()
+        .filter_map(|(r, _)| r.throughput.as_ref().map(|t| t.unit.as_str()))
+        .collect();
+    if units.len() > 1 {
+        return (None, true);
+    }
+    let Some(&(best, best_v)) = usable.iter().max_by(|a, b| a.1.total_cmp(&b.1)) else {
+        return (None, false);
+    };
+    let Some(&(pick, v)) = usable
+        .iter()
+        .filter(|(_, v)| *v >= best_v * (1.0 - WITHIN_OF_BEST))
+        .min_by(|a, b| a.0.cost.cmp(&b.0.cost).then(b.1.total_cmp(&a.1)))
+    else {
+        return (None, false);
+    };
+    let unit = pick
+        .throughput
+        .as_ref()
+        .map(|t| t.unit.clone())
+        .unwrap_or_default();
+    let frac = v / best_v;
+    let reason = if std::ptr::eq(pick, best) {
+        let runner = usable
+            .iter()
+            .filter(|(r, _)| !std::ptr::eq(*r, best))
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        match runner {
+            Some((r, rv)) => format!(
+                "{} is the fastest ({} {unit}) and no cheaper setting comes within {:.0}% of it (next best: {} at {} {unit}, {:.0}% of it)",
+                pick.label,
+                fmt_num(v),
+                WITHIN_OF_BEST * 100.0,
+                r.label,
+                fmt_num(*rv),
+                rv / best_v * 100.0
+            ),
+            None => format!("{} is the only setting measured", pick.label),
+        }
+    } else {
+        format!(
+            "{} reaches {} {unit}, {:.1}% of the best ({} at {} {unit}): within {:.0}%, and larger settings cost more (RAM and /dev/shm for more workers) for at most {:.1}% more throughput",
+            pick.label,
+            fmt_num(v),
+            frac * 100.0,
+            best.label,
+            fmt_num(best_v),
+            WITHIN_OF_BEST * 100.0,
+            (best_v / v - 1.0) * 100.0
+        )
+    };
+    let reason = reason + &evidence(results, pick);
+    (
+        Some(SweetSpot {
+            parameters: pick.parameters.clone(),
+            throughput: v,
+            unit,
+            fraction_of_best: frac,
+            best_parameters: best.parameters.clone(),
+            best_throughput: best_v,
+            reason,
+        }),
+        false,
+    )
+}
+
+/// What changed from the cheapest setting to the pick: data wait and GPU utilization.
+fn evidence(results: &[TrialResult], pick: &TrialResult) -> String {
+    let Some(base) = results
+        .iter()
+        .filter(|r| r.exit.ok() && !std::ptr::eq(*r, pick))
+        .min_by_key(|r| r.cost)
+        .filter(|b| b.cost < pick.cost)
+    else {
+        return String::new();
+    };
+    let mut parts = Vec::new();
+    if let (Some(a), Some(b)) = (base.data_wait_fraction, pick.data_wait_fraction) {
+        parts.push(format!(
+            "the training loop waits for data {:.0}% of the time at {}, {:.0}% at {}",
+            a * 100.0,
+            base.label,
+            b * 100.0,
+            pick.label
+        ));
+    }
+    if let (Some(a), Some(b)) = (base.gpu_util_mean_pct, pick.gpu_util_mean_pct) {
+        parts.push(format!(
+            "GPU utilization {a:.0}% at {}, {b:.0}% at {}",
+            base.label, pick.label
+        ));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("; {}", parts.join("; "))
+    }
+}
+
+/// Three significant digits, no exponent for everyday magnitudes.
+pub fn fmt_num(x: f64) -> String {
+    let a = x.abs();
+    if a >= 100.0 {
+        format!("{x:.0}")
+    } else if a >= 10.0 {
+        format!("{x:.1}")
+    } else if a >= 1.0 {
+        format!("{x:.2}")
+    } else {
+        format!("{x:.3}")
+    }
+}
+
+fn opt(x: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    x.map(f).unwrap_or_else(|| "-".into())
+}
+
+fn status_word(r: &TrialResult) -> String {
+    use super::trial::Status::*;
+    match r.exit.status {
+        Steady => "steady".into(),
+        MaxTime => "max-time".into(),
+        Exited => "exited".into(),
+        Interrupted => "interrupted".into(),
+        Failed => match (r.exit.code, r.exit.signal) {
+            (Some(c), _) => format!("failed (exit {c})"),
+            (_, Some(s)) => format!("failed (signal {s})"),
+            _ => "failed".into(),
+        },
+    }
+}
+
+/// Rows of cells: header first.
+fn rows(rep: &SweepReport) -> Vec<Vec<String>> {
+    let unit = rep
+        .results
+        .iter()
+        .find_map(|r| r.throughput.as_ref().map(|t| t.unit.clone()))
+        .unwrap_or_else(|| "throughput".into());
+    let mut head: Vec<String> = rep.knobs.iter().map(|(k, _)| k.clone()).collect();
+    head.extend(
+        [
+            &format!("{unit} (mean ± 95% CI)"),
+            "samples/s",
+            "GPU util",
+            "data wait",
+            "job CPU",
+            "time",
+            "status",
+        ]
+        .map(|s| s.to_string()),
+    );
+    let mut out = vec![head];
+    for r in &rep.results {
+        let mut row: Vec<String> = rep
+            .knobs
+            .iter()
+            .map(|(k, _)| match r.parameters.get(k) {
+                Some(serde_json::Value::String(s)) => s.clone(),
+                Some(v) => v.to_string(),
+                None => "-".into(),
+            })
+            .collect();
+        let tp = match &r.throughput {
+            Some(t) => {
+                let hw = match (t.ci_low, t.ci_high) {
+                    (Some(l), Some(h)) => format!(" ± {}", fmt_num((h - l) / 2.0)),
+                    _ => String::new(),
+                };
+                let proxy = if t.source == super::trial::Source::GpuBusyProxy {
+                    " (GPU busy proxy)"
+                } else {
+                    ""
+                };
+                format!("{}{hw}{proxy}", fmt_num(t.value))
+            }
+            None => "-".into(),
+        };
+        row.push(tp);
+        row.push(opt(
+            r.throughput.as_ref().and_then(|t| t.samples_per_s),
+            fmt_num,
+        ));
+        row.push(opt(r.gpu_util_mean_pct, |x| format!("{x:.0}%")));
+        row.push(opt(r.data_wait_fraction, |x| format!("{:.0}%", x * 100.0)));
+        row.push(opt(r.job_cpu_mean_pct, |x| format!("{x:.0}%")));
+        row.push(format!("{:.1}s", r.duration_s));
+        row.push(status_word(r));
+        out.push(row);
+    }
+    out
+}
+
+/// The tuning table and the sweet spot, for a terminal.
+pub fn text(rep: &SweepReport) -> String {
+    let rows = rows(rep);
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut s = String::new();
+    for row in &rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        let _ = writeln!(s, "{}", line.join("  ").trim_end());
+    }
+    if let Some(t) = rep.results.iter().find_map(|r| {
+        r.throughput
+            .as_ref()
+            .filter(|t| t.source == super::trial::Source::GpuBusyProxy)
+    }) {
+        let _ = writeln!(
+            s,
+            "\nNote: no step markers, progress bar or --rate-regex matched; {} is mean GPU utilization, a proxy for throughput, not a measure of it.",
+            t.unit
+        );
+    }
+    for r in rep.results.iter().filter(|r| !r.last_lines.is_empty()) {
+        let _ = writeln!(s, "\nTrial {} {}; last output:", r.label, status_word(r));
+        for l in &r.last_lines {
+            let _ = writeln!(s, "    {l}");
+        }
+    }
+    match &rep.sweet_spot {
+        Some(sw) => {
+            let _ = writeln!(
+                s,
+                "\nSweet spot: {}\n  why: {}",
+                label_of(&sw.parameters, &rep.knobs),
+                sw.reason
+            );
+        }
+        None if rep.mixed_units => {
+            let _ = writeln!(
+                s,
+                "\nNo sweet spot: trials measured throughput in different units (add step markers or --rate-regex so every trial reports the same one)."
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "\nNo sweet spot: no trial both ran and reported a throughput."
+            );
+        }
+    }
+    if rep.interrupted {
+        let _ = writeln!(
+            s,
+            "Interrupted after {} of {} trials.",
+            rep.results.len(),
+            rep.trials_planned
+        );
+    }
+    s
+}
+
+fn label_of(p: &BTreeMap<String, serde_json::Value>, knobs: &[(String, Vec<String>)]) -> String {
+    knobs
+        .iter()
+        .filter_map(|(k, _)| {
+            p.get(k).map(|v| match v {
+                serde_json::Value::String(s) => format!("{k}={s}"),
+                v => format!("{k}={v}"),
+            })
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub fn markdown(rep: &SweepReport) -> String {
+    let rows = rows(rep);
+    let mut s = String::new();
+    for (i, row) in rows.iter().enumerate() {
+        let cells: Vec<String> = row.iter().map(|c| c.replace('|', "\\|")).collect();
+        let _ = writeln!(s, "| {} |", cells.join(" | "));
+        if i == 0 {
+            let _ = writeln!(s, "|{}", "---|".repeat(row.len()));
+        }
+    }
+    if let Some(sw) = &rep.sweet_spot {
+        let _ = writeln!(
+            s,
+            "\n**Sweet spot:** `{}` — {}",
+            label_of(&sw.parameters, &rep.knobs),
+            sw.reason
+        );
+    }
+    s
+}
+
+fn csv_cell(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+pub fn csv(rep: &SweepReport) -> String {
+    let mut head: Vec<String> = rep.knobs.iter().map(|(k, _)| k.clone()).collect();
+    head.extend(
+        [
+            "throughput",
+            "unit",
+            "ci_low",
+            "ci_high",
+            "source",
+            "samples_per_s",
+            "gpu_util_mean_pct",
+            "gpu_mem_max_bytes",
+            "data_wait_fraction",
+            "job_cpu_mean_pct",
+            "job_rss_max_bytes",
+            "duration_s",
+            "status",
+            "exit_code",
+            "signal",
+        ]
+        .map(String::from),
+    );
+    let mut s = head.join(",");
+    s.push('\n');
+    let f = |x: Option<f64>| x.map(|v| v.to_string()).unwrap_or_default();
+    let u = |x: Option<u64>| x.map(|v| v.to_string()).unwrap_or_default();
+    for r in &rep.results {
+        let mut row: Vec<String> = rep
+            .knobs
+            .iter()
+            .map(|(k, _)| match r.parameters.get(k) {
+                Some(serde_json::Value::String(s)) => csv_cell(s),
+                Some(v) => v.to_string(),
+                None => String::new(),
+            })
+            .collect();
+        let t = r.throughput.as_ref();
+        row.push(f(t.map(|t| t.value)));
+        row.push(t.map(|t| csv_cell(&t.unit)).unwrap_or_default());
+        row.push(f(t.and_then(|t| t.ci_low)));
+        row.push(f(t.and_then(|t| t.ci_high)));
+        row.push(
+            t.map(|t| {
+                serde_json::to_value(t.source)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default(),
+        );
+        row.push(f(t.and_then(|t| t.samples_per_s)));
+        row.push(f(r.gpu_util_mean_pct));
+        row.push(u(r.gpu_mem_max_bytes));
+        row.push(f(r.data_wait_fraction));
+        row.push(f(r.job_cpu_mean_pct));
+        row.push(u(r.job_rss_max_bytes));
+        row.push(format!("{:.3}", r.duration_s));
+        row.push(
+            serde_json::to_value(r.exit.status)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default(),
+        );
+        row.push(r.exit.code.map(|c| c.to_string()).unwrap_or_default());
+        row.push(r.exit.signal.map(|c| c.to_string()).unwrap_or_default());
+        s.push_str(&row.join(","));
+        s.push('\n');
+    }
+    s
+}
+
+/// Writes `text` to `path` through a temporary file and a rename, so a reader (or a crash) never
+/// sees half a report.
+pub fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tune::params::{parse_knobs, product};
+    use crate::tune::trial::{Source, Status};
+
+    fn result(setting: &Setting, v: Option<f64>, status: Status) -> TrialResult {
+        TrialResult::new(
+            setting,
+            vec!["train".into()],
+            TrialOutcome {
+                throughput: v.map(|v| Throughput {
+                    value: v,
+                    unit: "steps/s".into(),
+                    ci_low: Some(v * 0.98),
+                    ci_high: Some(v * 1.02),
+                    source: Source::StepSocket,
+                    steady: true,
+                    warmup_s: Some(0.5),
+                    intervals: 50,
+                    samples_per_s: Some(v * 32.0),
+                }),
+                exit: TrialExit {
+                    status,
+                    code: Some(if status == Status::Failed { 1 } else { 0 }),
+                    signal: None,
+                    stop_signal: Some(2),
+                },
+                duration_s: 3.0,
+                last_lines: vec!["Traceback".into(), "ValueError: boom".into()],
+                oom_line: None,
+                gpu_util_mean_pct: None,
+                gpu_mem_max_bytes: None,
+                gpu_mem_total_bytes: None,
+                data_wait_fraction: v.map(|v| 1.0 - v / 100.0),
+                job_cpu_mean_pct: Some(150.0),
+                job_rss_max_bytes: None,
+                recording: "r.ndjson".into(),
+                gpu_error: None,
+            },
+        )
+    }
+
+    fn report(vals: &[(Option<f64>, Status)]) -> SweepReport {
+        let knobs = parse_knobs(&["workers".into(), "0,1,2,4,8".into()]).unwrap();
+        let settings = product(&knobs);
+        let results: Vec<TrialResult> = vals
+            .iter()
+            .zip(&settings)
+            .map(|((v, st), s)| result(s, *v, *st))
+            .collect();
+        let (sweet_spot, mixed_units) = sweet_spot(&results);
+        SweepReport {
+            schema_version: SCHEMA_VERSION,
+            command: vec!["train".into()],
+            knobs: vec![("workers".into(), knobs[0].values.clone())],
+            results,
+            sweet_spot,
+            trials_planned: 5,
+            interrupted: false,
+            mixed_units,
+        }
+    }
+
+    #[test]
+    fn sweet_spot_is_the_cheapest_within_five_percent() {
+        use Status::*;
+        let rep = report(&[
+            (Some(15.0), Steady),
+            (Some(25.0), Steady),
+            (Some(39.0), Steady),
+            (Some(40.5), Steady),
+            (None, Failed),
+        ]);
+        let sw = rep.sweet_spot.as_ref().unwrap();
+        assert_eq!(sw.parameters["workers"], serde_json::json!(2));
+        assert_eq!(sw.best_parameters["workers"], serde_json::json!(4));
+        assert!(sw.reason.contains("within 5%"), "{}", sw.reason);
+        assert!(
+            sw.reason
+                .contains("waits for data 85% of the time at workers=0, 61% at workers=2"),
+            "{}",
+            sw.reason
+        );
+        let t = text(&rep);
+        assert!(t.contains("Sweet spot: workers=2"), "{t}");
+        assert!(
+            t.contains("failed (exit 1)") && t.contains("ValueError: boom"),
+            "{t}"
+        );
+        assert!(t.contains("39.0 ± 0.78"), "{t}");
+        let md = markdown(&rep);
+        assert!(md.starts_with("| workers | steps/s"), "{md}");
+        let c = csv(&rep);
+        assert_eq!(c.lines().count(), 6);
+        assert!(c.lines().nth(5).unwrap().starts_with("8,,"), "{c}");
+        let svg = crate::tune::chart::svg(&rep).unwrap();
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert_eq!(
+            svg.matches("<circle").count(),
+            4 + 1,
+            "4 points and the sweet spot"
+        );
+        assert!(svg.contains("sweet spot") && svg.contains("data wait %"));
+        let json = serde_json::to_string(&rep).unwrap();
+        let back: SweepReport = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.results.len(), 5);
+    }
+
+    #[test]
+    fn fastest_alone_and_nothing_usable() {
+        use Status::*;
+        let rep = report(&[(Some(10.0), Steady), (Some(20.0), MaxTime)]);
+        let sw = rep.sweet_spot.unwrap();
+        assert_eq!(sw.parameters["workers"], serde_json::json!(1));
+        assert!(sw.reason.contains("fastest"), "{}", sw.reason);
+        let rep = report(&[(None, Failed), (Some(5.0), Failed)]);
+        assert!(rep.sweet_spot.is_none());
+        assert!(text(&rep).contains("No sweet spot"));
+    }
+}
