@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::commands::analyze::AnalyzeArgs;
 use crate::commands::diagnose::DiagnoseArgs;
+use crate::commands::serve::ServeArgs;
 
 const ABOUT: &str =
     "Find out why your GPU is starving during training, what to change, and measure the fix.";
@@ -28,6 +29,7 @@ const HELP_TEXT: &str = concat!(
     "    gpufeed record --pid 4242                     attach to a running job and its children\n",
     "    gpufeed diagnose gpufeed-20261202-120000.ndjson   why was the GPU starving?\n",
     "    gpufeed analyze trace.json.gz                 analyze a PyTorch profiler trace\n",
+    "    gpufeed serve --listen 127.0.0.1:9400         Prometheus metrics on /metrics\n",
     "\n",
     "ENVIRONMENT:\n",
     "    GPUFEED_NVML_LIB   path of the NVML library to load (same as --nvml-lib)\n",
@@ -61,6 +63,8 @@ pub enum Command {
     Diagnose(DiagnoseArgs),
     /// Analyze PyTorch profiler (Kineto) traces: per-step breakdown, starvation, copies, precision
     Analyze(AnalyzeArgs),
+    /// Serve Prometheus metrics (dcgm-exporter names plus busy ratio, oscillation, starvation)
+    Serve(ServeArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]

@@ -9,6 +9,7 @@ pub mod diagnose;
 pub mod exit;
 pub mod finding;
 pub mod job;
+pub mod live;
 pub mod present;
 pub mod record;
 pub mod sample;

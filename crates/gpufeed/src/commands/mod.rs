@@ -3,6 +3,7 @@
 pub mod analyze;
 pub mod diagnose;
 pub mod record;
+pub mod serve;
 
 use crate::cli::{Cli, Command};
 
@@ -13,5 +14,6 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Record(args) => record::record(&cli.global, &args),
         Command::Analyze(args) => analyze::run(&cli.global, &args),
         Command::Diagnose(args) => diagnose::run(&cli.global, &args),
+        Command::Serve(args) => serve::run(&cli.global, &args),
     }
 }

@@ -1,5 +1,6 @@
 //! Presenters: turn summaries and findings into bytes. They never touch hardware.
 
+pub mod prometheus;
 pub mod summary;
 
 /// `1.5 GiB`, `812 MiB`, `12 KiB`, `17 B`.
