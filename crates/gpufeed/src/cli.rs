@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::commands::analyze::AnalyzeArgs;
 use crate::commands::diagnose::DiagnoseArgs;
 use crate::commands::serve::ServeArgs;
+use crate::commands::watch::WatchArgs;
 
 const ABOUT: &str =
     "Find out why your GPU is starving during training, what to change, and measure the fix.";
@@ -29,6 +30,7 @@ const HELP_TEXT: &str = concat!(
     "    gpufeed record --pid 4242                     attach to a running job and its children\n",
     "    gpufeed diagnose gpufeed-20261202-120000.ndjson   why was the GPU starving?\n",
     "    gpufeed analyze trace.json.gz                 analyze a PyTorch profiler trace\n",
+    "    gpufeed watch -- python train.py              live view of a job (q quits, r records)\n",
     "    gpufeed serve --listen 127.0.0.1:9400         Prometheus metrics on /metrics\n",
     "\n",
     "ENVIRONMENT:\n",
@@ -65,6 +67,8 @@ pub enum Command {
     Analyze(AnalyzeArgs),
     /// Serve Prometheus metrics (dcgm-exporter names plus busy ratio, oscillation, starvation)
     Serve(ServeArgs),
+    /// Full-screen live view: GPU sparklines, memory, PCIe, CPU cores, the job's processes, a verdict
+    Watch(WatchArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]

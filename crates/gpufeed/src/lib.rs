@@ -14,3 +14,4 @@ pub mod present;
 pub mod record;
 pub mod sample;
 pub mod trace;
+pub mod tui;

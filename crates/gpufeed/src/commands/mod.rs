@@ -4,6 +4,7 @@ pub mod analyze;
 pub mod diagnose;
 pub mod record;
 pub mod serve;
+pub mod watch;
 
 use crate::cli::{Cli, Command};
 
@@ -15,5 +16,6 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Analyze(args) => analyze::run(&cli.global, &args),
         Command::Diagnose(args) => diagnose::run(&cli.global, &args),
         Command::Serve(args) => serve::run(&cli.global, &args),
+        Command::Watch(args) => watch::run(&cli.global, &args),
     }
 }
