@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::commands::analyze::AnalyzeArgs;
 use crate::commands::diagnose::DiagnoseArgs;
+use crate::commands::export::ExportArgs;
 use crate::commands::serve::ServeArgs;
 use crate::commands::watch::WatchArgs;
 
@@ -69,6 +70,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Full-screen live view: GPU sparklines, memory, PCIe, CPU cores, the job's processes, a verdict
     Watch(WatchArgs),
+    /// Export a recording as a Perfetto/Chrome trace, optionally merged with a PyTorch profiler trace
+    Export(ExportArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -99,6 +102,9 @@ pub struct RecordingOpts {
 pub struct RunArgs {
     #[command(flatten)]
     pub rec: RecordingOpts,
+    /// Also write a self-contained HTML report (charts, findings and fixes) to FILE
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// The command to run, after `--`
     #[arg(
         required = true,

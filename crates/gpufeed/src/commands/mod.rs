@@ -2,6 +2,7 @@
 
 pub mod analyze;
 pub mod diagnose;
+pub mod export;
 pub mod record;
 pub mod serve;
 pub mod watch;
@@ -16,6 +17,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Analyze(args) => analyze::run(&cli.global, &args),
         Command::Diagnose(args) => diagnose::run(&cli.global, &args),
         Command::Serve(args) => serve::run(&cli.global, &args),
+        Command::Export(args) => export::run(&cli.global, &args),
         Command::Watch(args) => watch::run(&cli.global, &args),
     }
 }

@@ -118,6 +118,9 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
     };
     let path = recorder.finish(end).context("finishing the recording")?;
     print_summary(&path, &args.rec)?;
+    if let Some(h) = &args.html {
+        present::html::write_for_recording(&path, h).map_err(|e| Failure::input(e.to_string()))?;
+    }
     Ok(code)
 }
 
