@@ -19,15 +19,15 @@ cargo build --release -q -p gpufeed || { [ -x "$BIN" ] && echo "warning: cargo b
 if [ -x "$HTA_PY" ] && "$HTA_PY" -c 'import hta' 2>/dev/null; then HAVE_HTA=1; else
   HAVE_HTA=0; echo "note: HTA not available ($HTA_PY); skipping the HTA column" >&2; fi
 
-# prints "seconds peak_kb" of a command (output discarded)
-# prints "seconds peak_kb" of a command (its output discarded)
+# prints "wall_seconds peak_kb cpu_seconds" of a command (output discarded)
+# prints "wall_seconds peak_kb cpu_seconds" of a command (its output discarded)
 MEASURE_PY='
 import subprocess, sys, time
 t = time.perf_counter()
-r = subprocess.run(["/usr/bin/time", "-f", "TIME %M"] + sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+r = subprocess.run(["/usr/bin/time", "-f", "TIME %M %U %S"] + sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 dt = time.perf_counter() - t
-kb = [l for l in r.stderr.decode(errors="replace").splitlines() if l.startswith("TIME ")][-1].split()[1]
-print("%.4f %s" % (dt, kb))
+kb, u, s = [l for l in r.stderr.decode(errors="replace").splitlines() if l.startswith("TIME ")][-1].split()[1:4]
+print("%.4f %s %.2f" % (dt, kb, float(u) + float(s)))
 '
 measure() { python3 -c "$MEASURE_PY" "$@"; }
 
@@ -55,17 +55,17 @@ row() { # name file
   mb=$(awk -v b="$(stat -c %s "$f")" 'BEGIN{printf "%.1f", b/1e6}')
   g=$(measure "$BIN" analyze --format json "$f")
   p=$(measure python3 "$WORK/jsonload.py" "$f")
-  if [ "$HAVE_HTA" = 1 ] && [ "${mb%.*}" -le "${HTA_MAX_MB:-400}" ]; then h=$(measure "$HTA_PY" "$WORK/hta_run.py" "$f"); else h="- -"; fi
-  read -r gs gk <<< "$g"; read -r ps pk <<< "$p"; read -r hs hk <<< "$h"
-  awk -v n="$name" -v mb="$mb" -v gs="$gs" -v gk="$gk" -v ps="$ps" -v pk="$pk" -v hs="$hs" -v hk="$hk" 'BEGIN{
+  if [ "$HAVE_HTA" = 1 ] && [ "${mb%.*}" -le "${HTA_MAX_MB:-400}" ]; then h=$(measure "$HTA_PY" "$WORK/hta_run.py" "$f"); else h="- - -"; fi
+  read -r gs gk gc <<< "$g"; read -r ps pk _ <<< "$p"; read -r hs hk _ <<< "$h"
+  awk -v n="$name" -v mb="$mb" -v gs="$gs" -v gk="$gk" -v gc="$gc" -v ps="$ps" -v pk="$pk" -v hs="$hs" -v hk="$hk" 'BEGIN{
     gr = (gs > 0) ? mb / gs : 0;
     r1 = (gs > 0) ? ps / gs : 0; m1 = (gk > 0) ? pk / gk : 0;
     if (hs == "-") { r2 = "-"; m2 = "-" } else { r2 = sprintf("%.0fx", (gs > 0) ? hs / gs : 0); m2 = sprintf("%.0fx", hk / gk) }
-    printf "%-40s %8.1f %7.3f %7.0f %7.0f | %7.3f %7.0f %5.0fx %5.0fx | %7s %8s %6s %6s\n",
-      n, mb, gs, gk/1024, gr, ps, pk/1024, r1, m1, hs, (hk == "-") ? "-" : sprintf("%.0f", hk/1024), r2, m2 }'
+    printf "%-40s %8.1f %7.3f %6.2f %7.0f %7.0f | %7.3f %7.0f %5.0fx %5.0fx | %7s %8s %6s %6s\n",
+      n, mb, gs, gc, gk/1024, gr, ps, pk/1024, r1, m1, hs, (hk == "-") ? "-" : sprintf("%.0f", hk/1024), r2, m2 }'
 }
 
-printf "%-40s %8s %7s %7s %7s | %7s %7s %6s %6s | %7s %8s %6s %6s\n" trace MB gf_s gf_MB "MB/s" \
+printf "%-40s %8s %7s %6s %7s %7s | %7s %7s %6s %6s | %7s %8s %6s %6s\n" trace MB gf_s gf_cpu gf_MB "MB/s" \
   json_s json_MB "x" "xRSS" hta_s hta_MB "x" "xRSS"
 for gz in "$TRACES"/*.json.gz; do
   n=$(basename "$gz" .gz)
@@ -74,11 +74,13 @@ for gz in "$TRACES"/*.json.gz; do
 done
 
 if [ "$BIG_MB" != 0 ]; then
-  python3 bench/analyze_gen.py "$TRACES/kineto_resnet50_v100_workers0.json.gz" "$WORK/big.json" "$BIG_MB" >&2
-  row "big (repeated resnet50 workers0)" "$WORK/big.json"
-  # several ranks at once: 4 copies in one directory
+  BIG=${BIG_TRACE:-$WORK/big.json}   # BIG_TRACE=path reuses a trace generated before
+  [ -f "$BIG" ] || python3 bench/analyze_gen.py "$TRACES/kineto_resnet50_v100_workers0.json.gz" "$BIG" "$BIG_MB" >&2
+  row "big (repeated resnet50 workers0)" "$BIG"
+  # several ranks at once: two links to the big trace in one directory (both cores should be busy)
   mkdir -p "$WORK/ranks"
-  for r in 0 1 2 3; do cp "$WORK/kineto_resnet50_v100_workers0.json" "$WORK/ranks/rank$r.json"; done
-  /usr/bin/time -f "4 ranks in one run: %e s wall, %U s user, %P CPU, %M KB" "$BIN" analyze "$WORK/ranks" > /dev/null
+  ln -sf "$(readlink -f "$BIG")" "$WORK/ranks/rank0.json"
+  ln -sf "$(readlink -f "$BIG")" "$WORK/ranks/rank1.json"
+  /usr/bin/time -f "2 ranks x $BIG_MB MB in one run: %e s wall, %U s user, %P CPU, %M KB peak" "$BIN" analyze "$WORK/ranks" > /dev/null
 fi
 echo "(work files in $WORK)" >&2

@@ -9,6 +9,7 @@ use crate::record::recorder::{default_output_name, Prepared, RecorderConfig};
 use crate::record::summary::summarize;
 use crate::sample::host::pid_alive;
 use anyhow::Context;
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
@@ -47,9 +48,22 @@ fn print_summary(path: &Path, opts: &RecordingOpts) -> anyhow::Result<()> {
     }
     let (summary, _) =
         summarize(path).with_context(|| format!("summarising {}", path.display()))?;
+    let diagnosis = match crate::diagnose::report_for_recording(path) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            eprintln!("gpufeed: no diagnosis: {e}");
+            None
+        }
+    };
     match opts.format {
-        SummaryFormat::Text => eprint!("{}", present::summary::text(&summary)),
-        SummaryFormat::Json => println!("{}", present::summary::json(&summary)),
+        SummaryFormat::Text => {
+            let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            eprint!(
+                "{}",
+                present::run::text(&summary, diagnosis.as_ref(), color)
+            )
+        }
+        SummaryFormat::Json => println!("{}", present::run::json(&summary, diagnosis.as_ref())),
     }
     Ok(())
 }
@@ -65,33 +79,51 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
     }
     let prepared = prepare(global, &args.rec)?;
     let output: PathBuf = prepared.path().to_path_buf();
-    let mut job = match Job::spawn(&args.command) {
-        Ok(j) => j,
-        Err(e) => {
-            // Nothing was recorded: leave no empty file behind.
-            drop(prepared);
-            let _ = std::fs::remove_file(&output);
-            return Err(Failure::new(e.exit_code(), e.to_string()).into());
-        }
-    };
-    let recorder = prepared
-        .start(Some(job.pid()), Some(args.command.clone()))
-        .map_err(|e| Failure::input(e.to_string()))?;
 
     // Signals: one from the terminal reached the whole foreground group, the job included;
     // one sent to gpufeed alone (kill, a scheduler) is forwarded to every process of the job.
-    let pids = recorder.tree_pids();
-    let root = job.pid();
+    // Installed before the job starts, so no signal can kill gpufeed and orphan the job.
+    let pids = prepared.tree_pids();
+    let early_signal = Arc::new(AtomicI32::new(0));
+    let early = Arc::clone(&early_signal);
     let watch = SignalWatch::start(move |r: Received| {
+        early.store(r.signal, Ordering::SeqCst);
         if !r.from_terminal {
-            let mut targets = pids.lock().map(|p| p.clone()).unwrap_or_default();
-            if !targets.contains(&root) {
-                targets.insert(0, root);
-            }
+            let targets = pids.lock().map(|p| p.clone()).unwrap_or_default();
             signal_all(&targets, r.signal);
         }
     })
     .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
+    let cleanup = |prepared: Prepared| {
+        drop(prepared);
+        let _ = std::fs::remove_file(&output);
+    };
+    let sig = early_signal.load(Ordering::SeqCst);
+    if sig != 0 {
+        // Interrupted before the job started: do not start it.
+        cleanup(prepared);
+        return Ok(exit::SIGNAL_BASE.wrapping_add(sig as u8));
+    }
+    let tree = prepared.tree_pids();
+    let mut job = match Job::spawn(&args.command) {
+        Ok(j) => j,
+        Err(e) => {
+            // Nothing was recorded: leave no empty file behind.
+            cleanup(prepared);
+            return Err(Failure::new(e.exit_code(), e.to_string()).into());
+        }
+    };
+    if let Ok(mut p) = tree.lock() {
+        *p = vec![job.pid()];
+    }
+    // A recording that cannot start does not stop the job: it runs unrecorded.
+    let recorder = match prepared.start(Some(job.pid()), Some(args.command.clone())) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            eprintln!("gpufeed: {e}: the job runs unrecorded");
+            None
+        }
+    };
 
     let status = job.wait();
     drop(watch);
@@ -116,10 +148,20 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
             },
         ),
     };
-    let path = recorder.finish(end).context("finishing the recording")?;
-    print_summary(&path, &args.rec)?;
-    if let Some(h) = &args.html {
-        present::html::write_for_recording(&path, h).map_err(|e| Failure::input(e.to_string()))?;
+    // The job's exit code is gpufeed's even when the recording could not be completed.
+    match recorder.map(|r| r.finish(end)) {
+        Some(Ok(path)) => {
+            if let Err(e) = print_summary(&path, &args.rec) {
+                eprintln!("gpufeed: {e:#}");
+            }
+            if let Some(h) = &args.html {
+                if let Err(e) = present::html::write_for_recording(&path, h) {
+                    eprintln!("gpufeed: HTML report: {e}");
+                }
+            }
+        }
+        Some(Err(e)) => eprintln!("gpufeed: {e}"),
+        None => {}
     }
     Ok(code)
 }

@@ -688,15 +688,24 @@ impl EvidenceBuilder {
             }
             main = Some(m);
         }
-        // Roles: descendants of main are workers.
+        // Roles: descendants of main are workers, except idle helpers with a command of their
+        // own (a `sleep`, an `nvidia-smi` call): DataLoader workers share main's command line.
         let mut roles: HashMap<u32, Role> = HashMap::new();
         if let Some(m) = main {
             roles.insert(m, Role::Main);
+            let main_cmd = self.procs.get(&m).and_then(|a| a.cmd.clone());
             let mut stack = vec![m];
             while let Some(p) = stack.pop() {
                 for c in children(p) {
                     if let std::collections::hash_map::Entry::Vacant(e) = roles.entry(c) {
-                        e.insert(Role::Worker);
+                        let a = self.procs.get(&c);
+                        let same = a.and_then(|a| a.cmd.as_ref()) == main_cmd.as_ref();
+                        let cpu = a.and_then(|a| a.cpu.mean()).unwrap_or(0.0);
+                        let waited = a.is_some_and(|a| a.d_states > 0);
+                        // A command line read between fork and exec still shows main's: a
+                        // same-command child that never ran nor waited on I/O is a helper too.
+                        let worker = cpu >= 5.0 || (same && (cpu >= 0.5 || waited));
+                        e.insert(if worker { Role::Worker } else { Role::Other });
                         stack.push(c);
                     }
                 }
@@ -1210,6 +1219,27 @@ mod tests {
         assert_eq!(e.job.main_pid, Some(1));
         assert_eq!(e.job.workers_max, 1);
         assert_eq!(e.job.saturated_workers, 1);
+    }
+
+    #[test]
+    fn an_idle_helper_with_its_own_command_is_not_a_worker() {
+        let mut b = EvidenceBuilder::new();
+        b.push(&start(1, 0, "python train.py"));
+        b.push(&start(2, 1, "python train.py"));
+        b.push(&start(3, 1, "sleep 6"));
+        b.push(&Line::Procs {
+            t_s: 0.0,
+            procs: vec![
+                ps(1, 20.0, 'S', 0),
+                ps(2, 100.0, 'R', 0),
+                ps(3, 0.0, 'S', 0),
+            ],
+        });
+        let e = b.finish(&header(8, Some(1)));
+        assert_eq!(e.job.workers_seen, 1);
+        assert_eq!(e.job.workers_max, 1);
+        assert_eq!(e.job.worker_cpu_mean_pct, Some(100.0));
+        assert_eq!(e.job.processes[2].role, Role::Other);
     }
 
     #[test]

@@ -4,6 +4,7 @@ pub mod chart;
 pub mod html;
 pub mod perfetto;
 pub mod prometheus;
+pub mod run;
 pub mod summary;
 
 /// `1.5 GiB`, `812 MiB`, `12 KiB`, `17 B`.

@@ -62,6 +62,7 @@ pub struct Prepared {
     gpu: GpuSetup,
     gpu_go: Option<SyncSender<GpuGo>>,
     gpu_thread: Option<JoinHandle<()>>,
+    tree_pids: Arc<Mutex<Vec<u32>>>,
 }
 
 /// Sent to the GPU thread to begin sampling.
@@ -101,6 +102,7 @@ impl Prepared {
                 },
                 gpu_go: None,
                 gpu_thread: None,
+                tree_pids: Arc::default(),
             });
         }
         let (reply_tx, reply_rx) = mpsc::sync_channel::<GpuReply>(1);
@@ -143,11 +145,18 @@ impl Prepared {
             gpu,
             gpu_go,
             gpu_thread,
+            tree_pids: Arc::default(),
         })
     }
 
     pub fn gpu(&self) -> &GpuSetup {
         &self.gpu
+    }
+
+    /// The job's processes as the recorder will see them (empty until `start`), for a signal
+    /// handler installed before the job is spawned.
+    pub fn tree_pids(&self) -> Arc<Mutex<Vec<u32>>> {
+        Arc::clone(&self.tree_pids)
     }
 
     /// The recording file (already created).
@@ -210,7 +219,10 @@ impl Prepared {
             stop_txs.push(stop_tx);
             samplers.push(th);
         }
-        let tree_pids = Arc::new(Mutex::new(root_pid.into_iter().collect::<Vec<_>>()));
+        let tree_pids = self.tree_pids;
+        if let Ok(mut p) = tree_pids.lock() {
+            *p = root_pid.into_iter().collect();
+        }
         {
             let (stop_tx, stop_rx) = mpsc::channel();
             let lines = lines_tx.clone();
@@ -329,11 +341,47 @@ fn writer_thread(mut out: BufWriter<std::fs::File>, rx: Receiver<Line>) -> Resul
     Ok(())
 }
 
-/// Sleeps until `deadline` or a stop message; true when asked to stop.
-fn wait_or_stop(stop: &Receiver<()>, deadline: Instant) -> bool {
-    let now = Instant::now();
-    let timeout = deadline.saturating_duration_since(now);
-    !matches!(stop.recv_timeout(timeout), Err(RecvTimeoutError::Timeout))
+/// The schedule of a sampling thread: readings every `every` from `t0` (skipping missed ones
+/// rather than bunching them), with a "slow" reading at most every `SLOW_EVERY`.
+struct Ticker {
+    t0: Instant,
+    every: Duration,
+    next: Instant,
+    last_slow: Option<Instant>,
+}
+
+impl Ticker {
+    fn new(t0: Instant, every: Duration) -> Self {
+        Ticker {
+            t0,
+            every,
+            next: t0,
+            last_slow: None,
+        }
+    }
+
+    /// Seconds since the start, and whether this reading is a slow one.
+    fn now(&mut self) -> (f64, bool) {
+        let now = Instant::now();
+        let slow = self
+            .last_slow
+            .is_none_or(|t| now.duration_since(t) >= SLOW_EVERY);
+        if slow {
+            self.last_slow = Some(now);
+        }
+        (now.duration_since(self.t0).as_secs_f64(), slow)
+    }
+
+    /// Sleeps until the next reading or a stop message; true when asked to stop.
+    fn wait(&mut self, stop: &Receiver<()>) -> bool {
+        self.next += self.every;
+        let now = Instant::now();
+        if self.next < now {
+            self.next = now + self.every;
+        }
+        let timeout = self.next.saturating_duration_since(now);
+        !matches!(stop.recv_timeout(timeout), Err(RecvTimeoutError::Timeout))
+    }
 }
 
 fn gpu_thread(
@@ -362,26 +410,15 @@ fn gpu_thread(
     let Ok(go) = go.recv() else { return };
     // Driver utilization samples are buffered by the driver; polling at the host interval (at
     // most every 500 ms) collects every one of them.
-    let tick = interval.min(Duration::from_millis(500));
-    let mut next = go.t0;
-    let mut last_slow: Option<Instant> = None;
+    let mut ticker = Ticker::new(go.t0, interval.min(Duration::from_millis(500)));
     loop {
-        let now = Instant::now();
-        let slow = last_slow.is_none_or(|t| now.duration_since(t) >= SLOW_EVERY);
-        if slow {
-            last_slow = Some(now);
-        }
-        let t_s = now.duration_since(go.t0).as_secs_f64();
+        let (t_s, slow) = ticker.now();
         for s in source.sample(t_s, go.t0_unix_us, slow) {
             if go.lines.send(Line::Gpu(s)).is_err() {
                 return;
             }
         }
-        next += tick;
-        if next < Instant::now() {
-            next = Instant::now() + tick;
-        }
-        if wait_or_stop(&go.stop, next) {
+        if ticker.wait(&go.stop) {
             // One last reading so the final driver samples are kept.
             let t_s = go.t0.elapsed().as_secs_f64();
             for s in source.sample(t_s, go.t0_unix_us, false) {
@@ -402,15 +439,9 @@ fn host_thread(
 ) {
     let mut host = HostSampler::new();
     let mut tree = root.map(ProcTree::new);
-    let mut next = t0;
-    let mut last_slow: Option<Instant> = None;
+    let mut ticker = Ticker::new(t0, interval);
     loop {
-        let now = Instant::now();
-        let slow = last_slow.is_none_or(|t| now.duration_since(t) >= SLOW_EVERY);
-        if slow {
-            last_slow = Some(now);
-        }
-        let t_s = now.duration_since(t0).as_secs_f64();
+        let (t_s, slow) = ticker.now();
         let h = host.sample(t_s);
         let mut batch = Vec::with_capacity(4);
         if let Some(tree) = tree.as_mut() {
@@ -441,11 +472,7 @@ fn host_thread(
                 return;
             }
         }
-        next += interval;
-        if next < Instant::now() {
-            next = Instant::now() + interval;
-        }
-        if wait_or_stop(&stop, next) {
+        if ticker.wait(&stop) {
             return;
         }
     }

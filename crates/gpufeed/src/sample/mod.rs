@@ -171,20 +171,29 @@ pub struct ProcStart {
     pub comm: Option<String>,
 }
 
-/// One reading of one process of the job's tree.
+/// One reading of one process of the job's tree. Fields not read at this reading are left out
+/// of the line (the most frequent line of a recording), and read back as `None`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProcSample {
     pub pid: u32,
     /// user+system CPU over the interval, percent of one core (can exceed 100 with threads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_pct: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rss_bytes: Option<u64>,
     /// Cumulative bytes read from storage (/proc/PID/io read_bytes), where permitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_bytes: Option<u64>,
     /// Scheduler state letter: R running, S sleeping, D uninterruptible (usually I/O), Z, T, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<char>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threads: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub voluntary_ctxt_switches: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nonvoluntary_ctxt_switches: Option<u64>,
 }
 

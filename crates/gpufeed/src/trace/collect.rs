@@ -155,20 +155,43 @@ pub fn is_tc_eligible_op(name: &str) -> bool {
 pub struct DevRec {
     pub ts: f64,
     pub te: f64,
-    pub corr: Option<u64>,
-    pub ext: Option<u64>,
+    /// Correlation id (`NONE` when absent); see [`DevRec::corr`].
+    pub corr_raw: u64,
+    pub ext_raw: u64,
     pub device: u64,
     pub stream: u64,
     /// Kernel name index for kernels, copy class for memcpys.
     pub tag: u32,
-    pub bytes: f64,
+    pub bytes: f32,
+}
+
+/// Stands for a missing id in the compact records.
+pub const NONE: u64 = u64::MAX;
+
+fn some(x: u64) -> Option<u64> {
+    (x != NONE).then_some(x)
+}
+
+impl DevRec {
+    pub fn corr(&self) -> Option<u64> {
+        some(self.corr_raw)
+    }
+    pub fn ext(&self) -> Option<u64> {
+        some(self.ext_raw)
+    }
+}
+
+impl RtRec {
+    pub fn corr(&self) -> Option<u64> {
+        some(self.corr_raw)
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
 pub struct RtRec {
     pub ts: f64,
     pub te: f64,
-    pub corr: Option<u64>,
+    pub corr_raw: u64,
     /// 2021 `Runtime` category (the plugin's Runtime role).
     pub legacy: bool,
     pub class: RtClass,
@@ -295,6 +318,9 @@ pub struct Collected {
     pub step_seq: u64,
     /// Blocking calls by name: cuda*/hip*Synchronize and synchronous cudaMemcpy.
     pub sync_calls: std::collections::BTreeMap<String, (u64, f64)>,
+    /// Caches by event name (few distinct names, many events).
+    pub runtime_names: HashMap<Vec<u8>, (RtClass, bool)>,
+    pub eligible_names: HashMap<Vec<u8>, bool>,
 }
 
 impl Collected {
@@ -384,12 +410,12 @@ impl EventSink for Collected {
                 let mut r = DevRec {
                     ts,
                     te,
-                    corr: a.correlation,
-                    ext: a.external_id,
+                    corr_raw: a.correlation.unwrap_or(NONE),
+                    ext_raw: a.external_id.unwrap_or(NONE),
                     device: a.device.or(ev.pid).unwrap_or(0),
                     stream: a.stream.or(ev.tid).unwrap_or(0),
                     tag: 0,
-                    bytes: a.bytes.unwrap_or(0.0),
+                    bytes: a.bytes.unwrap_or(0.0) as f32,
                 };
                 match kind {
                     Kind::Kernel => {
@@ -413,24 +439,33 @@ impl EventSink for Collected {
                 }
             }
             Kind::RuntimeLegacy | Kind::CudaRuntime | Kind::CudaDriver => {
-                let name = String::from_utf8_lossy(&ev.name);
-                let class = runtime_class(&name);
+                let (class, blocking) = match self.runtime_names.get(&ev.name[..]) {
+                    Some(&v) => v,
+                    None => {
+                        let name = String::from_utf8_lossy(&ev.name);
+                        let class = runtime_class(&name);
+                        let blocking_copy = matches!(
+                            &*name,
+                            "cudaMemcpy" | "hipMemcpy" | "cuMemcpyDtoH_v2" | "cuMemcpyDtoH"
+                        );
+                        let v = (class, class == RtClass::Sync || blocking_copy);
+                        self.runtime_names.insert(ev.name.to_vec(), v);
+                        v
+                    }
+                };
                 if class == RtClass::Launch {
                     self.launch_calls += 1;
                 }
-                let blocking_copy = matches!(
-                    &*name,
-                    "cudaMemcpy" | "hipMemcpy" | "cuMemcpyDtoH_v2" | "cuMemcpyDtoH"
-                );
-                if class == RtClass::Sync || blocking_copy {
-                    let e = self.sync_calls.entry(name.to_string()).or_insert((0, 0.0));
+                if blocking {
+                    let name = String::from_utf8_lossy(&ev.name);
+                    let e = self.sync_calls.entry(name.into_owned()).or_insert((0, 0.0));
                     e.0 += 1;
                     e.1 += dur;
                 }
                 self.runtimes.push(RtRec {
                     ts,
                     te,
-                    corr: a.correlation,
+                    corr_raw: a.correlation.unwrap_or(NONE),
                     legacy: kind == Kind::RuntimeLegacy,
                     class,
                 });
@@ -481,7 +516,15 @@ impl EventSink for Collected {
                 }
                 if kind == Kind::Operator {
                     if let Some(x) = a.external_id {
-                        if is_tc_eligible_op(&String::from_utf8_lossy(name)) {
+                        let eligible = match self.eligible_names.get(name) {
+                            Some(&v) => v,
+                            None => {
+                                let v = is_tc_eligible_op(&String::from_utf8_lossy(name));
+                                self.eligible_names.insert(name.to_vec(), v);
+                                v
+                            }
+                        };
+                        if eligible {
                             self.tc_eligible_ext.insert(x);
                         }
                     }

@@ -3,6 +3,7 @@
 //! those numbers into findings.
 
 pub mod collect;
+mod fast;
 pub mod ranges;
 pub mod reader;
 pub mod report;

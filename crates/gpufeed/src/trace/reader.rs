@@ -64,7 +64,9 @@ pub struct ScanStats {
 
 struct Buf<R> {
     r: R,
+    /// Always fully initialised; the valid bytes are `data[pos..end]`.
     data: Vec<u8>,
+    end: usize,
     pos: usize,
     eof: bool,
     consumed: u64,
@@ -79,25 +81,26 @@ impl<R: Read> Buf<R> {
         }
         if self.pos > 0 {
             self.consumed += self.pos as u64;
-            self.data.drain(..self.pos);
+            self.data.copy_within(self.pos..self.end, 0);
+            self.end -= self.pos;
             self.pos = 0;
         }
-        let old = self.data.len();
-        self.data.resize(old + CHUNK, 0);
+        if self.data.len() - self.end < CHUNK / 2 {
+            let n = (self.data.len() * 2).max(CHUNK);
+            self.data.resize(n, 0);
+        }
         loop {
-            match self.r.read(&mut self.data[old..]) {
+            match self.r.read(&mut self.data[self.end..]) {
                 Ok(0) => {
-                    self.data.truncate(old);
                     self.eof = true;
                     return false;
                 }
                 Ok(n) => {
-                    self.data.truncate(old + n);
+                    self.end += n;
                     return true;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    self.data.truncate(old);
                     self.eof = true;
                     self.read_error = Some(e.to_string());
                     return false;
@@ -109,13 +112,13 @@ impl<R: Read> Buf<R> {
     /// Next non-whitespace byte, not consumed; None at end of input.
     fn peek(&mut self) -> Option<u8> {
         loop {
-            while self.pos < self.data.len() {
+            while self.pos < self.end {
                 let b = self.data[self.pos];
                 if matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
                     self.pos += 1;
                 } else if self.consumed == 0
                     && self.pos == 0
-                    && self.data.starts_with(b"\xEF\xBB\xBF")
+                    && self.data[..self.end].starts_with(b"\xEF\xBB\xBF")
                 {
                     self.pos = 3; // UTF-8 byte-order mark
                 } else {
@@ -132,12 +135,12 @@ impl<R: Read> Buf<R> {
     /// Err(()) when the input ends first.
     fn value_len(&mut self) -> Result<usize, ()> {
         loop {
-            if let Some(n) = scan_value(&self.data[self.pos..], self.eof) {
+            if let Some(n) = scan_value(&self.data[self.pos..self.end], self.eof) {
                 return Ok(n);
             }
             if !self.fill() {
                 // one last try with eof = true (a bare number at the very end)
-                return scan_value(&self.data[self.pos..], true).ok_or(());
+                return scan_value(&self.data[self.pos..self.end], true).ok_or(());
             }
         }
     }
@@ -152,54 +155,35 @@ impl<R: Read> Buf<R> {
 }
 
 /// Finds the end of the value that starts at `b[0]` (no leading whitespace). None: incomplete.
+///
+/// Objects are matched on `{`/`}` only and arrays on `[`/`]` only (the other kind of bracket
+/// always comes in balanced pairs inside), so each step is one memchr3 jump.
 fn scan_value(b: &[u8], eof: bool) -> Option<usize> {
     let first = *b.first()?;
     match first {
         b'{' | b'[' => {
+            let close = if first == b'{' { b'}' } else { b']' };
             let mut depth = 0usize;
             let mut i = 0;
-            while i < b.len() {
-                match b[i] {
-                    b'"' => {
-                        i += 1;
-                        loop {
-                            // fast skip to the next quote or backslash
-                            let rest = &b[i.min(b.len())..];
-                            let k = rest.iter().position(|&c| c == b'"' || c == b'\\')?;
-                            i += k;
-                            if b[i] == b'\\' {
-                                i += 2;
-                            } else {
-                                break;
-                            }
-                        }
+            loop {
+                i += memchr::memchr3(b'"', first, close, &b[i..])?;
+                let c = b[i];
+                if c == b'"' {
+                    i = i + 1 + string_len(&b[i + 1..])?;
+                    continue;
+                }
+                if c == first {
+                    depth += 1;
+                } else {
+                    depth -= 1;
+                    if depth == 0 {
+                        return Some(i + 1);
                     }
-                    b'{' | b'[' => depth += 1,
-                    b'}' | b']' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            return Some(i + 1);
-                        }
-                    }
-                    _ => {}
                 }
                 i += 1;
             }
-            None
         }
-        b'"' => {
-            let mut i = 1;
-            loop {
-                let rest = b.get(i..)?;
-                let k = rest.iter().position(|&c| c == b'"' || c == b'\\')?;
-                i += k;
-                if b[i] == b'\\' {
-                    i += 2;
-                } else {
-                    return Some(i + 1);
-                }
-            }
-        }
+        b'"' => Some(1 + string_len(&b[1..])?),
         _ => {
             let k = b
                 .iter()
@@ -213,11 +197,25 @@ fn scan_value(b: &[u8], eof: bool) -> Option<usize> {
     }
 }
 
+/// Length of a string's rest (after the opening quote) including the closing quote.
+fn string_len(b: &[u8]) -> Option<usize> {
+    let mut i = 0;
+    loop {
+        i += memchr::memchr2(b'"', b'\\', b.get(i..)?)?;
+        if b[i] == b'\\' {
+            i += 2;
+        } else {
+            return Some(i + 1);
+        }
+    }
+}
+
 /// Reads a whole trace from `r` into `sink`. Errors only when nothing could be read as a trace.
 pub fn read_trace<R: Read>(r: R, sink: &mut dyn EventSink) -> Result<ScanStats, TraceError> {
     let mut buf = Buf {
         r,
-        data: Vec::with_capacity(CHUNK),
+        data: Vec::new(),
+        end: 0,
         pos: 0,
         eof: false,
         consumed: 0,
@@ -361,27 +359,64 @@ fn scan_events<R: Read>(
         return Ok(());
     }
     loop {
-        if buf.peek().is_none() {
+        let Some(first) = buf.peek() else {
             return Err(Stop::Eof);
-        }
-        let n = buf.value_len().map_err(|_| Stop::Eof)?;
-        let span = &buf.data[buf.pos..buf.pos + n];
-        if span[0] == b'{' {
-            let mut de = serde_json::Deserializer::from_slice(span);
-            match de::Deserializer::deserialize_map(&mut de, EventVisitor) {
-                Ok(ev) => {
-                    st.events += 1;
-                    sink.event(&ev);
+        };
+        if first == b'{' {
+            // serde_json parses the event straight from the buffer and says where it ended; an
+            // event cut by the end of the buffer is parsed again after reading more
+            let avail = &buf.data[buf.pos..buf.end];
+            if let Some((ev, n)) = super::fast::event(avail) {
+                st.events += 1;
+                sink.event(&ev);
+                buf.pos += n;
+                if expect(buf, b",]")? == b']' {
+                    return Ok(());
                 }
-                Err(_) => st.bad_events += 1,
+                continue;
+            }
+            let mut it = serde_json::Deserializer::from_slice(avail).into_iter::<EventDe>();
+            match it.next() {
+                Some(Ok(ev)) => {
+                    let n = it.byte_offset();
+                    st.events += 1;
+                    sink.event(&ev.0);
+                    buf.pos += n;
+                }
+                Some(Err(e)) if e.is_eof() => {
+                    if !buf.fill() {
+                        return Err(Stop::Eof);
+                    }
+                    continue;
+                }
+                _ => {
+                    let n = buf.value_len().map_err(|_| Stop::Eof)?;
+                    st.bad_events += 1;
+                    buf.pos += n;
+                }
             }
         } else {
+            let n = buf.value_len().map_err(|_| Stop::Eof)?;
             st.bad_events += 1;
+            buf.pos += n;
         }
-        buf.pos += n;
         if expect(buf, b",]")? == b']' {
             return Ok(());
         }
+    }
+}
+
+/// The serde_json path for one event (the reference the fast path is tested against).
+#[cfg(test)]
+pub(super) fn parse_event_serde(b: &[u8]) -> Option<Event<'_>> {
+    let mut de = serde_json::Deserializer::from_slice(b);
+    de::Deserializer::deserialize_map(&mut de, EventVisitor).ok()
+}
+
+struct EventDe<'a>(Event<'a>);
+impl<'de> de::Deserialize<'de> for EventDe<'de> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(EventVisitor).map(EventDe)
     }
 }
 
@@ -542,6 +577,17 @@ impl<'de> de::Deserialize<'de> for Num {
     }
 }
 
+/// For the fast path: (number, id) of a string id.
+pub(super) fn num_from_bytes(v: &[u8]) -> (Option<f64>, Option<u64>) {
+    let n = num_from_str(v);
+    (n.f, n.id)
+}
+
+/// For the fast path: the length of a complete object/array at the start of `b`.
+pub(super) fn scan_value_pub(b: &[u8]) -> Option<usize> {
+    scan_value(b, false)
+}
+
 /// "7", "stream 7", "python 123" → the number; other strings → a stable hash with the top bit set.
 fn num_from_str(v: &[u8]) -> Num {
     let s = String::from_utf8_lossy(v);
@@ -700,6 +746,37 @@ mod tests {
         assert!(matches!(r, Err(TraceError::Empty)));
         let (_, r) = read(b"hello");
         assert!(matches!(r, Err(TraceError::NotATrace(_))));
+    }
+
+    /// A reader that hands out a few bytes at a time, so events straddle every refill.
+    struct Dribble<'a>(&'a [u8], usize);
+    impl Read for Dribble<'_> {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            self.1 = self.1 % 7 + 1;
+            let n = self.1.min(self.0.len()).min(out.len());
+            out[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn events_split_across_reads() {
+        let mut doc = String::from("{\"deviceProperties\": [{\"id\": 0}], \"traceEvents\": [");
+        for i in 0..500 {
+            if i > 0 {
+                doc.push(',');
+            }
+            doc.push_str(&format!(r#"{{"ph":"X","name":"e{i} \"q\"","ts":{i}.5,"dur":12345678,"args":{{"a":[1,{{"b":"]}}"}}]}}}}"#));
+        }
+        doc.push_str("], \"baseTimeNanoseconds\": 1}");
+        let mut c = Collect::default();
+        let st = read_trace(Dribble(doc.as_bytes(), 0), &mut c).unwrap();
+        assert!(!st.truncated, "{:?}", st.warnings);
+        assert_eq!(st.bad_events, 0);
+        assert_eq!(c.names.len(), 500);
+        assert_eq!(c.names[499], "e499 \"q\"");
+        assert_eq!(c.tops, vec!["deviceProperties", "baseTimeNanoseconds"]);
     }
 
     #[test]

@@ -169,6 +169,18 @@ pub fn text(r: &Report, show_steps: bool) -> String {
             "warning: truncated input: the figures cover only what was read"
         );
     }
+    match r.findings.first() {
+        Some(f) => {
+            let gain = f
+                .expected_speedup
+                .map(|x| format!(" (up to {x:.2}x faster)"))
+                .unwrap_or_default();
+            let _ = writeln!(o, "TOP FIX: {}{gain}\n  -> {}\n", f.title, f.recommendation);
+        }
+        None => {
+            let _ = writeln!(o, "No problems found.\n");
+        }
+    }
     for (i, t) in r.traces.iter().enumerate() {
         if r.traces.len() > 1 {
             let _ = writeln!(
@@ -276,8 +288,8 @@ pub fn text(r: &Report, show_steps: bool) -> String {
         }
     }
     let _ = writeln!(o);
-    if r.findings.is_empty() {
-        let _ = writeln!(o, "No problems found.");
+    if !r.findings.is_empty() {
+        let _ = writeln!(o, "findings (most important first):");
     }
     for (i, f) in r.findings.iter().enumerate() {
         let gain = f

@@ -19,7 +19,7 @@ pub const PAGEABLE_MIN_PCT: f64 = 1.0;
 pub const LAUNCH_IDLE_PCT: f64 = 10.0;
 
 fn r1(x: f64) -> f64 {
-    (x * 10.0).round() / 10.0
+    (x * 10.0).round() / 10.0 + 0.0 // never -0.0
 }
 
 fn speedup(total: f64, saved: f64) -> Option<f64> {
@@ -156,11 +156,15 @@ pub fn amp_unused(s: &TraceSummary) -> Option<Finding> {
         .with("tensor_core_pct", r1(k.tensor_core_pct))
         .with("compute_capability_major", cc_major)
         .with("gpu", gpu_name)
-        .recommend(
-            "Enable automatic mixed precision: with torch.autocast(device_type=\"cuda\", dtype=torch.bfloat16): \
-             loss = model(x) (use dtype=torch.float16 plus torch.amp.GradScaler on V100/T4); at least allow TF32 \
-             on Ampere+: torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True.",
-        )
+        .recommend(if cc_major >= 8 {
+            "Enable automatic mixed precision in bf16: with torch.autocast(device_type=\"cuda\", \
+             dtype=torch.bfloat16): loss = model(x); at the very least allow TF32: \
+             torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True."
+        } else {
+            "Enable automatic mixed precision in fp16 (this GPU has no bf16): scaler = torch.amp.GradScaler(\"cuda\"); \
+             with torch.autocast(device_type=\"cuda\", dtype=torch.float16): loss = model(x); \
+             scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()."
+        })
         .speedup(speedup(s.breakdown.total_us, saved)),
     )
 }

@@ -3,7 +3,7 @@
 //! stretches and communication.
 
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use super::collect::{is_tc_kernel, Collected, DevRec, RtClass};
 use super::ranges::{self, Range};
@@ -180,6 +180,21 @@ pub struct TraceSummary {
     pub communication: CommStat,
 }
 
+/// Launch time by correlation id: a sorted vector (half the memory of a hash map).
+struct CorrIndex(Vec<(u64, f64)>);
+
+impl CorrIndex {
+    fn new(it: impl Iterator<Item = (u64, f64)>) -> Self {
+        let mut v: Vec<(u64, f64)> = it.collect();
+        v.sort_unstable_by_key(|p| p.0);
+        CorrIndex(v)
+    }
+    fn get(&self, corr: &u64) -> Option<&f64> {
+        let i = self.0.partition_point(|p| p.0 < *corr);
+        self.0.get(i).filter(|p| p.0 == *corr).map(|p| &p.1)
+    }
+}
+
 fn step_windows(c: &Collected) -> Vec<(f64, f64, String)> {
     let mut s: Vec<_> = c.steps.iter().collect();
     s.sort_by(|a, b| a.ts.total_cmp(&b.ts).then(a.seq.cmp(&b.seq)));
@@ -189,7 +204,7 @@ fn step_windows(c: &Collected) -> Vec<(f64, f64, String)> {
 }
 
 fn is_comm_kernel(c: &Collected, k: &DevRec) -> bool {
-    k.ext.is_some_and(|x| c.comm_ext.contains(&x))
+    k.ext().is_some_and(|x| c.comm_ext.contains(&x))
 }
 
 /// The plugin's role ranges, merged, in priority order (7 roles; Other is what is left).
@@ -229,7 +244,7 @@ fn extend_steps(c: &Collected, steps: &mut Vec<(f64, f64, String)>) {
     let mut rts: Vec<_> = c
         .runtimes
         .iter()
-        .filter(|r| r.legacy && r.corr.is_some())
+        .filter(|r| r.legacy && r.corr().is_some())
         .collect();
     if rts.is_empty() || steps.is_empty() {
         return;
@@ -242,15 +257,18 @@ fn extend_steps(c: &Collected, steps: &mut Vec<(f64, f64, String)>) {
         .chain(c.memcpys.iter())
         .chain(c.memsets.iter())
         .collect();
-    let mut by_corr: HashMap<u64, Vec<usize>> = HashMap::new();
-    let rt_corrs: std::collections::HashSet<u64> = rts.iter().filter_map(|r| r.corr).collect();
-    for (i, d) in all.iter().enumerate() {
-        if let Some(x) = d.corr {
-            if rt_corrs.contains(&x) {
-                by_corr.entry(x).or_default().push(i);
-            }
-        }
-    }
+    // (correlation, index) sorted: a compact multimap from correlation to device ops
+    let mut by_corr: Vec<(u64, u32)> = all
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| d.corr().map(|x| (x, i as u32)))
+        .collect();
+    by_corr.sort_unstable();
+    let ops_of = |corr: u64| {
+        let a = by_corr.partition_point(|p| p.0 < corr);
+        let b = by_corr.partition_point(|p| p.0 <= corr);
+        by_corr[a..b].iter().map(|p| p.1 as usize)
+    };
     let n = steps.len();
     let mut dev = vec![(f64::INFINITY, f64::NEG_INFINITY); n];
     let mut matched_count = vec![0usize; n];
@@ -264,8 +282,8 @@ fn extend_steps(c: &Collected, steps: &mut Vec<(f64, f64, String)>) {
         if r.ts < hs {
             k += 1;
         } else if r.te <= he {
-            if let Some(ids) = r.corr.and_then(|x| by_corr.get(&x)) {
-                for &d in ids {
+            if let Some(x) = r.corr() {
+                for d in ops_of(x) {
                     mn = mn.min(all[d].ts);
                     mx = mx.max(all[d].te);
                     matched[d] = true;
@@ -564,11 +582,11 @@ fn devices(c: &Collected, span: (f64, f64), s: &mut TraceSummary) {
         per.entry(k.device).or_default().push((k.ts, k.te));
         *count.entry(k.device).or_default() += 1;
     }
-    let launch_ts: HashMap<u64, f64> = c
-        .runtimes
-        .iter()
-        .filter_map(|r| r.corr.map(|x| (x, r.ts)))
-        .collect();
+    let launch_ts = CorrIndex::new(
+        c.runtimes
+            .iter()
+            .filter_map(|r| r.corr().map(|x| (x, r.ts))),
+    );
     // streams: all GPU operations launched within the complete iterations (as HTA: from the first
     // ProfilerStep's start to the last one's start, the last iteration being possibly incomplete)
     let window = hta_window(c);
@@ -580,7 +598,7 @@ fn devices(c: &Collected, span: (f64, f64), s: &mut TraceSummary) {
         .chain(c.memsets.iter())
     {
         let at = d
-            .corr
+            .corr()
             .and_then(|x| launch_ts.get(&x))
             .copied()
             .unwrap_or(d.ts);
@@ -632,7 +650,7 @@ fn devices(c: &Collected, span: (f64, f64), s: &mut TraceSummary) {
             st.busy_us += o.te - o.ts;
             if prev_end.is_finite() && o.ts > prev_end {
                 let gap = o.ts - prev_end;
-                let launched = o.corr.and_then(|x| launch_ts.get(&x)).copied();
+                let launched = o.corr().and_then(|x| launch_ts.get(&x)).copied();
                 if launched.is_some_and(|l| l > prev_end) {
                     st.host_wait_us += gap;
                 } else if gap < 30.0 {
@@ -670,7 +688,7 @@ fn copies(c: &Collected, s: &mut TraceSummary) {
             ..Default::default()
         });
         e.count += 1;
-        e.bytes += m.bytes;
+        e.bytes += m.bytes as f64;
         e.time_us += m.te - m.ts;
     }
     for (_, mut v) in agg {
@@ -702,11 +720,12 @@ fn kernels(c: &Collected, s: &mut TraceSummary) {
         .zip(&tc_flags)
         .filter(|(_, t)| **t)
         .map(|(a, _)| a.total_us)
-        .sum();
+        .sum::<f64>()
+        + 0.0; // an empty float sum is -0.0
     let eligible: f64 = c
         .kernels
         .iter()
-        .filter(|k| k.ext.is_some_and(|x| c.tc_eligible_ext.contains(&x)))
+        .filter(|k| k.ext().is_some_and(|x| c.tc_eligible_ext.contains(&x)))
         .map(|k| k.te - k.ts)
         .sum::<f64>()
         + 0.0;
@@ -746,12 +765,12 @@ const SHORT_KERNEL_US: f64 = 20.0;
 const MIN_STRETCH: usize = 20;
 
 fn launch(c: &Collected, span: (f64, f64), s: &mut TraceSummary) {
-    let launch_ts: HashMap<u64, f64> = c
-        .runtimes
-        .iter()
-        .filter(|r| r.class == RtClass::Launch)
-        .filter_map(|r| r.corr.map(|x| (x, r.ts)))
-        .collect();
+    let launch_ts = CorrIndex::new(
+        c.runtimes
+            .iter()
+            .filter(|r| r.class == RtClass::Launch)
+            .filter_map(|r| r.corr().map(|x| (x, r.ts))),
+    );
     let mut streams: BTreeMap<(u64, u64), Vec<&DevRec>> = BTreeMap::new();
     for k in &c.kernels {
         streams.entry((k.device, k.stream)).or_default().push(k);
@@ -778,7 +797,7 @@ fn launch(c: &Collected, span: (f64, f64), s: &mut TraceSummary) {
             let short = k.te - k.ts < SHORT_KERNEL_US;
             let waited = i > 0
                 && k.ts > ks[i - 1].te
-                && k.corr
+                && k.corr()
                     .and_then(|x| launch_ts.get(&x))
                     .is_some_and(|&l| l > ks[i - 1].te);
             if short && (waited || run_start.is_none()) {

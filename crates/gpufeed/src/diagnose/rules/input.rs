@@ -112,7 +112,7 @@ pub fn recommended_workers(e: &Evidence) -> Option<(u32, u32)> {
     let main = (e.job.main_cpu_mean_pct.unwrap_or(100.0) / 100.0).clamp(0.1, 1.0);
     let cap = ((cores - main + 0.15).floor() as i64).max(1) as u32;
     let busy = e.busy_fraction()?.max(0.05);
-    let now = e.job.workers_max;
+    let now = workers_per_gpu(e);
     let want = if now == 0 {
         4
     } else {
@@ -121,6 +121,12 @@ pub fn recommended_workers(e: &Evidence) -> Option<(u32, u32)> {
         ((now as f64 * per_worker / busy).ceil() as u32).max(now + 1)
     };
     Some((want.min(cap).max(1), cap))
+}
+
+/// DataLoader workers per GPU (per rank): the job's workers split over the GPUs it drives.
+pub fn workers_per_gpu(e: &Evidence) -> u32 {
+    let gpus = e.measured_gpus().count().max(1) as u32;
+    e.job.workers_max.div_ceil(gpus)
 }
 
 fn speedup_bound(e: &Evidence) -> Option<f64> {
@@ -199,17 +205,31 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
             if e.job.workers_max == 0 || kind == Kind::TooFewWorkers =>
         {
             let (n, cap) = recommended_workers(e).unwrap_or((4, 4));
-            f = f.with("recommended_num_workers", n).with("max_useful_workers", cap);
-            if e.job.workers_max > 0 && e.job.worker_cpu_mean_pct.is_some() {
+            let now = workers_per_gpu(e);
+            f = f
+                .with("workers_per_gpu", now)
+                .with("recommended_num_workers", n)
+                .with("max_useful_workers", cap);
+            if now > 0 && e.job.worker_cpu_mean_pct.is_some() {
                 // Each saturated worker adds about the same rate: the gain is bounded by it too.
-                let gain = n as f64 / e.job.workers_max as f64;
+                let gain = (n as f64 / now as f64).max(1.0);
                 speedup = speedup.map(|s| r2(s.min(gain)));
             }
-            format!(
-                "Raise the DataLoader's worker count: DataLoader(dataset, batch_size=..., \
-                 num_workers={n}, {LOADER_FLAGS}). Each worker is saturating a core and cores are \
-                 idle; this GPU's share of the machine allows up to {cap} workers."
-            )
+            if n > now {
+                format!(
+                    "Raise the DataLoader's worker count (per GPU/rank) from {now} to {n}: \
+                     DataLoader(dataset, batch_size=..., num_workers={n}, {LOADER_FLAGS}). Each \
+                     worker is saturating a core and cores are idle; this GPU's share of the \
+                     machine allows up to {cap} workers."
+                )
+            } else {
+                format!(
+                    "Workers are saturated but each GPU already has {now}, its share of the CPUs: \
+                     make each sample cheaper (GPU-side decoding/augmentation with NVIDIA DALI or \
+                     torchvision.transforms.v2 on CUDA tensors, cached decoded samples, \
+                     pre-resized data) and keep {LOADER_FLAGS}."
+                )
+            }
         }
         Kind::TooFewWorkers | Kind::MainProcess => "The training loop's own process is pinned at a core: move per-sample \
             work (decoding, augmentation, collation) into DataLoader workers, avoid per-step host \
@@ -368,6 +388,11 @@ mod tests {
             n, 4,
             "ceil(1 worker / 0.325 busy) = 4, within 7 cores: {f:?}"
         );
+        assert!(
+            f.recommendation.contains("from 1 to 4"),
+            "{}",
+            f.recommendation
+        );
         assert!(f.recommendation.contains("num_workers=4"));
         assert!(f.recommendation.contains("pin_memory=True"));
         assert!(f.recommendation.contains("persistent_workers=True"));
@@ -385,6 +410,21 @@ mod tests {
         e.gpus[0].busy_fraction = Some(0.1);
         // 8 cpus / 2 gpus = 4 per GPU → at most 3 workers.
         assert_eq!(recommended_workers(&e), Some((3, 3)));
+        // Four saturated workers over two GPUs: two per rank, the cap is 3.
+        e.job.workers_max = 4;
+        let f = input_bound(&e).unwrap();
+        assert_eq!(f.evidence["workers_per_gpu"], 2);
+        assert_eq!(f.evidence["recommended_num_workers"], 3);
+        assert!(f.expected_speedup.unwrap() >= 1.0);
+        // Six: the cap is reached, the advice turns to cheaper samples, never a gain below 1.
+        e.job.workers_max = 6;
+        let f = input_bound(&e).unwrap();
+        assert!(
+            f.recommendation.contains("already has 3"),
+            "{}",
+            f.recommendation
+        );
+        assert!(f.expected_speedup.unwrap() >= 1.0);
         e.job.workers_max = 0;
         assert_eq!(recommended_workers(&e), Some((3, 3)));
     }

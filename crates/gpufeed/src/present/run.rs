@@ -1,0 +1,47 @@
+//! What `gpufeed run` / `record` print when the recording ends: the summary of measured figures
+//! followed by the diagnosis of the same recording.
+
+use crate::diagnose::{self, verdict::Verdict, DiagnoseReport, ReportFormat};
+use crate::finding::Finding;
+use crate::record::summary::Summary;
+use serde::{Deserialize, Serialize};
+
+/// The JSON printed by `run --format json`: the summary's fields plus `verdict`, `findings` and
+/// `notes` from the diagnosis (absent when the recording could not be diagnosed).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    #[serde(flatten)]
+    pub summary: Summary,
+    #[serde(default)]
+    pub verdict: Option<Verdict>,
+    #[serde(default)]
+    pub findings: Vec<Finding>,
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+impl RunReport {
+    pub fn new(summary: Summary, diagnosis: Option<&DiagnoseReport>) -> Self {
+        RunReport {
+            summary,
+            verdict: diagnosis.map(|d| d.verdict.clone()),
+            findings: diagnosis.map(|d| d.findings.clone()).unwrap_or_default(),
+            notes: diagnosis.map(|d| d.notes.clone()).unwrap_or_default(),
+        }
+    }
+}
+
+/// One JSON line.
+pub fn json(summary: &Summary, diagnosis: Option<&DiagnoseReport>) -> String {
+    serde_json::to_string(&RunReport::new(summary.clone(), diagnosis)).expect("report serializes")
+}
+
+/// The summary, then the diagnosis as `gpufeed diagnose` prints it.
+pub fn text(summary: &Summary, diagnosis: Option<&DiagnoseReport>, color: bool) -> String {
+    let mut out = super::summary::text(summary);
+    if let Some(d) = diagnosis {
+        out.push('\n');
+        out.push_str(&diagnose::render(d, ReportFormat::Text, color));
+    }
+    out
+}
