@@ -66,17 +66,27 @@ pub fn start_live(
     if let Some(e) = &sampler.header().gpu_error {
         eprintln!("gpufeed: {e}: host metrics only");
     }
-    let state = Arc::new(Mutex::new(LiveState::new(
-        sampler.header().clone(),
-        window.as_secs_f64(),
-    )));
+    let mut live = LiveState::new(sampler.header().clone(), window.as_secs_f64());
+    live.set_auto_evaluate(false);
+    let state = Arc::new(Mutex::new(live));
     let st = Arc::clone(&state);
     std::thread::Builder::new()
         .name("gpufeed-live-state".into())
         .spawn(move || {
             while let Ok(line) = rx.recv() {
-                if let Ok(mut s) = st.lock() {
-                    s.push(line);
+                let due = match st.lock() {
+                    Ok(mut s) => {
+                        s.push(line);
+                        s.evaluation_due().then(|| s.eval_input())
+                    }
+                    Err(_) => return,
+                };
+                // The verdict is computed without the lock, so a scrape never waits for it.
+                if let Some(input) = due {
+                    let report = input.run();
+                    if let Ok(mut s) = st.lock() {
+                        s.set_report(report);
+                    }
                 }
             }
         })

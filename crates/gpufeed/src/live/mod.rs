@@ -15,6 +15,7 @@ use crate::finding::Finding;
 use crate::record::format::{Header, Line};
 use crate::sample::{throttle, GpuSample, HostSample, ProcStart};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 /// Utilization samples kept per GPU for sparklines (seconds).
 pub const HISTORY_S: f64 = 120.0;
@@ -90,8 +91,42 @@ pub struct LiveState {
     pub procs_exited: u64,
     pub report: Option<LiveReport>,
     window_s: f64,
-    window: VecDeque<Line>,
+    /// Lines of the last `window_s` seconds (shared, so an evaluation can run outside a lock).
+    window: VecDeque<Arc<Line>>,
     last_eval: Option<f64>,
+    auto_evaluate: bool,
+}
+
+/// What an evaluation needs, taken from the state so it can run without holding it.
+pub struct EvalInput {
+    header: Header,
+    procs: Vec<ProcStart>,
+    window: Vec<Arc<Line>>,
+    t_s: f64,
+    t0: f64,
+}
+
+impl EvalInput {
+    /// Evidence, rules and verdict over the window.
+    pub fn run(self) -> LiveReport {
+        let mut b = EvidenceBuilder::new();
+        for p in &self.procs {
+            b.push(&Line::ProcStart(p.clone()));
+        }
+        for l in &self.window {
+            b.push(l);
+        }
+        let e = b.finish(&self.header);
+        let findings = rules::evaluate(&e);
+        let v = verdict::decide(&e, &findings);
+        LiveReport {
+            at_t_s: self.t_s,
+            window_s: (self.t_s - self.t0).max(0.0),
+            verdict: v,
+            findings,
+            gpus: e.gpus,
+        }
+    }
 }
 
 fn line_t(l: &Line) -> Option<f64> {
@@ -148,7 +183,51 @@ impl LiveState {
             window_s: window_s.max(1.0),
             window: VecDeque::new(),
             last_eval: None,
+            auto_evaluate: true,
         }
+    }
+
+    /// Whether `push` evaluates by itself when due (the default); `serve` turns it off and
+    /// evaluates outside its lock with [`LiveState::eval_input`].
+    pub fn set_auto_evaluate(&mut self, on: bool) {
+        self.auto_evaluate = on;
+    }
+
+    /// [`EVAL_EVERY_S`] has passed since the last evaluation.
+    pub fn evaluation_due(&self) -> bool {
+        self.last_eval
+            .is_none_or(|l| self.t_s - l >= EVAL_EVERY_S || self.t_s < l)
+    }
+
+    /// Takes what an evaluation needs and marks it done now.
+    pub fn eval_input(&mut self) -> EvalInput {
+        self.last_eval = Some(self.t_s);
+        let t0 = self
+            .window
+            .front()
+            .and_then(|l| line_t(l))
+            .unwrap_or(self.t_s);
+        EvalInput {
+            header: self.header.clone(),
+            procs: self
+                .procs
+                .values()
+                .map(|p| ProcStart {
+                    t_s: t0,
+                    pid: p.pid,
+                    ppid: p.ppid,
+                    cmd: p.cmd.clone(),
+                    comm: p.comm.clone(),
+                })
+                .collect(),
+            window: self.window.iter().cloned().collect(),
+            t_s: self.t_s,
+            t0,
+        }
+    }
+
+    pub fn set_report(&mut self, r: LiveReport) {
+        self.report = Some(r);
     }
 
     pub fn window_s(&self) -> f64 {
@@ -211,21 +290,18 @@ impl LiveState {
             Line::End(_) | Line::Unknown => {}
         }
         if !matches!(line, Line::ProcStart(_) | Line::Unknown) {
-            self.window.push_back(line);
+            self.window.push_back(Arc::new(line));
         }
         let cutoff = self.t_s - self.window_s;
         while self
             .window
             .front()
-            .and_then(line_t)
+            .and_then(|l| line_t(l))
             .is_some_and(|t| t < cutoff)
         {
             self.window.pop_front();
         }
-        if self
-            .last_eval
-            .is_none_or(|l| self.t_s - l >= EVAL_EVERY_S || self.t_s < l)
-        {
+        if self.auto_evaluate && self.evaluation_due() {
             self.evaluate();
         }
     }
@@ -314,31 +390,8 @@ impl LiveState {
 
     /// Runs evidence, rules and verdict over the window now.
     pub fn evaluate(&mut self) {
-        self.last_eval = Some(self.t_s);
-        let mut b = EvidenceBuilder::new();
-        let t0 = self.window.front().and_then(line_t).unwrap_or(self.t_s);
-        for p in self.procs.values() {
-            b.push(&Line::ProcStart(ProcStart {
-                t_s: t0,
-                pid: p.pid,
-                ppid: p.ppid,
-                cmd: p.cmd.clone(),
-                comm: p.comm.clone(),
-            }));
-        }
-        for l in &self.window {
-            b.push(l);
-        }
-        let e = b.finish(&self.header);
-        let findings = rules::evaluate(&e);
-        let v = verdict::decide(&e, &findings);
-        self.report = Some(LiveReport {
-            at_t_s: self.t_s,
-            window_s: (self.t_s - t0).max(0.0),
-            verdict: v,
-            findings,
-            gpus: e.gpus,
-        });
+        let input = self.eval_input();
+        self.report = Some(input.run());
     }
 
     /// Mean utilization over the last `secs` seconds of one GPU's samples.
@@ -560,6 +613,20 @@ mod tests {
         assert!(r.window_s > 19.0, "{}", r.window_s);
         let busy0 = st.gpu_evidence(0).unwrap().busy_fraction.unwrap();
         assert!(busy0 < 0.5, "{busy0}");
+    }
+
+    #[test]
+    fn evaluation_can_run_outside_the_state() {
+        let full = fixture::state(1, 6);
+        let mut st = LiveState::new(fixture::header(1), 30.0);
+        st.set_auto_evaluate(false);
+        st.push(Line::Host(full.host.clone().unwrap()));
+        assert!(st.report.is_none());
+        assert!(st.evaluation_due());
+        let input = st.eval_input();
+        assert!(!st.evaluation_due());
+        st.set_report(input.run());
+        assert_eq!(st.report.as_ref().unwrap().verdict.id, "unknown");
     }
 
     #[test]
