@@ -477,6 +477,52 @@ pub unsafe extern "C" fn nvmlDeviceGetPersistenceMode(
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetNumaNodeId(
+    device: nvmlDevice_t,
+    node: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call("nvmlDeviceGetNumaNodeId", device, |_, _, d| {
+        *out(node)? = d.numa_node.ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetEccMode(
+    device: nvmlDevice_t,
+    current: *mut nvmlEnableState_t,
+    pending: *mut nvmlEnableState_t,
+) -> nvmlReturn_t {
+    device_call("nvmlDeviceGetEccMode", device, |_, _, d| {
+        let ecc = d.ecc.as_ref().ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        let (c, p) = (out(current)?, out(pending)?);
+        *c = ecc.enabled as nvmlEnableState_t;
+        *p = ecc.enabled as nvmlEnableState_t;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
+    device: nvmlDevice_t,
+    error_type: c_uint,
+    counter_type: c_uint,
+    count: *mut u64,
+) -> nvmlReturn_t {
+    device_call("nvmlDeviceGetTotalEccErrors", device, |_, _, d| {
+        let ecc = d.ecc.as_ref().ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        if !ecc.enabled {
+            return Err(NVML_ERROR_NOT_SUPPORTED);
+        }
+        let v = ecc
+            .count(error_type, counter_type)
+            .ok_or(NVML_ERROR_INVALID_ARGUMENT)?;
+        *out(count)? = v;
+        Ok(())
+    })
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(
     device: nvmlDevice_t,
     v: *mut c_uint,

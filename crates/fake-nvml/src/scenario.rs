@@ -48,6 +48,9 @@ pub const EXPORTED_FUNCTIONS: &[&str] = &[
     "nvmlDeviceGetCurrentClocksEventReasons",
     "nvmlDeviceGetComputeRunningProcesses_v3",
     "nvmlDeviceGetProcessUtilization",
+    "nvmlDeviceGetNumaNodeId",
+    "nvmlDeviceGetEccMode",
+    "nvmlDeviceGetTotalEccErrors",
 ];
 
 /// Functions that cannot be made unsupported (the fake needs them to work at all).
@@ -376,6 +379,42 @@ pub struct DeviceSpec {
     pub unsupported_field_ids: Vec<u32>,
     #[serde(default)]
     pub processes: Vec<ProcessSpec>,
+    /// NUMA node of the GPU (`nvmlDeviceGetNumaNodeId`); `None`: NOT_SUPPORTED.
+    #[serde(default)]
+    pub numa_node: Option<u32>,
+    /// ECC mode and error counts; `None`: ECC NOT_SUPPORTED (as on a consumer GPU).
+    #[serde(default)]
+    pub ecc: Option<Ecc>,
+}
+
+/// ECC state of a device (`nvmlDeviceGetEccMode`, `nvmlDeviceGetTotalEccErrors`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ecc {
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    #[serde(default)]
+    pub volatile_corrected: u64,
+    #[serde(default)]
+    pub volatile_uncorrected: u64,
+    #[serde(default)]
+    pub aggregate_corrected: u64,
+    #[serde(default)]
+    pub aggregate_uncorrected: u64,
+}
+
+impl Ecc {
+    /// The count for NVML's (errorType, counterType): corrected = 0 / uncorrected = 1,
+    /// volatile = 0 / aggregate = 1; `None` for any other value.
+    pub fn count(&self, error_type: u32, counter_type: u32) -> Option<u64> {
+        match (error_type, counter_type) {
+            (0, 0) => Some(self.volatile_corrected),
+            (1, 0) => Some(self.volatile_uncorrected),
+            (0, 1) => Some(self.aggregate_corrected),
+            (1, 1) => Some(self.aggregate_uncorrected),
+            _ => None,
+        }
+    }
 }
 
 impl Default for DeviceSpec {
@@ -771,9 +810,29 @@ mod tests {
         assert_eq!(d.pcie.cur_width(), 16);
         assert!(d.persistence_mode);
         assert!(d.processes.is_empty());
+        assert_eq!(d.numa_node, None);
+        assert_eq!(d.ecc, None);
 
         let s = Scenario::parse(r#"{"devices": []}"#).unwrap();
         assert!(s.devices.is_empty());
+    }
+
+    #[test]
+    fn numa_and_ecc() {
+        let s = Scenario::parse(
+            r#"{"devices": [{"numa_node": 1,
+                "ecc": {"volatile_uncorrected": 2, "aggregate_corrected": 7}}]}"#,
+        )
+        .unwrap();
+        let d = &s.devices[0];
+        assert_eq!(d.numa_node, Some(1));
+        let ecc = d.ecc.as_ref().unwrap();
+        assert!(ecc.enabled);
+        assert_eq!(ecc.count(1, 0), Some(2));
+        assert_eq!(ecc.count(0, 1), Some(7));
+        assert_eq!(ecc.count(0, 0), Some(0));
+        assert_eq!(ecc.count(2, 0), None);
+        assert!(err(r#"{"devices": [{"ecc": {"enable": true}}]}"#).contains("unknown field"));
     }
 
     fn err(json: &str) -> String {

@@ -66,6 +66,8 @@ const MAIN_SCENARIO: &str = r#"{
       "pcie": {"cur_gen": 4, "rx_bytes_per_s": 1.0e9, "tx_bytes_per_s": 1.0e8},
       "throttle_reasons": 4,
       "persistence_mode": false,
+      "numa_node": 1,
+      "ecc": {"volatile_corrected": 5, "volatile_uncorrected": 1, "aggregate_uncorrected": 2},
       "unsupported": ["nvmlDeviceGetPowerUsage"],
       "processes": [
         {"pid": 1234, "used_memory_bytes": 1000000000, "sm_util": 90},
@@ -132,6 +134,26 @@ fn fake_library_through_nvml_wrapper() {
     assert_eq!(dev.enforced_power_limit().unwrap(), 700_000);
     assert!(!dev.is_in_persistent_mode().unwrap());
     assert!(dev1.is_in_persistent_mode().unwrap());
+    // NUMA and ECC: answered where the scenario has them, NOT_SUPPORTED elsewhere.
+    assert_eq!(dev.numa_node_id().unwrap(), 1);
+    assert!(matches!(dev1.numa_node_id(), Err(NvmlError::NotSupported)));
+    assert!(dev.is_ecc_enabled().unwrap().currently_enabled);
+    {
+        use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
+        let ecc = |e, c| dev.total_ecc_errors(e, c).unwrap();
+        assert_eq!(ecc(MemoryError::Corrected, EccCounter::Volatile), 5);
+        assert_eq!(ecc(MemoryError::Uncorrected, EccCounter::Volatile), 1);
+        assert_eq!(ecc(MemoryError::Uncorrected, EccCounter::Aggregate), 2);
+        assert_eq!(ecc(MemoryError::Corrected, EccCounter::Aggregate), 0);
+        assert!(matches!(
+            dev1.is_ecc_enabled(),
+            Err(NvmlError::NotSupported)
+        ));
+        assert!(matches!(
+            dev1.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile),
+            Err(NvmlError::NotSupported)
+        ));
+    }
     assert_eq!(dev.clock_info(Clock::SM).unwrap(), 1980);
     assert_eq!(dev.temperature(TemperatureSensor::Gpu).unwrap(), 65);
     assert_eq!(dev.current_throttle_reasons().unwrap().bits(), 4);

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::commands::analyze::AnalyzeArgs;
+use crate::commands::bench::BenchArgs;
 use crate::commands::diagnose::DiagnoseArgs;
+use crate::commands::doctor::DoctorArgs;
 use crate::commands::export::ExportArgs;
 use crate::commands::serve::ServeArgs;
 use crate::commands::watch::WatchArgs;
@@ -33,6 +35,8 @@ const HELP_TEXT: &str = concat!(
     "    gpufeed analyze trace.json.gz                 analyze a PyTorch profiler trace\n",
     "    gpufeed watch -- python train.py              live view of a job (q quits, r records)\n",
     "    gpufeed serve --listen 127.0.0.1:9400         Prometheus metrics on /metrics\n",
+    "    gpufeed doctor                                check the machine and its software stack\n",
+    "    gpufeed bench                                 measure copy bandwidth and GEMM speed-ups\n",
     "\n",
     "ENVIRONMENT:\n",
     "    GPUFEED_NVML_LIB   path of the NVML library to load (same as --nvml-lib)\n",
@@ -72,6 +76,10 @@ pub enum Command {
     Watch(WatchArgs),
     /// Export a recording as a Perfetto/Chrome trace, optionally merged with a PyTorch profiler trace
     Export(ExportArgs),
+    /// Check the driver, CUDA, cuDNN, PyTorch, GPU link and health, /dev/shm, CPUs and data storage
+    Doctor(DoctorArgs),
+    /// Measure host<->GPU copy bandwidth (pinned vs pageable) and GEMM throughput per precision
+    Bench(BenchArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]

@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod commands;
 pub mod diagnose;
+pub mod doctor;
 pub mod exit;
 pub mod finding;
 pub mod job;

@@ -146,6 +146,9 @@ fn amp_unused_needs_tensor_core_gpu_eligible_ops_and_no_tc_kernels() {
     // no eligible op
     let s = summarize(mk("volta_sgemm_128x64_nn", "aten::relu"), v100());
     assert!(rules::amp_unused(&s).is_none());
+    // ROCm: computeMajor is the gfx generation and kernel names differ
+    let mi300 = json!({"deviceProperties": [{"id": 0, "name": "AMD Instinct MI300X", "computeMajor": 9, "computeMinor": 4}]});
+    assert!(rules::amp_unused(&summarize(mk("Cijk_Ailk_Bljk_SB", "aten::addmm"), mi300)).is_none());
     // pre-Volta GPU, or unknown GPU
     let p100 = json!({"deviceProperties": [{"id": 0, "name": "P100", "computeMajor": 6, "computeMinor": 0}]});
     assert!(rules::amp_unused(&summarize(mk("sgemm", "aten::addmm"), p100)).is_none());
@@ -154,7 +157,7 @@ fn amp_unused_needs_tensor_core_gpu_eligible_ops_and_no_tc_kernels() {
 
 #[test]
 fn sync_bound_counts_blocking_calls() {
-    let mut ev = steps_with_dataloader(2, 1000.0, 10.0, "_MultiProcessingDataLoaderIter");
+    let mut ev = steps_with_dataloader(2, 1000.0, 300.0, "_MultiProcessingDataLoaderIter");
     ev.push(x(
         "cuda_runtime",
         "cudaStreamSynchronize",
@@ -175,6 +178,16 @@ fn sync_bound_counts_blocking_calls() {
     let f = rules::sync_bound(&s).unwrap();
     assert_eq!(f.evidence["sync_calls"], 2);
     assert_eq!(f.evidence["top_call"], "cudaDeviceSynchronize");
+    // the same blocking with a GPU that is busy anyway is harmless
+    let mut ev = steps_with_dataloader(2, 1000.0, 10.0, "_MultiProcessingDataLoaderIter");
+    ev.push(x(
+        "cuda_runtime",
+        "cudaDeviceSynchronize",
+        1200.0,
+        400.0,
+        json!({"correlation": 91}),
+    ));
+    assert!(rules::sync_bound(&summarize(ev, json!({}))).is_none());
 }
 
 #[test]
@@ -252,6 +265,25 @@ fn comm_bound_from_nccl_annotations_and_kernels() {
     let f = rules::comm_bound(&s).unwrap();
     assert!((f.evidence["communication_pct"].as_f64().unwrap() - 40.0).abs() < 0.1);
     assert!(s.communication.kernel_us >= 400.0);
+    // NCCL kernels not linked to a CPU collective still count when they are exposed
+    let mut ev = vec![x(
+        "user_annotation",
+        "ProfilerStep#1",
+        0.0,
+        1000.0,
+        json!({}),
+    )];
+    ev.push(kernel("sgemm", 10.0, 300.0, 1));
+    ev.push(kernel(
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+        400.0,
+        300.0,
+        2,
+    ));
+    let s = summarize(ev, json!({}));
+    assert_eq!(s.breakdown.communication_us, 0.0);
+    assert!((s.communication.exposed_us_per_step - 300.0).abs() < 1e-6);
+    assert!(rules::comm_bound(&s).is_some());
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! One module per subcommand: each turns parsed arguments into work and a process exit code.
 
 pub mod analyze;
+pub mod bench;
 pub mod diagnose;
+pub mod doctor;
 pub mod export;
 pub mod record;
 pub mod serve;
@@ -19,5 +21,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Serve(args) => serve::run(&cli.global, &args),
         Command::Export(args) => export::run(&cli.global, &args),
         Command::Watch(args) => watch::run(&cli.global, &args),
+        Command::Doctor(args) => doctor::run(&cli.global, &args),
+        Command::Bench(args) => bench::run(&cli.global, &args),
     }
 }

@@ -1,12 +1,13 @@
 //! Reading any supported input into evidence: format detection and a fast recording reader.
 
 use super::evidence::EvidenceBuilder;
+use super::fast;
 use super::{DiagnoseError, Evidence, Source};
 use crate::record::format::{self, Header, Line, ReadError};
 use crate::sample::dcgmi::{self, Flavour};
 use crate::sample::smi_csv::{self, CsvOptions, LogError};
 use crate::sample::{GpuSample, HostSample, ProcSample};
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::Path;
 
 /// Input formats (`--input-format`).
@@ -185,7 +186,7 @@ pub fn read(
     };
     let header = match format {
         InputFormat::Recording | InputFormat::Auto => {
-            let (h, st) = read_recording_fast(path, file, |l| b.push(l)).map_err(|e| match e {
+            let (h, st) = read_recording_fast(path, file, &mut b).map_err(|e| match e {
                 ReadError::Empty { .. } => DiagnoseError::Empty {
                     path: path.to_path_buf(),
                 },
@@ -241,80 +242,68 @@ pub fn read(
     })
 }
 
-#[derive(serde::Deserialize)]
-struct ProcsLine {
-    t_s: f64,
-    procs: Vec<ProcSample>,
-}
-
-/// Like [`format::read_from`] (same tolerance and statistics) but parses the frequent line
-/// types straight into their structs, skipping the tagged-enum detour.
+/// Like [`format::read_from`] (same tolerance and statistics), feeding the evidence builder:
+/// the frequent line types go through the specialised scanner in `fast` with reused buffers,
+/// everything else (and any line the scanner gives up on) through serde.
 pub fn read_recording_fast(
     path: &Path,
     r: impl Read,
-    mut visit: impl FnMut(&Line),
+    b: &mut EvidenceBuilder,
 ) -> Result<(Header, format::ReadStats), ReadError> {
-    let mut reader = BufReader::with_capacity(1 << 20, r);
-    let mut first = Vec::new();
-    reader
-        .read_until(b'\n', &mut first)
-        .map_err(|source| ReadError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    let (header, _) = format::read_from(path, &first[..], |_, _| {})?;
+    let io = |source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut lines = Lines::new(r);
+    let header = match lines.next().map_err(io)? {
+        Some((a, z, _)) => {
+            let first = &lines.buf[a..z];
+            format::read_from(path, first, |_, _| {})?.0
+        }
+        None => format::read_from(path, &b""[..], |_, _| {})?.0,
+    };
     let mut stats = format::ReadStats {
         unfinished: true,
         ..Default::default()
     };
     let mut pending_bad = 0u64;
-    let mut bytes = Vec::with_capacity(4096);
-    loop {
-        bytes.clear();
-        let n = reader
-            .read_until(b'\n', &mut bytes)
-            .map_err(|source| ReadError::Io {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        if n == 0 {
-            break;
-        }
-        let complete = bytes.last() == Some(&b'\n');
-        let text = trim(&bytes);
+    let mut gpu = GpuSample::default();
+    let mut host = HostSample::default();
+    let mut procs: Vec<ProcSample> = Vec::new();
+    while let Some((a, z, complete)) = lines.next().map_err(io)? {
+        let bytes = &lines.buf[a..z];
+        let text = trim(bytes);
         if text.is_empty() {
             continue;
         }
         stats.lines += 1;
-        let parsed: Option<Line> = if text.starts_with(b"{\"type\":\"gpu\",") {
-            serde_json::from_slice::<GpuSample>(text)
-                .ok()
-                .map(Line::Gpu)
+        let fast_done = if text.starts_with(b"{\"type\":\"gpu\",") {
+            fast::gpu(text, &mut gpu).map(|_| b.push_gpu(&gpu))
         } else if text.starts_with(b"{\"type\":\"host\",") {
-            serde_json::from_slice::<HostSample>(text)
-                .ok()
-                .map(Line::Host)
+            fast::host(text, &mut host).map(|_| b.push_host(&host))
         } else if text.starts_with(b"{\"type\":\"procs\",") {
-            serde_json::from_slice::<ProcsLine>(text)
-                .ok()
-                .map(|p| Line::Procs {
-                    t_s: p.t_s,
-                    procs: p.procs,
-                })
+            fast::procs(text, &mut procs).map(|t| b.push_procs(t, &procs))
         } else {
-            serde_json::from_slice::<Line>(text).ok()
+            None
         };
-        match parsed {
-            Some(line) => {
-                stats.malformed += pending_bad;
-                pending_bad = 0;
-                if matches!(line, Line::End(_)) {
-                    stats.unfinished = false;
+        let ok = fast_done.is_some()
+            || match serde_json::from_slice::<Line>(text) {
+                Ok(line) => {
+                    if matches!(line, Line::End(_)) {
+                        stats.unfinished = false;
+                    }
+                    b.push(&line);
+                    true
                 }
-                visit(&line);
-            }
-            None if !complete => stats.truncated = true,
-            None => pending_bad += 1,
+                Err(_) => false,
+            };
+        if ok {
+            stats.malformed += pending_bad;
+            pending_bad = 0;
+        } else if !complete {
+            stats.truncated = true;
+        } else {
+            pending_bad += 1;
         }
     }
     if pending_bad > 0 {
@@ -322,6 +311,60 @@ pub fn read_recording_fast(
         stats.malformed += pending_bad - 1;
     }
     Ok((header, stats))
+}
+
+/// Lines read in place from a large buffer (no copy per line); the last one may lack its
+/// newline (`complete` false).
+struct Lines<R> {
+    r: R,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    eof: bool,
+}
+
+impl<R: Read> Lines<R> {
+    fn new(r: R) -> Self {
+        Lines {
+            r,
+            buf: vec![0; 4 << 20],
+            start: 0,
+            end: 0,
+            eof: false,
+        }
+    }
+
+    /// The next line as a range of `buf` (newline included) and whether it was complete.
+    fn next(&mut self) -> std::io::Result<Option<(usize, usize, bool)>> {
+        loop {
+            if let Some(p) = memchr::memchr(b'\n', &self.buf[self.start..self.end]) {
+                let a = self.start;
+                self.start += p + 1;
+                return Ok(Some((a, self.start, true)));
+            }
+            if self.eof {
+                if self.start < self.end {
+                    let a = self.start;
+                    self.start = self.end;
+                    return Ok(Some((a, self.end, false)));
+                }
+                return Ok(None);
+            }
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+            if self.end == self.buf.len() {
+                let n = self.buf.len() * 2;
+                self.buf.resize(n, 0);
+            }
+            match self.r.read(&mut self.buf[self.end..]) {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
 }
 
 fn trim(b: &[u8]) -> &[u8] {

@@ -5,6 +5,7 @@
 //! bottleneck; `render` presents the [`DiagnoseReport`] as text, JSON or Markdown.
 
 pub mod evidence;
+pub mod fast;
 pub mod input;
 pub mod render;
 pub mod rules;

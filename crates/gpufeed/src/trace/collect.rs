@@ -250,6 +250,7 @@ pub fn copy_class(name: &str) -> CopyClass {
             "Device" => "Device",
             "Array" => "Array",
             "Managed" => "Managed",
+            "Host" => "Host", // ROCm: the memory kind is not known
             _ => "unknown",
         }
     };
@@ -280,6 +281,8 @@ pub struct StepAnn {
     pub name: String,
     /// Order of appearance, to keep a stable sort.
     pub seq: u64,
+    /// A `gpu_user_annotation` copy of the step on a GPU stream.
+    pub on_gpu: bool,
 }
 
 /// Everything the analyses need from one trace.
@@ -501,6 +504,7 @@ impl EventSink for Collected {
                         te,
                         name: n,
                         seq: self.step_seq,
+                        on_gpu: kind == Kind::GpuUserAnnotation,
                     });
                 } else if kind == Kind::Operator && is_dl {
                     push_range(&mut self.dataloader_plugin, (ts, te));

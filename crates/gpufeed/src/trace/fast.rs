@@ -280,6 +280,73 @@ mod tests {
         }
     }
 
+    use proptest::prelude::*;
+
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            any::<i64>().prop_map(serde_json::Value::from),
+            any::<u64>().prop_map(serde_json::Value::from),
+            (-1e17f64..1e17).prop_map(serde_json::Value::from),
+            "[a-z \\\\\"é→#]{0,12}".prop_map(serde_json::Value::from),
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+        ];
+        leaf.prop_recursive(2, 8, 3, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..3).prop_map(serde_json::Value::from),
+                proptest::collection::btree_map("[a-z]{1,3}", inner, 0..3)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("ph".to_string()),
+            Just("cat".to_string()),
+            Just("name".to_string()),
+            Just("pid".to_string()),
+            Just("tid".to_string()),
+            Just("ts".to_string()),
+            Just("dur".to_string()),
+            Just("other".to_string()),
+        ]
+    }
+
+    fn arg_key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("External id".to_string()),
+            Just("correlation".to_string()),
+            Just("bytes".to_string()),
+            Just("stream".to_string()),
+            Just("device".to_string()),
+            Just("Collective name".to_string()),
+            "[a-z ]{1,6}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+        #[test]
+        fn fast_path_agrees_with_serde_on_random_events(
+            fields in proptest::collection::vec((key(), json_value()), 0..8),
+            args in proptest::collection::vec((arg_key(), json_value()), 0..6),
+            with_args in any::<bool>(),
+            pretty in any::<bool>(),
+        ) {
+            let mut m = serde_json::Map::new();
+            for (k, v) in fields {
+                m.insert(k, v);
+            }
+            if with_args {
+                m.insert("args".into(), serde_json::Value::Object(args.into_iter().collect()));
+            }
+            let v = serde_json::Value::Object(m);
+            let src = if pretty { serde_json::to_string_pretty(&v).unwrap() } else { v.to_string() };
+            same(&src);
+        }
+    }
+
     #[test]
     fn agrees_with_serde() {
         for src in [
@@ -296,5 +363,12 @@ mod tests {
         ] {
             same(src);
         }
+        // the common shapes must take the fast path
+        let common = r#"{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":"stream 7","ts":16.5,"dur":7,"args":{"grid":[1,2],"correlation":5,"bytes":1e3}}"#;
+        let (ev, n) = event(common.as_bytes()).expect("fast path");
+        assert_eq!(
+            (n, ev.tid, ev.args.correlation, ev.args.bytes),
+            (common.len(), Some(7), Some(5), Some(1000.0))
+        );
     }
 }

@@ -80,6 +80,12 @@ pub fn analyze_reader(r: impl Read, name: &str) -> Result<TraceSummary, TraceErr
             "no GPU events: a CPU-only trace (or the profiler ran without CUDA activities)".into(),
         );
     }
+    let gpu_steps = c.steps.iter().filter(|x| x.on_gpu).count();
+    if gpu_steps > 0 && s.step_source == "profiler_step" {
+        s.warnings.push(format!(
+            "{gpu_steps} ProfilerStep annotations on GPU streams (gpu_user_annotation) count as extra steps, as the TensorBoard plugin counts them"
+        ));
+    }
     match s.step_source.as_str() {
         "optimizer_step" | "dataloader" => s.warnings.push(format!(
             "no ProfilerStep#N annotations: {} iterations inferred from {} (the TensorBoard plugin would book the whole trace as one step, see tb_plugin_steps)",

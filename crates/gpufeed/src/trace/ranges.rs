@@ -71,7 +71,7 @@ pub fn subtract(a: &[Range], b: &[Range]) -> Vec<Range> {
 }
 
 pub fn total(r: &[Range]) -> f64 {
-    r.iter().map(|(s, e)| e - s).sum()
+    r.iter().map(|(s, e)| e - s).sum::<f64>() + 0.0 // an empty sum is -0.0
 }
 
 /// Total length of `r` inside the single window `[s, e)`; `r` merged.

@@ -363,36 +363,42 @@ fn scan_events<R: Read>(
             return Err(Stop::Eof);
         };
         if first == b'{' {
-            // serde_json parses the event straight from the buffer and says where it ended; an
-            // event cut by the end of the buffer is parsed again after reading more
+            // the fast path, else serde_json parsing straight from the buffer (it says where the
+            // event ended); an event cut by the end of the buffer is parsed again after a refill
             let avail = &buf.data[buf.pos..buf.end];
             if let Some((ev, n)) = super::fast::event(avail) {
                 st.events += 1;
                 sink.event(&ev);
                 buf.pos += n;
-                if expect(buf, b",]")? == b']' {
-                    return Ok(());
-                }
-                continue;
-            }
-            let mut it = serde_json::Deserializer::from_slice(avail).into_iter::<EventDe>();
-            match it.next() {
-                Some(Ok(ev)) => {
-                    let n = it.byte_offset();
-                    st.events += 1;
-                    sink.event(&ev.0);
-                    buf.pos += n;
-                }
-                Some(Err(e)) if e.is_eof() => {
-                    if !buf.fill() {
-                        return Err(Stop::Eof);
+            } else {
+                let mut it = serde_json::Deserializer::from_slice(avail).into_iter::<EventDe>();
+                match it.next() {
+                    Some(Ok(ev)) => {
+                        let n = it.byte_offset();
+                        st.events += 1;
+                        sink.event(&ev.0);
+                        buf.pos += n;
                     }
-                    continue;
-                }
-                _ => {
-                    let n = buf.value_len().map_err(|_| Stop::Eof)?;
-                    st.bad_events += 1;
-                    buf.pos += n;
+                    Some(Err(e)) if e.is_eof() => {
+                        if !buf.fill() {
+                            return Err(Stop::Eof);
+                        }
+                        continue;
+                    }
+                    _ => {
+                        // valid JSON but not an event: skip it; broken JSON (an unescaped quote in
+                        // old Kineto output): resynchronise on the next line that starts an object
+                        st.bad_events += 1;
+                        match scan_value(&buf.data[buf.pos..buf.end], false) {
+                            Some(n) => buf.pos += n,
+                            None => {
+                                if resync(buf)? {
+                                    return Ok(());
+                                }
+                                continue;
+                            }
+                        }
+                    }
                 }
             }
         } else {
@@ -400,8 +406,43 @@ fn scan_events<R: Read>(
             st.bad_events += 1;
             buf.pos += n;
         }
-        if expect(buf, b",]")? == b']' {
-            return Ok(());
+        match expect(buf, b",]") {
+            Ok(b']') => return Ok(()),
+            Ok(_) => {}
+            Err(Stop::Eof) => return Err(Stop::Eof),
+            Err(Stop::Syntax(_)) => {
+                st.bad_events += 1;
+                if resync(buf)? {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// Skips to the next line that starts with `{` (Kineto writes one event per line, or starts each
+/// on its own line) or `]` (the end of the events: consumed, returns true).
+fn resync<R: Read>(buf: &mut Buf<R>) -> Result<bool, Stop> {
+    loop {
+        match memchr::memchr(b'\n', &buf.data[buf.pos..buf.end]) {
+            Some(k) => {
+                buf.pos += k + 1;
+                match buf.peek() {
+                    None => return Err(Stop::Eof),
+                    Some(b'{') => return Ok(false),
+                    Some(b']') => {
+                        buf.pos += 1;
+                        return Ok(true);
+                    }
+                    Some(_) => {}
+                }
+            }
+            None => {
+                buf.pos = buf.end;
+                if !buf.fill() {
+                    return Err(Stop::Eof);
+                }
+            }
         }
     }
 }
@@ -777,6 +818,17 @@ mod tests {
         assert_eq!(c.names.len(), 500);
         assert_eq!(c.names[499], "e499 \"q\"");
         assert_eq!(c.tops, vec!["deviceProperties", "baseTimeNanoseconds"]);
+    }
+
+    #[test]
+    fn resynchronises_after_unescaped_quotes() {
+        let doc = b"{\"traceEvents\": [\n  {\"ph\":\"X\",\"name\":\"a\",\"ts\":1},\n  {\"ph\":\"X\",\"name\":\"b \"bad\" c\",\"ts\":2},\n  {\"ph\":\"X\",\"name\":\"b \"odd c\",\"ts\":2},\n  {\"ph\":\"X\",\"name\":\"d\",\"ts\":3}\n],\n\"baseTimeNanoseconds\": 5}";
+        let (c, r) = read(doc);
+        let st = r.unwrap();
+        assert_eq!(c.names, vec!["a", "d"], "{:?}", st.warnings);
+        assert_eq!(st.bad_events, 2);
+        assert!(!st.truncated, "{:?}", st.warnings);
+        assert_eq!(c.tops, vec!["baseTimeNanoseconds"]);
     }
 
     #[test]

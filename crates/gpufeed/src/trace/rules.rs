@@ -11,12 +11,16 @@ pub const INPUT_BOUND_PCT: f64 = 5.0;
 pub const LOW_UTIL_PCT: f64 = 50.0;
 pub const COMM_BOUND_PCT: f64 = 10.0;
 pub const SYNC_BOUND_PCT: f64 = 10.0;
+/// ...and only while the GPU is idle a fair share of the time.
+pub const SYNC_GPU_BUSY_PCT: f64 = 80.0;
 pub const STRAGGLER_RATIO: f64 = 1.10;
 /// Pageable copies matter from 1 MB per step or 1% of the step time.
 pub const PAGEABLE_MIN_BYTES_PER_STEP: f64 = 1e6;
 pub const PAGEABLE_MIN_PCT: f64 = 1.0;
 /// GPU idle inside launch-bound stretches, as a share of the step, above which launches are the problem.
 pub const LAUNCH_IDLE_PCT: f64 = 10.0;
+/// AMP is worth suggesting when it could save at least 5% of the step.
+pub const MIN_AMP_SPEEDUP: f64 = 1.05;
 
 fn r1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0 + 0.0 // never -0.0
@@ -140,7 +144,9 @@ pub fn amp_unused(s: &TraceSummary) -> Option<Finding> {
         .iter()
         .find_map(|d| d.name.clone())
         .unwrap_or_default();
-    // eligible kernels typically run 2x+ faster in fp16/bf16 on tensor cores
+    if is_amd(&gpu_name) {
+        return None; // compute capability and kernel names mean something else on ROCm
+    } // eligible kernels typically run 2x+ faster in fp16/bf16 on tensor cores
     let kernel_share = s.breakdown.kernel_us / s.breakdown.total_us.max(1e-9);
     let saved = s.breakdown.total_us * kernel_share * (k.tc_eligible_pct / 100.0) * 0.5;
     Some(
@@ -167,11 +173,21 @@ pub fn amp_unused(s: &TraceSummary) -> Option<Finding> {
         })
         .speedup(speedup(s.breakdown.total_us, saved)),
     )
+    .filter(|f| f.expected_speedup.is_some_and(|x| x >= MIN_AMP_SPEEDUP))
+}
+
+/// AMD GPUs (ROCm traces): their `computeMajor` is the gfx generation.
+fn is_amd(gpu_name: &str) -> bool {
+    gpu_name.contains("AMD") || gpu_name.contains("Radeon") || gpu_name.contains("Instinct")
 }
 
 pub fn sync_bound(s: &TraceSummary) -> Option<Finding> {
     let sy = &s.sync;
     if sy.share_pct <= SYNC_BOUND_PCT || sy.calls == 0 {
+        return None;
+    }
+    // blocking while the GPU is busy costs nothing: the CPU is simply ahead
+    if s.gpu_busy_pct.is_some_and(|b| b >= SYNC_GPU_BUSY_PCT) {
         return None;
     }
     let top = sy
@@ -241,7 +257,10 @@ pub fn launch_bound(s: &TraceSummary) -> Option<Finding> {
 
 pub fn comm_bound(s: &TraceSummary) -> Option<Finding> {
     let b = &s.breakdown;
-    let pct = 100.0 * b.communication_us / b.total_us.max(1e-9);
+    // the plugin's category (CPU-side collectives, kernels linked to them) or, when larger, the
+    // NCCL kernel time not hidden behind compute
+    let comm_us = b.communication_us.max(s.communication.exposed_us_per_step);
+    let pct = 100.0 * comm_us / b.total_us.max(1e-9);
     if pct <= COMM_BOUND_PCT {
         return None;
     }
@@ -252,14 +271,14 @@ pub fn comm_bound(s: &TraceSummary) -> Option<Finding> {
             format!("Communication takes {pct:.0}% of each step without overlapping compute"),
         )
         .with("communication_pct", r1(pct))
-        .with("communication_us_per_step", r1(b.communication_us))
+        .with("communication_us_per_step", r1(comm_us))
         .with("comm_overlap_pct", r1(s.communication.overlap_pct))
         .recommend(
             "Overlap and shrink gradient communication: DDP(model, bucket_cap_mb=50, gradient_as_bucket_view=True), \
              gradient accumulation with model.no_sync() on all but the last micro-batch, a bigger batch per step, or \
              DDP communication hooks (register_comm_hook(state=None, hook=default_hooks.fp16_compress_hook)).",
         )
-        .speedup(speedup(b.total_us, b.communication_us * 0.5)),
+        .speedup(speedup(b.total_us, comm_us * 0.5)),
     )
 }
 

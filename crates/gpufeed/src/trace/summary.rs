@@ -145,9 +145,14 @@ pub struct LaunchStat {
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct CommStat {
+    /// Time with a communication kernel (NCCL/RCCL, or launched by a collective) running.
     pub kernel_us: f64,
+    /// ...of which compute kernels ran at the same time.
     pub overlapped_us: f64,
     pub overlap_pct: f64,
+    /// Communication kernel time not hidden behind compute, per step.
+    pub exposed_us_per_step: f64,
+    /// The plugin's Communication category as a share of the step.
     pub share_pct: f64,
 }
 
@@ -552,6 +557,14 @@ pub fn summarize(c: &Collected) -> TraceSummary {
         kernel_us: ck,
         overlapped_us: ov,
         overlap_pct: if ck > 0.0 { 100.0 * ov / ck } else { 0.0 },
+        exposed_us_per_step: {
+            let exposed = ranges::subtract(&comm_k, &comp_k);
+            windows
+                .iter()
+                .map(|w| ranges::total_within(&exposed, w.0, w.1))
+                .sum::<f64>()
+                / nsteps
+        },
         share_pct: 100.0 * s.breakdown.communication_us / s.breakdown.total_us.max(1e-9),
     };
     if let Some(d) = &c.dist {

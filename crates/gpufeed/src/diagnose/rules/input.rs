@@ -63,6 +63,19 @@ pub fn cpu_full(e: &Evidence) -> bool {
     by_mean || by_cores || by_psi
 }
 
+/// Cores kept busy by processes outside the job, when they outweigh the job's own use
+/// (a noisy neighbour): (others' cores, the job's cores).
+pub fn other_load(e: &Evidence) -> Option<(f64, f64)> {
+    if e.job.samples == 0 {
+        return None;
+    }
+    let n = e.host.cpu_count? as f64;
+    let host = e.host.cpu_mean_pct? / 100.0 * n;
+    let job = e.job.cpu_mean_pct.unwrap_or(0.0) / 100.0;
+    let others = host - job;
+    (others >= 1.0 && others > job).then_some((others, job))
+}
+
 /// The training loop's own process is pinned at a core.
 pub fn main_saturated(e: &Evidence) -> bool {
     e.job.main_saturated_fraction.is_some_and(|f| f >= 0.6)
@@ -236,11 +249,24 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
             syncs (.item(), .cpu(), printing tensors), and consider CUDA graphs or torch.compile to \
             cut Python overhead per step."
             .to_string(),
-        Kind::CpuSaturated => "More workers will not help: every core is busy. Make each sample \
-            cheaper: decode and augment on the GPU (NVIDIA DALI, or torchvision.transforms.v2 on \
-            CUDA tensors), cache decoded samples, store pre-resized data, and use Pillow-SIMD or \
-            decode at reduced size."
-            .to_string(),
+        Kind::CpuSaturated => match other_load(e) {
+            Some((others, job)) => {
+                f = f
+                    .with("other_processes_cores", r1(others))
+                    .with("job_cores", r1(job));
+                format!(
+                    "Every core is busy, mostly with processes outside this job ({others:.1} cores \
+                     vs the job's {job:.1}): find them (top, ps -eo pid,pcpu,args --sort=-pcpu), \
+                     move them off this machine or give the job its own cores (taskset, cgroups \
+                     cpusets, the scheduler's exclusive mode), then measure again."
+                )
+            }
+            None => "More workers will not help: every core is busy. Make each sample \
+                cheaper: decode and augment on the GPU (NVIDIA DALI, or torchvision.transforms.v2 \
+                on CUDA tensors), cache decoded samples, store pre-resized data, and use \
+                Pillow-SIMD or decode at reduced size."
+                .to_string(),
+        },
         Kind::IoBound => "Reading data is the bottleneck: copy the dataset to local SSD or \
             /dev/shm, use larger shards (WebDataset / TFRecord-style tar shards of 100 MB–1 GB \
             instead of many small files), leave RAM for the page cache, and raise prefetch_factor \
@@ -277,6 +303,18 @@ pub fn cpu_saturated(e: &Evidence) -> Option<Finding> {
     }
     if let Some(p) = e.host.psi_cpu_some_mean_pct {
         f = f.with("psi_cpu_some_mean_pct", r1(p));
+    }
+    if let Some((others, job)) = other_load(e) {
+        f.title = "Every CPU core is busy, mostly with processes outside the job".into();
+        return Some(
+            f.with("other_processes_cores", r1(others))
+                .with("job_cores", r1(job))
+                .recommend(
+                    "Other processes hold most of the CPU: find them (top, ps -eo pid,pcpu,args \
+                     --sort=-pcpu) and move them, or reserve cores for the job (taskset, cgroup \
+                     cpusets, exclusive scheduling).",
+                ),
+        );
     }
     Some(f.recommend(
         "Cut CPU work per sample: GPU-side decoding and augmentation (NVIDIA DALI, \
@@ -439,6 +477,28 @@ mod tests {
         assert_eq!(c.id, "cpu_saturated");
         assert_eq!(c.evidence["host_cpu_mean_pct"], 97.0);
         assert!(c.recommendation.contains("DALI"));
+    }
+
+    #[test]
+    fn a_busy_host_with_a_light_job_points_at_the_neighbours() {
+        let mut e = all_cores_busy(starving(base(30.0)));
+        // The job uses half a core; 7.3 of 8 cores go to something else.
+        e.job.cpu_mean_pct = Some(50.0);
+        e.job.saturated_workers = 0;
+        e.job.worker_cpu_mean_pct = Some(5.0);
+        let f = input_bound(&e).unwrap();
+        assert_eq!(f.evidence["kind"], "cpu_saturated");
+        assert_eq!(f.evidence["other_processes_cores"], 7.3);
+        assert!(
+            f.recommendation.contains("outside this job"),
+            "{}",
+            f.recommendation
+        );
+        let c = super::cpu_saturated(&e).unwrap();
+        assert!(c.title.contains("outside the job"));
+        // A job that is itself the load gets the cheaper-samples advice.
+        let e = all_cores_busy(starving(base(30.0)));
+        assert!(other_load(&e).is_none());
     }
 
     #[test]

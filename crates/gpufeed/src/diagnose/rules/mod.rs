@@ -150,6 +150,7 @@ pub(crate) mod fixtures {
         e.job.workers_seen = 7;
         e.job.worker_cpu_mean_pct = Some(95.0);
         e.job.saturated_workers = 7;
+        e.job.cpu_mean_pct = Some(7.0 * 95.0 + 40.0);
         e
     }
 
