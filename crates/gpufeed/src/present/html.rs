@@ -417,6 +417,99 @@ pub fn trace_page(rep: &TraceReport) -> Result<String, HtmlError> {
     Ok(page("gpufeed trace analysis", &s))
 }
 
+/// One setting of a sweep, for [`sweep_page`] (kept free of the tuner's types so the page does
+/// not depend on them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SweepPoint {
+    /// The setting, e.g. `num_workers=4 batch_size=64`.
+    pub label: String,
+    pub throughput: Option<f64>,
+    pub gpu_util_mean_pct: Option<f64>,
+    pub data_wait_fraction: Option<f64>,
+    /// Failed or interrupted: no throughput.
+    pub failed: bool,
+}
+
+/// The page for `sweep --html`: throughput and GPU utilization per setting (in the order tried),
+/// the sweet spot and why.
+pub fn sweep_page(
+    command: &str,
+    unit: &str,
+    points: &[SweepPoint],
+    sweet_spot: Option<(&str, &str)>,
+) -> Result<String, HtmlError> {
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "<h1>gpufeed sweep</h1><p class=\"meta\"><code>{}</code>: {} settings</p>",
+        esc(command),
+        points.len()
+    );
+    match sweet_spot {
+        Some((label, why)) => {
+            let _ = write!(
+                s,
+                "<div class=\"verdict ok\"><b>Sweet spot: {}</b>. {}</div>",
+                esc(label),
+                esc(why)
+            );
+        }
+        None => s.push_str(
+            "<div class=\"verdict unk\">No sweet spot: no setting gave a throughput.</div>",
+        ),
+    }
+    let mark = |p: &SweepPoint| {
+        if sweet_spot.is_some_and(|(l, _)| l == p.label) {
+            format!("*{}", p.label)
+        } else {
+            p.label.clone()
+        }
+    };
+    let tp: Vec<(String, Vec<f64>)> = points
+        .iter()
+        .map(|p| (mark(p), vec![p.throughput.unwrap_or(0.0)]))
+        .collect();
+    s.push_str("<h2>Throughput per setting</h2><div class=\"chart\">");
+    s.push_str(&chart::stacked_bars(
+        &format!("Throughput ({unit}); * = sweet spot"),
+        unit,
+        &["throughput"],
+        &tp,
+        (WIDTH, 320),
+    )?);
+    let util: Vec<(String, Vec<f64>)> = points
+        .iter()
+        .map(|p| (mark(p), vec![p.gpu_util_mean_pct.unwrap_or(0.0)]))
+        .collect();
+    s.push_str(&chart::stacked_bars(
+        "GPU utilization (%)",
+        "%",
+        &["GPU utilization"],
+        &util,
+        (WIDTH, 260),
+    )?);
+    s.push_str("</div><table><tr><th>setting</th><th>throughput</th><th>GPU util</th><th>data wait</th></tr>");
+    for p in points {
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&mark(p)),
+            if p.failed {
+                "failed".to_string()
+            } else {
+                p.throughput
+                    .map_or("-".into(), |v| format!("{v:.1} {}", esc(unit)))
+            },
+            p.gpu_util_mean_pct
+                .map_or("-".into(), |v| format!("{v:.0}%")),
+            p.data_wait_fraction
+                .map_or("-".into(), |v| format!("{:.0}%", v * 100.0)),
+        );
+    }
+    s.push_str("</table>");
+    Ok(page("gpufeed sweep", &s))
+}
+
 /// Writes the diagnosis page of a recording (`run --html`).
 pub fn write_for_recording(recording: &Path, out: &Path) -> Result<(), HtmlError> {
     let r = crate::diagnose::report_for_recording(recording)
@@ -467,6 +560,30 @@ mod tests {
         assert!(h.contains("GPU &lt;starving&gt;"));
         assert!(h.contains("<b>Fix:</b> num_workers=8"));
         assert!(h.contains("<td>busy_pct</td><td>35.500</td>"));
+    }
+
+    #[test]
+    fn sweep_page_marks_the_sweet_spot() {
+        let pts: Vec<SweepPoint> = [0.0f64, 2.0, 4.0, 8.0]
+            .iter()
+            .map(|&w| SweepPoint {
+                label: format!("num_workers={w}"),
+                throughput: Some(100.0 + 50.0 * w.min(4.0)),
+                gpu_util_mean_pct: Some(30.0 + 15.0 * w.min(4.0)),
+                data_wait_fraction: Some(0.5 - 0.1 * w.min(4.0)),
+                failed: false,
+            })
+            .collect();
+        let h = sweep_page(
+            "python train.py",
+            "samples/s",
+            &pts,
+            Some(("num_workers=4", "within 5% of the best")),
+        )
+        .unwrap();
+        assert!(h.contains("Sweet spot: num_workers=4"));
+        assert!(h.contains("*num_workers=4"));
+        assert_eq!(h.matches("<svg").count(), 2);
     }
 
     #[test]
