@@ -119,6 +119,69 @@ fn watch_in_tmux_shows_gpu_cpu_job_and_quits_on_q() {
 }
 
 #[test]
+fn sigterm_ends_watch_and_stops_its_job() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("SKIPPED sigterm_ends_watch_and_stops_its_job: tmux is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bin = assert_cmd::cargo::cargo_bin("gpufeed");
+    let pidfile = dir.path().join("job.pid");
+    let script = dir.path().join("run.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "cd '{dir}' && GPUFEED_NVML_LIB=/nonexistent/libnvidia-ml.so.1 NO_COLOR=1 '{bin}' watch -- sh -c 'echo $$ > {pid}; sleep 60'; echo EXIT=$?; sleep 30\n",
+            dir = dir.path().display(),
+            bin = bin.display(),
+            pid = pidfile.display(),
+        ),
+    )
+    .unwrap();
+    let t = Tmux {
+        socket: format!("gpufeed-test-term-{}", std::process::id()),
+    };
+    t.cmd(&[
+        "new-session",
+        "-d",
+        "-s",
+        "w",
+        "-x",
+        "100",
+        "-y",
+        "30",
+        "sh",
+        script.to_str().unwrap(),
+    ]);
+    let screen = t.wait_for("No GPU", 30);
+    assert!(screen.contains("Job: "), "{screen}");
+    let job: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The job was started by watch: its parent is the watch process.
+    let stat = std::fs::read_to_string(format!("/proc/{job}/stat")).unwrap();
+    let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
+    let watch: i32 = after_comm
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    // SAFETY: kill(2) on a pid this test started.
+    unsafe { libc::kill(watch, libc::SIGTERM) };
+    let end = t.wait_for("EXIT=", 20);
+    assert!(end.contains("EXIT=143"), "{end}");
+    let gone = (0..50).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        // SAFETY: signal 0 only checks that the pid exists.
+        unsafe { libc::kill(job, 0) != 0 }
+    });
+    assert!(gone, "the job {job} was stopped");
+}
+
+#[test]
 fn watch_refuses_a_pipe_with_one_line() {
     let out = Command::new(assert_cmd::cargo::cargo_bin("gpufeed"))
         .args(["watch"])

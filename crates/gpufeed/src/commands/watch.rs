@@ -17,7 +17,9 @@ use ratatui::crossterm::{execute, terminal};
 use std::io::{BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 #[derive(Debug, Clone, Args)]
@@ -212,11 +214,20 @@ fn ui_loop(
     let backend = ratatui::backend::CrosstermBackend::new(std::io::stdout());
     let mut term = ratatui::Terminal::new(backend)?;
     term.clear()?;
+    // SIGTERM/SIGHUP (a closed terminal, `kill`) end the view like `q`: the terminal is restored,
+    // a recording is finished and a started job is stopped rather than orphaned.
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let _signals = crate::job::SignalWatch::start(move |_| flag.store(true, Ordering::SeqCst))
+        .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
     let mut recording: Option<Recording> = None;
     let mut job_code: Option<u8> = None;
     let mut next_draw = Instant::now();
     let mut dirty = true;
     let result: anyhow::Result<()> = (|| loop {
+        if stop.load(Ordering::SeqCst) {
+            return Ok(());
+        }
         while let Ok(line) = rx.try_recv() {
             if let Some(r) = recording.as_mut() {
                 if let Err(e) = r.write(&line) {
