@@ -35,6 +35,8 @@ const HELP_TEXT: &str = concat!(
     "    gpufeed analyze trace.json.gz                 analyze a PyTorch profiler trace\n",
     "    gpufeed watch -- python train.py              live view of a job (q quits, r records)\n",
     "    gpufeed serve --listen 127.0.0.1:9400         Prometheus metrics on /metrics\n",
+    "    gpufeed diagnose --html report.html rec.ndjson   the diagnosis as a page with charts\n",
+    "    gpufeed export --perfetto t.json rec.ndjson   counter tracks for ui.perfetto.dev\n",
     "    gpufeed doctor                                check the machine and its software stack\n",
     "    gpufeed bench                                 measure copy bandwidth and GEMM speed-ups\n",
     "\n",
