@@ -4,6 +4,7 @@
 use assert_cmd::Command;
 use gpufeed::trace::{self, TraceSummary};
 use serde::Deserialize;
+use std::io::Write as _;
 use std::path::PathBuf;
 
 fn traces_dir() -> Option<PathBuf> {
@@ -11,7 +12,8 @@ fn traces_dir() -> Option<PathBuf> {
     if d.is_dir() {
         Some(d)
     } else {
-        eprintln!(
+        let _ = writeln!(
+            std::io::stderr(),
             "SKIPPED: {} not found: real-trace tests did not run",
             d.display()
         );
@@ -31,9 +33,39 @@ const CATS: [&str; 9] = [
     "Total",
 ];
 
+/// Every shared trace analyzed once (in parallel), shared by the tests.
+fn all() -> &'static std::collections::BTreeMap<String, TraceSummary> {
+    static ALL: std::sync::OnceLock<std::collections::BTreeMap<String, TraceSummary>> =
+        std::sync::OnceLock::new();
+    ALL.get_or_init(|| {
+        let d = traces_dir().expect("checked by the caller");
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(&d)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| p.to_string_lossy().ends_with(".json.gz"))
+            .collect();
+        paths.sort();
+        paths
+            .iter()
+            .zip(trace::analyze_many(&paths))
+            .map(|(p, r)| {
+                let n = p.file_name().unwrap().to_string_lossy().into_owned();
+                let s = r.unwrap_or_else(|e| panic!("{n}: {e}"));
+                (n, s)
+            })
+            .collect()
+    })
+}
+
 fn analyze(name: &str) -> Option<TraceSummary> {
-    let d = traces_dir()?;
-    Some(trace::analyze_path(&d.join(name)).unwrap_or_else(|e| panic!("{name}: {e}")))
+    traces_dir()?;
+    Some(
+        all()
+            .get(name)
+            .unwrap_or_else(|| panic!("{name} missing"))
+            .clone(),
+    )
 }
 
 #[test]
@@ -59,7 +91,7 @@ fn step_breakdown_matches_tb_plugin_goldens_within_1pct() {
         let Some(gsteps) = golden["tb_plugin"]["steps"].as_array() else {
             continue;
         };
-        let s = trace::analyze_path(&p).unwrap();
+        let s = &all()[&n];
         // where steps were inferred, the plugin-compatible breakdown is kept aside
         let mine = s.tb_plugin_steps.clone().unwrap_or(s.steps.clone());
         assert_eq!(mine.len(), gsteps.len(), "{n}: step count");
@@ -98,7 +130,7 @@ fn gpu_utilization_close_to_tb_plugin() {
         "hta_a100_rank3_control",
         "hta_v100_test",
     ] {
-        let s = trace::analyze_path(&d.join(format!("{n}.json.gz"))).unwrap();
+        let s = &all()[&format!("{n}.json.gz")];
         let g: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(d.join(format!("golden/{n}.golden.json"))).unwrap(),
         )
@@ -135,7 +167,7 @@ fn idle_breakdown_close_to_hta() {
         "hta_v100_ns_resolution_rank0",
         "hta_nccl_2rank",
     ] {
-        let s = trace::analyze_path(&d.join(format!("{n}.json.gz"))).unwrap();
+        let s = &all()[&format!("{n}.json.gz")];
         let g: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(d.join(format!("golden/{n}.golden.json"))).unwrap(),
         )
@@ -160,6 +192,15 @@ fn idle_breakdown_close_to_hta() {
                 "{n} stream {stream} {}: {mine:.0} vs HTA {gv:.0}",
                 row["idle_category"]
             );
+            // µs-resolution traces match HTA exactly; HTA rounds sub-µs timestamps of the newer
+            // (ns-resolution) traces, so those differ by up to a few ms
+            let exact = ["kineto_", "hta_alexnet", "hta_cuda_event", "hta_sampled"];
+            if exact.iter().any(|p| n.starts_with(p)) {
+                assert!(
+                    (mine - gv).abs() <= 0.01 * gv.max(100.0),
+                    "{n} stream {stream}: {mine} vs {gv}"
+                );
+            }
         }
     }
 }

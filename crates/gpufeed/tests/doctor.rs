@@ -3,6 +3,7 @@
 //! size, `--data`, and the no-GPU paths. The JSON report is read into the structs below, which
 //! spell out the documented contract (docs/doctor.md), not the crate's own types.
 
+use std::io::Write as _;
 mod common_fake;
 
 use assert_cmd::Command;
@@ -489,7 +490,7 @@ fn the_real_probe_script_reads_a_torch_like_package() {
         .output()
         .is_err()
     {
-        eprintln!("SKIPPED: no python3 on PATH");
+        let _ = writeln!(std::io::stderr(), "SKIPPED: no python3 on PATH");
         return;
     }
     let pkgs = tempfile::tempdir().unwrap();
@@ -640,7 +641,7 @@ impl Drop for Tmpfs {
 #[test]
 fn shm_on_a_container_sized_tmpfs_fails_with_bus_error_advice() {
     let Some(shm) = Tmpfs::mount("64m") else {
-        eprintln!("SKIPPED: mounting a tmpfs is not permitted here (needs root / CAP_SYS_ADMIN); the judgement is unit-tested in doctor::host");
+        let _ = writeln!(std::io::stderr(), "SKIPPED: mounting a tmpfs is not permitted here (needs root / CAP_SYS_ADMIN); the judgement is unit-tested in doctor::host");
         return;
     };
     let shm_path = shm.path().display().to_string();
@@ -772,7 +773,7 @@ fn libcuda_present() -> bool {
 #[test]
 fn bench_without_a_gpu_exits_5_with_one_line() {
     if libcuda_present() {
-        eprintln!("SKIPPED: this machine has libcuda.so.1; the GPU path is tested by the ignored bench tests");
+        let _ = writeln!(std::io::stderr(), "SKIPPED: this machine has libcuda.so.1; the GPU path is tested by the ignored bench tests");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -810,7 +811,10 @@ fn stub_libcuda(dir: &Path, c_source: &str) -> Option<PathBuf> {
 #[test]
 fn bench_with_a_driver_but_no_device_exits_5_with_one_line() {
     if libcuda_present() {
-        eprintln!("SKIPPED: this machine has a real libcuda.so.1");
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: this machine has a real libcuda.so.1"
+        );
         return;
     }
     for (name, source) in [
@@ -824,7 +828,10 @@ fn bench_with_a_driver_but_no_device_exits_5_with_one_line() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let Some(_) = stub_libcuda(dir.path(), source) else {
-            eprintln!("SKIPPED: no C compiler (cc) to build a stand-in libcuda");
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: no C compiler (cc) to build a stand-in libcuda"
+            );
             return;
         };
         let out = gpufeed()
@@ -858,7 +865,10 @@ fn bench_runs_end_to_end_on_a_stand_in_cuda_driver() {
         .unwrap()
     };
     let Some(lib) = stub_libcuda(dir.path(), &fixture("libcuda.c")) else {
-        eprintln!("SKIPPED: no C compiler (cc) to build a stand-in libcuda");
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: no C compiler (cc) to build a stand-in libcuda"
+        );
         return;
     };
     // cudarc tries libcuda.so before libcuda.so.1 (and libcublas.so first): every name it may

@@ -1,4 +1,20 @@
 //! `gpufeed analyze`: PyTorch profiler (Kineto) traces.
+//!
+//! `--format json` document (`schema_version` 1; see `trace::report::Report`):
+//! - `truncated` (bool), `warnings` (strings), `step_source` (`profiler_step`, `optimizer_step`,
+//!   `dataloader` or `whole_trace`), `tb_plugin_compatible` (bool: `steps` follow the TensorBoard
+//!   plugin 0.4.3 exactly);
+//! - `steps`: `[{step, start_us, kernel_us, memcpy_us, memset_us, communication_us, runtime_us,
+//!   dataloader_us, cpu_op_us, other_us, total_us}]` of the first trace; `breakdown`: their average;
+//! - `devices`: `[{device, name, compute_capability, busy_pct, kernel_us, kernels, streams: [{stream,
+//!   ops, busy_us, host_wait_us, kernel_wait_us, other_us}]}]`;
+//! - `findings`: the shared `Finding` objects, most important first;
+//! - `ranks`: one line per trace (`rank`, `path`, `steps`, `step_us`, `communication_pct`,
+//!   `gpu_busy_pct`); `traces`: every trace's full summary (copies, dataloader, sync, kernels,
+//!   launch, communication, `tb_plugin_steps` when steps were inferred).
+//!
+//! Exit codes: 0 (also for a truncated trace with usable events, with a warning), 3 for a missing,
+//! empty, event-less or non-trace input.
 
 use crate::cli::GlobalOpts;
 use crate::exit::Failure;

@@ -534,8 +534,9 @@ impl EvidenceBuilder {
         self.procs
             .entry(p.pid)
             .and_modify(|a| {
+                // Announced again: the process called exec; its new command is the one to show.
                 a.ppid = p.ppid;
-                if a.cmd.is_none() {
+                if cmd.is_some() {
                     a.cmd = cmd.clone();
                 }
             })

@@ -12,6 +12,58 @@ const POW10: [f64; 23] = [
     1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 ];
 
+/// Keys in the order the recorder writes them (serde's field order).
+const GPU_KEYS: [&[u8]; 17] = [
+    b"type",
+    b"index",
+    b"t_s",
+    b"util_samples",
+    b"util_pct",
+    b"mem_util_pct",
+    b"mem_used_bytes",
+    b"sm_clock_mhz",
+    b"power_w",
+    b"temperature_c",
+    b"pcie_rx_bytes",
+    b"pcie_tx_bytes",
+    b"pcie_rx_bytes_per_s",
+    b"pcie_tx_bytes_per_s",
+    b"pcie_gen",
+    b"pcie_width",
+    b"throttle_reasons",
+];
+const HOST_KEYS: [&[u8]; 16] = [
+    b"type",
+    b"t_s",
+    b"cpu_pct",
+    b"cpu_total_pct",
+    b"iowait_pct",
+    b"mem_total_bytes",
+    b"mem_available_bytes",
+    b"mem_cached_bytes",
+    b"swap_total_bytes",
+    b"swap_free_bytes",
+    b"psi_cpu_some_pct",
+    b"psi_io_some_pct",
+    b"psi_io_full_pct",
+    b"psi_mem_some_pct",
+    b"psi_mem_full_pct",
+    b"disks",
+];
+const DISK_KEYS: [&[u8]; 3] = [b"device", b"read_bytes_per_s", b"write_bytes_per_s"];
+const PROCS_KEYS: [&[u8]; 3] = [b"type", b"t_s", b"procs"];
+const PROC_KEYS: [&[u8]; 9] = [
+    b"pid",
+    b"cpu_pct",
+    b"rss_bytes",
+    b"read_bytes",
+    b"write_bytes",
+    b"state",
+    b"threads",
+    b"voluntary_ctxt_switches",
+    b"nonvoluntary_ctxt_switches",
+];
+
 struct Cur<'a> {
     b: &'a [u8],
     i: usize,
@@ -146,9 +198,15 @@ impl<'a> Cur<'a> {
             v = v.wrapping_mul(10).wrapping_add((d - b'0') as u64);
             i += 1;
         }
-        // Up to 19 digits cannot overflow; longer ones go to serde.
-        if i == start || i - start > 19 || matches!(b.get(i), Some(b'.' | b'e' | b'E')) {
+        if i == start || matches!(b.get(i), Some(b'.' | b'e' | b'E')) {
             return None;
+        }
+        if i - start > 19 {
+            // Up to 19 digits cannot overflow; longer ones are redone with checks.
+            v = 0;
+            for d in &b[start..i] {
+                v = v.checked_mul(10)?.checked_add((d - b'0') as u64)?;
+            }
         }
         self.i = i;
         Some(v)
@@ -222,20 +280,45 @@ impl<'a> Cur<'a> {
         }
     }
 
-    /// Walks an object's members; `f` parses the value of keys it knows (returning true) and
-    /// leaves the others to be skipped (returning false).
+    /// Is the cursor at `"k"`?
     #[inline]
-    fn object(&mut self, mut f: impl FnMut(&'a [u8], &mut Cur<'a>) -> Option<bool>) -> Option<()> {
+    fn at_key(&self, k: &[u8]) -> bool {
+        let b = &self.b[self.i..];
+        b.len() > k.len() + 1 && b[0] == b'"' && &b[1..=k.len()] == k && b[k.len() + 1] == b'"'
+    }
+
+    /// Walks an object's members with the keys known in advance: `f` gets the key's position
+    /// in `keys` (`keys.len()` for an unknown key) and parses the value (returning true) or
+    /// leaves it to be skipped (returning false). Writers emit keys in a fixed order, so the next
+    /// expected key is tried first with one comparison.
+    #[inline]
+    fn keyed(
+        &mut self,
+        keys: &[&[u8]],
+        mut f: impl FnMut(usize, &mut Cur<'a>) -> Option<bool>,
+    ) -> Option<()> {
         self.eat(b'{')?;
         self.ws();
         if self.peek()? == b'}' {
             self.i += 1;
             return Some(());
         }
+        let mut next = 0;
         loop {
-            let key = self.plain_str()?;
+            self.ws();
+            let idx = match keys.get(next) {
+                Some(k) if self.at_key(k) => {
+                    self.i += k.len() + 2;
+                    next
+                }
+                _ => {
+                    let key = self.plain_str()?;
+                    keys.iter().position(|k| *k == key).unwrap_or(keys.len())
+                }
+            };
+            next = idx + 1;
             self.eat(b':')?;
-            if !f(key, self)? {
+            if !f(idx, self)? {
                 self.skip()?;
             }
             self.ws();
@@ -286,22 +369,22 @@ pub fn gpu(line: &[u8], out: &mut GpuSample) -> Option<()> {
     *out = GpuSample::default();
     let mut c = Cur { b: line, i: 0 };
     let (mut has_index, mut has_t, mut has_samples) = (false, false, false);
-    c.object(|k, c| {
+    c.keyed(&GPU_KEYS, |k, c| {
         match k {
-            b"type" => {
+            0 => {
                 if c.plain_str()? != b"gpu" {
                     return None;
                 }
             }
-            b"index" => {
+            1 => {
                 out.index = u32::try_from(c.u64()?).ok()?;
                 has_index = true;
             }
-            b"t_s" => {
+            2 => {
                 out.t_s = c.f64()?;
                 has_t = true;
             }
-            b"util_samples" => {
+            3 => {
                 if !c.null() {
                     c.array(|c| {
                         c.eat(b'[')?;
@@ -315,19 +398,19 @@ pub fn gpu(line: &[u8], out: &mut GpuSample) -> Option<()> {
                     has_samples = true;
                 }
             }
-            b"util_pct" => out.util_pct = c.opt_f64()?,
-            b"mem_util_pct" => out.mem_util_pct = c.opt_f64()?,
-            b"mem_used_bytes" => out.mem_used_bytes = c.opt_u64()?,
-            b"sm_clock_mhz" => out.sm_clock_mhz = c.opt_u32()?,
-            b"power_w" => out.power_w = c.opt_f64()?,
-            b"temperature_c" => out.temperature_c = c.opt_u32()?,
-            b"pcie_rx_bytes" => out.pcie_rx_bytes = c.opt_u64()?,
-            b"pcie_tx_bytes" => out.pcie_tx_bytes = c.opt_u64()?,
-            b"pcie_rx_bytes_per_s" => out.pcie_rx_bytes_per_s = c.opt_f64()?,
-            b"pcie_tx_bytes_per_s" => out.pcie_tx_bytes_per_s = c.opt_f64()?,
-            b"pcie_gen" => out.pcie_gen = c.opt_u32()?,
-            b"pcie_width" => out.pcie_width = c.opt_u32()?,
-            b"throttle_reasons" => out.throttle_reasons = c.opt_u64()?,
+            4 => out.util_pct = c.opt_f64()?,
+            5 => out.mem_util_pct = c.opt_f64()?,
+            6 => out.mem_used_bytes = c.opt_u64()?,
+            7 => out.sm_clock_mhz = c.opt_u32()?,
+            8 => out.power_w = c.opt_f64()?,
+            9 => out.temperature_c = c.opt_u32()?,
+            10 => out.pcie_rx_bytes = c.opt_u64()?,
+            11 => out.pcie_tx_bytes = c.opt_u64()?,
+            12 => out.pcie_rx_bytes_per_s = c.opt_f64()?,
+            13 => out.pcie_tx_bytes_per_s = c.opt_f64()?,
+            14 => out.pcie_gen = c.opt_u32()?,
+            15 => out.pcie_width = c.opt_u32()?,
+            16 => out.throttle_reasons = c.opt_u64()?,
             // Per-process GPU lists are not used by the diagnosis.
             _ => return Some(false),
         }
@@ -350,48 +433,48 @@ pub fn host(line: &[u8], out: &mut HostSample) -> Option<()> {
     *out = HostSample::default();
     let mut c = Cur { b: line, i: 0 };
     let (mut has_t, mut has_cpu, mut has_disks) = (false, false, false);
-    c.object(|k, c| {
+    c.keyed(&HOST_KEYS, |k, c| {
         match k {
-            b"type" => {
+            0 => {
                 if c.plain_str()? != b"host" {
                     return None;
                 }
             }
-            b"t_s" => {
+            1 => {
                 out.t_s = c.f64()?;
                 has_t = true;
             }
-            b"cpu_pct" => {
+            2 => {
                 c.array(|c| {
                     cpus.push(c.f64()?);
                     Some(())
                 })?;
                 has_cpu = true;
             }
-            b"cpu_total_pct" => out.cpu_total_pct = c.opt_f64()?,
-            b"iowait_pct" => out.iowait_pct = c.opt_f64()?,
-            b"mem_total_bytes" => out.mem_total_bytes = c.opt_u64()?,
-            b"mem_available_bytes" => out.mem_available_bytes = c.opt_u64()?,
-            b"mem_cached_bytes" => out.mem_cached_bytes = c.opt_u64()?,
-            b"swap_total_bytes" => out.swap_total_bytes = c.opt_u64()?,
-            b"swap_free_bytes" => out.swap_free_bytes = c.opt_u64()?,
-            b"psi_cpu_some_pct" => out.psi_cpu_some_pct = c.opt_f64()?,
-            b"psi_io_some_pct" => out.psi_io_some_pct = c.opt_f64()?,
-            b"psi_io_full_pct" => out.psi_io_full_pct = c.opt_f64()?,
-            b"psi_mem_some_pct" => out.psi_mem_some_pct = c.opt_f64()?,
-            b"psi_mem_full_pct" => out.psi_mem_full_pct = c.opt_f64()?,
-            b"disks" => {
+            3 => out.cpu_total_pct = c.opt_f64()?,
+            4 => out.iowait_pct = c.opt_f64()?,
+            5 => out.mem_total_bytes = c.opt_u64()?,
+            6 => out.mem_available_bytes = c.opt_u64()?,
+            7 => out.mem_cached_bytes = c.opt_u64()?,
+            8 => out.swap_total_bytes = c.opt_u64()?,
+            9 => out.swap_free_bytes = c.opt_u64()?,
+            10 => out.psi_cpu_some_pct = c.opt_f64()?,
+            11 => out.psi_io_some_pct = c.opt_f64()?,
+            12 => out.psi_io_full_pct = c.opt_f64()?,
+            13 => out.psi_mem_some_pct = c.opt_f64()?,
+            14 => out.psi_mem_full_pct = c.opt_f64()?,
+            15 => {
                 c.array(|c| {
                     let (mut r, mut w) = (None, None);
                     let mut named = false;
-                    c.object(|k, c| {
+                    c.keyed(&DISK_KEYS, |k, c| {
                         match k {
-                            b"device" => {
+                            0 => {
                                 c.skip()?;
                                 named = true;
                             }
-                            b"read_bytes_per_s" => r = Some(c.f64()?),
-                            b"write_bytes_per_s" => w = Some(c.f64()?),
+                            1 => r = Some(c.f64()?),
+                            2 => w = Some(c.f64()?),
                             _ => return Some(false),
                         }
                         Some(true)
@@ -427,29 +510,29 @@ pub fn procs(line: &[u8], out: &mut Vec<ProcSample>) -> Option<f64> {
     let mut c = Cur { b: line, i: 0 };
     let mut t = None;
     let mut has_procs = false;
-    c.object(|k, c| {
+    c.keyed(&PROCS_KEYS, |k, c| {
         match k {
-            b"type" => {
+            0 => {
                 if c.plain_str()? != b"procs" {
                     return None;
                 }
             }
-            b"t_s" => t = Some(c.f64()?),
-            b"procs" => {
+            1 => t = Some(c.f64()?),
+            2 => {
                 c.array(|c| {
                     let mut p = ProcSample::default();
                     let mut has_pid = false;
-                    c.object(|k, c| {
+                    c.keyed(&PROC_KEYS, |k, c| {
                         match k {
-                            b"pid" => {
+                            0 => {
                                 p.pid = u32::try_from(c.u64()?).ok()?;
                                 has_pid = true;
                             }
-                            b"cpu_pct" => p.cpu_pct = c.opt_f64()?,
-                            b"rss_bytes" => p.rss_bytes = c.opt_u64()?,
-                            b"read_bytes" => p.read_bytes = c.opt_u64()?,
-                            b"write_bytes" => p.write_bytes = c.opt_u64()?,
-                            b"state" => {
+                            1 => p.cpu_pct = c.opt_f64()?,
+                            2 => p.rss_bytes = c.opt_u64()?,
+                            3 => p.read_bytes = c.opt_u64()?,
+                            4 => p.write_bytes = c.opt_u64()?,
+                            5 => {
                                 if !c.null() {
                                     let s = c.plain_str()?;
                                     if s.len() != 1 || !s[0].is_ascii() {
@@ -458,13 +541,9 @@ pub fn procs(line: &[u8], out: &mut Vec<ProcSample>) -> Option<f64> {
                                     p.state = Some(s[0] as char);
                                 }
                             }
-                            b"threads" => p.threads = c.opt_u32()?,
-                            b"voluntary_ctxt_switches" => {
-                                p.voluntary_ctxt_switches = c.opt_u64()?
-                            }
-                            b"nonvoluntary_ctxt_switches" => {
-                                p.nonvoluntary_ctxt_switches = c.opt_u64()?
-                            }
+                            6 => p.threads = c.opt_u32()?,
+                            7 => p.voluntary_ctxt_switches = c.opt_u64()?,
+                            8 => p.nonvoluntary_ctxt_switches = c.opt_u64()?,
                             _ => return Some(false),
                         }
                         Some(true)
@@ -557,6 +636,137 @@ mod tests {
             &mut got
         )
         .is_none());
+    }
+
+    mod props {
+        use super::super::*;
+        use crate::record::format::Line;
+        use proptest::prelude::*;
+
+        fn f() -> impl Strategy<Value = f64> {
+            prop_oneof![
+                -1e6f64..1e6,
+                0.0f64..100.0,
+                any::<f64>().prop_filter("finite", |x| x.is_finite()),
+                (0u32..1_000_000).prop_map(|x| x as f64 / 1000.0),
+            ]
+        }
+
+        fn gpu_sample() -> impl Strategy<Value = GpuSample> {
+            (
+                (
+                    any::<u32>(),
+                    f(),
+                    proptest::option::of(proptest::collection::vec((f(), f()), 0..4)),
+                ),
+                (
+                    proptest::option::of(f()),
+                    proptest::option::of(any::<u64>()),
+                    proptest::option::of(any::<u32>()),
+                ),
+                (
+                    proptest::option::of(any::<u64>()),
+                    proptest::option::of(f()),
+                    proptest::option::of(0u32..7),
+                ),
+                proptest::option::of(any::<u64>()),
+            )
+                .prop_map(|((index, t_s, us), (u, mem, clk), (rx, rxs, gen), thr)| {
+                    GpuSample {
+                        index,
+                        t_s,
+                        util_samples: us.map(|v| v.into_iter().map(|(a, b)| [a, b]).collect()),
+                        util_pct: u,
+                        mem_used_bytes: mem,
+                        sm_clock_mhz: clk,
+                        pcie_rx_bytes: rx,
+                        pcie_rx_bytes_per_s: rxs,
+                        pcie_gen: gen,
+                        pcie_width: gen.map(|g| g * 4),
+                        throttle_reasons: thr,
+                        ..Default::default()
+                    }
+                })
+        }
+
+        fn proc_sample() -> impl Strategy<Value = ProcSample> {
+            (
+                any::<u32>(),
+                proptest::option::of(f()),
+                proptest::option::of(any::<u64>()),
+                proptest::option::of(prop_oneof![Just('R'), Just('S'), Just('D'), Just('Z')]),
+                proptest::option::of(any::<u32>()),
+            )
+                .prop_map(|(pid, cpu, rss, state, threads)| ProcSample {
+                    pid,
+                    cpu_pct: cpu,
+                    rss_bytes: rss,
+                    read_bytes: rss.map(|r| r / 3),
+                    state,
+                    threads,
+                    ..Default::default()
+                })
+        }
+
+        proptest! {
+            #[test]
+            fn fast_gpu_reads_back_exactly_what_serde_wrote(g in gpu_sample()) {
+                let line = serde_json::to_string(&Line::Gpu(g.clone())).unwrap();
+                let mut out = GpuSample::default();
+                prop_assert!(gpu(line.as_bytes(), &mut out).is_some(), "{}", line);
+                prop_assert_eq!(out, g);
+            }
+
+            #[test]
+            fn fast_procs_reads_back_exactly_what_serde_wrote(
+                t in f(),
+                ps in proptest::collection::vec(proc_sample(), 0..6),
+            ) {
+                let line = serde_json::to_string(&Line::Procs { t_s: t, procs: ps.clone() }).unwrap();
+                let mut out = Vec::new();
+                prop_assert_eq!(procs(line.as_bytes(), &mut out), Some(t));
+                prop_assert_eq!(out, ps);
+            }
+
+            #[test]
+            fn fast_host_reads_back_exactly_what_serde_wrote(
+                t in f(),
+                cpus in proptest::collection::vec(f(), 0..70),
+                psi in proptest::option::of(f()),
+                reads in proptest::collection::vec(f(), 0..3),
+            ) {
+                let h = HostSample {
+                    t_s: t,
+                    cpu_pct: cpus,
+                    psi_io_some_pct: psi,
+                    disks: reads
+                        .iter()
+                        .map(|r| DiskRate { device: String::new(), read_bytes_per_s: *r, write_bytes_per_s: 1.0 })
+                        .collect(),
+                    ..Default::default()
+                };
+                let line = serde_json::to_string(&Line::Host(h.clone())).unwrap();
+                let mut out = HostSample::default();
+                prop_assert!(host(line.as_bytes(), &mut out).is_some(), "{}", line);
+                prop_assert_eq!(out, h);
+            }
+
+            #[test]
+            fn never_panics_on_cut_or_garbled_lines(g in gpu_sample(), cut in 0usize..400, flip in 0usize..400) {
+                let line = serde_json::to_string(&Line::Gpu(g)).unwrap().into_bytes();
+                let mut b = line[..cut.min(line.len())].to_vec();
+                if !b.is_empty() {
+                    let i = flip % b.len();
+                    b[i] = b[i].wrapping_add(1);
+                }
+                let mut out = GpuSample::default();
+                let _ = gpu(&b, &mut out);
+                let mut p = Vec::new();
+                let _ = procs(&b, &mut p);
+                let mut h = HostSample::default();
+                let _ = host(&b, &mut h);
+            }
+        }
     }
 
     #[test]

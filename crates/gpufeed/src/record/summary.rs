@@ -204,11 +204,16 @@ pub fn summarize(path: &Path) -> Result<(Summary, ReadStats), ReadError> {
             };
         }
         Line::ProcStart(p) => {
+            // A second `proc_start` for a pid means it called exec: keep when it was first seen,
+            // take the new command.
+            let seen = procs.contains_key(&p.pid);
             let acc = procs.entry(p.pid).or_default();
             acc.ppid = p.ppid;
             acc.cmd = p.cmd.or(p.comm);
-            acc.first = p.t_s;
-            acc.last = p.t_s;
+            if !seen {
+                acc.first = p.t_s;
+            }
+            acc.last = acc.last.max(p.t_s);
         }
         Line::Procs { t_s, procs: ps } => {
             last_t = last_t.max(t_s);

@@ -47,6 +47,16 @@ impl ProcFile {
     }
 }
 
+/// Command line of `pid`, arguments joined by spaces; `None` when unreadable or empty (kernel
+/// threads, zombies).
+fn read_cmdline(pid: u32) -> Option<String> {
+    Process::new(pid as i32)
+        .and_then(|p| p.cmdline())
+        .ok()
+        .filter(|c| !c.is_empty())
+        .map(|c| c.join(" "))
+}
+
 /// The fields of /proc/PID/stat that gpufeed uses.
 #[derive(Debug, Clone, PartialEq)]
 struct StatLite {
@@ -347,6 +357,8 @@ pub struct TreeReading {
 struct Tracked {
     /// /proc/PID/stat kept open (while fewer than `MAX_OPEN` processes are tracked).
     stat: Option<ProcFile>,
+    /// Short name as last seen: it changes when the process calls exec.
+    comm: String,
     starttime: u64,
     prev_ticks: u64,
     prev_at: Instant,
@@ -428,7 +440,7 @@ impl ProcTree {
         if self.maybe_new_processes() {
             self.discover(t_s, &mut reading);
         }
-        self.read_tracked(slow, &mut reading);
+        self.read_tracked(t_s, slow, &mut reading);
         reading.samples.sort_by_key(|s| s.pid);
         reading
     }
@@ -462,11 +474,7 @@ impl ProcTree {
             let mut rest = Vec::with_capacity(candidates.len());
             for (pid, f, st) in candidates.drain(..) {
                 if pid == self.root || self.tracked.contains_key(&st.ppid) {
-                    let cmd = Process::new(pid as i32)
-                        .and_then(|p| p.cmdline())
-                        .ok()
-                        .filter(|c| !c.is_empty())
-                        .map(|c| c.join(" "));
+                    let cmd = read_cmdline(pid);
                     reading.started.push(ProcStart {
                         t_s,
                         pid,
@@ -479,6 +487,7 @@ impl ProcTree {
                         pid,
                         Tracked {
                             stat: keep.then_some(f),
+                            comm: st.comm.clone(),
                             starttime: st.starttime,
                             prev_ticks: st.ticks,
                             prev_at: Instant::now(),
@@ -498,7 +507,7 @@ impl ProcTree {
     }
 
     /// Reads every tracked process; drops the ones that are gone (or whose pid was reused).
-    fn read_tracked(&mut self, slow: bool, reading: &mut TreeReading) {
+    fn read_tracked(&mut self, t_s: f64, slow: bool, reading: &mut TreeReading) {
         let mut gone = Vec::new();
         for (&pid, tr) in self.tracked.iter_mut() {
             let st = match tr.stat.as_mut() {
@@ -515,6 +524,18 @@ impl ProcTree {
             let now = Instant::now();
             let dt = now.duration_since(tr.prev_at).as_secs_f64();
             let just_started = reading.started.iter().any(|s| s.pid == pid);
+            if st.comm != tr.comm {
+                // The process called exec after it was first seen (its command line may have
+                // been read between fork and exec): announce it again with the new command.
+                reading.started.push(ProcStart {
+                    t_s,
+                    pid,
+                    ppid: st.ppid,
+                    cmd: read_cmdline(pid),
+                    comm: Some(st.comm.clone()),
+                });
+                tr.comm = st.comm.clone();
+            }
             let cpu_pct = (dt > 0.0 && !just_started).then(|| {
                 st.ticks.saturating_sub(tr.prev_ticks) as f64 / self.ticks_per_s / dt * 100.0
             });
@@ -573,6 +594,39 @@ mod tests {
         assert!(parse_stat(b"1 (x) S 1").is_none());
         let own = std::fs::read(format!("/proc/{}/stat", std::process::id())).unwrap();
         assert!(parse_stat(&own).unwrap().threads >= 1);
+    }
+
+    #[test]
+    fn a_process_that_execs_is_announced_again_with_its_new_command() {
+        // The child is seen as a shell first, then it execs sleep.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "read x; exec sleep 0.5"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut tree = ProcTree::new(child.id());
+        let first = tree.sample(0.0, false);
+        assert_eq!(first.started.len(), 1);
+        assert!(first.started[0]
+            .cmd
+            .as_deref()
+            .unwrap()
+            .starts_with("sh -c"));
+        use std::io::Write;
+        child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+        let mut again = None;
+        for i in 0..50 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            let r = tree.sample(0.01 * i as f64, false);
+            if let Some(s) = r.started.into_iter().next() {
+                again = Some(s);
+                break;
+            }
+        }
+        let again = again.expect("announced again after exec");
+        assert_eq!(again.pid, child.id());
+        assert_eq!(again.cmd.as_deref(), Some("sleep 0.5"));
+        child.wait().unwrap();
     }
 
     #[test]

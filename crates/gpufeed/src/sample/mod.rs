@@ -44,7 +44,9 @@ pub struct GpuProcess {
     pub sm_util_pct: Option<u32>,
 }
 
-/// One reading of one GPU.
+/// One reading of one GPU. Metrics that were not read are left out of the line (read back as
+/// `None`); `util_samples` is always written, since `null` (no sample buffer) and `[]` (no new
+/// sample) differ.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GpuSample {
     pub index: u32,
@@ -56,23 +58,36 @@ pub struct GpuSample {
     /// `GetUtilizationRates` fallback).
     pub util_samples: Option<Vec<[f64; 2]>>,
     /// Utilization over the driver's last sample period (`GetUtilizationRates`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub util_pct: Option<f64>,
     /// Percent of time device memory was read or written (not capacity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_util_pct: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_used_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sm_clock_mhz: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_w: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature_c: Option<u32>,
     /// Cumulative PCIe bytes received by the GPU (host → device), where the driver counts them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_rx_bytes: Option<u64>,
     /// Cumulative PCIe bytes sent by the GPU (device → host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_tx_bytes: Option<u64>,
     /// PCIe receive rate over a 20 ms window (`GetPcieThroughput`, read at a lower rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_rx_bytes_per_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_tx_bytes_per_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_gen: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_width: Option<u32>,
     /// Clock-event (throttle) reasons bitmask as NVML reports it; bit 0x1 (GpuIdle) is not throttling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throttle_reasons: Option<u64>,
     /// Compute processes on this GPU (read at a lower rate; `None` between readings).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -277,13 +277,17 @@ pub fn text(r: &Report, show_steps: bool) -> String {
         for l in &r.ranks {
             let _ = writeln!(
                 o,
-                "  rank {:>4}: step {} ms, communication {:.0}%, GPU busy {}",
+                "  rank {:>4}: step {} ms, communication {:.0}%, GPU busy {}  ({})",
                 l.rank.map(|x| x.to_string()).unwrap_or("?".into()),
                 ms(l.step_us),
                 l.communication_pct,
                 l.gpu_busy_pct
                     .map(|x| format!("{x:.0}%"))
-                    .unwrap_or("-".into())
+                    .unwrap_or("-".into()),
+                std::path::Path::new(&l.path)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
             );
         }
     }
@@ -344,16 +348,20 @@ pub fn markdown(r: &Report, show_steps: bool) -> String {
             ms(t.breakdown.total_us),
             breakdown_line(&t.breakdown)
         );
-        let _ = writeln!(o, "| GPU | name | busy % | kernels |\n|---:|---|---:|---:|");
-        for d in &t.devices {
-            let _ = writeln!(
-                o,
-                "| {} | {} | {:.1} | {} |",
-                d.device,
-                d.name.clone().unwrap_or_default(),
-                d.busy_pct,
-                d.kernels
-            );
+        if t.devices.is_empty() {
+            let _ = writeln!(o, "No GPU events.");
+        } else {
+            let _ = writeln!(o, "| GPU | name | busy % | kernels |\n|---:|---|---:|---:|");
+            for d in &t.devices {
+                let _ = writeln!(
+                    o,
+                    "| {} | {} | {:.1} | {} |",
+                    d.device,
+                    d.name.clone().unwrap_or_default(),
+                    d.busy_pct,
+                    d.kernels
+                );
+            }
         }
         let _ = writeln!(o);
         if show_steps {

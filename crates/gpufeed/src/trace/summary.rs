@@ -576,15 +576,13 @@ pub fn summarize(c: &Collected) -> TraceSummary {
 
 /// HTA analyzes iterations from the first ProfilerStep's start to the last one's start.
 fn hta_window(c: &Collected) -> Option<(f64, f64)> {
-    if c.steps.len() < 2 {
+    // CPU-side annotations only (a gpu_user_annotation copy is not an iteration to HTA)
+    let starts: Vec<f64> = c.steps.iter().filter(|x| !x.on_gpu).map(|x| x.ts).collect();
+    if starts.len() < 2 {
         return None;
     }
-    let first = c.steps.iter().map(|x| x.ts).fold(f64::INFINITY, f64::min);
-    let last = c
-        .steps
-        .iter()
-        .map(|x| x.ts)
-        .fold(f64::NEG_INFINITY, f64::max);
+    let first = starts.iter().copied().fold(f64::INFINITY, f64::min);
+    let last = starts.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     (last > first).then_some((first, last))
 }
 
