@@ -128,7 +128,7 @@ fn chromium() -> Option<PathBuf> {
 /// Renders `html` to a PNG with headless Chromium (flags from notes/services.md); None if absent.
 fn render_png(html: &Path, png: &Path) -> Option<u64> {
     let Some(c) = chromium() else {
-        eprintln!("SKIPPED rendering {}: chromium is not installed (apt-get install chromium; .ci/run does)", html.display());
+        let _ = writeln!(std::io::stderr(), "SKIPPED rendering {}: chromium is not installed (apt-get install chromium; .ci/run does)", html.display());
         return None;
     };
     let profile = tempfile::tempdir().unwrap();
@@ -200,7 +200,8 @@ fn analyze_html_has_the_step_breakdown() {
     let trace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../../shared/traces/kineto_resnet50_v100_workers0.json.gz");
     if !trace.exists() {
-        eprintln!(
+        let _ = writeln!(
+            std::io::stderr(),
             "SKIPPED analyze_html_has_the_step_breakdown: {} is absent",
             trace.display()
         );

@@ -145,7 +145,7 @@ fn serves_metrics_over_http() {
 #[test]
 fn a_real_prometheus_scrapes_gpufeed() {
     let Ok(prom) = which("prometheus") else {
-        eprintln!("SKIPPED a_real_prometheus_scrapes_gpufeed: no `prometheus` binary (apt-get install prometheus; .ci/run does)");
+        let _ = writeln!(std::io::stderr(), "SKIPPED a_real_prometheus_scrapes_gpufeed: no `prometheus` binary (apt-get install prometheus; .ci/run does)");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

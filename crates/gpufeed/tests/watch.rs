@@ -3,6 +3,7 @@
 mod common_fake;
 
 use common_fake::{fake_nvml, scenario};
+use std::io::Write as _;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -51,7 +52,10 @@ impl Drop for Tmux {
 #[test]
 fn watch_in_tmux_shows_gpu_cpu_job_and_quits_on_q() {
     if Command::new("tmux").arg("-V").output().is_err() {
-        eprintln!("SKIPPED watch_in_tmux_shows_gpu_cpu_job_and_quits_on_q: tmux is not installed");
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED watch_in_tmux_shows_gpu_cpu_job_and_quits_on_q: tmux is not installed"
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -121,7 +125,10 @@ fn watch_in_tmux_shows_gpu_cpu_job_and_quits_on_q() {
 #[test]
 fn sigterm_ends_watch_and_stops_its_job() {
     if Command::new("tmux").arg("-V").output().is_err() {
-        eprintln!("SKIPPED sigterm_ends_watch_and_stops_its_job: tmux is not installed");
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED sigterm_ends_watch_and_stops_its_job: tmux is not installed"
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();
