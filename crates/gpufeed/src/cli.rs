@@ -9,7 +9,10 @@ use crate::commands::batch_size::BatchSizeArgs;
 use crate::commands::bench::BenchArgs;
 use crate::commands::diagnose::DiagnoseArgs;
 use crate::commands::doctor::DoctorArgs;
+use crate::commands::export::ExportArgs;
+use crate::commands::serve::ServeArgs;
 use crate::commands::sweep::SweepArgs;
+use crate::commands::watch::WatchArgs;
 
 const ABOUT: &str =
     "Find out why your GPU is starving during training, what to change, and measure the fix.";
@@ -34,6 +37,10 @@ const HELP_TEXT: &str = concat!(
     "    gpufeed analyze trace.json.gz                 analyze a PyTorch profiler trace\n",
     "    gpufeed sweep -L workers 0,2,4,8 -- python train.py --workers {workers}\n",
     "    gpufeed batch-size --param bs --start 64 -- python train.py --batch-size {bs}\n",
+    "    gpufeed watch -- python train.py              live view of a job (q quits, r records)\n",
+    "    gpufeed serve --listen 127.0.0.1:9400         Prometheus metrics on /metrics\n",
+    "    gpufeed diagnose --html report.html rec.ndjson   the diagnosis as a page with charts\n",
+    "    gpufeed export --perfetto t.json rec.ndjson   counter tracks for ui.perfetto.dev\n",
     "    gpufeed doctor                                check the machine and its software stack\n",
     "    gpufeed bench                                 measure copy bandwidth and GEMM speed-ups\n",
     "\n",
@@ -74,6 +81,12 @@ pub enum Command {
     Sweep(SweepArgs),
     /// Find the largest batch size that fits, the one to use, and a gradient-accumulation plan
     BatchSize(BatchSizeArgs),
+    /// Serve Prometheus metrics (dcgm-exporter names plus busy ratio, oscillation, starvation)
+    Serve(ServeArgs),
+    /// Full-screen live view: GPU sparklines, memory, PCIe, CPU cores, the job's processes, a verdict
+    Watch(WatchArgs),
+    /// Export a recording as a Perfetto/Chrome trace, optionally merged with a PyTorch profiler trace
+    Export(ExportArgs),
     /// Check the driver, CUDA, cuDNN, PyTorch, GPU link and health, /dev/shm, CPUs and data storage
     Doctor(DoctorArgs),
     /// Measure host<->GPU copy bandwidth (pinned vs pageable) and GEMM throughput per precision
@@ -108,6 +121,9 @@ pub struct RecordingOpts {
 pub struct RunArgs {
     #[command(flatten)]
     pub rec: RecordingOpts,
+    /// Also write a self-contained HTML report (charts, findings and fixes) to FILE
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// The command to run, after `--`
     #[arg(
         required = true,

@@ -249,6 +249,8 @@ fn a_failing_trial_is_reported_and_the_sweep_goes_on() {
         .arg(dir.path().join("o"))
         .arg("--export-json")
         .arg(&json)
+        .arg("--html")
+        .arg(dir.path().join("s.html"))
         .args(["--", "python3"])
         .arg(pipeline())
         .args(["--exit-code", "{code}", "--steps", "5", "--work", "1000"])
@@ -278,6 +280,10 @@ fn a_failing_trial_is_reported_and_the_sweep_goes_on() {
     assert_eq!(ok["exit"]["status"], "exited");
     assert_eq!(ok["exit"]["code"], 0);
     assert_eq!(rep["sweet_spot"]["parameters"]["code"], 0);
+    // The page shows both trials, the failed one included, and the sweet spot.
+    let html = std::fs::read_to_string(dir.path().join("s.html")).unwrap();
+    assert!(html.contains("<svg") && html.contains("code=3") && html.contains("code=0"));
+    assert!(!html.contains("<script"), "self-contained, no scripts");
 }
 
 #[test]

@@ -41,6 +41,9 @@ pub struct AnalyzeArgs {
     /// Print the per-step breakdown table (text and markdown)
     #[arg(long)]
     pub steps: bool,
+    /// Also write a self-contained HTML report (per-step breakdown chart, findings) to FILE
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
 }
 
 fn input_error(e: TraceError) -> anyhow::Error {
@@ -75,6 +78,11 @@ pub fn run(_global: &GlobalOpts, args: &AnalyzeArgs) -> anyhow::Result<u8> {
         )));
     }
     let rep = report::Report::new(traces);
+    if let Some(h) = &args.html {
+        crate::present::html::trace_page(&rep)
+            .and_then(|page| crate::present::html::write(h, &page))
+            .map_err(|e| anyhow::Error::new(Failure::input(e.to_string())))?;
+    }
     let out = match args.format {
         AnalyzeFormat::Json => serde_json::to_string_pretty(&rep)? + "\n",
         AnalyzeFormat::Text => report::text(&rep, args.steps),

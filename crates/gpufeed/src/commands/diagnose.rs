@@ -28,6 +28,9 @@ pub struct DiagnoseArgs {
     /// Colour in text output: auto (when stdout is a terminal and NO_COLOR is unset), always, never
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
+    /// Also write a self-contained HTML report (charts, findings and fixes) to FILE
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -66,6 +69,10 @@ pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
     for f in &args.files {
         let r = diagnose::diagnose_file(f, args.input_format, &opts).map_err(input_failure)?;
         reports.push(r);
+    }
+    if let Some(h) = &args.html {
+        crate::present::html::write_diagnoses(&reports, h)
+            .map_err(|e| anyhow::Error::new(Failure::input(e.to_string())))?;
     }
     let out = match args.format {
         ReportFormat::Json if reports.len() > 1 => {

@@ -5,8 +5,11 @@ pub mod batch_size;
 pub mod bench;
 pub mod diagnose;
 pub mod doctor;
+pub mod export;
 pub mod record;
+pub mod serve;
 pub mod sweep;
+pub mod watch;
 
 use crate::cli::{Cli, Command};
 
@@ -19,6 +22,9 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Diagnose(args) => diagnose::run(&cli.global, &args),
         Command::Sweep(args) => sweep::run(&cli.global, &args),
         Command::BatchSize(args) => batch_size::run(&cli.global, &args),
+        Command::Serve(args) => serve::run(&cli.global, &args),
+        Command::Export(args) => export::run(&cli.global, &args),
+        Command::Watch(args) => watch::run(&cli.global, &args),
         Command::Doctor(args) => doctor::run(&cli.global, &args),
         Command::Bench(args) => bench::run(&cli.global, &args),
     }

@@ -154,6 +154,11 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
             if let Err(e) = print_summary(&path, &args.rec) {
                 eprintln!("gpufeed: {e:#}");
             }
+            if let Some(h) = &args.html {
+                if let Err(e) = present::html::write_for_recording(&path, h) {
+                    eprintln!("gpufeed: HTML report: {e}");
+                }
+            }
         }
         Some(Err(e)) => eprintln!("gpufeed: {e}"),
         None => {}

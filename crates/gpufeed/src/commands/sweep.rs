@@ -97,6 +97,9 @@ pub struct SweepArgs {
     /// Write an SVG chart of throughput (and GPU utilization) against the knob after every trial
     #[arg(long, value_name = "PATH")]
     pub export_svg: Option<PathBuf>,
+    /// Write a self-contained HTML page (sweep curve, sweet spot) after every trial
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// The command, after `--`, with {name} where each knob's value goes
     #[arg(
         required = true,
@@ -317,11 +320,54 @@ fn write_reports(args: &SweepArgs, dir: &Path, rep: &SweepReport) -> anyhow::Res
             writes.push((p.clone(), svg));
         }
     }
+    if let Some(p) = &args.html {
+        writes.push((p.clone(), sweep_html(rep)?));
+    }
     for (p, text) in writes {
         report::write_atomic(&p, &text)
             .map_err(|e| Failure::input(format!("cannot write {}: {e}", p.display())))?;
     }
     Ok(())
+}
+
+/// The sweep as an HTML page: one point per trial, in the order tried.
+fn sweep_html(rep: &SweepReport) -> anyhow::Result<String> {
+    let label = |p: &std::collections::BTreeMap<String, serde_json::Value>| {
+        p.iter()
+            .map(|(k, v)| match v {
+                serde_json::Value::String(s) => format!("{k}={s}"),
+                v => format!("{k}={v}"),
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let points: Vec<crate::present::html::SweepPoint> = rep
+        .results
+        .iter()
+        .map(|r| crate::present::html::SweepPoint {
+            label: label(&r.parameters),
+            throughput: r.throughput.as_ref().map(|t| t.value),
+            gpu_util_mean_pct: r.gpu_util_mean_pct,
+            data_wait_fraction: r.data_wait_fraction,
+            failed: r.throughput.is_none(),
+        })
+        .collect();
+    let unit = rep
+        .results
+        .iter()
+        .find_map(|r| r.throughput.as_ref().map(|t| t.unit.clone()))
+        .unwrap_or_default();
+    let spot = rep
+        .sweet_spot
+        .as_ref()
+        .map(|s| (label(&s.parameters), s.reason.clone()));
+    crate::present::html::sweep_page(
+        &rep.command.join(" "),
+        &unit,
+        &points,
+        spot.as_ref().map(|(l, r)| (l.as_str(), r.as_str())),
+    )
+    .map_err(|e| Failure::input(format!("cannot build the HTML page: {e}")).into())
 }
 
 pub fn run(global: &GlobalOpts, args: &SweepArgs) -> anyhow::Result<u8> {

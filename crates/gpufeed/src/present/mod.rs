@@ -1,5 +1,9 @@
 //! Presenters: turn summaries and findings into bytes. They never touch hardware.
 
+pub mod chart;
+pub mod html;
+pub mod perfetto;
+pub mod prometheus;
 pub mod run;
 pub mod summary;
 

@@ -1,0 +1,346 @@
+//! `gpufeed watch [-- COMMAND]`: the full-screen live view.
+//!
+//! Collection runs on the sampler's threads; this loop only folds lines into the state, reads
+//! keys and draws (at `--refresh`, 4 times a second by default), so a slow driver never freezes
+//! the screen and drawing never delays a sample.
+
+use crate::cli::{parse_duration, GlobalOpts};
+use crate::exit::{self, Failure};
+use crate::live::sampler::{LiveSampler, SamplerConfig};
+use crate::live::{LiveState, DEFAULT_WINDOW_S};
+use crate::record::format::{header_line, End, Header, Line};
+use crate::record::recorder::default_output_name;
+use crate::tui::{self, Action, Key, Ui};
+use clap::Args;
+use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+use ratatui::crossterm::{execute, terminal};
+use std::io::{BufWriter, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+#[derive(Debug, Clone, Args)]
+pub struct WatchArgs {
+    /// Host and process sampling interval (GPU utilization keeps every driver sample)
+    #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// Screen refresh interval (at most 500ms: the view refreshes at least twice a second)
+    #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = parse_duration)]
+    pub refresh: Duration,
+    /// Follow this running process and its children
+    #[arg(long, value_name = "PID", conflicts_with = "command")]
+    pub pid: Option<u32>,
+    /// Where the job's stdout and stderr go while the screen is in use
+    #[arg(long, value_name = "PATH", default_value = "gpufeed-watch-job.log")]
+    pub job_log: PathBuf,
+    /// A command to start and follow, after `--`; its output goes to --job-log
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<String>,
+}
+
+/// The recording started with `r`.
+struct Recording {
+    path: PathBuf,
+    out: BufWriter<std::fs::File>,
+}
+
+impl Recording {
+    fn start(header: &Header) -> std::io::Result<Recording> {
+        let path = default_output_name(SystemTime::now());
+        let mut out = BufWriter::new(std::fs::File::create(&path)?);
+        writeln!(out, "{}", header_line(header))?;
+        Ok(Recording { path, out })
+    }
+    fn write(&mut self, l: &Line) -> std::io::Result<()> {
+        serde_json::to_writer(&mut self.out, l)?;
+        self.out.write_all(b"\n")
+    }
+    fn finish(mut self, t_s: f64) -> std::io::Result<PathBuf> {
+        self.write(&Line::End(End {
+            t_s,
+            reason: Some("watch_stopped".into()),
+            ..Default::default()
+        }))?;
+        self.out.flush()?;
+        Ok(self.path)
+    }
+}
+
+/// Puts the terminal back however `watch` ends (error, panic).
+struct TermGuard;
+impl TermGuard {
+    fn enter() -> std::io::Result<TermGuard> {
+        terminal::enable_raw_mode()?;
+        let g = TermGuard;
+        execute!(std::io::stdout(), terminal::EnterAlternateScreen)?;
+        Ok(g)
+    }
+}
+impl Drop for TermGuard {
+    fn drop(&mut self) {
+        let _ = execute!(std::io::stdout(), terminal::LeaveAlternateScreen);
+        let _ = terminal::disable_raw_mode();
+    }
+}
+
+fn key_of(code: KeyCode, mods: KeyModifiers) -> Key {
+    match code {
+        KeyCode::Char('q') | KeyCode::Esc => Key::Quit,
+        KeyCode::Char('c') if mods.contains(KeyModifiers::CONTROL) => Key::Quit,
+        KeyCode::Char('p') | KeyCode::Char(' ') => Key::Pause,
+        KeyCode::Char('r') => Key::Record,
+        KeyCode::Tab | KeyCode::Right => Key::Tab,
+        KeyCode::BackTab | KeyCode::Left => Key::BackTab,
+        KeyCode::Up | KeyCode::Char('k') => Key::Up,
+        KeyCode::Down | KeyCode::Char('j') => Key::Down,
+        _ => Key::Other,
+    }
+}
+
+fn spawn_job(args: &WatchArgs) -> anyhow::Result<Child> {
+    let log = std::fs::File::create(&args.job_log).map_err(|e| {
+        Failure::input(format!(
+            "cannot create the job's log {}: {e} (choose another with --job-log)",
+            args.job_log.display()
+        ))
+    })?;
+    let err = log
+        .try_clone()
+        .map_err(|e| Failure::new(exit::FAILURE, e.to_string()))?;
+    let (prog, rest) = args
+        .command
+        .split_first()
+        .ok_or_else(|| Failure::new(exit::USAGE, "no command given"))?;
+    Command::new(prog)
+        .args(rest)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| {
+            let code = match e.kind() {
+                std::io::ErrorKind::NotFound => exit::NOT_FOUND,
+                std::io::ErrorKind::PermissionDenied => exit::CANNOT_EXECUTE,
+                _ => exit::FAILURE,
+            };
+            anyhow::Error::new(Failure::new(code, format!("cannot start {prog}: {e}")))
+        })
+}
+
+pub fn run(global: &GlobalOpts, args: &WatchArgs) -> anyhow::Result<u8> {
+    if args.refresh > Duration::from_millis(500) || args.refresh < Duration::from_millis(20) {
+        return Err(Failure::new(
+            exit::USAGE,
+            "--refresh must be between 20ms and 500ms (the view refreshes at least twice a second)",
+        )
+        .into());
+    }
+    if let Some(first) = args.command.first().filter(|c| c.starts_with('-')) {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!("unknown option '{first}' for watch: put gpufeed's options before `--`"),
+        )
+        .into());
+    }
+    if !std::io::stdout().is_terminal() {
+        return Err(Failure::new(
+            exit::USAGE,
+            "watch needs a terminal; for a pipe or a file use `gpufeed serve --once` or `gpufeed record`",
+        )
+        .into());
+    }
+    if args.interval < Duration::from_millis(10) {
+        return Err(Failure::new(exit::USAGE, "--interval must be at least 10ms").into());
+    }
+    if let Some(p) = args.pid.filter(|p| !crate::sample::host::pid_alive(*p)) {
+        return Err(Failure::input(format!(
+            "no process with pid {p}: check it with `ps -p {p}`"
+        ))
+        .into());
+    }
+    let mut job = if args.command.is_empty() {
+        None
+    } else {
+        Some(spawn_job(args)?)
+    };
+    let root = job.as_ref().map(|c| c.id()).or(args.pid);
+    // The UI thread owns the state; collection runs on the sampler's threads.
+    let (tx, rx) = mpsc::channel();
+    let sampler = match LiveSampler::start(
+        SamplerConfig {
+            interval: args.interval,
+            nvml_lib: global.nvml_lib.clone(),
+            no_gpu: false,
+            root_pid: root,
+        },
+        tx,
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            if let Some(j) = job.as_mut() {
+                let _ = j.kill();
+                let _ = j.wait();
+            }
+            return Err(Failure::new(exit::FAILURE, e.to_string()).into());
+        }
+    };
+    let mut header = sampler.header().clone();
+    header.command = (!args.command.is_empty()).then(|| args.command.clone());
+    let state = LiveState::new(header, DEFAULT_WINDOW_S);
+    let code = ui_loop(args, sampler, state, rx, job.as_mut())?;
+    Ok(code)
+}
+
+fn ui_loop(
+    args: &WatchArgs,
+    mut sampler: LiveSampler,
+    mut state: LiveState,
+    rx: Receiver<Line>,
+    mut job: Option<&mut Child>,
+) -> anyhow::Result<u8> {
+    let mut ui = Ui {
+        color: std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        ..Default::default()
+    };
+    let guard = TermGuard::enter()
+        .map_err(|e| Failure::new(exit::FAILURE, format!("cannot set up the terminal: {e}")))?;
+    let backend = ratatui::backend::CrosstermBackend::new(std::io::stdout());
+    let mut term = ratatui::Terminal::new(backend)?;
+    term.clear()?;
+    // SIGTERM/SIGHUP (a closed terminal, `kill`) end the view like `q`: the terminal is restored,
+    // a recording is finished and a started job is stopped rather than orphaned.
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let _signals = crate::job::SignalWatch::start(move |_| flag.store(true, Ordering::SeqCst))
+        .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
+    let mut recording: Option<Recording> = None;
+    let mut job_code: Option<u8> = None;
+    let mut next_draw = Instant::now();
+    let mut dirty = true;
+    let result: anyhow::Result<()> = (|| loop {
+        if stop.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        while let Ok(line) = rx.try_recv() {
+            if let Some(r) = recording.as_mut() {
+                if let Err(e) = r.write(&line) {
+                    ui.message = Some(format!("recording stopped: {e}"));
+                    recording = None;
+                    ui.recording = None;
+                }
+            }
+            state.push(line);
+        }
+        if job_code.is_none() {
+            if let Some(j) = job.as_mut() {
+                if let Ok(Some(st)) = j.try_wait() {
+                    use std::os::unix::process::ExitStatusExt;
+                    let c = st
+                        .code()
+                        .map(|c| c as u8)
+                        .or(st
+                            .signal()
+                            .map(|s| exit::SIGNAL_BASE.saturating_add(s as u8)))
+                        .unwrap_or(1);
+                    job_code = Some(c);
+                    ui.message = Some(format!("job exited ({c}); q quits"));
+                    dirty = true;
+                }
+            }
+        }
+        let now = Instant::now();
+        if now >= next_draw {
+            if !ui.paused || dirty {
+                term.draw(|f| tui::draw(f, &state, &ui))?;
+                dirty = false;
+            }
+            next_draw = now + args.refresh;
+        }
+        let wait = next_draw.saturating_duration_since(Instant::now());
+        if event::poll(wait)? {
+            match event::read()? {
+                Event::Key(k) if k.kind != KeyEventKind::Release => {
+                    dirty = true;
+                    next_draw = Instant::now();
+                    match ui.key(key_of(k.code, k.modifiers), &state) {
+                        Action::Quit => return Ok(()),
+                        Action::ToggleRecording => match recording.take() {
+                            Some(r) => {
+                                ui.recording = None;
+                                ui.message = Some(match r.finish(state.t_s) {
+                                    Ok(p) => format!("saved {}", p.display()),
+                                    Err(e) => format!("recording failed: {e}"),
+                                });
+                            }
+                            None => match Recording::start(&state.header) {
+                                Ok(r) => {
+                                    ui.recording = Some(r.path.display().to_string());
+                                    ui.message = None;
+                                    recording = Some(r);
+                                }
+                                Err(e) => ui.message = Some(format!("cannot record: {e}")),
+                            },
+                        },
+                        Action::None => {}
+                    }
+                }
+                Event::Resize(..) => {
+                    dirty = true;
+                    next_draw = Instant::now();
+                }
+                _ => {}
+            }
+        }
+    })();
+    drop(term);
+    drop(guard);
+    sampler.stop();
+    if let Some(r) = recording.take() {
+        match r.finish(state.t_s) {
+            Ok(p) => eprintln!("gpufeed: recording saved to {}", p.display()),
+            Err(e) => eprintln!("gpufeed: recording failed: {e}"),
+        }
+    }
+    result?;
+    if let Some(j) = job {
+        if job_code.is_none() {
+            // Quitting the view ends the job it started: SIGTERM to its tree, then SIGKILL.
+            let mut pids: Vec<u32> = state.procs.keys().copied().collect();
+            pids.push(j.id());
+            crate::job::signal_all(&pids, libc::SIGTERM);
+            let until = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < until {
+                if let Ok(Some(_)) = j.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if !matches!(j.try_wait(), Ok(Some(_))) {
+                crate::job::signal_all(&pids, libc::SIGKILL);
+            }
+            let st = j.wait();
+            use std::os::unix::process::ExitStatusExt;
+            eprintln!(
+                "gpufeed: the job was stopped when watch quit; its output is in {}",
+                args.job_log.display()
+            );
+            return Ok(st
+                .ok()
+                .and_then(|s| {
+                    s.code().map(|c| c as u8).or(s
+                        .signal()
+                        .map(|x| exit::SIGNAL_BASE.saturating_add(x as u8)))
+                })
+                .unwrap_or(1));
+        }
+        return Ok(job_code.unwrap_or(0));
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,280 @@
+//! A live sampler for `watch` and `serve`: the recorder's threads without a file.
+//!
+//! GPUs are read through NVML on a thread of their own (NVML calls can block on the driver lock),
+//! the host and the job's process tree on another; both send [`Line`]s over one channel. The
+//! consumer (a terminal UI, an HTTP exporter) never touches hardware. The recorder is not reused
+//! because it owns a file and an `end` line; here a recording is optional and started later
+//! (`watch`'s `r` key writes the same lines with [`LiveSampler::header`]).
+
+use crate::record::format::{Header, Line, SCHEMA_VERSION};
+use crate::record::recorder::SLOW_EVERY;
+use crate::sample::host::{host_info, HostSampler, ProcTree};
+use crate::sample::nvml::{self, NvmlSource};
+use crate::sample::{DriverInfo, GpuSource, GpuStatic};
+use std::path::PathBuf;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SamplerError {
+    #[error("cannot start the {what} sampling thread: {source}")]
+    Thread {
+        what: &'static str,
+        source: std::io::Error,
+    },
+}
+
+/// What to sample.
+#[derive(Debug, Clone)]
+pub struct SamplerConfig {
+    /// Host and process interval; GPUs are polled at this interval too (at most every 500 ms).
+    pub interval: Duration,
+    pub nvml_lib: Option<PathBuf>,
+    /// Leave GPUs out (no NVML calls).
+    pub no_gpu: bool,
+    /// Root of the job's process tree to follow.
+    pub root_pid: Option<u32>,
+}
+
+type GpuReply = Result<(DriverInfo, Vec<GpuStatic>), String>;
+
+/// Running sampling threads; dropping it stops them.
+pub struct LiveSampler {
+    header: Header,
+    stops: Vec<Sender<()>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl LiveSampler {
+    /// Opens NVML (blocking until it answered), then starts sampling into `lines`.
+    pub fn start(cfg: SamplerConfig, lines: Sender<Line>) -> Result<LiveSampler, SamplerError> {
+        let t0 = Instant::now();
+        let t0_unix_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
+        let mut stops = Vec::new();
+        let mut threads = Vec::new();
+        let (mut driver, mut gpus, mut gpu_error) = (None, vec![], None);
+        if cfg.no_gpu {
+            gpu_error = Some("GPU sampling disabled".to_string());
+        } else {
+            let (reply_tx, reply_rx) = mpsc::sync_channel::<GpuReply>(1);
+            let (stop_tx, stop_rx) = mpsc::channel();
+            let lib = cfg.nvml_lib.clone();
+            let interval = cfg.interval;
+            let tx = lines.clone();
+            let th = std::thread::Builder::new()
+                .name("gpufeed-live-gpu".into())
+                .spawn(move || gpu_thread(lib, interval, t0, t0_unix_us, reply_tx, tx, stop_rx))
+                .map_err(|source| SamplerError::Thread {
+                    what: "GPU",
+                    source,
+                })?;
+            match reply_rx.recv() {
+                Ok(Ok((d, g))) => {
+                    driver = Some(d);
+                    gpus = g;
+                    stops.push(stop_tx);
+                    threads.push(th);
+                }
+                Ok(Err(e)) => {
+                    gpu_error = Some(e);
+                    let _ = th.join();
+                }
+                Err(_) => {
+                    gpu_error = Some("the NVML library crashed during initialisation".into());
+                    let _ = th.join();
+                }
+            }
+        }
+        let header = Header {
+            schema_version: SCHEMA_VERSION,
+            gpufeed_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+            start_time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            start_unix_us: t0_unix_us,
+            interval_s: cfg.interval.as_secs_f64(),
+            host: host_info(),
+            driver,
+            gpus,
+            gpu_error,
+            command: None,
+            pid: cfg.root_pid,
+        };
+        let (stop_tx, stop_rx) = mpsc::channel();
+        let interval = cfg.interval;
+        let root = cfg.root_pid;
+        let th = std::thread::Builder::new()
+            .name("gpufeed-live-host".into())
+            .spawn(move || host_thread(t0, interval, root, lines, stop_rx))
+            .map_err(|source| SamplerError::Thread {
+                what: "host",
+                source,
+            })?;
+        stops.push(stop_tx);
+        threads.push(th);
+        Ok(LiveSampler {
+            header,
+            stops,
+            threads,
+        })
+    }
+
+    /// The header a recording of these samples starts with (times are relative to its start).
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Stops the threads and waits for them.
+    pub fn stop(&mut self) {
+        for s in self.stops.drain(..) {
+            let _ = s.send(());
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for LiveSampler {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn wait_or_stop(stop: &Receiver<()>, deadline: Instant) -> bool {
+    let timeout = deadline.saturating_duration_since(Instant::now());
+    !matches!(stop.recv_timeout(timeout), Err(RecvTimeoutError::Timeout))
+}
+
+fn gpu_thread(
+    lib: Option<PathBuf>,
+    interval: Duration,
+    t0: Instant,
+    t0_unix_us: u64,
+    reply: SyncSender<GpuReply>,
+    lines: Sender<Line>,
+    stop: Receiver<()>,
+) {
+    let nvml = match nvml::open(lib.as_deref()) {
+        Ok(n) => n,
+        Err(e) => {
+            let _ = reply.send(Err(e.to_string()));
+            return;
+        }
+    };
+    let mut source = match NvmlSource::new(&nvml) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = reply.send(Err(e.to_string()));
+            return;
+        }
+    };
+    if reply.send(Ok((source.driver(), source.devices()))).is_err() {
+        return;
+    }
+    let tick = interval.min(Duration::from_millis(500));
+    let mut next = t0;
+    let mut last_slow: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        let slow = last_slow.is_none_or(|t| now.duration_since(t) >= SLOW_EVERY);
+        if slow {
+            last_slow = Some(now);
+        }
+        let t_s = now.duration_since(t0).as_secs_f64();
+        for s in source.sample(t_s, t0_unix_us, slow) {
+            if lines.send(Line::Gpu(s)).is_err() {
+                return;
+            }
+        }
+        next += tick;
+        if next < Instant::now() {
+            next = Instant::now() + tick;
+        }
+        if wait_or_stop(&stop, next) {
+            return;
+        }
+    }
+}
+
+fn host_thread(
+    t0: Instant,
+    interval: Duration,
+    root: Option<u32>,
+    lines: Sender<Line>,
+    stop: Receiver<()>,
+) {
+    let mut host = HostSampler::new();
+    let mut tree = root.map(ProcTree::new);
+    let mut next = t0;
+    let mut last_slow: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        let slow = last_slow.is_none_or(|t| now.duration_since(t) >= SLOW_EVERY);
+        if slow {
+            last_slow = Some(now);
+        }
+        let t_s = now.duration_since(t0).as_secs_f64();
+        let h = host.sample(t_s);
+        let mut batch = Vec::with_capacity(4);
+        if let Some(tree) = tree.as_mut() {
+            let r = tree.sample(t_s, slow);
+            batch.extend(r.started.into_iter().map(Line::ProcStart));
+            if !r.samples.is_empty() {
+                batch.push(Line::Procs {
+                    t_s,
+                    procs: r.samples,
+                });
+            }
+            batch.extend(r.exited.into_iter().map(|pid| Line::ProcExit { t_s, pid }));
+        }
+        if !h.cpu_pct.is_empty() {
+            batch.push(Line::Host(h));
+        }
+        for l in batch {
+            if lines.send(l).is_err() {
+                return;
+            }
+        }
+        next += interval;
+        if next < Instant::now() {
+            next = Instant::now() + interval;
+        }
+        if wait_or_stop(&stop, next) {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_the_host_without_gpu() {
+        let (tx, rx) = mpsc::channel();
+        let mut s = LiveSampler::start(
+            SamplerConfig {
+                interval: Duration::from_millis(20),
+                nvml_lib: None,
+                no_gpu: true,
+                root_pid: Some(std::process::id()),
+            },
+            tx,
+        )
+        .unwrap();
+        assert!(s.header().gpus.is_empty());
+        assert!(s.header().gpu_error.is_some());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut host = 0;
+        while host < 2 && Instant::now() < deadline {
+            if let Ok(Line::Host(_)) = rx.recv_timeout(Duration::from_millis(200)) {
+                host += 1;
+            }
+        }
+        s.stop();
+        assert_eq!(host, 2);
+    }
+}

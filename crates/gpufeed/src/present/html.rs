@@ -1,0 +1,597 @@
+//! Self-contained HTML reports: inline SVG charts (see [`super::chart`]), inline CSS, no script,
+//! no network, no font files. One page per `run`/`diagnose` (verdict, GPU utilization over time,
+//! CPU per core as a heat strip, PCIe, findings with their fixes) or `analyze` (per-step stacked
+//! breakdown, devices, findings).
+
+use super::chart::{self, Buckets, ChartError};
+use crate::diagnose::DiagnoseReport;
+use crate::finding::{Finding, Severity};
+use crate::record::format::{read_recording, Line, ReadError};
+use crate::trace::report::Report as TraceReport;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HtmlError {
+    #[error(transparent)]
+    Chart(#[from] ChartError),
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error("{0}")]
+    Diagnose(String),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+const WIDTH: u32 = 1100;
+
+/// Escapes text for HTML.
+pub fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:24px auto;max-width:1140px;color:#222;background:#fff}\
+h1{font-size:24px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}\
+.meta{color:#666;font-size:13px}.verdict{font-size:18px;padding:12px 16px;border-radius:6px;margin:16px 0;border-left:6px solid}\
+.bad{background:#fdecea;border-color:#d62728}.ok{background:#eaf7ea;border-color:#2ca02c}.unk{background:#fff8e1;border-color:#f0ad4e}\
+.finding{border:1px solid #ddd;border-radius:6px;padding:10px 14px;margin:10px 0}\
+.sev{display:inline-block;font-size:12px;font-weight:bold;padding:2px 6px;border-radius:4px;color:#fff;margin-right:8px}\
+.critical{background:#d62728}.warning{background:#e6890f}.info{background:#1f77b4}\
+.fix{background:#f4f8fb;border-left:4px solid #1f77b4;padding:6px 10px;margin:8px 0;white-space:pre-wrap}\
+table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}\
+th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}.chart svg{max-width:100%;height:auto}\
+ul.notes{color:#555;font-size:14px}";
+
+fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"generator\" content=\"gpufeed {}\"><title>{}</title><style>{STYLE}</style></head>\
+<body>\n{body}\n<p class=\"meta\">Made by gpufeed {}. Self-contained: no scripts, no network.</p></body></html>\n",
+        env!("CARGO_PKG_VERSION"),
+        esc(title),
+        env!("CARGO_PKG_VERSION"),
+    )
+}
+
+fn findings_html(findings: &[Finding]) -> String {
+    let mut s = String::new();
+    if findings.is_empty() {
+        s.push_str("<p>No findings: nothing to fix was seen.</p>");
+    }
+    for f in findings {
+        let sev = match f.severity {
+            Severity::Critical => "critical",
+            Severity::Warning => "warning",
+            Severity::Info => "info",
+        };
+        let _ = write!(
+            s,
+            "<div class=\"finding\"><span class=\"sev {sev}\">{sev}</span><b>{}</b> <code>{}</code>",
+            esc(&f.title),
+            esc(&f.id)
+        );
+        if let Some(x) = f.expected_speedup {
+            let _ = write!(
+                s,
+                " <span class=\"meta\">up to {x:.1}x faster if fixed</span>"
+            );
+        }
+        if !f.recommendation.is_empty() {
+            let _ = write!(
+                s,
+                "<div class=\"fix\"><b>Fix:</b> {}</div>",
+                esc(&f.recommendation)
+            );
+        }
+        if !f.evidence.is_empty() {
+            s.push_str("<table><tr><th>evidence</th><th>value</th></tr>");
+            for (k, v) in &f.evidence {
+                let v = match v {
+                    serde_json::Value::Number(n) => n
+                        .as_f64()
+                        .map(|x| x + 0.0)
+                        .map(|x| {
+                            if x.fract() == 0.0 {
+                                format!("{x:.0}")
+                            } else {
+                                format!("{x:.3}")
+                            }
+                        })
+                        .unwrap_or_else(|| n.to_string()),
+                    serde_json::Value::String(t) => t.clone(),
+                    other => other.to_string(),
+                };
+                let _ = write!(s, "<tr><td>{}</td><td>{}</td></tr>", esc(k), esc(&v));
+            }
+            s.push_str("</table>");
+        }
+        s.push_str("</div>\n");
+    }
+    s
+}
+
+/// Time series read back from a recording for the charts.
+#[derive(Debug, Default)]
+pub struct RecordingSeries {
+    pub gpu_util: BTreeMap<u32, Buckets>,
+    pub pcie_rx: BTreeMap<u32, Buckets>,
+    pub pcie_tx: BTreeMap<u32, Buckets>,
+    pub cpu_cores: Vec<Buckets>,
+}
+
+impl RecordingSeries {
+    pub fn read(path: &Path) -> Result<RecordingSeries, ReadError> {
+        let mut s = RecordingSeries::default();
+        let mut prev: BTreeMap<u32, (f64, Option<u64>, Option<u64>)> = BTreeMap::new();
+        read_recording(path, |_, l| s.push(&l, &mut prev))?;
+        Ok(s)
+    }
+
+    fn push(&mut self, l: &Line, prev: &mut BTreeMap<u32, (f64, Option<u64>, Option<u64>)>) {
+        match l {
+            Line::Gpu(g) => {
+                let u = self.gpu_util.entry(g.index).or_default();
+                match &g.util_samples {
+                    Some(v) => v.iter().for_each(|&[t, x]| u.push(t, x)),
+                    None => {
+                        if let Some(x) = g.util_pct {
+                            u.push(g.t_s, x)
+                        }
+                    }
+                }
+                let p = prev.get(&g.index).copied();
+                if let Some((pt, prx, ptx)) = p {
+                    let dt = g.t_s - pt;
+                    if dt > 0.0 {
+                        if let (Some(a), Some(b)) = (prx, g.pcie_rx_bytes) {
+                            self.pcie_rx
+                                .entry(g.index)
+                                .or_default()
+                                .push(g.t_s, b.saturating_sub(a) as f64 / dt / 1e9);
+                        }
+                        if let (Some(a), Some(b)) = (ptx, g.pcie_tx_bytes) {
+                            self.pcie_tx
+                                .entry(g.index)
+                                .or_default()
+                                .push(g.t_s, b.saturating_sub(a) as f64 / dt / 1e9);
+                        }
+                    }
+                }
+                if g.pcie_rx_bytes.is_none() {
+                    if let Some(r) = g.pcie_rx_bytes_per_s {
+                        self.pcie_rx
+                            .entry(g.index)
+                            .or_default()
+                            .push(g.t_s, r / 1e9);
+                    }
+                    if let Some(r) = g.pcie_tx_bytes_per_s {
+                        self.pcie_tx
+                            .entry(g.index)
+                            .or_default()
+                            .push(g.t_s, r / 1e9);
+                    }
+                }
+                prev.insert(g.index, (g.t_s, g.pcie_rx_bytes, g.pcie_tx_bytes));
+            }
+            Line::Host(h) => {
+                if self.cpu_cores.len() < h.cpu_pct.len() {
+                    self.cpu_cores.resize(h.cpu_pct.len(), Buckets::default());
+                }
+                for (i, v) in h.cpu_pct.iter().enumerate() {
+                    self.cpu_cores[i].push(h.t_s, *v);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn verdict_class(id: &str) -> &'static str {
+    match id {
+        "compute_bound" => "ok",
+        "unknown" | "idle" => "unk",
+        _ => "bad",
+    }
+}
+
+/// The page for a diagnosis (`run --html`, `diagnose --html`). `series` comes from the recording
+/// when there is one; logs fall back to the evidence's utilization timeline.
+pub fn diagnose_section(
+    r: &DiagnoseReport,
+    series: Option<&RecordingSeries>,
+) -> Result<String, HtmlError> {
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "<h1>{}</h1><p class=\"meta\">{} ({}), {:.0} s, {} GPU(s)</p>\
+<div class=\"verdict {}\"><b>{}</b> ({:.0}% confidence): {}</div>",
+        esc(&format!("gpufeed diagnosis: {}", r.verdict.id)),
+        esc(&r.source.path),
+        esc(&r.source.format),
+        r.duration_s,
+        r.gpus.len(),
+        verdict_class(&r.verdict.id),
+        esc(&r.verdict.id),
+        r.verdict.confidence * 100.0,
+        esc(&r.verdict.summary)
+    );
+    s.push_str("<h2>GPU utilization over time</h2><div class=\"chart\">");
+    let util: Vec<(String, Vec<(f64, f64)>)> = match series {
+        Some(se) if !se.gpu_util.is_empty() => se
+            .gpu_util
+            .iter()
+            .map(|(i, b)| (format!("GPU {i}"), b.points()))
+            .collect(),
+        _ => r
+            .gpus
+            .iter()
+            .filter(|g| !g.timeline_pct.is_empty())
+            .map(|g| {
+                (
+                    format!("GPU {}", g.index),
+                    g.timeline_pct
+                        .iter()
+                        .enumerate()
+                        .map(|(k, v)| (k as f64 * g.timeline_step_s, *v))
+                        .collect(),
+                )
+            })
+            .collect(),
+    };
+    if util.is_empty() {
+        s.push_str("<p>No GPU utilization was recorded.</p>");
+    } else {
+        s.push_str(&chart::lines(
+            "GPU utilization (%)",
+            "%",
+            &util,
+            Some(100.0),
+            (WIDTH, 300),
+        )?);
+    }
+    s.push_str("</div>");
+    if let Some(se) = series {
+        if !se.cpu_cores.is_empty() {
+            s.push_str("<h2>CPU per core</h2><p class=\"meta\">White: idle, red: saturated. A few red rows with the rest white is a CPU-bound input pipeline with too few workers.</p><div class=\"chart\">");
+            let h = (se.cpu_cores.len() as u32 * 10).clamp(120, 700) + 60;
+            s.push_str(&chart::heat_strip(
+                "CPU busy per core (%)",
+                &se.cpu_cores,
+                (WIDTH, h),
+            )?);
+            s.push_str("</div>");
+        }
+        let mut pcie: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+        for (i, b) in &se.pcie_rx {
+            pcie.push((format!("GPU {i} host to device"), b.points()));
+        }
+        for (i, b) in &se.pcie_tx {
+            pcie.push((format!("GPU {i} device to host"), b.points()));
+        }
+        if !pcie.is_empty() {
+            s.push_str("<h2>PCIe</h2><div class=\"chart\">");
+            s.push_str(&chart::lines(
+                "PCIe traffic (GB/s)",
+                "GB/s",
+                &pcie,
+                None,
+                (WIDTH, 260),
+            )?);
+            s.push_str("</div>");
+        }
+    }
+    s.push_str("<h2>Findings and fixes</h2>");
+    s.push_str(&findings_html(&r.findings));
+    if !r.notes.is_empty() {
+        s.push_str("<h2>Notes</h2><ul class=\"notes\">");
+        for n in &r.notes {
+            let _ = write!(s, "<li>{}</li>", esc(n));
+        }
+        s.push_str("</ul>");
+    }
+    Ok(s)
+}
+
+/// A whole page for one or more diagnoses.
+pub fn diagnose_page(sections: &[String]) -> String {
+    page("gpufeed diagnosis", &sections.join("\n<hr>\n"))
+}
+
+/// Reads the recording's series when `r` came from a recording, then renders the page.
+pub fn diagnose_report_html(r: &DiagnoseReport) -> Result<String, HtmlError> {
+    let series = if r.source.format == "recording" {
+        Some(RecordingSeries::read(Path::new(&r.source.path))?)
+    } else {
+        None
+    };
+    Ok(diagnose_page(&[diagnose_section(r, series.as_ref())?]))
+}
+
+const STEP_CATEGORIES: [&str; 8] = [
+    "kernel",
+    "memcpy",
+    "memset",
+    "communication",
+    "runtime",
+    "dataloader",
+    "cpu_op",
+    "other",
+];
+
+/// The page for `analyze --html`: per-step stacked breakdown, devices and findings.
+pub fn trace_page(rep: &TraceReport) -> Result<String, HtmlError> {
+    let mut s = String::new();
+    let names: Vec<String> = rep.traces.iter().map(|t| t.path.clone()).collect();
+    let _ = write!(
+        s,
+        "<h1>gpufeed trace analysis</h1><p class=\"meta\">{} ({} steps from {})</p>",
+        esc(&names.join(", ")),
+        rep.steps.len(),
+        esc(&rep.step_source)
+    );
+    let bars: Vec<(String, Vec<f64>)> = rep
+        .steps
+        .iter()
+        .map(|r| {
+            (
+                r.step.clone(),
+                vec![
+                    r.kernel_us / 1e3,
+                    r.memcpy_us / 1e3,
+                    r.memset_us / 1e3,
+                    r.communication_us / 1e3,
+                    r.runtime_us / 1e3,
+                    r.dataloader_us / 1e3,
+                    r.cpu_op_us / 1e3,
+                    r.other_us / 1e3,
+                ],
+            )
+        })
+        .collect();
+    s.push_str("<h2>Step time breakdown</h2>");
+    if bars.is_empty() {
+        s.push_str("<p>No steps were found in the trace.</p>");
+    } else {
+        s.push_str("<div class=\"chart\">");
+        s.push_str(&chart::stacked_bars(
+            "Time per step by category (ms)",
+            "ms",
+            &STEP_CATEGORIES,
+            &bars,
+            (WIDTH, 380),
+        )?);
+        s.push_str("</div>");
+        let b = &rep.breakdown;
+        let total = b.total_us.max(1e-9);
+        s.push_str("<table><tr><th>category (mean per step)</th><th>ms</th><th>share</th></tr>");
+        for (name, v) in [
+            ("kernel", b.kernel_us),
+            ("memcpy", b.memcpy_us),
+            ("memset", b.memset_us),
+            ("communication", b.communication_us),
+            ("runtime", b.runtime_us),
+            ("dataloader", b.dataloader_us),
+            ("cpu_op", b.cpu_op_us),
+            ("other", b.other_us),
+        ] {
+            let _ = write!(
+                s,
+                "<tr><td>{name}</td><td>{:.2}</td><td>{:.1}%</td></tr>",
+                v / 1e3,
+                100.0 * v / total
+            );
+        }
+        s.push_str("</table>");
+    }
+    if !rep.devices.is_empty() {
+        s.push_str("<h2>Devices</h2><table><tr><th>device</th><th>busy</th><th>kernels</th></tr>");
+        for d in &rep.devices {
+            let _ = write!(
+                s,
+                "<tr><td>{} {}</td><td>{:.1}%</td><td>{}</td></tr>",
+                d.device,
+                esc(d.name.as_deref().unwrap_or("")),
+                d.busy_pct,
+                d.kernels
+            );
+        }
+        s.push_str("</table>");
+    }
+    s.push_str("<h2>Findings and fixes</h2>");
+    s.push_str(&findings_html(&rep.findings));
+    Ok(page("gpufeed trace analysis", &s))
+}
+
+/// One setting of a sweep, for [`sweep_page`] (kept free of the tuner's types so the page does
+/// not depend on them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SweepPoint {
+    /// The setting, e.g. `num_workers=4 batch_size=64`.
+    pub label: String,
+    pub throughput: Option<f64>,
+    pub gpu_util_mean_pct: Option<f64>,
+    pub data_wait_fraction: Option<f64>,
+    /// Failed or interrupted: no throughput.
+    pub failed: bool,
+}
+
+/// The page for `sweep --html`: throughput and GPU utilization per setting (in the order tried),
+/// the sweet spot and why.
+pub fn sweep_page(
+    command: &str,
+    unit: &str,
+    points: &[SweepPoint],
+    sweet_spot: Option<(&str, &str)>,
+) -> Result<String, HtmlError> {
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "<h1>gpufeed sweep</h1><p class=\"meta\"><code>{}</code>: {} settings</p>",
+        esc(command),
+        points.len()
+    );
+    match sweet_spot {
+        Some((label, why)) => {
+            let _ = write!(
+                s,
+                "<div class=\"verdict ok\"><b>Sweet spot: {}</b>. {}</div>",
+                esc(label),
+                esc(why)
+            );
+        }
+        None => s.push_str(
+            "<div class=\"verdict unk\">No sweet spot: no setting gave a throughput.</div>",
+        ),
+    }
+    let mark = |p: &SweepPoint| {
+        if sweet_spot.is_some_and(|(l, _)| l == p.label) {
+            format!("*{}", p.label)
+        } else {
+            p.label.clone()
+        }
+    };
+    let tp: Vec<(String, Vec<f64>)> = points
+        .iter()
+        .map(|p| (mark(p), vec![p.throughput.unwrap_or(0.0)]))
+        .collect();
+    s.push_str("<h2>Throughput per setting</h2><div class=\"chart\">");
+    s.push_str(&chart::stacked_bars(
+        &format!("Throughput ({unit}); * = sweet spot"),
+        unit,
+        &["throughput"],
+        &tp,
+        (WIDTH, 320),
+    )?);
+    let util: Vec<(String, Vec<f64>)> = points
+        .iter()
+        .map(|p| (mark(p), vec![p.gpu_util_mean_pct.unwrap_or(0.0)]))
+        .collect();
+    s.push_str(&chart::stacked_bars(
+        "GPU utilization (%)",
+        "%",
+        &["GPU utilization"],
+        &util,
+        (WIDTH, 260),
+    )?);
+    s.push_str("</div><table><tr><th>setting</th><th>throughput</th><th>GPU util</th><th>data wait</th></tr>");
+    for p in points {
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&mark(p)),
+            if p.failed {
+                "failed".to_string()
+            } else {
+                p.throughput
+                    .map_or("-".into(), |v| format!("{v:.1} {}", esc(unit)))
+            },
+            p.gpu_util_mean_pct
+                .map_or("-".into(), |v| format!("{v:.0}%")),
+            p.data_wait_fraction
+                .map_or("-".into(), |v| format!("{:.0}%", v * 100.0)),
+        );
+    }
+    s.push_str("</table>");
+    Ok(page("gpufeed sweep", &s))
+}
+
+/// Writes the diagnosis page of a recording (`run --html`).
+pub fn write_for_recording(recording: &Path, out: &Path) -> Result<(), HtmlError> {
+    let r = crate::diagnose::report_for_recording(recording)
+        .map_err(|e| HtmlError::Diagnose(e.to_string()))?;
+    write(out, &diagnose_report_html(&r)?)
+}
+
+/// Writes one page for several diagnoses (`diagnose --html`).
+pub fn write_diagnoses(reports: &[DiagnoseReport], out: &Path) -> Result<(), HtmlError> {
+    let mut sections = Vec::with_capacity(reports.len());
+    for r in reports {
+        let series = if r.source.format == "recording" {
+            Some(RecordingSeries::read(Path::new(&r.source.path))?)
+        } else {
+            None
+        };
+        sections.push(diagnose_section(r, series.as_ref())?);
+    }
+    write(out, &diagnose_page(&sections))
+}
+
+/// Writes a page.
+pub fn write(path: &Path, html: &str) -> Result<(), HtmlError> {
+    std::fs::write(path, html).map_err(|source| HtmlError::Write {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes() {
+        assert_eq!(
+            esc("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
+    }
+
+    #[test]
+    fn findings_show_fix_and_evidence() {
+        let f = Finding::new("input_bound", Severity::Critical, "GPU <starving>")
+            .with("busy_pct", 35.5)
+            .recommend("num_workers=8");
+        let h = findings_html(&[f]);
+        assert!(h.contains("GPU &lt;starving&gt;"));
+        assert!(h.contains("<b>Fix:</b> num_workers=8"));
+        assert!(h.contains("<td>busy_pct</td><td>35.500</td>"));
+    }
+
+    #[test]
+    fn sweep_page_marks_the_sweet_spot() {
+        let pts: Vec<SweepPoint> = [0.0f64, 2.0, 4.0, 8.0]
+            .iter()
+            .map(|&w| SweepPoint {
+                label: format!("num_workers={w}"),
+                throughput: Some(100.0 + 50.0 * w.min(4.0)),
+                gpu_util_mean_pct: Some(30.0 + 15.0 * w.min(4.0)),
+                data_wait_fraction: Some(0.5 - 0.1 * w.min(4.0)),
+                failed: false,
+            })
+            .collect();
+        let h = sweep_page(
+            "python train.py",
+            "samples/s",
+            &pts,
+            Some(("num_workers=4", "within 5% of the best")),
+        )
+        .unwrap();
+        assert!(h.contains("Sweet spot: num_workers=4"));
+        assert!(h.contains("*num_workers=4"));
+        assert_eq!(h.matches("<svg").count(), 2);
+    }
+
+    #[test]
+    fn pages_are_self_contained() {
+        let p = page("t", "<p>x</p>");
+        assert!(p.starts_with("<!DOCTYPE html>"));
+        assert!(!p.contains("<script"));
+        assert!(!p.contains("src=\"http"));
+        assert!(!p.contains("@import"));
+    }
+}

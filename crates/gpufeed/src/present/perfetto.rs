@@ -1,0 +1,242 @@
+//! Chrome trace JSON (loads in ui.perfetto.dev and chrome://tracing) with counter tracks from a
+//! recording, optionally merged with a Kineto trace on one time base.
+//!
+//! Time base: microseconds since the Unix epoch. A recording's `t_s` is shifted by its header's
+//! `start_unix_us`; a Kineto trace's `ts` is kept when it is already absolute, or shifted by its
+//! `baseTimeNanoseconds` when it is relative to that. Tracks: one process per GPU (utilization,
+//! memory, PCIe), one for the host (CPU per core), and a `cpu_pct` counter on each job process's
+//! own pid, so in a merged view a DataLoader worker's CPU sits next to its operators.
+
+use crate::record::format::{read_recording, Line, ReadError};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+/// Synthetic pids of gpufeed's own tracks: above any OS pid (at most 2^22), below 2^31 (trace
+/// viewers read pids as 32-bit signed integers), away from Kineto's device ids.
+pub const GPU_PID_BASE: u64 = 2_000_000_000;
+pub const HOST_PID: u64 = 2_100_000_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PerfettoError {
+    #[error(transparent)]
+    Recording(#[from] ReadError),
+    #[error("cannot read the trace {path}: {detail}")]
+    Trace { path: String, detail: String },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// What an export wrote.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ExportStats {
+    pub counter_events: u64,
+    pub trace_events: u64,
+}
+
+/// Counter and metadata events from a recording, in Unix µs.
+pub fn recording_events(path: &Path) -> Result<Vec<Value>, ReadError> {
+    let mut out = Vec::new();
+    let mut named: BTreeMap<u64, String> = BTreeMap::new();
+    let mut prev_pcie: BTreeMap<u32, (f64, Option<u64>, Option<u64>)> = BTreeMap::new();
+    let mut t0 = 0.0f64;
+    let mut first = true;
+    read_recording(path, |h, l| {
+        if first {
+            first = false;
+            t0 = h.start_unix_us as f64;
+            for g in &h.gpus {
+                let name = format!(
+                    "GPU {} {} (gpufeed)",
+                    g.index,
+                    g.name.as_deref().unwrap_or("")
+                );
+                named.insert(GPU_PID_BASE + g.index as u64, name);
+            }
+            named.insert(
+                HOST_PID,
+                format!(
+                    "host {} CPU (gpufeed)",
+                    h.host.hostname.as_deref().unwrap_or("")
+                ),
+            );
+        }
+        let ts = |t: f64| t0 + t * 1e6;
+        let counter = |pid: u64, name: &str, t: f64, args: Value| json!({"ph": "C", "pid": pid, "tid": 0, "name": name, "ts": ts(t), "args": args});
+        match l {
+            Line::Gpu(g) => {
+                let pid = GPU_PID_BASE + g.index as u64;
+                named
+                    .entry(pid)
+                    .or_insert_with(|| format!("GPU {} (gpufeed)", g.index));
+                match &g.util_samples {
+                    Some(v) => {
+                        for &[t, u] in v {
+                            out.push(counter(pid, "utilization %", t, json!({"util_pct": u})));
+                        }
+                    }
+                    None => {
+                        if let Some(u) = g.util_pct {
+                            out.push(counter(pid, "utilization %", g.t_s, json!({"util_pct": u})));
+                        }
+                    }
+                }
+                if let Some(m) = g.mem_used_bytes {
+                    out.push(counter(
+                        pid,
+                        "memory used GiB",
+                        g.t_s,
+                        json!({"mem_used_gib": m as f64 / (1u64 << 30) as f64}),
+                    ));
+                }
+                let mut rates = (g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s);
+                if let Some((pt, prx, ptx)) = prev_pcie.get(&g.index).copied() {
+                    let dt = g.t_s - pt;
+                    if dt > 0.0 {
+                        if let (Some(a), Some(b)) = (prx, g.pcie_rx_bytes) {
+                            rates.0 = Some(b.saturating_sub(a) as f64 / dt);
+                        }
+                        if let (Some(a), Some(b)) = (ptx, g.pcie_tx_bytes) {
+                            rates.1 = Some(b.saturating_sub(a) as f64 / dt);
+                        }
+                    }
+                }
+                prev_pcie.insert(g.index, (g.t_s, g.pcie_rx_bytes, g.pcie_tx_bytes));
+                if rates.0.is_some() || rates.1.is_some() {
+                    let mut a = serde_json::Map::new();
+                    if let Some(r) = rates.0 {
+                        a.insert("rx_gb_per_s".into(), json!(r / 1e9));
+                    }
+                    if let Some(r) = rates.1 {
+                        a.insert("tx_gb_per_s".into(), json!(r / 1e9));
+                    }
+                    out.push(counter(pid, "PCIe GB/s", g.t_s, Value::Object(a)));
+                }
+            }
+            Line::Host(hs) => {
+                for (i, v) in hs.cpu_pct.iter().enumerate() {
+                    out.push(counter(
+                        HOST_PID,
+                        &format!("cpu{i} %"),
+                        hs.t_s,
+                        json!({"busy_pct": v}),
+                    ));
+                }
+            }
+            Line::ProcStart(p) => {
+                named.entry(p.pid as u64).or_insert_with(|| {
+                    format!("{} {}", p.comm.as_deref().unwrap_or("process"), p.pid)
+                });
+            }
+            Line::Procs { t_s, procs } => {
+                for p in &procs {
+                    if let Some(c) = p.cpu_pct {
+                        out.push(counter(
+                            p.pid as u64,
+                            "CPU % (gpufeed)",
+                            t_s,
+                            json!({"cpu_pct": c}),
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+    })?;
+    for (pid, name) in named {
+        out.push(json!({"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": name}}));
+    }
+    Ok(out)
+}
+
+/// Writes the export. With `merge`, the Kineto trace's events come first, on the same time base.
+pub fn export(
+    recording: &Path,
+    merge: Option<&Path>,
+    out: &Path,
+) -> Result<ExportStats, PerfettoError> {
+    let counters = recording_events(recording)?;
+    let mut stats = ExportStats {
+        counter_events: counters.iter().filter(|e| e["ph"] == "C").count() as u64,
+        ..Default::default()
+    };
+    let mut kineto: Option<Value> = None;
+    if let Some(t) = merge {
+        let terr = |detail: String| PerfettoError::Trace {
+            path: t.display().to_string(),
+            detail,
+        };
+        let r = crate::trace::open(t).map_err(|e| terr(e.to_string()))?;
+        let v: Value = serde_json::from_reader(std::io::BufReader::new(r))
+            .map_err(|e| terr(format!("not a JSON trace: {e}")))?;
+        if !v.get("traceEvents").is_some_and(Value::is_array) {
+            return Err(terr(
+                "no traceEvents list: not a Chrome/Kineto trace".into(),
+            ));
+        }
+        kineto = Some(v);
+    }
+    let werr = |source: std::io::Error| PerfettoError::Write {
+        path: out.display().to_string(),
+        source,
+    };
+    let f = std::fs::File::create(out).map_err(werr)?;
+    let mut w = BufWriter::with_capacity(1 << 20, f);
+    w.write_all(b"{\"displayTimeUnit\":\"ms\",").map_err(werr)?;
+    let mut first = true;
+    if let Some(mut k) = kineto {
+        // ts relative to baseTimeNanoseconds (newer Kineto) become absolute Unix µs.
+        let shift_us = k
+            .get("baseTimeNanoseconds")
+            .and_then(Value::as_f64)
+            .map(|ns| ns / 1e3)
+            .unwrap_or(0.0);
+        let events = k
+            .get_mut("traceEvents")
+            .and_then(Value::as_array_mut)
+            .map(std::mem::take)
+            .unwrap_or_default();
+        if let Value::Object(map) = &k {
+            for (key, v) in map {
+                if key == "traceEvents" || key == "baseTimeNanoseconds" || key == "displayTimeUnit"
+                {
+                    continue;
+                }
+                serde_json::to_writer(&mut w, key).map_err(|e| werr(e.into()))?;
+                w.write_all(b":").map_err(werr)?;
+                serde_json::to_writer(&mut w, v).map_err(|e| werr(e.into()))?;
+                w.write_all(b",").map_err(werr)?;
+            }
+        }
+        w.write_all(b"\"traceEvents\":[").map_err(werr)?;
+        for mut e in events {
+            if shift_us != 0.0 {
+                if let Some(ts) = e.get("ts").and_then(Value::as_f64) {
+                    e["ts"] = json!(ts + shift_us);
+                }
+            }
+            if !first {
+                w.write_all(b",\n").map_err(werr)?;
+            }
+            first = false;
+            serde_json::to_writer(&mut w, &e).map_err(|e| werr(e.into()))?;
+            stats.trace_events += 1;
+        }
+    } else {
+        w.write_all(b"\"traceEvents\":[").map_err(werr)?;
+    }
+    for e in &counters {
+        if !first {
+            w.write_all(b",\n").map_err(werr)?;
+        }
+        first = false;
+        serde_json::to_writer(&mut w, e).map_err(|e| werr(e.into()))?;
+    }
+    w.write_all(b"]}\n").map_err(werr)?;
+    w.flush().map_err(werr)?;
+    Ok(stats)
+}

@@ -1,0 +1,278 @@
+//! Prometheus / OpenMetrics exposition of a [`LiveState`] (prometheus-client's text encoder).
+//!
+//! dcgm-exporter's names where the meaning is the same (so existing dashboards and alerts keep
+//! working), `gpufeed_*` for what gpufeed adds. Labels: `gpu`, `uuid`, `hostname` (processes:
+//! `pid`, `comm`, `role`). A value that was not read is left out, never exported as 0.
+
+use crate::live::LiveState;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+/// Content type of [`encode_state`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+type Labels = Vec<(String, String)>;
+type GaugeF = Family<Labels, Gauge<f64, AtomicU64>>;
+type CounterF = Family<Labels, Counter<f64, AtomicU64>>;
+
+/// Every metric family gpufeed exports: (name as exposed, type, help). Used by the docs and by
+/// the dashboard test.
+pub const METRICS: &[(&str, &str, &str)] = &[
+    ("gpufeed_up", "gauge", "1 while gpufeed is sampling"),
+    ("gpufeed_build_info", "info", "gpufeed version"),
+    ("gpufeed_gpus", "gauge", "GPUs the driver reports (0 without a driver)"),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %), mean of the driver samples of the last second"),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %)"),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)"),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)"),
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)"),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)"),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)"),
+    ("gpufeed_gpu_busy_ratio", "gauge", "Share of time a kernel ran over the window (mean utilization / 100)"),
+    ("gpufeed_gpu_util_oscillation_strength", "gauge", "Strength (0-1) of periodic utilization swings over the window (0: none found)"),
+    ("gpufeed_gpu_util_oscillation_period_seconds", "gauge", "Period of the utilization swings, when one was found"),
+    ("gpufeed_data_starvation_score", "gauge", "0-1: idle share of the GPU when the verdict is input_bound, weighted by its confidence; 0 otherwise"),
+    ("gpufeed_pcie_rx_bytes_per_second", "gauge", "PCIe host-to-device rate"),
+    ("gpufeed_pcie_tx_bytes_per_second", "gauge", "PCIe device-to-host rate"),
+    ("gpufeed_pcie_rx_bytes_total", "counter", "PCIe bytes received by the GPU since gpufeed started"),
+    ("gpufeed_pcie_tx_bytes_total", "counter", "PCIe bytes sent by the GPU since gpufeed started"),
+    ("gpufeed_throttle_seconds_total", "counter", "Seconds with a clock-slowing reason set (GpuIdle excluded), by reason"),
+    ("gpufeed_verdict", "gauge", "1 for the live verdict over the window (label id), with its confidence in gpufeed_verdict_confidence"),
+    ("gpufeed_verdict_confidence", "gauge", "Confidence (0-1) of the live verdict"),
+    ("gpufeed_host_cpu_percent", "gauge", "Mean busy percent over all logical CPUs"),
+    ("gpufeed_host_cpu_core_percent", "gauge", "Busy percent of each logical CPU"),
+    ("gpufeed_job_processes", "gauge", "Processes in the followed job's tree"),
+    ("gpufeed_job_process_cpu_percent", "gauge", "CPU of each job process, percent of one core (role: main or worker)"),
+];
+
+fn help(name: &str) -> &'static str {
+    METRICS
+        .iter()
+        .find(|m| m.0 == name)
+        .map(|m| m.2)
+        .unwrap_or("")
+}
+
+/// Registers a gauge family under its exposed name.
+fn gauge(reg: &mut Registry, name: &str) -> GaugeF {
+    let f = GaugeF::default();
+    reg.register(name, help(name), f.clone());
+    f
+}
+
+/// Registers a counter family; prometheus-client appends `_total` to the name.
+fn counter(reg: &mut Registry, name: &str) -> CounterF {
+    let f = CounterF::default();
+    let base = name.strip_suffix("_total").unwrap_or(name);
+    reg.register(base, help(name), f.clone());
+    f
+}
+
+fn l(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Encodes the state as OpenMetrics text (`# EOF` terminated).
+pub fn encode_state(st: &LiveState) -> String {
+    let mut reg = Registry::default();
+    let up = Gauge::<i64>::default();
+    reg.register("gpufeed_up", help("gpufeed_up"), up.clone());
+    up.set(1);
+    let info = Info::new(vec![
+        ("version".to_string(), env!("CARGO_PKG_VERSION").to_string()),
+        ("hostname".to_string(), st.hostname.clone()),
+    ]);
+    reg.register("gpufeed_build", help("gpufeed_build_info"), info);
+    let gpus_n = Gauge::<i64>::default();
+    reg.register("gpufeed_gpus", help("gpufeed_gpus"), gpus_n.clone());
+    gpus_n.set(st.gpus.len() as i64);
+
+    let util = gauge(&mut reg, "DCGM_FI_DEV_GPU_UTIL");
+    let mem_util = gauge(&mut reg, "DCGM_FI_DEV_MEM_COPY_UTIL");
+    let fb_used = gauge(&mut reg, "DCGM_FI_DEV_FB_USED");
+    let fb_free = gauge(&mut reg, "DCGM_FI_DEV_FB_FREE");
+    let clock = gauge(&mut reg, "DCGM_FI_DEV_SM_CLOCK");
+    let power = gauge(&mut reg, "DCGM_FI_DEV_POWER_USAGE");
+    let temp = gauge(&mut reg, "DCGM_FI_DEV_GPU_TEMP");
+    let busy = gauge(&mut reg, "gpufeed_gpu_busy_ratio");
+    let osc = gauge(&mut reg, "gpufeed_gpu_util_oscillation_strength");
+    let osc_p = gauge(&mut reg, "gpufeed_gpu_util_oscillation_period_seconds");
+    let starve = gauge(&mut reg, "gpufeed_data_starvation_score");
+    let rx_rate = gauge(&mut reg, "gpufeed_pcie_rx_bytes_per_second");
+    let tx_rate = gauge(&mut reg, "gpufeed_pcie_tx_bytes_per_second");
+    let rx_total = counter(&mut reg, "gpufeed_pcie_rx_bytes_total");
+    let tx_total = counter(&mut reg, "gpufeed_pcie_tx_bytes_total");
+    let thr = counter(&mut reg, "gpufeed_throttle_seconds_total");
+
+    let host = st.hostname.as_str();
+    for g in &st.gpus {
+        let idx = g.index.to_string();
+        let uuid = g.uuid.as_deref().unwrap_or("");
+        let labels = l(&[("gpu", &idx), ("uuid", uuid), ("hostname", host)]);
+        let set = |f: &GaugeF, v: Option<f64>| {
+            if let Some(v) = v.filter(|v| v.is_finite()) {
+                f.get_or_create(&labels).set(v);
+            }
+        };
+        let last = g.last.as_ref();
+        set(
+            &util,
+            st.util_mean(g, 1.0).or(last.and_then(|s| s.util_pct)),
+        );
+        set(&mem_util, last.and_then(|s| s.mem_util_pct));
+        let used = last.and_then(|s| s.mem_used_bytes);
+        set(&fb_used, used.map(|b| (b as f64 / MIB).round()));
+        set(
+            &fb_free,
+            used.zip(g.mem_total_bytes)
+                .map(|(u, t)| (t.saturating_sub(u) as f64 / MIB).round()),
+        );
+        set(&clock, last.and_then(|s| s.sm_clock_mhz).map(f64::from));
+        set(&power, last.and_then(|s| s.power_w));
+        set(&temp, last.and_then(|s| s.temperature_c).map(f64::from));
+        let ev = st.gpu_evidence(g.index);
+        set(&busy, ev.and_then(|e| e.busy_fraction));
+        if let Some(e) = ev.filter(|e| e.util_samples > 0) {
+            set(&osc, Some(e.periodicity.map_or(0.0, |p| p.strength)));
+            set(&osc_p, e.periodicity.map(|p| p.period_s));
+        }
+        set(&starve, st.starvation_score(g.index));
+        set(&rx_rate, g.pcie_rx_bytes_per_s);
+        set(&tx_rate, g.pcie_tx_bytes_per_s);
+        if let Some(v) = g.pcie_rx_bytes_total {
+            rx_total.get_or_create(&labels).inc_by(v);
+        }
+        if let Some(v) = g.pcie_tx_bytes_total {
+            tx_total.get_or_create(&labels).inc_by(v);
+        }
+        if g.throttle_observed_s > 0.0 {
+            for reason in [
+                "sw_power_cap",
+                "hw_slowdown",
+                "sw_thermal",
+                "hw_thermal",
+                "hw_power_brake",
+            ] {
+                let mut lr = labels.clone();
+                lr.push(("reason".into(), reason.into()));
+                thr.get_or_create(&lr)
+                    .inc_by(g.throttle_s.get(reason).copied().unwrap_or(0.0));
+            }
+        }
+    }
+
+    let verdict = gauge(&mut reg, "gpufeed_verdict");
+    let conf = gauge(&mut reg, "gpufeed_verdict_confidence");
+    if let Some(r) = &st.report {
+        verdict
+            .get_or_create(&l(&[("id", &r.verdict.id), ("hostname", host)]))
+            .set(1.0);
+        conf.get_or_create(&l(&[("hostname", host)]))
+            .set(r.verdict.confidence);
+    }
+    let cpu = gauge(&mut reg, "gpufeed_host_cpu_percent");
+    let core = gauge(&mut reg, "gpufeed_host_cpu_core_percent");
+    if let Some(h) = &st.host {
+        if let Some(v) = h.cpu_total_pct {
+            cpu.get_or_create(&l(&[("hostname", host)])).set(v);
+        }
+        for (i, v) in h.cpu_pct.iter().enumerate() {
+            core.get_or_create(&l(&[("cpu", &i.to_string()), ("hostname", host)]))
+                .set(*v);
+        }
+    }
+    let nprocs = gauge(&mut reg, "gpufeed_job_processes");
+    let pcpu = gauge(&mut reg, "gpufeed_job_process_cpu_percent");
+    if st.header.pid.is_some() {
+        nprocs
+            .get_or_create(&l(&[("hostname", host)]))
+            .set(st.procs.len() as f64);
+        let root = st.header.pid;
+        for p in st.procs.values() {
+            let Some(c) = p.cpu_pct else { continue };
+            let role = if Some(p.pid) == root || !st.procs.contains_key(&p.ppid) {
+                "main"
+            } else {
+                "worker"
+            };
+            pcpu.get_or_create(&l(&[
+                ("pid", &p.pid.to_string()),
+                ("comm", p.comm.as_deref().unwrap_or("")),
+                ("role", role),
+                ("hostname", host),
+            ]))
+            .set(c);
+        }
+    }
+    let mut out = String::with_capacity(16 * 1024);
+    // Writing to a String cannot fail.
+    let _ = encode(&mut out, &reg);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::fixture;
+
+    #[test]
+    fn exposition_names_values_and_order() {
+        let st = fixture::state(2, 20);
+        let text = encode_state(&st);
+        let first: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .take(2)
+            .collect();
+        assert_eq!(first[0], "gpufeed_up 1");
+        assert!(
+            first[1].starts_with("gpufeed_build_info{version=\""),
+            "{}",
+            first[1]
+        );
+        assert!(text.ends_with("# EOF\n"));
+        let lbl = "gpu=\"1\",uuid=\"GPU-00000001-aaaa-bbbb-cccc-dddddddddddd\",hostname=\"node1\"";
+        assert!(
+            text.contains(&format!("DCGM_FI_DEV_GPU_UTIL{{{lbl}}} 97.0")),
+            "{text}"
+        );
+        assert!(text.contains(&format!("DCGM_FI_DEV_FB_USED{{{lbl}}} 61440.0")));
+        assert!(text.contains(&format!("DCGM_FI_DEV_FB_FREE{{{lbl}}} 20480.0")));
+        assert!(text.contains(&format!("DCGM_FI_DEV_POWER_USAGE{{{lbl}}} 351.0")));
+        assert!(text.contains(&format!(
+            "gpufeed_throttle_seconds_total{{{lbl},reason=\"sw_power_cap\"}} 19.5"
+        )));
+        assert!(text.contains("# TYPE gpufeed_pcie_rx_bytes counter"));
+        assert!(text.contains("gpufeed_job_process_cpu_percent{pid=\"101\",comm=\"pt_data_worker\",role=\"worker\",hostname=\"node1\"} 99.0"));
+        assert!(text
+            .contains("gpufeed_job_process_cpu_percent{pid=\"100\",comm=\"python\",role=\"main\""));
+        // Every documented family appears.
+        for (name, _, _) in METRICS {
+            let base = name.strip_suffix("_total").unwrap_or(name);
+            let base = base.strip_suffix("_info").unwrap_or(base);
+            assert!(
+                text.contains(&format!("# TYPE {base} ")),
+                "{name} missing:\n{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn unread_values_are_absent_not_zero() {
+        let st = crate::live::LiveState::new(fixture::header(1), 30.0);
+        let text = encode_state(&st);
+        assert!(!text.contains("DCGM_FI_DEV_GPU_UTIL{"));
+        assert!(!text.contains("gpufeed_pcie_rx_bytes_total{"));
+        assert!(text.contains("gpufeed_gpus 1"));
+    }
+}

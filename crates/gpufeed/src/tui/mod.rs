@@ -1,0 +1,560 @@
+//! `gpufeed watch`'s terminal UI: state + draw, never calls hardware.
+//!
+//! [`draw`] renders a [`LiveState`] and the UI's own [`Ui`] state into a ratatui frame; the event
+//! loop in `commands::watch` feeds lines and keys. Layout from top to bottom: a title line, the
+//! live verdict, one block per GPU (utilization sparkline of the sub-second driver samples,
+//! memory bar, PCIe, power, clocks, throttle flags), per-core CPU bars, the job's process tree.
+//! Small terminals drop the lower blocks first; `NO_COLOR` draws in monochrome.
+
+use crate::live::{GpuLive, LiveState};
+use crate::present::bytes;
+use crate::sample::throttle;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Paragraph, Sparkline};
+use ratatui::Frame;
+
+/// Which block arrows act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Focus {
+    #[default]
+    Gpus,
+    Cpus,
+    Procs,
+}
+
+impl Focus {
+    pub fn next(self) -> Focus {
+        match self {
+            Focus::Gpus => Focus::Cpus,
+            Focus::Cpus => Focus::Procs,
+            Focus::Procs => Focus::Gpus,
+        }
+    }
+    pub fn prev(self) -> Focus {
+        self.next().next()
+    }
+}
+
+/// The UI's own state (what the keys change).
+#[derive(Debug, Clone, Default)]
+pub struct Ui {
+    pub paused: bool,
+    pub focus: Focus,
+    /// First GPU / process shown (arrows scroll the focused block).
+    pub gpu_offset: usize,
+    pub proc_offset: usize,
+    /// Path of the recording in progress (`r`).
+    pub recording: Option<String>,
+    /// One-line status message (recording saved, job exited, ...).
+    pub message: Option<String>,
+    pub color: bool,
+}
+
+/// A key, already decoded from the terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Key {
+    Quit,
+    Pause,
+    Record,
+    Tab,
+    BackTab,
+    Up,
+    Down,
+    Other,
+}
+
+/// What the event loop must do after a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    None,
+    Quit,
+    ToggleRecording,
+}
+
+impl Ui {
+    pub fn key(&mut self, k: Key, st: &LiveState) -> Action {
+        match k {
+            Key::Quit => return Action::Quit,
+            Key::Pause => self.paused = !self.paused,
+            Key::Record => return Action::ToggleRecording,
+            Key::Tab => self.focus = self.focus.next(),
+            Key::BackTab => self.focus = self.focus.prev(),
+            Key::Up => match self.focus {
+                Focus::Gpus => self.gpu_offset = self.gpu_offset.saturating_sub(1),
+                Focus::Procs => self.proc_offset = self.proc_offset.saturating_sub(1),
+                Focus::Cpus => {}
+            },
+            Key::Down => match self.focus {
+                Focus::Gpus => {
+                    self.gpu_offset = (self.gpu_offset + 1).min(st.gpus.len().saturating_sub(1))
+                }
+                Focus::Procs => {
+                    self.proc_offset = (self.proc_offset + 1).min(st.procs.len().saturating_sub(1))
+                }
+                Focus::Cpus => {}
+            },
+            Key::Other => {}
+        }
+        Action::None
+    }
+
+    fn style(&self, c: Color) -> Style {
+        if self.color {
+            Style::default().fg(c)
+        } else {
+            Style::default()
+        }
+    }
+
+    fn block(&self, title: String, focus: Focus) -> Block<'static> {
+        let mut b = Block::default().borders(Borders::ALL).title(title);
+        if self.focus == focus {
+            b = b.border_style(if self.color {
+                Style::default().fg(Color::Cyan)
+            } else {
+                Style::default().add_modifier(Modifier::BOLD)
+            });
+        }
+        b
+    }
+}
+
+fn verdict_color(id: &str) -> Color {
+    match id {
+        "compute_bound" => Color::Green,
+        "unknown" | "idle" => Color::Yellow,
+        _ => Color::Red,
+    }
+}
+
+fn pct_color(p: f64) -> Color {
+    if p >= 80.0 {
+        Color::Green
+    } else if p >= 40.0 {
+        Color::Yellow
+    } else {
+        Color::Red
+    }
+}
+
+fn rate(b: Option<f64>) -> String {
+    match b {
+        Some(v) => format!("{}/s", bytes(v.max(0.0) as u64)),
+        None => "-".into(),
+    }
+}
+
+/// Draws the whole screen.
+pub fn draw(f: &mut Frame, st: &LiveState, ui: &Ui) {
+    let area = f.area();
+    if area.width < 20 || area.height < 5 {
+        f.render_widget(
+            Paragraph::new("gpufeed: terminal too small (q quits)"),
+            area,
+        );
+        return;
+    }
+    let gpu_rows = if st.gpus.is_empty() { 1 } else { 3 };
+    let gpu_n = st.gpus.len().max(1) as u16;
+    let cores = st.host.as_ref().map_or(0, |h| h.cpu_pct.len()) as u16;
+    let core_cols = (area.width.saturating_sub(2) / 22).max(1);
+    let cpu_h = cores.div_ceil(core_cols).clamp(1, 8) + 2;
+    // Small terminals: title + verdict + as many GPUs as fit; CPUs and processes only with room.
+    let fixed = 2u16;
+    let room = area.height.saturating_sub(fixed);
+    let gpus_fit = (room.saturating_sub(2) / gpu_rows).clamp(1, gpu_n);
+    let gpu_h = gpus_fit * gpu_rows + 2;
+    let rest = room.saturating_sub(gpu_h);
+    let (cpu_h, proc_h) = if rest >= cpu_h + 3 {
+        (cpu_h, rest - cpu_h)
+    } else if rest >= 3 {
+        (rest, 0)
+    } else {
+        (0, 0)
+    };
+    let chunks = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Length(1),
+        Constraint::Length(gpu_h.min(room)),
+        Constraint::Length(cpu_h),
+        Constraint::Length(proc_h),
+        Constraint::Min(0),
+    ])
+    .split(area);
+    draw_title(f, chunks[0], st, ui);
+    draw_verdict(f, chunks[1], st, ui);
+    draw_gpus(f, chunks[2], st, ui, gpus_fit as usize);
+    if cpu_h > 0 {
+        draw_cpus(f, chunks[3], st, ui, core_cols as usize);
+    }
+    if proc_h > 0 {
+        draw_procs(f, chunks[4], st, ui);
+    }
+}
+
+fn draw_title(f: &mut Frame, area: Rect, st: &LiveState, ui: &Ui) {
+    let mut spans = vec![
+        Span::styled(
+            "gpufeed watch",
+            Style::default().add_modifier(Modifier::BOLD),
+        ),
+        Span::raw(format!(" {} {:.0}s", st.hostname, st.t_s)),
+    ];
+    if ui.paused {
+        spans.push(Span::styled(
+            " PAUSED",
+            ui.style(Color::Yellow).add_modifier(Modifier::BOLD),
+        ));
+    }
+    if let Some(r) = &ui.recording {
+        spans.push(Span::styled(
+            format!(" REC {r}"),
+            ui.style(Color::Red).add_modifier(Modifier::BOLD),
+        ));
+    }
+    if let Some(m) = &ui.message {
+        spans.push(Span::raw(format!(" | {m}")));
+    }
+    spans.push(Span::styled(
+        "  q quit  p pause  r record  tab/arrows focus",
+        ui.style(Color::DarkGray),
+    ));
+    f.render_widget(Paragraph::new(Line::from(spans)), area);
+}
+
+fn draw_verdict(f: &mut Frame, area: Rect, st: &LiveState, ui: &Ui) {
+    let line = match &st.report {
+        Some(r) => {
+            let mut spans = vec![
+                Span::styled(
+                    format!("{} ", r.verdict.id),
+                    ui.style(verdict_color(&r.verdict.id))
+                        .add_modifier(Modifier::BOLD),
+                ),
+                Span::raw(format!(
+                    "({:.0}%, last {:.0}s): {}",
+                    r.verdict.confidence * 100.0,
+                    r.window_s,
+                    r.verdict.summary
+                )),
+            ];
+            if let Some(fnd) = r.findings.first().filter(|x| !x.recommendation.is_empty()) {
+                spans.push(Span::styled(
+                    format!("  Fix: {}", fnd.recommendation),
+                    ui.style(Color::Cyan),
+                ));
+            }
+            Line::from(spans)
+        }
+        None => Line::from("collecting samples for a verdict..."),
+    };
+    f.render_widget(Paragraph::new(line), area);
+}
+
+fn draw_gpus(f: &mut Frame, area: Rect, st: &LiveState, ui: &Ui, fit: usize) {
+    let title = format!(
+        " GPUs ({}) ",
+        if st.gpus.is_empty() {
+            "none".to_string()
+        } else {
+            st.gpus.len().to_string()
+        }
+    );
+    let block = ui.block(title, Focus::Gpus);
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    if st.gpus.is_empty() {
+        let why = st
+            .header
+            .gpu_error
+            .clone()
+            .unwrap_or_else(|| "the driver reports no GPU".into());
+        f.render_widget(
+            Paragraph::new(format!("No GPU: {why}. Host and job are still shown.")),
+            inner,
+        );
+        return;
+    }
+    let start = ui.gpu_offset.min(st.gpus.len().saturating_sub(fit));
+    let rows = Layout::vertical(vec![Constraint::Length(3); fit]).split(inner);
+    for (row, g) in rows.iter().zip(st.gpus.iter().skip(start)) {
+        draw_gpu(f, *row, st, g, ui);
+    }
+}
+
+fn draw_gpu(f: &mut Frame, area: Rect, st: &LiveState, g: &GpuLive, ui: &Ui) {
+    let area = area.intersection(f.area());
+    if area.height == 0 || area.width == 0 {
+        return;
+    }
+    let last = g.last.as_ref();
+    let now = st.util_mean(g, 1.0);
+    let label_w = 20u16.min(area.width / 3);
+    let [label, spark] = Layout::horizontal([Constraint::Length(label_w), Constraint::Min(1)])
+        .areas(Rect { height: 1, ..area });
+    let name = g
+        .name
+        .as_deref()
+        .map(|n| n.trim_start_matches("NVIDIA ").to_string())
+        .unwrap_or_default();
+    let busy = st
+        .gpu_evidence(g.index)
+        .and_then(|e| e.busy_fraction)
+        .map_or("-".into(), |b| format!("{:.0}%", b * 100.0));
+    f.render_widget(
+        Paragraph::new(Line::from(vec![
+            Span::styled(
+                format!("GPU{} ", g.index),
+                Style::default().add_modifier(Modifier::BOLD),
+            ),
+            Span::styled(
+                now.map_or("  -%".into(), |u| format!("{u:>3.0}%")),
+                ui.style(now.map_or(Color::Gray, pct_color)),
+            ),
+            Span::raw(format!(" busy {busy} ")),
+        ])),
+        label,
+    );
+    // Every driver sample, newest at the right: oscillation stays visible.
+    let w = spark.width as usize;
+    let data: Vec<u64> = g
+        .util
+        .iter()
+        .skip(g.util.len().saturating_sub(w))
+        .map(|(_, u)| u.clamp(0.0, 100.0).round() as u64)
+        .collect();
+    f.render_widget(
+        Sparkline::default()
+            .data(&data)
+            .max(100)
+            .style(ui.style(Color::Green)),
+        spark,
+    );
+    // Memory bar + numbers.
+    let used = last.and_then(|s| s.mem_used_bytes);
+    let frac = used
+        .zip(g.mem_total_bytes)
+        .map(|(u, t)| u as f64 / t.max(1) as f64);
+    let bar_w = 20usize;
+    let filled = frac.map_or(0, |x| (x.clamp(0.0, 1.0) * bar_w as f64).round() as usize);
+    let mem = format!(
+        "mem [{}{}] {} / {}",
+        "#".repeat(filled),
+        ".".repeat(bar_w - filled),
+        used.map_or("-".into(), bytes),
+        g.mem_total_bytes.map_or("-".into(), bytes),
+    );
+    let link = last
+        .and_then(|s| s.pcie_gen.zip(s.pcie_width))
+        .map_or(String::new(), |(gen, w)| format!(" gen{gen}x{w}"));
+    let line2 = Line::from(vec![
+        Span::raw(mem),
+        Span::raw(format!(
+            "  PCIe RX {} TX {}{link}",
+            rate(g.pcie_rx_bytes_per_s),
+            rate(g.pcie_tx_bytes_per_s)
+        )),
+    ]);
+    let flags: Vec<&str> = last
+        .and_then(|s| s.throttle_reasons)
+        .map(|m| throttle::names(m & throttle::SLOWING))
+        .unwrap_or_default();
+    let line3 = Line::from(vec![
+        Span::raw(format!(
+            "{}  SM {}  {}  ",
+            last.and_then(|s| s.power_w)
+                .map_or("- W".into(), |p| format!("{p:.0} W")),
+            last.and_then(|s| s.sm_clock_mhz)
+                .map_or("- MHz".into(), |c| format!("{c} MHz")),
+            last.and_then(|s| s.temperature_c)
+                .map_or("- C".into(), |c| format!("{c} C")),
+        )),
+        if flags.is_empty() {
+            Span::styled(format!("no throttling  {name}"), ui.style(Color::DarkGray))
+        } else {
+            Span::styled(
+                format!("THROTTLED: {}", flags.join(",")),
+                ui.style(Color::Red).add_modifier(Modifier::BOLD),
+            )
+        },
+    ]);
+    f.render_widget(
+        Paragraph::new(vec![line2, line3]),
+        Rect {
+            y: area.y + 1,
+            height: area.height.saturating_sub(1),
+            ..area
+        },
+    );
+}
+
+fn draw_cpus(f: &mut Frame, area: Rect, st: &LiveState, ui: &Ui, cols: usize) {
+    let Some(h) = &st.host else {
+        let b = ui.block(" CPU ".into(), Focus::Cpus);
+        let inner = b.inner(area);
+        f.render_widget(b, area);
+        f.render_widget(Paragraph::new("waiting for the first reading..."), inner);
+        return;
+    };
+    let title = format!(
+        " CPU {} cores, {} ",
+        h.cpu_pct.len(),
+        h.cpu_total_pct
+            .map_or("-".into(), |c| format!("{c:.0}% mean"))
+    );
+    let b = ui.block(title, Focus::Cpus);
+    let inner = b.inner(area);
+    f.render_widget(b, area);
+    let rows = inner.height.max(1) as usize;
+    let cell = (inner.width as usize / cols).max(8);
+    let bar = cell.saturating_sub(11).max(1);
+    let mut lines: Vec<Line> = vec![Line::default(); rows];
+    for (i, &p) in h.cpu_pct.iter().enumerate() {
+        let (r, c) = (i % rows, i / rows);
+        if c >= cols {
+            continue;
+        }
+        let n = ((p.clamp(0.0, 100.0) / 100.0) * bar as f64).round() as usize;
+        let spans = &mut lines[r].spans;
+        spans.push(Span::raw(format!("{i:>3}[")));
+        spans.push(Span::styled("|".repeat(n), ui.style(pct_color(100.0 - p))));
+        spans.push(Span::raw(format!("{}]{p:>4.0}% ", " ".repeat(bar - n))));
+    }
+    f.render_widget(Paragraph::new(lines), inner);
+}
+
+fn draw_procs(f: &mut Frame, area: Rect, st: &LiveState, ui: &Ui) {
+    let tree = st.proc_tree();
+    let title = if st.header.pid.is_some() {
+        format!(
+            " Job: {} processes ({} exited) ",
+            tree.len(),
+            st.procs_exited
+        )
+    } else {
+        " Job: none followed (gpufeed watch -- COMMAND, or --pid PID) ".to_string()
+    };
+    let b = ui.block(title, Focus::Procs);
+    let inner = b.inner(area);
+    f.render_widget(b, area);
+    let start = ui.proc_offset.min(tree.len().saturating_sub(1));
+    let lines: Vec<Line> = tree
+        .iter()
+        .skip(start)
+        .take(inner.height as usize)
+        .map(|(depth, p)| {
+            let cpu = p.cpu_pct;
+            Line::from(vec![
+                Span::styled(
+                    cpu.map_or("    -%".into(), |c| format!("{c:>5.0}%")),
+                    ui.style(cpu.map_or(Color::Gray, |c| {
+                        if c >= 85.0 {
+                            Color::Red
+                        } else {
+                            Color::Reset
+                        }
+                    })),
+                ),
+                Span::raw(format!(
+                    " {:>7} {} {}{} {}",
+                    p.pid,
+                    p.state.unwrap_or('?'),
+                    "  ".repeat(*depth),
+                    p.comm.as_deref().unwrap_or("?"),
+                    p.rss_bytes
+                        .map_or(String::new(), |b| format!("rss {}", bytes(b))),
+                )),
+            ])
+        })
+        .collect();
+    f.render_widget(Paragraph::new(lines), inner);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::fixture;
+    use ratatui::backend::TestBackend;
+    use ratatui::Terminal;
+
+    fn render(st: &LiveState, ui: &Ui, w: u16, h: u16) -> String {
+        let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+        t.draw(|f| draw(f, st, ui)).unwrap();
+        let buf = t.backend().buffer().clone();
+        let mut out = String::new();
+        for y in 0..h {
+            for x in 0..w {
+                out.push_str(buf[(x, y)].symbol());
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    #[test]
+    fn full_screen_snapshot() {
+        let st = fixture::state(2, 20);
+        let ui = Ui::default();
+        insta::assert_snapshot!("watch_120x36", render(&st, &ui, 120, 36));
+    }
+
+    #[test]
+    fn small_terminal_snapshot() {
+        let st = fixture::state(2, 20);
+        let ui = Ui {
+            paused: true,
+            ..Default::default()
+        };
+        insta::assert_snapshot!("watch_60x14_paused", render(&st, &ui, 60, 14));
+    }
+
+    #[test]
+    fn no_gpu_snapshot() {
+        let mut h = fixture::header(0);
+        h.gpu_error = Some("no NVIDIA driver found".into());
+        let st = LiveState::new(h, 30.0);
+        insta::assert_snapshot!("watch_no_gpu", render(&st, &Ui::default(), 80, 16));
+    }
+
+    #[test]
+    fn tiny_terminals_do_not_panic() {
+        let st = fixture::state(2, 5);
+        for (w, h) in [(1, 1), (10, 3), (20, 5), (200, 4), (30, 60)] {
+            render(&st, &Ui::default(), w, h);
+        }
+    }
+
+    #[test]
+    fn keys_move_focus_and_scroll() {
+        let st = fixture::state(2, 2);
+        let mut ui = Ui::default();
+        assert_eq!(ui.key(Key::Tab, &st), Action::None);
+        assert_eq!(ui.focus, Focus::Cpus);
+        ui.key(Key::BackTab, &st);
+        ui.key(Key::Down, &st);
+        ui.key(Key::Down, &st);
+        assert_eq!(ui.gpu_offset, 1);
+        assert_eq!(ui.key(Key::Record, &st), Action::ToggleRecording);
+        ui.key(Key::Pause, &st);
+        assert!(ui.paused);
+        assert_eq!(ui.key(Key::Quit, &st), Action::Quit);
+    }
+
+    #[test]
+    fn color_only_when_asked() {
+        let st = fixture::state(1, 4);
+        let mut t = Terminal::new(TestBackend::new(80, 20)).unwrap();
+        t.draw(|f| draw(f, &st, &Ui::default())).unwrap();
+        let buf = t.backend().buffer().clone();
+        assert!(buf.content().iter().all(|c| c.fg == Color::Reset));
+        let ui = Ui {
+            color: true,
+            ..Default::default()
+        };
+        t.draw(|f| draw(f, &st, &ui)).unwrap();
+        let buf = t.backend().buffer().clone();
+        assert!(buf.content().iter().any(|c| c.fg != Color::Reset));
+    }
+}

@@ -1,0 +1,344 @@
+//! `--html` reports (rendered in headless Chromium when it is installed) and
+//! `export --perfetto`, through the binary.
+
+use assert_cmd::Command;
+use gpufeed::record::format::{header_line, End, Header, Line};
+use gpufeed::sample::{GpuSample, GpuStatic, HostInfo, HostSample, ProcSample, ProcStart};
+use predicates::prelude::*;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+fn gpufeed() -> Command {
+    let mut c = Command::cargo_bin("gpufeed").unwrap();
+    c.env_remove("GPUFEED_NVML_LIB").env("NO_COLOR", "1");
+    c
+}
+
+const START_US: u64 = 1_764_676_800_000_000;
+
+/// 20 s of a starving job: GPU 0 square wave, 4 cores with 2 pinned, a main and 2 workers.
+fn recording(dir: &Path) -> PathBuf {
+    let p = dir.join("rec.ndjson");
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&p).unwrap());
+    let h = Header {
+        schema_version: 1,
+        gpufeed_version: Some("0.1.0".into()),
+        start_time: "2025-12-02T12:00:00.000Z".into(),
+        start_unix_us: START_US,
+        interval_s: 0.1,
+        host: HostInfo {
+            hostname: Some("node1".into()),
+            cpu_count: 4,
+            cpus_allowed: Some(4),
+            ..Default::default()
+        },
+        driver: None,
+        gpus: vec![GpuStatic {
+            index: 0,
+            name: Some("NVIDIA H100 80GB HBM3".into()),
+            memory_total_bytes: Some(80 << 30),
+            ..Default::default()
+        }],
+        gpu_error: None,
+        command: Some(vec!["python".into(), "train.py".into()]),
+        pid: Some(100),
+    };
+    writeln!(f, "{}", header_line(&h)).unwrap();
+    let mut line = |l: Line| writeln!(f, "{}", serde_json::to_string(&l).unwrap()).unwrap();
+    for (pid, ppid, comm) in [
+        (100, 1, "python"),
+        (101, 100, "pt_data_worker"),
+        (102, 100, "pt_data_worker"),
+    ] {
+        line(Line::ProcStart(ProcStart {
+            t_s: 0.0,
+            pid,
+            ppid,
+            cmd: Some("python train.py".into()),
+            comm: Some(comm.into()),
+        }));
+    }
+    for k in 1..=40u64 {
+        let t = k as f64 * 0.5;
+        let samples = (0..3)
+            .map(|j| {
+                let ts = t - 0.5 + (j as f64 + 1.0) / 6.0;
+                [ts, if ts % 2.0 < 0.6 { 90.0 } else { 8.0 }]
+            })
+            .collect();
+        line(Line::Gpu(GpuSample {
+            index: 0,
+            t_s: t,
+            util_samples: Some(samples),
+            mem_used_bytes: Some(60 << 30),
+            pcie_rx_bytes: Some(k * 1_000_000_000),
+            pcie_tx_bytes: Some(k * 10_000_000),
+            ..Default::default()
+        }));
+        line(Line::Host(HostSample {
+            t_s: t,
+            cpu_pct: vec![99.0, 97.0, 6.0, 3.0],
+            cpu_total_pct: Some(51.0),
+            ..Default::default()
+        }));
+        line(Line::Procs {
+            t_s: t,
+            procs: [(100, 30.0), (101, 99.0), (102, 98.0)]
+                .into_iter()
+                .map(|(pid, c)| ProcSample {
+                    pid,
+                    cpu_pct: Some(c),
+                    state: Some('R'),
+                    ..Default::default()
+                })
+                .collect(),
+        });
+    }
+    line(Line::End(End {
+        t_s: 20.0,
+        exit_code: Some(0),
+        ..Default::default()
+    }));
+    f.flush().unwrap();
+    p
+}
+
+fn assert_self_contained(html: &str) {
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(!html.contains("<script"), "no scripts");
+    for bad in [
+        "src=\"http",
+        "href=\"http",
+        "@import",
+        "url(http",
+        "@font-face",
+    ] {
+        assert!(!html.contains(bad), "external reference {bad}");
+    }
+}
+
+fn chromium() -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .flat_map(|d| [d.join("chromium"), d.join("chromium-browser")])
+        .find(|p| p.is_file())
+}
+
+/// Renders `html` to a PNG with headless Chromium (flags from notes/services.md); None if absent.
+fn render_png(html: &Path, png: &Path) -> Option<u64> {
+    let Some(c) = chromium() else {
+        let _ = writeln!(std::io::stderr(), "SKIPPED rendering {}: chromium is not installed (apt-get install chromium; .ci/run does)", html.display());
+        return None;
+    };
+    let profile = tempfile::tempdir().unwrap();
+    let st = std::process::Command::new(c)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--no-first-run",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg("--window-size=1280,2000")
+        .arg(format!("file://{}", html.display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "chromium failed on {}", html.display());
+    Some(std::fs::metadata(png).unwrap().len())
+}
+
+#[test]
+fn diagnose_html_has_charts_findings_and_renders() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = recording(dir.path());
+    let out = dir.path().join("report.html");
+    gpufeed()
+        .args(["diagnose", "--html"])
+        .arg(&out)
+        .arg(&rec)
+        .assert()
+        .success();
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert_self_contained(&html);
+    assert_eq!(
+        html.matches("<svg").count(),
+        3,
+        "utilization, CPU heat strip, PCIe"
+    );
+    assert!(html.contains("GPU utilization (%)"));
+    assert!(html.contains("CPU busy per core (%)"));
+    assert!(html.contains("PCIe traffic (GB/s)"));
+    assert!(html.contains("input_bound"));
+    assert!(html.contains("<b>Fix:</b>"));
+    if let Some(size) = render_png(&out, &dir.path().join("report.png")) {
+        assert!(
+            size > 30_000,
+            "a rendered page with charts, got {size} bytes"
+        );
+    }
+    // Logs without host data still get a page (utilization from the evidence).
+    let log = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/smi_query_starving.csv");
+    gpufeed()
+        .args(["diagnose", "--html"])
+        .arg(dir.path().join("log.html"))
+        .arg(&log)
+        .assert()
+        .success();
+    let html = std::fs::read_to_string(dir.path().join("log.html")).unwrap();
+    assert_self_contained(&html);
+    assert!(html.contains("<svg"));
+}
+
+#[test]
+fn analyze_html_has_the_step_breakdown() {
+    let trace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/traces/kineto_resnet50_v100_workers0.json.gz");
+    if !trace.exists() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED analyze_html_has_the_step_breakdown: {} is absent",
+            trace.display()
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("trace.html");
+    gpufeed()
+        .args(["analyze", "--html"])
+        .arg(&out)
+        .arg(&trace)
+        .assert()
+        .success();
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert_self_contained(&html);
+    assert!(html.contains("Time per step by category (ms)"));
+    assert!(html.contains("dataloader"));
+    assert!(html.contains("input_bound"));
+    if let Some(size) = render_png(&out, &dir.path().join("trace.png")) {
+        assert!(size > 30_000, "{size}");
+    }
+}
+
+#[test]
+fn run_html_without_gpu_and_bad_output_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run.html");
+    gpufeed()
+        .env("GPUFEED_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
+        .args(["run", "-q", "-o"])
+        .arg(dir.path().join("r.ndjson"))
+        .arg("--html")
+        .arg(&out)
+        .args(["--", "sh", "-c", "sleep 0.5"])
+        .assert()
+        .success();
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert_self_contained(&html);
+    assert!(html.contains("CPU busy per core"));
+    let rec = recording(dir.path());
+    gpufeed()
+        .args(["diagnose", "--html", "/nonexistent-dir/x.html"])
+        .arg(&rec)
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains(
+            "cannot write /nonexistent-dir/x.html",
+        ));
+}
+
+#[test]
+fn perfetto_export_has_counter_tracks() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = recording(dir.path());
+    let out = dir.path().join("p.json");
+    gpufeed()
+        .args(["export", "--perfetto"])
+        .arg(&out)
+        .arg(&rec)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("counter events"));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let ev = v["traceEvents"].as_array().unwrap();
+    let names = |n: &str| ev.iter().filter(|e| e["name"] == n).count();
+    assert_eq!(names("utilization %"), 120);
+    assert_eq!(names("cpu0 %"), 40);
+    assert_eq!(names("PCIe GB/s"), 39);
+    assert_eq!(names("memory used GiB"), 40);
+    let worker: Vec<_> = ev
+        .iter()
+        .filter(|e| e["name"] == "CPU % (gpufeed)" && e["pid"] == 101)
+        .collect();
+    assert_eq!(worker.len(), 40);
+    assert_eq!(worker[0]["args"]["cpu_pct"], 99.0);
+    // One time base: Unix epoch microseconds.
+    let first_util = ev.iter().find(|e| e["name"] == "utilization %").unwrap();
+    let ts = first_util["ts"].as_f64().unwrap();
+    assert!((ts - (START_US as f64 + 1e6 / 6.0)).abs() < 1.0, "{ts}");
+    let pcie = ev.iter().find(|e| e["name"] == "PCIe GB/s").unwrap();
+    assert!((pcie["args"]["rx_gb_per_s"].as_f64().unwrap() - 2.0).abs() < 1e-9);
+}
+
+#[test]
+fn perfetto_merge_puts_kineto_on_the_same_time_base() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = recording(dir.path());
+    // A Kineto trace whose ts are relative to baseTimeNanoseconds (newer PyTorch).
+    let base_ns = (START_US + 2_000_000) * 1000;
+    let trace = dir.path().join("t.json");
+    std::fs::write(
+        &trace,
+        format!(
+            r#"{{"schemaVersion":1,"deviceProperties":[{{"id":0,"name":"H100"}}],"baseTimeNanoseconds":{base_ns},
+"traceEvents":[{{"ph":"X","cat":"kernel","name":"gemm","pid":0,"tid":7,"ts":100.0,"dur":50.0}},
+{{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":100,"tid":100,"ts":10.0,"dur":80.0}}]}}"#
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("m.json");
+    gpufeed()
+        .args(["export", "--perfetto"])
+        .arg(&out)
+        .arg(&rec)
+        .arg("--merge")
+        .arg(&trace)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("2 trace events"));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(v["deviceProperties"][0]["name"], "H100");
+    assert!(v.get("baseTimeNanoseconds").is_none());
+    let ev = v["traceEvents"].as_array().unwrap();
+    let gemm = ev.iter().find(|e| e["name"] == "gemm").unwrap();
+    assert_eq!(
+        gemm["ts"].as_f64().unwrap(),
+        (START_US + 2_000_000) as f64 + 100.0
+    );
+    assert!(ev.iter().any(|e| e["name"] == "utilization %"));
+    // Bad inputs: one line, exit 3.
+    gpufeed()
+        .args(["export", "--perfetto"])
+        .arg(dir.path().join("x.json"))
+        .arg(dir.path().join("missing.ndjson"))
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("cannot open recording"));
+    std::fs::write(dir.path().join("bad.json"), "{\"nope\":1}").unwrap();
+    gpufeed()
+        .args(["export", "--perfetto"])
+        .arg(dir.path().join("x.json"))
+        .arg(&rec)
+        .arg("--merge")
+        .arg(dir.path().join("bad.json"))
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("no traceEvents"));
+}
