@@ -7,12 +7,12 @@
 //! (`watch`'s `r` key writes the same lines with [`LiveSampler::header`]).
 
 use crate::record::format::{Header, Line, SCHEMA_VERSION};
-use crate::record::recorder::SLOW_EVERY;
-use crate::sample::host::{host_info, HostSampler, ProcTree};
+use crate::record::recorder::{host_thread, Ticker};
+use crate::sample::host::host_info;
 use crate::sample::nvml::{self, NvmlSource};
 use crate::sample::{DriverInfo, GpuSource, GpuStatic};
 use std::path::PathBuf;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -107,7 +107,7 @@ impl LiveSampler {
         let root = cfg.root_pid;
         let th = std::thread::Builder::new()
             .name("gpufeed-live-host".into())
-            .spawn(move || host_thread(t0, interval, root, lines, stop_rx))
+            .spawn(move || host_thread(t0, interval, root, lines, stop_rx, None))
             .map_err(|source| SamplerError::Thread {
                 what: "host",
                 source,
@@ -143,11 +143,6 @@ impl Drop for LiveSampler {
     }
 }
 
-fn wait_or_stop(stop: &Receiver<()>, deadline: Instant) -> bool {
-    let timeout = deadline.saturating_duration_since(Instant::now());
-    !matches!(stop.recv_timeout(timeout), Err(RecvTimeoutError::Timeout))
-}
-
 fn gpu_thread(
     lib: Option<PathBuf>,
     interval: Duration,
@@ -174,75 +169,15 @@ fn gpu_thread(
     if reply.send(Ok((source.driver(), source.devices()))).is_err() {
         return;
     }
-    let tick = interval.min(Duration::from_millis(500));
-    let mut next = t0;
-    let mut last_slow: Option<Instant> = None;
+    let mut ticker = Ticker::new(t0, interval.min(Duration::from_millis(500)));
     loop {
-        let now = Instant::now();
-        let slow = last_slow.is_none_or(|t| now.duration_since(t) >= SLOW_EVERY);
-        if slow {
-            last_slow = Some(now);
-        }
-        let t_s = now.duration_since(t0).as_secs_f64();
+        let (t_s, slow) = ticker.now();
         for s in source.sample(t_s, t0_unix_us, slow) {
             if lines.send(Line::Gpu(s)).is_err() {
                 return;
             }
         }
-        next += tick;
-        if next < Instant::now() {
-            next = Instant::now() + tick;
-        }
-        if wait_or_stop(&stop, next) {
-            return;
-        }
-    }
-}
-
-fn host_thread(
-    t0: Instant,
-    interval: Duration,
-    root: Option<u32>,
-    lines: Sender<Line>,
-    stop: Receiver<()>,
-) {
-    let mut host = HostSampler::new();
-    let mut tree = root.map(ProcTree::new);
-    let mut next = t0;
-    let mut last_slow: Option<Instant> = None;
-    loop {
-        let now = Instant::now();
-        let slow = last_slow.is_none_or(|t| now.duration_since(t) >= SLOW_EVERY);
-        if slow {
-            last_slow = Some(now);
-        }
-        let t_s = now.duration_since(t0).as_secs_f64();
-        let h = host.sample(t_s);
-        let mut batch = Vec::with_capacity(4);
-        if let Some(tree) = tree.as_mut() {
-            let r = tree.sample(t_s, slow);
-            batch.extend(r.started.into_iter().map(Line::ProcStart));
-            if !r.samples.is_empty() {
-                batch.push(Line::Procs {
-                    t_s,
-                    procs: r.samples,
-                });
-            }
-            batch.extend(r.exited.into_iter().map(|pid| Line::ProcExit { t_s, pid }));
-        }
-        if !h.cpu_pct.is_empty() {
-            batch.push(Line::Host(h));
-        }
-        for l in batch {
-            if lines.send(l).is_err() {
-                return;
-            }
-        }
-        next += interval;
-        if next < Instant::now() {
-            next = Instant::now() + interval;
-        }
-        if wait_or_stop(&stop, next) {
+        if ticker.wait(&stop) {
             return;
         }
     }

@@ -230,7 +230,7 @@ impl Prepared {
             let interval = self.cfg.interval;
             let th = std::thread::Builder::new()
                 .name("gpufeed-host".into())
-                .spawn(move || host_thread(t0, interval, root_pid, lines, stop_rx, pids))
+                .spawn(move || host_thread(t0, interval, root_pid, lines, stop_rx, Some(pids)))
                 .map_err(|source| RecordError::Thread {
                     what: "host",
                     source,
@@ -344,7 +344,7 @@ fn writer_thread(mut out: BufWriter<std::fs::File>, rx: Receiver<Line>) -> Resul
 
 /// The schedule of a sampling thread: readings every `every` from `t0` (skipping missed ones
 /// rather than bunching them), with a "slow" reading at most every `SLOW_EVERY`.
-struct Ticker {
+pub(crate) struct Ticker {
     t0: Instant,
     every: Duration,
     next: Instant,
@@ -352,7 +352,7 @@ struct Ticker {
 }
 
 impl Ticker {
-    fn new(t0: Instant, every: Duration) -> Self {
+    pub(crate) fn new(t0: Instant, every: Duration) -> Self {
         Ticker {
             t0,
             every,
@@ -362,7 +362,7 @@ impl Ticker {
     }
 
     /// Seconds since the start, and whether this reading is a slow one.
-    fn now(&mut self) -> (f64, bool) {
+    pub(crate) fn now(&mut self) -> (f64, bool) {
         let now = Instant::now();
         let slow = self
             .last_slow
@@ -374,7 +374,7 @@ impl Ticker {
     }
 
     /// Sleeps until the next reading or a stop message; true when asked to stop.
-    fn wait(&mut self, stop: &Receiver<()>) -> bool {
+    pub(crate) fn wait(&mut self, stop: &Receiver<()>) -> bool {
         self.next += self.every;
         let now = Instant::now();
         if self.next < now {
@@ -430,13 +430,15 @@ fn gpu_thread(
     }
 }
 
-fn host_thread(
+/// Samples the host and the job's tree (when `root` is given) until told to stop; `pids`, when
+/// given, is kept up to date with the tree (root first) for forwarding signals.
+pub(crate) fn host_thread(
     t0: Instant,
     interval: Duration,
     root: Option<u32>,
     lines: Sender<Line>,
     stop: Receiver<()>,
-    pids: Arc<Mutex<Vec<u32>>>,
+    pids: Option<Arc<Mutex<Vec<u32>>>>,
 ) {
     let mut host = HostSampler::new();
     let mut tree = root.map(ProcTree::new);
@@ -460,7 +462,7 @@ fn host_thread(
             if let Some(pos) = now_pids.iter().position(|&p| p == tree.root()) {
                 now_pids.swap(0, pos);
             }
-            if let Ok(mut p) = pids.lock() {
+            if let Some(Ok(mut p)) = pids.as_ref().map(|p| p.lock()) {
                 *p = now_pids;
             }
         }
