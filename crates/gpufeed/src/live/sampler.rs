@@ -7,10 +7,9 @@
 //! (`watch`'s `r` key writes the same lines with [`LiveSampler::header`]).
 
 use crate::record::format::{Header, Line, SCHEMA_VERSION};
-use crate::record::recorder::{host_thread, Ticker};
+use crate::record::recorder::{host_thread, with_gpu_source, GpuReply, Ticker};
 use crate::sample::host::host_info;
-use crate::sample::nvml::{self, NvmlSource};
-use crate::sample::{DriverInfo, GpuSource, GpuStatic};
+use crate::sample::GpuSource;
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::thread::JoinHandle;
@@ -36,8 +35,6 @@ pub struct SamplerConfig {
     /// Root of the job's process tree to follow.
     pub root_pid: Option<u32>,
 }
-
-type GpuReply = Result<(DriverInfo, Vec<GpuStatic>), String>;
 
 /// Running sampling threads; dropping it stops them.
 pub struct LiveSampler {
@@ -152,35 +149,20 @@ fn gpu_thread(
     lines: Sender<Line>,
     stop: Receiver<()>,
 ) {
-    let nvml = match nvml::open(lib.as_deref()) {
-        Ok(n) => n,
-        Err(e) => {
-            let _ = reply.send(Err(e.to_string()));
-            return;
-        }
-    };
-    let mut source = match NvmlSource::new(&nvml) {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = reply.send(Err(e.to_string()));
-            return;
-        }
-    };
-    if reply.send(Ok((source.driver(), source.devices()))).is_err() {
-        return;
-    }
-    let mut ticker = Ticker::new(t0, interval.min(Duration::from_millis(500)));
-    loop {
-        let (t_s, slow) = ticker.now();
-        for s in source.sample(t_s, t0_unix_us, slow) {
-            if lines.send(Line::Gpu(s)).is_err() {
+    with_gpu_source(lib, reply, |source| {
+        let mut ticker = Ticker::new(t0, interval.min(Duration::from_millis(500)));
+        loop {
+            let (t_s, slow) = ticker.now();
+            for s in source.sample(t_s, t0_unix_us, slow) {
+                if lines.send(Line::Gpu(s)).is_err() {
+                    return;
+                }
+            }
+            if ticker.wait(&stop) {
                 return;
             }
         }
-        if ticker.wait(&stop) {
-            return;
-        }
-    }
+    });
 }
 
 #[cfg(test)]

@@ -53,7 +53,8 @@ pub struct GpuSetup {
     pub error: Option<String>,
 }
 
-type GpuReply = Result<(DriverInfo, Vec<GpuStatic>), String>;
+/// What the GPU thread answers once NVML is open: the driver and devices, or why there are none.
+pub(crate) type GpuReply = Result<(DriverInfo, Vec<GpuStatic>), String>;
 
 /// A recorder whose GPU side is initialised and whose file is created, waiting for `start`.
 pub struct Prepared {
@@ -385,11 +386,13 @@ impl Ticker {
     }
 }
 
-fn gpu_thread(
+/// Opens NVML on the calling thread (the sampler's own), answers `reply` with the devices or the
+/// reason there are none, then hands the source to `then`. Both live on this thread's stack, since
+/// the source borrows the library.
+pub(crate) fn with_gpu_source(
     lib: Option<PathBuf>,
-    interval: Duration,
     reply: SyncSender<GpuReply>,
-    go: Receiver<GpuGo>,
+    then: impl FnOnce(&mut NvmlSource),
 ) {
     let nvml = match nvml::open(lib.as_deref()) {
         Ok(n) => n,
@@ -405,9 +408,21 @@ fn gpu_thread(
             return;
         }
     };
-    if reply.send(Ok((source.driver(), source.devices()))).is_err() {
-        return;
+    if reply.send(Ok((source.driver(), source.devices()))).is_ok() {
+        then(&mut source);
     }
+}
+
+fn gpu_thread(
+    lib: Option<PathBuf>,
+    interval: Duration,
+    reply: SyncSender<GpuReply>,
+    go: Receiver<GpuGo>,
+) {
+    with_gpu_source(lib, reply, |source| gpu_loop(source, interval, go));
+}
+
+fn gpu_loop(source: &mut NvmlSource, interval: Duration, go: Receiver<GpuGo>) {
     let Ok(go) = go.recv() else { return };
     // Driver utilization samples are buffered by the driver; polling at the host interval (at
     // most every 500 ms) collects every one of them.
