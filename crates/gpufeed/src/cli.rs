@@ -36,6 +36,7 @@ const HELP_TEXT: &str = concat!(
     "    gpufeed diagnose gpufeed-20261202-120000.ndjson   why was the GPU starving?\n",
     "    gpufeed analyze trace.json.gz                 analyze a PyTorch profiler trace\n",
     "    gpufeed sweep -L workers 0,2,4,8 -- python train.py --workers {workers}\n",
+    "    gpufeed sweep -L w 0,2,4,8 --dataloader num_workers={w} -- python train.py   no code change\n",
     "    gpufeed batch-size --param bs --start 64 -- python train.py --batch-size {bs}\n",
     "    gpufeed watch -- python train.py              live view of a job (q quits, r records)\n",
     "    gpufeed serve --listen 127.0.0.1:9400         Prometheus metrics on /metrics\n",
@@ -117,10 +118,33 @@ pub struct RecordingOpts {
     pub quiet: bool,
 }
 
+/// `--dataloader` and `--torch` (run, sweep, batch-size, watch): see [`crate::inject`].
+#[derive(Debug, Clone, Default, Args)]
+pub struct InjectOpts {
+    /// Put VALUE in place of the job's own in every torch DataLoader it creates, no code change
+    /// (repeatable; KEY: num_workers, pin_memory, prefetch_factor, persistent_workers, batch_size;
+    /// VALUE may use {knob} in sweep/batch-size)
+    #[arg(long = "dataloader", value_name = "KEY=VALUE")]
+    pub dataloader: Vec<String>,
+    /// Set a PyTorch switch when the job imports torch (repeatable; matmul_precision=high|medium|highest,
+    /// cudnn_benchmark=0|1, allow_tf32=0|1)
+    #[arg(long = "torch", value_name = "KEY=VALUE")]
+    pub torch: Vec<String>,
+}
+
+impl InjectOpts {
+    /// The parsed overrides; a bad key or value is a usage error (exit 2).
+    pub fn spec(&self) -> Result<crate::inject::InjectSpec, crate::inject::InjectError> {
+        crate::inject::InjectSpec::parse(&self.dataloader, &self.torch)
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     #[command(flatten)]
     pub rec: RecordingOpts,
+    #[command(flatten)]
+    pub inject: InjectOpts,
     /// Also write a self-contained HTML report (charts, findings and fixes) to FILE
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,

@@ -9,6 +9,7 @@ pub mod diagnose;
 pub mod doctor;
 pub mod exit;
 pub mod finding;
+pub mod inject;
 pub mod job;
 pub mod live;
 pub mod present;

@@ -31,9 +31,11 @@ DataLoader worker killed) or a SIGKILL / exit 137; any other failure stops the s
 Exit: 0 when a batch size ran, 1 when none did or the command failed otherwise, 2 bad options,
 130 interrupted.")]
 pub struct BatchSizeArgs {
-    /// The name used in the command as {NAME}
+    /// The name used in the command (or in --dataloader batch_size={NAME}) as {NAME}
     #[arg(long, value_name = "NAME")]
     pub param: String,
+    #[command(flatten)]
+    pub inject: crate::cli::InjectOpts,
     /// First batch size to try
     #[arg(long, value_name = "N", default_value_t = 2)]
     pub start: u64,
@@ -75,6 +77,12 @@ pub struct BatchTrial {
     pub exit: TrialExit,
     pub last_lines: Vec<String>,
     pub recording: String,
+    /// What `--dataloader` / `--torch` overrode (`None`: nothing injected).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overrides: Option<Vec<crate::inject::Override>>,
+    /// Why overrides could not apply.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub override_notes: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -132,6 +140,28 @@ fn text(rep: &BatchReport) -> String {
                 .unwrap_or_else(|| "-".into()),
             t.duration_s
         );
+    }
+    let mut notes: Vec<&String> = Vec::new();
+    for t in &rep.trials {
+        if let Some(o) = &t.overrides {
+            let what = if o.is_empty() {
+                "nothing".to_string()
+            } else {
+                o.iter()
+                    .map(|x| x.describe())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
+            let _ = writeln!(s, "  batch {} overridden: {what}", t.batch);
+        }
+        for n in &t.override_notes {
+            if !notes.contains(&n) {
+                notes.push(n);
+            }
+        }
+    }
+    for n in notes {
+        let _ = writeln!(s, "  note: {n}");
     }
     for t in rep.trials.iter().filter(|t| t.verdict == Verdict::Failed) {
         let _ = writeln!(
@@ -237,7 +267,15 @@ fn finish(rep: &mut BatchReport, target_batch: Option<u64>) {
 pub fn run(global: &GlobalOpts, args: &BatchSizeArgs) -> anyhow::Result<u8> {
     let knob = params::parse_knobs(&[args.param.clone(), "1".into()])
         .map_err(|e| Failure::new(exit::USAGE, e.to_string()))?;
-    params::check_used(&knob, &args.command, &[])
+    let inject = args
+        .inject
+        .spec()
+        .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
+    let templates: Vec<(String, String)> = inject
+        .templates()
+        .map(|t| ("--dataloader/--torch".to_string(), t.to_string()))
+        .collect();
+    params::check_used(&knob, &args.command, &templates)
         .map_err(|e| Failure::new(exit::USAGE, e.to_string()))?;
     let regex = check_trial_opts(&args.trial, &args.command)?;
     if args.start == 0 {
@@ -277,6 +315,10 @@ pub fn run(global: &GlobalOpts, args: &BatchSizeArgs) -> anyhow::Result<u8> {
         }
         pb.inc_length(1);
         let values = vec![(args.param.clone(), bs.to_string())];
+        let resolved = (!inject.is_empty())
+            .then(|| inject.resolve(&values))
+            .transpose()
+            .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
         let argv: Vec<String> = args
             .command
             .iter()
@@ -292,7 +334,7 @@ pub fn run(global: &GlobalOpts, args: &BatchSizeArgs) -> anyhow::Result<u8> {
             Some(_) => super::sweep::batch_of(&args.trial, &values)?,
             None => Some(bs as f64),
         };
-        let spec = spec(
+        let mut spec = spec(
             global,
             &args.trial,
             regex.clone(),
@@ -301,6 +343,7 @@ pub fn run(global: &GlobalOpts, args: &BatchSizeArgs) -> anyhow::Result<u8> {
             recording,
             batch,
         );
+        spec.inject = resolved;
         pb.set_message(format!("{label}: starting"));
         let o = match run_trial(&spec, &interrupt, |l| pb.set_message(live_msg(&label, l))) {
             Ok(o) => o,
@@ -365,6 +408,12 @@ pub fn run(global: &GlobalOpts, args: &BatchSizeArgs) -> anyhow::Result<u8> {
                 o.last_lines.clone()
             },
             recording: o.recording.display().to_string(),
+            overrides: o.overrides.as_ref().map(|r| r.overrides.clone()),
+            override_notes: o
+                .overrides
+                .as_ref()
+                .map(|r| r.notes.clone())
+                .unwrap_or_default(),
         });
         pb.inc(1);
         if verdict == Verdict::Failed {

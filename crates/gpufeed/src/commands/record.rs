@@ -4,7 +4,7 @@ use crate::cli::{GlobalOpts, RecordArgs, RecordingOpts, RunArgs, SummaryFormat};
 use crate::exit::{self, Failure};
 use crate::job::{signal_all, Job, Received, SignalWatch};
 use crate::present;
-use crate::record::format::End;
+use crate::record::format::{End, Line, OverridesLine};
 use crate::record::recorder::{default_output_name, Prepared, RecorderConfig};
 use crate::record::summary::summarize;
 use crate::sample::host::pid_alive;
@@ -77,6 +77,12 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
         )
         .into());
     }
+    let inject = args
+        .inject
+        .spec()
+        .and_then(|s| crate::inject::for_setting(&s, &[]))
+        .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
+    let env: Vec<(String, String)> = inject.iter().map(|i| i.env_var(&[])).collect();
     let prepared = prepare(global, &args.rec)?;
     let output: PathBuf = prepared.path().to_path_buf();
 
@@ -105,7 +111,7 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
         return Ok(exit::SIGNAL_BASE.wrapping_add(sig as u8));
     }
     let tree = prepared.tree_pids();
-    let mut job = match Job::spawn(&args.command) {
+    let mut job = match Job::spawn_env(&args.command, &env) {
         Ok(j) => j,
         Err(e) => {
             // Nothing was recorded: leave no empty file behind.
@@ -148,6 +154,21 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
             },
         ),
     };
+    if let Some(i) = &inject {
+        let rep = i.read();
+        match &recorder {
+            Some(r) => r.write_line(Line::Overrides(OverridesLine {
+                t_s: r.elapsed_s(),
+                overrides: rep.overrides,
+                notes: rep.notes,
+            })),
+            None if !args.rec.quiet => eprint!(
+                "{}",
+                present::summary::overrides_text(&rep.overrides, &rep.notes)
+            ),
+            None => {}
+        }
+    }
     // The job's exit code is gpufeed's even when the recording could not be completed.
     match recorder.map(|r| r.finish(end)) {
         Some(Ok(path)) => {

@@ -1,7 +1,7 @@
 //! `gpufeed sweep`: try every combination of knob values on the user's own command and find the
 //! sweet spot; `TrialOpts` is shared with `gpufeed batch-size`.
 
-use crate::cli::{parse_duration, GlobalOpts};
+use crate::cli::{parse_duration, GlobalOpts, InjectOpts};
 use crate::exit::{self, Failure};
 use crate::job::SignalWatch;
 use crate::tune::params::{self, Setting};
@@ -70,6 +70,11 @@ pub enum ReportFormat {
     gpufeed sweep -L workers 0,2,4,8 -- python train.py --num-workers {workers}
     gpufeed sweep -L workers 2,4 -L pin 0,1 --export-json sweep.json -- python train.py --workers {workers} --pin {pin}
     gpufeed sweep -L threads 1,2,4 --env OMP_NUM_THREADS={threads} -- python train.py
+    gpufeed sweep -L w 0,2,4,8 --dataloader num_workers={w} -- python train.py
+    gpufeed sweep -L p high,highest --torch matmul_precision={p} -- python train.py
+
+--dataloader/--torch change a PyTorch job's DataLoader arguments and global switches with no code
+change (a sitecustomize put first on the job's PYTHONPATH; see docs/sweep.md).
 
 Throughput comes from step markers on GPUFEED_STEP_SOCKET (python/gpufeed_probe.py), else
 --rate-regex, else a tqdm progress bar, else mean GPU utilization as a stated proxy.
@@ -83,6 +88,8 @@ pub struct SweepArgs {
     /// Set an environment variable per trial, e.g. --env OMP_NUM_THREADS={threads}
     #[arg(long = "env", value_name = "NAME=VALUE")]
     pub env: Vec<String>,
+    #[command(flatten)]
+    pub inject: InjectOpts,
     #[command(flatten)]
     pub trial: TrialOpts,
     /// Write the results as JSON after every trial
@@ -130,6 +137,10 @@ pub fn parse_fraction(s: &str) -> Result<f64, String> {
 
 fn usage(msg: impl Into<String>) -> anyhow::Error {
     Failure::new(exit::USAGE, msg).into()
+}
+
+fn inject_err(e: crate::inject::InjectError) -> anyhow::Error {
+    Failure::new(e.exit_code(), e.to_string()).into()
 }
 
 fn tune_err(e: TuneError) -> anyhow::Error {
@@ -233,6 +244,7 @@ pub fn spec(
         nvml_lib: global.nvml_lib.clone(),
         no_gpu: false,
         grace: t.grace,
+        inject: None,
     }
 }
 
@@ -350,6 +362,7 @@ fn sweep_html(rep: &SweepReport) -> anyhow::Result<String> {
             gpu_util_mean_pct: r.gpu_util_mean_pct,
             data_wait_fraction: r.data_wait_fraction,
             failed: r.throughput.is_none(),
+            overridden: r.overrides.is_some().then(|| report::overridden_cell(r)),
         })
         .collect();
     let unit = rep
@@ -366,6 +379,7 @@ fn sweep_html(rep: &SweepReport) -> anyhow::Result<String> {
         &unit,
         &points,
         spot.as_ref().map(|(l, r)| (l.as_str(), r.as_str())),
+        &report::notes_for_page(rep),
     )
     .map_err(|e| Failure::input(format!("cannot build the HTML page: {e}")).into())
 }
@@ -373,9 +387,33 @@ fn sweep_html(rep: &SweepReport) -> anyhow::Result<String> {
 pub fn run(global: &GlobalOpts, args: &SweepArgs) -> anyhow::Result<u8> {
     let knobs = params::parse_knobs(&args.lists).map_err(tune_err)?;
     let env_t = params::parse_env(&args.env).map_err(tune_err)?;
-    params::check_used(&knobs, &args.command, &env_t).map_err(tune_err)?;
+    let inject = args.inject.spec().map_err(inject_err)?;
+    // A knob that reaches the job only through --dataloader/--torch counts as used.
+    let mut env_all = env_t.clone();
+    env_all.extend(
+        inject
+            .templates()
+            .map(|t| ("--dataloader/--torch".into(), t.into())),
+    );
+    params::check_used(&knobs, &args.command, &env_all).map_err(tune_err)?;
+    let knobs_only_injected = !inject.is_empty()
+        && knobs.iter().all(|k| {
+            let pat = format!("{{{}}}", k.name);
+            !args.command.iter().any(|a| a.contains(&pat))
+                && !env_t.iter().any(|(_, v)| v.contains(&pat))
+        });
     let regex = check_trial_opts(&args.trial, &args.command)?;
     let settings: Vec<Setting> = params::product(&knobs);
+    // Every setting's values are checked before the first trial starts.
+    let resolved: Vec<Option<crate::inject::Resolved>> = settings
+        .iter()
+        .map(|s| {
+            (!inject.is_empty())
+                .then(|| inject.resolve(&s.values))
+                .transpose()
+        })
+        .collect::<Result<_, _>>()
+        .map_err(inject_err)?;
     let batches: Vec<Option<f64>> = settings
         .iter()
         .map(|s| batch_of(&args.trial, &s.values))
@@ -395,6 +433,7 @@ pub fn run(global: &GlobalOpts, args: &SweepArgs) -> anyhow::Result<u8> {
         trials_planned: settings.len(),
         interrupted: false,
         mixed_units: false,
+        overrides_never_applied: None,
     };
     let pb = progress_bar(settings.len() as u64, quiet);
     let mut gpu_note_said = false;
@@ -418,7 +457,7 @@ pub fn run(global: &GlobalOpts, args: &SweepArgs) -> anyhow::Result<u8> {
             i + 1,
             file_safe(&label.replace(' ', "_"))
         ));
-        let spec = spec(
+        let mut spec = spec(
             global,
             &args.trial,
             regex.clone(),
@@ -427,6 +466,7 @@ pub fn run(global: &GlobalOpts, args: &SweepArgs) -> anyhow::Result<u8> {
             recording,
             *batch,
         );
+        spec.inject = resolved[i].clone();
         pb.set_message(format!("{label}: starting"));
         let outcome = match run_trial(&spec, &interrupt, |l| pb.set_message(live_msg(&label, l))) {
             Ok(o) => o,
@@ -449,6 +489,7 @@ pub fn run(global: &GlobalOpts, args: &SweepArgs) -> anyhow::Result<u8> {
         let (sw, mixed) = report::sweet_spot(&rep.results);
         rep.sweet_spot = sw;
         rep.mixed_units = mixed;
+        rep.check_overrides(knobs_only_injected);
         rep.interrupted = interrupt.load(Ordering::SeqCst);
         write_reports(args, &dir, &rep)?;
         pb.inc(1);

@@ -33,6 +33,8 @@ pub struct WatchArgs {
     /// Follow this running process and its children
     #[arg(long, value_name = "PID", conflicts_with = "command")]
     pub pid: Option<u32>,
+    #[command(flatten)]
+    pub inject: crate::cli::InjectOpts,
     /// Where the job's stdout and stderr go while the screen is in use
     #[arg(long, value_name = "PATH", default_value = "gpufeed-watch-job.log")]
     pub job_log: PathBuf,
@@ -104,7 +106,7 @@ fn key_of(code: KeyCode, mods: KeyModifiers) -> Key {
     }
 }
 
-fn spawn_job(args: &WatchArgs) -> anyhow::Result<Child> {
+fn spawn_job(args: &WatchArgs, env: &[(String, String)]) -> anyhow::Result<Child> {
     let log = std::fs::File::create(&args.job_log).map_err(|e| {
         Failure::input(format!(
             "cannot create the job's log {}: {e} (choose another with --job-log)",
@@ -120,6 +122,7 @@ fn spawn_job(args: &WatchArgs) -> anyhow::Result<Child> {
         .ok_or_else(|| Failure::new(exit::USAGE, "no command given"))?;
     Command::new(prog)
         .args(rest)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(err)
@@ -165,10 +168,24 @@ pub fn run(global: &GlobalOpts, args: &WatchArgs) -> anyhow::Result<u8> {
         ))
         .into());
     }
+    let inject = args
+        .inject
+        .spec()
+        .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
+    if !inject.is_empty() && args.command.is_empty() {
+        return Err(Failure::new(
+            exit::USAGE,
+            "--dataloader/--torch need a command to start: gpufeed watch --dataloader num_workers=4 -- python train.py",
+        )
+        .into());
+    }
+    let injection = crate::inject::for_setting(&inject, &[])
+        .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
+    let env: Vec<(String, String)> = injection.iter().map(|i| i.env_var(&[])).collect();
     let mut job = if args.command.is_empty() {
         None
     } else {
-        Some(spawn_job(args)?)
+        Some(spawn_job(args, &env)?)
     };
     let root = job.as_ref().map(|c| c.id()).or(args.pid);
     // The UI thread owns the state; collection runs on the sampler's threads.
@@ -194,8 +211,16 @@ pub fn run(global: &GlobalOpts, args: &WatchArgs) -> anyhow::Result<u8> {
     let mut header = sampler.header().clone();
     header.command = (!args.command.is_empty()).then(|| args.command.clone());
     let state = LiveState::new(header, DEFAULT_WINDOW_S);
-    let code = ui_loop(args, sampler, state, rx, job.as_mut())?;
-    Ok(code)
+    let code = ui_loop(args, sampler, state, rx, job.as_mut());
+    // The screen is gone: say what --dataloader/--torch changed.
+    if let Some(i) = &injection {
+        let rep = i.read();
+        eprint!(
+            "gpufeed: {}",
+            crate::present::summary::overrides_text(&rep.overrides, &rep.notes).trim_start()
+        );
+    }
+    code
 }
 
 fn ui_loop(

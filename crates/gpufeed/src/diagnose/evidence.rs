@@ -366,7 +366,7 @@ impl EvidenceBuilder {
             Line::End(e) => {
                 self.end = Some((e.exit_code, e.signal));
             }
-            Line::Unknown => {}
+            Line::Overrides(_) | Line::Unknown => {}
         }
     }
 

@@ -75,9 +75,14 @@ impl Job {
     /// Starts `argv` with the terminal's stdin/stdout/stderr, in gpufeed's process group (so a
     /// Ctrl-C at the terminal reaches the job directly, as it would without gpufeed).
     pub fn spawn(argv: &[String]) -> Result<Job, JobError> {
+        Self::spawn_env(argv, &[])
+    }
+
+    /// [`Job::spawn`] with variables added to (or replacing in) gpufeed's own environment.
+    pub fn spawn_env(argv: &[String], env: &[(String, String)]) -> Result<Job, JobError> {
         let (prog, args) = argv.split_first().ok_or(JobError::Empty)?;
         let mut cmd = Command::new(prog);
-        cmd.args(args);
+        cmd.args(args).envs(env.iter().map(|(k, v)| (k, v)));
         Self::spawn_command(prog, cmd)
     }
 

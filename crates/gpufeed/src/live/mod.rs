@@ -136,6 +136,7 @@ fn line_t(l: &Line) -> Option<f64> {
         Line::ProcStart(p) => Some(p.t_s),
         Line::Procs { t_s, .. } | Line::ProcExit { t_s, .. } => Some(*t_s),
         Line::End(e) => Some(e.t_s),
+        Line::Overrides(o) => Some(o.t_s),
         Line::Unknown => None,
     }
 }
@@ -287,9 +288,12 @@ impl LiveState {
                     self.procs_exited += 1;
                 }
             }
-            Line::End(_) | Line::Unknown => {}
+            Line::End(_) | Line::Overrides(_) | Line::Unknown => {}
         }
-        if !matches!(line, Line::ProcStart(_) | Line::Unknown) {
+        if !matches!(
+            line,
+            Line::ProcStart(_) | Line::Overrides(_) | Line::Unknown
+        ) {
             self.window.push_back(Arc::new(line));
         }
         let cutoff = self.t_s - self.window_s;

@@ -132,6 +132,8 @@ pub struct RecordingSeries {
     pub pcie_rx: BTreeMap<u32, Buckets>,
     pub pcie_tx: BTreeMap<u32, Buckets>,
     pub cpu_cores: Vec<Buckets>,
+    /// What `--dataloader` / `--torch` changed in the job.
+    pub overrides: Option<crate::record::format::OverridesLine>,
 }
 
 impl RecordingSeries {
@@ -144,6 +146,7 @@ impl RecordingSeries {
 
     fn push(&mut self, l: &Line, prev: &mut BTreeMap<u32, (f64, Option<u64>, Option<u64>)>) {
         match l {
+            Line::Overrides(o) => self.overrides = Some(o.clone()),
             Line::Gpu(g) => {
                 let u = self.gpu_util.entry(g.index).or_default();
                 match &g.util_samples {
@@ -297,6 +300,9 @@ pub fn diagnose_section(
     }
     s.push_str("<h2>Findings and fixes</h2>");
     s.push_str(&findings_html(&r.findings));
+    if let Some(o) = series.and_then(|se| se.overrides.as_ref()) {
+        s.push_str(&overrides_html(&o.overrides, &o.notes));
+    }
     if !r.notes.is_empty() {
         s.push_str("<h2>Notes</h2><ul class=\"notes\">");
         for n in &r.notes {
@@ -305,6 +311,22 @@ pub fn diagnose_section(
         s.push_str("</ul>");
     }
     Ok(s)
+}
+
+/// What `--dataloader` / `--torch` overrode (and could not), as a list.
+pub fn overrides_html(overrides: &[crate::inject::Override], notes: &[String]) -> String {
+    let mut s = String::from("<h2>Overridden with --dataloader / --torch</h2><ul class=\"notes\">");
+    if overrides.is_empty() {
+        s.push_str("<li>nothing</li>");
+    }
+    for o in overrides {
+        let _ = write!(s, "<li><code>{}</code></li>", esc(&o.describe()));
+    }
+    for n in notes {
+        let _ = write!(s, "<li>note: {}</li>", esc(n));
+    }
+    s.push_str("</ul>");
+    s
 }
 
 /// A whole page for one or more diagnoses.
@@ -428,6 +450,8 @@ pub struct SweepPoint {
     pub data_wait_fraction: Option<f64>,
     /// Failed or interrupted: no throughput.
     pub failed: bool,
+    /// What `--dataloader` / `--torch` overrode in this trial (`None`: nothing injected).
+    pub overridden: Option<String>,
 }
 
 /// The page for `sweep --html`: throughput and GPU utilization per setting (in the order tried),
@@ -437,6 +461,7 @@ pub fn sweep_page(
     unit: &str,
     points: &[SweepPoint],
     sweet_spot: Option<(&str, &str)>,
+    notes: &[String],
 ) -> Result<String, HtmlError> {
     let mut s = String::new();
     let _ = write!(
@@ -454,9 +479,17 @@ pub fn sweep_page(
                 esc(why)
             );
         }
+        None if !notes.is_empty() => s.push_str("<div class=\"verdict unk\">No sweet spot.</div>"),
         None => s.push_str(
             "<div class=\"verdict unk\">No sweet spot: no setting gave a throughput.</div>",
         ),
+    }
+    if !notes.is_empty() {
+        s.push_str("<ul class=\"notes\">");
+        for n in notes {
+            let _ = write!(s, "<li>{}</li>", esc(n));
+        }
+        s.push_str("</ul>");
     }
     let mark = |p: &SweepPoint| {
         if sweet_spot.is_some_and(|(l, _)| l == p.label) {
@@ -507,6 +540,18 @@ pub fn sweep_page(
         );
     }
     s.push_str("</table>");
+    if points.iter().any(|p| p.overridden.is_some()) {
+        s.push_str("<h2>Overridden with --dataloader / --torch</h2><table><tr><th>setting</th><th>overridden</th></tr>");
+        for p in points {
+            let _ = write!(
+                s,
+                "<tr><td>{}</td><td><code>{}</code></td></tr>",
+                esc(&mark(p)),
+                esc(p.overridden.as_deref().unwrap_or("-"))
+            );
+        }
+        s.push_str("</table>");
+    }
     Ok(page("gpufeed sweep", &s))
 }
 
@@ -572,6 +617,7 @@ mod tests {
                 gpu_util_mean_pct: Some(30.0 + 15.0 * w.min(4.0)),
                 data_wait_fraction: Some(0.5 - 0.1 * w.min(4.0)),
                 failed: false,
+                overridden: Some(format!("DataLoader(num_workers={w}) at train.py:42, was 0")),
             })
             .collect();
         let h = sweep_page(
@@ -579,11 +625,25 @@ mod tests {
             "samples/s",
             &pts,
             Some(("num_workers=4", "within 5% of the best")),
+            &[],
         )
         .unwrap();
         assert!(h.contains("Sweet spot: num_workers=4"));
         assert!(h.contains("*num_workers=4"));
         assert_eq!(h.matches("<svg").count(), 2);
+        assert!(h.contains("<code>DataLoader(num_workers=8) at train.py:42, was 0</code>"));
+        let h = sweep_page(
+            "python train.py",
+            "samples/s",
+            &pts,
+            None,
+            &["No sweet spot: the overrides never took effect".into()],
+        )
+        .unwrap();
+        assert!(
+            h.contains("<li>No sweet spot: the overrides never took effect</li>"),
+            "{h}"
+        );
     }
 
     #[test]

@@ -109,6 +109,26 @@ pub fn text(s: &Summary) -> String {
             );
         }
     }
+    o.push_str(&overrides_text(&s.overrides, &s.override_notes));
+    o
+}
+
+/// The `--dataloader` / `--torch` lines: what was overridden, then what could not be.
+pub fn overrides_text(overrides: &[crate::inject::Override], notes: &[String]) -> String {
+    let mut o = String::new();
+    if overrides.is_empty() && notes.is_empty() {
+        return o;
+    }
+    let _ = writeln!(o, "  overridden (--dataloader/--torch):");
+    if overrides.is_empty() {
+        let _ = writeln!(o, "         nothing");
+    }
+    for ov in overrides {
+        let _ = writeln!(o, "         {}", ov.describe());
+    }
+    for n in notes {
+        let _ = writeln!(o, "         note: {n}");
+    }
     o
 }
 
@@ -179,12 +199,39 @@ mod tests {
                 ],
             }),
             truncated: false,
+            overrides: vec![],
+            override_notes: vec![],
         }
     }
 
     #[test]
     fn text_summary() {
         insta::assert_snapshot!(text(&sample()));
+    }
+
+    #[test]
+    fn overrides_are_listed_with_their_site() {
+        let mut s = sample();
+        assert!(!text(&s).contains("overridden"));
+        s.overrides.push(crate::inject::Override {
+            target: "DataLoader".into(),
+            key: "num_workers".into(),
+            value: 8.into(),
+            original: 0.into(),
+            site: Some("train.py:42".into()),
+            reason: None,
+            count: 1,
+        });
+        s.override_notes.push("the job never imported torch".into());
+        let t = text(&s);
+        assert!(
+            t.ends_with("  overridden (--dataloader/--torch):\n         DataLoader(num_workers=8) at train.py:42, was 0\n         note: the job never imported torch\n"),
+            "{t}"
+        );
+        let j = json(&s);
+        assert!(j.contains(r#""overrides":[{"target":"DataLoader","key":"num_workers","value":8,"original":0,"site":"train.py:42","count":1}]"#), "{j}");
+        let back: Summary = serde_json::from_str(&j).unwrap();
+        assert_eq!(back, s);
     }
 
     #[test]

@@ -58,6 +58,16 @@ pub struct End {
     pub reason: Option<String>,
 }
 
+/// The `overrides` line: values gpufeed put in place of the job's own, and why others could not be.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OverridesLine {
+    pub t_s: f64,
+    #[serde(default)]
+    pub overrides: Vec<crate::inject::Override>,
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
 /// Every line after the header.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -74,6 +84,8 @@ pub enum Line {
         pid: u32,
     },
     End(End),
+    /// What `--dataloader` / `--torch` changed in the job (written once, before `end`).
+    Overrides(OverridesLine),
     /// A line type from a newer gpufeed: ignored.
     #[serde(other)]
     Unknown,
@@ -143,6 +155,7 @@ impl Line {
             }
             Line::ProcExit { t_s, .. } => *t_s = round_dp(*t_s, T),
             Line::End(e) => e.t_s = round_dp(e.t_s, T),
+            Line::Overrides(o) => o.t_s = round_dp(o.t_s, T),
             Line::Unknown => {}
         }
     }

@@ -266,6 +266,13 @@ impl Recorder {
         Arc::clone(&self.tree_pids)
     }
 
+    /// Adds a line of gpufeed's own (e.g. `overrides`) to the recording.
+    pub fn write_line(&self, line: Line) {
+        if let Some(tx) = &self.lines {
+            let _ = tx.send(line);
+        }
+    }
+
     /// Stops sampling, writes the `end` line and flushes; returns the recording's path.
     pub fn finish(mut self, mut end: End) -> Result<PathBuf, RecordError> {
         self.stop_samplers();

@@ -29,6 +29,12 @@ pub struct Summary {
     /// The recording was cut (gpufeed was killed): figures cover what was written.
     #[serde(default)]
     pub truncated: bool,
+    /// Values `--dataloader` / `--torch` put in place of the job's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<crate::inject::Override>,
+    /// Overrides that could not apply, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub override_notes: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -154,6 +160,7 @@ pub fn summarize(path: &Path) -> Result<(Summary, ReadStats), ReadError> {
     let mut procs_max = 0u32;
     let mut last_t = 0.0f64;
     let mut end = None;
+    let mut overrides = None;
 
     let (header, stats) = read_recording(path, |_, line| match line {
         Line::Gpu(s) => {
@@ -251,8 +258,10 @@ pub fn summarize(path: &Path) -> Result<(Summary, ReadStats), ReadError> {
             last_t = last_t.max(e.t_s);
             end = Some(e);
         }
+        Line::Overrides(o) => overrides = Some(o),
         Line::Unknown => {}
     })?;
+    let overrides = overrides.unwrap_or_default();
 
     let statics: BTreeMap<u32, _> = header.gpus.iter().map(|g| (g.index, g)).collect();
     let mut indices: Vec<u32> = statics
@@ -340,6 +349,8 @@ pub fn summarize(path: &Path) -> Result<(Summary, ReadStats), ReadError> {
             },
             job,
             truncated: stats.truncated,
+            overrides: overrides.overrides,
+            override_notes: overrides.notes,
         },
         stats,
     ))

@@ -29,6 +29,8 @@ pub enum TuneError {
     Job(#[from] crate::job::JobError),
     #[error(transparent)]
     Record(#[from] crate::record::recorder::RecordError),
+    #[error(transparent)]
+    Inject(crate::inject::InjectError),
     #[error("step-marker socket: {0}")]
     Socket(std::io::Error),
     #[error("cannot start a reader thread: {0}")]
@@ -45,6 +47,7 @@ impl TuneError {
         match self {
             TuneError::Usage(_) => crate::exit::USAGE,
             TuneError::Job(e) => e.exit_code(),
+            TuneError::Inject(e) => e.exit_code(),
             TuneError::Record(_) | TuneError::Write { .. } => crate::exit::INPUT,
             _ => crate::exit::FAILURE,
         }

@@ -29,6 +29,13 @@ pub struct TrialResult {
     /// The job's last output lines when the trial failed (empty otherwise).
     pub last_lines: Vec<String>,
     pub recording: String,
+    /// What `--dataloader` / `--torch` put in place of the job's own values (`None` when nothing
+    /// was to be injected; an empty list when nothing could be).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overrides: Option<Vec<crate::inject::Override>>,
+    /// Why overrides could not apply in this trial.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub override_notes: Vec<String>,
     /// Position of each value in its list: the setting's cost order.
     #[serde(skip)]
     pub cost: usize,
@@ -56,6 +63,12 @@ impl TrialResult {
             exit: o.exit,
             last_lines: if failed { o.last_lines } else { vec![] },
             recording: o.recording.display().to_string(),
+            override_notes: o
+                .overrides
+                .as_ref()
+                .map(|r| r.notes.clone())
+                .unwrap_or_default(),
+            overrides: o.overrides.map(|r| r.overrides),
             cost: setting.cost(),
             label: setting.label(),
         }
@@ -101,6 +114,42 @@ pub struct SweepReport {
     /// Throughputs are in different units (sources differ between trials): no sweet spot.
     #[serde(default)]
     pub mixed_units: bool,
+    /// The knobs only reach the job through `--dataloader` / `--torch`, and no trial's override
+    /// took effect: the trials ran the same settings, so there is no sweet spot. Says why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overrides_never_applied: Option<String>,
+}
+
+impl SweepReport {
+    /// Sets [`SweepReport::overrides_never_applied`] (and clears the sweet spot) when every
+    /// trial that ran reported no override. `knobs_only_injected`: the knobs appear nowhere but in
+    /// `--dataloader` / `--torch` values.
+    pub fn check_overrides(&mut self, knobs_only_injected: bool) {
+        let ran: Vec<&TrialResult> = self
+            .results
+            .iter()
+            .filter(|r| r.overrides.is_some() && r.exit.ok())
+            .collect();
+        let none = !ran.is_empty()
+            && ran
+                .iter()
+                .all(|r| r.overrides.as_ref().is_some_and(|o| o.is_empty()));
+        self.overrides_never_applied = (knobs_only_injected && none).then(|| {
+            let why = ran
+                .iter()
+                .flat_map(|r| r.override_notes.iter())
+                .next()
+                .cloned()
+                .unwrap_or_else(|| "nothing was overridden".into());
+            format!(
+                "the overrides never took effect ({why}): every trial ran the job's own settings, \
+                 so differences between them are noise, not a result"
+            )
+        });
+        if self.overrides_never_applied.is_some() {
+            self.sweet_spot = None;
+        }
+    }
 }
 
 /// The cheapest setting within 5% of the best: cheapest = lowest sum of list positions (values
@@ -243,6 +292,45 @@ fn status_word(r: &TrialResult) -> String {
     }
 }
 
+/// `DataLoader(num_workers=8) at train.py:42, was 0`, one per override, or why there is none.
+pub fn overridden_cell(r: &TrialResult) -> String {
+    match &r.overrides {
+        None => "-".into(),
+        Some(o) if o.is_empty() => "nothing (see notes)".into(),
+        Some(o) => o
+            .iter()
+            .map(|x| x.describe())
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
+/// What a page shows under the verdict: why overrides never applied, then every override note.
+pub fn notes_for_page(rep: &SweepReport) -> Vec<String> {
+    let mut v: Vec<String> = rep
+        .overrides_never_applied
+        .iter()
+        .map(|w| format!("No sweet spot: {w}."))
+        .collect();
+    v.extend(
+        override_notes(rep)
+            .into_iter()
+            .map(|n| format!("note: {n}")),
+    );
+    v
+}
+
+/// Notes of every trial, each once.
+fn override_notes(rep: &SweepReport) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for n in rep.results.iter().flat_map(|r| &r.override_notes) {
+        if !v.contains(n) {
+            v.push(n.clone());
+        }
+    }
+    v
+}
+
 /// Rows of cells: header first.
 fn rows(rep: &SweepReport) -> Vec<Vec<String>> {
     let unit = rep
@@ -263,6 +351,10 @@ fn rows(rep: &SweepReport) -> Vec<Vec<String>> {
         ]
         .map(|s| s.to_string()),
     );
+    let injected = rep.results.iter().any(|r| r.overrides.is_some());
+    if injected {
+        head.push("overridden".into());
+    }
     let mut out = vec![head];
     for r in &rep.results {
         let mut row: Vec<String> = rep
@@ -299,6 +391,9 @@ fn rows(rep: &SweepReport) -> Vec<Vec<String>> {
         row.push(opt(r.job_cpu_mean_pct, |x| format!("{x:.0}%")));
         row.push(format!("{:.1}s", r.duration_s));
         row.push(status_word(r));
+        if injected {
+            row.push(overridden_cell(r));
+        }
         out.push(row);
     }
     out
@@ -330,6 +425,13 @@ pub fn text(rep: &SweepReport) -> String {
             t.unit
         );
     }
+    let notes = override_notes(rep);
+    if !notes.is_empty() {
+        let _ = writeln!(s, "\nOverrides (--dataloader/--torch):");
+        for n in &notes {
+            let _ = writeln!(s, "  note: {n}");
+        }
+    }
     for r in rep.results.iter().filter(|r| !r.last_lines.is_empty()) {
         let _ = writeln!(s, "\nTrial {} {}; last output:", r.label, status_word(r));
         for l in &r.last_lines {
@@ -343,6 +445,13 @@ pub fn text(rep: &SweepReport) -> String {
                 "\nSweet spot: {}\n  why: {}",
                 label_of(&sw.parameters, &rep.knobs),
                 sw.reason
+            );
+        }
+        None if rep.overrides_never_applied.is_some() => {
+            let _ = writeln!(
+                s,
+                "\nNo sweet spot: {}.",
+                rep.overrides_never_applied.as_deref().unwrap_or_default()
             );
         }
         None if rep.mixed_units => {
@@ -399,6 +508,12 @@ pub fn markdown(rep: &SweepReport) -> String {
             label_of(&sw.parameters, &rep.knobs),
             sw.reason
         );
+    }
+    if let Some(why) = &rep.overrides_never_applied {
+        let _ = writeln!(s, "\n**No sweet spot:** {why}.");
+    }
+    for n in override_notes(rep) {
+        let _ = writeln!(s, "\n- note: {n}");
     }
     s
 }
@@ -531,6 +646,7 @@ mod tests {
                 job_rss_max_bytes: None,
                 recording: "r.ndjson".into(),
                 gpu_error: None,
+                overrides: None,
             },
         )
     }
@@ -553,6 +669,7 @@ mod tests {
             trials_planned: 5,
             interrupted: false,
             mixed_units,
+            overrides_never_applied: None,
         }
     }
 

@@ -6,7 +6,7 @@ use super::steady::{estimate, from_counts, from_rates, Estimate, Interval};
 use super::steps::{monotonic_ns, StepMark, StepSocket, ENV_VAR};
 use super::TuneError;
 use crate::job::{Job, JobExit, SpawnOpts};
-use crate::record::format::{read_recording, End, Line};
+use crate::record::format::{read_recording, End, Line, OverridesLine};
 use crate::record::recorder::{Prepared, RecorderConfig};
 use crate::record::summary::{summarize, Summary};
 use serde::{Deserialize, Serialize};
@@ -43,6 +43,8 @@ pub struct TrialSpec {
     pub no_gpu: bool,
     /// How long each of SIGINT and SIGTERM is given before the next signal.
     pub grace: Duration,
+    /// `--dataloader` / `--torch` values for this trial (`None`: nothing injected).
+    pub inject: Option<crate::inject::Resolved>,
 }
 
 /// Where a throughput figure came from.
@@ -145,6 +147,8 @@ pub struct TrialOutcome {
     pub recording: PathBuf,
     /// Why GPUs were not recorded, when they were not.
     pub gpu_error: Option<String>,
+    /// What `--dataloader` / `--torch` changed (`None` when nothing was to be injected).
+    pub overrides: Option<crate::inject::InjectReport>,
 }
 
 /// What the trial loop reports while it runs.
@@ -414,6 +418,14 @@ pub fn run_trial(
     };
     let socket = StepSocket::bind(&spec.socket_path)?;
     let mut env = spec.env.clone();
+    let injection = match &spec.inject {
+        Some(r) => Some(crate::inject::Injection::prepare(r).map_err(TuneError::Inject)?),
+        None => None,
+    };
+    if let Some(i) = &injection {
+        let var = i.env_var(&env);
+        env.push(var);
+    }
     env.push((ENV_VAR.into(), spec.socket_path.display().to_string()));
     if std::env::var_os("PYTHONUNBUFFERED").is_none()
         && !env.iter().any(|(k, _)| k == "PYTHONUNBUFFERED")
@@ -537,6 +549,14 @@ pub fn run_trial(
         }
     }
     let duration_s = t0.elapsed().as_secs_f64();
+    let overrides = injection.as_ref().map(|i| i.read());
+    if let Some(o) = &overrides {
+        recorder.write_line(Line::Overrides(OverridesLine {
+            t_s: recorder.elapsed_s(),
+            overrides: o.overrides.clone(),
+            notes: o.notes.clone(),
+        }));
+    }
     let path = recorder.finish(End {
         exit_code: exit.code(),
         signal: exit.signal(),
@@ -599,6 +619,7 @@ pub fn run_trial(
         job_rss_max_bytes: rss,
         recording: path,
         gpu_error,
+        overrides,
     })
 }
 
@@ -623,6 +644,7 @@ mod tests {
             nvml_lib: None,
             no_gpu: true,
             grace: Duration::from_millis(500),
+            inject: None,
         }
     }
 

@@ -229,11 +229,18 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
                 speedup = speedup.map(|s| r2(s.min(gain)));
             }
             if n > now {
+                // Measure it right away, no code change: the current count, the advice, the cap.
+                let mut tries = vec![now, n, cap];
+                tries.sort_unstable();
+                tries.dedup();
+                let tries: Vec<String> = tries.iter().map(|w| w.to_string()).collect();
                 format!(
                     "Raise the DataLoader's worker count (per GPU/rank) from {now} to {n}: \
                      DataLoader(dataset, batch_size=..., num_workers={n}, {LOADER_FLAGS}). Each \
                      worker is saturating a core and cores are idle; this GPU's share of the \
-                     machine allows up to {cap} workers."
+                     machine allows up to {cap} workers. Try it: `gpufeed sweep -L w {} \
+                     --dataloader num_workers={{w}} -- <your command>`.",
+                    tries.join(",")
                 )
             } else {
                 format!(
@@ -432,6 +439,13 @@ mod tests {
             f.recommendation
         );
         assert!(f.recommendation.contains("num_workers=4"));
+        assert!(
+            f.recommendation.contains(
+                "Try it: `gpufeed sweep -L w 1,4,7 --dataloader num_workers={w} -- <your command>`"
+            ),
+            "{}",
+            f.recommendation
+        );
         assert!(f.recommendation.contains("pin_memory=True"));
         assert!(f.recommendation.contains("persistent_workers=True"));
         let s = f.expected_speedup.unwrap();

@@ -1,0 +1,631 @@
+//! `--dataloader KEY=VALUE` and `--torch KEY=VALUE`: knobs the training script does not expose,
+//! changed with no code change.
+//!
+//! gpufeed writes a `sitecustomize.py` ([`SITECUSTOMIZE`]) and its settings into a private
+//! temporary directory (0700) put first on the job's `PYTHONPATH`. In every Python process of the
+//! job it installs an import hook and hands over to the `sitecustomize` that was there before; it
+//! never imports torch itself. When the job imports torch it sets the global switches, and wraps
+//! `DataLoader.__init__` so that every loader gets the given values (within PyTorch's rules). Each
+//! override, with the file:line that created the DataLoader, is written as an NDJSON line to
+//! `report.ndjson` in the same directory: a side channel that needs nothing from the job. After the
+//! job, [`Injection::read`] turns those lines into [`InjectReport`]: what was overridden, and notes
+//! for what could not be.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The Python side, written as `sitecustomize.py`.
+pub const SITECUSTOMIZE: &str = include_str!("sitecustomize.py");
+
+#[derive(Debug, thiserror::Error)]
+pub enum InjectError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("cannot prepare the DataLoader/torch overrides in a temporary directory: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl InjectError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            InjectError::Usage(_) => crate::exit::USAGE,
+            InjectError::Io(_) => crate::exit::FAILURE,
+        }
+    }
+}
+
+/// What kind of value a key takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ValueKind {
+    /// 0, 1, 2, ...
+    Count,
+    /// 1, 2, ...
+    Positive,
+    /// 0/1, true/false, yes/no.
+    Flag,
+    /// high, medium, highest.
+    Precision,
+}
+
+/// `--dataloader` keys: arguments of `torch.utils.data.DataLoader`.
+pub const DATALOADER_KEYS: [&str; 5] = [
+    "num_workers",
+    "pin_memory",
+    "prefetch_factor",
+    "persistent_workers",
+    "batch_size",
+];
+
+/// `--torch` keys: global switches.
+pub const TORCH_KEYS: [&str; 3] = ["matmul_precision", "cudnn_benchmark", "allow_tf32"];
+
+fn kind_of(flag: Flag, key: &str) -> Option<ValueKind> {
+    Some(match (flag, key) {
+        (Flag::DataLoader, "num_workers") => ValueKind::Count,
+        (Flag::DataLoader, "prefetch_factor" | "batch_size") => ValueKind::Positive,
+        (Flag::DataLoader, "pin_memory" | "persistent_workers") => ValueKind::Flag,
+        (Flag::Torch, "matmul_precision") => ValueKind::Precision,
+        (Flag::Torch, "cudnn_benchmark" | "allow_tf32") => ValueKind::Flag,
+        _ => return None,
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flag {
+    DataLoader,
+    Torch,
+}
+
+impl Flag {
+    fn name(self) -> &'static str {
+        match self {
+            Flag::DataLoader => "--dataloader",
+            Flag::Torch => "--torch",
+        }
+    }
+    fn keys(self) -> &'static [&'static str] {
+        match self {
+            Flag::DataLoader => &DATALOADER_KEYS,
+            Flag::Torch => &TORCH_KEYS,
+        }
+    }
+}
+
+/// The overrides as given on the command line: values may hold `{knob}` placeholders.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InjectSpec {
+    dataloader: Vec<(String, String)>,
+    torch: Vec<(String, String)>,
+}
+
+fn parse_pairs(flag: Flag, specs: &[String]) -> Result<Vec<(String, String)>, InjectError> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for s in specs {
+        let (k, v) = s.split_once('=').ok_or_else(|| {
+            InjectError::Usage(format!(
+                "{} '{s}': expected KEY=VALUE, e.g. {} {}=...",
+                flag.name(),
+                flag.name(),
+                flag.keys()[0]
+            ))
+        })?;
+        let k = k.trim();
+        if kind_of(flag, k).is_none() {
+            return Err(InjectError::Usage(format!(
+                "{} '{s}': unknown key '{k}' (known: {})",
+                flag.name(),
+                flag.keys().join(", ")
+            )));
+        }
+        if out.iter().any(|(o, _)| o == k) {
+            return Err(InjectError::Usage(format!(
+                "{} {k} is given twice: give it once",
+                flag.name()
+            )));
+        }
+        let v = v.trim();
+        if !v.contains('{') {
+            value_of(flag, k, v)?;
+        }
+        out.push((k.to_string(), v.to_string()));
+    }
+    Ok(out)
+}
+
+/// Checks a (substituted) value and turns it into the JSON value the Python side uses.
+fn value_of(flag: Flag, key: &str, v: &str) -> Result<serde_json::Value, InjectError> {
+    let bad = |want: &str| {
+        InjectError::Usage(format!(
+            "{} {key}={v}: {want}, e.g. {} {key}={}",
+            flag.name(),
+            flag.name(),
+            match kind_of(flag, key) {
+                Some(ValueKind::Flag) => "1",
+                Some(ValueKind::Precision) => "high",
+                _ => "4",
+            }
+        ))
+    };
+    match kind_of(flag, key) {
+        Some(ValueKind::Count) => v
+            .parse::<u32>()
+            .map(serde_json::Value::from)
+            .map_err(|_| bad("expected a whole number 0 or above")),
+        Some(ValueKind::Positive) => match v.parse::<u32>() {
+            Ok(n) if n >= 1 => Ok(n.into()),
+            _ => Err(bad("expected a whole number 1 or above")),
+        },
+        Some(ValueKind::Flag) => match v.to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(true.into()),
+            "0" | "false" | "no" | "off" => Ok(false.into()),
+            _ => Err(bad("expected 0 or 1")),
+        },
+        Some(ValueKind::Precision) => match v {
+            "high" | "medium" | "highest" => Ok(v.into()),
+            _ => Err(bad("expected high, medium or highest")),
+        },
+        None => Err(InjectError::Usage(format!(
+            "{}: unknown key '{key}'",
+            flag.name()
+        ))),
+    }
+}
+
+impl InjectSpec {
+    /// Parses `--dataloader` and `--torch` values; values without placeholders are checked now.
+    pub fn parse(dataloader: &[String], torch: &[String]) -> Result<InjectSpec, InjectError> {
+        Ok(InjectSpec {
+            dataloader: parse_pairs(Flag::DataLoader, dataloader)?,
+            torch: parse_pairs(Flag::Torch, torch)?,
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.dataloader.is_empty() && self.torch.is_empty()
+    }
+
+    /// The value templates, for checking that every knob is used somewhere.
+    pub fn templates(&self) -> impl Iterator<Item = &str> {
+        self.dataloader
+            .iter()
+            .chain(&self.torch)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The values for one setting (`{knob}` replaced), checked.
+    pub fn resolve(&self, setting: &[(String, String)]) -> Result<Resolved, InjectError> {
+        let one = |flag: Flag, pairs: &[(String, String)]| {
+            pairs
+                .iter()
+                .map(|(k, t)| {
+                    let v = crate::tune::params::substitute(t, setting);
+                    if v.contains('{') && v.contains('}') {
+                        return Err(InjectError::Usage(format!(
+                            "{} {k}={t}: '{v}' names no knob given with -L",
+                            flag.name()
+                        )));
+                    }
+                    Ok((k.clone(), value_of(flag, k, &v)?))
+                })
+                .collect::<Result<BTreeMap<_, _>, _>>()
+        };
+        Ok(Resolved {
+            dataloader: one(Flag::DataLoader, &self.dataloader)?,
+            torch: one(Flag::Torch, &self.torch)?,
+        })
+    }
+}
+
+/// The overrides of one job, values checked.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Resolved {
+    pub dataloader: BTreeMap<String, serde_json::Value>,
+    pub torch: BTreeMap<String, serde_json::Value>,
+}
+
+impl Resolved {
+    pub fn is_empty(&self) -> bool {
+        self.dataloader.is_empty() && self.torch.is_empty()
+    }
+}
+
+/// One value gpufeed put in place of the job's own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Override {
+    /// `DataLoader`, `torch`, `torch.backends.cudnn`, `torch.backends.cuda.matmul`.
+    pub target: String,
+    pub key: String,
+    pub value: serde_json::Value,
+    /// The job's own value (its argument or the default); `null` when it could not be read.
+    pub original: serde_json::Value,
+    /// `train.py:42`: where the DataLoader was created (`null` for global switches).
+    pub site: Option<String>,
+    /// Why gpufeed changed a value that was not asked for (PyTorch's rules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// How many times (DataLoaders created at this site, processes that imported torch).
+    #[serde(default = "one")]
+    pub count: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// A value as Python would write it (`True`, `8`, `'high'`).
+fn py(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Bool(true) => "True".into(),
+        serde_json::Value::Bool(false) => "False".into(),
+        serde_json::Value::Null => "None".into(),
+        serde_json::Value::String(s) => format!("'{s}'"),
+        v => v.to_string(),
+    }
+}
+
+impl Override {
+    /// `DataLoader(num_workers=8) at train.py:42, was 0`; `torch.backends.cudnn.benchmark=True,
+    /// was False`.
+    pub fn describe(&self) -> String {
+        let head = if self.target == "DataLoader" {
+            format!("DataLoader({}={})", self.key, py(&self.value))
+        } else if self.target == "torch" && self.key == "matmul_precision" {
+            format!("torch.set_float32_matmul_precision({})", py(&self.value))
+        } else {
+            format!("{}.{}={}", self.target, self.key, py(&self.value))
+        };
+        let at = self
+            .site
+            .as_ref()
+            .map(|s| format!(" at {s}"))
+            .unwrap_or_default();
+        let times = if self.count > 1 && self.site.is_some() {
+            format!(" ({} loaders)", self.count)
+        } else {
+            String::new()
+        };
+        let why = self
+            .reason
+            .as_ref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default();
+        format!("{head}{at}{times}, was {}{why}", py(&self.original))
+    }
+}
+
+/// What the job's Python processes reported.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct InjectReport {
+    pub overrides: Vec<Override>,
+    /// Overrides that could not apply, and why (never a crash of the job).
+    pub notes: Vec<String>,
+}
+
+impl InjectReport {
+    /// At least one value was put in place of the job's own.
+    pub fn took_effect(&self) -> bool {
+        !self.overrides.is_empty()
+    }
+}
+
+/// One line of `report.ndjson`.
+#[derive(Debug, Clone, Default, Deserialize)]
+struct Event {
+    event: String,
+    #[serde(default)]
+    target: Option<String>,
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default)]
+    value: serde_json::Value,
+    #[serde(default)]
+    original: serde_json::Value,
+    #[serde(default)]
+    now: serde_json::Value,
+    #[serde(default)]
+    site: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    detail: Option<String>,
+}
+
+/// Most lines read from the side channel (a job creating a DataLoader per step writes many).
+const MAX_EVENTS: usize = 200_000;
+
+/// Turns the side channel's lines into the report; `wanted` is what was asked for.
+pub fn aggregate(text: &str, wanted: &Resolved) -> InjectReport {
+    let mut rep = InjectReport::default();
+    let (mut python, mut torch, mut loader_seen) = (false, false, false);
+    let note = |rep: &mut InjectReport, n: String| {
+        if !rep.notes.contains(&n) {
+            rep.notes.push(n);
+        }
+    };
+    for line in text.lines().take(MAX_EVENTS) {
+        let Ok(e) = serde_json::from_str::<Event>(line) else {
+            continue;
+        };
+        let target = e.target.clone().unwrap_or_default();
+        let key = e.key.clone().unwrap_or_default();
+        let at = e
+            .site
+            .as_ref()
+            .map(|s| format!(" at {s}"))
+            .unwrap_or_default();
+        match e.event.as_str() {
+            "python" => python = true,
+            "torch" => torch = true,
+            "override" => {
+                loader_seen |= target == "DataLoader";
+                let o = Override {
+                    target,
+                    key,
+                    value: e.value,
+                    original: e.original,
+                    site: e.site,
+                    reason: e.reason,
+                    count: 1,
+                };
+                match rep.overrides.iter_mut().find(|x| {
+                    (&x.target, &x.key, &x.value, &x.original, &x.site, &x.reason)
+                        == (&o.target, &o.key, &o.value, &o.original, &o.site, &o.reason)
+                }) {
+                    Some(x) => x.count = x.count.saturating_add(1),
+                    None => rep.overrides.push(o),
+                }
+            }
+            "skip" => {
+                loader_seen |= target == "DataLoader";
+                let what = if target == "DataLoader" {
+                    format!("DataLoader{at}")
+                } else {
+                    target
+                };
+                note(
+                    &mut rep,
+                    format!(
+                        "{what}: {key}={} not applied: {}",
+                        py(&e.value),
+                        e.reason.unwrap_or_default()
+                    ),
+                );
+            }
+            "note" => {
+                loader_seen |= target == "DataLoader";
+                note(
+                    &mut rep,
+                    format!(
+                        "{target}{at}: {key}: {}",
+                        e.detail.unwrap_or_default()
+                    ),
+                );
+            }
+            "reverted" => note(
+                &mut rep,
+                format!(
+                    "{target}.{key}={} was set back to {} by the job's own code after gpufeed set it",
+                    py(&e.value),
+                    py(&e.now)
+                ),
+            ),
+            "error" => note(
+                &mut rep,
+                format!(
+                    "gpufeed's sitecustomize{at}: {}",
+                    e.detail.unwrap_or_default()
+                ),
+            ),
+            _ => {}
+        }
+    }
+    let flags = match (wanted.dataloader.is_empty(), wanted.torch.is_empty()) {
+        (false, false) => "--dataloader and --torch",
+        (false, true) => "--dataloader",
+        _ => "--torch",
+    };
+    if !python {
+        note(
+            &mut rep,
+            format!(
+                "{flags} changed nothing: no Python process of the job loaded gpufeed's \
+                 sitecustomize (not a Python job, python -E/-I/-S, or PYTHONPATH replaced)"
+            ),
+        );
+    } else if !torch {
+        note(
+            &mut rep,
+            format!("{flags} changed nothing: the job never imported torch"),
+        );
+    } else if !wanted.dataloader.is_empty() && !loader_seen {
+        note(
+            &mut rep,
+            "--dataloader changed nothing: the job created no torch.utils.data.DataLoader".into(),
+        );
+    }
+    rep
+}
+
+/// The prepared directory of one job; removed when dropped.
+pub struct Injection {
+    dir: tempfile::TempDir,
+    wanted: Resolved,
+}
+
+/// The injection for one job with `setting`'s knob values, or `None` when nothing is overridden.
+pub fn for_setting(
+    spec: &InjectSpec,
+    setting: &[(String, String)],
+) -> Result<Option<Injection>, InjectError> {
+    if spec.is_empty() {
+        return Ok(None);
+    }
+    Injection::prepare(&spec.resolve(setting)?).map(Some)
+}
+
+impl Injection {
+    /// Writes `sitecustomize.py` and the settings into a new private temporary directory.
+    pub fn prepare(wanted: &Resolved) -> Result<Injection, InjectError> {
+        let dir = tempfile::Builder::new()
+            .prefix("gpufeed-inject-")
+            .tempdir()?;
+        // tempfile creates the directory 0700; say so rather than rely on it.
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )?;
+        std::fs::write(dir.path().join("sitecustomize.py"), SITECUSTOMIZE)?;
+        let cfg = serde_json::to_string(wanted).map_err(std::io::Error::other)?;
+        std::fs::write(dir.path().join("config.json"), cfg)?;
+        Ok(Injection {
+            dir,
+            wanted: wanted.clone(),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The job's `PYTHONPATH`: this directory first, then `current` (the job's own, if any).
+    pub fn pythonpath(&self, current: Option<&str>) -> String {
+        let me = self.dir.path().display().to_string();
+        match current.filter(|c| !c.is_empty()) {
+            Some(c) => format!("{me}:{c}"),
+            None => me,
+        }
+    }
+
+    /// The variable to give the job, with `env` (variables already set for it) taken into account.
+    pub fn env_var(&self, env: &[(String, String)]) -> (String, String) {
+        let current = env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "PYTHONPATH")
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var("PYTHONPATH").ok());
+        ("PYTHONPATH".into(), self.pythonpath(current.as_deref()))
+    }
+
+    /// What the job reported so far (call after it ended).
+    pub fn read(&self) -> InjectReport {
+        let text = std::fs::read(self.dir.path().join("report.ndjson"))
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+        aggregate(&text, &self.wanted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn keys_and_values_are_checked() {
+        let spec = InjectSpec::parse(
+            &s(&["num_workers={w}", "pin_memory=1"]),
+            &s(&["matmul_precision=high"]),
+        )
+        .unwrap();
+        assert!(!spec.is_empty());
+        assert_eq!(spec.templates().collect::<Vec<_>>(), ["{w}", "1", "high"]);
+        let r = spec.resolve(&[("w".into(), "8".into())]).unwrap();
+        assert_eq!(r.dataloader["num_workers"], serde_json::json!(8));
+        assert_eq!(r.dataloader["pin_memory"], serde_json::json!(true));
+        assert_eq!(r.torch["matmul_precision"], serde_json::json!("high"));
+        let e = spec.resolve(&[("w".into(), "many".into())]).unwrap_err();
+        assert!(e.to_string().contains("whole number"), "{e}");
+        let e = spec.resolve(&[]).unwrap_err();
+        assert!(e.to_string().contains("names no knob"), "{e}");
+
+        for (dl, t) in [
+            (vec!["workers=4"], vec![]),
+            (vec!["num_workers"], vec![]),
+            (vec!["num_workers=-1"], vec![]),
+            (vec!["batch_size=0"], vec![]),
+            (vec!["pin_memory=maybe"], vec![]),
+            (vec!["num_workers=1", "num_workers=2"], vec![]),
+            (vec![], vec!["matmul_precision=low"]),
+            (vec![], vec!["benchmark=1"]),
+        ] {
+            let e = InjectSpec::parse(&s(&dl), &s(&t)).unwrap_err();
+            assert_eq!(e.exit_code(), crate::exit::USAGE, "{e}");
+        }
+        assert!(InjectSpec::parse(&[], &[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn report_lines_become_overrides_and_notes() {
+        let wanted = InjectSpec::parse(&s(&["num_workers=8", "batch_size=64"]), &[])
+            .unwrap()
+            .resolve(&[])
+            .unwrap();
+        let text = r#"{"event":"python","pid":1}
+{"event":"torch","pid":1,"version":"2.5.0"}
+{"event":"override","target":"DataLoader","key":"num_workers","value":8,"original":0,"site":"train.py:42","pid":1}
+{"event":"override","target":"DataLoader","key":"num_workers","value":8,"original":0,"site":"train.py:42","pid":1}
+{"event":"skip","target":"DataLoader","key":"batch_size","value":64,"reason":"left alone: it has a batch_sampler, which rules out batch_size","site":"train.py:42"}
+{"event":"override","target":"torch.backends.cudnn","key":"benchmark","value":true,"original":false,"site":null}
+{"event":"reverted","target":"torch.backends.cudnn","key":"benchmark","value":true,"now":false}
+not json
+{"event":"override","target":"DataL"#;
+        let r = aggregate(text, &wanted);
+        assert_eq!(r.overrides.len(), 2, "{r:?}");
+        assert_eq!(r.overrides[0].count, 2);
+        assert_eq!(
+            r.overrides[0].describe(),
+            "DataLoader(num_workers=8) at train.py:42 (2 loaders), was 0"
+        );
+        assert_eq!(
+            r.overrides[1].describe(),
+            "torch.backends.cudnn.benchmark=True, was False"
+        );
+        assert!(r.took_effect());
+        assert_eq!(r.notes.len(), 2, "{:?}", r.notes);
+        assert!(r.notes[0].contains("DataLoader at train.py:42: batch_size=64 not applied: left alone: it has a batch_sampler"));
+        assert!(r.notes[1].contains("set back to False"));
+    }
+
+    #[test]
+    fn nothing_reported_says_why() {
+        let wanted = InjectSpec::parse(&s(&["num_workers=2"]), &s(&["cudnn_benchmark=1"]))
+            .unwrap()
+            .resolve(&[])
+            .unwrap();
+        let r = aggregate("", &wanted);
+        assert!(!r.took_effect());
+        assert!(r.notes[0].contains("no Python process"), "{:?}", r.notes);
+        assert!(r.notes[0].starts_with("--dataloader and --torch"));
+        let r = aggregate(r#"{"event":"python"}"#, &wanted);
+        assert!(r.notes[0].contains("never imported torch"), "{:?}", r.notes);
+        let r = aggregate("{\"event\":\"python\"}\n{\"event\":\"torch\"}", &wanted);
+        assert!(
+            r.notes[0].contains("no torch.utils.data.DataLoader"),
+            "{:?}",
+            r.notes
+        );
+    }
+
+    #[test]
+    fn the_directory_is_private_and_first_on_the_path() {
+        use std::os::unix::fs::PermissionsExt;
+        let inj = Injection::prepare(&Resolved::default()).unwrap();
+        let mode = std::fs::metadata(inj.dir()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        assert!(inj.dir().join("sitecustomize.py").is_file());
+        let p = inj.pythonpath(Some("/a:/b"));
+        assert!(p.ends_with(":/a:/b") && p.starts_with(&inj.dir().display().to_string()));
+        assert_eq!(inj.pythonpath(Some("")), inj.dir().display().to_string());
+        let (k, v) = inj.env_var(&[("PYTHONPATH".into(), "/user".into())]);
+        assert_eq!(k, "PYTHONPATH");
+        assert!(v.ends_with(":/user"));
+        let dir = inj.dir().to_path_buf();
+        drop(inj);
+        assert!(!dir.exists());
+    }
+}

@@ -1,0 +1,1 @@
+from . import cudnn, cuda  # noqa: F401

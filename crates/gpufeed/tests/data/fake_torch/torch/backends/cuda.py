@@ -1,0 +1,5 @@
+class _Matmul:
+    allow_tf32 = False
+
+
+matmul = _Matmul()

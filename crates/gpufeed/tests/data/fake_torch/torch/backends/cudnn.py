@@ -1,0 +1,2 @@
+benchmark = False
+allow_tf32 = True

@@ -1,0 +1,6 @@
+class Dataset:
+    pass
+
+
+class IterableDataset(Dataset):
+    pass
