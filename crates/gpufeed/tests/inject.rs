@@ -449,6 +449,80 @@ fn a_sweep_whose_override_never_applies_says_so() {
     assert_eq!(rep["results"][0]["overrides"], serde_json::json!([]));
 }
 
+#[test]
+fn batch_size_searches_an_injected_batch_size() {
+    if !has_python() {
+        return;
+    }
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let seen = dir.path().join("seen.json").display().to_string();
+    let out = gpufeed(&fake_torch())
+        .args(["batch-size", "--param", "bs", "--start", "4", "--max", "64"])
+        .args([
+            "--dataloader",
+            "batch_size={bs}",
+            "--min-time",
+            "1s",
+            "--max-time",
+            "4s",
+        ])
+        .args([
+            "--rate-regex",
+            r"rate: ([0-9.]+) batches/s",
+            "-q",
+            "--output-dir",
+        ])
+        .arg(dir.path())
+        .args(["--", "python3", "inject_job.py", &seen, "batch"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // The job's own batch_size is 4: only the injected value can make it run out of memory.
+    let rep = read_json(&dir.path().join("batch-size.json"));
+    assert_eq!(
+        (rep["max_batch"].as_u64(), rep["first_oom_batch"].as_u64()),
+        (Some(16), Some(17)),
+        "{rep}"
+    );
+    let out = gpufeed(&fake_torch())
+        .args([
+            "batch-size",
+            "--param",
+            "bs",
+            "--start",
+            "16",
+            "--max",
+            "16",
+        ])
+        .args([
+            "--dataloader",
+            "batch_size={bs}",
+            "--min-time",
+            "1s",
+            "--max-time",
+            "4s",
+        ])
+        .args([
+            "--rate-regex",
+            r"rate: ([0-9.]+) batches/s",
+            "-q",
+            "--output-dir",
+        ])
+        .arg(dir.path().join("again"))
+        .args(["--", "python3", "inject_job.py", &seen, "batch"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "batch 16 overridden: DataLoader(batch_size=16) at {}, was 4",
+            site("SITE-PLAIN")
+        )),
+        "{text}"
+    );
+}
+
 /// A Python with real PyTorch: `GPUFEED_TEST_PYTHON`, else `python3` when it imports torch.
 fn torch_python() -> Option<String> {
     let candidates: Vec<String> = match std::env::var("GPUFEED_TEST_PYTHON") {

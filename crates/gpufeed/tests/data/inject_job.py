@@ -2,7 +2,8 @@
 
 Usage: inject_job.py OUT.json MODE. Writes what its DataLoader and torch ended up with to OUT.json.
 Modes: plain (one loader), rules (PyTorch's argument rules), sweep (prints a rate that grows with
-num_workers, forever), notorch (never imports torch; prints a rate).
+num_workers, forever), notorch (never imports torch; prints a rate), batch (runs out of memory
+above batch_size 16, else prints a rate forever).
 """
 import json
 import sys
@@ -54,3 +55,8 @@ with open(out, "w") as f:
     json.dump(seen, f)
 if mode == "sweep":
     rate_forever(0.02 / (1 + dl.num_workers))
+if mode == "batch":
+    if dl.batch_size > 16:
+        print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", flush=True)
+        sys.exit(1)
+    rate_forever(0.02)
