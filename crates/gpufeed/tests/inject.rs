@@ -289,6 +289,26 @@ fn other_programs_are_left_alone() {
             .contains("the job never imported torch"),
         "{j}"
     );
+    // A torch job that creates no DataLoader.
+    let out = gpufeed(&fake_torch())
+        .args(["run", "--format", "json", "-o"])
+        .arg(dir.path().join("c.ndjson"))
+        .args([
+            "--dataloader",
+            "num_workers=2",
+            "--",
+            "python3",
+            "-c",
+            "import torch",
+        ])
+        .output()
+        .unwrap();
+    let j = summary(&out.stdout);
+    assert_eq!(
+        j["override_notes"][0],
+        "--dataloader changed nothing: the job created no torch.utils.data.DataLoader",
+        "{j}"
+    );
     // A job that is not Python at all.
     let out = gpufeed(&fake_torch())
         .args(["run", "--format", "json", "-o"])
@@ -594,4 +614,96 @@ fn real_pytorch_sweep_over_num_workers_finds_workers_faster() {
         "two DataLoader workers in the recording"
     );
     assert_eq!(rep["sweet_spot"]["parameters"]["w"], 2);
+}
+
+#[test]
+fn watch_says_what_it_overrode_when_the_view_closes() {
+    if !has_python() {
+        return;
+    }
+    if std::process::Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        eprintln!(
+            "SKIPPED watch_says_what_it_overrode_when_the_view_closes: tmux is not installed"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("run.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "cd '{data}' && PYTHONPATH='{pp}' '{bin}' watch --job-log '{log}' --dataloader num_workers=3 -- python3 inject_job.py '{seen}' plain; echo EXIT=$?; sleep 30\n",
+            data = data().display(),
+            pp = fake_torch(),
+            bin = assert_cmd::cargo::cargo_bin("gpufeed").display(),
+            log = dir.path().join("job.log").display(),
+            seen = dir.path().join("seen.json").display(),
+        ),
+    )
+    .unwrap();
+    let socket = format!("gpufeed-inject-test-{}", std::process::id());
+    let tmux = |args: &[&str]| {
+        std::process::Command::new("tmux")
+            .args(["-L", &socket])
+            .args(args)
+            .output()
+            .expect("tmux runs")
+    };
+    struct Kill<F: Fn()>(F);
+    impl<F: Fn()> Drop for Kill<F> {
+        fn drop(&mut self) {
+            (self.0)()
+        }
+    }
+    let _kill = Kill(|| {
+        let _ = tmux(&["kill-server"]);
+    });
+    let out = tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        "w",
+        "-x",
+        "160",
+        "-y",
+        "40",
+        "sh",
+        script.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let wait_for = |what: &str| {
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let pane = String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", "w"]).stdout)
+                .to_string();
+            if pane.contains(what) {
+                return pane;
+            }
+            assert!(
+                std::time::Instant::now() < end,
+                "{what:?} never appeared:\n{pane}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    };
+    // The job ran with the override (it writes what its DataLoader got), then q closes the view.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !dir.path().join("seen.json").exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    wait_for("Job");
+    tmux(&["send-keys", "-t", "w", "q"]);
+    let pane = wait_for("EXIT=");
+    assert_eq!(read_json(&dir.path().join("seen.json"))["num_workers"], 3);
+    assert!(
+        pane.contains(&format!(
+            "DataLoader(num_workers=3) at {}, was 0",
+            site("SITE-PLAIN")
+        )),
+        "{pane}"
+    );
 }

@@ -512,8 +512,12 @@ pub fn markdown(rep: &SweepReport) -> String {
     if let Some(why) = &rep.overrides_never_applied {
         let _ = writeln!(s, "\n**No sweet spot:** {why}.");
     }
-    for n in override_notes(rep) {
-        let _ = writeln!(s, "\n- note: {n}");
+    let notes = override_notes(rep);
+    if !notes.is_empty() {
+        s.push('\n');
+    }
+    for n in notes {
+        let _ = writeln!(s, "- note: {n}");
     }
     s
 }
