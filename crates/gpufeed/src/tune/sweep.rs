@@ -723,6 +723,58 @@ mod tests {
     }
 
     #[test]
+    fn overrides_in_the_table_and_a_sweep_they_never_reached() {
+        use Status::*;
+        let mut rep = report(&[(Some(10.0), Steady), (Some(10.2), Steady)]);
+        for (r, w) in rep.results.iter_mut().zip([0, 1]) {
+            r.overrides = Some(vec![crate::inject::Override {
+                target: "DataLoader".into(),
+                key: "num_workers".into(),
+                value: w.into(),
+                original: 0.into(),
+                site: Some("train.py:42".into()),
+                reason: None,
+                count: 1,
+            }]);
+        }
+        rep.check_overrides(true);
+        assert!(rep.sweet_spot.is_some() && rep.overrides_never_applied.is_none());
+        let t = text(&rep);
+        assert!(t.lines().next().unwrap().ends_with("overridden"), "{t}");
+        assert!(
+            t.contains("DataLoader(num_workers=1) at train.py:42, was 0"),
+            "{t}"
+        );
+        // Nothing reached the job: identical trials are not a result.
+        for r in rep.results.iter_mut() {
+            r.overrides = Some(vec![]);
+            r.override_notes =
+                vec!["--dataloader changed nothing: the job never imported torch".into()];
+        }
+        let mut kept = rep.clone();
+        kept.check_overrides(false);
+        assert!(
+            kept.sweet_spot.is_some(),
+            "a knob in the command still varies the trials"
+        );
+        rep.check_overrides(true);
+        assert!(rep.sweet_spot.is_none());
+        let t = text(&rep);
+        assert!(t.contains("No sweet spot: the overrides never took effect (--dataloader changed nothing: the job never imported torch)"), "{t}");
+        assert!(t.contains("nothing (see notes)"), "{t}");
+        assert_eq!(
+            t.matches("note: --dataloader changed nothing").count(),
+            1,
+            "once: {t}"
+        );
+        let md = markdown(&rep);
+        assert!(
+            md.contains("**No sweet spot:** the overrides never took effect"),
+            "{md}"
+        );
+    }
+
+    #[test]
     fn fastest_alone_and_nothing_usable() {
         use Status::*;
         let rep = report(&[(Some(10.0), Steady), (Some(20.0), MaxTime)]);
