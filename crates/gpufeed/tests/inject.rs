@@ -220,6 +220,48 @@ fn pytorch_rules_are_kept_and_what_cannot_apply_is_said() {
 }
 
 #[test]
+fn what_an_old_torch_does_not_take_is_a_note_not_a_crash() {
+    if !has_python() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let old = data().join("fake_torch_old").display().to_string();
+    let prog = "from torch.utils.data import DataLoader; d = DataLoader([1, 2], num_workers=0); print(d.num_workers)";
+    let out = gpufeed(&old)
+        .args(["run", "--format", "json", "-o"])
+        .arg(dir.path().join("rec.ndjson"))
+        .args([
+            "--dataloader",
+            "num_workers=2",
+            "--dataloader",
+            "persistent_workers=1",
+            "--torch",
+            "matmul_precision=high",
+            "--torch",
+            "cudnn_benchmark=1",
+            "--",
+            "python3",
+            "-c",
+            prog,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("2\n"));
+    let j = summary(&out.stdout);
+    assert_eq!(j["overrides"][0]["key"], "num_workers", "{j}");
+    assert_eq!(j["overrides"].as_array().unwrap().len(), 1, "{j}");
+    let notes = j["override_notes"].to_string();
+    for want in [
+        "persistent_workers=True not applied: this torch's DataLoader has no persistent_workers argument",
+        "matmul_precision='high' not applied: this torch has no set_float32_matmul_precision",
+        "cudnn_benchmark=True not applied: this torch refused it",
+    ] {
+        assert!(notes.contains(want), "{want}: {notes}");
+    }
+}
+
+#[test]
 fn chains_to_the_sitecustomize_that_was_there() {
     if !has_python() {
         return;
