@@ -5,7 +5,8 @@ import tempfile
 import time
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+if not os.environ.get("GPUFEED_TEST_INSTALLED"):  # else: the installed wheel's module
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import gpufeed_probe as probe  # noqa: E402
 
 

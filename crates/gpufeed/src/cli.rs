@@ -7,9 +7,11 @@ use std::time::Duration;
 use crate::commands::analyze::AnalyzeArgs;
 use crate::commands::batch_size::BatchSizeArgs;
 use crate::commands::bench::BenchArgs;
+use crate::commands::completions::CompletionsArgs;
 use crate::commands::diagnose::DiagnoseArgs;
 use crate::commands::doctor::DoctorArgs;
 use crate::commands::export::ExportArgs;
+use crate::commands::man::ManArgs;
 use crate::commands::serve::ServeArgs;
 use crate::commands::sweep::SweepArgs;
 use crate::commands::watch::WatchArgs;
@@ -44,6 +46,8 @@ const HELP_TEXT: &str = concat!(
     "    gpufeed export --perfetto t.json rec.ndjson   counter tracks for ui.perfetto.dev\n",
     "    gpufeed doctor                                check the machine and its software stack\n",
     "    gpufeed bench                                 measure copy bandwidth and GEMM speed-ups\n",
+    "    gpufeed completions bash > ~/.local/share/bash-completion/completions/gpufeed\n",
+    "    gpufeed man | man -l -                        this help as a man page\n",
     "\n",
     "ENVIRONMENT:\n",
     "    GPUFEED_NVML_LIB   path of the NVML library to load (same as --nvml-lib)\n",
@@ -92,6 +96,10 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Measure host<->GPU copy bandwidth (pinned vs pageable) and GEMM throughput per precision
     Bench(BenchArgs),
+    /// Print a shell completion script (bash, zsh, fish, powershell, elvish)
+    Completions(CompletionsArgs),
+    /// Print the man page (roff): `gpufeed man | man -l -`
+    Man(ManArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]

@@ -3,9 +3,11 @@
 pub mod analyze;
 pub mod batch_size;
 pub mod bench;
+pub mod completions;
 pub mod diagnose;
 pub mod doctor;
 pub mod export;
+pub mod man;
 pub mod record;
 pub mod serve;
 pub mod sweep;
@@ -27,5 +29,17 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Watch(args) => watch::run(&cli.global, &args),
         Command::Doctor(args) => doctor::run(&cli.global, &args),
         Command::Bench(args) => bench::run(&cli.global, &args),
+        Command::Completions(args) => completions::run(&cli.global, &args),
+        Command::Man(args) => man::run(&cli.global, &args),
+    }
+}
+
+/// Writes generated text to stdout; a closed pipe (`| head`) is not an error.
+pub(crate) fn print_stdout(bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut so = std::io::stdout().lock();
+    match so.write_all(bytes).and_then(|()| so.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r,
     }
 }

@@ -1,0 +1,36 @@
+"""gpufeed's Python side: step markers and data-wait times for the ``gpufeed`` command.
+
+``pip install gpufeed`` installs the ``gpufeed`` command (also ``python -m gpufeed``) and this
+package. Under ``gpufeed run/sweep/batch-size/watch`` the job gets ``GPUFEED_STEP_SOCKET``; the
+functions here send one datagram per training step to it (docs/step-protocol.md). Without it
+they are no-ops, so the calls can stay in the training script.
+
+    import gpufeed
+
+    for batch in gpufeed.wrap(loader, items=len):   # times each next(): the data wait
+        train_step(batch)
+
+Framework hooks (imported only when used, so none of these frameworks is a dependency):
+
+* ``gpufeed.lightning.GpufeedCallback``             -- ``Trainer(callbacks=[GpufeedCallback()])``
+* ``gpufeed.transformers.GpufeedTrainerCallback``   -- ``Trainer(..., callbacks=[...])``
+* ``gpufeed.accelerate.wrap(loader, accelerator)``  -- in a hand-written accelerate loop
+"""
+
+from gpufeed_probe import ENV_VAR, enabled, step, wrap
+
+__all__ = ["ENV_VAR", "enabled", "step", "wrap", "__version__"]
+
+
+def _version():
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:  # Python < 3.8
+        return "unknown"
+    try:
+        return version("gpufeed")
+    except PackageNotFoundError:  # imported from a source checkout
+        return "unknown"
+
+
+__version__ = _version()
