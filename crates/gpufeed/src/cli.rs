@@ -103,9 +103,12 @@ pub enum SummaryFormat {
 /// Options shared by `run` and `record`.
 #[derive(Debug, Clone, Args)]
 pub struct RecordingOpts {
-    /// Where to write the NDJSON recording [default: gpufeed-YYYYMMDD-HHMMSS.ndjson in the working directory]
+    /// Where to write the NDJSON recording [default: gpufeed-YYYYMMDD-HHMMSS-mmm.ndjson in the working directory, suffixed -2, -3 ... if taken]
     #[arg(short, long, value_name = "PATH")]
     pub output: Option<PathBuf>,
+    /// Replace an existing file at --output (without it, an existing file is never touched)
+    #[arg(long)]
+    pub force: bool,
     /// Host and process sampling interval (GPU utilization keeps every driver sample regardless)
     #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_duration)]
     pub interval: Duration,

@@ -11,6 +11,7 @@ pub mod exit;
 pub mod finding;
 pub mod job;
 pub mod live;
+pub mod outfile;
 pub mod present;
 pub mod record;
 pub mod sample;

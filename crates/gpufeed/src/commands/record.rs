@@ -3,14 +3,15 @@
 use crate::cli::{GlobalOpts, RecordArgs, RecordingOpts, RunArgs, SummaryFormat};
 use crate::exit::{self, Failure};
 use crate::job::{signal_all, Job, Received, SignalWatch};
+use crate::outfile::{refuse_same_as_input, Clobber};
 use crate::present;
 use crate::record::format::End;
-use crate::record::recorder::{default_output_name, Prepared, RecorderConfig};
+use crate::record::recorder::{default_output_name, Prepared, RecordError, RecorderConfig};
 use crate::record::summary::summarize;
 use crate::sample::host::pid_alive;
 use anyhow::Context;
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -23,17 +24,22 @@ fn prepare(global: &GlobalOpts, opts: &RecordingOpts) -> anyhow::Result<Prepared
         )
         .into());
     }
-    let output = opts
-        .output
-        .clone()
-        .unwrap_or_else(|| default_output_name(SystemTime::now()));
+    let (output, clobber) = match &opts.output {
+        Some(o) if opts.force => (o.clone(), Clobber::Replace),
+        Some(o) => (o.clone(), Clobber::Refuse),
+        None => (default_output_name(SystemTime::now()), Clobber::Suffix),
+    };
     let prepared = Prepared::new(RecorderConfig {
         output,
         interval: opts.interval,
         nvml_lib: global.nvml_lib.clone(),
         no_gpu: false,
+        clobber,
     })
-    .map_err(|e| Failure::input(e.to_string()))?;
+    .map_err(|e| match e {
+        RecordError::Exists { .. } => Failure::new(exit::USAGE, e.to_string()),
+        _ => Failure::input(e.to_string()),
+    })?;
     if let Some(e) = &prepared.gpu().error {
         eprintln!("gpufeed: {e}: recording host metrics only");
     } else if prepared.gpu().gpus.is_empty() {
@@ -77,8 +83,10 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
         )
         .into());
     }
+    if let (Some(h), Some(o)) = (&args.html, &args.rec.output) {
+        refuse_same_as_input("--html", h, [o.as_path()])?;
+    }
     let prepared = prepare(global, &args.rec)?;
-    let output: PathBuf = prepared.path().to_path_buf();
 
     // Signals: one from the terminal reached the whole foreground group, the job included;
     // one sent to gpufeed alone (kill, a scheduler) is forwarded to every process of the job.
@@ -94,10 +102,9 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
         }
     })
     .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
-    let cleanup = |prepared: Prepared| {
-        drop(prepared);
-        let _ = std::fs::remove_file(&output);
-    };
+    // The recording has no name until it starts: dropping it leaves nothing behind, and an
+    // existing file at --output (with --force) is untouched.
+    let cleanup = drop::<Prepared>;
     let sig = early_signal.load(Ordering::SeqCst);
     if sig != 0 {
         // Interrupted before the job started: do not start it.

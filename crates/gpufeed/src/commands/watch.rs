@@ -53,9 +53,15 @@ struct Recording {
 
 impl Recording {
     fn start(header: &Header) -> std::io::Result<Recording> {
-        let path = default_output_name(SystemTime::now());
-        let mut out = BufWriter::new(std::fs::File::create(&path)?);
-        writeln!(out, "{}", header_line(header))?;
+        // A new file under a unique default name (suffixed when taken): nothing is overwritten.
+        let pending = crate::outfile::Pending::new(
+            &default_output_name(SystemTime::now()),
+            crate::outfile::Clobber::Suffix,
+        )
+        .map_err(std::io::Error::other)?;
+        writeln!(pending.file(), "{}", header_line(header))?;
+        let (file, path) = pending.commit().map_err(std::io::Error::other)?;
+        let out = BufWriter::new(file);
         Ok(Recording { path, out })
     }
     fn write(&mut self, l: &Line) -> std::io::Result<()> {
@@ -105,12 +111,16 @@ fn key_of(code: KeyCode, mods: KeyModifiers) -> Key {
 }
 
 fn spawn_job(args: &WatchArgs) -> anyhow::Result<Child> {
-    let log = std::fs::File::create(&args.job_log).map_err(|e| {
-        Failure::input(format!(
-            "cannot create the job's log {}: {e} (choose another with --job-log)",
-            args.job_log.display()
-        ))
-    })?;
+    // The log replaces an earlier one by rename (a symlink there is replaced, never followed).
+    let log = crate::outfile::Pending::new(&args.job_log, crate::outfile::Clobber::Replace)
+        .and_then(|p| p.commit())
+        .map(|(f, _)| f)
+        .map_err(|e| {
+            Failure::input(format!(
+                "cannot create the job's log {}: {e} (choose another with --job-log)",
+                args.job_log.display()
+            ))
+        })?;
     let err = log
         .try_clone()
         .map_err(|e| Failure::new(exit::FAILURE, e.to_string()))?;

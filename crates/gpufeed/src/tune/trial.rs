@@ -27,7 +27,6 @@ pub struct TrialSpec {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub recording: PathBuf,
-    pub socket_path: PathBuf,
     pub min_time: Duration,
     pub max_time: Duration,
     /// CI half-width over the median that counts as steady (0.03).
@@ -399,6 +398,7 @@ pub fn run_trial(
         interval: spec.interval,
         nvml_lib: spec.nvml_lib.clone(),
         no_gpu: spec.no_gpu,
+        clobber: crate::outfile::Clobber::Refuse,
     })?;
     let has_gpu = prepared.gpu().error.is_none() && !prepared.gpu().gpus.is_empty();
     let gpu_error = if has_gpu {
@@ -412,9 +412,9 @@ pub fn run_trial(
                 .unwrap_or_else(|| "the NVIDIA driver reports no GPU".into()),
         )
     };
-    let socket = StepSocket::bind(&spec.socket_path)?;
+    let socket = StepSocket::open()?;
     let mut env = spec.env.clone();
-    env.push((ENV_VAR.into(), spec.socket_path.display().to_string()));
+    env.push((ENV_VAR.into(), socket.path().display().to_string()));
     if std::env::var_os("PYTHONUNBUFFERED").is_none()
         && !env.iter().any(|(k, _)| k == "PYTHONUNBUFFERED")
     {
@@ -433,9 +433,8 @@ pub fn run_trial(
     let mut job = match Job::spawn_with(&spec.argv, &opts) {
         Ok(j) => j,
         Err(e) => {
-            let path = prepared.path().to_path_buf();
+            // The recording has no name yet: dropping it leaves nothing behind.
             drop(prepared);
-            let _ = std::fs::remove_file(path);
             return Err(e.into());
         }
     };
@@ -611,7 +610,6 @@ mod tests {
             argv: vec!["sh".into(), "-c".into(), script.into()],
             env: vec![],
             recording: dir.join("t.ndjson"),
-            socket_path: dir.join("t.sock"),
             min_time: Duration::from_millis(500),
             max_time: Duration::from_secs(5),
             rel_tol: 0.03,
