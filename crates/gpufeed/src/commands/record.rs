@@ -76,7 +76,12 @@ fn print_summary(path: &Path, opts: &RecordingOpts) -> anyhow::Result<()> {
 
 /// `gpufeed run -- CMD...`: the job's exit code becomes gpufeed's.
 pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
-    if let Some(first) = args.command.first().filter(|c| c.starts_with('-')) {
+    if let Some(first) = args
+        .command
+        .first()
+        .map(|c| c.to_string_lossy())
+        .filter(|c| c.starts_with('-'))
+    {
         return Err(Failure::new(
             exit::USAGE,
             format!("unknown option '{first}' for run: put gpufeed's options before the command, e.g. gpufeed run -o rec.ndjson -- python train.py"),
@@ -124,7 +129,13 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
         *p = vec![job.pid()];
     }
     // A recording that cannot start does not stop the job: it runs unrecorded.
-    let recorder = match prepared.start(Some(job.pid()), Some(args.command.clone())) {
+    // The recording shows the command as text (bytes that are not UTF-8 as U+FFFD).
+    let shown: Vec<String> = args
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let recorder = match prepared.start(Some(job.pid()), Some(shown)) {
         Ok(r) => Some(r),
         Err(e) => {
             eprintln!("gpufeed: {e}: the job runs unrecorded");

@@ -41,7 +41,7 @@ pub struct TrialOpts {
     #[arg(long)]
     pub show_output: bool,
     /// Host and process sampling interval of each trial's recording
-    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = crate::cli::parse_interval)]
     pub interval: Duration,
     /// How long SIGINT and then SIGTERM are given to stop a trial before the next signal
     #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration)]

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant, SystemTime};
 #[derive(Debug, Clone, Args)]
 pub struct WatchArgs {
     /// Host and process sampling interval (GPU utilization keeps every driver sample)
-    #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = crate::cli::parse_interval)]
     pub interval: Duration,
     /// Screen refresh interval (at most 500ms: the view refreshes at least twice a second)
     #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = parse_duration)]

@@ -5,6 +5,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::low_level::siginfo::Cause;
+use std::ffi::OsStr;
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, ChildStderr, ChildStdout, Command, Stdio};
@@ -74,11 +75,12 @@ pub struct Job {
 impl Job {
     /// Starts `argv` with the terminal's stdin/stdout/stderr, in gpufeed's process group (so a
     /// Ctrl-C at the terminal reaches the job directly, as it would without gpufeed).
-    pub fn spawn(argv: &[String]) -> Result<Job, JobError> {
+    /// Arguments are passed as they are, bytes that are not UTF-8 included.
+    pub fn spawn<S: AsRef<OsStr>>(argv: &[S]) -> Result<Job, JobError> {
         let (prog, args) = argv.split_first().ok_or(JobError::Empty)?;
         let mut cmd = Command::new(prog);
         cmd.args(args);
-        Self::spawn_command(prog, cmd)
+        Self::spawn_command(prog.as_ref(), cmd)
     }
 
     /// Starts `argv` with extra environment variables, in a process group of its own (so gpufeed
@@ -104,11 +106,11 @@ impl Job {
                 });
             }
         }
-        Self::spawn_command(prog, cmd)
+        Self::spawn_command(prog.as_ref(), cmd)
     }
 
-    fn spawn_command(prog: &str, mut cmd: Command) -> Result<Job, JobError> {
-        let prog = prog.to_string();
+    fn spawn_command(prog: &OsStr, mut cmd: Command) -> Result<Job, JobError> {
+        let prog = prog.to_string_lossy().into_owned();
         let child = cmd.spawn().map_err(|source| match source.kind() {
             io::ErrorKind::NotFound => JobError::NotFound { cmd: prog.clone() },
             io::ErrorKind::PermissionDenied => JobError::NotExecutable {
@@ -320,14 +322,12 @@ mod tests {
 
     #[test]
     fn spawn_errors_are_classified() {
-        let e = Job::spawn(&["definitely-not-a-command-xyz".into()])
-            .err()
-            .unwrap();
+        let e = Job::spawn(&["definitely-not-a-command-xyz"]).err().unwrap();
         assert_eq!(e.exit_code(), 127);
         assert!(e.to_string().contains("command not found"));
-        let e = Job::spawn(&["/etc/hostname".into()]).err().unwrap();
+        let e = Job::spawn(&["/etc/hostname"]).err().unwrap();
         assert_eq!(e.exit_code(), 126, "{e}");
-        assert_eq!(Job::spawn(&[]).err().unwrap().exit_code(), 2);
+        assert_eq!(Job::spawn::<&str>(&[]).err().unwrap().exit_code(), 2);
     }
 
     #[test]
@@ -384,9 +384,9 @@ mod tests {
 
     #[test]
     fn exit_status_passes_through() {
-        let mut j = Job::spawn(&["sh".into(), "-c".into(), "exit 7".into()]).unwrap();
+        let mut j = Job::spawn(&["sh", "-c", "exit 7"]).unwrap();
         assert_eq!(j.wait().unwrap(), JobExit::Code(7));
-        let mut j = Job::spawn(&["sh".into(), "-c".into(), "kill -TERM $$".into()]).unwrap();
+        let mut j = Job::spawn(&["sh", "-c", "kill -TERM $$"]).unwrap();
         assert_eq!(j.wait().unwrap(), JobExit::Signal(libc::SIGTERM));
     }
 }
