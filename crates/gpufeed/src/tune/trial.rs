@@ -440,7 +440,7 @@ pub fn run_trial(
     };
     // From here on the job runs: an error must not leave it behind.
     let started = (|| {
-        let recorder = prepared.start(Some(job.pid()), Some(spec.argv.clone()))?;
+        let recorder = prepared.start(Some(job.job_pid()), Some(spec.argv.clone()))?;
         let obs = Arc::new(Mutex::new(Obs::default()));
         let (out, err) = job.take_output();
         let mut readers = Vec::new();
