@@ -153,3 +153,26 @@ fn huge_durations_and_sizes_are_refused_with_exit_2() {
         "no recording may be left by a refused command line"
     );
 }
+
+#[test]
+fn mostly_unreadable_input_is_bad_input() {
+    // 2 MB of pseudo-random bytes (xorshift), read as an nvidia-smi log with --columns.
+    let d = tempfile::tempdir().unwrap();
+    let f = d.path().join("noise.csv");
+    let mut x: u64 = 0x9E3779B97F4A7C15;
+    let bytes: Vec<u8> = (0..2_000_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect();
+    std::fs::write(&f, bytes).unwrap();
+    gpufeed()
+        .args(["diagnose", "--columns", "utilization.gpu,memory.used"])
+        .arg(&f)
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("mostly unreadable"));
+}
