@@ -1,6 +1,7 @@
 //! Command-line definitions (clap). Kept free of behaviour: `commands::*` does the work.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -112,11 +113,14 @@ pub enum SummaryFormat {
 /// Options shared by `run` and `record`.
 #[derive(Debug, Clone, Args)]
 pub struct RecordingOpts {
-    /// Where to write the NDJSON recording [default: gpufeed-YYYYMMDD-HHMMSS.ndjson in the working directory]
+    /// Where to write the NDJSON recording [default: gpufeed-YYYYMMDD-HHMMSS-mmm.ndjson in the working directory, suffixed -2, -3 ... if taken]
     #[arg(short, long, value_name = "PATH")]
     pub output: Option<PathBuf>,
+    /// Replace an existing file at --output (without it, an existing file is never touched)
+    #[arg(long)]
+    pub force: bool,
     /// Host and process sampling interval (GPU utilization keeps every driver sample regardless)
-    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = crate::cli::parse_interval)]
     pub interval: Duration,
     /// Summary format printed at the end (to stdout for json, stderr for text)
     #[arg(long, value_enum, default_value_t = SummaryFormat::Text)]
@@ -156,14 +160,14 @@ pub struct RunArgs {
     /// Also write a self-contained HTML report (charts, findings and fixes) to FILE
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
-    /// The command to run, after `--`
+    /// The command to run, after `--` (passed as it is, bytes that are not UTF-8 included)
     #[arg(
         required = true,
         trailing_var_arg = true,
         allow_hyphen_values = true,
         value_name = "COMMAND"
     )]
-    pub command: Vec<String>,
+    pub command: Vec<OsString>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -178,17 +182,57 @@ pub struct RecordArgs {
     pub pid: Option<u32>,
 }
 
-/// Parses `100ms`, `1s`, `2m`, `1h30m` or a bare number of seconds (`0.5`).
+/// The longest duration any option takes: a year. Longer values are refused (exit 2), so that
+/// no deadline computed from an option (`Instant + d`) can overflow.
+pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
+/// The longest sampling interval (`--interval`).
+pub const MAX_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// Parses `100ms`, `1s`, `2m`, `1h30m` or a bare number of seconds (`0.5`), at most
+/// [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
-    if let Ok(secs) = t.parse::<f64>() {
-        if secs.is_finite() && secs >= 0.0 {
-            return Ok(Duration::from_secs_f64(secs));
+    let d = if let Ok(secs) = t.parse::<f64>() {
+        if !(secs.is_finite() && secs >= 0.0) {
+            return Err(format!("'{s}' is not a valid duration"));
         }
-        return Err(format!("'{s}' is not a valid duration"));
+        if secs > MAX_DURATION.as_secs_f64() {
+            None
+        } else {
+            Some(Duration::from_secs_f64(secs))
+        }
+    } else {
+        match humantime::parse_duration(t) {
+            Ok(d) => Some(d),
+            // humantime's own overflow ("number is too large"): too long, not malformed.
+            Err(humantime::DurationError::NumberOverflow) => None,
+            Err(e) => {
+                return Err(format!(
+                    "'{s}' is not a valid duration ({e}); use e.g. 100ms, 30s, 5m"
+                ))
+            }
+        }
+    };
+    match d {
+        Some(d) if d <= MAX_DURATION => Ok(d),
+        _ => Err(format!("'{s}' is too long: durations are at most 366 days")),
     }
-    humantime::parse_duration(t)
-        .map_err(|e| format!("'{s}' is not a valid duration ({e}); use e.g. 100ms, 30s, 5m"))
+}
+
+/// Parses a sampling interval: a duration from 10ms to 1h.
+pub fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(10) {
+        return Err(format!(
+            "'{s}' is too short: the interval must be at least 10ms (the default is right for most jobs)"
+        ));
+    }
+    if d > MAX_INTERVAL {
+        return Err(format!(
+            "'{s}' is too long: the interval must be at most 1h"
+        ));
+    }
+    Ok(d)
 }
 
 #[cfg(test)]
@@ -208,5 +252,20 @@ mod tests {
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("-1").is_err());
+        // Bounded, never an overflow or a panic.
+        for huge in [
+            "18446744073709551615s",
+            "18446744073709551615",
+            "1e300",
+            "367days",
+            "99999999999999999999999h",
+        ] {
+            let e = parse_duration(huge).unwrap_err();
+            assert!(e.contains("too long"), "{huge}: {e}");
+        }
+        assert_eq!(parse_duration("366days").unwrap(), MAX_DURATION);
+        assert!(parse_interval("5ms").is_err());
+        assert!(parse_interval("2h").is_err());
+        assert_eq!(parse_interval("1h").unwrap(), MAX_INTERVAL);
     }
 }

@@ -12,6 +12,7 @@ pub mod finding;
 pub mod inject;
 pub mod job;
 pub mod live;
+pub mod outfile;
 pub mod present;
 pub mod record;
 pub mod sample;

@@ -40,7 +40,7 @@ fn exit_codes_pass_through() {
         .assert()
         .code(7);
     gpufeed()
-        .args(["run", "-q", "-o"])
+        .args(["run", "-q", "--force", "-o"])
         .arg(&out)
         .args(["--", "sh", "-c", "kill -KILL $$"])
         .assert()
@@ -390,7 +390,7 @@ fn record_for_a_duration_and_attached_to_a_pid() {
         ])
         .arg(job.id().to_string())
         .arg("-o")
-        .arg(&out)
+        .arg(dir.path().join("r2.ndjson"))
         .timeout(Duration::from_secs(20))
         .assert()
         .success();

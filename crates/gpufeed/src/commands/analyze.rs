@@ -60,6 +60,9 @@ fn input_error(e: TraceError) -> anyhow::Error {
 
 pub fn run(_global: &GlobalOpts, args: &AnalyzeArgs) -> anyhow::Result<u8> {
     let paths = trace::expand_paths(&args.paths).map_err(input_error)?;
+    if let Some(h) = &args.html {
+        crate::outfile::refuse_same_as_input("--html", h, paths.iter().map(|p| p.as_path()))?;
+    }
     let mut traces = Vec::new();
     for (p, r) in paths.iter().zip(trace::analyze_many(&paths)) {
         match r {

@@ -46,11 +46,14 @@ pub fn input_failure(e: DiagnoseError) -> anyhow::Error {
 }
 
 pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
+    if let Some(h) = &args.html {
+        crate::outfile::refuse_same_as_input("--html", h, args.files.iter().map(|p| p.as_path()))?;
+    }
     if let Some(i) = args.sample_interval {
-        if !(i.is_finite() && i > 0.0) {
+        if !(i.is_finite() && i > 0.0 && i <= 86_400.0) {
             return Err(anyhow::Error::new(Failure::new(
                 exit::USAGE,
-                format!("--sample-interval must be a positive number of seconds, not {i}"),
+                format!("--sample-interval must be a number of seconds above 0 and at most 86400, not {i}"),
             )));
         }
     }

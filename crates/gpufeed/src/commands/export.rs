@@ -21,6 +21,11 @@ pub struct ExportArgs {
 }
 
 pub fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
+    crate::outfile::refuse_same_as_input(
+        "--perfetto",
+        &args.perfetto,
+        std::iter::once(args.recording.as_path()).chain(args.merge.as_deref()),
+    )?;
     let st = perfetto::export(&args.recording, args.merge.as_deref(), &args.perfetto)
         .map_err(|e| Failure::input(e.to_string()))?;
     eprintln!(

@@ -3,14 +3,15 @@
 use crate::cli::{GlobalOpts, RecordArgs, RecordingOpts, RunArgs, SummaryFormat};
 use crate::exit::{self, Failure};
 use crate::job::{signal_all, Job, Received, SignalWatch};
+use crate::outfile::{refuse_same_as_input, Clobber};
 use crate::present;
 use crate::record::format::{End, Line, OverridesLine};
-use crate::record::recorder::{default_output_name, Prepared, RecorderConfig};
+use crate::record::recorder::{default_output_name, Prepared, RecordError, RecorderConfig};
 use crate::record::summary::summarize;
 use crate::sample::host::pid_alive;
 use anyhow::Context;
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -23,17 +24,22 @@ fn prepare(global: &GlobalOpts, opts: &RecordingOpts) -> anyhow::Result<Prepared
         )
         .into());
     }
-    let output = opts
-        .output
-        .clone()
-        .unwrap_or_else(|| default_output_name(SystemTime::now()));
+    let (output, clobber) = match &opts.output {
+        Some(o) if opts.force => (o.clone(), Clobber::Replace),
+        Some(o) => (o.clone(), Clobber::Refuse),
+        None => (default_output_name(SystemTime::now()), Clobber::Suffix),
+    };
     let prepared = Prepared::new(RecorderConfig {
         output,
         interval: opts.interval,
         nvml_lib: global.nvml_lib.clone(),
         no_gpu: false,
+        clobber,
     })
-    .map_err(|e| Failure::input(e.to_string()))?;
+    .map_err(|e| match e {
+        RecordError::Exists { .. } => Failure::new(exit::USAGE, e.to_string()),
+        _ => Failure::input(e.to_string()),
+    })?;
     if let Some(e) = &prepared.gpu().error {
         eprintln!("gpufeed: {e}: recording host metrics only");
     } else if prepared.gpu().gpus.is_empty() {
@@ -70,7 +76,12 @@ fn print_summary(path: &Path, opts: &RecordingOpts) -> anyhow::Result<()> {
 
 /// `gpufeed run -- CMD...`: the job's exit code becomes gpufeed's.
 pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
-    if let Some(first) = args.command.first().filter(|c| c.starts_with('-')) {
+    if let Some(first) = args
+        .command
+        .first()
+        .map(|c| c.to_string_lossy())
+        .filter(|c| c.starts_with('-'))
+    {
         return Err(Failure::new(
             exit::USAGE,
             format!("unknown option '{first}' for run: put gpufeed's options before the command, e.g. gpufeed run -o rec.ndjson -- python train.py"),
@@ -83,8 +94,10 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
         .and_then(|s| crate::inject::for_setting(&s, &[]))
         .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
     let env: Vec<(String, String)> = inject.iter().map(|i| i.env_var(&[])).collect();
+    if let (Some(h), Some(o)) = (&args.html, &args.rec.output) {
+        refuse_same_as_input("--html", h, [o.as_path()])?;
+    }
     let prepared = prepare(global, &args.rec)?;
-    let output: PathBuf = prepared.path().to_path_buf();
 
     // Signals: one from the terminal reached the whole foreground group, the job included;
     // one sent to gpufeed alone (kill, a scheduler) is forwarded to every process of the job.
@@ -100,10 +113,9 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
         }
     })
     .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
-    let cleanup = |prepared: Prepared| {
-        drop(prepared);
-        let _ = std::fs::remove_file(&output);
-    };
+    // The recording has no name until it starts: dropping it leaves nothing behind, and an
+    // existing file at --output (with --force) is untouched.
+    let cleanup = drop::<Prepared>;
     let sig = early_signal.load(Ordering::SeqCst);
     if sig != 0 {
         // Interrupted before the job started: do not start it.
@@ -123,7 +135,13 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
         *p = vec![job.pid()];
     }
     // A recording that cannot start does not stop the job: it runs unrecorded.
-    let recorder = match prepared.start(Some(job.pid()), Some(args.command.clone())) {
+    // The recording shows the command as text (bytes that are not UTF-8 as U+FFFD).
+    let shown: Vec<String> = args
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let recorder = match prepared.start(Some(job.pid()), Some(shown)) {
         Ok(r) => Some(r),
         Err(e) => {
             eprintln!("gpufeed: {e}: the job runs unrecorded");

@@ -24,7 +24,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub once: bool,
     /// Sampling interval of host and processes (GPU utilization keeps every driver sample)
-    #[arg(long, value_name = "DURATION", default_value = "200ms", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "200ms", value_parser = crate::cli::parse_interval)]
     pub interval: Duration,
     /// Window of the busy ratio, oscillation, starvation score and verdict
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]

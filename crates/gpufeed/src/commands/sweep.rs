@@ -41,7 +41,7 @@ pub struct TrialOpts {
     #[arg(long)]
     pub show_output: bool,
     /// Host and process sampling interval of each trial's recording
-    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = crate::cli::parse_interval)]
     pub interval: Duration,
     /// How long SIGINT and then SIGTERM are given to stop a trial before the next signal
     #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration)]
@@ -186,20 +186,38 @@ pub fn batch_of(t: &TrialOpts, values: &[(String, String)]) -> anyhow::Result<Op
     }
 }
 
-/// The output directory (created).
+/// The output directory (created): `--output-dir`, which must not hold the trial recordings of an
+/// earlier run, or a new `PREFIX-YYYYMMDD-HHMMSS-mmm` folder (suffixed `-2`, `-3` ... when taken).
 pub fn output_dir(t: &TrialOpts, prefix: &str) -> anyhow::Result<PathBuf> {
-    let dir = t.output_dir.clone().unwrap_or_else(|| {
-        let s = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
-        let d: String = s.chars().filter(|c| c.is_ascii_digit()).collect();
-        let (date, time) = d.split_at(8.min(d.len()));
-        PathBuf::from(format!("{prefix}-{date}-{time}"))
-    });
-    std::fs::create_dir_all(&dir).map_err(|e| {
+    let cannot = |dir: &Path, e: std::io::Error| {
         Failure::input(format!(
             "cannot create output directory {}: {e} (choose another with --output-dir)",
             dir.display()
         ))
-    })?;
+    };
+    let Some(dir) = t.output_dir.clone() else {
+        let base = PathBuf::from(crate::record::recorder::default_stamp(
+            prefix,
+            SystemTime::now(),
+        ));
+        return crate::outfile::create_dir_unique(&base).map_err(|e| cannot(&base, e).into());
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| cannot(&dir, e))?;
+    let earlier = std::fs::read_dir(&dir)
+        .map_err(|e| cannot(&dir, e))?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("trial-") && n.ends_with(".ndjson"));
+    if let Some(n) = earlier {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "{} already holds trial recordings of an earlier run ({n}): choose another --output-dir, or leave it out for a new folder",
+                dir.display()
+            ),
+        )
+        .into());
+    }
     Ok(dir)
 }
 
@@ -226,13 +244,10 @@ pub fn spec(
     recording: PathBuf,
     batch: Option<f64>,
 ) -> TrialSpec {
-    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
     TrialSpec {
         argv,
         env,
         recording,
-        socket_path: socket_path(n),
         min_time: t.min_time,
         max_time: t.max_time,
         rel_tol: t.tolerance,
@@ -245,18 +260,6 @@ pub fn spec(
         no_gpu: false,
         grace: t.grace,
         inject: None,
-    }
-}
-
-/// Where trial `n`'s step socket goes: the temporary directory, or /tmp when that path would be
-/// too long for a Unix socket (108 bytes).
-fn socket_path(n: u32) -> PathBuf {
-    let name = format!("gpufeed-{}-{n}.sock", std::process::id());
-    let p = std::env::temp_dir().join(&name);
-    if p.as_os_str().len() < 100 {
-        p
-    } else {
-        Path::new("/tmp").join(name)
     }
 }
 

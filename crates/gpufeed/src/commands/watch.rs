@@ -25,7 +25,7 @@ use std::time::{Duration, Instant, SystemTime};
 #[derive(Debug, Clone, Args)]
 pub struct WatchArgs {
     /// Host and process sampling interval (GPU utilization keeps every driver sample)
-    #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = crate::cli::parse_interval)]
     pub interval: Duration,
     /// Screen refresh interval (at most 500ms: the view refreshes at least twice a second)
     #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = parse_duration)]
@@ -55,9 +55,15 @@ struct Recording {
 
 impl Recording {
     fn start(header: &Header) -> std::io::Result<Recording> {
-        let path = default_output_name(SystemTime::now());
-        let mut out = BufWriter::new(std::fs::File::create(&path)?);
-        writeln!(out, "{}", header_line(header))?;
+        // A new file under a unique default name (suffixed when taken): nothing is overwritten.
+        let pending = crate::outfile::Pending::new(
+            &default_output_name(SystemTime::now()),
+            crate::outfile::Clobber::Suffix,
+        )
+        .map_err(std::io::Error::other)?;
+        writeln!(pending.file(), "{}", header_line(header))?;
+        let (file, path) = pending.commit().map_err(std::io::Error::other)?;
+        let out = BufWriter::new(file);
         Ok(Recording { path, out })
     }
     fn write(&mut self, l: &Line) -> std::io::Result<()> {
@@ -107,12 +113,16 @@ fn key_of(code: KeyCode, mods: KeyModifiers) -> Key {
 }
 
 fn spawn_job(args: &WatchArgs, env: &[(String, String)]) -> anyhow::Result<Child> {
-    let log = std::fs::File::create(&args.job_log).map_err(|e| {
-        Failure::input(format!(
-            "cannot create the job's log {}: {e} (choose another with --job-log)",
-            args.job_log.display()
-        ))
-    })?;
+    // The log replaces an earlier one by rename (a symlink there is replaced, never followed).
+    let log = crate::outfile::Pending::new(&args.job_log, crate::outfile::Clobber::Replace)
+        .and_then(|p| p.commit())
+        .map(|(f, _)| f)
+        .map_err(|e| {
+            Failure::input(format!(
+                "cannot create the job's log {}: {e} (choose another with --job-log)",
+                args.job_log.display()
+            ))
+        })?;
     let err = log
         .try_clone()
         .map_err(|e| Failure::new(exit::FAILURE, e.to_string()))?;

@@ -236,10 +236,28 @@ pub fn read(
             h
         }
     };
+    // Mostly unreadable is bad input, not a verdict with a note (random bytes read as a log
+    // with --columns gave hundreds of thousands of skipped lines and a verdict on a few rows).
+    if is_mostly_unreadable(source.lines, source.malformed) {
+        return Err(DiagnoseError::Bad {
+            path: path.to_path_buf(),
+            detail: format!(
+                "mostly unreadable: {} of {} lines could not be read as {}; check the file and --input-format",
+                source.malformed,
+                source.lines + source.malformed,
+                source.format.replace('_', " ")
+            ),
+        });
+    }
     Ok(ReadOutcome {
         source,
         evidence: b.finish(&header),
     })
+}
+
+/// More lines unreadable than read (and at least 10): the input is not what it claims to be.
+pub fn is_mostly_unreadable(read: u64, malformed: u64) -> bool {
+    malformed >= 10 && malformed > read
 }
 
 /// Like [`format::read_from`] (same tolerance and statistics), feeding the evidence builder:

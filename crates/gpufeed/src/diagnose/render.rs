@@ -250,6 +250,13 @@ fn text(r: &DiagnoseReport, color: bool) -> String {
         gpus,
         if gpus == 1 { "" } else { "s" }
     );
+    if r.source.unfinished {
+        let _ = writeln!(
+            o,
+            "{} the recording is unfinished (no end line: the recorder was killed or is still running); the figures cover what was written",
+            paint("warning:", "33", color),
+        );
+    }
     o.push('\n');
     let _ = writeln!(
         o,
@@ -358,6 +365,12 @@ fn markdown(r: &DiagnoseReport) -> String {
         duration(r.duration_s),
         r.gpus.len()
     );
+    if r.source.unfinished {
+        let _ = writeln!(
+            o,
+            "**Unfinished recording** (no end line: the recorder was killed or is still running); the figures cover what was written.\n"
+        );
+    }
     let _ = writeln!(
         o,
         "**Verdict: `{}`** (confidence {:.2}): {}\n",

@@ -277,10 +277,8 @@ impl SavedBench {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(err)?;
         }
-        let tmp = path.with_extension("json.tmp");
         let text = serde_json::to_string_pretty(self).expect("plain data serializes");
-        std::fs::write(&tmp, text + "\n").map_err(err)?;
-        std::fs::rename(&tmp, path).map_err(err)
+        crate::outfile::write_atomic(path, (text + "\n").as_bytes()).map_err(err)
     }
 }
 

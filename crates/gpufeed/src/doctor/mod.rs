@@ -292,6 +292,9 @@ pub fn human_bytes(b: u64) -> String {
 
 /// Parses a size: a plain number of bytes or one with a K, M, G or T suffix (binary: 1K = 1024),
 /// optionally followed by `B` or `iB` (`64M`, `1.5GiB`, `150MB`).
+/// The largest size any option takes (1 PiB).
+pub const MAX_SIZE_BYTES: u64 = 1 << 50;
+
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let lower = t.to_ascii_lowercase();
@@ -310,8 +313,12 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .trim()
         .parse()
         .map_err(|_| format!("'{s}' is not a size; use e.g. 4096, 64M, 1.5G"))?;
-    if !v.is_finite() || v < 0.0 || v * mult as f64 > u64::MAX as f64 {
+    if !v.is_finite() || v < 0.0 {
         return Err(format!("'{s}' is not a valid size"));
+    }
+    // Bounded well below u64::MAX so that sums and products of sizes cannot overflow.
+    if v * mult as f64 > MAX_SIZE_BYTES as f64 {
+        return Err(format!("'{s}' is too large: sizes are at most 1P"));
     }
     Ok((v * mult as f64).round() as u64)
 }
@@ -330,6 +337,9 @@ mod tests {
         assert_eq!(parse_size("2k").unwrap(), 2048);
         assert!(parse_size("lots").is_err());
         assert!(parse_size("-1M").is_err());
+        assert!(parse_size("18446744073709551615").is_err());
+        assert!(parse_size("2048T").unwrap_err().contains("too large"));
+        assert_eq!(parse_size("1024T").unwrap(), MAX_SIZE_BYTES);
         assert!(parse_size("").is_err());
     }
 

@@ -1,11 +1,16 @@
 //! Running the user's command: spawn it unchanged, pass its exit status through, and forward
 //! signals to the whole job.
 
+pub mod watchdog;
+
 use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::low_level::siginfo::Cause;
+use std::ffi::OsStr;
+use std::fs::File;
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, ChildStderr, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -69,21 +74,25 @@ impl JobExit {
 /// The user's command, running.
 pub struct Job {
     child: Child,
+    /// With a watchdog ([`SpawnOpts::die_with_parent`]): the job's own pid (`child` is the
+    /// watchdog) and gpufeed's end of the pipe whose closing tells the watchdog gpufeed is gone.
+    watched: Option<(u32, std::os::fd::OwnedFd)>,
 }
 
 impl Job {
     /// Starts `argv` with the terminal's stdin/stdout/stderr, in gpufeed's process group (so a
     /// Ctrl-C at the terminal reaches the job directly, as it would without gpufeed).
-    pub fn spawn(argv: &[String]) -> Result<Job, JobError> {
+    /// Arguments are passed as they are, bytes that are not UTF-8 included.
+    pub fn spawn<S: AsRef<OsStr>>(argv: &[S]) -> Result<Job, JobError> {
         Self::spawn_env(argv, &[])
     }
 
     /// [`Job::spawn`] with variables added to (or replacing in) gpufeed's own environment.
-    pub fn spawn_env(argv: &[String], env: &[(String, String)]) -> Result<Job, JobError> {
+    pub fn spawn_env<S: AsRef<OsStr>>(argv: &[S], env: &[(String, String)]) -> Result<Job, JobError> {
         let (prog, args) = argv.split_first().ok_or(JobError::Empty)?;
         let mut cmd = Command::new(prog);
         cmd.args(args).envs(env.iter().map(|(k, v)| (k, v)));
-        Self::spawn_command(prog, cmd)
+        Self::spawn_command(prog.as_ref(), cmd)
     }
 
     /// Starts `argv` with extra environment variables, in a process group of its own (so gpufeed
@@ -100,20 +109,46 @@ impl Job {
         if opts.capture {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
-        if opts.die_with_parent {
-            // SAFETY: prctl(2) is async-signal-safe and touches no memory of the parent.
-            unsafe {
-                cmd.pre_exec(|| {
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong);
-                    Ok(())
-                });
-            }
+        if !opts.die_with_parent {
+            return Self::spawn_command(prog.as_ref(), cmd);
         }
-        Self::spawn_command(prog, cmd)
+        // A watchdog between gpufeed and the job (see `watchdog`): it holds the read end of
+        // `alive`, learns that gpufeed died when the pipe closes, and then ends the job's whole
+        // tree. It reports the job's pid on `pid_pipe`.
+        let (alive_r, alive_w) = cloexec_pipe().map_err(|source| JobError::Spawn {
+            cmd: prog.to_string(),
+            source,
+        })?;
+        let (pid_r, pid_w) = cloexec_pipe().map_err(|source| JobError::Spawn {
+            cmd: prog.to_string(),
+            source,
+        })?;
+        let fds = watchdog::Fds {
+            alive_r: alive_r.as_raw_fd(),
+            alive_w: alive_w.as_raw_fd(),
+            pid_r: pid_r.as_raw_fd(),
+            pid_w: pid_w.as_raw_fd(),
+        };
+        // SAFETY: `watchdog::fork_in_child` runs between fork and exec and makes only
+        // async-signal-safe calls (no allocation, no lock).
+        unsafe {
+            cmd.pre_exec(move || watchdog::fork_in_child(fds));
+        }
+        let mut job = Self::spawn_command(prog.as_ref(), cmd)?;
+        drop(pid_w);
+        drop(alive_r);
+        let mut buf = [0u8; 4];
+        let job_pid = match std::io::Read::read_exact(&mut File::from(pid_r), &mut buf) {
+            Ok(()) => u32::from_ne_bytes(buf),
+            // The watchdog could not fork: it exits at once; the error shows in its status.
+            Err(_) => job.child.id(),
+        };
+        job.watched = Some((job_pid, alive_w));
+        Ok(job)
     }
 
-    fn spawn_command(prog: &str, mut cmd: Command) -> Result<Job, JobError> {
-        let prog = prog.to_string();
+    fn spawn_command(prog: &OsStr, mut cmd: Command) -> Result<Job, JobError> {
+        let prog = prog.to_string_lossy().into_owned();
         let child = cmd.spawn().map_err(|source| match source.kind() {
             io::ErrorKind::NotFound => JobError::NotFound { cmd: prog.clone() },
             io::ErrorKind::PermissionDenied => JobError::NotExecutable {
@@ -129,7 +164,10 @@ impl Job {
                 source,
             },
         })?;
-        Ok(Job { child })
+        Ok(Job {
+            child,
+            watched: None,
+        })
     }
 
     /// The job's piped stdout and stderr (once; `None` when not captured or already taken).
@@ -190,14 +228,33 @@ impl Job {
         Ok((exit, last))
     }
 
+    /// The pid to signal and wait for: the job, or its watchdog (which passes signals sent to
+    /// the job's process group through, since it ignores them, and exits as the job did).
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The job's own pid: the root of the process tree to record.
+    pub fn job_pid(&self) -> u32 {
+        self.watched.as_ref().map_or(self.child.id(), |(p, _)| *p)
     }
 
     /// Waits for the job to end.
     pub fn wait(&mut self) -> Result<JobExit, JobError> {
         let st = self.child.wait().map_err(JobError::Wait)?;
         Ok(exit_of(st))
+    }
+}
+
+/// A pipe whose two ends are closed on exec.
+fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two descriptors into the array we own; we own them from here on.
+    unsafe {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
     }
 }
 
@@ -208,9 +265,11 @@ pub struct SpawnOpts {
     pub env: Vec<(String, String)>,
     /// Pipe stdout and stderr instead of inheriting them.
     pub capture: bool,
-    /// The job's root gets SIGTERM if gpufeed dies without stopping it (even by SIGKILL).
-    /// Linux ties this to the *thread* that spawned the job: spawn from a thread that lives as
-    /// long as the job (the main thread).
+    /// The job's whole tree ends if gpufeed dies without stopping it (even by SIGKILL): a
+    /// watchdog process (see [`watchdog`]) sits between gpufeed and the job, is the job's child
+    /// subreaper, and when the pipe it holds to gpufeed closes it sends SIGTERM to every process
+    /// of the tree, then SIGKILL 2 s later. [`Job::pid`] is then the watchdog's pid (it exits as
+    /// the job did) and [`Job::job_pid`] the job's.
     pub die_with_parent: bool,
 }
 
@@ -325,14 +384,12 @@ mod tests {
 
     #[test]
     fn spawn_errors_are_classified() {
-        let e = Job::spawn(&["definitely-not-a-command-xyz".into()])
-            .err()
-            .unwrap();
+        let e = Job::spawn(&["definitely-not-a-command-xyz"]).err().unwrap();
         assert_eq!(e.exit_code(), 127);
         assert!(e.to_string().contains("command not found"));
-        let e = Job::spawn(&["/etc/hostname".into()]).err().unwrap();
+        let e = Job::spawn(&["/etc/hostname"]).err().unwrap();
         assert_eq!(e.exit_code(), 126, "{e}");
-        assert_eq!(Job::spawn(&[]).err().unwrap().exit_code(), 2);
+        assert_eq!(Job::spawn::<&str>(&[]).err().unwrap().exit_code(), 2);
     }
 
     #[test]
@@ -351,18 +408,74 @@ mod tests {
         assert!(live_members(pgid, &[]).is_empty());
     }
 
-    #[test]
-    fn die_with_parent_ends_the_job_when_its_spawner_goes() {
-        let argv: Vec<String> = ["sleep", "30"].map(String::from).to_vec();
+    fn watched(script: &str) -> Job {
+        let argv: Vec<String> = ["sh", "-c", script].map(String::from).to_vec();
         let opts = SpawnOpts {
             die_with_parent: true,
+            capture: true,
             ..Default::default()
         };
-        // The spawning thread ends at once: the kernel sends the job SIGTERM.
-        let mut j = std::thread::spawn(move || Job::spawn_with(&argv, &opts).unwrap())
-            .join()
-            .unwrap();
+        Job::spawn_with(&argv, &opts).unwrap()
+    }
+
+    #[test]
+    fn the_watchdog_ends_the_whole_tree_when_gpufeed_goes() {
+        // A background child that ignores SIGTERM and one that left the process group.
+        let mut j = watched("trap '' TERM; sleep 30 & setsid sleep 31 & sleep 32; wait");
+        std::thread::sleep(Duration::from_millis(300));
+        let pgid = j.pid();
+        assert_ne!(j.job_pid(), j.pid());
+        let outside: Vec<u32> = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| c.starts_with("sleep\u{0}31"))
+            })
+            .collect();
+        assert!(live_members(pgid, &[]).len() >= 3);
+        assert_eq!(outside.len(), 1, "the setsid child");
+        // What gpufeed's death does to the pipe.
+        let t = Instant::now();
+        drop(j.watched.take());
+        while !(live_members(pgid, &outside).is_empty()) && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            live_members(pgid, &outside).is_empty(),
+            "left after {:?}",
+            t.elapsed()
+        );
+        eprintln!("tree ended {:?} after the pipe closed", t.elapsed());
+    }
+
+    #[test]
+    fn the_watchdog_passes_the_exit_status_and_the_output_through() {
+        let mut j = watched("echo out; exit 7");
+        let (out, _) = j.take_output();
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut out.unwrap(), &mut s).unwrap();
+        assert_eq!(s, "out\n");
+        assert_eq!(j.wait().unwrap(), JobExit::Code(7));
+        let mut j = watched("kill -TERM $$");
         assert_eq!(j.wait().unwrap(), JobExit::Signal(libc::SIGTERM));
+        let e = Job::spawn_with(
+            &["no-such-program-gpufeed-xyz".to_string()],
+            &SpawnOpts {
+                die_with_parent: true,
+                ..Default::default()
+            },
+        )
+        .err()
+        .unwrap();
+        assert_eq!(e.exit_code(), 127);
+        // stop_tree still reaches the job through the watchdog.
+        let mut j = watched("trap '' INT; sleep 30 & wait");
+        std::thread::sleep(Duration::from_millis(200));
+        let (exit, last) = j.stop_tree(&[], Duration::from_millis(300)).unwrap();
+        assert_eq!(last, Some(libc::SIGTERM));
+        assert_eq!(exit, JobExit::Signal(libc::SIGTERM));
+        assert!(live_members(j.pid(), &[]).is_empty());
     }
 
     #[test]
@@ -389,9 +502,9 @@ mod tests {
 
     #[test]
     fn exit_status_passes_through() {
-        let mut j = Job::spawn(&["sh".into(), "-c".into(), "exit 7".into()]).unwrap();
+        let mut j = Job::spawn(&["sh", "-c", "exit 7"]).unwrap();
         assert_eq!(j.wait().unwrap(), JobExit::Code(7));
-        let mut j = Job::spawn(&["sh".into(), "-c".into(), "kill -TERM $$".into()]).unwrap();
+        let mut j = Job::spawn(&["sh", "-c", "kill -TERM $$"]).unwrap();
         assert_eq!(j.wait().unwrap(), JobExit::Signal(libc::SIGTERM));
     }
 }

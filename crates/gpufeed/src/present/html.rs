@@ -578,7 +578,7 @@ pub fn write_diagnoses(reports: &[DiagnoseReport], out: &Path) -> Result<(), Htm
 
 /// Writes a page.
 pub fn write(path: &Path, html: &str) -> Result<(), HtmlError> {
-    std::fs::write(path, html).map_err(|source| HtmlError::Write {
+    crate::outfile::write_atomic(path, html.as_bytes()).map_err(|source| HtmlError::Write {
         path: path.display().to_string(),
         source,
     })

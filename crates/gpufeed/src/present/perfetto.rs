@@ -10,7 +10,7 @@
 use crate::record::format::{read_recording, Line, ReadError};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::Path;
 
 /// Synthetic pids of gpufeed's own tracks: above any OS pid (at most 2^22), below 2^31 (trace
@@ -184,59 +184,64 @@ pub fn export(
         path: out.display().to_string(),
         source,
     };
-    let f = std::fs::File::create(out).map_err(werr)?;
-    let mut w = BufWriter::with_capacity(1 << 20, f);
-    w.write_all(b"{\"displayTimeUnit\":\"ms\",").map_err(werr)?;
-    let mut first = true;
-    if let Some(mut k) = kineto {
-        // ts relative to baseTimeNanoseconds (newer Kineto) become absolute Unix µs.
-        let shift_us = k
-            .get("baseTimeNanoseconds")
-            .and_then(Value::as_f64)
-            .map(|ns| ns / 1e3)
-            .unwrap_or(0.0);
-        let events = k
-            .get_mut("traceEvents")
-            .and_then(Value::as_array_mut)
-            .map(std::mem::take)
-            .unwrap_or_default();
-        if let Value::Object(map) = &k {
-            for (key, v) in map {
-                if key == "traceEvents" || key == "baseTimeNanoseconds" || key == "displayTimeUnit"
-                {
-                    continue;
+    // Written beside `out` under a temporary name, then renamed: a failed export leaves `out` as
+    // it was, and a symlink at `out` is replaced, not followed.
+    crate::outfile::write_atomic_with(out, |w| {
+        w.write_all(b"{\"displayTimeUnit\":\"ms\",")?;
+        let mut first = true;
+        if let Some(mut k) = kineto {
+            // ts relative to baseTimeNanoseconds (newer Kineto) become absolute Unix µs.
+            let shift_us = k
+                .get("baseTimeNanoseconds")
+                .and_then(Value::as_f64)
+                .map(|ns| ns / 1e3)
+                .unwrap_or(0.0);
+            let events = k
+                .get_mut("traceEvents")
+                .and_then(Value::as_array_mut)
+                .map(std::mem::take)
+                .unwrap_or_default();
+            if let Value::Object(map) = &k {
+                for (key, v) in map {
+                    if key == "traceEvents"
+                        || key == "baseTimeNanoseconds"
+                        || key == "displayTimeUnit"
+                    {
+                        continue;
+                    }
+                    serde_json::to_writer(&mut *w, key).map_err(std::io::Error::from)?;
+                    w.write_all(b":")?;
+                    serde_json::to_writer(&mut *w, v).map_err(std::io::Error::from)?;
+                    w.write_all(b",")?;
                 }
-                serde_json::to_writer(&mut w, key).map_err(|e| werr(e.into()))?;
-                w.write_all(b":").map_err(werr)?;
-                serde_json::to_writer(&mut w, v).map_err(|e| werr(e.into()))?;
-                w.write_all(b",").map_err(werr)?;
             }
+            w.write_all(b"\"traceEvents\":[")?;
+            for mut e in events {
+                if shift_us != 0.0 {
+                    if let Some(ts) = e.get("ts").and_then(Value::as_f64) {
+                        e["ts"] = json!(ts + shift_us);
+                    }
+                }
+                if !first {
+                    w.write_all(b",\n")?;
+                }
+                first = false;
+                serde_json::to_writer(&mut *w, &e).map_err(std::io::Error::from)?;
+                stats.trace_events += 1;
+            }
+        } else {
+            w.write_all(b"\"traceEvents\":[")?;
         }
-        w.write_all(b"\"traceEvents\":[").map_err(werr)?;
-        for mut e in events {
-            if shift_us != 0.0 {
-                if let Some(ts) = e.get("ts").and_then(Value::as_f64) {
-                    e["ts"] = json!(ts + shift_us);
-                }
-            }
+        for e in &counters {
             if !first {
-                w.write_all(b",\n").map_err(werr)?;
+                w.write_all(b",\n")?;
             }
             first = false;
-            serde_json::to_writer(&mut w, &e).map_err(|e| werr(e.into()))?;
-            stats.trace_events += 1;
+            serde_json::to_writer(&mut *w, e).map_err(std::io::Error::from)?;
         }
-    } else {
-        w.write_all(b"\"traceEvents\":[").map_err(werr)?;
-    }
-    for e in &counters {
-        if !first {
-            w.write_all(b",\n").map_err(werr)?;
-        }
-        first = false;
-        serde_json::to_writer(&mut w, e).map_err(|e| werr(e.into()))?;
-    }
-    w.write_all(b"]}\n").map_err(werr)?;
-    w.flush().map_err(werr)?;
+        w.write_all(b"]}\n")?;
+        Ok(())
+    })
+    .map_err(werr)?;
     Ok(stats)
 }

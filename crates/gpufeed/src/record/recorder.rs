@@ -3,6 +3,7 @@
 //! every `FLUSH_EVERY`, so a killed gpufeed or a crashed job loses at most the last second.
 
 use super::format::{header_line, End, Header, Line, SCHEMA_VERSION};
+use crate::outfile::{Clobber, OutputError, Pending};
 use crate::sample::host::{host_info, HostSampler, ProcTree};
 use crate::sample::nvml::{self, NvmlSource};
 use crate::sample::{DriverInfo, GpuSource, GpuStatic};
@@ -26,6 +27,10 @@ pub enum RecordError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "{path} already exists: choose another name with --output, or add --force to replace it"
+    )]
+    Exists { path: PathBuf },
     #[error("cannot start the {what} thread: {source}")]
     Thread {
         what: &'static str,
@@ -44,6 +49,18 @@ pub struct RecorderConfig {
     pub nvml_lib: Option<PathBuf>,
     /// Leave GPUs out entirely (no NVML calls).
     pub no_gpu: bool,
+    /// What to do when `output` exists when the recording starts (`Refuse` unless `--force`;
+    /// `Suffix` for default names).
+    pub clobber: Clobber,
+}
+
+impl From<OutputError> for RecordError {
+    fn from(e: OutputError) -> Self {
+        match e {
+            OutputError::Exists { path } => RecordError::Exists { path },
+            OutputError::Io { path, source } => RecordError::Create { path, source },
+        }
+    }
 }
 
 /// GPUs found at start-up, or why there are none.
@@ -59,7 +76,9 @@ pub(crate) type GpuReply = Result<(DriverInfo, Vec<GpuStatic>), String>;
 /// A recorder whose GPU side is initialised and whose file is created, waiting for `start`.
 pub struct Prepared {
     cfg: RecorderConfig,
-    file: std::fs::File,
+    /// The recording under a temporary name until `start`, so that a job that fails to start
+    /// leaves no file and replaces none.
+    file: Pending,
     gpu: GpuSetup,
     gpu_go: Option<SyncSender<GpuGo>>,
     gpu_thread: Option<JoinHandle<()>>,
@@ -86,12 +105,11 @@ pub struct Recorder {
 }
 
 impl Prepared {
-    /// Creates the output file and opens NVML on the GPU thread (blocking until it answered).
+    /// Creates the recording under a temporary name beside `output` (refusing an existing
+    /// `output` unless `clobber` says otherwise) and opens NVML on the GPU thread (blocking until
+    /// it answered).
     pub fn new(cfg: RecorderConfig) -> Result<Prepared, RecordError> {
-        let file = std::fs::File::create(&cfg.output).map_err(|source| RecordError::Create {
-            path: cfg.output.clone(),
-            source,
-        })?;
+        let file = Pending::new(&cfg.output, cfg.clobber)?;
         if cfg.no_gpu {
             return Ok(Prepared {
                 cfg,
@@ -160,12 +178,14 @@ impl Prepared {
         Arc::clone(&self.tree_pids)
     }
 
-    /// The recording file (already created).
+    /// Where the recording will go (it gets this name, or a suffixed one for `Clobber::Suffix`,
+    /// only at `start`).
     pub fn path(&self) -> &Path {
         &self.cfg.output
     }
 
-    /// Writes the header and starts sampling. `root_pid` is the job whose process tree is followed.
+    /// Writes the header, gives the recording its name and starts sampling. `root_pid` is the job
+    /// whose process tree is followed.
     pub fn start(
         self,
         root_pid: Option<u32>,
@@ -189,14 +209,16 @@ impl Prepared {
             command,
             pid: root_pid,
         };
-        let path = self.cfg.output.clone();
-        let mut out = BufWriter::with_capacity(64 * 1024, self.file);
+        let mut out = BufWriter::with_capacity(64 * 1024, self.file.file());
         writeln!(out, "{}", header_line(&header))
             .and_then(|_| out.flush())
             .map_err(|e| RecordError::Write {
-                path: path.clone(),
+                path: self.cfg.output.clone(),
                 detail: e.to_string(),
             })?;
+        drop(out);
+        let (file, path) = self.file.commit()?;
+        let out = BufWriter::with_capacity(64 * 1024, file);
 
         let (lines_tx, lines_rx) = mpsc::channel::<Line>();
         let writer = std::thread::Builder::new()
@@ -503,12 +525,19 @@ pub(crate) fn host_thread(
     }
 }
 
-/// `gpufeed-YYYYMMDD-HHMMSS.ndjson` in the working directory.
+/// `gpufeed-YYYYMMDD-HHMMSS-mmm.ndjson` (UTC, milliseconds) in the working directory; record to
+/// it with `Clobber::Suffix` so that two recordings started in the same millisecond get two files.
 pub fn default_output_name(now: SystemTime) -> PathBuf {
-    let s = humantime::format_rfc3339_seconds(now).to_string(); // 2026-12-02T12:00:00Z
+    PathBuf::from(format!("{}.ndjson", default_stamp("gpufeed", now)))
+}
+
+/// `PREFIX-YYYYMMDD-HHMMSS-mmm` (UTC, milliseconds): the stem of default output names.
+pub fn default_stamp(prefix: &str, now: SystemTime) -> String {
+    let s = humantime::format_rfc3339_millis(now).to_string(); // 2026-12-02T12:00:00.123Z
     let digits: String = s.chars().filter(|c| c.is_ascii_digit()).collect();
-    let (date, time) = digits.split_at(8.min(digits.len()));
-    PathBuf::from(format!("gpufeed-{date}-{time}.ndjson"))
+    let (date, rest) = digits.split_at(8.min(digits.len()));
+    let (time, ms) = rest.split_at(6.min(rest.len()));
+    format!("{prefix}-{date}-{time}-{ms}")
 }
 
 #[cfg(test)]
@@ -520,7 +549,7 @@ mod tests {
         let t = UNIX_EPOCH + Duration::from_secs(1_764_676_800); // 2025-12-02T12:00:00Z
         assert_eq!(
             default_output_name(t),
-            PathBuf::from("gpufeed-20251202-120000.ndjson")
+            PathBuf::from("gpufeed-20251202-120000-000.ndjson")
         );
     }
 
@@ -533,6 +562,7 @@ mod tests {
             interval: Duration::from_millis(50),
             nvml_lib: None,
             no_gpu: true,
+            clobber: Clobber::Refuse,
         })
         .unwrap();
         let mut child = std::process::Command::new("sh")

@@ -20,6 +20,10 @@ use std::io::Read;
 use super::TraceError;
 
 const CHUNK: usize = 1 << 20;
+/// The largest JSON value (one event, one top-level field) held in memory. A larger one (no real
+/// Kineto event comes near) is skipped without being buffered, with a warning, so that memory
+/// stays bounded whatever the input.
+pub const MAX_VALUE_BYTES: usize = 64 << 20;
 
 /// One trace event, borrowing from the read buffer where it can.
 #[derive(Debug, Default)]
@@ -59,6 +63,8 @@ pub struct ScanStats {
     pub bad_events: u64,
     pub truncated: bool,
     pub found_events_key: bool,
+    /// Values larger than [`MAX_VALUE_BYTES`], skipped.
+    pub oversized: u64,
     pub warnings: Vec<String>,
 }
 
@@ -71,6 +77,8 @@ struct Buf<R> {
     eof: bool,
     consumed: u64,
     read_error: Option<String>,
+    /// [`MAX_VALUE_BYTES`], smaller in tests.
+    max_value: usize,
 }
 
 impl<R: Read> Buf<R> {
@@ -89,22 +97,102 @@ impl<R: Read> Buf<R> {
             let n = (self.data.len() * 2).max(CHUNK);
             self.data.resize(n, 0);
         }
-        loop {
+        // Fill the free space, not just one read's worth: a pipe gives 64 KiB per read, and a
+        // value rescanned after every small read made `analyze -` quadratic in its size. With
+        // the buffer doubling, a value is rescanned O(log n) times: linear in total.
+        let start = self.end;
+        while self.end < self.data.len() {
             match self.r.read(&mut self.data[self.end..]) {
                 Ok(0) => {
                     self.eof = true;
-                    return false;
+                    break;
                 }
-                Ok(n) => {
-                    self.end += n;
-                    return true;
-                }
+                Ok(n) => self.end += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     self.eof = true;
                     self.read_error = Some(e.to_string());
-                    return false;
+                    break;
                 }
+            }
+        }
+        self.end > start
+    }
+
+    /// True when the value at `pos` has outgrown [`MAX_VALUE_BYTES`] without ending.
+    fn too_big(&self) -> bool {
+        self.end - self.pos >= self.max_value
+    }
+
+    /// Skips the value at `pos` without holding it: a streaming scan that keeps only its state
+    /// (depth, inside a string, after a backslash). Err(()) when the input ends first.
+    fn skip_value(&mut self) -> Result<(), ()> {
+        let first = match self.data.get(self.pos) {
+            Some(&b) if self.pos < self.end => b,
+            _ => return Err(()),
+        };
+        let (mut depth, mut in_str, mut esc) = (0usize, false, false);
+        if first == b'"' {
+            in_str = true;
+            self.pos += 1;
+        } else if first != b'{' && first != b'[' {
+            // A scalar: up to the next delimiter.
+            loop {
+                let b = &self.data[self.pos..self.end];
+                match b
+                    .iter()
+                    .position(|&c| matches!(c, b',' | b']' | b'}' | b' ' | b'\n' | b'\r' | b'\t'))
+                {
+                    Some(k) => {
+                        self.pos += k;
+                        return Ok(());
+                    }
+                    None => {
+                        self.pos = self.end;
+                        if !self.fill() {
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+        }
+        loop {
+            while self.pos < self.end {
+                let c = self.data[self.pos];
+                self.pos += 1;
+                if in_str {
+                    if esc {
+                        esc = false;
+                    } else if c != b'"' && c != b'\\' {
+                        // Jump to the next quote or backslash.
+                        match memchr::memchr2(b'"', b'\\', &self.data[self.pos..self.end]) {
+                            Some(k) => self.pos += k,
+                            None => self.pos = self.end,
+                        }
+                    } else if c == b'\\' {
+                        esc = true;
+                    } else if c == b'"' {
+                        in_str = false;
+                        if depth == 0 {
+                            return Ok(());
+                        }
+                    }
+                    continue;
+                }
+                match c {
+                    b'"' => in_str = true,
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth = depth.saturating_sub(1);
+                        if depth == 0 {
+                            return Ok(());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if !self.fill() {
+                return Err(());
             }
         }
     }
@@ -137,6 +225,9 @@ impl<R: Read> Buf<R> {
         loop {
             if let Some(n) = scan_value(&self.data[self.pos..self.end], self.eof) {
                 return Ok(n);
+            }
+            if self.too_big() {
+                return Err(());
             }
             if !self.fill() {
                 // one last try with eof = true (a bare number at the very end)
@@ -212,7 +303,17 @@ fn string_len(b: &[u8]) -> Option<usize> {
 
 /// Reads a whole trace from `r` into `sink`. Errors only when nothing could be read as a trace.
 pub fn read_trace<R: Read>(r: R, sink: &mut dyn EventSink) -> Result<ScanStats, TraceError> {
+    read_trace_limited(r, sink, MAX_VALUE_BYTES)
+}
+
+/// [`read_trace`] with another cap on one value's size.
+pub fn read_trace_limited<R: Read>(
+    r: R,
+    sink: &mut dyn EventSink,
+    max_value: usize,
+) -> Result<ScanStats, TraceError> {
     let mut buf = Buf {
+        max_value,
         r,
         data: Vec::new(),
         end: 0,
@@ -260,6 +361,13 @@ pub fn read_trace<R: Read>(r: R, sink: &mut dyn EventSink) -> Result<ScanStats, 
         st.warnings.push(format!(
             "{} events could not be decoded and were skipped",
             st.bad_events
+        ));
+    }
+    if st.oversized > 0 {
+        st.warnings.push(format!(
+            "{} values larger than {} MiB (no real trace event is) were skipped",
+            st.oversized,
+            buf.max_value >> 20
         ));
     }
     Ok(st)
@@ -321,7 +429,18 @@ fn scan_top<R: Read>(
                     if buf.peek().is_none() {
                         return Err(Stop::Eof);
                     }
-                    let n = buf.value_len().map_err(|_| Stop::Eof)?;
+                    let n = match buf.value_len() {
+                        Ok(n) => n,
+                        Err(()) if buf.too_big() => {
+                            st.oversized += 1;
+                            buf.skip_value().map_err(|_| Stop::Eof)?;
+                            if expect(buf, b",}")? == b'}' {
+                                return Ok(());
+                            }
+                            continue;
+                        }
+                        Err(()) => return Err(Stop::Eof),
+                    };
                     let span = &buf.data[buf.pos..buf.pos + n];
                     if matches!(
                         key.as_slice(),
@@ -380,10 +499,14 @@ fn scan_events<R: Read>(
                         buf.pos += n;
                     }
                     Some(Err(e)) if e.is_eof() => {
-                        if !buf.fill() {
+                        if buf.too_big() {
+                            st.oversized += 1;
+                            buf.skip_value().map_err(|_| Stop::Eof)?;
+                        } else if !buf.fill() {
                             return Err(Stop::Eof);
+                        } else {
+                            continue;
                         }
-                        continue;
                     }
                     _ => {
                         // valid JSON but not an event: skip it; broken JSON (an unescaped quote in
@@ -402,9 +525,15 @@ fn scan_events<R: Read>(
                 }
             }
         } else {
-            let n = buf.value_len().map_err(|_| Stop::Eof)?;
+            match buf.value_len() {
+                Ok(n) => buf.pos += n,
+                Err(()) if buf.too_big() => {
+                    st.oversized += 1;
+                    buf.skip_value().map_err(|_| Stop::Eof)?;
+                }
+                Err(()) => return Err(Stop::Eof),
+            }
             st.bad_events += 1;
-            buf.pos += n;
         }
         match expect(buf, b",]") {
             Ok(b']') => return Ok(()),
@@ -775,6 +904,47 @@ mod tests {
         assert!(!st.truncated);
         assert_eq!(c.names, vec!["a\"b", "c"]);
         assert_eq!(c.tops, vec!["baseTimeNanoseconds"]);
+    }
+
+    /// A reader that gives at most 64 KiB per read, as a pipe does.
+    struct PipeLike<R>(R);
+    impl<R: Read> Read for PipeLike<R> {
+        fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+            let n = b.len().min(64 << 10);
+            self.0.read(&mut b[..n])
+        }
+    }
+
+    #[test]
+    fn a_pipe_reads_like_a_file() {
+        // One event with a 3 MB nested args value between two small ones.
+        let mut t = br#"{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":2},{"ph":"X","name":"big","ts":2,"dur":1,"args":{"x":["#.to_vec();
+        for i in 0..300_000 {
+            t.extend_from_slice(format!("{i},").as_bytes());
+        }
+        t.extend_from_slice(br#"0]}},{"ph":"X","name":"b","ts":3,"dur":1}]}"#);
+        let (file, rf) = read(&t);
+        let mut pipe = Collect::default();
+        let rp = read_trace(PipeLike(&t[..]), &mut pipe);
+        assert_eq!(file.names, vec!["a", "big", "b"]);
+        assert_eq!(pipe.names, file.names);
+        assert_eq!(rp.unwrap().bytes, rf.unwrap().bytes);
+    }
+
+    #[test]
+    fn an_oversized_value_is_skipped_without_being_held() {
+        // 5 MiB inside one string against a 1 MiB cap (the real cap is 64 MiB).
+        let head = &br#"{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":2},{"ph":"X","name":"big","args":{"s":""#[..];
+        let big = std::io::repeat(b'a').take(5 << 20);
+        let tail = &br#""}},{"ph":"X","name":"b","ts":3,"dur":1}],"deviceProperties":"#[..];
+        let big2 = std::io::repeat(b'[').take(3 << 20);
+        let mut c = Collect::default();
+        let r = PipeLike(head.chain(big).chain(tail).chain(big2));
+        let st = read_trace_limited(r, &mut c, 1 << 20).unwrap();
+        assert_eq!(c.names, vec!["a", "b"]);
+        assert_eq!(st.oversized, 2, "{:?}", st.warnings);
+        assert!(st.truncated);
+        assert!(st.warnings.iter().any(|w| w.contains("larger than 1 MiB")));
     }
 
     #[test]

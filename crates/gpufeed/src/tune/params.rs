@@ -123,11 +123,33 @@ pub fn product(knobs: &[Knob]) -> Vec<Setting> {
 
 /// Replaces every `{name}` of the setting in `text`.
 pub fn substitute(text: &str, setting: &[(String, String)]) -> String {
-    let mut s = text.to_string();
-    for (k, v) in setting {
-        s = s.replace(&format!("{{{k}}}"), v);
+    // One pass over the template: a value is copied as it is, never searched for `{name}` again
+    // (`-L a '{b}' -L b X` gives `a={b}`, not `a=X`).
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let hit = after.find('}').and_then(|close| {
+            let name = &after[..close];
+            setting
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| (v, close))
+        });
+        match hit {
+            Some((v, close)) => {
+                out.push_str(v);
+                rest = &after[close + 1..];
+            }
+            None => {
+                out.push('{');
+                rest = after;
+            }
+        }
     }
-    s
+    out.push_str(rest);
+    out
 }
 
 /// Checks every knob appears as `{name}` in the command or in an environment template.
@@ -182,6 +204,17 @@ mod tests {
             substitute("--w {workers} --p={pin} {other}", &p[3].values),
             "--w 2 --p=1 {other}"
         );
+    }
+
+    #[test]
+    fn substitution_is_one_pass() {
+        let v = vec![
+            ("a".to_string(), "{b}".to_string()),
+            ("b".to_string(), "INJ".to_string()),
+        ];
+        assert_eq!(substitute("prog a={a} b={b}", &v), "prog a={b} b=INJ");
+        assert_eq!(substitute("{{a}} {a", &v), "{{b}} {a");
+        assert_eq!(substitute("}{}{a}é{", &v), "}{}{b}é{");
     }
 
     #[test]

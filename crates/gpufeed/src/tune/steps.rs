@@ -64,15 +64,27 @@ pub fn parse_datagram(text: &str, now_ns: u64) -> Vec<StepMark> {
 /// A bound socket and the thread that collects its steps.
 pub struct StepSocket {
     path: PathBuf,
+    /// The private folder the socket lives in ([`StepSocket::open`]), removed on drop.
+    dir: Option<tempfile::TempDir>,
     marks: Arc<Mutex<Vec<StepMark>>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl StepSocket {
-    /// Binds a socket at `path` (removing a stale one) and starts collecting.
+    /// Binds a socket in a new private folder (mode 0700, unpredictable name, in the temporary
+    /// directory) and starts collecting: the way to get a step socket. Hand the job
+    /// [`StepSocket::path`] in [`ENV_VAR`]. The folder and the socket go when this is dropped.
+    pub fn open() -> Result<StepSocket, TuneError> {
+        let dir = crate::outfile::private_dir("gpufeed-steps-").map_err(TuneError::Socket)?;
+        let mut s = Self::bind(&dir.path().join("step.sock"))?;
+        s.dir = Some(dir);
+        Ok(s)
+    }
+
+    /// Binds a socket at `path` (which must not exist: nothing there is removed) and starts
+    /// collecting. Prefer [`StepSocket::open`], which makes the private folder for it.
     pub fn bind(path: &Path) -> Result<StepSocket, TuneError> {
-        let _ = std::fs::remove_file(path);
         let sock = UnixDatagram::bind(path).map_err(TuneError::Socket)?;
         sock.set_read_timeout(Some(Duration::from_millis(100)))
             .map_err(TuneError::Socket)?;
@@ -106,6 +118,7 @@ impl StepSocket {
             .map_err(TuneError::Thread)?;
         Ok(StepSocket {
             path: path.to_path_buf(),
+            dir: None,
             marks,
             stop,
             thread: Some(thread),
@@ -128,7 +141,11 @@ impl Drop for StepSocket {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        // The socket was bound (created) by this StepSocket: it is ours to remove.
         let _ = std::fs::remove_file(&self.path);
+        if let Some(d) = self.dir.take() {
+            let _ = d.close();
+        }
     }
 }
 

@@ -601,14 +601,10 @@ pub fn csv(rep: &SweepReport) -> String {
     s
 }
 
-/// Writes `text` to `path` through a temporary file and a rename, so a reader (or a crash) never
-/// sees half a report.
+/// Writes `text` to `path` through a temporary file with an unpredictable name and a rename, so a
+/// reader (or a crash) never sees half a report and a symlink at `path` is never followed.
 pub fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
+    crate::outfile::write_atomic(path, text.as_bytes())
 }
 
 #[cfg(test)]

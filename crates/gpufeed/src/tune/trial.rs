@@ -27,7 +27,6 @@ pub struct TrialSpec {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub recording: PathBuf,
-    pub socket_path: PathBuf,
     pub min_time: Duration,
     pub max_time: Duration,
     /// CI half-width over the median that counts as steady (0.03).
@@ -403,6 +402,7 @@ pub fn run_trial(
         interval: spec.interval,
         nvml_lib: spec.nvml_lib.clone(),
         no_gpu: spec.no_gpu,
+        clobber: crate::outfile::Clobber::Refuse,
     })?;
     let has_gpu = prepared.gpu().error.is_none() && !prepared.gpu().gpus.is_empty();
     let gpu_error = if has_gpu {
@@ -416,7 +416,7 @@ pub fn run_trial(
                 .unwrap_or_else(|| "the NVIDIA driver reports no GPU".into()),
         )
     };
-    let socket = StepSocket::bind(&spec.socket_path)?;
+    let socket = StepSocket::open()?;
     let mut env = spec.env.clone();
     let injection = match &spec.inject {
         Some(r) => Some(crate::inject::Injection::prepare(r).map_err(TuneError::Inject)?),
@@ -426,7 +426,7 @@ pub fn run_trial(
         let var = i.env_var(&env);
         env.push(var);
     }
-    env.push((ENV_VAR.into(), spec.socket_path.display().to_string()));
+    env.push((ENV_VAR.into(), socket.path().display().to_string()));
     if std::env::var_os("PYTHONUNBUFFERED").is_none()
         && !env.iter().any(|(k, _)| k == "PYTHONUNBUFFERED")
     {
@@ -445,15 +445,14 @@ pub fn run_trial(
     let mut job = match Job::spawn_with(&spec.argv, &opts) {
         Ok(j) => j,
         Err(e) => {
-            let path = prepared.path().to_path_buf();
+            // The recording has no name yet: dropping it leaves nothing behind.
             drop(prepared);
-            let _ = std::fs::remove_file(path);
             return Err(e.into());
         }
     };
     // From here on the job runs: an error must not leave it behind.
     let started = (|| {
-        let recorder = prepared.start(Some(job.pid()), Some(spec.argv.clone()))?;
+        let recorder = prepared.start(Some(job.job_pid()), Some(spec.argv.clone()))?;
         let obs = Arc::new(Mutex::new(Obs::default()));
         let (out, err) = job.take_output();
         let mut readers = Vec::new();
@@ -632,7 +631,6 @@ mod tests {
             argv: vec!["sh".into(), "-c".into(), script.into()],
             env: vec![],
             recording: dir.join("t.ndjson"),
-            socket_path: dir.join("t.sock"),
             min_time: Duration::from_millis(500),
             max_time: Duration::from_secs(5),
             rel_tol: 0.03,

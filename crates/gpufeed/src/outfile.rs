@@ -1,0 +1,356 @@
+//! Writing output files safely: nothing lost, nothing overwritten by surprise, no symlink followed.
+//!
+//! - A file is written under a temporary, unpredictable name (the `tempfile` crate) in the folder
+//!   of its target and only then given the target's name, so the target never exists half-written
+//!   and an old file is never truncated before the new one is certain to exist.
+//! - Reports are renamed over their target ([`write_atomic`]); recordings are never put over an
+//!   existing file unless asked ([`Pending`] with [`Clobber::Replace`]), and default names get a
+//!   suffix on collision ([`Clobber::Suffix`]).
+//! - `rename(2)` and `link(2)` replace or refuse a symlink at the target; they never write through
+//!   it.
+//! - gpufeed deletes only what it created: a temporary file not yet named is removed when dropped.
+
+use std::fs::{File, Permissions};
+use std::io::{self, BufWriter, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use tempfile::NamedTempFile;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    #[error("{path} already exists: choose another name or add --force to replace it")]
+    Exists { path: PathBuf },
+    #[error("cannot write {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+}
+
+/// What to do when the target of a [`Pending`] file already exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clobber {
+    /// Refuse ([`OutputError::Exists`]).
+    Refuse,
+    /// Replace it (`--force`).
+    Replace,
+    /// Take the first free name among `NAME-2.EXT`, `NAME-3.EXT`, ... (default names).
+    Suffix,
+}
+
+/// The folder a file at `path` lives in (`.` for a bare name).
+fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// A temporary file in the folder of `target`, readable as a normal new file would be (0666 less
+/// the umask).
+fn temp_beside(target: &Path) -> io::Result<NamedTempFile> {
+    tempfile::Builder::new()
+        .prefix(".gpufeed-")
+        .suffix(".part")
+        .permissions(Permissions::from_mode(0o666))
+        .tempfile_in(parent_of(target))
+}
+
+/// `path` with `-N` before its extension: `a/rec.ndjson` → `a/rec-2.ndjson`.
+pub fn with_suffix(path: &Path, n: u32) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}-{n}.{}", ext.to_string_lossy()),
+        None => format!("{stem}-{n}"),
+    };
+    path.with_file_name(name)
+}
+
+/// True when something (a file, a folder, a symlink, even a dangling one) is at `path`.
+pub fn occupied(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
+}
+
+/// A file being written that takes its name only at [`Pending::commit`]. Dropped uncommitted, it
+/// is removed (it was gpufeed's own temporary file).
+pub struct Pending {
+    tmp: NamedTempFile,
+    target: PathBuf,
+    clobber: Clobber,
+}
+
+impl Pending {
+    /// Creates the temporary file beside `target`. With [`Clobber::Refuse`], an existing target is
+    /// refused now, before anything else happens.
+    pub fn new(target: &Path, clobber: Clobber) -> Result<Pending, OutputError> {
+        if clobber == Clobber::Refuse && occupied(target) {
+            return Err(OutputError::Exists {
+                path: target.to_path_buf(),
+            });
+        }
+        let tmp = temp_beside(target).map_err(|source| OutputError::Io {
+            path: target.to_path_buf(),
+            source,
+        })?;
+        Ok(Pending {
+            tmp,
+            target: target.to_path_buf(),
+            clobber,
+        })
+    }
+
+    /// The open temporary file (the same file the target will be).
+    pub fn file(&self) -> &File {
+        self.tmp.as_file()
+    }
+
+    /// The name the file will get.
+    pub fn target(&self) -> &Path {
+        &self.target
+    }
+
+    /// Gives the file its name; returns the open file and the name it got (a suffixed one with
+    /// [`Clobber::Suffix`] when the target was taken meanwhile).
+    pub fn commit(self) -> Result<(File, PathBuf), OutputError> {
+        let Pending {
+            tmp,
+            target,
+            clobber,
+        } = self;
+        let io_err = |path: &Path, source: io::Error| OutputError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        match clobber {
+            Clobber::Replace => tmp
+                .persist(&target)
+                .map(|f| (f, target.clone()))
+                .map_err(|e| io_err(&target, e.error)),
+            Clobber::Refuse => match tmp.persist_noclobber(&target) {
+                Ok(f) => Ok((f, target)),
+                Err(e) if e.error.kind() == io::ErrorKind::AlreadyExists => {
+                    Err(OutputError::Exists { path: target })
+                }
+                Err(e) => Err(io_err(&target, e.error)),
+            },
+            Clobber::Suffix => {
+                let mut tmp = tmp;
+                for n in 1..10_000u32 {
+                    let name = if n == 1 {
+                        target.clone()
+                    } else {
+                        with_suffix(&target, n)
+                    };
+                    match tmp.persist_noclobber(&name) {
+                        Ok(f) => return Ok((f, name)),
+                        Err(e) if e.error.kind() == io::ErrorKind::AlreadyExists => tmp = e.file,
+                        Err(e) => return Err(io_err(&name, e.error)),
+                    }
+                }
+                Err(OutputError::Exists { path: target })
+            }
+        }
+    }
+}
+
+/// Writes a report: `write` fills a temporary file beside `path`, which is then renamed over
+/// `path` (replacing a file or a symlink there, never writing through it). A failure leaves
+/// `path` as it was.
+pub fn write_atomic_with(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<&File>) -> io::Result<()>,
+) -> io::Result<()> {
+    let tmp = temp_beside(path)?;
+    {
+        let mut w = BufWriter::with_capacity(1 << 16, tmp.as_file());
+        write(&mut w)?;
+        w.flush()?;
+    }
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// [`write_atomic_with`] for bytes in memory.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomic_with(path, |w| w.write_all(bytes))
+}
+
+/// True when `a` and `b` name the same file: the same inode when both exist, else the same
+/// folder (symlinks resolved) and the same name.
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        (Err(_), Err(_)) => {
+            let canon = |p: &Path| {
+                std::fs::canonicalize(parent_of(p))
+                    .ok()
+                    .map(|d| d.join(p.file_name().unwrap_or_default()))
+            };
+            match (canon(a), canon(b)) {
+                (Some(x), Some(y)) => x == y,
+                _ => a == b,
+            }
+        }
+        _ => false,
+    }
+}
+
+/// Refuses (exit 2) an output that is the same file as one of the inputs.
+pub fn refuse_same_as_input<'a>(
+    option: &str,
+    output: &Path,
+    inputs: impl IntoIterator<Item = &'a Path>,
+) -> Result<(), crate::exit::Failure> {
+    for input in inputs {
+        if same_file(output, input) {
+            return Err(crate::exit::Failure::new(
+                crate::exit::USAGE,
+                format!(
+                    "{option} {} is the same file as the input {}: writing it would destroy the input; choose another output name",
+                    output.display(),
+                    input.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Creates a new folder at `base`, or at `base-2`, `base-3`, ... when taken; returns its path.
+pub fn create_dir_unique(base: &Path) -> io::Result<PathBuf> {
+    for n in 1..10_000u32 {
+        let p = if n == 1 {
+            base.to_path_buf()
+        } else {
+            let mut s = base.as_os_str().to_owned();
+            s.push(format!("-{n}"));
+            PathBuf::from(s)
+        };
+        match std::fs::create_dir(&p) {
+            Ok(()) => return Ok(p),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        format!("{} and 9,999 suffixed names are taken", base.display()),
+    ))
+}
+
+/// A private folder (mode 0700, unpredictable name) in the temporary directory, or in /tmp when
+/// that path would leave no room for a Unix socket name (108 bytes). Removed when dropped.
+pub fn private_dir(prefix: &str) -> io::Result<tempfile::TempDir> {
+    let mut b = tempfile::Builder::new();
+    b.prefix(prefix).permissions(Permissions::from_mode(0o700));
+    let tmp = std::env::temp_dir();
+    if tmp.as_os_str().len() < 60 {
+        b.tempdir_in(tmp)
+    } else {
+        b.tempdir_in("/tmp")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn pending_file_appears_only_on_commit() {
+        let d = tempfile::tempdir().unwrap();
+        let t = d.path().join("r.ndjson");
+        let mut p = Pending::new(&t, Clobber::Refuse).unwrap();
+        writeln!(p.tmp.as_file_mut(), "x").unwrap();
+        assert!(!t.exists());
+        let (_, name) = p.commit().unwrap();
+        assert_eq!(name, t);
+        assert_eq!(std::fs::read_to_string(&t).unwrap(), "x\n");
+        // Dropped uncommitted: nothing left behind.
+        drop(Pending::new(&d.path().join("other"), Clobber::Refuse).unwrap());
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn refuse_keeps_an_existing_file_and_a_symlink_target() {
+        let d = tempfile::tempdir().unwrap();
+        let t = d.path().join("keep");
+        std::fs::write(&t, "old").unwrap();
+        assert!(matches!(
+            Pending::new(&t, Clobber::Refuse),
+            Err(OutputError::Exists { .. })
+        ));
+        // Created after the check: commit still refuses.
+        let t2 = d.path().join("late");
+        let p = Pending::new(&t2, Clobber::Refuse).unwrap();
+        std::fs::write(&t2, "theirs").unwrap();
+        assert!(matches!(p.commit(), Err(OutputError::Exists { .. })));
+        assert_eq!(std::fs::read_to_string(&t2).unwrap(), "theirs");
+        // A symlink planted at the output is not followed, even with Replace.
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let link = d.path().join("link");
+        symlink(&victim, &link).unwrap();
+        let (_, name) = Pending::new(&link, Clobber::Replace)
+            .unwrap()
+            .commit()
+            .unwrap();
+        assert_eq!(name, link);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(!std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+    }
+
+    #[test]
+    fn suffix_on_collision() {
+        let d = tempfile::tempdir().unwrap();
+        let t = d.path().join("g.ndjson");
+        std::fs::write(&t, "a").unwrap();
+        std::fs::write(d.path().join("g-2.ndjson"), "b").unwrap();
+        let (_, name) = Pending::new(&t, Clobber::Suffix).unwrap().commit().unwrap();
+        assert_eq!(name, d.path().join("g-3.ndjson"));
+        assert_eq!(std::fs::read_to_string(&t).unwrap(), "a");
+        let base = d.path().join("sweep");
+        assert_eq!(create_dir_unique(&base).unwrap(), base);
+        assert_eq!(create_dir_unique(&base).unwrap(), d.path().join("sweep-2"));
+    }
+
+    #[test]
+    fn atomic_write_replaces_a_symlink_instead_of_following_it() {
+        let d = tempfile::tempdir().unwrap();
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let link = d.path().join("report.html");
+        symlink(&victim, &link).unwrap();
+        write_atomic(&link, b"<html>").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert_eq!(std::fs::read_to_string(&link).unwrap(), "<html>");
+        // A failed write leaves the old report.
+        let r: io::Result<()> = write_atomic_with(&link, |_| Err(io::Error::other("boom")));
+        assert!(r.is_err());
+        assert_eq!(std::fs::read_to_string(&link).unwrap(), "<html>");
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn same_file_by_inode_or_by_name() {
+        let d = tempfile::tempdir().unwrap();
+        let a = d.path().join("a");
+        std::fs::write(&a, "x").unwrap();
+        let hard = d.path().join("hard");
+        std::fs::hard_link(&a, &hard).unwrap();
+        assert!(same_file(&a, &hard));
+        assert!(same_file(&d.path().join("n"), &d.path().join("./n")));
+        assert!(!same_file(&a, &d.path().join("n")));
+        assert!(refuse_same_as_input("--html", &hard, [a.as_path()]).is_err());
+    }
+
+    #[test]
+    fn private_dir_is_0700() {
+        let d = private_dir("gpufeed-test-").unwrap();
+        let m = std::fs::metadata(d.path()).unwrap().permissions().mode();
+        assert_eq!(m & 0o777, 0o700);
+    }
+}

@@ -1,0 +1,254 @@
+//! Output files through the real binary (issue 13, items 1–5): nothing lost, nothing overwritten
+//! without `--force`, no symlink followed, no output written over an input, unique default names,
+//! unfinished recordings labelled.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use std::os::unix::fs::symlink;
+use std::path::Path;
+
+fn gpufeed() -> Command {
+    let mut c = Command::cargo_bin("gpufeed").unwrap();
+    c.env_remove("GPUFEED_NVML_LIB")
+        .env_remove("FAKE_NVML_SCENARIO");
+    c
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap()
+}
+
+/// A short real recording at `out`.
+fn record(out: &Path) {
+    gpufeed()
+        .args(["run", "-q", "--interval", "20ms", "-o"])
+        .arg(out)
+        .args(["--", "sleep", "0.3"])
+        .assert()
+        .success();
+}
+
+#[test]
+fn an_existing_recording_is_kept_without_force() {
+    let d = tempfile::tempdir().unwrap();
+    let keep = d.path().join("keep.ndjson");
+    std::fs::write(&keep, "precious\n").unwrap();
+    let marker = d.path().join("ran");
+    gpufeed()
+        .args(["run", "-q", "-o"])
+        .arg(&keep)
+        .args(["--", "touch"])
+        .arg(&marker)
+        .assert()
+        .code(2)
+        .stderr(
+            predicate::str::contains("already exists").and(predicate::str::contains("--force")),
+        );
+    assert_eq!(read(&keep), "precious\n");
+    assert!(
+        !marker.exists(),
+        "the job must not run when its recording is refused"
+    );
+    gpufeed()
+        .args(["record", "-q", "--duration", "100ms", "-o"])
+        .arg(&keep)
+        .assert()
+        .code(2);
+    assert_eq!(read(&keep), "precious\n");
+}
+
+#[test]
+fn a_failed_start_leaves_an_existing_file_alone_even_with_force() {
+    let d = tempfile::tempdir().unwrap();
+    let keep = d.path().join("keep.ndjson");
+    std::fs::write(&keep, "precious\n").unwrap();
+    gpufeed()
+        .args(["run", "-q", "--force", "-o"])
+        .arg(&keep)
+        .args(["--", "/no/such/cmd"])
+        .assert()
+        .code(127);
+    assert_eq!(read(&keep), "precious\n");
+    // Nothing else left behind (no temporary file).
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+    // With --force and a job that starts, the recording replaces it.
+    gpufeed()
+        .args(["run", "-q", "--force", "-o"])
+        .arg(&keep)
+        .args(["--", "true"])
+        .assert()
+        .success();
+    assert!(read(&keep).starts_with("{\"type\":\"header\""));
+}
+
+#[test]
+fn a_failed_start_leaves_no_file() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("r.ndjson");
+    gpufeed()
+        .args(["run", "-q", "-o"])
+        .arg(&out)
+        .args(["--", "/no/such/cmd"])
+        .assert()
+        .code(127);
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn symlinks_at_outputs_are_never_followed() {
+    let d = tempfile::tempdir().unwrap();
+    let victim = d.path().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let link = d.path().join("link.ndjson");
+    symlink(&victim, &link).unwrap();
+    // Without --force: a symlink is an existing file.
+    gpufeed()
+        .args(["run", "-q", "-o"])
+        .arg(&link)
+        .args(["--", "true"])
+        .assert()
+        .code(2);
+    // With --force: the link itself is replaced.
+    gpufeed()
+        .args(["run", "-q", "--force", "-o"])
+        .arg(&link)
+        .args(["--", "true"])
+        .assert()
+        .success();
+    assert_eq!(read(&victim), "precious\n");
+    assert!(!std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    // Reports: --html and --perfetto replace a planted link, never write through it.
+    let html = d.path().join("r.html");
+    symlink(&victim, &html).unwrap();
+    gpufeed()
+        .args(["diagnose", "--html"])
+        .arg(&html)
+        .arg(&link)
+        .assert()
+        .success();
+    let pf = d.path().join("p.json");
+    symlink(&victim, &pf).unwrap();
+    gpufeed()
+        .args(["export", "--perfetto"])
+        .arg(&pf)
+        .arg(&link)
+        .assert()
+        .success();
+    assert_eq!(read(&victim), "precious\n");
+    assert!(read(&html).contains("<html"));
+    assert!(read(&pf).contains("traceEvents"));
+    // No temporary file left over.
+    let names: Vec<String> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.contains(".part") && !n.ends_with(".tmp")),
+        "{names:?}"
+    );
+}
+
+#[test]
+fn an_output_that_is_an_input_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let r = d.path().join("r.ndjson");
+    record(&r);
+    let before = read(&r);
+    let hard = d.path().join("same-inode.json");
+    std::fs::hard_link(&r, &hard).unwrap();
+    for args in [
+        vec!["export", "--perfetto", "R", "R"],
+        vec!["export", "--perfetto", "H", "R"],
+        vec!["diagnose", "--html", "R", "R"],
+        vec!["diagnose", "--html", "H", "R"],
+    ] {
+        let args: Vec<&std::ffi::OsStr> = args
+            .iter()
+            .map(|a| match *a {
+                "R" => r.as_os_str(),
+                "H" => hard.as_os_str(),
+                a => std::ffi::OsStr::new(a),
+            })
+            .collect();
+        gpufeed()
+            .args(&args)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("same file as the input"));
+        assert_eq!(read(&r), before, "{args:?}");
+    }
+    let o = d.path().join("o");
+    gpufeed()
+        .args(["run", "-q", "-o"])
+        .arg(&o)
+        .arg("--html")
+        .arg(&o)
+        .args(["--", "true"])
+        .assert()
+        .code(2);
+    assert!(!o.exists());
+}
+
+#[test]
+fn default_names_do_not_collide() {
+    let d = tempfile::tempdir().unwrap();
+    // Four runs started together in one folder: four recordings, each with one header.
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            std::process::Command::new(assert_cmd::cargo::cargo_bin("gpufeed"))
+                .current_dir(d.path())
+                .env_remove("GPUFEED_NVML_LIB")
+                .args(["run", "-q", "--", "sleep", "0.3"])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    let mut names: Vec<String> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 4, "{names:?}");
+    let re = regex::Regex::new(r"^gpufeed-\d{8}-\d{6}-\d{3}(-\d+)?\.ndjson$").unwrap();
+    for n in &names {
+        assert!(re.is_match(n), "{n}");
+        let text = read(&d.path().join(n));
+        assert_eq!(text.matches("\"type\":\"header\"").count(), 1, "{n}");
+        assert_eq!(text.matches("\"type\":\"end\"").count(), 1, "{n}");
+    }
+}
+
+#[test]
+fn an_unfinished_recording_says_so_in_text() {
+    let d = tempfile::tempdir().unwrap();
+    let r = d.path().join("r.ndjson");
+    record(&r);
+    // As a SIGKILLed recorder leaves it: no end line.
+    let cut: String = read(&r)
+        .lines()
+        .filter(|l| !l.contains("\"type\":\"end\""))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let u = d.path().join("u.ndjson");
+    std::fs::write(&u, cut).unwrap();
+    gpufeed()
+        .args(["diagnose", "--color", "never"])
+        .arg(&u)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("unfinished"));
+    gpufeed()
+        .args(["diagnose", "--color", "never"])
+        .arg(&r)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("unfinished").not());
+}
