@@ -32,6 +32,7 @@ fn prepare(global: &GlobalOpts, opts: &RecordingOpts) -> anyhow::Result<Prepared
         interval: opts.interval,
         nvml_lib: global.nvml_lib.clone(),
         no_gpu: false,
+        py: opts.py.config(true),
     })
     .map_err(|e| Failure::input(e.to_string()))?;
     if let Some(e) = &prepared.gpu().error {

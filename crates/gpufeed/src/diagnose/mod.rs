@@ -7,6 +7,7 @@
 pub mod evidence;
 pub mod fast;
 pub mod input;
+pub mod pyloop;
 pub mod render;
 pub mod rules;
 pub mod stats;
@@ -52,6 +53,9 @@ pub struct DiagnoseReport {
     pub gpus: Vec<GpuEvidence>,
     pub host: HostEvidence,
     pub job: JobEvidence,
+    /// The training loop seen through its Python stacks (`gpufeed run` samples them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<pyloop::PythonEvidence>,
     /// Caveats for people (weak evidence, missing data).
     pub notes: Vec<String>,
 }
@@ -99,6 +103,7 @@ pub fn build_report(read: input::ReadOutcome) -> DiagnoseReport {
         gpus: e.gpus,
         host: e.host,
         job: e.job,
+        python: e.python,
         notes,
     }
 }

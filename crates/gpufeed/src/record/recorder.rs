@@ -44,6 +44,8 @@ pub struct RecorderConfig {
     pub nvml_lib: Option<PathBuf>,
     /// Leave GPUs out entirely (no NVML calls).
     pub no_gpu: bool,
+    /// Sample the Python stacks of the job's processes (needs a job: `root_pid`).
+    pub py: Option<super::pyrec::PyConfig>,
 }
 
 /// GPUs found at start-up, or why there are none.
@@ -188,6 +190,11 @@ impl Prepared {
             gpu_error: self.gpu.error.clone(),
             command,
             pid: root_pid,
+            py_rate_hz: self
+                .cfg
+                .py
+                .filter(|_| root_pid.is_some())
+                .map(|p| p.rate_hz),
         };
         let path = self.cfg.output.clone();
         let mut out = BufWriter::with_capacity(64 * 1024, self.file);
@@ -234,6 +241,20 @@ impl Prepared {
                 .spawn(move || host_thread(t0, interval, root_pid, lines, stop_rx, Some(pids)))
                 .map_err(|source| RecordError::Thread {
                     what: "host",
+                    source,
+                })?;
+            stop_txs.push(stop_tx);
+            samplers.push(th);
+        }
+        if let (Some(py), Some(_)) = (self.cfg.py, root_pid) {
+            let (stop_tx, stop_rx) = mpsc::channel();
+            let lines = lines_tx.clone();
+            let pids = Arc::clone(&tree_pids);
+            let th = std::thread::Builder::new()
+                .name("gpufeed-py".into())
+                .spawn(move || super::pyrec::py_thread(t0, py, pids, lines, stop_rx))
+                .map_err(|source| RecordError::Thread {
+                    what: "Python stack",
                     source,
                 })?;
             stop_txs.push(stop_tx);
@@ -526,6 +547,7 @@ mod tests {
             interval: Duration::from_millis(50),
             nvml_lib: None,
             no_gpu: true,
+            py: None,
         })
         .unwrap();
         let mut child = std::process::Command::new("sh")

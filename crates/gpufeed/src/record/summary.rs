@@ -251,7 +251,8 @@ pub fn summarize(path: &Path) -> Result<(Summary, ReadStats), ReadError> {
             last_t = last_t.max(e.t_s);
             end = Some(e);
         }
-        Line::Unknown => {}
+        Line::PySamples(p) => last_t = last_t.max(p.t_s),
+        Line::PyStatus(_) | Line::PyFrame(_) | Line::PyStack(_) | Line::Unknown => {}
     })?;
 
     let statics: BTreeMap<u32, _> = header.gpus.iter().map(|g| (g.index, g)).collect();

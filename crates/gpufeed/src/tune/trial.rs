@@ -41,6 +41,8 @@ pub struct TrialSpec {
     pub interval: Duration,
     pub nvml_lib: Option<PathBuf>,
     pub no_gpu: bool,
+    /// Python stack sampling of each trial's job.
+    pub py: Option<crate::record::pyrec::PyConfig>,
     /// How long each of SIGINT and SIGTERM is given before the next signal.
     pub grace: Duration,
 }
@@ -399,6 +401,7 @@ pub fn run_trial(
         interval: spec.interval,
         nvml_lib: spec.nvml_lib.clone(),
         no_gpu: spec.no_gpu,
+        py: spec.py,
     })?;
     let has_gpu = prepared.gpu().error.is_none() && !prepared.gpu().gpus.is_empty();
     let gpu_error = if has_gpu {
@@ -622,6 +625,7 @@ mod tests {
             interval: Duration::from_millis(100),
             nvml_lib: None,
             no_gpu: true,
+            py: None,
             grace: Duration::from_millis(500),
         }
     }

@@ -173,6 +173,10 @@ const LOADER_FLAGS: &str = "pin_memory=True, persistent_workers=True, prefetch_f
 
 /// `input_bound`: the GPU is starved by its input pipeline.
 pub fn input_bound(e: &Evidence) -> Option<Finding> {
+    // The training loop's measured data wait (Python stacks) is direct evidence, GPU or not.
+    if let Some(f) = super::stacks::input_bound(e) {
+        return Some(f);
+    }
     let kind = classify(e)?;
     let busy = e.busy_fraction()?;
     let period = e.strongest_period().filter(|p| p.is_strong());
