@@ -195,12 +195,11 @@ class _MultiProcessLoaderIter:
         return self.data_queue.get()
 
     def shutdown(self):
-        for q in self.index_queues:
-            q.put(None)
+        # Workers may be blocked handing over batches nobody will take: stop them outright.
         for w in self.workers:
-            w.join(timeout=1)
-            if w.is_alive():
-                w.terminate()
+            w.terminate()
+        for w in self.workers:
+            w.join()
 
 
 class Model:

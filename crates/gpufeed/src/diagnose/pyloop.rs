@@ -140,7 +140,12 @@ pub struct PythonEvidence {
 struct ThreadTotals {
     name: Option<String>,
     stacks: HashMap<u32, (u64, u64)>,
+    /// Phase counts over the loop window: from the first interval with a training-loop sample
+    /// to the last one (start-up imports and teardown are not the loop).
     phases: [u64; 7],
+    /// Counts of intervals after the last one with a loop sample, added once another comes.
+    pending: [u64; 7],
+    in_loop: bool,
 }
 
 /// Streams a recording's Python lines; bounded by the distinct frames and stacks.
@@ -151,6 +156,8 @@ pub struct PyAcc {
     statuses: BTreeMap<u32, (PyStatus, Option<String>)>,
     threads: BTreeMap<(u32, u64), ThreadTotals>,
     ticks: BTreeMap<u32, u64>,
+    /// Phase of each stack (classified once; `None` for an empty stack: no Python running).
+    phase_of: HashMap<u32, Option<Phase>>,
 }
 
 impl PyAcc {
@@ -168,6 +175,25 @@ impl PyAcc {
             Line::PySamples(s) => {
                 *self.ticks.entry(s.pid).or_default() += s.ticks;
                 for t in &s.threads {
+                    // Phases are classified here from the stacks (the recorded counts are for
+                    // other readers): a better classifier then serves old recordings too.
+                    let mut interval = [0u64; 7];
+                    for [sid, n, _] in &t.stacks {
+                        let sid = *sid as u32;
+                        let phase = match self.phase_of.get(&sid) {
+                            Some(p) => *p,
+                            None => {
+                                let p = self.frame_refs(sid).and_then(|f| {
+                                    (!f.is_empty()).then(|| crate::sample::pyphase::classify(&f))
+                                });
+                                self.phase_of.insert(sid, p);
+                                p
+                            }
+                        };
+                        if let Some(p) = phase {
+                            interval[p.index()] += n;
+                        }
+                    }
                     let acc = self.threads.entry((s.pid, t.tid)).or_default();
                     if t.name.is_some() {
                         acc.name.clone_from(&t.name);
@@ -177,8 +203,17 @@ impl PyAcc {
                         c.0 += n;
                         c.1 += idle;
                     }
-                    for (p, n) in &t.phases {
-                        acc.phases[p.index()] += n;
+                    let loop_here = interval[..6].iter().any(|n| *n > 0);
+                    if loop_here {
+                        for i in 0..7 {
+                            acc.phases[i] += acc.pending[i] + interval[i];
+                        }
+                        acc.pending = [0; 7];
+                        acc.in_loop = true;
+                    } else if acc.in_loop {
+                        for i in 0..7 {
+                            acc.pending[i] += interval[i];
+                        }
                     }
                 }
             }
@@ -276,11 +311,18 @@ impl PyAcc {
             let phases_pct = PhasesPct::from_counts(&t.phases);
             data_wait_pct = Some(phases_pct.data_wait);
             // Loading in the training thread itself: data_wait stacks with a data stage.
-            let dw = t.phases[Phase::DataWait.index()];
+            // (Both over the whole recording: the stack counts are not windowed.)
+            let dw: u64 = t
+                .stacks
+                .iter()
+                .filter(|(sid, _)| self.phase_of.get(sid) == Some(&Some(Phase::DataWait)))
+                .map(|(_, c)| c.0)
+                .sum();
             if dw > 0 {
                 let loading: u64 = t
                     .stacks
                     .iter()
+                    .filter(|(sid, _)| self.phase_of.get(sid) == Some(&Some(Phase::DataWait)))
                     .filter(|(sid, _)| {
                         self.frame_refs(**sid)
                             .is_some_and(|f| data_stage(&f).is_some())

@@ -124,6 +124,7 @@ impl PyAggregator {
                 frames.truncate(MAX_DEPTH / 2);
                 frames.extend(tail);
             }
+            let empty = frames.is_empty();
             let ids: Vec<u32> = frames
                 .into_iter()
                 .map(|f| self.frame_id(pid, f, out))
@@ -154,11 +155,11 @@ impl PyAggregator {
                     (sid, phase)
                 }
             };
-            acc_threads.push((t.tid, t.name, t.active, sid, phase));
+            acc_threads.push((t.tid, t.name, t.active, sid, phase, empty));
         }
         let p = self.procs.entry(pid).or_default();
         p.ticks += 1;
-        for (tid, name, active, sid, phase) in acc_threads {
+        for (tid, name, active, sid, phase, empty) in acc_threads {
             let th = p.threads.entry(tid).or_default();
             if name.is_some() {
                 th.name = name;
@@ -168,7 +169,10 @@ impl PyAggregator {
             if !active {
                 c.1 += 1;
             }
-            *th.phases.entry(phase).or_default() += 1;
+            // An empty stack (no Python running: start-up, teardown) is in no phase.
+            if !empty {
+                *th.phases.entry(phase).or_default() += 1;
+            }
         }
     }
 

@@ -135,11 +135,12 @@ fn is_data_fetch(f: &FrameRef) -> bool {
 
 /// Source text that synchronises the host with the device.
 pub fn is_sync_source(src: &str) -> bool {
-    const CALLS: [&str; 7] = [
+    // Not `.numpy()`: a CUDA tensor refuses it (it needs `.cpu()` first), a CPU one has
+    // nothing to wait for.
+    const CALLS: [&str; 6] = [
         ".item()",
         ".cpu()",
         ".tolist()",
-        ".numpy()",
         "synchronize(",
         ".to(\"cpu\")",
         ".to('cpu')",
@@ -211,6 +212,13 @@ fn marker(f: &FrameRef) -> Option<Phase> {
 /// An innermost user frame whose line calls `.item()`, `.cpu()`, `.tolist()` or
 /// `synchronize()` is a sync: the C call itself is invisible to a Python stack.
 pub fn classify(frames: &[FrameRef]) -> Phase {
+    // Importing a module (torch/autograd/__init__.py's `<module>` is no backward pass).
+    if frames
+        .iter()
+        .any(|f| f.file.starts_with("<frozen importlib"))
+    {
+        return Phase::Other;
+    }
     if frames.iter().any(is_data_fetch) {
         return Phase::DataWait;
     }

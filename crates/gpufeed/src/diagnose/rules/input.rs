@@ -95,6 +95,11 @@ pub fn workers_short(e: &Evidence) -> bool {
 /// Starvation and its kind, when there is starvation.
 pub fn classify(e: &Evidence) -> Option<Kind> {
     let busy = e.busy_fraction()?;
+    // The training loop's measured wait says it is not waiting for its input: whatever starves
+    // the GPU, it is not the data (see `stacks`).
+    if super::stacks::data_wait(e).is_some_and(|(w, _)| w < super::stacks::NOT_WAITING_PCT) {
+        return None;
+    }
     let host_known = e.host.samples > 0 || e.job.samples > 0;
     let sig = starving_signature(e);
     let kind = if io_stalled(e) {

@@ -11,6 +11,9 @@ use crate::sample::pyphase::StageKind;
 pub const DATA_WAIT_PCT: f64 = 20.0;
 /// ... and from which it is critical.
 pub const DATA_WAIT_CRITICAL_PCT: f64 = 40.0;
+/// A measured data wait under which the loop is not waiting for its input, whatever the GPU's
+/// utilization pattern suggests.
+pub const NOT_WAITING_PCT: f64 = 10.0;
 /// Share of the training thread's time in host–device syncs that makes a finding.
 pub const SYNC_PCT: f64 = 15.0;
 /// GPU busy fraction above which a measured data wait is overlapped by GPU work (the loop runs
