@@ -205,14 +205,14 @@ impl PyAcc {
                     }
                     let loop_here = interval[..6].iter().any(|n| *n > 0);
                     if loop_here {
-                        for i in 0..7 {
-                            acc.phases[i] += acc.pending[i] + interval[i];
+                        for (i, n) in interval.iter().enumerate() {
+                            acc.phases[i] += acc.pending[i] + n;
                         }
                         acc.pending = [0; 7];
                         acc.in_loop = true;
                     } else if acc.in_loop {
-                        for i in 0..7 {
-                            acc.pending[i] += interval[i];
+                        for (p, n) in acc.pending.iter_mut().zip(interval) {
+                            *p += n;
                         }
                     }
                 }
@@ -382,8 +382,8 @@ impl PyAcc {
         });
 
         // Data-loading stages over every thread of every process.
-        let mut by_stage: HashMap<(String, String), (StageKind, u64, HashMap<i32, u64>)> =
-            HashMap::new();
+        type StageAcc = (StageKind, u64, HashMap<i32, u64>);
+        let mut by_stage: HashMap<(String, String), StageAcc> = HashMap::new();
         let mut data_total = 0u64;
         let mut data_io = 0u64;
         let mut loading_by_pid: BTreeMap<u32, u64> = BTreeMap::new();
@@ -462,5 +462,141 @@ impl PyAcc {
             sync_sites,
             detail,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::format::{PySamples, PyStackDef, PyThreadCounts};
+
+    fn frame(id: u32, name: &str, file: &str) -> Line {
+        Line::PyFrame(PyFrameDef {
+            id,
+            name: name.into(),
+            file: file.into(),
+            line: 1,
+            src: None,
+        })
+    }
+
+    fn samples(t: f64, pid: u32, threads: Vec<(u64, Vec<[u64; 3]>)>) -> Line {
+        Line::PySamples(PySamples {
+            t_s: t,
+            dt_s: 1.0,
+            pid,
+            ticks: 100,
+            threads: threads
+                .into_iter()
+                .map(|(tid, stacks)| PyThreadCounts {
+                    tid,
+                    name: None,
+                    stacks,
+                    phases: BTreeMap::new(),
+                })
+                .collect(),
+        })
+    }
+
+    #[test]
+    fn phases_over_the_loop_window_on_the_busiest_loop_thread() {
+        let dl = "/v/site-packages/torch/utils/data/dataloader.py";
+        let mut acc = PyAcc::default();
+        for l in [
+            frame(0, "<module>", "/home/u/t.py"),
+            frame(1, "_next_data", dl),
+            frame(2, "Net.forward", "/home/u/t.py"),
+            frame(3, "_find_and_load", "<frozen importlib._bootstrap>"),
+            frame(
+                4,
+                "Queue._feed",
+                "/usr/lib/python3.11/multiprocessing/queues.py",
+            ),
+            Line::PyStack(PyStackDef {
+                id: 0,
+                frames: vec![0, 1],
+            }),
+            Line::PyStack(PyStackDef {
+                id: 1,
+                frames: vec![0, 2],
+            }),
+            Line::PyStack(PyStackDef {
+                id: 2,
+                frames: vec![0, 3],
+            }),
+            Line::PyStack(PyStackDef {
+                id: 3,
+                frames: vec![4],
+            }),
+            Line::PyStack(PyStackDef {
+                id: 4,
+                frames: vec![],
+            }),
+        ] {
+            acc.push(&l);
+        }
+        // Start-up: imports and an empty stack, before the loop.
+        acc.push(&samples(1.0, 10, vec![(10, vec![[2, 90, 0], [4, 10, 10]])]));
+        acc.push(&samples(
+            2.0,
+            10,
+            vec![
+                (10, vec![[0, 60, 60], [1, 40, 0]]),
+                (11, vec![[3, 100, 100]]),
+            ],
+        ));
+        acc.push(&samples(
+            3.0,
+            10,
+            vec![(10, vec![[0, 30, 30], [1, 60, 0], [2, 10, 0]])],
+        ));
+        // Teardown after the loop: not in the split.
+        acc.push(&samples(4.0, 10, vec![(10, vec![[4, 100, 100]])]));
+        let header: Header = serde_json::from_str(
+            r#"{"schema_version":2,"start_time":"x","start_unix_us":0,"interval_s":0.1,"host":{"cpu_count":2},"pid":10,"py_rate_hz":100.0}"#,
+        )
+        .unwrap();
+        let job = JobEvidence {
+            main_pid: Some(10),
+            ..Default::default()
+        };
+        let p = acc.finish(&header, &job).unwrap();
+        let m = p.main.unwrap();
+        assert_eq!((m.pid, m.tid), (10, 10));
+        assert_eq!(m.samples, 200);
+        assert_eq!(m.phases_pct.data_wait, 45.0);
+        assert_eq!(m.phases_pct.forward, 50.0);
+        assert_eq!(m.phases_pct.other, 5.0);
+        assert_eq!(p.data_wait_pct, Some(45.0));
+        assert_eq!(p.data_in_main_pct, Some(0.0));
+        assert_eq!(p.status, PyStatus::Ok);
+        assert_eq!(p.samples, 500);
+    }
+
+    #[test]
+    fn statuses_without_samples() {
+        let header: Header = serde_json::from_str(
+            r#"{"schema_version":2,"start_time":"x","start_unix_us":0,"interval_s":0.1,"host":{"cpu_count":2},"py_rate_hz":100.0}"#,
+        )
+        .unwrap();
+        let mut acc = PyAcc::default();
+        acc.push(&Line::PyStatus(crate::record::format::PyStatusLine {
+            t_s: 0.1,
+            pid: 3,
+            status: PyStatus::Denied,
+            detail: Some("Operation not permitted".into()),
+        }));
+        let p = acc.finish(&header, &JobEvidence::default()).unwrap();
+        assert_eq!(p.status, PyStatus::Denied);
+        assert!(p.main.is_none());
+        let p = PyAcc::default()
+            .finish(&header, &JobEvidence::default())
+            .unwrap();
+        assert_eq!(p.status, PyStatus::NotPython);
+        let mut h1 = header.clone();
+        h1.py_rate_hz = None;
+        assert!(PyAcc::default()
+            .finish(&h1, &JobEvidence::default())
+            .is_none());
     }
 }

@@ -161,9 +161,11 @@ fn marker(f: &FrameRef) -> Option<Phase> {
         return Some(Phase::CheckpointIo);
     }
     // Synchronisation visible as Python frames.
-    if m == "synchronize"
-        && (has(f.file, "torch/cuda/") || has(f.file, "torch/xpu/") || has(f.file, "torch/mps/"))
-        || m == "synchronize" && c.is_some_and(|c| c == "Event" || c == "Stream")
+    let torch_sync = ["torch/cuda/", "torch/xpu/", "torch/mps/"]
+        .iter()
+        .any(|d| has(f.file, d))
+        || c.is_some_and(|c| c == "Event" || c == "Stream");
+    if m == "synchronize" && torch_sync
         || matches!(m, "__format__" | "__repr__") && has(f.file, "torch/_tensor")
     {
         return Some(Phase::Sync);
@@ -289,8 +291,9 @@ fn stage_of(f: &FrameRef) -> Option<StageKind> {
     let m = method(f.name);
     let file = f.file;
     if has(file, "/PIL/") {
-        if m == "load" && class(f.name).is_some_and(|c| c.ends_with("ImageFile"))
-            || m == "load" && has(file, "ImageFile.py")
+        if m == "load"
+            && (class(f.name).is_some_and(|c| c.ends_with("ImageFile"))
+                || has(file, "ImageFile.py"))
         {
             return Some(StageKind::Decode);
         }

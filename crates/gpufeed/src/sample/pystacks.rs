@@ -90,8 +90,12 @@ enum Entry {
         next: Instant,
         exe: Option<PathBuf>,
     },
-    /// Decided: not sampled. Re-examined only when the process execs (its exe changes).
-    Done { exe: Option<PathBuf> },
+    /// Decided: not sampled. Re-examined only when the process execs (its exe changes),
+    /// looked at once a second.
+    Done {
+        exe: Option<PathBuf>,
+        checked: Instant,
+    },
 }
 
 /// Samples the Python processes among a changing set of pids.
@@ -173,7 +177,10 @@ impl PySampler {
                         *fails += 1;
                         if !crate::sample::host::pid_alive(pid) {
                             // Exited or a zombie: no noise, the tree will drop it.
-                            *entry = Entry::Done { exe: None };
+                            *entry = Entry::Done {
+                                exe: None,
+                                checked: now,
+                            };
                         } else if *fails >= REOPEN_AFTER {
                             *entry = Entry::Waiting {
                                 attempts: 0,
@@ -183,9 +190,14 @@ impl PySampler {
                         }
                     }
                 },
-                Entry::Done { exe } => {
+                Entry::Done { exe, checked } => {
                     // Re-examine after an exec (a shell that becomes python).
-                    if exe.is_some() && exe_of(pid) != *exe && exe_of(pid).is_some() {
+                    if now.duration_since(*checked) < RETRY_EVERY * 4 {
+                        continue;
+                    }
+                    *checked = now;
+                    let cur = exe_of(pid);
+                    if exe.is_some() && cur.is_some() && cur != *exe {
                         *entry = Entry::Waiting {
                             attempts: 0,
                             next: now,
@@ -203,7 +215,10 @@ impl PySampler {
                     }
                     let cur_exe = exe_of(pid);
                     if cur_exe.is_none() && !crate::sample::host::pid_alive(pid) {
-                        *entry = Entry::Done { exe: None };
+                        *entry = Entry::Done {
+                            exe: None,
+                            checked: now,
+                        };
                         continue;
                     }
                     if cur_exe != *exe {
@@ -218,7 +233,10 @@ impl PySampler {
                                 status: PyStatus::NotPython,
                                 detail: cur_exe.as_ref().map(|e| e.display().to_string()),
                             });
-                            *entry = Entry::Done { exe: cur_exe };
+                            *entry = Entry::Done {
+                                exe: cur_exe,
+                                checked: now,
+                            };
                             continue;
                         }
                         Some(false) => {
@@ -230,7 +248,10 @@ impl PySampler {
                         None => {
                             // Cannot read its maps: gone, or not ours to read.
                             if !crate::sample::host::pid_alive(pid) {
-                                *entry = Entry::Done { exe: None };
+                                *entry = Entry::Done {
+                                    exe: None,
+                                    checked: now,
+                                };
                                 continue;
                             }
                         }
@@ -256,7 +277,10 @@ impl PySampler {
                                     status: PyStatus::UnsupportedVersion,
                                     detail: Some(spy.version.to_string()),
                                 });
-                                *entry = Entry::Done { exe: cur_exe };
+                                *entry = Entry::Done {
+                                    exe: cur_exe,
+                                    checked: now,
+                                };
                             }
                             Err(e) => self.failed(pid, e, events),
                         },
@@ -289,7 +313,7 @@ impl PySampler {
                 status,
                 detail: Some(format!("{e:#}")),
             });
-            *entry = Entry::Done { exe };
+            *entry = Entry::Done { exe, checked: now };
             return;
         }
         if let Entry::Waiting { attempts, next, .. } = entry {
@@ -304,7 +328,7 @@ impl PySampler {
                         detail: Some(format!("{e:#}")),
                     });
                 }
-                *entry = Entry::Done { exe };
+                *entry = Entry::Done { exe, checked: now };
             }
         }
     }

@@ -87,10 +87,10 @@ pub fn workers_for(wait_pct: f64, now: u32, cores: u32) -> u32 {
     let cap = cores.saturating_sub(1).max(1);
     let frac = (wait_pct / 100.0).clamp(0.0, 0.98);
     let want = if now == 0 {
-        (frac / (1.0 - frac)).ceil() as u32 + 1
+        (frac / (1.0 - frac) - 1e-9).ceil() as u32 + 1
     } else {
         // Each busy worker delivers at a fixed rate: the loop could take 1/(1-wait) as many.
-        ((now as f64 / (1.0 - frac)).ceil() as u32).max(now + 1)
+        ((now as f64 / (1.0 - frac) - 1e-9).ceil() as u32).max(now + 1)
     };
     want.min(cap.max(now + 1)).max(1)
 }
