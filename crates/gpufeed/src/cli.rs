@@ -110,6 +110,50 @@ pub enum SummaryFormat {
     Json,
 }
 
+/// On or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum OnOff {
+    #[default]
+    On,
+    Off,
+}
+
+/// Python stack sampling (shared by `run`, `record`, `watch`, `sweep`, `batch-size`).
+#[derive(Debug, Clone, Args)]
+pub struct PyStackOpts {
+    /// Sample the job's Python stacks (training-loop phases, the slow data stage); reading a
+    /// process not started by gpufeed (`record --pid`) needs CAP_SYS_PTRACE
+    #[arg(long, value_enum, value_name = "on|off", default_value_t = OnOff::On)]
+    pub py_stacks: OnOff,
+    /// Python stack samples per second per process (1-1000)
+    #[arg(long, value_name = "HZ", default_value_t = 100.0, value_parser = parse_rate)]
+    pub py_rate: f64,
+}
+
+impl PyStackOpts {
+    /// The recorder's setting; `notes`: print one note when a process refuses to be read.
+    pub fn config(&self, notes: bool) -> Option<crate::record::pyrec::PyConfig> {
+        (self.py_stacks == OnOff::On).then(|| crate::record::pyrec::PyConfig {
+            rate_hz: self.py_rate,
+            opts: crate::sample::pystacks::PyOptions {
+                // Measured in bench/pystacks_overhead.py: reading live costs the job less.
+                blocking: std::env::var_os("GPUFEED_PY_BLOCKING").is_some_and(|v| v == "1"),
+            },
+            notes,
+        })
+    }
+}
+
+/// Parses a sampling rate in Hz (1 to 1000).
+pub fn parse_rate(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (1.0..=1000.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "'{s}' is not a rate between 1 and 1000 (samples per second)"
+        )),
+    }
+}
+
 /// Options shared by `run` and `record`.
 #[derive(Debug, Clone, Args)]
 pub struct RecordingOpts {
@@ -128,6 +172,8 @@ pub struct RecordingOpts {
     /// Do not print the summary at the end
     #[arg(short, long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub py: PyStackOpts,
 }
 
 /// `--dataloader` and `--torch` (run, sweep, batch-size, watch): see [`crate::inject`].

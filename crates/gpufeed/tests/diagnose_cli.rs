@@ -89,6 +89,7 @@ fn write_recording(dir: &Path, name: &str, s: &Shape) -> PathBuf {
         gpu_error: None,
         command: Some(vec!["python".into(), "train.py".into()]),
         pid: Some(1000),
+        py_rate_hz: None,
     };
     let mut out = header_line(&h);
     out.push('\n');

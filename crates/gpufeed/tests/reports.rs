@@ -42,6 +42,7 @@ fn recording(dir: &Path) -> PathBuf {
         gpu_error: None,
         command: Some(vec!["python".into(), "train.py".into()]),
         pid: Some(100),
+        py_rate_hz: None,
     };
     writeln!(f, "{}", header_line(&h)).unwrap();
     let mut line = |l: Line| writeln!(f, "{}", serde_json::to_string(&l).unwrap()).unwrap();

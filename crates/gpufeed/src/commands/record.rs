@@ -35,6 +35,7 @@ fn prepare(global: &GlobalOpts, opts: &RecordingOpts) -> anyhow::Result<Prepared
         nvml_lib: global.nvml_lib.clone(),
         no_gpu: false,
         clobber,
+        py: opts.py.config(true),
     })
     .map_err(|e| match e {
         RecordError::Exists { .. } => Failure::new(exit::USAGE, e.to_string()),

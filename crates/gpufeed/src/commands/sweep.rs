@@ -55,6 +55,8 @@ pub struct TrialOpts {
     /// No progress bar or per-trial lines on stderr
     #[arg(short, long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub py: crate::cli::PyStackOpts,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -258,6 +260,7 @@ pub fn spec(
         interval: t.interval,
         nvml_lib: global.nvml_lib.clone(),
         no_gpu: false,
+        py: t.py.config(false),
         grace: t.grace,
         inject: None,
     }

@@ -49,6 +49,9 @@ pub struct Evidence {
     pub gpus: Vec<GpuEvidence>,
     pub host: HostEvidence,
     pub job: JobEvidence,
+    /// What the job's Python stacks say, when they were sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<super::pyloop::PythonEvidence>,
 }
 
 impl Evidence {
@@ -341,6 +344,7 @@ pub struct EvidenceBuilder {
     instants_d: u64,
     end: Option<(Option<i32>, Option<i32>)>,
     profiling: BTreeMap<u32, ProfilingMeans>,
+    py: super::pyloop::PyAcc,
 }
 
 impl EvidenceBuilder {
@@ -365,6 +369,11 @@ impl EvidenceBuilder {
             Line::ProcExit { t_s, .. } => self.seen(*t_s),
             Line::End(e) => {
                 self.end = Some((e.exit_code, e.signal));
+            }
+            Line::PyStatus(_) | Line::PyFrame(_) | Line::PyStack(_) => self.py.push(line),
+            Line::PySamples(s) => {
+                self.seen(s.t_s);
+                self.py.push(line);
             }
             Line::Overrides(_) | Line::Unknown => {}
         }
@@ -638,11 +647,13 @@ impl EvidenceBuilder {
         };
 
         let job = self.finish_job(header, duration_s, &gpus);
+        let python = std::mem::take(&mut self.py).finish(header, &job);
         Evidence {
             duration_s,
             gpus,
             host,
             job,
+            python,
         }
     }
 
@@ -949,6 +960,7 @@ mod tests {
             gpu_error: None,
             command: None,
             pid,
+            py_rate_hz: None,
         }
     }
 

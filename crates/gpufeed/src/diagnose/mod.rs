@@ -7,6 +7,7 @@
 pub mod evidence;
 pub mod fast;
 pub mod input;
+pub mod pyloop;
 pub mod render;
 pub mod rules;
 pub mod stats;
@@ -52,6 +53,9 @@ pub struct DiagnoseReport {
     pub gpus: Vec<GpuEvidence>,
     pub host: HostEvidence,
     pub job: JobEvidence,
+    /// The training loop seen through its Python stacks (`gpufeed run` samples them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<pyloop::PythonEvidence>,
     /// Caveats for people (weak evidence, missing data).
     pub notes: Vec<String>,
 }
@@ -99,8 +103,49 @@ pub fn build_report(read: input::ReadOutcome) -> DiagnoseReport {
         gpus: e.gpus,
         host: e.host,
         job: e.job,
+        python: e.python,
         notes,
     }
+}
+
+/// What the Python stacks add: which source is trusted when they and the GPU disagree, and why
+/// stacks are missing.
+fn stack_notes(e: &Evidence) -> Vec<String> {
+    use crate::sample::pystacks::PyStatus;
+    let mut out = Vec::new();
+    let Some(p) = &e.python else { return out };
+    match p.status {
+        PyStatus::Denied => out.push(format!(
+            "Python stacks could not be read: {} — start the job under gpufeed (`gpufeed run -- \
+             CMD`) or give gpufeed CAP_SYS_PTRACE (`--cap-add SYS_PTRACE` in a container).",
+            p.detail.as_deref().unwrap_or("permission denied")
+        )),
+        PyStatus::UnsupportedVersion => out.push(format!(
+            "This Python is a version py-spy cannot read ({}): no training-loop phases.",
+            p.detail.as_deref().unwrap_or("unknown")
+        )),
+        _ => {}
+    }
+    let Some(wait) = p.data_wait_pct else {
+        return out;
+    };
+    if let Some(b) = rules::stacks::gpu_overlaps_wait(e) {
+        if wait >= rules::stacks::DATA_WAIT_PCT {
+            out.push(format!(
+                "The training loop waits for data {wait:.0}% of its time, yet the GPU is busy \
+                 {:.0}%: the wait overlaps GPU work (the loop runs ahead of the device), so \
+                 gpufeed trusts the GPU utilization and does not call this input-bound.",
+                b * 100.0
+            ));
+        }
+    } else if wait < rules::stacks::NOT_WAITING_PCT && rules::input::starving_signature(e) {
+        out.push(format!(
+            "The GPU looks starved, but the Python stacks show the training loop waiting for data \
+             only {wait:.0}% of its time: the GPU idles for another reason (host syncs, Python \
+             overhead per step, small kernels). gpufeed trusts the stacks on the cause."
+        ));
+    }
+    out
 }
 
 /// Caveats worth telling people next to the findings.
@@ -125,6 +170,7 @@ pub fn notes(e: &Evidence, source: &Source) -> Vec<String> {
     if e.measured_gpus().count() == 0 {
         out.push("No GPU utilization in this input: the verdict cannot judge the GPU.".into());
     }
+    out.extend(stack_notes(e));
     if source.format != "recording" {
         out.push(
             "This log has no host or process data: the kind of input bottleneck (workers, CPU, \

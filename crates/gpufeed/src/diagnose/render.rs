@@ -2,8 +2,11 @@
 //! utilization, the top fix first), JSON (the contract) and Markdown.
 
 use super::evidence::{GpuEvidence, Role};
+use super::pyloop::{PhasesPct, PythonEvidence};
 use super::DiagnoseReport;
 use crate::finding::{Finding, Severity};
+use crate::sample::pyphase::Phase;
+use crate::sample::pystacks::PyStatus;
 use std::fmt::Write as _;
 
 /// Output formats (`--format`).
@@ -313,6 +316,13 @@ fn text(r: &DiagnoseReport, color: bool) -> String {
     if let Some(j) = job_line(r) {
         let _ = writeln!(o, "{}   {j}", paint("JOB", "1", color));
     }
+    if let Some(p) = &r.python {
+        let block = loop_text(p, color);
+        if !block.is_empty() {
+            o.push('\n');
+            o.push_str(&block);
+        }
+    }
     if !r.findings.is_empty() {
         o.push('\n');
         let _ = writeln!(o, "{}", paint("FINDINGS", "1", color));
@@ -342,6 +352,168 @@ fn text(r: &DiagnoseReport, color: bool) -> String {
         for n in &r.notes {
             let _ = writeln!(o, "{}  {n}", paint("NOTE", "2", color));
         }
+    }
+    o
+}
+
+/// File name and line of a frame, for people.
+pub fn short_at(file: &str, line: i32) -> String {
+    let name = std::path::Path::new(file)
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_else(|| file.to_string());
+    format!("{name}:{line}")
+}
+
+/// Hot stages shown in reports.
+pub const HOTSPOTS_SHOWN: usize = 5;
+
+/// The phases in report order with their share, largest first for the bar.
+fn phase_list(p: &PhasesPct) -> Vec<(&'static str, f64)> {
+    Phase::ALL
+        .iter()
+        .map(|ph| (ph.as_str(), p.get(*ph)))
+        .collect()
+}
+
+/// A 40-cell bar of the phase split, one letter per phase.
+fn phase_bar(p: &PhasesPct) -> String {
+    const LETTERS: [char; 7] = ['D', 'F', 'B', 'O', 'S', 'C', '.'];
+    let mut s = String::new();
+    let mut acc = 0.0;
+    let mut drawn = 0usize;
+    for (i, (_, v)) in phase_list(p).iter().enumerate() {
+        acc += v;
+        let upto = ((acc / 100.0) * 40.0).round() as usize;
+        while drawn < upto.min(40) {
+            s.push(LETTERS[i]);
+            drawn += 1;
+        }
+    }
+    s
+}
+
+/// The "training loop" block of the text report.
+fn loop_text(p: &PythonEvidence, color: bool) -> String {
+    let mut o = String::new();
+    match p.status {
+        PyStatus::Ok => {}
+        PyStatus::NotPython => return o,
+        other => {
+            let _ = writeln!(
+                o,
+                "{}  Python stacks not read ({}){}",
+                paint("TRAINING LOOP", "1", color),
+                other.as_str(),
+                p.detail
+                    .as_ref()
+                    .map(|d| format!(": {d}"))
+                    .unwrap_or_default()
+            );
+            return o;
+        }
+    }
+    let Some(m) = &p.main else {
+        let _ = writeln!(
+            o,
+            "{}  too few Python stack samples of the training thread to split it",
+            paint("TRAINING LOOP", "1", color)
+        );
+        return o;
+    };
+    let _ = writeln!(
+        o,
+        "{}  (Python stacks: pid {} thread {}, {} samples{})",
+        paint("TRAINING LOOP", "1", color),
+        m.pid,
+        m.thread_name.as_deref().unwrap_or("?"),
+        m.samples,
+        p.rate_hz
+            .map(|r| format!(" at {r:.0} Hz"))
+            .unwrap_or_default()
+    );
+    let parts: Vec<String> = phase_list(&m.phases_pct)
+        .into_iter()
+        .filter(|(_, v)| *v > 0.0)
+        .map(|(n, v)| format!("{n} {v:.0}%"))
+        .collect();
+    let _ = writeln!(o, "  {}", parts.join("  "));
+    let _ = writeln!(
+        o,
+        "  {}  D data_wait F forward B backward O optimizer S sync C checkpoint",
+        paint(&phase_bar(&m.phases_pct), "36", color)
+    );
+    if !p.data_hotspots.is_empty() {
+        let _ = writeln!(
+            o,
+            "  slowest data-loading stages ({} process{}, share of loading time):",
+            p.loader_processes.max(1),
+            if p.loader_processes > 1 { "es" } else { "" }
+        );
+        for h in p.data_hotspots.iter().take(HOTSPOTS_SHOWN) {
+            let _ = writeln!(
+                o,
+                "    {:>5.1}%  {:<36} {}{}",
+                h.pct,
+                h.function,
+                short_at(&h.file, h.line),
+                h.ms_per_sample
+                    .map(|x| format!("  {x:.2} ms/sample"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    o
+}
+
+/// The "training loop" section of the Markdown report.
+fn loop_markdown(p: &PythonEvidence) -> String {
+    let mut o = String::new();
+    if p.status == PyStatus::NotPython {
+        return o;
+    }
+    let _ = writeln!(o, "## Training loop\n");
+    if p.status != PyStatus::Ok {
+        let _ = writeln!(
+            o,
+            "Python stacks not read (`{}`){}\n",
+            p.status.as_str(),
+            p.detail
+                .as_ref()
+                .map(|d| format!(": {}", md_escape(d)))
+                .unwrap_or_default()
+        );
+        return o;
+    }
+    if let Some(m) = &p.main {
+        let _ = writeln!(
+            o,
+            "From Python stack samples of pid {} (thread {}), {} samples.\n",
+            m.pid,
+            m.thread_name.as_deref().unwrap_or("?"),
+            m.samples
+        );
+        let _ = writeln!(o, "| phase | share |\n|---|---|");
+        for (n, v) in phase_list(&m.phases_pct) {
+            let _ = writeln!(o, "| {n} | {v:.1}% |");
+        }
+        o.push('\n');
+    }
+    if !p.data_hotspots.is_empty() {
+        let _ = writeln!(
+            o,
+            "Slowest data-loading stages:\n\n| share of loading | stage | where |\n|---|---|---|"
+        );
+        for h in p.data_hotspots.iter().take(HOTSPOTS_SHOWN) {
+            let _ = writeln!(
+                o,
+                "| {:.1}% | `{}` | `{}` |",
+                h.pct,
+                md_escape(&h.function),
+                md_escape(&short_at(&h.file, h.line))
+            );
+        }
+        o.push('\n');
     }
     o
 }
@@ -418,6 +590,9 @@ fn markdown(r: &DiagnoseReport) -> String {
             }
             let _ = writeln!(o, "\n**Fix:** {}\n", f.recommendation);
         }
+    }
+    if let Some(p) = &r.python {
+        o.push_str(&loop_markdown(p));
     }
     let _ = writeln!(o, "## GPUs\n");
     let _ = writeln!(

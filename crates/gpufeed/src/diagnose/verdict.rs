@@ -46,6 +46,33 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
         finding: finding.map(str::to_string),
         gpu_busy_fraction: busy.map(super::rules::r3),
     };
+    // The training loop's measured data wait: a verdict with or without GPU data.
+    if let Some(f) = has(findings, "input_bound")
+        .filter(|f| f.evidence.get("source").and_then(|v| v.as_str()) == Some("python_stacks"))
+    {
+        let wait = f
+            .evidence
+            .get("data_wait_pct")
+            .and_then(|v| v.as_f64())
+            .unwrap_or(0.0);
+        let stage = f
+            .evidence
+            .get("hot_stage")
+            .and_then(|v| v.as_str())
+            .map(|s| format!("; the slowest data stage is {s}"))
+            .unwrap_or_default();
+        let gpu = busy
+            .map(|b| format!(" (the GPU is busy {:.0}% of the time)", b * 100.0))
+            .unwrap_or_default();
+        return mk(
+            "input_bound",
+            (0.6 + wait / 200.0).min(0.95),
+            format!(
+                "Input-bound: the training loop waits for data {wait:.0}% of its time{gpu}{stage}."
+            ),
+            Some("input_bound"),
+        );
+    }
     let Some(b) = busy else {
         return mk(
             "unknown",

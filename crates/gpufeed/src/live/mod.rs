@@ -137,7 +137,9 @@ fn line_t(l: &Line) -> Option<f64> {
         Line::Procs { t_s, .. } | Line::ProcExit { t_s, .. } => Some(*t_s),
         Line::End(e) => Some(e.t_s),
         Line::Overrides(o) => Some(o.t_s),
-        Line::Unknown => None,
+        Line::PyStatus(p) => Some(p.t_s),
+        Line::PySamples(p) => Some(p.t_s),
+        Line::PyFrame(_) | Line::PyStack(_) | Line::Unknown => None,
     }
 }
 
@@ -289,11 +291,9 @@ impl LiveState {
                 }
             }
             Line::End(_) | Line::Overrides(_) | Line::Unknown => {}
+            Line::PyStatus(_) | Line::PyFrame(_) | Line::PyStack(_) | Line::PySamples(_) => {}
         }
-        if !matches!(
-            line,
-            Line::ProcStart(_) | Line::Overrides(_) | Line::Unknown
-        ) {
+        if line_t(&line).is_some() && !matches!(line, Line::ProcStart(_) | Line::Overrides(_)) {
             self.window.push_back(Arc::new(line));
         }
         let cutoff = self.t_s - self.window_s;
@@ -488,6 +488,7 @@ pub(crate) mod fixture {
             gpu_error: None,
             command: Some(vec!["python".into(), "train.py".into()]),
             pid: Some(100),
+            py_rate_hz: None,
         }
     }
 

@@ -98,6 +98,7 @@ impl LiveSampler {
             gpu_error,
             command: None,
             pid: cfg.root_pid,
+            py_rate_hz: None,
         };
         let (stop_tx, stop_rx) = mpsc::channel();
         let interval = cfg.interval;

@@ -204,6 +204,85 @@ impl RecordingSeries {
     }
 }
 
+/// The "training loop" panel: the training thread's phase split as a stacked bar, and the
+/// slowest data-loading stages.
+fn loop_html(p: &crate::diagnose::pyloop::PythonEvidence) -> String {
+    use crate::sample::pyphase::Phase;
+    use crate::sample::pystacks::PyStatus;
+    let mut s = String::new();
+    match p.status {
+        PyStatus::NotPython => return s,
+        PyStatus::Ok => {}
+        other => {
+            let _ = write!(
+                s,
+                "<h2>Training loop</h2><p>Python stacks not read ({}){}</p>",
+                esc(other.as_str()),
+                esc(&p
+                    .detail
+                    .as_ref()
+                    .map(|d| format!(": {d}"))
+                    .unwrap_or_default())
+            );
+            return s;
+        }
+    }
+    s.push_str("<h2>Training loop</h2>");
+    if let Some(m) = &p.main {
+        let _ = write!(
+            s,
+            "<p class=\"meta\">Where the training thread's time goes, from {} Python stack samples \
+of pid {} (thread {}).</p><div style=\"display:flex;height:28px;width:{WIDTH}px;border:1px solid #ccc\">",
+            m.samples,
+            m.pid,
+            esc(m.thread_name.as_deref().unwrap_or("?"))
+        );
+        const COLORS: [&str; 7] = [
+            "#d9534f", "#5b8def", "#8e6bd8", "#3fa06b", "#e6a23c", "#777", "#ddd",
+        ];
+        for (i, ph) in Phase::ALL.iter().enumerate() {
+            let v = m.phases_pct.get(*ph);
+            if v <= 0.0 {
+                continue;
+            }
+            let _ = write!(
+                s,
+                "<div title=\"{} {v:.1}%\" style=\"width:{v}%;background:{}\"></div>",
+                ph.as_str(),
+                COLORS[i]
+            );
+        }
+        s.push_str("</div><table><tr><th>phase</th><th>share</th></tr>");
+        for ph in Phase::ALL {
+            let _ = write!(
+                s,
+                "<tr><td>{}</td><td>{:.1}%</td></tr>",
+                ph.as_str(),
+                m.phases_pct.get(ph)
+            );
+        }
+        s.push_str("</table>");
+    }
+    if !p.data_hotspots.is_empty() {
+        s.push_str("<h3>Slowest data-loading stages</h3><table><tr><th>share of loading</th><th>stage</th><th>where</th></tr>");
+        for h in p
+            .data_hotspots
+            .iter()
+            .take(crate::diagnose::render::HOTSPOTS_SHOWN)
+        {
+            let _ = write!(
+                s,
+                "<tr><td>{:.1}%</td><td><code>{}</code></td><td><code>{}</code></td></tr>",
+                h.pct,
+                esc(&h.function),
+                esc(&crate::diagnose::render::short_at(&h.file, h.line))
+            );
+        }
+        s.push_str("</table>");
+    }
+    s
+}
+
 fn verdict_class(id: &str) -> &'static str {
     match id {
         "compute_bound" => "ok",
@@ -297,6 +376,9 @@ pub fn diagnose_section(
             )?);
             s.push_str("</div>");
         }
+    }
+    if let Some(p) = &r.python {
+        s.push_str(&loop_html(p));
     }
     s.push_str("<h2>Findings and fixes</h2>");
     s.push_str(&findings_html(&r.findings));

@@ -18,6 +18,9 @@ pub struct RunReport {
     pub findings: Vec<Finding>,
     #[serde(default)]
     pub notes: Vec<String>,
+    /// The training loop seen through its Python stacks, when they were sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<diagnose::pyloop::PythonEvidence>,
 }
 
 impl RunReport {
@@ -27,6 +30,7 @@ impl RunReport {
             verdict: diagnosis.map(|d| d.verdict.clone()),
             findings: diagnosis.map(|d| d.findings.clone()).unwrap_or_default(),
             notes: diagnosis.map(|d| d.notes.clone()).unwrap_or_default(),
+            python: diagnosis.and_then(|d| d.python.clone()),
         }
     }
 }

@@ -1,19 +1,24 @@
 //! The recording file: NDJSON, one JSON object per line, each with a `type`.
 //!
 //! The first line is a [`Header`] carrying `schema_version`; then samples in time order
-//! (`gpu`, `host`, `proc_start`, `procs`, `proc_exit`) and, when the recording ended cleanly,
+//! (`gpu`, `host`, `proc_start`, `procs`, `proc_exit`, and since schema 2 the Python stack lines
+//! `py_status`, `py_frame`, `py_stack`, `py_samples`) and, when the recording ended cleanly,
 //! an `end` line. Readers ignore line types they do not know, accept every schema version up to
 //! [`SCHEMA_VERSION`], and treat a last line cut mid-way (a killed recorder) as the end.
 
+use crate::sample::pyphase::Phase;
+use crate::sample::pystacks::PyStatus;
 use crate::sample::{
     DriverInfo, GpuSample, GpuStatic, HostInfo, HostSample, ProcSample, ProcStart,
 };
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 /// Bump when a field is added; keep reading the old ones.
-pub const SCHEMA_VERSION: u32 = 1;
+/// Version 2 added the Python stack lines and the header's `py_rate_hz`.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// First line of a recording.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,6 +46,65 @@ pub struct Header {
     /// The job's root process (started by `run`, or attached with `record --pid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
+    /// Python stack sampling rate, when stacks were sampled (schema 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub py_rate_hz: Option<f64>,
+}
+
+/// A Python frame, written once the first time a stack uses it (schema 2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PyFrameDef {
+    pub id: u32,
+    /// Function name (qualified with its class on CPython 3.11+).
+    pub name: String,
+    pub file: String,
+    pub line: i32,
+    /// The source line being executed, for the user's own files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src: Option<String>,
+}
+
+/// A stack, written once the first time it is seen: frame ids, outermost first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PyStackDef {
+    pub id: u32,
+    pub frames: Vec<u32>,
+}
+
+/// One thread's samples over an interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PyThreadCounts {
+    pub tid: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `[stack id, samples, of which idle]`.
+    pub stacks: Vec<[u64; 3]>,
+    /// Samples per training-loop phase (phases with none left out).
+    #[serde(default)]
+    pub phases: BTreeMap<Phase, u64>,
+}
+
+/// One process's Python samples over one interval, aggregated.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PySamples {
+    /// End of the interval.
+    pub t_s: f64,
+    pub dt_s: f64,
+    pub pid: u32,
+    /// Sampling instants at which this process was read.
+    pub ticks: u64,
+    pub threads: Vec<PyThreadCounts>,
+}
+
+/// What sampling a process's Python stacks came to (written once per process).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PyStatusLine {
+    pub t_s: f64,
+    pub pid: u32,
+    pub status: PyStatus,
+    /// Interpreter version when ok, the reason otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// How a recording ended.
@@ -86,6 +150,10 @@ pub enum Line {
     End(End),
     /// What `--dataloader` / `--torch` changed in the job (written once, before `end`).
     Overrides(OverridesLine),
+    PyStatus(PyStatusLine),
+    PyFrame(PyFrameDef),
+    PyStack(PyStackDef),
+    PySamples(PySamples),
     /// A line type from a newer gpufeed: ignored.
     #[serde(other)]
     Unknown,
@@ -156,7 +224,12 @@ impl Line {
             Line::ProcExit { t_s, .. } => *t_s = round_dp(*t_s, T),
             Line::End(e) => e.t_s = round_dp(e.t_s, T),
             Line::Overrides(o) => o.t_s = round_dp(o.t_s, T),
-            Line::Unknown => {}
+            Line::PyStatus(p) => p.t_s = round_dp(p.t_s, T),
+            Line::PySamples(p) => {
+                p.t_s = round_dp(p.t_s, T);
+                p.dt_s = round_dp(p.dt_s, T);
+            }
+            Line::PyFrame(_) | Line::PyStack(_) | Line::Unknown => {}
         }
     }
 }
@@ -335,6 +408,7 @@ mod tests {
             gpu_error: None,
             command: Some(vec!["python".into(), "train.py".into()]),
             pid: Some(42),
+            py_rate_hz: Some(100.0),
         }
     }
 
@@ -363,6 +437,35 @@ mod tests {
                     ..Default::default()
                 }],
             },
+            Line::PyStatus(PyStatusLine {
+                t_s: 0.2,
+                pid: 42,
+                status: PyStatus::Ok,
+                detail: Some("3.11.2".into()),
+            }),
+            Line::PyFrame(PyFrameDef {
+                id: 0,
+                name: "main".into(),
+                file: "train.py".into(),
+                line: 3,
+                src: Some("x = next(it)".into()),
+            }),
+            Line::PyStack(PyStackDef {
+                id: 0,
+                frames: vec![0],
+            }),
+            Line::PySamples(PySamples {
+                t_s: 0.25,
+                dt_s: 0.25,
+                pid: 42,
+                ticks: 25,
+                threads: vec![PyThreadCounts {
+                    tid: 42,
+                    name: Some("MainThread".into()),
+                    stacks: vec![[0, 25, 20]],
+                    phases: [(Phase::DataWait, 25)].into_iter().collect(),
+                }],
+            }),
             Line::End(End {
                 t_s: 0.3,
                 exit_code: Some(0),
@@ -412,14 +515,14 @@ mod tests {
     #[test]
     fn round_trip_keeps_everything() {
         let text = write(&header(), &lines());
-        assert!(text.starts_with("{\"type\":\"header\",\"schema_version\":1"));
+        assert!(text.starts_with("{\"type\":\"header\",\"schema_version\":2"));
         let (h, st, got) = read(&text).unwrap();
         assert_eq!(h, header());
         assert_eq!(got, lines());
         assert_eq!(
             st,
             ReadStats {
-                lines: 4,
+                lines: 8,
                 ..Default::default()
             }
         );
@@ -431,6 +534,7 @@ mod tests {
         let cut = &text[..text.len() - 20];
         let (_, st, got) = read(cut).unwrap();
         assert_eq!(got.len(), 2);
+        let _ = &lines()[3..];
         assert!(st.truncated && st.unfinished);
         assert_eq!(st.malformed, 0);
     }
@@ -452,7 +556,7 @@ mod tests {
     fn garbage_in_the_middle_is_counted_not_fatal() {
         let mut text = write(&header(), &lines()[..1]);
         text.push_str("not json\n");
-        text.push_str(&serde_json::to_string(&lines()[3]).unwrap());
+        text.push_str(&serde_json::to_string(lines().last().unwrap()).unwrap());
         text.push('\n');
         let (_, st, got) = read(&text).unwrap();
         assert_eq!(got.len(), 2);
@@ -471,7 +575,7 @@ mod tests {
             read("{\"a\":1}\n"),
             Err(ReadError::NotARecording { .. })
         ));
-        let newer = header_line(&header()).replace("\"schema_version\":1", "\"schema_version\":99");
+        let newer = header_line(&header()).replace("\"schema_version\":2", "\"schema_version\":99");
         let e = read(&newer).unwrap_err();
         assert!(matches!(e, ReadError::TooNew { found: 99, .. }), "{e}");
         assert!(e.to_string().contains("upgrade gpufeed"));

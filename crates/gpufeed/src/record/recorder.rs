@@ -52,6 +52,8 @@ pub struct RecorderConfig {
     /// What to do when `output` exists when the recording starts (`Refuse` unless `--force`;
     /// `Suffix` for default names).
     pub clobber: Clobber,
+    /// Sample the Python stacks of the job's processes (needs a job: `root_pid`).
+    pub py: Option<super::pyrec::PyConfig>,
 }
 
 impl From<OutputError> for RecordError {
@@ -208,6 +210,11 @@ impl Prepared {
             gpu_error: self.gpu.error.clone(),
             command,
             pid: root_pid,
+            py_rate_hz: self
+                .cfg
+                .py
+                .filter(|_| root_pid.is_some())
+                .map(|p| p.rate_hz),
         };
         let mut out = BufWriter::with_capacity(64 * 1024, self.file.file());
         writeln!(out, "{}", header_line(&header))
@@ -256,6 +263,20 @@ impl Prepared {
                 .spawn(move || host_thread(t0, interval, root_pid, lines, stop_rx, Some(pids)))
                 .map_err(|source| RecordError::Thread {
                     what: "host",
+                    source,
+                })?;
+            stop_txs.push(stop_tx);
+            samplers.push(th);
+        }
+        if let (Some(py), Some(_)) = (self.cfg.py, root_pid) {
+            let (stop_tx, stop_rx) = mpsc::channel();
+            let lines = lines_tx.clone();
+            let pids = Arc::clone(&tree_pids);
+            let th = std::thread::Builder::new()
+                .name("gpufeed-py".into())
+                .spawn(move || super::pyrec::py_thread(t0, py, pids, lines, stop_rx))
+                .map_err(|source| RecordError::Thread {
+                    what: "Python stack",
                     source,
                 })?;
             stop_txs.push(stop_tx);
@@ -563,6 +584,7 @@ mod tests {
             nvml_lib: None,
             no_gpu: true,
             clobber: Clobber::Refuse,
+            py: None,
         })
         .unwrap();
         let mut child = std::process::Command::new("sh")

@@ -259,7 +259,8 @@ pub fn summarize(path: &Path) -> Result<(Summary, ReadStats), ReadError> {
             end = Some(e);
         }
         Line::Overrides(o) => overrides = Some(o),
-        Line::Unknown => {}
+        Line::PySamples(p) => last_t = last_t.max(p.t_s),
+        Line::PyStatus(_) | Line::PyFrame(_) | Line::PyStack(_) | Line::Unknown => {}
     })?;
     let overrides = overrides.unwrap_or_default();
 

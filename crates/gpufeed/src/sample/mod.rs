@@ -7,6 +7,8 @@
 pub mod dcgmi;
 pub mod host;
 pub mod nvml;
+pub mod pyphase;
+pub mod pystacks;
 pub mod smi_csv;
 
 use serde::{Deserialize, Serialize};

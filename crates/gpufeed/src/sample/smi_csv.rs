@@ -490,6 +490,7 @@ pub fn log_header(gpus: Vec<GpuStatic>, interval_s: f64) -> Header {
         gpu_error: None,
         command: None,
         pid: None,
+        py_rate_hz: None,
     }
 }
 

@@ -40,6 +40,8 @@ pub struct TrialSpec {
     pub interval: Duration,
     pub nvml_lib: Option<PathBuf>,
     pub no_gpu: bool,
+    /// Python stack sampling of each trial's job.
+    pub py: Option<crate::record::pyrec::PyConfig>,
     /// How long each of SIGINT and SIGTERM is given before the next signal.
     pub grace: Duration,
     /// `--dataloader` / `--torch` values for this trial (`None`: nothing injected).
@@ -403,6 +405,7 @@ pub fn run_trial(
         nvml_lib: spec.nvml_lib.clone(),
         no_gpu: spec.no_gpu,
         clobber: crate::outfile::Clobber::Refuse,
+        py: spec.py,
     })?;
     let has_gpu = prepared.gpu().error.is_none() && !prepared.gpu().gpus.is_empty();
     let gpu_error = if has_gpu {
@@ -641,6 +644,7 @@ mod tests {
             interval: Duration::from_millis(100),
             nvml_lib: None,
             no_gpu: true,
+            py: None,
             grace: Duration::from_millis(500),
             inject: None,
         }

@@ -95,6 +95,11 @@ pub fn workers_short(e: &Evidence) -> bool {
 /// Starvation and its kind, when there is starvation.
 pub fn classify(e: &Evidence) -> Option<Kind> {
     let busy = e.busy_fraction()?;
+    // The training loop's measured wait says it is not waiting for its input: whatever starves
+    // the GPU, it is not the data (see `stacks`).
+    if super::stacks::data_wait(e).is_some_and(|(w, _)| w < super::stacks::NOT_WAITING_PCT) {
+        return None;
+    }
     let host_known = e.host.samples > 0 || e.job.samples > 0;
     let sig = starving_signature(e);
     let kind = if io_stalled(e) {
@@ -173,6 +178,10 @@ const LOADER_FLAGS: &str = "pin_memory=True, persistent_workers=True, prefetch_f
 
 /// `input_bound`: the GPU is starved by its input pipeline.
 pub fn input_bound(e: &Evidence) -> Option<Finding> {
+    // The training loop's measured data wait (Python stacks) is direct evidence, GPU or not.
+    if let Some(f) = super::stacks::input_bound(e) {
+        return Some(f);
+    }
     let kind = classify(e)?;
     let busy = e.busy_fraction()?;
     let period = e.strongest_period().filter(|p| p.is_strong());

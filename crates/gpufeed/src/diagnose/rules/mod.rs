@@ -7,6 +7,7 @@ pub mod balance;
 pub mod capacity;
 pub mod input;
 pub mod pcie;
+pub mod stacks;
 pub mod throttle;
 
 use super::evidence::Evidence;
@@ -27,6 +28,7 @@ pub const ALL: &[Rule] = &[
     throttle::throttled,
     capacity::batch_too_small,
     balance::gpu_imbalance,
+    stacks::sync_bound,
 ];
 
 /// Runs every rule and ranks what they found.
@@ -72,6 +74,7 @@ pub(crate) mod fixtures {
                 psi_mem_full_mean_pct: Some(0.0),
                 ..Default::default()
             },
+            python: None,
             job: JobEvidence {
                 pid: Some(100),
                 main_pid: Some(100),

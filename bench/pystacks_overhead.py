@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Cost of Python stack sampling, side by side in one run.
+
+One job runs throughout: examples/starving_pipeline.py with a main process and N workers
+(default 4), a CPU-bound input pipeline. The bench attaches `gpufeed record --pid` to it in
+alternating windows, in four modes, cycling through them several times:
+
+  none          nothing attached (the job's own throughput)
+  py-off        gpufeed record --pid --py-stacks off   (host and process sampling only)
+  py-nonblock   gpufeed record --pid --py-stacks on    (py-spy reads the live process)
+  py-block      the same with GPUFEED_PY_BLOCKING=1     (py-spy pauses each process to read it)
+
+and prints, per mode, the job's throughput (steps/s, from its own per-second progress lines)
+relative to `none`, and gpufeed's CPU time as a share of one core; the sampling cost is the
+py-* modes minus py-off. Usage:
+
+    cargo build --release -p gpufeed
+    python3 bench/pystacks_overhead.py [--gpufeed target/release/gpufeed] [--window 6] [--cycles 3]
+        [--workers 4] [--rate 100]
+"""
+
+import argparse
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gpufeed", default=os.path.join(ROOT, "target/release/gpufeed"))
+    ap.add_argument("--window", type=float, default=6.0)
+    ap.add_argument("--cycles", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--rate", type=float, default=100.0)
+    a = ap.parse_args()
+
+    job = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "examples/starving_pipeline.py"),
+         "--workers", str(a.workers), "--device-ms", "5", "--decode-passes", "1",
+         "--seconds", str(a.window * 4 * a.cycles + 30)],
+        stdout=subprocess.PIPE, text=True)
+    progress = []  # (monotonic time, steps)
+    pat = re.compile(r"^step\s+(\d+)")
+
+    def reader():
+        for line in job.stdout:
+            m = pat.match(line)
+            if m:
+                progress.append((time.monotonic(), int(m.group(1))))
+
+    threading.Thread(target=reader, daemon=True).start()
+    time.sleep(4.0)  # workers started, first batches through
+
+    def steps_at(t):
+        # Linear interpolation between progress lines.
+        pts = list(progress)
+        before = [p for p in pts if p[0] <= t]
+        after = [p for p in pts if p[0] >= t]
+        if not before or not after:
+            return None
+        (t0, s0), (t1, s1) = before[-1], after[0]
+        return s0 if t1 == t0 else s0 + (s1 - s0) * (t - t0) / (t1 - t0)
+
+    modes = ["none", "py-off", "py-nonblock", "py-block"]
+    rates = {m: [] for m in modes}
+    cpu = {m: [] for m in modes}
+    pending = []
+    for _ in range(a.cycles):
+        for mode in modes:
+            start = time.monotonic()
+            ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if mode == "none":
+                time.sleep(a.window)
+            else:
+                env = dict(os.environ)
+                env["GPUFEED_NVML_LIB"] = "/nonexistent/libnvidia-ml.so.1"
+                if mode == "py-block":
+                    env["GPUFEED_PY_BLOCKING"] = "1"
+                out = "/tmp/gpufeed-bench-pystacks-%d-%d.ndjson" % (os.getpid(), len(pending))
+                cmd = [a.gpufeed, "record", "-q", "--pid", str(job.pid), "--duration",
+                       "%gs" % a.window, "-o", out,
+                       "--py-stacks", "off" if mode == "py-off" else "on",
+                       "--py-rate", str(a.rate)]
+                subprocess.run(cmd, env=env, check=True, stderr=subprocess.DEVNULL)
+                os.unlink(out)
+            end = time.monotonic()
+            ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu[mode].append(((ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime))
+                             / (end - start) * 100.0)
+            pending.append((mode, start + 0.5, end))
+    time.sleep(1.5)
+    for mode, t0, t1 in pending:
+        s0, s1 = steps_at(t0), steps_at(t1)
+        if s0 is not None and s1 is not None:
+            rates[mode].append((s1 - s0) / (t1 - t0))
+    job.terminate()
+    job.wait()
+
+    base = statistics.mean(rates["none"])
+    off_cpu = statistics.mean(cpu["py-off"])
+    print("job: examples/starving_pipeline.py, main + %d workers; %d cycles of %gs windows; "
+          "py rate %g Hz; %d CPUs, load %.1f"
+          % (a.workers, a.cycles, a.window, a.rate, os.cpu_count(), os.getloadavg()[0]))
+    print("%-12s %10s %12s %16s %18s" % ("mode", "steps/s", "vs none", "gpufeed CPU %",
+                                          "sampling CPU %"))
+    for m in modes:
+        r = statistics.mean(rates[m])
+        c = statistics.mean(cpu[m])
+        extra = "%.2f" % (c - off_cpu) if m.startswith("py-") and m != "py-off" else "-"
+        print("%-12s %10.2f %11.3fx %16.2f %18s" % (m, r, r / base, c if m != "none" else 0.0,
+                                                     extra))
+    print("windows: " + "; ".join("%s %s" % (m, ", ".join("%.2f" % x for x in rates[m]))
+                                  for m in modes))
+
+
+if __name__ == "__main__":
+    main()

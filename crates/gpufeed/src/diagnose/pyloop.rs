@@ -1,0 +1,602 @@
+//! The training loop seen through its Python stacks: the phase split of the training thread and
+//! the hot stages of data loading, from a recording's `py_*` lines (schema 2).
+//!
+//! **The training thread** is chosen as follows: in the job's main process (the one
+//! [`JobEvidence`] calls main; when it has no Python samples, the sampled process without a
+//! sampled Python parent that has the most training-loop samples), the thread with the most
+//! samples in a training-loop phase (fetching a batch, forward, backward, optimizer step, sync,
+//! checkpoint); when no thread has any, the interpreter's main thread (thread id = pid).
+//!
+//! **Data loading** is every sample, in any thread of any process, whose stack passes through a
+//! dataset's `__getitem__` or PyTorch's fetcher; each is charged to one stage by
+//! [`crate::sample::pyphase::data_stage`].
+
+use super::evidence::JobEvidence;
+use crate::record::format::{Header, Line, PyFrameDef};
+use crate::sample::pyphase::{data_stage, FrameRef, Phase, StageKind};
+use crate::sample::pystacks::PyStatus;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+
+/// Training-thread samples under which no phase split is given.
+pub const MIN_MAIN_SAMPLES: u64 = 20;
+/// Stages kept in the evidence (presenters show five).
+const HOTSPOTS_KEPT: usize = 10;
+
+/// The phase split, percent of the training thread's samples (wall time: idle samples count).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhasesPct {
+    pub data_wait: f64,
+    pub forward: f64,
+    pub backward: f64,
+    pub optimizer: f64,
+    pub sync: f64,
+    pub checkpoint_io: f64,
+    pub other: f64,
+}
+
+impl PhasesPct {
+    pub fn get(&self, p: Phase) -> f64 {
+        match p {
+            Phase::DataWait => self.data_wait,
+            Phase::Forward => self.forward,
+            Phase::Backward => self.backward,
+            Phase::Optimizer => self.optimizer,
+            Phase::Sync => self.sync,
+            Phase::CheckpointIo => self.checkpoint_io,
+            Phase::Other => self.other,
+        }
+    }
+
+    fn from_counts(c: &[u64; 7]) -> Self {
+        let n: u64 = c.iter().sum();
+        let pct = |p: Phase| {
+            if n == 0 {
+                0.0
+            } else {
+                super::rules::r1(c[p.index()] as f64 * 100.0 / n as f64)
+            }
+        };
+        PhasesPct {
+            data_wait: pct(Phase::DataWait),
+            forward: pct(Phase::Forward),
+            backward: pct(Phase::Backward),
+            optimizer: pct(Phase::Optimizer),
+            sync: pct(Phase::Sync),
+            checkpoint_io: pct(Phase::CheckpointIo),
+            other: pct(Phase::Other),
+        }
+    }
+}
+
+/// The training thread.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PyMain {
+    pub pid: u32,
+    pub tid: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_name: Option<String>,
+    pub samples: u64,
+    pub phases_pct: PhasesPct,
+}
+
+/// One data-loading stage and its share of data-loading time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hotspot {
+    pub function: String,
+    pub file: String,
+    /// The line of the function seen most often.
+    pub line: i32,
+    /// Share of all data-loading samples.
+    pub pct: f64,
+    /// Milliseconds per loaded sample, when the number of samples loaded is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ms_per_sample: Option<f64>,
+    pub kind: StageKind,
+    pub samples: u64,
+}
+
+/// A place where the training thread synchronises with the device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SyncSite {
+    pub function: String,
+    pub file: String,
+    pub line: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// Share of the training thread's samples.
+    pub pct: f64,
+}
+
+/// What the Python stacks say (the `python` object of run/diagnose JSON).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PythonEvidence {
+    /// `ok`, `denied`, `not_python` or `unsupported_version`.
+    pub status: PyStatus,
+    pub rate_hz: Option<f64>,
+    /// Thread stacks read, over all processes.
+    pub samples: u64,
+    pub sampled_processes: u32,
+    pub main: Option<PyMain>,
+    pub data_hotspots: Vec<Hotspot>,
+    /// Share of the training thread's samples waiting for (or fetching) the next batch.
+    pub data_wait_pct: Option<f64>,
+    /// Of those, the share spent loading in the training thread itself (`num_workers=0`).
+    pub data_in_main_pct: Option<f64>,
+    /// Processes other than the training one that loaded data (DataLoader workers).
+    pub loader_processes: u32,
+    /// Mean share of their samples those processes spent loading.
+    pub loader_busy_pct: Option<f64>,
+    /// Share of data-loading samples blocked in a system call or in a file read.
+    pub data_io_pct: Option<f64>,
+    /// Where the training thread synchronises, most frequent first.
+    pub sync_sites: Vec<SyncSite>,
+    /// Why no stacks could be read, when none could.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct ThreadTotals {
+    name: Option<String>,
+    stacks: HashMap<u32, (u64, u64)>,
+    /// Phase counts over the loop window: from the first interval with a training-loop sample
+    /// to the last one (start-up imports and teardown are not the loop).
+    phases: [u64; 7],
+    /// Counts of intervals after the last one with a loop sample, added once another comes.
+    pending: [u64; 7],
+    in_loop: bool,
+}
+
+/// Streams a recording's Python lines; bounded by the distinct frames and stacks.
+#[derive(Debug, Default)]
+pub struct PyAcc {
+    frames: HashMap<u32, PyFrameDef>,
+    stacks: HashMap<u32, Vec<u32>>,
+    statuses: BTreeMap<u32, (PyStatus, Option<String>)>,
+    threads: BTreeMap<(u32, u64), ThreadTotals>,
+    ticks: BTreeMap<u32, u64>,
+    /// Phase of each stack (classified once; `None` for an empty stack: no Python running).
+    phase_of: HashMap<u32, Option<Phase>>,
+}
+
+impl PyAcc {
+    pub fn push(&mut self, line: &Line) {
+        match line {
+            Line::PyFrame(f) => {
+                self.frames.insert(f.id, f.clone());
+            }
+            Line::PyStack(s) => {
+                self.stacks.insert(s.id, s.frames.clone());
+            }
+            Line::PyStatus(s) => {
+                self.statuses.insert(s.pid, (s.status, s.detail.clone()));
+            }
+            Line::PySamples(s) => {
+                *self.ticks.entry(s.pid).or_default() += s.ticks;
+                for t in &s.threads {
+                    // Phases are classified here from the stacks (the recorded counts are for
+                    // other readers): a better classifier then serves old recordings too.
+                    let mut interval = [0u64; 7];
+                    for [sid, n, _] in &t.stacks {
+                        let sid = *sid as u32;
+                        let phase = match self.phase_of.get(&sid) {
+                            Some(p) => *p,
+                            None => {
+                                let p = self.frame_refs(sid).and_then(|f| {
+                                    (!f.is_empty()).then(|| crate::sample::pyphase::classify(&f))
+                                });
+                                self.phase_of.insert(sid, p);
+                                p
+                            }
+                        };
+                        if let Some(p) = phase {
+                            interval[p.index()] += n;
+                        }
+                    }
+                    let acc = self.threads.entry((s.pid, t.tid)).or_default();
+                    if t.name.is_some() {
+                        acc.name.clone_from(&t.name);
+                    }
+                    for [sid, n, idle] in &t.stacks {
+                        let c = acc.stacks.entry(*sid as u32).or_default();
+                        c.0 += n;
+                        c.1 += idle;
+                    }
+                    let loop_here = interval[..6].iter().any(|n| *n > 0);
+                    if loop_here {
+                        for (i, n) in interval.iter().enumerate() {
+                            acc.phases[i] += acc.pending[i] + n;
+                        }
+                        acc.pending = [0; 7];
+                        acc.in_loop = true;
+                    } else if acc.in_loop {
+                        for (p, n) in acc.pending.iter_mut().zip(interval) {
+                            *p += n;
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn frame_refs(&self, sid: u32) -> Option<Vec<FrameRef<'_>>> {
+        self.stacks
+            .get(&sid)?
+            .iter()
+            .map(|id| {
+                self.frames.get(id).map(|f| FrameRef {
+                    name: &f.name,
+                    file: &f.file,
+                    src: f.src.as_deref(),
+                })
+            })
+            .collect()
+    }
+
+    /// The evidence, or `None` when stacks were not sampled at all.
+    pub fn finish(self, header: &Header, job: &JobEvidence) -> Option<PythonEvidence> {
+        if header.py_rate_hz.is_none() && self.statuses.is_empty() && self.threads.is_empty() {
+            return None;
+        }
+        let sampled: Vec<u32> = self.ticks.keys().copied().collect();
+        let status = if !sampled.is_empty() {
+            PyStatus::Ok
+        } else if self.statuses.values().any(|s| s.0 == PyStatus::Denied) {
+            PyStatus::Denied
+        } else if self
+            .statuses
+            .values()
+            .any(|s| s.0 == PyStatus::UnsupportedVersion)
+        {
+            PyStatus::UnsupportedVersion
+        } else {
+            PyStatus::NotPython
+        };
+        let detail = (status != PyStatus::Ok)
+            .then(|| {
+                self.statuses
+                    .values()
+                    .find(|s| s.0 == status)
+                    .and_then(|s| s.1.clone())
+            })
+            .flatten();
+        let samples: u64 = self
+            .threads
+            .values()
+            .map(|t| t.stacks.values().map(|c| c.0).sum::<u64>())
+            .sum();
+
+        // The training process.
+        let loop_samples = |pid: u32| -> u64 {
+            self.threads
+                .range((pid, 0)..=(pid, u64::MAX))
+                .map(|(_, t)| t.phases[..6].iter().sum::<u64>())
+                .max()
+                .unwrap_or(0)
+        };
+        let ppid = |pid: u32| job.processes.iter().find(|p| p.pid == pid).map(|p| p.ppid);
+        let main_pid = job
+            .main_pid
+            .filter(|m| self.ticks.contains_key(m))
+            .or_else(|| {
+                sampled
+                    .iter()
+                    .copied()
+                    .filter(|p| !ppid(*p).is_some_and(|pp| self.ticks.contains_key(&pp)))
+                    .max_by_key(|p| (loop_samples(*p), std::cmp::Reverse(*p)))
+            });
+        let main_thread = main_pid.and_then(|pid| {
+            self.threads
+                .range((pid, 0)..=(pid, u64::MAX))
+                .max_by_key(|((_, tid), t)| {
+                    (
+                        t.phases[..6].iter().sum::<u64>(),
+                        *tid == pid as u64,
+                        t.phases.iter().sum::<u64>(),
+                    )
+                })
+                .map(|(k, t)| (*k, t))
+        });
+
+        let mut data_wait_pct = None;
+        let mut data_in_main_pct = None;
+        let mut sync_sites = Vec::new();
+        let main = main_thread.and_then(|((pid, tid), t)| {
+            let n: u64 = t.phases.iter().sum();
+            if n < MIN_MAIN_SAMPLES {
+                return None;
+            }
+            let phases_pct = PhasesPct::from_counts(&t.phases);
+            data_wait_pct = Some(phases_pct.data_wait);
+            // Loading in the training thread itself: data_wait stacks with a data stage.
+            // (Both over the whole recording: the stack counts are not windowed.)
+            let dw: u64 = t
+                .stacks
+                .iter()
+                .filter(|(sid, _)| self.phase_of.get(sid) == Some(&Some(Phase::DataWait)))
+                .map(|(_, c)| c.0)
+                .sum();
+            if dw > 0 {
+                let loading: u64 = t
+                    .stacks
+                    .iter()
+                    .filter(|(sid, _)| self.phase_of.get(sid) == Some(&Some(Phase::DataWait)))
+                    .filter(|(sid, _)| {
+                        self.frame_refs(**sid)
+                            .is_some_and(|f| data_stage(&f).is_some())
+                    })
+                    .map(|(_, c)| c.0)
+                    .sum();
+                data_in_main_pct = Some(super::rules::r1(loading as f64 * 100.0 / dw as f64));
+            }
+            // Sync sites: the innermost user frame of each sync stack.
+            let mut sites: HashMap<u32, u64> = HashMap::new();
+            for (sid, c) in &t.stacks {
+                let Some(frames) = self.stacks.get(sid) else {
+                    continue;
+                };
+                let Some(refs) = self.frame_refs(*sid) else {
+                    continue;
+                };
+                if crate::sample::pyphase::classify(&refs) != Phase::Sync {
+                    continue;
+                }
+                let site = frames
+                    .iter()
+                    .rev()
+                    .find(|id| {
+                        self.frames
+                            .get(id)
+                            .is_some_and(|f| !crate::sample::pyphase::is_library(&f.file))
+                    })
+                    .or(frames.last());
+                if let Some(id) = site {
+                    *sites.entry(*id).or_default() += c.0;
+                }
+            }
+            let mut sites: Vec<(u32, u64)> = sites.into_iter().collect();
+            sites.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            sync_sites = sites
+                .into_iter()
+                .take(3)
+                .filter_map(|(id, c)| {
+                    let f = self.frames.get(&id)?;
+                    Some(SyncSite {
+                        function: f.name.clone(),
+                        file: f.file.clone(),
+                        line: f.line,
+                        code: f.src.clone(),
+                        pct: super::rules::r1(c as f64 * 100.0 / n as f64),
+                    })
+                })
+                .collect();
+            Some(PyMain {
+                pid,
+                tid,
+                thread_name: t.name.clone(),
+                samples: n,
+                phases_pct,
+            })
+        });
+
+        // Data-loading stages over every thread of every process.
+        type StageAcc = (StageKind, u64, HashMap<i32, u64>);
+        let mut by_stage: HashMap<(String, String), StageAcc> = HashMap::new();
+        let mut data_total = 0u64;
+        let mut data_io = 0u64;
+        let mut loading_by_pid: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut stage_cache: HashMap<u32, Option<(String, String, i32, StageKind)>> =
+            HashMap::new();
+        for ((pid, _), t) in &self.threads {
+            for (sid, (n, idle)) in &t.stacks {
+                let stage = stage_cache.entry(*sid).or_insert_with(|| {
+                    let refs = self.frame_refs(*sid)?;
+                    let (i, k) = data_stage(&refs)?;
+                    Some((
+                        refs[i].name.to_string(),
+                        refs[i].file.to_string(),
+                        {
+                            let id = self.stacks[sid][i];
+                            self.frames[&id].line
+                        },
+                        k,
+                    ))
+                });
+                let Some((name, file, line, kind)) = stage.clone() else {
+                    continue;
+                };
+                data_total += n;
+                data_io += if kind == StageKind::Read { *n } else { *idle };
+                *loading_by_pid.entry(*pid).or_default() += n;
+                let e = by_stage
+                    .entry((name, file))
+                    .or_insert_with(|| (kind, 0, HashMap::new()));
+                e.1 += n;
+                *e.2.entry(line).or_default() += n;
+            }
+        }
+        let mut data_hotspots: Vec<Hotspot> = by_stage
+            .into_iter()
+            .map(|((function, file), (kind, n, lines))| Hotspot {
+                function,
+                file,
+                line: lines
+                    .into_iter()
+                    .max_by_key(|(l, c)| (*c, std::cmp::Reverse(*l)))
+                    .map(|(l, _)| l)
+                    .unwrap_or(0),
+                pct: super::rules::r1(n as f64 * 100.0 / data_total.max(1) as f64),
+                ms_per_sample: None,
+                kind,
+                samples: n,
+            })
+            .collect();
+        data_hotspots.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.function.cmp(&b.function)));
+        data_hotspots.truncate(HOTSPOTS_KEPT);
+
+        let main_p = main.as_ref().map(|m| m.pid);
+        let loaders: Vec<f64> = loading_by_pid
+            .iter()
+            .filter(|(p, _)| Some(**p) != main_p)
+            .filter_map(|(p, n)| {
+                let ticks = *self.ticks.get(p)?;
+                (ticks > 0).then(|| (*n as f64 / ticks as f64).min(1.0) * 100.0)
+            })
+            .collect();
+        Some(PythonEvidence {
+            status,
+            rate_hz: header.py_rate_hz,
+            samples,
+            sampled_processes: sampled.len() as u32,
+            main,
+            data_hotspots,
+            data_wait_pct,
+            data_in_main_pct,
+            loader_processes: loaders.len() as u32,
+            loader_busy_pct: (!loaders.is_empty())
+                .then(|| super::rules::r1(loaders.iter().sum::<f64>() / loaders.len() as f64)),
+            data_io_pct: (data_total > 0)
+                .then(|| super::rules::r1(data_io as f64 * 100.0 / data_total as f64)),
+            sync_sites,
+            detail,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::format::{PySamples, PyStackDef, PyThreadCounts};
+
+    fn frame(id: u32, name: &str, file: &str) -> Line {
+        Line::PyFrame(PyFrameDef {
+            id,
+            name: name.into(),
+            file: file.into(),
+            line: 1,
+            src: None,
+        })
+    }
+
+    fn samples(t: f64, pid: u32, threads: Vec<(u64, Vec<[u64; 3]>)>) -> Line {
+        Line::PySamples(PySamples {
+            t_s: t,
+            dt_s: 1.0,
+            pid,
+            ticks: 100,
+            threads: threads
+                .into_iter()
+                .map(|(tid, stacks)| PyThreadCounts {
+                    tid,
+                    name: None,
+                    stacks,
+                    phases: BTreeMap::new(),
+                })
+                .collect(),
+        })
+    }
+
+    #[test]
+    fn phases_over_the_loop_window_on_the_busiest_loop_thread() {
+        let dl = "/v/site-packages/torch/utils/data/dataloader.py";
+        let mut acc = PyAcc::default();
+        for l in [
+            frame(0, "<module>", "/home/u/t.py"),
+            frame(1, "_next_data", dl),
+            frame(2, "Net.forward", "/home/u/t.py"),
+            frame(3, "_find_and_load", "<frozen importlib._bootstrap>"),
+            frame(
+                4,
+                "Queue._feed",
+                "/usr/lib/python3.11/multiprocessing/queues.py",
+            ),
+            Line::PyStack(PyStackDef {
+                id: 0,
+                frames: vec![0, 1],
+            }),
+            Line::PyStack(PyStackDef {
+                id: 1,
+                frames: vec![0, 2],
+            }),
+            Line::PyStack(PyStackDef {
+                id: 2,
+                frames: vec![0, 3],
+            }),
+            Line::PyStack(PyStackDef {
+                id: 3,
+                frames: vec![4],
+            }),
+            Line::PyStack(PyStackDef {
+                id: 4,
+                frames: vec![],
+            }),
+        ] {
+            acc.push(&l);
+        }
+        // Start-up: imports and an empty stack, before the loop.
+        acc.push(&samples(1.0, 10, vec![(10, vec![[2, 90, 0], [4, 10, 10]])]));
+        acc.push(&samples(
+            2.0,
+            10,
+            vec![
+                (10, vec![[0, 60, 60], [1, 40, 0]]),
+                (11, vec![[3, 100, 100]]),
+            ],
+        ));
+        acc.push(&samples(
+            3.0,
+            10,
+            vec![(10, vec![[0, 30, 30], [1, 60, 0], [2, 10, 0]])],
+        ));
+        // Teardown after the loop: not in the split.
+        acc.push(&samples(4.0, 10, vec![(10, vec![[4, 100, 100]])]));
+        let header: Header = serde_json::from_str(
+            r#"{"schema_version":2,"start_time":"x","start_unix_us":0,"interval_s":0.1,"host":{"cpu_count":2},"pid":10,"py_rate_hz":100.0}"#,
+        )
+        .unwrap();
+        let job = JobEvidence {
+            main_pid: Some(10),
+            ..Default::default()
+        };
+        let p = acc.finish(&header, &job).unwrap();
+        let m = p.main.unwrap();
+        assert_eq!((m.pid, m.tid), (10, 10));
+        assert_eq!(m.samples, 200);
+        assert_eq!(m.phases_pct.data_wait, 45.0);
+        assert_eq!(m.phases_pct.forward, 50.0);
+        assert_eq!(m.phases_pct.other, 5.0);
+        assert_eq!(p.data_wait_pct, Some(45.0));
+        assert_eq!(p.data_in_main_pct, Some(0.0));
+        assert_eq!(p.status, PyStatus::Ok);
+        assert_eq!(p.samples, 500);
+    }
+
+    #[test]
+    fn statuses_without_samples() {
+        let header: Header = serde_json::from_str(
+            r#"{"schema_version":2,"start_time":"x","start_unix_us":0,"interval_s":0.1,"host":{"cpu_count":2},"py_rate_hz":100.0}"#,
+        )
+        .unwrap();
+        let mut acc = PyAcc::default();
+        acc.push(&Line::PyStatus(crate::record::format::PyStatusLine {
+            t_s: 0.1,
+            pid: 3,
+            status: PyStatus::Denied,
+            detail: Some("Operation not permitted".into()),
+        }));
+        let p = acc.finish(&header, &JobEvidence::default()).unwrap();
+        assert_eq!(p.status, PyStatus::Denied);
+        assert!(p.main.is_none());
+        let p = PyAcc::default()
+            .finish(&header, &JobEvidence::default())
+            .unwrap();
+        assert_eq!(p.status, PyStatus::NotPython);
+        let mut h1 = header.clone();
+        h1.py_rate_hz = None;
+        assert!(PyAcc::default()
+            .finish(&h1, &JobEvidence::default())
+            .is_none());
+    }
+}

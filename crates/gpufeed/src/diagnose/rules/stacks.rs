@@ -1,0 +1,444 @@
+//! Rules on the training loop's Python stacks: `input_bound` from the measured data wait (with or
+//! without a GPU), and `sync_bound` from host–device synchronisation.
+
+use super::{r1, r2};
+use crate::diagnose::evidence::Evidence;
+use crate::diagnose::pyloop::{Hotspot, PythonEvidence};
+use crate::finding::{Finding, Severity};
+use crate::sample::pyphase::StageKind;
+
+/// Share of the training thread's time waiting for data from which the loop is input-bound.
+pub const DATA_WAIT_PCT: f64 = 20.0;
+/// ... and from which it is critical.
+pub const DATA_WAIT_CRITICAL_PCT: f64 = 40.0;
+/// A measured data wait under which the loop is not waiting for its input, whatever the GPU's
+/// utilization pattern suggests.
+pub const NOT_WAITING_PCT: f64 = 10.0;
+/// Share of the training thread's time in host–device syncs that makes a finding.
+pub const SYNC_PCT: f64 = 15.0;
+/// GPU busy fraction above which a measured data wait is overlapped by GPU work (the loop runs
+/// ahead of the device) rather than starving it.
+pub const GPU_BUSY_TRUSTED: f64 = super::input::STARVED_BUSY;
+
+/// The kind of input bottleneck the stacks show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StackKind {
+    /// One data-loading stage dominates.
+    SlowStage,
+    /// Workers are busy all the time and cores are idle.
+    TooFewWorkers,
+    /// `num_workers=0`: the training thread loads its own batches.
+    MainProcessLoading,
+    /// Loading waits for reads.
+    IoBound,
+}
+
+impl StackKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StackKind::SlowStage => "slow_stage",
+            StackKind::TooFewWorkers => "too_few_workers",
+            StackKind::MainProcessLoading => "main_process_loading",
+            StackKind::IoBound => "io_bound",
+        }
+    }
+}
+
+/// The measured data wait, when the stacks give one that can be judged.
+pub fn data_wait(e: &Evidence) -> Option<(f64, &PythonEvidence)> {
+    let p = e.python.as_ref()?;
+    Some((p.data_wait_pct?, p))
+}
+
+/// Does GPU utilization contradict a measured wait (busy although the loop waits)?
+pub fn gpu_overlaps_wait(e: &Evidence) -> Option<f64> {
+    e.busy_fraction().filter(|b| *b >= GPU_BUSY_TRUSTED)
+}
+
+pub fn kind(e: &Evidence, p: &PythonEvidence) -> StackKind {
+    let io = p.data_io_pct.is_some_and(|x| x >= 50.0)
+        || e.job.d_state_time_fraction.is_some_and(|f| f >= 0.2);
+    if io {
+        StackKind::IoBound
+    } else if p.data_in_main_pct.is_some_and(|x| x >= 50.0) {
+        StackKind::MainProcessLoading
+    } else if p.loader_processes > 0
+        && p.loader_busy_pct.is_some_and(|b| b >= 70.0)
+        && e.host.idle_cores_mean.is_some_and(|i| i >= 1.0)
+    {
+        StackKind::TooFewWorkers
+    } else {
+        StackKind::SlowStage
+    }
+}
+
+fn cores(e: &Evidence) -> u32 {
+    e.cores_per_gpu()
+        .map(|c| c.floor() as u32)
+        .or(e.host.cpus_allowed)
+        .or(e.host.cpu_count)
+        .unwrap_or(2)
+        .max(1)
+}
+
+/// Workers that would hide a wait of `wait_pct`: loading work of `wait/(100-wait)` steps of
+/// compute per step needs that many workers running beside the loop, plus one to spare.
+pub fn workers_for(wait_pct: f64, now: u32, cores: u32) -> u32 {
+    let cap = cores.saturating_sub(1).max(1);
+    let frac = (wait_pct / 100.0).clamp(0.0, 0.98);
+    let want = if now == 0 {
+        (frac / (1.0 - frac) - 1e-9).ceil() as u32 + 1
+    } else {
+        // Each busy worker delivers at a fixed rate: the loop could take 1/(1-wait) as many.
+        ((now as f64 / (1.0 - frac) - 1e-9).ceil() as u32).max(now + 1)
+    };
+    want.min(cap.max(now + 1)).max(1)
+}
+
+fn at(h: &Hotspot) -> String {
+    let file = std::path::Path::new(&h.file)
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_else(|| h.file.clone());
+    format!("{file}:{}", h.line)
+}
+
+fn stage_advice(h: &Hotspot) -> String {
+    match h.kind {
+        StageKind::Decode => format!(
+            "JPEG/PNG decoding ({}) is the slow stage: store images pre-resized to the training \
+             size, use PIL's draft mode (img.draft('RGB', size)) or pillow-simd, or decode on the \
+             GPU (torchvision.io.decode_jpeg(..., device='cuda'), NVIDIA DALI)",
+            h.function
+        ),
+        StageKind::Image => format!(
+            "{} ({}) is the slow stage: resize/convert once offline and store the result, or do \
+             it on the GPU on tensors (torchvision.transforms.v2)",
+            h.function,
+            at(h)
+        ),
+        StageKind::Transform => format!(
+            "the transform {} is the slow stage: run it on the GPU on batched tensors \
+             (torchvision.transforms.v2 / kornia / DALI), cache its output if it is deterministic, \
+             or make it cheaper",
+            h.function
+        ),
+        StageKind::Array => format!(
+            "array work in {} ({}) is the slow stage: vectorise it, avoid per-sample copies and \
+             dtype conversions, or move it to the GPU",
+            h.function,
+            at(h)
+        ),
+        StageKind::Read => format!(
+            "reading files ({} at {}) is the slow stage: copy the data to local NVMe or RAM, pack \
+             small files into shards (WebDataset, tar), and keep enough workers to overlap reads",
+            h.function,
+            at(h)
+        ),
+        StageKind::Getitem => format!(
+            "the dataset's own code ({} at {}) is the slow stage: profile that function, cache \
+             what it recomputes per sample, or precompute it offline",
+            h.function,
+            at(h)
+        ),
+    }
+}
+
+/// `input_bound` from the measured data wait; `None` when the stacks do not show one.
+pub fn input_bound(e: &Evidence) -> Option<Finding> {
+    let (wait, p) = data_wait(e)?;
+    if wait < DATA_WAIT_PCT || gpu_overlaps_wait(e).is_some() {
+        return None;
+    }
+    let k = kind(e, p);
+    let hot = p.data_hotspots.first();
+    let workers = p.loader_processes.max(e.job.workers_max);
+    let severity = if wait >= DATA_WAIT_CRITICAL_PCT {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    };
+    let named = hot
+        .map(|h| format!("; slowest stage: {} ({:.0}% of loading)", h.function, h.pct))
+        .unwrap_or_default();
+    let title = match k {
+        StackKind::MainProcessLoading => format!(
+            "Input-bound: the training loop loads its own data (num_workers=0) and waits for it \
+             {wait:.0}% of its time{named}"
+        ),
+        StackKind::TooFewWorkers => format!(
+            "Input-bound: too few data workers: the training loop waits for data {wait:.0}% of its \
+             time while {workers} busy worker(s) leave cores idle{named}"
+        ),
+        StackKind::IoBound => format!(
+            "Input-bound: reading data is the bottleneck: the training loop waits for data \
+             {wait:.0}% of its time{named}"
+        ),
+        StackKind::SlowStage => {
+            format!("Input-bound: the training loop waits for data {wait:.0}% of its time{named}")
+        }
+    };
+    let mut f = Finding::new("input_bound", severity, title)
+        .with("kind", k.as_str())
+        .with("source", "python_stacks")
+        .with("data_wait_pct", r1(wait));
+    if let Some(m) = &p.main {
+        f = f.with("training_thread_samples", m.samples);
+    }
+    if let Some(h) = hot {
+        f = f
+            .with("hot_stage", h.function.as_str())
+            .with("hot_stage_at", at(h))
+            .with("hot_stage_pct", r1(h.pct))
+            .with("hot_stage_kind", h.kind.as_str());
+    }
+    f = f.with("workers", workers);
+    if let Some(b) = p.loader_busy_pct {
+        f = f.with("worker_busy_pct", r1(b));
+    }
+    if let Some(x) = p.data_in_main_pct {
+        f = f.with("loading_in_main_pct", r1(x));
+    }
+    if let Some(x) = p.data_io_pct {
+        f = f.with("loading_blocked_or_reading_pct", r1(x));
+    }
+    if let Some(i) = e.host.idle_cores_mean {
+        f = f.with("idle_cores_mean", r1(i));
+    }
+    if let Some(b) = e.busy_fraction() {
+        f = f
+            .with("gpu_busy_fraction", super::r3(b))
+            .with("agreement", "gpu_and_stacks_agree");
+    }
+    let c = cores(e);
+    let stage = hot.map(stage_advice);
+    let rec = match k {
+        StackKind::MainProcessLoading => {
+            let n = workers_for(wait, 0, c);
+            f = f.with("recommended_num_workers", n);
+            format!(
+                "Load batches in worker processes: DataLoader(dataset, batch_size=..., \
+                 num_workers={n}, pin_memory=True, persistent_workers=True) (this machine has {c} \
+                 core(s) for it). Today the training loop decodes and transforms every sample \
+                 itself.{}",
+                stage
+                    .map(|s| format!(" Then, if it still waits: {s}."))
+                    .unwrap_or_default()
+            )
+        }
+        StackKind::TooFewWorkers => {
+            let n = workers_for(wait, workers, c);
+            f = f.with("recommended_num_workers", n);
+            format!(
+                "Raise num_workers from {workers} to {n}: each worker is busy loading all the \
+                 time and cores are idle.{}",
+                stage.map(|s| format!(" Also: {s}.")).unwrap_or_default()
+            )
+        }
+        StackKind::IoBound => stage
+            .map(|s| format!("{}.", capitalise(&s)))
+            .unwrap_or_else(|| {
+                "Loading waits on reads: copy the data to local NVMe or RAM, pack small files into \
+             shards (WebDataset, tar), and keep enough workers to overlap reads."
+                    .into()
+            }),
+        StackKind::SlowStage => match stage {
+            Some(s) => format!(
+                "{}. The workers ({workers}) cannot keep up at this cost per sample{}.",
+                capitalise(&s),
+                if c > workers + 1 {
+                    format!("; more workers (up to {}) would also help", c - 1)
+                } else {
+                    String::new()
+                }
+            ),
+            None => format!(
+                "Make each sample cheaper to load, or raise num_workers (up to {}).",
+                c.saturating_sub(1).max(1)
+            ),
+        },
+    };
+    let speedup = r2((100.0 / (100.0 - wait).max(2.0)).min(50.0));
+    Some(f.recommend(rec).speedup(Some(speedup)))
+}
+
+fn capitalise(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().collect::<String>() + c.as_str(),
+        None => String::new(),
+    }
+}
+
+/// `sync_bound`: the training thread spends a large share of its time synchronising with the
+/// device (`.item()`, `.cpu()`, `torch.cuda.synchronize`), named by file and line.
+pub fn sync_bound(e: &Evidence) -> Option<Finding> {
+    let p = e.python.as_ref()?;
+    let m = p.main.as_ref()?;
+    let share = m.phases_pct.sync;
+    if share < SYNC_PCT {
+        return None;
+    }
+    let site = p.sync_sites.first();
+    let where_ = site
+        .map(|s| {
+            let file = std::path::Path::new(&s.file)
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_else(|| s.file.clone());
+            format!("{file}:{}", s.line)
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let code = site.and_then(|s| s.code.clone());
+    let mut f =
+        Finding::new(
+            "sync_bound",
+            Severity::Warning,
+            format!(
+            "The training loop waits for the GPU in host–device syncs {share:.0}% of its time, \
+             most at {where_}{}",
+            code.as_ref().map(|c| format!(" (`{c}`)")).unwrap_or_default()
+        ),
+        )
+        .with("source", "python_stacks")
+        .with("sync_pct", r1(share))
+        .with("sync_at", where_.as_str());
+    if let Some(s) = site {
+        f = f.with("sync_site_pct", r1(s.pct));
+    }
+    Some(
+        f.recommend(
+            "Keep values on the GPU between steps: accumulate losses and metrics as tensors and \
+             call .item()/.cpu()/.tolist() every N steps (or once per epoch); drop \
+             torch.cuda.synchronize() outside timing code; log asynchronously.",
+        )
+        .speedup(Some(r2((100.0 / (100.0 - share).max(2.0)).min(50.0)))),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnose::pyloop::{PhasesPct, PyMain, SyncSite};
+    use crate::sample::pystacks::PyStatus;
+
+    fn py(wait: f64) -> PythonEvidence {
+        PythonEvidence {
+            status: PyStatus::Ok,
+            rate_hz: Some(100.0),
+            samples: 5000,
+            sampled_processes: 1,
+            main: Some(PyMain {
+                pid: 100,
+                tid: 100,
+                thread_name: Some("MainThread".into()),
+                samples: 1000,
+                phases_pct: PhasesPct {
+                    data_wait: wait,
+                    forward: 100.0 - wait,
+                    ..Default::default()
+                },
+            }),
+            data_hotspots: vec![Hotspot {
+                function: "ImageFile.load".into(),
+                file: "/v/site-packages/PIL/ImageFile.py".into(),
+                line: 300,
+                pct: 61.0,
+                ms_per_sample: None,
+                kind: StageKind::Decode,
+                samples: 610,
+            }],
+            data_wait_pct: Some(wait),
+            data_in_main_pct: Some(95.0),
+            loader_processes: 0,
+            loader_busy_pct: None,
+            data_io_pct: Some(2.0),
+            sync_sites: vec![],
+            detail: None,
+        }
+    }
+
+    fn no_gpu(p: PythonEvidence) -> Evidence {
+        let mut e = crate::diagnose::rules::fixtures::base(50.0);
+        e.gpus.clear();
+        e.job.workers_max = 0;
+        e.host.idle_cores_mean = Some(0.5);
+        e.python = Some(p);
+        e
+    }
+
+    #[test]
+    fn main_process_loading_without_a_gpu_names_the_stage_and_the_fix() {
+        let f = input_bound(&no_gpu(py(58.0))).unwrap();
+        assert_eq!(f.evidence["kind"], "main_process_loading");
+        assert_eq!(f.evidence["data_wait_pct"], 58.0);
+        assert_eq!(f.evidence["hot_stage"], "ImageFile.load");
+        assert_eq!(f.severity, Severity::Critical);
+        assert!(
+            f.recommendation.contains("num_workers="),
+            "{}",
+            f.recommendation
+        );
+        assert!(f.recommendation.contains("decod"), "{}", f.recommendation);
+        assert!(!f.evidence.contains_key("agreement"));
+    }
+
+    #[test]
+    fn a_small_wait_is_no_finding_and_a_busy_gpu_overrides_the_stacks() {
+        assert!(input_bound(&no_gpu(py(10.0))).is_none());
+        let mut e = no_gpu(py(50.0));
+        e.gpus = vec![crate::diagnose::rules::fixtures::gpu(0, 95.0)];
+        assert!(input_bound(&e).is_none());
+        e.gpus = vec![crate::diagnose::rules::fixtures::gpu(0, 40.0)];
+        let f = input_bound(&e).unwrap();
+        assert_eq!(f.evidence["agreement"], "gpu_and_stacks_agree");
+    }
+
+    #[test]
+    fn kinds() {
+        let mut p = py(50.0);
+        p.data_in_main_pct = Some(3.0);
+        p.loader_processes = 2;
+        p.loader_busy_pct = Some(97.0);
+        let mut e = no_gpu(p.clone());
+        e.host.idle_cores_mean = Some(3.0);
+        e.host.cpu_count = Some(8);
+        let f = input_bound(&e).unwrap();
+        assert_eq!(f.evidence["kind"], "too_few_workers");
+        assert_eq!(f.evidence["recommended_num_workers"], 4);
+        e.host.idle_cores_mean = Some(0.2);
+        assert_eq!(input_bound(&e).unwrap().evidence["kind"], "slow_stage");
+        p.data_io_pct = Some(80.0);
+        assert_eq!(
+            input_bound(&no_gpu(p)).unwrap().evidence["kind"],
+            "io_bound"
+        );
+    }
+
+    #[test]
+    fn workers_needed() {
+        assert_eq!(workers_for(50.0, 0, 8), 2);
+        assert_eq!(workers_for(80.0, 0, 16), 5);
+        assert_eq!(workers_for(80.0, 0, 2), 1);
+        assert_eq!(workers_for(50.0, 2, 8), 4);
+    }
+
+    #[test]
+    fn sync_bound_names_the_line() {
+        let mut p = py(5.0);
+        if let Some(m) = p.main.as_mut() {
+            m.phases_pct.sync = 30.0;
+        }
+        p.sync_sites = vec![SyncSite {
+            function: "train".into(),
+            file: "/home/u/train.py".into(),
+            line: 42,
+            code: Some("total += loss.item()".into()),
+            pct: 28.0,
+        }];
+        let f = sync_bound(&no_gpu(p)).unwrap();
+        assert_eq!(f.evidence["sync_at"], "train.py:42");
+        assert!(f.title.contains("loss.item()"));
+        assert!(sync_bound(&no_gpu(py(5.0))).is_none());
+    }
+}

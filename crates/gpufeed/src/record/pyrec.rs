@@ -1,0 +1,361 @@
+//! Python stacks into the recording: the sampling thread, and the aggregator that interns frames
+//! and stacks (each written once, as `py_frame` / `py_stack` lines) and writes one `py_samples`
+//! line per process per interval with its stack counts and the phase counts of each thread.
+
+use super::format::{Line, PyFrameDef, PySamples, PyStackDef, PyStatusLine, PyThreadCounts};
+use crate::sample::pyphase::{classify, is_library, FrameRef, Phase};
+use crate::sample::pystacks::{PyOptions, PySampler, PyStatus, RawFrame, StatusEvent, ThreadStack};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often aggregated counts are written.
+pub const PY_INTERVAL: Duration = Duration::from_secs(1);
+/// Distinct frames and stacks kept before new ones are folded into a catch-all (a bound on
+/// memory and file size for pathological programs).
+const MAX_FRAMES: usize = 200_000;
+const MAX_STACKS: usize = 200_000;
+/// Stacks deeper than this keep their outermost and innermost frames.
+const MAX_DEPTH: usize = 128;
+
+/// Python stack sampling settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PyConfig {
+    pub rate_hz: f64,
+    pub opts: PyOptions,
+    /// Print one note to stderr when a process refuses to be read or its Python is not
+    /// supported (off under a full-screen view).
+    pub notes: bool,
+}
+
+/// Source lines of the user's files, read once per file.
+#[derive(Default)]
+struct Sources {
+    files: HashMap<(u32, String), Option<Vec<String>>>,
+}
+
+impl Sources {
+    fn line(&mut self, pid: u32, file: &str, line: i32) -> Option<String> {
+        if is_library(file) || line <= 0 {
+            return None;
+        }
+        let lines = self
+            .files
+            .entry((pid, file.to_string()))
+            .or_insert_with(|| {
+                let mut p = PathBuf::from(file);
+                if p.is_relative() {
+                    // Relative to the job's working directory.
+                    p = PathBuf::from(format!("/proc/{pid}/cwd")).join(p);
+                }
+                let meta = std::fs::metadata(&p).ok()?;
+                if !meta.is_file() || meta.len() > 4 << 20 {
+                    return None;
+                }
+                let text = std::fs::read_to_string(&p).ok()?;
+                Some(text.lines().map(|l| l.trim().to_string()).collect())
+            })
+            .as_ref()?;
+        let s = lines.get(line as usize - 1)?;
+        Some(s.chars().take(160).collect())
+    }
+}
+
+#[derive(Default)]
+struct ThreadAcc {
+    name: Option<String>,
+    stacks: BTreeMap<u32, (u64, u64)>,
+    phases: BTreeMap<Phase, u64>,
+}
+
+#[derive(Default)]
+struct ProcAcc {
+    ticks: u64,
+    threads: BTreeMap<u64, ThreadAcc>,
+}
+
+/// Interns frames and stacks and aggregates counts per process and thread.
+#[derive(Default)]
+pub struct PyAggregator {
+    frames: HashMap<(String, String, i32), u32>,
+    /// Per frame id: the source line, for classification.
+    frame_src: Vec<(String, String, Option<String>)>,
+    stacks: HashMap<Vec<u32>, (u32, Phase)>,
+    procs: BTreeMap<u32, ProcAcc>,
+    sources: Sources,
+}
+
+impl PyAggregator {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn frame_id(&mut self, pid: u32, f: RawFrame, out: &mut Vec<Line>) -> u32 {
+        let key = (f.name, f.file, f.line);
+        if let Some(id) = self.frames.get(&key) {
+            return *id;
+        }
+        if self.frames.len() >= MAX_FRAMES {
+            return u32::MAX;
+        }
+        let id = self.frame_src.len() as u32;
+        let src = self.sources.line(pid, &key.1, key.2);
+        out.push(Line::PyFrame(PyFrameDef {
+            id,
+            name: key.0.clone(),
+            file: key.1.clone(),
+            line: key.2,
+            src: src.clone(),
+        }));
+        self.frame_src.push((key.0.clone(), key.1.clone(), src));
+        self.frames.insert(key, id);
+        id
+    }
+
+    /// Adds one reading of one process; new frame and stack definitions go to `out` at once.
+    pub fn add(&mut self, pid: u32, threads: Vec<ThreadStack>, out: &mut Vec<Line>) {
+        let mut acc_threads = Vec::with_capacity(threads.len());
+        for t in threads {
+            let mut frames = t.frames;
+            if frames.len() > MAX_DEPTH {
+                let tail = frames.split_off(frames.len() - MAX_DEPTH / 2);
+                frames.truncate(MAX_DEPTH / 2);
+                frames.extend(tail);
+            }
+            let empty = frames.is_empty();
+            let ids: Vec<u32> = frames
+                .into_iter()
+                .map(|f| self.frame_id(pid, f, out))
+                .filter(|id| *id != u32::MAX)
+                .collect();
+            let (sid, phase) = match self.stacks.get(&ids) {
+                Some(v) => *v,
+                None if self.stacks.len() >= MAX_STACKS => continue,
+                None => {
+                    let refs: Vec<FrameRef> = ids
+                        .iter()
+                        .map(|i| {
+                            let (n, f, s) = &self.frame_src[*i as usize];
+                            FrameRef {
+                                name: n,
+                                file: f,
+                                src: s.as_deref(),
+                            }
+                        })
+                        .collect();
+                    let phase = classify(&refs);
+                    let sid = self.stacks.len() as u32;
+                    out.push(Line::PyStack(PyStackDef {
+                        id: sid,
+                        frames: ids.clone(),
+                    }));
+                    self.stacks.insert(ids, (sid, phase));
+                    (sid, phase)
+                }
+            };
+            acc_threads.push((t.tid, t.name, t.active, sid, phase, empty));
+        }
+        let p = self.procs.entry(pid).or_default();
+        p.ticks += 1;
+        for (tid, name, active, sid, phase, empty) in acc_threads {
+            let th = p.threads.entry(tid).or_default();
+            if name.is_some() {
+                th.name = name;
+            }
+            let c = th.stacks.entry(sid).or_default();
+            c.0 += 1;
+            if !active {
+                c.1 += 1;
+            }
+            // An empty stack (no Python running: start-up, teardown) is in no phase.
+            if !empty {
+                *th.phases.entry(phase).or_default() += 1;
+            }
+        }
+    }
+
+    /// Writes the interval's counts (one `py_samples` line per process read) and starts afresh.
+    pub fn flush(&mut self, t_s: f64, dt_s: f64, out: &mut Vec<Line>) {
+        for (pid, p) in std::mem::take(&mut self.procs) {
+            out.push(Line::PySamples(PySamples {
+                t_s,
+                dt_s,
+                pid,
+                ticks: p.ticks,
+                threads: p
+                    .threads
+                    .into_iter()
+                    .map(|(tid, t)| PyThreadCounts {
+                        tid,
+                        name: t.name,
+                        stacks: t
+                            .stacks
+                            .into_iter()
+                            .map(|(s, (n, idle))| [s as u64, n, idle])
+                            .collect(),
+                        phases: t.phases,
+                    })
+                    .collect(),
+            }));
+        }
+    }
+}
+
+/// Samples the Python stacks of the job's tree (`pids`, kept up to date by the host thread)
+/// at `cfg.rate_hz` until told to stop. A refusal or an unsupported interpreter is told once
+/// (when `cfg.notes`); processes that are not Python are passed over in silence.
+pub(crate) fn py_thread(
+    t0: Instant,
+    cfg: PyConfig,
+    pids: Arc<Mutex<Vec<u32>>>,
+    lines: Sender<Line>,
+    stop: Receiver<()>,
+) {
+    let mut told_denied = false;
+    let mut told_version = false;
+    let note = |ev: &StatusEvent, denied: &mut bool, version: &mut bool| match ev.status {
+        PyStatus::Denied if !*denied => {
+            *denied = true;
+            eprintln!(
+                "gpufeed: note: {}",
+                crate::sample::pystacks::denied_advice()
+            );
+        }
+        PyStatus::UnsupportedVersion if !*version => {
+            *version = true;
+            eprintln!(
+                "gpufeed: note: the Python of pid {} ({}) is a version py-spy cannot read: \
+                 recording continues without its stacks",
+                ev.pid,
+                ev.detail.as_deref().unwrap_or("unknown version")
+            );
+        }
+        _ => {}
+    };
+    let mut sampler = PySampler::new(cfg.opts);
+    let mut agg = PyAggregator::new();
+    let every = Duration::from_secs_f64(1.0 / cfg.rate_hz.clamp(0.1, 1000.0));
+    let mut ticker = super::recorder::Ticker::new(t0, every);
+    let mut last_flush = t0;
+    let mut out = Vec::new();
+    let mut got = Vec::new();
+    let mut events = Vec::new();
+    loop {
+        let (t_s, _) = ticker.now();
+        let now_pids = pids.lock().map(|p| p.clone()).unwrap_or_default();
+        got.clear();
+        events.clear();
+        sampler.sample(&now_pids, &mut got, &mut events);
+        for ev in events.drain(..) {
+            if cfg.notes {
+                note(&ev, &mut told_denied, &mut told_version);
+            }
+            if ev.status != PyStatus::NotPython || ev.detail.is_some() {
+                out.push(Line::PyStatus(PyStatusLine {
+                    t_s,
+                    pid: ev.pid,
+                    status: ev.status,
+                    detail: ev.detail,
+                }));
+            }
+        }
+        for (pid, stacks) in got.drain(..) {
+            agg.add(pid, stacks, &mut out);
+        }
+        let now = Instant::now();
+        let since = now.duration_since(last_flush);
+        if since >= PY_INTERVAL {
+            agg.flush(t0.elapsed().as_secs_f64(), since.as_secs_f64(), &mut out);
+            last_flush = now;
+        }
+        for l in out.drain(..) {
+            if lines.send(l).is_err() {
+                return;
+            }
+        }
+        if ticker.wait(&stop) {
+            let since = Instant::now().duration_since(last_flush);
+            agg.flush(t0.elapsed().as_secs_f64(), since.as_secs_f64(), &mut out);
+            for l in out.drain(..) {
+                let _ = lines.send(l);
+            }
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(tid: u64, active: bool, frames: &[(&str, &str)]) -> ThreadStack {
+        ThreadStack {
+            tid,
+            name: None,
+            active,
+            frames: frames
+                .iter()
+                .map(|(n, f)| RawFrame {
+                    name: n.to_string(),
+                    file: f.to_string(),
+                    line: 1,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn frames_and_stacks_are_written_once_and_counts_per_interval() {
+        let dl = "/v/site-packages/torch/utils/data/dataloader.py";
+        let mut agg = PyAggregator::new();
+        let mut out = Vec::new();
+        for i in 0..10 {
+            let main = if i < 7 {
+                ts(
+                    1,
+                    false,
+                    &[("<module>", "/nonexistent/t.py"), ("_next_data", dl)],
+                )
+            } else {
+                ts(
+                    1,
+                    true,
+                    &[
+                        ("<module>", "/nonexistent/t.py"),
+                        ("Net.forward", "/nonexistent/t.py"),
+                    ],
+                )
+            };
+            agg.add(1, vec![main], &mut out);
+        }
+        let frames = out.iter().filter(|l| matches!(l, Line::PyFrame(_))).count();
+        let stacks = out.iter().filter(|l| matches!(l, Line::PyStack(_))).count();
+        assert_eq!((frames, stacks), (3, 2));
+        out.clear();
+        agg.flush(1.0, 1.0, &mut out);
+        let Line::PySamples(s) = &out[0] else {
+            panic!()
+        };
+        assert_eq!(s.ticks, 10);
+        assert_eq!(s.threads[0].stacks, vec![[0, 7, 7], [1, 3, 0]]);
+        assert_eq!(s.threads[0].phases[&Phase::DataWait], 7);
+        assert_eq!(s.threads[0].phases[&Phase::Forward], 3);
+        out.clear();
+        agg.flush(2.0, 1.0, &mut out);
+        assert!(out.is_empty(), "nothing read, nothing written");
+    }
+
+    #[test]
+    fn source_lines_are_read_for_user_files_relative_to_the_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("t.py");
+        std::fs::write(&f, "a = 1\n    x = loss.item()\n").unwrap();
+        let mut s = Sources::default();
+        let got = s.line(std::process::id(), f.to_str().unwrap(), 2);
+        assert_eq!(got.as_deref(), Some("x = loss.item()"));
+        assert_eq!(s.line(1, "/usr/lib/python3.11/queue.py", 2), None);
+        assert_eq!(s.line(1, f.to_str().unwrap(), 9), None);
+    }
+}
