@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::commands::analyze::AnalyzeArgs;
 use crate::commands::batch_size::BatchSizeArgs;
 use crate::commands::bench::BenchArgs;
+use crate::commands::compare::CompareArgs;
 use crate::commands::diagnose::DiagnoseArgs;
 use crate::commands::doctor::DoctorArgs;
 use crate::commands::export::ExportArgs;
@@ -35,6 +36,7 @@ const HELP_TEXT: &str = concat!(
     "    gpufeed record --pid 4242                     attach to a running job and its children\n",
     "    gpufeed diagnose gpufeed-20261202-120000.ndjson   why was the GPU starving?\n",
     "    gpufeed analyze trace.json.gz                 analyze a PyTorch profiler trace\n",
+    "    gpufeed compare before.ndjson after.ndjson    did the fix work? speed-up and what changed\n",
     "    gpufeed sweep -L workers 0,2,4,8 -- python train.py --workers {workers}\n",
     "    gpufeed batch-size --param bs --start 64 -- python train.py --batch-size {bs}\n",
     "    gpufeed watch -- python train.py              live view of a job (q quits, r records)\n",
@@ -77,6 +79,8 @@ pub enum Command {
     Diagnose(DiagnoseArgs),
     /// Analyze PyTorch profiler (Kineto) traces: per-step breakdown, starvation, copies, precision
     Analyze(AnalyzeArgs),
+    /// Compare two recordings, two traces or two sweeps: figures side by side, speed-up, verdict change
+    Compare(CompareArgs),
     /// Run your command once per knob setting (num_workers, pin_memory, ...) and find the sweet spot
     Sweep(SweepArgs),
     /// Find the largest batch size that fits, the one to use, and a gradient-accumulation plan

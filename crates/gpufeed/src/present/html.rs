@@ -57,7 +57,7 @@ table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;paddin
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}.chart svg{max-width:100%;height:auto}\
 ul.notes{color:#555;font-size:14px}";
 
-fn page(title: &str, body: &str) -> String {
+pub(crate) fn page(title: &str, body: &str) -> String {
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta name=\"generator\" content=\"gpufeed {}\"><title>{}</title><style>{STYLE}</style></head>\

@@ -1,6 +1,7 @@
 //! Presenters: turn summaries and findings into bytes. They never touch hardware.
 
 pub mod chart;
+pub mod compare;
 pub mod html;
 pub mod perfetto;
 pub mod prometheus;

@@ -493,12 +493,12 @@ pub fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::tune::params::{parse_knobs, product};
     use crate::tune::trial::{Source, Status};
 
-    fn result(setting: &Setting, v: Option<f64>, status: Status) -> TrialResult {
+    pub(crate) fn result(setting: &Setting, v: Option<f64>, status: Status) -> TrialResult {
         TrialResult::new(
             setting,
             vec!["train".into()],
@@ -535,7 +535,7 @@ mod tests {
         )
     }
 
-    fn report(vals: &[(Option<f64>, Status)]) -> SweepReport {
+    pub(crate) fn report(vals: &[(Option<f64>, Status)]) -> SweepReport {
         let knobs = parse_knobs(&["workers".into(), "0,1,2,4,8".into()]).unwrap();
         let settings = product(&knobs);
         let results: Vec<TrialResult> = vals
