@@ -119,6 +119,9 @@ pub struct RecordingOpts {
     /// Do not print the summary at the end
     #[arg(short, long)]
     pub quiet: bool,
+    /// Also write the summary and diagnosis as JSON to FILE; stdout then carries nothing but the job's output
+    #[arg(long, value_name = "FILE")]
+    pub export_json: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -311,7 +311,8 @@ fn perfetto_merge_puts_kineto_on_the_same_time_base() {
         .arg(&trace)
         .assert()
         .success()
-        .stderr(predicate::str::contains("2 trace events"));
+        .stderr(predicate::str::contains("2 trace events"))
+        .stderr(predicate::str::contains("do not overlap").not());
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(v["deviceProperties"][0]["name"], "H100");
@@ -323,6 +324,27 @@ fn perfetto_merge_puts_kineto_on_the_same_time_base() {
         (START_US + 2_000_000) as f64 + 100.0
     );
     assert!(ev.iter().any(|e| e["name"] == "utilization %"));
+    // A trace from another day: said so.
+    let other = dir.path().join("other.json");
+    std::fs::write(
+        &other,
+        format!(
+            r#"{{"baseTimeNanoseconds":{},"traceEvents":[{{"ph":"X","cat":"kernel","name":"gemm","pid":0,"tid":7,"ts":100.0,"dur":50.0}}]}}"#,
+            (START_US + 86_400_000_000) * 1000
+        ),
+    )
+    .unwrap();
+    gpufeed()
+        .args(["export", "--perfetto"])
+        .arg(dir.path().join("o.json"))
+        .arg(&rec)
+        .arg("--merge")
+        .arg(&other)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains(
+            "warning: the trace and the recording do not overlap in time: the trace starts after the recording by 23h 59m 40s",
+        ));
     // Bad inputs: one line, exit 3.
     gpufeed()
         .args(["export", "--perfetto"])

@@ -44,6 +44,9 @@ pub struct AnalyzeArgs {
     /// Also write a self-contained HTML report (per-step breakdown chart, findings) to FILE
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Also write the JSON report (as --format json prints it) to FILE
+    #[arg(long, value_name = "FILE")]
+    pub export_json: Option<PathBuf>,
 }
 
 fn input_error(e: TraceError) -> anyhow::Error {
@@ -82,6 +85,13 @@ pub fn run(_global: &GlobalOpts, args: &AnalyzeArgs) -> anyhow::Result<u8> {
         crate::present::html::trace_page(&rep)
             .and_then(|page| crate::present::html::write(h, &page))
             .map_err(|e| anyhow::Error::new(Failure::input(e.to_string())))?;
+        eprintln!("gpufeed: wrote {}", h.display());
+    }
+    if let Some(p) = &args.export_json {
+        std::fs::write(p, serde_json::to_string_pretty(&rep)? + "\n").map_err(|e| {
+            anyhow::Error::new(Failure::input(format!("cannot write {}: {e}", p.display())))
+        })?;
+        eprintln!("gpufeed: wrote {}", p.display());
     }
     let out = match args.format {
         AnalyzeFormat::Json => serde_json::to_string_pretty(&rep)? + "\n",

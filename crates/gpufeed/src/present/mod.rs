@@ -26,6 +26,15 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
+/// `1 process`, `3 processes`.
+pub fn plural(n: usize, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
 /// `-` for a missing value, else the formatted one.
 pub fn opt<T>(v: Option<T>, f: impl FnOnce(T) -> String) -> String {
     v.map(f).unwrap_or_else(|| "-".to_string())
