@@ -460,3 +460,20 @@ fn input_bound_from_the_measured_share_whatever_the_category_or_step_source() {
     assert!(!f.title.contains("GPU"), "{}", f.title);
     assert!(f.title.contains("training loop waits"), "{}", f.title);
 }
+
+#[test]
+fn the_top_fix_is_said_once_with_its_deciding_numbers() {
+    let s = summarize(
+        steps_with_dataloader(3, 1000.0, 300.0, "_SingleProcessDataLoaderIter"),
+        v100(),
+    );
+    let rep = trace::report::Report::new(vec![s]);
+    let t = trace::report::text(&rep, false);
+    let fix = &rep.findings[0].recommendation;
+    assert_eq!(t.matches(fix.as_str()).count(), 1, "{t}");
+    assert!(t.contains("because: dataloader_iterator="), "{t}");
+    assert!(t.contains("fix: the TOP FIX above"), "{t}");
+    assert!(!t.contains("step_source="), "not a deciding number: {t}");
+    let v = trace::report::text_with(&rep, false, true);
+    assert!(v.contains("step_source="), "--verbose lists all: {v}");
+}

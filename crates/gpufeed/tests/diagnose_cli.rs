@@ -681,3 +681,20 @@ fn compare_refuses_two_kinds_and_missing_files() {
         .assert()
         .code(3);
 }
+
+#[test]
+fn a_profiler_trace_given_to_diagnose_points_at_analyze() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("trace.json");
+    std::fs::write(
+        &t,
+        r#"{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 0, "dur": 1}]}"#,
+    )
+    .unwrap();
+    gpufeed()
+        .arg("diagnose")
+        .arg(&t)
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("use gpufeed analyze"));
+}

@@ -73,6 +73,8 @@ fn recording(dir: &Path) -> PathBuf {
             mem_used_bytes: Some(60 << 30),
             pcie_rx_bytes: Some(k * 1_000_000_000),
             pcie_tx_bytes: Some(k * 10_000_000),
+            pcie_gen: Some(4),
+            pcie_width: Some(16),
             ..Default::default()
         }));
         line(Line::Host(HostSample {
@@ -163,15 +165,28 @@ fn diagnose_html_has_charts_findings_and_renders() {
         .arg(&out)
         .arg(&rec)
         .assert()
-        .success();
+        .success()
+        .stderr(predicate::str::contains(format!("wrote {}", out.display())));
     let html = std::fs::read_to_string(&out).unwrap();
     assert_self_contained(&html);
     assert_eq!(
         html.matches("<svg").count(),
-        3,
-        "utilization, CPU heat strip, PCIe"
+        5,
+        "utilization, memory, CPU heat strip, busy cores, PCIe"
     );
     assert!(html.contains("GPU utilization (%)"));
+    assert!(html.contains("GPU memory used (GiB of 80.0 GiB)"));
+    assert!(
+        html.contains("link capacity (31.5 GB/s, gen 4 x16)"),
+        "PCIe capacity line"
+    );
+    assert!(
+        html.contains(">cpu0<") && html.contains(">cpu3<"),
+        "core labels"
+    );
+    assert!(html.contains("linear-gradient"), "colour scale");
+    assert!(html.contains("the job&#39;s processes") || html.contains("the job's processes"));
+    assert!(html.contains("<h2>The job's processes</h2>") && html.contains("3 processes"));
     assert!(html.contains("CPU busy per core (%)"));
     assert!(html.contains("PCIe traffic (GB/s)"));
     assert!(html.contains("input_bound"));

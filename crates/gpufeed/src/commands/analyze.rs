@@ -41,6 +41,9 @@ pub struct AnalyzeArgs {
     /// Print the per-step breakdown table (text and markdown)
     #[arg(long)]
     pub steps: bool,
+    /// List every evidence entry of each finding (text), not only the deciding ones
+    #[arg(short, long)]
+    pub verbose: bool,
     /// Also write a self-contained HTML report (per-step breakdown chart, findings) to FILE
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
@@ -95,7 +98,7 @@ pub fn run(_global: &GlobalOpts, args: &AnalyzeArgs) -> anyhow::Result<u8> {
     }
     let out = match args.format {
         AnalyzeFormat::Json => serde_json::to_string_pretty(&rep)? + "\n",
-        AnalyzeFormat::Text => report::text(&rep, args.steps),
+        AnalyzeFormat::Text => report::text_with(&rep, args.steps, args.verbose),
         AnalyzeFormat::Markdown => report::markdown(&rep, args.steps),
     };
     use std::io::Write;

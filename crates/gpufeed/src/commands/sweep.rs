@@ -365,8 +365,15 @@ fn sweep_html(rep: &SweepReport) -> anyhow::Result<String> {
         .sweet_spot
         .as_ref()
         .map(|s| (label(&s.parameters), s.reason.clone()));
+    let knob = rep
+        .knobs
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
     crate::present::html::sweep_page(
         &rep.command.join(" "),
+        &knob,
         &unit,
         &points,
         spot.as_ref().map(|(l, r)| (l.as_str(), r.as_str())),

@@ -376,7 +376,7 @@ mod tests {
         let c = judge_storage("/d", Some(true), None, fast);
         assert_eq!(c.status, Status::Pass);
         assert!(
-            !c.summary.contains("spinning disk:") && c.summary.contains("158 files"),
+            !c.summary.contains("is on a spinning disk") && c.summary.contains("158 files"),
             "{}",
             c.summary
         );

@@ -51,7 +51,7 @@ pub fn text(s: &Summary) -> String {
             opt(g.power_mean_w, |w| format!("{w:.0} W")),
             opt(g.temperature_max_c, |c| format!("{c} C")),
             opt(g.sm_clock_mean_mhz, |c| format!("{c:.0} MHz")),
-            opt(g.pcie_rx_mean_bytes_per_s, |r| format!("{}/s", bytes(r as u64))),
+            opt(g.pcie_rx_mean_bytes_per_s, super::gb_per_s),
             opt(g.throttled_pct, |p| format!("{p:.0}% of readings")),
         );
     }

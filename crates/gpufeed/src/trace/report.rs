@@ -202,7 +202,58 @@ pub fn steps_table(steps: &[StepRow], markdown: bool) -> String {
     o
 }
 
+/// The few evidence entries that decide each finding (all of them are in the JSON and with
+/// `--verbose`).
+pub fn deciding_keys(id: &str) -> &'static [&'static str] {
+    match id {
+        "input_bound" => &[
+            "dataloader_pct",
+            "dataloader_us_per_step",
+            "step_us",
+            "dataloader_iterator",
+        ],
+        "pageable_memcpy" => &["copies", "bytes", "copy_pct_of_step", "bandwidth_gbps"],
+        "amp_unused" => &["tc_eligible_pct", "tensor_core_pct", "gpu"],
+        "sync_bound" => &["sync_pct", "sync_calls", "top_call"],
+        "launch_bound" => &[
+            "short_kernel_pct",
+            "host_wait_pct",
+            "launch_idle_pct_of_step",
+        ],
+        "comm_bound" => &[
+            "communication_pct",
+            "comm_overlap_pct",
+            "tb_plugin_communication_pct",
+        ],
+        "low_gpu_util" => &["gpu_busy_pct"],
+        "straggler" => &["straggler_rank", "step_us", "median_step_us"],
+        _ => &[],
+    }
+}
+
+/// `name=value, ...`: the deciding entries, or all of them when `all`.
+pub fn evidence_list(f: &Finding, all: bool) -> String {
+    let keys = deciding_keys(&f.id);
+    let shown: Vec<String> = f
+        .evidence
+        .iter()
+        .filter(|(k, _)| all || keys.is_empty() || keys.contains(&k.as_str()))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let hidden = f.evidence.len() - shown.len();
+    if hidden > 0 {
+        format!("{} (+{hidden} more with --verbose)", shown.join(", "))
+    } else {
+        shown.join(", ")
+    }
+}
+
 pub fn text(r: &Report, show_steps: bool) -> String {
+    text_with(r, show_steps, false)
+}
+
+/// The text report; `verbose` lists every evidence entry.
+pub fn text_with(r: &Report, show_steps: bool, verbose: bool) -> String {
     let mut o = String::new();
     for w in &r.warnings {
         let _ = writeln!(o, "warning: {w}");
@@ -219,7 +270,13 @@ pub fn text(r: &Report, show_steps: bool) -> String {
                 .expected_speedup
                 .map(|x| format!(" (up to {x:.2}x faster)"))
                 .unwrap_or_default();
-            let _ = writeln!(o, "TOP FIX: {}{gain}\n  -> {}\n", f.title, f.recommendation);
+            let _ = writeln!(
+                o,
+                "TOP FIX: {}{gain}\n  -> {}\n  because: {}\n",
+                f.title,
+                f.recommendation,
+                evidence_list(f, false)
+            );
         }
         None => {
             let _ = writeln!(o, "No problems found.\n");
@@ -347,8 +404,15 @@ pub fn text(r: &Report, show_steps: bool) -> String {
             .map(|x| format!(" (up to {x:.2}x)"))
             .unwrap_or_default();
         let _ = writeln!(o, "{}. [{}] {}{gain}", i + 1, f.severity.as_str(), f.title);
-        let ev: Vec<String> = f.evidence.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let _ = writeln!(o, "   evidence: {}", ev.join(", "));
+        if i == 0 {
+            // said once, at the top
+            if verbose {
+                let _ = writeln!(o, "   evidence: {}", evidence_list(f, true));
+            }
+            let _ = writeln!(o, "   fix: the TOP FIX above");
+            continue;
+        }
+        let _ = writeln!(o, "   evidence: {}", evidence_list(f, verbose));
         let _ = writeln!(o, "   fix: {}", f.recommendation);
     }
     o
