@@ -298,9 +298,13 @@ pub fn judge_throughput(path: &str, s: Option<ReadSample>) -> Check {
             .with("files_per_s", s.files as f64 / s.seconds)
     };
     let summary = format!(
-        "read {} from {} file(s) in {:.2} s: {}/s",
+        "read {} from {} in {:.2} s: {}/s",
         human_bytes(s.bytes),
-        s.files,
+        if s.files == 1 {
+            "1 file".to_string()
+        } else {
+            format!("{} files", s.files)
+        },
         s.seconds,
         human_bytes(rate as u64)
     );

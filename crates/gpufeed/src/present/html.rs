@@ -285,13 +285,13 @@ pub fn diagnose_section(
     let mut s = String::new();
     let _ = write!(
         s,
-        "<h1>{}</h1><p class=\"meta\">{} ({}), {:.0} s, {} GPU(s)</p>\
+        "<h1>{}</h1><p class=\"meta\">{} ({}), {:.0} s, {}</p>\
 <div class=\"verdict {}\"><b>{}</b> ({:.0}% confidence): {}</div>",
         esc(&format!("gpufeed diagnosis: {}", r.verdict.id)),
         esc(&r.source.path),
         esc(&r.source.format),
         r.duration_s,
-        r.gpus.len(),
+        super::plural(r.gpus.len(), "GPU", "GPUs"),
         verdict_class(&r.verdict.id),
         esc(&r.verdict.id),
         r.verdict.confidence * 100.0,

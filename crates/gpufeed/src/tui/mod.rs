@@ -483,8 +483,8 @@ fn draw_cpus(f: &mut Frame, area: Rect, st: &LiveState, ui: &Ui, cols: usize) {
         return;
     };
     let title = format!(
-        " CPU {} cores, {} ",
-        h.cpu_pct.len(),
+        " CPU {}, {} ",
+        crate::present::plural(h.cpu_pct.len(), "core", "cores"),
         h.cpu_total_pct
             .map_or("-".into(), |c| format!("{c:.0}% mean"))
     );
@@ -513,8 +513,8 @@ fn draw_procs(f: &mut Frame, area: Rect, st: &LiveState, ui: &Ui) {
     let tree = st.proc_tree();
     let title = if st.header.pid.is_some() {
         format!(
-            " Job: {} processes ({} exited) ",
-            tree.len(),
+            " Job: {} ({} exited) ",
+            crate::present::plural(tree.len(), "process", "processes"),
             st.procs_exited
         )
     } else {

@@ -230,20 +230,20 @@ fn caveats(pick: &TrialResult, best: &TrialResult, knobs: &[(String, Vec<String>
             format!(
                 "{who} {} never settled{}{}: its throughput may be off; re-run with a longer --max-time or --retries N",
                 r.label,
-                t.rel_half_width()
-                    .map(|h| format!(" (±{:.1}% at the end)", h * 100.0))
-                    .unwrap_or_default(),
                 if r.attempts > 1 {
                     format!(" in {} runs", r.attempts)
                 } else {
                     String::new()
-                }
+                },
+                t.rel_half_width()
+                    .map(|h| format!(" (±{:.1}% at the end)", h * 100.0))
+                    .unwrap_or_default()
             )
         })
     };
-    out.extend(unsettled(pick, "the sweet spot"));
+    out.extend(unsettled(pick, "The sweet spot"));
     if !std::ptr::eq(pick, best) {
-        out.extend(unsettled(best, "the fastest setting"));
+        out.extend(unsettled(best, "The fastest setting"));
     }
     out
 }
@@ -736,7 +736,7 @@ pub(crate) mod tests {
         let sw = sw.unwrap();
         assert!(
             sw.reason
-                .contains("the sweet spot workers=1 never settled (±2.0% at the end) in 3 runs")
+                .contains("The sweet spot workers=1 never settled in 3 runs (±2.0% at the end)")
                 && sw.reason.contains("--retries N"),
             "{}",
             sw.reason
