@@ -636,7 +636,10 @@ fn compare_two_recordings_side_by_side() {
         .output()
         .unwrap();
     let t = String::from_utf8_lossy(&text.stdout);
-    assert!(t.starts_with("AFTER is 2.00 times faster"), "{t}");
+    assert!(
+        t.starts_with("AFTER ran 2.00 times faster than BEFORE, by the job's wall time"),
+        "{t}"
+    );
     assert!(t.contains("verdict: input_bound -> compute_bound"), "{t}");
     let md = gpufeed()
         .args(["compare", "--format", "markdown"])

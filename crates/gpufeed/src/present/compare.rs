@@ -14,10 +14,10 @@ pub fn speedup_words(s: &Speedup) -> String {
     };
     let half = s.ci95.map(|c| (c[1] - c[0]) / 2.0).unwrap_or(0.0);
     if (s.value - 1.0).abs() < 0.005 {
-        return format!("about as fast (1.00{} times)", pm(half));
+        return format!("about as fast as BEFORE (1.00{} times)", pm(half));
     }
     if s.value >= 1.0 {
-        format!("{:.2}{} times faster", s.value, pm(half))
+        format!("{:.2}{} times faster than BEFORE", s.value, pm(half))
     } else {
         // slower: report the inverse ratio, its interval scaled the same way
         let inv = 1.0 / s.value;
@@ -25,7 +25,7 @@ pub fn speedup_words(s: &Speedup) -> String {
             .ci95
             .map(|c| (1.0 / c[0].max(1e-9) - 1.0 / c[1].max(1e-9)).abs() / 2.0)
             .unwrap_or(0.0);
-        format!("{inv:.2}{} times slower", pm(half_inv))
+        format!("{inv:.2}{} times slower than BEFORE", pm(half_inv))
     }
 }
 
@@ -37,7 +37,7 @@ fn significant(s: &Speedup) -> Option<bool> {
 fn num(x: Option<f64>) -> String {
     match x {
         None => "-".into(),
-        Some(v) if v == 0.0 => "0".into(),
+        Some(v) if v.fract() == 0.0 && v.abs() < 1e9 => format!("{v:.0}"),
         Some(v) => crate::tune::sweep::fmt_num(v),
     }
 }
@@ -61,8 +61,8 @@ fn delta(c: &Change) -> String {
 fn headline(c: &Comparison) -> String {
     match &c.speedup {
         Some(s) => {
-            let mut o = format!("AFTER is {}", speedup_words(s));
-            let _ = write!(o, " ({})", metric_words(&s.metric));
+            let mut o = format!("AFTER ran {}", speedup_words(s));
+            let _ = write!(o, ", {}", metric_words(&s.metric));
             if significant(s) == Some(false) {
                 o.push_str(": within the noise (the 95% interval includes 1)");
             }
@@ -273,10 +273,16 @@ mod tests {
     fn hyperfine_wording() {
         assert_eq!(
             speedup_words(&s(1.84, Some([1.79, 1.89]))),
-            "1.84 ± 0.05 times faster"
+            "1.84 ± 0.05 times faster than BEFORE"
         );
-        assert_eq!(speedup_words(&s(1.26, None)), "1.26 times faster");
-        assert_eq!(speedup_words(&s(0.5, None)), "2.00 times slower");
+        assert_eq!(
+            speedup_words(&s(1.26, None)),
+            "1.26 times faster than BEFORE"
+        );
+        assert_eq!(
+            speedup_words(&s(0.5, None)),
+            "2.00 times slower than BEFORE"
+        );
         assert!(speedup_words(&s(1.001, None)).starts_with("about as fast"));
     }
 
