@@ -234,7 +234,8 @@ pub fn heat_strip_on(
             .disable_mesh()
             .x_desc("seconds")
             .y_desc("core")
-            .y_labels(rows.len().min(32))
+            // twice the rows: the whole numbers (row centres) are among the ticks
+            .y_labels((rows.len() * 2 + 1).min(65))
             .y_label_formatter(&|y| {
                 if y.fract().abs() < 1e-9 && *y >= 0.0 && (*y as usize) < rows.len() {
                     format!("cpu{}", *y as usize)
