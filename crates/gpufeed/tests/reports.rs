@@ -181,11 +181,14 @@ fn diagnose_html_has_charts_findings_and_renders() {
         "PCIe capacity line"
     );
     assert!(
-        html.contains(">cpu0<") && html.contains(">cpu3<"),
+        html.contains("\ncpu0\n") && html.contains("\ncpu3\n"),
         "core labels"
     );
     assert!(html.contains("linear-gradient"), "colour scale");
-    assert!(html.contains("the job&#39;s processes") || html.contains("the job's processes"));
+    assert!(
+        html.contains("the job&apos;s processes"),
+        "the job apart from the machine"
+    );
     assert!(html.contains("<h2>The job's processes</h2>") && html.contains("3 processes"));
     assert!(html.contains("CPU busy per core (%)"));
     assert!(html.contains("PCIe traffic (GB/s)"));

@@ -61,7 +61,7 @@ impl ExportStats {
             "the trace and the recording do not overlap in time: the trace {} the recording by {}; \
              were they taken during the same run? (Kineto traces without baseTimeNanoseconds may use another clock)",
             if t1 < r0 { "ends before" } else { "starts after" },
-            humantime::format_duration(std::time::Duration::from_secs_f64(gap_s.round().max(0.0).min(1e12)))
+            humantime::format_duration(std::time::Duration::from_secs_f64(if gap_s.is_finite() { gap_s.round().clamp(0.0, 1e12) } else { 0.0 }))
         ))
     }
 }

@@ -594,7 +594,10 @@ mod tests {
         let words: Vec<&str> = fix.split_whitespace().collect();
         assert!(flat.contains(&words[..4].join(" ")), "{out}");
         assert!(flat.contains("GPU util history"), "{out}");
-        assert!(flat.contains("allows up to 3 workers."), "the whole fix: {out}");
+        assert!(
+            flat.contains("allows up to 3 workers."),
+            "the whole fix: {out}"
+        );
         insta::assert_snapshot!("watch_80x24", out);
     }
 
