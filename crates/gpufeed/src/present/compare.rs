@@ -97,6 +97,23 @@ fn file_name(p: &str) -> String {
         .unwrap_or_else(|| p.to_string())
 }
 
+/// Column names for the two inputs: their file names, with the folder when those are the same
+/// (`sweep-a/sweep.json`, `sweep-b/sweep.json`).
+fn column_names(c: &Comparison) -> (String, String) {
+    let (b, a) = (file_name(&c.before.path), file_name(&c.after.path));
+    if b != a {
+        return (b, a);
+    }
+    let with_dir = |p: &str| {
+        let path = std::path::Path::new(p);
+        match path.parent().and_then(|d| d.file_name()) {
+            Some(d) => format!("{}/{}", d.to_string_lossy(), file_name(p)),
+            None => file_name(p),
+        }
+    };
+    (with_dir(&c.before.path), with_dir(&c.after.path))
+}
+
 /// The terminal report.
 pub fn text(c: &Comparison) -> String {
     let mut o = String::new();
@@ -113,7 +130,7 @@ pub fn text(c: &Comparison) -> String {
         .max()
         .unwrap_or(6)
         .max(6);
-    let (bn, an) = (file_name(&c.before.path), file_name(&c.after.path));
+    let (bn, an) = column_names(c);
     let w1 = bn.chars().count().clamp(8, 24);
     let w2 = an.chars().count().clamp(8, 24);
     let clip = |s: &str, w: usize| -> String {
@@ -173,8 +190,8 @@ pub fn markdown(c: &Comparison) -> String {
         o,
         "| {} | before (`{}`) | after (`{}`) | change |\n|---|---:|---:|---:|",
         c.kind.as_str(),
-        md_cell(&file_name(&c.before.path)),
-        md_cell(&file_name(&c.after.path))
+        md_cell(&column_names(c).0),
+        md_cell(&column_names(c).1)
     );
     for x in &c.changes {
         let _ = writeln!(
