@@ -9,6 +9,7 @@ use crate::commands::analyze::AnalyzeArgs;
 use crate::commands::batch_size::BatchSizeArgs;
 use crate::commands::bench::BenchArgs;
 use crate::commands::completions::CompletionsArgs;
+use crate::commands::compare::CompareArgs;
 use crate::commands::diagnose::DiagnoseArgs;
 use crate::commands::doctor::DoctorArgs;
 use crate::commands::export::ExportArgs;
@@ -38,6 +39,7 @@ const HELP_TEXT: &str = concat!(
     "    gpufeed record --pid 4242                     attach to a running job and its children\n",
     "    gpufeed diagnose gpufeed-20261202-120000.ndjson   why was the GPU starving?\n",
     "    gpufeed analyze trace.json.gz                 analyze a PyTorch profiler trace\n",
+    "    gpufeed compare before.ndjson after.ndjson    did the fix work? speed-up and what changed\n",
     "    gpufeed sweep -L workers 0,2,4,8 -- python train.py --workers {workers}\n",
     "    gpufeed sweep -L w 0,2,4,8 --dataloader num_workers={w} -- python train.py   no code change\n",
     "    gpufeed batch-size --param bs --start 64 -- python train.py --batch-size {bs}\n",
@@ -83,6 +85,8 @@ pub enum Command {
     Diagnose(DiagnoseArgs),
     /// Analyze PyTorch profiler (Kineto) traces: per-step breakdown, starvation, copies, precision
     Analyze(AnalyzeArgs),
+    /// Compare two recordings, two traces or two sweeps: figures side by side, speed-up, verdict change
+    Compare(CompareArgs),
     /// Run your command once per knob setting (num_workers, pin_memory, ...) and find the sweet spot
     Sweep(SweepArgs),
     /// Find the largest batch size that fits, the one to use, and a gradient-accumulation plan
@@ -174,6 +178,9 @@ pub struct RecordingOpts {
     pub quiet: bool,
     #[command(flatten)]
     pub py: PyStackOpts,
+    /// Also write the summary and diagnosis as JSON to FILE; stdout then carries nothing but the job's output
+    #[arg(long, value_name = "FILE")]
+    pub export_json: Option<PathBuf>,
 }
 
 /// `--dataloader` and `--torch` (run, sweep, batch-size, watch): see [`crate::inject`].

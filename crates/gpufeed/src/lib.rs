@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod compare;
 pub mod diagnose;
 pub mod doctor;
 pub mod exit;

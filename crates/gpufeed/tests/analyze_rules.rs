@@ -411,3 +411,69 @@ proptest! {
         }
     }
 }
+
+/// DataLoader events recorded as `user_annotation` (current PyTorch), no ProfilerStep: the plugin
+/// category sees none of them, yet the measured share drives `input_bound`, and the text shows
+/// the plugin's figure labelled as such with the reason they differ.
+#[test]
+fn input_bound_from_the_measured_share_whatever_the_category_or_step_source() {
+    let mut ev = Vec::new();
+    for i in 0..5 {
+        let t = i as f64 * 1000.0;
+        ev.push(x(
+            "user_annotation",
+            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+            t,
+            680.0,
+            json!({}),
+        ));
+        ev.push(launch(t + 700.0, i + 1));
+        ev.push(kernel("volta_sgemm_128x64_nn", t + 710.0, 250.0, i + 1));
+    }
+    let s = summarize(ev.clone(), v100());
+    assert_eq!(s.step_source, "dataloader");
+    assert!(s.breakdown.dataloader_us < 1.0, "plugin category: none");
+    let f = rules::input_bound(&s).expect("68% measured DataLoader share is input-bound");
+    assert!(
+        (f.evidence["dataloader_pct"].as_f64().unwrap() - 68.0).abs() < 1.0,
+        "{f:?}"
+    );
+    assert_eq!(f.evidence["tb_plugin_dataloader_pct"], 0.0);
+    assert!(f.title.contains("and the GPU with it"), "{}", f.title);
+    let rep = trace::report::Report::new(vec![s]);
+    let text = trace::report::text(&rep, false);
+    assert!(
+        text.starts_with("warning:") && text.contains("TOP FIX: Input-bound"),
+        "{text}"
+    );
+    assert!(!text.contains("No problems found"), "{text}");
+    assert!(text.contains("TensorBoard-plugin breakdown"), "{text}");
+    assert!(text.contains("books none of it to dataloader"), "{text}");
+
+    // CPU-only: the loop waits, no GPU is said to
+    let cpu: Vec<Value> = ev
+        .into_iter()
+        .filter(|e| e["cat"] == "user_annotation")
+        .collect();
+    let s = summarize(cpu, json!({}));
+    let f = rules::input_bound(&s).expect("CPU-only traces too");
+    assert!(!f.title.contains("GPU"), "{}", f.title);
+    assert!(f.title.contains("training loop waits"), "{}", f.title);
+}
+
+#[test]
+fn the_top_fix_is_said_once_with_its_deciding_numbers() {
+    let s = summarize(
+        steps_with_dataloader(3, 1000.0, 300.0, "_SingleProcessDataLoaderIter"),
+        v100(),
+    );
+    let rep = trace::report::Report::new(vec![s]);
+    let t = trace::report::text(&rep, false);
+    let fix = &rep.findings[0].recommendation;
+    assert_eq!(t.matches(fix.as_str()).count(), 1, "{t}");
+    assert!(t.contains("because: dataloader_iterator="), "{t}");
+    assert!(t.contains("fix: the TOP FIX above"), "{t}");
+    assert!(!t.contains("step_source="), "not a deciding number: {t}");
+    let v = trace::report::text_with(&rep, false, true);
+    assert!(v.contains("step_source="), "--verbose lists all: {v}");
+}

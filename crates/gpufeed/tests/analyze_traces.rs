@@ -481,3 +481,40 @@ fn garbage_and_empty_inputs_exit_3() {
         );
     }
 }
+
+#[test]
+fn compare_two_real_traces_speedup_is_the_ratio_of_mean_step_times() {
+    let Some(d) = traces_dir() else { return };
+    let out = bin()
+        .args(["compare", "--format", "json"])
+        .arg(d.join("kineto_resnet50_v100_workers0.json.gz"))
+        .arg(d.join("kineto_resnet50_v100_workers4.json.gz"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let b = analyze("kineto_resnet50_v100_workers0.json.gz").unwrap();
+    let a = analyze("kineto_resnet50_v100_workers4.json.gz").unwrap();
+    let want = b.breakdown.total_us / a.breakdown.total_us;
+    let got = v["speedup"]["value"].as_f64().unwrap();
+    assert!((got - want).abs() < 1e-3, "{got} vs {want}");
+    assert_eq!(v["speedup"]["metric"], "mean_step_time");
+    let ci = v["speedup"]["ci95"].as_array().unwrap();
+    assert!(ci[0].as_f64().unwrap() < got && got < ci[1].as_f64().unwrap());
+    assert_eq!(v["verdict"]["before"], "input_bound");
+    assert_ne!(v["verdict"]["after"], "input_bound");
+    let dl = v["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["metric"] == "data_wait_pct")
+        .unwrap();
+    assert!(
+        dl["before"].as_f64().unwrap() > 30.0 && dl["after"].as_f64().unwrap() < 5.0,
+        "{dl}"
+    );
+}

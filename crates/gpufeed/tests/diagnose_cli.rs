@@ -569,3 +569,136 @@ fn json_contract_top_level_keys() {
         );
     }
 }
+
+#[test]
+fn compare_two_recordings_side_by_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = write_recording(
+        dir.path(),
+        "before.ndjson",
+        &Shape {
+            util: square,
+            cores: vec![100.0, 30.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0],
+            main: (30.0, 'S'),
+            workers: vec![(99.0, 'R')],
+            ..healthy()
+        },
+    );
+    let after = write_recording(
+        dir.path(),
+        "after.ndjson",
+        &Shape {
+            seconds: 30.0,
+            ..healthy()
+        },
+    );
+    let out = gpufeed()
+        .args(["compare", "--format", "json"])
+        .arg(&before)
+        .arg(&after)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for k in ["before", "after", "speedup", "changes", "verdict"] {
+        assert!(v.get(k).is_some(), "missing {k}: {v}");
+    }
+    assert_eq!(v["kind"], "recording");
+    assert_eq!(v["verdict"]["before"], "input_bound");
+    assert_eq!(v["verdict"]["after"], "compute_bound");
+    // both jobs ran to completion: the wall-time ratio, 60 s over 30 s
+    assert_eq!(v["speedup"]["metric"], "job_duration");
+    assert!(
+        (v["speedup"]["value"].as_f64().unwrap() - 2.0).abs() < 0.01,
+        "{v}"
+    );
+    let busy = v["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["metric"] == "gpu_busy_pct")
+        .unwrap();
+    assert!(busy["after"].as_f64().unwrap() > busy["before"].as_f64().unwrap());
+    assert!(busy["delta_pct"].as_f64().unwrap() > 100.0, "{busy}");
+    for c in v["changes"].as_array().unwrap() {
+        for k in ["metric", "before", "after", "delta_pct"] {
+            assert!(c.get(k).is_some(), "{k} in {c}");
+        }
+    }
+    // text, markdown and html
+    let text = gpufeed()
+        .arg("compare")
+        .arg(&before)
+        .arg(&after)
+        .output()
+        .unwrap();
+    let t = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        t.starts_with("AFTER ran 2.00 times faster than BEFORE, by the job's wall time"),
+        "{t}"
+    );
+    assert!(t.contains("verdict: input_bound -> compute_bound"), "{t}");
+    let md = gpufeed()
+        .args(["compare", "--format", "markdown"])
+        .arg(&before)
+        .arg(&after)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&md.stdout).contains("| GPU busy % |"));
+    let html = dir.path().join("c.html");
+    gpufeed()
+        .args(["compare", "--html"])
+        .arg(&html)
+        .arg(&before)
+        .arg(&after)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("wrote"));
+    assert!(std::fs::read_to_string(&html).unwrap().contains("<table>"));
+}
+
+#[test]
+fn compare_refuses_two_kinds_and_missing_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = write_recording(dir.path(), "r.ndjson", &healthy());
+    let sweep = dir.path().join("sweep.json");
+    std::fs::write(
+        &sweep,
+        "{\n  \"schema_version\": 1,\n  \"command\": [],\n  \"knobs\": []\n}",
+    )
+    .unwrap();
+    gpufeed()
+        .arg("compare")
+        .arg(&rec)
+        .arg(&sweep)
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("compare two of a kind"));
+    gpufeed()
+        .arg("compare")
+        .arg(&rec)
+        .arg(dir.path().join("nope.ndjson"))
+        .assert()
+        .code(3);
+}
+
+#[test]
+fn a_profiler_trace_given_to_diagnose_points_at_analyze() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("trace.json");
+    std::fs::write(
+        &t,
+        r#"{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 0, "dur": 1}]}"#,
+    )
+    .unwrap();
+    gpufeed()
+        .arg("diagnose")
+        .arg(&t)
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("use gpufeed analyze"));
+}

@@ -467,3 +467,35 @@ fn sigterm_is_forwarded_to_the_whole_tree() {
         assert!(!alive(pid), "process {pid} of the job survived SIGTERM");
     }
 }
+
+#[test]
+fn export_json_keeps_stdout_for_the_job_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.ndjson");
+    let json = dir.path().join("s.json");
+    let a = gpufeed()
+        .args([
+            "--nvml-lib",
+            "/nonexistent.so",
+            "run",
+            "--format",
+            "json",
+            "-o",
+        ])
+        .arg(&out)
+        .arg("--export-json")
+        .arg(&json)
+        .args(["--", "sh", "-c", "echo job-output; sleep 0.3"])
+        .assert()
+        .success();
+    assert_eq!(
+        String::from_utf8_lossy(&a.get_output().stdout),
+        "job-output\n",
+        "nothing but the job's output on stdout"
+    );
+    assert!(String::from_utf8_lossy(&a.get_output().stderr).contains("wrote"));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(v.get("verdict").is_some() && v.get("job").is_some(), "{v}");
+    assert_eq!(v["job"]["end_reason"], "job_exited");
+}

@@ -74,6 +74,8 @@ fn recording(dir: &Path) -> PathBuf {
             mem_used_bytes: Some(60 << 30),
             pcie_rx_bytes: Some(k * 1_000_000_000),
             pcie_tx_bytes: Some(k * 10_000_000),
+            pcie_gen: Some(4),
+            pcie_width: Some(16),
             ..Default::default()
         }));
         line(Line::Host(HostSample {
@@ -164,15 +166,31 @@ fn diagnose_html_has_charts_findings_and_renders() {
         .arg(&out)
         .arg(&rec)
         .assert()
-        .success();
+        .success()
+        .stderr(predicate::str::contains(format!("wrote {}", out.display())));
     let html = std::fs::read_to_string(&out).unwrap();
     assert_self_contained(&html);
     assert_eq!(
         html.matches("<svg").count(),
-        3,
-        "utilization, CPU heat strip, PCIe"
+        5,
+        "utilization, memory, CPU heat strip, busy cores, PCIe"
     );
     assert!(html.contains("GPU utilization (%)"));
+    assert!(html.contains("GPU memory used (GiB of 80.0 GiB)"));
+    assert!(
+        html.contains("link capacity (31.5 GB/s, gen 4 x16)"),
+        "PCIe capacity line"
+    );
+    assert!(
+        html.contains("\ncpu0\n") && html.contains("\ncpu3\n"),
+        "core labels"
+    );
+    assert!(html.contains("linear-gradient"), "colour scale");
+    assert!(
+        html.contains("the job&apos;s processes"),
+        "the job apart from the machine"
+    );
+    assert!(html.contains("<h2>The job's processes</h2>") && html.contains("3 processes"));
     assert!(html.contains("CPU busy per core (%)"));
     assert!(html.contains("PCIe traffic (GB/s)"));
     assert!(html.contains("input_bound"));
@@ -312,7 +330,8 @@ fn perfetto_merge_puts_kineto_on_the_same_time_base() {
         .arg(&trace)
         .assert()
         .success()
-        .stderr(predicate::str::contains("2 trace events"));
+        .stderr(predicate::str::contains("2 trace events"))
+        .stderr(predicate::str::contains("do not overlap").not());
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(v["deviceProperties"][0]["name"], "H100");
@@ -324,6 +343,27 @@ fn perfetto_merge_puts_kineto_on_the_same_time_base() {
         (START_US + 2_000_000) as f64 + 100.0
     );
     assert!(ev.iter().any(|e| e["name"] == "utilization %"));
+    // A trace from another day: said so.
+    let other = dir.path().join("other.json");
+    std::fs::write(
+        &other,
+        format!(
+            r#"{{"baseTimeNanoseconds":{},"traceEvents":[{{"ph":"X","cat":"kernel","name":"gemm","pid":0,"tid":7,"ts":100.0,"dur":50.0}}]}}"#,
+            (START_US + 86_400_000_000) * 1000
+        ),
+    )
+    .unwrap();
+    gpufeed()
+        .args(["export", "--perfetto"])
+        .arg(dir.path().join("o.json"))
+        .arg(&rec)
+        .arg("--merge")
+        .arg(&other)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains(
+            "warning: the trace and the recording do not overlap in time: the trace starts after the recording by 23h 59m 40s",
+        ));
     // Bad inputs: one line, exit 3.
     gpufeed()
         .args(["export", "--perfetto"])

@@ -604,3 +604,63 @@ fn batch_size_uses_gpu_memory_from_the_driver() {
         assert!((t["gpu_util_mean_pct"].as_f64().unwrap() - 90.0).abs() < 1.0);
     }
 }
+
+#[test]
+fn an_unsettled_trial_is_retried_and_flagged_and_no_rate_says_how_to_get_one() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("s.json");
+    // a rate that jumps between 1 and 100 never meets a 0.1% tolerance in 1.5 s
+    let noisy = "import random, time\nwhile True:\n    print(f'rate: {random.uniform(1, 100):.1f} it/s', flush=True)\n    time.sleep(0.02)\n";
+    gpufeed()
+        .args(["--nvml-lib", "/nonexistent.so", "sweep", "-L", "w", "1"])
+        .args([
+            "--min-time",
+            "1s",
+            "--max-time",
+            "1.5s",
+            "--tolerance",
+            "0.1%",
+        ])
+        .args([
+            "--retries",
+            "1",
+            "-q",
+            "--rate-regex",
+            r"rate: ([0-9.]+) it/s",
+        ])
+        .arg("--output-dir")
+        .arg(dir.path().join("o"))
+        .arg("--export-json")
+        .arg(&json)
+        .args(["--", "python3", "-c", noisy, "{w}"])
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("never settled"));
+    let v = read_json(&json);
+    let r = &v["results"][0];
+    assert_eq!(r["attempts"], 2, "{r}");
+    assert_eq!(r["throughput"]["steady"], false, "{r}");
+    let caveats = v["sweet_spot"]["caveats"].as_array().unwrap();
+    assert!(
+        caveats
+            .iter()
+            .any(|c| c.as_str().unwrap().contains("never settled in 2 runs")),
+        "{caveats:?}"
+    );
+    assert!(dir.path().join("o/trial-01-w=1.retry1.ndjson").exists());
+
+    // no rate at all (no GPU either): the report says how to get one
+    gpufeed()
+        .args(["--nvml-lib", "/nonexistent.so", "sweep", "-L", "s", "0.5"])
+        .args(["--min-time", "1s", "--max-time", "3s", "-q"])
+        .arg("--output-dir")
+        .arg(dir.path().join("o2"))
+        .args(["--", "sleep", "{s}"])
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("--rate-regex"))
+        .stdout(predicate::str::contains("tqdm"));
+}

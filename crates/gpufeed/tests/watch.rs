@@ -97,7 +97,7 @@ fn watch_in_tmux_shows_gpu_cpu_job_and_quits_on_q() {
     assert!(screen.contains("H100"), "{screen}");
     assert!(screen.contains("CPU "), "{screen}");
     assert!(screen.contains("Job: "), "{screen}");
-    t.wait_for("PCIe RX 1.9 GiB/s", 20);
+    t.wait_for("PCIe RX 2.00 GB/s", 20);
     t.cmd(&["send-keys", "-t", "w", "r"]);
     t.wait_for("REC gpufeed-", 10);
     std::thread::sleep(Duration::from_millis(1500));

@@ -41,9 +41,15 @@ pub struct AnalyzeArgs {
     /// Print the per-step breakdown table (text and markdown)
     #[arg(long)]
     pub steps: bool,
+    /// List every evidence entry of each finding (text), not only the deciding ones
+    #[arg(short, long)]
+    pub verbose: bool,
     /// Also write a self-contained HTML report (per-step breakdown chart, findings) to FILE
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Also write the JSON report (as --format json prints it) to FILE
+    #[arg(long, value_name = "FILE")]
+    pub export_json: Option<PathBuf>,
 }
 
 fn input_error(e: TraceError) -> anyhow::Error {
@@ -85,10 +91,17 @@ pub fn run(_global: &GlobalOpts, args: &AnalyzeArgs) -> anyhow::Result<u8> {
         crate::present::html::trace_page(&rep)
             .and_then(|page| crate::present::html::write(h, &page))
             .map_err(|e| anyhow::Error::new(Failure::input(e.to_string())))?;
+        eprintln!("gpufeed: wrote {}", h.display());
+    }
+    if let Some(p) = &args.export_json {
+        std::fs::write(p, serde_json::to_string_pretty(&rep)? + "\n").map_err(|e| {
+            anyhow::Error::new(Failure::input(format!("cannot write {}: {e}", p.display())))
+        })?;
+        eprintln!("gpufeed: wrote {}", p.display());
     }
     let out = match args.format {
         AnalyzeFormat::Json => serde_json::to_string_pretty(&rep)? + "\n",
-        AnalyzeFormat::Text => report::text(&rep, args.steps),
+        AnalyzeFormat::Text => report::text_with(&rep, args.steps, args.verbose),
         AnalyzeFormat::Markdown => report::markdown(&rep, args.steps),
     };
     use std::io::Write;

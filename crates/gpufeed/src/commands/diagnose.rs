@@ -31,6 +31,9 @@ pub struct DiagnoseArgs {
     /// Also write a self-contained HTML report (charts, findings and fixes) to FILE
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Also write the JSON report (as --format json prints it) to FILE
+    #[arg(long, value_name = "FILE")]
+    pub export_json: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -76,6 +79,18 @@ pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
     if let Some(h) = &args.html {
         crate::present::html::write_diagnoses(&reports, h)
             .map_err(|e| anyhow::Error::new(Failure::input(e.to_string())))?;
+        eprintln!("gpufeed: wrote {}", h.display());
+    }
+    if let Some(p) = &args.export_json {
+        let json = if reports.len() == 1 {
+            serde_json::to_string_pretty(&reports[0])?
+        } else {
+            serde_json::to_string_pretty(&reports)?
+        } + "\n";
+        std::fs::write(p, json).map_err(|e| {
+            anyhow::Error::new(Failure::input(format!("cannot write {}: {e}", p.display())))
+        })?;
+        eprintln!("gpufeed: wrote {}", p.display());
     }
     let out = match args.format {
         ReportFormat::Json if reports.len() > 1 => {

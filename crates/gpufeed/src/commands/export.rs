@@ -38,5 +38,8 @@ pub fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
             String::new()
         }
     );
+    if let Some(w) = st.overlap_warning() {
+        eprintln!("gpufeed: warning: {w}");
+    }
     Ok(exit::OK)
 }

@@ -4,6 +4,7 @@ pub mod analyze;
 pub mod batch_size;
 pub mod bench;
 pub mod completions;
+pub mod compare;
 pub mod diagnose;
 pub mod doctor;
 pub mod export;
@@ -22,6 +23,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Record(args) => record::record(&cli.global, &args),
         Command::Analyze(args) => analyze::run(&cli.global, &args),
         Command::Diagnose(args) => diagnose::run(&cli.global, &args),
+        Command::Compare(args) => compare::run(&cli.global, &args),
         Command::Sweep(args) => sweep::run(&cli.global, &args),
         Command::BatchSize(args) => batch_size::run(&cli.global, &args),
         Command::Serve(args) => serve::run(&cli.global, &args),

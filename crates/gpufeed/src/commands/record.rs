@@ -50,7 +50,7 @@ fn prepare(global: &GlobalOpts, opts: &RecordingOpts) -> anyhow::Result<Prepared
 }
 
 fn print_summary(path: &Path, opts: &RecordingOpts) -> anyhow::Result<()> {
-    if opts.quiet {
+    if opts.quiet && opts.export_json.is_none() {
         return Ok(());
     }
     let (summary, _) =
@@ -62,7 +62,19 @@ fn print_summary(path: &Path, opts: &RecordingOpts) -> anyhow::Result<()> {
             None
         }
     };
+    if let Some(p) = &opts.export_json {
+        // The JSON goes to the file, never to stdout, which belongs to the job.
+        let json = present::run::json(&summary, diagnosis.as_ref()) + "\n";
+        match std::fs::write(p, json) {
+            Ok(()) => eprintln!("gpufeed: wrote {}", p.display()),
+            Err(e) => eprintln!("gpufeed: cannot write {}: {e}", p.display()),
+        }
+    }
+    if opts.quiet {
+        return Ok(());
+    }
     match opts.format {
+        SummaryFormat::Json if opts.export_json.is_some() => {}
         SummaryFormat::Text => {
             let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
             eprint!(
@@ -195,8 +207,9 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
                 eprintln!("gpufeed: {e:#}");
             }
             if let Some(h) = &args.html {
-                if let Err(e) = present::html::write_for_recording(&path, h) {
-                    eprintln!("gpufeed: HTML report: {e}");
+                match present::html::write_for_recording(&path, h) {
+                    Ok(()) => eprintln!("gpufeed: wrote {}", h.display()),
+                    Err(e) => eprintln!("gpufeed: HTML report: {e}"),
                 }
             }
         }

@@ -109,6 +109,10 @@ pub struct SweepArgs {
     /// Write a self-contained HTML page (sweep curve, sweet spot) after every trial
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Re-run a trial whose throughput never settled (interval still wider than --tolerance at
+    /// --max-time) up to N more times, keeping the steadiest run
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10))]
+    pub retries: u32,
     /// The command, after `--`, with {name} where each knob's value goes
     #[arg(
         required = true,
@@ -380,8 +384,15 @@ fn sweep_html(rep: &SweepReport) -> anyhow::Result<String> {
         .sweet_spot
         .as_ref()
         .map(|s| (label(&s.parameters), s.reason.clone()));
+    let knob = rep
+        .knobs
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
     crate::present::html::sweep_page(
         &rep.command.join(" "),
+        &knob,
         &unit,
         &points,
         spot.as_ref().map(|(l, r)| (l.as_str(), r.as_str())),
@@ -474,13 +485,47 @@ pub fn run(global: &GlobalOpts, args: &SweepArgs) -> anyhow::Result<u8> {
         );
         spec.inject = resolved[i].clone();
         pb.set_message(format!("{label}: starting"));
-        let outcome = match run_trial(&spec, &interrupt, |l| pb.set_message(live_msg(&label, l))) {
-            Ok(o) => o,
-            Err(e) => {
-                fatal = Some(tune_err(e));
+        let mut kept: Option<(crate::tune::trial::TrialOutcome, u32)> = None;
+        let mut attempt = 0u32;
+        loop {
+            let mut spec = spec.clone();
+            if attempt > 0 {
+                spec.recording = recording_for_retry(&spec.recording, attempt);
+            }
+            let outcome =
+                match run_trial(&spec, &interrupt, |l| pb.set_message(live_msg(&label, l))) {
+                    Ok(o) => o,
+                    Err(e) => {
+                        fatal = Some(tune_err(e));
+                        break;
+                    }
+                };
+            attempt += 1;
+            let unsettled =
+                outcome.exit.ok() && outcome.throughput.as_ref().is_some_and(|t| !t.steady);
+            kept = Some(match kept.take() {
+                Some((old, n)) if !better_run(&outcome, &old) => (old, n + 1),
+                Some((_, n)) => (outcome, n + 1),
+                None => (outcome, 1),
+            });
+            if !unsettled || attempt > args.retries || interrupt.load(Ordering::SeqCst) {
                 break;
             }
+            say(
+                &pb,
+                quiet,
+                format!(
+                    "gpufeed: {label} never settled; re-running it ({attempt} of {} retries)",
+                    args.retries
+                ),
+            );
+        }
+        let Some((outcome, attempts)) = kept else {
+            break;
         };
+        if fatal.is_some() {
+            break;
+        }
         if let (Some(e), false) = (&outcome.gpu_error, gpu_note_said) {
             say(
                 &pb,
@@ -489,10 +534,11 @@ pub fn run(global: &GlobalOpts, args: &SweepArgs) -> anyhow::Result<u8> {
             );
             gpu_note_said = true;
         }
-        let r = TrialResult::new(setting, argv, outcome);
+        let mut r = TrialResult::new(setting, argv, outcome);
+        r.attempts = attempts;
         say(&pb, quiet, trial_line(i + 1, settings.len(), &r));
         rep.results.push(r);
-        let (sw, mixed) = report::sweet_spot(&rep.results);
+        let (sw, mixed) = report::sweet_spot(&rep.results, &rep.knobs);
         rep.sweet_spot = sw;
         rep.mixed_units = mixed;
         rep.check_overrides(knobs_only_injected);
@@ -522,6 +568,32 @@ pub fn run(global: &GlobalOpts, args: &SweepArgs) -> anyhow::Result<u8> {
         return Ok(exit::FAILURE);
     }
     Ok(exit::OK)
+}
+
+/// `trial-03-workers=4.ndjson` → `trial-03-workers=4.retry1.ndjson`.
+fn recording_for_retry(p: &std::path::Path, attempt: u32) -> PathBuf {
+    let stem = p
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    p.with_file_name(format!("{stem}.retry{attempt}.ndjson"))
+}
+
+/// Of two runs of one setting, the better is the settled one, else the one with the narrower
+/// relative interval.
+fn better_run(
+    new: &crate::tune::trial::TrialOutcome,
+    old: &crate::tune::trial::TrialOutcome,
+) -> bool {
+    let key = |o: &crate::tune::trial::TrialOutcome| match (&o.throughput, o.exit.ok()) {
+        (Some(t), true) => (
+            if t.steady { 2 } else { 1 },
+            -t.rel_half_width().unwrap_or(f64::INFINITY),
+        ),
+        _ => (0, f64::NEG_INFINITY),
+    };
+    let (a, b) = (key(new), key(old));
+    a.0 > b.0 || (a.0 == b.0 && a.1 > b.1)
 }
 
 /// One line per finished trial.
@@ -569,6 +641,14 @@ mod tests {
         assert!(parse_fraction("0").is_err());
         assert!(parse_fraction("abc").is_err());
         assert!(parse_fraction("150%").is_err());
+    }
+
+    #[test]
+    fn retry_recordings_get_their_own_names() {
+        assert_eq!(
+            recording_for_retry(std::path::Path::new("/d/trial-03-workers=4.ndjson"), 2),
+            PathBuf::from("/d/trial-03-workers=4.retry2.ndjson")
+        );
     }
 
     #[test]

@@ -146,6 +146,39 @@ fn bad(path: &Path, e: LogError) -> DiagnoseError {
     }
 }
 
+/// Files that another gpufeed command reads: a PyTorch profiler trace (`analyze`), a sweep
+/// report (`compare`). The message says which command to use.
+pub fn other_command(head: &[u8], path: &Path) -> Option<String> {
+    let shown = path.display();
+    if head.starts_with(&[0x1f, 0x8b]) {
+        return Some(format!(
+            "a gzip file: a PyTorch profiler trace (.json.gz)? use gpufeed analyze {shown}"
+        ));
+    }
+    let text = String::from_utf8_lossy(head);
+    let t = text.trim_start();
+    if t.starts_with('{') || t.starts_with('[') {
+        if [
+            "\"traceEvents\"",
+            "\"schemaVersion\"",
+            "\"deviceProperties\"",
+        ]
+        .iter()
+        .any(|k| t.contains(k))
+        {
+            return Some(format!(
+                "a PyTorch profiler (Kineto) trace, not a recording or GPU log: use gpufeed analyze {shown}"
+            ));
+        }
+        if t.contains("\"knobs\"") && t.contains("\"schema_version\"") && !t.contains("\"type\"") {
+            return Some(format!(
+                "a sweep report (sweep.json): its trials' recordings are in the same folder (gpufeed diagnose trial-NN-*.ndjson); to compare two sweeps, use gpufeed compare BEFORE.json {shown}"
+            ));
+        }
+    }
+    None
+}
+
 /// Reads `path` in `format` (detecting it for `Auto`) into evidence.
 pub fn read(
     path: &Path,
@@ -166,6 +199,12 @@ pub fn read(
             if head.iter().all(|b| b.is_ascii_whitespace()) {
                 return Err(DiagnoseError::Empty {
                     path: path.to_path_buf(),
+                });
+            }
+            if let Some(detail) = other_command(&head, path) {
+                return Err(DiagnoseError::Bad {
+                    path: path.to_path_buf(),
+                    detail,
                 });
             }
             detect(&String::from_utf8_lossy(&head)).ok_or_else(|| DiagnoseError::UnknownFormat {
@@ -400,6 +439,23 @@ fn trim(b: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn other_commands_are_named() {
+        let p = Path::new("t.json");
+        let m = other_command(br#"{"schemaVersion": 1, "deviceProperties": []}"#, p).unwrap();
+        assert!(m.contains("use gpufeed analyze t.json"), "{m}");
+        assert!(other_command(&[0x1f, 0x8b, 8, 0], p)
+            .unwrap()
+            .contains("gpufeed analyze"));
+        let m = other_command(
+            b"{\n  \"schema_version\": 1,\n  \"command\": [],\n  \"knobs\": []",
+            p,
+        )
+        .unwrap();
+        assert!(m.contains("gpufeed compare"), "{m}");
+        assert!(other_command(br#"{"type":"header","schema_version":1}"#, p).is_none());
+    }
 
     #[test]
     fn detection() {

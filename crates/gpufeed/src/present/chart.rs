@@ -106,14 +106,28 @@ pub fn lines(
     y_max: Option<f64>,
     size: (u32, u32),
 ) -> Result<String, ChartError> {
+    lines_on(title, y_desc, series, y_max, None, size)
+}
+
+/// [`lines`] on a given time axis `0..x_max` (seconds), so that charts of one recording line up.
+pub fn lines_on(
+    title: &str,
+    y_desc: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+    y_max: Option<f64>,
+    x_max: Option<f64>,
+    size: (u32, u32),
+) -> Result<String, ChartError> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
-        let x_max = series
-            .iter()
-            .flat_map(|(_, p)| p.iter().map(|x| x.0))
-            .fold(1.0f64, f64::max);
+        let x_max = x_max.filter(|x| *x > 0.0).unwrap_or_else(|| {
+            series
+                .iter()
+                .flat_map(|(_, p)| p.iter().map(|x| x.0))
+                .fold(1.0f64, f64::max)
+        });
         let y_top = y_max.unwrap_or_else(|| {
             series
                 .iter()
@@ -181,28 +195,54 @@ fn heat(v: f64) -> RGBColor {
     }
 }
 
+/// The heat colour of a busy percentage as CSS `rgb(...)`, for a colour scale beside the chart.
+pub fn heat_css(v: f64) -> String {
+    let c = heat(v);
+    format!("rgb({},{},{})", c.0, c.1, c.2)
+}
+
 /// A heat strip: one row per core, time across, colour = busy percent.
 pub fn heat_strip(title: &str, rows: &[Buckets], size: (u32, u32)) -> Result<String, ChartError> {
+    heat_strip_on(title, rows, None, size)
+}
+
+/// [`heat_strip`] on a given time axis, rows labelled `cpu0`, `cpu1`, ...
+pub fn heat_strip_on(
+    title: &str,
+    rows: &[Buckets],
+    x_max: Option<f64>,
+    size: (u32, u32),
+) -> Result<String, ChartError> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
-        let x_max = rows.iter().map(Buckets::end_s).fold(1.0f64, f64::max);
+        let x_max = x_max
+            .filter(|x| *x > 0.0)
+            .unwrap_or_else(|| rows.iter().map(Buckets::end_s).fold(1.0f64, f64::max));
         let n = rows.len().max(1) as f64;
         let mut chart = ChartBuilder::on(&root)
             .caption(title, (FONT, 16))
             .margin(8)
             .x_label_area_size(32)
             .y_label_area_size(64)
-            .build_cartesian_2d(0f64..x_max, 0f64..n)
+            // rows centred on whole numbers, so each core's label sits beside its row
+            .build_cartesian_2d(0f64..x_max, -0.5f64..n - 0.5)
             .map_err(err)?;
         chart
             .configure_mesh()
             .disable_mesh()
             .x_desc("seconds")
             .y_desc("core")
-            .y_labels(rows.len().min(16))
-            .y_label_formatter(&|y| format!("{}", *y as usize))
+            // twice the rows: the whole numbers (row centres) are among the ticks
+            .y_labels((rows.len() * 2 + 1).min(65))
+            .y_label_formatter(&|y| {
+                if y.fract().abs() < 1e-9 && *y >= 0.0 && (*y as usize) < rows.len() {
+                    format!("cpu{}", *y as usize)
+                } else {
+                    String::new()
+                }
+            })
             .label_style((FONT, 12))
             .draw()
             .map_err(err)?;
@@ -211,7 +251,7 @@ pub fn heat_strip(title: &str, rows: &[Buckets], size: (u32, u32)) -> Result<Str
             chart
                 .draw_series(b.points().into_iter().map(|(t, v)| {
                     Rectangle::new(
-                        [(t, core as f64), (t + w, core as f64 + 1.0)],
+                        [(t, core as f64 - 0.5), (t + w, core as f64 + 0.5)],
                         heat(v).filled(),
                     )
                 }))
@@ -222,9 +262,21 @@ pub fn heat_strip(title: &str, rows: &[Buckets], size: (u32, u32)) -> Result<Str
     Ok(svg)
 }
 
-/// Stacked bars: one bar per x label, one colour per category.
+/// Stacked bars: one bar per x label (steps), one colour per category.
 pub fn stacked_bars(
     title: &str,
+    y_desc: &str,
+    categories: &[&str],
+    bars: &[(String, Vec<f64>)],
+    size: (u32, u32),
+) -> Result<String, ChartError> {
+    stacked_bars_x(title, "step", y_desc, categories, bars, size)
+}
+
+/// [`stacked_bars`] with the x axis named `x_desc` (a sweep's knob).
+pub fn stacked_bars_x(
+    title: &str,
+    x_desc: &str,
     y_desc: &str,
     categories: &[&str],
     bars: &[(String, Vec<f64>)],
@@ -252,7 +304,7 @@ pub fn stacked_bars(
         chart
             .configure_mesh()
             .disable_x_mesh()
-            .x_desc("step")
+            .x_desc(x_desc)
             .y_desc(y_desc)
             .x_labels(n.min(20))
             .x_label_formatter(&|x| {

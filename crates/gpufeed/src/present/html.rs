@@ -57,7 +57,7 @@ table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;paddin
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}.chart svg{max-width:100%;height:auto}\
 ul.notes{color:#555;font-size:14px}";
 
-fn page(title: &str, body: &str) -> String {
+pub(crate) fn page(title: &str, body: &str) -> String {
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta name=\"generator\" content=\"gpufeed {}\"><title>{}</title><style>{STYLE}</style></head>\
@@ -131,9 +131,14 @@ pub struct RecordingSeries {
     pub gpu_util: BTreeMap<u32, Buckets>,
     pub pcie_rx: BTreeMap<u32, Buckets>,
     pub pcie_tx: BTreeMap<u32, Buckets>,
+    /// GPU memory used, GiB.
+    pub gpu_mem_gib: BTreeMap<u32, Buckets>,
     pub cpu_cores: Vec<Buckets>,
     /// What `--dataloader` / `--torch` changed in the job.
     pub overrides: Option<crate::record::format::OverridesLine>,
+    /// Busy cores: the whole machine, and the job's processes alone.
+    pub host_cores_busy: Buckets,
+    pub job_cores_busy: Buckets,
 }
 
 impl RecordingSeries {
@@ -190,6 +195,12 @@ impl RecordingSeries {
                     }
                 }
                 prev.insert(g.index, (g.t_s, g.pcie_rx_bytes, g.pcie_tx_bytes));
+                if let Some(m) = g.mem_used_bytes {
+                    self.gpu_mem_gib
+                        .entry(g.index)
+                        .or_default()
+                        .push(g.t_s, m as f64 / (1u64 << 30) as f64);
+                }
             }
             Line::Host(h) => {
                 if self.cpu_cores.len() < h.cpu_pct.len() {
@@ -197,6 +208,17 @@ impl RecordingSeries {
                 }
                 for (i, v) in h.cpu_pct.iter().enumerate() {
                     self.cpu_cores[i].push(h.t_s, *v);
+                }
+                if !h.cpu_pct.is_empty() {
+                    self.host_cores_busy
+                        .push(h.t_s, h.cpu_pct.iter().sum::<f64>() / 100.0);
+                }
+            }
+            Line::Procs { t_s, procs } => {
+                let cpu: Vec<f64> = procs.iter().filter_map(|p| p.cpu_pct).collect();
+                if !cpu.is_empty() {
+                    self.job_cores_busy
+                        .push(*t_s, cpu.iter().sum::<f64>() / 100.0);
                 }
             }
             _ => {}
@@ -283,6 +305,51 @@ of pid {} (thread {}).</p><div style=\"display:flex;height:28px;width:{WIDTH}px;
     s
 }
 
+/// The job's processes: role, CPU, memory, time in D state, command.
+fn process_table(r: &DiagnoseReport) -> String {
+    let procs = &r.job.processes;
+    if procs.is_empty() {
+        return String::new();
+    }
+    let mut sorted: Vec<_> = procs.iter().collect();
+    sorted.sort_by(|a, b| {
+        b.cpu_mean_pct
+            .unwrap_or(0.0)
+            .total_cmp(&a.cpu_mean_pct.unwrap_or(0.0))
+    });
+    let mut s = format!(
+        "<h2>The job's processes</h2><p class=\"meta\">{}, most CPU first; CPU in percent of one core.</p>\
+<table><tr><th>pid</th><th>role</th><th>CPU mean</th><th>CPU max</th><th>RSS peak</th><th>in D state</th><th>command</th></tr>",
+        super::plural(procs.len(), "process", "processes")
+    );
+    for p in sorted.iter().take(64) {
+        let role = serde_json::to_value(p.role)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td style=\"text-align:left\">{}</td></tr>",
+            p.pid,
+            esc(&role),
+            super::opt(p.cpu_mean_pct, |v| format!("{v:.0}%")),
+            super::opt(p.cpu_max_pct, |v| format!("{v:.0}%")),
+            super::opt(p.rss_max_bytes, super::bytes),
+            super::opt(p.d_state_fraction, |v| format!("{:.0}%", v * 100.0)),
+            esc(p.cmd.as_deref().unwrap_or("?"))
+        );
+    }
+    if sorted.len() > 64 {
+        let _ = write!(
+            s,
+            "<tr><td colspan=\"7\">... and {} more (see --format json)</td></tr>",
+            sorted.len() - 64
+        );
+    }
+    s.push_str("</table>");
+    s
+}
+
 fn verdict_class(id: &str) -> &'static str {
     match id {
         "compute_bound" => "ok",
@@ -300,13 +367,13 @@ pub fn diagnose_section(
     let mut s = String::new();
     let _ = write!(
         s,
-        "<h1>{}</h1><p class=\"meta\">{} ({}), {:.0} s, {} GPU(s)</p>\
+        "<h1>{}</h1><p class=\"meta\">{} ({}), {:.0} s, {}</p>\
 <div class=\"verdict {}\"><b>{}</b> ({:.0}% confidence): {}</div>",
         esc(&format!("gpufeed diagnosis: {}", r.verdict.id)),
         esc(&r.source.path),
         esc(&r.source.format),
         r.duration_s,
-        r.gpus.len(),
+        super::plural(r.gpus.len(), "GPU", "GPUs"),
         verdict_class(&r.verdict.id),
         esc(&r.verdict.id),
         r.verdict.confidence * 100.0,
@@ -335,26 +402,89 @@ pub fn diagnose_section(
             })
             .collect(),
     };
+    // one time axis for every chart of the recording, so that they line up
+    let t_end = {
+        let mut t = r.duration_s;
+        if let Some(se) = series {
+            for b in se.gpu_util.values().chain(se.cpu_cores.iter()) {
+                t = t.max(b.end_s());
+            }
+        }
+        (t > 0.0).then_some(t)
+    };
     if util.is_empty() {
         s.push_str("<p>No GPU utilization was recorded.</p>");
     } else {
-        s.push_str(&chart::lines(
+        s.push_str(&chart::lines_on(
             "GPU utilization (%)",
             "%",
             &util,
             Some(100.0),
+            t_end,
             (WIDTH, 300),
         )?);
     }
     s.push_str("</div>");
     if let Some(se) = series {
+        if !se.gpu_mem_gib.is_empty() {
+            let total = r
+                .gpus
+                .iter()
+                .filter_map(|g| g.mem_total_bytes)
+                .max()
+                .map(|b| b as f64 / (1u64 << 30) as f64);
+            s.push_str("<h2>GPU memory</h2><p class=\"meta\">A full memory bar is not a bottleneck by itself: PyTorch's caching allocator keeps freed blocks reserved. Utilization above says whether the GPU is busy.</p><div class=\"chart\">");
+            let mem: Vec<(String, Vec<(f64, f64)>)> = se
+                .gpu_mem_gib
+                .iter()
+                .map(|(i, b)| (format!("GPU {i} used"), b.points()))
+                .collect();
+            s.push_str(&chart::lines_on(
+                &match total {
+                    Some(t) => format!("GPU memory used (GiB of {t:.1} GiB)"),
+                    None => "GPU memory used (GiB)".into(),
+                },
+                "GiB",
+                &mem,
+                total,
+                t_end,
+                (WIDTH, 220),
+            )?);
+            s.push_str("</div>");
+        }
         if !se.cpu_cores.is_empty() {
-            s.push_str("<h2>CPU per core</h2><p class=\"meta\">White: idle, red: saturated. A few red rows with the rest white is a CPU-bound input pipeline with too few workers.</p><div class=\"chart\">");
-            let h = (se.cpu_cores.len() as u32 * 10).clamp(120, 700) + 60;
-            s.push_str(&chart::heat_strip(
+            s.push_str("<h2>CPU per core</h2><p class=\"meta\">A few saturated rows with the rest idle is a CPU-bound input pipeline with too few workers.</p>");
+            let _ = write!(
+                s,
+                "<div class=\"meta\" style=\"display:flex;align-items:center;gap:6px;margin:4px 0 4px 72px\">busy 0%<span style=\"display:inline-block;width:240px;height:12px;border:1px solid #ccc;background:linear-gradient(to right,{},{},{})\"></span>100%</div>",
+                chart::heat_css(0.0),
+                chart::heat_css(50.0),
+                chart::heat_css(100.0)
+            );
+            s.push_str("<div class=\"chart\">");
+            let h = (se.cpu_cores.len() as u32 * 12).clamp(120, 800) + 60;
+            s.push_str(&chart::heat_strip_on(
                 "CPU busy per core (%)",
                 &se.cpu_cores,
+                t_end,
                 (WIDTH, h),
+            )?);
+            s.push_str("</div>");
+            let mut busy = vec![("whole machine".to_string(), se.host_cores_busy.points())];
+            if !se.job_cores_busy.points().is_empty() {
+                busy.push((
+                    "the job's processes".to_string(),
+                    se.job_cores_busy.points(),
+                ));
+            }
+            s.push_str("<div class=\"chart\">");
+            s.push_str(&chart::lines_on(
+                "Busy cores: the job and the whole machine",
+                "cores",
+                &busy,
+                Some(se.cpu_cores.len() as f64),
+                t_end,
+                (WIDTH, 220),
             )?);
             s.push_str("</div>");
         }
@@ -366,12 +496,36 @@ pub fn diagnose_section(
             pcie.push((format!("GPU {i} device to host"), b.points()));
         }
         if !pcie.is_empty() {
+            let mut top: Option<f64> = None;
+            for g in &r.gpus {
+                if let Some(c) = g
+                    .pcie
+                    .capacity_current_bytes_per_s
+                    .or(g.pcie.capacity_max_bytes_per_s)
+                {
+                    let gbps = c / 1e9;
+                    let end = t_end.unwrap_or(1.0);
+                    pcie.push((
+                        format!(
+                            "GPU {} link capacity ({gbps:.1} GB/s{})",
+                            g.index,
+                            match (g.pcie.gen_current, g.pcie.width_current) {
+                                (Some(gen), Some(w)) => format!(", gen {gen} x{w}"),
+                                _ => String::new(),
+                            }
+                        ),
+                        vec![(0.0, gbps), (end, gbps)],
+                    ));
+                    top = Some(top.unwrap_or(0.0).max(gbps * 1.1));
+                }
+            }
             s.push_str("<h2>PCIe</h2><div class=\"chart\">");
-            s.push_str(&chart::lines(
+            s.push_str(&chart::lines_on(
                 "PCIe traffic (GB/s)",
                 "GB/s",
                 &pcie,
-                None,
+                top,
+                t_end,
                 (WIDTH, 260),
             )?);
             s.push_str("</div>");
@@ -380,6 +534,7 @@ pub fn diagnose_section(
     if let Some(p) = &r.python {
         s.push_str(&loop_html(p));
     }
+    s.push_str(&process_table(r));
     s.push_str("<h2>Findings and fixes</h2>");
     s.push_str(&findings_html(&r.findings));
     if let Some(o) = series.and_then(|se| se.overrides.as_ref()) {
@@ -540,6 +695,7 @@ pub struct SweepPoint {
 /// the sweet spot and why.
 pub fn sweep_page(
     command: &str,
+    knob: &str,
     unit: &str,
     points: &[SweepPoint],
     sweet_spot: Option<(&str, &str)>,
@@ -585,8 +741,9 @@ pub fn sweep_page(
         .map(|p| (mark(p), vec![p.throughput.unwrap_or(0.0)]))
         .collect();
     s.push_str("<h2>Throughput per setting</h2><div class=\"chart\">");
-    s.push_str(&chart::stacked_bars(
+    s.push_str(&chart::stacked_bars_x(
         &format!("Throughput ({unit}); * = sweet spot"),
+        knob,
         unit,
         &["throughput"],
         &tp,
@@ -596,8 +753,9 @@ pub fn sweep_page(
         .iter()
         .map(|p| (mark(p), vec![p.gpu_util_mean_pct.unwrap_or(0.0)]))
         .collect();
-    s.push_str(&chart::stacked_bars(
+    s.push_str(&chart::stacked_bars_x(
         "GPU utilization (%)",
+        knob,
         "%",
         &["GPU utilization"],
         &util,
@@ -704,6 +862,7 @@ mod tests {
             .collect();
         let h = sweep_page(
             "python train.py",
+            "num_workers",
             "samples/s",
             &pts,
             Some(("num_workers=4", "within 5% of the best")),
@@ -713,9 +872,15 @@ mod tests {
         assert!(h.contains("Sweet spot: num_workers=4"));
         assert!(h.contains("*num_workers=4"));
         assert_eq!(h.matches("<svg").count(), 2);
+        assert!(
+            h.contains(">num_workers<") || h.contains("\nnum_workers\n"),
+            "the knob names the x axis"
+        );
+        assert!(!h.contains("\nstep\n") && !h.contains(">step<"));
         assert!(h.contains("<code>DataLoader(num_workers=8) at train.py:42, was 0</code>"));
         let h = sweep_page(
             "python train.py",
+            "num_workers",
             "samples/s",
             &pts,
             None,

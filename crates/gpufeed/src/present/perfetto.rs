@@ -36,6 +36,34 @@ pub enum PerfettoError {
 pub struct ExportStats {
     pub counter_events: u64,
     pub trace_events: u64,
+    /// First and last time (Unix µs) of the recording's counters and of the merged trace's events.
+    pub recording_span_us: Option<(f64, f64)>,
+    pub trace_span_us: Option<(f64, f64)>,
+}
+
+fn widen(span: &mut Option<(f64, f64)>, a: f64, b: f64) {
+    *span = Some(match *span {
+        None => (a, b),
+        Some((x, y)) => (x.min(a), y.max(b)),
+    });
+}
+
+impl ExportStats {
+    /// A warning when the merged trace and the recording do not overlap in time (another run, or a
+    /// trace whose clock is not the Unix epoch): their tracks would sit apart in Perfetto.
+    pub fn overlap_warning(&self) -> Option<String> {
+        let ((r0, r1), (t0, t1)) = (self.recording_span_us?, self.trace_span_us?);
+        if t0 <= r1 && r0 <= t1 {
+            return None;
+        }
+        let gap_s = if t1 < r0 { r0 - t1 } else { t0 - r1 } / 1e6;
+        Some(format!(
+            "the trace and the recording do not overlap in time: the trace {} the recording by {}; \
+             were they taken during the same run? (Kineto traces without baseTimeNanoseconds may use another clock)",
+            if t1 < r0 { "ends before" } else { "starts after" },
+            humantime::format_duration(std::time::Duration::from_secs_f64(if gap_s.is_finite() { gap_s.round().clamp(0.0, 1e12) } else { 0.0 }))
+        ))
+    }
 }
 
 /// Counter and metadata events from a recording, in Unix µs.
@@ -164,6 +192,11 @@ pub fn export(
         counter_events: counters.iter().filter(|e| e["ph"] == "C").count() as u64,
         ..Default::default()
     };
+    for e in counters.iter().filter(|e| e["ph"] == "C") {
+        if let Some(ts) = e.get("ts").and_then(Value::as_f64) {
+            widen(&mut stats.recording_span_us, ts, ts);
+        }
+    }
     let mut kineto: Option<Value> = None;
     if let Some(t) = merge {
         let terr = |detail: String| PerfettoError::Trace {
@@ -217,9 +250,13 @@ pub fn export(
             }
             w.write_all(b"\"traceEvents\":[")?;
             for mut e in events {
-                if shift_us != 0.0 {
-                    if let Some(ts) = e.get("ts").and_then(Value::as_f64) {
+                if let Some(ts) = e.get("ts").and_then(Value::as_f64) {
+                    if shift_us != 0.0 {
                         e["ts"] = json!(ts + shift_us);
+                    }
+                    if e["ph"] == "X" || e["ph"] == "B" || e["ph"] == "i" {
+                        let dur = e.get("dur").and_then(Value::as_f64).unwrap_or(0.0);
+                        widen(&mut stats.trace_span_us, ts + shift_us, ts + shift_us + dur);
                     }
                 }
                 if !first {
@@ -244,4 +281,24 @@ pub fn export(
     })
     .map_err(werr)?;
     Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ExportStats;
+
+    #[test]
+    fn warns_only_when_trace_and_recording_are_apart() {
+        let mut s = ExportStats {
+            recording_span_us: Some((1_000_000.0, 61_000_000.0)),
+            trace_span_us: Some((30_000_000.0, 90_000_000.0)),
+            ..Default::default()
+        };
+        assert!(s.overlap_warning().is_none());
+        s.trace_span_us = Some((3_700_000_000.0, 3_800_000_000.0));
+        let w = s.overlap_warning().unwrap();
+        assert!(w.contains("starts after the recording by 1h"), "{w}");
+        s.trace_span_us = None;
+        assert!(s.overlap_warning().is_none());
+    }
 }

@@ -51,7 +51,7 @@ pub fn text(s: &Summary) -> String {
             opt(g.power_mean_w, |w| format!("{w:.0} W")),
             opt(g.temperature_max_c, |c| format!("{c} C")),
             opt(g.sm_clock_mean_mhz, |c| format!("{c:.0} MHz")),
-            opt(g.pcie_rx_mean_bytes_per_s, |r| format!("{}/s", bytes(r as u64))),
+            opt(g.pcie_rx_mean_bytes_per_s, super::gb_per_s),
             opt(g.throttled_pct, |p| format!("{p:.0}% of readings")),
         );
     }
@@ -64,19 +64,27 @@ pub fn text(s: &Summary) -> String {
         opt(s.host.mem_total_bytes, bytes),
     );
     if let Some(j) = &s.job {
-        let how = match (j.exit_code, j.signal) {
-            (Some(c), _) => format!("exited with code {c}"),
-            (None, Some(sig)) => format!("killed by signal {sig}"),
-            _ => "still running or not seen to end".to_string(),
+        let how = match (j.exit_code, j.signal, j.end_reason.as_deref()) {
+            (Some(c), _, _) => format!("exited with code {c}"),
+            (None, Some(sig), _) => format!("killed by signal {sig}"),
+            (_, _, Some("attached_exited")) => {
+                "exited, which ended the recording (attached with --pid: its exit code cannot be read)"
+                    .to_string()
+            }
+            (_, _, Some("duration")) => "still running when --duration ended the recording".into(),
+            (_, _, Some("interrupted")) => {
+                "still running when the recording was interrupted".into()
+            }
+            _ => "not seen to end (the recording has no end line)".to_string(),
         };
         let _ = writeln!(
             o,
-            "  job    pid {} {how}; CPU mean {} of one core (max {}); RSS peak {}; {} processes (at most {} at once)",
+            "  job    pid {} {how}; CPU mean {} of one core (max {}); RSS peak {}; {} (at most {} at once)",
             j.pid,
             opt(j.cpu_mean_pct, |v| format!("{v:.0}%")),
             opt(j.cpu_max_pct, |v| format!("{v:.0}%")),
             opt(j.rss_max_bytes, bytes),
-            j.processes.len(),
+            super::plural(j.processes.len(), "process", "processes"),
             j.processes_max,
         );
         let mut procs: Vec<_> = j.processes.iter().collect();
@@ -175,6 +183,7 @@ mod tests {
                 cpu_max_pct: Some(260.0),
                 rss_max_bytes: Some(3 << 30),
                 processes_max: 3,
+                end_reason: Some("job_exited".into()),
                 processes: vec![
                     ProcessSummary {
                         pid: 4242,
@@ -240,6 +249,21 @@ mod tests {
         let back: Summary = serde_json::from_str(&json(&s)).unwrap();
         assert_eq!(back, s);
         assert!(!json(&s).contains('\n'), "one line");
+    }
+
+    #[test]
+    fn attached_job_that_exited_says_so() {
+        let mut s = sample();
+        let j = s.job.as_mut().unwrap();
+        j.exit_code = None;
+        j.end_reason = Some("attached_exited".into());
+        j.processes.truncate(1);
+        let t = text(&s);
+        assert!(t.contains("exited, which ended the recording"), "{t}");
+        assert!(!t.contains("still running"), "{t}");
+        assert!(t.contains("; 1 process (at most"), "{t}");
+        s.job.as_mut().unwrap().end_reason = Some("duration".into());
+        assert!(text(&s).contains("still running when --duration ended"));
     }
 
     #[test]

@@ -119,6 +119,50 @@ fn breakdown_line(b: &StepRow) -> String {
         .join(", ")
 }
 
+/// The measured DataLoader share, with the plugin's figure beside it and why they differ.
+pub fn dataloader_line(t: &TraceSummary) -> String {
+    let b = &t.breakdown;
+    let plugin = pct(b.dataloader_us, b.total_us);
+    let measured = t.dataloader.share_pct;
+    let why = if (measured - plugin).abs() < 1.0 {
+        String::new()
+    } else if plugin < 0.5 {
+        "; the plugin breakdown books none of it to dataloader (its events are not cpu_op, or it overlaps GPU work)".into()
+    } else {
+        format!(
+            "; the plugin breakdown books {plugin:.0}% to dataloader: the rest overlaps GPU work it books first"
+        )
+    };
+    format!(
+        "DataLoader: the training loop waits {} ms per step ({measured:.0}% of the step){why}; iterator {}",
+        ms(t.dataloader.per_step_us),
+        t.dataloader.iterator
+    )
+}
+
+/// NCCL time not hidden behind compute, when the plugin's `communication` category misses it.
+pub fn communication_line(t: &TraceSummary) -> Option<String> {
+    let b = &t.breakdown;
+    let exposed = t.communication.exposed_us_per_step;
+    if t.communication.kernel_us <= 0.0 || exposed <= 0.0 {
+        return None;
+    }
+    let plugin = pct(b.communication_us, b.total_us);
+    let mine = pct(exposed, b.total_us);
+    let why = if (mine - plugin).abs() < 1.0 {
+        String::new()
+    } else {
+        format!(
+            "; the plugin breakdown books {plugin:.0}% to communication (it counts collective kernels it cannot tie to a collective call as kernel)"
+        )
+    };
+    Some(format!(
+        "communication: {} ms per step of collective kernels not overlapped by compute ({mine:.0}% of the step, {:.0}% of collective time overlapped){why}",
+        ms(exposed),
+        t.communication.overlap_pct
+    ))
+}
+
 pub fn steps_table(steps: &[StepRow], markdown: bool) -> String {
     let mut o = String::new();
     let head = [
@@ -158,7 +202,58 @@ pub fn steps_table(steps: &[StepRow], markdown: bool) -> String {
     o
 }
 
+/// The few evidence entries that decide each finding (all of them are in the JSON and with
+/// `--verbose`).
+pub fn deciding_keys(id: &str) -> &'static [&'static str] {
+    match id {
+        "input_bound" => &[
+            "dataloader_pct",
+            "dataloader_us_per_step",
+            "step_us",
+            "dataloader_iterator",
+        ],
+        "pageable_memcpy" => &["copies", "bytes", "copy_pct_of_step", "bandwidth_gbps"],
+        "amp_unused" => &["tc_eligible_pct", "tensor_core_pct", "gpu"],
+        "sync_bound" => &["sync_pct", "sync_calls", "top_call"],
+        "launch_bound" => &[
+            "short_kernel_pct",
+            "host_wait_pct",
+            "launch_idle_pct_of_step",
+        ],
+        "comm_bound" => &[
+            "communication_pct",
+            "comm_overlap_pct",
+            "tb_plugin_communication_pct",
+        ],
+        "low_gpu_util" => &["gpu_busy_pct"],
+        "straggler" => &["straggler_rank", "step_us", "median_step_us"],
+        _ => &[],
+    }
+}
+
+/// `name=value, ...`: the deciding entries, or all of them when `all`.
+pub fn evidence_list(f: &Finding, all: bool) -> String {
+    let keys = deciding_keys(&f.id);
+    let shown: Vec<String> = f
+        .evidence
+        .iter()
+        .filter(|(k, _)| all || keys.is_empty() || keys.contains(&k.as_str()))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let hidden = f.evidence.len() - shown.len();
+    if hidden > 0 {
+        format!("{} (+{hidden} more with --verbose)", shown.join(", "))
+    } else {
+        shown.join(", ")
+    }
+}
+
 pub fn text(r: &Report, show_steps: bool) -> String {
+    text_with(r, show_steps, false)
+}
+
+/// The text report; `verbose` lists every evidence entry.
+pub fn text_with(r: &Report, show_steps: bool, verbose: bool) -> String {
     let mut o = String::new();
     for w in &r.warnings {
         let _ = writeln!(o, "warning: {w}");
@@ -175,7 +270,13 @@ pub fn text(r: &Report, show_steps: bool) -> String {
                 .expected_speedup
                 .map(|x| format!(" (up to {x:.2}x faster)"))
                 .unwrap_or_default();
-            let _ = writeln!(o, "TOP FIX: {}{gain}\n  -> {}\n", f.title, f.recommendation);
+            let _ = writeln!(
+                o,
+                "TOP FIX: {}{gain}\n  -> {}\n  because: {}\n",
+                f.title,
+                f.recommendation,
+                evidence_list(f, false)
+            );
         }
         None => {
             let _ = writeln!(o, "No problems found.\n");
@@ -200,7 +301,12 @@ pub fn text(r: &Report, show_steps: bool) -> String {
             );
         }
         let b = &t.breakdown;
-        let _ = writeln!(o, "step time {} ms: {}", ms(b.total_us), breakdown_line(b));
+        let _ = writeln!(
+            o,
+            "step time {} ms; TensorBoard-plugin breakdown (each moment booked once, GPU work first): {}",
+            ms(b.total_us),
+            breakdown_line(b)
+        );
         for d in &t.devices {
             if d.kernels > 0 {
                 let _ = writeln!(
@@ -231,13 +337,10 @@ pub fn text(r: &Report, show_steps: bool) -> String {
             }
         }
         if t.dataloader.calls > 0 {
-            let _ = writeln!(
-                o,
-                "DataLoader: {} ms per step ({:.0}%), iterator {}",
-                ms(t.dataloader.per_step_us),
-                t.dataloader.share_pct,
-                t.dataloader.iterator
-            );
+            let _ = writeln!(o, "{}", dataloader_line(t));
+        }
+        if let Some(l) = communication_line(t) {
+            let _ = writeln!(o, "{l}");
         }
         for c in t.copies.iter().take(4) {
             let _ = writeln!(
@@ -301,8 +404,15 @@ pub fn text(r: &Report, show_steps: bool) -> String {
             .map(|x| format!(" (up to {x:.2}x)"))
             .unwrap_or_default();
         let _ = writeln!(o, "{}. [{}] {}{gain}", i + 1, f.severity.as_str(), f.title);
-        let ev: Vec<String> = f.evidence.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let _ = writeln!(o, "   evidence: {}", ev.join(", "));
+        if i == 0 {
+            // said once, at the top
+            if verbose {
+                let _ = writeln!(o, "   evidence: {}", evidence_list(f, true));
+            }
+            let _ = writeln!(o, "   fix: the TOP FIX above");
+            continue;
+        }
+        let _ = writeln!(o, "   evidence: {}", evidence_list(f, verbose));
         let _ = writeln!(o, "   fix: {}", f.recommendation);
     }
     o
@@ -342,12 +452,18 @@ pub fn markdown(r: &Report, show_steps: bool) -> String {
         let _ = writeln!(o, "## {}\n", t.path);
         let _ = writeln!(
             o,
-            "Steps: {} ({}). Average step {} ms: {}.\n",
+            "Steps: {} ({}). Average step {} ms; TensorBoard-plugin breakdown: {}.\n",
             t.steps.len(),
             t.step_source,
             ms(t.breakdown.total_us),
             breakdown_line(&t.breakdown)
         );
+        if t.dataloader.calls > 0 {
+            let _ = writeln!(o, "{}.\n", dataloader_line(t));
+        }
+        if let Some(l) = communication_line(t) {
+            let _ = writeln!(o, "{l}.\n");
+        }
         if t.devices.is_empty() {
             let _ = writeln!(o, "No GPU events.");
         } else {

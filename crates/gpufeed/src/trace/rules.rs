@@ -34,10 +34,14 @@ fn speedup(total: f64, saved: f64) -> Option<f64> {
     }
 }
 
+/// Fires from the DataLoader share gpufeed measures (every `enumerate(DataLoader)#...__next__`
+/// event, whatever its category, inside the steps, whatever their source), not from the
+/// plugin's `dataloader` category, which misses `user_annotation` events and books DataLoader
+/// time that overlaps GPU work to kernel/memcpy/runtime first.
 pub fn input_bound(s: &TraceSummary) -> Option<Finding> {
     let b = &s.breakdown;
-    let pct = 100.0 * b.dataloader_us / b.total_us.max(1e-9);
-    if pct <= INPUT_BOUND_PCT {
+    let pct = s.dataloader.share_pct;
+    if pct <= INPUT_BOUND_PCT || s.dataloader.per_step_us <= 0.0 {
         return None;
     }
     let sev = if pct > 25.0 {
@@ -45,19 +49,24 @@ pub fn input_bound(s: &TraceSummary) -> Option<Finding> {
     } else {
         Severity::Warning
     };
+    let gpu = !s.devices.is_empty();
+    let title = if gpu {
+        format!("Input-bound: the training loop waits for the DataLoader {pct:.0}% of each step, and the GPU with it")
+    } else {
+        // a CPU-only trace: nothing says a GPU waits, only the loop does
+        format!("Input-bound: the training loop waits for the DataLoader {pct:.0}% of each step")
+    };
+    let mut f = Finding::new("input_bound", sev, title)
+        .with("dataloader_pct", r1(pct))
+        .with("dataloader_us_per_step", r1(s.dataloader.per_step_us))
+        .with("step_us", r1(b.total_us))
+        .with(
+            "tb_plugin_dataloader_pct",
+            r1(100.0 * b.dataloader_us / b.total_us.max(1e-9)),
+        )
+        .with("step_source", s.step_source.clone())
+        .with("dataloader_iterator", s.dataloader.iterator.clone());
     let single = s.dataloader.iterator == "single_process";
-    let mut f = Finding::new(
-        "input_bound",
-        sev,
-        format!(
-            "Input-bound: the DataLoader takes {:.0}% of each step while the GPU waits",
-            pct
-        ),
-    )
-    .with("dataloader_pct", r1(pct))
-    .with("dataloader_us_per_step", r1(b.dataloader_us))
-    .with("step_us", r1(b.total_us))
-    .with("dataloader_iterator", s.dataloader.iterator.clone());
     if single {
         f = f.with("num_workers", 0);
     }
@@ -72,7 +81,7 @@ pub fn input_bound(s: &TraceSummary) -> Option<Finding> {
     };
     Some(
         f.recommend(rec)
-            .speedup(speedup(b.total_us, b.dataloader_us)),
+            .speedup(speedup(b.total_us, s.dataloader.per_step_us)),
     )
 }
 
@@ -272,6 +281,14 @@ pub fn comm_bound(s: &TraceSummary) -> Option<Finding> {
         )
         .with("communication_pct", r1(pct))
         .with("communication_us_per_step", r1(comm_us))
+        .with(
+            "tb_plugin_communication_pct",
+            r1(100.0 * b.communication_us / b.total_us.max(1e-9)),
+        )
+        .with(
+            "exposed_nccl_pct",
+            r1(100.0 * s.communication.exposed_us_per_step / b.total_us.max(1e-9)),
+        )
         .with("comm_overlap_pct", r1(s.communication.overlap_pct))
         .recommend(
             "Overlap and shrink gradient communication: DDP(model, bucket_cap_mb=50, gradient_as_bucket_view=True), \

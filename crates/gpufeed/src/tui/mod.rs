@@ -12,7 +12,7 @@ use crate::sample::throttle;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Paragraph, Sparkline};
+use ratatui::widgets::{Block, Borders, Paragraph, Sparkline, Wrap};
 use ratatui::Frame;
 
 /// Which block arrows act on.
@@ -141,7 +141,7 @@ fn pct_color(p: f64) -> Color {
 
 fn rate(b: Option<f64>) -> String {
     match b {
-        Some(v) => format!("{}/s", bytes(v.max(0.0) as u64)),
+        Some(v) => crate::present::gb_per_s(v),
         None => "-".into(),
     }
 }
@@ -161,8 +161,22 @@ pub fn draw(f: &mut Frame, st: &LiveState, ui: &Ui) {
     let cores = st.host.as_ref().map_or(0, |h| h.cpu_pct.len()) as u16;
     let core_cols = (area.width.saturating_sub(2) / 22).max(1);
     let cpu_h = cores.div_ceil(core_cols).clamp(1, 8) + 2;
+    // The verdict and its fix wrap: up to 5 lines on a tall terminal, 3 on a small one.
+    let verdict = verdict_lines(st, ui);
+    let width = area.width.max(1) as usize;
+    let needed: usize = verdict
+        .iter()
+        .map(|l| l.width().div_ceil(width).max(1))
+        .sum();
+    let verdict_cap = match area.height {
+        0..=9 => 1,
+        10..=15 => 4,
+        16..=19 => 5,
+        _ => 6,
+    };
+    let verdict_h = (needed as u16).clamp(1, verdict_cap);
     // Small terminals: title + verdict + as many GPUs as fit; CPUs and processes only with room.
-    let fixed = 2u16;
+    let fixed = 1 + verdict_h;
     let room = area.height.saturating_sub(fixed);
     let gpus_fit = (room.saturating_sub(2) / gpu_rows).clamp(1, gpu_n);
     let gpu_h = gpus_fit * gpu_rows + 2;
@@ -176,7 +190,7 @@ pub fn draw(f: &mut Frame, st: &LiveState, ui: &Ui) {
     };
     let chunks = Layout::vertical([
         Constraint::Length(1),
-        Constraint::Length(1),
+        Constraint::Length(verdict_h),
         Constraint::Length(gpu_h.min(room)),
         Constraint::Length(cpu_h),
         Constraint::Length(proc_h),
@@ -184,13 +198,83 @@ pub fn draw(f: &mut Frame, st: &LiveState, ui: &Ui) {
     ])
     .split(area);
     draw_title(f, chunks[0], st, ui);
-    draw_verdict(f, chunks[1], st, ui);
+    f.render_widget(Paragraph::new(verdict).wrap(Wrap { trim: true }), chunks[1]);
     draw_gpus(f, chunks[2], st, ui, gpus_fit as usize);
     if cpu_h > 0 {
         draw_cpus(f, chunks[3], st, ui, core_cols as usize);
     }
     if proc_h > 0 {
-        draw_procs(f, chunks[4], st, ui);
+        // the process list rarely fills the panel's width: the utilization history goes beside it
+        if chunks[4].width >= 70 && !st.gpus.is_empty() && proc_h >= 4 {
+            let [left, right] =
+                Layout::horizontal([Constraint::Min(40), Constraint::Percentage(45)])
+                    .areas(chunks[4]);
+            draw_procs(f, left, st, ui);
+            draw_history(f, right, st, ui);
+        } else {
+            draw_procs(f, chunks[4], st, ui);
+        }
+    }
+}
+
+/// Mean utilization over all GPUs per second, for the last `n` seconds (oldest first).
+fn history(st: &LiveState, n: usize) -> Vec<Option<f64>> {
+    let mut sum = vec![0.0; n];
+    let mut cnt = vec![0u32; n];
+    let now = st.t_s;
+    for g in &st.gpus {
+        for &(t, u) in &g.util {
+            let age = now - t;
+            if age < 0.0 || age >= n as f64 {
+                continue;
+            }
+            let i = n - 1 - age.floor() as usize;
+            sum[i] += u;
+            cnt[i] += 1;
+        }
+    }
+    sum.iter()
+        .zip(&cnt)
+        .map(|(s, c)| (*c > 0).then(|| s / *c as f64))
+        .collect()
+}
+
+fn draw_history(f: &mut Frame, area: Rect, st: &LiveState, ui: &Ui) {
+    let b = Block::default()
+        .borders(Borders::ALL)
+        .title(" GPU util history, 1 s/column ");
+    let inner = b.inner(area);
+    f.render_widget(b, area);
+    if inner.height == 0 || inner.width == 0 {
+        return;
+    }
+    let h = history(st, inner.width as usize);
+    let data: Vec<u64> = h
+        .iter()
+        .map(|x| x.map_or(0, |v| v.round().clamp(0.0, 100.0) as u64))
+        .collect();
+    let seen: Vec<f64> = h.iter().flatten().copied().collect();
+    let label_h = u16::from(inner.height > 2);
+    let [spark, label] =
+        Layout::vertical([Constraint::Min(1), Constraint::Length(label_h)]).areas(inner);
+    f.render_widget(
+        Sparkline::default()
+            .data(&data)
+            .max(100)
+            .style(ui.style(Color::Green)),
+        spark,
+    );
+    if label_h > 0 && !seen.is_empty() {
+        let mean = seen.iter().sum::<f64>() / seen.len() as f64;
+        f.render_widget(
+            Paragraph::new(format!(
+                "{} s: mean {mean:.0}% min {:.0}% max {:.0}%",
+                seen.len(),
+                seen.iter().copied().fold(f64::INFINITY, f64::min),
+                seen.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+            )),
+            label,
+        );
     }
 }
 
@@ -224,10 +308,11 @@ fn draw_title(f: &mut Frame, area: Rect, st: &LiveState, ui: &Ui) {
     f.render_widget(Paragraph::new(Line::from(spans)), area);
 }
 
-fn draw_verdict(f: &mut Frame, area: Rect, st: &LiveState, ui: &Ui) {
-    let line = match &st.report {
+/// The verdict, then its fix on a line of its own (both wrap in the verdict area).
+fn verdict_lines(st: &LiveState, ui: &Ui) -> Vec<Line<'static>> {
+    match &st.report {
         Some(r) => {
-            let mut spans = vec![
+            let mut out = vec![Line::from(vec![
                 Span::styled(
                     format!("{} ", r.verdict.id),
                     ui.style(verdict_color(&r.verdict.id))
@@ -239,18 +324,17 @@ fn draw_verdict(f: &mut Frame, area: Rect, st: &LiveState, ui: &Ui) {
                     r.window_s,
                     r.verdict.summary
                 )),
-            ];
+            ])];
             if let Some(fnd) = r.findings.first().filter(|x| !x.recommendation.is_empty()) {
-                spans.push(Span::styled(
-                    format!("  Fix: {}", fnd.recommendation),
+                out.push(Line::from(Span::styled(
+                    format!("Fix: {}", fnd.recommendation),
                     ui.style(Color::Cyan),
-                ));
+                )));
             }
-            Line::from(spans)
+            out
         }
-        None => Line::from("collecting samples for a verdict..."),
-    };
-    f.render_widget(Paragraph::new(line), area);
+        None => vec![Line::from("collecting samples for a verdict...")],
+    }
 }
 
 fn draw_gpus(f: &mut Frame, area: Rect, st: &LiveState, ui: &Ui, fit: usize) {
@@ -399,8 +483,8 @@ fn draw_cpus(f: &mut Frame, area: Rect, st: &LiveState, ui: &Ui, cols: usize) {
         return;
     };
     let title = format!(
-        " CPU {} cores, {} ",
-        h.cpu_pct.len(),
+        " CPU {}, {} ",
+        crate::present::plural(h.cpu_pct.len(), "core", "cores"),
         h.cpu_total_pct
             .map_or("-".into(), |c| format!("{c:.0}% mean"))
     );
@@ -429,8 +513,8 @@ fn draw_procs(f: &mut Frame, area: Rect, st: &LiveState, ui: &Ui) {
     let tree = st.proc_tree();
     let title = if st.header.pid.is_some() {
         format!(
-            " Job: {} processes ({} exited) ",
-            tree.len(),
+            " Job: {} ({} exited) ",
+            crate::present::plural(tree.len(), "process", "processes"),
             st.procs_exited
         )
     } else {
@@ -498,6 +582,23 @@ mod tests {
         let st = fixture::state(2, 20);
         let ui = Ui::default();
         insta::assert_snapshot!("watch_120x36", render(&st, &ui, 120, 36));
+    }
+
+    #[test]
+    fn standard_terminal_keeps_the_verdict_and_fix_visible() {
+        let st = fixture::state(1, 20);
+        let out = render(&st, &Ui::default(), 80, 24);
+        let fix = &st.report.as_ref().unwrap().findings[0].recommendation;
+        let flat: String = out.lines().map(str::trim_end).collect::<Vec<_>>().join(" ");
+        // the first words and the last word of the fix are on screen
+        let words: Vec<&str> = fix.split_whitespace().collect();
+        assert!(flat.contains(&words[..4].join(" ")), "{out}");
+        assert!(flat.contains("GPU util history"), "{out}");
+        assert!(
+            flat.contains("allows up to 3 workers."),
+            "the whole fix: {out}"
+        );
+        insta::assert_snapshot!("watch_80x24", out);
     }
 
     #[test]

@@ -36,6 +36,9 @@ pub struct TrialResult {
     /// Why overrides could not apply in this trial.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub override_notes: Vec<String>,
+    /// Runs of this setting: more than 1 when `--retries` re-ran a trial that never settled.
+    #[serde(default = "one")]
+    pub attempts: u32,
     /// Position of each value in its list: the setting's cost order.
     #[serde(skip)]
     pub cost: usize,
@@ -43,7 +46,16 @@ pub struct TrialResult {
     pub label: String,
 }
 
+fn one() -> u32 {
+    1
+}
+
 impl TrialResult {
+    /// A usable throughput whose interval never met the tolerance.
+    pub fn unsettled(&self) -> bool {
+        self.exit.ok() && self.throughput.as_ref().is_some_and(|t| !t.steady)
+    }
+
     pub fn new(setting: &Setting, command: Vec<String>, o: TrialOutcome) -> TrialResult {
         let failed = !o.exit.ok() && o.exit.status != super::trial::Status::Interrupted;
         TrialResult {
@@ -69,6 +81,7 @@ impl TrialResult {
                 .map(|r| r.notes.clone())
                 .unwrap_or_default(),
             overrides: o.overrides.map(|r| r.overrides),
+            attempts: 1,
             cost: setting.cost(),
             label: setting.label(),
         }
@@ -96,7 +109,14 @@ pub struct SweetSpot {
     pub best_parameters: BTreeMap<String, serde_json::Value>,
     pub best_throughput: f64,
     pub reason: String,
+    /// What could make the pick wrong: the last value tried with data wait still high, a trial
+    /// that never settled. Also appended to `reason`.
+    #[serde(default)]
+    pub caveats: Vec<String>,
 }
+
+/// Data wait at the pick above which the range may have stopped too early.
+pub const STILL_WAITING_FRACTION: f64 = 0.10;
 
 /// The whole report, rewritten after every trial.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -154,7 +174,10 @@ impl SweepReport {
 
 /// The cheapest setting within 5% of the best: cheapest = lowest sum of list positions (values
 /// are taken to be listed in order of cost, as `0,2,4,8` workers are), ties to the faster one.
-pub fn sweet_spot(results: &[TrialResult]) -> (Option<SweetSpot>, bool) {
+pub fn sweet_spot(
+    results: &[TrialResult],
+    knobs: &[(String, Vec<String>)],
+) -> (Option<SweetSpot>, bool) {
     let usable: Vec<(&TrialResult, f64)> = results
         .iter()
         .filter_map(|r| r.usable().map(|v| (r, v)))
@@ -211,7 +234,12 @@ pub fn sweet_spot(results: &[TrialResult]) -> (Option<SweetSpot>, bool) {
             (best_v / v - 1.0) * 100.0
         )
     };
-    let reason = reason + &evidence(results, pick);
+    let caveats = caveats(pick, best, knobs);
+    let mut reason = reason + &evidence(results, pick);
+    for c in &caveats {
+        reason.push_str(". ");
+        reason.push_str(c);
+    }
     (
         Some(SweetSpot {
             parameters: pick.parameters.clone(),
@@ -221,9 +249,52 @@ pub fn sweet_spot(results: &[TrialResult]) -> (Option<SweetSpot>, bool) {
             best_parameters: best.parameters.clone(),
             best_throughput: best_v,
             reason,
+            caveats,
         }),
         false,
     )
+}
+
+/// What could make the pick wrong (see [`SweetSpot::caveats`]).
+fn caveats(pick: &TrialResult, best: &TrialResult, knobs: &[(String, Vec<String>)]) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(w) = pick
+        .data_wait_fraction
+        .filter(|w| *w >= STILL_WAITING_FRACTION)
+    {
+        for (k, values) in knobs {
+            let numeric = values.len() >= 2 && values.iter().all(|v| v.parse::<f64>().is_ok());
+            let last = values.last().map(|v| json_value(v));
+            if numeric && last.is_some() && pick.parameters.get(k) == last.as_ref() {
+                out.push(format!(
+                    "{k}={} is the last value tried and the training loop still waits for data {:.0}% of the time: try higher values of {k}",
+                    values.last().map(String::as_str).unwrap_or_default(),
+                    w * 100.0
+                ));
+            }
+        }
+    }
+    let unsettled = |r: &TrialResult, who: &str| {
+        r.throughput.as_ref().filter(|t| !t.steady).map(|t| {
+            format!(
+                "{who} {} never settled{}{}: its throughput may be off; re-run with a longer --max-time or --retries N",
+                r.label,
+                if r.attempts > 1 {
+                    format!(" in {} runs", r.attempts)
+                } else {
+                    String::new()
+                },
+                t.rel_half_width()
+                    .map(|h| format!(" (±{:.1}% at the end)", h * 100.0))
+                    .unwrap_or_default()
+            )
+        })
+    };
+    out.extend(unsettled(pick, "The sweet spot"));
+    if !std::ptr::eq(pick, best) {
+        out.extend(unsettled(best, "The fastest setting"));
+    }
+    out
 }
 
 /// What changed from the cheapest setting to the pick: data wait and GPU utilization.
@@ -258,6 +329,14 @@ fn evidence(results: &[TrialResult], pick: &TrialResult) -> String {
         format!("; {}", parts.join("; "))
     }
 }
+
+/// How to give sweep a rate to measure, when it found none.
+pub const NO_RATE_HELP: &str =
+    "To measure one, give the job a rate gpufeed can read: a tqdm progress bar \
+(`for batch in tqdm(loader)`), --rate-regex 'REGEX' with one number group matched on its output \
+(e.g. --rate-regex '([0-9.]+) it/s'), step markers from python/gpufeed_probe.py \
+(`probe.step()` once per step; it reads GPUFEED_STEP_SOCKET), or Python stack sampling (where this \
+gpufeed has it) to time the training loop.";
 
 /// Three significant digits, no exponent for everyday magnitudes.
 pub fn fmt_num(x: f64) -> String {
@@ -421,7 +500,7 @@ pub fn text(rep: &SweepReport) -> String {
     }) {
         let _ = writeln!(
             s,
-            "\nNote: no step markers, progress bar or --rate-regex matched; {} is mean GPU utilization, a proxy for throughput, not a measure of it.",
+            "\nNote: no step markers, progress bar or --rate-regex matched; {} is mean GPU utilization, a proxy for throughput, not a measure of it. {NO_RATE_HELP}",
             t.unit
         );
     }
@@ -458,6 +537,12 @@ pub fn text(rep: &SweepReport) -> String {
             let _ = writeln!(
                 s,
                 "\nNo sweet spot: trials measured throughput in different units (add step markers or --rate-regex so every trial reports the same one)."
+            );
+        }
+        None if rep.results.iter().any(|r| r.exit.ok()) => {
+            let _ = writeln!(
+                s,
+                "\nNo sweet spot: no trial reported a throughput. {NO_RATE_HELP}"
             );
         }
         None => {
@@ -608,12 +693,12 @@ pub fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::tune::params::{parse_knobs, product};
     use crate::tune::trial::{Source, Status};
 
-    fn result(setting: &Setting, v: Option<f64>, status: Status) -> TrialResult {
+    pub(crate) fn result(setting: &Setting, v: Option<f64>, status: Status) -> TrialResult {
         TrialResult::new(
             setting,
             vec!["train".into()],
@@ -651,7 +736,7 @@ mod tests {
         )
     }
 
-    fn report(vals: &[(Option<f64>, Status)]) -> SweepReport {
+    pub(crate) fn report(vals: &[(Option<f64>, Status)]) -> SweepReport {
         let knobs = parse_knobs(&["workers".into(), "0,1,2,4,8".into()]).unwrap();
         let settings = product(&knobs);
         let results: Vec<TrialResult> = vals
@@ -659,7 +744,8 @@ mod tests {
             .zip(&settings)
             .map(|((v, st), s)| result(s, *v, *st))
             .collect();
-        let (sweet_spot, mixed_units) = sweet_spot(&results);
+        let knob_list = vec![("workers".to_string(), knobs[0].values.clone())];
+        let (sweet_spot, mixed_units) = sweet_spot(&results, &knob_list);
         SweepReport {
             schema_version: SCHEMA_VERSION,
             command: vec!["train".into()],
@@ -767,6 +853,76 @@ mod tests {
         assert!(
             md.contains("**No sweet spot:** the overrides never took effect"),
             "{md}"
+        );
+    }
+
+    #[test]
+    fn last_value_with_data_wait_still_high_says_try_higher() {
+        use Status::*;
+        // data_wait = 1 - v/100: 40 steps/s at workers=8 still waits 60% of the time
+        let rep = report(&[
+            (Some(10.0), Steady),
+            (Some(15.0), Steady),
+            (Some(20.0), Steady),
+            (Some(30.0), Steady),
+            (Some(40.0), Steady),
+        ]);
+        let sw = rep.sweet_spot.as_ref().unwrap();
+        assert_eq!(sw.parameters["workers"], serde_json::json!(8));
+        assert_eq!(sw.caveats.len(), 1, "{:?}", sw.caveats);
+        assert!(
+            sw.caveats[0].contains("workers=8 is the last value tried")
+                && sw.caveats[0].contains("60%")
+                && sw.caveats[0].contains("try higher values of workers"),
+            "{}",
+            sw.caveats[0]
+        );
+        assert!(text(&rep).contains("try higher values"), "{}", text(&rep));
+        // the same sweep with data wait gone: nothing to add
+        let mut rep = report(&[(Some(10.0), Steady), (Some(97.0), Steady)]);
+        rep.results[1].data_wait_fraction = Some(0.02);
+        let knobs = vec![(
+            "workers".to_string(),
+            vec!["0".to_string(), "1".to_string()],
+        )];
+        let (sw, _) = sweet_spot(&rep.results, &knobs);
+        assert!(sw.unwrap().caveats.is_empty());
+    }
+
+    #[test]
+    fn unsettled_pick_is_flagged() {
+        use Status::*;
+        let mut rep = report(&[(Some(10.0), Steady), (Some(20.0), MaxTime)]);
+        let t = rep.results[1].throughput.as_mut().unwrap();
+        t.steady = false;
+        rep.results[1].data_wait_fraction = Some(0.0);
+        rep.results[1].attempts = 3;
+        let knobs = vec![(
+            "workers".to_string(),
+            vec!["0".to_string(), "1".to_string(), "2".to_string()],
+        )];
+        let (sw, _) = sweet_spot(&rep.results, &knobs);
+        let sw = sw.unwrap();
+        assert!(
+            sw.reason
+                .contains("The sweet spot workers=1 never settled in 3 runs (±2.0% at the end)")
+                && sw.reason.contains("--retries N"),
+            "{}",
+            sw.reason
+        );
+        assert!(rep.results[1].unsettled() && !rep.results[0].unsettled());
+    }
+
+    #[test]
+    fn no_rate_says_how_to_get_one() {
+        use Status::*;
+        let mut rep = report(&[(Some(10.0), Exited)]);
+        rep.results[0].throughput = None;
+        rep.sweet_spot = None;
+        let t = text(&rep);
+        assert!(
+            t.contains("--rate-regex") && t.contains("tqdm") && t.contains("gpufeed_probe"),
+            "{t}"
         );
     }
 

@@ -1,0 +1,208 @@
+//! `gpufeed compare BEFORE AFTER`: two recordings (or nvidia-smi/dcgmi logs), two PyTorch
+//! profiler traces, or two sweep JSON files, side by side with the speed-up and the change of
+//! verdict. This module does the I/O; `compare` computes and `present::compare` renders.
+//!
+//! Exit codes: 0; 2 for a bad option; 3 for a missing or unreadable input, or two inputs of
+//! different kinds.
+
+use crate::cli::GlobalOpts;
+use crate::compare::{self, Comparison, InputKind};
+use crate::diagnose::{self, input::LogOptions, InputFormat};
+use crate::exit::{self, Failure};
+use crate::present;
+use crate::trace;
+use crate::tune::sweep::SweepReport;
+use clap::{Args, ValueEnum};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum CompareFormat {
+    #[default]
+    Text,
+    Json,
+    Markdown,
+    Html,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(after_help = "EXAMPLES:\n    \
+    gpufeed compare before.ndjson after.ndjson           two recordings (gpufeed run/record)\n    \
+    gpufeed compare workers0.pt.trace.json.gz workers4.pt.trace.json.gz   two profiler traces\n    \
+    gpufeed compare sweep-old/sweep.json sweep-new/sweep.json   two sweeps' sweet spots\n    \
+    gpufeed compare --format markdown a.ndjson b.ndjson >> PR.md")]
+pub struct CompareArgs {
+    /// The baseline: a recording (.ndjson), an nvidia-smi/dcgmi log, a profiler trace (.json/.json.gz) or a sweep.json
+    #[arg(value_name = "BEFORE")]
+    pub before: PathBuf,
+    /// The same kind of file after the change
+    #[arg(value_name = "AFTER")]
+    pub after: PathBuf,
+    /// Output format on stdout
+    #[arg(long, value_enum, default_value_t = CompareFormat::Text)]
+    pub format: CompareFormat,
+    /// Also write the comparison as a self-contained HTML page to FILE
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// Also write the comparison as JSON to FILE
+    #[arg(long, value_name = "FILE")]
+    pub export_json: Option<PathBuf>,
+}
+
+fn input(msg: String) -> anyhow::Error {
+    anyhow::Error::new(Failure::input(msg))
+}
+
+/// What kind of file this is, from its first 64 KiB (gunzipped).
+pub fn detect(path: &Path) -> anyhow::Result<InputKind> {
+    if path.as_os_str() == "-" {
+        return Err(anyhow::Error::new(Failure::new(
+            exit::USAGE,
+            "compare reads two files; save the input to a file first",
+        )));
+    }
+    let r = trace::open(path).map_err(|e| input(format!("{e}; check the path")))?;
+    let mut head = Vec::with_capacity(1 << 16);
+    r.take(1 << 16)
+        .read_to_end(&mut head)
+        .map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
+    if head.iter().all(|b| b.is_ascii_whitespace()) {
+        return Err(input(format!(
+            "{} is empty: nothing to compare",
+            path.display()
+        )));
+    }
+    Ok(classify(&String::from_utf8_lossy(&head)))
+}
+
+/// Classifies the beginning of a file: a Kineto trace, a sweep report, else something
+/// `diagnose` reads (a recording or a GPU log).
+pub fn classify(head: &str) -> InputKind {
+    let t = head.trim_start();
+    let has = |k: &str| t.contains(k);
+    if t.starts_with('{') {
+        if has("\"traceEvents\"") || has("\"schemaVersion\"") || has("\"deviceProperties\"") {
+            return InputKind::Trace;
+        }
+        if has("\"knobs\"") && !has("\"type\"") {
+            return InputKind::Sweep;
+        }
+    } else if t.starts_with('[') && has("\"ph\"") {
+        return InputKind::Trace;
+    }
+    InputKind::Recording
+}
+
+fn read_sweep(path: &Path) -> anyhow::Result<SweepReport> {
+    let f = std::fs::File::open(path)
+        .map_err(|e| input(format!("cannot open {}: {e}", path.display())))?;
+    serde_json::from_reader(std::io::BufReader::new(f)).map_err(|e| {
+        input(format!(
+            "{} is not a sweep report ({e}); pass the sweep.json that gpufeed sweep wrote",
+            path.display()
+        ))
+    })
+}
+
+fn read_trace(path: &Path) -> anyhow::Result<(trace::TraceSummary, Vec<crate::finding::Finding>)> {
+    let s = trace::analyze_path(path).map_err(|e| input(format!("{}: {e}", path.display())))?;
+    let mut f = trace::rules::evaluate(&s);
+    crate::finding::rank(&mut f);
+    Ok((s, f))
+}
+
+pub fn build(before: &Path, after: &Path) -> anyhow::Result<Comparison> {
+    let (kb, ka) = (detect(before)?, detect(after)?);
+    if kb != ka {
+        return Err(input(format!(
+            "{} is a {} and {} a {}: compare two of a kind (two recordings, two traces or two sweep.json files)",
+            before.display(),
+            kb.as_str(),
+            after.display(),
+            ka.as_str()
+        )));
+    }
+    Ok(match kb {
+        InputKind::Trace => {
+            let (b, bf) = read_trace(before)?;
+            let (a, af) = read_trace(after)?;
+            compare::traces(&b, &bf, &a, &af)
+        }
+        InputKind::Sweep => {
+            let b = read_sweep(before)?;
+            let a = read_sweep(after)?;
+            compare::sweeps(
+                &before.display().to_string(),
+                &b,
+                &after.display().to_string(),
+                &a,
+            )
+        }
+        InputKind::Recording => {
+            let d = |p: &Path| {
+                diagnose::diagnose_file(p, InputFormat::Auto, &LogOptions::default())
+                    .map_err(crate::commands::diagnose::input_failure)
+            };
+            compare::recordings(&d(before)?, &d(after)?)
+        }
+    })
+}
+
+pub fn run(_global: &GlobalOpts, args: &CompareArgs) -> anyhow::Result<u8> {
+    let c = build(&args.before, &args.after)?;
+    if let Some(p) = &args.export_json {
+        std::fs::write(p, present::compare::json(&c))
+            .map_err(|e| input(format!("cannot write {}: {e}", p.display())))?;
+        eprintln!("gpufeed: wrote {}", p.display());
+    }
+    if let Some(h) = &args.html {
+        present::html::write(h, &present::compare::html(&c)).map_err(|e| input(e.to_string()))?;
+        eprintln!("gpufeed: wrote {}", h.display());
+    }
+    let out = match args.format {
+        CompareFormat::Text => present::compare::text(&c),
+        CompareFormat::Json => present::compare::json(&c),
+        CompareFormat::Markdown => present::compare::markdown(&c),
+        CompareFormat::Html => present::compare::html(&c),
+    };
+    let mut so = std::io::stdout().lock();
+    if let Err(e) = so.write_all(out.as_bytes()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            return Err(e.into());
+        }
+    }
+    Ok(exit::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_from_the_first_bytes() {
+        assert_eq!(
+            classify("{\"schemaVersion\": 1, \"traceEvents\": ["),
+            InputKind::Trace
+        );
+        assert_eq!(
+            classify("  {\"deviceProperties\": [], \"traceEvents\": []}"),
+            InputKind::Trace
+        );
+        assert_eq!(
+            classify("[{\"ph\":\"X\",\"name\":\"a\"}]"),
+            InputKind::Trace
+        );
+        assert_eq!(
+            classify("{\n  \"schema_version\": 1,\n  \"command\": [\"python\"],\n  \"knobs\": ["),
+            InputKind::Sweep
+        );
+        assert_eq!(
+            classify("{\"type\":\"header\",\"schema_version\":1}\n{\"type\":\"gpu\"}"),
+            InputKind::Recording
+        );
+        assert_eq!(
+            classify("timestamp, index, utilization.gpu [%]\n"),
+            InputKind::Recording
+        );
+    }
+}
