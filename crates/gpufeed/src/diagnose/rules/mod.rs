@@ -1,10 +1,12 @@
 //! Rules: pure functions of the [`Evidence`], each returning at most one [`Finding`].
 //!
 //! One file per family: `input` (starvation and its kinds), `pcie` (transfer and link),
-//! `throttle`, `balance` (GPUs against each other), `capacity` (idle GPU, small batch).
+//! `throttle`, `balance` (GPUs against each other), `capacity` (idle GPU, small batch), `gpus`
+//! (each GPU's state, an unused GPU, the levers of a busy one).
 
 pub mod balance;
 pub mod capacity;
+pub mod gpus;
 pub mod input;
 pub mod pcie;
 pub mod throttle;
@@ -19,14 +21,14 @@ pub type Rule = fn(&Evidence) -> Option<Finding>;
 pub const ALL: &[Rule] = &[
     capacity::gpu_idle,
     input::input_bound,
-    input::cpu_saturated,
-    input::io_bound,
     input::main_process_bound,
     pcie::transfer_bound,
     pcie::pcie_link_degraded,
     throttle::throttled,
     capacity::batch_too_small,
     balance::gpu_imbalance,
+    gpus::gpu_unused,
+    gpus::compute_bound,
 ];
 
 /// Runs every rule and ranks what they found.
@@ -89,7 +91,19 @@ pub(crate) mod fixtures {
                 d_state_time_fraction: Some(0.0),
                 ..Default::default()
             },
+            origin: Origin::Recording,
         }
+    }
+
+    /// The same evidence as an nvidia-smi log would give: GPUs only, sampled every `interval_s`.
+    pub fn as_log(mut e: Evidence, interval_s: f64) -> Evidence {
+        e.host = Default::default();
+        e.job = Default::default();
+        e.origin = Origin::GpuLog;
+        for g in &mut e.gpus {
+            g.util_sample_interval_s = Some(interval_s);
+        }
+        e
     }
 
     pub fn gpu(index: u32, util: f64) -> GpuEvidence {
@@ -98,6 +112,10 @@ pub(crate) mod fixtures {
             name: Some("Fake H100".into()),
             util_samples: 3600,
             util_mean_pct: Some(util),
+            util_p10_pct: Some((util - 2.0).max(0.0)),
+            util_p50_pct: Some(util),
+            util_p90_pct: Some((util + 2.0).min(100.0)),
+            util_sample_interval_s: Some(1.0 / 6.0),
             util_std_pct: Some(1.0),
             busy_fraction: Some(util / 100.0),
             low_util_fraction: Some(if util < 30.0 { 1.0 } else { 0.0 }),
