@@ -257,6 +257,32 @@ fn one_pinned_worker_with_idle_cores_is_input_bound_too_few_workers() {
 }
 
 #[test]
+fn a_worker_beside_a_core_that_is_not_quite_idle_still_decides_the_kind() {
+    // Two CPUs: the worker pins one, the other is at 25% (gpufeed and the main process), so no
+    // core counts as idle and no threshold names the kind; the host data still decide it.
+    let dir = tempfile::tempdir().unwrap();
+    let s = Shape {
+        util: square,
+        cpus: 2,
+        cores: vec![100.0, 25.0],
+        main: (20.0, 'S'),
+        workers: vec![(99.0, 'R')],
+        ..healthy()
+    };
+    let p = write_recording(dir.path(), "two_cpus.ndjson", &s);
+    let r = diagnose_json(&p, &[]);
+    assert_eq!(r.verdict.id, "input_bound");
+    let f = &r.findings[0];
+    assert_eq!(f.evidence["kind"], "too_few_workers", "{f:#?}");
+    assert_eq!(f.evidence["kind_basis"], "nearest");
+    // A fix never asks for what the input already has.
+    for f in &r.findings {
+        assert!(!f.recommendation.contains("gpufeed run"), "{f:#?}");
+    }
+    assert!(!r.verdict.summary.contains("gpufeed run"));
+}
+
+#[test]
 fn all_cores_busy_is_input_bound_cpu_saturated() {
     let dir = tempfile::tempdir().unwrap();
     let s = Shape {

@@ -81,7 +81,7 @@ pub fn batch_too_small(e: &Evidence) -> Option<Finding> {
         )
     } else {
         format!(
-            "The GPU is busy only {:.0}% of the time with {:.0}% of its memory in use: the batch              or model may be far too small for it",
+            "The GPU is busy only {:.0}% of the time with {:.0}% of its memory in use: the batch or model may be far too small for it",
             busy * 100.0,
             used * 100.0
         )

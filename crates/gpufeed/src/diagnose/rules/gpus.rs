@@ -95,9 +95,10 @@ pub fn gpu_unused(e: &Evidence) -> Option<Finding> {
         .join(",");
     Some(
         f.recommend(format!(
-            "The job uses {} of {total} GPUs: start it with torchrun / DDP to use them all \
-             (torchrun --nproc-per-node={total} train.py, with DistributedDataParallel and a \
-             DistributedSampler), or free the GPU for others (CUDA_VISIBLE_DEVICES={visible}).",
+            "The job uses {} of {total} GPUs: start it with torchrun / DDP, or free the GPU for \
+             others. To use them all: torchrun --nproc-per-node={total} train.py, with \
+             DistributedDataParallel and a DistributedSampler; to leave the rest to others: \
+             CUDA_VISIBLE_DEVICES={visible}.",
             used.len()
         ))
         // Data-parallel over every GPU: at most total / used times the throughput.
