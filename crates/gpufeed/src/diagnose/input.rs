@@ -219,18 +219,18 @@ pub fn read(
     }
     // Logs: a first pass finds the phases from the utilization alone, a second feeds the
     // evidence with the active phases only, on a timeline with the other stretches cut out.
-    let mut points: Vec<(f64, f64)> = Vec::new();
+    let mut pooler = phases::Pooler::default();
     let mut t_range: Option<(f64, f64)> = None;
     read_log(path, format, opts, |l| {
         if let Line::Gpu(g) = l {
             t_range = Some(t_range.map_or((g.t_s, g.t_s), |(a, z)| (a.min(g.t_s), z.max(g.t_s))));
             if let Some(u) = g.util_pct {
-                points.push((g.t_s, u));
+                pooler.push(g.t_s, u);
             }
         }
     })?;
     let total_s = t_range.map_or(0.0, |(a, z)| z - a);
-    let phases = phases::segment(&phases::pool(points));
+    let phases = phases::segment(&pooler.finish());
     let mut b = EvidenceBuilder::new();
     let (header, info, prof) = read_log(path, format, opts, |l| match l {
         Line::Gpu(g) if !phases.is_empty() => {

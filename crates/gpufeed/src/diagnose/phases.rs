@@ -50,28 +50,34 @@ impl Phase {
     }
 }
 
-/// Pools per-GPU readings `(t_s, util_pct)` (in any order, several GPUs interleaved) into one
-/// series sorted by time: readings less than half a poll apart are one poll, valued at the
-/// busiest GPU.
-pub fn pool(mut points: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
-    points.retain(|p| p.0.is_finite() && p.1.is_finite());
-    points.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut gaps: Vec<f64> = points
-        .windows(2)
-        .map(|w| w[1].0 - w[0].0)
-        .filter(|d| *d > 0.0)
-        .collect();
-    // Readings of one poll are milliseconds apart; polls are the larger gaps.
-    gaps.sort_by(f64::total_cmp);
-    let poll = gaps.get(gaps.len() * 3 / 4).copied().unwrap_or(1.0);
-    let mut out: Vec<(f64, f64)> = Vec::new();
-    for (t, u) in points {
-        match out.last_mut() {
-            Some(last) if t - last.0 < poll / 2.0 => last.1 = last.1.max(u),
-            _ => out.push((t, u)),
+/// Readings closer than this to the first of a pooled point belong to it.
+pub const POOL_S: f64 = 0.5;
+
+/// Pools per-GPU readings `(t_s, util_pct)` as they stream in (several GPUs interleaved) into
+/// one series: readings within [`POOL_S`] of a point's first reading are one point, valued at
+/// the busiest GPU. Memory grows with the log's duration, not its sampling rate or GPU count
+/// (at most two points a second: about 2.8 MB for a day).
+#[derive(Debug, Default)]
+pub struct Pooler {
+    points: Vec<(f64, f64)>,
+}
+
+impl Pooler {
+    pub fn push(&mut self, t_s: f64, util_pct: f64) {
+        if !(t_s.is_finite() && util_pct.is_finite()) {
+            return;
+        }
+        match self.points.last_mut() {
+            Some(last) if t_s >= last.0 && t_s - last.0 < POOL_S => last.1 = last.1.max(util_pct),
+            _ => self.points.push((t_s, util_pct)),
         }
     }
-    out
+
+    /// The pooled series, sorted by time.
+    pub fn finish(mut self) -> Vec<(f64, f64)> {
+        self.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        self.points
+    }
 }
 
 fn median(v: &mut [f64]) -> Option<f64> {
@@ -375,14 +381,23 @@ mod tests {
 
     #[test]
     fn pooling_takes_the_busiest_gpu_of_each_poll() {
-        let pts = vec![
+        let mut p = Pooler::default();
+        for (t, u) in [
             (0.0, 0.0),
             (0.02, 80.0),
             (1.0, 5.0),
             (1.01, 0.0),
             (2.0, 50.0),
-        ];
-        assert_eq!(pool(pts), [(0.0, 80.0), (1.0, 5.0), (2.0, 50.0)]);
+        ] {
+            p.push(t, u);
+        }
+        assert_eq!(p.finish(), [(0.0, 80.0), (1.0, 5.0), (2.0, 50.0)]);
+        // 200 ms polls pool into points about 0.6 s apart: memory follows the duration.
+        let mut p = Pooler::default();
+        for i in 0..3000 {
+            p.push(i as f64 * 0.2, 50.0);
+        }
+        assert_eq!(p.finish().len(), 1000);
     }
 
     #[test]
