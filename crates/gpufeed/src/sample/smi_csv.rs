@@ -444,6 +444,7 @@ pub fn read_smi_csv(
     let mut seen_in_poll: Vec<u32> = Vec::new();
     let interval = opts.interval_s.unwrap_or(1.0);
     let mut any_line = false;
+    let mut any_data_line = false;
     let mut pending_bad: Option<bool> = None; // a bad row not yet known to be the last
     let mut buf = Vec::new();
     loop {
@@ -463,10 +464,14 @@ pub fn read_smi_csv(
         any_line = true;
         let fields = split(line);
         if is_header(&fields) {
-            let names: Vec<String> = fields.iter().map(|s| s.to_string()).collect();
-            cols = Some(Columns::new(&names));
+            // Fields given with --columns win over the file's own header.
+            if opts.columns.is_none() {
+                let names: Vec<String> = fields.iter().map(|s| s.to_string()).collect();
+                cols = Some(Columns::new(&names));
+            }
             continue;
         }
+        any_data_line = true;
         if pending_bad.take().is_some() {
             info.malformed += 1;
         }
@@ -621,9 +626,22 @@ pub fn read_smi_csv(
         return Err(LogError::Empty);
     }
     if info.rows == 0 {
-        return Err(LogError::Format(
-            "no nvidia-smi CSV rows with utilization or memory values".into(),
-        ));
+        let named = cols.as_ref().is_some_and(|c| {
+            c.fields.iter().any(|f| {
+                matches!(
+                    f,
+                    Field::UtilGpu | Field::MemUsed | Field::MemFree | Field::Throttle
+                )
+            })
+        });
+        return Err(LogError::Format(if named || !any_data_line {
+            "no nvidia-smi CSV rows with utilization or memory values".into()
+        } else {
+            "no column of this CSV is known to hold utilization or memory: pass the field list \
+             with --columns (the --query-gpu names, e.g. --columns \
+             timestamp,index,utilization.gpu,memory.used)"
+                .into()
+        }));
     }
     gpus.sort_by_key(|g| g.static_.index);
     Ok((
@@ -854,6 +872,21 @@ mod tests {
         let text = "a,b,c\n0,87,1024\n";
         let e = read(text, &CsvOptions::default()).unwrap_err();
         assert!(e.to_string().contains("--columns"), "{e}");
+        // A header with a time but nothing known to hold utilization or memory.
+        let text = "time,loss,lr\n1796083200,2.5,0.1\n1796083201,2.4,0.1\n";
+        let e = read(text, &CsvOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("--columns"), "{e}");
+        // --columns wins over such a header.
+        let opts = CsvOptions {
+            columns: Some(vec![
+                "timestamp".into(),
+                "utilization.gpu".into(),
+                "x".into(),
+            ]),
+            interval_s: None,
+        };
+        let (_, _, s) = read(text, &opts).unwrap();
+        assert_eq!(s[0].util_pct, Some(2.5));
     }
 
     #[test]
