@@ -270,11 +270,24 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
         ),
         _ => String::new(),
     };
+    // Several GPUs in different states: say so rather than one pooled figure.
+    let who = if gpus.len() > 1 && gpus.windows(2).any(|w| w[0].state != w[1].state) {
+        let states: Vec<String> = gpus
+            .iter()
+            .map(|g| format!("GPU {} {}", g.index, g.state.as_str()))
+            .collect();
+        format!(
+            "The GPUs are busy {pct:.0}% of the time on average ({})",
+            states.join(", ")
+        )
+    } else {
+        format!("The GPU is busy {pct:.0}% of the time")
+    };
     mk(
         "unknown",
         0.3,
         format!(
-            "The GPU is busy {pct:.0}% of the time without a cause this input can name.{hidden} {}",
+            "{who} without a cause this input can name.{hidden} {}",
             missing_data(e)
         ),
         None,
@@ -398,6 +411,19 @@ mod tests {
         assert!(fine > one && one > ten, "{fine} {one} {ten}");
         assert!((sampling_factor(Some(60.0)) - 0.5).abs() < 0.01);
         assert_eq!(sampling_factor(Some(0.1)), 1.0);
+    }
+
+    #[test]
+    fn gpus_in_different_states_are_named_not_pooled() {
+        let mut e = base(97.0);
+        e.gpus.push(gpu(1, 72.0));
+        let v = verdict(&e);
+        assert_eq!(v.id, "unknown", "one GPU is not busy: {v:?}");
+        assert!(
+            v.summary.contains("GPU 0 busy, GPU 1 underused"),
+            "{}",
+            v.summary
+        );
     }
 
     #[test]
