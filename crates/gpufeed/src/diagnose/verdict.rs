@@ -2,6 +2,7 @@
 
 use super::evidence::{Evidence, Origin};
 use super::rules::gpus::{self, GpuState};
+pub use super::rules::sampling_factor;
 use super::rules::{input, r2};
 use crate::finding::Finding;
 use serde::{Deserialize, Serialize};
@@ -59,16 +60,6 @@ pub struct GpuJudgement {
 
 fn has<'a>(findings: &'a [Finding], id: &str) -> Option<&'a Finding> {
     findings.iter().find(|f| f.id == id)
-}
-
-/// How much a pattern seen at this sampling interval can be trusted: 1 at the driver's own rate
-/// (≤ 0.25 s), about 0.87 at 1 s, 0.66 at 10 s, 0.5 at 60 s. Sub-second stalls average out
-/// at coarse intervals, so a verdict drawn from the shape of utilization weakens with them.
-pub fn sampling_factor(interval_s: Option<f64>) -> f64 {
-    match interval_s {
-        Some(i) if i > 0.25 => (1.0 - 0.21 * (i / 0.25).log10()).clamp(0.4, 1.0),
-        _ => 1.0,
-    }
 }
 
 /// What is missing to name a cause, and how to get it.

@@ -50,7 +50,9 @@ pub fn batch_confidence(e: &Evidence) -> Option<f64> {
     if e.strongest_period().is_some_and(|p| p.is_strong()) {
         c -= 0.1;
     }
-    Some(r2(c.max(0.1)))
+    // A coarse interval may hide a busy/starved pattern behind the flat level: less sure.
+    let f = super::sampling_factor(e.sample_interval_s());
+    Some(r2((c * f).max(0.1)))
 }
 
 /// The host data show the input keeps up (no starvation named from them).
