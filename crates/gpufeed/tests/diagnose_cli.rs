@@ -216,7 +216,10 @@ fn healthy_recording_is_compute_bound_without_findings() {
     let r = diagnose_json(&p, &[]);
     assert_eq!(r.verdict.id, "compute_bound");
     assert!(r.verdict.confidence >= 0.8, "{:?}", r.verdict);
-    assert!(ids(&r).is_empty(), "{:?}", ids(&r));
+    // Only the info finding with the next levers: nothing starves the GPU.
+    assert_eq!(ids(&r), ["compute_bound"]);
+    assert_eq!(r.findings[0].severity, gpufeed::finding::Severity::Info);
+    assert!(r.findings[0].recommendation.contains("bf16"), "an H100");
     assert_eq!(r.source.format, "recording");
     assert!(!r.source.unfinished && !r.source.truncated);
     assert_eq!(r.gpus.len(), 1);
@@ -255,6 +258,32 @@ fn one_pinned_worker_with_idle_cores_is_input_bound_too_few_workers() {
 }
 
 #[test]
+fn a_worker_beside_a_core_that_is_not_quite_idle_still_decides_the_kind() {
+    // Two CPUs: the worker pins one, the other is at 25% (gpufeed and the main process), so no
+    // core counts as idle and no threshold names the kind; the host data still decide it.
+    let dir = tempfile::tempdir().unwrap();
+    let s = Shape {
+        util: square,
+        cpus: 2,
+        cores: vec![100.0, 25.0],
+        main: (20.0, 'S'),
+        workers: vec![(99.0, 'R')],
+        ..healthy()
+    };
+    let p = write_recording(dir.path(), "two_cpus.ndjson", &s);
+    let r = diagnose_json(&p, &[]);
+    assert_eq!(r.verdict.id, "input_bound");
+    let f = &r.findings[0];
+    assert_eq!(f.evidence["kind"], "too_few_workers", "{f:#?}");
+    assert_eq!(f.evidence["kind_basis"], "nearest");
+    // A fix never asks for what the input already has.
+    for f in &r.findings {
+        assert!(!f.recommendation.contains("gpufeed run"), "{f:#?}");
+    }
+    assert!(!r.verdict.summary.contains("gpufeed run"));
+}
+
+#[test]
 fn all_cores_busy_is_input_bound_cpu_saturated() {
     let dir = tempfile::tempdir().unwrap();
     let s = Shape {
@@ -266,8 +295,10 @@ fn all_cores_busy_is_input_bound_cpu_saturated() {
     let p = write_recording(dir.path(), "cpu.ndjson", &s);
     let r = diagnose_json(&p, &[]);
     assert_eq!(r.verdict.id, "input_bound");
-    assert_eq!(ids(&r), ["input_bound", "cpu_saturated"]);
+    // One finding per cause: the CPU detail is input_bound's evidence.
+    assert_eq!(ids(&r), ["input_bound"]);
     assert_eq!(r.findings[0].evidence["kind"], "cpu_saturated");
+    assert_eq!(r.findings[0].evidence["host_cpu_mean_pct"], 100.0);
 }
 
 #[test]
@@ -284,8 +315,9 @@ fn readers_stuck_in_io_are_input_bound_io_bound() {
     let p = write_recording(dir.path(), "io.ndjson", &s);
     let r = diagnose_json(&p, &[]);
     assert_eq!(r.verdict.id, "input_bound");
-    assert_eq!(ids(&r), ["input_bound", "io_bound"]);
-    let io = &r.findings[1];
+    assert_eq!(ids(&r), ["input_bound"]);
+    let io = &r.findings[0];
+    assert_eq!(io.evidence["kind"], "io_bound");
     assert!(io.evidence["d_state_time_fraction"].as_f64().unwrap() > 0.5);
     assert_eq!(io.evidence["psi_io_some_mean_pct"], 45.0);
     assert!(io.recommendation.contains("shards"));
@@ -400,7 +432,7 @@ fn dmon_logs() {
     let r = diagnose_json(&data("smi_dmon_healthy.log"), &[]);
     assert_eq!(r.source.format, "smi_dmon");
     assert_eq!(r.verdict.id, "compute_bound");
-    assert!(r.findings.is_empty());
+    assert_eq!(ids(&r), ["compute_bound"]);
     let r = diagnose_json(&data("dcgmi_dmon_starving.log"), &[]);
     assert_eq!(r.verdict.id, "input_bound");
     let prof = r.gpus[0].profiling.as_ref().unwrap();

@@ -88,6 +88,10 @@ fn one_pinned_worker_and_a_square_wave_gpu_is_input_bound() {
     assert!((period - 2.0).abs() < 0.3, "period {period}");
     assert_eq!(r.job.workers_max, 1, "{:#?}", r.job.processes);
     assert_eq!(r.job.workers_seen, 1, "the `sleep` helper is not a worker");
+    // A gpufeed recording has host and process data: the kind is always decided, and the fix
+    // never asks to record the host.
+    assert_ne!(f.evidence["kind"], "unknown", "{f:#?}");
+    assert!(!f.recommendation.contains("Record the host"), "{f:#?}");
     // Other builds may share this machine's cores (then the worker gets less than a core and
     // the CPU is the limit); when the host stayed quiet, the worker is pinned and the kind must
     // say so.
@@ -115,7 +119,8 @@ fn every_core_busy_is_input_bound_cpu_saturated() {
         "{:#?}",
         r.host
     );
-    assert!(ids(&r).contains(&"cpu_saturated"));
+    // One finding per cause: no separate cpu_saturated finding beside the kind.
+    assert!(!ids(&r).contains(&"cpu_saturated"), "{:?}", ids(&r));
 }
 
 #[test]
@@ -160,7 +165,8 @@ fn degraded_link_with_little_traffic_is_only_a_warning() {
         "sleep 4",
     );
     assert_eq!(r.verdict.id, "compute_bound");
-    assert_eq!(ids(&r), ["pcie_link_degraded"]);
+    // The link warning first, then the busy GPU's levers (info).
+    assert_eq!(ids(&r), ["pcie_link_degraded", "compute_bound"]);
     assert_eq!(r.findings[0].severity, gpufeed::finding::Severity::Warning);
 }
 

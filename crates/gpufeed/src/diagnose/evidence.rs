@@ -41,10 +41,27 @@ pub fn pcie_capacity_bytes_per_s(gen: u32, width: u32) -> Option<f64> {
 
 pub use crate::sample::dcgmi::ProfilingMeans;
 
+/// What kind of input the evidence came from (what it can and cannot contain).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// A gpufeed recording (`gpufeed run` / `gpufeed record`): host and process data when the
+    /// machine allowed reading them.
+    #[default]
+    Recording,
+    /// An nvidia-smi or dcgmi log: GPU figures only, never host or process data.
+    GpuLog,
+}
+
+/// A GPU's mean utilization under which it counts as unused (when another GPU works).
+pub const UNUSED_PCT: f64 = 1.0;
+/// Memory a GPU may hold and still count as unused: a CUDA context is about 300–500 MiB.
+pub const UNUSED_MEM_BYTES: u64 = 1 << 30;
+
 /// Everything the rules look at.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Evidence {
-    /// Seconds between the first and last sample.
+    /// Seconds between the first and last sample (of the judged span, for logs split in phases).
     pub duration_s: f64,
     pub gpus: Vec<GpuEvidence>,
     pub host: HostEvidence,
@@ -52,6 +69,8 @@ pub struct Evidence {
     /// What the job's Python stacks say, when they were sampled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<super::pyloop::PythonEvidence>,
+    #[serde(default)]
+    pub origin: Origin,
 }
 
 impl Evidence {
@@ -60,32 +79,69 @@ impl Evidence {
         self.gpus.iter().filter(|g| g.util_mean_pct.is_some())
     }
 
-    /// Mean busy fraction over the measured GPUs.
-    pub fn busy_fraction(&self) -> Option<f64> {
-        let v: Vec<f64> = self
+    /// Is this measured GPU unused while another one works (0% and no more than a context's
+    /// memory)? Such a GPU is judged on its own (`gpu_unused`) and kept out of pooled figures.
+    pub fn is_unused(&self, g: &GpuEvidence) -> bool {
+        let idle = g.util_mean_pct.is_some_and(|u| u < UNUSED_PCT)
+            && g.util_p90_pct.is_none_or(|p| p < 5.0)
+            && g.mem_used_max_bytes.is_none_or(|m| m <= UNUSED_MEM_BYTES);
+        idle && self
             .measured_gpus()
-            .filter_map(|g| g.busy_fraction)
-            .collect();
+            .any(|o| o.index != g.index && o.util_mean_pct.is_some_and(|u| u >= 5.0))
+    }
+
+    /// The GPUs the job used: the measured ones, less those left unused while another works.
+    pub fn used_gpus(&self) -> impl Iterator<Item = &GpuEvidence> {
+        self.measured_gpus().filter(|g| !self.is_unused(g))
+    }
+
+    /// Mean busy fraction over the GPUs the job used.
+    pub fn busy_fraction(&self) -> Option<f64> {
+        let v: Vec<f64> = self.used_gpus().filter_map(|g| g.busy_fraction).collect();
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     }
 
-    /// Strongest periodicity among the GPUs.
+    /// Strongest periodicity among the used GPUs.
     pub fn strongest_period(&self) -> Option<PeriodicityResult> {
-        self.measured_gpus()
+        self.used_gpus()
             .filter_map(|g| g.periodicity)
             .max_by(|a, b| a.strength.total_cmp(&b.strength))
     }
 
-    /// Any GPU whose utilization sits at two separated levels.
+    /// Any used GPU whose utilization sits at two separated levels.
     pub fn any_bimodal(&self) -> bool {
-        self.measured_gpus().any(|g| g.bimodal)
+        self.used_gpus().any(|g| g.bimodal)
     }
 
     /// Logical CPUs per GPU (the CPUs this job may use, divided by the GPUs it drives).
     pub fn cores_per_gpu(&self) -> Option<f64> {
         let cpus = self.host.cpus_allowed.or(self.host.cpu_count)? as f64;
-        let gpus = self.measured_gpus().count().max(1) as f64;
+        let gpus = self.used_gpus().count().max(1) as f64;
         Some(cpus / gpus)
+    }
+
+    /// Host samples were recorded.
+    pub fn has_host(&self) -> bool {
+        self.host.samples > 0
+    }
+
+    /// Process samples of the job were recorded.
+    pub fn has_job(&self) -> bool {
+        self.job.samples > 0
+    }
+
+    /// Median seconds between utilization samples over the used GPUs (the coarsest wins).
+    pub fn sample_interval_s(&self) -> Option<f64> {
+        self.used_gpus()
+            .filter_map(|g| g.util_sample_interval_s)
+            .reduce(f64::max)
+    }
+
+    /// Peak memory in use over the used GPUs, as a fraction of their total.
+    pub fn mem_used_max_fraction(&self) -> Option<f64> {
+        self.used_gpus()
+            .filter_map(|g| g.mem_used_max_fraction)
+            .reduce(f64::max)
     }
 }
 
@@ -96,6 +152,9 @@ pub struct GpuEvidence {
     pub name: Option<String>,
     /// Utilization samples seen (every driver sample when the recorder kept them).
     pub util_samples: u64,
+    /// Median seconds between utilization samples (what the log's sampling can resolve).
+    #[serde(default)]
+    pub util_sample_interval_s: Option<f64>,
     pub util_mean_pct: Option<f64>,
     pub util_std_pct: Option<f64>,
     pub util_p10_pct: Option<f64>,
@@ -112,6 +171,9 @@ pub struct GpuEvidence {
     /// The split shows two separated levels (busy / starved).
     pub bimodal: bool,
     pub periodicity: Option<PeriodicityResult>,
+    /// CUDA compute capability `[major, minor]` where the input says (recordings).
+    #[serde(default)]
+    pub compute_capability: Option<[u32; 2]>,
     pub mem_total_bytes: Option<u64>,
     pub mem_used_max_bytes: Option<u64>,
     pub mem_used_mean_bytes: Option<f64>,
@@ -266,6 +328,9 @@ struct GpuAcc {
     last_t: Option<f64>,
     last_rx: Option<(f64, u64)>,
     last_util: Option<f64>,
+    /// Time of the last utilization sample, and the first spacings between samples.
+    last_util_t: Option<f64>,
+    spacings: Vec<f64>,
     rx_rate: Moments,
     rx_frac: Moments,
     rx_frac_hist: PctHistogram,
@@ -282,6 +347,29 @@ struct GpuAcc {
     temp: Moments,
     power: Moments,
     clock: Moments,
+}
+
+/// Spacings kept to find the sampling interval (the median of the first ones).
+const SPACINGS: usize = 257;
+
+impl GpuAcc {
+    fn spacing(&mut self, t: f64) {
+        if let Some(l) = self.last_util_t {
+            if t > l && self.spacings.len() < SPACINGS {
+                self.spacings.push(t - l);
+            }
+        }
+        self.last_util_t = Some(t);
+    }
+
+    fn sample_interval_s(&self) -> Option<f64> {
+        let mut v = self.spacings.clone();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        Some(v[v.len() / 2])
+    }
 }
 
 #[derive(Debug)]
@@ -411,6 +499,7 @@ impl EvidenceBuilder {
         match &s.util_samples {
             Some(samples) => {
                 for &[t, v] in samples {
+                    g.spacing(t);
                     g.util.push(v);
                     g.hist.push(v);
                     g.period.push(t, v);
@@ -420,6 +509,7 @@ impl EvidenceBuilder {
             }
             None => {
                 if let Some(v) = s.util_pct {
+                    g.spacing(s.t_s);
                     g.util.push(v);
                     g.hist.push(v);
                     g.period.push(s.t_s, v);
@@ -654,6 +744,7 @@ impl EvidenceBuilder {
             host,
             job,
             python,
+            origin: Origin::Recording,
         }
     }
 
@@ -893,6 +984,8 @@ fn finish_gpu(
         index: g.index,
         name: st.and_then(|s| s.name.clone()),
         util_samples: g.util.n,
+        util_sample_interval_s: g.sample_interval_s(),
+        compute_capability: st.and_then(|s| s.compute_capability),
         util_mean_pct: mean,
         util_std_pct: g.util.std(),
         util_p10_pct: g.hist.percentile(10.0),

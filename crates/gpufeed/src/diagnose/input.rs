@@ -1,11 +1,12 @@
 //! Reading any supported input into evidence: format detection and a fast recording reader.
 
-use super::evidence::EvidenceBuilder;
+use super::evidence::{EvidenceBuilder, Origin};
 use super::fast;
+use super::phases::{self, Phase};
 use super::{DiagnoseError, Evidence, Source};
 use crate::record::format::{self, Header, Line, ReadError};
 use crate::sample::dcgmi::{self, Flavour};
-use crate::sample::smi_csv::{self, CsvOptions, LogError};
+use crate::sample::smi_csv::{self, CsvOptions, LogError, LogInfo};
 use crate::sample::{GpuSample, HostSample, ProcSample};
 use std::io::Read;
 use std::path::Path;
@@ -52,6 +53,10 @@ pub struct LogOptions {
 pub struct ReadOutcome {
     pub source: Source,
     pub evidence: Evidence,
+    /// Phases of a log (empty when it was judged as one block, and for recordings).
+    pub phases: Vec<Phase>,
+    /// First to last sample of the whole file (the evidence covers the judged phases only).
+    pub total_s: f64,
 }
 
 /// Guesses the format from the first bytes of a file.
@@ -102,8 +107,8 @@ pub fn detect(head: &str) -> Option<InputFormat> {
             "index",
         ];
         let has_header = lines.iter().any(|l| {
-            let l = l.to_ascii_lowercase();
-            known.iter().any(|k| l.contains(k))
+            let lower = l.to_ascii_lowercase();
+            known.iter().any(|k| lower.contains(k)) || smi_csv::looks_like_header(l)
         });
         let has_units = lines.iter().any(|l| l.contains(" %") || l.contains("MiB"));
         // `noheader,nounits`: rows of numbers; the CSV reader asks for --columns.
@@ -213,8 +218,6 @@ pub fn read(
         }
         f => f,
     };
-    let file = open(path)?;
-    let mut b = EvidenceBuilder::new();
     let mut source = Source {
         path: path.display().to_string(),
         format: format.as_str().to_string(),
@@ -223,58 +226,67 @@ pub fn read(
         truncated: false,
         unfinished: false,
     };
-    let header = match format {
-        InputFormat::Recording | InputFormat::Auto => {
-            let (h, st) = read_recording_fast(path, file, &mut b).map_err(|e| match e {
-                ReadError::Empty { .. } => DiagnoseError::Empty {
-                    path: path.to_path_buf(),
-                },
-                ReadError::Open { source, .. } => DiagnoseError::Open {
-                    path: path.to_path_buf(),
-                    reason: source.to_string(),
-                },
-                other => DiagnoseError::Bad {
-                    path: path.to_path_buf(),
-                    detail: other
-                        .to_string()
-                        .replace(&format!("{} ", path.display()), ""),
-                },
-            })?;
-            source.lines = st.lines;
-            source.malformed = st.malformed;
-            source.truncated = st.truncated;
-            source.unfinished = st.unfinished;
-            h
-        }
-        InputFormat::SmiCsv => {
-            let o = CsvOptions {
-                columns: opts.columns.clone(),
-                interval_s: opts.interval_s,
-            };
-            let (h, info) =
-                smi_csv::read_smi_csv(file, &o, |l| b.push(l)).map_err(|e| bad(path, e))?;
-            source.lines = info.rows;
-            source.malformed = info.malformed;
-            source.truncated = info.truncated;
-            h
-        }
-        InputFormat::SmiDmon | InputFormat::Dcgmi => {
-            let flavour = if format == InputFormat::Dcgmi {
-                Flavour::Dcgmi
-            } else {
-                Flavour::SmiDmon
-            };
-            let (h, info, prof) = dcgmi::read_dmon(file, flavour, opts.interval_s, |l| b.push(l))
-                .map_err(|e| bad(path, e))?;
-            for (i, p) in prof {
-                b.set_profiling(i, p);
+    if matches!(format, InputFormat::Recording | InputFormat::Auto) {
+        let file = open(path)?;
+        let mut b = EvidenceBuilder::new();
+        let (h, st) = read_recording_fast(path, file, &mut b).map_err(|e| match e {
+            ReadError::Empty { .. } => DiagnoseError::Empty {
+                path: path.to_path_buf(),
+            },
+            ReadError::Open { source, .. } => DiagnoseError::Open {
+                path: path.to_path_buf(),
+                reason: source.to_string(),
+            },
+            other => DiagnoseError::Bad {
+                path: path.to_path_buf(),
+                detail: other
+                    .to_string()
+                    .replace(&format!("{} ", path.display()), ""),
+            },
+        })?;
+        source.lines = st.lines;
+        source.malformed = st.malformed;
+        source.truncated = st.truncated;
+        source.unfinished = st.unfinished;
+        let evidence = b.finish(&h);
+        return Ok(ReadOutcome {
+            source,
+            total_s: evidence.duration_s,
+            evidence,
+            phases: Vec::new(),
+        });
+    }
+    // Logs: a first pass finds the phases from the utilization alone, a second feeds the
+    // evidence with the active phases only, on a timeline with the other stretches cut out.
+    let mut pooler = phases::Pooler::default();
+    let mut t_range: Option<(f64, f64)> = None;
+    read_log(path, format, opts, |l| {
+        if let Line::Gpu(g) = l {
+            t_range = Some(t_range.map_or((g.t_s, g.t_s), |(a, z)| (a.min(g.t_s), z.max(g.t_s))));
+            if let Some(u) = g.util_pct {
+                pooler.push(g.t_s, u);
             }
-            source.lines = info.rows;
-            source.malformed = info.malformed;
-            source.truncated = info.truncated;
-            h
         }
-    };
+    })?;
+    let total_s = t_range.map_or(0.0, |(a, z)| z - a);
+    let phases = phases::segment(&pooler.finish());
+    let mut b = EvidenceBuilder::new();
+    let (header, info, prof) = read_log(path, format, opts, |l| match l {
+        Line::Gpu(g) if !phases.is_empty() => {
+            if let Some(t) = phases::judged_time(&phases, g.t_s) {
+                let mut g = g.clone();
+                g.t_s = t;
+                b.push_gpu(&g);
+            }
+        }
+        other => b.push(other),
+    })?;
+    for (i, p) in prof {
+        b.set_profiling(i, p);
+    }
+    source.lines = info.rows;
+    source.malformed = info.malformed;
+    source.truncated = info.truncated;
     // Mostly unreadable is bad input, not a verdict with a note (random bytes read as a log
     // with --columns gave hundreds of thousands of skipped lines and a verdict on a few rows).
     if is_mostly_unreadable(source.lines, source.malformed) {
@@ -288,10 +300,45 @@ pub fn read(
             ),
         });
     }
+    let mut evidence = b.finish(&header);
+    evidence.origin = Origin::GpuLog;
     Ok(ReadOutcome {
         source,
-        evidence: b.finish(&header),
+        evidence,
+        phases,
+        total_s,
     })
+}
+
+/// Reads a log once, handing each line to `visit`.
+#[allow(clippy::type_complexity)]
+fn read_log(
+    path: &Path,
+    format: InputFormat,
+    opts: &LogOptions,
+    visit: impl FnMut(&Line),
+) -> Result<(Header, LogInfo, Vec<(u32, dcgmi::ProfilingMeans)>), DiagnoseError> {
+    let file = open(path)?;
+    match format {
+        InputFormat::SmiCsv => {
+            let o = CsvOptions {
+                columns: opts.columns.clone(),
+                interval_s: opts.interval_s,
+            };
+            let (h, info) = smi_csv::read_smi_csv(file, &o, visit).map_err(|e| bad(path, e))?;
+            Ok((h, info, Vec::new()))
+        }
+        _ => {
+            let flavour = if format == InputFormat::Dcgmi {
+                Flavour::Dcgmi
+            } else {
+                Flavour::SmiDmon
+            };
+            let (h, info, prof) = dcgmi::read_dmon(file, flavour, opts.interval_s, visit)
+                .map_err(|e| bad(path, e))?;
+            Ok((h, info, prof.into_iter().collect()))
+        }
+    }
 }
 
 /// More lines unreadable than read (and at least 10): the input is not what it claims to be.
@@ -479,6 +526,11 @@ mod tests {
         assert_eq!(detect("hello world\n"), None);
         assert_eq!(detect("a,b\nx,y\n"), None);
         assert_eq!(detect("97, 40211, 81920\n"), Some(InputFormat::SmiCsv));
+        assert_eq!(
+            detect("time,gpu_util,mem_used_mib\n2026-12-02T12:00:00Z,50,1024\n"),
+            Some(InputFormat::SmiCsv),
+            "a logging script's own header"
+        );
         assert_eq!(detect(""), None);
     }
 }

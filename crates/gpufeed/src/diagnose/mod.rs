@@ -8,6 +8,7 @@ pub mod evidence;
 pub mod fast;
 pub mod input;
 pub mod pyloop;
+pub mod phases;
 pub mod render;
 pub mod rules;
 pub mod stats;
@@ -17,7 +18,7 @@ pub use input::InputFormat;
 pub use render::{render, ReportFormat};
 
 use crate::finding::Finding;
-use evidence::{Evidence, GpuEvidence, HostEvidence, JobEvidence};
+use evidence::{Evidence, GpuEvidence, HostEvidence, JobEvidence, Origin};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use verdict::Verdict;
@@ -58,6 +59,10 @@ pub struct DiagnoseReport {
     pub python: Option<pyloop::PythonEvidence>,
     /// Caveats for people (weak evidence, missing data).
     pub notes: Vec<String>,
+    /// Phases a log was split into (start-up, active, eval-like, idle, idle tail); only the
+    /// active ones were judged. Empty when the input was judged as one block.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<phases::Phase>,
 }
 
 /// Why a file could not be diagnosed; every variant is bad input (exit code 3).
@@ -93,11 +98,14 @@ pub fn build_report(read: input::ReadOutcome) -> DiagnoseReport {
     let e = read.evidence;
     let findings = rules::evaluate(&e);
     let verdict = verdict::decide(&e, &findings);
-    let notes = notes(&e, &read.source);
+    let mut notes = notes(&e, &read.source, &verdict);
+    if let Some(line) = phases::describe(&read.phases) {
+        notes.insert(0, line);
+    }
     DiagnoseReport {
         schema_version: REPORT_SCHEMA_VERSION,
         source: read.source,
-        duration_s: rules::r2(e.duration_s),
+        duration_s: rules::r2(read.total_s.max(e.duration_s)),
         verdict,
         findings,
         gpus: e.gpus,
@@ -105,6 +113,21 @@ pub fn build_report(read: input::ReadOutcome) -> DiagnoseReport {
         job: e.job,
         python: e.python,
         notes,
+        phases: read.phases,
+    }
+}
+
+/// Peak memory share from which memory counts as almost full.
+pub const MEMORY_FULL: f64 = 0.8;
+
+/// What the verdict says is holding the GPU back, for the memory line.
+fn what_holds(v: &Verdict) -> String {
+    match v.id.as_str() {
+        "input_bound" => "the input pipeline is (see input_bound)".into(),
+        "transfer_bound" => "host-to-device copies are (see transfer_bound)".into(),
+        "throttled" => "clock throttling is (see throttled)".into(),
+        "idle" => "the GPU sat idle".into(),
+        _ => "utilization is what to follow (see the verdict)".into(),
     }
 }
 
@@ -149,15 +172,28 @@ fn stack_notes(e: &Evidence) -> Vec<String> {
 }
 
 /// Caveats worth telling people next to the findings.
-pub fn notes(e: &Evidence, source: &Source) -> Vec<String> {
+pub fn notes(e: &Evidence, source: &Source, v: &Verdict) -> Vec<String> {
     let mut out = Vec::new();
-    if let Some((i, f)) = e
-        .gpus
-        .iter()
-        .filter_map(|g| g.mem_used_max_fraction.map(|f| (g.index, f)))
+    if let Some((i, f, busy)) = e
+        .used_gpus()
+        .filter_map(|g| {
+            g.mem_used_max_fraction
+                .map(|f| (g.index, f, g.busy_fraction))
+        })
         .max_by(|a, b| a.1.total_cmp(&b.1))
     {
-        if f >= 0.8 {
+        let low = busy.is_some_and(|b| b < 0.6);
+        if f >= MEMORY_FULL && low {
+            // The user's first symptom: memory full, utilization low.
+            out.push(format!(
+                "GPU {i} memory is {:.0}% full while it is busy only {:.0}% of the time: \
+                 PyTorch's caching allocator keeps freed memory reserved, so a full memory bar \
+                 is not the bottleneck; {}.",
+                f * 100.0,
+                busy.unwrap_or(0.0) * 100.0,
+                what_holds(v)
+            ));
+        } else if f >= MEMORY_FULL {
             out.push(format!(
                 "GPU {i} memory peaked at {:.0}% of total. That is weak evidence of anything: \
                  PyTorch's caching allocator keeps freed blocks reserved, and TensorFlow/JAX \
@@ -171,7 +207,7 @@ pub fn notes(e: &Evidence, source: &Source) -> Vec<String> {
         out.push("No GPU utilization in this input: the verdict cannot judge the GPU.".into());
     }
     out.extend(stack_notes(e));
-    if source.format != "recording" {
+    if e.origin == Origin::GpuLog {
         out.push(
             "This log has no host or process data: the kind of input bottleneck (workers, CPU, \
              I/O) cannot be told. Record with `gpufeed run -- <command>` for the full diagnosis."
@@ -180,18 +216,8 @@ pub fn notes(e: &Evidence, source: &Source) -> Vec<String> {
     } else if e.host.samples == 0 && e.job.samples == 0 {
         out.push("No host or process samples were recorded.".into());
     }
-    if let Some(g) = e.measured_gpus().find(|g| {
-        g.util_samples > 0
-            && g.periodicity.is_none()
-            && e.duration_s > 0.0
-            && (g.util_samples as f64 / e.duration_s) < 1.5
-            && g.bimodal
-    }) {
-        out.push(format!(
-            "GPU {} was sampled about once a second or less: utilization swings faster than that \
-             alias away. gpufeed's recorder keeps every driver sample (about 6 per second).",
-            g.index
-        ));
+    if let Some(n) = sampling_note(e) {
+        out.push(n);
     }
     if source.truncated {
         out.push(
@@ -205,4 +231,37 @@ pub fn notes(e: &Evidence, source: &Source) -> Vec<String> {
         ));
     }
     out
+}
+
+/// What a log's sampling interval hides, and how to sample finely enough (logs polled every
+/// second or slower; a recording keeps every driver sample).
+pub fn sampling_note(e: &Evidence) -> Option<String> {
+    if e.origin != Origin::GpuLog {
+        return None;
+    }
+    let i = e.sample_interval_s()?;
+    if i < 0.99 {
+        return None;
+    }
+    let every = verdict::interval_words(i);
+    let hides = if i >= 5.0 {
+        format!(
+            "each reading averages or picks one moment of {every}, so the sub-second busy/starved \
+             swings of a starving input pipeline, per-step stalls and anything shorter than \
+             about {} do not show: a starving GPU and a steadily half-busy one look alike",
+            verdict::interval_words(2.0 * i)
+        )
+    } else {
+        "sub-second busy/starved swings (a starving input pipeline, per-step stalls) alias away or \
+         blur into a middle level"
+            .to_string()
+    };
+    Some(format!(
+        "Utilization was sampled every {every}: {hides}. Confidence is scaled down to match \
+         ({:.2} of full). Log finely enough with `nvidia-smi \
+         --query-gpu=timestamp,index,utilization.gpu,memory.used,memory.total --format=csv -lms \
+         200 -f gpu.csv`, or record with `gpufeed record` (every driver sample, about 6 a second, \
+         plus host and processes).",
+        verdict::sampling_factor(Some(i))
+    ))
 }

@@ -269,6 +269,16 @@ fn text(r: &DiagnoseReport, color: bool) -> String {
         r.verdict.confidence
     );
     let _ = writeln!(o, "         {}", r.verdict.summary);
+    // Every GPU judged: a pooled verdict never hides one GPU's state.
+    if r.verdict.gpus.len() > 1 {
+        let states: Vec<String> = r
+            .verdict
+            .gpus
+            .iter()
+            .map(|g| format!("GPU {} {}", g.index, g.state.as_str()))
+            .collect();
+        let _ = writeln!(o, "         {}", states.join(", "));
+    }
     if let Some(top) = r.findings.first() {
         o.push('\n');
         let _ = writeln!(
@@ -342,10 +352,7 @@ fn text(r: &DiagnoseReport, color: bool) -> String {
         }
     } else {
         o.push('\n');
-        let _ = writeln!(
-            o,
-            "No findings: nothing is holding the GPU back in this recording."
-        );
+        let _ = writeln!(o, "{}", no_findings(r));
     }
     if !r.notes.is_empty() {
         o.push('\n');
@@ -518,6 +525,16 @@ fn loop_markdown(p: &PythonEvidence) -> String {
     o
 }
 
+/// The line shown when there are no findings: an unknown verdict never claims that nothing
+/// holds the GPU back (its summary says which data is missing).
+fn no_findings(r: &DiagnoseReport) -> &'static str {
+    if r.verdict.id == "unknown" {
+        "No findings: this input cannot name a cause (the verdict says what data would)."
+    } else {
+        "No findings: nothing is holding the GPU back in this recording."
+    }
+}
+
 fn md_escape(s: &str) -> String {
     s.replace('|', "\\|")
 }
@@ -556,10 +573,7 @@ fn markdown(r: &DiagnoseReport) -> String {
     }
     let _ = writeln!(o, "## Findings\n");
     if r.findings.is_empty() {
-        let _ = writeln!(
-            o,
-            "None: nothing is holding the GPU back in this recording.\n"
-        );
+        let _ = writeln!(o, "{}\n", no_findings(r));
     } else {
         let _ = writeln!(
             o,

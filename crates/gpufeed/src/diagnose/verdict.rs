@@ -1,6 +1,8 @@
 //! The verdict: one primary bottleneck, with a confidence, chosen from the evidence and findings.
 
-use super::evidence::Evidence;
+use super::evidence::{Evidence, Origin};
+use super::rules::gpus::{self, GpuState};
+pub use super::rules::sampling_factor;
 use super::rules::{input, r2};
 use crate::finding::Finding;
 use serde::{Deserialize, Serialize};
@@ -28,23 +30,91 @@ pub struct Verdict {
     /// Id of the finding the verdict rests on, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finding: Option<String>,
-    /// Mean GPU busy fraction (mean utilization / 100) over the measured GPUs.
+    /// Mean GPU busy fraction (mean utilization / 100) over the GPUs the job used.
     #[serde(default)]
     pub gpu_busy_fraction: Option<f64>,
+    /// Causes the data could not decide between, each with its confidence (most likely first);
+    /// empty when the cause is clear.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<Candidate>,
+    /// Each measured GPU judged on its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuJudgement>,
+}
+
+/// A cause the data leave open.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// A finding id (`input_bound`, `batch_too_small`).
+    pub id: String,
+    pub confidence: f64,
+}
+
+/// One GPU's state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuJudgement {
+    pub index: u32,
+    pub state: GpuState,
+    pub busy_fraction: Option<f64>,
 }
 
 fn has<'a>(findings: &'a [Finding], id: &str) -> Option<&'a Finding> {
     findings.iter().find(|f| f.id == id)
 }
 
+/// What is missing to name a cause, and how to get it.
+fn missing_data(e: &Evidence) -> &'static str {
+    match e.origin {
+        Origin::GpuLog => {
+            "This log has only GPU figures: record the job with `gpufeed run -- <your command>` \
+             (or attach with `gpufeed record --pid PID`) to add the host and the job's processes."
+        }
+        Origin::Recording if !e.has_host() && !e.has_job() => {
+            "This recording has no host or process samples (/proc was not readable where it \
+             ran): record where /proc is readable to see the workers, cores and I/O."
+        }
+        Origin::Recording => {
+            "Host and process data show no saturated worker, core or I/O wait: what is missing \
+             is the training step itself; a PyTorch profiler trace (`gpufeed analyze TRACE`) \
+             shows where each step waits."
+        }
+    }
+}
+
+fn input_confidence(e: &Evidence) -> f64 {
+    let mut c: f64 = 0.5;
+    if e.strongest_period().is_some_and(|p| p.is_strong()) {
+        c += 0.2;
+    }
+    if e.any_bimodal() {
+        c += 0.1;
+    }
+    if e.has_host() || e.has_job() {
+        c += if input::kind_is_clear(e) { 0.15 } else { 0.05 };
+    }
+    (c * sampling_factor(e.sample_interval_s())).min(0.95)
+}
+
 pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
     let busy = e.busy_fraction();
+    let gpus: Vec<GpuJudgement> = e
+        .measured_gpus()
+        .filter_map(|g| {
+            gpus::gpu_state(e, g).map(|state| GpuJudgement {
+                index: g.index,
+                state,
+                busy_fraction: g.busy_fraction.map(super::rules::r3),
+            })
+        })
+        .collect();
     let mk = |id: &str, confidence: f64, summary: String, finding: Option<&str>| Verdict {
         id: id.to_string(),
         confidence: r2(confidence.clamp(0.0, 1.0)),
         summary,
         finding: finding.map(str::to_string),
         gpu_busy_fraction: busy.map(super::rules::r3),
+        candidates: Vec::new(),
+        gpus: gpus.clone(),
     };
     // The training loop's measured data wait: a verdict with or without GPU data.
     if let Some(f) = has(findings, "input_bound")
@@ -74,10 +144,20 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
         );
     }
     let Some(b) = busy else {
+        let how = match e.origin {
+            Origin::GpuLog => {
+                "log utilization.gpu too (nvidia-smi --query-gpu=timestamp,index,utilization.gpu,\
+                 memory.used,memory.total --format=csv -lms 200)"
+            }
+            Origin::Recording => {
+                "record on a machine where the NVIDIA driver loads (`gpufeed doctor` says why it \
+                 does not)"
+            }
+        };
         return mk(
             "unknown",
             0.0,
-            "No GPU utilization was recorded: nothing to judge the GPU by.".into(),
+            format!("No GPU utilization was recorded: nothing to judge the GPU by; {how}."),
             None,
         );
     };
@@ -91,18 +171,13 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
         );
     }
     let transfer = has(findings, "transfer_bound");
+    let batch = has(findings, "batch_too_small");
+    let batch_c = batch
+        .and_then(|f| f.evidence.get("candidate_confidence"))
+        .and_then(|v| v.as_f64());
     if let Some(kind) = input::classify(e) {
         if !(transfer.is_some() && kind == input::Kind::Unknown) {
-            let mut c: f64 = 0.5;
-            if e.strongest_period().is_some_and(|p| p.is_strong()) {
-                c += 0.2;
-            }
-            if e.any_bimodal() {
-                c += 0.1;
-            }
-            if kind != input::Kind::Unknown {
-                c += 0.15;
-            }
+            let c = input_confidence(e);
             let what = match kind {
                 input::Kind::TooFewWorkers => "there are too few DataLoader workers",
                 input::Kind::CpuSaturated => "the CPU is saturated",
@@ -110,12 +185,37 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
                 input::Kind::MainProcess => "the training loop's process is pinned at a core",
                 input::Kind::Unknown => "the data supply cannot keep up",
             };
-            return mk(
+            let mut candidates = Vec::new();
+            if let Some(bc) = batch_c {
+                candidates = ranked(vec![("input_bound", c), ("batch_too_small", bc)]);
+            }
+            // Without host data a batch too small for the GPU may explain it as well: when
+            // neither is clearly ahead, the verdict says so instead of picking one.
+            if batch_c.is_some_and(|bc| !(c >= 0.5 && c >= 2.0 * bc)) {
+                let bc = batch_c.unwrap_or(0.0);
+                let mut v = mk(
+                    "unknown",
+                    c.max(bc),
+                    format!(
+                        "Undecided: the GPU is busy only {pct:.0}% of the time, either because \
+                         the input cannot keep up (input_bound, confidence {c:.2}) or because \
+                         the batch or model is far too small for it (batch_too_small, {bc:.2}). \
+                         {}",
+                        missing_data(e)
+                    ),
+                    None,
+                );
+                v.candidates = candidates;
+                return v;
+            }
+            let mut v = mk(
                 "input_bound",
-                c.min(0.95),
+                c,
                 format!("Input-bound: the GPU is busy only {pct:.0}% of the time because {what}."),
                 Some("input_bound"),
             );
+            v.candidates = candidates;
+            return v;
         }
     }
     if transfer.is_some() {
@@ -144,13 +244,13 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
             Some("throttled"),
         );
     }
-    if b >= 0.85 {
-        let c = 0.6 + (b - 0.85) * 2.5;
+    if has(findings, "compute_bound").is_some() {
+        let c = 0.6 + (b - gpus::BUSY) * 2.5;
         return mk(
             "compute_bound",
             c.min(0.95),
             format!("Compute-bound: the GPU is busy {pct:.0}% of the time; the input keeps up."),
-            None,
+            Some("compute_bound"),
         );
     }
     if throttled.is_some() {
@@ -164,19 +264,84 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
             Some("throttled"),
         );
     }
-    let hint = if has(findings, "batch_too_small").is_some() {
-        " Memory is mostly free: the batch may be too small."
+    if let Some(bc) = batch_c {
+        let mut v = mk(
+            "unknown",
+            bc,
+            format!(
+                "The GPU is busy {pct:.0}% of the time and its memory is mostly free: most likely \
+                 the batch or model is too small for it (batch_too_small, confidence {bc:.2}). {}",
+                missing_data(e)
+            ),
+            Some("batch_too_small"),
+        );
+        v.candidates = vec![Candidate {
+            id: "batch_too_small".into(),
+            confidence: bc,
+        }];
+        return v;
+    }
+    let hidden = match e.sample_interval_s() {
+        Some(i) if i >= 1.0 && e.origin == Origin::GpuLog => format!(
+            " Sampled every {}, this log cannot show sub-second stalls.",
+            interval_words(i)
+        ),
+        _ => String::new(),
+    };
+    // Several GPUs in different states: say so rather than one pooled figure.
+    let who = if gpus.len() > 1 && gpus.windows(2).any(|w| w[0].state != w[1].state) {
+        let states: Vec<String> = gpus
+            .iter()
+            .map(|g| format!("GPU {} {}", g.index, g.state.as_str()))
+            .collect();
+        format!(
+            "The GPUs are busy {pct:.0}% of the time on average ({})",
+            states.join(", ")
+        )
     } else {
-        ""
+        format!("The GPU is busy {pct:.0}% of the time")
     };
     mk(
         "unknown",
         0.3,
         format!(
-            "The GPU is busy {pct:.0}% of the time without a clear cause in this recording.{hint}"
+            "{who} without a cause this input can name.{hidden} {}",
+            missing_data(e)
         ),
-        has(findings, "batch_too_small").map(|_| "batch_too_small"),
+        None,
     )
+}
+
+/// `10 s`, `1 min`, `200 ms` for a sampling interval.
+pub fn interval_words(s: f64) -> String {
+    if s >= 60.0 && (s % 60.0).abs() < 1e-6 {
+        format!("{:.0} min", s / 60.0)
+    } else if s >= 1.0 {
+        format!("{} s", r1_trim(s))
+    } else {
+        format!("{:.0} ms", s * 1000.0)
+    }
+}
+
+fn r1_trim(s: f64) -> String {
+    let r = (s * 10.0).round() / 10.0;
+    if (r - r.round()).abs() < 1e-9 {
+        format!("{:.0}", r)
+    } else {
+        format!("{r:.1}")
+    }
+}
+
+fn ranked(v: Vec<(&str, f64)>) -> Vec<Candidate> {
+    let mut c: Vec<Candidate> = v
+        .into_iter()
+        .map(|(id, confidence)| Candidate {
+            id: id.into(),
+            confidence: r2(confidence),
+        })
+        .collect();
+    c.sort_by(|a, b| b.confidence.total_cmp(&a.confidence));
+    c
 }
 
 #[cfg(test)]
@@ -195,7 +360,104 @@ mod tests {
         assert_eq!(v.id, "compute_bound");
         assert!(v.confidence >= 0.8, "{v:?}");
         let ids: Vec<String> = evaluate(&e).into_iter().map(|f| f.id).collect();
-        assert!(ids.is_empty(), "{ids:?}");
+        assert_eq!(
+            ids,
+            ["compute_bound"],
+            "only the levers, no starvation finding"
+        );
+        assert_eq!(v.finding.as_deref(), Some("compute_bound"));
+    }
+
+    #[test]
+    fn a_steadily_busy_log_is_compute_bound_not_unknown() {
+        // Mean 83%, p50 91%, sampled every 10 s, no host data.
+        let mut e = as_log(base(83.0), 10.0);
+        e.gpus[0].util_p50_pct = Some(91.0);
+        let v = verdict(&e);
+        assert_eq!(v.id, "compute_bound", "{v:?}");
+        assert!(v.confidence >= 0.6);
+        assert_eq!(v.gpus[0].state, GpuState::Busy);
+    }
+
+    #[test]
+    fn an_unused_gpu_does_not_pool_into_the_verdict() {
+        let mut e = as_log(base(91.0), 1.0);
+        e.gpus.push(gpu(1, 0.0));
+        e.gpus[1].mem_used_max_bytes = Some(15 << 20);
+        e.gpus[1].util_p90_pct = Some(0.0);
+        e.gpus[1].util_sample_interval_s = Some(1.0);
+        let v = verdict(&e);
+        assert_eq!(v.id, "compute_bound", "{v:?}");
+        assert_eq!(v.gpu_busy_fraction, Some(0.91));
+        assert_eq!(v.gpus[1].state, GpuState::Unused);
+        let ids: Vec<String> = evaluate(&e).into_iter().map(|f| f.id).collect();
+        assert_eq!(ids[0], "gpu_unused", "{ids:?}");
+    }
+
+    #[test]
+    fn undecidable_causes_are_named_as_candidates() {
+        // A weakly repeating 25% on a 32 GB card with 472 MiB used, no host data.
+        let mut e = as_log(base(25.0), 1.0);
+        e.gpus[0].mem_used_max_fraction = Some(472.0 / 32768.0);
+        e.gpus[0].periodicity = Some(crate::diagnose::stats::PeriodicityResult {
+            period_s: 30.0,
+            strength: 0.4,
+            step_s: 1.0,
+            windows: 3,
+        });
+        let v = verdict(&e);
+        assert_eq!(v.id, "unknown", "{v:?}");
+        let ids: Vec<&str> = v.candidates.iter().map(|c| c.id.as_str()).collect();
+        assert!(ids.contains(&"input_bound") && ids.contains(&"batch_too_small"));
+        assert!(v.summary.contains("gpufeed run"), "{}", v.summary);
+        for f in evaluate(&e) {
+            assert_eq!(f.expected_speedup, None, "{} has a bound", f.id);
+        }
+        // A clean square wave at 0.2 s is starvation even with free memory.
+        let mut s = as_log(starving(base(30.0)), 0.2);
+        s.gpus[0].mem_used_max_fraction = Some(0.02);
+        let v = verdict(&s);
+        assert_eq!(v.id, "input_bound", "{v:?}");
+        assert_eq!(v.candidates.len(), 2);
+    }
+
+    #[test]
+    fn coarse_sampling_lowers_the_confidence() {
+        let fine = verdict(&as_log(starving(base(30.0)), 0.2)).confidence;
+        let one = verdict(&as_log(starving(base(30.0)), 1.0)).confidence;
+        let ten = verdict(&as_log(starving(base(30.0)), 10.0)).confidence;
+        assert!(fine > one && one > ten, "{fine} {one} {ten}");
+        assert!((sampling_factor(Some(60.0)) - 0.5).abs() < 0.01);
+        assert_eq!(sampling_factor(Some(0.1)), 1.0);
+    }
+
+    #[test]
+    fn gpus_in_different_states_are_named_not_pooled() {
+        let mut e = base(97.0);
+        e.gpus.push(gpu(1, 72.0));
+        let v = verdict(&e);
+        assert_eq!(v.id, "unknown", "one GPU is not busy: {v:?}");
+        assert!(
+            v.summary.contains("GPU 0 busy, GPU 1 underused"),
+            "{}",
+            v.summary
+        );
+    }
+
+    #[test]
+    fn unknown_says_what_data_is_missing() {
+        let mut e = as_log(base(45.0), 1.0);
+        e.gpus[0].mem_used_max_fraction = Some(0.9);
+        let v = verdict(&e);
+        assert_eq!(v.id, "unknown");
+        assert!(v.summary.contains("gpufeed run --"), "{}", v.summary);
+        // A recording with host data that names nothing points at the step itself.
+        let mut r = base(45.0);
+        r.gpus[0].mem_used_max_fraction = Some(0.9);
+        let v = verdict(&r);
+        assert_eq!(v.id, "unknown");
+        assert!(v.summary.contains("gpufeed analyze"), "{}", v.summary);
+        assert!(!v.summary.contains("gpufeed run"));
     }
 
     #[test]
@@ -215,7 +477,9 @@ mod tests {
     fn no_gpu_is_unknown_idle_is_idle() {
         let mut e = base(97.0);
         e.gpus.clear();
-        assert_eq!(verdict(&e).id, "unknown");
+        let v = verdict(&e);
+        assert_eq!(v.id, "unknown");
+        assert!(v.summary.contains("gpufeed doctor"), "{}", v.summary);
         assert_eq!(verdict(&base(0.5)).id, "idle");
     }
 

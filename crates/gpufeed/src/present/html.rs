@@ -536,7 +536,12 @@ pub fn diagnose_section(
     }
     s.push_str(&process_table(r));
     s.push_str("<h2>Findings and fixes</h2>");
-    s.push_str(&findings_html(&r.findings));
+    if r.findings.is_empty() && r.verdict.id == "unknown" {
+        // An unknown verdict never claims nothing is wrong: its summary names the missing data.
+        s.push_str("<p>No findings: this input cannot name a cause (the verdict says what data would).</p>");
+    } else {
+        s.push_str(&findings_html(&r.findings));
+    }
     if let Some(o) = series.and_then(|se| se.overrides.as_ref()) {
         s.push_str(&overrides_html(&o.overrides, &o.notes));
     }

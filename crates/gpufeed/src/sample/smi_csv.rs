@@ -106,21 +106,123 @@ fn field_of(name: &str) -> Field {
                     "sync_boost" => Some(t::SYNC_BOOST),
                     _ => None,
                 });
-            bit.map(Field::ThrottleBit).unwrap_or(Field::Other)
+            match bit {
+                Some(b) => Field::ThrottleBit(b),
+                None => custom_field(name).map_or(Field::Other, |(f, _)| f),
+            }
         }
     }
 }
 
-/// Is this line a header (every field a dotted lower-case name, one of them known)?
+/// A name from a logging script's own header (`gpu_index`, `utilization_gpu_percent`,
+/// `temperature_C`, `power_W`, `mem_used_mib`) that clearly means an nvidia-smi field, with the
+/// unit its suffix names. Names that could mean several things map to nothing.
+fn custom_field(name: &str) -> Option<(Field, Option<&'static str>)> {
+    let mut n: String = name
+        .trim()
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '%' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    while n.contains("__") {
+        n = n.replace("__", "_");
+    }
+    let n = n.trim_matches('_');
+    let mut unit = None;
+    let mut base = n;
+    for (suffix, u) in [
+        ("_percent", "%"),
+        ("_pct", "%"),
+        ("_%", "%"),
+        ("_celsius", "C"),
+        ("_c", "C"),
+        ("_watts", "W"),
+        ("_w", "W"),
+        ("_mib", "MiB"),
+        ("_mb", "MiB"),
+        ("_gib", "GiB"),
+        ("_gb", "GiB"),
+        ("_kib", "KiB"),
+        ("_bytes", "B"),
+        ("_mhz", "MHz"),
+        ("_s", "s"),
+        ("_ms", "ms"),
+    ] {
+        if let Some(b) = n.strip_suffix(suffix) {
+            base = b;
+            unit = Some(u);
+            break;
+        }
+    }
+    let f = match base {
+        "timestamp" | "time" | "ts" | "datetime" | "date_time" | "epoch" | "unix_time"
+        | "unixtime" | "time_unix" => Field::Timestamp,
+        "index" | "gpu" | "gpu_index" | "gpu_id" | "gpu_idx" | "idx" | "device"
+        | "device_index" | "device_id" | "gpu_num" => Field::Index,
+        "uuid" | "gpu_uuid" => Field::Uuid,
+        "bus_id" | "pci_bus_id" | "gpu_bus_id" => Field::BusId,
+        "name" | "gpu_name" | "model" => Field::Name,
+        "utilization_gpu" | "gpu_utilization" | "gpu_util" | "util" | "util_gpu"
+        | "utilization" | "gpu_usage" | "gpu_busy" | "sm_util" => Field::UtilGpu,
+        "utilization_memory" | "memory_utilization" | "mem_util" | "util_mem"
+        | "mem_utilization" => Field::UtilMem,
+        "memory_used" | "mem_used" | "used_memory" | "fb_used" | "gpu_mem_used"
+        | "gpu_memory_used" | "memory_usage" | "mem_usage" => Field::MemUsed,
+        "memory_total" | "mem_total" | "total_memory" | "fb_total" | "gpu_memory_total" => {
+            Field::MemTotal
+        }
+        "memory_free" | "mem_free" | "free_memory" | "fb_free" => Field::MemFree,
+        "temperature_gpu" | "temperature" | "temp" | "gpu_temp" | "gpu_temperature" => {
+            Field::Temperature
+        }
+        "power_draw" | "power" | "power_usage" | "gpu_power" => Field::Power,
+        "power_limit" => Field::PowerLimit,
+        "clocks_sm" | "sm_clock" | "clock_sm" | "sm_clocks" => Field::SmClock,
+        _ => return None,
+    };
+    // A unit that contradicts the field (a "%" on memory, "W" on a timestamp) is a different
+    // quantity: better unknown than wrong.
+    let fits = match (f, unit) {
+        (_, None) => true,
+        (Field::UtilGpu | Field::UtilMem, Some(u)) => u == "%",
+        (Field::MemUsed | Field::MemTotal | Field::MemFree, Some(u)) => {
+            matches!(u, "MiB" | "GiB" | "KiB" | "B")
+        }
+        (Field::Temperature, Some(u)) => u == "C",
+        (Field::Power | Field::PowerLimit, Some(u)) => u == "W",
+        (Field::SmClock, Some(u)) => u == "MHz",
+        (Field::Timestamp, Some(u)) => u == "s" || u == "ms",
+        _ => false,
+    };
+    fits.then_some((f, unit))
+}
+
+/// Is this line a header (names only, none of them a value, one of them a known field)?
 fn is_header(fields: &[&str]) -> bool {
     let names_only = fields.iter().all(|f| {
         let n = f.split('[').next().unwrap_or("").trim();
         !n.is_empty()
-            && n.chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '_')
-            && n.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+            && n.chars().all(|c| {
+                c.is_ascii_alphanumeric()
+                    || matches!(c, '.' | '_' | '-' | ' ' | '(' | ')' | '%' | '/')
+            })
+            && n.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && !(n.starts_with("GPU-") || n.eq_ignore_ascii_case("n/a"))
+            && n.parse::<f64>().is_err()
     });
     names_only && fields.iter().any(|f| field_of(f) != Field::Other)
+}
+
+/// A line that reads as an nvidia-smi CSV header, standard or a logging script's own.
+pub fn looks_like_header(line: &str) -> bool {
+    let fields = split(line);
+    fields.len() >= 2 && is_header(&fields)
 }
 
 /// A value without padding and unit; `None` for `[N/A]`, `[Not Supported]`, `N/A`, empty.
@@ -158,8 +260,8 @@ fn header_unit(name: &str) -> Option<String> {
     Some(name[open + 1..close].trim().to_string())
 }
 
-/// `2026/12/02 12:00:00.123` (or with `-`) → seconds since the Unix epoch (the zone is unknown;
-/// only differences matter).
+/// `2026/12/02 12:00:00.123`, `2026-12-02T12:00:00.123456+01:00` or `…Z` → seconds since the
+/// Unix epoch (a zone offset is applied; without one only differences matter).
 pub fn parse_timestamp(v: &str) -> Option<f64> {
     let v = clean(v)?;
     let (date, time) = v.split_once([' ', 'T'])?;
@@ -167,14 +269,56 @@ pub fn parse_timestamp(v: &str) -> Option<f64> {
     let y: i64 = d.next()?.parse().ok()?;
     let mo: i64 = d.next()?.parse().ok()?;
     let da: i64 = d.next()?.parse().ok()?;
-    let mut t = time.trim().split(':');
+    let time = time.trim();
+    // A zone: `Z`, or `+HH:MM` / `-HH:MM` / `+HHMM` after the seconds.
+    let (clock, offset_s) = match time.find(['+', '-', 'Z']) {
+        Some(i) => {
+            let (c, z) = time.split_at(i);
+            let off = if z == "Z" {
+                0.0
+            } else {
+                let sign = if z.starts_with('-') { -1.0 } else { 1.0 };
+                let digits: String = z[1..].chars().filter(|c| c.is_ascii_digit()).collect();
+                if digits.len() != 4 && digits.len() != 2 {
+                    return None;
+                }
+                let h: f64 = digits[..2].parse().ok()?;
+                let m: f64 = if digits.len() == 4 {
+                    digits[2..].parse().ok()?
+                } else {
+                    0.0
+                };
+                sign * (h * 3600.0 + m * 60.0)
+            };
+            (c, off)
+        }
+        None => (time, 0.0),
+    };
+    let mut t = clock.split(':');
     let h: f64 = t.next()?.parse().ok()?;
     let mi: f64 = t.next()?.parse().ok()?;
-    let s: f64 = t.next()?.trim_end_matches('Z').parse().ok()?;
+    let s: f64 = t.next()?.parse().ok()?;
     if !(1..=12).contains(&mo) || !(1..=31).contains(&da) {
         return None;
     }
-    Some(days_from_civil(y, mo, da) as f64 * 86400.0 + h * 3600.0 + mi * 60.0 + s)
+    Some(days_from_civil(y, mo, da) as f64 * 86400.0 + h * 3600.0 + mi * 60.0 + s - offset_s)
+}
+
+/// A timestamp column's value: a date and time, or Unix-epoch seconds (milliseconds when the
+/// header says `ms` or the number is too large for seconds).
+pub fn parse_time_value(v: &str, unit: Option<&str>) -> Option<f64> {
+    if let Some(t) = parse_timestamp(v) {
+        return Some(t);
+    }
+    let x: f64 = clean(v)?.parse().ok()?;
+    if !x.is_finite() || x < 0.0 {
+        return None;
+    }
+    Some(if unit == Some("ms") || x >= 1e11 {
+        x / 1000.0
+    } else {
+        x
+    })
 }
 
 /// Days since 1970-01-01 (Howard Hinnant's algorithm).
@@ -257,10 +401,22 @@ struct Columns {
 
 impl Columns {
     fn new(names: &[String]) -> Self {
-        Columns {
-            fields: names.iter().map(|n| field_of(n)).collect(),
-            units: names.iter().map(|n| header_unit(n)).collect(),
-        }
+        let fields: Vec<Field> = names.iter().map(|n| field_of(n)).collect();
+        let units = names
+            .iter()
+            .zip(&fields)
+            .map(|(n, f)| {
+                header_unit(n)
+                    .or_else(|| custom_field(n).and_then(|(_, u)| u).map(str::to_string))
+                    // nvidia-smi writes memory in MiB: a header without a unit (nounits, or a
+                    // script's own names) means MiB.
+                    .or_else(|| {
+                        matches!(f, Field::MemUsed | Field::MemTotal | Field::MemFree)
+                            .then(|| "MiB".to_string())
+                    })
+            })
+            .collect();
+        Columns { fields, units }
     }
 }
 
@@ -288,6 +444,7 @@ pub fn read_smi_csv(
     let mut seen_in_poll: Vec<u32> = Vec::new();
     let interval = opts.interval_s.unwrap_or(1.0);
     let mut any_line = false;
+    let mut any_data_line = false;
     let mut pending_bad: Option<bool> = None; // a bad row not yet known to be the last
     let mut buf = Vec::new();
     loop {
@@ -307,10 +464,14 @@ pub fn read_smi_csv(
         any_line = true;
         let fields = split(line);
         if is_header(&fields) {
-            let names: Vec<String> = fields.iter().map(|s| s.to_string()).collect();
-            cols = Some(Columns::new(&names));
+            // Fields given with --columns win over the file's own header.
+            if opts.columns.is_none() {
+                let names: Vec<String> = fields.iter().map(|s| s.to_string()).collect();
+                cols = Some(Columns::new(&names));
+            }
             continue;
         }
+        any_data_line = true;
         if pending_bad.take().is_some() {
             info.malformed += 1;
         }
@@ -347,7 +508,7 @@ pub fn read_smi_csv(
         for ((f, unit), v) in c.fields.iter().zip(&c.units).zip(&fields) {
             let u = unit.as_deref();
             match f {
-                Field::Timestamp => ts = parse_timestamp(v),
+                Field::Timestamp => ts = parse_time_value(v, u),
                 Field::Index => index = clean(v).and_then(|v| v.parse().ok()),
                 Field::Uuid | Field::BusId => {
                     if id_key.is_none() {
@@ -465,9 +626,22 @@ pub fn read_smi_csv(
         return Err(LogError::Empty);
     }
     if info.rows == 0 {
-        return Err(LogError::Format(
-            "no nvidia-smi CSV rows with utilization or memory values".into(),
-        ));
+        let named = cols.as_ref().is_some_and(|c| {
+            c.fields.iter().any(|f| {
+                matches!(
+                    f,
+                    Field::UtilGpu | Field::MemUsed | Field::MemFree | Field::Throttle
+                )
+            })
+        });
+        return Err(LogError::Format(if named || !any_data_line {
+            "no nvidia-smi CSV rows with utilization or memory values".into()
+        } else {
+            "no column of this CSV is known to hold utilization or memory: pass the field list \
+             with --columns (the --query-gpu names, e.g. --columns \
+             timestamp,index,utilization.gpu,memory.used)"
+                .into()
+        }));
     }
     gpus.sort_by_key(|g| g.static_.index);
     Ok((
@@ -633,7 +807,98 @@ mod tests {
     }
 
     #[test]
+    fn a_scripts_own_header_with_iso_timestamps() {
+        let text = "timestamp,gpu_index,temperature_C,utilization_gpu_percent,power_W\n\
+                    2026-12-02T12:00:00.000000+00:00,0,61,91,301.5\n\
+                    2026-12-02T12:00:00.001000+00:00,1,35,0,60.1\n\
+                    2026-12-02T12:00:10.000000+00:00,0,62,89,299.0\n\
+                    2026-12-02T12:00:10.001000+00:00,1,35,0,60.0\n";
+        let (h, info, s) = read(text, &CsvOptions::default()).unwrap();
+        assert_eq!(info.rows, 4);
+        assert_eq!(h.gpus.len(), 2);
+        assert_eq!(s[0].util_pct, Some(91.0));
+        assert_eq!(s[0].temperature_c, Some(61));
+        assert_eq!(s[0].power_w, Some(301.5));
+        assert_eq!(s[3].index, 1);
+        assert!((s[2].t_s - 10.0).abs() < 1e-6, "{}", s[2].t_s);
+    }
+
+    #[test]
+    fn a_scripts_header_with_epoch_seconds_and_nounits_memory() {
+        let text = "timestamp,memory.used,memory.total,utilization.gpu\n\
+                    1764676800.25,472,32768,25\n1764676810.25,472,32768,27\n";
+        let (h, _, s) = read(text, &CsvOptions::default()).unwrap();
+        assert_eq!(
+            s[0].mem_used_bytes,
+            Some(472 << 20),
+            "nvidia-smi memory is MiB"
+        );
+        assert_eq!(h.gpus[0].memory_total_bytes, Some(32768 << 20));
+        assert!((s[1].t_s - 10.0).abs() < 1e-6);
+        // Epoch milliseconds too.
+        let text = "time_ms,gpu_util\n1764676800250,25\n1764676801250,27\n";
+        let (_, _, s) = read(text, &CsvOptions::default()).unwrap();
+        assert!((s[1].t_s - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn custom_names_map_only_when_clear() {
+        assert_eq!(
+            custom_field("utilization_gpu_percent"),
+            Some((Field::UtilGpu, Some("%")))
+        );
+        assert_eq!(
+            custom_field("temperature_C"),
+            Some((Field::Temperature, Some("C")))
+        );
+        assert_eq!(custom_field("power_W"), Some((Field::Power, Some("W"))));
+        assert_eq!(custom_field("gpu_index"), Some((Field::Index, None)));
+        assert_eq!(
+            custom_field("Mem Used (MiB)"),
+            Some((Field::MemUsed, Some("MiB")))
+        );
+        assert_eq!(
+            custom_field("memory_percent"),
+            None,
+            "% of memory is not bytes"
+        );
+        assert_eq!(custom_field("loss"), None);
+        assert!(looks_like_header("timestamp,gpu_index,temperature_C"));
+        assert!(!looks_like_header("2026-12-02T12:00:00Z,0,61"));
+        assert!(!looks_like_header("alpha,beta"));
+    }
+
+    #[test]
+    fn unknown_columns_still_ask_for_columns() {
+        let text = "a,b,c\n0,87,1024\n";
+        let e = read(text, &CsvOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("--columns"), "{e}");
+        // A header with a time but nothing known to hold utilization or memory.
+        let text = "time,loss,lr\n1796083200,2.5,0.1\n1796083201,2.4,0.1\n";
+        let e = read(text, &CsvOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("--columns"), "{e}");
+        // --columns wins over such a header.
+        let opts = CsvOptions {
+            columns: Some(vec![
+                "timestamp".into(),
+                "utilization.gpu".into(),
+                "x".into(),
+            ]),
+            interval_s: None,
+        };
+        let (_, _, s) = read(text, &opts).unwrap();
+        assert_eq!(s[0].util_pct, Some(2.5));
+    }
+
+    #[test]
     fn timestamps() {
+        assert_eq!(
+            parse_timestamp("1970-01-01T01:00:10+01:00"),
+            Some(10.0),
+            "the zone offset is applied"
+        );
+        assert_eq!(parse_timestamp("1970-01-01T00:00:10Z"), Some(10.0));
+        assert_eq!(parse_time_value("1764676800.5", None), Some(1764676800.5));
         let a = parse_timestamp("2026/12/02 12:00:00.500").unwrap();
         let b = parse_timestamp("2026/12/03 12:00:01.000").unwrap();
         assert!((b - a - 86400.5).abs() < 1e-6);

@@ -35,45 +35,80 @@ pub fn gpu_idle(e: &Evidence) -> Option<Finding> {
     ))
 }
 
-/// `batch_too_small`: low utilization, lots of free memory, and nothing starving the GPU.
+/// Confidence that a batch or model too small for the GPU explains its low utilization, from
+/// how free memory stayed and how little the utilization looks starved.
+pub fn batch_confidence(e: &Evidence) -> Option<f64> {
+    let used = e.mem_used_max_fraction()?;
+    if used >= input::MOSTLY_FREE {
+        return None;
+    }
+    let mut c = 0.3 + 0.3 * (1.0 - used / input::MOSTLY_FREE);
+    // A busy/starved square wave is waiting, not small work: the batch is a weaker candidate.
+    if e.any_bimodal() {
+        c -= 0.2;
+    }
+    if e.strongest_period().is_some_and(|p| p.is_strong()) {
+        c -= 0.1;
+    }
+    // A coarse interval may hide a busy/starved pattern behind the flat level: less sure.
+    let f = super::sampling_factor(e.sample_interval_s());
+    Some(r2((c * f).max(0.1)))
+}
+
+/// The host data show the input keeps up (no starvation named from them).
+fn input_cleared(e: &Evidence) -> bool {
+    (e.has_host() || e.has_job()) && input::classify(e).is_none() && !input::io_stalled(e)
+}
+
+/// `batch_too_small`: low utilization with memory mostly free. With host data showing the
+/// input keeps up it is the cause; without host data it is named as a candidate beside any
+/// starvation, with no speed-up bound (the cause is not established).
 pub fn batch_too_small(e: &Evidence) -> Option<Finding> {
     let busy = e.busy_fraction()?;
     if !(busy * 100.0 >= IDLE_PCT && busy < 0.6) {
         return None;
     }
-    if input::classify(e).is_some() || input::starving_signature(e) || input::io_stalled(e) {
+    let host = e.has_host() || e.has_job();
+    if host && !input_cleared(e) {
         return None;
     }
-    let used = e
-        .gpus
-        .iter()
-        .filter_map(|g| g.mem_used_max_fraction)
-        .reduce(f64::max)?;
-    if used >= 0.5 {
-        return None;
-    }
+    let used = e.mem_used_max_fraction()?;
+    let confidence = batch_confidence(e)?;
     let headroom = (0.85 / used.max(0.01)).floor().clamp(1.0, 16.0);
-    Some(
-        Finding::new(
-            "batch_too_small",
-            Severity::Warning,
-            format!(
-                "The GPU is busy only {:.0}% of the time with {:.0}% of its memory in use",
-                busy * 100.0,
-                used * 100.0
-            ),
+    let title = if host {
+        format!(
+            "The GPU is busy only {:.0}% of the time with {:.0}% of its memory in use",
+            busy * 100.0,
+            used * 100.0
         )
-        .with("gpu_busy_fraction", r3(busy))
-        .with("mem_used_max_fraction", r2(used))
-        .with("batch_scale_headroom", headroom)
-        .recommend(format!(
-            "Work per step is too small to fill the GPU: raise the batch size (memory allows \
-             roughly {headroom:.0}x; scale the learning rate accordingly, or keep the effective \
-             batch with fewer gradient-accumulation steps), use mixed precision \
-             (torch.autocast(\"cuda\", dtype=torch.bfloat16)), or torch.compile / CUDA graphs to \
-             cut per-kernel launch overhead."
-        ))
-        .speedup(Some(r2((1.0 / busy).min(headroom)))),
+    } else {
+        format!(
+            "The GPU is busy only {:.0}% of the time with {:.0}% of its memory in use: the batch or model may be far too small for it",
+            busy * 100.0,
+            used * 100.0
+        )
+    };
+    let mut rec = format!(
+        "Work per step may be too small to fill the GPU: raise the batch size (memory allows \
+         roughly {headroom:.0}x; scale the learning rate accordingly, or keep the effective \
+         batch with fewer gradient-accumulation steps), use mixed precision \
+         (torch.autocast(\"cuda\", dtype=torch.bfloat16)), or torch.compile / CUDA graphs to \
+         cut per-kernel launch overhead."
+    );
+    if !host {
+        rec.push_str(
+            " This log cannot tell it from a slow input: `gpufeed run -- <your command>` \
+             records the host and the job's processes too and decides.",
+        );
+    }
+    Some(
+        Finding::new("batch_too_small", Severity::Warning, title)
+            .with("gpu_busy_fraction", r3(busy))
+            .with("mem_used_max_fraction", r2(used))
+            .with("batch_scale_headroom", headroom)
+            .with("candidate_confidence", confidence)
+            .recommend(rec)
+            .speedup(host.then(|| r2((1.0 / busy).min(headroom)))),
     )
 }
 
@@ -101,5 +136,21 @@ mod tests {
         let starving = too_few_workers(starving(e.clone()));
         assert!(batch_too_small(&starving).is_none());
         assert!(batch_too_small(&base(97.0)).is_none());
+    }
+
+    #[test]
+    fn without_host_data_a_small_batch_is_a_candidate_without_a_bound() {
+        // A flat 25% with 472 MiB of 32 GB in use, from a 1 s log.
+        let mut e = as_log(base(25.0), 1.0);
+        e.gpus[0].mem_total_bytes = Some(32 << 30);
+        e.gpus[0].mem_used_max_fraction = Some(472.0 / 32768.0);
+        let f = batch_too_small(&e).unwrap();
+        assert_eq!(f.expected_speedup, None, "the cause is not established");
+        assert!(f.evidence["candidate_confidence"].as_f64().unwrap() >= 0.5);
+        assert!(f.recommendation.contains("gpufeed run"));
+        // A square wave makes it a weaker candidate, still named.
+        let s = as_log(starving(e.clone()), 1.0);
+        let f = batch_too_small(&s).unwrap();
+        assert!(f.evidence["candidate_confidence"].as_f64().unwrap() < 0.35);
     }
 }

@@ -1,9 +1,10 @@
 //! Starvation: the GPU waits for its input. `input_bound` names the kind (too few workers, CPU
-//! saturated, I/O bound, main process bound, or unknown when the host was not recorded);
-//! `cpu_saturated`, `io_bound` and `main_process_bound` carry the host-side detail.
+//! saturated, I/O bound, main process bound, or unknown when the host was not recorded) and
+//! carries its host-side detail: one finding per cause. `main_process_bound` is a second cause
+//! (a pinned training loop beside a starving input of another kind).
 
 use super::{r1, r2, r3};
-use crate::diagnose::evidence::{Evidence, SATURATED_PROC_PCT};
+use crate::diagnose::evidence::{Evidence, Origin, SATURATED_PROC_PCT};
 use crate::finding::{Finding, Severity};
 
 /// Busy fraction under which a starving signature matters.
@@ -92,17 +93,9 @@ pub fn workers_short(e: &Evidence) -> bool {
     saturated && idle >= 1.0
 }
 
-/// Starvation and its kind, when there is starvation.
-pub fn classify(e: &Evidence) -> Option<Kind> {
-    let busy = e.busy_fraction()?;
-    // The training loop's measured wait says it is not waiting for its input: whatever starves
-    // the GPU, it is not the data (see `stacks`).
-    if super::stacks::data_wait(e).is_some_and(|(w, _)| w < super::stacks::NOT_WAITING_PCT) {
-        return None;
-    }
-    let host_known = e.host.samples > 0 || e.job.samples > 0;
-    let sig = starving_signature(e);
-    let kind = if io_stalled(e) {
+/// The kind the host and process data name by their thresholds, `Unknown` when none is met.
+fn kind_by_thresholds(e: &Evidence) -> Kind {
+    if io_stalled(e) {
         Kind::IoBound
     } else if cpu_full(e) {
         Kind::CpuSaturated
@@ -115,11 +108,75 @@ pub fn classify(e: &Evidence) -> Option<Kind> {
         Kind::MainProcess
     } else {
         Kind::Unknown
+    }
+}
+
+/// When no threshold is met but host or process data exist, the kind whose figures come
+/// nearest to their threshold (each score is figure / threshold): a worker at 80% of a core
+/// beside a core that is only mostly idle is still a worker short, not "unknown".
+pub fn nearest_kind(e: &Evidence) -> Option<(Kind, f64)> {
+    if !e.has_host() && !e.has_job() {
+        return None;
+    }
+    let io = [
+        e.job.d_state_time_fraction.map(|f| f / 0.2),
+        e.host.psi_io_some_mean_pct.map(|p| p / 20.0),
+        e.host.iowait_mean_pct.map(|p| p / 20.0),
+    ]
+    .into_iter()
+    .flatten()
+    .fold(0.0, f64::max);
+    let cpu = e.host.cpu_mean_pct.map_or(0.0, |c| c / 85.0);
+    let main = e.job.main_cpu_mean_pct.map_or(0.0, |c| c / 90.0);
+    let workers = if e.job.workers_max > 0 {
+        e.job
+            .worker_cpu_mean_pct
+            .map_or(0.0, |c| c / SATURATED_PROC_PCT)
+    } else {
+        0.0
     };
+    // Without workers the main process does the loading: its score stands for the loader's.
+    let scored = [
+        (Kind::IoBound, io),
+        (Kind::CpuSaturated, cpu),
+        (Kind::TooFewWorkers, workers),
+        (Kind::MainProcess, main),
+    ];
+    scored
+        .into_iter()
+        .filter(|(_, s)| s.is_finite())
+        .reduce(|a, b| if b.1 > a.1 { b } else { a })
+}
+
+/// Starvation and its kind, when there is starvation. With host or process data the kind is
+/// always decided: by the thresholds, else the nearest one ([`nearest_kind`]).
+pub fn classify(e: &Evidence) -> Option<Kind> {
+    let busy = e.busy_fraction()?;
+    // The training loop's measured wait says it is not waiting for its input: whatever starves
+    // the GPU, it is not the data (see `stacks`).
+    if super::stacks::data_wait(e).is_some_and(|(w, _)| w < super::stacks::NOT_WAITING_PCT) {
+        return None;
+    }
+    let host_known = e.has_host() || e.has_job();
+    let sig = starving_signature(e);
+    let kind = kind_by_thresholds(e);
     let host_says = kind != Kind::Unknown;
     let starving =
         (sig && (host_says || !host_known || busy < LOW_BUSY)) || (host_says && busy < LOW_BUSY);
-    starving.then_some(kind)
+    if !starving {
+        return None;
+    }
+    if kind == Kind::Unknown {
+        if let Some((k, _)) = nearest_kind(e) {
+            return Some(k);
+        }
+    }
+    Some(kind)
+}
+
+/// The kind was named by a threshold (rather than as the nearest one).
+pub fn kind_is_clear(e: &Evidence) -> bool {
+    kind_by_thresholds(e) != Kind::Unknown
 }
 
 /// `num_workers` worth trying: enough saturated workers to keep the GPU busy, within the cores
@@ -203,6 +260,10 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
         Kind::Unknown => format!("Input-bound: the GPU waits for data ({pattern})"),
     };
     let mut f = Finding::new("input_bound", Severity::Critical, title).with("kind", kind.as_str());
+    if kind != Kind::Unknown && !kind_is_clear(e) {
+        // No threshold met: the kind is the nearest one, and says so.
+        f = f.with("kind_basis", "nearest");
+    }
     f = with_signature(f, e);
     if let Some(c) = e.cores_per_gpu() {
         f = f.with("cores_per_gpu", r1(c));
@@ -221,7 +282,19 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
             f = f.with("main_cpu_mean_pct", r1(m));
         }
     }
-    let mut speedup = speedup_bound(e);
+    // One finding per cause: the host-side detail of the kind lives here, not in a second finding.
+    match kind {
+        Kind::CpuSaturated => f = with_cpu_detail(f, e),
+        Kind::IoBound => f = with_io_detail(f, e),
+        _ => {}
+    }
+    // Without host data the cause is not established when a batch too small for the GPU
+    // explains the low utilization as well (memory mostly free): no bound from it.
+    let mut speedup = if e.origin == Origin::GpuLog && memory_mostly_free(e) {
+        None
+    } else {
+        speedup_bound(e)
+    };
     let rec = match kind {
         Kind::TooFewWorkers | Kind::MainProcess
             if e.job.workers_max == 0 || kind == Kind::TooFewWorkers =>
@@ -288,26 +361,37 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
             instead of many small files), leave RAM for the page cache, and raise prefetch_factor \
             so reads overlap compute."
             .to_string(),
-        Kind::Unknown => format!(
-            "The GPU waits for data between steps. Record the host too (gpufeed run -- <your \
-            command>) to tell which part is short; meanwhile try more DataLoader workers with \
-            {LOADER_FLAGS}, and check that nothing in the training loop synchronizes with the host \
-            every step."
-        ),
+        // Only reached without host and process data (with them the kind is always decided).
+        Kind::Unknown => match e.origin {
+            Origin::GpuLog => format!(
+                "The GPU waits for data between steps. This log has no host or process data: \
+                 record the job with `gpufeed run -- <your command>` (or attach with `gpufeed \
+                 record --pid PID`) to tell which part is short; meanwhile try more DataLoader \
+                 workers with {LOADER_FLAGS}, and check that nothing in the training loop \
+                 synchronizes with the host every step."
+            ),
+            Origin::Recording => format!(
+                "The GPU waits for data between steps. This recording has no host or process \
+                 samples (/proc was not readable where it ran), so the short part cannot be \
+                 named: try more DataLoader workers with {LOADER_FLAGS}, and check that nothing \
+                 in the training loop synchronizes with the host every step."
+            ),
+        },
     };
     Some(f.recommend(rec).speedup(speedup))
 }
 
-/// `cpu_saturated`: every core busy while the GPU starves.
-pub fn cpu_saturated(e: &Evidence) -> Option<Finding> {
-    if classify(e)? != Kind::CpuSaturated {
-        return None;
-    }
-    let mut f = Finding::new(
-        "cpu_saturated",
-        Severity::Warning,
-        "Every CPU core is busy: the input pipeline cannot go faster with more workers",
-    );
+/// Memory peaked under half of the total on the used GPUs: a batch or model far too small for
+/// the GPU is a candidate cause of low utilization.
+pub fn memory_mostly_free(e: &Evidence) -> bool {
+    e.mem_used_max_fraction().is_some_and(|m| m < MOSTLY_FREE)
+}
+
+/// Peak memory share under which memory counts as mostly free.
+pub const MOSTLY_FREE: f64 = 0.5;
+
+/// The CPU side of kind `cpu_saturated` (once a separate `cpu_saturated` finding).
+fn with_cpu_detail(mut f: Finding, e: &Evidence) -> Finding {
     if let Some(c) = e.host.cpu_mean_pct {
         f = f.with("host_cpu_mean_pct", r1(c));
     }
@@ -320,35 +404,11 @@ pub fn cpu_saturated(e: &Evidence) -> Option<Finding> {
     if let Some(p) = e.host.psi_cpu_some_mean_pct {
         f = f.with("psi_cpu_some_mean_pct", r1(p));
     }
-    if let Some((others, job)) = other_load(e) {
-        f.title = "Every CPU core is busy, mostly with processes outside the job".into();
-        return Some(
-            f.with("other_processes_cores", r1(others))
-                .with("job_cores", r1(job))
-                .recommend(
-                    "Other processes hold most of the CPU: find them (top, ps -eo pid,pcpu,args \
-                     --sort=-pcpu) and move them, or reserve cores for the job (taskset, cgroup \
-                     cpusets, exclusive scheduling).",
-                ),
-        );
-    }
-    Some(f.recommend(
-        "Cut CPU work per sample: GPU-side decoding and augmentation (NVIDIA DALI, \
-         torchvision.transforms.v2 on CUDA tensors), cache decoded/augmented samples across epochs, \
-         pre-resize images offline, and check that nothing else on the host competes for the cores.",
-    ))
+    f
 }
 
-/// `io_bound`: processes wait on storage while the GPU starves.
-pub fn io_bound(e: &Evidence) -> Option<Finding> {
-    if classify(e)? != Kind::IoBound {
-        return None;
-    }
-    let mut f = Finding::new(
-        "io_bound",
-        Severity::Warning,
-        "Data loading waits on storage (processes in D state, I/O pressure)",
-    );
+/// The storage side of kind `io_bound` (once a separate `io_bound` finding).
+fn with_io_detail(mut f: Finding, e: &Evidence) -> Finding {
     if let Some(d) = e.job.d_state_time_fraction {
         f = f.with("d_state_time_fraction", r2(d));
     }
@@ -367,18 +427,14 @@ pub fn io_bound(e: &Evidence) -> Option<Finding> {
     if let Some(r) = e.job.read_mean_bytes_per_s {
         f = f.with("job_read_mean_bytes_per_s", r.round());
     }
-    Some(f.recommend(
-        "Copy the dataset to local NVMe (or /dev/shm when it fits) before training; pack small \
-         files into large shards read sequentially (WebDataset, TFRecord, or one big array file); \
-         keep enough free RAM for the page cache to hold the hot set; raise prefetch_factor and \
-         num_workers so reads overlap.",
-    ))
+    f
 }
 
 /// `main_process_bound`: the training loop's process is at 100 % of a core while the GPU starves.
 pub fn main_process_bound(e: &Evidence) -> Option<Finding> {
     let kind = classify(e)?;
-    if !main_saturated(e) || kind == Kind::IoBound {
+    // One finding per cause: a main-process kind is input_bound's own.
+    if !main_saturated(e) || matches!(kind, Kind::IoBound | Kind::MainProcess) {
         return None;
     }
     let mut f = Finding::new(
@@ -422,7 +478,6 @@ mod tests {
         assert_eq!(classify(&e), None);
         assert!(input_bound(&e).is_none());
         assert!(main_process_bound(&e).is_none());
-        assert!(super::cpu_saturated(&e).is_none() && io_bound(&e).is_none());
     }
 
     #[test]
@@ -459,7 +514,7 @@ mod tests {
         assert!(f.recommendation.contains("persistent_workers=True"));
         let s = f.expected_speedup.unwrap();
         assert!((s - 3.08).abs() < 0.01, "{s}");
-        assert!(super::cpu_saturated(&e).is_none());
+        assert!(!f.evidence.contains_key("kind_basis"), "a clear kind");
         assert!(main_process_bound(&e).is_none());
     }
 
@@ -496,10 +551,15 @@ mod tests {
         let f = input_bound(&e).unwrap();
         assert_eq!(f.evidence["kind"], "cpu_saturated");
         assert!(f.recommendation.contains("More workers will not help"));
-        let c = super::cpu_saturated(&e).unwrap();
-        assert_eq!(c.id, "cpu_saturated");
-        assert_eq!(c.evidence["host_cpu_mean_pct"], 97.0);
-        assert!(c.recommendation.contains("DALI"));
+        assert!(f.recommendation.contains("DALI"));
+        // The CPU detail is input_bound's own evidence: one finding for one cause.
+        assert_eq!(f.evidence["host_cpu_mean_pct"], 97.0);
+        assert_eq!(f.evidence["psi_cpu_some_mean_pct"], 45.0);
+        let ids: Vec<String> = crate::diagnose::rules::evaluate(&e)
+            .into_iter()
+            .map(|f| f.id)
+            .collect();
+        assert_eq!(ids, ["input_bound"]);
     }
 
     #[test]
@@ -517,8 +577,6 @@ mod tests {
             "{}",
             f.recommendation
         );
-        let c = super::cpu_saturated(&e).unwrap();
-        assert!(c.title.contains("outside the job"));
         // A job that is itself the load gets the cheaper-samples advice.
         let e = all_cores_busy(starving(base(30.0)));
         assert!(other_load(&e).is_none());
@@ -529,10 +587,64 @@ mod tests {
         let e = io_stuck(starving(base(30.0)));
         let f = input_bound(&e).unwrap();
         assert_eq!(f.evidence["kind"], "io_bound");
-        let io = io_bound(&e).unwrap();
-        assert_eq!(io.evidence["d_state_time_fraction"], 0.8);
-        assert!(io.recommendation.contains("local NVMe"));
-        assert!(super::cpu_saturated(&e).is_none());
+        assert_eq!(f.evidence["d_state_time_fraction"], 0.8);
+        assert_eq!(f.evidence["psi_io_some_mean_pct"], 55.0);
+        assert!(
+            f.recommendation.contains("local SSD"),
+            "{}",
+            f.recommendation
+        );
+        let ids: Vec<String> = crate::diagnose::rules::evaluate(&e)
+            .into_iter()
+            .map(|f| f.id)
+            .collect();
+        assert_eq!(ids, ["input_bound"]);
+    }
+
+    #[test]
+    fn host_data_always_decides_the_kind() {
+        // One worker just under "saturated" beside a core that is only mostly idle (a 2-core
+        // machine shared with gpufeed): no threshold is met, the nearest kind is named.
+        let mut e = starving(base(30.0));
+        e.host.cpu_count = Some(2);
+        e.host.idle_cores_mean = Some(0.7);
+        e.host.cpu_mean_pct = Some(58.0);
+        e.job.workers_max = 1;
+        e.job.workers_seen = 1;
+        e.job.worker_cpu_mean_pct = Some(82.0);
+        e.job.saturated_workers = 0;
+        e.job.main_cpu_mean_pct = Some(20.0);
+        let f = input_bound(&e).unwrap();
+        assert_eq!(f.evidence["kind"], "too_few_workers", "{f:?}");
+        assert_eq!(f.evidence["kind_basis"], "nearest");
+        // The fix never asks for what the recording already has.
+        assert!(
+            !f.recommendation.contains("gpufeed run"),
+            "{}",
+            f.recommendation
+        );
+        assert!(!f.recommendation.contains("Record the host"));
+    }
+
+    #[test]
+    fn a_log_names_no_kind_and_says_how_to_get_one() {
+        let e = as_log(starving(base(30.0)), 0.2);
+        let f = input_bound(&e).unwrap();
+        assert_eq!(f.evidence["kind"], "unknown");
+        assert!(
+            f.recommendation.contains("gpufeed run --"),
+            "{}",
+            f.recommendation
+        );
+        // A recording that lacks host samples is not told to record the host.
+        let mut r = as_log(starving(base(30.0)), 0.2);
+        r.origin = Origin::Recording;
+        let f = input_bound(&r).unwrap();
+        assert!(
+            !f.recommendation.contains("gpufeed run"),
+            "{}",
+            f.recommendation
+        );
     }
 
     #[test]
@@ -550,8 +662,8 @@ mod tests {
             "{}",
             f.recommendation
         );
-        let m = main_process_bound(&e).unwrap();
-        assert!(m.recommendation.contains("num_workers=0"));
+        // One cause, one finding: the main-process kind is input_bound's.
+        assert!(main_process_bound(&e).is_none());
     }
 
     #[test]
@@ -561,6 +673,12 @@ mod tests {
         e.job.main_saturated_fraction = Some(0.9);
         let f = input_bound(&e).unwrap();
         assert_eq!(f.evidence["kind"], "main_process_bound");
+        assert!(f.recommendation.contains(".item()"), "{}", f.recommendation);
+        assert!(main_process_bound(&e).is_none());
+        // A pinned loop beside a worker shortage is a second cause: its own finding.
+        let mut e = too_few_workers(e);
+        e.job.main_saturated_fraction = Some(0.9);
+        assert_eq!(input_bound(&e).unwrap().evidence["kind"], "too_few_workers");
         assert!(main_process_bound(&e)
             .unwrap()
             .recommendation
@@ -569,9 +687,7 @@ mod tests {
 
     #[test]
     fn log_without_host_data_still_sees_the_signature() {
-        let mut e = starving(base(30.0));
-        e.host = Default::default();
-        e.job = Default::default();
+        let e = as_log(starving(base(30.0)), 0.2);
         let f = input_bound(&e).unwrap();
         assert_eq!(f.evidence["kind"], "unknown");
         assert!(f.recommendation.contains("gpufeed run"));

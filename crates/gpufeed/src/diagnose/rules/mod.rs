@@ -1,10 +1,12 @@
 //! Rules: pure functions of the [`Evidence`], each returning at most one [`Finding`].
 //!
 //! One file per family: `input` (starvation and its kinds), `pcie` (transfer and link),
-//! `throttle`, `balance` (GPUs against each other), `capacity` (idle GPU, small batch).
+//! `throttle`, `balance` (GPUs against each other), `capacity` (idle GPU, small batch), `gpus`
+//! (each GPU's state, an unused GPU, the levers of a busy one).
 
 pub mod balance;
 pub mod capacity;
+pub mod gpus;
 pub mod input;
 pub mod pcie;
 pub mod stacks;
@@ -20,8 +22,6 @@ pub type Rule = fn(&Evidence) -> Option<Finding>;
 pub const ALL: &[Rule] = &[
     capacity::gpu_idle,
     input::input_bound,
-    input::cpu_saturated,
-    input::io_bound,
     input::main_process_bound,
     pcie::transfer_bound,
     pcie::pcie_link_degraded,
@@ -29,6 +29,8 @@ pub const ALL: &[Rule] = &[
     capacity::batch_too_small,
     balance::gpu_imbalance,
     stacks::sync_bound,
+    gpus::gpu_unused,
+    gpus::compute_bound,
 ];
 
 /// Runs every rule and ranks what they found.
@@ -36,6 +38,16 @@ pub fn evaluate(e: &Evidence) -> Vec<Finding> {
     let mut out: Vec<Finding> = ALL.iter().filter_map(|r| r(e)).collect();
     rank(&mut out);
     out
+}
+
+/// How much a pattern seen at this sampling interval can be trusted: 1 at the driver's own rate
+/// (≤ 0.25 s), about 0.87 at 1 s, 0.66 at 10 s, 0.5 at 60 s. Sub-second stalls average out
+/// at coarse intervals, so a verdict drawn from the shape of utilization weakens with them.
+pub fn sampling_factor(interval_s: Option<f64>) -> f64 {
+    match interval_s {
+        Some(i) if i > 0.25 => (1.0 - 0.21 * (i / 0.25).log10()).clamp(0.4, 1.0),
+        _ => 1.0,
+    }
 }
 
 /// Rounds for evidence maps (keeps reports readable and snapshots stable).
@@ -92,7 +104,19 @@ pub(crate) mod fixtures {
                 d_state_time_fraction: Some(0.0),
                 ..Default::default()
             },
+            origin: Origin::Recording,
         }
+    }
+
+    /// The same evidence as an nvidia-smi log would give: GPUs only, sampled every `interval_s`.
+    pub fn as_log(mut e: Evidence, interval_s: f64) -> Evidence {
+        e.host = Default::default();
+        e.job = Default::default();
+        e.origin = Origin::GpuLog;
+        for g in &mut e.gpus {
+            g.util_sample_interval_s = Some(interval_s);
+        }
+        e
     }
 
     pub fn gpu(index: u32, util: f64) -> GpuEvidence {
@@ -101,6 +125,10 @@ pub(crate) mod fixtures {
             name: Some("Fake H100".into()),
             util_samples: 3600,
             util_mean_pct: Some(util),
+            util_p10_pct: Some((util - 2.0).max(0.0)),
+            util_p50_pct: Some(util),
+            util_p90_pct: Some((util + 2.0).min(100.0)),
+            util_sample_interval_s: Some(1.0 / 6.0),
             util_std_pct: Some(1.0),
             busy_fraction: Some(util / 100.0),
             low_util_fraction: Some(if util < 30.0 { 1.0 } else { 0.0 }),

@@ -1,0 +1,409 @@
+//! Phases of a long log: start-up, active training, eval-like stretches, idle stretches and an
+//! idle tail. Logs people keep run for hours and often go on after the job ended; judging the
+//! whole file as one block would blame the GPU for time the job was not running.
+//!
+//! Pure functions over a pooled utilization series (the busiest GPU at each poll: the job's
+//! phase is the same on all its GPUs).
+
+use serde::{Deserialize, Serialize};
+
+/// Utilization (%) under which a poll counts as idle.
+pub const IDLE_PCT: f64 = 5.0;
+/// Shortest start-up and eval-like stretch worth splitting off, in seconds (and at least three
+/// polls).
+pub const MIN_STRETCH_S: f64 = 30.0;
+/// Shortest idle tail worth splitting off, in seconds (and at least three polls).
+pub const MIN_TAIL_S: f64 = 60.0;
+
+/// What the job was doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PhaseKind {
+    /// Idle before the first busy poll (loading data and model, compiling).
+    StartUp,
+    /// Training: the part that is judged.
+    Active,
+    /// A stretch well below the training level but not idle, inside the active span (evaluation,
+    /// checkpointing with some GPU work, a slow epoch boundary).
+    EvalLike,
+    /// A stretch at idle inside the active span (a pause, a checkpoint written by the CPU).
+    Idle,
+    /// Idle after the last busy poll up to the end of the log: the job ended or hung while the
+    /// logger went on.
+    IdleTail,
+}
+
+/// One stretch of the log.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Phase {
+    pub kind: PhaseKind,
+    /// Seconds from the start of the log.
+    pub start_s: f64,
+    pub end_s: f64,
+    /// Mean pooled utilization over the stretch.
+    pub util_mean_pct: f64,
+}
+
+impl Phase {
+    pub fn duration_s(&self) -> f64 {
+        (self.end_s - self.start_s).max(0.0)
+    }
+}
+
+/// Readings closer than this to the first of a pooled point belong to it.
+pub const POOL_S: f64 = 0.5;
+
+/// Pools per-GPU readings `(t_s, util_pct)` as they stream in (several GPUs interleaved) into
+/// one series: readings within [`POOL_S`] of a point's first reading are one point, valued at
+/// the busiest GPU. Memory grows with the log's duration, not its sampling rate or GPU count
+/// (at most two points a second: about 2.8 MB for a day).
+#[derive(Debug, Default)]
+pub struct Pooler {
+    points: Vec<(f64, f64)>,
+}
+
+impl Pooler {
+    pub fn push(&mut self, t_s: f64, util_pct: f64) {
+        if !(t_s.is_finite() && util_pct.is_finite()) {
+            return;
+        }
+        match self.points.last_mut() {
+            Some(last) if t_s >= last.0 && t_s - last.0 < POOL_S => last.1 = last.1.max(util_pct),
+            _ => self.points.push((t_s, util_pct)),
+        }
+    }
+
+    /// The pooled series, sorted by time.
+    pub fn finish(mut self) -> Vec<(f64, f64)> {
+        self.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        self.points
+    }
+}
+
+fn median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(v[v.len() / 2])
+}
+
+fn mean(s: &[(f64, f64)]) -> f64 {
+    if s.is_empty() {
+        0.0
+    } else {
+        s.iter().map(|p| p.1).sum::<f64>() / s.len() as f64
+    }
+}
+
+/// Splits a pooled series into phases covering it from its first to its last poll. Returns an
+/// empty list when there is nothing to split (too short, never busy, or one active block).
+pub fn segment(series: &[(f64, f64)]) -> Vec<Phase> {
+    if series.len() < 10 {
+        return Vec::new();
+    }
+    let mut dts: Vec<f64> = series.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    let interval = median(&mut dts).unwrap_or(1.0).max(1e-3);
+    let t0 = series[0].0;
+    let t_end = series[series.len() - 1].0;
+    let (Some(first), Some(last)) = (
+        series.iter().position(|p| p.1 >= IDLE_PCT),
+        series.iter().rposition(|p| p.1 >= IDLE_PCT),
+    ) else {
+        return Vec::new();
+    };
+    let at = |i: usize| series[i].0 - t0;
+    let mut out = Vec::new();
+    let min_stretch = MIN_STRETCH_S.max(3.0 * interval);
+    let min_tail = MIN_TAIL_S.max(3.0 * interval);
+    // Start-up: idle polls before the first busy one.
+    let mut active_from = 0;
+    if series[first].0 - t0 >= min_stretch {
+        out.push(Phase {
+            kind: PhaseKind::StartUp,
+            start_s: 0.0,
+            end_s: at(first),
+            util_mean_pct: mean(&series[..first]),
+        });
+        active_from = first;
+    }
+    // Idle tail: idle polls after the last busy one.
+    let mut active_to = series.len() - 1;
+    let tail =
+        (last + 1 < series.len() && t_end - series[last + 1].0 + interval >= min_tail).then(|| {
+            Phase {
+                kind: PhaseKind::IdleTail,
+                start_s: at(last + 1),
+                end_s: t_end - t0,
+                util_mean_pct: mean(&series[last + 1..]),
+            }
+        });
+    if tail.is_some() {
+        active_to = last;
+    }
+    // Inside the active span: long stretches well below the training level.
+    let span = &series[active_from..=active_to];
+    let mut busy: Vec<f64> = span
+        .iter()
+        .map(|p| p.1)
+        .filter(|u| *u >= IDLE_PCT)
+        .collect();
+    let level = median(&mut busy).unwrap_or(IDLE_PCT);
+    let low = (0.5 * level).max(IDLE_PCT);
+    let mut cursor = active_from; // start of the current active stretch
+    let mut i = active_from;
+    while i <= active_to {
+        if series[i].1 >= low {
+            i += 1;
+            continue;
+        }
+        let a = i;
+        while i <= active_to && series[i].1 < low {
+            i += 1;
+        }
+        // The stretch lasts until the next poll at training level.
+        let end_t = if i <= active_to {
+            series[i].0
+        } else {
+            series[active_to].0 + interval
+        };
+        let dur = end_t - series[a].0;
+        if dur >= min_stretch && a > active_from && i <= active_to {
+            let m = mean(&series[a..i]);
+            if a > cursor {
+                out.push(Phase {
+                    kind: PhaseKind::Active,
+                    start_s: at(cursor),
+                    end_s: at(a),
+                    util_mean_pct: mean(&series[cursor..a]),
+                });
+            }
+            out.push(Phase {
+                kind: if m < IDLE_PCT {
+                    PhaseKind::Idle
+                } else {
+                    PhaseKind::EvalLike
+                },
+                start_s: at(a),
+                end_s: end_t - t0,
+                util_mean_pct: m,
+            });
+            cursor = i;
+        }
+    }
+    let active_end = match &tail {
+        Some(t) => t.start_s,
+        None => t_end - t0,
+    };
+    if cursor <= active_to {
+        out.push(Phase {
+            kind: PhaseKind::Active,
+            start_s: at(cursor),
+            end_s: active_end,
+            util_mean_pct: mean(&series[cursor..=active_to]),
+        });
+    }
+    out.extend(tail);
+    out.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
+    if out.len() == 1 && out[0].kind == PhaseKind::Active {
+        return Vec::new();
+    }
+    out
+}
+
+/// Maps a time of the log onto the judged (active-only) timeline: `None` outside the active
+/// phases, else the time with every earlier non-active stretch cut out.
+pub fn judged_time(phases: &[Phase], t_s: f64) -> Option<f64> {
+    let mut cut = 0.0;
+    for p in phases {
+        if p.kind == PhaseKind::Active {
+            // The last poll of a stretch sits on its end: both ends belong to it.
+            if t_s >= p.start_s && t_s <= p.end_s {
+                return Some(t_s - cut);
+            }
+        } else if t_s >= p.end_s {
+            cut += p.duration_s();
+        }
+    }
+    None
+}
+
+/// `5 h 02 min`, `12 min 30 s`, `45 s`.
+pub fn words(s: f64) -> String {
+    let s = s.max(0.0).round() as u64;
+    if s >= 3600 {
+        format!("{} h {:02} min", s / 3600, (s % 3600) / 60)
+    } else if s >= 60 {
+        format!("{} min {:02} s", s / 60, s % 60)
+    } else {
+        format!("{s} s")
+    }
+}
+
+/// One line for people about what was split off, or `None` when nothing was.
+pub fn describe(phases: &[Phase]) -> Option<String> {
+    if phases.is_empty() {
+        return None;
+    }
+    let active: f64 = phases
+        .iter()
+        .filter(|p| p.kind == PhaseKind::Active)
+        .map(Phase::duration_s)
+        .sum();
+    let mut parts = vec![format!("Judged the {} of training", words(active))];
+    for p in phases.iter().filter(|p| p.kind == PhaseKind::StartUp) {
+        parts.push(format!(
+            "start-up of {} at {:.0}% left out",
+            words(p.duration_s()),
+            p.util_mean_pct
+        ));
+    }
+    let evals: Vec<&Phase> = phases
+        .iter()
+        .filter(|p| p.kind == PhaseKind::EvalLike)
+        .collect();
+    if !evals.is_empty() {
+        let total: f64 = evals.iter().map(|p| p.duration_s()).sum();
+        let u = evals.iter().map(|p| p.util_mean_pct).sum::<f64>() / evals.len() as f64;
+        let mut s = format!(
+            "{} eval-like stretch{} ({} in all, about {} each at {:.0}%",
+            evals.len(),
+            if evals.len() == 1 { "" } else { "es" },
+            words(total),
+            words(total / evals.len() as f64),
+            u
+        );
+        if evals.len() >= 2 {
+            let gaps: Vec<f64> = evals
+                .windows(2)
+                .map(|w| w[1].start_s - w[0].start_s)
+                .collect();
+            let every = gaps.iter().sum::<f64>() / gaps.len() as f64;
+            s.push_str(&format!(", every {}", words(every)));
+        }
+        s.push_str(&format!(
+            ": {:.0}% of the training time) reported, not judged",
+            100.0 * total / (active + total).max(1e-9)
+        ));
+        parts.push(s);
+    }
+    let idles: Vec<&Phase> = phases
+        .iter()
+        .filter(|p| p.kind == PhaseKind::Idle)
+        .collect();
+    if !idles.is_empty() {
+        let total: f64 = idles.iter().map(|p| p.duration_s()).sum();
+        parts.push(format!(
+            "{} idle stretch{} inside the run ({} in all) left out",
+            idles.len(),
+            if idles.len() == 1 { "" } else { "es" },
+            words(total)
+        ));
+    }
+    let mut line = parts.join("; ");
+    line.push('.');
+    if let Some(t) = phases.iter().find(|p| p.kind == PhaseKind::IdleTail) {
+        line.push_str(&format!(
+            " Idle for the last {}: the job had ended or hung while logging went on.",
+            words(t.duration_s())
+        ));
+    }
+    Some(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One poll every `dt` seconds from `f(t)`.
+    fn series(secs: f64, dt: f64, f: impl Fn(f64) -> f64) -> Vec<(f64, f64)> {
+        let n = (secs / dt) as usize;
+        (0..=n).map(|i| (i as f64 * dt, f(i as f64 * dt))).collect()
+    }
+
+    #[test]
+    fn one_active_block_is_not_split() {
+        assert!(segment(&series(3600.0, 1.0, |_| 90.0)).is_empty());
+        // A starving square wave (lows of a few seconds) stays one block.
+        let s = series(3600.0, 1.0, |t| {
+            if (t / 10.0).fract() < 0.3 {
+                85.0
+            } else {
+                10.0
+            }
+        });
+        assert!(segment(&s).is_empty());
+        assert!(
+            segment(&series(3600.0, 1.0, |_| 0.0)).is_empty(),
+            "never busy"
+        );
+    }
+
+    #[test]
+    fn start_up_training_with_eval_and_an_idle_tail() {
+        // 3 min start-up, 86 min of training at 90% with a 2-minute eval at 25% every 15 min,
+        // then 5 h 02 min at 0%; polled every 10 s.
+        let f = |t: f64| {
+            if t < 180.0 {
+                0.0
+            } else if t < 180.0 + 86.0 * 60.0 {
+                let k = (t - 180.0) % 900.0;
+                if k >= 780.0 {
+                    25.0
+                } else {
+                    90.0
+                }
+            } else {
+                0.0
+            }
+        };
+        let total = 180.0 + 86.0 * 60.0 + 302.0 * 60.0;
+        let p = segment(&series(total, 10.0, f));
+        let kinds: Vec<PhaseKind> = p.iter().map(|p| p.kind).collect();
+        assert_eq!(kinds[0], PhaseKind::StartUp);
+        assert_eq!(*kinds.last().unwrap(), PhaseKind::IdleTail);
+        let evals = kinds.iter().filter(|k| **k == PhaseKind::EvalLike).count();
+        assert_eq!(evals, 5, "{p:#?}");
+        let tail = p.last().unwrap();
+        assert!((tail.duration_s() - 302.0 * 60.0).abs() <= 20.0, "{tail:?}");
+        let line = describe(&p).unwrap();
+        assert!(line.contains("Idle for the last 5 h 0"), "{line}");
+        assert!(line.contains("the job had ended or hung while logging went on"));
+        assert!(line.contains("5 eval-like stretches"), "{line}");
+        // The judged timeline: active polls map, others do not; cut time is removed.
+        assert_eq!(judged_time(&p, 10.0), None, "start-up");
+        assert_eq!(judged_time(&p, 200.0), Some(20.0));
+        assert_eq!(judged_time(&p, total - 10.0), None, "idle tail");
+        let after_eval = 180.0 + 900.0 + 10.0;
+        let j = judged_time(&p, after_eval).unwrap();
+        assert!((j - (after_eval - 180.0 - 120.0)).abs() <= 10.0, "{j}");
+    }
+
+    #[test]
+    fn pooling_takes_the_busiest_gpu_of_each_poll() {
+        let mut p = Pooler::default();
+        for (t, u) in [
+            (0.0, 0.0),
+            (0.02, 80.0),
+            (1.0, 5.0),
+            (1.01, 0.0),
+            (2.0, 50.0),
+        ] {
+            p.push(t, u);
+        }
+        assert_eq!(p.finish(), [(0.0, 80.0), (1.0, 5.0), (2.0, 50.0)]);
+        // 200 ms polls pool into points about 0.6 s apart: memory follows the duration.
+        let mut p = Pooler::default();
+        for i in 0..3000 {
+            p.push(i as f64 * 0.2, 50.0);
+        }
+        assert_eq!(p.finish().len(), 1000);
+    }
+
+    #[test]
+    fn words_for_durations() {
+        assert_eq!(words(5.0 * 3600.0 + 120.0), "5 h 02 min");
+        assert_eq!(words(750.0), "12 min 30 s");
+        assert_eq!(words(45.0), "45 s");
+    }
+}

@@ -1,0 +1,481 @@
+//! `gpufeed diagnose` on the nvidia-smi logs people already keep, through the real binary.
+//!
+//! The corpus is made here by a generator (`LogSpec` → CSV text): one log per class of issue 18
+//! (steadily busy, one of two GPUs unused, memory mostly free, long logs with start-up, eval-like
+//! stretches and an idle tail, 200 ms to 60 s sampling, logging scripts' own headers), with
+//! deterministic noise so the numbers are stable. docs/diagnose.md has the table of what each
+//! class gets and why.
+
+use assert_cmd::Command;
+use gpufeed::diagnose::phases::PhaseKind;
+use gpufeed::diagnose::DiagnoseReport;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+fn gpufeed() -> Command {
+    let mut c = Command::cargo_bin("gpufeed").unwrap();
+    c.env_remove("GPUFEED_NVML_LIB").env("NO_COLOR", "1");
+    c
+}
+
+/// How the logging script wrote its header and timestamps.
+#[derive(Clone, Copy, PartialEq)]
+enum Style {
+    /// `nvidia-smi --query-gpu=timestamp,index,name,utilization.gpu,memory.used,memory.total
+    /// --format=csv -l N`: units in the header and the values.
+    Smi,
+    /// `timestamp,gpu_index,temperature_C,utilization_gpu_percent,power_W` with ISO timestamps.
+    ScriptIso,
+    /// `timestamp,memory.used,memory.total,utilization.gpu` with Unix-epoch seconds, nounits.
+    ScriptEpoch,
+}
+
+/// One GPU of a generated log.
+#[derive(Clone)]
+struct GpuSpec {
+    name: &'static str,
+    mem_total_mib: u64,
+    mem_used_mib: u64,
+    /// Utilization at time t (seconds from the start) and a uniform 0–1 draw.
+    util: fn(f64, f64) -> f64,
+}
+
+struct LogSpec {
+    style: Style,
+    interval_s: f64,
+    duration_s: f64,
+    gpus: Vec<GpuSpec>,
+}
+
+/// A small deterministic generator (the corpus must not change between runs).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> f64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// `2026/12/02 12:00:00.000` (nvidia-smi) or ISO 8601 with an offset, from seconds of the day.
+fn clock(t: f64, iso: bool) -> String {
+    let ms = (t * 1000.0).round() as u64;
+    let day = ms / 86_400_000;
+    let rem = ms % 86_400_000;
+    let (h, m, s, f) = (
+        rem / 3_600_000,
+        rem / 60_000 % 60,
+        rem / 1000 % 60,
+        rem % 1000,
+    );
+    if iso {
+        format!(
+            "2026-12-{:02}T{h:02}:{m:02}:{s:02}.{f:03}000+00:00",
+            2 + day
+        )
+    } else {
+        format!("2026/12/{:02} {h:02}:{m:02}:{s:02}.{f:03}", 2 + day)
+    }
+}
+
+fn generate(spec: &LogSpec) -> String {
+    let mut rng = Lcg(42);
+    let mut out = String::new();
+    out.push_str(match spec.style {
+        Style::Smi => {
+            "timestamp, index, name, utilization.gpu [%], memory.used [MiB], memory.total [MiB]\n"
+        }
+        Style::ScriptIso => "timestamp,gpu_index,temperature_C,utilization_gpu_percent,power_W\n",
+        Style::ScriptEpoch => "timestamp,memory.used,memory.total,utilization.gpu\n",
+    });
+    let polls = (spec.duration_s / spec.interval_s).round() as u64;
+    for k in 0..=polls {
+        let t = k as f64 * spec.interval_s;
+        for (i, g) in spec.gpus.iter().enumerate() {
+            // GPUs of one poll are read a millisecond apart.
+            let ts = t + i as f64 * 0.001;
+            let u = (g.util)(t, rng.next()).clamp(0.0, 100.0).round();
+            let _ = match spec.style {
+                Style::Smi => writeln!(
+                    out,
+                    "{}, {i}, {}, {u} %, {} MiB, {} MiB",
+                    clock(ts, false),
+                    g.name,
+                    g.mem_used_mib,
+                    g.mem_total_mib
+                ),
+                Style::ScriptIso => writeln!(
+                    out,
+                    "{},{i},{},{u},{:.1}",
+                    clock(ts, true),
+                    40.0 + u * 0.3,
+                    60.0 + u * 2.4
+                ),
+                Style::ScriptEpoch => writeln!(
+                    out,
+                    "{:.3},{},{},{u}",
+                    1_796_083_200.0 + ts,
+                    g.mem_used_mib,
+                    g.mem_total_mib
+                ),
+            };
+        }
+    }
+    out
+}
+
+fn write(dir: &Path, name: &str, spec: &LogSpec) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, generate(spec)).unwrap();
+    p
+}
+
+fn diagnose(path: &Path) -> DiagnoseReport {
+    let out = gpufeed()
+        .args(["diagnose", "--format", "json"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn text(path: &Path) -> String {
+    let out = gpufeed()
+        .args(["diagnose", "--color", "never"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn ids(r: &DiagnoseReport) -> Vec<&str> {
+    r.findings.iter().map(|f| f.id.as_str()).collect()
+}
+
+const A100: &str = "NVIDIA A100-SXM4-80GB";
+
+/// Busy around 91% with occasional dips: mean about 83%, p50 about 91%.
+fn busy(_: f64, r: f64) -> f64 {
+    if r < 0.15 {
+        40.0 + r * 200.0
+    } else {
+        88.0 + (r - 0.15) * 8.0
+    }
+}
+
+/// The starving signature: 85% for 0.6 s, then 10% for 1.4 s, every 2 s.
+fn square(t: f64, r: f64) -> f64 {
+    if (t / 2.0).fract() < 0.3 {
+        83.0 + r * 4.0
+    } else {
+        8.0 + r * 4.0
+    }
+}
+
+#[test]
+fn a_steadily_busy_gpu_is_compute_bound_with_levers() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        dir.path(),
+        "busy_10s.csv",
+        &LogSpec {
+            style: Style::Smi,
+            interval_s: 10.0,
+            duration_s: 2.0 * 3600.0,
+            gpus: vec![GpuSpec {
+                name: A100,
+                mem_total_mib: 81920,
+                mem_used_mib: 30000,
+                util: busy,
+            }],
+        },
+    );
+    let r = diagnose(&p);
+    let g = &r.gpus[0];
+    assert!(g.util_mean_pct.unwrap() < 86.0, "{:?}", g.util_mean_pct);
+    assert!(g.util_p50_pct.unwrap() >= 88.0);
+    assert_eq!(r.verdict.id, "compute_bound", "{:#?}", r.verdict);
+    let f = &r.findings[0];
+    assert_eq!(f.id, "compute_bound");
+    // An A100: bf16 and TF32; 37% of memory used: a larger batch fits.
+    assert!(f.recommendation.contains("bf16"), "{}", f.recommendation);
+    assert!(f.recommendation.contains("allow_tf32"));
+    assert!(f.recommendation.contains("larger batch"));
+    assert!(!text(&p).contains("No findings"));
+}
+
+#[test]
+fn one_of_two_gpus_unused_gets_its_own_finding() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        dir.path(),
+        "two_gpus.csv",
+        &LogSpec {
+            style: Style::Smi,
+            interval_s: 1.0,
+            duration_s: 1800.0,
+            gpus: vec![
+                GpuSpec {
+                    name: A100,
+                    mem_total_mib: 81920,
+                    mem_used_mib: 60000,
+                    util: |_, r| 89.0 + r * 4.0,
+                },
+                GpuSpec {
+                    name: A100,
+                    mem_total_mib: 81920,
+                    mem_used_mib: 15,
+                    util: |_, _| 0.0,
+                },
+            ],
+        },
+    );
+    let r = diagnose(&p);
+    assert_eq!(r.verdict.id, "compute_bound", "{:#?}", r.verdict);
+    let b = r.verdict.gpu_busy_fraction.unwrap();
+    assert!(b > 0.88, "the unused GPU does not halve the figure: {b}");
+    assert_eq!(r.verdict.gpus.len(), 2);
+    assert_eq!(r.verdict.gpus[1].state.as_str(), "unused");
+    assert_eq!(ids(&r)[0], "gpu_unused", "{:?}", ids(&r));
+    let f = &r.findings[0];
+    assert!(f.title.contains("uses 1 of 2 GPUs"), "{}", f.title);
+    assert!(f
+        .recommendation
+        .contains("start it with torchrun / DDP, or free the GPU for others"));
+    let t = text(&p);
+    assert!(t.contains("GPU 0 busy, GPU 1 unused"), "{t}");
+}
+
+#[test]
+fn memory_mostly_free_without_host_data_names_candidates_and_no_bound() {
+    // Flat 21–29% with 472 MiB of 32 GB, from a script writing epoch seconds without units.
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        dir.path(),
+        "small_batch_epoch.csv",
+        &LogSpec {
+            style: Style::ScriptEpoch,
+            interval_s: 1.0,
+            duration_s: 1800.0,
+            gpus: vec![GpuSpec {
+                name: "",
+                mem_total_mib: 32768,
+                mem_used_mib: 472,
+                util: |_, r| 21.0 + r * 8.0,
+            }],
+        },
+    );
+    let r = diagnose(&p);
+    assert_eq!(r.gpus[0].mem_used_max_bytes, Some(472 << 20));
+    assert!(ids(&r).contains(&"batch_too_small"), "{:?}", ids(&r));
+    assert_ne!(r.verdict.id, "input_bound", "{:#?}", r.verdict);
+    assert!(r
+        .verdict
+        .candidates
+        .iter()
+        .any(|c| c.id == "batch_too_small" && c.confidence < 0.9));
+    for f in &r.findings {
+        assert_eq!(f.expected_speedup, None, "{} claims a bound", f.id);
+    }
+    assert!(
+        r.verdict.summary.contains("gpufeed run"),
+        "{}",
+        r.verdict.summary
+    );
+    let t = text(&p);
+    assert!(!t.contains("nothing is holding the GPU back"), "{t}");
+    assert!(!t.contains("expected speed-up"), "{t}");
+}
+
+#[test]
+fn a_long_log_is_split_into_phases_and_the_active_part_judged() {
+    // 6.8 hours at 10 s: 3 min start-up, 86 min of training at about 90% with a 2-minute eval
+    // at 25% every 15 min, then 5 h 02 min at 0% while the logger went on.
+    let dir = tempfile::tempdir().unwrap();
+    let train = |t: f64, r: f64| {
+        if t < 180.0 {
+            0.0
+        } else if t < 180.0 + 86.0 * 60.0 {
+            if (t - 180.0) % 900.0 >= 780.0 {
+                20.0 + r * 10.0
+            } else {
+                87.0 + r * 6.0
+            }
+        } else {
+            0.0
+        }
+    };
+    let p = write(
+        dir.path(),
+        "long_10s.csv",
+        &LogSpec {
+            style: Style::Smi,
+            interval_s: 10.0,
+            duration_s: 180.0 + 86.0 * 60.0 + 302.0 * 60.0,
+            gpus: vec![GpuSpec {
+                name: A100,
+                mem_total_mib: 81920,
+                mem_used_mib: 70000,
+                util: train,
+            }],
+        },
+    );
+    let r = diagnose(&p);
+    let kinds: Vec<PhaseKind> = r.phases.iter().map(|p| p.kind).collect();
+    assert_eq!(kinds.first(), Some(&PhaseKind::StartUp), "{:#?}", r.phases);
+    assert_eq!(kinds.last(), Some(&PhaseKind::IdleTail));
+    assert!(kinds.contains(&PhaseKind::EvalLike));
+    assert!(
+        (r.duration_s - (180.0 + 388.0 * 60.0)).abs() < 20.0,
+        "{}",
+        r.duration_s
+    );
+    // Judged on training: busy, not idle or unknown.
+    assert_eq!(r.verdict.id, "compute_bound", "{:#?}", r.verdict);
+    assert!(
+        r.notes.iter().any(|n| n.contains(
+            "Idle for the last 5 h 02 min: the job had ended or hung while logging went on"
+        )),
+        "{:#?}",
+        r.notes
+    );
+    assert!(r.notes.iter().any(|n| n.contains("eval-like")));
+}
+
+#[test]
+fn the_sampling_interval_is_weighed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mk = |interval_s: f64| LogSpec {
+        style: Style::Smi,
+        interval_s,
+        duration_s: if interval_s < 1.0 {
+            600.0
+        } else {
+            4.0 * 3600.0
+        },
+        gpus: vec![GpuSpec {
+            name: A100,
+            mem_total_mib: 81920,
+            mem_used_mib: 76000,
+            util: square,
+        }],
+    };
+    // `nvidia-smi ... -lms 200` sees the square wave: input-bound, and no interval caveat.
+    let fine = diagnose(&write(dir.path(), "starving_200ms.csv", &mk(0.2)));
+    assert_eq!(fine.verdict.id, "input_bound", "{:#?}", fine.verdict);
+    assert!(fine.verdict.confidence >= 0.75, "{:?}", fine.verdict);
+    assert!(!fine.notes.iter().any(|n| n.contains("was sampled every")));
+    // The memory bar is full and utilization low: one line says why that is not the cause.
+    assert!(fine
+        .notes
+        .iter()
+        .any(|n| n.contains("caching allocator") && n.contains("not the bottleneck")));
+    for (interval, words) in [(10.0, "10 s"), (60.0, "1 min")] {
+        let r = diagnose(&write(
+            dir.path(),
+            &format!("starving_{interval}s.csv"),
+            &mk(interval),
+        ));
+        let note = r
+            .notes
+            .iter()
+            .find(|n| n.contains("was sampled every"))
+            .unwrap_or_else(|| panic!("no interval note: {:#?}", r.notes));
+        assert!(note.contains(words), "{note}");
+        assert!(
+            note.contains("-lms 200") && note.contains("gpufeed record"),
+            "{note}"
+        );
+        assert!(
+            r.verdict.confidence < fine.verdict.confidence,
+            "{interval}s: {:?}",
+            r.verdict
+        );
+    }
+}
+
+#[test]
+fn a_scripts_own_header_with_iso_timestamps_and_two_gpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        dir.path(),
+        "script_iso.csv",
+        &LogSpec {
+            style: Style::ScriptIso,
+            interval_s: 5.0,
+            duration_s: 3600.0,
+            gpus: vec![
+                GpuSpec {
+                    name: "",
+                    mem_total_mib: 0,
+                    mem_used_mib: 0,
+                    util: |_, r| 90.0 + r * 5.0,
+                },
+                GpuSpec {
+                    name: "",
+                    mem_total_mib: 0,
+                    mem_used_mib: 0,
+                    util: |_, r| 88.0 + r * 5.0,
+                },
+            ],
+        },
+    );
+    let r = diagnose(&p);
+    assert_eq!(r.source.format, "smi_csv");
+    assert_eq!(r.gpus.len(), 2);
+    assert!((r.duration_s - 3600.0).abs() < 1.0, "{}", r.duration_s);
+    assert!(r.gpus[0].temperature_mean_c.unwrap() > 60.0);
+    assert!(r.gpus[1].power_mean_w.unwrap() > 250.0);
+    assert_eq!(r.verdict.id, "compute_bound");
+}
+
+#[test]
+fn columns_that_cannot_be_known_still_ask_for_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("nounits.csv");
+    std::fs::write(&p, "1796083200,87,1024\n1796083201,12,1024\n").unwrap();
+    let out = gpufeed().arg("diagnose").arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--columns"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1);
+}
+
+#[test]
+fn an_unknown_verdict_says_what_data_is_missing() {
+    // A flat 45% with memory 90% full: nothing in a log names the cause.
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        dir.path(),
+        "flat_45.csv",
+        &LogSpec {
+            style: Style::Smi,
+            interval_s: 1.0,
+            duration_s: 1800.0,
+            gpus: vec![GpuSpec {
+                name: A100,
+                mem_total_mib: 81920,
+                mem_used_mib: 74000,
+                util: |_, r| 42.0 + r * 6.0,
+            }],
+        },
+    );
+    let r = diagnose(&p);
+    assert_eq!(r.verdict.id, "unknown", "{:#?}", r.verdict);
+    assert!(
+        r.verdict.summary.contains("gpufeed run --"),
+        "{}",
+        r.verdict.summary
+    );
+    let t = text(&p);
+    assert!(!t.contains("nothing is holding the GPU back"), "{t}");
+}
