@@ -82,9 +82,42 @@ fn l(pairs: &[(&str, &str)]) -> Labels {
 
 const MIB: f64 = 1024.0 * 1024.0;
 
+/// (label, environment variable): labels `serve` puts on every series when the variable is set
+/// and not empty. `k8s_*` rather than `pod`/`namespace`, which Prometheus' Kubernetes discovery
+/// sets on the target itself.
+pub const FLEET_LABELS: &[(&str, &str)] = &[
+    ("slurm_job_id", "SLURM_JOB_ID"),
+    ("slurm_procid", "SLURM_PROCID"),
+    ("slurm_nodeid", "SLURM_NODEID"),
+    ("k8s_pod", "POD_NAME"),
+    ("k8s_namespace", "POD_NAMESPACE"),
+];
+
+/// The fleet labels whose variable `env` knows (pass `|k| std::env::var(k).ok()`).
+pub fn fleet_labels_from_env(env: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
+    FLEET_LABELS
+        .iter()
+        .filter_map(|(label, var)| {
+            env(var)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+                .map(|v| (label.to_string(), v))
+        })
+        .collect()
+}
+
 /// Encodes the state as OpenMetrics text (`# EOF` terminated).
 pub fn encode_state(st: &LiveState) -> String {
-    let mut reg = Registry::default();
+    encode_state_labeled(st, &[])
+}
+
+/// [`encode_state`] with `labels` added to every series.
+pub fn encode_state_labeled(st: &LiveState, labels: &[(String, String)]) -> String {
+    let mut reg = Registry::with_labels(
+        labels
+            .iter()
+            .map(|(k, v)| (k.clone().into(), v.clone().into())),
+    );
     let up = Gauge::<i64>::default();
     reg.register("gpufeed_up", help("gpufeed_up"), up.clone());
     up.set(1);
@@ -265,6 +298,32 @@ mod tests {
                 "{name} missing:\n{text}"
             );
         }
+    }
+
+    #[test]
+    fn fleet_labels_come_from_the_environment_and_go_on_every_series() {
+        let env = |k: &str| match k {
+            "SLURM_JOB_ID" => Some("4242".to_string()),
+            "SLURM_PROCID" => Some("3".to_string()),
+            "POD_NAME" => Some(" ".to_string()),
+            _ => None,
+        };
+        let labels = fleet_labels_from_env(env);
+        assert_eq!(
+            labels,
+            vec![
+                ("slurm_job_id".to_string(), "4242".to_string()),
+                ("slurm_procid".to_string(), "3".to_string())
+            ]
+        );
+        let text = encode_state_labeled(&fixture::state(1, 5), &labels);
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            assert!(
+                line.contains("slurm_job_id=\"4242\"") && line.contains("slurm_procid=\"3\""),
+                "{line}"
+            );
+        }
+        assert!(!encode_state(&fixture::state(1, 5)).contains("slurm"));
     }
 
     #[test]
