@@ -41,6 +41,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     ("gpufeed_pcie_tx_bytes_per_second", "gauge", "PCIe device-to-host rate"),
     ("gpufeed_pcie_rx_bytes_total", "counter", "PCIe bytes received by the GPU since gpufeed started"),
     ("gpufeed_pcie_tx_bytes_total", "counter", "PCIe bytes sent by the GPU since gpufeed started"),
+    ("DCGM_FI_DEV_PCIE_LINK_GEN", "gauge", "Current PCIe link generation (GPUs lower it when idle)"),
+    ("DCGM_FI_DEV_PCIE_LINK_WIDTH", "gauge", "Current PCIe link width (in lanes)"),
+    ("gpufeed_pcie_link_max_gen", "gauge", "Highest PCIe link generation the GPU and its slot support"),
+    ("gpufeed_pcie_link_max_width", "gauge", "Widest PCIe link (in lanes) the GPU and its slot support"),
+    ("gpufeed_data_wait_ratio", "gauge", "Share (0-1) of the training loop's time spent waiting for the next batch, when measured (Python stacks or the step probe); absent otherwise"),
     ("gpufeed_throttle_seconds_total", "counter", "Seconds with a clock-slowing reason set (GpuIdle excluded), by reason"),
     ("gpufeed_verdict", "gauge", "1 for the live verdict over the window (label id), with its confidence in gpufeed_verdict_confidence"),
     ("gpufeed_verdict_confidence", "gauge", "Confidence (0-1) of the live verdict"),
@@ -146,6 +151,10 @@ pub fn encode_state_labeled(st: &LiveState, labels: &[(String, String)]) -> Stri
     let rx_total = counter(&mut reg, "gpufeed_pcie_rx_bytes_total");
     let tx_total = counter(&mut reg, "gpufeed_pcie_tx_bytes_total");
     let thr = counter(&mut reg, "gpufeed_throttle_seconds_total");
+    let link_gen = gauge(&mut reg, "DCGM_FI_DEV_PCIE_LINK_GEN");
+    let link_width = gauge(&mut reg, "DCGM_FI_DEV_PCIE_LINK_WIDTH");
+    let link_max_gen = gauge(&mut reg, "gpufeed_pcie_link_max_gen");
+    let link_max_width = gauge(&mut reg, "gpufeed_pcie_link_max_width");
 
     let host = st.hostname.as_str();
     for g in &st.gpus {
@@ -180,6 +189,10 @@ pub fn encode_state_labeled(st: &LiveState, labels: &[(String, String)]) -> Stri
             set(&osc_p, e.periodicity.map(|p| p.period_s));
         }
         set(&starve, st.starvation_score(g.index));
+        set(&link_gen, last.and_then(|s| s.pcie_gen).map(f64::from));
+        set(&link_width, last.and_then(|s| s.pcie_width).map(f64::from));
+        set(&link_max_gen, g.pcie_max_gen.map(f64::from));
+        set(&link_max_width, g.pcie_max_width.map(f64::from));
         set(&rx_rate, g.pcie_rx_bytes_per_s);
         set(&tx_rate, g.pcie_tx_bytes_per_s);
         if let Some(v) = g.pcie_rx_bytes_total {
@@ -206,7 +219,19 @@ pub fn encode_state_labeled(st: &LiveState, labels: &[(String, String)]) -> Stri
 
     let verdict = gauge(&mut reg, "gpufeed_verdict");
     let conf = gauge(&mut reg, "gpufeed_verdict_confidence");
+    let wait = gauge(&mut reg, "gpufeed_data_wait_ratio");
     if let Some(r) = &st.report {
+        // The data wait a finding measured (its `data_wait_pct` evidence), if any did.
+        let measured = r
+            .findings
+            .iter()
+            .filter_map(|f| f.evidence.get("data_wait_pct")?.as_f64())
+            .filter(|v| v.is_finite())
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+        if let Some(pct) = measured {
+            wait.get_or_create(&l(&[("hostname", host)]))
+                .set((pct / 100.0).clamp(0.0, 1.0));
+        }
         verdict
             .get_or_create(&l(&[("id", &r.verdict.id), ("hostname", host)]))
             .set(1.0);
