@@ -52,6 +52,8 @@ pub struct LogOptions {
 pub struct ReadOutcome {
     pub source: Source,
     pub evidence: Evidence,
+    /// The recording header's hostname (logs have none).
+    pub hostname: Option<String>,
 }
 
 /// Guesses the format from the first bytes of a file.
@@ -238,6 +240,7 @@ pub fn read(
     };
     Ok(ReadOutcome {
         source,
+        hostname: header.host.hostname.clone(),
         evidence: b.finish(&header),
     })
 }
