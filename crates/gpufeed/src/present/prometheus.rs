@@ -96,6 +96,7 @@ pub const FLEET_LABELS: &[(&str, &str)] = &[
     ("slurm_nodeid", "SLURM_NODEID"),
     ("k8s_pod", "POD_NAME"),
     ("k8s_namespace", "POD_NAMESPACE"),
+    ("k8s_node", "NODE_NAME"),
 ];
 
 /// The fleet labels whose variable `env` knows (pass `|k| std::env::var(k).ok()`).
