@@ -25,7 +25,7 @@ fn kind<'a>(docs: &'a [Yaml], k: &str) -> &'a Yaml {
         .unwrap_or_else(|| panic!("no {k} in gpufeed.yaml"))
 }
 
-fn s<'a>(y: &'a Yaml) -> &'a str {
+fn s(y: &Yaml) -> &str {
     y.as_str().unwrap_or_else(|| panic!("not a string: {y:?}"))
 }
 

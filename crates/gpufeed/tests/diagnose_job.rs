@@ -196,6 +196,8 @@ fn a_bad_node_file_is_one_line_exit_3_and_html_is_refused() {
 }
 
 /// Peak RSS (KiB) of `gpufeed diagnose --job FILES`.
+// The child is reaped by wait4 (which also gives its rusage), not by Child::wait.
+#[allow(clippy::zombie_processes)]
 fn peak_rss_kib(files: &[PathBuf]) -> i64 {
     let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("gpufeed"))
         .args(["diagnose", "--job", "--format", "json"])
