@@ -271,6 +271,15 @@ fn a_thousand_idle_connections_keep_threads_and_memory_bounded_and_a_scrape_gets
     let (g, port) = serve(dir.path());
     let pid = g.0.id();
     let threads0 = proc_status(pid, "Threads:");
+    // 1,000 client sockets need more than the common 1,024 soft limit with the test harness's own.
+    // SAFETY: plain getrlimit/setrlimit on this process.
+    unsafe {
+        let mut l: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < 4096 {
+            l.rlim_cur = l.rlim_max.min(4096);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+    }
     let mut idle = Vec::new();
     for _ in 0..1000 {
         match TcpStream::connect(("127.0.0.1", port)) {
