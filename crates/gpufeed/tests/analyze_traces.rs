@@ -395,8 +395,20 @@ fn directory_of_ranks_and_stdin() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Rank 3 of 8 and rank 1 of 2 are not ranks of one job: each is analyzed on its own, and
+    // `compare` is suggested.
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["ranks"].as_array().unwrap().len(), 2);
+    let each = v.as_array().unwrap();
+    assert_eq!(each.len(), 2);
+    assert!(each
+        .iter()
+        .all(|r| r["ranks"].as_array().unwrap().len() == 1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not ranks of one job (their world sizes differ (8 and 2))")
+            && err.contains("gpufeed compare"),
+        "{err}"
+    );
     let bytes = std::fs::read(d.join("hta_triton_example.json.gz")).unwrap();
     bin()
         .args(["analyze", "-"])

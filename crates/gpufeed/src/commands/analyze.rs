@@ -10,15 +10,23 @@
 //!   ops, busy_us, host_wait_us, kernel_wait_us, other_us}]}]`;
 //! - `findings`: the shared `Finding` objects, most important first;
 //! - `ranks`: one line per trace (`rank`, `path`, `steps`, `step_us`, `communication_pct`,
-//!   `gpu_busy_pct`); `traces`: every trace's full summary (copies, dataloader, sync, kernels,
-//!   launch, communication, `tb_plugin_steps` when steps were inferred).
+//!   `gpu_busy_pct`); `traces`: the full summary (copies, dataloader, sync, kernels, launch,
+//!   communication, `tb_plugin_steps` when steps were inferred) of the trace, or of the lowest
+//!   rank when several traces are ranks of one job;
+//! - `job` (ranks of one job only): `world_size`, `ranks`, `missing_ranks`, `median_step_us`,
+//!   `stragglers` and `comm_bound` (rank numbers).
+//!
+//! Several traces are ranks of one job only when their `distributedInfo` says so (same world
+//! size, distinct ranks); they are then summarised in parallel and merged. Other sets of traces
+//! are analyzed one by one (JSON: an array of the documents above), and `gpufeed compare` is
+//! suggested on stderr.
 //!
 //! Exit codes: 0 (also for a truncated trace with usable events, with a warning), 3 for a missing,
 //! empty, event-less or non-trace input.
 
 use crate::cli::GlobalOpts;
 use crate::exit::Failure;
-use crate::trace::{self, report, TraceError};
+use crate::trace::{self, ranks, report, TraceError};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 
@@ -64,45 +72,128 @@ fn input_error(e: TraceError) -> anyhow::Error {
     anyhow::Error::new(Failure::input(format!("{e}; {hint}")))
 }
 
+/// Up to this many traces keep their full summaries while they are classified (ranks of one job
+/// or not); more are re-read one at a time when they turn out to be unrelated traces.
+const KEEP_FULL: usize = 16;
+
 pub fn run(_global: &GlobalOpts, args: &AnalyzeArgs) -> anyhow::Result<u8> {
     let paths = trace::expand_paths(&args.paths).map_err(input_error)?;
     if let Some(h) = &args.html {
         crate::outfile::refuse_same_as_input("--html", h, paths.iter().map(|p| p.as_path()))?;
     }
-    let mut traces = Vec::new();
-    for (p, r) in paths.iter().zip(trace::analyze_many(&paths)) {
+    if paths.len() == 1 {
+        let t = trace::analyze_path(&paths[0]).map_err(input_error)?;
+        return emit(args, &[report::Report::new(vec![t])]);
+    }
+    if paths.iter().any(|p| p.as_os_str() == "-") {
+        return Err(anyhow::Error::new(Failure::new(
+            crate::exit::USAGE,
+            "- (stdin) is one trace: pass it alone, or pass files",
+        )));
+    }
+    let keep_full = paths.len() <= KEEP_FULL;
+    let a = ranks::analyze_all(&paths, keep_full, None);
+    let mut digests = Vec::new();
+    let mut ok = Vec::new();
+    for (i, (p, r)) in paths.iter().zip(a.digests).enumerate() {
         match r {
-            Ok(s) => traces.push(s),
-            Err(e) => {
-                if paths.len() == 1 {
-                    return Err(input_error(e));
-                }
-                eprintln!("gpufeed: warning: skipping {}: {e}", p.display());
+            Ok(d) => {
+                digests.push(d);
+                ok.push(i);
             }
+            Err(e) => eprintln!("gpufeed: warning: skipping {}: {e}", p.display()),
         }
     }
-    if traces.is_empty() {
+    if digests.is_empty() {
         return Err(anyhow::Error::new(Failure::input(
             "none of the traces could be read; see the warnings above",
         )));
     }
-    let rep = report::Report::new(traces);
-    if let Some(h) = &args.html {
-        crate::present::html::trace_page(&rep)
+    let ids: Vec<(Option<u64>, Option<u64>)> = digests
+        .iter()
+        .map(|d| (d.line.rank, d.world_size))
+        .collect();
+    match ranks::one_job(&ids) {
+        Ok(world) if digests.len() > 1 => {
+            let lowest = a.lowest.unwrap_or_default();
+            emit(args, &[ranks::job_report(digests, lowest, world)])
+        }
+        Ok(_) => {
+            // One readable trace left: analyzed alone.
+            let t = match a.full.into_iter().nth(ok[0]).flatten() {
+                Some(t) => t,
+                None => trace::analyze_path(&paths[ok[0]]).map_err(input_error)?,
+            };
+            emit(args, &[report::Report::new(vec![t])])
+        }
+        Err(why) => {
+            eprintln!(
+                "gpufeed: these {} traces are not ranks of one job ({why}): each is analyzed on its \
+                 own; to measure a change between two of them, run `gpufeed compare BEFORE AFTER`",
+                digests.len()
+            );
+            if args.html.is_some() {
+                return Err(anyhow::Error::new(Failure::new(
+                    crate::exit::USAGE,
+                    "--html takes one trace or the ranks of one job; run analyze --html on each trace",
+                )));
+            }
+            let mut full = a.full;
+            let mut reports = Vec::with_capacity(ok.len());
+            for i in ok {
+                let t = match full.get_mut(i).and_then(Option::take) {
+                    Some(t) => t,
+                    None => trace::analyze_path(&paths[i]).map_err(input_error)?,
+                };
+                reports.push(report::Report::new(vec![t]));
+            }
+            emit(args, &reports)
+        }
+    }
+}
+
+/// Writes one report (a single trace or ranks of one job), or several unrelated traces' reports
+/// (JSON: an array).
+fn emit(args: &AnalyzeArgs, reports: &[report::Report]) -> anyhow::Result<u8> {
+    if let (Some(h), [rep]) = (&args.html, reports) {
+        crate::present::html::trace_page(rep)
             .and_then(|page| crate::present::html::write(h, &page))
             .map_err(|e| anyhow::Error::new(Failure::input(e.to_string())))?;
         eprintln!("gpufeed: wrote {}", h.display());
     }
     if let Some(p) = &args.export_json {
-        std::fs::write(p, serde_json::to_string_pretty(&rep)? + "\n").map_err(|e| {
+        let json = match reports {
+            [rep] => serde_json::to_string_pretty(rep)?,
+            _ => serde_json::to_string_pretty(reports)?,
+        };
+        std::fs::write(p, json + "\n").map_err(|e| {
             anyhow::Error::new(Failure::input(format!("cannot write {}: {e}", p.display())))
         })?;
         eprintln!("gpufeed: wrote {}", p.display());
     }
-    let out = match args.format {
-        AnalyzeFormat::Json => serde_json::to_string_pretty(&rep)? + "\n",
-        AnalyzeFormat::Text => report::text_with(&rep, args.steps, args.verbose),
-        AnalyzeFormat::Markdown => report::markdown(&rep, args.steps),
+    let one = |rep: &report::Report| -> anyhow::Result<String> {
+        let job = rep.job.as_ref().map(ranks::job_text).unwrap_or_default();
+        Ok(match args.format {
+            AnalyzeFormat::Json => serde_json::to_string_pretty(rep)? + "\n",
+            AnalyzeFormat::Text => job + &report::text_with(rep, args.steps, args.verbose),
+            AnalyzeFormat::Markdown => report::markdown(rep, args.steps) + &job,
+        })
+    };
+    let out = match (args.format, reports) {
+        (_, [rep]) => one(rep)?,
+        (AnalyzeFormat::Json, _) => serde_json::to_string_pretty(reports)? + "\n",
+        _ => {
+            let mut s = String::new();
+            for rep in reports {
+                let path = rep.traces.first().map(|t| t.path.as_str()).unwrap_or("");
+                s.push_str(&match args.format {
+                    AnalyzeFormat::Markdown => format!("\n## {path}\n\n"),
+                    _ => format!("\n===== {path} =====\n"),
+                });
+                s.push_str(&one(rep)?);
+            }
+            s
+        }
     };
     use std::io::Write;
     let mut so = std::io::stdout().lock();
@@ -111,7 +202,7 @@ pub fn run(_global: &GlobalOpts, args: &AnalyzeArgs) -> anyhow::Result<u8> {
             return Err(e.into());
         }
     }
-    if rep.truncated && args.format != AnalyzeFormat::Text {
+    if reports.iter().any(|r| r.truncated) && args.format != AnalyzeFormat::Text {
         eprintln!("gpufeed: warning: truncated input: the figures cover only what was read");
     }
     Ok(crate::exit::OK)

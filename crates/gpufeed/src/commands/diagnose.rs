@@ -34,6 +34,10 @@ pub struct DiagnoseArgs {
     /// Also write the JSON report (as --format json prints it) to FILE
     #[arg(long, value_name = "FILE")]
     pub export_json: Option<PathBuf>,
+    /// FILEs are one job's recordings from several nodes: a job verdict naming the starving and
+    /// straggling nodes, and a per-node table (files are read one at a time)
+    #[arg(long, conflicts_with = "html")]
+    pub job: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -71,6 +75,9 @@ pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
             std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
         }
     };
+    if args.job {
+        return run_job(args, &opts);
+    }
     let mut reports = Vec::with_capacity(args.files.len());
     for f in &args.files {
         let r = diagnose::diagnose_file(f, args.input_format, &opts).map_err(input_failure)?;
@@ -106,6 +113,30 @@ pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
     };
     let mut stdout = std::io::stdout().lock();
     // A closed pipe (`| head`) is not an error worth a message.
+    let _ = stdout.write_all(out.as_bytes());
+    let _ = stdout.flush();
+    Ok(exit::OK)
+}
+
+/// `--job`: each file is diagnosed on its own and only its summary kept, so memory does not grow
+/// with the number of nodes beyond a few numbers per node.
+fn run_job(args: &DiagnoseArgs, opts: &LogOptions) -> anyhow::Result<u8> {
+    use crate::diagnose::job;
+    let mut nodes = Vec::with_capacity(args.files.len());
+    for f in &args.files {
+        nodes.push(diagnose::diagnose_node(f, args.input_format, opts).map_err(input_failure)?);
+    }
+    let report = job::JobReport {
+        schema_version: job::JOB_SCHEMA_VERSION,
+        job: job::judge(&nodes),
+        nodes,
+    };
+    let out = match args.format {
+        ReportFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
+        ReportFormat::Markdown => job::markdown(&report),
+        ReportFormat::Text => job::text(&report),
+    };
+    let mut stdout = std::io::stdout().lock();
     let _ = stdout.write_all(out.as_bytes());
     let _ = stdout.flush();
     Ok(exit::OK)

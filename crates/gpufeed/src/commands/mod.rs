@@ -3,8 +3,8 @@
 pub mod analyze;
 pub mod batch_size;
 pub mod bench;
-pub mod completions;
 pub mod compare;
+pub mod completions;
 pub mod diagnose;
 pub mod doctor;
 pub mod export;

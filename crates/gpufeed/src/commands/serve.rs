@@ -9,9 +9,10 @@ use crate::live::LiveState;
 use crate::present::prometheus;
 use crate::sample::host::pid_alive;
 use clap::Args;
+use hyper::body::Bytes;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,18 @@ pub fn start_live(
     interval: Duration,
     window: Duration,
     pid: Option<u32>,
+) -> anyhow::Result<(LiveSampler, Arc<Mutex<LiveState>>)> {
+    start_live_counted(global, interval, window, pid, Arc::new(AtomicU64::new(0)))
+}
+
+/// [`start_live`], bumping `generation` after every change of the state (so a reader can tell
+/// whether what it encoded last is still current).
+pub fn start_live_counted(
+    global: &GlobalOpts,
+    interval: Duration,
+    window: Duration,
+    pid: Option<u32>,
+    generation: Arc<AtomicU64>,
 ) -> anyhow::Result<(LiveSampler, Arc<Mutex<LiveState>>)> {
     if interval < Duration::from_millis(10) {
         return Err(Failure::new(exit::USAGE, "--interval must be at least 10ms").into());
@@ -77,6 +90,7 @@ pub fn start_live(
                 let due = match st.lock() {
                     Ok(mut s) => {
                         s.push(line);
+                        generation.fetch_add(1, Ordering::Release);
                         s.evaluation_due().then(|| s.eval_input())
                     }
                     Err(_) => return,
@@ -86,6 +100,7 @@ pub fn start_live(
                     let report = input.run();
                     if let Ok(mut s) = st.lock() {
                         s.set_report(report);
+                        generation.fetch_add(1, Ordering::Release);
                     }
                 }
             }
@@ -101,7 +116,15 @@ pub fn run(global: &GlobalOpts, args: &ServeArgs) -> anyhow::Result<u8> {
     } else {
         Some(http::bind(args.listen).map_err(|e| Failure::new(exit::USAGE, e.to_string()))?)
     };
-    let (mut sampler, state) = start_live(global, args.interval, args.window, args.pid)?;
+    let labels = prometheus::fleet_labels_from_env(|k| std::env::var(k).ok());
+    let generation = Arc::new(AtomicU64::new(0));
+    let (mut sampler, state) = start_live_counted(
+        global,
+        args.interval,
+        args.window,
+        args.pid,
+        Arc::clone(&generation),
+    )?;
     if args.once {
         let until = Instant::now() + Duration::from_millis(1500);
         while Instant::now() < until {
@@ -112,7 +135,7 @@ pub fn run(global: &GlobalOpts, args: &ServeArgs) -> anyhow::Result<u8> {
                 .lock()
                 .map_err(|_| anyhow::anyhow!("state poisoned"))?;
             s.evaluate();
-            prometheus::encode_state(&s)
+            prometheus::encode_state_labeled(&s, &labels)
         };
         sampler.stop();
         let mut out = std::io::stdout().lock();
@@ -124,29 +147,48 @@ pub fn run(global: &GlobalOpts, args: &ServeArgs) -> anyhow::Result<u8> {
     let addr = listener.local_addr().unwrap_or(args.listen);
     eprintln!("gpufeed: serving http://{addr}/metrics; Ctrl-C stops");
     let st = Arc::clone(&state);
+    // The last exposition and the state generation it was encoded from: scrapes between two
+    // samples share one encoding instead of each taking the state's lock to encode it again.
+    let cache: Mutex<(u64, Bytes)> = Mutex::new((u64::MAX, Bytes::new()));
+    let metrics = move || -> Bytes {
+        let Ok(mut c) = cache.lock() else {
+            return Bytes::from_static(b"# EOF\n");
+        };
+        let now = generation.load(Ordering::Acquire);
+        if c.0 != now {
+            let body = match st.lock() {
+                Ok(s) => Bytes::from(prometheus::encode_state_labeled(&s, &labels)),
+                Err(_) => Bytes::from_static(b"# EOF\n"),
+            };
+            *c = (now, body);
+        }
+        c.1.clone()
+    };
     std::thread::Builder::new()
-        .name("gpufeed-http-accept".into())
+        .name("gpufeed-http".into())
         .spawn(move || {
-            http::serve(listener, move |_, path| match path {
+            let served = http::serve(listener, http::Limits::default(), move |path| match path {
                 "/metrics" => Response {
                     status: 200,
                     content_type: prometheus::CONTENT_TYPE,
-                    body: match st.lock() {
-                        Ok(s) => prometheus::encode_state(&s).into_bytes(),
-                        Err(_) => b"# EOF\n".to_vec(),
-                    },
+                    body: metrics(),
                 },
                 "/" => Response {
                     status: 200,
                     content_type: "text/html; charset=utf-8",
-                    body: b"<html><body><a href=\"/metrics\">/metrics</a></body></html>\n".to_vec(),
+                    body: Bytes::from_static(
+                        b"<html><body><a href=\"/metrics\">/metrics</a></body></html>\n",
+                    ),
                 },
                 _ => Response {
                     status: 404,
                     content_type: "text/plain; charset=utf-8",
-                    body: b"not found: try /metrics\n".to_vec(),
+                    body: Bytes::from_static(b"not found: try /metrics\n"),
                 },
-            })
+            });
+            if let Err(e) = served {
+                eprintln!("gpufeed: {e}");
+            }
         })
         .map_err(|e| Failure::new(exit::FAILURE, format!("cannot start a thread: {e}")))?;
     let stop = Arc::new(AtomicBool::new(false));

@@ -57,6 +57,8 @@ pub struct ReadOutcome {
     pub phases: Vec<Phase>,
     /// First to last sample of the whole file (the evidence covers the judged phases only).
     pub total_s: f64,
+    /// The recording header's hostname (logs have none).
+    pub hostname: Option<String>,
 }
 
 /// Guesses the format from the first bytes of a file.
@@ -251,6 +253,7 @@ pub fn read(
         let evidence = b.finish(&h);
         return Ok(ReadOutcome {
             source,
+            hostname: h.host.hostname.clone(),
             total_s: evidence.duration_s,
             evidence,
             phases: Vec::new(),
@@ -304,6 +307,7 @@ pub fn read(
     evidence.origin = Origin::GpuLog;
     Ok(ReadOutcome {
         source,
+        hostname: header.host.hostname.clone(),
         evidence,
         phases,
         total_s,

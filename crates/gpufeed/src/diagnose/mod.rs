@@ -7,8 +7,9 @@
 pub mod evidence;
 pub mod fast;
 pub mod input;
-pub mod pyloop;
+pub mod job;
 pub mod phases;
+pub mod pyloop;
 pub mod render;
 pub mod rules;
 pub mod stats;
@@ -91,6 +92,22 @@ pub fn diagnose_file(
 ) -> Result<DiagnoseReport, DiagnoseError> {
     let read = input::read(path, format, opts)?;
     Ok(build_report(read))
+}
+
+/// One node of a job: the file is diagnosed and only its [`job::NodeSummary`] is kept.
+pub fn diagnose_node(
+    path: &Path,
+    format: InputFormat,
+    opts: &input::LogOptions,
+) -> Result<job::NodeSummary, DiagnoseError> {
+    let read = input::read(path, format, opts)?;
+    let hostname = read.hostname.clone();
+    let report = build_report(read);
+    Ok(job::NodeSummary::new(
+        &path.display().to_string(),
+        hostname,
+        &report,
+    ))
 }
 
 /// Rules, verdict and notes over what was read.

@@ -88,7 +88,10 @@ impl Job {
     }
 
     /// [`Job::spawn`] with variables added to (or replacing in) gpufeed's own environment.
-    pub fn spawn_env<S: AsRef<OsStr>>(argv: &[S], env: &[(String, String)]) -> Result<Job, JobError> {
+    pub fn spawn_env<S: AsRef<OsStr>>(
+        argv: &[S],
+        env: &[(String, String)],
+    ) -> Result<Job, JobError> {
         let (prog, args) = argv.split_first().ok_or(JobError::Empty)?;
         let mut cmd = Command::new(prog);
         cmd.args(args).envs(env.iter().map(|(k, v)| (k, v)));

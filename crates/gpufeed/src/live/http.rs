@@ -1,18 +1,28 @@
-//! A minimal HTTP/1.1 server for `/metrics`, on std's `TcpListener`.
+//! The `/metrics` HTTP/1.1 server: hyper 1.x on a one-thread tokio runtime.
 //!
-//! Hand-rolled rather than tiny_http or hyper: the exporter answers GET requests for two paths,
-//! so a few dozen lines with read timeouts and a header size limit do it without an extra
-//! dependency tree, and the cost of a scrape stays visible (encode + one write). Each connection
-//! gets a short-lived thread; keep-alive is honoured so Prometheus reuses its connection.
+//! Why hyper: it is the HTTP implementation most of the Rust ecosystem runs on (axum, reqwest,
+//! tonic), and its HTTP/1 server has every limit `serve` needs built in: a bound on the request
+//! head (answered with 431), a deadline for reading the head (which also closes idle keep-alive
+//! connections), 400 for malformed requests, request bodies drained or the connection closed,
+//! `Connection: close` and HEAD handled. tiny_http has none of these limits and spawns a thread
+//! per connection; axum would only add a router and tower layers on top of hyper for two paths.
+//! A one-thread runtime keeps `serve` at one extra OS thread however many clients connect.
+//!
+//! Limits ([`Limits::default`]): request line plus headers at most 16 KiB, the whole head within
+//! 10 s of the connection going idle (a slow or idle client is closed then), at most 256 open
+//! connections (one more is accepted and closed at once, so descriptors stay bounded too).
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::convert::Infallible;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-/// Longest request head accepted (bytes).
-const MAX_HEAD: usize = 16 * 1024;
-/// An idle keep-alive connection is closed after this.
-const IDLE: Duration = Duration::from_secs(30);
+type Body = http_body_util::Full<Bytes>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
@@ -22,13 +32,37 @@ pub enum HttpError {
         source: std::io::Error,
         hint: &'static str,
     },
+    #[error("cannot start the HTTP server: {0}")]
+    Start(std::io::Error),
+}
+
+/// What one connection may cost.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Longest request line plus headers, in bytes (at least 8192: hyper's smallest buffer).
+    pub max_head_bytes: usize,
+    /// Time to receive a whole request head, counted from the moment the connection is idle
+    /// (opened, or its last response written): also the keep-alive idle timeout.
+    pub head_timeout: Duration,
+    /// Connections served at once; more are accepted and closed at once.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_head_bytes: 16 * 1024,
+            head_timeout: Duration::from_secs(10),
+            max_connections: 256,
+        }
+    }
 }
 
 /// A response: status, content type, body.
 pub struct Response {
     pub status: u16,
     pub content_type: &'static str,
-    pub body: Vec<u8>,
+    pub body: Bytes,
 }
 
 pub fn bind(addr: SocketAddr) -> Result<TcpListener, HttpError> {
@@ -49,119 +83,135 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener, HttpError> {
     })
 }
 
-/// Serves forever: `handler(method, path)` answers each request.
-pub fn serve<H>(listener: TcpListener, handler: H)
+/// Serves until the process ends: `handler(path)` answers each GET or HEAD request (hyper leaves
+/// out the body of a HEAD answer); other methods get 405 with `Allow: GET, HEAD`. Blocks the
+/// calling thread, which becomes the runtime's only thread.
+pub fn serve<H>(listener: TcpListener, limits: Limits, handler: H) -> Result<(), HttpError>
 where
-    H: Fn(&str, &str) -> Response + Send + Sync + Clone + 'static,
+    H: Fn(&str) -> Response + Send + Sync + 'static,
 {
-    for conn in listener.incoming() {
-        let Ok(stream) = conn else { continue };
-        let h = handler.clone();
-        let _ = std::thread::Builder::new()
-            .name("gpufeed-http".into())
-            .spawn(move || {
-                let _ = connection(stream, &h);
+    listener.set_nonblocking(true).map_err(HttpError::Start)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(HttpError::Start)?;
+    let handler = Arc::new(handler);
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(listener).map_err(HttpError::Start)?;
+        let open = Arc::new(AtomicUsize::new(0));
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.head_timeout)
+            .max_buf_size(limits.max_head_bytes.max(8192))
+            .max_header_size(limits.max_head_bytes)
+            .keep_alive(true);
+        let builder = Arc::new(builder);
+        loop {
+            let (stream, _) = match listener.accept().await {
+                Ok(c) => c,
+                Err(_) => {
+                    // Out of descriptors or a connection reset before accept: wait a little
+                    // rather than spin.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            if open.load(Ordering::Relaxed) >= limits.max_connections {
+                drop(stream);
+                continue;
+            }
+            let _ = stream.set_nodelay(true);
+            open.fetch_add(1, Ordering::Relaxed);
+            let guard = OpenGuard(Arc::clone(&open));
+            let h = Arc::clone(&handler);
+            let b = Arc::clone(&builder);
+            tokio::spawn(async move {
+                let _guard = guard;
+                let service = hyper::service::service_fn(move |req| {
+                    let r = answer(&*h, req);
+                    async move { Ok::<_, Infallible>(r) }
+                });
+                let _ = b.serve_connection(TokioIo::new(stream), service).await;
             });
+        }
+    })
+}
+
+/// Counts a connection as open until dropped.
+struct OpenGuard(Arc<AtomicUsize>);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-fn connection<H: Fn(&str, &str) -> Response>(
-    stream: TcpStream,
-    handler: &H,
-) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(IDLE))?;
-    stream.set_write_timeout(Some(Duration::from_secs(10)))?;
-    stream.set_nodelay(true)?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut out = stream;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line)? == 0 {
-            return Ok(());
-        }
-        let request = line.trim_end().to_string();
-        let mut head = line.len();
-        let mut keep_alive = request.ends_with("HTTP/1.1");
-        loop {
-            let mut h = String::new();
-            let n = reader.read_line(&mut h)?;
-            head += n;
-            if n == 0 || head > MAX_HEAD {
-                return Ok(());
-            }
-            let h = h.trim_end();
-            if h.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = h.split_once(':') {
-                if k.eq_ignore_ascii_case("connection") {
-                    let v = v.trim();
-                    keep_alive = if v.eq_ignore_ascii_case("close") {
-                        false
-                    } else {
-                        keep_alive || v.eq_ignore_ascii_case("keep-alive")
-                    };
-                }
-            }
-        }
-        let mut parts = request.split_whitespace();
-        let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-        let path = target.split('?').next().unwrap_or("");
-        let resp = if method != "GET" && method != "HEAD" {
-            Response {
-                status: 405,
-                content_type: "text/plain; charset=utf-8",
-                body: b"only GET is supported\n".to_vec(),
-            }
-        } else {
-            handler(method, path)
-        };
-        let reason = match resp.status {
-            200 => "OK",
-            404 => "Not Found",
-            405 => "Method Not Allowed",
-            _ => "Error",
-        };
-        let mut msg = format!(
-            "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: {}\r\n\r\n",
-            resp.status,
-            resp.content_type,
-            resp.body.len(),
-            if keep_alive { "keep-alive" } else { "close" }
-        )
-        .into_bytes();
-        if method != "HEAD" {
-            msg.extend_from_slice(&resp.body);
-        }
-        out.write_all(&msg)?;
-        out.flush()?;
-        if !keep_alive {
-            return Ok(());
-        }
-    }
+fn answer<H: Fn(&str) -> Response>(handler: &H, req: Request<Incoming>) -> hyper::Response<Body> {
+    // The request body is never read: hyper drains a short one or closes the connection, so a
+    // body is never taken for a second request.
+    let r = if req.method() == Method::GET || req.method() == Method::HEAD {
+        handler(req.uri().path())
+    } else {
+        let mut resp = plain(
+            StatusCode::METHOD_NOT_ALLOWED.as_u16(),
+            "only GET and HEAD are supported\n",
+        );
+        resp.headers_mut()
+            .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return resp;
+    };
+    let mut resp = hyper::Response::new(Body::new(r.body));
+    *resp.status_mut() =
+        StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(r.content_type));
+    resp
+}
+
+fn plain(status: u16, text: &'static str) -> hyper::Response<Body> {
+    let mut resp = hyper::Response::new(Body::new(Bytes::from_static(text.as_bytes())));
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    resp.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Read;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
 
-    #[test]
-    fn answers_get_keeps_alive_and_refuses_other_methods() {
+    fn start(limits: Limits) -> SocketAddr {
         let l = bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = l.local_addr().unwrap();
         std::thread::spawn(move || {
-            serve(l, |_, path| Response {
+            serve(l, limits, |path| Response {
                 status: if path == "/metrics" { 200 } else { 404 },
                 content_type: "text/plain",
-                body: format!("path {path}\n").into_bytes(),
+                body: Bytes::from(format!("path {path}\n")),
             })
         });
-        let mut s = TcpStream::connect(addr).unwrap();
+        addr
+    }
+
+    fn connect(addr: SocketAddr) -> TcpStream {
+        let s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s
+    }
+
+    #[test]
+    fn answers_get_keeps_alive_and_refuses_other_methods() {
+        let addr = start(Limits::default());
+        let mut s = connect(addr);
         s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
             .unwrap();
-        let mut buf = [0u8; 256];
+        let mut buf = [0u8; 512];
         let n = s.read(&mut buf).unwrap();
         let r = String::from_utf8_lossy(&buf[..n]).to_string();
         assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
@@ -171,6 +221,66 @@ mod tests {
         let mut rest = String::new();
         s.read_to_string(&mut rest).unwrap();
         assert!(rest.starts_with("HTTP/1.1 405"), "{rest}");
+        assert!(
+            rest.to_ascii_lowercase().contains("allow: get, head"),
+            "{rest}"
+        );
+    }
+
+    #[test]
+    fn a_head_over_the_limit_gets_431_and_garbage_gets_400() {
+        let addr = start(Limits::default());
+        let mut s = connect(addr);
+        let big = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(17 * 1024));
+        let _ = s.write_all(big.as_bytes());
+        let mut r = String::new();
+        let _ = s.read_to_string(&mut r);
+        assert!(r.starts_with("HTTP/1.1 431"), "{r}");
+        let mut s = connect(addr);
+        s.write_all(b"\x01\x02 nonsense\r\n\r\n").unwrap();
+        let mut r = String::new();
+        let _ = s.read_to_string(&mut r);
+        assert!(r.starts_with("HTTP/1.1 400"), "{r}");
+    }
+
+    #[test]
+    fn an_idle_connection_is_closed_after_the_head_timeout() {
+        let addr = start(Limits {
+            head_timeout: Duration::from_millis(300),
+            ..Limits::default()
+        });
+        let mut s = connect(addr);
+        let t = std::time::Instant::now();
+        let mut buf = [0u8; 64];
+        let n = s.read(&mut buf).unwrap_or(0);
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        // Closed without an answer (or with a 408, which hyper may send).
+        let r = String::from_utf8_lossy(&buf[..n]).to_string();
+        assert!(n == 0 || r.starts_with("HTTP/1.1 408"), "{r}");
+    }
+
+    #[test]
+    fn connections_over_the_cap_are_closed_and_served_again_once_others_leave() {
+        let addr = start(Limits {
+            max_connections: 2,
+            ..Limits::default()
+        });
+        let a = connect(addr);
+        let b = connect(addr);
+        std::thread::sleep(Duration::from_millis(200));
+        let mut c = connect(addr);
+        let _ = c.write_all(b"GET /metrics HTTP/1.1\r\n\r\n");
+        let mut r = Vec::new();
+        let got = c.read_to_end(&mut r).map(|_| r.len()).unwrap_or(0);
+        assert_eq!(got, 0, "{}", String::from_utf8_lossy(&r));
+        drop((a, b));
+        std::thread::sleep(Duration::from_millis(200));
+        let mut d = connect(addr);
+        d.write_all(b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut r = String::new();
+        d.read_to_string(&mut r).unwrap();
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
     }
 
     #[test]

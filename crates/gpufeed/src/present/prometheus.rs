@@ -41,6 +41,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     ("gpufeed_pcie_tx_bytes_per_second", "gauge", "PCIe device-to-host rate"),
     ("gpufeed_pcie_rx_bytes_total", "counter", "PCIe bytes received by the GPU since gpufeed started"),
     ("gpufeed_pcie_tx_bytes_total", "counter", "PCIe bytes sent by the GPU since gpufeed started"),
+    ("DCGM_FI_DEV_PCIE_LINK_GEN", "gauge", "Current PCIe link generation (GPUs lower it when idle)"),
+    ("DCGM_FI_DEV_PCIE_LINK_WIDTH", "gauge", "Current PCIe link width (in lanes)"),
+    ("gpufeed_pcie_link_max_gen", "gauge", "Highest PCIe link generation the GPU and its slot support"),
+    ("gpufeed_pcie_link_max_width", "gauge", "Widest PCIe link (in lanes) the GPU and its slot support"),
+    ("gpufeed_data_wait_ratio", "gauge", "Share (0-1) of the training loop's time spent waiting for the next batch, when measured (Python stacks or the step probe); absent otherwise"),
     ("gpufeed_throttle_seconds_total", "counter", "Seconds with a clock-slowing reason set (GpuIdle excluded), by reason"),
     ("gpufeed_verdict", "gauge", "1 for the live verdict over the window (label id), with its confidence in gpufeed_verdict_confidence"),
     ("gpufeed_verdict_confidence", "gauge", "Confidence (0-1) of the live verdict"),
@@ -82,9 +87,43 @@ fn l(pairs: &[(&str, &str)]) -> Labels {
 
 const MIB: f64 = 1024.0 * 1024.0;
 
+/// (label, environment variable): labels `serve` puts on every series when the variable is set
+/// and not empty. `k8s_*` rather than `pod`/`namespace`, which Prometheus' Kubernetes discovery
+/// sets on the target itself.
+pub const FLEET_LABELS: &[(&str, &str)] = &[
+    ("slurm_job_id", "SLURM_JOB_ID"),
+    ("slurm_procid", "SLURM_PROCID"),
+    ("slurm_nodeid", "SLURM_NODEID"),
+    ("k8s_pod", "POD_NAME"),
+    ("k8s_namespace", "POD_NAMESPACE"),
+    ("k8s_node", "NODE_NAME"),
+];
+
+/// The fleet labels whose variable `env` knows (pass `|k| std::env::var(k).ok()`).
+pub fn fleet_labels_from_env(env: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
+    FLEET_LABELS
+        .iter()
+        .filter_map(|(label, var)| {
+            env(var)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+                .map(|v| (label.to_string(), v))
+        })
+        .collect()
+}
+
 /// Encodes the state as OpenMetrics text (`# EOF` terminated).
 pub fn encode_state(st: &LiveState) -> String {
-    let mut reg = Registry::default();
+    encode_state_labeled(st, &[])
+}
+
+/// [`encode_state`] with `labels` added to every series.
+pub fn encode_state_labeled(st: &LiveState, labels: &[(String, String)]) -> String {
+    let mut reg = Registry::with_labels(
+        labels
+            .iter()
+            .map(|(k, v)| (k.clone().into(), v.clone().into())),
+    );
     let up = Gauge::<i64>::default();
     reg.register("gpufeed_up", help("gpufeed_up"), up.clone());
     up.set(1);
@@ -113,6 +152,10 @@ pub fn encode_state(st: &LiveState) -> String {
     let rx_total = counter(&mut reg, "gpufeed_pcie_rx_bytes_total");
     let tx_total = counter(&mut reg, "gpufeed_pcie_tx_bytes_total");
     let thr = counter(&mut reg, "gpufeed_throttle_seconds_total");
+    let link_gen = gauge(&mut reg, "DCGM_FI_DEV_PCIE_LINK_GEN");
+    let link_width = gauge(&mut reg, "DCGM_FI_DEV_PCIE_LINK_WIDTH");
+    let link_max_gen = gauge(&mut reg, "gpufeed_pcie_link_max_gen");
+    let link_max_width = gauge(&mut reg, "gpufeed_pcie_link_max_width");
 
     let host = st.hostname.as_str();
     for g in &st.gpus {
@@ -147,6 +190,10 @@ pub fn encode_state(st: &LiveState) -> String {
             set(&osc_p, e.periodicity.map(|p| p.period_s));
         }
         set(&starve, st.starvation_score(g.index));
+        set(&link_gen, last.and_then(|s| s.pcie_gen).map(f64::from));
+        set(&link_width, last.and_then(|s| s.pcie_width).map(f64::from));
+        set(&link_max_gen, g.pcie_max_gen.map(f64::from));
+        set(&link_max_width, g.pcie_max_width.map(f64::from));
         set(&rx_rate, g.pcie_rx_bytes_per_s);
         set(&tx_rate, g.pcie_tx_bytes_per_s);
         if let Some(v) = g.pcie_rx_bytes_total {
@@ -173,7 +220,19 @@ pub fn encode_state(st: &LiveState) -> String {
 
     let verdict = gauge(&mut reg, "gpufeed_verdict");
     let conf = gauge(&mut reg, "gpufeed_verdict_confidence");
+    let wait = gauge(&mut reg, "gpufeed_data_wait_ratio");
     if let Some(r) = &st.report {
+        // The data wait a finding measured (its `data_wait_pct` evidence), if any did.
+        let measured = r
+            .findings
+            .iter()
+            .filter_map(|f| f.evidence.get("data_wait_pct")?.as_f64())
+            .filter(|v| v.is_finite())
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+        if let Some(pct) = measured {
+            wait.get_or_create(&l(&[("hostname", host)]))
+                .set((pct / 100.0).clamp(0.0, 1.0));
+        }
         verdict
             .get_or_create(&l(&[("id", &r.verdict.id), ("hostname", host)]))
             .set(1.0);
@@ -265,6 +324,32 @@ mod tests {
                 "{name} missing:\n{text}"
             );
         }
+    }
+
+    #[test]
+    fn fleet_labels_come_from_the_environment_and_go_on_every_series() {
+        let env = |k: &str| match k {
+            "SLURM_JOB_ID" => Some("4242".to_string()),
+            "SLURM_PROCID" => Some("3".to_string()),
+            "POD_NAME" => Some(" ".to_string()),
+            _ => None,
+        };
+        let labels = fleet_labels_from_env(env);
+        assert_eq!(
+            labels,
+            vec![
+                ("slurm_job_id".to_string(), "4242".to_string()),
+                ("slurm_procid".to_string(), "3".to_string())
+            ]
+        );
+        let text = encode_state_labeled(&fixture::state(1, 5), &labels);
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            assert!(
+                line.contains("slurm_job_id=\"4242\"") && line.contains("slurm_procid=\"3\""),
+                "{line}"
+            );
+        }
+        assert!(!encode_state(&fixture::state(1, 5)).contains("slurm"));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 pub mod collect;
 mod fast;
 pub mod ranges;
+pub mod ranks;
 pub mod reader;
 pub mod report;
 pub mod rules;

@@ -34,6 +34,10 @@ pub struct Report {
     pub findings: Vec<Finding>,
     pub ranks: Vec<RankLine>,
     pub traces: Vec<TraceSummary>,
+    /// Ranks of one job only: the world, straggler and communication-bound ranks (`traces` then
+    /// holds only the lowest rank's summary).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<super::ranks::RankJob>,
 }
 
 impl Report {
@@ -92,6 +96,7 @@ impl Report {
             findings,
             ranks,
             traces,
+            job: None,
         }
     }
 }

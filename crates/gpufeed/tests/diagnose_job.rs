@@ -1,0 +1,241 @@
+//! `gpufeed diagnose --job` over several nodes' recordings, through the real binary: the job
+//! verdict names the starving and straggling nodes, the JSON contract, and peak memory that does
+//! not grow with the number of nodes.
+
+use assert_cmd::Command;
+use gpufeed::diagnose::job::{JobReport, JobVerdict};
+use gpufeed::record::format::{header_line, End, Header, Line};
+use gpufeed::sample::{GpuSample, GpuStatic, HostInfo, HostSample};
+use std::path::{Path, PathBuf};
+
+fn gpufeed() -> Command {
+    let mut c = Command::cargo_bin("gpufeed").unwrap();
+    c.env_remove("GPUFEED_NVML_LIB").env("NO_COLOR", "1");
+    c
+}
+
+/// A 60 s recording of one node with two GPUs at 10 Hz; `util(t)` and throttle reasons.
+fn node(dir: &Path, host: &str, util: fn(f64) -> f64, throttle: u64) -> PathBuf {
+    let h = Header {
+        schema_version: 1,
+        gpufeed_version: Some("0.1.0".into()),
+        start_time: "2026-12-02T12:00:00Z".into(),
+        start_unix_us: 1_780_000_000_000_000,
+        interval_s: 0.1,
+        host: HostInfo {
+            hostname: Some(host.into()),
+            cpu_count: 8,
+            ..Default::default()
+        },
+        driver: None,
+        gpus: (0..2)
+            .map(|i| GpuStatic {
+                index: i,
+                name: Some("NVIDIA H100 80GB HBM3".into()),
+                memory_total_bytes: Some(80 << 30),
+                ..Default::default()
+            })
+            .collect(),
+        gpu_error: None,
+        py_rate_hz: None,
+        command: None,
+        pid: None,
+    };
+    let mut out = header_line(&h);
+    out.push('\n');
+    for i in 1..=600u64 {
+        let t = i as f64 / 10.0;
+        for g in 0..2 {
+            let u = util(t);
+            let l = Line::Gpu(GpuSample {
+                index: g,
+                t_s: t,
+                util_samples: Some(vec![[t - 0.05, u]]),
+                util_pct: Some(u),
+                throttle_reasons: Some(if u < 20.0 { 1 } else { throttle }),
+                sm_clock_mhz: Some(if throttle != 0 { 1100 } else { 1980 }),
+                temperature_c: Some(if throttle != 0 { 90 } else { 65 }),
+                power_w: Some(500.0),
+                ..Default::default()
+            });
+            out.push_str(&serde_json::to_string(&l).unwrap());
+            out.push('\n');
+        }
+        let l = Line::Host(HostSample {
+            t_s: t,
+            cpu_pct: vec![50.0; 8],
+            cpu_total_pct: Some(50.0),
+            ..Default::default()
+        });
+        out.push_str(&serde_json::to_string(&l).unwrap());
+        out.push('\n');
+    }
+    let l = Line::End(End {
+        t_s: 60.0,
+        exit_code: Some(0),
+        signal: None,
+        reason: Some("job_exited".into()),
+    });
+    out.push_str(&serde_json::to_string(&l).unwrap());
+    out.push('\n');
+    let p = dir.join(format!("{host}.ndjson"));
+    std::fs::write(&p, out).unwrap();
+    p
+}
+
+fn busy(_: f64) -> f64 {
+    97.0
+}
+
+fn starving(t: f64) -> f64 {
+    if (t / 2.0).fract() < 0.3 {
+        90.0
+    } else {
+        2.0
+    }
+}
+
+fn job_json(files: &[PathBuf]) -> JobReport {
+    let out = gpufeed()
+        .args(["diagnose", "--job", "--format", "json"])
+        .args(files)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The documented contract: nodes [{recording, hostname, verdict}], job {verdict, starving,
+    // stragglers}.
+    for n in v["nodes"].as_array().unwrap() {
+        for k in ["recording", "hostname", "verdict"] {
+            assert!(n.get(k).is_some(), "node without {k}: {n}");
+        }
+    }
+    for k in ["verdict", "starving", "stragglers"] {
+        assert!(v["job"].get(k).is_some(), "job without {k}");
+    }
+    serde_json::from_value(v).unwrap()
+}
+
+#[test]
+fn the_starving_node_of_four_is_named_in_text_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let files: Vec<PathBuf> = ["gpu-01", "gpu-02", "gpu-03", "gpu-04"]
+        .iter()
+        .map(|h| {
+            node(
+                dir.path(),
+                h,
+                if *h == "gpu-03" { starving } else { busy },
+                0,
+            )
+        })
+        .collect();
+    let r = job_json(&files);
+    assert_eq!(r.job.verdict, JobVerdict::InputBound);
+    assert_eq!(r.job.starving, vec![files[2].display().to_string()]);
+    assert!(r.job.stragglers.is_empty());
+    assert_eq!(r.nodes.len(), 4);
+    assert_eq!(r.nodes[2].hostname.as_deref(), Some("gpu-03"));
+    assert_eq!(r.nodes[2].verdict, "input_bound");
+    assert_eq!(r.nodes[0].verdict, "compute_bound");
+
+    let out = gpufeed()
+        .args(["diagnose", "--job"])
+        .args(&files)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("JOB VERDICT  input_bound"), "{text}");
+    assert!(
+        text.contains("1 node of 4 starves for data: gpu-03"),
+        "{text}"
+    );
+    let row = text.lines().find(|l| l.starts_with("gpu-03")).unwrap();
+    assert!(row.ends_with("starving"), "{row}");
+    assert_eq!(text.lines().filter(|l| l.starts_with("gpu-0")).count(), 4);
+}
+
+#[test]
+fn a_throttled_node_is_a_straggler() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = vec![
+        node(dir.path(), "a", busy, 0),
+        node(dir.path(), "b", busy, 0x20 | 0x40),
+        node(dir.path(), "c", busy, 0),
+    ];
+    let r = job_json(&files);
+    assert_eq!(r.nodes[1].verdict, "throttled", "{:?}", r.nodes[1]);
+    assert_eq!(r.job.verdict, JobVerdict::Straggler);
+    assert_eq!(r.job.stragglers, vec![files[1].display().to_string()]);
+    assert!(r.job.starving.is_empty());
+}
+
+#[test]
+fn a_bad_node_file_is_one_line_exit_3_and_html_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = node(dir.path(), "a", busy, 0);
+    let bad = dir.path().join("b.ndjson");
+    std::fs::write(&bad, "not a recording\n").unwrap();
+    let out = gpufeed()
+        .args(["diagnose", "--job"])
+        .arg(&a)
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+    let out = gpufeed()
+        .args(["diagnose", "--job", "--html", "x.html"])
+        .arg(&a)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// Peak RSS (KiB) of `gpufeed diagnose --job FILES`.
+// The child is reaped by wait4 (which also gives its rusage), not by Child::wait.
+#[allow(clippy::zombie_processes)]
+fn peak_rss_kib(files: &[PathBuf]) -> i64 {
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("gpufeed"))
+        .args(["diagnose", "--job", "--format", "json"])
+        .args(files)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut status = 0;
+    // SAFETY: rusage is plain data, filled by wait4 for this child only.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = child.id() as libc::pid_t;
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    assert_eq!(r, pid);
+    assert_eq!(status, 0);
+    ru.ru_maxrss
+}
+
+#[test]
+fn memory_does_not_grow_with_the_number_of_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = node(dir.path(), "n", starving, 0);
+    let many = |n: usize| -> Vec<PathBuf> {
+        (0..n)
+            .map(|i| {
+                let p = dir.path().join(format!("n{i}.ndjson"));
+                if !p.exists() {
+                    std::fs::copy(&one, &p).unwrap();
+                }
+                p
+            })
+            .collect()
+    };
+    let small = peak_rss_kib(&many(4));
+    let large = peak_rss_kib(&many(128));
+    eprintln!("diagnose --job peak RSS: 4 nodes {small} KiB, 128 nodes {large} KiB");
+    assert!(
+        (large as f64) < small as f64 * 1.3,
+        "4 nodes {small} KiB, 128 nodes {large} KiB"
+    );
+}
