@@ -467,8 +467,19 @@ fn a_sweep_over_an_injected_knob_reports_each_override() {
     // The table shows them.
     let table = std::fs::read_to_string(dir.path().join("sweep.json")).unwrap();
     assert!(table.contains("num_workers"));
+    // A second sweep needs a folder of its own (one holding trial recordings is refused).
+    let dir2 = dir.path().join("text");
+    let first_dir = dir.path().display().to_string();
     let out = gpufeed(&fake_torch())
-        .args(args.iter().map(|a| if a == "json" { "text" } else { a }))
+        .args(args.iter().map(|a| {
+            if a == "json" {
+                "text".to_string()
+            } else if *a == first_dir {
+                dir2.display().to_string()
+            } else {
+                a.clone()
+            }
+        }))
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);

@@ -172,7 +172,9 @@ pub fn draw(f: &mut Frame, st: &LiveState, ui: &Ui) {
         0..=9 => 1,
         10..=15 => 4,
         16..=19 => 5,
-        _ => 6,
+        20..=23 => 6,
+        // 80x24: the fix, with the sweep that measures it, stays whole.
+        _ => 8,
     };
     let verdict_h = (needed as u16).clamp(1, verdict_cap);
     // Small terminals: title + verdict + as many GPUs as fit; CPUs and processes only with room.
@@ -597,6 +599,10 @@ mod tests {
         assert!(
             flat.contains("allows up to 3 workers."),
             "the whole fix: {out}"
+        );
+        assert!(
+            flat.contains(words[words.len() - 1]),
+            "the fix's last word: {out}"
         );
         insta::assert_snapshot!("watch_80x24", out);
     }
