@@ -20,3 +20,4 @@ pub mod sample;
 pub mod trace;
 pub mod tui;
 pub mod tune;
+pub mod units;

@@ -3,10 +3,11 @@
 
 use super::sweep::{
     check_trial_opts, file_safe, interrupt_flag, live_msg, output_dir, parse_fraction,
-    progress_bar, say, spec, ReportFormat, TrialOpts,
+    progress_bar, say, spec, TrialOpts,
 };
 use crate::cli::GlobalOpts;
 use crate::exit::{self, Failure};
+use crate::present::OutputFormat;
 use crate::tune::batch::{
     accumulation, classify, recommend, Accumulation, Recommendation, Search, Verdict,
 };
@@ -438,7 +439,7 @@ pub fn run(global: &GlobalOpts, args: &BatchSizeArgs) -> anyhow::Result<u8> {
     finish(&mut rep, args.target_batch);
     write_json(args, &dir, &rep)?;
     match args.trial.format {
-        ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&rep)?),
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&rep)?),
         _ => print!("{}", text(&rep)),
     }
     if let Some(e) = fatal {

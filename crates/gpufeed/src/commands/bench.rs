@@ -1,6 +1,6 @@
 //! `gpufeed bench`: copy bandwidth and GEMM throughput on the GPU; exit 5 without one.
 
-use crate::cli::{GlobalOpts, SummaryFormat};
+use crate::cli::{GlobalOpts, OutputFormat};
 use crate::doctor::bench::{self, BenchError, BenchOptions, SavedBench};
 use crate::doctor::parse_size;
 use crate::exit::{self, Failure};
@@ -31,8 +31,8 @@ const BENCH_HELP: &str = concat!(
 #[command(after_help = BENCH_HELP)]
 pub struct BenchArgs {
     /// Output format
-    #[arg(long, value_enum, default_value_t = SummaryFormat::Text)]
-    pub format: SummaryFormat,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
     /// CUDA device ordinal to measure
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub device: usize,
@@ -98,8 +98,10 @@ pub fn run(global: &GlobalOpts, args: &BenchArgs) -> anyhow::Result<u8> {
         }
     }
     let text = match args.format {
-        SummaryFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
-        SummaryFormat::Text => bench::render_text(&report),
+        OutputFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
+        OutputFormat::Text | OutputFormat::Markdown | OutputFormat::Html => {
+            bench::render_text(&report)
+        }
     };
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());

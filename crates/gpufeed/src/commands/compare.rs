@@ -10,20 +10,12 @@ use crate::compare::{self, Comparison, InputKind};
 use crate::diagnose::{self, input::LogOptions, InputFormat};
 use crate::exit::{self, Failure};
 use crate::present;
+use crate::present::OutputFormat;
 use crate::trace;
 use crate::tune::sweep::SweepReport;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum CompareFormat {
-    #[default]
-    Text,
-    Json,
-    Markdown,
-    Html,
-}
 
 #[derive(Debug, Clone, Args)]
 #[command(after_help = "EXAMPLES:\n    \
@@ -39,8 +31,8 @@ pub struct CompareArgs {
     #[arg(value_name = "AFTER")]
     pub after: PathBuf,
     /// Output format on stdout
-    #[arg(long, value_enum, default_value_t = CompareFormat::Text)]
-    pub format: CompareFormat,
+    #[arg(long, value_parser = OutputFormat::parser(OutputFormat::ALL), default_value = "text")]
+    pub format: OutputFormat,
     /// Also write the comparison as a self-contained HTML page to FILE
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
@@ -160,10 +152,10 @@ pub fn run(_global: &GlobalOpts, args: &CompareArgs) -> anyhow::Result<u8> {
         eprintln!("gpufeed: wrote {}", h.display());
     }
     let out = match args.format {
-        CompareFormat::Text => present::compare::text(&c),
-        CompareFormat::Json => present::compare::json(&c),
-        CompareFormat::Markdown => present::compare::markdown(&c),
-        CompareFormat::Html => present::compare::html(&c),
+        OutputFormat::Text => present::compare::text(&c),
+        OutputFormat::Json => present::compare::json(&c),
+        OutputFormat::Markdown => present::compare::markdown(&c),
+        OutputFormat::Html => present::compare::html(&c),
     };
     let mut so = std::io::stdout().lock();
     if let Err(e) = so.write_all(out.as_bytes()) {

@@ -2,8 +2,9 @@
 
 use crate::cli::GlobalOpts;
 use crate::diagnose::input::LogOptions;
-use crate::diagnose::{self, DiagnoseError, InputFormat, ReportFormat};
+use crate::diagnose::{self, DiagnoseError, InputFormat};
 use crate::exit::{self, Failure};
+use crate::present::OutputFormat;
 use clap::Args;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -14,8 +15,8 @@ pub struct DiagnoseArgs {
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
     /// Report format (json: one object per file; several files give a JSON array)
-    #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
-    pub format: ReportFormat,
+    #[arg(long, value_parser = OutputFormat::parser(OutputFormat::REPORTS), default_value = "text")]
+    pub format: OutputFormat,
     /// Input format; auto detects it from the first lines
     #[arg(long, value_enum, default_value_t = InputFormat::Auto)]
     pub input_format: InputFormat,
@@ -100,7 +101,7 @@ pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
         eprintln!("gpufeed: wrote {}", p.display());
     }
     let out = match args.format {
-        ReportFormat::Json if reports.len() > 1 => {
+        OutputFormat::Json if reports.len() > 1 => {
             let mut s = serde_json::to_string_pretty(&reports)?;
             s.push('\n');
             s
@@ -132,9 +133,9 @@ fn run_job(args: &DiagnoseArgs, opts: &LogOptions) -> anyhow::Result<u8> {
         nodes,
     };
     let out = match args.format {
-        ReportFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
-        ReportFormat::Markdown => job::markdown(&report),
-        ReportFormat::Text => job::text(&report),
+        OutputFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
+        OutputFormat::Markdown => job::markdown(&report),
+        OutputFormat::Text | OutputFormat::Html => job::text(&report),
     };
     let mut stdout = std::io::stdout().lock();
     let _ = stdout.write_all(out.as_bytes());

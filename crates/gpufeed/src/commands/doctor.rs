@@ -1,6 +1,6 @@
 //! `gpufeed doctor`: check the machine and its software stack; exit 4 when a check fails.
 
-use crate::cli::{parse_duration, GlobalOpts, SummaryFormat};
+use crate::cli::{parse_duration, GlobalOpts, OutputFormat};
 use crate::doctor::{self, parse_size, Options, Workload};
 use crate::exit;
 use clap::Args;
@@ -29,8 +29,8 @@ const DOCTOR_HELP: &str = concat!(
 #[command(after_help = DOCTOR_HELP)]
 pub struct DoctorArgs {
     /// Output format
-    #[arg(long, value_enum, default_value_t = SummaryFormat::Text)]
-    pub format: SummaryFormat,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
     /// Python interpreter to probe for PyTorch (a name on PATH or a path)
     #[arg(long, value_name = "PATH", default_value = "python3")]
     pub python: PathBuf,
@@ -77,12 +77,14 @@ pub fn run(global: &GlobalOpts, args: &DoctorArgs) -> anyhow::Result<u8> {
     };
     let report = doctor::run(&opts);
     let text = match args.format {
-        SummaryFormat::Json => {
+        OutputFormat::Json => {
             let mut s = serde_json::to_string_pretty(&report)?;
             s.push('\n');
             s
         }
-        SummaryFormat::Text => doctor::render_text(&report),
+        OutputFormat::Text | OutputFormat::Markdown | OutputFormat::Html => {
+            doctor::render_text(&report)
+        }
     };
     let mut out = std::io::stdout().lock();
     // A closed pipe (`| head`) is not an error worth a message.

@@ -4,12 +4,13 @@
 use crate::cli::{parse_duration, GlobalOpts, InjectOpts};
 use crate::exit::{self, Failure};
 use crate::job::SignalWatch;
+use crate::present::OutputFormat;
 use crate::tune::params::{self, Setting};
 use crate::tune::progress::RateRegex;
 use crate::tune::sweep::{self as report, fmt_num, SweepReport, TrialResult, SCHEMA_VERSION};
 use crate::tune::trial::{run_trial, Live, TrialSpec};
 use crate::tune::TuneError;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,21 +51,13 @@ pub struct TrialOpts {
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
     /// Report format on stdout
-    #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
-    pub format: ReportFormat,
+    #[arg(long, value_parser = OutputFormat::parser(OutputFormat::REPORTS), default_value = "text")]
+    pub format: OutputFormat,
     /// No progress bar or per-trial lines on stderr
     #[arg(short, long)]
     pub quiet: bool,
     #[command(flatten)]
     pub py: crate::cli::PyStackOpts,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum ReportFormat {
-    #[default]
-    Text,
-    Json,
-    Markdown,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -550,9 +543,9 @@ pub fn run(global: &GlobalOpts, args: &SweepArgs) -> anyhow::Result<u8> {
     rep.interrupted = interrupt.load(Ordering::SeqCst);
     write_reports(args, &dir, &rep)?;
     match args.trial.format {
-        ReportFormat::Text => print!("{}", report::text(&rep)),
-        ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&rep)?),
-        ReportFormat::Markdown => print!("{}", report::markdown(&rep)),
+        OutputFormat::Text | OutputFormat::Html => print!("{}", report::text(&rep)),
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&rep)?),
+        OutputFormat::Markdown => print!("{}", report::markdown(&rep)),
     }
     if !quiet {
         eprintln!("gpufeed: recordings and sweep.json in {}", dir.display());

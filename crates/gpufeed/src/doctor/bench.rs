@@ -13,8 +13,8 @@
 //! The best pinned bandwidths are saved to `~/.cache/gpufeed/bench.json` ([`SavedBench`]), which
 //! `diagnose` can use as the ceiling for `transfer_bound`.
 
-use super::gpu::pcie_link_bytes_per_s;
-use super::human_bytes;
+use crate::units::bytes as human_bytes;
+use crate::units::pcie_link_bytes_per_s;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
