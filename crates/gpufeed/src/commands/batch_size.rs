@@ -1,7 +1,7 @@
 //! `gpufeed batch-size`: the largest batch that runs, the one to use at a memory target, and a
 //! gradient-accumulation plan.
 
-use super::sweep::{
+use super::trials::{
     check_trial_opts, file_safe, interrupt_flag, live_msg, output_dir, parse_fraction,
     progress_bar, say, spec, TrialOpts,
 };
@@ -332,7 +332,7 @@ pub fn run(global: &GlobalOpts, args: &BatchSizeArgs) -> anyhow::Result<u8> {
             file_safe(&label)
         ));
         let batch = match &args.trial.batch {
-            Some(_) => super::sweep::batch_of(&args.trial, &values)?,
+            Some(_) => super::trials::batch_of(&args.trial, &values)?,
             None => Some(bs as f64),
         };
         let mut spec = spec(

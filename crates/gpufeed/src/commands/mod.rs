@@ -1,4 +1,5 @@
-//! One module per subcommand: each turns parsed arguments into work and a process exit code.
+//! One module per subcommand: each turns parsed arguments into work and a process exit code;
+//! `trials` holds what `sweep` and `batch-size` share.
 
 pub mod analyze;
 pub mod batch_size;
@@ -12,6 +13,7 @@ pub mod man;
 pub mod record;
 pub mod serve;
 pub mod sweep;
+pub mod trials;
 pub mod watch;
 
 use crate::cli::{Cli, Command};
