@@ -1,22 +1,38 @@
-//! Command-line definitions (clap). Kept free of behaviour: `commands::*` does the work.
+//! Command-line definitions (clap), one file per command under `cli/`. Kept free of behaviour:
+//! `commands::*` does the work and imports from here, never the other way.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::commands::analyze::AnalyzeArgs;
-use crate::commands::batch_size::BatchSizeArgs;
-use crate::commands::bench::BenchArgs;
-use crate::commands::compare::CompareArgs;
-use crate::commands::completions::CompletionsArgs;
-use crate::commands::diagnose::DiagnoseArgs;
-use crate::commands::doctor::DoctorArgs;
-use crate::commands::export::ExportArgs;
-use crate::commands::man::ManArgs;
-use crate::commands::serve::ServeArgs;
-use crate::commands::sweep::SweepArgs;
-use crate::commands::watch::WatchArgs;
+mod analyze;
+mod batch_size;
+mod bench;
+mod compare;
+mod completions;
+mod diagnose;
+mod doctor;
+mod export;
+mod man;
+mod serve;
+mod sweep;
+mod trials;
+mod watch;
+
+pub use analyze::AnalyzeArgs;
+pub use batch_size::BatchSizeArgs;
+pub use bench::BenchArgs;
+pub use compare::CompareArgs;
+pub use completions::CompletionsArgs;
+pub use diagnose::{ColorChoice, DiagnoseArgs};
+pub use doctor::DoctorArgs;
+pub use export::ExportArgs;
+pub use man::ManArgs;
+pub use serve::ServeArgs;
+pub use sweep::SweepArgs;
+pub use trials::{parse_fraction, TrialOpts};
+pub use watch::WatchArgs;
 
 const ABOUT: &str =
     "Find out why your GPU is starving during training, what to change, and measure the fix.";

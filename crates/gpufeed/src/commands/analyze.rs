@@ -24,34 +24,10 @@
 //! Exit codes: 0 (also for a truncated trace with usable events, with a warning), 3 for a missing,
 //! empty, event-less or non-trace input.
 
-use crate::cli::GlobalOpts;
+use crate::cli::{AnalyzeArgs, GlobalOpts};
 use crate::exit::Failure;
 use crate::present::OutputFormat;
 use crate::trace::{self, ranks, report, TraceError};
-use clap::Args;
-use std::path::PathBuf;
-
-#[derive(Debug, Clone, Args)]
-pub struct AnalyzeArgs {
-    /// Trace files (.json or .json.gz), directories of per-rank traces, or - for stdin
-    #[arg(required = true, value_name = "PATH")]
-    pub paths: Vec<PathBuf>,
-    /// Output format
-    #[arg(long, value_parser = OutputFormat::parser(OutputFormat::REPORTS), default_value = "text")]
-    pub format: OutputFormat,
-    /// Print the per-step breakdown table (text and markdown)
-    #[arg(long)]
-    pub steps: bool,
-    /// List every evidence entry of each finding (text), not only the deciding ones
-    #[arg(short, long)]
-    pub verbose: bool,
-    /// Also write a self-contained HTML report (per-step breakdown chart, findings) to FILE
-    #[arg(long, value_name = "FILE")]
-    pub html: Option<PathBuf>,
-    /// Also write the JSON report (as --format json prints it) to FILE
-    #[arg(long, value_name = "FILE")]
-    pub export_json: Option<PathBuf>,
-}
 
 fn input_error(e: TraceError) -> anyhow::Error {
     let hint = match &e {
