@@ -128,72 +128,56 @@ fn input_confidence(e: &Evidence) -> f64 {
     (c * sampling_factor(e.sample_interval_s())).min(0.95)
 }
 
-pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
-    let busy = e.busy_fraction();
-    let gpus: Vec<GpuJudgement> = e
-        .measured_gpus()
-        .filter_map(|g| {
-            gpus::gpu_state(e, g).map(|state| GpuJudgement {
-                index: g.index,
-                state,
-                busy_fraction: g.busy_fraction.map(super::rules::r3),
-            })
-        })
-        .collect();
-    let mk =
-        |id: VerdictId, confidence: f64, summary: String, finding: Option<FindingId>| Verdict {
+/// What every verdict of one decision shares: the pooled busy fraction and each GPU's state.
+struct Maker {
+    busy: Option<f64>,
+    gpus: Vec<GpuJudgement>,
+}
+
+impl Maker {
+    fn mk(
+        &self,
+        id: VerdictId,
+        confidence: f64,
+        summary: String,
+        finding: Option<FindingId>,
+    ) -> Verdict {
+        Verdict {
             id,
             confidence: r2(confidence.clamp(0.0, 1.0)),
             summary,
             finding,
-            gpu_busy_fraction: busy.map(super::rules::r3),
+            gpu_busy_fraction: self.busy.map(super::rules::r3),
             candidates: Vec::new(),
-            gpus: gpus.clone(),
-        };
-    // The training loop's measured data wait: a verdict with or without GPU data.
-    if let Some(Basis::PythonStacks {
-        data_wait_pct: wait,
-        hot_stage,
-    }) = has(findings, FindingId::InputBound).map(|f| &f.basis)
-    {
-        let wait = *wait;
-        let stage = hot_stage
-            .as_deref()
-            .map(|s| format!("; the slowest data stage is {s}"))
-            .unwrap_or_default();
-        let gpu = busy
-            .map(|b| format!(" (the GPU is busy {:.0}% of the time)", b * 100.0))
-            .unwrap_or_default();
-        return mk(
-            VerdictId::InputBound,
-            (0.6 + wait / 200.0).min(0.95),
-            format!(
-                "Input-bound: the training loop waits for data {wait:.0}% of its time{gpu}{stage}."
-            ),
-            Some(FindingId::InputBound),
-        );
+            gpus: self.gpus.clone(),
+        }
     }
-    let Some(b) = busy else {
-        let how = match e.origin {
-            Origin::GpuLog => {
-                "log utilization.gpu too (nvidia-smi --query-gpu=timestamp,index,utilization.gpu,\
-                 memory.used,memory.total --format=csv -lms 200)"
-            }
-            Origin::Recording => {
-                "record on a machine where the NVIDIA driver loads (`gpufeed doctor` says why it \
-                 does not)"
-            }
-        };
-        return mk(
-            VerdictId::Unknown,
-            0.0,
-            format!("No GPU utilization was recorded: nothing to judge the GPU by; {how}."),
-            None,
-        );
+}
+
+pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
+    let m = Maker {
+        busy: e.busy_fraction(),
+        gpus: e
+            .measured_gpus()
+            .filter_map(|g| {
+                gpus::gpu_state(e, g).map(|state| GpuJudgement {
+                    index: g.index,
+                    state,
+                    busy_fraction: g.busy_fraction.map(super::rules::r3),
+                })
+            })
+            .collect(),
+    };
+    // The training loop's measured data wait: a verdict with or without GPU data.
+    if let Some(v) = from_stacks(&m, findings) {
+        return v;
+    }
+    let Some(b) = m.busy else {
+        return no_utilization(&m, e);
     };
     let pct = b * 100.0;
     if has(findings, FindingId::GpuIdle).is_some() {
-        return mk(
+        return m.mk(
             VerdictId::Idle,
             0.9,
             format!("The GPU was idle ({pct:.1}% busy)."),
@@ -201,59 +185,17 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
         );
     }
     let transfer = has(findings, FindingId::TransferBound);
-    let batch = has(findings, FindingId::BatchTooSmall);
-    let batch_c = batch.and_then(|f| match f.basis {
+    let batch_c = has(findings, FindingId::BatchTooSmall).and_then(|f| match f.basis {
         Basis::Candidate { confidence } => Some(confidence),
         _ => None,
     });
     if let Some(kind) = input::classify(e) {
         if !(transfer.is_some() && kind == input::Kind::Unknown) {
-            let c = input_confidence(e);
-            let what = match kind {
-                input::Kind::TooFewWorkers => "there are too few DataLoader workers",
-                input::Kind::CpuSaturated => "the CPU is saturated",
-                input::Kind::IoBound => "reading data is too slow",
-                input::Kind::MainProcess => "the training loop's process is pinned at a core",
-                input::Kind::Unknown => "the data supply cannot keep up",
-            };
-            let mut candidates = Vec::new();
-            if let Some(bc) = batch_c {
-                candidates = ranked(vec![
-                    (FindingId::InputBound, c),
-                    (FindingId::BatchTooSmall, bc),
-                ]);
-            }
-            // Without host data a batch too small for the GPU may explain it as well: when
-            // neither is clearly ahead, the verdict says so instead of picking one.
-            if batch_c.is_some_and(|bc| !(c >= 0.5 && c >= 2.0 * bc)) {
-                let bc = batch_c.unwrap_or(0.0);
-                let mut v = mk(
-                    VerdictId::Unknown,
-                    c.max(bc),
-                    format!(
-                        "Undecided: the GPU is busy only {pct:.0}% of the time, either because \
-                         the input cannot keep up (input_bound, confidence {c:.2}) or because \
-                         the batch or model is far too small for it (batch_too_small, {bc:.2}). \
-                         {}",
-                        missing_data(e)
-                    ),
-                    None,
-                );
-                v.candidates = candidates;
-                return v;
-            }
-            let mut v = mk(
-                VerdictId::InputBound,
-                c,
-                format!("Input-bound: the GPU is busy only {pct:.0}% of the time because {what}."),
-                Some(FindingId::InputBound),
-            );
-            v.candidates = candidates;
-            return v;
+            return from_input(&m, e, kind, pct, batch_c);
         }
     }
     if transfer.is_some() {
-        return mk(
+        return m.mk(
             VerdictId::TransferBound,
             0.75,
             format!(
@@ -262,13 +204,126 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
             Some(FindingId::TransferBound),
         );
     }
+    from_gpu_side(&m, e, findings, b, batch_c)
+}
+
+/// `input_bound` measured in the Python stacks, when a finding says so.
+fn from_stacks(m: &Maker, findings: &[Finding]) -> Option<Verdict> {
+    let Some(Basis::PythonStacks {
+        data_wait_pct: wait,
+        hot_stage,
+    }) = has(findings, FindingId::InputBound).map(|f| &f.basis)
+    else {
+        return None;
+    };
+    let wait = *wait;
+    let stage = hot_stage
+        .as_deref()
+        .map(|s| format!("; the slowest data stage is {s}"))
+        .unwrap_or_default();
+    let gpu = m
+        .busy
+        .map(|b| format!(" (the GPU is busy {:.0}% of the time)", b * 100.0))
+        .unwrap_or_default();
+    Some(m.mk(
+        VerdictId::InputBound,
+        (0.6 + wait / 200.0).min(0.95),
+        format!(
+            "Input-bound: the training loop waits for data {wait:.0}% of its time{gpu}{stage}."
+        ),
+        Some(FindingId::InputBound),
+    ))
+}
+
+/// No utilization at all: say how to get it.
+fn no_utilization(m: &Maker, e: &Evidence) -> Verdict {
+    let how = match e.origin {
+        Origin::GpuLog => {
+            "log utilization.gpu too (nvidia-smi --query-gpu=timestamp,index,utilization.gpu,\
+             memory.used,memory.total --format=csv -lms 200)"
+        }
+        Origin::Recording => {
+            "record on a machine where the NVIDIA driver loads (`gpufeed doctor` says why it \
+             does not)"
+        }
+    };
+    m.mk(
+        VerdictId::Unknown,
+        0.0,
+        format!("No GPU utilization was recorded: nothing to judge the GPU by; {how}."),
+        None,
+    )
+}
+
+/// Starvation of a known kind: `input_bound`, or undecided beside a batch too small.
+fn from_input(
+    m: &Maker,
+    e: &Evidence,
+    kind: input::Kind,
+    pct: f64,
+    batch_c: Option<f64>,
+) -> Verdict {
+    let c = input_confidence(e);
+    let what = match kind {
+        input::Kind::TooFewWorkers => "there are too few DataLoader workers",
+        input::Kind::CpuSaturated => "the CPU is saturated",
+        input::Kind::IoBound => "reading data is too slow",
+        input::Kind::MainProcess => "the training loop's process is pinned at a core",
+        input::Kind::Unknown => "the data supply cannot keep up",
+    };
+    let mut candidates = Vec::new();
+    if let Some(bc) = batch_c {
+        candidates = ranked(vec![
+            (FindingId::InputBound, c),
+            (FindingId::BatchTooSmall, bc),
+        ]);
+    }
+    // Without host data a batch too small for the GPU may explain it as well: when
+    // neither is clearly ahead, the verdict says so instead of picking one.
+    if batch_c.is_some_and(|bc| !(c >= 0.5 && c >= 2.0 * bc)) {
+        let bc = batch_c.unwrap_or(0.0);
+        let mut v = m.mk(
+            VerdictId::Unknown,
+            c.max(bc),
+            format!(
+                "Undecided: the GPU is busy only {pct:.0}% of the time, either because \
+                 the input cannot keep up (input_bound, confidence {c:.2}) or because \
+                 the batch or model is far too small for it (batch_too_small, {bc:.2}). \
+                 {}",
+                missing_data(e)
+            ),
+            None,
+        );
+        v.candidates = candidates;
+        return v;
+    }
+    let mut v = m.mk(
+        VerdictId::InputBound,
+        c,
+        format!("Input-bound: the GPU is busy only {pct:.0}% of the time because {what}."),
+        Some(FindingId::InputBound),
+    );
+    v.candidates = candidates;
+    v
+}
+
+/// The input keeps up (or cannot be judged): throttling, a busy GPU, a small batch, or no
+/// cause this input can name.
+fn from_gpu_side(
+    m: &Maker,
+    e: &Evidence,
+    findings: &[Finding],
+    b: f64,
+    batch_c: Option<f64>,
+) -> Verdict {
+    let pct = b * 100.0;
     let throttled = has(findings, FindingId::Throttled);
     let thr_frac = match throttled.map(|f| &f.basis) {
         Some(Basis::Throttled { time_fraction }) => *time_fraction,
         _ => 0.0,
     };
     if throttled.is_some() && thr_frac >= 0.2 {
-        return mk(
+        return m.mk(
             VerdictId::Throttled,
             (0.6 + thr_frac * 0.4).min(0.95),
             format!(
@@ -280,7 +335,7 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
     }
     if has(findings, FindingId::ComputeBound).is_some() {
         let c = 0.6 + (b - gpus::BUSY) * 2.5;
-        return mk(
+        return m.mk(
             VerdictId::ComputeBound,
             c.min(0.95),
             format!("Compute-bound: the GPU is busy {pct:.0}% of the time; the input keeps up."),
@@ -288,7 +343,7 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
         );
     }
     if throttled.is_some() {
-        return mk(
+        return m.mk(
             VerdictId::Throttled,
             0.5,
             format!(
@@ -299,7 +354,7 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
         );
     }
     if let Some(bc) = batch_c {
-        let mut v = mk(
+        let mut v = m.mk(
             VerdictId::Unknown,
             bc,
             format!(
@@ -315,6 +370,11 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
         }];
         return v;
     }
+    unexplained(m, e, pct)
+}
+
+/// Low utilization with no cause this input can name: what is missing to name one.
+fn unexplained(m: &Maker, e: &Evidence, pct: f64) -> Verdict {
     let hidden = match e.sample_interval_s() {
         Some(i) if i >= 1.0 && e.origin == Origin::GpuLog => format!(
             " Sampled every {}, this log cannot show sub-second stalls.",
@@ -323,6 +383,7 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
         _ => String::new(),
     };
     // Several GPUs in different states: say so rather than one pooled figure.
+    let gpus = &m.gpus;
     let who = if gpus.len() > 1 && gpus.windows(2).any(|w| w[0].state != w[1].state) {
         let states: Vec<String> = gpus
             .iter()
@@ -335,7 +396,7 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
     } else {
         format!("The GPU is busy {pct:.0}% of the time")
     };
-    mk(
+    m.mk(
         VerdictId::Unknown,
         0.3,
         format!(

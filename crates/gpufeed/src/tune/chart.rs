@@ -3,6 +3,8 @@
 //! SVG backend like the other charts (it escapes the text).
 
 use super::sweep::{fmt_num, SweepReport, TrialResult};
+use plotters::chart::DualCoordChartContext;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 const SIZE: (u32, u32) = (760, 420);
@@ -142,86 +144,110 @@ fn draw(rep: &SweepReport, unit: &str) -> Result<String, String> {
                 .draw()
                 .map_err(|e| e.to_string())?;
         }
-        // Throughput line, CI whiskers and points; failed trials as a grey cross on the axis.
-        let ok: Vec<(f64, f64)> = rep
-            .results
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.exit.ok())
-            .filter_map(|(i, r)| r.throughput.as_ref().map(|t| (i as f64, t.value)))
-            .collect();
-        if ok.len() > 1 {
-            chart
-                .draw_series(LineSeries::new(ok.iter().copied(), BLUE.stroke_width(2)))
-                .map_err(|e| e.to_string())?;
-        }
-        for (i, r) in rep.results.iter().enumerate() {
-            let x = i as f64;
-            match (&r.throughput, r.exit.ok()) {
-                (Some(t), true) => {
-                    if let (Some(lo), Some(hi)) = (t.ci_low, t.ci_high) {
-                        let whisker =
-                            |y| PathElement::new(vec![(x - 0.06, y), (x + 0.06, y)], BLUE);
-                        chart
-                            .draw_series([
-                                PathElement::new(vec![(x, lo), (x, hi)], BLUE),
-                                whisker(lo),
-                                whisker(hi),
-                            ])
-                            .map_err(|e| e.to_string())?;
-                    }
-                    chart
-                        .draw_series([Circle::new((x, t.value), 4, BLUE.filled())])
-                        .map_err(|e| e.to_string())?;
-                }
-                _ => {
-                    chart
-                        .draw_series([Cross::new((x, ymax * 0.02), 5, GREY.stroke_width(2))])
-                        .map_err(|e| e.to_string())?;
-                }
-            }
-        }
+        throughput(&mut chart, rep, ymax)?;
         if has_second {
-            let pts: Vec<(f64, f64)> = second
-                .iter()
-                .enumerate()
-                .filter_map(|(i, v)| v.map(|v| (i as f64, v.clamp(0.0, 100.0))))
-                .collect();
-            chart
-                .draw_secondary_series(DashedLineSeries::new(
-                    pts.clone(),
-                    5,
-                    4,
-                    RED.stroke_width(1).into(),
-                ))
-                .map_err(|e| e.to_string())?;
-            chart
-                .draw_secondary_series(pts.iter().map(|&(x, y)| {
-                    EmptyElement::at((x, y)) + Rectangle::new([(-3, -3), (3, 3)], RED.filled())
-                }))
-                .map_err(|e| e.to_string())?;
+            second_series(&mut chart, &second)?;
         }
-        if let Some(sw) = &rep.sweet_spot {
-            if let Some(i) = rep
-                .results
-                .iter()
-                .position(|r| r.parameters == sw.parameters)
-            {
-                let at = (i as f64, sw.throughput);
-                chart
-                    .draw_series([EmptyElement::at(at)
-                        + Circle::new((0, 0), 9, GREEN.stroke_width(2))
-                        + Text::new(
-                            "sweet spot",
-                            (-30, -26),
-                            (FONT, 12).into_font().color(&GREEN),
-                        )])
-                    .map_err(|e| e.to_string())?;
-            }
-        }
+        sweet_spot(&mut chart, rep)?;
         root.present().map_err(|e| e.to_string())?;
     }
     Ok(svg)
+}
+
+type Chart<'a, 'b> = DualCoordChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<RangedCoordf64, RangedCoordf64>,
+    Cartesian2d<RangedCoordf64, RangedCoordf64>,
+>;
+
+/// Throughput line, CI whiskers and points; failed trials as a grey cross on the axis.
+fn throughput(chart: &mut Chart, rep: &SweepReport, ymax: f64) -> Result<(), String> {
+    let ok: Vec<(f64, f64)> = rep
+        .results
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.exit.ok())
+        .filter_map(|(i, r)| r.throughput.as_ref().map(|t| (i as f64, t.value)))
+        .collect();
+    if ok.len() > 1 {
+        chart
+            .draw_series(LineSeries::new(ok.iter().copied(), BLUE.stroke_width(2)))
+            .map_err(|e| e.to_string())?;
+    }
+    for (i, r) in rep.results.iter().enumerate() {
+        let x = i as f64;
+        match (&r.throughput, r.exit.ok()) {
+            (Some(t), true) => {
+                if let (Some(lo), Some(hi)) = (t.ci_low, t.ci_high) {
+                    let whisker = |y| PathElement::new(vec![(x - 0.06, y), (x + 0.06, y)], BLUE);
+                    chart
+                        .draw_series([
+                            PathElement::new(vec![(x, lo), (x, hi)], BLUE),
+                            whisker(lo),
+                            whisker(hi),
+                        ])
+                        .map_err(|e| e.to_string())?;
+                }
+                chart
+                    .draw_series([Circle::new((x, t.value), 4, BLUE.filled())])
+                    .map_err(|e| e.to_string())?;
+            }
+            _ => {
+                chart
+                    .draw_series([Cross::new((x, ymax * 0.02), 5, GREY.stroke_width(2))])
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// GPU utilization or data wait on the secondary axis: a dashed line with square markers.
+fn second_series(chart: &mut Chart, second: &[Option<f64>]) -> Result<(), String> {
+    let pts: Vec<(f64, f64)> = second
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| v.map(|v| (i as f64, v.clamp(0.0, 100.0))))
+        .collect();
+    chart
+        .draw_secondary_series(DashedLineSeries::new(
+            pts.clone(),
+            5,
+            4,
+            RED.stroke_width(1),
+        ))
+        .map_err(|e| e.to_string())?;
+    chart
+        .draw_secondary_series(pts.iter().map(|&(x, y)| {
+            EmptyElement::at((x, y)) + Rectangle::new([(-3, -3), (3, 3)], RED.filled())
+        }))
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// The sweet spot, ringed and named.
+fn sweet_spot(chart: &mut Chart, rep: &SweepReport) -> Result<(), String> {
+    let Some(sw) = &rep.sweet_spot else {
+        return Ok(());
+    };
+    let Some(i) = rep
+        .results
+        .iter()
+        .position(|r| r.parameters == sw.parameters)
+    else {
+        return Ok(());
+    };
+    chart
+        .draw_series([EmptyElement::at((i as f64, sw.throughput))
+            + Circle::new((0, 0), 9, GREEN.stroke_width(2))
+            + Text::new(
+                "sweet spot",
+                (-30, -26),
+                (FONT, 12).into_font().color(&GREEN),
+            )])
+        .map_err(|e| e.to_string())?;
+    Ok(())
 }
 
 #[cfg(test)]
