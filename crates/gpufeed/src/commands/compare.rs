@@ -108,7 +108,7 @@ pub fn build(before: &Path, after: &Path) -> anyhow::Result<Comparison> {
         InputKind::Recording => {
             let d = |p: &Path| {
                 diagnose::diagnose_file(p, InputFormat::Auto, &LogOptions::default())
-                    .map_err(crate::commands::diagnose::input_failure)
+                    .map_err(super::diagnose_failure)
             };
             compare::recordings(&d(before)?, &d(after)?)
         }

@@ -1,17 +1,13 @@
 //! `gpufeed diagnose`: a verdict with evidence and a fix, from recordings and existing logs.
 
 use crate::cli::{ColorChoice, DiagnoseArgs, GlobalOpts};
+use crate::diagnose;
 use crate::diagnose::input::LogOptions;
-use crate::diagnose::{self, DiagnoseError};
 use crate::exit::{self, Failure};
 use crate::present::OutputFormat;
 use std::io::{IsTerminal, Write};
 
 /// Turns a diagnose error into the input-error exit code with its one clear line.
-pub fn input_failure(e: DiagnoseError) -> anyhow::Error {
-    anyhow::Error::new(Failure::input(e.to_string()))
-}
-
 pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
     if let Some(h) = &args.html {
         crate::outfile::refuse_same_as_input("--html", h, args.files.iter().map(|p| p.as_path()))?;
@@ -40,7 +36,8 @@ pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
     }
     let mut reports = Vec::with_capacity(args.files.len());
     for f in &args.files {
-        let r = diagnose::diagnose_file(f, args.input_format, &opts).map_err(input_failure)?;
+        let r = diagnose::diagnose_file(f, args.input_format, &opts)
+            .map_err(super::diagnose_failure)?;
         reports.push(r);
     }
     if let Some(h) = &args.html {
@@ -84,7 +81,9 @@ fn run_job(args: &DiagnoseArgs, opts: &LogOptions) -> anyhow::Result<u8> {
     use crate::diagnose::job;
     let mut nodes = Vec::with_capacity(args.files.len());
     for f in &args.files {
-        nodes.push(diagnose::diagnose_node(f, args.input_format, opts).map_err(input_failure)?);
+        nodes.push(
+            diagnose::diagnose_node(f, args.input_format, opts).map_err(super::diagnose_failure)?,
+        );
     }
     let report = job::JobReport {
         schema_version: job::JOB_SCHEMA_VERSION,
