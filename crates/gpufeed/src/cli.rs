@@ -1,29 +1,45 @@
-//! Command-line definitions (clap). Kept free of behaviour: `commands::*` does the work.
+//! Command-line definitions (clap), one file per command under `cli/`. Kept free of behaviour:
+//! `commands::*` does the work and imports from here, never the other way.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::commands::analyze::AnalyzeArgs;
-use crate::commands::batch_size::BatchSizeArgs;
-use crate::commands::bench::BenchArgs;
-use crate::commands::compare::CompareArgs;
-use crate::commands::completions::CompletionsArgs;
-use crate::commands::diagnose::DiagnoseArgs;
-use crate::commands::doctor::DoctorArgs;
-use crate::commands::export::ExportArgs;
-use crate::commands::man::ManArgs;
-use crate::commands::serve::ServeArgs;
-use crate::commands::sweep::SweepArgs;
-use crate::commands::watch::WatchArgs;
+mod analyze;
+mod batch_size;
+mod bench;
+mod compare;
+mod completions;
+mod diagnose;
+mod doctor;
+mod export;
+mod man;
+mod serve;
+mod sweep;
+mod trials;
+mod watch;
+
+pub use analyze::AnalyzeArgs;
+pub use batch_size::BatchSizeArgs;
+pub use bench::BenchArgs;
+pub use compare::CompareArgs;
+pub use completions::CompletionsArgs;
+pub use diagnose::{ColorChoice, DiagnoseArgs};
+pub use doctor::DoctorArgs;
+pub use export::ExportArgs;
+pub use man::ManArgs;
+pub use serve::ServeArgs;
+pub use sweep::SweepArgs;
+pub use trials::{parse_fraction, TrialOpts};
+pub use watch::WatchArgs;
 
 const ABOUT: &str =
     "Find out why your GPU is starving during training, what to change, and measure the fix.";
 
 #[derive(Debug, Parser)]
 #[command(name = "gpufeed", version, about = ABOUT, long_about = None,
-          after_help = HELP_TEXT, propagate_version = true)]
+          after_help = after_help(), propagate_version = true)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalOpts,
@@ -31,7 +47,7 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// `after_help` text: examples, environment and the exit-code table.
+/// `after_help` text before the exit-code table: examples and environment.
 const HELP_TEXT: &str = concat!(
     "EXAMPLES:\n",
     "    gpufeed run -- python train.py --epochs 1     wrap a job, record it, print a summary\n",
@@ -56,17 +72,12 @@ const HELP_TEXT: &str = concat!(
     "    GPUFEED_NVML_LIB   path of the NVML library to load (same as --nvml-lib)\n",
     "    GPUFEED_STEP_SOCKET  set by sweep/batch-size for the job: where to send step markers\n",
     "\n",
-    "EXIT CODES:\n",
-    "    0      success (for `run`: the job's own exit code is passed through)\n",
-    "    1      unexpected error\n",
-    "    2      bad command line (unknown option or bad value)\n",
-    "    3      bad input: missing, unreadable, empty or malformed file\n",
-    "    4      a check failed (doctor)\n",
-    "    5      a GPU is required and no NVIDIA driver was found\n",
-    "    126    the command to run could not be executed (permission, not a program)\n",
-    "    127    the command to run was not found\n",
-    "    128+N  the job was killed by signal N (for `run`)\n",
 );
+
+/// `after_help`: examples, environment and the exit-code table ([`crate::exit::Exit`]).
+fn after_help() -> String {
+    format!("{HELP_TEXT}{}", crate::exit::help_table())
+}
 
 #[derive(Debug, Clone, Args)]
 pub struct GlobalOpts {
@@ -107,12 +118,7 @@ pub enum Command {
     Man(ManArgs),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum SummaryFormat {
-    #[default]
-    Text,
-    Json,
-}
+pub use crate::present::OutputFormat;
 
 /// On or off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -171,8 +177,8 @@ pub struct RecordingOpts {
     #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = crate::cli::parse_interval)]
     pub interval: Duration,
     /// Summary format printed at the end (to stdout for json, stderr for text)
-    #[arg(long, value_enum, default_value_t = SummaryFormat::Text)]
-    pub format: SummaryFormat,
+    #[arg(long, value_parser = OutputFormat::parser(OutputFormat::TEXT_JSON), default_value = "text")]
+    pub format: OutputFormat,
     /// Do not print the summary at the end
     #[arg(short, long)]
     pub quiet: bool,

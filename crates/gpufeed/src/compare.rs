@@ -164,7 +164,7 @@ fn verdict_change(b: &Side, a: &Side) -> VerdictChange {
 fn rec_side(r: &DiagnoseReport) -> Side {
     Side {
         path: r.source.path.clone(),
-        verdict: Some(r.verdict.id.clone()),
+        verdict: Some(r.verdict.id.to_string()),
         verdict_summary: Some(r.verdict.summary.clone()),
         top_fix: r.findings.first().map(|f| f.recommendation.clone()),
     }
@@ -342,7 +342,7 @@ fn trace_side(t: &TraceSummary, findings: &[Finding]) -> Side {
         verdict: Some(
             findings
                 .first()
-                .map(|f| f.id.clone())
+                .map(|f| f.id.to_string())
                 .unwrap_or_else(|| "none".into()),
         ),
         verdict_summary: Some(
@@ -774,7 +774,7 @@ mod tests {
     fn trace_with_steps(step_us: &[f64]) -> TraceSummary {
         let mut t = TraceSummary {
             path: "t".into(),
-            step_source: "profiler_step".into(),
+            step_source: crate::trace::summary::StepSource::ProfilerStep,
             ..Default::default()
         };
         t.steps = step_us

@@ -5,6 +5,83 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// Every finding id, serialised to its stable snake_case string (`input_bound`, ...).
+///
+/// Declared in alphabetical order, so the derived order is the order of the strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingId {
+    AmpUnused,
+    BatchTooSmall,
+    CommBound,
+    ComputeBound,
+    GpuIdle,
+    GpuImbalance,
+    GpuUnused,
+    InputBound,
+    LaunchBound,
+    LowGpuUtil,
+    MainProcessBound,
+    PageableMemcpy,
+    PcieLinkDegraded,
+    Straggler,
+    SyncBound,
+    Throttled,
+    TransferBound,
+}
+
+impl FindingId {
+    /// Every id, in the order of their strings.
+    pub const ALL: &'static [FindingId] = &[
+        FindingId::AmpUnused,
+        FindingId::BatchTooSmall,
+        FindingId::CommBound,
+        FindingId::ComputeBound,
+        FindingId::GpuIdle,
+        FindingId::GpuImbalance,
+        FindingId::GpuUnused,
+        FindingId::InputBound,
+        FindingId::LaunchBound,
+        FindingId::LowGpuUtil,
+        FindingId::MainProcessBound,
+        FindingId::PageableMemcpy,
+        FindingId::PcieLinkDegraded,
+        FindingId::Straggler,
+        FindingId::SyncBound,
+        FindingId::Throttled,
+        FindingId::TransferBound,
+    ];
+
+    /// The stable string (the same as its JSON form).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingId::AmpUnused => "amp_unused",
+            FindingId::BatchTooSmall => "batch_too_small",
+            FindingId::CommBound => "comm_bound",
+            FindingId::ComputeBound => "compute_bound",
+            FindingId::GpuIdle => "gpu_idle",
+            FindingId::GpuImbalance => "gpu_imbalance",
+            FindingId::GpuUnused => "gpu_unused",
+            FindingId::InputBound => "input_bound",
+            FindingId::LaunchBound => "launch_bound",
+            FindingId::LowGpuUtil => "low_gpu_util",
+            FindingId::MainProcessBound => "main_process_bound",
+            FindingId::PageableMemcpy => "pageable_memcpy",
+            FindingId::PcieLinkDegraded => "pcie_link_degraded",
+            FindingId::Straggler => "straggler",
+            FindingId::SyncBound => "sync_bound",
+            FindingId::Throttled => "throttled",
+            FindingId::TransferBound => "transfer_bound",
+        }
+    }
+}
+
+impl std::fmt::Display for FindingId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// How much a finding matters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -28,7 +105,7 @@ impl Severity {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
     /// Stable snake_case id, e.g. `input_bound`, `pageable_memcpy`.
-    pub id: String,
+    pub id: FindingId,
     pub severity: Severity,
     /// One line for people.
     pub title: String,
@@ -39,18 +116,49 @@ pub struct Finding {
     /// Upper bound on the speed-up if the finding is fixed (e.g. 2.5 = 2.5x), where computable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_speedup: Option<f64>,
+    /// The typed figures a later stage (the verdict) reads back. Not serialised: the evidence
+    /// map carries the same numbers for people and scripts.
+    #[serde(skip)]
+    pub basis: Basis,
+}
+
+/// Figures a finding hands on, typed, for the rules and the verdict that read them back.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Basis {
+    /// Nothing is read back.
+    #[default]
+    None,
+    /// `input_bound` measured in the training loop's Python stacks.
+    PythonStacks {
+        /// Share of the loop's time spent waiting for data (rounded as in the evidence).
+        data_wait_pct: f64,
+        /// The slowest data stage, when one stands out.
+        hot_stage: Option<String>,
+    },
+    /// A cause named as a candidate (`batch_too_small`), with how likely it is.
+    Candidate { confidence: f64 },
+    /// `throttled`: share of the observed time with clocks held down (rounded as in the
+    /// evidence).
+    Throttled { time_fraction: f64 },
 }
 
 impl Finding {
-    pub fn new(id: &str, severity: Severity, title: impl Into<String>) -> Self {
+    pub fn new(id: FindingId, severity: Severity, title: impl Into<String>) -> Self {
         Finding {
-            id: id.to_string(),
+            id,
             severity,
             title: title.into(),
             evidence: BTreeMap::new(),
             recommendation: String::new(),
             expected_speedup: None,
+            basis: Basis::None,
         }
+    }
+
+    /// Sets the typed figures later stages read back (builder style).
+    pub fn basis(mut self, basis: Basis) -> Self {
+        self.basis = basis;
+        self
     }
 
     /// Adds one piece of evidence (builder style).
@@ -91,19 +199,57 @@ mod tests {
     #[test]
     fn ranking_puts_critical_and_big_gains_first() {
         let mut v = vec![
-            Finding::new("b", Severity::Warning, "b").speedup(Some(1.2)),
-            Finding::new("a", Severity::Critical, "a"),
-            Finding::new("c", Severity::Warning, "c").speedup(Some(3.0)),
-            Finding::new("d", Severity::Info, "d"),
+            Finding::new(FindingId::GpuIdle, Severity::Warning, "b").speedup(Some(1.2)),
+            Finding::new(FindingId::CommBound, Severity::Critical, "a"),
+            Finding::new(FindingId::InputBound, Severity::Warning, "c").speedup(Some(3.0)),
+            Finding::new(FindingId::AmpUnused, Severity::Info, "d"),
+            Finding::new(FindingId::BatchTooSmall, Severity::Warning, "e").speedup(Some(1.2)),
         ];
         rank(&mut v);
         let ids: Vec<_> = v.iter().map(|f| f.id.as_str()).collect();
-        assert_eq!(ids, ["a", "c", "b", "d"]);
+        assert_eq!(
+            ids,
+            [
+                "comm_bound",
+                "input_bound",
+                "batch_too_small",
+                "gpu_idle",
+                "amp_unused"
+            ]
+        );
+    }
+
+    #[test]
+    fn ids_serialise_to_their_strings_in_string_order() {
+        for id in FindingId::ALL {
+            let json = serde_json::to_string(id).unwrap();
+            assert_eq!(json, format!("\"{}\"", id.as_str()));
+            let back: FindingId = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, *id);
+        }
+        for w in FindingId::ALL.windows(2) {
+            assert!(w[0] < w[1] && w[0].as_str() < w[1].as_str(), "{w:?}");
+        }
+    }
+
+    #[test]
+    fn every_finding_id_is_documented() {
+        let docs = [
+            include_str!("../../../docs/diagnose.md"),
+            include_str!("../../../docs/analyze.md"),
+        ]
+        .concat();
+        for id in FindingId::ALL {
+            assert!(
+                docs.contains(&format!("`{id}`")),
+                "{id} is not in docs/diagnose.md or docs/analyze.md"
+            );
+        }
     }
 
     #[test]
     fn serializes_snake_case_severity_and_skips_missing_gain() {
-        let f = Finding::new("input_bound", Severity::Critical, "t").with("x_pct", 12.5);
+        let f = Finding::new(FindingId::InputBound, Severity::Critical, "t").with("x_pct", 12.5);
         let s = serde_json::to_string(&f).unwrap();
         assert!(s.contains("\"severity\":\"critical\""));
         assert!(!s.contains("expected_speedup"));

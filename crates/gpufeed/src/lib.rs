@@ -2,6 +2,8 @@
 //!
 //! Data flows one way: sources (`sample`) → samples/events → timeline (`record`) or trace summary
 //! (`trace`) → evidence → rules → findings (`finding`) → presenters (`present`).
+//! `units` (the PCIe link table, byte and rate formats) and `exit` (the exit-code table) sit
+//! beneath every layer; `cli` declares the arguments, and `commands` (the top) runs them.
 
 pub mod cli;
 pub mod commands;
@@ -20,3 +22,4 @@ pub mod sample;
 pub mod trace;
 pub mod tui;
 pub mod tune;
+pub mod units;

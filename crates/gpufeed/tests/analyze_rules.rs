@@ -70,7 +70,10 @@ fn steps_with_dataloader(n: usize, step_us: f64, dl_us: f64, iter: &str) -> Vec<
 }
 
 fn ids(s: &TraceSummary) -> Vec<String> {
-    rules::evaluate(s).into_iter().map(|f| f.id).collect()
+    rules::evaluate(s)
+        .into_iter()
+        .map(|f| f.id.to_string())
+        .collect()
 }
 
 #[test]
@@ -371,7 +374,7 @@ fn iterations_are_inferred_without_profiler_steps() {
         ));
     }
     let s = summarize(ev, json!({}));
-    assert_eq!(s.step_source, "optimizer_step");
+    assert_eq!(s.step_source.as_str(), "optimizer_step");
     assert_eq!(s.steps.len(), 3);
     assert!(s.tb_plugin_steps.as_ref().unwrap().len() == 1);
     assert!(s.warnings.iter().any(|w| w.contains("inferred")));
@@ -431,7 +434,7 @@ fn input_bound_from_the_measured_share_whatever_the_category_or_step_source() {
         ev.push(kernel("volta_sgemm_128x64_nn", t + 710.0, 250.0, i + 1));
     }
     let s = summarize(ev.clone(), v100());
-    assert_eq!(s.step_source, "dataloader");
+    assert_eq!(s.step_source.as_str(), "dataloader");
     assert!(s.breakdown.dataloader_us < 1.0, "plugin category: none");
     let f = rules::input_bound(&s).expect("68% measured DataLoader share is input-bound");
     assert!(

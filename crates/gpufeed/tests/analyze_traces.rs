@@ -215,9 +215,9 @@ fn resnet_workers0_is_input_bound_with_pageable_copies_and_no_amp() {
     for want in ["input_bound", "pageable_memcpy", "amp_unused"] {
         assert!(ids.contains(&want), "missing {want} in {ids:?}");
     }
-    let ib = f.iter().find(|x| x.id == "input_bound").unwrap();
+    let ib = f.iter().find(|x| x.id.as_str() == "input_bound").unwrap();
     assert_eq!(ib.evidence["num_workers"], 0);
-    assert_eq!(s.dataloader.iterator, "single_process");
+    assert_eq!(s.dataloader.iterator.as_str(), "single_process");
     assert!(
         (s.kernels.tc_eligible_pct - 67.6).abs() < 1.0,
         "{}",
@@ -232,11 +232,11 @@ fn resnet_workers4_is_not_input_bound() {
     };
     let ids: Vec<String> = trace::rules::evaluate(&s)
         .into_iter()
-        .map(|x| x.id)
+        .map(|x| x.id.to_string())
         .collect();
     assert!(!ids.contains(&"input_bound".to_string()), "{ids:?}");
     assert!(ids.contains(&"amp_unused".to_string()), "{ids:?}");
-    assert_eq!(s.dataloader.iterator, "multi_process");
+    assert_eq!(s.dataloader.iterator.as_str(), "multi_process");
 }
 
 #[test]
@@ -246,7 +246,7 @@ fn special_traces_are_handled() {
     assert!(cpu.devices.is_empty() && cpu.warnings.iter().any(|w| w.contains("CPU-only")));
     assert!(trace::rules::evaluate(&cpu)
         .iter()
-        .any(|f| f.id == "comm_bound"));
+        .any(|f| f.id.as_str() == "comm_bound"));
     let nccl = analyze("hta_nccl_2rank.json.gz").unwrap();
     assert!(nccl.communication.kernel_us > 0.0);
     let amd = analyze("hta_amd_mi250_train.json.gz").unwrap();
@@ -263,7 +263,7 @@ fn special_traces_are_handled() {
     let alex = analyze("hta_alexnet_pageable.json.gz").unwrap();
     assert!(trace::rules::evaluate(&alex)
         .iter()
-        .any(|f| f.id == "pageable_memcpy"));
+        .any(|f| f.id.as_str() == "pageable_memcpy"));
 }
 
 // ---------- the binary ----------

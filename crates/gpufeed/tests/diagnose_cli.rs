@@ -214,13 +214,13 @@ fn healthy_recording_is_compute_bound_without_findings() {
     let dir = tempfile::tempdir().unwrap();
     let p = write_recording(dir.path(), "healthy.ndjson", &healthy());
     let r = diagnose_json(&p, &[]);
-    assert_eq!(r.verdict.id, "compute_bound");
+    assert_eq!(r.verdict.id.as_str(), "compute_bound");
     assert!(r.verdict.confidence >= 0.8, "{:?}", r.verdict);
     // Only the info finding with the next levers: nothing starves the GPU.
     assert_eq!(ids(&r), ["compute_bound"]);
     assert_eq!(r.findings[0].severity, gpufeed::finding::Severity::Info);
     assert!(r.findings[0].recommendation.contains("bf16"), "an H100");
-    assert_eq!(r.source.format, "recording");
+    assert_eq!(r.source.format.as_str(), "recording");
     assert!(!r.source.unfinished && !r.source.truncated);
     assert_eq!(r.gpus.len(), 1);
     assert_eq!(r.gpus[0].util_samples, 600);
@@ -244,10 +244,10 @@ fn one_pinned_worker_with_idle_cores_is_input_bound_too_few_workers() {
     };
     let p = write_recording(dir.path(), "starving.ndjson", &s);
     let r = diagnose_json(&p, &[]);
-    assert_eq!(r.verdict.id, "input_bound");
+    assert_eq!(r.verdict.id.as_str(), "input_bound");
     assert!(r.verdict.confidence >= 0.9);
     let f = &r.findings[0];
-    assert_eq!(f.id, "input_bound");
+    assert_eq!(f.id.as_str(), "input_bound");
     assert_eq!(f.evidence["kind"], "too_few_workers");
     assert_eq!(f.evidence["recommended_num_workers"], 3);
     assert!(f.recommendation.contains("num_workers=3"));
@@ -272,7 +272,7 @@ fn a_worker_beside_a_core_that_is_not_quite_idle_still_decides_the_kind() {
     };
     let p = write_recording(dir.path(), "two_cpus.ndjson", &s);
     let r = diagnose_json(&p, &[]);
-    assert_eq!(r.verdict.id, "input_bound");
+    assert_eq!(r.verdict.id.as_str(), "input_bound");
     let f = &r.findings[0];
     assert_eq!(f.evidence["kind"], "too_few_workers", "{f:#?}");
     assert_eq!(f.evidence["kind_basis"], "nearest");
@@ -294,7 +294,7 @@ fn all_cores_busy_is_input_bound_cpu_saturated() {
     };
     let p = write_recording(dir.path(), "cpu.ndjson", &s);
     let r = diagnose_json(&p, &[]);
-    assert_eq!(r.verdict.id, "input_bound");
+    assert_eq!(r.verdict.id.as_str(), "input_bound");
     // One finding per cause: the CPU detail is input_bound's evidence.
     assert_eq!(ids(&r), ["input_bound"]);
     assert_eq!(r.findings[0].evidence["kind"], "cpu_saturated");
@@ -314,7 +314,7 @@ fn readers_stuck_in_io_are_input_bound_io_bound() {
     };
     let p = write_recording(dir.path(), "io.ndjson", &s);
     let r = diagnose_json(&p, &[]);
-    assert_eq!(r.verdict.id, "input_bound");
+    assert_eq!(r.verdict.id.as_str(), "input_bound");
     assert_eq!(ids(&r), ["input_bound"]);
     let io = &r.findings[0];
     assert_eq!(io.evidence["kind"], "io_bound");
@@ -333,12 +333,12 @@ fn degraded_saturated_link_is_transfer_bound() {
     };
     let p = write_recording(dir.path(), "link.ndjson", &s);
     let r = diagnose_json(&p, &[]);
-    assert_eq!(r.verdict.id, "transfer_bound");
+    assert_eq!(r.verdict.id.as_str(), "transfer_bound");
     assert!(ids(&r).contains(&"transfer_bound"));
     let link = r
         .findings
         .iter()
-        .find(|f| f.id == "pcie_link_degraded")
+        .find(|f| f.id.as_str() == "pcie_link_degraded")
         .unwrap();
     assert_eq!(link.evidence["pcie_gen"], 2);
     assert_eq!(link.evidence["pcie_width"], 4);
@@ -354,7 +354,7 @@ fn thermal_throttling_is_throttled() {
     };
     let p = write_recording(dir.path(), "hot.ndjson", &s);
     let r = diagnose_json(&p, &[]);
-    assert_eq!(r.verdict.id, "throttled");
+    assert_eq!(r.verdict.id.as_str(), "throttled");
     assert_eq!(ids(&r), ["throttled"]);
     assert!(r.findings[0]
         .evidence
@@ -375,7 +375,7 @@ fn several_files_give_a_json_array_and_text_per_file() {
     assert!(out.status.success());
     let v: Vec<DiagnoseReport> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v.len(), 2);
-    assert_eq!(v[1].source.format, "dcgmi");
+    assert_eq!(v[1].source.format.as_str(), "dcgmi");
     gpufeed()
         .arg("diagnose")
         .arg(&a)
@@ -390,7 +390,7 @@ fn several_files_give_a_json_array_and_text_per_file() {
 #[test]
 fn smi_csv_log_with_two_gpus_repeated_header_and_cut_end() {
     let r = diagnose_json(&data("smi_query_starving.csv"), &[]);
-    assert_eq!(r.source.format, "smi_csv");
+    assert_eq!(r.source.format.as_str(), "smi_csv");
     assert!(r.source.truncated);
     assert_eq!(r.source.malformed, 0);
     assert_eq!(r.gpus.len(), 2);
@@ -399,7 +399,7 @@ fn smi_csv_log_with_two_gpus_repeated_header_and_cut_end() {
     assert_eq!(r.gpus[0].mem_total_bytes, Some(81920 << 20));
     let p = r.gpus[0].periodicity.unwrap();
     assert!((p.period_s - 10.0).abs() < 0.5, "{p:?}");
-    assert_eq!(r.verdict.id, "input_bound");
+    assert_eq!(r.verdict.id.as_str(), "input_bound");
     assert_eq!(r.findings[0].evidence["kind"], "unknown");
     assert!(r
         .notes
@@ -422,7 +422,7 @@ fn headerless_csv_needs_columns() {
             "utilization.gpu,memory.used [MiB],memory.total [MiB]",
         ],
     );
-    assert_eq!(r.verdict.id, "compute_bound");
+    assert_eq!(r.verdict.id.as_str(), "compute_bound");
     assert_eq!(r.gpus[0].util_samples, 60);
     assert!((r.duration_s - 59.0).abs() < 1e-9);
 }
@@ -430,11 +430,11 @@ fn headerless_csv_needs_columns() {
 #[test]
 fn dmon_logs() {
     let r = diagnose_json(&data("smi_dmon_healthy.log"), &[]);
-    assert_eq!(r.source.format, "smi_dmon");
-    assert_eq!(r.verdict.id, "compute_bound");
+    assert_eq!(r.source.format.as_str(), "smi_dmon");
+    assert_eq!(r.verdict.id.as_str(), "compute_bound");
     assert_eq!(ids(&r), ["compute_bound"]);
     let r = diagnose_json(&data("dcgmi_dmon_starving.log"), &[]);
-    assert_eq!(r.verdict.id, "input_bound");
+    assert_eq!(r.verdict.id.as_str(), "input_bound");
     let prof = r.gpus[0].profiling.as_ref().unwrap();
     assert!(prof.sm_active_pct.unwrap() > 20.0);
     // Forcing the format works too.
@@ -507,7 +507,7 @@ fn cut_recordings_still_diagnose() {
     std::fs::write(&p, cut).unwrap();
     let r = diagnose_json(&p, &[]);
     assert!(r.source.truncated && r.source.unfinished);
-    assert_eq!(r.verdict.id, "compute_bound");
+    assert_eq!(r.verdict.id.as_str(), "compute_bound");
     assert!(r.notes.iter().any(|n| n.contains("cut")));
 }
 

@@ -203,9 +203,9 @@ fn a_steadily_busy_gpu_is_compute_bound_with_levers() {
     let g = &r.gpus[0];
     assert!(g.util_mean_pct.unwrap() < 86.0, "{:?}", g.util_mean_pct);
     assert!(g.util_p50_pct.unwrap() >= 88.0);
-    assert_eq!(r.verdict.id, "compute_bound", "{:#?}", r.verdict);
+    assert_eq!(r.verdict.id.as_str(), "compute_bound", "{:#?}", r.verdict);
     let f = &r.findings[0];
-    assert_eq!(f.id, "compute_bound");
+    assert_eq!(f.id.as_str(), "compute_bound");
     // An A100: bf16 and TF32; 37% of memory used: a larger batch fits.
     assert!(f.recommendation.contains("bf16"), "{}", f.recommendation);
     assert!(f.recommendation.contains("allow_tf32"));
@@ -240,7 +240,7 @@ fn one_of_two_gpus_unused_gets_its_own_finding() {
         },
     );
     let r = diagnose(&p);
-    assert_eq!(r.verdict.id, "compute_bound", "{:#?}", r.verdict);
+    assert_eq!(r.verdict.id.as_str(), "compute_bound", "{:#?}", r.verdict);
     let b = r.verdict.gpu_busy_fraction.unwrap();
     assert!(b > 0.88, "the unused GPU does not halve the figure: {b}");
     assert_eq!(r.verdict.gpus.len(), 2);
@@ -277,12 +277,12 @@ fn memory_mostly_free_without_host_data_names_candidates_and_no_bound() {
     let r = diagnose(&p);
     assert_eq!(r.gpus[0].mem_used_max_bytes, Some(472 << 20));
     assert!(ids(&r).contains(&"batch_too_small"), "{:?}", ids(&r));
-    assert_ne!(r.verdict.id, "input_bound", "{:#?}", r.verdict);
+    assert_ne!(r.verdict.id.as_str(), "input_bound", "{:#?}", r.verdict);
     assert!(r
         .verdict
         .candidates
         .iter()
-        .any(|c| c.id == "batch_too_small" && c.confidence < 0.9));
+        .any(|c| c.id.as_str() == "batch_too_small" && c.confidence < 0.9));
     for f in &r.findings {
         assert_eq!(f.expected_speedup, None, "{} claims a bound", f.id);
     }
@@ -340,7 +340,7 @@ fn a_long_log_is_split_into_phases_and_the_active_part_judged() {
         r.duration_s
     );
     // Judged on training: busy, not idle or unknown.
-    assert_eq!(r.verdict.id, "compute_bound", "{:#?}", r.verdict);
+    assert_eq!(r.verdict.id.as_str(), "compute_bound", "{:#?}", r.verdict);
     assert!(
         r.notes.iter().any(|n| n.contains(
             "Idle for the last 5 h 02 min: the job had ended or hung while logging went on"
@@ -371,7 +371,12 @@ fn the_sampling_interval_is_weighed() {
     };
     // `nvidia-smi ... -lms 200` sees the square wave: input-bound, and no interval caveat.
     let fine = diagnose(&write(dir.path(), "starving_200ms.csv", &mk(0.2)));
-    assert_eq!(fine.verdict.id, "input_bound", "{:#?}", fine.verdict);
+    assert_eq!(
+        fine.verdict.id.as_str(),
+        "input_bound",
+        "{:#?}",
+        fine.verdict
+    );
     assert!(fine.verdict.confidence >= 0.75, "{:?}", fine.verdict);
     assert!(!fine.notes.iter().any(|n| n.contains("was sampled every")));
     // The memory bar is full and utilization low: one line says why that is not the cause.
@@ -430,12 +435,12 @@ fn a_scripts_own_header_with_iso_timestamps_and_two_gpus() {
         },
     );
     let r = diagnose(&p);
-    assert_eq!(r.source.format, "smi_csv");
+    assert_eq!(r.source.format.as_str(), "smi_csv");
     assert_eq!(r.gpus.len(), 2);
     assert!((r.duration_s - 3600.0).abs() < 1.0, "{}", r.duration_s);
     assert!(r.gpus[0].temperature_mean_c.unwrap() > 60.0);
     assert!(r.gpus[1].power_mean_w.unwrap() > 250.0);
-    assert_eq!(r.verdict.id, "compute_bound");
+    assert_eq!(r.verdict.id.as_str(), "compute_bound");
 }
 
 #[test]
@@ -470,7 +475,7 @@ fn an_unknown_verdict_says_what_data_is_missing() {
         },
     );
     let r = diagnose(&p);
-    assert_eq!(r.verdict.id, "unknown", "{:#?}", r.verdict);
+    assert_eq!(r.verdict.id.as_str(), "unknown", "{:#?}", r.verdict);
     assert!(
         r.verdict.summary.contains("gpufeed run --"),
         "{}",

@@ -81,9 +81,9 @@ fn busy_workers(n: usize, secs: u32) -> String {
 #[test]
 fn one_pinned_worker_and_a_square_wave_gpu_is_input_bound() {
     let r = run_and_diagnose(SQUARE, &busy_workers(1, 6));
-    assert_eq!(r.verdict.id, "input_bound", "{:#?}", r.verdict);
+    assert_eq!(r.verdict.id.as_str(), "input_bound", "{:#?}", r.verdict);
     let f = &r.findings[0];
-    assert_eq!(f.id, "input_bound", "{:?}", ids(&r));
+    assert_eq!(f.id.as_str(), "input_bound", "{:?}", ids(&r));
     let period = f.evidence["util_period_s"].as_f64().unwrap();
     assert!((period - 2.0).abs() < 0.3, "period {period}");
     assert_eq!(r.job.workers_max, 1, "{:#?}", r.job.processes);
@@ -113,7 +113,7 @@ fn one_pinned_worker_and_a_square_wave_gpu_is_input_bound() {
 fn every_core_busy_is_input_bound_cpu_saturated() {
     let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
     let r = run_and_diagnose(SQUARE, &busy_workers(cpus + 1, 6));
-    assert_eq!(r.verdict.id, "input_bound", "{:#?}", r.verdict);
+    assert_eq!(r.verdict.id.as_str(), "input_bound", "{:#?}", r.verdict);
     assert_eq!(
         r.findings[0].evidence["kind"], "cpu_saturated",
         "{:#?}",
@@ -126,7 +126,7 @@ fn every_core_busy_is_input_bound_cpu_saturated() {
 #[test]
 fn healthy_steady_gpu_gets_no_starvation_finding() {
     let r = run_and_diagnose(r#""util":97"#, "sleep 5");
-    assert_eq!(r.verdict.id, "compute_bound", "{:#?}", r.verdict);
+    assert_eq!(r.verdict.id.as_str(), "compute_bound", "{:#?}", r.verdict);
     for bad in [
         "input_bound",
         "cpu_saturated",
@@ -147,12 +147,17 @@ fn degraded_link_at_its_limit_is_transfer_bound() {
         r#""util":60,"pcie":{"max_gen":4,"max_width":16,"cur_gen":1,"cur_width":4,"rx_bytes_per_s":9.5e8}"#,
         "sleep 5",
     );
-    assert_eq!(r.verdict.id, "transfer_bound", "{:#?}", r.gpus[0].pcie);
+    assert_eq!(
+        r.verdict.id.as_str(),
+        "transfer_bound",
+        "{:#?}",
+        r.gpus[0].pcie
+    );
     assert!(ids(&r).contains(&"transfer_bound"));
     let link = r
         .findings
         .iter()
-        .find(|f| f.id == "pcie_link_degraded")
+        .find(|f| f.id.as_str() == "pcie_link_degraded")
         .unwrap_or_else(|| panic!("{:?}", ids(&r)));
     assert_eq!(link.evidence["pcie_gen"], 1);
     assert_eq!(link.evidence["pcie_width_max"], 16);
@@ -164,7 +169,7 @@ fn degraded_link_with_little_traffic_is_only_a_warning() {
         r#""util":95,"pcie":{"max_gen":5,"max_width":16,"cur_gen":3,"cur_width":8,"rx_bytes_per_s":1e8}"#,
         "sleep 4",
     );
-    assert_eq!(r.verdict.id, "compute_bound");
+    assert_eq!(r.verdict.id.as_str(), "compute_bound");
     // The link warning first, then the busy GPU's levers (info).
     assert_eq!(ids(&r), ["pcie_link_degraded", "compute_bound"]);
     assert_eq!(r.findings[0].severity, gpufeed::finding::Severity::Warning);
@@ -174,7 +179,7 @@ fn degraded_link_with_little_traffic_is_only_a_warning() {
 fn thermal_throttling_is_throttled() {
     // SW thermal (0x20) + HW thermal (0x40) on a busy GPU.
     let r = run_and_diagnose(r#""util":97,"throttle_reasons":96"#, "sleep 5");
-    assert_eq!(r.verdict.id, "throttled", "{:#?}", r.verdict);
+    assert_eq!(r.verdict.id.as_str(), "throttled", "{:#?}", r.verdict);
     assert_eq!(ids(&r), ["throttled"]);
     assert!(r.findings[0].recommendation.contains("airflow"));
 }
@@ -189,5 +194,5 @@ fn idle_gpu_bit_while_starving_is_not_throttling() {
         "sleep 5",
     );
     assert!(!ids(&r).contains(&"throttled"), "{:?}", ids(&r));
-    assert_eq!(r.verdict.id, "input_bound");
+    assert_eq!(r.verdict.id.as_str(), "input_bound");
 }

@@ -243,7 +243,7 @@ fn fake_driver_square_wave_keeps_every_driver_sample() {
     )
     .unwrap();
     let verdict = report.verdict.expect("a verdict");
-    assert_ne!(verdict.id, "compute_bound", "{verdict:?}");
+    assert_ne!(verdict.id.as_str(), "compute_bound", "{verdict:?}");
     assert!(!report.findings.is_empty());
     // Header: static facts and the driver.
     let (h, _) = read_recording(&out, |_, _| {}).unwrap();

@@ -24,41 +24,10 @@
 //! Exit codes: 0 (also for a truncated trace with usable events, with a warning), 3 for a missing,
 //! empty, event-less or non-trace input.
 
-use crate::cli::GlobalOpts;
+use crate::cli::{AnalyzeArgs, GlobalOpts};
 use crate::exit::Failure;
+use crate::present::OutputFormat;
 use crate::trace::{self, ranks, report, TraceError};
-use clap::{Args, ValueEnum};
-use std::path::PathBuf;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum AnalyzeFormat {
-    #[default]
-    Text,
-    Json,
-    Markdown,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct AnalyzeArgs {
-    /// Trace files (.json or .json.gz), directories of per-rank traces, or - for stdin
-    #[arg(required = true, value_name = "PATH")]
-    pub paths: Vec<PathBuf>,
-    /// Output format
-    #[arg(long, value_enum, default_value_t = AnalyzeFormat::Text)]
-    pub format: AnalyzeFormat,
-    /// Print the per-step breakdown table (text and markdown)
-    #[arg(long)]
-    pub steps: bool,
-    /// List every evidence entry of each finding (text), not only the deciding ones
-    #[arg(short, long)]
-    pub verbose: bool,
-    /// Also write a self-contained HTML report (per-step breakdown chart, findings) to FILE
-    #[arg(long, value_name = "FILE")]
-    pub html: Option<PathBuf>,
-    /// Also write the JSON report (as --format json prints it) to FILE
-    #[arg(long, value_name = "FILE")]
-    pub export_json: Option<PathBuf>,
-}
 
 fn input_error(e: TraceError) -> anyhow::Error {
     let hint = match &e {
@@ -174,20 +143,22 @@ fn emit(args: &AnalyzeArgs, reports: &[report::Report]) -> anyhow::Result<u8> {
     let one = |rep: &report::Report| -> anyhow::Result<String> {
         let job = rep.job.as_ref().map(ranks::job_text).unwrap_or_default();
         Ok(match args.format {
-            AnalyzeFormat::Json => serde_json::to_string_pretty(rep)? + "\n",
-            AnalyzeFormat::Text => job + &report::text_with(rep, args.steps, args.verbose),
-            AnalyzeFormat::Markdown => report::markdown(rep, args.steps) + &job,
+            OutputFormat::Json => serde_json::to_string_pretty(rep)? + "\n",
+            OutputFormat::Text | OutputFormat::Html => {
+                job + &report::text_with(rep, args.steps, args.verbose)
+            }
+            OutputFormat::Markdown => report::markdown(rep, args.steps) + &job,
         })
     };
     let out = match (args.format, reports) {
         (_, [rep]) => one(rep)?,
-        (AnalyzeFormat::Json, _) => serde_json::to_string_pretty(reports)? + "\n",
+        (OutputFormat::Json, _) => serde_json::to_string_pretty(reports)? + "\n",
         _ => {
             let mut s = String::new();
             for rep in reports {
                 let path = rep.traces.first().map(|t| t.path.as_str()).unwrap_or("");
                 s.push_str(&match args.format {
-                    AnalyzeFormat::Markdown => format!("\n## {path}\n\n"),
+                    OutputFormat::Markdown => format!("\n## {path}\n\n"),
                     _ => format!("\n===== {path} =====\n"),
                 });
                 s.push_str(&one(rep)?);
@@ -202,7 +173,7 @@ fn emit(args: &AnalyzeArgs, reports: &[report::Report]) -> anyhow::Result<u8> {
             return Err(e.into());
         }
     }
-    if reports.iter().any(|r| r.truncated) && args.format != AnalyzeFormat::Text {
+    if reports.iter().any(|r| r.truncated) && args.format != OutputFormat::Text {
         eprintln!("gpufeed: warning: truncated input: the figures cover only what was read");
     }
     Ok(crate::exit::OK)

@@ -1,67 +1,21 @@
 //! `gpufeed batch-size`: the largest batch that runs, the one to use at a memory target, and a
 //! gradient-accumulation plan.
 
-use super::sweep::{
-    check_trial_opts, file_safe, interrupt_flag, live_msg, output_dir, parse_fraction,
-    progress_bar, say, spec, ReportFormat, TrialOpts,
+use super::trials::{
+    check_trial_opts, file_safe, interrupt_flag, live_msg, output_dir, progress_bar, say, spec,
 };
-use crate::cli::GlobalOpts;
+use crate::cli::{BatchSizeArgs, GlobalOpts};
 use crate::exit::{self, Failure};
+use crate::present::OutputFormat;
 use crate::tune::batch::{
     accumulation, classify, recommend, Accumulation, Recommendation, Search, Verdict,
 };
 use crate::tune::params;
 use crate::tune::sweep::{fmt_num, write_atomic};
 use crate::tune::trial::{run_trial, Throughput, TrialExit};
-use clap::Args;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-
-#[derive(Debug, Clone, Args)]
-#[command(after_help = "EXAMPLES:
-    gpufeed batch-size --param bs --start 64 -- python train.py --batch-size {bs}
-    gpufeed batch-size --param bs --start 32 --max 1024 --mem-target 85% --target-batch 2048 -- python train.py --bs {bs}
-
-Doubles the batch until the first out-of-memory, then bisects between the last size that ran and
-the first that did not. Out-of-memory is recognised from the job's output (CUDA out of memory,
-torch.OutOfMemoryError, CUBLAS_STATUS_ALLOC_FAILED, DefaultCPUAllocator, RESOURCE_EXHAUSTED,
-DataLoader worker killed) or a SIGKILL / exit 137; any other failure stops the search.
-Exit: 0 when a batch size ran, 1 when none did or the command failed otherwise, 2 bad options,
-130 interrupted.")]
-pub struct BatchSizeArgs {
-    /// The name used in the command (or in --dataloader batch_size={NAME}) as {NAME}
-    #[arg(long, value_name = "NAME")]
-    pub param: String,
-    #[command(flatten)]
-    pub inject: crate::cli::InjectOpts,
-    /// First batch size to try
-    #[arg(long, value_name = "N", default_value_t = 2)]
-    pub start: u64,
-    /// Never try more than this
-    #[arg(long, value_name = "N")]
-    pub max: Option<u64>,
-    /// Recommend the largest batch whose peak GPU memory stays under this share of the total
-    #[arg(long, value_name = "PCT", default_value = "90%", value_parser = parse_fraction)]
-    pub mem_target: f64,
-    /// Plan gradient accumulation to reach this effective batch
-    #[arg(long, value_name = "N")]
-    pub target_batch: Option<u64>,
-    #[command(flatten)]
-    pub trial: TrialOpts,
-    /// Write the report as JSON after every trial
-    #[arg(long, value_name = "PATH")]
-    pub export_json: Option<PathBuf>,
-    /// The command, after `--`, with {NAME} where the batch size goes
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
-    pub command: Vec<String>,
-}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BatchTrial {
@@ -331,7 +285,7 @@ pub fn run(global: &GlobalOpts, args: &BatchSizeArgs) -> anyhow::Result<u8> {
             file_safe(&label)
         ));
         let batch = match &args.trial.batch {
-            Some(_) => super::sweep::batch_of(&args.trial, &values)?,
+            Some(_) => super::trials::batch_of(&args.trial, &values)?,
             None => Some(bs as f64),
         };
         let mut spec = spec(
@@ -438,7 +392,7 @@ pub fn run(global: &GlobalOpts, args: &BatchSizeArgs) -> anyhow::Result<u8> {
     finish(&mut rep, args.target_batch);
     write_json(args, &dir, &rep)?;
     match args.trial.format {
-        ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&rep)?),
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&rep)?),
         _ => print!("{}", text(&rep)),
     }
     if let Some(e) = fatal {

@@ -5,49 +5,16 @@
 //! Exit codes: 0; 2 for a bad option; 3 for a missing or unreadable input, or two inputs of
 //! different kinds.
 
-use crate::cli::GlobalOpts;
+use crate::cli::{CompareArgs, GlobalOpts};
 use crate::compare::{self, Comparison, InputKind};
 use crate::diagnose::{self, input::LogOptions, InputFormat};
 use crate::exit::{self, Failure};
 use crate::present;
+use crate::present::OutputFormat;
 use crate::trace;
 use crate::tune::sweep::SweepReport;
-use clap::{Args, ValueEnum};
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum CompareFormat {
-    #[default]
-    Text,
-    Json,
-    Markdown,
-    Html,
-}
-
-#[derive(Debug, Clone, Args)]
-#[command(after_help = "EXAMPLES:\n    \
-    gpufeed compare before.ndjson after.ndjson           two recordings (gpufeed run/record)\n    \
-    gpufeed compare workers0.pt.trace.json.gz workers4.pt.trace.json.gz   two profiler traces\n    \
-    gpufeed compare sweep-old/sweep.json sweep-new/sweep.json   two sweeps' sweet spots\n    \
-    gpufeed compare --format markdown a.ndjson b.ndjson >> PR.md")]
-pub struct CompareArgs {
-    /// The baseline: a recording (.ndjson), an nvidia-smi/dcgmi log, a profiler trace (.json/.json.gz) or a sweep.json
-    #[arg(value_name = "BEFORE")]
-    pub before: PathBuf,
-    /// The same kind of file after the change
-    #[arg(value_name = "AFTER")]
-    pub after: PathBuf,
-    /// Output format on stdout
-    #[arg(long, value_enum, default_value_t = CompareFormat::Text)]
-    pub format: CompareFormat,
-    /// Also write the comparison as a self-contained HTML page to FILE
-    #[arg(long, value_name = "FILE")]
-    pub html: Option<PathBuf>,
-    /// Also write the comparison as JSON to FILE
-    #[arg(long, value_name = "FILE")]
-    pub export_json: Option<PathBuf>,
-}
+use std::path::Path;
 
 fn input(msg: String) -> anyhow::Error {
     anyhow::Error::new(Failure::input(msg))
@@ -141,7 +108,7 @@ pub fn build(before: &Path, after: &Path) -> anyhow::Result<Comparison> {
         InputKind::Recording => {
             let d = |p: &Path| {
                 diagnose::diagnose_file(p, InputFormat::Auto, &LogOptions::default())
-                    .map_err(crate::commands::diagnose::input_failure)
+                    .map_err(super::diagnose_failure)
             };
             compare::recordings(&d(before)?, &d(after)?)
         }
@@ -160,10 +127,10 @@ pub fn run(_global: &GlobalOpts, args: &CompareArgs) -> anyhow::Result<u8> {
         eprintln!("gpufeed: wrote {}", h.display());
     }
     let out = match args.format {
-        CompareFormat::Text => present::compare::text(&c),
-        CompareFormat::Json => present::compare::json(&c),
-        CompareFormat::Markdown => present::compare::markdown(&c),
-        CompareFormat::Html => present::compare::html(&c),
+        OutputFormat::Text => present::compare::text(&c),
+        OutputFormat::Json => present::compare::json(&c),
+        OutputFormat::Markdown => present::compare::markdown(&c),
+        OutputFormat::Html => present::compare::html(&c),
     };
     let mut so = std::io::stdout().lock();
     if let Err(e) = so.write_all(out.as_bytes()) {

@@ -1,57 +1,13 @@
 //! `gpufeed diagnose`: a verdict with evidence and a fix, from recordings and existing logs.
 
-use crate::cli::GlobalOpts;
+use crate::cli::{ColorChoice, DiagnoseArgs, GlobalOpts};
+use crate::diagnose;
 use crate::diagnose::input::LogOptions;
-use crate::diagnose::{self, DiagnoseError, InputFormat, ReportFormat};
 use crate::exit::{self, Failure};
-use clap::Args;
+use crate::present::OutputFormat;
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
-
-#[derive(Debug, Clone, Args)]
-pub struct DiagnoseArgs {
-    /// gpufeed recordings (.ndjson), nvidia-smi CSV logs, or nvidia-smi/dcgmi dmon logs
-    #[arg(required = true, value_name = "FILE")]
-    pub files: Vec<PathBuf>,
-    /// Report format (json: one object per file; several files give a JSON array)
-    #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
-    pub format: ReportFormat,
-    /// Input format; auto detects it from the first lines
-    #[arg(long, value_enum, default_value_t = InputFormat::Auto)]
-    pub input_format: InputFormat,
-    /// Field names of a header-less nvidia-smi CSV log, as given to --query-gpu
-    #[arg(long, value_name = "FIELDS", value_delimiter = ',')]
-    pub columns: Option<Vec<String>>,
-    /// Seconds between polls, for logs without timestamps (nvidia-smi -l N, dmon -d N) [default: 1]
-    #[arg(long, value_name = "SECONDS")]
-    pub sample_interval: Option<f64>,
-    /// Colour in text output: auto (when stdout is a terminal and NO_COLOR is unset), always, never
-    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
-    pub color: ColorChoice,
-    /// Also write a self-contained HTML report (charts, findings and fixes) to FILE
-    #[arg(long, value_name = "FILE")]
-    pub html: Option<PathBuf>,
-    /// Also write the JSON report (as --format json prints it) to FILE
-    #[arg(long, value_name = "FILE")]
-    pub export_json: Option<PathBuf>,
-    /// FILEs are one job's recordings from several nodes: a job verdict naming the starving and
-    /// straggling nodes, and a per-node table (files are read one at a time)
-    #[arg(long, conflicts_with = "html")]
-    pub job: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ColorChoice {
-    Auto,
-    Always,
-    Never,
-}
 
 /// Turns a diagnose error into the input-error exit code with its one clear line.
-pub fn input_failure(e: DiagnoseError) -> anyhow::Error {
-    anyhow::Error::new(Failure::input(e.to_string()))
-}
-
 pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
     if let Some(h) = &args.html {
         crate::outfile::refuse_same_as_input("--html", h, args.files.iter().map(|p| p.as_path()))?;
@@ -80,7 +36,8 @@ pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
     }
     let mut reports = Vec::with_capacity(args.files.len());
     for f in &args.files {
-        let r = diagnose::diagnose_file(f, args.input_format, &opts).map_err(input_failure)?;
+        let r = diagnose::diagnose_file(f, args.input_format, &opts)
+            .map_err(super::diagnose_failure)?;
         reports.push(r);
     }
     if let Some(h) = &args.html {
@@ -100,7 +57,7 @@ pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
         eprintln!("gpufeed: wrote {}", p.display());
     }
     let out = match args.format {
-        ReportFormat::Json if reports.len() > 1 => {
+        OutputFormat::Json if reports.len() > 1 => {
             let mut s = serde_json::to_string_pretty(&reports)?;
             s.push('\n');
             s
@@ -124,7 +81,9 @@ fn run_job(args: &DiagnoseArgs, opts: &LogOptions) -> anyhow::Result<u8> {
     use crate::diagnose::job;
     let mut nodes = Vec::with_capacity(args.files.len());
     for f in &args.files {
-        nodes.push(diagnose::diagnose_node(f, args.input_format, opts).map_err(input_failure)?);
+        nodes.push(
+            diagnose::diagnose_node(f, args.input_format, opts).map_err(super::diagnose_failure)?,
+        );
     }
     let report = job::JobReport {
         schema_version: job::JOB_SCHEMA_VERSION,
@@ -132,9 +91,9 @@ fn run_job(args: &DiagnoseArgs, opts: &LogOptions) -> anyhow::Result<u8> {
         nodes,
     };
     let out = match args.format {
-        ReportFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
-        ReportFormat::Markdown => job::markdown(&report),
-        ReportFormat::Text => job::text(&report),
+        OutputFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
+        OutputFormat::Markdown => job::markdown(&report),
+        OutputFormat::Text | OutputFormat::Html => job::text(&report),
     };
     let mut stdout = std::io::stdout().lock();
     let _ = stdout.write_all(out.as_bytes());

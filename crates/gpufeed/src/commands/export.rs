@@ -1,24 +1,8 @@
 //! `gpufeed export --perfetto OUT.json RECORDING [--merge TRACE.json.gz]`.
 
-use crate::cli::GlobalOpts;
+use crate::cli::{ExportArgs, GlobalOpts};
 use crate::exit::{self, Failure};
 use crate::present::perfetto;
-use clap::Args;
-use std::path::PathBuf;
-
-#[derive(Debug, Clone, Args)]
-pub struct ExportArgs {
-    /// Write a Chrome trace JSON (open it in ui.perfetto.dev) with counter tracks: GPU
-    /// utilization, memory, PCIe, CPU per core, CPU per job process
-    #[arg(long, value_name = "OUT.json", required = true)]
-    pub perfetto: PathBuf,
-    /// Merge a PyTorch profiler (Kineto) trace, on one time base (Unix epoch microseconds)
-    #[arg(long, value_name = "TRACE.json[.gz]")]
-    pub merge: Option<PathBuf>,
-    /// The gpufeed recording (.ndjson)
-    #[arg(value_name = "RECORDING")]
-    pub recording: PathBuf,
-}
 
 pub fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
     crate::outfile::refuse_same_as_input(

@@ -1,6 +1,6 @@
 //! `gpufeed run` and `gpufeed record`.
 
-use crate::cli::{GlobalOpts, RecordArgs, RecordingOpts, RunArgs, SummaryFormat};
+use crate::cli::{GlobalOpts, OutputFormat, RecordArgs, RecordingOpts, RunArgs};
 use crate::exit::{self, Failure};
 use crate::job::{signal_all, Job, Received, SignalWatch};
 use crate::outfile::{refuse_same_as_input, Clobber};
@@ -74,15 +74,15 @@ fn print_summary(path: &Path, opts: &RecordingOpts) -> anyhow::Result<()> {
         return Ok(());
     }
     match opts.format {
-        SummaryFormat::Json if opts.export_json.is_some() => {}
-        SummaryFormat::Text => {
+        OutputFormat::Json if opts.export_json.is_some() => {}
+        OutputFormat::Text | OutputFormat::Markdown | OutputFormat::Html => {
             let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
             eprint!(
                 "{}",
                 present::run::text(&summary, diagnosis.as_ref(), color)
             )
         }
-        SummaryFormat::Json => println!("{}", present::run::json(&summary, diagnosis.as_ref())),
+        OutputFormat::Json => println!("{}", present::run::json(&summary, diagnosis.as_ref())),
     }
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! `gpufeed serve`: a Prometheus exporter (dcgm-exporter names plus gpufeed's own metrics).
 
-use crate::cli::{parse_duration, GlobalOpts};
+use crate::cli::{GlobalOpts, ServeArgs};
 use crate::exit::{self, Failure};
 use crate::job::SignalWatch;
 use crate::live::http::{self, Response};
@@ -8,32 +8,11 @@ use crate::live::sampler::{LiveSampler, SamplerConfig};
 use crate::live::LiveState;
 use crate::present::prometheus;
 use crate::sample::host::pid_alive;
-use clap::Args;
 use hyper::body::Bytes;
 use std::io::Write;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
-
-#[derive(Debug, Clone, Args)]
-pub struct ServeArgs {
-    /// Address to serve /metrics on (0.0.0.0:9400 to be scraped from other machines)
-    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9400")]
-    pub listen: SocketAddr,
-    /// Print one exposition to stdout (after about 1.5 s of sampling) and exit
-    #[arg(long)]
-    pub once: bool,
-    /// Sampling interval of host and processes (GPU utilization keeps every driver sample)
-    #[arg(long, value_name = "DURATION", default_value = "200ms", value_parser = crate::cli::parse_interval)]
-    pub interval: Duration,
-    /// Window of the busy ratio, oscillation, starvation score and verdict
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
-    pub window: Duration,
-    /// Follow this job's process tree (worker CPU, starvation verdict)
-    #[arg(long, value_name = "PID")]
-    pub pid: Option<u32>,
-}
 
 /// Starts sampling into a shared state; the returned sampler stops when dropped.
 pub fn start_live(

@@ -1,149 +1,19 @@
 //! `gpufeed sweep`: try every combination of knob values on the user's own command and find the
-//! sweet spot; `TrialOpts` is shared with `gpufeed batch-size`.
+//! sweet spot (what it shares with `gpufeed batch-size` is in [`super::trials`]).
 
-use crate::cli::{parse_duration, GlobalOpts, InjectOpts};
+use super::trials::{
+    batch_of, check_trial_opts, file_safe, interrupt_flag, live_msg, output_dir, progress_bar, say,
+    spec,
+};
+use crate::cli::{GlobalOpts, SweepArgs};
 use crate::exit::{self, Failure};
-use crate::job::SignalWatch;
+use crate::present::OutputFormat;
 use crate::tune::params::{self, Setting};
-use crate::tune::progress::RateRegex;
 use crate::tune::sweep::{self as report, fmt_num, SweepReport, TrialResult, SCHEMA_VERSION};
-use crate::tune::trial::{run_trial, Live, TrialSpec};
+use crate::tune::trial::run_trial;
 use crate::tune::TuneError;
-use clap::{Args, ValueEnum};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
-
-/// How each trial is measured (shared by `sweep` and `batch-size`).
-#[derive(Debug, Clone, Args)]
-pub struct TrialOpts {
-    /// Shortest trial, even when throughput is steady sooner
-    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration)]
-    pub min_time: Duration,
-    /// Longest trial: stop there even if throughput is not yet steady
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
-    pub max_time: Duration,
-    /// Steady when the 95% CI half-width is at most this share of the median rate (e.g. 3%, 0.03)
-    #[arg(long, value_name = "PCT", default_value = "3%", value_parser = parse_fraction)]
-    pub tolerance: f64,
-    /// Read the rate from output lines matching this regex (first capture group = the number)
-    #[arg(long, value_name = "REGEX")]
-    pub rate_regex: Option<String>,
-    /// Unit of the --rate-regex rate
-    #[arg(long, value_name = "UNIT", default_value = "samples/s")]
-    pub rate_unit: String,
-    /// Samples per step (may use {name}): adds samples/s to step and it/s throughputs
-    #[arg(long, value_name = "N")]
-    pub batch: Option<String>,
-    /// Pass the job's output through to stderr (it is always parsed)
-    #[arg(long)]
-    pub show_output: bool,
-    /// Host and process sampling interval of each trial's recording
-    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = crate::cli::parse_interval)]
-    pub interval: Duration,
-    /// How long SIGINT and then SIGTERM are given to stop a trial before the next signal
-    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration)]
-    pub grace: Duration,
-    /// Where each trial's recording goes [default: gpufeed-sweep-YYYYMMDD-HHMMSS]
-    #[arg(long, value_name = "DIR")]
-    pub output_dir: Option<PathBuf>,
-    /// Report format on stdout
-    #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
-    pub format: ReportFormat,
-    /// No progress bar or per-trial lines on stderr
-    #[arg(short, long)]
-    pub quiet: bool,
-    #[command(flatten)]
-    pub py: crate::cli::PyStackOpts,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum ReportFormat {
-    #[default]
-    Text,
-    Json,
-    Markdown,
-}
-
-#[derive(Debug, Clone, Args)]
-#[command(after_help = "EXAMPLES:
-    gpufeed sweep -L workers 0,2,4,8 -- python train.py --num-workers {workers}
-    gpufeed sweep -L workers 2,4 -L pin 0,1 --export-json sweep.json -- python train.py --workers {workers} --pin {pin}
-    gpufeed sweep -L threads 1,2,4 --env OMP_NUM_THREADS={threads} -- python train.py
-    gpufeed sweep -L w 0,2,4,8 --dataloader num_workers={w} -- python train.py
-    gpufeed sweep -L p high,highest --torch matmul_precision={p} -- python train.py
-
---dataloader/--torch change a PyTorch job's DataLoader arguments and global switches with no code
-change (a sitecustomize put first on the job's PYTHONPATH; see docs/sweep.md).
-
-Throughput comes from step markers on GPUFEED_STEP_SOCKET (python/gpufeed_probe.py), else
---rate-regex, else a tqdm progress bar, else mean GPU utilization as a stated proxy.
-Exit: 0 when a trial succeeded, 1 when none did, 2 bad options, 127/126 command not found /
-not executable, 130 interrupted (results so far are written).")]
-pub struct SweepArgs {
-    /// A knob and the values to try, in order of cost: -L workers 0,2,4,8 (repeat for a product)
-    #[arg(short = 'L', long = "parameter-list", num_args = 2,
-          value_names = ["NAME", "VALUES"], required = true)]
-    pub lists: Vec<String>,
-    /// Set an environment variable per trial, e.g. --env OMP_NUM_THREADS={threads}
-    #[arg(long = "env", value_name = "NAME=VALUE")]
-    pub env: Vec<String>,
-    #[command(flatten)]
-    pub inject: InjectOpts,
-    #[command(flatten)]
-    pub trial: TrialOpts,
-    /// Write the results as JSON after every trial
-    #[arg(long, value_name = "PATH")]
-    pub export_json: Option<PathBuf>,
-    /// Write the results as CSV after every trial
-    #[arg(long, value_name = "PATH")]
-    pub export_csv: Option<PathBuf>,
-    /// Write the results as a Markdown table after every trial
-    #[arg(long, value_name = "PATH")]
-    pub export_markdown: Option<PathBuf>,
-    /// Write an SVG chart of throughput (and GPU utilization) against the knob after every trial
-    #[arg(long, value_name = "PATH")]
-    pub export_svg: Option<PathBuf>,
-    /// Write a self-contained HTML page (sweep curve, sweet spot) after every trial
-    #[arg(long, value_name = "FILE")]
-    pub html: Option<PathBuf>,
-    /// Re-run a trial whose throughput never settled (interval still wider than --tolerance at
-    /// --max-time) up to N more times, keeping the steadiest run
-    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10))]
-    pub retries: u32,
-    /// The command, after `--`, with {name} where each knob's value goes
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
-    pub command: Vec<String>,
-}
-
-/// `3%`, `0.03` or `3` (percent when above 1).
-pub fn parse_fraction(s: &str) -> Result<f64, String> {
-    let t = s.trim();
-    let (num, pct) = match t.strip_suffix('%') {
-        Some(n) => (n, true),
-        None => (t, false),
-    };
-    let x: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{s}' is not a percentage; use e.g. 3% or 0.03"))?;
-    let f = if pct || x > 1.0 { x / 100.0 } else { x };
-    if !(f > 0.0 && f <= 1.0) {
-        return Err(format!("'{s}' must be above 0% and at most 100%"));
-    }
-    Ok(f)
-}
-
-fn usage(msg: impl Into<String>) -> anyhow::Error {
-    Failure::new(exit::USAGE, msg).into()
-}
+use std::sync::atomic::Ordering;
 
 fn inject_err(e: crate::inject::InjectError) -> anyhow::Error {
     Failure::new(e.exit_code(), e.to_string()).into()
@@ -151,177 +21,6 @@ fn inject_err(e: crate::inject::InjectError) -> anyhow::Error {
 
 fn tune_err(e: TuneError) -> anyhow::Error {
     Failure::new(e.exit_code(), e.to_string()).into()
-}
-
-/// Checks shared trial options; returns the compiled regex.
-pub fn check_trial_opts(t: &TrialOpts, command: &[String]) -> anyhow::Result<Option<RateRegex>> {
-    if let Some(first) = command.first().filter(|c| c.starts_with('-')) {
-        return Err(usage(format!(
-            "unknown option '{first}': put gpufeed's options before `--` and the command after it"
-        )));
-    }
-    if t.min_time > t.max_time {
-        return Err(usage(format!(
-            "--min-time ({}) is longer than --max-time ({})",
-            humantime::format_duration(t.min_time),
-            humantime::format_duration(t.max_time)
-        )));
-    }
-    if t.max_time.is_zero() {
-        return Err(usage("--max-time must be above 0"));
-    }
-    if t.interval < Duration::from_millis(10) {
-        return Err(usage("--interval must be at least 10ms"));
-    }
-    t.rate_regex
-        .as_deref()
-        .map(RateRegex::new)
-        .transpose()
-        .map_err(usage)
-}
-
-/// The batch size of a setting, from `--batch` (`None` when not given).
-pub fn batch_of(t: &TrialOpts, values: &[(String, String)]) -> anyhow::Result<Option<f64>> {
-    let Some(tpl) = &t.batch else { return Ok(None) };
-    let s = params::substitute(tpl, values);
-    match s.trim().parse::<f64>() {
-        Ok(b) if b > 0.0 && b.is_finite() => Ok(Some(b)),
-        _ => Err(usage(format!(
-            "--batch '{tpl}' gives '{s}', not a positive number"
-        ))),
-    }
-}
-
-/// The output directory (created): `--output-dir`, which must not hold the trial recordings of an
-/// earlier run, or a new `PREFIX-YYYYMMDD-HHMMSS-mmm` folder (suffixed `-2`, `-3` ... when taken).
-pub fn output_dir(t: &TrialOpts, prefix: &str) -> anyhow::Result<PathBuf> {
-    let cannot = |dir: &Path, e: std::io::Error| {
-        Failure::input(format!(
-            "cannot create output directory {}: {e} (choose another with --output-dir)",
-            dir.display()
-        ))
-    };
-    let Some(dir) = t.output_dir.clone() else {
-        let base = PathBuf::from(crate::record::recorder::default_stamp(
-            prefix,
-            SystemTime::now(),
-        ));
-        return crate::outfile::create_dir_unique(&base).map_err(|e| cannot(&base, e).into());
-    };
-    std::fs::create_dir_all(&dir).map_err(|e| cannot(&dir, e))?;
-    let earlier = std::fs::read_dir(&dir)
-        .map_err(|e| cannot(&dir, e))?
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .find(|n| n.starts_with("trial-") && n.ends_with(".ndjson"));
-    if let Some(n) = earlier {
-        return Err(Failure::new(
-            exit::USAGE,
-            format!(
-                "{} already holds trial recordings of an earlier run ({n}): choose another --output-dir, or leave it out for a new folder",
-                dir.display()
-            ),
-        )
-        .into());
-    }
-    Ok(dir)
-}
-
-/// A file-name-safe version of a label.
-pub fn file_safe(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "=._-".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
-/// Everything a trial needs apart from its command, env and paths.
-pub fn spec(
-    global: &GlobalOpts,
-    t: &TrialOpts,
-    regex: Option<RateRegex>,
-    argv: Vec<String>,
-    env: Vec<(String, String)>,
-    recording: PathBuf,
-    batch: Option<f64>,
-) -> TrialSpec {
-    TrialSpec {
-        argv,
-        env,
-        recording,
-        min_time: t.min_time,
-        max_time: t.max_time,
-        rel_tol: t.tolerance,
-        rate_regex: regex,
-        rate_unit: t.rate_unit.clone(),
-        batch,
-        show_output: t.show_output,
-        interval: t.interval,
-        nvml_lib: global.nvml_lib.clone(),
-        no_gpu: false,
-        py: t.py.config(false),
-        grace: t.grace,
-        inject: None,
-    }
-}
-
-/// The progress bar (hidden with --quiet or when stderr is not a terminal).
-pub fn progress_bar(len: u64, quiet: bool) -> ProgressBar {
-    let pb = if quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr())
-    };
-    pb.set_style(
-        ProgressStyle::with_template(
-            "{spinner} {elapsed_precise} [{bar:25}] {pos}/{len} trials, ETA {eta}  {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> "),
-    );
-    pb.enable_steady_tick(Duration::from_millis(200));
-    pb
-}
-
-/// A line above the bar, or on stderr when the bar is hidden.
-pub fn say(pb: &ProgressBar, quiet: bool, line: String) {
-    if quiet {
-        return;
-    }
-    if pb.is_hidden() {
-        eprintln!("{line}");
-    } else {
-        pb.println(line);
-    }
-}
-
-/// The bar's message while a trial runs.
-pub fn live_msg(label: &str, l: &Live) -> String {
-    match (l.value, &l.unit) {
-        (Some(v), Some(u)) => format!(
-            "{label}: {} {u}{} at {:.0}s",
-            fmt_num(v),
-            l.rel_half_width
-                .map(|r| format!(" ±{:.1}%", r * 100.0))
-                .unwrap_or_default(),
-            l.elapsed_s
-        ),
-        _ => format!("{label}: waiting for throughput, {:.0}s", l.elapsed_s),
-    }
-}
-
-/// Ctrl-C / SIGTERM: set a flag that stops the running trial cleanly.
-pub fn interrupt_flag() -> anyhow::Result<(Arc<AtomicBool>, SignalWatch)> {
-    let flag = Arc::new(AtomicBool::new(false));
-    let f = Arc::clone(&flag);
-    let watch = SignalWatch::start(move |_| f.store(true, Ordering::SeqCst))
-        .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
-    Ok((flag, watch))
 }
 
 fn write_reports(args: &SweepArgs, dir: &Path, rep: &SweepReport) -> anyhow::Result<()> {
@@ -550,9 +249,9 @@ pub fn run(global: &GlobalOpts, args: &SweepArgs) -> anyhow::Result<u8> {
     rep.interrupted = interrupt.load(Ordering::SeqCst);
     write_reports(args, &dir, &rep)?;
     match args.trial.format {
-        ReportFormat::Text => print!("{}", report::text(&rep)),
-        ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&rep)?),
-        ReportFormat::Markdown => print!("{}", report::markdown(&rep)),
+        OutputFormat::Text | OutputFormat::Html => print!("{}", report::text(&rep)),
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&rep)?),
+        OutputFormat::Markdown => print!("{}", report::markdown(&rep)),
     }
     if !quiet {
         eprintln!("gpufeed: recordings and sweep.json in {}", dir.display());
@@ -634,25 +333,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fractions() {
-        assert_eq!(parse_fraction("3%").unwrap(), 0.03);
-        assert_eq!(parse_fraction("0.03").unwrap(), 0.03);
-        assert_eq!(parse_fraction("90").unwrap(), 0.9);
-        assert!(parse_fraction("0").is_err());
-        assert!(parse_fraction("abc").is_err());
-        assert!(parse_fraction("150%").is_err());
-    }
-
-    #[test]
     fn retry_recordings_get_their_own_names() {
         assert_eq!(
             recording_for_retry(std::path::Path::new("/d/trial-03-workers=4.ndjson"), 2),
             PathBuf::from("/d/trial-03-workers=4.retry2.ndjson")
         );
-    }
-
-    #[test]
-    fn file_names() {
-        assert_eq!(file_safe("workers=2_pin=a/b"), "workers=2_pin=a_b");
     }
 }

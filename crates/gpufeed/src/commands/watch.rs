@@ -4,14 +4,13 @@
 //! keys and draws (at `--refresh`, 4 times a second by default), so a slow driver never freezes
 //! the screen and drawing never delays a sample.
 
-use crate::cli::{parse_duration, GlobalOpts};
+use crate::cli::{GlobalOpts, WatchArgs};
 use crate::exit::{self, Failure};
 use crate::live::sampler::{LiveSampler, SamplerConfig};
 use crate::live::{LiveState, DEFAULT_WINDOW_S};
 use crate::record::format::{header_line, End, Header, Line};
 use crate::record::recorder::default_output_name;
 use crate::tui::{self, Action, Key, Ui};
-use clap::Args;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::crossterm::{execute, terminal};
 use std::io::{BufWriter, IsTerminal, Write};
@@ -21,31 +20,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
-
-#[derive(Debug, Clone, Args)]
-pub struct WatchArgs {
-    /// Host and process sampling interval (GPU utilization keeps every driver sample)
-    #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = crate::cli::parse_interval)]
-    pub interval: Duration,
-    /// Screen refresh interval (at most 500ms: the view refreshes at least twice a second)
-    #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = parse_duration)]
-    pub refresh: Duration,
-    /// Follow this running process and its children
-    #[arg(long, value_name = "PID", conflicts_with = "command")]
-    pub pid: Option<u32>,
-    #[command(flatten)]
-    pub inject: crate::cli::InjectOpts,
-    /// Where the job's stdout and stderr go while the screen is in use
-    #[arg(long, value_name = "PATH", default_value = "gpufeed-watch-job.log")]
-    pub job_log: PathBuf,
-    /// A command to start and follow, after `--`; its output goes to --job-log
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
-    pub command: Vec<String>,
-}
 
 /// The recording started with `r`.
 struct Recording {

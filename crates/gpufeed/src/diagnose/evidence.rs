@@ -10,6 +10,7 @@ use super::stats::{
 };
 use crate::record::format::{Header, Line};
 use crate::sample::{throttle, GpuSample, HostSample, ProcSample, ProcStart};
+use crate::units::pcie_link_bytes_per_s;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
@@ -20,24 +21,6 @@ pub const IDLE_CORE_PCT: f64 = 20.0;
 pub const BUSY_CORE_PCT: f64 = 90.0;
 /// A process whose mean CPU is at least this (percent of one core) is pinned on a core.
 pub const SATURATED_PROC_PCT: f64 = 85.0;
-
-/// Host-to-device bandwidth of one PCIe lane per direction, GB/s, by generation.
-pub fn pcie_lane_gb_per_s(gen: u32) -> Option<f64> {
-    Some(match gen {
-        1 => 0.25,
-        2 => 0.5,
-        3 => 0.985,
-        4 => 1.969,
-        5 => 3.938,
-        6 => 7.563,
-        _ => return None,
-    })
-}
-
-/// Link capacity per direction in bytes/s at a generation and width.
-pub fn pcie_capacity_bytes_per_s(gen: u32, width: u32) -> Option<f64> {
-    Some(pcie_lane_gb_per_s(gen)? * 1e9 * width as f64)
-}
 
 pub use crate::sample::dcgmi::ProfilingMeans;
 
@@ -555,7 +538,7 @@ impl EvidenceBuilder {
                 .pcie_gen
                 .zip(s.pcie_width)
                 .or(g.last_link)
-                .and_then(|(gn, w)| pcie_capacity_bytes_per_s(gn, w))
+                .and_then(|(gn, w)| pcie_link_bytes_per_s(gn, w))
             {
                 let f = r / cap;
                 g.rx_frac.push(f);
@@ -943,10 +926,10 @@ fn finish_gpu(
         width_current: current.map(|c| c.1),
         gen_max,
         width_max,
-        capacity_current_bytes_per_s: current.and_then(|(a, b)| pcie_capacity_bytes_per_s(a, b)),
+        capacity_current_bytes_per_s: current.and_then(|(a, b)| pcie_link_bytes_per_s(a, b)),
         capacity_max_bytes_per_s: gen_max
             .zip(width_max)
-            .and_then(|(a, b)| pcie_capacity_bytes_per_s(a, b)),
+            .and_then(|(a, b)| pcie_link_bytes_per_s(a, b)),
         loaded_link_samples: g.loaded_link,
         degraded_loaded_fraction: (g.loaded_link > 0)
             .then(|| g.loaded_degraded as f64 / g.loaded_link as f64),
@@ -1134,7 +1117,7 @@ mod tests {
     #[test]
     fn pcie_rate_from_counters_against_capacity_and_degraded_link() {
         let mut b = EvidenceBuilder::new();
-        let cap = pcie_capacity_bytes_per_s(3, 8).unwrap(); // a Gen4 x16 card stuck at Gen3 x8
+        let cap = pcie_link_bytes_per_s(3, 8).unwrap(); // a Gen4 x16 card stuck at Gen3 x8
         let mut rx = u64::MAX - 1000; // counters wrap: the first delta is skipped
         for i in 0..100 {
             let t = i as f64 * 0.1;

@@ -8,11 +8,13 @@ use crate::record::format::{self, Header, Line, ReadError};
 use crate::sample::dcgmi::{self, Flavour};
 use crate::sample::smi_csv::{self, CsvOptions, LogError, LogInfo};
 use crate::sample::{GpuSample, HostSample, ProcSample};
+use serde::{Deserialize, Serialize};
 use std::io::Read;
 use std::path::Path;
 
 /// Input formats (`--input-format`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum InputFormat {
     /// Detect from the first lines
     #[default]
@@ -222,7 +224,7 @@ pub fn read(
     };
     let mut source = Source {
         path: path.display().to_string(),
-        format: format.as_str().to_string(),
+        format,
         lines: 0,
         malformed: 0,
         truncated: false,
@@ -299,7 +301,7 @@ pub fn read(
                 "mostly unreadable: {} of {} lines could not be read as {}; check the file and --input-format",
                 source.malformed,
                 source.lines + source.malformed,
-                source.format.replace('_', " ")
+                source.format.as_str().replace('_', " ")
             ),
         });
     }

@@ -12,7 +12,9 @@
 //! straggles, `balanced` when the nodes agree (then `node_verdict` is their common verdict), and
 //! `unknown` when no node had GPU utilization.
 
+use super::verdict::VerdictId;
 use super::DiagnoseReport;
+use crate::finding::FindingId;
 use serde::{Deserialize, Serialize};
 
 /// A node is a straggler when its GPU busy percentage is this many points below the median node.
@@ -29,14 +31,14 @@ pub struct NodeSummary {
     /// From the recording's header; `None` for logs without one.
     pub hostname: Option<String>,
     /// The node's verdict id (`input_bound`, `compute_bound`, ...).
-    pub verdict: String,
+    pub verdict: VerdictId,
     pub confidence: f64,
     /// Mean GPU busy percentage over the node's GPUs.
     pub gpu_busy_pct: Option<f64>,
     pub gpus: usize,
     pub duration_s: f64,
     /// The id of the node's most important finding.
-    pub top_finding: Option<String>,
+    pub top_finding: Option<FindingId>,
 }
 
 impl NodeSummary {
@@ -44,7 +46,7 @@ impl NodeSummary {
         NodeSummary {
             recording: recording.to_string(),
             hostname,
-            verdict: r.verdict.id.clone(),
+            verdict: r.verdict.id,
             confidence: r.verdict.confidence,
             gpu_busy_pct: r
                 .verdict
@@ -52,7 +54,7 @@ impl NodeSummary {
                 .map(|b| (b * 1000.0).round() / 10.0),
             gpus: r.gpus.len(),
             duration_s: r.duration_s,
-            top_finding: r.findings.first().map(|f| f.id.clone()),
+            top_finding: r.findings.first().map(|f| f.id),
         }
     }
 
@@ -85,7 +87,7 @@ pub struct JobSummary {
     /// Recording paths of the straggling nodes.
     pub stragglers: Vec<String>,
     /// The most common node verdict.
-    pub node_verdict: Option<String>,
+    pub node_verdict: Option<VerdictId>,
     /// GPU busy percentage of the median node.
     pub median_gpu_busy_pct: Option<f64>,
 }
@@ -127,37 +129,37 @@ fn plural(n: usize, one: &str, many: &str) -> String {
 /// The job verdict over the nodes' summaries (pure).
 pub fn judge(nodes: &[NodeSummary]) -> JobSummary {
     let med = median(nodes.iter().filter_map(|n| n.gpu_busy_pct).collect());
-    let mut counts: Vec<(&str, usize)> = Vec::new();
+    let mut counts: Vec<(VerdictId, usize)> = Vec::new();
     for n in nodes {
         match counts.iter_mut().find(|c| c.0 == n.verdict) {
             Some(c) => c.1 += 1,
-            None => counts.push((&n.verdict, 1)),
+            None => counts.push((n.verdict, 1)),
         }
     }
     // Most common; ties go to the first seen.
     let common = counts
         .iter()
-        .fold(None::<(&str, usize)>, |best, c| match best {
+        .fold(None::<(VerdictId, usize)>, |best, c| match best {
             Some(b) if b.1 >= c.1 => Some(b),
             _ => Some(*c),
         })
-        .map(|c| c.0.to_string());
+        .map(|c| c.0);
     let starving: Vec<&NodeSummary> = nodes
         .iter()
-        .filter(|n| n.verdict == "input_bound")
+        .filter(|n| n.verdict == VerdictId::InputBound)
         .collect();
-    let slow_verdict = |v: &str| v == "throttled" || v == "transfer_bound";
+    let slow_verdict = |v: VerdictId| matches!(v, VerdictId::Throttled | VerdictId::TransferBound);
     let stragglers: Vec<&NodeSummary> = nodes
         .iter()
-        .filter(|n| n.verdict != "input_bound")
+        .filter(|n| n.verdict != VerdictId::InputBound)
         .filter(|n| {
             let gap = n
                 .gpu_busy_pct
                 .zip(med)
                 .is_some_and(|(b, m)| m - b >= STRAGGLER_GAP_PCT);
-            let slow = slow_verdict(&n.verdict)
+            let slow = slow_verdict(n.verdict)
                 && nodes.len() > 1
-                && common.as_deref().is_some_and(|c| !slow_verdict(c));
+                && common.is_some_and(|c| !slow_verdict(c));
             gap || slow
         })
         .collect();
@@ -209,7 +211,7 @@ pub fn judge(nodes: &[NodeSummary]) -> JobSummary {
             JobVerdict::Balanced,
             format!(
                 "The {total} nodes agree: {}{med_txt}",
-                common.as_deref().unwrap_or("unknown")
+                common.unwrap_or(VerdictId::Unknown)
             ),
         )
     };
@@ -250,11 +252,11 @@ fn rows(r: &JobReport) -> Vec<[String; 8]> {
             [
                 n.hostname.clone().unwrap_or_else(|| "-".into()),
                 n.recording.clone(),
-                n.verdict.clone(),
+                n.verdict.to_string(),
                 n.gpu_busy_pct.map_or("-".into(), |b| format!("{b:.0}%")),
                 n.gpus.to_string(),
                 hms(n.duration_s),
-                n.top_finding.clone().unwrap_or_else(|| "-".into()),
+                n.top_finding.map_or("-".into(), |f| f.to_string()),
                 role(&r.job, n).to_string(),
             ]
         })
@@ -335,10 +337,14 @@ mod tests {
     use super::*;
 
     fn node(path: &str, verdict: &str, busy: Option<f64>) -> NodeSummary {
+        let verdict = *VerdictId::ALL
+            .iter()
+            .find(|v| v.as_str() == verdict)
+            .unwrap();
         NodeSummary {
             recording: path.into(),
             hostname: Some(path.trim_end_matches(".ndjson").into()),
-            verdict: verdict.into(),
+            verdict,
             confidence: 0.9,
             gpu_busy_pct: busy,
             gpus: 8,
@@ -364,7 +370,7 @@ mod tests {
             "{}",
             j.summary
         );
-        assert_eq!(j.node_verdict.as_deref(), Some("compute_bound"));
+        assert_eq!(j.node_verdict, Some(VerdictId::ComputeBound));
     }
 
     #[test]

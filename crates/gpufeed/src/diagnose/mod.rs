@@ -16,13 +16,13 @@ pub mod stats;
 pub mod verdict;
 
 pub use input::InputFormat;
-pub use render::{render, ReportFormat};
+pub use render::render;
 
 use crate::finding::Finding;
 use evidence::{Evidence, GpuEvidence, HostEvidence, JobEvidence, Origin};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use verdict::Verdict;
+use verdict::{Verdict, VerdictId};
 
 /// Version of the JSON report; bumped when a field is removed or changes meaning.
 pub const REPORT_SCHEMA_VERSION: u32 = 1;
@@ -32,7 +32,7 @@ pub const REPORT_SCHEMA_VERSION: u32 = 1;
 pub struct Source {
     pub path: String,
     /// `recording`, `smi_csv`, `smi_dmon` or `dcgmi`.
-    pub format: String,
+    pub format: InputFormat,
     /// Lines (recording) or rows (logs) read.
     pub lines: u64,
     /// Lines that could not be read and were skipped.
@@ -139,12 +139,14 @@ pub const MEMORY_FULL: f64 = 0.8;
 
 /// What the verdict says is holding the GPU back, for the memory line.
 fn what_holds(v: &Verdict) -> String {
-    match v.id.as_str() {
-        "input_bound" => "the input pipeline is (see input_bound)".into(),
-        "transfer_bound" => "host-to-device copies are (see transfer_bound)".into(),
-        "throttled" => "clock throttling is (see throttled)".into(),
-        "idle" => "the GPU sat idle".into(),
-        _ => "utilization is what to follow (see the verdict)".into(),
+    match v.id {
+        VerdictId::InputBound => "the input pipeline is (see input_bound)".into(),
+        VerdictId::TransferBound => "host-to-device copies are (see transfer_bound)".into(),
+        VerdictId::Throttled => "clock throttling is (see throttled)".into(),
+        VerdictId::Idle => "the GPU sat idle".into(),
+        VerdictId::ComputeBound | VerdictId::Unknown => {
+            "utilization is what to follow (see the verdict)".into()
+        }
     }
 }
 

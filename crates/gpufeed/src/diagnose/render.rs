@@ -3,31 +3,25 @@
 
 use super::evidence::{GpuEvidence, Role};
 use super::pyloop::{PhasesPct, PythonEvidence};
+use super::verdict::VerdictId;
 use super::DiagnoseReport;
 use crate::finding::{Finding, Severity};
+use crate::present::OutputFormat;
 use crate::sample::pyphase::Phase;
 use crate::sample::pystacks::PyStatus;
 use std::fmt::Write as _;
 
-/// Output formats (`--format`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum ReportFormat {
-    #[default]
-    Text,
-    Json,
-    Markdown,
-}
-
-/// Renders a report; `color` adds ANSI colours (text only).
-pub fn render(report: &DiagnoseReport, format: ReportFormat, color: bool) -> String {
+/// Renders a report; `color` adds ANSI colours (text only). `diagnose --format` takes text,
+/// JSON or Markdown (the HTML page is `--html`'s): HTML here gets the text.
+pub fn render(report: &DiagnoseReport, format: OutputFormat, color: bool) -> String {
     match format {
-        ReportFormat::Text => text(report, color),
-        ReportFormat::Json => {
+        OutputFormat::Text | OutputFormat::Html => text(report, color),
+        OutputFormat::Json => {
             let mut s = serde_json::to_string_pretty(report).expect("report serializes");
             s.push('\n');
             s
         }
-        ReportFormat::Markdown => markdown(report),
+        OutputFormat::Markdown => markdown(report),
     }
 }
 
@@ -58,10 +52,10 @@ fn paint(s: &str, code: &str, color: bool) -> String {
     }
 }
 
-fn verdict_color(id: &str) -> &'static str {
+fn verdict_color(id: VerdictId) -> &'static str {
     match id {
-        "compute_bound" => "1;32",
-        "unknown" | "idle" => "1;33",
+        VerdictId::ComputeBound => "1;32",
+        VerdictId::Unknown | VerdictId::Idle => "1;33",
         _ => "1;31",
     }
 }
@@ -248,7 +242,7 @@ fn text(r: &DiagnoseReport, color: bool) -> String {
         "{} {} ({}, {}, {} GPU{})",
         paint("gpufeed diagnose:", "1", color),
         r.source.path,
-        r.source.format.replace('_', " "),
+        r.source.format.as_str().replace('_', " "),
         duration(r.duration_s),
         gpus,
         if gpus == 1 { "" } else { "s" }
@@ -265,7 +259,7 @@ fn text(r: &DiagnoseReport, color: bool) -> String {
         o,
         "{}  {}  (confidence {:.2})",
         paint("VERDICT", "1", color),
-        paint(&r.verdict.id, verdict_color(&r.verdict.id), color),
+        paint(r.verdict.id.as_str(), verdict_color(r.verdict.id), color),
         r.verdict.confidence
     );
     let _ = writeln!(o, "         {}", r.verdict.summary);
@@ -341,7 +335,7 @@ fn text(r: &DiagnoseReport, color: bool) -> String {
                 o,
                 "  [{}] {}: {}",
                 paint(f.severity.as_str(), severity_color(f.severity), color),
-                paint(&f.id, "1", color),
+                paint(f.id.as_str(), "1", color),
                 f.title
             );
             let _ = writeln!(o, "      evidence: {}", evidence_line(f));
@@ -528,7 +522,7 @@ fn loop_markdown(p: &PythonEvidence) -> String {
 /// The line shown when there are no findings: an unknown verdict never claims that nothing
 /// holds the GPU back (its summary says which data is missing).
 fn no_findings(r: &DiagnoseReport) -> &'static str {
-    if r.verdict.id == "unknown" {
+    if r.verdict.id == VerdictId::Unknown {
         "No findings: this input cannot name a cause (the verdict says what data would)."
     } else {
         "No findings: nothing is holding the GPU back in this recording."
@@ -550,7 +544,7 @@ fn markdown(r: &DiagnoseReport) -> String {
     let _ = writeln!(
         o,
         "Input: {} · duration {} · {} GPU(s)\n",
-        r.source.format.replace('_', " "),
+        r.source.format.as_str().replace('_', " "),
         duration(r.duration_s),
         r.gpus.len()
     );

@@ -4,32 +4,65 @@ use super::evidence::{Evidence, Origin};
 use super::rules::gpus::{self, GpuState};
 pub use super::rules::sampling_factor;
 use super::rules::{input, r2};
-use crate::finding::Finding;
+use crate::finding::{Basis, Finding, FindingId};
 use serde::{Deserialize, Serialize};
 
-/// Verdict ids (a public contract, like finding ids).
-pub const VERDICT_IDS: &[&str] = &[
-    "input_bound",
-    "compute_bound",
-    "transfer_bound",
-    "throttled",
-    "idle",
-    "unknown",
-];
+/// Verdict ids (a public contract, like finding ids), serialised to their snake_case strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictId {
+    InputBound,
+    /// Healthy: the GPU is busy and the input keeps up.
+    ComputeBound,
+    TransferBound,
+    Throttled,
+    Idle,
+    Unknown,
+}
+
+impl VerdictId {
+    /// Every verdict id, in the order the docs list them.
+    pub const ALL: &'static [VerdictId] = &[
+        VerdictId::InputBound,
+        VerdictId::ComputeBound,
+        VerdictId::TransferBound,
+        VerdictId::Throttled,
+        VerdictId::Idle,
+        VerdictId::Unknown,
+    ];
+
+    /// The stable string (the same as its JSON form).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerdictId::InputBound => "input_bound",
+            VerdictId::ComputeBound => "compute_bound",
+            VerdictId::TransferBound => "transfer_bound",
+            VerdictId::Throttled => "throttled",
+            VerdictId::Idle => "idle",
+            VerdictId::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for VerdictId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
 
 /// The one primary bottleneck.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Verdict {
     /// One of `input_bound`, `compute_bound` (healthy), `transfer_bound`, `throttled`, `idle`,
     /// `unknown`.
-    pub id: String,
+    pub id: VerdictId,
     /// 0–1: how sure the evidence makes us.
     pub confidence: f64,
     /// One line for people.
     pub summary: String,
     /// Id of the finding the verdict rests on, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finding: Option<String>,
+    pub finding: Option<FindingId>,
     /// Mean GPU busy fraction (mean utilization / 100) over the GPUs the job used.
     #[serde(default)]
     pub gpu_busy_fraction: Option<f64>,
@@ -46,7 +79,7 @@ pub struct Verdict {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Candidate {
     /// A finding id (`input_bound`, `batch_too_small`).
-    pub id: String,
+    pub id: FindingId,
     pub confidence: f64,
 }
 
@@ -58,7 +91,7 @@ pub struct GpuJudgement {
     pub busy_fraction: Option<f64>,
 }
 
-fn has<'a>(findings: &'a [Finding], id: &str) -> Option<&'a Finding> {
+fn has(findings: &[Finding], id: FindingId) -> Option<&Finding> {
     findings.iter().find(|f| f.id == id)
 }
 
@@ -95,192 +128,253 @@ fn input_confidence(e: &Evidence) -> f64 {
     (c * sampling_factor(e.sample_interval_s())).min(0.95)
 }
 
+/// What every verdict of one decision shares: the pooled busy fraction and each GPU's state.
+struct Maker {
+    busy: Option<f64>,
+    gpus: Vec<GpuJudgement>,
+}
+
+impl Maker {
+    fn mk(
+        &self,
+        id: VerdictId,
+        confidence: f64,
+        summary: String,
+        finding: Option<FindingId>,
+    ) -> Verdict {
+        Verdict {
+            id,
+            confidence: r2(confidence.clamp(0.0, 1.0)),
+            summary,
+            finding,
+            gpu_busy_fraction: self.busy.map(super::rules::r3),
+            candidates: Vec::new(),
+            gpus: self.gpus.clone(),
+        }
+    }
+}
+
 pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
-    let busy = e.busy_fraction();
-    let gpus: Vec<GpuJudgement> = e
-        .measured_gpus()
-        .filter_map(|g| {
-            gpus::gpu_state(e, g).map(|state| GpuJudgement {
-                index: g.index,
-                state,
-                busy_fraction: g.busy_fraction.map(super::rules::r3),
+    let m = Maker {
+        busy: e.busy_fraction(),
+        gpus: e
+            .measured_gpus()
+            .filter_map(|g| {
+                gpus::gpu_state(e, g).map(|state| GpuJudgement {
+                    index: g.index,
+                    state,
+                    busy_fraction: g.busy_fraction.map(super::rules::r3),
+                })
             })
-        })
-        .collect();
-    let mk = |id: &str, confidence: f64, summary: String, finding: Option<&str>| Verdict {
-        id: id.to_string(),
-        confidence: r2(confidence.clamp(0.0, 1.0)),
-        summary,
-        finding: finding.map(str::to_string),
-        gpu_busy_fraction: busy.map(super::rules::r3),
-        candidates: Vec::new(),
-        gpus: gpus.clone(),
+            .collect(),
     };
     // The training loop's measured data wait: a verdict with or without GPU data.
-    if let Some(f) = has(findings, "input_bound")
-        .filter(|f| f.evidence.get("source").and_then(|v| v.as_str()) == Some("python_stacks"))
-    {
-        let wait = f
-            .evidence
-            .get("data_wait_pct")
-            .and_then(|v| v.as_f64())
-            .unwrap_or(0.0);
-        let stage = f
-            .evidence
-            .get("hot_stage")
-            .and_then(|v| v.as_str())
-            .map(|s| format!("; the slowest data stage is {s}"))
-            .unwrap_or_default();
-        let gpu = busy
-            .map(|b| format!(" (the GPU is busy {:.0}% of the time)", b * 100.0))
-            .unwrap_or_default();
-        return mk(
-            "input_bound",
-            (0.6 + wait / 200.0).min(0.95),
-            format!(
-                "Input-bound: the training loop waits for data {wait:.0}% of its time{gpu}{stage}."
-            ),
-            Some("input_bound"),
-        );
+    if let Some(v) = from_stacks(&m, findings) {
+        return v;
     }
-    let Some(b) = busy else {
-        let how = match e.origin {
-            Origin::GpuLog => {
-                "log utilization.gpu too (nvidia-smi --query-gpu=timestamp,index,utilization.gpu,\
-                 memory.used,memory.total --format=csv -lms 200)"
-            }
-            Origin::Recording => {
-                "record on a machine where the NVIDIA driver loads (`gpufeed doctor` says why it \
-                 does not)"
-            }
-        };
-        return mk(
-            "unknown",
-            0.0,
-            format!("No GPU utilization was recorded: nothing to judge the GPU by; {how}."),
-            None,
-        );
+    let Some(b) = m.busy else {
+        return no_utilization(&m, e);
     };
     let pct = b * 100.0;
-    if has(findings, "gpu_idle").is_some() {
-        return mk(
-            "idle",
+    if has(findings, FindingId::GpuIdle).is_some() {
+        return m.mk(
+            VerdictId::Idle,
             0.9,
             format!("The GPU was idle ({pct:.1}% busy)."),
-            Some("gpu_idle"),
+            Some(FindingId::GpuIdle),
         );
     }
-    let transfer = has(findings, "transfer_bound");
-    let batch = has(findings, "batch_too_small");
-    let batch_c = batch
-        .and_then(|f| f.evidence.get("candidate_confidence"))
-        .and_then(|v| v.as_f64());
+    let transfer = has(findings, FindingId::TransferBound);
+    let batch_c = has(findings, FindingId::BatchTooSmall).and_then(|f| match f.basis {
+        Basis::Candidate { confidence } => Some(confidence),
+        _ => None,
+    });
     if let Some(kind) = input::classify(e) {
         if !(transfer.is_some() && kind == input::Kind::Unknown) {
-            let c = input_confidence(e);
-            let what = match kind {
-                input::Kind::TooFewWorkers => "there are too few DataLoader workers",
-                input::Kind::CpuSaturated => "the CPU is saturated",
-                input::Kind::IoBound => "reading data is too slow",
-                input::Kind::MainProcess => "the training loop's process is pinned at a core",
-                input::Kind::Unknown => "the data supply cannot keep up",
-            };
-            let mut candidates = Vec::new();
-            if let Some(bc) = batch_c {
-                candidates = ranked(vec![("input_bound", c), ("batch_too_small", bc)]);
-            }
-            // Without host data a batch too small for the GPU may explain it as well: when
-            // neither is clearly ahead, the verdict says so instead of picking one.
-            if batch_c.is_some_and(|bc| !(c >= 0.5 && c >= 2.0 * bc)) {
-                let bc = batch_c.unwrap_or(0.0);
-                let mut v = mk(
-                    "unknown",
-                    c.max(bc),
-                    format!(
-                        "Undecided: the GPU is busy only {pct:.0}% of the time, either because \
-                         the input cannot keep up (input_bound, confidence {c:.2}) or because \
-                         the batch or model is far too small for it (batch_too_small, {bc:.2}). \
-                         {}",
-                        missing_data(e)
-                    ),
-                    None,
-                );
-                v.candidates = candidates;
-                return v;
-            }
-            let mut v = mk(
-                "input_bound",
-                c,
-                format!("Input-bound: the GPU is busy only {pct:.0}% of the time because {what}."),
-                Some("input_bound"),
-            );
-            v.candidates = candidates;
-            return v;
+            return from_input(&m, e, kind, pct, batch_c);
         }
     }
     if transfer.is_some() {
-        return mk(
-            "transfer_bound",
+        return m.mk(
+            VerdictId::TransferBound,
             0.75,
             format!(
                 "Transfer-bound: host-to-device copies saturate the PCIe link ({pct:.0}% busy)."
             ),
-            Some("transfer_bound"),
+            Some(FindingId::TransferBound),
         );
     }
-    let throttled = has(findings, "throttled");
-    let thr_frac = throttled
-        .and_then(|f| f.evidence.get("throttled_time_fraction"))
-        .and_then(|v| v.as_f64())
-        .unwrap_or(0.0);
+    from_gpu_side(&m, e, findings, b, batch_c)
+}
+
+/// `input_bound` measured in the Python stacks, when a finding says so.
+fn from_stacks(m: &Maker, findings: &[Finding]) -> Option<Verdict> {
+    let Some(Basis::PythonStacks {
+        data_wait_pct: wait,
+        hot_stage,
+    }) = has(findings, FindingId::InputBound).map(|f| &f.basis)
+    else {
+        return None;
+    };
+    let wait = *wait;
+    let stage = hot_stage
+        .as_deref()
+        .map(|s| format!("; the slowest data stage is {s}"))
+        .unwrap_or_default();
+    let gpu = m
+        .busy
+        .map(|b| format!(" (the GPU is busy {:.0}% of the time)", b * 100.0))
+        .unwrap_or_default();
+    Some(m.mk(
+        VerdictId::InputBound,
+        (0.6 + wait / 200.0).min(0.95),
+        format!(
+            "Input-bound: the training loop waits for data {wait:.0}% of its time{gpu}{stage}."
+        ),
+        Some(FindingId::InputBound),
+    ))
+}
+
+/// No utilization at all: say how to get it.
+fn no_utilization(m: &Maker, e: &Evidence) -> Verdict {
+    let how = match e.origin {
+        Origin::GpuLog => {
+            "log utilization.gpu too (nvidia-smi --query-gpu=timestamp,index,utilization.gpu,\
+             memory.used,memory.total --format=csv -lms 200)"
+        }
+        Origin::Recording => {
+            "record on a machine where the NVIDIA driver loads (`gpufeed doctor` says why it \
+             does not)"
+        }
+    };
+    m.mk(
+        VerdictId::Unknown,
+        0.0,
+        format!("No GPU utilization was recorded: nothing to judge the GPU by; {how}."),
+        None,
+    )
+}
+
+/// Starvation of a known kind: `input_bound`, or undecided beside a batch too small.
+fn from_input(
+    m: &Maker,
+    e: &Evidence,
+    kind: input::Kind,
+    pct: f64,
+    batch_c: Option<f64>,
+) -> Verdict {
+    let c = input_confidence(e);
+    let what = match kind {
+        input::Kind::TooFewWorkers => "there are too few DataLoader workers",
+        input::Kind::CpuSaturated => "the CPU is saturated",
+        input::Kind::IoBound => "reading data is too slow",
+        input::Kind::MainProcess => "the training loop's process is pinned at a core",
+        input::Kind::Unknown => "the data supply cannot keep up",
+    };
+    let mut candidates = Vec::new();
+    if let Some(bc) = batch_c {
+        candidates = ranked(vec![
+            (FindingId::InputBound, c),
+            (FindingId::BatchTooSmall, bc),
+        ]);
+    }
+    // Without host data a batch too small for the GPU may explain it as well: when
+    // neither is clearly ahead, the verdict says so instead of picking one.
+    if batch_c.is_some_and(|bc| !(c >= 0.5 && c >= 2.0 * bc)) {
+        let bc = batch_c.unwrap_or(0.0);
+        let mut v = m.mk(
+            VerdictId::Unknown,
+            c.max(bc),
+            format!(
+                "Undecided: the GPU is busy only {pct:.0}% of the time, either because \
+                 the input cannot keep up (input_bound, confidence {c:.2}) or because \
+                 the batch or model is far too small for it (batch_too_small, {bc:.2}). \
+                 {}",
+                missing_data(e)
+            ),
+            None,
+        );
+        v.candidates = candidates;
+        return v;
+    }
+    let mut v = m.mk(
+        VerdictId::InputBound,
+        c,
+        format!("Input-bound: the GPU is busy only {pct:.0}% of the time because {what}."),
+        Some(FindingId::InputBound),
+    );
+    v.candidates = candidates;
+    v
+}
+
+/// The input keeps up (or cannot be judged): throttling, a busy GPU, a small batch, or no
+/// cause this input can name.
+fn from_gpu_side(
+    m: &Maker,
+    e: &Evidence,
+    findings: &[Finding],
+    b: f64,
+    batch_c: Option<f64>,
+) -> Verdict {
+    let pct = b * 100.0;
+    let throttled = has(findings, FindingId::Throttled);
+    let thr_frac = match throttled.map(|f| &f.basis) {
+        Some(Basis::Throttled { time_fraction }) => *time_fraction,
+        _ => 0.0,
+    };
     if throttled.is_some() && thr_frac >= 0.2 {
-        return mk(
-            "throttled",
+        return m.mk(
+            VerdictId::Throttled,
             (0.6 + thr_frac * 0.4).min(0.95),
             format!(
                 "Throttled: clocks were held down {:.0}% of the time.",
                 thr_frac * 100.0
             ),
-            Some("throttled"),
+            Some(FindingId::Throttled),
         );
     }
-    if has(findings, "compute_bound").is_some() {
+    if has(findings, FindingId::ComputeBound).is_some() {
         let c = 0.6 + (b - gpus::BUSY) * 2.5;
-        return mk(
-            "compute_bound",
+        return m.mk(
+            VerdictId::ComputeBound,
             c.min(0.95),
             format!("Compute-bound: the GPU is busy {pct:.0}% of the time; the input keeps up."),
-            Some("compute_bound"),
+            Some(FindingId::ComputeBound),
         );
     }
     if throttled.is_some() {
-        return mk(
-            "throttled",
+        return m.mk(
+            VerdictId::Throttled,
             0.5,
             format!(
                 "Throttled: clocks were held down {:.0}% of the time.",
                 thr_frac * 100.0
             ),
-            Some("throttled"),
+            Some(FindingId::Throttled),
         );
     }
     if let Some(bc) = batch_c {
-        let mut v = mk(
-            "unknown",
+        let mut v = m.mk(
+            VerdictId::Unknown,
             bc,
             format!(
                 "The GPU is busy {pct:.0}% of the time and its memory is mostly free: most likely \
                  the batch or model is too small for it (batch_too_small, confidence {bc:.2}). {}",
                 missing_data(e)
             ),
-            Some("batch_too_small"),
+            Some(FindingId::BatchTooSmall),
         );
         v.candidates = vec![Candidate {
-            id: "batch_too_small".into(),
+            id: FindingId::BatchTooSmall,
             confidence: bc,
         }];
         return v;
     }
+    unexplained(m, e, pct)
+}
+
+/// Low utilization with no cause this input can name: what is missing to name one.
+fn unexplained(m: &Maker, e: &Evidence, pct: f64) -> Verdict {
     let hidden = match e.sample_interval_s() {
         Some(i) if i >= 1.0 && e.origin == Origin::GpuLog => format!(
             " Sampled every {}, this log cannot show sub-second stalls.",
@@ -289,6 +383,7 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
         _ => String::new(),
     };
     // Several GPUs in different states: say so rather than one pooled figure.
+    let gpus = &m.gpus;
     let who = if gpus.len() > 1 && gpus.windows(2).any(|w| w[0].state != w[1].state) {
         let states: Vec<String> = gpus
             .iter()
@@ -301,8 +396,8 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
     } else {
         format!("The GPU is busy {pct:.0}% of the time")
     };
-    mk(
-        "unknown",
+    m.mk(
+        VerdictId::Unknown,
         0.3,
         format!(
             "{who} without a cause this input can name.{hidden} {}",
@@ -332,11 +427,11 @@ fn r1_trim(s: f64) -> String {
     }
 }
 
-fn ranked(v: Vec<(&str, f64)>) -> Vec<Candidate> {
+fn ranked(v: Vec<(FindingId, f64)>) -> Vec<Candidate> {
     let mut c: Vec<Candidate> = v
         .into_iter()
         .map(|(id, confidence)| Candidate {
-            id: id.into(),
+            id,
             confidence: r2(confidence),
         })
         .collect();
@@ -357,15 +452,15 @@ mod tests {
     fn healthy_is_compute_bound_with_no_starvation_finding() {
         let e = base(97.0);
         let v = verdict(&e);
-        assert_eq!(v.id, "compute_bound");
+        assert_eq!(v.id, VerdictId::ComputeBound);
         assert!(v.confidence >= 0.8, "{v:?}");
-        let ids: Vec<String> = evaluate(&e).into_iter().map(|f| f.id).collect();
+        let ids: Vec<&str> = evaluate(&e).iter().map(|f| f.id.as_str()).collect();
         assert_eq!(
             ids,
             ["compute_bound"],
             "only the levers, no starvation finding"
         );
-        assert_eq!(v.finding.as_deref(), Some("compute_bound"));
+        assert_eq!(v.finding, Some(FindingId::ComputeBound));
     }
 
     #[test]
@@ -374,7 +469,7 @@ mod tests {
         let mut e = as_log(base(83.0), 10.0);
         e.gpus[0].util_p50_pct = Some(91.0);
         let v = verdict(&e);
-        assert_eq!(v.id, "compute_bound", "{v:?}");
+        assert_eq!(v.id, VerdictId::ComputeBound, "{v:?}");
         assert!(v.confidence >= 0.6);
         assert_eq!(v.gpus[0].state, GpuState::Busy);
     }
@@ -387,10 +482,10 @@ mod tests {
         e.gpus[1].util_p90_pct = Some(0.0);
         e.gpus[1].util_sample_interval_s = Some(1.0);
         let v = verdict(&e);
-        assert_eq!(v.id, "compute_bound", "{v:?}");
+        assert_eq!(v.id, VerdictId::ComputeBound, "{v:?}");
         assert_eq!(v.gpu_busy_fraction, Some(0.91));
         assert_eq!(v.gpus[1].state, GpuState::Unused);
-        let ids: Vec<String> = evaluate(&e).into_iter().map(|f| f.id).collect();
+        let ids: Vec<&str> = evaluate(&e).iter().map(|f| f.id.as_str()).collect();
         assert_eq!(ids[0], "gpu_unused", "{ids:?}");
     }
 
@@ -406,7 +501,7 @@ mod tests {
             windows: 3,
         });
         let v = verdict(&e);
-        assert_eq!(v.id, "unknown", "{v:?}");
+        assert_eq!(v.id, VerdictId::Unknown, "{v:?}");
         let ids: Vec<&str> = v.candidates.iter().map(|c| c.id.as_str()).collect();
         assert!(ids.contains(&"input_bound") && ids.contains(&"batch_too_small"));
         assert!(v.summary.contains("gpufeed run"), "{}", v.summary);
@@ -417,7 +512,7 @@ mod tests {
         let mut s = as_log(starving(base(30.0)), 0.2);
         s.gpus[0].mem_used_max_fraction = Some(0.02);
         let v = verdict(&s);
-        assert_eq!(v.id, "input_bound", "{v:?}");
+        assert_eq!(v.id, VerdictId::InputBound, "{v:?}");
         assert_eq!(v.candidates.len(), 2);
     }
 
@@ -436,7 +531,7 @@ mod tests {
         let mut e = base(97.0);
         e.gpus.push(gpu(1, 72.0));
         let v = verdict(&e);
-        assert_eq!(v.id, "unknown", "one GPU is not busy: {v:?}");
+        assert_eq!(v.id, VerdictId::Unknown, "one GPU is not busy: {v:?}");
         assert!(
             v.summary.contains("GPU 0 busy, GPU 1 underused"),
             "{}",
@@ -449,13 +544,13 @@ mod tests {
         let mut e = as_log(base(45.0), 1.0);
         e.gpus[0].mem_used_max_fraction = Some(0.9);
         let v = verdict(&e);
-        assert_eq!(v.id, "unknown");
+        assert_eq!(v.id, VerdictId::Unknown);
         assert!(v.summary.contains("gpufeed run --"), "{}", v.summary);
         // A recording with host data that names nothing points at the step itself.
         let mut r = base(45.0);
         r.gpus[0].mem_used_max_fraction = Some(0.9);
         let v = verdict(&r);
-        assert_eq!(v.id, "unknown");
+        assert_eq!(v.id, VerdictId::Unknown);
         assert!(v.summary.contains("gpufeed analyze"), "{}", v.summary);
         assert!(!v.summary.contains("gpufeed run"));
     }
@@ -463,8 +558,8 @@ mod tests {
     #[test]
     fn starving_with_one_pinned_worker_is_input_bound_and_confident() {
         let v = verdict(&too_few_workers(starving(base(30.0))));
-        assert_eq!(v.id, "input_bound");
-        assert_eq!(v.finding.as_deref(), Some("input_bound"));
+        assert_eq!(v.id, VerdictId::InputBound);
+        assert_eq!(v.finding, Some(FindingId::InputBound));
         assert!(v.confidence >= 0.9, "{v:?}");
         assert!(
             v.summary.contains("too few DataLoader workers"),
@@ -478,9 +573,9 @@ mod tests {
         let mut e = base(97.0);
         e.gpus.clear();
         let v = verdict(&e);
-        assert_eq!(v.id, "unknown");
+        assert_eq!(v.id, VerdictId::Unknown);
         assert!(v.summary.contains("gpufeed doctor"), "{}", v.summary);
-        assert_eq!(verdict(&base(0.5)).id, "idle");
+        assert_eq!(verdict(&base(0.5)).id, VerdictId::Idle);
     }
 
     #[test]
@@ -493,7 +588,7 @@ mod tests {
             .by_reason
             .insert("hw_thermal".into(), 0.5);
         let v = verdict(&e);
-        assert_eq!(v.id, "throttled");
+        assert_eq!(v.id, VerdictId::Throttled);
         assert!(v.confidence >= 0.75);
     }
 
@@ -502,14 +597,24 @@ mod tests {
         let mut e = base(45.0);
         e.gpus[0].mem_used_max_fraction = Some(0.2);
         let v = verdict(&e);
-        assert_eq!(v.id, "unknown");
-        assert_eq!(v.finding.as_deref(), Some("batch_too_small"));
+        assert_eq!(v.id, VerdictId::Unknown);
+        assert_eq!(v.finding, Some(FindingId::BatchTooSmall));
+    }
+
+    #[test]
+    fn verdict_ids_serialise_to_their_strings() {
+        for id in VerdictId::ALL {
+            let json = serde_json::to_string(id).unwrap();
+            assert_eq!(json, format!("\"{}\"", id.as_str()));
+            assert_eq!(serde_json::from_str::<VerdictId>(&json).unwrap(), *id);
+        }
     }
 
     #[test]
     fn every_verdict_id_is_documented() {
-        for e in [base(97.0), base(0.5), too_few_workers(starving(base(30.0)))] {
-            assert!(VERDICT_IDS.contains(&verdict(&e).id.as_str()));
+        let docs = include_str!("../../../../docs/diagnose.md");
+        for id in VerdictId::ALL {
+            assert!(docs.contains(&format!("`{id}`")), "{id}");
         }
     }
 }

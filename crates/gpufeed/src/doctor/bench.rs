@@ -10,11 +10,12 @@
 //! panics when a library or symbol is missing; every CUDA call runs under `catch_unwind` and such
 //! a panic becomes an error (GEMM: a `gemm_skipped` reason, the bandwidth still reported).
 //!
-//! The best pinned bandwidths are saved to `~/.cache/gpufeed/bench.json` ([`SavedBench`]), which
-//! `diagnose` can use as the ceiling for `transfer_bound`.
+//! The best pinned bandwidths are saved to `~/.cache/gpufeed/bench.json` ([`SavedBench`]) for
+//! scripts and later runs; `diagnose` does not read it (it judges `transfer_bound` against the
+//! link's theoretical rate, the same wherever a recording is diagnosed).
 
-use super::gpu::pcie_link_bytes_per_s;
-use super::human_bytes;
+use crate::units::bytes as human_bytes;
+use crate::units::pcie_link_bytes_per_s;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -1,7 +1,8 @@
 //! `--data PATH` checks: the filesystem type (network filesystems are the usual slow input),
 //! whether the disk under it rotates, and a short read-throughput sample.
 
-use super::{human_bytes, Check, Group, Status};
+use super::{Check, Group, Status};
+use crate::units::bytes as human_bytes;
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};

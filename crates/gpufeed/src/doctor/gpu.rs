@@ -8,6 +8,7 @@ use super::version::{cc_str, Cc, CudaVersion};
 use super::{Check, Group, Status};
 use crate::sample::nvml::{open, NvmlOpenError};
 use crate::sample::throttle;
+use crate::units::pcie_link_bytes_per_s;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
 use nvml_wrapper::Device;
 use std::path::Path;
@@ -150,24 +151,6 @@ fn numa_node_from_sysfs(bus_id: &str) -> Option<u32> {
     let s = std::fs::read_to_string(format!("/sys/bus/pci/devices/{dev}/numa_node")).ok()?;
     // -1: the platform reports no NUMA affinity.
     u32::try_from(s.trim().parse::<i64>().ok()?).ok()
-}
-
-/// Per-lane PCIe bandwidth per direction after line encoding, in bytes/s (gen 1–6).
-pub fn pcie_lane_bytes_per_s(gen: u32) -> Option<f64> {
-    Some(match gen {
-        1 => 250e6,
-        2 => 500e6,
-        3 => 984.6e6,
-        4 => 1969.2e6,
-        5 => 3938.5e6,
-        6 => 7877e6,
-        _ => return None,
-    })
-}
-
-/// Theoretical one-direction bandwidth of a link in bytes/s.
-pub fn pcie_link_bytes_per_s(gen: u32, width: u32) -> Option<f64> {
-    Some(pcie_lane_bytes_per_s(gen)? * width as f64)
 }
 
 /// Utilization at or above which the GPU counts as under load (its link should be at full speed).
@@ -441,6 +424,9 @@ mod tests {
         assert!((b / 1e9 - 31.5).abs() < 0.1, "{b}");
         let b = pcie_link_bytes_per_s(5, 16).unwrap();
         assert!((b / 1e9 - 63.0).abs() < 0.1, "{b}");
+        // Gen6 is FLIT-encoded (242/256), not twice Gen5: about 121 GB/s at x16.
+        let b = pcie_link_bytes_per_s(6, 16).unwrap();
+        assert!((b / 1e9 - 121.0).abs() < 0.1, "{b}");
         assert_eq!(pcie_link_bytes_per_s(9, 16), None);
     }
 

@@ -3,7 +3,8 @@
 //! and the open-files limit.
 
 use super::gpu::{GpuProbeError, GpuSystem};
-use super::{human_bytes, Check, Group, Status, Workload};
+use super::{Check, Group, Status, Workload};
+use crate::units::bytes as human_bytes;
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::path::{Path, PathBuf};

@@ -272,24 +272,6 @@ pub fn render_text(r: &Report) -> String {
     out
 }
 
-/// Formats a byte count for people (binary units).
-pub fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i + 1 < UNITS.len() {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{b} B")
-    } else if v >= 100.0 {
-        format!("{v:.0} {}", UNITS[i])
-    } else {
-        format!("{v:.1} {}", UNITS[i])
-    }
-}
-
 /// Parses a size: a plain number of bytes or one with a K, M, G or T suffix (binary: 1K = 1024),
 /// optionally followed by `B` or `iB` (`64M`, `1.5GiB`, `150MB`).
 /// The largest size any option takes (1 PiB).
@@ -341,13 +323,6 @@ mod tests {
         assert!(parse_size("2048T").unwrap_err().contains("too large"));
         assert_eq!(parse_size("1024T").unwrap(), MAX_SIZE_BYTES);
         assert!(parse_size("").is_err());
-    }
-
-    #[test]
-    fn human() {
-        assert_eq!(human_bytes(512), "512 B");
-        assert_eq!(human_bytes(64 << 20), "64.0 MiB");
-        assert_eq!(human_bytes(200 << 30), "200 GiB");
     }
 
     #[test]

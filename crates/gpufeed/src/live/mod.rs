@@ -419,7 +419,7 @@ impl LiveState {
     pub fn starvation_score(&self, index: u32) -> Option<f64> {
         let r = self.report.as_ref()?;
         let busy = self.gpu_evidence(index)?.busy_fraction?;
-        Some(if r.verdict.id == "input_bound" {
+        Some(if r.verdict.id == verdict::VerdictId::InputBound {
             ((1.0 - busy) * r.verdict.confidence).clamp(0.0, 1.0)
         } else {
             0.0
@@ -631,7 +631,10 @@ mod tests {
         let input = st.eval_input();
         assert!(!st.evaluation_due());
         st.set_report(input.run());
-        assert_eq!(st.report.as_ref().unwrap().verdict.id, "unknown");
+        assert_eq!(
+            st.report.as_ref().unwrap().verdict.id,
+            verdict::VerdictId::Unknown
+        );
     }
 
     #[test]

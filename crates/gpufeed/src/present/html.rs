@@ -4,6 +4,7 @@
 //! breakdown, devices, findings).
 
 use super::chart::{self, Buckets, ChartError};
+use crate::diagnose::verdict::VerdictId;
 use crate::diagnose::DiagnoseReport;
 use crate::finding::{Finding, Severity};
 use crate::record::format::{read_recording, Line, ReadError};
@@ -83,7 +84,7 @@ fn findings_html(findings: &[Finding]) -> String {
             s,
             "<div class=\"finding\"><span class=\"sev {sev}\">{sev}</span><b>{}</b> <code>{}</code>",
             esc(&f.title),
-            esc(&f.id)
+            esc(f.id.as_str())
         );
         if let Some(x) = f.expected_speedup {
             let _ = write!(
@@ -350,10 +351,10 @@ fn process_table(r: &DiagnoseReport) -> String {
     s
 }
 
-fn verdict_class(id: &str) -> &'static str {
+fn verdict_class(id: VerdictId) -> &'static str {
     match id {
-        "compute_bound" => "ok",
-        "unknown" | "idle" => "unk",
+        VerdictId::ComputeBound => "ok",
+        VerdictId::Unknown | VerdictId::Idle => "unk",
         _ => "bad",
     }
 }
@@ -371,11 +372,11 @@ pub fn diagnose_section(
 <div class=\"verdict {}\"><b>{}</b> ({:.0}% confidence): {}</div>",
         esc(&format!("gpufeed diagnosis: {}", r.verdict.id)),
         esc(&r.source.path),
-        esc(&r.source.format),
+        esc(r.source.format.as_str()),
         r.duration_s,
         super::plural(r.gpus.len(), "GPU", "GPUs"),
-        verdict_class(&r.verdict.id),
-        esc(&r.verdict.id),
+        verdict_class(r.verdict.id),
+        esc(r.verdict.id.as_str()),
         r.verdict.confidence * 100.0,
         esc(&r.verdict.summary)
     );
@@ -536,7 +537,7 @@ pub fn diagnose_section(
     }
     s.push_str(&process_table(r));
     s.push_str("<h2>Findings and fixes</h2>");
-    if r.findings.is_empty() && r.verdict.id == "unknown" {
+    if r.findings.is_empty() && r.verdict.id == VerdictId::Unknown {
         // An unknown verdict never claims nothing is wrong: its summary names the missing data.
         s.push_str("<p>No findings: this input cannot name a cause (the verdict says what data would).</p>");
     } else {
@@ -578,7 +579,7 @@ pub fn diagnose_page(sections: &[String]) -> String {
 
 /// Reads the recording's series when `r` came from a recording, then renders the page.
 pub fn diagnose_report_html(r: &DiagnoseReport) -> Result<String, HtmlError> {
-    let series = if r.source.format == "recording" {
+    let series = if r.source.format == crate::diagnose::InputFormat::Recording {
         Some(RecordingSeries::read(Path::new(&r.source.path))?)
     } else {
         None
@@ -606,7 +607,7 @@ pub fn trace_page(rep: &TraceReport) -> Result<String, HtmlError> {
         "<h1>gpufeed trace analysis</h1><p class=\"meta\">{} ({} steps from {})</p>",
         esc(&names.join(", ")),
         rep.steps.len(),
-        esc(&rep.step_source)
+        esc(rep.step_source.as_str())
     );
     let bars: Vec<(String, Vec<f64>)> = rep
         .steps
@@ -811,7 +812,7 @@ pub fn write_for_recording(recording: &Path, out: &Path) -> Result<(), HtmlError
 pub fn write_diagnoses(reports: &[DiagnoseReport], out: &Path) -> Result<(), HtmlError> {
     let mut sections = Vec::with_capacity(reports.len());
     for r in reports {
-        let series = if r.source.format == "recording" {
+        let series = if r.source.format == crate::diagnose::InputFormat::Recording {
             Some(RecordingSeries::read(Path::new(&r.source.path))?)
         } else {
             None
@@ -843,9 +844,13 @@ mod tests {
 
     #[test]
     fn findings_show_fix_and_evidence() {
-        let f = Finding::new("input_bound", Severity::Critical, "GPU <starving>")
-            .with("busy_pct", 35.5)
-            .recommend("num_workers=8");
+        let f = Finding::new(
+            crate::finding::FindingId::InputBound,
+            Severity::Critical,
+            "GPU <starving>",
+        )
+        .with("busy_pct", 35.5)
+        .recommend("num_workers=8");
         let h = findings_html(&[f]);
         assert!(h.contains("GPU &lt;starving&gt;"));
         assert!(h.contains("<b>Fix:</b> num_workers=8"));

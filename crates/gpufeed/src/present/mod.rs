@@ -8,34 +8,46 @@ pub mod prometheus;
 pub mod run;
 pub mod summary;
 
-/// `1.5 GiB`, `812 MiB`, `12 KiB`, `17 B`.
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else if v >= 100.0 {
-        format!("{v:.0} {}", UNITS[u])
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
+pub use crate::units::{bytes, gb_per_s};
+
+/// The output formats of every `--format` option; each command takes the subset it can write
+/// (see [`OutputFormat::parser`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum OutputFormat {
+    #[default]
+    Text,
+    Json,
+    Markdown,
+    Html,
 }
 
-/// A transfer rate in decimal GB/s, the unit of PCIe link capacities, used for every rate gpufeed
-/// shows (text, HTML, the terminal view, Perfetto); memory sizes are binary (GiB).
-pub fn gb_per_s(bytes_per_s: f64) -> String {
-    let g = bytes_per_s.max(0.0) / 1e9;
-    if g >= 10.0 {
-        format!("{g:.1} GB/s")
-    } else if g >= 0.01 || g == 0.0 {
-        format!("{g:.2} GB/s")
-    } else {
-        format!("{:.1} MB/s", g * 1e3)
+impl OutputFormat {
+    /// Summaries: `run`, `record`, `doctor`, `bench`.
+    pub const TEXT_JSON: &'static [OutputFormat] = &[OutputFormat::Text, OutputFormat::Json];
+    /// Reports: `diagnose`, `analyze`, `sweep`, `batch-size`.
+    pub const REPORTS: &'static [OutputFormat] = &[
+        OutputFormat::Text,
+        OutputFormat::Json,
+        OutputFormat::Markdown,
+    ];
+    /// `compare`: every format.
+    pub const ALL: &'static [OutputFormat] = &[
+        OutputFormat::Text,
+        OutputFormat::Json,
+        OutputFormat::Markdown,
+        OutputFormat::Html,
+    ];
+
+    /// A clap parser that takes only `allowed`, named as `--format` spells them.
+    pub fn parser(
+        allowed: &'static [OutputFormat],
+    ) -> impl clap::builder::TypedValueParser<Value = OutputFormat> {
+        use clap::builder::TypedValueParser;
+        use clap::ValueEnum;
+        clap::builder::PossibleValuesParser::new(
+            allowed.iter().filter_map(|f| f.to_possible_value()),
+        )
+        .map(|s| OutputFormat::from_str(&s, false).unwrap_or_default())
     }
 }
 
@@ -55,15 +67,32 @@ pub fn opt<T>(v: Option<T>, f: impl FnOnce(T) -> String) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::OutputFormat;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Args {
+        #[arg(long, value_parser = OutputFormat::parser(OutputFormat::TEXT_JSON), default_value = "text")]
+        format: OutputFormat,
+    }
+
+    #[test]
+    fn a_format_subset_takes_only_its_formats() {
+        let a = Args::try_parse_from(["x", "--format", "json"]).unwrap();
+        assert_eq!(a.format, OutputFormat::Json);
+        assert_eq!(
+            Args::try_parse_from(["x"]).unwrap().format,
+            OutputFormat::Text
+        );
+        let e = Args::try_parse_from(["x", "--format", "html"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("possible values: text, json"), "{e}");
+    }
+
     #[test]
     fn byte_units() {
-        assert_eq!(super::bytes(17), "17 B");
-        assert_eq!(super::bytes(1536), "1.5 KiB");
-        assert_eq!(super::bytes(812 << 20), "812 MiB");
-        assert_eq!(super::bytes(80 << 30), "80.0 GiB");
-        assert_eq!(super::gb_per_s(31.5e9), "31.5 GB/s");
-        assert_eq!(super::gb_per_s(1.5e9), "1.50 GB/s");
-        assert_eq!(super::gb_per_s(2.0e6), "2.0 MB/s");
         assert_eq!(super::plural(1, "process", "processes"), "1 process");
         assert_eq!(super::plural(2, "process", "processes"), "2 processes");
     }

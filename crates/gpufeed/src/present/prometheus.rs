@@ -234,7 +234,7 @@ pub fn encode_state_labeled(st: &LiveState, labels: &[(String, String)]) -> Stri
                 .set((pct / 100.0).clamp(0.0, 1.0));
         }
         verdict
-            .get_or_create(&l(&[("id", &r.verdict.id), ("hostname", host)]))
+            .get_or_create(&l(&[("id", r.verdict.id.as_str()), ("hostname", host)]))
             .set(1.0);
         conf.get_or_create(&l(&[("hostname", host)]))
             .set(r.verdict.confidence);

@@ -1,7 +1,8 @@
 //! What `gpufeed run` / `record` print when the recording ends: the summary of measured figures
 //! followed by the diagnosis of the same recording.
 
-use crate::diagnose::{self, verdict::Verdict, DiagnoseReport, ReportFormat};
+use super::OutputFormat;
+use crate::diagnose::{self, verdict::Verdict, DiagnoseReport};
 use crate::finding::Finding;
 use crate::record::summary::Summary;
 use serde::{Deserialize, Serialize};
@@ -45,7 +46,7 @@ pub fn text(summary: &Summary, diagnosis: Option<&DiagnoseReport>, color: bool) 
     let mut out = super::summary::text(summary);
     if let Some(d) = diagnosis {
         out.push('\n');
-        out.push_str(&diagnose::render(d, ReportFormat::Text, color));
+        out.push_str(&diagnose::render(d, OutputFormat::Text, color));
     }
     out
 }

@@ -14,7 +14,7 @@ pub mod summary;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-pub use summary::{StepRow, TraceSummary};
+pub use summary::{StepRow, StepSource, TraceSummary};
 
 /// What can go wrong reading a trace.
 #[derive(Debug, thiserror::Error)]
@@ -82,18 +82,18 @@ pub fn analyze_reader(r: impl Read, name: &str) -> Result<TraceSummary, TraceErr
         );
     }
     let gpu_steps = c.steps.iter().filter(|x| x.on_gpu).count();
-    if gpu_steps > 0 && s.step_source == "profiler_step" {
+    if gpu_steps > 0 && s.step_source == StepSource::ProfilerStep {
         s.warnings.push(format!(
             "{gpu_steps} ProfilerStep annotations on GPU streams (gpu_user_annotation) count as extra steps, as the TensorBoard plugin counts them"
         ));
     }
-    match s.step_source.as_str() {
-        "optimizer_step" | "dataloader" => s.warnings.push(format!(
+    match s.step_source {
+        StepSource::OptimizerStep | StepSource::Dataloader => s.warnings.push(format!(
             "no ProfilerStep#N annotations: {} iterations inferred from {} (the TensorBoard plugin would book the whole trace as one step, see tb_plugin_steps)",
             s.steps.len(),
-            if s.step_source == "optimizer_step" { "Optimizer.step# calls" } else { "DataLoader __next__ calls" }
+            if s.step_source == StepSource::OptimizerStep { "Optimizer.step# calls" } else { "DataLoader __next__ calls" }
         )),
-        "whole_trace" => s
+        StepSource::WholeTrace => s
             .warnings
             .push("no ProfilerStep#N annotations and no iterations to infer: the whole trace is one step".into()),
         _ => {}

@@ -14,7 +14,7 @@
 use super::report::{RankLine, Report, SCHEMA_VERSION};
 use super::rules::{self, STRAGGLER_RATIO};
 use super::{analyze_path, TraceError, TraceSummary};
-use crate::finding::{rank as rank_findings, Finding, Severity};
+use crate::finding::{rank as rank_findings, Finding, FindingId, Severity};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -236,7 +236,7 @@ pub fn stragglers(times: &[(u64, f64)]) -> (Option<f64>, Vec<u64>, Option<Findin
         )
     };
     let saved = worst_us - m;
-    let f = Finding::new("straggler", Severity::Warning, title)
+    let f = Finding::new(FindingId::Straggler, Severity::Warning, title)
         .with("straggler_rank", worst.to_string())
         .with("straggler_ranks", ranks.clone())
         .with("step_us", r1(worst_us))
@@ -255,7 +255,7 @@ pub fn stragglers(times: &[(u64, f64)]) -> (Option<f64>, Vec<u64>, Option<Findin
 /// Folds the per-rank findings: one finding per id, the worst rank's, titled with how many
 /// ranks share it and listing them in `ranks`.
 pub fn merge_findings(per_rank: Vec<(u64, Vec<Finding>)>) -> Vec<Finding> {
-    let mut by_id: std::collections::BTreeMap<String, (Finding, u64, Vec<u64>)> =
+    let mut by_id: std::collections::BTreeMap<FindingId, (Finding, u64, Vec<u64>)> =
         std::collections::BTreeMap::new();
     let worse = |a: &Finding, b: &Finding| {
         (a.severity, a.expected_speedup.unwrap_or(1.0))
@@ -273,7 +273,7 @@ pub fn merge_findings(per_rank: Vec<(u64, Vec<Finding>)>) -> Vec<Finding> {
                     }
                 }
                 None => {
-                    by_id.insert(f.id.clone(), (f, rank, vec![rank]));
+                    by_id.insert(f.id, (f, rank, vec![rank]));
                 }
             }
         }
@@ -307,7 +307,7 @@ pub fn job_report(digests: Vec<RankDigest>, lowest: TraceSummary, world_size: u6
     let (median_step_us, straggler_ranks, straggler) = stragglers(&times);
     let mut comm_bound: Vec<u64> = digests
         .iter()
-        .filter(|d| d.findings.iter().any(|f| f.id == "comm_bound"))
+        .filter(|d| d.findings.iter().any(|f| f.id == FindingId::CommBound))
         .filter_map(|d| d.line.rank)
         .collect();
     comm_bound.sort_unstable();
@@ -337,7 +337,7 @@ pub fn job_report(digests: Vec<RankDigest>, lowest: TraceSummary, world_size: u6
         schema_version: SCHEMA_VERSION,
         truncated,
         warnings,
-        step_source: lowest.step_source.clone(),
+        step_source: lowest.step_source,
         tb_plugin_compatible: lowest.tb_plugin_compatible,
         steps: lowest.steps.clone(),
         breakdown: lowest.breakdown.clone(),
@@ -421,7 +421,9 @@ mod tests {
 
     #[test]
     fn a_finding_on_many_ranks_is_one_finding_naming_them() {
-        let f = |sev, x| Finding::new("comm_bound", sev, "Communication takes").speedup(Some(x));
+        let f = |sev, x| {
+            Finding::new(FindingId::CommBound, sev, "Communication takes").speedup(Some(x))
+        };
         let merged = merge_findings(vec![
             (0, vec![f(Severity::Warning, 1.1)]),
             (1, vec![f(Severity::Critical, 1.4)]),
@@ -430,12 +432,15 @@ mod tests {
                 3,
                 vec![
                     f(Severity::Warning, 1.2),
-                    Finding::new("amp_unused", Severity::Info, "AMP"),
+                    Finding::new(FindingId::AmpUnused, Severity::Info, "AMP"),
                 ],
             ),
         ]);
         assert_eq!(merged.len(), 2);
-        let c = merged.iter().find(|f| f.id == "comm_bound").unwrap();
+        let c = merged
+            .iter()
+            .find(|f| f.id == FindingId::CommBound)
+            .unwrap();
         assert_eq!(c.severity, Severity::Critical);
         assert_eq!(c.evidence["ranks"], serde_json::json!([0, 1, 3]));
         assert!(
@@ -443,7 +448,10 @@ mod tests {
             "{}",
             c.title
         );
-        let a = merged.iter().find(|f| f.id == "amp_unused").unwrap();
+        let a = merged
+            .iter()
+            .find(|f| f.id == FindingId::AmpUnused)
+            .unwrap();
         assert!(a.title.starts_with("[rank 3] "));
     }
 }

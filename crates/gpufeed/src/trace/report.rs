@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
-use super::summary::{StepRow, TraceSummary, CATEGORY_NAMES};
-use crate::finding::{rank, Finding};
+use super::summary::{StepRow, StepSource, TraceSummary, CATEGORY_NAMES};
+use crate::finding::{rank, Finding, FindingId};
 
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -26,7 +26,7 @@ pub struct Report {
     pub schema_version: u32,
     pub truncated: bool,
     pub warnings: Vec<String>,
-    pub step_source: String,
+    pub step_source: StepSource,
     pub tb_plugin_compatible: bool,
     pub steps: Vec<StepRow>,
     pub breakdown: StepRow,
@@ -88,7 +88,7 @@ impl Report {
                     })
                 })
                 .collect(),
-            step_source: first.step_source.clone(),
+            step_source: first.step_source,
             tb_plugin_compatible: first.tb_plugin_compatible,
             steps: first.steps.clone(),
             breakdown: first.breakdown.clone(),
@@ -209,36 +209,36 @@ pub fn steps_table(steps: &[StepRow], markdown: bool) -> String {
 
 /// The few evidence entries that decide each finding (all of them are in the JSON and with
 /// `--verbose`).
-pub fn deciding_keys(id: &str) -> &'static [&'static str] {
+pub fn deciding_keys(id: FindingId) -> &'static [&'static str] {
     match id {
-        "input_bound" => &[
+        FindingId::InputBound => &[
             "dataloader_pct",
             "dataloader_us_per_step",
             "step_us",
             "dataloader_iterator",
         ],
-        "pageable_memcpy" => &["copies", "bytes", "copy_pct_of_step", "bandwidth_gbps"],
-        "amp_unused" => &["tc_eligible_pct", "tensor_core_pct", "gpu"],
-        "sync_bound" => &["sync_pct", "sync_calls", "top_call"],
-        "launch_bound" => &[
+        FindingId::PageableMemcpy => &["copies", "bytes", "copy_pct_of_step", "bandwidth_gbps"],
+        FindingId::AmpUnused => &["tc_eligible_pct", "tensor_core_pct", "gpu"],
+        FindingId::SyncBound => &["sync_pct", "sync_calls", "top_call"],
+        FindingId::LaunchBound => &[
             "short_kernel_pct",
             "host_wait_pct",
             "launch_idle_pct_of_step",
         ],
-        "comm_bound" => &[
+        FindingId::CommBound => &[
             "communication_pct",
             "comm_overlap_pct",
             "tb_plugin_communication_pct",
         ],
-        "low_gpu_util" => &["gpu_busy_pct"],
-        "straggler" => &["straggler_rank", "step_us", "median_step_us"],
+        FindingId::LowGpuUtil => &["gpu_busy_pct"],
+        FindingId::Straggler => &["straggler_rank", "step_us", "median_step_us"],
         _ => &[],
     }
 }
 
 /// `name=value, ...`: the deciding entries, or all of them when `all`.
 pub fn evidence_list(f: &Finding, all: bool) -> String {
-    let keys = deciding_keys(&f.id);
+    let keys = deciding_keys(f.id);
     let shown: Vec<String> = f
         .evidence
         .iter()

@@ -1,10 +1,10 @@
 //! Rules: each a pure function of a [`TraceSummary`] (or of several ranks' summaries) returning at
 //! most one finding with its evidence, a concrete fix and, where it can be bounded, a speed-up.
 
-use crate::finding::{Finding, Severity};
+use crate::finding::{Finding, FindingId, Severity};
 use serde_json::json;
 
-use super::summary::TraceSummary;
+use super::summary::{LoaderIterator, TraceSummary};
 
 /// DataLoader share of step time above which the input pipeline is the bottleneck (plugin: 5%).
 pub const INPUT_BOUND_PCT: f64 = 5.0;
@@ -56,7 +56,7 @@ pub fn input_bound(s: &TraceSummary) -> Option<Finding> {
         // a CPU-only trace: nothing says a GPU waits, only the loop does
         format!("Input-bound: the training loop waits for the DataLoader {pct:.0}% of each step")
     };
-    let mut f = Finding::new("input_bound", sev, title)
+    let mut f = Finding::new(FindingId::InputBound, sev, title)
         .with("dataloader_pct", r1(pct))
         .with("dataloader_us_per_step", r1(s.dataloader.per_step_us))
         .with("step_us", r1(b.total_us))
@@ -64,9 +64,9 @@ pub fn input_bound(s: &TraceSummary) -> Option<Finding> {
             "tb_plugin_dataloader_pct",
             r1(100.0 * b.dataloader_us / b.total_us.max(1e-9)),
         )
-        .with("step_source", s.step_source.clone())
-        .with("dataloader_iterator", s.dataloader.iterator.clone());
-    let single = s.dataloader.iterator == "single_process";
+        .with("step_source", s.step_source.as_str())
+        .with("dataloader_iterator", s.dataloader.iterator.as_str());
+    let single = s.dataloader.iterator == LoaderIterator::SingleProcess;
     if single {
         f = f.with("num_workers", 0);
     }
@@ -119,7 +119,7 @@ pub fn pageable_memcpy(s: &TraceSummary) -> Option<Finding> {
     // pinned copies typically run 2-3x faster and can overlap compute; bound by half the copy time
     Some(
         Finding::new(
-            "pageable_memcpy",
+            FindingId::PageableMemcpy,
             sev,
             format!("{count} host/device copies use pageable memory ({:.1} MB, {:.1} GB/s): they are staged and synchronous", bytes / 1e6, bw),
         )
@@ -160,7 +160,7 @@ pub fn amp_unused(s: &TraceSummary) -> Option<Finding> {
     let saved = s.breakdown.total_us * kernel_share * (k.tc_eligible_pct / 100.0) * 0.5;
     Some(
         Finding::new(
-            "amp_unused",
+            FindingId::AmpUnused,
             Severity::Warning,
             format!(
                 "Tensor cores idle: {:.0}% of kernel time is in ops that could use them, 0% runs on them",
@@ -207,7 +207,7 @@ pub fn sync_bound(s: &TraceSummary) -> Option<Finding> {
         .unwrap_or_default();
     Some(
         Finding::new(
-            "sync_bound",
+            FindingId::SyncBound,
             if sy.share_pct > 30.0 { Severity::Critical } else { Severity::Warning },
             format!("The CPU blocks on the GPU {:.0}% of the time ({} synchronising calls, mostly {top})", sy.share_pct, sy.calls),
         )
@@ -241,7 +241,7 @@ pub fn launch_bound(s: &TraceSummary) -> Option<Finding> {
     }
     Some(
         Finding::new(
-            "launch_bound",
+            FindingId::LaunchBound,
             Severity::Warning,
             format!(
                 "Launch-bound: {:.0}% of kernels are shorter than 10 µs and the GPU waits for the CPU to launch them {:.0}% of the time",
@@ -275,7 +275,7 @@ pub fn comm_bound(s: &TraceSummary) -> Option<Finding> {
     }
     Some(
         Finding::new(
-            "comm_bound",
+            FindingId::CommBound,
             if pct > 30.0 { Severity::Critical } else { Severity::Warning },
             format!("Communication takes {pct:.0}% of each step without overlapping compute"),
         )
@@ -306,7 +306,7 @@ pub fn low_gpu_util(s: &TraceSummary) -> Option<Finding> {
     }
     Some(
         Finding::new(
-            "low_gpu_util",
+            FindingId::LowGpuUtil,
             if busy < 20.0 { Severity::Warning } else { Severity::Info },
             format!("The GPU runs kernels only {busy:.0}% of the profiled steps"),
         )
@@ -351,7 +351,7 @@ pub fn straggler(ranks: &[TraceSummary]) -> Option<Finding> {
         .collect();
     Some(
         Finding::new(
-            "straggler",
+            FindingId::Straggler,
             Severity::Warning,
             format!("Rank {slow_rank} is a straggler: its steps take {:.0}% longer than the median rank's", 100.0 * (slow / median - 1.0)),
         )

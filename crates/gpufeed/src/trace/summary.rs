@@ -90,12 +90,71 @@ pub struct CopyStat {
     pub bandwidth_gbps: f64,
 }
 
+/// How the DataLoader loads: in the training process or in worker processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoaderIterator {
+    /// `num_workers=0`: the training process loads its own batches.
+    SingleProcess,
+    MultiProcess,
+    #[default]
+    Unknown,
+}
+
+impl LoaderIterator {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoaderIterator::SingleProcess => "single_process",
+            LoaderIterator::MultiProcess => "multi_process",
+            LoaderIterator::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for LoaderIterator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// Where the step boundaries came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepSource {
+    /// `ProfilerStep#N` annotations.
+    #[default]
+    ProfilerStep,
+    /// Inferred from `Optimizer.step#` calls.
+    OptimizerStep,
+    /// Inferred from DataLoader `__next__` calls.
+    Dataloader,
+    /// No steps: the whole trace is one.
+    WholeTrace,
+}
+
+impl StepSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepSource::ProfilerStep => "profiler_step",
+            StepSource::OptimizerStep => "optimizer_step",
+            StepSource::Dataloader => "dataloader",
+            StepSource::WholeTrace => "whole_trace",
+        }
+    }
+}
+
+impl std::fmt::Display for StepSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct DataLoaderStat {
     pub calls: u64,
     pub time_us: f64,
     /// `single_process` (num_workers=0), `multi_process` or `unknown`.
-    pub iterator: String,
+    pub iterator: LoaderIterator,
     pub per_step_us: f64,
     pub share_pct: f64,
 }
@@ -167,7 +226,7 @@ pub struct TraceSummary {
     pub bytes: u64,
     pub events: u64,
     /// `profiler_step` (ProfilerStep#N), `optimizer_step`, `dataloader` (inferred) or `whole_trace`.
-    pub step_source: String,
+    pub step_source: StepSource,
     /// True when `steps` follow the TensorBoard plugin 0.4.3 exactly.
     pub tb_plugin_compatible: bool,
     pub steps: Vec<StepRow>,
@@ -414,7 +473,7 @@ pub fn average(steps: &[StepRow]) -> StepRow {
 /// A step window: start, end (µs) and name.
 pub type Window = (f64, f64, String);
 
-fn infer_windows(c: &Collected) -> Option<(Vec<Window>, &'static str)> {
+fn infer_windows(c: &Collected) -> Option<(Vec<Window>, StepSource)> {
     let mut opt: Vec<f64> = c.optimizer_steps.iter().map(|r| r.1).collect();
     opt.sort_by(f64::total_cmp);
     if opt.len() >= 2 {
@@ -423,7 +482,7 @@ fn infer_windows(c: &Collected) -> Option<(Vec<Window>, &'static str)> {
             .enumerate()
             .map(|(i, p)| (p[0], p[1], format!("{}", i + 1)))
             .collect();
-        return Some((w, "optimizer_step"));
+        return Some((w, StepSource::OptimizerStep));
     }
     let mut dl = c.dataloader_starts.clone();
     dl.sort_by(f64::total_cmp);
@@ -434,7 +493,7 @@ fn infer_windows(c: &Collected) -> Option<(Vec<Window>, &'static str)> {
             .enumerate()
             .map(|(i, p)| (p[0], p[1], format!("{}", i + 1)))
             .collect();
-        return Some((w, "dataloader"));
+        return Some((w, StepSource::Dataloader));
     }
     None
 }
@@ -446,7 +505,7 @@ pub fn summarize(c: &Collected) -> TraceSummary {
     let mut s = TraceSummary::default();
     if has_steps {
         extend_steps(c, &mut windows);
-        s.step_source = "profiler_step".into();
+        s.step_source = StepSource::ProfilerStep;
         s.tb_plugin_compatible = true;
         s.steps = breakdown(&windows, &roles);
     } else {
@@ -464,13 +523,13 @@ pub fn summarize(c: &Collected) -> TraceSummary {
         let plugin = breakdown(&whole, &roles);
         match infer_windows(c) {
             Some((w, src)) => {
-                s.step_source = src.into();
+                s.step_source = src;
                 s.steps = breakdown(&w, &roles);
                 windows = w;
                 s.tb_plugin_steps = Some(plugin);
             }
             None => {
-                s.step_source = "whole_trace".into();
+                s.step_source = StepSource::WholeTrace;
                 s.tb_plugin_compatible = true;
                 s.steps = plugin;
                 windows = whole;
@@ -505,11 +564,11 @@ pub fn summarize(c: &Collected) -> TraceSummary {
         calls: c.dataloader_starts.len() as u64,
         time_us: ranges::total(&dl),
         iterator: if c.dl_single > 0 {
-            "single_process".into()
+            LoaderIterator::SingleProcess
         } else if c.dl_multi > 0 {
-            "multi_process".into()
+            LoaderIterator::MultiProcess
         } else {
-            "unknown".into()
+            LoaderIterator::Unknown
         },
         per_step_us: dl_in / nsteps,
         share_pct: 100.0 * dl_in / step_total,

@@ -6,6 +6,7 @@
 //! memory bar, PCIe, power, clocks, throttle flags), per-core CPU bars, the job's process tree.
 //! Small terminals drop the lower blocks first; `NO_COLOR` draws in monochrome.
 
+use crate::diagnose::verdict::VerdictId;
 use crate::live::{GpuLive, LiveState};
 use crate::present::bytes;
 use crate::sample::throttle;
@@ -121,10 +122,10 @@ impl Ui {
     }
 }
 
-fn verdict_color(id: &str) -> Color {
+fn verdict_color(id: VerdictId) -> Color {
     match id {
-        "compute_bound" => Color::Green,
-        "unknown" | "idle" => Color::Yellow,
+        VerdictId::ComputeBound => Color::Green,
+        VerdictId::Unknown | VerdictId::Idle => Color::Yellow,
         _ => Color::Red,
     }
 }
@@ -317,7 +318,7 @@ fn verdict_lines(st: &LiveState, ui: &Ui) -> Vec<Line<'static>> {
             let mut out = vec![Line::from(vec![
                 Span::styled(
                     format!("{} ", r.verdict.id),
-                    ui.style(verdict_color(&r.verdict.id))
+                    ui.style(verdict_color(r.verdict.id))
                         .add_modifier(Modifier::BOLD),
                 ),
                 Span::raw(format!(

@@ -2,7 +2,7 @@
 
 use super::r1;
 use crate::diagnose::evidence::Evidence;
-use crate::finding::{Finding, Severity};
+use crate::finding::{Finding, FindingId, Severity};
 
 /// Spread of mean utilization (points) from which GPUs count as imbalanced.
 pub const IMBALANCE_PTS: f64 = 20.0;
@@ -23,7 +23,7 @@ pub fn gpu_imbalance(e: &Evidence) -> Option<Finding> {
         return None;
     }
     let f = Finding::new(
-        "gpu_imbalance",
+        FindingId::GpuImbalance,
         Severity::Warning,
         format!("GPUs are unevenly used: GPU {hi_i} at {hi:.0}%, GPU {lo_i} at {lo:.0}%"),
     )

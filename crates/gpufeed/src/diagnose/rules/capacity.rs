@@ -2,7 +2,7 @@
 
 use super::{input, r1, r2, r3};
 use crate::diagnose::evidence::Evidence;
-use crate::finding::{Finding, Severity};
+use crate::finding::{Basis, Finding, FindingId, Severity};
 
 /// Mean utilization under which a GPU counts as idle.
 pub const IDLE_PCT: f64 = 5.0;
@@ -14,7 +14,7 @@ pub fn gpu_idle(e: &Evidence) -> Option<Finding> {
         return None;
     }
     let mut f = Finding::new(
-        "gpu_idle",
+        FindingId::GpuIdle,
         Severity::Warning,
         format!("The GPU was idle ({:.1}% utilization)", busy * 100.0),
     )
@@ -102,11 +102,12 @@ pub fn batch_too_small(e: &Evidence) -> Option<Finding> {
         );
     }
     Some(
-        Finding::new("batch_too_small", Severity::Warning, title)
+        Finding::new(FindingId::BatchTooSmall, Severity::Warning, title)
             .with("gpu_busy_fraction", r3(busy))
             .with("mem_used_max_fraction", r2(used))
             .with("batch_scale_headroom", headroom)
             .with("candidate_confidence", confidence)
+            .basis(Basis::Candidate { confidence })
             .recommend(rec)
             .speedup(host.then(|| r2((1.0 / busy).min(headroom)))),
     )

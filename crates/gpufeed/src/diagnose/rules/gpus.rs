@@ -3,7 +3,7 @@
 
 use super::{capacity::IDLE_PCT, input, pcie, r1, r2, r3};
 use crate::diagnose::evidence::{Evidence, GpuEvidence};
-use crate::finding::{Finding, Severity};
+use crate::finding::{Finding, FindingId, Severity};
 use serde::{Deserialize, Serialize};
 
 /// Busy fraction from which a GPU without a starving pattern counts as steadily busy.
@@ -75,7 +75,7 @@ pub fn gpu_unused(e: &Evidence) -> Option<Finding> {
         .unwrap_or_default();
     let plural = if unused.len() == 1 { "" } else { "s" };
     let f = Finding::new(
-        "gpu_unused",
+        FindingId::GpuUnused,
         Severity::Warning,
         format!(
             "The job uses {} of {total} GPUs: GPU{plural} {idle_list} stayed at 0%{mem}",
@@ -206,7 +206,7 @@ pub fn compute_bound(e: &Evidence) -> Option<Finding> {
         .reduce(f64::min);
     let major = arch_major(e);
     let mut f = Finding::new(
-        "compute_bound",
+        FindingId::ComputeBound,
         Severity::Info,
         match p50 {
             Some(p) => format!(

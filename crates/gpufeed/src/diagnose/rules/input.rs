@@ -5,7 +5,7 @@
 
 use super::{r1, r2, r3};
 use crate::diagnose::evidence::{Evidence, Origin, SATURATED_PROC_PCT};
-use crate::finding::{Finding, Severity};
+use crate::finding::{Finding, FindingId, Severity};
 
 /// Busy fraction under which a starving signature matters.
 pub const STARVED_BUSY: f64 = 0.80;
@@ -259,7 +259,8 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
         }
         Kind::Unknown => format!("Input-bound: the GPU waits for data ({pattern})"),
     };
-    let mut f = Finding::new("input_bound", Severity::Critical, title).with("kind", kind.as_str());
+    let mut f =
+        Finding::new(FindingId::InputBound, Severity::Critical, title).with("kind", kind.as_str());
     if kind != Kind::Unknown && !kind_is_clear(e) {
         // No threshold met: the kind is the nearest one, and says so.
         f = f.with("kind_basis", "nearest");
@@ -438,7 +439,7 @@ pub fn main_process_bound(e: &Evidence) -> Option<Finding> {
         return None;
     }
     let mut f = Finding::new(
-        "main_process_bound",
+        FindingId::MainProcessBound,
         Severity::Warning,
         "The training loop's own process is at 100% of a core",
     )
@@ -555,11 +556,11 @@ mod tests {
         // The CPU detail is input_bound's own evidence: one finding for one cause.
         assert_eq!(f.evidence["host_cpu_mean_pct"], 97.0);
         assert_eq!(f.evidence["psi_cpu_some_mean_pct"], 45.0);
-        let ids: Vec<String> = crate::diagnose::rules::evaluate(&e)
+        let ids: Vec<FindingId> = crate::diagnose::rules::evaluate(&e)
             .into_iter()
             .map(|f| f.id)
             .collect();
-        assert_eq!(ids, ["input_bound"]);
+        assert_eq!(ids, [FindingId::InputBound]);
     }
 
     #[test]
@@ -594,11 +595,11 @@ mod tests {
             "{}",
             f.recommendation
         );
-        let ids: Vec<String> = crate::diagnose::rules::evaluate(&e)
+        let ids: Vec<FindingId> = crate::diagnose::rules::evaluate(&e)
             .into_iter()
             .map(|f| f.id)
             .collect();
-        assert_eq!(ids, ["input_bound"]);
+        assert_eq!(ids, [FindingId::InputBound]);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use super::{r1, r2, r3};
 use crate::diagnose::evidence::{Evidence, GpuEvidence};
-use crate::finding::{Finding, Severity};
+use crate::finding::{Finding, FindingId, Severity};
 
 fn gb(x: f64) -> f64 {
     r2(x / 1e9)
@@ -31,7 +31,7 @@ pub fn transfer_bound(e: &Evidence) -> Option<Finding> {
         return None;
     }
     let mut f = Finding::new(
-        "transfer_bound",
+        FindingId::TransferBound,
         Severity::Critical,
         format!(
             "GPU {}: host-to-device copies run at the PCIe link's limit",
@@ -84,7 +84,7 @@ pub fn pcie_link_degraded(e: &Evidence) -> Option<Finding> {
     let p = &g.pcie;
     let (gen, width) = (p.gen_current?, p.width_current?);
     let mut f = Finding::new(
-        "pcie_link_degraded",
+        FindingId::PcieLinkDegraded,
         Severity::Warning,
         format!(
             "GPU {}: PCIe link runs at Gen{gen} x{width} under load, below its Gen{} x{}",
@@ -141,12 +141,12 @@ pub fn pcie_link_degraded(e: &Evidence) -> Option<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnose::evidence::pcie_capacity_bytes_per_s;
     use crate::diagnose::rules::fixtures::*;
+    use crate::units::pcie_link_bytes_per_s;
 
     fn link(e: &mut Evidence, gen: u32, width: u32, rx_frac: f64, near: f64) {
         let p = &mut e.gpus[0].pcie;
-        let cap = pcie_capacity_bytes_per_s(gen, width).unwrap();
+        let cap = pcie_link_bytes_per_s(gen, width).unwrap();
         p.rx_samples = 1000;
         p.rx_mean_bytes_per_s = Some(cap * rx_frac);
         p.rx_capacity_mean_fraction = Some(rx_frac);
@@ -157,17 +157,17 @@ mod tests {
         p.gen_max = Some(4);
         p.width_max = Some(16);
         p.capacity_current_bytes_per_s = Some(cap);
-        p.capacity_max_bytes_per_s = pcie_capacity_bytes_per_s(4, 16);
+        p.capacity_max_bytes_per_s = pcie_link_bytes_per_s(4, 16);
         p.loaded_link_samples = 1000;
         p.degraded_loaded_fraction = Some(if (gen, width) == (4, 16) { 0.0 } else { 1.0 });
     }
 
     #[test]
     fn capacity_table() {
-        assert_eq!(pcie_capacity_bytes_per_s(3, 16), Some(0.985e9 * 16.0));
-        assert_eq!(pcie_capacity_bytes_per_s(5, 16), Some(3.938e9 * 16.0));
-        assert_eq!(pcie_capacity_bytes_per_s(6, 1), Some(7.563e9));
-        assert_eq!(pcie_capacity_bytes_per_s(9, 16), None);
+        assert_eq!(pcie_link_bytes_per_s(3, 16), Some(0.985e9 * 16.0));
+        assert_eq!(pcie_link_bytes_per_s(5, 16), Some(3.938e9 * 16.0));
+        assert_eq!(pcie_link_bytes_per_s(6, 1), Some(7.563e9));
+        assert_eq!(pcie_link_bytes_per_s(9, 16), None);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use super::{r1, r2};
 use crate::diagnose::evidence::Evidence;
 use crate::diagnose::pyloop::{Hotspot, PythonEvidence};
-use crate::finding::{Finding, Severity};
+use crate::finding::{Basis, Finding, FindingId, Severity};
 use crate::sample::pyphase::StageKind;
 
 /// Share of the training thread's time waiting for data from which the loop is input-bound.
@@ -178,10 +178,14 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
             format!("Input-bound: the training loop waits for data {wait:.0}% of its time{named}")
         }
     };
-    let mut f = Finding::new("input_bound", severity, title)
+    let mut f = Finding::new(FindingId::InputBound, severity, title)
         .with("kind", k.as_str())
         .with("source", "python_stacks")
-        .with("data_wait_pct", r1(wait));
+        .with("data_wait_pct", r1(wait))
+        .basis(Basis::PythonStacks {
+            data_wait_pct: r1(wait),
+            hot_stage: hot.map(|h| h.function.clone()),
+        });
     if let Some(m) = &p.main {
         f = f.with("training_thread_samples", m.samples);
     }
@@ -292,7 +296,7 @@ pub fn sync_bound(e: &Evidence) -> Option<Finding> {
     let code = site.and_then(|s| s.code.clone());
     let mut f =
         Finding::new(
-            "sync_bound",
+            FindingId::SyncBound,
             Severity::Warning,
             format!(
             "The training loop waits for the GPU in host–device syncs {share:.0}% of its time, \

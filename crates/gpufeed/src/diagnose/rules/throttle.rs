@@ -2,7 +2,7 @@
 
 use super::{r2, r3};
 use crate::diagnose::evidence::Evidence;
-use crate::finding::{Finding, Severity};
+use crate::finding::{Basis, Finding, FindingId, Severity};
 
 /// Share of observed time with slowing reasons from which a finding is raised.
 pub const THROTTLED_FRACTION: f64 = 0.05;
@@ -51,7 +51,7 @@ pub fn throttled(e: &Evidence) -> Option<Finding> {
         Severity::Warning
     };
     let mut f = Finding::new(
-        "throttled",
+        FindingId::Throttled,
         sev,
         format!(
             "GPU {} clocks held down {:.0}% of the time (mostly {})",
@@ -62,6 +62,9 @@ pub fn throttled(e: &Evidence) -> Option<Finding> {
     )
     .with("gpu_index", g.index)
     .with("throttled_time_fraction", r3(frac))
+    .basis(Basis::Throttled {
+        time_fraction: r3(frac),
+    })
     .with("observed_s", r2(g.throttle.observed_s));
     for (k, v) in &reasons {
         f = f.with(&format!("{k}_time_fraction"), r3(**v));

@@ -1,0 +1,23 @@
+//! Arguments of `gpufeed serve`.
+
+use super::*;
+use std::net::SocketAddr;
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to serve /metrics on (0.0.0.0:9400 to be scraped from other machines)
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9400")]
+    pub listen: SocketAddr,
+    /// Print one exposition to stdout (after about 1.5 s of sampling) and exit
+    #[arg(long)]
+    pub once: bool,
+    /// Sampling interval of host and processes (GPU utilization keeps every driver sample)
+    #[arg(long, value_name = "DURATION", default_value = "200ms", value_parser = crate::cli::parse_interval)]
+    pub interval: Duration,
+    /// Window of the busy ratio, oscillation, starvation score and verdict
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub window: Duration,
+    /// Follow this job's process tree (worker CPU, starvation verdict)
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+}

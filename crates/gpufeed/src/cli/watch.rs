@@ -1,0 +1,28 @@
+//! Arguments of `gpufeed watch`.
+
+use super::*;
+
+#[derive(Debug, Clone, Args)]
+pub struct WatchArgs {
+    /// Host and process sampling interval (GPU utilization keeps every driver sample)
+    #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = crate::cli::parse_interval)]
+    pub interval: Duration,
+    /// Screen refresh interval (at most 500ms: the view refreshes at least twice a second)
+    #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = parse_duration)]
+    pub refresh: Duration,
+    /// Follow this running process and its children
+    #[arg(long, value_name = "PID", conflicts_with = "command")]
+    pub pid: Option<u32>,
+    #[command(flatten)]
+    pub inject: crate::cli::InjectOpts,
+    /// Where the job's stdout and stderr go while the screen is in use
+    #[arg(long, value_name = "PATH", default_value = "gpufeed-watch-job.log")]
+    pub job_log: PathBuf,
+    /// A command to start and follow, after `--`; its output goes to --job-log
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<String>,
+}

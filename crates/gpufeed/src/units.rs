@@ -1,0 +1,83 @@
+//! Facts and formats shared by every layer: PCIe link bandwidth, byte counts and rates for
+//! people. One copy each, so `doctor`, `bench`, `diagnose` and the presenters agree.
+
+/// Host-to-device bandwidth of one PCIe lane per direction, GB/s, by generation, after line
+/// encoding: 8b/10b for Gen1–2, 128b/130b for Gen3–5, FLIT mode (242 B of 256) for Gen6's
+/// 64 GT/s PAM4.
+pub fn pcie_lane_gb_per_s(gen: u32) -> Option<f64> {
+    Some(match gen {
+        1 => 0.25,
+        2 => 0.5,
+        3 => 0.985,
+        4 => 1.969,
+        5 => 3.938,
+        6 => 7.563,
+        _ => return None,
+    })
+}
+
+/// Theoretical one-direction capacity of a link in bytes/s at a generation and width.
+pub fn pcie_link_bytes_per_s(gen: u32, width: u32) -> Option<f64> {
+    Some(pcie_lane_gb_per_s(gen)? * 1e9 * width as f64)
+}
+
+/// `1.5 GiB`, `812 MiB`, `12 KiB`, `17 B`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else if v >= 100.0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// A transfer rate in decimal GB/s, the unit of PCIe link capacities, used for every rate gpufeed
+/// shows (text, HTML, the terminal view, Perfetto); memory sizes are binary (GiB).
+pub fn gb_per_s(bytes_per_s: f64) -> String {
+    let g = bytes_per_s.max(0.0) / 1e9;
+    if g >= 10.0 {
+        format!("{g:.1} GB/s")
+    } else if g >= 0.01 || g == 0.0 {
+        format!("{g:.2} GB/s")
+    } else {
+        format!("{:.1} MB/s", g * 1e3)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pcie_per_lane_and_per_link() {
+        // Gen6: 64 GT/s, FLIT mode carries 242 of 256 bytes: 64 × 242/256 / 8 = 7.5625 GB/s.
+        assert_eq!(pcie_lane_gb_per_s(6), Some(7.563));
+        assert!((pcie_link_bytes_per_s(6, 16).unwrap() / 1e9 - 121.0).abs() < 0.01);
+        assert_eq!(pcie_link_bytes_per_s(3, 16), Some(0.985e9 * 16.0));
+        assert!((pcie_link_bytes_per_s(4, 16).unwrap() / 1e9 - 31.5).abs() < 0.1);
+        assert!((pcie_link_bytes_per_s(5, 16).unwrap() / 1e9 - 63.0).abs() < 0.1);
+        assert_eq!(pcie_lane_gb_per_s(0), None);
+        assert_eq!(pcie_link_bytes_per_s(9, 16), None);
+    }
+
+    #[test]
+    fn byte_and_rate_units() {
+        assert_eq!(bytes(17), "17 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(64 << 20), "64.0 MiB");
+        assert_eq!(bytes(812 << 20), "812 MiB");
+        assert_eq!(bytes(80 << 30), "80.0 GiB");
+        assert_eq!(bytes(200 << 30), "200 GiB");
+        assert_eq!(gb_per_s(31.5e9), "31.5 GB/s");
+        assert_eq!(gb_per_s(1.5e9), "1.50 GB/s");
+        assert_eq!(gb_per_s(2.0e6), "2.0 MB/s");
+    }
+}
