@@ -38,6 +38,10 @@ pub struct DiagnoseArgs {
     /// straggling nodes, and a per-node table (files are read one at a time)
     #[arg(long, conflicts_with = "html")]
     pub job: bool,
+    /// Text: every finding with all of its evidence (by default the top fix shows the few
+    /// figures that decide it, each said once)
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -107,7 +111,17 @@ pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
         }
         fmt => reports
             .iter()
-            .map(|r| diagnose::render(r, fmt, color))
+            .map(|r| {
+                diagnose::render::render_with(
+                    r,
+                    fmt,
+                    diagnose::render::TextOptions {
+                        color,
+                        verbose: args.verbose,
+                        after_summary: false,
+                    },
+                )
+            })
             .collect::<Vec<_>>()
             .join("\n"),
     };
