@@ -155,12 +155,8 @@ pub fn deciding_keys(f: &Finding) -> &'static [&'static str] {
     if evidence_str(f, "source") == "python_stacks" {
         return match f.id.as_str() {
             "sync_bound" => &["sync_site_pct"],
-            _ => &[
-                "hot_stage",
-                "hot_stage_pct",
-                "worker_busy_pct",
-                "idle_cores_mean",
-            ],
+            // The verdict names the slowest stage and the training-loop block its share.
+            _ => &["loading_in_main_pct", "worker_busy_pct", "idle_cores_mean"],
         };
     }
     match (f.id.as_str(), evidence_str(f, "kind")) {
