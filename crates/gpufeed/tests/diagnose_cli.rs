@@ -885,6 +885,18 @@ fn text_reports_say_each_thing_once() {
         all.push_str(&format!("===== {name}\n{text}\n"));
     }
     insta::assert_snapshot!("diagnose_text_scenarios", all);
+    // Two GPUs from a log: per-GPU figures equal to the pooled ones beside the fix are not
+    // repeated, and a note does not repeat the fix's sentence.
+    for log in ["smi_query_starving.csv", "dcgmi_dmon_starving.log"] {
+        let out = gpufeed()
+            .args(["diagnose", "--color", "never"])
+            .arg(data(log))
+            .output()
+            .unwrap();
+        let t = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(t.matches("no host or process data").count(), 1, "{t}");
+        assert_eq!(t.matches("repeats every").count(), 1, "{t}");
+    }
     // --verbose lists every evidence entry of every finding.
     let p = dir.path().join("too_few_workers.ndjson");
     let out = gpufeed()

@@ -122,23 +122,28 @@ pub fn duration(s: f64) -> String {
     }
 }
 
-/// Evidence names a text report has already stated (beside a fix, in a verdict): the lines of
-/// measured context leave those figures out, so that each number is said once.
+/// Evidence a text report has already stated (beside a fix, in a verdict), with the value as
+/// it was written: the lines of measured context leave those figures out, so that each number
+/// is said once.
 #[derive(Debug, Default)]
 struct Said {
-    keys: std::collections::BTreeSet<String>,
-    /// The verdict's sentence gives the pooled GPU busy share.
-    busy: bool,
+    keys: std::collections::BTreeMap<String, String>,
+    /// The pooled GPU busy share as the verdict's sentence gives it (`33%`).
+    busy: Option<String>,
 }
 
 impl Said {
     fn has(&self, key: &str) -> bool {
-        self.keys.contains(key)
+        self.keys.contains_key(key)
+    }
+    /// Whether `key` was said with this very value (a per-GPU figure equal to the pooled one).
+    fn said_as(&self, key: &str, value: &str) -> bool {
+        self.keys.get(key).is_some_and(|v| v == value)
     }
     fn add(&mut self, f: &Finding, keys: &[&str]) {
         for k in keys {
-            if f.evidence.contains_key(*k) {
-                self.keys.insert((*k).to_string());
+            if let Some(v) = f.evidence.get(*k) {
+                self.keys.insert((*k).to_string(), evidence_value(k, v));
             }
         }
     }
@@ -425,7 +430,7 @@ fn gpu_line(g: &GpuEvidence, mean_said: bool) -> String {
 fn gpu_pattern(g: &GpuEvidence, said: &Said) -> Option<String> {
     let mut parts = Vec::new();
     if let Some(p) = g.periodicity.filter(|p| p.is_strong()) {
-        if said.has("util_period_s") {
+        if said.said_as("util_period_s", &secs(p.period_s)) {
             parts.push(format!("repeat strength {:.2}", p.strength));
         } else {
             parts.push(format!(
@@ -436,7 +441,13 @@ fn gpu_pattern(g: &GpuEvidence, said: &Said) -> Option<String> {
         }
     }
     if let Some(sp) = g.util_split.filter(|s| s.is_bimodal()) {
-        if !said.has("util_high_level_pct") {
+        let levels_said = said.said_as("util_high_level_pct", &pct(sp.high_mean_pct))
+            && said.said_as("util_low_level_pct", &pct(sp.low_mean_pct));
+        let low = pct(sp.low_weight * 100.0);
+        let low_said = said.said_as("util_low_time_fraction", &low);
+        if levels_said && !low_said {
+            parts.push(format!("starved {low} of the time"));
+        } else if !levels_said {
             parts.push(format!(
                 "two levels: {} and {} (low {} of the time)",
                 pct(sp.high_mean_pct),
@@ -571,12 +582,18 @@ fn job_line(r: &DiagnoseReport, said: &Said) -> Option<String> {
     Some(s.trim_start_matches("; ").to_string())
 }
 
-/// Whether the verdict's sentence gives the pooled busy share (then a one-GPU report's GPU
-/// line does not).
-pub fn verdict_states_busy(r: &DiagnoseReport) -> bool {
+/// The pooled busy share as the verdict's sentence gives it, if it does.
+fn busy_in_verdict(r: &DiagnoseReport) -> Option<String> {
     r.verdict
         .gpu_busy_fraction
-        .is_some_and(|b| r.verdict.summary.contains(&format!("{:.0}%", b * 100.0)))
+        .map(|b| format!("{:.0}%", b * 100.0))
+        .filter(|b| r.verdict.summary.contains(b.as_str()))
+}
+
+/// Whether the verdict's sentence gives the pooled busy share (then a GPU line with the same
+/// mean does not).
+pub fn verdict_states_busy(r: &DiagnoseReport) -> bool {
+    busy_in_verdict(r).is_some()
 }
 
 fn text(r: &DiagnoseReport, opts: TextOptions) -> String {
@@ -621,7 +638,7 @@ fn text(r: &DiagnoseReport, opts: TextOptions) -> String {
         let _ = writeln!(o, "         {}", states.join(", "));
     }
     let mut said = Said {
-        busy: verdict_states_busy(r),
+        busy: busy_in_verdict(r),
         ..Default::default()
     };
     let verdict_finding = r.verdict.finding.as_deref();
@@ -660,14 +677,15 @@ fn text(r: &DiagnoseReport, opts: TextOptions) -> String {
         r.findings.get(1..).unwrap_or(&[])
     };
     // What the top fix's line said is not said again under another finding.
-    let said_by_top: Vec<String> = said.keys.iter().cloned().collect();
+    let said_by_top: Vec<String> = said.keys.keys().cloned().collect();
     for f in rest {
         said.add(f, deciding_keys(f));
     }
     o.push('\n');
-    let single = gpus == 1;
     for g in &r.gpus {
-        let mean_said = single && (said.busy || said.has("gpu_busy_fraction"));
+        let mean = g.util_mean_pct.map(|m| format!("{m:.0}%"));
+        let mean_said = mean.is_some()
+            && (said.busy == mean || said.keys.get("gpu_busy_fraction") == mean.as_ref());
         if !opts.after_summary {
             let _ = writeln!(o, "{}", gpu_line(g, mean_said));
         } else if !g.timeline_pct.is_empty() {
@@ -684,8 +702,7 @@ fn text(r: &DiagnoseReport, opts: TextOptions) -> String {
                 secs(per.max(g.timeline_step_s.min(r.duration_s.max(0.1))))
             );
         }
-        let nothing_said = Said::default();
-        let pattern = gpu_pattern(g, if single { &said } else { &nothing_said });
+        let pattern = gpu_pattern(g, &said);
         let zoom = g.periodicity.is_some_and(|p| p.is_strong())
             || g.util_split.is_some_and(|s| s.is_bimodal());
         if zoom && g.recent_pct.len() >= 8 && g.recent_step_s > 0.0 {
@@ -756,9 +773,24 @@ fn text(r: &DiagnoseReport, opts: TextOptions) -> String {
             }
         }
     }
-    if !r.notes.is_empty() {
+    // A note whose opening clause a fix already says ("This log has no host or process data")
+    // is not said again (it stays in the JSON).
+    let fixes: Vec<&str> = r
+        .findings
+        .iter()
+        .map(|f| f.recommendation.as_str())
+        .collect();
+    let notes: Vec<&String> = r
+        .notes
+        .iter()
+        .filter(|n| {
+            let head = n.split(':').next().unwrap_or(n);
+            opts.verbose || head.len() < 20 || !fixes.iter().any(|f| f.contains(head))
+        })
+        .collect();
+    if !notes.is_empty() {
         o.push('\n');
-        for n in &r.notes {
+        for n in notes {
             let _ = writeln!(o, "{}  {n}", paint("NOTE", "2", color));
         }
     }
