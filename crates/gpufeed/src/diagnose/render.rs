@@ -318,7 +318,7 @@ fn evidence_label(key: &str) -> (String, &'static str) {
 
 /// An evidence value in the report's units: shares in %, rates in GB/s (decimal, as PCIe link
 /// capacities are given), sizes in GiB/MiB, times in s.
-fn evidence_value(key: &str, v: &serde_json::Value) -> String {
+pub fn evidence_value(key: &str, v: &serde_json::Value) -> String {
     let Some(x) = v.as_f64() else {
         return match v {
             serde_json::Value::String(s) => s.clone(),
