@@ -1042,7 +1042,8 @@ fn markdown(r: &DiagnoseReport) -> String {
         }
         o.push('\n');
         for (i, f) in r.findings.iter().enumerate() {
-            let _ = writeln!(o, "### `{}`: {}\n", f.id, f.title);
+            // The title is in the table above.
+            let _ = writeln!(o, "### `{}`\n", f.id);
             let _ = writeln!(o, "| evidence | value |\n|---|---|");
             for (k, v) in &f.evidence {
                 let _ = writeln!(o, "| {k} | {} |", md_escape(&evidence_value(k, v)));
