@@ -56,7 +56,7 @@ for _ in range(n):
 times.sort()
 text = body.decode()
 gpus = len({l.split('gpu="')[1].split('"')[0] for l in text.splitlines() if l.startswith("DCGM_FI_DEV_GPU_UTIL{")})
-procs = sum(1 for l in text.splitlines() if l.startswith("gpufeed_job_process_cpu_percent{"))
+procs = sum(1 for l in text.splitlines() if l.startswith("gpufeed_job_process_cpu_ratio{"))
 print(f"  one scraper: {n} scrapes, gpus={gpus} job_processes={procs} bytes={len(body)}", file=sys.stderr)
 print(f"{statistics.median(times):.2f} {times[int(0.99*(n-1))]:.2f}")
 PY

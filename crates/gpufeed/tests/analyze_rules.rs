@@ -475,7 +475,9 @@ fn the_top_fix_is_said_once_with_its_deciding_numbers() {
     let fix = &rep.findings[0].recommendation;
     assert_eq!(t.matches(fix.as_str()).count(), 1, "{t}");
     assert!(t.contains("because: dataloader_iterator="), "{t}");
-    assert!(t.contains("fix: the TOP FIX above"), "{t}");
+    assert!(t.contains(": the TOP FIX above"), "{t}");
+    // The title and its gain are not repeated in the numbered list either.
+    assert_eq!(t.matches(rep.findings[0].title.as_str()).count(), 1, "{t}");
     assert!(!t.contains("step_source="), "not a deciding number: {t}");
     let v = trace::report::text_with(&rep, false, true);
     assert!(v.contains("step_source="), "--verbose lists all: {v}");

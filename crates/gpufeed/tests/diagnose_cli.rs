@@ -535,7 +535,7 @@ fn text_and_markdown_reports() {
     let text = redact(&String::from_utf8(text.stdout).unwrap(), dir.path());
     // The top fix comes before the details; the sparkline shows the oscillation.
     let top = text.find("TOP FIX").unwrap();
-    assert!(top < text.find("FINDINGS").unwrap());
+    assert!(top < text.find("GPU 0").unwrap());
     assert!(text.contains('▂') && text.contains('▇'), "{text}");
     insta::assert_snapshot!("diagnose_text_starving", text);
 
@@ -733,4 +733,184 @@ fn a_profiler_trace_given_to_diagnose_points_at_analyze() {
         .assert()
         .code(3)
         .stderr(predicate::str::contains("use gpufeed analyze"));
+}
+
+/// The text report of each class of recording, as a new user reads it.
+fn scenario_texts(dir: &Path) -> Vec<(&'static str, String)> {
+    let shapes: Vec<(&'static str, Shape)> = vec![
+        ("healthy", healthy()),
+        (
+            "too_few_workers",
+            Shape {
+                util: square,
+                cores: vec![100.0, 30.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0],
+                main: (30.0, 'S'),
+                workers: vec![(99.0, 'R')],
+                ..healthy()
+            },
+        ),
+        (
+            "cpu_saturated",
+            Shape {
+                util: square,
+                cores: vec![100.0; 8],
+                workers: vec![(95.0, 'R'); 7],
+                ..healthy()
+            },
+        ),
+        (
+            "io_bound",
+            Shape {
+                util: square,
+                cores: vec![10.0; 8],
+                workers: vec![(8.0, 'D'), (7.0, 'D'), (9.0, 'D'), (6.0, 'D')],
+                psi_io: 45.0,
+                ..healthy()
+            },
+        ),
+        (
+            "transfer_bound",
+            Shape {
+                util: |_| 60.0,
+                pcie: Some((2, 4, 1.8e9)),
+                ..healthy()
+            },
+        ),
+        (
+            "throttled",
+            Shape {
+                throttle: 0x20 | 0x40,
+                ..healthy()
+            },
+        ),
+    ];
+    shapes
+        .into_iter()
+        .map(|(name, s)| {
+            let p = write_recording(dir, &format!("{name}.ndjson"), &s);
+            let out = gpufeed()
+                .args(["diagnose", "--color", "never"])
+                .arg(&p)
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+            (name, redact(&String::from_utf8(out.stdout).unwrap(), dir))
+        })
+        .collect()
+}
+
+/// Figures with a unit (`33%`, `2.0 s`, `0.05 GB/s`, `70.0 GiB`, `3.00x`) in a text.
+fn figures(text: &str) -> Vec<String> {
+    let units = [
+        "%", " s", " GB/s", " MB/s", " GiB", " MiB", "x", " °C", " W",
+    ];
+    let mut out = Vec::new();
+    let b = text.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let starts = b[i].is_ascii_digit()
+            && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'.'));
+        if !starts {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j < b.len() && (b[j].is_ascii_digit() || b[j] == b'.') {
+            j += 1;
+        }
+        let rest = &text[j..];
+        // A percentile is a different statistic that may meet a mean or a level by chance.
+        let percentile = ["p10 ", "p50 ", "p90 "]
+            .iter()
+            .any(|p| text[..i].ends_with(p));
+        if percentile {
+            i = j;
+            continue;
+        }
+        if let Some(u) = units.iter().find(|u| {
+            rest.starts_with(**u)
+                && !rest[u.len()..].starts_with(|c: char| c.is_ascii_alphanumeric())
+        }) {
+            out.push(format!("{}{u}", &text[i..j]));
+        }
+        i = j;
+    }
+    out
+}
+
+#[test]
+fn text_reports_say_each_thing_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let texts = scenario_texts(dir.path());
+    let mut all = String::new();
+    for (name, text) in &texts {
+        let p = dir.path().join(format!("{name}.ndjson"));
+        let r = diagnose_json(&p, &[]);
+        // The top fix once, with its gain and deciding figures beside it.
+        let top = &r.findings[0];
+        assert_eq!(
+            text.matches(top.recommendation.as_str()).count(),
+            1,
+            "{text}"
+        );
+        if let Some(x) = top.expected_speedup {
+            assert_eq!(text.matches(&format!("{x:.2}x")).count(), 1, "{text}");
+        }
+        let fix_at = text.find("TOP FIX").unwrap();
+        assert!(text[fix_at..].contains("measured: "), "{text}");
+        // Every other finding's fix once too.
+        for f in &r.findings[1..] {
+            assert_eq!(text.matches(f.recommendation.as_str()).count(), 1, "{text}");
+        }
+        // No figure repeated in the lines of the report (the sparklines' time scales and the
+        // memory caveat aside, whose % is of a different total than the GiB figures).
+        let body: String = text
+            .lines()
+            .filter(|l| !l.contains("/cell") && !l.starts_with("NOTE"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let f = figures(&body);
+        for (i, x) in f.iter().enumerate() {
+            // 0% and 100% are limits, not measurements worth telling apart.
+            if x == "0%" || x == "100%" {
+                continue;
+            }
+            assert!(!f[..i].contains(x), "{name}: {x} said twice:\n{text}");
+        }
+        // Evidence names are for JSON: the text uses words and units.
+        assert!(
+            !text.contains("_fraction") && !text.contains("_pct"),
+            "{text}"
+        );
+        all.push_str(&format!("===== {name}\n{text}\n"));
+    }
+    insta::assert_snapshot!("diagnose_text_scenarios", all);
+    // Two GPUs from a log: per-GPU figures equal to the pooled ones beside the fix are not
+    // repeated, and a note does not repeat the fix's sentence.
+    for log in ["smi_query_starving.csv", "dcgmi_dmon_starving.log"] {
+        let out = gpufeed()
+            .args(["diagnose", "--color", "never"])
+            .arg(data(log))
+            .output()
+            .unwrap();
+        let t = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(t.matches("no host or process data").count(), 1, "{t}");
+        assert_eq!(t.matches("repeats every").count(), 1, "{t}");
+    }
+    // --verbose lists every evidence entry of every finding.
+    let p = dir.path().join("too_few_workers.ndjson");
+    let out = gpufeed()
+        .args(["diagnose", "--verbose", "--color", "never"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    let v = String::from_utf8(out.stdout).unwrap();
+    let r = diagnose_json(&p, &[]);
+    for k in r.findings[0].evidence.keys() {
+        assert!(
+            v.contains(&format!("{k}=")),
+            "{k} missing from --verbose:\n{v}"
+        );
+    }
+    assert!(v.contains("fix: the TOP FIX above"), "{v}");
 }

@@ -196,3 +196,47 @@ fn idle_gpu_bit_while_starving_is_not_throttling() {
     assert!(!ids(&r).contains(&"throttled"), "{:?}", ids(&r));
     assert_eq!(r.verdict.id.as_str(), "input_bound");
 }
+
+#[test]
+fn run_prints_the_summary_then_the_diagnosis_each_figure_once() {
+    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let sc = scenario(
+        dir.path(),
+        &format!(
+            r#"{{"devices":[{{"name":"NVIDIA H100 80GB HBM3","memory_total_bytes":85899345920,"memory_used_bytes":80000000000,{SQUARE}}}]}}"#
+        ),
+    );
+    let rec = dir.path().join("r.ndjson");
+    let out = gpufeed()
+        .env("FAKE_NVML_SCENARIO", &sc)
+        .arg("--nvml-lib")
+        .arg(fake_nvml())
+        .args(["run", "-o"])
+        .arg(&rec)
+        .args(["--", "sh", "-c", &busy_workers(1, 5)])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stderr).unwrap();
+    let r = diagnose(&rec);
+    // The summary gives the GPU, host and job figures; the diagnosis after it adds the verdict
+    // and the fix, not a second header or a second copy of those figures.
+    assert!(text.starts_with("gpufeed: recorded"), "{text}");
+    assert!(!text.contains("gpufeed diagnose:"), "{text}");
+    assert_eq!(text.matches("NVIDIA H100 80GB HBM3").count(), 1, "{text}");
+    assert_eq!(text.matches(" CPUs").count(), 1, "{text}");
+    assert!(!text.contains("JOB "), "{text}");
+    let top = &r.findings[0];
+    assert_eq!(
+        text.matches(top.recommendation.as_str()).count(),
+        1,
+        "{text}"
+    );
+    let busy = format!("{:.0}%", r.verdict.gpu_busy_fraction.unwrap() * 100.0);
+    assert!(r.verdict.summary.contains(&busy));
+    assert!(
+        !text.contains(&format!("utilization mean {busy}")),
+        "{text}"
+    );
+}

@@ -975,7 +975,7 @@ fn bench_runs_end_to_end_on_a_stand_in_cuda_driver() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("GPU 3 does not exist (1 GPU(s)"), "{err}");
+    assert!(err.contains("GPU 3 does not exist (1 GPU visible"), "{err}");
 }
 
 /// GPU only: the real `gpufeed bench` end to end, small sizes, JSON, saved file.

@@ -33,6 +33,10 @@ pub struct DiagnoseArgs {
     /// straggling nodes, and a per-node table (files are read one at a time)
     #[arg(long, conflicts_with = "html")]
     pub job: bool,
+    /// Text: every finding with all of its evidence (by default the top fix shows the few
+    /// figures that decide it, each said once)
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

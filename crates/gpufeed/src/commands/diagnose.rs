@@ -64,7 +64,17 @@ pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
         }
         fmt => reports
             .iter()
-            .map(|r| diagnose::render(r, fmt, color))
+            .map(|r| {
+                diagnose::render::render_with(
+                    r,
+                    fmt,
+                    diagnose::render::TextOptions {
+                        color,
+                        verbose: args.verbose,
+                        after_summary: false,
+                    },
+                )
+            })
             .collect::<Vec<_>>()
             .join("\n"),
     };

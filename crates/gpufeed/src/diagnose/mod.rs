@@ -205,11 +205,10 @@ pub fn notes(e: &Evidence, source: &Source, v: &Verdict) -> Vec<String> {
         if f >= MEMORY_FULL && low {
             // The user's first symptom: memory full, utilization low.
             out.push(format!(
-                "GPU {i} memory is {:.0}% full while it is busy only {:.0}% of the time: \
+                "GPU {i} memory is {:.0}% full while its utilization is low: \
                  PyTorch's caching allocator keeps freed memory reserved, so a full memory bar \
                  is not the bottleneck; {}.",
                 f * 100.0,
-                busy.unwrap_or(0.0) * 100.0,
                 what_holds(v)
             ));
         } else if f >= MEMORY_FULL {

@@ -11,11 +11,35 @@ use crate::sample::pyphase::Phase;
 use crate::sample::pystacks::PyStatus;
 use std::fmt::Write as _;
 
+/// How the text report is laid out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TextOptions {
+    /// ANSI colours.
+    pub color: bool,
+    /// Every finding with all of its evidence (the default shows the few deciding figures).
+    pub verbose: bool,
+    /// Printed after `gpufeed run`'s summary: no header line, and no GPU, host or job figure
+    /// the summary above already gives.
+    pub after_summary: bool,
+}
+
 /// Renders a report; `color` adds ANSI colours (text only). `diagnose --format` takes text,
 /// JSON or Markdown (the HTML page is `--html`'s): HTML here gets the text.
 pub fn render(report: &DiagnoseReport, format: OutputFormat, color: bool) -> String {
+    render_with(
+        report,
+        format,
+        TextOptions {
+            color,
+            ..Default::default()
+        },
+    )
+}
+
+/// Renders a report with the text layout's options.
+pub fn render_with(report: &DiagnoseReport, format: OutputFormat, opts: TextOptions) -> String {
     match format {
-        OutputFormat::Text | OutputFormat::Html => text(report, color),
+        OutputFormat::Text | OutputFormat::Html => text(report, opts),
         OutputFormat::Json => {
             let mut s = serde_json::to_string_pretty(report).expect("report serializes");
             s.push('\n');
@@ -88,66 +112,347 @@ pub fn duration(s: f64) -> String {
     } else if s >= 60.0 {
         format!("{}m {:02}s", (s / 60.0) as u64, (s % 60.0) as u64)
     } else {
-        format!("{s:.1}s")
+        format!("{s:.1} s")
     }
 }
 
-fn evidence_line(f: &Finding) -> String {
-    f.evidence
-        .iter()
-        .map(|(k, v)| match v {
-            serde_json::Value::String(s) => format!("{k}={s}"),
-            other => format!("{k}={other}"),
+/// Evidence a text report has already stated (beside a fix, in a verdict), with the value as
+/// it was written: the lines of measured context leave those figures out, so that each number
+/// is said once.
+#[derive(Debug, Default)]
+struct Said {
+    keys: std::collections::BTreeMap<String, String>,
+    /// The pooled GPU busy share as the verdict's sentence gives it (`33%`).
+    busy: Option<String>,
+}
+
+impl Said {
+    fn has(&self, key: &str) -> bool {
+        self.keys.contains_key(key)
+    }
+    /// Whether `key` was said with this very value (a per-GPU figure equal to the pooled one).
+    fn said_as(&self, key: &str, value: &str) -> bool {
+        self.keys.get(key).is_some_and(|v| v == value)
+    }
+    fn add(&mut self, f: &Finding, keys: &[&str]) {
+        for k in keys {
+            if let Some(v) = f.evidence.get(*k) {
+                self.keys.insert((*k).to_string(), evidence_value(k, v));
+            }
+        }
+    }
+}
+
+fn evidence_str<'a>(f: &'a Finding, key: &str) -> &'a str {
+    f.evidence.get(key).and_then(|v| v.as_str()).unwrap_or("")
+}
+
+/// The few evidence entries that decide a finding, shown beside its fix (every entry is in the
+/// JSON and, in text, with `--verbose`). Figures the verdict's sentence or the fix's own text
+/// already give are not among them (see [`stated_by_fix`]).
+pub fn deciding_keys(f: &Finding) -> &'static [&'static str] {
+    if evidence_str(f, "source") == "python_stacks" {
+        return match f.id.as_str() {
+            "sync_bound" => &["sync_site_pct"],
+            // The verdict names the slowest stage and the training-loop block its share.
+            _ => &["loading_in_main_pct", "worker_busy_pct", "idle_cores_mean"],
+        };
+    }
+    match (f.id.as_str(), evidence_str(f, "kind")) {
+        ("input_bound", "too_few_workers") => {
+            &["worker_cpu_mean_pct", "idle_cores_mean", "util_period_s"]
+        }
+        ("input_bound", "cpu_saturated") => &[
+            "host_cpu_mean_pct",
+            "psi_cpu_some_mean_pct",
+            "worker_cpu_mean_pct",
+            "util_period_s",
+        ],
+        ("input_bound", "io_bound") => &[
+            "d_state_time_fraction",
+            "psi_io_some_mean_pct",
+            "job_read_mean_bytes_per_s",
+            "util_period_s",
+        ],
+        ("input_bound", "main_process_bound") => &["main_cpu_mean_pct", "workers", "util_period_s"],
+        ("input_bound", _) => &[
+            "util_period_s",
+            "util_high_level_pct",
+            "util_low_level_pct",
+            "util_low_time_fraction",
+        ],
+        ("main_process_bound", _) => &["main_cpu_mean_pct", "main_saturated_fraction", "workers"],
+        ("transfer_bound", _) => &[
+            "rx_mean_gb_per_s",
+            "link_capacity_gb_per_s",
+            "rx_near_capacity_time_fraction",
+        ],
+        ("pcie_link_degraded", _) => &[
+            "link_capacity_gb_per_s",
+            "link_capacity_max_gb_per_s",
+            "degraded_loaded_fraction",
+        ],
+        ("throttled", _) => &["temperature_mean_c", "power_mean_w"],
+        ("batch_too_small", _) => &[
+            "mem_used_max_fraction",
+            "batch_scale_headroom",
+            "candidate_confidence",
+        ],
+        ("gpu_imbalance", _) => &["util_max_pct", "util_min_pct"],
+        ("gpu_unused", _) => &["gpus_used", "gpus_total"],
+        ("gpu_idle", _) => &["duration_s"],
+        ("compute_bound", _) => &["compute_capability_major"],
+        _ => &[],
+    }
+}
+
+/// Evidence figures that the fix's own text states ("from 1 to 3 workers", "1.6 cores vs the
+/// job's 0.4"): never repeated beside it or in the context lines.
+fn stated_by_fix(f: &Finding) -> &'static [&'static str] {
+    match (f.id.as_str(), evidence_str(f, "kind")) {
+        ("input_bound", "too_few_workers") => &[
+            "workers",
+            "workers_per_gpu",
+            "recommended_num_workers",
+            "max_useful_workers",
+        ],
+        ("input_bound", "cpu_saturated") => &["other_processes_cores", "job_cores"],
+        _ => &[],
+    }
+}
+
+/// A share in percent: `33%`, `0.5%`.
+fn pct(v: f64) -> String {
+    if v != 0.0 && v.abs() < 10.0 && (v - v.round()).abs() >= 0.05 {
+        format!("{v:.1}%")
+    } else {
+        format!("{v:.0}%")
+    }
+}
+
+/// Seconds: `2.0 s`, `59.9 s`, `3m 05s`.
+fn secs(v: f64) -> String {
+    if v >= 60.0 {
+        duration(v)
+    } else {
+        format!("{v:.1} s")
+    }
+}
+
+/// The name people read for an evidence entry, and what follows its value.
+fn evidence_label(key: &str) -> (String, &'static str) {
+    let known = match key {
+        "gpu_busy_fraction" => Some("GPU busy"),
+        "worker_cpu_mean_pct" => Some("worker CPU"),
+        "main_cpu_mean_pct" => Some("main process CPU"),
+        "worker_busy_pct" => Some("workers busy"),
+        "idle_cores_mean" => Some("idle cores"),
+        "busy_cores_mean" => Some("busy cores"),
+        "util_period_s" => Some("utilization repeats every"),
+        "util_period_strength" => Some("repeat strength"),
+        "util_high_level_pct" => Some("busy level"),
+        "util_low_level_pct" => Some("starved level"),
+        "util_low_time_fraction" => Some("time starved"),
+        "host_cpu_mean_pct" => Some("host CPU busy"),
+        "psi_cpu_some_mean_pct" => Some("CPU pressure"),
+        "psi_io_some_mean_pct" => Some("I/O pressure"),
+        "psi_io_full_mean_pct" => Some("I/O pressure (full)"),
+        "d_state_time_fraction" => Some("time with a reader in D state"),
+        "job_read_mean_bytes_per_s" => Some("job reads"),
+        "disk_read_mean_bytes_per_s" => Some("disk reads"),
+        "rx_mean_gb_per_s" => Some("host-to-device"),
+        "link_capacity_gb_per_s" => Some("link capacity"),
+        "link_capacity_max_gb_per_s" => Some("full link capacity"),
+        "rx_near_capacity_time_fraction" => Some("time near capacity"),
+        "rx_capacity_p90_fraction" => Some("p90 of capacity"),
+        "degraded_loaded_fraction" => Some("time degraded under load"),
+        "capacity_lost_fraction" => Some("capacity lost"),
+        "temperature_mean_c" => Some("temperature"),
+        "power_mean_w" => Some("power"),
+        "mem_used_max_fraction" => Some("memory used at peak"),
+        "compute_capability_major" => Some("compute capability"),
+        "batch_scale_headroom" => Some("batch could grow"),
+        "hot_stage" => Some("slowest stage"),
+        "hot_stage_pct" => Some("its share of loading"),
+        "loading_in_main_pct" => Some("loading in the training process"),
+        "sync_site_pct" => Some("at that line"),
+        "util_max_pct" => Some("busiest GPU"),
+        "util_min_pct" => Some("idlest GPU"),
+        "gpus_used" => Some("GPUs used"),
+        "gpus_total" => Some("GPUs"),
+        "duration_s" => Some("for"),
+        _ => None,
+    };
+    let tail = match key {
+        "worker_cpu_mean_pct" | "main_cpu_mean_pct" => " of a core",
+        "batch_scale_headroom" => "x",
+        _ => "",
+    };
+    let name = known.map(str::to_string).unwrap_or_else(|| {
+        let mut k = key;
+        for suffix in [
+            "_bytes_per_s",
+            "_gb_per_s",
+            "_fraction",
+            "_bytes",
+            "_pct",
+            "_s",
+            "_c",
+            "_w",
+        ] {
+            if let Some(stripped) = k.strip_suffix(suffix) {
+                k = stripped;
+                break;
+            }
+        }
+        k.trim_end_matches("_mean").replace('_', " ")
+    });
+    (name, tail)
+}
+
+/// An evidence value in the report's units: shares in %, rates in GB/s (decimal, as PCIe link
+/// capacities are given), sizes in GiB/MiB, times in s.
+pub fn evidence_value(key: &str, v: &serde_json::Value) -> String {
+    let Some(x) = v.as_f64() else {
+        return match v {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+    };
+    if key.ends_with("_fraction") {
+        pct(x * 100.0)
+    } else if key.ends_with("_pct") {
+        pct(x)
+    } else if key.ends_with("_gb_per_s") {
+        crate::present::gb_per_s(x * 1e9)
+    } else if key.ends_with("_bytes_per_s") {
+        crate::present::gb_per_s(x)
+    } else if key.ends_with("_bytes") {
+        bytes(x)
+    } else if key.ends_with("_s") {
+        secs(x)
+    } else if key.ends_with("_c") {
+        format!("{x:.0} °C")
+    } else if key.ends_with("_w") {
+        format!("{x:.0} W")
+    } else {
+        v.to_string()
+    }
+}
+
+/// One evidence entry for people: `worker CPU 99% of a core`.
+pub fn evidence_item(key: &str, v: &serde_json::Value) -> String {
+    let (name, tail) = evidence_label(key);
+    format!("{name} {}{tail}", evidence_value(key, v))
+}
+
+/// The deciding entries of a finding as a short named list, or all of them with `all`; keys in
+/// `skip` (already said) are left out.
+fn evidence_list(f: &Finding, all: bool, skip: &[&str]) -> String {
+    let keys = deciding_keys(f);
+    let chosen: Vec<(&String, &serde_json::Value)> = if all {
+        f.evidence.iter().collect()
+    } else if keys.is_empty() {
+        f.evidence.iter().take(4).collect()
+    } else {
+        keys.iter()
+            .filter_map(|k| f.evidence.get_key_value(*k))
+            .collect()
+    };
+    chosen
+        .into_iter()
+        .filter(|(k, _)| all || !skip.contains(&k.as_str()))
+        .map(|(k, v)| {
+            if all {
+                format!("{k}={}", evidence_value(k, v))
+            } else {
+                evidence_item(k, v)
+            }
         })
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-fn gpu_line(g: &GpuEvidence) -> String {
+/// `1 worker`, `4 workers`.
+fn plural(n: usize, one: &str, many: &str) -> String {
+    crate::present::plural(n, one, many)
+}
+
+fn gpu_line(g: &GpuEvidence, mean_said: bool) -> String {
     let mut s = format!("GPU {}", g.index);
     if let Some(n) = &g.name {
         let _ = write!(s, "  {n}");
     }
+    // Two clear levels say more than percentiles, which then only repeat them.
+    let bimodal = g.util_split.is_some_and(|s| s.is_bimodal());
     match g.util_mean_pct {
+        Some(_) if mean_said && bimodal => {}
         Some(m) => {
-            let _ = write!(s, "  util {m:.0}% mean");
-            if let (Some(a), Some(b), Some(c)) = (g.util_p10_pct, g.util_p50_pct, g.util_p90_pct) {
-                let _ = write!(s, " (p10 {a:.0}, p50 {b:.0}, p90 {c:.0})");
+            let dist = match (g.util_p10_pct, g.util_p50_pct, g.util_p90_pct) {
+                _ if bimodal => String::new(),
+                (Some(a), Some(b), Some(c)) => {
+                    format!("p10 {}, p50 {}, p90 {}", pct(a), pct(b), pct(c))
+                }
+                _ => String::new(),
+            };
+            match (mean_said, dist.is_empty()) {
+                (true, false) => {
+                    let _ = write!(s, "  utilization {dist}");
+                }
+                (false, false) => {
+                    let _ = write!(s, "  utilization {} mean ({dist})", pct(m));
+                }
+                _ => {
+                    let _ = write!(s, "  utilization {} mean", pct(m));
+                }
             }
         }
         None => s.push_str("  no utilization samples"),
     }
     match (g.mem_used_max_bytes, g.mem_total_bytes) {
         (Some(u), Some(t)) => {
-            let _ = write!(s, "  mem {} / {}", bytes(u as f64), bytes(t as f64));
+            let _ = write!(s, "  memory {} / {}", bytes(u as f64), bytes(t as f64));
         }
         (Some(u), None) => {
-            let _ = write!(s, "  mem {} used", bytes(u as f64));
+            let _ = write!(s, "  memory {} used", bytes(u as f64));
         }
         _ => {}
     }
     s
 }
 
-fn gpu_pattern(g: &GpuEvidence) -> Option<String> {
+fn gpu_pattern(g: &GpuEvidence, said: &Said) -> Option<String> {
     let mut parts = Vec::new();
     if let Some(p) = g.periodicity.filter(|p| p.is_strong()) {
-        parts.push(format!(
-            "repeats every {:.1}s (strength {:.2})",
-            p.period_s, p.strength
-        ));
+        if said.said_as("util_period_s", &secs(p.period_s)) {
+            parts.push(format!("repeat strength {:.2}", p.strength));
+        } else {
+            parts.push(format!(
+                "repeats every {} (strength {:.2})",
+                secs(p.period_s),
+                p.strength
+            ));
+        }
     }
     if let Some(sp) = g.util_split.filter(|s| s.is_bimodal()) {
-        parts.push(format!(
-            "two levels: {:.0}% and {:.0}% ({:.0}% of the time low)",
-            sp.high_mean_pct,
-            sp.low_mean_pct,
-            sp.low_weight * 100.0
-        ));
+        let levels_said = said.said_as("util_high_level_pct", &pct(sp.high_mean_pct))
+            && said.said_as("util_low_level_pct", &pct(sp.low_mean_pct));
+        let low = pct(sp.low_weight * 100.0);
+        let low_said = said.said_as("util_low_time_fraction", &low);
+        if levels_said && !low_said {
+            parts.push(format!("starved {low} of the time"));
+        } else if !levels_said {
+            parts.push(format!(
+                "two levels: {} and {} (low {} of the time)",
+                pct(sp.high_mean_pct),
+                pct(sp.low_mean_pct),
+                pct(sp.low_weight * 100.0)
+            ));
+        }
     }
     if let Some(p) = &g.profiling {
         if let Some(a) = p.sm_active_pct {
-            parts.push(format!("SM active {a:.0}%"));
+            parts.push(format!("SM active {}", pct(a)));
         }
     }
     (!parts.is_empty()).then(|| parts.join("; "))
@@ -162,39 +467,53 @@ fn proc_name(cmd: &Option<String>) -> String {
     }
 }
 
-fn host_line(r: &DiagnoseReport) -> Option<String> {
+fn host_line(r: &DiagnoseReport, said: &Said, after_summary: bool) -> Option<String> {
     let h = &r.host;
     if h.samples == 0 {
         return None;
     }
-    let mut s = String::new();
-    if let Some(n) = h.cpu_count {
-        let _ = write!(s, "{n} CPUs");
+    let mut parts = Vec::new();
+    if !after_summary {
+        if let Some(n) = h.cpu_count {
+            parts.push(plural(n as usize, "CPU", "CPUs"));
+        }
+        if let Some(c) = h.cpu_mean_pct.filter(|_| !said.has("host_cpu_mean_pct")) {
+            parts.push(format!("{} busy", pct(c)));
+        }
     }
-    if let Some(c) = h.cpu_mean_pct {
-        let _ = write!(s, ", {c:.0}% busy");
+    if let Some(i) = h.idle_cores_mean.filter(|_| !said.has("idle_cores_mean")) {
+        parts.push(format!("{i:.1} cores idle on average"));
     }
-    if let Some(i) = h.idle_cores_mean {
-        let _ = write!(s, ", {i:.1} cores idle on average");
-    }
+    let mut s = parts.join(", ");
     let psi: Vec<String> = [
-        ("cpu", h.psi_cpu_some_mean_pct),
-        ("io", h.psi_io_some_mean_pct),
-        ("mem", h.psi_mem_some_mean_pct),
+        ("cpu", h.psi_cpu_some_mean_pct, "psi_cpu_some_mean_pct"),
+        ("io", h.psi_io_some_mean_pct, "psi_io_some_mean_pct"),
+        ("memory", h.psi_mem_some_mean_pct, "psi_mem_some_mean_pct"),
     ]
     .iter()
-    .filter_map(|(n, v)| v.map(|v| format!("{n} {v:.1}%")))
+    .filter(|(_, _, k)| !said.has(k))
+    .filter_map(|(n, v, _)| v.map(|v| format!("{n} {}", pct(v))))
     .collect();
+    let mut more = Vec::new();
     if !psi.is_empty() {
-        let _ = write!(s, "; pressure {}", psi.join(", "));
+        more.push(format!("pressure {}", psi.join(", ")));
     }
-    if let Some(d) = h.disk_read_mean_bytes_per_s {
-        let _ = write!(s, "; disk reads {}/s", bytes(d));
+    if let Some(d) = h
+        .disk_read_mean_bytes_per_s
+        .filter(|_| !said.has("disk_read_mean_bytes_per_s"))
+    {
+        more.push(format!("disk reads {}", crate::present::gb_per_s(d)));
     }
-    Some(s)
+    if !more.is_empty() {
+        if !s.is_empty() {
+            s.push_str("; ");
+        }
+        s.push_str(&more.join("; "));
+    }
+    (!s.is_empty()).then_some(s)
 }
 
-fn job_line(r: &DiagnoseReport) -> Option<String> {
+fn job_line(r: &DiagnoseReport, said: &Said) -> Option<String> {
     let j = &r.job;
     if j.samples == 0 && j.processes.is_empty() {
         return None;
@@ -203,24 +522,47 @@ fn job_line(r: &DiagnoseReport) -> Option<String> {
     if let Some(p) = j.main_pid {
         let _ = write!(s, "main pid {p} `{}`", proc_name(&j.main_cmd));
     }
-    if let Some(c) = j.main_cpu_mean_pct {
-        let _ = write!(s, " at {c:.0}% of a core");
+    if let Some(c) = j
+        .main_cpu_mean_pct
+        .filter(|_| !said.has("main_cpu_mean_pct"))
+    {
+        let _ = write!(s, " at {} of a core", pct(c));
     }
+    let count_said = said.has("workers");
+    let cpu_said = said.has("worker_cpu_mean_pct");
     if j.workers_max > 0 {
-        let _ = write!(
-            s,
-            "; {} worker{}",
-            j.workers_max,
-            if j.workers_max == 1 { "" } else { "s" }
-        );
-        if let Some(w) = j.worker_cpu_mean_pct {
-            let _ = write!(s, " at {w:.0}% each");
+        match (count_said, j.worker_cpu_mean_pct.filter(|_| !cpu_said)) {
+            (false, Some(w)) if j.workers_max == 1 => {
+                let _ = write!(s, "; 1 worker at {} of a core", pct(w));
+            }
+            (false, Some(w)) => {
+                let _ = write!(
+                    s,
+                    "; {} at {} of a core each",
+                    plural(j.workers_max as usize, "worker", "workers"),
+                    pct(w)
+                );
+            }
+            (false, None) => {
+                let _ = write!(
+                    s,
+                    "; {}",
+                    plural(j.workers_max as usize, "worker", "workers")
+                );
+            }
+            (true, Some(w)) => {
+                let _ = write!(s, "; workers at {} of a core each", pct(w));
+            }
+            (true, None) => {}
         }
-    } else {
+    } else if !count_said {
         s.push_str("; no worker processes");
     }
-    if let Some(d) = j.d_state_time_fraction.filter(|d| *d > 0.0) {
-        let _ = write!(s, "; D state {:.0}% of the time", d * 100.0);
+    if let Some(d) = j
+        .d_state_time_fraction
+        .filter(|d| *d > 0.0 && !said.has("d_state_time_fraction"))
+    {
+        let _ = write!(s, "; D state {} of the time", pct(d * 100.0));
     }
     match (j.exit_code, j.signal) {
         (Some(c), _) => {
@@ -231,30 +573,46 @@ fn job_line(r: &DiagnoseReport) -> Option<String> {
         }
         _ => {}
     }
-    Some(s)
+    Some(s.trim_start_matches("; ").to_string())
 }
 
-fn text(r: &DiagnoseReport, color: bool) -> String {
+/// The pooled busy share as the verdict's sentence gives it, if it does.
+fn busy_in_verdict(r: &DiagnoseReport) -> Option<String> {
+    r.verdict
+        .gpu_busy_fraction
+        .map(|b| format!("{:.0}%", b * 100.0))
+        .filter(|b| r.verdict.summary.contains(b.as_str()))
+}
+
+/// Whether the verdict's sentence gives the pooled busy share (then a GPU line with the same
+/// mean does not).
+pub fn verdict_states_busy(r: &DiagnoseReport) -> bool {
+    busy_in_verdict(r).is_some()
+}
+
+fn text(r: &DiagnoseReport, opts: TextOptions) -> String {
+    let color = opts.color;
     let mut o = String::new();
     let gpus = r.gpus.iter().filter(|g| g.util_mean_pct.is_some()).count();
-    let _ = writeln!(
-        o,
-        "{} {} ({}, {}, {} GPU{})",
-        paint("gpufeed diagnose:", "1", color),
-        r.source.path,
-        r.source.format.as_str().replace('_', " "),
-        duration(r.duration_s),
-        gpus,
-        if gpus == 1 { "" } else { "s" }
-    );
-    if r.source.unfinished {
+    if !opts.after_summary {
         let _ = writeln!(
             o,
-            "{} the recording is unfinished (no end line: the recorder was killed or is still running); the figures cover what was written",
-            paint("warning:", "33", color),
+            "{} {} ({}, {}, {})",
+            paint("gpufeed diagnose:", "1", color),
+            r.source.path,
+            r.source.format.as_str().replace('_', " "),
+            duration(r.duration_s),
+            plural(gpus, "GPU", "GPUs"),
         );
+        if r.source.unfinished {
+            let _ = writeln!(
+                o,
+                "{} the recording is unfinished (no end line: the recorder was killed or is still running); the figures cover what was written",
+                paint("warning:", "33", color),
+            );
+        }
+        o.push('\n');
     }
-    o.push('\n');
     let _ = writeln!(
         o,
         "{}  {}  (confidence {:.2})",
@@ -273,21 +631,60 @@ fn text(r: &DiagnoseReport, color: bool) -> String {
             .collect();
         let _ = writeln!(o, "         {}", states.join(", "));
     }
+    let mut said = Said {
+        busy: busy_in_verdict(r),
+        ..Default::default()
+    };
+    let verdict_finding = r.verdict.finding;
     if let Some(top) = r.findings.first() {
         o.push('\n');
-        let _ = writeln!(
-            o,
-            "{}  {}",
-            paint("TOP FIX", "1", color),
-            top.recommendation
-        );
-        if let Some(x) = top.expected_speedup {
-            let _ = writeln!(o, "         expected speed-up: up to {x:.2}x");
+        // The verdict's sentence already says what its own finding's title says.
+        if verdict_finding == Some(top.id) {
+            let _ = writeln!(
+                o,
+                "{}  {}",
+                paint("TOP FIX", "1", color),
+                top.recommendation
+            );
+        } else {
+            let _ = writeln!(o, "{}  {}", paint("TOP FIX", "1", color), top.title);
+            let _ = writeln!(o, "         {}", top.recommendation);
         }
+        let skip = stated_by_fix(top);
+        let because = evidence_list(top, false, skip);
+        let gain = top
+            .expected_speedup
+            .map(|x| format!("up to {x:.2}x faster"));
+        let line: Vec<String> = gain
+            .into_iter()
+            .chain((!because.is_empty()).then(|| format!("measured: {because}")))
+            .collect();
+        if !line.is_empty() {
+            let _ = writeln!(o, "         {}", line.join("; "));
+        }
+        said.add(top, deciding_keys(top));
+        said.add(top, skip);
+    }
+    let rest: &[Finding] = if opts.verbose {
+        &r.findings
+    } else {
+        r.findings.get(1..).unwrap_or(&[])
+    };
+    // What the top fix's line said is not said again under another finding.
+    let said_by_top: Vec<String> = said.keys.keys().cloned().collect();
+    for f in rest {
+        said.add(f, deciding_keys(f));
     }
     o.push('\n');
     for g in &r.gpus {
-        let _ = writeln!(o, "{}", gpu_line(g));
+        let mean = g.util_mean_pct.map(|m| format!("{m:.0}%"));
+        let mean_said = mean.is_some()
+            && (said.busy == mean || said.keys.get("gpu_busy_fraction") == mean.as_ref());
+        if !opts.after_summary {
+            let _ = writeln!(o, "{}", gpu_line(g, mean_said));
+        } else if !g.timeline_pct.is_empty() {
+            let _ = writeln!(o, "GPU {} utilization", g.index);
+        }
         if !g.timeline_pct.is_empty() {
             let line = sparkline(&g.timeline_pct, 60);
             let cells = line.chars().count().max(1);
@@ -296,29 +693,32 @@ fn text(r: &DiagnoseReport, color: bool) -> String {
                 o,
                 "  {}  {}/cell",
                 paint(&line, "36", color),
-                duration(per.max(g.timeline_step_s.min(r.duration_s.max(0.1))))
+                secs(per.max(g.timeline_step_s.min(r.duration_s.max(0.1))))
             );
         }
-        if let Some(p) = gpu_pattern(g) {
-            let zoom = g.periodicity.is_some_and(|p| p.is_strong())
-                || g.util_split.is_some_and(|s| s.is_bimodal());
-            if zoom && g.recent_pct.len() >= 8 && g.recent_step_s > 0.0 {
-                let _ = writeln!(
-                    o,
-                    "  {}  last {} at {}/cell",
-                    paint(&sparkline(&g.recent_pct, 60), "36", color),
-                    duration(g.recent_pct.len() as f64 * g.recent_step_s),
-                    duration(g.recent_step_s)
-                );
-            }
+        let pattern = gpu_pattern(g, &said);
+        let zoom = g.periodicity.is_some_and(|p| p.is_strong())
+            || g.util_split.is_some_and(|s| s.is_bimodal());
+        if zoom && g.recent_pct.len() >= 8 && g.recent_step_s > 0.0 {
+            let _ = writeln!(
+                o,
+                "  {}  last {} at {}/cell",
+                paint(&sparkline(&g.recent_pct, 60), "36", color),
+                secs(g.recent_pct.len() as f64 * g.recent_step_s),
+                secs(g.recent_step_s)
+            );
+        }
+        if let Some(p) = pattern {
             let _ = writeln!(o, "  {p}");
         }
     }
-    if let Some(h) = host_line(r) {
+    if let Some(h) = host_line(r, &said, opts.after_summary) {
         let _ = writeln!(o, "{}  {h}", paint("HOST", "1", color));
     }
-    if let Some(j) = job_line(r) {
-        let _ = writeln!(o, "{}   {j}", paint("JOB", "1", color));
+    if !opts.after_summary {
+        if let Some(j) = job_line(r, &said) {
+            let _ = writeln!(o, "{}   {j}", paint("JOB", "1", color));
+        }
     }
     if let Some(p) = &r.python {
         let block = loop_text(p, color);
@@ -327,32 +727,81 @@ fn text(r: &DiagnoseReport, color: bool) -> String {
             o.push_str(&block);
         }
     }
-    if !r.findings.is_empty() {
-        o.push('\n');
-        let _ = writeln!(o, "{}", paint("FINDINGS", "1", color));
-        for f in &r.findings {
-            let _ = writeln!(
-                o,
-                "  [{}] {}: {}",
-                paint(f.severity.as_str(), severity_color(f.severity), color),
-                paint(f.id.as_str(), "1", color),
-                f.title
-            );
-            let _ = writeln!(o, "      evidence: {}", evidence_line(f));
-            let _ = writeln!(o, "      fix: {}", f.recommendation);
-            if let Some(x) = f.expected_speedup {
-                let _ = writeln!(o, "      gain: up to {x:.2}x");
-            }
-        }
-    } else {
+    if r.findings.is_empty() {
         o.push('\n');
         let _ = writeln!(o, "{}", no_findings(r));
-    }
-    if !r.notes.is_empty() {
+    } else if !rest.is_empty() {
         o.push('\n');
-        for n in &r.notes {
+        let head = if opts.verbose {
+            "FINDINGS"
+        } else {
+            "OTHER FINDINGS"
+        };
+        let _ = writeln!(o, "{}", paint(head, "1", color));
+        for (i, f) in rest.iter().enumerate() {
+            let is_top = opts.verbose && i == 0;
+            // A finding the verdict rests on is named by the verdict's sentence.
+            let title = if verdict_finding == Some(f.id) {
+                String::new()
+            } else {
+                format!(": {}", f.title)
+            };
+            let _ = writeln!(
+                o,
+                "  [{}] {}{title}",
+                paint(f.severity.as_str(), severity_color(f.severity), color),
+                paint(f.id.as_str(), "1", color),
+            );
+            let skip: Vec<&str> = said_by_top.iter().map(String::as_str).collect();
+            let ev = evidence_list(f, opts.verbose, if is_top { &[] } else { &skip });
+            if !ev.is_empty() {
+                let _ = writeln!(o, "      evidence: {ev}");
+            }
+            if is_top {
+                let _ = writeln!(o, "      fix: the TOP FIX above");
+                continue;
+            }
+            let _ = writeln!(o, "      fix: {}", f.recommendation);
+            if let Some(x) = f.expected_speedup {
+                let _ = writeln!(o, "      up to {x:.2}x faster");
+            }
+        }
+    }
+    // A note whose opening clause a fix already says ("This log has no host or process data")
+    // is not said again (it stays in the JSON).
+    let fixes: Vec<&str> = r
+        .findings
+        .iter()
+        .map(|f| f.recommendation.as_str())
+        .collect();
+    let notes: Vec<&String> = r
+        .notes
+        .iter()
+        .filter(|n| {
+            let head = n.split(':').next().unwrap_or(n);
+            opts.verbose || head.len() < 20 || !fixes.iter().any(|f| f.contains(head))
+        })
+        .collect();
+    if !notes.is_empty() {
+        o.push('\n');
+        for n in notes {
             let _ = writeln!(o, "{}  {n}", paint("NOTE", "2", color));
         }
+    }
+    if !opts.verbose
+        && r.findings
+            .iter()
+            .any(|f| f.evidence.len() > deciding_keys(f).len())
+    {
+        let _ = writeln!(
+            o,
+            "\n{}",
+            if opts.after_summary {
+                "(every figure: gpufeed diagnose --verbose on the recording)"
+            } else {
+                "(every figure: --verbose, or --format json)"
+            }
+        );
     }
     o
 }
@@ -543,10 +992,10 @@ fn markdown(r: &DiagnoseReport) -> String {
     let _ = writeln!(o, "# gpufeed diagnosis: `{}`\n", r.source.path);
     let _ = writeln!(
         o,
-        "Input: {} · duration {} · {} GPU(s)\n",
+        "Input: {} · duration {} · {}\n",
         r.source.format.as_str().replace('_', " "),
         duration(r.duration_s),
-        r.gpus.len()
+        plural(r.gpus.len(), "GPU", "GPUs")
     );
     if r.source.unfinished {
         let _ = writeln!(
@@ -586,17 +1035,19 @@ fn markdown(r: &DiagnoseReport) -> String {
             );
         }
         o.push('\n');
-        for f in &r.findings {
-            let _ = writeln!(o, "### `{}`: {}\n", f.id, f.title);
+        for (i, f) in r.findings.iter().enumerate() {
+            // The title is in the table above.
+            let _ = writeln!(o, "### `{}`\n", f.id);
             let _ = writeln!(o, "| evidence | value |\n|---|---|");
             for (k, v) in &f.evidence {
-                let v = match v {
-                    serde_json::Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                let _ = writeln!(o, "| {k} | {} |", md_escape(&v));
+                let _ = writeln!(o, "| {k} | {} |", md_escape(&evidence_value(k, v)));
             }
-            let _ = writeln!(o, "\n**Fix:** {}\n", f.recommendation);
+            if i == 0 {
+                // Said once, under "Top fix".
+                let _ = writeln!(o, "\n**Fix:** the top fix above.\n");
+            } else {
+                let _ = writeln!(o, "\n**Fix:** {}\n", f.recommendation);
+            }
         }
     }
     if let Some(p) = &r.python {
@@ -632,10 +1083,10 @@ fn markdown(r: &DiagnoseReport) -> String {
         );
     }
     o.push('\n');
-    if let Some(h) = host_line(r) {
+    if let Some(h) = host_line(r, &Said::default(), false) {
         let _ = writeln!(o, "## Host\n\n{h}\n");
     }
-    if let Some(j) = job_line(r) {
+    if let Some(j) = job_line(r, &Said::default()) {
         let _ = writeln!(o, "## Job\n\n{j}\n");
         let procs: Vec<_> = r
             .job
@@ -678,6 +1129,7 @@ fn markdown(r: &DiagnoseReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::finding::FindingId;
 
     #[test]
     fn sparkline_levels_and_width() {
@@ -692,11 +1144,72 @@ mod tests {
     }
 
     #[test]
+    fn evidence_in_the_users_units() {
+        use serde_json::json;
+        assert_eq!(
+            evidence_item("gpu_busy_fraction", &json!(0.333)),
+            "GPU busy 33%"
+        );
+        assert_eq!(
+            evidence_item("worker_cpu_mean_pct", &json!(99.0)),
+            "worker CPU 99% of a core"
+        );
+        assert_eq!(
+            evidence_item("util_period_s", &json!(2.0)),
+            "utilization repeats every 2.0 s"
+        );
+        assert_eq!(
+            evidence_item("psi_io_some_mean_pct", &json!(0.5)),
+            "I/O pressure 0.5%"
+        );
+        assert_eq!(
+            evidence_item("job_read_mean_bytes_per_s", &json!(2.0e6)),
+            "job reads 2.0 MB/s"
+        );
+        assert_eq!(
+            evidence_item("link_capacity_gb_per_s", &json!(31.5)),
+            "link capacity 31.5 GB/s"
+        );
+        assert_eq!(
+            evidence_item("temperature_mean_c", &json!(70.0)),
+            "temperature 70 °C"
+        );
+        // Names without a label of their own lose their unit suffix, never their meaning.
+        assert_eq!(
+            evidence_item("rss_max_bytes", &json!(1u64 << 30)),
+            "rss max 1.0 GiB"
+        );
+        assert_eq!(evidence_item("kind", &json!("io_bound")), "kind io_bound");
+    }
+
+    #[test]
+    fn deciding_figures_leave_out_what_the_fix_says() {
+        let f = Finding::new(FindingId::InputBound, Severity::Critical, "t")
+            .with("kind", "too_few_workers")
+            .with("workers", 1)
+            .with("recommended_num_workers", 3)
+            .with("worker_cpu_mean_pct", 99.0)
+            .with("idle_cores_mean", 6.0)
+            .with("util_period_s", 2.0)
+            .with("gpu_busy_fraction", 0.33);
+        let short = evidence_list(&f, false, stated_by_fix(&f));
+        assert_eq!(
+            short,
+            "worker CPU 99% of a core, idle cores 6.0, utilization repeats every 2.0 s"
+        );
+        let all = evidence_list(&f, true, &[]);
+        assert_eq!(all.matches('=').count(), f.evidence.len(), "{all}");
+        // An id without a deciding list shows its first entries, not nothing.
+        let other = Finding::new(FindingId::Straggler, Severity::Info, "t").with("a_pct", 5.0);
+        assert_eq!(evidence_list(&other, false, &[]), "a 5%");
+    }
+
+    #[test]
     fn human_units() {
         assert_eq!(bytes(80.0 * 1024.0 * 1024.0 * 1024.0), "80.0 GiB");
         assert_eq!(bytes(512.0 * 1024.0 * 1024.0), "512 MiB");
         assert_eq!(duration(3725.0), "1h 02m");
         assert_eq!(duration(185.0), "3m 05s");
-        assert_eq!(duration(12.5), "12.5s");
+        assert_eq!(duration(12.5), "12.5 s");
     }
 }

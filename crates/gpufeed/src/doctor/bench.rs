@@ -31,7 +31,10 @@ pub enum BenchError {
     NoDriver,
     #[error("gpufeed bench needs an NVIDIA GPU: {0}")]
     NoDevice(String),
-    #[error("GPU {index} does not exist ({count} GPU(s) visible to CUDA)")]
+    #[error(
+        "GPU {index} does not exist ({} visible to CUDA)",
+        crate::present::plural(*.count, "GPU", "GPUs")
+    )]
     BadDevice { index: usize, count: usize },
     #[error("CUDA failed during {what}: {detail}")]
     Cuda { what: String, detail: String },

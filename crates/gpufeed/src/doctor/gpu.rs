@@ -202,7 +202,11 @@ pub fn judge_gpus(sys: &GpuSystem) -> Check {
         "gpus",
         Group::Gpu,
         Status::Pass,
-        format!("{} GPU(s): {}", sys.devices.len(), names.join(", ")),
+        format!(
+            "{}: {}",
+            crate::present::plural(sys.devices.len(), "GPU", "GPUs"),
+            names.join(", ")
+        ),
     )
     .with("gpu_count", sys.devices.len() as u64)
     .with(

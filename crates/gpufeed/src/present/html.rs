@@ -89,7 +89,7 @@ fn findings_html(findings: &[Finding]) -> String {
         if let Some(x) = f.expected_speedup {
             let _ = write!(
                 s,
-                " <span class=\"meta\">up to {x:.1}x faster if fixed</span>"
+                " <span class=\"meta\">up to {x:.2}x faster if fixed</span>"
             );
         }
         if !f.recommendation.is_empty() {
@@ -102,21 +102,8 @@ fn findings_html(findings: &[Finding]) -> String {
         if !f.evidence.is_empty() {
             s.push_str("<table><tr><th>evidence</th><th>value</th></tr>");
             for (k, v) in &f.evidence {
-                let v = match v {
-                    serde_json::Value::Number(n) => n
-                        .as_f64()
-                        .map(|x| x + 0.0)
-                        .map(|x| {
-                            if x.fract() == 0.0 {
-                                format!("{x:.0}")
-                            } else {
-                                format!("{x:.3}")
-                            }
-                        })
-                        .unwrap_or_else(|| n.to_string()),
-                    serde_json::Value::String(t) => t.clone(),
-                    other => other.to_string(),
-                };
+                // The text report's units: shares in %, rates in GB/s, times in s.
+                let v = crate::diagnose::render::evidence_value(k, v);
                 let _ = write!(s, "<tr><td>{}</td><td>{}</td></tr>", esc(k), esc(&v));
             }
             s.push_str("</table>");
@@ -854,7 +841,7 @@ mod tests {
         let h = findings_html(&[f]);
         assert!(h.contains("GPU &lt;starving&gt;"));
         assert!(h.contains("<b>Fix:</b> num_workers=8"));
-        assert!(h.contains("<td>busy_pct</td><td>35.500</td>"));
+        assert!(h.contains("<td>busy_pct</td><td>36%</td>"), "{h}");
     }
 
     #[test]

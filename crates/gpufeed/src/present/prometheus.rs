@@ -23,36 +23,39 @@ type CounterF = Family<Labels, Counter<f64, AtomicU64>>;
 /// Every metric family gpufeed exports: (name as exposed, type, help). Used by the docs and by
 /// the dashboard test.
 pub const METRICS: &[(&str, &str, &str)] = &[
-    ("gpufeed_up", "gauge", "1 while gpufeed is sampling"),
-    ("gpufeed_build_info", "info", "gpufeed version"),
-    ("gpufeed_gpus", "gauge", "GPUs the driver reports (0 without a driver)"),
-    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %), mean of the driver samples of the last second"),
-    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %)"),
-    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)"),
-    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)"),
-    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)"),
-    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)"),
-    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)"),
-    ("gpufeed_gpu_busy_ratio", "gauge", "Share of time a kernel ran over the window (mean utilization / 100)"),
-    ("gpufeed_gpu_util_oscillation_strength", "gauge", "Strength (0-1) of periodic utilization swings over the window (0: none found)"),
-    ("gpufeed_gpu_util_oscillation_period_seconds", "gauge", "Period of the utilization swings, when one was found"),
-    ("gpufeed_data_starvation_score", "gauge", "0-1: idle share of the GPU when the verdict is input_bound, weighted by its confidence; 0 otherwise"),
-    ("gpufeed_pcie_rx_bytes_per_second", "gauge", "PCIe host-to-device rate"),
-    ("gpufeed_pcie_tx_bytes_per_second", "gauge", "PCIe device-to-host rate"),
-    ("gpufeed_pcie_rx_bytes_total", "counter", "PCIe bytes received by the GPU since gpufeed started"),
-    ("gpufeed_pcie_tx_bytes_total", "counter", "PCIe bytes sent by the GPU since gpufeed started"),
-    ("DCGM_FI_DEV_PCIE_LINK_GEN", "gauge", "Current PCIe link generation (GPUs lower it when idle)"),
-    ("DCGM_FI_DEV_PCIE_LINK_WIDTH", "gauge", "Current PCIe link width (in lanes)"),
-    ("gpufeed_pcie_link_max_gen", "gauge", "Highest PCIe link generation the GPU and its slot support"),
-    ("gpufeed_pcie_link_max_width", "gauge", "Widest PCIe link (in lanes) the GPU and its slot support"),
-    ("gpufeed_data_wait_ratio", "gauge", "Share (0-1) of the training loop's time spent waiting for the next batch, when measured (Python stacks or the step probe); absent otherwise"),
-    ("gpufeed_throttle_seconds_total", "counter", "Seconds with a clock-slowing reason set (GpuIdle excluded), by reason"),
-    ("gpufeed_verdict", "gauge", "1 for the live verdict over the window (label id), with its confidence in gpufeed_verdict_confidence"),
-    ("gpufeed_verdict_confidence", "gauge", "Confidence (0-1) of the live verdict"),
-    ("gpufeed_host_cpu_percent", "gauge", "Mean busy percent over all logical CPUs"),
-    ("gpufeed_host_cpu_core_percent", "gauge", "Busy percent of each logical CPU"),
-    ("gpufeed_job_processes", "gauge", "Processes in the followed job's tree"),
-    ("gpufeed_job_process_cpu_percent", "gauge", "CPU of each job process, percent of one core (role: main or worker)"),
+    // Units: gpufeed's own metrics follow Prometheus naming (base units in the name: _ratio
+    // 0-1, _seconds, _bytes); the DCGM_* ones keep dcgm-exporter's names and units (%, MiB,
+    // MHz, W, C) so that its dashboards work unchanged. Every HELP ends with its unit.
+    ("gpufeed_up", "gauge", "1 while gpufeed is sampling (boolean)"),
+    ("gpufeed_build_info", "info", "gpufeed version (info)"),
+    ("gpufeed_gpus", "gauge", "GPUs the driver reports, 0 without a driver (count)"),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization, mean of the driver samples of the last second (percent 0-100)"),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (percent 0-100)"),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (MiB)"),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (MiB)"),
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (MHz)"),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (watts)"),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (degrees Celsius)"),
+    ("gpufeed_gpu_busy_ratio", "gauge", "Share of time a kernel ran over the window, mean utilization / 100 (ratio 0-1)"),
+    ("gpufeed_gpu_util_oscillation_strength", "gauge", "Strength of periodic utilization swings over the window, 0 when none was found (ratio 0-1)"),
+    ("gpufeed_gpu_util_oscillation_period_seconds", "gauge", "Period of the utilization swings, when one was found (seconds)"),
+    ("gpufeed_data_starvation_score", "gauge", "Idle share of the GPU when the verdict is input_bound, weighted by its confidence; 0 otherwise (ratio 0-1)"),
+    ("gpufeed_pcie_rx_bytes_per_second", "gauge", "PCIe host-to-device rate (bytes per second)"),
+    ("gpufeed_pcie_tx_bytes_per_second", "gauge", "PCIe device-to-host rate (bytes per second)"),
+    ("gpufeed_pcie_rx_bytes_total", "counter", "PCIe data received by the GPU since gpufeed started (bytes)"),
+    ("gpufeed_pcie_tx_bytes_total", "counter", "PCIe data sent by the GPU since gpufeed started (bytes)"),
+    ("DCGM_FI_DEV_PCIE_LINK_GEN", "gauge", "Current PCIe link generation; GPUs lower it when idle (generation)"),
+    ("DCGM_FI_DEV_PCIE_LINK_WIDTH", "gauge", "Current PCIe link width (lanes)"),
+    ("gpufeed_pcie_link_max_gen", "gauge", "Highest PCIe link generation the GPU and its slot support (generation)"),
+    ("gpufeed_pcie_link_max_width", "gauge", "Widest PCIe link the GPU and its slot support (lanes)"),
+    ("gpufeed_data_wait_ratio", "gauge", "Share of the training loop's time spent waiting for the next batch, when measured (Python stacks or the step probe); absent otherwise (ratio 0-1)"),
+    ("gpufeed_throttle_seconds_total", "counter", "Time with a clock-slowing reason set (GpuIdle excluded), by reason (seconds)"),
+    ("gpufeed_verdict", "gauge", "1 for the live verdict over the window (label id), with its confidence in gpufeed_verdict_confidence (boolean)"),
+    ("gpufeed_verdict_confidence", "gauge", "Confidence of the live verdict (ratio 0-1)"),
+    ("gpufeed_host_cpu_busy_ratio", "gauge", "Mean busy share over all logical CPUs (ratio 0-1)"),
+    ("gpufeed_host_cpu_core_busy_ratio", "gauge", "Busy share of each logical CPU (ratio 0-1)"),
+    ("gpufeed_job_processes", "gauge", "Processes in the followed job's tree (count)"),
+    ("gpufeed_job_process_cpu_ratio", "gauge", "CPU of each job process, role main or worker: CPU seconds per second, 1 = one core busy (ratio, above 1 for several cores)"),
 ];
 
 fn help(name: &str) -> &'static str {
@@ -239,19 +242,19 @@ pub fn encode_state_labeled(st: &LiveState, labels: &[(String, String)]) -> Stri
         conf.get_or_create(&l(&[("hostname", host)]))
             .set(r.verdict.confidence);
     }
-    let cpu = gauge(&mut reg, "gpufeed_host_cpu_percent");
-    let core = gauge(&mut reg, "gpufeed_host_cpu_core_percent");
+    let cpu = gauge(&mut reg, "gpufeed_host_cpu_busy_ratio");
+    let core = gauge(&mut reg, "gpufeed_host_cpu_core_busy_ratio");
     if let Some(h) = &st.host {
         if let Some(v) = h.cpu_total_pct {
-            cpu.get_or_create(&l(&[("hostname", host)])).set(v);
+            cpu.get_or_create(&l(&[("hostname", host)])).set(v / 100.0);
         }
         for (i, v) in h.cpu_pct.iter().enumerate() {
             core.get_or_create(&l(&[("cpu", &i.to_string()), ("hostname", host)]))
-                .set(*v);
+                .set(*v / 100.0);
         }
     }
     let nprocs = gauge(&mut reg, "gpufeed_job_processes");
-    let pcpu = gauge(&mut reg, "gpufeed_job_process_cpu_percent");
+    let pcpu = gauge(&mut reg, "gpufeed_job_process_cpu_ratio");
     if st.header.pid.is_some() {
         nprocs
             .get_or_create(&l(&[("hostname", host)]))
@@ -270,7 +273,7 @@ pub fn encode_state_labeled(st: &LiveState, labels: &[(String, String)]) -> Stri
                 ("role", role),
                 ("hostname", host),
             ]))
-            .set(c);
+            .set(c / 100.0);
         }
     }
     let mut out = String::with_capacity(16 * 1024);
@@ -312,11 +315,31 @@ mod tests {
             "gpufeed_throttle_seconds_total{{{lbl},reason=\"sw_power_cap\"}} 19.5"
         )));
         assert!(text.contains("# TYPE gpufeed_pcie_rx_bytes counter"));
-        assert!(text.contains("gpufeed_job_process_cpu_percent{pid=\"101\",comm=\"pt_data_worker\",role=\"worker\",hostname=\"node1\"} 99.0"));
+        assert!(text.contains("gpufeed_job_process_cpu_ratio{pid=\"101\",comm=\"pt_data_worker\",role=\"worker\",hostname=\"node1\"} 0.99"));
         assert!(text
-            .contains("gpufeed_job_process_cpu_percent{pid=\"100\",comm=\"python\",role=\"main\""));
-        // Every documented family appears.
-        for (name, _, _) in METRICS {
+            .contains("gpufeed_job_process_cpu_ratio{pid=\"100\",comm=\"python\",role=\"main\""));
+        // Shares are ratios 0-1 under a _ratio name, as Prometheus names them.
+        for line in text.lines().filter(|l| l.starts_with("gpufeed_host_cpu")) {
+            let v: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+            assert!((0.0..=1.0).contains(&v), "{line}");
+        }
+        // Every documented family appears, its HELP ends with its unit, and gpufeed's own
+        // names carry a base unit or are plainly unitless.
+        for (name, _, help) in METRICS {
+            assert!(help.ends_with(')'), "{name}: HELP without its unit: {help}");
+            assert!(
+                !name.contains("percent") && !name.ends_with("_ms") && !name.contains("mib"),
+                "{name}"
+            );
+            if help.ends_with("(ratio 0-1)") && name.starts_with("gpufeed_") {
+                assert!(
+                    name.ends_with("_ratio")
+                        || name.ends_with("_score")
+                        || name.ends_with("_strength")
+                        || name.ends_with("_confidence"),
+                    "{name}"
+                );
+            }
             let base = name.strip_suffix("_total").unwrap_or(name);
             let base = base.strip_suffix("_info").unwrap_or(base);
             assert!(

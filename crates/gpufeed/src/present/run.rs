@@ -41,12 +41,22 @@ pub fn json(summary: &Summary, diagnosis: Option<&DiagnoseReport>) -> String {
     serde_json::to_string(&RunReport::new(summary.clone(), diagnosis)).expect("report serializes")
 }
 
-/// The summary, then the diagnosis as `gpufeed diagnose` prints it.
+/// The summary, then the diagnosis as `gpufeed diagnose` prints it, less what the summary
+/// already says (its header, the GPU, host and job figures): each figure once.
 pub fn text(summary: &Summary, diagnosis: Option<&DiagnoseReport>, color: bool) -> String {
-    let mut out = super::summary::text(summary);
+    let said = diagnosis.is_some_and(diagnose::render::verdict_states_busy);
+    let mut out = super::summary::text_with(summary, said);
     if let Some(d) = diagnosis {
         out.push('\n');
-        out.push_str(&diagnose::render(d, OutputFormat::Text, color));
+        out.push_str(&diagnose::render::render_with(
+            d,
+            OutputFormat::Text,
+            diagnose::render::TextOptions {
+                color,
+                verbose: false,
+                after_summary: true,
+            },
+        ));
     }
     out
 }

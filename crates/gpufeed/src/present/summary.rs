@@ -12,6 +12,12 @@ pub fn json(s: &Summary) -> String {
 }
 
 pub fn text(s: &Summary) -> String {
+    text_with(s, false)
+}
+
+/// The summary; with `util_mean_said` (a one-GPU recording whose verdict, printed next, gives
+/// the busy share) the GPU line leaves its mean utilization out: each figure once.
+pub fn text_with(s: &Summary, util_mean_said: bool) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -32,14 +38,18 @@ pub fn text(s: &Summary) -> String {
         );
     }
     for g in &s.gpus {
+        let mean = if util_mean_said && s.gpus.len() == 1 {
+            String::new()
+        } else {
+            format!("mean {} ", opt(g.util_mean_pct, |v| format!("{v:.0}%")))
+        };
         let _ = writeln!(
             o,
-            "  GPU {:<2} {}: utilization mean {} (min {}, max {}) from {} driver samples{}",
+            "  GPU {:<2} {}: utilization {mean}(min {}, max {}) from {} driver samples{}",
             g.index,
             g.name.as_deref().unwrap_or("unknown GPU"),
-            opt(g.util_mean_pct, |v| format!("{v:.0}%")),
-            opt(g.util_min_pct, |v| format!("{v:.0}")),
-            opt(g.util_max_pct, |v| format!("{v:.0}")),
+            opt(g.util_min_pct, |v| format!("{v:.0}%")),
+            opt(g.util_max_pct, |v| format!("{v:.0}%")),
             g.util_samples,
             opt(g.util_sample_period_s, |p| format!(" (one every {p:.2} s)")),
         );
@@ -49,7 +59,7 @@ pub fn text(s: &Summary) -> String {
             opt(g.mem_used_max_bytes, bytes),
             opt(g.mem_total_bytes, bytes),
             opt(g.power_mean_w, |w| format!("{w:.0} W")),
-            opt(g.temperature_max_c, |c| format!("{c} C")),
+            opt(g.temperature_max_c, |c| format!("{c} °C")),
             opt(g.sm_clock_mean_mhz, |c| format!("{c:.0} MHz")),
             opt(g.pcie_rx_mean_bytes_per_s, super::gb_per_s),
             opt(g.throttled_pct, |p| format!("{p:.0}% of readings")),

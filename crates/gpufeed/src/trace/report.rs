@@ -350,12 +350,12 @@ pub fn text_with(r: &Report, show_steps: bool, verbose: bool) -> String {
         for c in t.copies.iter().take(4) {
             let _ = writeln!(
                 o,
-                "copies {} {} -> {}: {} x, {:.1} MB, {} ms, {:.1} GB/s",
+                "copies {} {} -> {}: {} x, {}, {} ms, {:.1} GB/s",
                 c.direction,
                 c.src,
                 c.dst,
                 c.count,
-                c.bytes / 1e6,
+                crate::present::bytes(c.bytes.max(0.0) as u64),
                 ms(c.time_us),
                 c.bandwidth_gbps
             );
@@ -404,19 +404,24 @@ pub fn text_with(r: &Report, show_steps: bool, verbose: bool) -> String {
         let _ = writeln!(o, "findings (most important first):");
     }
     for (i, f) in r.findings.iter().enumerate() {
+        if i == 0 {
+            // Title, gain, fix and deciding numbers are said once, at the top.
+            let _ = writeln!(
+                o,
+                "1. [{}] {}: the TOP FIX above",
+                f.severity.as_str(),
+                f.id
+            );
+            if verbose {
+                let _ = writeln!(o, "   evidence: {}", evidence_list(f, true));
+            }
+            continue;
+        }
         let gain = f
             .expected_speedup
             .map(|x| format!(" (up to {x:.2}x)"))
             .unwrap_or_default();
         let _ = writeln!(o, "{}. [{}] {}{gain}", i + 1, f.severity.as_str(), f.title);
-        if i == 0 {
-            // said once, at the top
-            if verbose {
-                let _ = writeln!(o, "   evidence: {}", evidence_list(f, true));
-            }
-            let _ = writeln!(o, "   fix: the TOP FIX above");
-            continue;
-        }
         let _ = writeln!(o, "   evidence: {}", evidence_list(f, verbose));
         let _ = writeln!(o, "   fix: {}", f.recommendation);
     }

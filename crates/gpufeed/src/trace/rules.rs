@@ -121,7 +121,13 @@ pub fn pageable_memcpy(s: &TraceSummary) -> Option<Finding> {
         Finding::new(
             FindingId::PageableMemcpy,
             sev,
-            format!("{count} host/device copies use pageable memory ({:.1} MB, {:.1} GB/s): they are staged and synchronous", bytes / 1e6, bw),
+            format!(
+                "{count} host/device {} pageable memory ({:.1} MiB, {:.1} GB/s): {} staged and synchronous",
+                if count == 1 { "copy uses" } else { "copies use" },
+                bytes / (1u64 << 20) as f64,
+                bw,
+                if count == 1 { "it is" } else { "they are" }
+            ),
         )
         .with("copies", count)
         .with("bytes", bytes)

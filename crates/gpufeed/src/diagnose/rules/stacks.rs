@@ -168,7 +168,12 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
         ),
         StackKind::TooFewWorkers => format!(
             "Input-bound: too few data workers: the training loop waits for data {wait:.0}% of its \
-             time while {workers} busy worker(s) leave cores idle{named}"
+             time while {} leave cores idle{named}",
+            if workers == 1 {
+                "1 busy worker".to_string()
+            } else {
+                format!("{workers} busy workers")
+            }
         ),
         StackKind::IoBound => format!(
             "Input-bound: reading data is the bottleneck: the training loop waits for data \
@@ -222,9 +227,14 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
             f = f.with("recommended_num_workers", n);
             format!(
                 "Load batches in worker processes: DataLoader(dataset, batch_size=..., \
-                 num_workers={n}, pin_memory=True, persistent_workers=True) (this machine has {c} \
-                 core(s) for it). Today the training loop decodes and transforms every sample \
+                 num_workers={n}, pin_memory=True, persistent_workers=True) (this machine has {} \
+                 for it). Today the training loop decodes and transforms every sample \
                  itself.{}",
+                if c == 1 {
+                    "1 core".to_string()
+                } else {
+                    format!("{c} cores")
+                },
                 stage
                     .map(|s| format!(" Then, if it still waits: {s}."))
                     .unwrap_or_default()
