@@ -186,34 +186,57 @@ pub fn other_command(head: &[u8], path: &Path) -> Option<String> {
     None
 }
 
+/// How much of a file decides its format.
+const HEAD_BYTES: usize = 8192;
+
+/// What diagnose reads, for messages about a file it cannot.
+const FORMATS: &str = "gpufeed diagnose reads gpufeed recordings, nvidia-smi --query-gpu --format=csv logs, nvidia-smi dmon and dcgmi dmon output (PyTorch profiler traces: gpufeed analyze)";
+
 /// Reads `path` in `format` (detecting it for `Auto`) into evidence.
 pub fn read(
     path: &Path,
     format: InputFormat,
     opts: &LogOptions,
 ) -> Result<ReadOutcome, DiagnoseError> {
+    // The first bytes decide, whatever the format: a trace or a sweep report goes to another
+    // command, and binary data or blank space is no log, even with --columns or --input-format.
+    let mut head = Vec::with_capacity(HEAD_BYTES);
+    open(path)?
+        .take(HEAD_BYTES as u64)
+        .read_to_end(&mut head)
+        .map_err(|e| DiagnoseError::Open {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    if head.iter().all(|b| b.is_ascii_whitespace()) {
+        if head.len() < HEAD_BYTES {
+            return Err(DiagnoseError::Empty {
+                path: path.to_path_buf(),
+            });
+        }
+        return Err(DiagnoseError::Bad {
+            path: path.to_path_buf(),
+            detail: format!(
+                "its first {} KiB are blank (spaces, newlines): not a format gpufeed reads; {FORMATS}",
+                HEAD_BYTES >> 10
+            ),
+        });
+    }
+    if let Some(detail) = other_command(&head, path) {
+        return Err(DiagnoseError::Bad {
+            path: path.to_path_buf(),
+            detail,
+        });
+    }
+    if crate::sample::looks_binary(&head) {
+        return Err(DiagnoseError::Bad {
+            path: path.to_path_buf(),
+            detail: format!("binary data, not a format gpufeed reads; {FORMATS}"),
+        });
+    }
     let format = match format {
         InputFormat::Auto if opts.columns.is_some() => InputFormat::SmiCsv,
         InputFormat::Auto => {
-            let mut head = Vec::with_capacity(8192);
-            open(path)?
-                .take(8192)
-                .read_to_end(&mut head)
-                .map_err(|e| DiagnoseError::Open {
-                    path: path.to_path_buf(),
-                    reason: e.to_string(),
-                })?;
-            if head.iter().all(|b| b.is_ascii_whitespace()) {
-                return Err(DiagnoseError::Empty {
-                    path: path.to_path_buf(),
-                });
-            }
-            if let Some(detail) = other_command(&head, path) {
-                return Err(DiagnoseError::Bad {
-                    path: path.to_path_buf(),
-                    detail,
-                });
-            }
             detect(&String::from_utf8_lossy(&head)).ok_or_else(|| DiagnoseError::UnknownFormat {
                 path: path.to_path_buf(),
             })?

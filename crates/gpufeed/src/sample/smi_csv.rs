@@ -9,7 +9,7 @@
 use super::{GpuSample, GpuStatic, HostInfo};
 use crate::record::format::{Header, Line, SCHEMA_VERSION};
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufReader, Read};
 
 /// What a log reader found besides the lines.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -20,6 +20,8 @@ pub struct LogInfo {
     pub malformed: u64,
     /// The last row was cut (killed logger): dropped.
     pub truncated: bool,
+    /// Lines longer than [`super::MAX_LOG_LINE_BYTES`], skipped (also counted in `malformed`).
+    pub overlong: u64,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -30,6 +32,13 @@ pub enum LogError {
     Format(String),
     #[error("read error: {0}")]
     Io(String),
+    /// Rows were read but none held a utilization or memory value (every value N/A): the same
+    /// rule and message shape for every log format.
+    #[error("no {format} rows with utilization or memory values ({rows} rows, every value N/A or missing): log utilization.gpu and memory.used")]
+    NoValues { format: &'static str, rows: u64 },
+    /// Only lines too long to be log rows.
+    #[error("{0} lines longer than 64 KiB and no log rows: not a GPU log")]
+    OnlyOverlong(u64),
 }
 
 /// Options for logs that do not describe themselves.
@@ -447,13 +456,19 @@ pub fn read_smi_csv(
     let mut any_data_line = false;
     let mut pending_bad: Option<bool> = None; // a bad row not yet known to be the last
     let mut buf = Vec::new();
+    let mut na_rows = 0u64;
     loop {
-        buf.clear();
-        let n = reader
-            .read_until(b'\n', &mut buf)
-            .map_err(|e| LogError::Io(e.to_string()))?;
+        let (n, overlong) =
+            super::read_line_capped(&mut reader, &mut buf, super::MAX_LOG_LINE_BYTES)
+                .map_err(|e| LogError::Io(e.to_string()))?;
         if n == 0 {
             break;
+        }
+        any_line = true;
+        if overlong {
+            info.overlong += 1;
+            info.malformed += 1;
+            continue;
         }
         let complete = buf.last() == Some(&b'\n');
         let text = String::from_utf8_lossy(&buf);
@@ -461,7 +476,6 @@ pub fn read_smi_csv(
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        any_line = true;
         let fields = split(line);
         if is_header(&fields) {
             // Fields given with --columns win over the file's own header.
@@ -476,7 +490,13 @@ pub fn read_smi_csv(
             info.malformed += 1;
         }
         if cols.is_none() {
+            if super::looks_binary(&buf) {
+                return Err(LogError::Format(not_a_log("an nvidia-smi CSV")));
+            }
             let guessed = guess_columns(&fields).ok_or_else(|| {
+                if !line.contains(',') {
+                    return LogError::Format(not_a_log("an nvidia-smi CSV"));
+                }
                 LogError::Format(
                     "nvidia-smi CSV without a header and without units in the values: pass the \
                      --query-gpu field list with --columns (or log without `noheader`)"
@@ -556,6 +576,9 @@ pub fn read_smi_csv(
             }
         }
         if s.util_pct.is_none() && s.mem_used_bytes.is_none() && s.throttle_reasons.is_none() {
+            if fields.iter().skip(1).any(|v| clean(v).is_none()) {
+                na_rows += 1;
+            }
             if !complete {
                 info.truncated = true;
             } else {
@@ -625,6 +648,15 @@ pub fn read_smi_csv(
     if !any_line {
         return Err(LogError::Empty);
     }
+    if info.rows == 0 && info.overlong > 0 && !any_data_line {
+        return Err(LogError::OnlyOverlong(info.overlong));
+    }
+    if info.rows == 0 && na_rows > 0 && na_rows * 2 >= info.malformed {
+        return Err(LogError::NoValues {
+            format: "nvidia-smi CSV",
+            rows: info.malformed.max(na_rows),
+        });
+    }
     if info.rows == 0 {
         let named = cols.as_ref().is_some_and(|c| {
             c.fields.iter().any(|f| {
@@ -648,6 +680,16 @@ pub fn read_smi_csv(
         log_header(gpus.into_iter().map(|g| g.static_).collect(), interval),
         info,
     ))
+}
+
+/// The message for a file that is not a log of the expected kind at all (random bytes, binary
+/// data, prose): says which formats gpufeed reads, not how to fix a log it is not.
+pub fn not_a_log(expected: &str) -> String {
+    format!(
+        "not {expected} log, nor any format gpufeed reads (a gpufeed recording, an nvidia-smi \
+         --query-gpu --format=csv log, nvidia-smi dmon or dcgmi dmon output; a PyTorch profiler \
+         trace goes to gpufeed analyze)"
+    )
 }
 
 /// A header for a log that has none: no host facts, the GPUs it showed.

@@ -53,6 +53,13 @@ pub struct Args {
 pub trait EventSink {
     fn event(&mut self, ev: &Event<'_>);
     fn top_level(&mut self, key: &str, value: serde_json::Value);
+    /// An event with its JSON text as read (one value, at most [`MAX_VALUE_BYTES`]), for sinks
+    /// that copy events (`export --merge`); by default only the decoded event is used.
+    fn raw_event(&mut self, ev: &Event<'_>, _json: &[u8]) {
+        self.event(ev)
+    }
+    /// Every top-level field but `traceEvents`, as JSON text (at most [`MAX_VALUE_BYTES`]).
+    fn top_level_raw(&mut self, _key: &[u8], _json: &[u8]) {}
 }
 
 /// What the scan saw besides events.
@@ -334,7 +341,8 @@ pub fn read_trace_limited<R: Read>(
     }
     match res {
         Ok(()) => {}
-        Err(Stop::Eof) => {
+        Err(Stop::Blank) if !st.truncated => return Err(TraceError::Empty),
+        Err(Stop::Eof | Stop::Blank) => {
             if st.bytes == 0 && !st.truncated {
                 return Err(TraceError::Empty);
             }
@@ -375,6 +383,7 @@ pub fn read_trace_limited<R: Read>(
 
 enum Stop {
     Eof,
+    Blank,
     Syntax(String),
 }
 
@@ -399,7 +408,8 @@ fn scan_top<R: Read>(
     st: &mut ScanStats,
 ) -> Result<(), Stop> {
     match buf.peek() {
-        None => Err(Stop::Eof),
+        // nothing but blank space (and a byte-order mark): an empty input, however long
+        None => Err(Stop::Blank),
         Some(b'[') => {
             st.found_events_key = true;
             scan_events(buf, sink, st)
@@ -442,6 +452,7 @@ fn scan_top<R: Read>(
                         Err(()) => return Err(Stop::Eof),
                     };
                     let span = &buf.data[buf.pos..buf.pos + n];
+                    sink.top_level_raw(&key, span);
                     if matches!(
                         key.as_slice(),
                         b"baseTimeNanoseconds"
@@ -487,7 +498,7 @@ fn scan_events<R: Read>(
             let avail = &buf.data[buf.pos..buf.end];
             if let Some((ev, n)) = super::fast::event(avail) {
                 st.events += 1;
-                sink.event(&ev);
+                sink.raw_event(&ev, &avail[..n]);
                 buf.pos += n;
             } else {
                 let mut it = serde_json::Deserializer::from_slice(avail).into_iter::<EventDe>();
@@ -495,7 +506,7 @@ fn scan_events<R: Read>(
                     Some(Ok(ev)) => {
                         let n = it.byte_offset();
                         st.events += 1;
-                        sink.event(&ev.0);
+                        sink.raw_event(&ev.0, &avail[..n]);
                         buf.pos += n;
                     }
                     Some(Err(e)) if e.is_eof() => {
@@ -538,7 +549,7 @@ fn scan_events<R: Read>(
         match expect(buf, b",]") {
             Ok(b']') => return Ok(()),
             Ok(_) => {}
-            Err(Stop::Eof) => return Err(Stop::Eof),
+            Err(e @ (Stop::Eof | Stop::Blank)) => return Err(e),
             Err(Stop::Syntax(_)) => {
                 st.bad_events += 1;
                 if resync(buf)? {
