@@ -1222,6 +1222,49 @@ mod tests {
     }
 
     #[test]
+    fn impossible_values_are_dropped_and_said() {
+        let mut b = EvidenceBuilder::new();
+        for i in 0..10 {
+            b.push(&Line::Gpu(GpuSample {
+                util_samples: None,
+                util_pct: Some(if i % 2 == 0 { -14.0 } else { 60.0 }),
+                mem_used_bytes: Some(if i == 3 { u64::MAX } else { 1 << 30 }),
+                power_w: Some(if i == 4 { -5.0 } else { 300.0 }),
+                ..gpu(10.0 - i as f64, 0.0)
+            }));
+        }
+        b.push(&Line::Gpu(gpu(f64::NAN, 50.0)));
+        b.push(&Line::Gpu(gpu(20.0, 150.0)));
+        let e = b.finish(&header(8, None));
+        let g = &e.gpus[0];
+        assert_eq!(
+            g.util_mean_pct,
+            Some(60.0),
+            "only the possible values count"
+        );
+        assert_eq!(g.mem_used_max_bytes, Some(1 << 30));
+        let w = e.warnings.join(" | ");
+        assert!(w.contains("6 utilization values outside 0-100 %"), "{w}");
+        assert!(w.contains("1 memory values above 1 PiB"), "{w}");
+        assert!(w.contains("1 power values"), "{w}");
+        assert!(w.contains("1 samples without a usable time"), "{w}");
+        assert!(w.contains("time goes backwards 9 times"), "{w}");
+        let mut b = EvidenceBuilder::new();
+        b.push(&Line::Gpu(gpu(0.0, 50.0)));
+        b.push(&Line::Gpu(gpu(400.0 * 86400.0, 50.0)));
+        let e = b.finish(&header(8, None));
+        assert!(
+            e.warnings.iter().any(|w| w.contains("spans 400 days")),
+            "{:?}",
+            e.warnings
+        );
+        let mut b = EvidenceBuilder::new();
+        b.push(&Line::Gpu(gpu(0.0, 50.0)));
+        b.push(&Line::Gpu(gpu(1.0, 50.0)));
+        assert!(b.finish(&header(8, None)).warnings.is_empty());
+    }
+
+    #[test]
     fn util_pct_is_the_fallback_and_empty_driver_batches_add_nothing() {
         let mut b = EvidenceBuilder::new();
         b.push(&Line::Gpu(GpuSample {

@@ -358,6 +358,47 @@ mod tests {
         Ok((h, i, p, out))
     }
 
+    #[test]
+    fn all_na_rows_are_refused_as_the_csv_reader_refuses_them() {
+        let text = "#Entity   GPUTL  FBUSD\nID\nGPU 0     N/A    N/A\nGPU 0     N/A    N/A\n";
+        let e = read(text, Flavour::Dcgmi).unwrap_err();
+        assert_eq!(
+            e,
+            LogError::NoValues {
+                format: "dcgmi dmon",
+                rows: 2
+            }
+        );
+        let csv = crate::sample::smi_csv::read_smi_csv(
+            "timestamp, utilization.gpu [%], memory.used [MiB]\n2026/12/02 12:00:00, [N/A], [N/A]\n2026/12/02 12:00:01, [N/A], [N/A]\n".as_bytes(),
+            &Default::default(),
+            |_| {},
+        )
+        .unwrap_err();
+        assert!(matches!(csv, LogError::NoValues { rows: 2, .. }), "{csv:?}");
+    }
+
+    #[test]
+    fn long_lines_and_binary_are_not_held_or_read() {
+        let mut text = "# gpu    sm   mem\n# Idx     %     %\n".to_string();
+        text.push_str(&"9".repeat(200_000));
+        text.push_str("\n    0    50    10\n");
+        let (_, info, _, s) = read(&text, Flavour::SmiDmon).unwrap();
+        assert_eq!((info.overlong, info.malformed, s.len()), (1, 1, 1));
+        let only = format!("# gpu sm\n{}\n", "x".repeat(100_000));
+        assert_eq!(
+            read(&only, Flavour::SmiDmon).unwrap_err(),
+            LogError::OnlyOverlong(1)
+        );
+        let e = read(
+            "\u{1}\u{2}\u{3}\u{4}\u{5}\u{6}\u{7}\u{8}\u{e}\u{f}\u{10}\n",
+            Flavour::Dcgmi,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("nor any format gpufeed reads"), "{e}");
+    }
+
     const DCGMI: &str = "\
 #Entity   GPUTL  FBUSD  SMACT  SMOCC  TENSO  PCITX      PCIRX
 ID
