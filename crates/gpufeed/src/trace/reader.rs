@@ -25,6 +25,34 @@ const CHUNK: usize = 1 << 20;
 /// stays bounded whatever the input.
 pub const MAX_VALUE_BYTES: usize = 64 << 20;
 
+/// The longest event name or category handed to a sink: longer ones (the longest C++ template
+/// kernel names are a few KiB) are cut, with a warning, so that names interned per distinct value
+/// stay bounded (a 1 MB `.json.gz` can hold thousands of distinct megabyte names).
+pub const MAX_NAME_BYTES: usize = 8 << 10;
+
+/// Cuts a name to [`MAX_NAME_BYTES`]; true when it was longer.
+fn cap_name(c: &mut Cow<'_, [u8]>) -> bool {
+    if c.len() <= MAX_NAME_BYTES {
+        return false;
+    }
+    *c = match std::mem::take(c) {
+        Cow::Borrowed(b) => Cow::Borrowed(&b[..MAX_NAME_BYTES]),
+        Cow::Owned(mut v) => {
+            v.truncate(MAX_NAME_BYTES);
+            Cow::Owned(v)
+        }
+    };
+    true
+}
+
+/// Cuts an event's name and category (see [`MAX_NAME_BYTES`]), counting the events cut.
+fn cap_names(ev: &mut Event<'_>, st: &mut ScanStats) {
+    let cut = cap_name(&mut ev.name) | cap_name(&mut ev.cat);
+    if cut {
+        st.long_names += 1;
+    }
+}
+
 /// One trace event, borrowing from the read buffer where it can.
 #[derive(Debug, Default)]
 pub struct Event<'a> {
@@ -72,6 +100,8 @@ pub struct ScanStats {
     pub found_events_key: bool,
     /// Values larger than [`MAX_VALUE_BYTES`], skipped.
     pub oversized: u64,
+    /// Events whose name or category was cut to [`MAX_NAME_BYTES`].
+    pub long_names: u64,
     pub warnings: Vec<String>,
 }
 
@@ -371,6 +401,13 @@ pub fn read_trace_limited<R: Read>(
             st.bad_events
         ));
     }
+    if st.long_names > 0 {
+        st.warnings.push(format!(
+            "{} event names longer than {} KiB were cut to that length",
+            st.long_names,
+            MAX_NAME_BYTES >> 10
+        ));
+    }
     if st.oversized > 0 {
         st.warnings.push(format!(
             "{} values larger than {} MiB (no real trace event is) were skipped",
@@ -496,15 +533,17 @@ fn scan_events<R: Read>(
             // the fast path, else serde_json parsing straight from the buffer (it says where the
             // event ended); an event cut by the end of the buffer is parsed again after a refill
             let avail = &buf.data[buf.pos..buf.end];
-            if let Some((ev, n)) = super::fast::event(avail) {
+            if let Some((mut ev, n)) = super::fast::event(avail) {
+                cap_names(&mut ev, st);
                 st.events += 1;
                 sink.raw_event(&ev, &avail[..n]);
                 buf.pos += n;
             } else {
                 let mut it = serde_json::Deserializer::from_slice(avail).into_iter::<EventDe>();
                 match it.next() {
-                    Some(Ok(ev)) => {
+                    Some(Ok(mut ev)) => {
                         let n = it.byte_offset();
+                        cap_names(&mut ev.0, st);
                         st.events += 1;
                         sink.raw_event(&ev.0, &avail[..n]);
                         buf.pos += n;
@@ -940,6 +979,28 @@ mod tests {
         assert_eq!(file.names, vec!["a", "big", "b"]);
         assert_eq!(pipe.names, file.names);
         assert_eq!(rp.unwrap().bytes, rf.unwrap().bytes);
+    }
+
+    #[test]
+    fn long_names_are_cut_with_a_warning() {
+        let long = "k".repeat(MAX_NAME_BYTES * 3);
+        let text = format!(
+            r#"{{"traceEvents":[{{"ph":"X","name":"{long}","ts":1,"dur":2,"pid":1,"tid":1}},{{"ph":"X","name":"{long}\u0041","cat":"{long}","ts":1,"dur":2,"pid":1,"tid":1}},{{"ph":"X","name":"short","ts":1,"dur":2,"pid":1,"tid":1}}]}}"#
+        );
+        let mut c = Collect::default();
+        let st = read_trace(text.as_bytes(), &mut c).unwrap();
+        assert_eq!(st.events, 3);
+        assert_eq!(st.long_names, 2);
+        assert!(
+            c.names.iter().all(|n| n.len() <= MAX_NAME_BYTES),
+            "{:?}",
+            c.names.iter().map(|n| n.len()).collect::<Vec<_>>()
+        );
+        assert_eq!(c.names[2], "short");
+        assert!(st
+            .warnings
+            .iter()
+            .any(|w| w.contains("2 event names longer than 8 KiB")));
     }
 
     #[test]
