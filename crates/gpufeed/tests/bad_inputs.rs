@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 /// Far below what the old readers took on the huge inputs here (a 200 MB line held whole, twice),
 /// far above what a bounded reader needs (a debug build's code, one 64 MiB trace value).
 const MEMORY_LIMIT_BYTES: u64 = 512 << 20;
+/// For the long-names case: a small trace needs far less, 1,500 names of 100 KiB held twice more.
+const LONG_NAMES_MEMORY_LIMIT_BYTES: u64 = 256 << 20;
 /// Generous for a debug build on a loaded machine; a hang runs into it.
 const TIME_LIMIT: Duration = Duration::from_secs(120);
 
@@ -42,6 +44,8 @@ struct Case {
     expect: Expect,
     /// What stdout or stderr must contain (a warning said, a message named).
     says: Option<&'static str>,
+    /// The address-space limit of its runs.
+    memory_limit: u64,
 }
 
 const START_US: u64 = 1_764_676_800_000_000;
@@ -170,6 +174,11 @@ fn corpus(dir: &Path) -> Vec<Case> {
             path,
             expect,
             says,
+            memory_limit: if name == "trace-gz-long-names" {
+                LONG_NAMES_MEMORY_LIMIT_BYTES
+            } else {
+                MEMORY_LIMIT_BYTES
+            },
         });
     };
     let valid = [
@@ -303,6 +312,17 @@ fn corpus(dir: &Path) -> Vec<Case> {
         Expect::Refused,
         None,
     );
+    let mostly_garbage = format!(
+        "{{\"traceEvents\":[\n{}{{\"ph\":\"X\",\"name\":\"a\",\"ts\":1,\"dur\":1,\"pid\":1,\"tid\":1}}]}}",
+        "{\"ph\":\"X\",\"name\":\"x\" ]]} garbage,\n".repeat(100)
+    );
+    add(
+        "trace-mostly-garbage",
+        Kind::Trace,
+        mostly_garbage.as_bytes(),
+        Expect::Refused,
+        Some("mostly unreadable"),
+    );
     add(
         "csv-header-only",
         Kind::Csv,
@@ -416,6 +436,7 @@ fn corpus(dir: &Path) -> Vec<Case> {
             path,
             expect: Expect::Either,
             says: None,
+            memory_limit: MEMORY_LIMIT_BYTES,
         });
     }
     let mut big = b"{\"traceEvents\":[{\"ph\":\"X\",\"name\":\"".to_vec();
@@ -428,11 +449,12 @@ fn corpus(dir: &Path) -> Vec<Case> {
         Expect::Refused,
         Some("larger than 64 MiB"),
     );
-    // Thousands of distinct 100 KiB kernel names (300 MB, a few MB gzipped): names are interned
-    // per distinct value, so they must be cut.
+    // 1,500 distinct 100 KiB kernel names (150 MB, a few MB gzipped): names are interned per
+    // distinct value, so they must be cut (held whole, they took 300 MB; cut, 25 MB). Run under a
+    // tighter limit, which a small trace fits easily.
     let mut names = String::from("{\"traceEvents\":[\n");
     let long = "k".repeat(100 << 10);
-    for i in 0..3000 {
+    for i in 0..1500 {
         names.push_str(&format!(
             "{{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"{i}{long}\",\"pid\":0,\"tid\":7,\"ts\":{},\"dur\":5}},\n",
             i * 10
@@ -466,6 +488,10 @@ struct Outcome {
 }
 
 fn run(args: &[&std::ffi::OsStr]) -> Outcome {
+    run_limited(args, MEMORY_LIMIT_BYTES)
+}
+
+fn run_limited(args: &[&std::ffi::OsStr], memory_limit: u64) -> Outcome {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpufeed"));
     cmd.args(args)
         .env_remove("GPUFEED_NVML_LIB")
@@ -475,10 +501,10 @@ fn run(args: &[&std::ffi::OsStr]) -> Outcome {
         .stderr(Stdio::piped());
     // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             let lim = libc::rlimit {
-                rlim_cur: MEMORY_LIMIT_BYTES,
-                rlim_max: MEMORY_LIMIT_BYTES,
+                rlim_cur: memory_limit,
+                rlim_max: memory_limit,
             };
             if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
                 return Err(std::io::Error::last_os_error());
@@ -593,7 +619,7 @@ fn every_reader_survives_the_bad_input_corpus() {
                     .join(" "),
                 c.name
             );
-            let o = run(&args);
+            let o = run_limited(&args, c.memory_limit);
             runs += 1;
             if o.elapsed > slowest.0 {
                 slowest = (o.elapsed, shown.clone());

@@ -95,6 +95,9 @@ impl MergeTrace {
             x_events: 0,
         };
         let st = reader::read_trace(super::open(&self.path)?, &mut sink)?;
+        if let Some(e) = super::mostly_unreadable(&st) {
+            return Err(e);
+        }
         if sink.x_events == 0 {
             return Err(super::no_events(&st));
         }

@@ -65,6 +65,9 @@ pub fn open(path: &Path) -> Result<Box<dyn Read + Send>, TraceError> {
 pub fn analyze_reader(r: impl Read, name: &str) -> Result<TraceSummary, TraceError> {
     let mut c = collect::Collected::new();
     let st = reader::read_trace(r, &mut c)?;
+    if let Some(e) = mostly_unreadable(&st) {
+        return Err(e);
+    }
     if c.x_events == 0 {
         return Err(no_events(&st));
     }
@@ -97,6 +100,18 @@ pub fn analyze_reader(r: impl Read, name: &str) -> Result<TraceSummary, TraceErr
         _ => {}
     }
     Ok(s)
+}
+
+/// More events undecodable than decoded (and at least 10): not a trace to judge, as a mostly
+/// unreadable GPU log is not (one rule for `analyze` and `export --merge`).
+pub(crate) fn mostly_unreadable(st: &reader::ScanStats) -> Option<TraceError> {
+    (st.bad_events >= 10 && st.bad_events > st.events).then(|| {
+        TraceError::NotATrace(format!(
+            "mostly unreadable: {} of {} events could not be decoded",
+            st.bad_events,
+            st.bad_events + st.events
+        ))
+    })
 }
 
 /// Why a trace without a complete (`ph: X`) event cannot be used: one rule for `analyze` and

@@ -45,13 +45,35 @@ fn cap_name(c: &mut Cow<'_, [u8]>) -> bool {
     true
 }
 
-/// Cuts an event's name and category (see [`MAX_NAME_BYTES`]), counting the events cut.
-fn cap_names(ev: &mut Event<'_>, st: &mut ScanStats) {
+/// Cuts an event's name and category (see [`MAX_NAME_BYTES`]), drops an impossible time (a
+/// negative or non-finite duration, a non-finite timestamp), counting both, and widens the span.
+fn check_event(ev: &mut Event<'_>, st: &mut ScanStats) {
     let cut = cap_name(&mut ev.name) | cap_name(&mut ev.cat);
     if cut {
         st.long_names += 1;
     }
+    let bad_ts = ev.ts.is_some_and(|t| !t.is_finite());
+    let bad_dur = ev.dur.is_some_and(|d| !d.is_finite() || d < 0.0);
+    if bad_ts || bad_dur {
+        st.impossible_times += 1;
+        if bad_ts {
+            ev.ts = None;
+        }
+        if bad_dur {
+            ev.dur = None;
+        }
+    }
+    if let Some(t) = ev.ts {
+        let end = t + ev.dur.unwrap_or(0.0);
+        st.span_us = Some(match st.span_us {
+            None => (t, end),
+            Some((a, z)) => (a.min(t), z.max(end)),
+        });
+    }
 }
+
+/// A trace spanning more than this (a day) has broken timestamps: profiles cover seconds.
+pub const MAX_PLAUSIBLE_SPAN_US: f64 = 86_400e6;
 
 /// One trace event, borrowing from the read buffer where it can.
 #[derive(Debug, Default)]
@@ -102,6 +124,10 @@ pub struct ScanStats {
     pub oversized: u64,
     /// Events whose name or category was cut to [`MAX_NAME_BYTES`].
     pub long_names: u64,
+    /// Events with a negative or non-finite duration or a non-finite timestamp (dropped).
+    pub impossible_times: u64,
+    /// First timestamp and last end of the events (µs).
+    pub span_us: Option<(f64, f64)>,
     pub warnings: Vec<String>,
 }
 
@@ -401,6 +427,18 @@ pub fn read_trace_limited<R: Read>(
             st.bad_events
         ));
     }
+    if st.impossible_times > 0 {
+        st.warnings.push(format!(
+            "{} events with a negative or non-numeric time or duration: those times were ignored",
+            st.impossible_times
+        ));
+    }
+    if let Some((a, z)) = st.span_us.filter(|(a, z)| z - a > MAX_PLAUSIBLE_SPAN_US) {
+        st.warnings.push(format!(
+            "the events span {:.0} days: their timestamps are probably wrong, and so are the step times",
+            (z - a) / 86_400e6
+        ));
+    }
     if st.long_names > 0 {
         st.warnings.push(format!(
             "{} event names longer than {} KiB were cut to that length",
@@ -526,6 +564,7 @@ fn scan_events<R: Read>(
         return Ok(());
     }
     loop {
+        let bad_before = st.bad_events;
         let Some(first) = buf.peek() else {
             return Err(Stop::Eof);
         };
@@ -534,7 +573,7 @@ fn scan_events<R: Read>(
             // event ended); an event cut by the end of the buffer is parsed again after a refill
             let avail = &buf.data[buf.pos..buf.end];
             if let Some((mut ev, n)) = super::fast::event(avail) {
-                cap_names(&mut ev, st);
+                check_event(&mut ev, st);
                 st.events += 1;
                 sink.raw_event(&ev, &avail[..n]);
                 buf.pos += n;
@@ -543,7 +582,7 @@ fn scan_events<R: Read>(
                 match it.next() {
                     Some(Ok(mut ev)) => {
                         let n = it.byte_offset();
-                        cap_names(&mut ev.0, st);
+                        check_event(&mut ev.0, st);
                         st.events += 1;
                         sink.raw_event(&ev.0, &avail[..n]);
                         buf.pos += n;
@@ -590,7 +629,10 @@ fn scan_events<R: Read>(
             Ok(_) => {}
             Err(e @ (Stop::Eof | Stop::Blank)) => return Err(e),
             Err(Stop::Syntax(_)) => {
-                st.bad_events += 1;
+                // one broken element counts once, even when its end is broken too
+                if st.bad_events == bad_before {
+                    st.bad_events += 1;
+                }
                 if resync(buf)? {
                     return Ok(());
                 }
@@ -979,6 +1021,19 @@ mod tests {
         assert_eq!(file.names, vec!["a", "big", "b"]);
         assert_eq!(pipe.names, file.names);
         assert_eq!(rp.unwrap().bytes, rf.unwrap().bytes);
+    }
+
+    #[test]
+    fn impossible_times_are_dropped_and_an_absurd_span_said() {
+        let text = br#"{"traceEvents":[{"ph":"X","name":"a","ts":0,"dur":-5},{"ph":"X","name":"b","ts":1e18,"dur":1}]}"#;
+        let mut c = Collect::default();
+        let st = read_trace(&text[..], &mut c).unwrap();
+        assert_eq!(st.impossible_times, 1);
+        let w = st.warnings.join(" | ");
+        assert!(w.contains("1 events with a negative"), "{w}");
+        assert!(w.contains("timestamps are probably wrong"), "{w}");
+        let ok = br#"{"traceEvents":[{"ph":"X","name":"a","ts":1764676800000000,"dur":5}]}"#;
+        assert!(read_trace(&ok[..], &mut c).unwrap().warnings.is_empty());
     }
 
     #[test]
