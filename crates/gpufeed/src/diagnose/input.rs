@@ -201,7 +201,8 @@ pub fn read(
     // The first bytes decide, whatever the format: a trace or a sweep report goes to another
     // command, and binary data or blank space is no log, even with --columns or --input-format.
     let mut head = Vec::with_capacity(HEAD_BYTES);
-    open(path)?
+    let mut first_open = open(path)?;
+    (&mut first_open)
         .take(HEAD_BYTES as u64)
         .read_to_end(&mut head)
         .map_err(|e| DiagnoseError::Open {
@@ -252,7 +253,9 @@ pub fn read(
         unfinished: false,
     };
     if matches!(format, InputFormat::Recording | InputFormat::Auto) {
-        let file = open(path)?;
+        // The head read above, then the rest from the same handle: a pipe (`<(ssh node cat
+        // r.ndjson)`) is read once.
+        let file = std::io::Cursor::new(head).chain(first_open);
         let mut b = EvidenceBuilder::new();
         let (h, st) = read_recording_fast(path, file, &mut b).map_err(|e| match e {
             ReadError::Empty { .. } => DiagnoseError::Empty {
