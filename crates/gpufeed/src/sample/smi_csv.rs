@@ -246,9 +246,16 @@ fn clean(v: &str) -> Option<&str> {
 /// A number with an optional unit; MiB/GiB/KiB/MB/GB values become bytes.
 fn number(v: &str, unit_from_header: Option<&str>) -> Option<f64> {
     let v = clean(v)?;
-    let (num, unit) = match v.find(|c: char| c.is_ascii_alphabetic() || c == '%') {
-        Some(i) => (v[..i].trim(), v[i..].trim()),
-        None => (v, unit_from_header.unwrap_or("")),
+    // The longest number at the start (an exponent is part of it: `1e20 MiB` is not 1 byte).
+    let mut k = v
+        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '+' | '-' | 'e' | 'E')))
+        .unwrap_or(v.len());
+    while k > 0 && v[..k].parse::<f64>().is_err() {
+        k -= 1;
+    }
+    let (num, unit) = match v[k..].trim() {
+        "" => (&v[..k], unit_from_header.unwrap_or("")),
+        u => (&v[..k], u),
     };
     let x: f64 = num.parse().ok()?;
     let scale = match unit.trim_matches(|c| c == '[' || c == ']') {
@@ -722,6 +729,19 @@ mod tests {
             }
         })?;
         Ok((h, i, out))
+    }
+
+    #[test]
+    fn numbers_with_exponents_and_units() {
+        assert_eq!(number("1e20 MiB", None), Some(1e20 * 1048576.0));
+        assert_eq!(number("87 %", None), Some(87.0));
+        assert_eq!(number("1024MiB", None), Some(1024.0 * 1048576.0));
+        assert_eq!(number("350.25 W", None), Some(350.25));
+        assert_eq!(number("-14", Some("%")), Some(-14.0));
+        assert_eq!(number("12", Some("MiB")), Some(12.0 * 1048576.0));
+        assert_eq!(number("NaN", None), None);
+        assert_eq!(number("e5 MiB", None), None);
+        assert_eq!(number("[N/A]", None), None);
     }
 
     #[test]
