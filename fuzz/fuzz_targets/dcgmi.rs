@@ -1,9 +1,20 @@
 #![no_main]
-//! The dcgmi / nvidia-smi dmon importer on arbitrary bytes.
+//! The dcgmi / nvidia-smi dmon importer on arbitrary bytes; what it reads is fed to the evidence
+//! builder and the rules.
+use gpufeed::diagnose::{evidence::EvidenceBuilder, rules, verdict};
 use gpufeed::sample::dcgmi::{read_dmon, Flavour};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = read_dmon(data, Flavour::Dcgmi, None, |_| {});
-    let _ = read_dmon(data, Flavour::SmiDmon, Some(1.0), |_| {});
+    for (flavour, interval) in [(Flavour::Dcgmi, None), (Flavour::SmiDmon, Some(1.0))] {
+        let mut b = EvidenceBuilder::new();
+        if let Ok((h, _, prof)) = read_dmon(data, flavour, interval, |l| b.push(l)) {
+            for (i, p) in prof {
+                b.set_profiling(i, p);
+            }
+            let e = b.finish(&h);
+            let f = rules::evaluate(&e);
+            let _ = verdict::decide(&e, &f);
+        }
+    }
 });

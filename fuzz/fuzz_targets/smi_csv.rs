@@ -1,13 +1,21 @@
 #![no_main]
-//! The nvidia-smi CSV importer on arbitrary bytes, with and without --columns.
+//! The nvidia-smi CSV importer on arbitrary bytes, with and without --columns; what it reads is
+//! fed to the evidence builder and the rules (impossible values, NaN, odd times).
+use gpufeed::diagnose::{evidence::EvidenceBuilder, rules, verdict};
 use gpufeed::sample::smi_csv::{read_smi_csv, CsvOptions};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = read_smi_csv(data, &CsvOptions::default(), |_| {});
     let cols = CsvOptions {
         columns: Some(vec!["utilization.gpu".into(), "memory.used".into()]),
         interval_s: Some(0.5),
     };
-    let _ = read_smi_csv(data, &cols, |_| {});
+    for opts in [CsvOptions::default(), cols] {
+        let mut b = EvidenceBuilder::new();
+        if let Ok((h, _)) = read_smi_csv(data, &opts, |l| b.push(l)) {
+            let e = b.finish(&h);
+            let f = rules::evaluate(&e);
+            let _ = verdict::decide(&e, &f);
+        }
+    }
 });

@@ -381,5 +381,79 @@ fn perfetto_merge_puts_kineto_on_the_same_time_base() {
         .arg(dir.path().join("bad.json"))
         .assert()
         .code(3)
-        .stderr(predicate::str::contains("no traceEvents"));
+        .stderr(predicate::str::contains("no trace events"));
+}
+
+/// `export --merge` reads the trace with analyze's reader: what analyze accepts (a cut `.gz`, a
+/// byte-order mark, a non-UTF-8 name) merges, what it refuses (no events) is refused the same way.
+#[test]
+fn perfetto_merge_reads_traces_as_analyze_does() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let rec = recording(dir.path());
+    let mut text = String::from("{\"traceEvents\":[\n");
+    for i in 0..3000 {
+        text.push_str(&format!(
+            "{{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"k{i}\",\"pid\":0,\"tid\":7,\"ts\":{},\"dur\":5}},\n",
+            START_US + i * 10
+        ));
+    }
+    text.push_str("{\"ph\":\"X\",\"name\":\"last\",\"pid\":0,\"tid\":7,\"ts\":1,\"dur\":1}]}");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(text.as_bytes()).unwrap();
+    let gz = gz.finish().unwrap();
+    let cut = dir.path().join("cut.json.gz");
+    std::fs::write(&cut, &gz[..gz.len() * 2 / 3]).unwrap();
+    let bom = dir.path().join("bom.json");
+    let mut b = b"\xEF\xBB\xBF{\"traceEvents\":[{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":\"caf\xe9\",\"pid\":1,\"tid\":1,\"ts\":".to_vec();
+    b.extend_from_slice(format!("{},\"dur\":3}}]}}", START_US + 5).as_bytes());
+    std::fs::write(&bom, b).unwrap();
+    for (trace, events, warned) in [(&cut, None, true), (&bom, Some(1), false)] {
+        gpufeed().arg("analyze").arg(trace).assert().success();
+        let out = dir.path().join("m.json");
+        let a = gpufeed()
+            .args(["export", "--perfetto"])
+            .arg(&out)
+            .arg(&rec)
+            .arg("--merge")
+            .arg(trace)
+            .assert()
+            .success();
+        let err = String::from_utf8_lossy(&a.get_output().stderr).to_string();
+        assert_eq!(err.contains("warning: the merged trace"), warned, "{err}");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let n = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .count();
+        match events {
+            Some(k) => assert_eq!(n, k),
+            None => assert!(n > 100 && n < 3001, "{n}"),
+        }
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("m.json")).unwrap()).unwrap();
+    assert!(v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["name"] == "caf\u{FFFD}"));
+    let empty = dir.path().join("empty.json");
+    std::fs::write(&empty, r#"{"traceEvents":[]}"#).unwrap();
+    let analyze = gpufeed().arg("analyze").arg(&empty).assert().code(3);
+    let analyze_err = String::from_utf8_lossy(&analyze.get_output().stderr).to_string();
+    assert!(analyze_err.contains("no trace events"), "{analyze_err}");
+    gpufeed()
+        .args(["export", "--perfetto"])
+        .arg(dir.path().join("e.json"))
+        .arg(&rec)
+        .arg("--merge")
+        .arg(&empty)
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("no trace events"));
+    assert!(!dir.path().join("e.json").exists());
 }

@@ -32,7 +32,7 @@ use crate::trace::{self, ranks, report, TraceError};
 fn input_error(e: TraceError) -> anyhow::Error {
     let hint = match &e {
         TraceError::Io { .. } => "check the path",
-        TraceError::Empty | TraceError::NoEvents => {
+        TraceError::Empty | TraceError::NoEvents | TraceError::NoUsableEvents(_) => {
             "export one with torch.profiler ... on_trace_ready=tensorboard_trace_handler(dir)"
         }
         TraceError::NotATrace(_) => "pass a .json or .json.gz file written by the PyTorch profiler",

@@ -22,6 +22,9 @@ pub fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
             String::new()
         }
     );
+    for w in &st.trace_warnings {
+        eprintln!("gpufeed: warning: the merged trace: {w}");
+    }
     if let Some(w) = st.overlap_warning() {
         eprintln!("gpufeed: warning: {w}");
     }

@@ -54,6 +54,74 @@ pub struct Evidence {
     pub python: Option<super::pyloop::PythonEvidence>,
     #[serde(default)]
     pub origin: Origin,
+    /// Impossible values that were dropped (utilization outside 0-100 %, absurd memory or power,
+    /// time going backwards, an absurd span): said in the report's notes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// More memory than any GPU has (1 PiB): a value above it is a unit or parsing error.
+pub const MAX_PLAUSIBLE_MEM_BYTES: u64 = 1 << 50;
+/// More power than any GPU board draws.
+pub const MAX_PLAUSIBLE_POWER_W: f64 = 10_000.0;
+/// A span longer than this (a year) comes from broken timestamps, not a job.
+pub const MAX_PLAUSIBLE_SPAN_S: f64 = 366.0 * 86400.0;
+
+/// Impossible values seen while building evidence.
+#[derive(Debug, Default, Clone, Copy)]
+struct Impossible {
+    util: u64,
+    mem: u64,
+    power: u64,
+    time_not_finite: u64,
+    backwards: u64,
+}
+
+impl Impossible {
+    fn warnings(&self, span_s: f64) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.util > 0 {
+            out.push(format!(
+                "{} utilization values outside 0-100 % were ignored (impossible: check the log's columns)",
+                self.util
+            ));
+        }
+        if self.mem > 0 {
+            out.push(format!(
+                "{} memory values above 1 PiB were ignored (impossible: check the log's units)",
+                self.mem
+            ));
+        }
+        if self.power > 0 {
+            out.push(format!(
+                "{} power values below 0 W or above 10 kW were ignored",
+                self.power
+            ));
+        }
+        if self.time_not_finite > 0 {
+            out.push(format!(
+                "{} samples without a usable time were ignored",
+                self.time_not_finite
+            ));
+        }
+        if self.backwards > 0 {
+            out.push(format!(
+                "time goes backwards {} times (samples out of order, or a clock change): durations and rates may be wrong",
+                self.backwards
+            ));
+        }
+        if span_s > MAX_PLAUSIBLE_SPAN_S {
+            out.push(format!(
+                "the input spans {:.0} days: its timestamps are probably wrong, and so are durations",
+                span_s / 86400.0
+            ));
+        }
+        out
+    }
+}
+
+fn pct_ok(v: f64) -> bool {
+    (0.0..=100.0).contains(&v)
 }
 
 impl Evidence {
@@ -416,6 +484,7 @@ pub struct EvidenceBuilder {
     end: Option<(Option<i32>, Option<i32>)>,
     profiling: BTreeMap<u32, ProfilingMeans>,
     py: super::pyloop::PyAcc,
+    impossible: Impossible,
 }
 
 impl EvidenceBuilder {
@@ -469,7 +538,62 @@ impl EvidenceBuilder {
         &mut self.gpus[pos]
     }
 
+    /// Takes one GPU sample; impossible values in it are dropped and counted (see
+    /// [`Evidence::warnings`]), never averaged in.
     pub fn push_gpu(&mut self, s: &GpuSample) {
+        if !s.t_s.is_finite() {
+            self.impossible.time_not_finite += 1;
+            return;
+        }
+        let bad_util = s.util_pct.is_some_and(|v| !pct_ok(v))
+            || s.mem_util_pct.is_some_and(|v| !pct_ok(v))
+            || s.util_samples
+                .as_ref()
+                .is_some_and(|v| v.iter().any(|&[t, u]| !pct_ok(u) || !t.is_finite()));
+        let bad_mem = s
+            .mem_used_bytes
+            .is_some_and(|m| m > MAX_PLAUSIBLE_MEM_BYTES);
+        let bad_power = s
+            .power_w
+            .is_some_and(|p| !(0.0..=MAX_PLAUSIBLE_POWER_W).contains(&p));
+        if bad_util || bad_mem || bad_power {
+            let mut c = s.clone();
+            if s.util_pct.is_some_and(|v| !pct_ok(v)) {
+                c.util_pct = None;
+                self.impossible.util += 1;
+            }
+            if s.mem_util_pct.is_some_and(|v| !pct_ok(v)) {
+                c.mem_util_pct = None;
+                self.impossible.util += 1;
+            }
+            if let Some(v) = &mut c.util_samples {
+                let n = v.len();
+                v.retain(|&[t, u]| pct_ok(u) && t.is_finite());
+                self.impossible.util += (n - v.len()) as u64;
+            }
+            if bad_mem {
+                c.mem_used_bytes = None;
+                self.impossible.mem += 1;
+            }
+            if bad_power {
+                c.power_w = None;
+                self.impossible.power += 1;
+            }
+            return self.push_gpu_checked(&c);
+        }
+        self.push_gpu_checked(s)
+    }
+
+    fn push_gpu_checked(&mut self, s: &GpuSample) {
+        if self
+            .gpus
+            .iter()
+            .find(|g| g.index == s.index)
+            .and_then(|g| g.last_t)
+            .is_some_and(|l| s.t_s < l - 1e-6)
+        {
+            self.impossible.backwards += 1;
+        }
         self.seen(s.t_s);
         let g = self.gpu(s.index);
         let dt = g
@@ -728,6 +852,7 @@ impl EvidenceBuilder {
             job,
             python,
             origin: Origin::Recording,
+            warnings: self.impossible.warnings(duration_s),
         }
     }
 
@@ -1077,6 +1202,49 @@ mod tests {
         assert!((e.duration_s - 3599.0 / 6.0).abs() < 1e-6);
         assert!(!g.timeline_pct.is_empty() && g.timeline_pct.len() <= 128);
         assert_eq!(g.name.as_deref(), Some("Fake"));
+    }
+
+    #[test]
+    fn impossible_values_are_dropped_and_said() {
+        let mut b = EvidenceBuilder::new();
+        for i in 0..10 {
+            b.push(&Line::Gpu(GpuSample {
+                util_samples: None,
+                util_pct: Some(if i % 2 == 0 { -14.0 } else { 60.0 }),
+                mem_used_bytes: Some(if i == 3 { u64::MAX } else { 1 << 30 }),
+                power_w: Some(if i == 4 { -5.0 } else { 300.0 }),
+                ..gpu(10.0 - i as f64, 0.0)
+            }));
+        }
+        b.push(&Line::Gpu(gpu(f64::NAN, 50.0)));
+        b.push(&Line::Gpu(gpu(20.0, 150.0)));
+        let e = b.finish(&header(8, None));
+        let g = &e.gpus[0];
+        assert_eq!(
+            g.util_mean_pct,
+            Some(60.0),
+            "only the possible values count"
+        );
+        assert_eq!(g.mem_used_max_bytes, Some(1 << 30));
+        let w = e.warnings.join(" | ");
+        assert!(w.contains("6 utilization values outside 0-100 %"), "{w}");
+        assert!(w.contains("1 memory values above 1 PiB"), "{w}");
+        assert!(w.contains("1 power values"), "{w}");
+        assert!(w.contains("1 samples without a usable time"), "{w}");
+        assert!(w.contains("time goes backwards 9 times"), "{w}");
+        let mut b = EvidenceBuilder::new();
+        b.push(&Line::Gpu(gpu(0.0, 50.0)));
+        b.push(&Line::Gpu(gpu(400.0 * 86400.0, 50.0)));
+        let e = b.finish(&header(8, None));
+        assert!(
+            e.warnings.iter().any(|w| w.contains("spans 400 days")),
+            "{:?}",
+            e.warnings
+        );
+        let mut b = EvidenceBuilder::new();
+        b.push(&Line::Gpu(gpu(0.0, 50.0)));
+        b.push(&Line::Gpu(gpu(1.0, 50.0)));
+        assert!(b.finish(&header(8, None)).warnings.is_empty());
     }
 
     #[test]

@@ -188,34 +188,58 @@ pub fn other_command(head: &[u8], path: &Path) -> Option<String> {
     None
 }
 
+/// How much of a file decides its format.
+const HEAD_BYTES: usize = 8192;
+
+/// What diagnose reads, for messages about a file it cannot.
+const FORMATS: &str = "gpufeed diagnose reads gpufeed recordings, nvidia-smi --query-gpu --format=csv logs, nvidia-smi dmon and dcgmi dmon output (PyTorch profiler traces: gpufeed analyze)";
+
 /// Reads `path` in `format` (detecting it for `Auto`) into evidence.
 pub fn read(
     path: &Path,
     format: InputFormat,
     opts: &LogOptions,
 ) -> Result<ReadOutcome, DiagnoseError> {
+    // The first bytes decide, whatever the format: a trace or a sweep report goes to another
+    // command, and binary data or blank space is no log, even with --columns or --input-format.
+    let mut head = Vec::with_capacity(HEAD_BYTES);
+    let mut first_open = open(path)?;
+    (&mut first_open)
+        .take(HEAD_BYTES as u64)
+        .read_to_end(&mut head)
+        .map_err(|e| DiagnoseError::Open {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    if head.iter().all(|b| b.is_ascii_whitespace()) {
+        if head.len() < HEAD_BYTES {
+            return Err(DiagnoseError::Empty {
+                path: path.to_path_buf(),
+            });
+        }
+        return Err(DiagnoseError::Bad {
+            path: path.to_path_buf(),
+            detail: format!(
+                "its first {} KiB are blank (spaces, newlines): not a format gpufeed reads; {FORMATS}",
+                HEAD_BYTES >> 10
+            ),
+        });
+    }
+    if let Some(detail) = other_command(&head, path) {
+        return Err(DiagnoseError::Bad {
+            path: path.to_path_buf(),
+            detail,
+        });
+    }
+    if crate::sample::looks_binary(&head) {
+        return Err(DiagnoseError::Bad {
+            path: path.to_path_buf(),
+            detail: format!("binary data, not a format gpufeed reads; {FORMATS}"),
+        });
+    }
     let format = match format {
         InputFormat::Auto if opts.columns.is_some() => InputFormat::SmiCsv,
         InputFormat::Auto => {
-            let mut head = Vec::with_capacity(8192);
-            open(path)?
-                .take(8192)
-                .read_to_end(&mut head)
-                .map_err(|e| DiagnoseError::Open {
-                    path: path.to_path_buf(),
-                    reason: e.to_string(),
-                })?;
-            if head.iter().all(|b| b.is_ascii_whitespace()) {
-                return Err(DiagnoseError::Empty {
-                    path: path.to_path_buf(),
-                });
-            }
-            if let Some(detail) = other_command(&head, path) {
-                return Err(DiagnoseError::Bad {
-                    path: path.to_path_buf(),
-                    detail,
-                });
-            }
             detect(&String::from_utf8_lossy(&head)).ok_or_else(|| DiagnoseError::UnknownFormat {
                 path: path.to_path_buf(),
             })?
@@ -231,7 +255,9 @@ pub fn read(
         unfinished: false,
     };
     if matches!(format, InputFormat::Recording | InputFormat::Auto) {
-        let file = open(path)?;
+        // The head read above, then the rest from the same handle: a pipe (`<(ssh node cat
+        // r.ndjson)`) is read once.
+        let file = std::io::Cursor::new(head).chain(first_open);
         let mut b = EvidenceBuilder::new();
         let (h, st) = read_recording_fast(path, file, &mut b).map_err(|e| match e {
             ReadError::Empty { .. } => DiagnoseError::Empty {

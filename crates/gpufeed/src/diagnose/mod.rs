@@ -248,6 +248,11 @@ pub fn notes(e: &Evidence, source: &Source, v: &Verdict) -> Vec<String> {
             source.malformed
         ));
     }
+    out.extend(
+        e.warnings
+            .iter()
+            .map(|w| format!("Impossible values: {w}.")),
+    );
     out
 }
 

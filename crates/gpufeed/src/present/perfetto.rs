@@ -39,6 +39,8 @@ pub struct ExportStats {
     /// First and last time (Unix µs) of the recording's counters and of the merged trace's events.
     pub recording_span_us: Option<(f64, f64)>,
     pub trace_span_us: Option<(f64, f64)>,
+    /// What the trace reader warned about in the merged trace (a cut `.gz`, skipped events).
+    pub trace_warnings: Vec<String>,
 }
 
 fn widen(span: &mut Option<(f64, f64)>, a: f64, b: f64) {
@@ -197,65 +199,42 @@ pub fn export(
             widen(&mut stats.recording_span_us, ts, ts);
         }
     }
-    let mut kineto: Option<Value> = None;
+    // The trace goes through analyze's reader (gzip, a cut .gz, a BOM, non-UTF-8 names; a
+    // trace without events refused as analyze refuses it), streamed: never held whole.
+    let mut kineto = None;
     if let Some(t) = merge {
-        let terr = |detail: String| PerfettoError::Trace {
+        let terr = |e: crate::trace::TraceError| PerfettoError::Trace {
             path: t.display().to_string(),
-            detail,
+            detail: e.to_string(),
         };
-        let r = crate::trace::open(t).map_err(|e| terr(e.to_string()))?;
-        let v: Value = serde_json::from_reader(std::io::BufReader::new(r))
-            .map_err(|e| terr(format!("not a JSON trace: {e}")))?;
-        if !v.get("traceEvents").is_some_and(Value::is_array) {
-            return Err(terr(
-                "no traceEvents list: not a Chrome/Kineto trace".into(),
-            ));
-        }
-        kineto = Some(v);
+        let trace = crate::trace::merge::MergeTrace::open(t).map_err(terr)?;
+        let head = trace.head().map_err(terr)?;
+        kineto = Some((trace, head));
     }
     let werr = |source: std::io::Error| PerfettoError::Write {
         path: out.display().to_string(),
         source,
     };
+    let mut trace_error = None;
     // Written beside `out` under a temporary name, then renamed: a failed export leaves `out` as
     // it was, and a symlink at `out` is replaced, not followed.
     crate::outfile::write_atomic_with(out, |w| {
         w.write_all(b"{\"displayTimeUnit\":\"ms\",")?;
         let mut first = true;
-        if let Some(mut k) = kineto {
+        if let Some((trace, head)) = &kineto {
             // ts relative to baseTimeNanoseconds (newer Kineto) become absolute Unix µs.
-            let shift_us = k
-                .get("baseTimeNanoseconds")
-                .and_then(Value::as_f64)
-                .map(|ns| ns / 1e3)
-                .unwrap_or(0.0);
-            let events = k
-                .get_mut("traceEvents")
-                .and_then(Value::as_array_mut)
-                .map(std::mem::take)
-                .unwrap_or_default();
-            if let Value::Object(map) = &k {
-                for (key, v) in map {
-                    if key == "traceEvents"
-                        || key == "baseTimeNanoseconds"
-                        || key == "displayTimeUnit"
-                    {
-                        continue;
-                    }
-                    serde_json::to_writer(&mut *w, key).map_err(std::io::Error::from)?;
-                    w.write_all(b":")?;
-                    serde_json::to_writer(&mut *w, v).map_err(std::io::Error::from)?;
-                    w.write_all(b",")?;
-                }
+            let shift_us = head.shift_us;
+            for (key, json) in &head.fields {
+                serde_json::to_writer(&mut *w, key).map_err(std::io::Error::from)?;
+                w.write_all(b":")?;
+                w.write_all(json.as_bytes())?;
+                w.write_all(b",")?;
             }
             w.write_all(b"\"traceEvents\":[")?;
-            for mut e in events {
-                if let Some(ts) = e.get("ts").and_then(Value::as_f64) {
-                    if shift_us != 0.0 {
-                        e["ts"] = json!(ts + shift_us);
-                    }
-                    if e["ph"] == "X" || e["ph"] == "B" || e["ph"] == "i" {
-                        let dur = e.get("dur").and_then(Value::as_f64).unwrap_or(0.0);
+            let copied = trace.events(|e| {
+                if let Some(ts) = e.ts {
+                    if matches!(e.ph, b'X' | b'B' | b'i') {
+                        let dur = e.dur.unwrap_or(0.0);
                         widen(&mut stats.trace_span_us, ts + shift_us, ts + shift_us + dur);
                     }
                 }
@@ -263,8 +242,29 @@ pub fn export(
                     w.write_all(b",\n")?;
                 }
                 first = false;
-                serde_json::to_writer(&mut *w, &e).map_err(std::io::Error::from)?;
-                stats.trace_events += 1;
+                match e.ts {
+                    Some(ts) if shift_us != 0.0 => {
+                        let mut v: Value =
+                            serde_json::from_str(e.json).map_err(std::io::Error::from)?;
+                        v["ts"] = json!(ts + shift_us);
+                        serde_json::to_writer(&mut *w, &v).map_err(std::io::Error::from)?;
+                    }
+                    _ => w.write_all(e.json.as_bytes())?,
+                }
+                Ok(())
+            });
+            match copied {
+                Ok((n, st, write_error)) => {
+                    if let Some(e) = write_error {
+                        return Err(e);
+                    }
+                    stats.trace_events = n;
+                    stats.trace_warnings = st.warnings;
+                }
+                Err(e) => {
+                    trace_error = Some(e);
+                    return Err(std::io::Error::other("the trace could not be read again"));
+                }
             }
         } else {
             w.write_all(b"\"traceEvents\":[")?;
@@ -279,7 +279,13 @@ pub fn export(
         w.write_all(b"]}\n")?;
         Ok(())
     })
-    .map_err(werr)?;
+    .map_err(|e| match trace_error.take() {
+        Some(t) => PerfettoError::Trace {
+            path: merge.map(|p| p.display().to_string()).unwrap_or_default(),
+            detail: t.to_string(),
+        },
+        None => werr(e),
+    })?;
     Ok(stats)
 }
 

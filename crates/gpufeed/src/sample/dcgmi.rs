@@ -11,7 +11,7 @@ use super::{GpuSample, GpuStatic};
 use crate::record::format::{Header, Line};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufReader, Read};
 
 /// Which tool wrote the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,13 +138,25 @@ pub fn read_dmon(
     let mut prof: BTreeMap<u32, [Sum; 4]> = BTreeMap::new();
     let mut pending_bad = false;
     let mut buf = Vec::new();
+    let mut with_values = 0u64;
     loop {
-        buf.clear();
-        let n = reader
-            .read_until(b'\n', &mut buf)
-            .map_err(|e| LogError::Io(e.to_string()))?;
+        let (n, overlong) =
+            super::read_line_capped(&mut reader, &mut buf, super::MAX_LOG_LINE_BYTES)
+                .map_err(|e| LogError::Io(e.to_string()))?;
         if n == 0 {
             break;
+        }
+        if overlong {
+            any = true;
+            info.overlong += 1;
+            info.malformed += 1;
+            continue;
+        }
+        if cols.is_none() && super::looks_binary(&buf) {
+            return Err(LogError::Format(super::smi_csv::not_a_log(match flavour {
+                Flavour::Dcgmi => "a dcgmi dmon",
+                Flavour::SmiDmon => "an nvidia-smi dmon",
+            })));
         }
         let complete = buf.last() == Some(&b'\n');
         let text = String::from_utf8_lossy(&buf);
@@ -271,6 +283,9 @@ pub fn read_dmon(
                 acc.add(v);
             }
         }
+        if s.util_pct.is_some() || s.mem_used_bytes.is_some() || p.iter().any(Option::is_some) {
+            with_values += 1;
+        }
         info.rows += 1;
         visit(&Line::Gpu(s));
     }
@@ -280,8 +295,22 @@ pub fn read_dmon(
     if !any {
         return Err(LogError::Empty);
     }
+    if info.rows == 0 && info.overlong > 0 {
+        return Err(LogError::OnlyOverlong(info.overlong));
+    }
     if info.rows == 0 {
         return Err(LogError::Format("no GPU rows in the dmon log".into()));
+    }
+    // The rule of the CSV reader: rows without a single utilization or memory value (all N/A)
+    // are no log to judge.
+    if with_values == 0 {
+        return Err(LogError::NoValues {
+            format: match flavour {
+                Flavour::Dcgmi => "dcgmi dmon",
+                Flavour::SmiDmon => "nvidia-smi dmon",
+            },
+            rows: info.rows,
+        });
     }
     gpus.sort_unstable();
     let statics = gpus
@@ -327,6 +356,47 @@ mod tests {
             }
         })?;
         Ok((h, i, p, out))
+    }
+
+    #[test]
+    fn all_na_rows_are_refused_as_the_csv_reader_refuses_them() {
+        let text = "#Entity   GPUTL  FBUSD\nID\nGPU 0     N/A    N/A\nGPU 0     N/A    N/A\n";
+        let e = read(text, Flavour::Dcgmi).unwrap_err();
+        assert_eq!(
+            e,
+            LogError::NoValues {
+                format: "dcgmi dmon",
+                rows: 2
+            }
+        );
+        let csv = crate::sample::smi_csv::read_smi_csv(
+            "timestamp, utilization.gpu [%], memory.used [MiB]\n2026/12/02 12:00:00, [N/A], [N/A]\n2026/12/02 12:00:01, [N/A], [N/A]\n".as_bytes(),
+            &Default::default(),
+            |_| {},
+        )
+        .unwrap_err();
+        assert!(matches!(csv, LogError::NoValues { rows: 2, .. }), "{csv:?}");
+    }
+
+    #[test]
+    fn long_lines_and_binary_are_not_held_or_read() {
+        let mut text = "# gpu    sm   mem\n# Idx     %     %\n".to_string();
+        text.push_str(&"9".repeat(200_000));
+        text.push_str("\n    0    50    10\n");
+        let (_, info, _, s) = read(&text, Flavour::SmiDmon).unwrap();
+        assert_eq!((info.overlong, info.malformed, s.len()), (1, 1, 1));
+        let only = format!("# gpu sm\n{}\n", "x".repeat(100_000));
+        assert_eq!(
+            read(&only, Flavour::SmiDmon).unwrap_err(),
+            LogError::OnlyOverlong(1)
+        );
+        let e = read(
+            "\u{1}\u{2}\u{3}\u{4}\u{5}\u{6}\u{7}\u{8}\u{e}\u{f}\u{10}\n",
+            Flavour::Dcgmi,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("nor any format gpufeed reads"), "{e}");
     }
 
     const DCGMI: &str = "\

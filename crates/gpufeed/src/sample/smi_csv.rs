@@ -9,7 +9,7 @@
 use super::{GpuSample, GpuStatic, HostInfo};
 use crate::record::format::{Header, Line, SCHEMA_VERSION};
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufReader, Read};
 
 /// What a log reader found besides the lines.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -20,6 +20,8 @@ pub struct LogInfo {
     pub malformed: u64,
     /// The last row was cut (killed logger): dropped.
     pub truncated: bool,
+    /// Lines longer than [`super::MAX_LOG_LINE_BYTES`], skipped (also counted in `malformed`).
+    pub overlong: u64,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -30,6 +32,13 @@ pub enum LogError {
     Format(String),
     #[error("read error: {0}")]
     Io(String),
+    /// Rows were read but none held a utilization or memory value (every value N/A): the same
+    /// rule and message shape for every log format.
+    #[error("no {format} rows with utilization or memory values ({rows} rows, every value N/A or missing): log utilization.gpu and memory.used")]
+    NoValues { format: &'static str, rows: u64 },
+    /// Only lines too long to be log rows.
+    #[error("{0} lines longer than 64 KiB and no log rows: not a GPU log")]
+    OnlyOverlong(u64),
 }
 
 /// Options for logs that do not describe themselves.
@@ -237,9 +246,16 @@ fn clean(v: &str) -> Option<&str> {
 /// A number with an optional unit; MiB/GiB/KiB/MB/GB values become bytes.
 fn number(v: &str, unit_from_header: Option<&str>) -> Option<f64> {
     let v = clean(v)?;
-    let (num, unit) = match v.find(|c: char| c.is_ascii_alphabetic() || c == '%') {
-        Some(i) => (v[..i].trim(), v[i..].trim()),
-        None => (v, unit_from_header.unwrap_or("")),
+    // The longest number at the start (an exponent is part of it: `1e20 MiB` is not 1 byte).
+    let mut k = v
+        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '+' | '-' | 'e' | 'E')))
+        .unwrap_or(v.len());
+    while k > 0 && v[..k].parse::<f64>().is_err() {
+        k -= 1;
+    }
+    let (num, unit) = match v[k..].trim() {
+        "" => (&v[..k], unit_from_header.unwrap_or("")),
+        u => (&v[..k], u),
     };
     let x: f64 = num.parse().ok()?;
     let scale = match unit.trim_matches(|c| c == '[' || c == ']') {
@@ -447,13 +463,19 @@ pub fn read_smi_csv(
     let mut any_data_line = false;
     let mut pending_bad: Option<bool> = None; // a bad row not yet known to be the last
     let mut buf = Vec::new();
+    let mut na_rows = 0u64;
     loop {
-        buf.clear();
-        let n = reader
-            .read_until(b'\n', &mut buf)
-            .map_err(|e| LogError::Io(e.to_string()))?;
+        let (n, overlong) =
+            super::read_line_capped(&mut reader, &mut buf, super::MAX_LOG_LINE_BYTES)
+                .map_err(|e| LogError::Io(e.to_string()))?;
         if n == 0 {
             break;
+        }
+        any_line = true;
+        if overlong {
+            info.overlong += 1;
+            info.malformed += 1;
+            continue;
         }
         let complete = buf.last() == Some(&b'\n');
         let text = String::from_utf8_lossy(&buf);
@@ -461,7 +483,6 @@ pub fn read_smi_csv(
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        any_line = true;
         let fields = split(line);
         if is_header(&fields) {
             // Fields given with --columns win over the file's own header.
@@ -476,7 +497,13 @@ pub fn read_smi_csv(
             info.malformed += 1;
         }
         if cols.is_none() {
+            if super::looks_binary(&buf) {
+                return Err(LogError::Format(not_a_log("an nvidia-smi CSV")));
+            }
             let guessed = guess_columns(&fields).ok_or_else(|| {
+                if !line.contains(',') {
+                    return LogError::Format(not_a_log("an nvidia-smi CSV"));
+                }
                 LogError::Format(
                     "nvidia-smi CSV without a header and without units in the values: pass the \
                      --query-gpu field list with --columns (or log without `noheader`)"
@@ -556,6 +583,9 @@ pub fn read_smi_csv(
             }
         }
         if s.util_pct.is_none() && s.mem_used_bytes.is_none() && s.throttle_reasons.is_none() {
+            if fields.iter().skip(1).any(|v| clean(v).is_none()) {
+                na_rows += 1;
+            }
             if !complete {
                 info.truncated = true;
             } else {
@@ -625,6 +655,15 @@ pub fn read_smi_csv(
     if !any_line {
         return Err(LogError::Empty);
     }
+    if info.rows == 0 && info.overlong > 0 && !any_data_line {
+        return Err(LogError::OnlyOverlong(info.overlong));
+    }
+    if info.rows == 0 && na_rows > 0 && na_rows * 2 >= info.malformed {
+        return Err(LogError::NoValues {
+            format: "nvidia-smi CSV",
+            rows: info.malformed.max(na_rows),
+        });
+    }
     if info.rows == 0 {
         let named = cols.as_ref().is_some_and(|c| {
             c.fields.iter().any(|f| {
@@ -648,6 +687,16 @@ pub fn read_smi_csv(
         log_header(gpus.into_iter().map(|g| g.static_).collect(), interval),
         info,
     ))
+}
+
+/// The message for a file that is not a log of the expected kind at all (random bytes, binary
+/// data, prose): says which formats gpufeed reads, not how to fix a log it is not.
+pub fn not_a_log(expected: &str) -> String {
+    format!(
+        "not {expected} log, nor any format gpufeed reads (a gpufeed recording, an nvidia-smi \
+         --query-gpu --format=csv log, nvidia-smi dmon or dcgmi dmon output; a PyTorch profiler \
+         trace goes to gpufeed analyze)"
+    )
 }
 
 /// A header for a log that has none: no host facts, the GPUs it showed.
@@ -680,6 +729,19 @@ mod tests {
             }
         })?;
         Ok((h, i, out))
+    }
+
+    #[test]
+    fn numbers_with_exponents_and_units() {
+        assert_eq!(number("1e20 MiB", None), Some(1e20 * 1048576.0));
+        assert_eq!(number("87 %", None), Some(87.0));
+        assert_eq!(number("1024MiB", None), Some(1024.0 * 1048576.0));
+        assert_eq!(number("350.25 W", None), Some(350.25));
+        assert_eq!(number("-14", Some("%")), Some(-14.0));
+        assert_eq!(number("12", Some("MiB")), Some(12.0 * 1048576.0));
+        assert_eq!(number("NaN", None), None);
+        assert_eq!(number("e5 MiB", None), None);
+        assert_eq!(number("[N/A]", None), None);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 pub mod collect;
 mod fast;
+pub mod merge;
 pub mod ranges;
 pub mod ranks;
 pub mod reader;
@@ -30,6 +31,9 @@ pub enum TraceError {
     NotATrace(String),
     #[error("no trace events (the file has no usable `traceEvents`)")]
     NoEvents,
+    /// A trace whose events could not be used (all oversized or undecodable): says why.
+    #[error("no usable trace events ({0})")]
+    NoUsableEvents(String),
     #[error("{0} is a directory without .json or .json.gz trace files")]
     EmptyDir(String),
 }
@@ -61,14 +65,11 @@ pub fn open(path: &Path) -> Result<Box<dyn Read + Send>, TraceError> {
 pub fn analyze_reader(r: impl Read, name: &str) -> Result<TraceSummary, TraceError> {
     let mut c = collect::Collected::new();
     let st = reader::read_trace(r, &mut c)?;
+    if let Some(e) = mostly_unreadable(&st) {
+        return Err(e);
+    }
     if c.x_events == 0 {
-        if st.truncated {
-            return Err(TraceError::NotATrace(format!(
-                "it ends before any complete event: {}",
-                st.warnings.join("; ")
-            )));
-        }
-        return Err(TraceError::NoEvents);
+        return Err(no_events(&st));
     }
     let mut s = summary::summarize(&c);
     s.path = name.to_string();
@@ -99,6 +100,33 @@ pub fn analyze_reader(r: impl Read, name: &str) -> Result<TraceSummary, TraceErr
         _ => {}
     }
     Ok(s)
+}
+
+/// More events undecodable than decoded (and at least 10): not a trace to judge, as a mostly
+/// unreadable GPU log is not (one rule for `analyze` and `export --merge`).
+pub(crate) fn mostly_unreadable(st: &reader::ScanStats) -> Option<TraceError> {
+    (st.bad_events >= 10 && st.bad_events > st.events).then(|| {
+        TraceError::NotATrace(format!(
+            "mostly unreadable: {} of {} events could not be decoded",
+            st.bad_events,
+            st.bad_events + st.events
+        ))
+    })
+}
+
+/// Why a trace without a complete (`ph: X`) event cannot be used: one rule for `analyze` and
+/// `export --merge`.
+pub(crate) fn no_events(st: &reader::ScanStats) -> TraceError {
+    if st.truncated {
+        return TraceError::NotATrace(format!(
+            "it ends before any complete event: {}",
+            st.warnings.join("; ")
+        ));
+    }
+    if !st.warnings.is_empty() {
+        return TraceError::NoUsableEvents(st.warnings.join("; "));
+    }
+    TraceError::NoEvents
 }
 
 pub fn analyze_path(path: &Path) -> Result<TraceSummary, TraceError> {

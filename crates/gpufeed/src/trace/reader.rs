@@ -25,6 +25,56 @@ const CHUNK: usize = 1 << 20;
 /// stays bounded whatever the input.
 pub const MAX_VALUE_BYTES: usize = 64 << 20;
 
+/// The longest event name or category handed to a sink: longer ones (the longest C++ template
+/// kernel names are a few KiB) are cut, with a warning, so that names interned per distinct value
+/// stay bounded (a 1 MB `.json.gz` can hold thousands of distinct megabyte names).
+pub const MAX_NAME_BYTES: usize = 8 << 10;
+
+/// Cuts a name to [`MAX_NAME_BYTES`]; true when it was longer.
+fn cap_name(c: &mut Cow<'_, [u8]>) -> bool {
+    if c.len() <= MAX_NAME_BYTES {
+        return false;
+    }
+    *c = match std::mem::take(c) {
+        Cow::Borrowed(b) => Cow::Borrowed(&b[..MAX_NAME_BYTES]),
+        Cow::Owned(mut v) => {
+            v.truncate(MAX_NAME_BYTES);
+            Cow::Owned(v)
+        }
+    };
+    true
+}
+
+/// Cuts an event's name and category (see [`MAX_NAME_BYTES`]), drops an impossible time (a
+/// negative or non-finite duration, a non-finite timestamp), counting both, and widens the span.
+fn check_event(ev: &mut Event<'_>, st: &mut ScanStats) {
+    let cut = cap_name(&mut ev.name) | cap_name(&mut ev.cat);
+    if cut {
+        st.long_names += 1;
+    }
+    let bad_ts = ev.ts.is_some_and(|t| !t.is_finite());
+    let bad_dur = ev.dur.is_some_and(|d| !d.is_finite() || d < 0.0);
+    if bad_ts || bad_dur {
+        st.impossible_times += 1;
+        if bad_ts {
+            ev.ts = None;
+        }
+        if bad_dur {
+            ev.dur = None;
+        }
+    }
+    if let Some(t) = ev.ts {
+        let end = t + ev.dur.unwrap_or(0.0);
+        st.span_us = Some(match st.span_us {
+            None => (t, end),
+            Some((a, z)) => (a.min(t), z.max(end)),
+        });
+    }
+}
+
+/// A trace spanning more than this (a day) has broken timestamps: profiles cover seconds.
+pub const MAX_PLAUSIBLE_SPAN_US: f64 = 86_400e6;
+
 /// One trace event, borrowing from the read buffer where it can.
 #[derive(Debug, Default)]
 pub struct Event<'a> {
@@ -53,6 +103,13 @@ pub struct Args {
 pub trait EventSink {
     fn event(&mut self, ev: &Event<'_>);
     fn top_level(&mut self, key: &str, value: serde_json::Value);
+    /// An event with its JSON text as read (one value, at most [`MAX_VALUE_BYTES`]), for sinks
+    /// that copy events (`export --merge`); by default only the decoded event is used.
+    fn raw_event(&mut self, ev: &Event<'_>, _json: &[u8]) {
+        self.event(ev)
+    }
+    /// Every top-level field but `traceEvents`, as JSON text (at most [`MAX_VALUE_BYTES`]).
+    fn top_level_raw(&mut self, _key: &[u8], _json: &[u8]) {}
 }
 
 /// What the scan saw besides events.
@@ -65,6 +122,12 @@ pub struct ScanStats {
     pub found_events_key: bool,
     /// Values larger than [`MAX_VALUE_BYTES`], skipped.
     pub oversized: u64,
+    /// Events whose name or category was cut to [`MAX_NAME_BYTES`].
+    pub long_names: u64,
+    /// Events with a negative or non-finite duration or a non-finite timestamp (dropped).
+    pub impossible_times: u64,
+    /// First timestamp and last end of the events (µs).
+    pub span_us: Option<(f64, f64)>,
     pub warnings: Vec<String>,
 }
 
@@ -334,7 +397,8 @@ pub fn read_trace_limited<R: Read>(
     }
     match res {
         Ok(()) => {}
-        Err(Stop::Eof) => {
+        Err(Stop::Blank) if !st.truncated => return Err(TraceError::Empty),
+        Err(Stop::Eof | Stop::Blank) => {
             if st.bytes == 0 && !st.truncated {
                 return Err(TraceError::Empty);
             }
@@ -363,6 +427,25 @@ pub fn read_trace_limited<R: Read>(
             st.bad_events
         ));
     }
+    if st.impossible_times > 0 {
+        st.warnings.push(format!(
+            "{} events with a negative or non-numeric time or duration: those times were ignored",
+            st.impossible_times
+        ));
+    }
+    if let Some((a, z)) = st.span_us.filter(|(a, z)| z - a > MAX_PLAUSIBLE_SPAN_US) {
+        st.warnings.push(format!(
+            "the events span {:.0} days: their timestamps are probably wrong, and so are the step times",
+            (z - a) / 86_400e6
+        ));
+    }
+    if st.long_names > 0 {
+        st.warnings.push(format!(
+            "{} event names longer than {} KiB were cut to that length",
+            st.long_names,
+            MAX_NAME_BYTES >> 10
+        ));
+    }
     if st.oversized > 0 {
         st.warnings.push(format!(
             "{} values larger than {} MiB (no real trace event is) were skipped",
@@ -375,6 +458,7 @@ pub fn read_trace_limited<R: Read>(
 
 enum Stop {
     Eof,
+    Blank,
     Syntax(String),
 }
 
@@ -399,7 +483,8 @@ fn scan_top<R: Read>(
     st: &mut ScanStats,
 ) -> Result<(), Stop> {
     match buf.peek() {
-        None => Err(Stop::Eof),
+        // nothing but blank space (and a byte-order mark): an empty input, however long
+        None => Err(Stop::Blank),
         Some(b'[') => {
             st.found_events_key = true;
             scan_events(buf, sink, st)
@@ -442,6 +527,7 @@ fn scan_top<R: Read>(
                         Err(()) => return Err(Stop::Eof),
                     };
                     let span = &buf.data[buf.pos..buf.pos + n];
+                    sink.top_level_raw(&key, span);
                     if matches!(
                         key.as_slice(),
                         b"baseTimeNanoseconds"
@@ -478,6 +564,7 @@ fn scan_events<R: Read>(
         return Ok(());
     }
     loop {
+        let bad_before = st.bad_events;
         let Some(first) = buf.peek() else {
             return Err(Stop::Eof);
         };
@@ -485,17 +572,19 @@ fn scan_events<R: Read>(
             // the fast path, else serde_json parsing straight from the buffer (it says where the
             // event ended); an event cut by the end of the buffer is parsed again after a refill
             let avail = &buf.data[buf.pos..buf.end];
-            if let Some((ev, n)) = super::fast::event(avail) {
+            if let Some((mut ev, n)) = super::fast::event(avail) {
+                check_event(&mut ev, st);
                 st.events += 1;
-                sink.event(&ev);
+                sink.raw_event(&ev, &avail[..n]);
                 buf.pos += n;
             } else {
                 let mut it = serde_json::Deserializer::from_slice(avail).into_iter::<EventDe>();
                 match it.next() {
-                    Some(Ok(ev)) => {
+                    Some(Ok(mut ev)) => {
                         let n = it.byte_offset();
+                        check_event(&mut ev.0, st);
                         st.events += 1;
-                        sink.event(&ev.0);
+                        sink.raw_event(&ev.0, &avail[..n]);
                         buf.pos += n;
                     }
                     Some(Err(e)) if e.is_eof() => {
@@ -538,9 +627,12 @@ fn scan_events<R: Read>(
         match expect(buf, b",]") {
             Ok(b']') => return Ok(()),
             Ok(_) => {}
-            Err(Stop::Eof) => return Err(Stop::Eof),
+            Err(e @ (Stop::Eof | Stop::Blank)) => return Err(e),
             Err(Stop::Syntax(_)) => {
-                st.bad_events += 1;
+                // one broken element counts once, even when its end is broken too
+                if st.bad_events == bad_before {
+                    st.bad_events += 1;
+                }
                 if resync(buf)? {
                     return Ok(());
                 }
@@ -929,6 +1021,41 @@ mod tests {
         assert_eq!(file.names, vec!["a", "big", "b"]);
         assert_eq!(pipe.names, file.names);
         assert_eq!(rp.unwrap().bytes, rf.unwrap().bytes);
+    }
+
+    #[test]
+    fn impossible_times_are_dropped_and_an_absurd_span_said() {
+        let text = br#"{"traceEvents":[{"ph":"X","name":"a","ts":0,"dur":-5},{"ph":"X","name":"b","ts":1e18,"dur":1}]}"#;
+        let mut c = Collect::default();
+        let st = read_trace(&text[..], &mut c).unwrap();
+        assert_eq!(st.impossible_times, 1);
+        let w = st.warnings.join(" | ");
+        assert!(w.contains("1 events with a negative"), "{w}");
+        assert!(w.contains("timestamps are probably wrong"), "{w}");
+        let ok = br#"{"traceEvents":[{"ph":"X","name":"a","ts":1764676800000000,"dur":5}]}"#;
+        assert!(read_trace(&ok[..], &mut c).unwrap().warnings.is_empty());
+    }
+
+    #[test]
+    fn long_names_are_cut_with_a_warning() {
+        let long = "k".repeat(MAX_NAME_BYTES * 3);
+        let text = format!(
+            r#"{{"traceEvents":[{{"ph":"X","name":"{long}","ts":1,"dur":2,"pid":1,"tid":1}},{{"ph":"X","name":"{long}\u0041","cat":"{long}","ts":1,"dur":2,"pid":1,"tid":1}},{{"ph":"X","name":"short","ts":1,"dur":2,"pid":1,"tid":1}}]}}"#
+        );
+        let mut c = Collect::default();
+        let st = read_trace(text.as_bytes(), &mut c).unwrap();
+        assert_eq!(st.events, 3);
+        assert_eq!(st.long_names, 2);
+        assert!(
+            c.names.iter().all(|n| n.len() <= MAX_NAME_BYTES),
+            "{:?}",
+            c.names.iter().map(|n| n.len()).collect::<Vec<_>>()
+        );
+        assert_eq!(c.names[2], "short");
+        assert!(st
+            .warnings
+            .iter()
+            .any(|w| w.contains("2 event names longer than 8 KiB")));
     }
 
     #[test]

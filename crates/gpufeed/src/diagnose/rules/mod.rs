@@ -105,6 +105,7 @@ pub(crate) mod fixtures {
                 ..Default::default()
             },
             origin: Origin::Recording,
+            warnings: Vec::new(),
         }
     }
 
