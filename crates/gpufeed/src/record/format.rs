@@ -13,7 +13,6 @@ use crate::sample::{
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 /// Bump when a field is added; keep reading the old ones.
@@ -283,78 +282,7 @@ pub struct ReadStats {
     pub unfinished: bool,
 }
 
-/// Reads a recording, handing each line to `visit` in order; streams, never holds the file.
-pub fn read_recording(
-    path: &Path,
-    visit: impl FnMut(&Header, Line),
-) -> Result<(Header, ReadStats), ReadError> {
-    let f = std::fs::File::open(path).map_err(|source| ReadError::Open {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    read_from(path, f, visit)
-}
-
-/// As [`read_recording`], from any reader (`path` is only used in messages).
-pub fn read_from(
-    path: &Path,
-    r: impl Read,
-    mut visit: impl FnMut(&Header, Line),
-) -> Result<(Header, ReadStats), ReadError> {
-    let mut reader = BufReader::with_capacity(256 * 1024, r);
-    let io_err = |source| ReadError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut buf = String::new();
-    let n = reader.read_line(&mut buf).map_err(io_err)?;
-    if n == 0 || buf.trim().is_empty() {
-        return Err(ReadError::Empty {
-            path: path.to_path_buf(),
-        });
-    }
-    let header = parse_header(path, &buf)?;
-    let mut stats = ReadStats {
-        unfinished: true,
-        ..Default::default()
-    };
-    let mut pending_bad = 0u64;
-    let mut bytes = Vec::new();
-    loop {
-        bytes.clear();
-        let n = reader.read_until(b'\n', &mut bytes).map_err(io_err)?;
-        if n == 0 {
-            break;
-        }
-        let complete = bytes.last() == Some(&b'\n');
-        let text = String::from_utf8_lossy(&bytes);
-        let text = text.trim();
-        if text.is_empty() {
-            continue;
-        }
-        stats.lines += 1;
-        match serde_json::from_str::<Line>(text) {
-            Ok(line) => {
-                stats.malformed += pending_bad;
-                pending_bad = 0;
-                if matches!(line, Line::End(_)) {
-                    stats.unfinished = false;
-                }
-                visit(&header, line);
-            }
-            Err(_) if !complete => stats.truncated = true,
-            Err(_) => pending_bad += 1,
-        }
-    }
-    // A bad line with nothing valid after it is the cut end of a killed recording.
-    if pending_bad > 0 {
-        stats.truncated = true;
-        stats.malformed += pending_bad - 1;
-    }
-    Ok((header, stats))
-}
-
-fn parse_header(path: &Path, line: &str) -> Result<Header, ReadError> {
+pub(crate) fn parse_header(path: &Path, line: &str) -> Result<Header, ReadError> {
     let v: serde_json::Value =
         serde_json::from_str(line.trim()).map_err(|e| ReadError::NotARecording {
             path: path.to_path_buf(),
@@ -387,6 +315,7 @@ fn parse_header(path: &Path, line: &str) -> Result<Header, ReadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::reader::{read_from, Collect};
 
     fn header() -> Header {
         Header {
@@ -486,9 +415,13 @@ mod tests {
     }
 
     fn read(text: &str) -> Result<(Header, ReadStats, Vec<Line>), ReadError> {
-        let mut got = Vec::new();
-        let (h, st) = read_from(Path::new("t.ndjson"), text.as_bytes(), |_, l| got.push(l))?;
-        Ok((h, st, got))
+        read_bytes(text.as_bytes())
+    }
+
+    fn read_bytes(b: &[u8]) -> Result<(Header, ReadStats, Vec<Line>), ReadError> {
+        let mut got = Collect::default();
+        let (h, st) = read_from(Path::new("t.ndjson"), b, &mut got)?;
+        Ok((h, st, got.0))
     }
 
     #[test]
@@ -589,12 +522,11 @@ mod tests {
             let mut text = header_line(&header()).into_bytes();
             text.push(b'\n');
             text.extend_from_slice(&garbage);
-            let _ = read_from(Path::new("g"), &text[..], |_, _| {});
+            let _ = read_bytes(&text[..]);
 
             let full = write(&header(), &lines());
             let cut = cut.min(full.len());
-            let mut got = Vec::new();
-            if let Ok((_, st)) = read_from(Path::new("c"), &full.as_bytes()[..cut], |_, l| got.push(l)) {
+            if let Ok((_, st, got)) = read_bytes(&full.as_bytes()[..cut]) {
                 proptest::prop_assert_eq!(&got[..], &lines()[..got.len()]);
                 proptest::prop_assert_eq!(st.malformed, 0);
             }
