@@ -217,10 +217,12 @@ fn default_names_do_not_collide() {
         .collect();
     names.sort();
     assert_eq!(names.len(), 4, "{names:?}");
-    let re = regex::Regex::new(r"^gpufeed-\d{8}-\d{6}-\d{3}(-\d+)?\.ndjson$").unwrap();
+    // Default names are compressed (`.ndjson.zst`, suffixed before the extensions).
+    let re = regex::Regex::new(r"^gpufeed-\d{8}-\d{6}-\d{3}(-\d+)?\.ndjson\.zst$").unwrap();
     for n in &names {
         assert!(re.is_match(n), "{n}");
-        let text = read(&d.path().join(n));
+        let bytes = std::fs::read(d.path().join(n)).unwrap();
+        let text = String::from_utf8(zstd::stream::decode_all(&bytes[..]).unwrap()).unwrap();
         assert_eq!(text.matches("\"type\":\"header\"").count(), 1, "{n}");
         assert_eq!(text.matches("\"type\":\"end\"").count(), 1, "{n}");
     }
