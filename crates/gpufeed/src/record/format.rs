@@ -177,6 +177,9 @@ pub(crate) fn parse_header(path: &Path, line: &str) -> Result<Header, ReadError>
 mod tests {
     use super::*;
     use crate::record::reader::{read_from, Collect};
+    use crate::sample::pyphase::Phase;
+    use crate::sample::pystacks::PyStatus;
+    use crate::sample::{GpuSample, GpuStatic, HostInfo, HostSample, ProcSample, ProcStart};
 
     fn header() -> Header {
         Header {
