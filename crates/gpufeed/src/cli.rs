@@ -167,7 +167,7 @@ pub fn parse_rate(s: &str) -> Result<f64, String> {
 /// Options shared by `run` and `record`.
 #[derive(Debug, Clone, Args)]
 pub struct RecordingOpts {
-    /// Where to write the NDJSON recording [default: gpufeed-YYYYMMDD-HHMMSS-mmm.ndjson in the working directory, suffixed -2, -3 ... if taken]
+    /// Where to write the NDJSON recording, zstd-compressed when the name ends in .zst [default: gpufeed-YYYYMMDD-HHMMSS-mmm.ndjson.zst in the working directory, suffixed -2, -3 ... if taken]
     #[arg(short, long, value_name = "PATH")]
     pub output: Option<PathBuf>,
     /// Replace an existing file at --output (without it, an existing file is never touched)

@@ -1,7 +1,8 @@
 //! gpufeed: find out why a GPU is starving during training, what to change, and measure the fix.
 //!
-//! Data flows one way: sources (`sample`) → samples/events → timeline (`record`) or trace summary
-//! (`trace`) → evidence → rules → findings (`finding`) → presenters (`present`).
+//! Data flows one way: sources (`sample`) → samples/events (`sample::event`) → timeline
+//! (`record`) or trace summary (`trace`) → evidence → rules → findings (`finding`) → presenters
+//! (`present`).
 //! `units` (the PCIe link table, byte and rate formats) and `exit` (the exit-code table) sit
 //! beneath every layer; `cli` declares the arguments, and `commands` (the top) runs them.
 

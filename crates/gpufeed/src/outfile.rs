@@ -53,15 +53,27 @@ fn temp_beside(target: &Path) -> io::Result<NamedTempFile> {
         .tempfile_in(parent_of(target))
 }
 
-/// `path` with `-N` before its extension: `a/rec.ndjson` → `a/rec-2.ndjson`.
+/// `path` with `-N` before its extension: `a/rec.ndjson` → `a/rec-2.ndjson`,
+/// `rec.ndjson.zst` → `rec-2.ndjson.zst` (a compression suffix stays with its extension).
 pub fn with_suffix(path: &Path, n: u32) -> PathBuf {
-    let stem = path
-        .file_stem()
+    let name = path
+        .file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let name = match path.extension() {
-        Some(ext) => format!("{stem}-{n}.{}", ext.to_string_lossy()),
-        None => format!("{stem}-{n}"),
+    let ext_at = match name.rfind('.') {
+        Some(i) if i > 0 => {
+            let before = &name[..i];
+            let compressed = matches!(&name[i + 1..], "zst" | "gz");
+            match before.rfind('.') {
+                Some(j) if compressed && j > 0 => Some(j),
+                _ => Some(i),
+            }
+        }
+        _ => None,
+    };
+    let name = match ext_at {
+        Some(i) => format!("{}-{n}{}", &name[..i], &name[i..]),
+        None => format!("{name}-{n}"),
     };
     path.with_file_name(name)
 }
@@ -306,6 +318,11 @@ mod tests {
     #[test]
     fn suffix_on_collision() {
         let d = tempfile::tempdir().unwrap();
+        assert_eq!(
+            with_suffix(Path::new("a/rec.ndjson.zst"), 2),
+            Path::new("a/rec-2.ndjson.zst")
+        );
+        assert_eq!(with_suffix(Path::new("rec"), 3), Path::new("rec-3"));
         let t = d.path().join("g.ndjson");
         std::fs::write(&t, "a").unwrap();
         std::fs::write(d.path().join("g-2.ndjson"), "b").unwrap();

@@ -217,10 +217,12 @@ fn default_names_do_not_collide() {
         .collect();
     names.sort();
     assert_eq!(names.len(), 4, "{names:?}");
-    let re = regex::Regex::new(r"^gpufeed-\d{8}-\d{6}-\d{3}(-\d+)?\.ndjson$").unwrap();
+    // Default names are compressed (`.ndjson.zst`, suffixed before the extensions).
+    let re = regex::Regex::new(r"^gpufeed-\d{8}-\d{6}-\d{3}(-\d+)?\.ndjson\.zst$").unwrap();
     for n in &names {
         assert!(re.is_match(n), "{n}");
-        let text = read(&d.path().join(n));
+        let bytes = std::fs::read(d.path().join(n)).unwrap();
+        let text = String::from_utf8(zstd::stream::decode_all(&bytes[..]).unwrap()).unwrap();
         assert_eq!(text.matches("\"type\":\"header\"").count(), 1, "{n}");
         assert_eq!(text.matches("\"type\":\"end\"").count(), 1, "{n}");
     }
@@ -251,4 +253,52 @@ fn an_unfinished_recording_says_so_in_text() {
         .assert()
         .success()
         .stdout(predicate::str::contains("unfinished").not());
+}
+
+#[test]
+fn zstd_recordings_are_read_by_every_command_and_junk_is_refused_at_once() {
+    let d = tempfile::tempdir().unwrap();
+    let z = d.path().join("r.ndjson.zst");
+    gpufeed()
+        .args(["run", "-q", "--interval", "50ms", "-o"])
+        .arg(&z)
+        .args(["--", "sleep", "0.4"])
+        .assert()
+        .success();
+    let bytes = std::fs::read(&z).unwrap();
+    assert_eq!(&bytes[..4], &[0x28, 0xb5, 0x2f, 0xfd], "zstd frames");
+    // Detected by its first bytes, not its name.
+    let renamed = d.path().join("renamed.ndjson");
+    std::fs::copy(&z, &renamed).unwrap();
+    for f in [&z, &renamed] {
+        gpufeed()
+            .args(["diagnose", "--format", "json"])
+            .arg(f)
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("\"format\": \"recording\""));
+    }
+    let out = d.path().join("t.json");
+    gpufeed()
+        .args(["export", "--perfetto"])
+        .arg(&out)
+        .arg(&z)
+        .assert()
+        .success();
+    assert!(read(&out).contains("\"traceEvents\":["));
+    // /dev/zero: refused from its first bytes, one line, exit 3, nothing written.
+    let zero = d.path().join("zero.json");
+    gpufeed()
+        .args(["export", "--perfetto"])
+        .arg(&zero)
+        .arg("/dev/zero")
+        .timeout(std::time::Duration::from_secs(20))
+        .assert()
+        .code(3)
+        .stderr(
+            predicate::str::contains("not a gpufeed recording").and(predicate::function(
+                |s: &str| s.trim_end().lines().count() == 1,
+            )),
+        );
+    assert!(!zero.exists());
 }

@@ -5,11 +5,25 @@ mod common_fake;
 
 use assert_cmd::Command;
 use common_fake::{fake_nvml, scenario};
-use gpufeed::record::format::{read_recording, Line};
+use gpufeed::record::format::{Header, Line, ReadError, ReadStats};
+use gpufeed::record::reader::{read_path, Collect};
 use gpufeed::record::summary::{summarize, Summary};
 use predicates::prelude::*;
 use std::path::Path;
 use std::time::Duration;
+
+/// Reads a recording through the one reader, every line collected, handing each to `visit`.
+fn read_recording(
+    path: &Path,
+    mut visit: impl FnMut(&Header, Line),
+) -> Result<(Header, ReadStats), ReadError> {
+    let mut got = Collect::default();
+    let (h, st) = read_path(path, &mut got)?;
+    for l in got.0 {
+        visit(&h, l);
+    }
+    Ok((h, st))
+}
 
 fn gpufeed() -> Command {
     let mut c = Command::cargo_bin("gpufeed").unwrap();

@@ -112,9 +112,9 @@ fn watch_in_tmux_shows_gpu_cpu_job_and_quits_on_q() {
         .unwrap()
         .filter_map(|e| e.ok())
         .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|x| x == "ndjson"))
+        .find(|p| p.to_string_lossy().ends_with(".ndjson.zst"))
         .expect("r wrote a recording");
-    let (h, stats) = gpufeed::record::format::read_recording(&rec, |_, _| {}).unwrap();
+    let (h, stats) = gpufeed::record::reader::read_path(&rec, ()).unwrap();
     assert_eq!(h.gpus.len(), 1);
     assert!(stats.lines > 3 && !stats.unfinished, "{stats:?}");
     assert!(std::fs::read_to_string(dir.path().join("job.log"))

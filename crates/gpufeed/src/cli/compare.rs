@@ -9,7 +9,7 @@ use super::*;
     gpufeed compare sweep-old/sweep.json sweep-new/sweep.json   two sweeps' sweet spots\n    \
     gpufeed compare --format markdown a.ndjson b.ndjson >> PR.md")]
 pub struct CompareArgs {
-    /// The baseline: a recording (.ndjson), an nvidia-smi/dcgmi log, a profiler trace (.json/.json.gz) or a sweep.json
+    /// The baseline: a recording (.ndjson[.zst]), an nvidia-smi/dcgmi log, a profiler trace (.json/.json.gz) or a sweep.json
     #[arg(value_name = "BEFORE")]
     pub before: PathBuf,
     /// The same kind of file after the change

@@ -5,7 +5,7 @@ use crate::diagnose::InputFormat;
 
 #[derive(Debug, Clone, Args)]
 pub struct DiagnoseArgs {
-    /// gpufeed recordings (.ndjson), nvidia-smi CSV logs, or nvidia-smi/dcgmi dmon logs
+    /// gpufeed recordings (.ndjson or .ndjson.zst), nvidia-smi CSV logs, or nvidia-smi/dcgmi dmon logs
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
     /// Report format (json: one object per file; several files give a JSON array)

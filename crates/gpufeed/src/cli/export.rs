@@ -11,7 +11,7 @@ pub struct ExportArgs {
     /// Merge a PyTorch profiler (Kineto) trace, on one time base (Unix epoch microseconds)
     #[arg(long, value_name = "TRACE.json[.gz]")]
     pub merge: Option<PathBuf>,
-    /// The gpufeed recording (.ndjson)
+    /// The gpufeed recording (.ndjson or .ndjson.zst)
     #[arg(value_name = "RECORDING")]
     pub recording: PathBuf,
 }

@@ -4,6 +4,7 @@ use crate::cli::{ColorChoice, DiagnoseArgs, GlobalOpts};
 use crate::diagnose;
 use crate::diagnose::input::LogOptions;
 use crate::exit::{self, Failure};
+use crate::present::html::RecordingSeries;
 use crate::present::OutputFormat;
 use std::io::{IsTerminal, Write};
 
@@ -35,13 +36,22 @@ pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
         return run_job(args, &opts);
     }
     let mut reports = Vec::with_capacity(args.files.len());
+    let mut series = Vec::with_capacity(args.files.len());
     for f in &args.files {
-        let r = diagnose::diagnose_file(f, args.input_format, &opts)
+        // With --html, the chart series are read in the same pass as the diagnosis.
+        let mut s = args.html.as_ref().map(|_| RecordingSeries::default());
+        let r = diagnose::diagnose_file_with(f, args.input_format, &opts, &mut s)
             .map_err(super::diagnose_failure)?;
+        series.push(s.filter(|_| r.source.format == diagnose::InputFormat::Recording));
         reports.push(r);
     }
     if let Some(h) = &args.html {
-        crate::present::html::write_diagnoses(&reports, h)
+        let pages: Vec<_> = reports
+            .iter()
+            .zip(series.iter().map(Option::as_ref))
+            .collect();
+        crate::present::html::diagnose_html(&pages)
+            .and_then(|page| crate::present::html::write(h, &page))
             .map_err(|e| anyhow::Error::new(Failure::input(e.to_string())))?;
         eprintln!("gpufeed: wrote {}", h.display());
     }

@@ -3,6 +3,8 @@
 use crate::cli::{ExportArgs, GlobalOpts};
 use crate::exit::{self, Failure};
 use crate::present::perfetto;
+use crate::record::reader;
+use crate::trace::merge::MergeTrace;
 
 pub fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
     crate::outfile::refuse_same_as_input(
@@ -10,8 +12,50 @@ pub fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
         &args.perfetto,
         std::iter::once(args.recording.as_path()).chain(args.merge.as_deref()),
     )?;
-    let st = perfetto::export(&args.recording, args.merge.as_deref(), &args.perfetto)
-        .map_err(|e| Failure::input(e.to_string()))?;
+    let input = |e: String| anyhow::Error::new(Failure::input(e));
+    // A file that is not a recording is refused from its first bytes, before anything is written.
+    reader::read_header(&args.recording).map_err(|e| input(e.to_string()))?;
+    // The trace goes through analyze's reader (gzip, a cut .gz, a BOM, non-UTF-8 names; a trace
+    // without events refused as analyze refuses it), streamed in two passes: never held whole.
+    let terr = |t: &std::path::Path, e: crate::trace::TraceError| {
+        input(format!("cannot read the trace {}: {e}", t.display()))
+    };
+    let kineto = match args.merge.as_deref() {
+        Some(t) => {
+            let trace = MergeTrace::open(t).map_err(|e| terr(t, e))?;
+            let head = trace.head().map_err(|e| terr(t, e))?;
+            Some((trace, head))
+        }
+        None => None,
+    };
+    let mut trace_err = None;
+    // The recording streams through: its counters are written as they are read, so memory stays
+    // flat whatever its length. Written beside the output under a temporary name, then renamed:
+    // a failed export leaves the output as it was, and a symlink there is replaced, not followed.
+    let mut read_err = None;
+    let mut stats = None;
+    crate::outfile::write_atomic_with(&args.perfetto, |w| {
+        let (comma, st) = match perfetto::write_head(w, kineto.as_ref().map(|(t, h)| (t, h)))? {
+            Ok(x) => x,
+            Err(e) => {
+                trace_err = Some(e);
+                return Err(std::io::Error::other("the trace could not be read again"));
+            }
+        };
+        let mut counters = perfetto::CounterWriter::new(&mut *w, comma, st);
+        if let Err(e) = reader::read_path(&args.recording, &mut counters) {
+            read_err = Some(e);
+            return Err(std::io::Error::other("the recording could not be read"));
+        }
+        stats = Some(counters.finish()?.1);
+        Ok(())
+    })
+    .map_err(|e| match (read_err.take(), trace_err.take()) {
+        (Some(r), _) => input(r.to_string()),
+        (None, Some(t)) => terr(args.merge.as_deref().unwrap_or(std::path::Path::new("")), t),
+        (None, None) => input(format!("cannot write {}: {e}", args.perfetto.display())),
+    })?;
+    let st = stats.unwrap_or_default();
     eprintln!(
         "gpufeed: wrote {} ({} counter events{}); open it in ui.perfetto.dev",
         args.perfetto.display(),

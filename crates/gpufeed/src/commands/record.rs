@@ -1,13 +1,16 @@
 //! `gpufeed run` and `gpufeed record`.
 
 use crate::cli::{GlobalOpts, OutputFormat, RecordArgs, RecordingOpts, RunArgs};
+use crate::diagnose::input::LogOptions;
+use crate::diagnose::InputFormat;
 use crate::exit::{self, Failure};
 use crate::job::{signal_all, Job, Received, SignalWatch};
 use crate::outfile::{refuse_same_as_input, Clobber};
 use crate::present;
+use crate::present::html::RecordingSeries;
 use crate::record::format::{End, Line, OverridesLine};
 use crate::record::recorder::{default_output_name, Prepared, RecordError, RecorderConfig};
-use crate::record::summary::summarize;
+use crate::record::summary::SummaryBuilder;
 use crate::sample::host::pid_alive;
 use anyhow::Context;
 use std::io::IsTerminal;
@@ -49,19 +52,34 @@ fn prepare(global: &GlobalOpts, opts: &RecordingOpts) -> anyhow::Result<Prepared
     Ok(prepared)
 }
 
-fn print_summary(path: &Path, opts: &RecordingOpts) -> anyhow::Result<()> {
-    if opts.quiet && opts.export_json.is_none() {
+/// After a recording: the summary, the diagnosis and (with `html`) the page, all from one read
+/// of the recording.
+fn print_summary(path: &Path, opts: &RecordingOpts, html: Option<&Path>) -> anyhow::Result<()> {
+    if opts.quiet && opts.export_json.is_none() && html.is_none() {
         return Ok(());
     }
-    let (summary, _) =
-        summarize(path).with_context(|| format!("summarising {}", path.display()))?;
-    let diagnosis = match crate::diagnose::report_for_recording(path) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            eprintln!("gpufeed: no diagnosis: {e}");
-            None
+    let mut summary = SummaryBuilder::default();
+    let mut series = html.map(|_| RecordingSeries::default());
+    let diagnosis = crate::diagnose::diagnose_file_with(
+        path,
+        InputFormat::Recording,
+        &LogOptions::default(),
+        &mut (&mut summary, &mut series),
+    )
+    .with_context(|| format!("summarising {}", path.display()))?;
+    let summary = summary.finish(path, diagnosis.source.truncated);
+    if let Some(h) = html {
+        match present::html::diagnose_html(&[(&diagnosis, series.as_ref())])
+            .and_then(|page| present::html::write(h, &page))
+        {
+            Ok(()) => eprintln!("gpufeed: wrote {}", h.display()),
+            Err(e) => eprintln!("gpufeed: HTML report: {e}"),
         }
-    };
+        if opts.quiet && opts.export_json.is_none() {
+            return Ok(());
+        }
+    }
+    let diagnosis = Some(diagnosis);
     if let Some(p) = &opts.export_json {
         // The JSON goes to the file, never to stdout, which belongs to the job.
         let json = present::run::json(&summary, diagnosis.as_ref()) + "\n";
@@ -203,14 +221,8 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
     // The job's exit code is gpufeed's even when the recording could not be completed.
     match recorder.map(|r| r.finish(end)) {
         Some(Ok(path)) => {
-            if let Err(e) = print_summary(&path, &args.rec) {
+            if let Err(e) = print_summary(&path, &args.rec, args.html.as_deref()) {
                 eprintln!("gpufeed: {e:#}");
-            }
-            if let Some(h) = &args.html {
-                match present::html::write_for_recording(&path, h) {
-                    Ok(()) => eprintln!("gpufeed: wrote {}", h.display()),
-                    Err(e) => eprintln!("gpufeed: HTML report: {e}"),
-                }
             }
         }
         Some(Err(e)) => eprintln!("gpufeed: {e}"),
@@ -270,6 +282,6 @@ pub fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
             ..Default::default()
         })
         .context("finishing the recording")?;
-    print_summary(&path, &args.rec)?;
+    print_summary(&path, &args.rec, None)?;
     Ok(exit::OK)
 }

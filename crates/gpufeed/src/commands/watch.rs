@@ -8,12 +8,13 @@ use crate::cli::{GlobalOpts, WatchArgs};
 use crate::exit::{self, Failure};
 use crate::live::sampler::{LiveSampler, SamplerConfig};
 use crate::live::{LiveState, DEFAULT_WINDOW_S};
-use crate::record::format::{header_line, End, Header, Line};
+use crate::record::format::{End, Header, Line};
 use crate::record::recorder::default_output_name;
+use crate::record::writer::{Compression, RecordingWriter};
 use crate::tui::{self, Action, Key, Ui};
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::crossterm::{execute, terminal};
-use std::io::{BufWriter, IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,8 +25,11 @@ use std::time::{Duration, Instant, SystemTime};
 /// The recording started with `r`.
 struct Recording {
     path: PathBuf,
-    out: BufWriter<std::fs::File>,
+    out: RecordingWriter<std::fs::File>,
 }
+
+/// Bytes held before they are written (one zstd frame each).
+const WATCH_FLUSH_BYTES: usize = 128 * 1024;
 
 impl Recording {
     fn start(header: &Header) -> std::io::Result<Recording> {
@@ -35,14 +39,20 @@ impl Recording {
             crate::outfile::Clobber::Suffix,
         )
         .map_err(std::io::Error::other)?;
-        writeln!(pending.file(), "{}", header_line(header))?;
+        let compression = Compression::for_path(pending.target());
+        let mut first = RecordingWriter::new(pending.file(), compression)?;
+        first.header(header);
+        first.flush()?;
         let (file, path) = pending.commit().map_err(std::io::Error::other)?;
-        let out = BufWriter::new(file);
+        let out = RecordingWriter::new(file, compression)?;
         Ok(Recording { path, out })
     }
     fn write(&mut self, l: &Line) -> std::io::Result<()> {
-        serde_json::to_writer(&mut self.out, l)?;
-        self.out.write_all(b"\n")
+        self.out.line(&mut l.clone())?;
+        if self.out.pending() >= WATCH_FLUSH_BYTES {
+            self.out.flush()?;
+        }
+        Ok(())
     }
     fn finish(mut self, t_s: f64) -> std::io::Result<PathBuf> {
         self.write(&Line::End(End {

@@ -487,6 +487,22 @@ pub struct EvidenceBuilder {
     impossible: Impossible,
 }
 
+/// The evidence is one consumer of the recording reader's single pass.
+impl crate::record::reader::Sink for EvidenceBuilder {
+    fn gpu(&mut self, g: &GpuSample) {
+        self.push_gpu(g)
+    }
+    fn host(&mut self, h: &HostSample) {
+        self.push_host(h)
+    }
+    fn procs(&mut self, t_s: f64, procs: &[ProcSample]) {
+        self.push_procs(t_s, procs)
+    }
+    fn line(&mut self, l: &Line) {
+        self.push(l)
+    }
+}
+
 impl EvidenceBuilder {
     pub fn new() -> Self {
         Self::default()

@@ -1,13 +1,13 @@
-//! Reading any supported input into evidence: format detection and a fast recording reader.
+//! Reading any supported input into evidence: format detection, recordings through the
+//! recording reader ([`crate::record::reader`]), logs through their importers.
 
 use super::evidence::{EvidenceBuilder, Origin};
-use super::fast;
 use super::phases::{self, Phase};
 use super::{DiagnoseError, Evidence, Source};
-use crate::record::format::{self, Header, Line, ReadError};
+use crate::record::format::{Header, Line, ReadError};
+use crate::record::reader::{self, Sink};
 use crate::sample::dcgmi::{self, Flavour};
 use crate::sample::smi_csv::{self, CsvOptions, LogError, LogInfo};
-use crate::sample::{GpuSample, HostSample, ProcSample};
 use serde::{Deserialize, Serialize};
 use std::io::Read;
 use std::path::Path;
@@ -200,6 +200,17 @@ pub fn read(
     format: InputFormat,
     opts: &LogOptions,
 ) -> Result<ReadOutcome, DiagnoseError> {
+    read_with(path, format, opts, &mut ())
+}
+
+/// As [`read`], feeding a recording's lines to `extra` as well, in the same pass (the HTML
+/// report's series, the run summary). `extra` sees nothing when the input is a log.
+pub fn read_with(
+    path: &Path,
+    format: InputFormat,
+    opts: &LogOptions,
+    extra: &mut dyn Sink,
+) -> Result<ReadOutcome, DiagnoseError> {
     // The first bytes decide, whatever the format: a trace or a sweep report goes to another
     // command, and binary data or blank space is no log, even with --columns or --input-format.
     let mut head = Vec::with_capacity(HEAD_BYTES);
@@ -211,33 +222,38 @@ pub fn read(
             path: path.to_path_buf(),
             reason: e.to_string(),
         })?;
-    if head.iter().all(|b| b.is_ascii_whitespace()) {
-        if head.len() < HEAD_BYTES {
-            return Err(DiagnoseError::Empty {
+    // A zstd recording is binary: its magic decides before the text checks.
+    let zstd = reader::is_zstd(&head);
+    if !zstd {
+        if head.iter().all(|b| b.is_ascii_whitespace()) {
+            if head.len() < HEAD_BYTES {
+                return Err(DiagnoseError::Empty {
+                    path: path.to_path_buf(),
+                });
+            }
+            return Err(DiagnoseError::Bad {
                 path: path.to_path_buf(),
+                detail: format!(
+                    "its first {} KiB are blank (spaces, newlines): not a format gpufeed reads; {FORMATS}",
+                    HEAD_BYTES >> 10
+                ),
             });
         }
-        return Err(DiagnoseError::Bad {
-            path: path.to_path_buf(),
-            detail: format!(
-                "its first {} KiB are blank (spaces, newlines): not a format gpufeed reads; {FORMATS}",
-                HEAD_BYTES >> 10
-            ),
-        });
-    }
-    if let Some(detail) = other_command(&head, path) {
-        return Err(DiagnoseError::Bad {
-            path: path.to_path_buf(),
-            detail,
-        });
-    }
-    if crate::sample::looks_binary(&head) {
-        return Err(DiagnoseError::Bad {
-            path: path.to_path_buf(),
-            detail: format!("binary data, not a format gpufeed reads; {FORMATS}"),
-        });
+        if let Some(detail) = other_command(&head, path) {
+            return Err(DiagnoseError::Bad {
+                path: path.to_path_buf(),
+                detail,
+            });
+        }
+        if crate::sample::looks_binary(&head) {
+            return Err(DiagnoseError::Bad {
+                path: path.to_path_buf(),
+                detail: format!("binary data, not a format gpufeed reads; {FORMATS}"),
+            });
+        }
     }
     let format = match format {
+        InputFormat::Auto if zstd => InputFormat::Recording,
         InputFormat::Auto if opts.columns.is_some() => InputFormat::SmiCsv,
         InputFormat::Auto => {
             detect(&String::from_utf8_lossy(&head)).ok_or_else(|| DiagnoseError::UnknownFormat {
@@ -259,7 +275,7 @@ pub fn read(
         // r.ndjson)`) is read once.
         let file = std::io::Cursor::new(head).chain(first_open);
         let mut b = EvidenceBuilder::new();
-        let (h, st) = read_recording_fast(path, file, &mut b).map_err(|e| match e {
+        let (h, st) = reader::read_from(path, file, (&mut b, extra)).map_err(|e| match e {
             ReadError::Empty { .. } => DiagnoseError::Empty {
                 path: path.to_path_buf(),
             },
@@ -376,143 +392,6 @@ fn read_log(
 /// More lines unreadable than read (and at least 10): the input is not what it claims to be.
 pub fn is_mostly_unreadable(read: u64, malformed: u64) -> bool {
     malformed >= 10 && malformed > read
-}
-
-/// Like [`format::read_from`] (same tolerance and statistics), feeding the evidence builder:
-/// the frequent line types go through the specialised scanner in `fast` with reused buffers,
-/// everything else (and any line the scanner gives up on) through serde.
-pub fn read_recording_fast(
-    path: &Path,
-    r: impl Read,
-    b: &mut EvidenceBuilder,
-) -> Result<(Header, format::ReadStats), ReadError> {
-    let io = |source| ReadError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut lines = Lines::new(r);
-    let header = match lines.next().map_err(io)? {
-        Some((a, z, _)) => {
-            let first = &lines.buf[a..z];
-            format::read_from(path, first, |_, _| {})?.0
-        }
-        None => format::read_from(path, &b""[..], |_, _| {})?.0,
-    };
-    let mut stats = format::ReadStats {
-        unfinished: true,
-        ..Default::default()
-    };
-    let mut pending_bad = 0u64;
-    let mut gpu = GpuSample::default();
-    let mut host = HostSample::default();
-    let mut procs: Vec<ProcSample> = Vec::new();
-    while let Some((a, z, complete)) = lines.next().map_err(io)? {
-        let bytes = &lines.buf[a..z];
-        let text = trim(bytes);
-        if text.is_empty() {
-            continue;
-        }
-        stats.lines += 1;
-        let fast_done = if text.starts_with(b"{\"type\":\"gpu\",") {
-            fast::gpu(text, &mut gpu).map(|_| b.push_gpu(&gpu))
-        } else if text.starts_with(b"{\"type\":\"host\",") {
-            fast::host(text, &mut host).map(|_| b.push_host(&host))
-        } else if text.starts_with(b"{\"type\":\"procs\",") {
-            fast::procs(text, &mut procs).map(|t| b.push_procs(t, &procs))
-        } else {
-            None
-        };
-        let ok = fast_done.is_some()
-            || match serde_json::from_slice::<Line>(text) {
-                Ok(line) => {
-                    if matches!(line, Line::End(_)) {
-                        stats.unfinished = false;
-                    }
-                    b.push(&line);
-                    true
-                }
-                Err(_) => false,
-            };
-        if ok {
-            stats.malformed += pending_bad;
-            pending_bad = 0;
-        } else if !complete {
-            stats.truncated = true;
-        } else {
-            pending_bad += 1;
-        }
-    }
-    if pending_bad > 0 {
-        stats.truncated = true;
-        stats.malformed += pending_bad - 1;
-    }
-    Ok((header, stats))
-}
-
-/// Lines read in place from a large buffer (no copy per line); the last one may lack its
-/// newline (`complete` false).
-struct Lines<R> {
-    r: R,
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
-    eof: bool,
-}
-
-impl<R: Read> Lines<R> {
-    fn new(r: R) -> Self {
-        Lines {
-            r,
-            buf: vec![0; 4 << 20],
-            start: 0,
-            end: 0,
-            eof: false,
-        }
-    }
-
-    /// The next line as a range of `buf` (newline included) and whether it was complete.
-    fn next(&mut self) -> std::io::Result<Option<(usize, usize, bool)>> {
-        loop {
-            if let Some(p) = memchr::memchr(b'\n', &self.buf[self.start..self.end]) {
-                let a = self.start;
-                self.start += p + 1;
-                return Ok(Some((a, self.start, true)));
-            }
-            if self.eof {
-                if self.start < self.end {
-                    let a = self.start;
-                    self.start = self.end;
-                    return Ok(Some((a, self.end, false)));
-                }
-                return Ok(None);
-            }
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-            if self.end == self.buf.len() {
-                let n = self.buf.len() * 2;
-                self.buf.resize(n, 0);
-            }
-            match self.r.read(&mut self.buf[self.end..]) {
-                Ok(0) => self.eof = true,
-                Ok(n) => self.end += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-}
-
-fn trim(b: &[u8]) -> &[u8] {
-    let start = b
-        .iter()
-        .position(|c| !c.is_ascii_whitespace())
-        .unwrap_or(b.len());
-    let end = b
-        .iter()
-        .rposition(|c| !c.is_ascii_whitespace())
-        .map_or(start, |e| e + 1);
-    &b[start..end]
 }
 
 #[cfg(test)]

@@ -5,7 +5,6 @@
 //! bottleneck; `render` presents the [`DiagnoseReport`] as text, JSON or Markdown.
 
 pub mod evidence;
-pub mod fast;
 pub mod input;
 pub mod job;
 pub mod phases;
@@ -90,7 +89,18 @@ pub fn diagnose_file(
     format: InputFormat,
     opts: &input::LogOptions,
 ) -> Result<DiagnoseReport, DiagnoseError> {
-    let read = input::read(path, format, opts)?;
+    diagnose_file_with(path, format, opts, &mut ())
+}
+
+/// As [`diagnose_file`], feeding a recording's lines to `extra` in the same single pass (the
+/// HTML report's series, the run summary).
+pub fn diagnose_file_with(
+    path: &Path,
+    format: InputFormat,
+    opts: &input::LogOptions,
+    extra: &mut dyn crate::record::reader::Sink,
+) -> Result<DiagnoseReport, DiagnoseError> {
+    let read = input::read_with(path, format, opts, extra)?;
     Ok(build_report(read))
 }
 

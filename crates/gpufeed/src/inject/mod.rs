@@ -230,69 +230,8 @@ impl Resolved {
     }
 }
 
-/// One value gpufeed put in place of the job's own.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Override {
-    /// `DataLoader`, `torch`, `torch.backends.cudnn`, `torch.backends.cuda.matmul`.
-    pub target: String,
-    pub key: String,
-    pub value: serde_json::Value,
-    /// The job's own value (its argument or the default); `null` when it could not be read.
-    pub original: serde_json::Value,
-    /// `train.py:42`: where the DataLoader was created (`null` for global switches).
-    pub site: Option<String>,
-    /// Why gpufeed changed a value that was not asked for (PyTorch's rules).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// How many times (DataLoaders created at this site, processes that imported torch).
-    #[serde(default = "one")]
-    pub count: u32,
-}
-
-fn one() -> u32 {
-    1
-}
-
-/// A value as Python would write it (`True`, `8`, `'high'`).
-fn py(v: &serde_json::Value) -> String {
-    match v {
-        serde_json::Value::Bool(true) => "True".into(),
-        serde_json::Value::Bool(false) => "False".into(),
-        serde_json::Value::Null => "None".into(),
-        serde_json::Value::String(s) => format!("'{s}'"),
-        v => v.to_string(),
-    }
-}
-
-impl Override {
-    /// `DataLoader(num_workers=8) at train.py:42, was 0`; `torch.backends.cudnn.benchmark=True,
-    /// was False`.
-    pub fn describe(&self) -> String {
-        let head = if self.target == "DataLoader" {
-            format!("DataLoader({}={})", self.key, py(&self.value))
-        } else if self.target == "torch" && self.key == "matmul_precision" {
-            format!("torch.set_float32_matmul_precision({})", py(&self.value))
-        } else {
-            format!("{}.{}={}", self.target, self.key, py(&self.value))
-        };
-        let at = self
-            .site
-            .as_ref()
-            .map(|s| format!(" at {s}"))
-            .unwrap_or_default();
-        let times = if self.count > 1 && self.site.is_some() {
-            format!(" ({} loaders)", self.count)
-        } else {
-            String::new()
-        };
-        let why = self
-            .reason
-            .as_ref()
-            .map(|r| format!(" ({r})"))
-            .unwrap_or_default();
-        format!("{head}{at}{times}, was {}{why}", py(&self.original))
-    }
-}
+use crate::sample::event::py;
+pub use crate::sample::event::Override;
 
 /// What the job's Python processes reported.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -7,7 +7,9 @@ use super::chart::{self, Buckets, ChartError};
 use crate::diagnose::verdict::VerdictId;
 use crate::diagnose::DiagnoseReport;
 use crate::finding::{Finding, Severity};
-use crate::record::format::{read_recording, Line, ReadError};
+use crate::record::format::Line;
+use crate::record::reader::Sink;
+use crate::sample::{GpuSample, HostSample, ProcSample};
 use crate::trace::report::Report as TraceReport;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -17,10 +19,6 @@ use std::path::Path;
 pub enum HtmlError {
     #[error(transparent)]
     Chart(#[from] ChartError),
-    #[error(transparent)]
-    Read(#[from] ReadError),
-    #[error("{0}")]
-    Diagnose(String),
     #[error("cannot write {path}: {source}")]
     Write {
         path: String,
@@ -127,89 +125,93 @@ pub struct RecordingSeries {
     /// Busy cores: the whole machine, and the job's processes alone.
     pub host_cores_busy: Buckets,
     pub job_cores_busy: Buckets,
+    /// Each GPU's previous PCIe counters `(t_s, rx, tx)`, for rates.
+    prev_pcie: BTreeMap<u32, (f64, Option<u64>, Option<u64>)>,
 }
 
-impl RecordingSeries {
-    pub fn read(path: &Path) -> Result<RecordingSeries, ReadError> {
-        let mut s = RecordingSeries::default();
-        let mut prev: BTreeMap<u32, (f64, Option<u64>, Option<u64>)> = BTreeMap::new();
-        read_recording(path, |_, l| s.push(&l, &mut prev))?;
-        Ok(s)
+/// The series are a consumer of the recording reader: the command that reads the recording for
+/// the diagnosis feeds them in the same pass; this module never opens the file.
+impl Sink for RecordingSeries {
+    fn line(&mut self, l: &Line) {
+        if let Line::Overrides(o) = l {
+            self.overrides = Some(o.clone());
+        }
     }
 
-    fn push(&mut self, l: &Line, prev: &mut BTreeMap<u32, (f64, Option<u64>, Option<u64>)>) {
-        match l {
-            Line::Overrides(o) => self.overrides = Some(o.clone()),
-            Line::Gpu(g) => {
-                let u = self.gpu_util.entry(g.index).or_default();
-                match &g.util_samples {
-                    Some(v) => v.iter().for_each(|&[t, x]| u.push(t, x)),
-                    None => {
-                        if let Some(x) = g.util_pct {
-                            u.push(g.t_s, x)
-                        }
-                    }
+    fn gpu(&mut self, g: &GpuSample) {
+        let prev = &mut self.prev_pcie;
+        let u = self.gpu_util.entry(g.index).or_default();
+        match &g.util_samples {
+            Some(v) => v.iter().for_each(|&[t, x]| u.push(t, x)),
+            None => {
+                if let Some(x) = g.util_pct {
+                    u.push(g.t_s, x)
                 }
-                let p = prev.get(&g.index).copied();
-                if let Some((pt, prx, ptx)) = p {
-                    let dt = g.t_s - pt;
-                    if dt > 0.0 {
-                        if let (Some(a), Some(b)) = (prx, g.pcie_rx_bytes) {
-                            self.pcie_rx
-                                .entry(g.index)
-                                .or_default()
-                                .push(g.t_s, b.saturating_sub(a) as f64 / dt / 1e9);
-                        }
-                        if let (Some(a), Some(b)) = (ptx, g.pcie_tx_bytes) {
-                            self.pcie_tx
-                                .entry(g.index)
-                                .or_default()
-                                .push(g.t_s, b.saturating_sub(a) as f64 / dt / 1e9);
-                        }
-                    }
-                }
-                if g.pcie_rx_bytes.is_none() {
-                    if let Some(r) = g.pcie_rx_bytes_per_s {
-                        self.pcie_rx
-                            .entry(g.index)
-                            .or_default()
-                            .push(g.t_s, r / 1e9);
-                    }
-                    if let Some(r) = g.pcie_tx_bytes_per_s {
-                        self.pcie_tx
-                            .entry(g.index)
-                            .or_default()
-                            .push(g.t_s, r / 1e9);
-                    }
-                }
-                prev.insert(g.index, (g.t_s, g.pcie_rx_bytes, g.pcie_tx_bytes));
-                if let Some(m) = g.mem_used_bytes {
-                    self.gpu_mem_gib
+            }
+        }
+        let p = prev.get(&g.index).copied();
+        if let Some((pt, prx, ptx)) = p {
+            let dt = g.t_s - pt;
+            if dt > 0.0 {
+                if let (Some(a), Some(b)) = (prx, g.pcie_rx_bytes) {
+                    self.pcie_rx
                         .entry(g.index)
                         .or_default()
-                        .push(g.t_s, m as f64 / (1u64 << 30) as f64);
+                        .push(g.t_s, b.saturating_sub(a) as f64 / dt / 1e9);
+                }
+                if let (Some(a), Some(b)) = (ptx, g.pcie_tx_bytes) {
+                    self.pcie_tx
+                        .entry(g.index)
+                        .or_default()
+                        .push(g.t_s, b.saturating_sub(a) as f64 / dt / 1e9);
                 }
             }
-            Line::Host(h) => {
-                if self.cpu_cores.len() < h.cpu_pct.len() {
-                    self.cpu_cores.resize(h.cpu_pct.len(), Buckets::default());
-                }
-                for (i, v) in h.cpu_pct.iter().enumerate() {
-                    self.cpu_cores[i].push(h.t_s, *v);
-                }
-                if !h.cpu_pct.is_empty() {
-                    self.host_cores_busy
-                        .push(h.t_s, h.cpu_pct.iter().sum::<f64>() / 100.0);
-                }
+        }
+        if g.pcie_rx_bytes.is_none() {
+            if let Some(r) = g.pcie_rx_bytes_per_s {
+                self.pcie_rx
+                    .entry(g.index)
+                    .or_default()
+                    .push(g.t_s, r / 1e9);
             }
-            Line::Procs { t_s, procs } => {
-                let cpu: Vec<f64> = procs.iter().filter_map(|p| p.cpu_pct).collect();
-                if !cpu.is_empty() {
-                    self.job_cores_busy
-                        .push(*t_s, cpu.iter().sum::<f64>() / 100.0);
-                }
+            if let Some(r) = g.pcie_tx_bytes_per_s {
+                self.pcie_tx
+                    .entry(g.index)
+                    .or_default()
+                    .push(g.t_s, r / 1e9);
             }
-            _ => {}
+        }
+        prev.insert(g.index, (g.t_s, g.pcie_rx_bytes, g.pcie_tx_bytes));
+        if let Some(m) = g.mem_used_bytes {
+            self.gpu_mem_gib
+                .entry(g.index)
+                .or_default()
+                .push(g.t_s, m as f64 / (1u64 << 30) as f64);
+        }
+    }
+
+    fn host(&mut self, h: &HostSample) {
+        if self.cpu_cores.len() < h.cpu_pct.len() {
+            self.cpu_cores.resize(h.cpu_pct.len(), Buckets::default());
+        }
+        for (i, v) in h.cpu_pct.iter().enumerate() {
+            self.cpu_cores[i].push(h.t_s, *v);
+        }
+        if !h.cpu_pct.is_empty() {
+            self.host_cores_busy
+                .push(h.t_s, h.cpu_pct.iter().sum::<f64>() / 100.0);
+        }
+    }
+
+    fn procs(&mut self, t_s: f64, procs: &[ProcSample]) {
+        let mut n = 0;
+        let mut sum = 0.0;
+        for c in procs.iter().filter_map(|p| p.cpu_pct) {
+            n += 1;
+            sum += c;
+        }
+        if n > 0 {
+            self.job_cores_busy.push(t_s, sum / 100.0);
         }
     }
 }
@@ -564,14 +566,15 @@ pub fn diagnose_page(sections: &[String]) -> String {
     page("gpufeed diagnosis", &sections.join("\n<hr>\n"))
 }
 
-/// Reads the recording's series when `r` came from a recording, then renders the page.
-pub fn diagnose_report_html(r: &DiagnoseReport) -> Result<String, HtmlError> {
-    let series = if r.source.format == crate::diagnose::InputFormat::Recording {
-        Some(RecordingSeries::read(Path::new(&r.source.path))?)
-    } else {
-        None
-    };
-    Ok(diagnose_page(&[diagnose_section(r, series.as_ref())?]))
+/// The page for one or more diagnoses, each with its recording's series when it came from one.
+pub fn diagnose_html(
+    reports: &[(&DiagnoseReport, Option<&RecordingSeries>)],
+) -> Result<String, HtmlError> {
+    let mut sections = Vec::with_capacity(reports.len());
+    for (r, series) in reports {
+        sections.push(diagnose_section(r, *series)?);
+    }
+    Ok(diagnose_page(&sections))
 }
 
 const STEP_CATEGORIES: [&str; 8] = [
@@ -786,27 +789,6 @@ pub fn sweep_page(
         s.push_str("</table>");
     }
     Ok(page("gpufeed sweep", &s))
-}
-
-/// Writes the diagnosis page of a recording (`run --html`).
-pub fn write_for_recording(recording: &Path, out: &Path) -> Result<(), HtmlError> {
-    let r = crate::diagnose::report_for_recording(recording)
-        .map_err(|e| HtmlError::Diagnose(e.to_string()))?;
-    write(out, &diagnose_report_html(&r)?)
-}
-
-/// Writes one page for several diagnoses (`diagnose --html`).
-pub fn write_diagnoses(reports: &[DiagnoseReport], out: &Path) -> Result<(), HtmlError> {
-    let mut sections = Vec::with_capacity(reports.len());
-    for r in reports {
-        let series = if r.source.format == crate::diagnose::InputFormat::Recording {
-            Some(RecordingSeries::read(Path::new(&r.source.path))?)
-        } else {
-            None
-        };
-        sections.push(diagnose_section(r, series.as_ref())?);
-    }
-    write(out, &diagnose_page(&sections))
 }
 
 /// Writes a page.

@@ -7,29 +7,21 @@
 //! memory, PCIe), one for the host (CPU per core), and a `cpu_pct` counter on each job process's
 //! own pid, so in a merged view a DataLoader worker's CPU sits next to its operators.
 
-use crate::record::format::{read_recording, Line, ReadError};
+use crate::record::format::{Header, Line};
+use crate::record::reader::Sink;
+use crate::sample::{GpuSample, HostSample, ProcSample};
+use crate::trace::merge::{MergeHead, MergeTrace};
+use crate::trace::TraceError;
+use serde::ser::SerializeMap;
+use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::Path;
 
 /// Synthetic pids of gpufeed's own tracks: above any OS pid (at most 2^22), below 2^31 (trace
 /// viewers read pids as 32-bit signed integers), away from Kineto's device ids.
 pub const GPU_PID_BASE: u64 = 2_000_000_000;
 pub const HOST_PID: u64 = 2_100_000_000;
-
-#[derive(Debug, thiserror::Error)]
-pub enum PerfettoError {
-    #[error(transparent)]
-    Recording(#[from] ReadError),
-    #[error("cannot read the trace {path}: {detail}")]
-    Trace { path: String, detail: String },
-    #[error("cannot write {path}: {source}")]
-    Write {
-        path: String,
-        source: std::io::Error,
-    },
-}
 
 /// What an export wrote.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -68,225 +60,249 @@ impl ExportStats {
     }
 }
 
-/// Counter and metadata events from a recording, in Unix µs.
-pub fn recording_events(path: &Path) -> Result<Vec<Value>, ReadError> {
-    let mut out = Vec::new();
-    let mut named: BTreeMap<u64, String> = BTreeMap::new();
-    let mut prev_pcie: BTreeMap<u32, (f64, Option<u64>, Option<u64>)> = BTreeMap::new();
-    let mut t0 = 0.0f64;
-    let mut first = true;
-    read_recording(path, |h, l| {
-        if first {
-            first = false;
-            t0 = h.start_unix_us as f64;
-            for g in &h.gpus {
-                let name = format!(
-                    "GPU {} {} (gpufeed)",
-                    g.index,
-                    g.name.as_deref().unwrap_or("")
-                );
-                named.insert(GPU_PID_BASE + g.index as u64, name);
-            }
-            named.insert(
-                HOST_PID,
-                format!(
-                    "host {} CPU (gpufeed)",
-                    h.host.hostname.as_deref().unwrap_or("")
-                ),
-            );
+/// A counter event's arguments: a few named numbers, written as a JSON object.
+struct Args<'a>(&'a [(&'a str, f64)]);
+
+impl Serialize for Args<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in self.0 {
+            m.serialize_entry(k, v)?;
         }
-        let ts = |t: f64| t0 + t * 1e6;
-        let counter = |pid: u64, name: &str, t: f64, args: Value| json!({"ph": "C", "pid": pid, "tid": 0, "name": name, "ts": ts(t), "args": args});
-        match l {
-            Line::Gpu(g) => {
-                let pid = GPU_PID_BASE + g.index as u64;
-                named
-                    .entry(pid)
-                    .or_insert_with(|| format!("GPU {} (gpufeed)", g.index));
-                match &g.util_samples {
-                    Some(v) => {
-                        for &[t, u] in v {
-                            out.push(counter(pid, "utilization %", t, json!({"util_pct": u})));
-                        }
-                    }
-                    None => {
-                        if let Some(u) = g.util_pct {
-                            out.push(counter(pid, "utilization %", g.t_s, json!({"util_pct": u})));
-                        }
-                    }
-                }
-                if let Some(m) = g.mem_used_bytes {
-                    out.push(counter(
-                        pid,
-                        "memory used GiB",
-                        g.t_s,
-                        json!({"mem_used_gib": m as f64 / (1u64 << 30) as f64}),
-                    ));
-                }
-                let mut rates = (g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s);
-                if let Some((pt, prx, ptx)) = prev_pcie.get(&g.index).copied() {
-                    let dt = g.t_s - pt;
-                    if dt > 0.0 {
-                        if let (Some(a), Some(b)) = (prx, g.pcie_rx_bytes) {
-                            rates.0 = Some(b.saturating_sub(a) as f64 / dt);
-                        }
-                        if let (Some(a), Some(b)) = (ptx, g.pcie_tx_bytes) {
-                            rates.1 = Some(b.saturating_sub(a) as f64 / dt);
-                        }
-                    }
-                }
-                prev_pcie.insert(g.index, (g.t_s, g.pcie_rx_bytes, g.pcie_tx_bytes));
-                if rates.0.is_some() || rates.1.is_some() {
-                    let mut a = serde_json::Map::new();
-                    if let Some(r) = rates.0 {
-                        a.insert("rx_gb_per_s".into(), json!(r / 1e9));
-                    }
-                    if let Some(r) = rates.1 {
-                        a.insert("tx_gb_per_s".into(), json!(r / 1e9));
-                    }
-                    out.push(counter(pid, "PCIe GB/s", g.t_s, Value::Object(a)));
-                }
-            }
-            Line::Host(hs) => {
-                for (i, v) in hs.cpu_pct.iter().enumerate() {
-                    out.push(counter(
-                        HOST_PID,
-                        &format!("cpu{i} %"),
-                        hs.t_s,
-                        json!({"busy_pct": v}),
-                    ));
-                }
-            }
-            Line::ProcStart(p) => {
-                named.entry(p.pid as u64).or_insert_with(|| {
-                    format!("{} {}", p.comm.as_deref().unwrap_or("process"), p.pid)
-                });
-            }
-            Line::Procs { t_s, procs } => {
-                for p in &procs {
-                    if let Some(c) = p.cpu_pct {
-                        out.push(counter(
-                            p.pid as u64,
-                            "CPU % (gpufeed)",
-                            t_s,
-                            json!({"cpu_pct": c}),
-                        ));
-                    }
-                }
-            }
-            _ => {}
-        }
-    })?;
-    for (pid, name) in named {
-        out.push(json!({"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": name}}));
+        m.end()
     }
-    Ok(out)
 }
 
-/// Writes the export. With `merge`, the Kineto trace's events come first, on the same time base.
-pub fn export(
-    recording: &Path,
-    merge: Option<&Path>,
-    out: &Path,
-) -> Result<ExportStats, PerfettoError> {
-    let counters = recording_events(recording)?;
-    let mut stats = ExportStats {
-        counter_events: counters.iter().filter(|e| e["ph"] == "C").count() as u64,
-        ..Default::default()
-    };
-    for e in counters.iter().filter(|e| e["ph"] == "C") {
-        if let Some(ts) = e.get("ts").and_then(Value::as_f64) {
-            widen(&mut stats.recording_span_us, ts, ts);
+/// A counter event, fields in the order serde_json's maps give them (sorted).
+#[derive(Serialize)]
+struct Counter<'a> {
+    args: Args<'a>,
+    name: &'a str,
+    ph: &'static str,
+    pid: u64,
+    tid: u32,
+    ts: f64,
+}
+
+/// The recording's counter tracks, written event by event as the recording reader hands over its
+/// lines: memory stays flat whatever the recording's length. [`CounterWriter::finish`] adds the
+/// track names and closes the JSON.
+pub struct CounterWriter<W: Write> {
+    out: W,
+    /// A comma is due before the next event.
+    comma: bool,
+    named: BTreeMap<u64, String>,
+    prev_pcie: BTreeMap<u32, (f64, Option<u64>, Option<u64>)>,
+    t0_us: f64,
+    stats: ExportStats,
+    err: Option<std::io::Error>,
+}
+
+impl<W: Write> CounterWriter<W> {
+    /// Continues a `traceEvents` list already opened on `out`; `comma`: events were written
+    /// before (a merged trace's).
+    pub fn new(out: W, comma: bool, stats: ExportStats) -> Self {
+        CounterWriter {
+            out,
+            comma,
+            named: BTreeMap::new(),
+            prev_pcie: BTreeMap::new(),
+            t0_us: 0.0,
+            stats,
+            err: None,
         }
     }
-    // The trace goes through analyze's reader (gzip, a cut .gz, a BOM, non-UTF-8 names; a
-    // trace without events refused as analyze refuses it), streamed: never held whole.
-    let mut kineto = None;
-    if let Some(t) = merge {
-        let terr = |e: crate::trace::TraceError| PerfettoError::Trace {
-            path: t.display().to_string(),
-            detail: e.to_string(),
-        };
-        let trace = crate::trace::merge::MergeTrace::open(t).map_err(terr)?;
-        let head = trace.head().map_err(terr)?;
-        kineto = Some((trace, head));
-    }
-    let werr = |source: std::io::Error| PerfettoError::Write {
-        path: out.display().to_string(),
-        source,
-    };
-    let mut trace_error = None;
-    // Written beside `out` under a temporary name, then renamed: a failed export leaves `out` as
-    // it was, and a symlink at `out` is replaced, not followed.
-    crate::outfile::write_atomic_with(out, |w| {
-        w.write_all(b"{\"displayTimeUnit\":\"ms\",")?;
-        let mut first = true;
-        if let Some((trace, head)) = &kineto {
-            // ts relative to baseTimeNanoseconds (newer Kineto) become absolute Unix µs.
-            let shift_us = head.shift_us;
-            for (key, json) in &head.fields {
-                serde_json::to_writer(&mut *w, key).map_err(std::io::Error::from)?;
-                w.write_all(b":")?;
-                w.write_all(json.as_bytes())?;
-                w.write_all(b",")?;
-            }
-            w.write_all(b"\"traceEvents\":[")?;
-            let copied = trace.events(|e| {
-                if let Some(ts) = e.ts {
-                    if matches!(e.ph, b'X' | b'B' | b'i') {
-                        let dur = e.dur.unwrap_or(0.0);
-                        widen(&mut stats.trace_span_us, ts + shift_us, ts + shift_us + dur);
-                    }
-                }
-                if !first {
-                    w.write_all(b",\n")?;
-                }
-                first = false;
-                match e.ts {
-                    Some(ts) if shift_us != 0.0 => {
-                        let mut v: Value =
-                            serde_json::from_str(e.json).map_err(std::io::Error::from)?;
-                        v["ts"] = json!(ts + shift_us);
-                        serde_json::to_writer(&mut *w, &v).map_err(std::io::Error::from)?;
-                    }
-                    _ => w.write_all(e.json.as_bytes())?,
-                }
-                Ok(())
-            });
-            match copied {
-                Ok((n, st, write_error)) => {
-                    if let Some(e) = write_error {
-                        return Err(e);
-                    }
-                    stats.trace_events = n;
-                    stats.trace_warnings = st.warnings;
-                }
-                Err(e) => {
-                    trace_error = Some(e);
-                    return Err(std::io::Error::other("the trace could not be read again"));
-                }
-            }
-        } else {
-            w.write_all(b"\"traceEvents\":[")?;
+
+    fn event(&mut self, e: &impl Serialize) {
+        if self.err.is_some() {
+            return;
         }
-        for e in &counters {
+        let r = (|| {
+            if self.comma {
+                self.out.write_all(b",\n")?;
+            }
+            self.comma = true;
+            serde_json::to_writer(&mut self.out, e).map_err(std::io::Error::from)
+        })();
+        if let Err(e) = r {
+            self.err = Some(e);
+        }
+    }
+
+    fn counter(&mut self, pid: u64, name: &str, t_s: f64, args: &[(&str, f64)]) {
+        let ts = self.t0_us + t_s * 1e6;
+        widen(&mut self.stats.recording_span_us, ts, ts);
+        self.stats.counter_events += 1;
+        self.event(&Counter {
+            args: Args(args),
+            name,
+            ph: "C",
+            pid,
+            tid: 0,
+            ts,
+        });
+    }
+
+    /// Writes the track names, closes the list and the object; returns the writer and the counts.
+    pub fn finish(mut self) -> std::io::Result<(W, ExportStats)> {
+        for (pid, name) in std::mem::take(&mut self.named) {
+            self.event(&json!({"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": name}}));
+        }
+        if let Some(e) = self.err.take() {
+            return Err(e);
+        }
+        self.out.write_all(b"]}\n")?;
+        Ok((self.out, self.stats))
+    }
+}
+
+impl<W: Write> Sink for CounterWriter<W> {
+    fn header(&mut self, h: &Header) {
+        self.t0_us = h.start_unix_us as f64;
+        for g in &h.gpus {
+            let name = format!(
+                "GPU {} {} (gpufeed)",
+                g.index,
+                g.name.as_deref().unwrap_or("")
+            );
+            self.named.insert(GPU_PID_BASE + g.index as u64, name);
+        }
+        self.named.insert(
+            HOST_PID,
+            format!(
+                "host {} CPU (gpufeed)",
+                h.host.hostname.as_deref().unwrap_or("")
+            ),
+        );
+    }
+
+    fn gpu(&mut self, g: &GpuSample) {
+        let pid = GPU_PID_BASE + g.index as u64;
+        self.named
+            .entry(pid)
+            .or_insert_with(|| format!("GPU {} (gpufeed)", g.index));
+        match &g.util_samples {
+            Some(v) => {
+                for &[t, u] in v {
+                    self.counter(pid, "utilization %", t, &[("util_pct", u)]);
+                }
+            }
+            None => {
+                if let Some(u) = g.util_pct {
+                    self.counter(pid, "utilization %", g.t_s, &[("util_pct", u)]);
+                }
+            }
+        }
+        if let Some(m) = g.mem_used_bytes {
+            self.counter(
+                pid,
+                "memory used GiB",
+                g.t_s,
+                &[("mem_used_gib", m as f64 / (1u64 << 30) as f64)],
+            );
+        }
+        let mut rates = (g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s);
+        if let Some((pt, prx, ptx)) = self.prev_pcie.get(&g.index).copied() {
+            let dt = g.t_s - pt;
+            if dt > 0.0 {
+                if let (Some(a), Some(b)) = (prx, g.pcie_rx_bytes) {
+                    rates.0 = Some(b.saturating_sub(a) as f64 / dt);
+                }
+                if let (Some(a), Some(b)) = (ptx, g.pcie_tx_bytes) {
+                    rates.1 = Some(b.saturating_sub(a) as f64 / dt);
+                }
+            }
+        }
+        self.prev_pcie
+            .insert(g.index, (g.t_s, g.pcie_rx_bytes, g.pcie_tx_bytes));
+        let args: Vec<(&str, f64)> = [("rx_gb_per_s", rates.0), ("tx_gb_per_s", rates.1)]
+            .into_iter()
+            .filter_map(|(k, r)| r.map(|r| (k, r / 1e9)))
+            .collect();
+        if !args.is_empty() {
+            self.counter(pid, "PCIe GB/s", g.t_s, &args);
+        }
+    }
+
+    fn host(&mut self, hs: &HostSample) {
+        for (i, v) in hs.cpu_pct.iter().enumerate() {
+            self.counter(HOST_PID, &format!("cpu{i} %"), hs.t_s, &[("busy_pct", *v)]);
+        }
+    }
+
+    fn procs(&mut self, t_s: f64, procs: &[ProcSample]) {
+        for p in procs {
+            if let Some(c) = p.cpu_pct {
+                self.counter(p.pid as u64, "CPU % (gpufeed)", t_s, &[("cpu_pct", c)]);
+            }
+        }
+    }
+
+    fn line(&mut self, l: &Line) {
+        if let Line::ProcStart(p) = l {
+            self.named
+                .entry(p.pid as u64)
+                .or_insert_with(|| format!("{} {}", p.comm.as_deref().unwrap_or("process"), p.pid));
+        }
+    }
+}
+
+/// Opens the trace object on `w` and writes a merged trace's events first (on the Unix-epoch time
+/// base); leaves the `traceEvents` list open for [`CounterWriter`]. Returns whether events were
+/// written, and the counts so far.
+pub fn write_head(
+    w: &mut impl Write,
+    kineto: Option<(&MergeTrace, &MergeHead)>,
+) -> std::io::Result<Result<(bool, ExportStats), TraceError>> {
+    let mut stats = ExportStats::default();
+    w.write_all(b"{\"displayTimeUnit\":\"ms\",")?;
+    let mut first = true;
+    if let Some((trace, head)) = kineto {
+        // ts relative to baseTimeNanoseconds (newer Kineto) become absolute Unix µs.
+        let shift_us = head.shift_us;
+        for (key, json) in &head.fields {
+            serde_json::to_writer(&mut *w, key).map_err(std::io::Error::from)?;
+            w.write_all(b":")?;
+            w.write_all(json.as_bytes())?;
+            w.write_all(b",")?;
+        }
+        w.write_all(b"\"traceEvents\":[")?;
+        let copied = trace.events(|e| {
+            if let Some(ts) = e.ts {
+                if matches!(e.ph, b'X' | b'B' | b'i') {
+                    let dur = e.dur.unwrap_or(0.0);
+                    widen(&mut stats.trace_span_us, ts + shift_us, ts + shift_us + dur);
+                }
+            }
             if !first {
                 w.write_all(b",\n")?;
             }
             first = false;
-            serde_json::to_writer(&mut *w, e).map_err(std::io::Error::from)?;
+            match e.ts {
+                Some(ts) if shift_us != 0.0 => {
+                    let mut v: Value =
+                        serde_json::from_str(e.json).map_err(std::io::Error::from)?;
+                    v["ts"] = json!(ts + shift_us);
+                    serde_json::to_writer(&mut *w, &v).map_err(std::io::Error::from)?;
+                }
+                _ => w.write_all(e.json.as_bytes())?,
+            }
+            Ok(())
+        });
+        match copied {
+            Ok((n, st, write_error)) => {
+                if let Some(e) = write_error {
+                    return Err(e);
+                }
+                stats.trace_events = n;
+                stats.trace_warnings = st.warnings;
+            }
+            Err(e) => return Ok(Err(e)),
         }
-        w.write_all(b"]}\n")?;
-        Ok(())
-    })
-    .map_err(|e| match trace_error.take() {
-        Some(t) => PerfettoError::Trace {
-            path: merge.map(|p| p.display().to_string()).unwrap_or_default(),
-            detail: t.to_string(),
-        },
-        None => werr(e),
-    })?;
-    Ok(stats)
+    } else {
+        w.write_all(b"\"traceEvents\":[")?;
+    }
+    Ok(Ok((!first, stats)))
 }
 
 #[cfg(test)]

@@ -6,158 +6,18 @@
 //! an `end` line. Readers ignore line types they do not know, accept every schema version up to
 //! [`SCHEMA_VERSION`], and treat a last line cut mid-way (a killed recorder) as the end.
 
-use crate::sample::pyphase::Phase;
-use crate::sample::pystacks::PyStatus;
-use crate::sample::{
-    DriverInfo, GpuSample, GpuStatic, HostInfo, HostSample, ProcSample, ProcStart,
-};
+//!
+//! The line types themselves live with the samples ([`crate::sample::event`]), so that the
+//! importers of other tools' logs produce them without importing this layer; this module owns
+//! how they are stored (rounding, the tagged header) and read back (errors, statistics).
+
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-/// Bump when a field is added; keep reading the old ones.
-/// Version 2 added the Python stack lines and the header's `py_rate_hz`.
-pub const SCHEMA_VERSION: u32 = 2;
-
-/// First line of a recording.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Header {
-    pub schema_version: u32,
-    #[serde(default)]
-    pub gpufeed_version: Option<String>,
-    /// RFC 3339 UTC time the recording started.
-    pub start_time: String,
-    /// The same instant in microseconds since the Unix epoch; every `t_s` is relative to it.
-    pub start_unix_us: u64,
-    /// Host and process sampling interval.
-    pub interval_s: f64,
-    pub host: HostInfo,
-    #[serde(default)]
-    pub driver: Option<DriverInfo>,
-    #[serde(default)]
-    pub gpus: Vec<GpuStatic>,
-    /// Why GPUs are absent, when they are (e.g. "no NVIDIA driver found").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu_error: Option<String>,
-    /// The command `gpufeed run` started, when there is one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub command: Option<Vec<String>>,
-    /// The job's root process (started by `run`, or attached with `record --pid`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pid: Option<u32>,
-    /// Python stack sampling rate, when stacks were sampled (schema 2).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub py_rate_hz: Option<f64>,
-}
-
-/// A Python frame, written once the first time a stack uses it (schema 2).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PyFrameDef {
-    pub id: u32,
-    /// Function name (qualified with its class on CPython 3.11+).
-    pub name: String,
-    pub file: String,
-    pub line: i32,
-    /// The source line being executed, for the user's own files.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub src: Option<String>,
-}
-
-/// A stack, written once the first time it is seen: frame ids, outermost first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PyStackDef {
-    pub id: u32,
-    pub frames: Vec<u32>,
-}
-
-/// One thread's samples over an interval.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PyThreadCounts {
-    pub tid: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    /// `[stack id, samples, of which idle]`.
-    pub stacks: Vec<[u64; 3]>,
-    /// Samples per training-loop phase (phases with none left out).
-    #[serde(default)]
-    pub phases: BTreeMap<Phase, u64>,
-}
-
-/// One process's Python samples over one interval, aggregated.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PySamples {
-    /// End of the interval.
-    pub t_s: f64,
-    pub dt_s: f64,
-    pub pid: u32,
-    /// Sampling instants at which this process was read.
-    pub ticks: u64,
-    pub threads: Vec<PyThreadCounts>,
-}
-
-/// What sampling a process's Python stacks came to (written once per process).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PyStatusLine {
-    pub t_s: f64,
-    pub pid: u32,
-    pub status: PyStatus,
-    /// Interpreter version when ok, the reason otherwise.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
-}
-
-/// How a recording ended.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct End {
-    pub t_s: f64,
-    /// The job's exit code, when it exited normally.
-    #[serde(default)]
-    pub exit_code: Option<i32>,
-    /// The signal that killed the job, when one did.
-    #[serde(default)]
-    pub signal: Option<i32>,
-    /// Why the recording stopped: "job_exited", "duration", "interrupted", "attached_exited".
-    #[serde(default)]
-    pub reason: Option<String>,
-}
-
-/// The `overrides` line: values gpufeed put in place of the job's own, and why others could not be.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct OverridesLine {
-    pub t_s: f64,
-    #[serde(default)]
-    pub overrides: Vec<crate::inject::Override>,
-    #[serde(default)]
-    pub notes: Vec<String>,
-}
-
-/// Every line after the header.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Line {
-    Gpu(GpuSample),
-    Host(HostSample),
-    ProcStart(ProcStart),
-    Procs {
-        t_s: f64,
-        procs: Vec<ProcSample>,
-    },
-    ProcExit {
-        t_s: f64,
-        pid: u32,
-    },
-    End(End),
-    /// What `--dataloader` / `--torch` changed in the job (written once, before `end`).
-    Overrides(OverridesLine),
-    PyStatus(PyStatusLine),
-    PyFrame(PyFrameDef),
-    PyStack(PyStackDef),
-    PySamples(PySamples),
-    /// A line type from a newer gpufeed: ignored.
-    #[serde(other)]
-    Unknown,
-}
+pub use crate::sample::event::{
+    End, Header, Line, OverridesLine, PyFrameDef, PySamples, PyStackDef, PyStatusLine,
+    PyThreadCounts, SCHEMA_VERSION,
+};
 
 /// Rounds `x` to `dp` decimal places.
 fn round_dp(x: f64, dp: i32) -> f64 {
@@ -283,78 +143,7 @@ pub struct ReadStats {
     pub unfinished: bool,
 }
 
-/// Reads a recording, handing each line to `visit` in order; streams, never holds the file.
-pub fn read_recording(
-    path: &Path,
-    visit: impl FnMut(&Header, Line),
-) -> Result<(Header, ReadStats), ReadError> {
-    let f = std::fs::File::open(path).map_err(|source| ReadError::Open {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    read_from(path, f, visit)
-}
-
-/// As [`read_recording`], from any reader (`path` is only used in messages).
-pub fn read_from(
-    path: &Path,
-    r: impl Read,
-    mut visit: impl FnMut(&Header, Line),
-) -> Result<(Header, ReadStats), ReadError> {
-    let mut reader = BufReader::with_capacity(256 * 1024, r);
-    let io_err = |source| ReadError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut buf = String::new();
-    let n = reader.read_line(&mut buf).map_err(io_err)?;
-    if n == 0 || buf.trim().is_empty() {
-        return Err(ReadError::Empty {
-            path: path.to_path_buf(),
-        });
-    }
-    let header = parse_header(path, &buf)?;
-    let mut stats = ReadStats {
-        unfinished: true,
-        ..Default::default()
-    };
-    let mut pending_bad = 0u64;
-    let mut bytes = Vec::new();
-    loop {
-        bytes.clear();
-        let n = reader.read_until(b'\n', &mut bytes).map_err(io_err)?;
-        if n == 0 {
-            break;
-        }
-        let complete = bytes.last() == Some(&b'\n');
-        let text = String::from_utf8_lossy(&bytes);
-        let text = text.trim();
-        if text.is_empty() {
-            continue;
-        }
-        stats.lines += 1;
-        match serde_json::from_str::<Line>(text) {
-            Ok(line) => {
-                stats.malformed += pending_bad;
-                pending_bad = 0;
-                if matches!(line, Line::End(_)) {
-                    stats.unfinished = false;
-                }
-                visit(&header, line);
-            }
-            Err(_) if !complete => stats.truncated = true,
-            Err(_) => pending_bad += 1,
-        }
-    }
-    // A bad line with nothing valid after it is the cut end of a killed recording.
-    if pending_bad > 0 {
-        stats.truncated = true;
-        stats.malformed += pending_bad - 1;
-    }
-    Ok((header, stats))
-}
-
-fn parse_header(path: &Path, line: &str) -> Result<Header, ReadError> {
+pub(crate) fn parse_header(path: &Path, line: &str) -> Result<Header, ReadError> {
     let v: serde_json::Value =
         serde_json::from_str(line.trim()).map_err(|e| ReadError::NotARecording {
             path: path.to_path_buf(),
@@ -387,6 +176,10 @@ fn parse_header(path: &Path, line: &str) -> Result<Header, ReadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::reader::{read_from, Collect};
+    use crate::sample::pyphase::Phase;
+    use crate::sample::pystacks::PyStatus;
+    use crate::sample::{GpuSample, GpuStatic, HostInfo, HostSample, ProcSample, ProcStart};
 
     fn header() -> Header {
         Header {
@@ -486,9 +279,13 @@ mod tests {
     }
 
     fn read(text: &str) -> Result<(Header, ReadStats, Vec<Line>), ReadError> {
-        let mut got = Vec::new();
-        let (h, st) = read_from(Path::new("t.ndjson"), text.as_bytes(), |_, l| got.push(l))?;
-        Ok((h, st, got))
+        read_bytes(text.as_bytes())
+    }
+
+    fn read_bytes(b: &[u8]) -> Result<(Header, ReadStats, Vec<Line>), ReadError> {
+        let mut got = Collect::default();
+        let (h, st) = read_from(Path::new("t.ndjson"), b, &mut got)?;
+        Ok((h, st, got.0))
     }
 
     #[test]
@@ -589,12 +386,11 @@ mod tests {
             let mut text = header_line(&header()).into_bytes();
             text.push(b'\n');
             text.extend_from_slice(&garbage);
-            let _ = read_from(Path::new("g"), &text[..], |_, _| {});
+            let _ = read_bytes(&text[..]);
 
             let full = write(&header(), &lines());
             let cut = cut.min(full.len());
-            let mut got = Vec::new();
-            if let Ok((_, st)) = read_from(Path::new("c"), &full.as_bytes()[..cut], |_, l| got.push(l)) {
+            if let Ok((_, st, got)) = read_bytes(&full.as_bytes()[..cut]) {
                 proptest::prop_assert_eq!(&got[..], &lines()[..got.len()]);
                 proptest::prop_assert_eq!(st.malformed, 0);
             }

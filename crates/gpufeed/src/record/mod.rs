@@ -1,6 +1,10 @@
-//! Recording: the NDJSON file format, the recorder threads, and the summary computed from a file.
+//! Recording: the NDJSON file format, its one reader (feeding any number of consumers in one
+//! pass), its writer (plain or zstd), the recorder threads, and the summary computed from a file.
 
+pub mod fast;
 pub mod format;
 pub mod pyrec;
+pub mod reader;
 pub mod recorder;
 pub mod summary;
+pub mod writer;

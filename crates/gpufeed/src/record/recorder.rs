@@ -1,13 +1,14 @@
 //! The recorder: sampling threads (GPU through NVML on its own thread; host and the job's process
-//! tree on another) feeding one writer thread that streams NDJSON to disk and flushes at least
-//! every `FLUSH_EVERY`, so a killed gpufeed or a crashed job loses at most the last second.
+//! tree on another) feeding one writer thread that streams NDJSON to disk (plain, or one zstd
+//! frame per flush: [`super::writer`]) and flushes at least every `FLUSH_EVERY`, so a killed
+//! gpufeed or a crashed job loses at most the last second.
 
-use super::format::{header_line, End, Header, Line, SCHEMA_VERSION};
+use super::format::{End, Header, Line, SCHEMA_VERSION};
+use super::writer::{Compression, RecordingWriter};
 use crate::outfile::{Clobber, OutputError, Pending};
 use crate::sample::host::{host_info, HostSampler, ProcTree};
 use crate::sample::nvml::{self, NvmlSource};
 use crate::sample::{DriverInfo, GpuSource, GpuStatic};
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
@@ -216,16 +217,17 @@ impl Prepared {
                 .filter(|_| root_pid.is_some())
                 .map(|p| p.rate_hz),
         };
-        let mut out = BufWriter::with_capacity(64 * 1024, self.file.file());
-        writeln!(out, "{}", header_line(&header))
-            .and_then(|_| out.flush())
-            .map_err(|e| RecordError::Write {
-                path: self.cfg.output.clone(),
-                detail: e.to_string(),
-            })?;
+        let compression = Compression::for_path(&self.cfg.output);
+        let werr = |e: std::io::Error| RecordError::Write {
+            path: self.cfg.output.clone(),
+            detail: e.to_string(),
+        };
+        let mut out = RecordingWriter::new(self.file.file(), compression).map_err(werr)?;
+        out.header(&header);
+        out.flush().map_err(werr)?;
         drop(out);
         let (file, path) = self.file.commit()?;
-        let out = BufWriter::with_capacity(64 * 1024, file);
+        let out = RecordingWriter::new(file, compression).map_err(werr)?;
 
         let (lines_tx, lines_rx) = mpsc::channel::<Line>();
         let writer = std::thread::Builder::new()
@@ -367,18 +369,22 @@ impl Drop for Recorder {
     }
 }
 
-fn writer_thread(mut out: BufWriter<std::fs::File>, rx: Receiver<Line>) -> Result<(), String> {
+/// Most bytes held before a flush whatever the time (a burst of lines).
+const FLUSH_BYTES: usize = 4 << 20;
+
+fn writer_thread(
+    mut out: RecordingWriter<std::fs::File>,
+    rx: Receiver<Line>,
+) -> Result<(), String> {
     let mut last_flush = Instant::now();
-    let mut buf = Vec::with_capacity(4096);
     loop {
         let wait = FLUSH_EVERY.saturating_sub(last_flush.elapsed());
         match rx.recv_timeout(wait) {
             Ok(mut line) => {
-                line.round_for_storage();
-                buf.clear();
-                serde_json::to_writer(&mut buf, &line).map_err(|e| e.to_string())?;
-                buf.push(b'\n');
-                out.write_all(&buf).map_err(|e| e.to_string())?;
+                out.line(&mut line).map_err(|e| e.to_string())?;
+                if out.pending() >= FLUSH_BYTES {
+                    out.flush().map_err(|e| e.to_string())?;
+                }
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
@@ -546,10 +552,11 @@ pub(crate) fn host_thread(
     }
 }
 
-/// `gpufeed-YYYYMMDD-HHMMSS-mmm.ndjson` (UTC, milliseconds) in the working directory; record to
-/// it with `Clobber::Suffix` so that two recordings started in the same millisecond get two files.
+/// `gpufeed-YYYYMMDD-HHMMSS-mmm.ndjson.zst` (UTC, milliseconds; zstd-compressed) in the working
+/// directory; record to it with `Clobber::Suffix` so that two recordings started in the same
+/// millisecond get two files.
 pub fn default_output_name(now: SystemTime) -> PathBuf {
-    PathBuf::from(format!("{}.ndjson", default_stamp("gpufeed", now)))
+    PathBuf::from(format!("{}.ndjson.zst", default_stamp("gpufeed", now)))
 }
 
 /// `PREFIX-YYYYMMDD-HHMMSS-mmm` (UTC, milliseconds): the stem of default output names.
@@ -570,14 +577,28 @@ mod tests {
         let t = UNIX_EPOCH + Duration::from_secs(1_764_676_800); // 2025-12-02T12:00:00Z
         assert_eq!(
             default_output_name(t),
-            PathBuf::from("gpufeed-20251202-120000-000.ndjson")
+            PathBuf::from("gpufeed-20251202-120000-000.ndjson.zst")
         );
     }
 
     #[test]
     fn records_host_and_a_job_tree_without_gpu() {
+        let plain = record_a_job("r.ndjson");
+        assert!(plain.starts_with(b"{\"type\":\"header\""));
+        let zst = record_a_job("r.ndjson.zst");
+        assert!(
+            super::super::reader::is_zstd(&zst),
+            "a .zst name is compressed"
+        );
+        // Several frames, each complete: what `zstd -d` reads.
+        let text = zstd::stream::decode_all(&zst[..]).unwrap();
+        assert!(text.starts_with(b"{\"type\":\"header\""));
+    }
+
+    /// Records a short job to `name`; checks what the reader sees and returns the file's bytes.
+    fn record_a_job(name: &str) -> Vec<u8> {
         let dir = tempfile::tempdir().unwrap();
-        let out = dir.path().join("r.ndjson");
+        let out = dir.path().join(name);
         let prepared = Prepared::new(RecorderConfig {
             output: out.clone(),
             interval: Duration::from_millis(50),
@@ -600,17 +621,21 @@ mod tests {
         let mut hosts = 0;
         let mut starts = 0;
         let mut ends = 0;
-        let (h, st) = super::super::format::read_recording(&path, |_, l| match l {
-            Line::Host(_) => hosts += 1,
-            Line::ProcStart(_) => starts += 1,
-            Line::End(_) => ends += 1,
-            _ => {}
-        })
-        .unwrap();
+        let mut got = super::super::reader::Collect::default();
+        let (h, st) = super::super::reader::read_path(&path, &mut got).unwrap();
+        for l in got.0 {
+            match l {
+                Line::Host(_) => hosts += 1,
+                Line::ProcStart(_) => starts += 1,
+                Line::End(_) => ends += 1,
+                _ => {}
+            }
+        }
         assert_eq!(h.pid, Some(child.id()));
         assert!(hosts >= 4, "{hosts} host samples");
         assert!(starts >= 1);
         assert_eq!(ends, 1);
         assert!(!st.truncated && !st.unfinished);
+        std::fs::read(&path).unwrap()
     }
 }

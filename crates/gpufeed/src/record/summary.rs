@@ -2,8 +2,9 @@
 //! computed by streaming the recording file: memory grows with the number of GPUs and
 //! processes, never with the recording's length.
 
-use super::format::{read_recording, Line, ReadError, ReadStats};
-use crate::sample::throttle;
+use super::format::{End, Header, Line, OverridesLine, ReadError, ReadStats};
+use super::reader::{read_path, Sink};
+use crate::sample::{throttle, GpuSample, HostSample, ProcSample};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -152,193 +153,251 @@ struct ProcAcc {
     last: f64,
 }
 
+/// The summary as a consumer of the recording reader: figures kept per GPU and per process.
+#[derive(Default)]
+pub struct SummaryBuilder {
+    gpus: BTreeMap<u32, GpuAcc>,
+    procs: BTreeMap<u32, ProcAcc>,
+    host_cpu: Mean,
+    mem_avail_min: Option<u64>,
+    job_cpu: Mean,
+    job_cpu_max: Option<f64>,
+    job_rss_max: Option<u64>,
+    procs_max: u32,
+    last_t: f64,
+    end: Option<End>,
+    overrides: Option<OverridesLine>,
+    header: Option<Header>,
+}
+
 /// Reads `path` and summarises it.
 pub fn summarize(path: &Path) -> Result<(Summary, ReadStats), ReadError> {
-    let mut gpus: BTreeMap<u32, GpuAcc> = BTreeMap::new();
-    let mut procs: BTreeMap<u32, ProcAcc> = BTreeMap::new();
-    let mut host_cpu = Mean::default();
-    let mut mem_avail_min: Option<u64> = None;
-    let mut job_cpu = Mean::default();
-    let mut job_cpu_max: Option<f64> = None;
-    let mut job_rss_max: Option<u64> = None;
-    let mut procs_max = 0u32;
-    let mut last_t = 0.0f64;
-    let mut end = None;
-    let mut overrides = None;
+    let mut b = SummaryBuilder::default();
+    let (_, stats) = read_path(path, &mut b)?;
+    let summary = b.finish(path, stats.truncated);
+    Ok((summary, stats))
+}
 
-    let (header, stats) = read_recording(path, |_, line| match line {
-        Line::Gpu(s) => {
-            last_t = last_t.max(s.t_s);
-            let g = gpus.entry(s.index).or_default();
-            // Every driver sample when the driver gives them; else the per-reading fallback.
-            let util_vals: Vec<[f64; 2]> = match s.util_samples {
-                Some(v) => v,
-                None => s.util_pct.map(|u| vec![[s.t_s, u]]).unwrap_or_default(),
-            };
-            for [t, u] in util_vals {
-                g.util.add(u);
-                g.util_min = Some(g.util_min.map_or(u, |m: f64| m.min(u)));
-                g.util_max = Some(g.util_max.map_or(u, |m: f64| m.max(u)));
-                g.util_first_t.get_or_insert(t);
-                g.util_last_t = Some(t);
-            }
-            g.mem_max = max_opt(g.mem_max, s.mem_used_bytes);
-            if let Some(p) = s.power_w {
-                g.power.add(p);
-            }
-            g.temp_max = max_opt(g.temp_max, s.temperature_c);
-            if let Some(c) = s.sm_clock_mhz {
-                g.clock.add(c as f64);
-            }
-            if let Some(rx) = s.pcie_rx_bytes {
-                g.rx_first.get_or_insert((s.t_s, rx));
-                g.rx_last = Some((s.t_s, rx));
-            }
-            if let Some(r) = s.pcie_rx_bytes_per_s {
-                g.rx_rate.add(r);
-            }
-            if let Some(bits) = s.throttle_reasons {
-                g.throttle_n += 1;
-                if bits & throttle::SLOWING != 0 {
-                    g.throttled_n += 1;
-                }
-            }
-        }
-        Line::Host(h) => {
-            last_t = last_t.max(h.t_s);
-            if let Some(c) = h.cpu_total_pct {
-                host_cpu.add(c);
-            }
-            mem_avail_min = match (mem_avail_min, h.mem_available_bytes) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-        }
-        Line::ProcStart(p) => {
-            // A second `proc_start` for a pid means it called exec: keep when it was first seen,
-            // take the new command.
-            let seen = procs.contains_key(&p.pid);
-            let acc = procs.entry(p.pid).or_default();
-            acc.ppid = p.ppid;
-            acc.cmd = p.cmd.or(p.comm);
-            if !seen {
-                acc.first = p.t_s;
-            }
-            acc.last = acc.last.max(p.t_s);
-        }
-        Line::Procs { t_s, procs: ps } => {
-            last_t = last_t.max(t_s);
-            let mut cpu_sum = None::<f64>;
-            let mut rss_sum = None::<u64>;
-            procs_max = procs_max.max(ps.len() as u32);
-            for p in ps {
-                let acc = procs.entry(p.pid).or_default();
-                acc.last = t_s;
-                if let Some(c) = p.cpu_pct {
-                    acc.cpu.add(c);
-                    cpu_sum = Some(cpu_sum.unwrap_or(0.0) + c);
-                }
-                if let Some(r) = p.rss_bytes {
-                    acc.rss_max = max_opt(acc.rss_max, Some(r));
-                    rss_sum = Some(rss_sum.unwrap_or(0) + r);
-                }
-                if let Some(rb) = p.read_bytes {
-                    acc.read_first.get_or_insert(rb);
-                    acc.read_last = Some(rb);
-                }
-            }
-            if let Some(c) = cpu_sum {
-                job_cpu.add(c);
-                job_cpu_max = max_opt(job_cpu_max, Some(c));
-            }
-            job_rss_max = max_opt(job_rss_max, rss_sum);
-        }
-        Line::ProcExit { t_s, pid } => {
-            if let Some(acc) = procs.get_mut(&pid) {
-                acc.last = t_s;
-            }
-        }
-        Line::End(e) => {
-            last_t = last_t.max(e.t_s);
-            end = Some(e);
-        }
-        Line::Overrides(o) => overrides = Some(o),
-        Line::PySamples(p) => last_t = last_t.max(p.t_s),
-        Line::PyStatus(_) | Line::PyFrame(_) | Line::PyStack(_) | Line::Unknown => {}
-    })?;
-    let overrides = overrides.unwrap_or_default();
+impl Sink for SummaryBuilder {
+    fn header(&mut self, h: &Header) {
+        self.header = Some(h.clone());
+    }
 
-    let statics: BTreeMap<u32, _> = header.gpus.iter().map(|g| (g.index, g)).collect();
-    let mut indices: Vec<u32> = statics
-        .keys()
-        .copied()
-        .chain(gpus.keys().copied())
-        .collect();
-    indices.sort_unstable();
-    indices.dedup();
-    let gpu_summaries = indices
-        .into_iter()
-        .map(|i| {
-            let st = statics.get(&i);
-            let acc = gpus.remove(&i).unwrap_or_default();
-            let period = match (acc.util_first_t, acc.util_last_t) {
-                (Some(a), Some(b)) if acc.util.n > 1 => Some((b - a) / (acc.util.n - 1) as f64),
-                _ => None,
-            };
-            let rx = match (acc.rx_first, acc.rx_last) {
-                (Some((t0, b0)), Some((t1, b1))) if t1 > t0 && b1 >= b0 => {
-                    Some((b1 - b0) as f64 / (t1 - t0))
-                }
-                _ => acc.rx_rate.get(),
-            };
-            GpuSummary {
-                index: i,
-                name: st.and_then(|s| s.name.clone()),
-                util_mean_pct: acc.util.get(),
-                util_min_pct: acc.util_min,
-                util_max_pct: acc.util_max,
-                util_samples: acc.util.n,
-                util_sample_period_s: period,
-                mem_used_max_bytes: acc.mem_max,
-                mem_total_bytes: st.and_then(|s| s.memory_total_bytes),
-                power_mean_w: acc.power.get(),
-                temperature_max_c: acc.temp_max,
-                sm_clock_mean_mhz: acc.clock.get(),
-                pcie_rx_mean_bytes_per_s: rx,
-                throttled_pct: (acc.throttle_n > 0)
-                    .then(|| acc.throttled_n as f64 * 100.0 / acc.throttle_n as f64),
+    fn gpu(&mut self, s: &GpuSample) {
+        self.last_t = self.last_t.max(s.t_s);
+        let g = self.gpus.entry(s.index).or_default();
+        // Every driver sample when the driver gives them; else the per-reading fallback.
+        let one;
+        let util_vals: &[[f64; 2]] = match &s.util_samples {
+            Some(v) => v,
+            None => {
+                one = s.util_pct.map(|u| [s.t_s, u]);
+                one.as_slice()
             }
-        })
-        .collect();
+        };
+        for &[t, u] in util_vals {
+            g.util.add(u);
+            g.util_min = Some(g.util_min.map_or(u, |m: f64| m.min(u)));
+            g.util_max = Some(g.util_max.map_or(u, |m: f64| m.max(u)));
+            g.util_first_t.get_or_insert(t);
+            g.util_last_t = Some(t);
+        }
+        g.mem_max = max_opt(g.mem_max, s.mem_used_bytes);
+        if let Some(p) = s.power_w {
+            g.power.add(p);
+        }
+        g.temp_max = max_opt(g.temp_max, s.temperature_c);
+        if let Some(c) = s.sm_clock_mhz {
+            g.clock.add(c as f64);
+        }
+        if let Some(rx) = s.pcie_rx_bytes {
+            g.rx_first.get_or_insert((s.t_s, rx));
+            g.rx_last = Some((s.t_s, rx));
+        }
+        if let Some(r) = s.pcie_rx_bytes_per_s {
+            g.rx_rate.add(r);
+        }
+        if let Some(bits) = s.throttle_reasons {
+            g.throttle_n += 1;
+            if bits & throttle::SLOWING != 0 {
+                g.throttled_n += 1;
+            }
+        }
+    }
 
-    let job = header.pid.map(|pid| JobSummary {
-        pid,
-        exit_code: end.as_ref().and_then(|e| e.exit_code),
-        signal: end.as_ref().and_then(|e| e.signal),
-        end_reason: end.as_ref().and_then(|e| e.reason.clone()),
-        cpu_mean_pct: job_cpu.get(),
-        cpu_max_pct: job_cpu_max,
-        rss_max_bytes: job_rss_max,
-        processes_max: procs_max,
-        processes: procs
+    fn host(&mut self, h: &HostSample) {
+        self.last_t = self.last_t.max(h.t_s);
+        if let Some(c) = h.cpu_total_pct {
+            self.host_cpu.add(c);
+        }
+        self.mem_avail_min = match (self.mem_avail_min, h.mem_available_bytes) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+
+    fn procs(&mut self, t_s: f64, ps: &[ProcSample]) {
+        self.last_t = self.last_t.max(t_s);
+        let mut cpu_sum = None::<f64>;
+        let mut rss_sum = None::<u64>;
+        self.procs_max = self.procs_max.max(ps.len() as u32);
+        for p in ps {
+            let acc = self.procs.entry(p.pid).or_default();
+            acc.last = t_s;
+            if let Some(c) = p.cpu_pct {
+                acc.cpu.add(c);
+                cpu_sum = Some(cpu_sum.unwrap_or(0.0) + c);
+            }
+            if let Some(r) = p.rss_bytes {
+                acc.rss_max = max_opt(acc.rss_max, Some(r));
+                rss_sum = Some(rss_sum.unwrap_or(0) + r);
+            }
+            if let Some(rb) = p.read_bytes {
+                acc.read_first.get_or_insert(rb);
+                acc.read_last = Some(rb);
+            }
+        }
+        if let Some(c) = cpu_sum {
+            self.job_cpu.add(c);
+            self.job_cpu_max = max_opt(self.job_cpu_max, Some(c));
+        }
+        self.job_rss_max = max_opt(self.job_rss_max, rss_sum);
+    }
+
+    fn line(&mut self, line: &Line) {
+        match line {
+            Line::ProcStart(p) => {
+                // A second `proc_start` for a pid means it called exec: keep when it was first
+                // seen, take the new command.
+                let seen = self.procs.contains_key(&p.pid);
+                let acc = self.procs.entry(p.pid).or_default();
+                acc.ppid = p.ppid;
+                acc.cmd = p.cmd.clone().or_else(|| p.comm.clone());
+                if !seen {
+                    acc.first = p.t_s;
+                }
+                acc.last = acc.last.max(p.t_s);
+            }
+            Line::ProcExit { t_s, pid } => {
+                if let Some(acc) = self.procs.get_mut(pid) {
+                    acc.last = *t_s;
+                }
+            }
+            Line::End(e) => {
+                self.last_t = self.last_t.max(e.t_s);
+                self.end = Some(e.clone());
+            }
+            Line::Overrides(o) => self.overrides = Some(o.clone()),
+            Line::PySamples(p) => self.last_t = self.last_t.max(p.t_s),
+            _ => {}
+        }
+    }
+}
+
+impl SummaryBuilder {
+    /// The summary of what was read from `path` (named in it); `truncated`: the recording was
+    /// cut ([`ReadStats::truncated`]).
+    pub fn finish(self, path: &Path, truncated: bool) -> Summary {
+        let SummaryBuilder {
+            mut gpus,
+            procs,
+            host_cpu,
+            mem_avail_min,
+            job_cpu,
+            job_cpu_max,
+            job_rss_max,
+            procs_max,
+            last_t,
+            end,
+            overrides,
+            header,
+        } = self;
+        let header = header.unwrap_or_else(|| Header {
+            schema_version: 0,
+            gpufeed_version: None,
+            start_time: String::new(),
+            start_unix_us: 0,
+            interval_s: 0.0,
+            host: Default::default(),
+            driver: None,
+            gpus: Vec::new(),
+            gpu_error: None,
+            command: None,
+            pid: None,
+            py_rate_hz: None,
+        });
+        let overrides = overrides.unwrap_or_default();
+
+        let statics: BTreeMap<u32, _> = header.gpus.iter().map(|g| (g.index, g)).collect();
+        let mut indices: Vec<u32> = statics
+            .keys()
+            .copied()
+            .chain(gpus.keys().copied())
+            .collect();
+        indices.sort_unstable();
+        indices.dedup();
+        let gpu_summaries = indices
             .into_iter()
-            .map(|(pid, a)| ProcessSummary {
-                pid,
-                ppid: a.ppid,
-                cmd: a.cmd,
-                cpu_mean_pct: a.cpu.get(),
-                rss_max_bytes: a.rss_max,
-                read_bytes: match (a.read_first, a.read_last) {
-                    (Some(f), Some(l)) => Some(l.saturating_sub(f)),
+            .map(|i| {
+                let st = statics.get(&i);
+                let acc = gpus.remove(&i).unwrap_or_default();
+                let period = match (acc.util_first_t, acc.util_last_t) {
+                    (Some(a), Some(b)) if acc.util.n > 1 => Some((b - a) / (acc.util.n - 1) as f64),
                     _ => None,
-                },
-                first_seen_s: a.first,
-                last_seen_s: a.last,
+                };
+                let rx = match (acc.rx_first, acc.rx_last) {
+                    (Some((t0, b0)), Some((t1, b1))) if t1 > t0 && b1 >= b0 => {
+                        Some((b1 - b0) as f64 / (t1 - t0))
+                    }
+                    _ => acc.rx_rate.get(),
+                };
+                GpuSummary {
+                    index: i,
+                    name: st.and_then(|s| s.name.clone()),
+                    util_mean_pct: acc.util.get(),
+                    util_min_pct: acc.util_min,
+                    util_max_pct: acc.util_max,
+                    util_samples: acc.util.n,
+                    util_sample_period_s: period,
+                    mem_used_max_bytes: acc.mem_max,
+                    mem_total_bytes: st.and_then(|s| s.memory_total_bytes),
+                    power_mean_w: acc.power.get(),
+                    temperature_max_c: acc.temp_max,
+                    sm_clock_mean_mhz: acc.clock.get(),
+                    pcie_rx_mean_bytes_per_s: rx,
+                    throttled_pct: (acc.throttle_n > 0)
+                        .then(|| acc.throttled_n as f64 * 100.0 / acc.throttle_n as f64),
+                }
             })
-            .collect(),
-    });
+            .collect();
 
-    Ok((
+        let job = header.pid.map(|pid| JobSummary {
+            pid,
+            exit_code: end.as_ref().and_then(|e| e.exit_code),
+            signal: end.as_ref().and_then(|e| e.signal),
+            end_reason: end.as_ref().and_then(|e| e.reason.clone()),
+            cpu_mean_pct: job_cpu.get(),
+            cpu_max_pct: job_cpu_max,
+            rss_max_bytes: job_rss_max,
+            processes_max: procs_max,
+            processes: procs
+                .into_iter()
+                .map(|(pid, a)| ProcessSummary {
+                    pid,
+                    ppid: a.ppid,
+                    cmd: a.cmd,
+                    cpu_mean_pct: a.cpu.get(),
+                    rss_max_bytes: a.rss_max,
+                    read_bytes: match (a.read_first, a.read_last) {
+                        (Some(f), Some(l)) => Some(l.saturating_sub(f)),
+                        _ => None,
+                    },
+                    first_seen_s: a.first,
+                    last_seen_s: a.last,
+                })
+                .collect(),
+        });
+
         Summary {
             schema_version: header.schema_version,
             recording: path.display().to_string(),
@@ -354,10 +413,9 @@ pub fn summarize(path: &Path) -> Result<(Summary, ReadStats), ReadError> {
                 mem_available_min_bytes: mem_avail_min,
             },
             job,
-            truncated: stats.truncated,
+            truncated,
             overrides: overrides.overrides,
             override_notes: overrides.notes,
-        },
-        stats,
-    ))
+        }
+    }
 }

@@ -6,9 +6,9 @@
 //! Missing values are `N/A` or `-`. Neither prints a time by default: polls are counted, one
 //! interval apart (`-d`), unless a date/time column is present.
 
+use super::event::{Header, Line};
 use super::smi_csv::{log_header, parse_timestamp, LogError, LogInfo};
 use super::{GpuSample, GpuStatic};
-use crate::record::format::{Header, Line};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{BufReader, Read};

@@ -6,8 +6,8 @@
 //! lines and a truncated last line. Without a header, fields come from `columns` or are guessed
 //! from the units in the values.
 
+use super::event::{Header, Line, SCHEMA_VERSION};
 use super::{GpuSample, GpuStatic, HostInfo};
-use crate::record::format::{Header, Line, SCHEMA_VERSION};
 use std::collections::HashMap;
 use std::io::{BufReader, Read};
 

@@ -6,9 +6,11 @@ use super::steady::{estimate, from_counts, from_rates, Estimate, Interval};
 use super::steps::{monotonic_ns, StepMark, StepSocket, ENV_VAR};
 use super::TuneError;
 use crate::job::{Job, JobExit, SpawnOpts};
-use crate::record::format::{read_recording, End, Line, OverridesLine};
+use crate::record::format::{End, Line, OverridesLine};
+use crate::record::reader::{read_path, Sink};
 use crate::record::recorder::{Prepared, RecorderConfig};
-use crate::record::summary::{summarize, Summary};
+use crate::record::summary::{Summary, SummaryBuilder};
+use crate::sample::GpuSample;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{Read, Write};
@@ -294,19 +296,45 @@ fn pick_series(
     })
 }
 
-/// GPU utilization samples `(t_s, pct)` from a recording (all GPUs pooled, in time order).
-fn gpu_util_series(path: &std::path::Path) -> Vec<(f64, f64)> {
-    let mut v = Vec::new();
-    let _ = read_recording(path, |_, l| {
-        if let Line::Gpu(g) = l {
-            match &g.util_samples {
-                Some(s) => v.extend(s.iter().map(|[t, u]| (*t, *u))),
-                None => v.extend(g.util_pct.map(|u| (g.t_s, u))),
-            }
+/// GPU utilization samples `(t_s, pct)` from a recording (all GPUs pooled), a consumer of the
+/// recording reader; [`UtilSeries::finish`] puts them in time order.
+#[derive(Default)]
+struct UtilSeries(Vec<(f64, f64)>);
+
+impl Sink for UtilSeries {
+    fn gpu(&mut self, g: &GpuSample) {
+        match &g.util_samples {
+            Some(s) => self.0.extend(s.iter().map(|[t, u]| (*t, *u))),
+            None => self.0.extend(g.util_pct.map(|u| (g.t_s, u))),
         }
-    });
-    v.sort_by(|a, b| a.0.total_cmp(&b.0));
-    v
+    }
+}
+
+impl UtilSeries {
+    fn finish(mut self) -> Vec<(f64, f64)> {
+        self.0.sort_by(|a, b| a.0.total_cmp(&b.0));
+        self.0
+    }
+}
+
+/// GPU utilization samples of a recording being written (read again while the trial runs).
+fn gpu_util_series(path: &std::path::Path) -> Vec<(f64, f64)> {
+    let mut util = UtilSeries::default();
+    let _ = read_path(path, &mut util);
+    util.finish()
+}
+
+/// The trial's summary and (with a GPU) its utilization series, from one read of its recording.
+fn trial_figures(path: &std::path::Path, has_gpu: bool) -> (Option<Summary>, Vec<(f64, f64)>) {
+    let mut summary = SummaryBuilder::default();
+    let mut util = has_gpu.then(UtilSeries::default);
+    match read_path(path, (&mut summary, &mut util)) {
+        Ok((_, st)) => (
+            Some(summary.finish(path, st.truncated)),
+            util.map(UtilSeries::finish).unwrap_or_default(),
+        ),
+        Err(_) => (None, Vec::new()),
+    }
 }
 
 fn throughput_of(series: &Series, est: &Estimate, batch: Option<f64>) -> Throughput {
@@ -570,12 +598,7 @@ pub fn run_trial(
         }),
         ..Default::default()
     })?;
-    let summary: Option<Summary> = summarize(&path).ok().map(|(s, _)| s);
-    let gpu = if has_gpu {
-        gpu_util_series(&path)
-    } else {
-        vec![]
-    };
+    let (summary, gpu) = trial_figures(&path, has_gpu);
     let marks = socket.marks();
     drop(socket);
     let obs = obs

@@ -1,10 +1,12 @@
-//! A specialised reader for the three line types that make up almost all of a recording
-//! (`gpu`, `host`, `procs`): a single pass over the bytes, no allocation per line (buffers are
-//! reused), numbers parsed in place. Anything it does not expect (escapes in keys, exponents it
-//! cannot do exactly, a missing required field) makes it give up on that line, and the caller
-//! falls back to serde: the result is the same either way, only faster here.
+//! A specialised parser for the three line types that make up almost all of a recording
+//! (`gpu`, `host`, `procs`): a single pass over the bytes, next to no allocation per line (buffers
+//! are reused), numbers parsed in place. Anything it does not expect (escapes in keys or names,
+//! exponents it cannot do exactly, a missing required field) makes it give up on that line, and
+//! the reader ([`super::reader`]) falls back to serde: the result is the same either way, field for
+//! field (the tests build every struct without `..Default` so that a new field breaks them until
+//! it is read here too).
 
-use crate::sample::{DiskRate, GpuSample, HostSample, ProcSample};
+use crate::sample::{DiskRate, GpuProcess, GpuSample, HostSample, ProcSample};
 
 /// Exact powers of ten as f64 (10^0 ..= 10^22 are exactly representable).
 const POW10: [f64; 23] = [
@@ -13,7 +15,7 @@ const POW10: [f64; 23] = [
 ];
 
 /// Keys in the order the recorder writes them (serde's field order).
-const GPU_KEYS: [&[u8]; 17] = [
+const GPU_KEYS: [&[u8]; 18] = [
     b"type",
     b"index",
     b"t_s",
@@ -31,7 +33,9 @@ const GPU_KEYS: [&[u8]; 17] = [
     b"pcie_gen",
     b"pcie_width",
     b"throttle_reasons",
+    b"processes",
 ];
+const GPU_PROC_KEYS: [&[u8]; 3] = [b"pid", b"used_memory_bytes", b"sm_util_pct"];
 const HOST_KEYS: [&[u8]; 16] = [
     b"type",
     b"t_s",
@@ -411,7 +415,35 @@ pub fn gpu(line: &[u8], out: &mut GpuSample) -> Option<()> {
             14 => out.pcie_gen = c.opt_u32()?,
             15 => out.pcie_width = c.opt_u32()?,
             16 => out.throttle_reasons = c.opt_u64()?,
-            // Per-process GPU lists are not used by the diagnosis.
+            17 => {
+                if !c.null() {
+                    let mut v = Vec::new();
+                    c.array(|c| {
+                        let mut p = GpuProcess {
+                            pid: 0,
+                            used_memory_bytes: None,
+                            sm_util_pct: None,
+                        };
+                        let mut has_pid = false;
+                        c.keyed(&GPU_PROC_KEYS, |k, c| {
+                            match k {
+                                0 => {
+                                    p.pid = u32::try_from(c.u64()?).ok()?;
+                                    has_pid = true;
+                                }
+                                1 => p.used_memory_bytes = c.opt_u64()?,
+                                2 => p.sm_util_pct = c.opt_u32()?,
+                                _ => return Some(false),
+                            }
+                            Some(true)
+                        })?;
+                        has_pid.then_some(())?;
+                        v.push(p);
+                        Some(())
+                    })?;
+                    out.processes = Some(v);
+                }
+            }
             _ => return Some(false),
         }
         Some(true)
@@ -424,7 +456,7 @@ pub fn gpu(line: &[u8], out: &mut GpuSample) -> Option<()> {
     Some(())
 }
 
-/// Parses a `host` line into `out` (buffers reused; disk names are not kept).
+/// Parses a `host` line into `out` (buffers reused).
 pub fn host(line: &[u8], out: &mut HostSample) -> Option<()> {
     let mut cpus = std::mem::take(&mut out.cpu_pct);
     let mut disks = std::mem::take(&mut out.disks);
@@ -466,24 +498,18 @@ pub fn host(line: &[u8], out: &mut HostSample) -> Option<()> {
             15 => {
                 c.array(|c| {
                     let (mut r, mut w) = (None, None);
-                    let mut named = false;
+                    let mut name = None;
                     c.keyed(&DISK_KEYS, |k, c| {
                         match k {
-                            0 => {
-                                c.skip()?;
-                                named = true;
-                            }
+                            0 => name = Some(std::str::from_utf8(c.plain_str()?).ok()?),
                             1 => r = Some(c.f64()?),
                             2 => w = Some(c.f64()?),
                             _ => return Some(false),
                         }
                         Some(true)
                     })?;
-                    if !named {
-                        return None;
-                    }
                     disks.push(DiskRate {
-                        device: String::new(),
+                        device: name?.to_string(),
                         read_bytes_per_s: r?,
                         write_bytes_per_s: w?,
                     });
@@ -590,10 +616,88 @@ mod tests {
         let mut g = GpuSample::default();
         for l in lines {
             gpu(l.as_bytes(), &mut g).unwrap_or_else(|| panic!("fast path gave up on {l}"));
-            let mut want = serde_gpu(l);
-            want.processes = None;
-            assert_eq!(g, want, "{l}");
+            assert_eq!(g, serde_gpu(l), "{l}");
         }
+    }
+
+    /// Every field set, each struct written out in full (no `..Default`): a field added to a
+    /// sample type fails to compile here until it is added, and then fails this test until the
+    /// fast path reads it (its key table would otherwise go stale silently).
+    #[test]
+    fn every_field_of_every_sample_type_is_read() {
+        let g = GpuSample {
+            index: 3,
+            t_s: 1.5,
+            util_samples: Some(vec![[1.25, 80.0], [1.5, 90.5]]),
+            util_pct: Some(85.25),
+            mem_util_pct: Some(12.5),
+            mem_used_bytes: Some(1 << 33),
+            sm_clock_mhz: Some(1980),
+            power_w: Some(301.125),
+            temperature_c: Some(61),
+            pcie_rx_bytes: Some(123_456_789),
+            pcie_tx_bytes: Some(987_654),
+            pcie_rx_bytes_per_s: Some(2.5e9),
+            pcie_tx_bytes_per_s: Some(1.25e6),
+            pcie_gen: Some(5),
+            pcie_width: Some(16),
+            throttle_reasons: Some(4),
+            processes: Some(vec![GpuProcess {
+                pid: 77,
+                used_memory_bytes: Some(1 << 30),
+                sm_util_pct: Some(40),
+            }]),
+        };
+        let line = serde_json::to_string(&Line::Gpu(g.clone())).unwrap();
+        let mut out = GpuSample::default();
+        gpu(line.as_bytes(), &mut out).unwrap_or_else(|| panic!("gave up on {line}"));
+        assert_eq!(out, g);
+
+        let h = HostSample {
+            t_s: 2.0,
+            cpu_pct: vec![10.0, 20.5],
+            cpu_total_pct: Some(15.25),
+            iowait_pct: Some(1.5),
+            mem_total_bytes: Some(64 << 30),
+            mem_available_bytes: Some(32 << 30),
+            mem_cached_bytes: Some(8 << 30),
+            swap_total_bytes: Some(1 << 30),
+            swap_free_bytes: Some(1 << 29),
+            psi_cpu_some_pct: Some(3.5),
+            psi_io_some_pct: Some(4.5),
+            psi_io_full_pct: Some(5.5),
+            psi_mem_some_pct: Some(6.5),
+            psi_mem_full_pct: Some(7.5),
+            disks: vec![DiskRate {
+                device: "nvme0n1".into(),
+                read_bytes_per_s: 1e6,
+                write_bytes_per_s: 2e6,
+            }],
+        };
+        let line = serde_json::to_string(&Line::Host(h.clone())).unwrap();
+        let mut out = HostSample::default();
+        host(line.as_bytes(), &mut out).unwrap_or_else(|| panic!("gave up on {line}"));
+        assert_eq!(out, h);
+
+        let p = ProcSample {
+            pid: 9,
+            cpu_pct: Some(99.5),
+            rss_bytes: Some(1 << 28),
+            read_bytes: Some(4096),
+            write_bytes: Some(8192),
+            state: Some('R'),
+            threads: Some(12),
+            voluntary_ctxt_switches: Some(5),
+            nonvoluntary_ctxt_switches: Some(6),
+        };
+        let line = serde_json::to_string(&Line::Procs {
+            t_s: 3.0,
+            procs: vec![p.clone()],
+        })
+        .unwrap();
+        let mut out = Vec::new();
+        assert_eq!(procs(line.as_bytes(), &mut out), Some(3.0), "{line}");
+        assert_eq!(out, vec![p]);
     }
 
     #[test]
@@ -616,12 +720,9 @@ mod tests {
         let h = r#"{"type":"host","t_s":0.300156467,"cpu_pct":[0.0,12.5,100.0],"cpu_total_pct":37.5,"iowait_pct":0.0,"mem_total_bytes":25275990016,"mem_available_bytes":24422350848,"mem_cached_bytes":12228521984,"swap_total_bytes":0,"swap_free_bytes":0,"psi_cpu_some_pct":0.0,"psi_io_some_pct":1.5,"psi_io_full_pct":null,"psi_mem_some_pct":0.0,"psi_mem_full_pct":0.0,"disks":[{"device":"vda","read_bytes_per_s":1000.5,"write_bytes_per_s":0.0},{"device":"zram0","read_bytes_per_s":0.0,"write_bytes_per_s":2.0}]}"#;
         let mut got = HostSample::default();
         host(h.as_bytes(), &mut got).unwrap();
-        let Line::Host(mut want) = serde_json::from_str::<Line>(h).unwrap() else {
+        let Line::Host(want) = serde_json::from_str::<Line>(h).unwrap() else {
             panic!()
         };
-        for d in &mut want.disks {
-            d.device.clear();
-        }
         assert_eq!(got, want);
 
         let p = r#"{"type":"procs","t_s":0.2,"procs":[{"pid":28423,"cpu_pct":0.0,"rss_bytes":1462272,"read_bytes":0,"write_bytes":0,"state":"S","threads":1},{"pid":28426,"cpu_pct":99.5,"rss_bytes":null,"read_bytes":null,"write_bytes":null,"state":"D","threads":4,"voluntary_ctxt_switches":5}]}"#;

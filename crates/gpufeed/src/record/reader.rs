@@ -1,0 +1,644 @@
+//! The one reader of recordings: streams a `.ndjson` or `.ndjson.zst` file once and hands every
+//! line to any number of consumers ([`Sink`]s) in that one pass.
+//!
+//! - Plain or zstd is decided by the first bytes (the zstd magic number), not by the name.
+//! - The frequent line types (`gpu`, `host`, `procs`) go through the scanner in [`super::fast`]
+//!   with reused buffers; everything else, and any line the scanner gives up on, through serde.
+//!   Either way a sink gets the same values.
+//! - A last line cut mid-way (a killed recorder), or a zstd frame cut mid-way, is the end of the
+//!   recording, not an error. Bad lines in the middle are counted once ([`ReadStats::malformed`]).
+//! - Memory is bounded: a line longer than [`MAX_LINE_BYTES`] is skipped (and counted) without
+//!   being held whole, and input whose first bytes cannot start a recording is refused at once.
+
+use super::fast;
+use super::format::{parse_header, Header, Line, ReadError, ReadStats};
+use crate::sample::{GpuSample, HostSample, ProcSample};
+use std::io::Read;
+use std::path::Path;
+
+/// Longest line read; longer ones are skipped and counted as malformed. The longest real lines
+/// (a `procs` line of a few hundred processes, a Python stack) are far below it.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+
+/// The magic number that starts every zstd frame.
+pub const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
+/// A consumer of a recording's lines. Every method has an empty default, so a sink implements
+/// only what it uses. `gpu`, `host` and `procs` get the three frequent line types; `line` gets
+/// every other one (never those three).
+pub trait Sink {
+    /// The header, before any line.
+    fn header(&mut self, _h: &Header) {}
+    fn gpu(&mut self, _g: &GpuSample) {}
+    fn host(&mut self, _h: &HostSample) {}
+    fn procs(&mut self, _t_s: f64, _procs: &[ProcSample]) {}
+    /// Any other line type (`proc_start`, `end`, `overrides`, Python lines, unknown types).
+    fn line(&mut self, _l: &Line) {}
+}
+
+/// The sink that keeps nothing.
+impl Sink for () {}
+
+impl<S: Sink + ?Sized> Sink for &mut S {
+    fn header(&mut self, h: &Header) {
+        (**self).header(h)
+    }
+    fn gpu(&mut self, g: &GpuSample) {
+        (**self).gpu(g)
+    }
+    fn host(&mut self, h: &HostSample) {
+        (**self).host(h)
+    }
+    fn procs(&mut self, t_s: f64, procs: &[ProcSample]) {
+        (**self).procs(t_s, procs)
+    }
+    fn line(&mut self, l: &Line) {
+        (**self).line(l)
+    }
+}
+
+impl<S: Sink> Sink for Option<S> {
+    fn header(&mut self, h: &Header) {
+        if let Some(s) = self {
+            s.header(h)
+        }
+    }
+    fn gpu(&mut self, g: &GpuSample) {
+        if let Some(s) = self {
+            s.gpu(g)
+        }
+    }
+    fn host(&mut self, h: &HostSample) {
+        if let Some(s) = self {
+            s.host(h)
+        }
+    }
+    fn procs(&mut self, t_s: f64, procs: &[ProcSample]) {
+        if let Some(s) = self {
+            s.procs(t_s, procs)
+        }
+    }
+    fn line(&mut self, l: &Line) {
+        if let Some(s) = self {
+            s.line(l)
+        }
+    }
+}
+
+macro_rules! tuple_sink {
+    ($($n:tt $t:ident),+) => {
+        /// Several sinks fed in one pass, in order.
+        impl<$($t: Sink),+> Sink for ($($t,)+) {
+            fn header(&mut self, h: &Header) {
+                $(self.$n.header(h);)+
+            }
+            fn gpu(&mut self, g: &GpuSample) {
+                $(self.$n.gpu(g);)+
+            }
+            fn host(&mut self, h: &HostSample) {
+                $(self.$n.host(h);)+
+            }
+            fn procs(&mut self, t_s: f64, procs: &[ProcSample]) {
+                $(self.$n.procs(t_s, procs);)+
+            }
+            fn line(&mut self, l: &Line) {
+                $(self.$n.line(l);)+
+            }
+        }
+    };
+}
+tuple_sink!(0 A, 1 B);
+tuple_sink!(0 A, 1 B, 2 C);
+tuple_sink!(0 A, 1 B, 2 C, 3 D);
+
+/// A sink that collects every line as a [`Line`] (tests, small tools).
+#[derive(Debug, Default)]
+pub struct Collect(pub Vec<Line>);
+
+impl Sink for Collect {
+    fn gpu(&mut self, g: &GpuSample) {
+        self.0.push(Line::Gpu(g.clone()))
+    }
+    fn host(&mut self, h: &HostSample) {
+        self.0.push(Line::Host(h.clone()))
+    }
+    fn procs(&mut self, t_s: f64, procs: &[ProcSample]) {
+        self.0.push(Line::Procs {
+            t_s,
+            procs: procs.to_vec(),
+        })
+    }
+    fn line(&mut self, l: &Line) {
+        self.0.push(l.clone())
+    }
+}
+
+/// Reads the recording at `path` into `sink`.
+pub fn read_path(path: &Path, sink: impl Sink) -> Result<(Header, ReadStats), ReadError> {
+    let f = std::fs::File::open(path).map_err(|source| ReadError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if f.metadata().is_ok_and(|m| m.is_dir()) {
+        return Err(ReadError::Open {
+            path: path.to_path_buf(),
+            source: std::io::Error::other("it is a directory"),
+        });
+    }
+    read_from(path, f, sink)
+}
+
+/// True when `head` (the first bytes of a file) starts a zstd frame.
+pub fn is_zstd(head: &[u8]) -> bool {
+    head.starts_with(&ZSTD_MAGIC)
+}
+
+/// As [`read_path`], from any reader, plain or zstd (`path` is only used in messages).
+pub fn read_from(
+    path: &Path,
+    r: impl Read,
+    sink: impl Sink,
+) -> Result<(Header, ReadStats), ReadError> {
+    let io = |source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let (head, r) = sniff(r).map_err(io)?;
+    if is_zstd(&head) {
+        let d = zstd::stream::read::Decoder::new(r).map_err(io)?;
+        read_lines(path, Lines::new(d, true), sink)
+    } else {
+        read_lines(path, Lines::new(r, false), sink)
+    }
+}
+
+/// Reads only the header of the recording at `path` (plain or zstd): a quick check that a file
+/// is a recording this gpufeed reads, before anything is written.
+pub fn read_header(path: &Path) -> Result<Header, ReadError> {
+    let f = std::fs::File::open(path).map_err(|source| ReadError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let io = |source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let (head, r) = sniff(f).map_err(io)?;
+    if is_zstd(&head) {
+        let d = zstd::stream::read::Decoder::new(r).map_err(io)?;
+        header_of(path, &mut Lines::new(d, true))
+    } else {
+        header_of(path, &mut Lines::new(r, false))
+    }
+}
+
+/// The first bytes of `r` (up to 4, fewer only at its end), and a reader that gives them again.
+fn sniff<R: Read>(mut r: R) -> std::io::Result<(Vec<u8>, impl Read)> {
+    let mut head = [0u8; 4];
+    let mut n = 0;
+    while n < head.len() {
+        match r.read(&mut head[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let reader = std::io::Cursor::new(head).take(n as u64).chain(r);
+    Ok((head[..n].to_vec(), reader))
+}
+
+/// The header: the first line that is not blank, which must open a JSON object.
+fn header_of<R: Read>(path: &Path, lines: &mut Lines<R>) -> Result<Header, ReadError> {
+    let io = |source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let not_rec = |detail: String| ReadError::NotARecording {
+        path: path.to_path_buf(),
+        detail,
+    };
+    loop {
+        if let Some(b) = lines.first_byte().map_err(io)? {
+            if b != b'{' {
+                while lines.peek().len() < 16 && lines.fill().map_err(io)? {}
+                return Err(not_rec(describe_start(lines.peek())));
+            }
+        }
+        match lines.next().map_err(io)? {
+            None => {
+                return Err(ReadError::Empty {
+                    path: path.to_path_buf(),
+                })
+            }
+            Some(Chunk::TooLong) => {
+                return Err(not_rec(format!(
+                    "its first line is longer than {} MiB",
+                    MAX_LINE_BYTES >> 20
+                )))
+            }
+            Some(Chunk::Line(a, z, _)) => {
+                let text = trim(&lines.buf[a..z]);
+                if !text.is_empty() {
+                    return parse_header(path, &String::from_utf8_lossy(text));
+                }
+            }
+        }
+    }
+}
+
+fn read_lines<R: Read>(
+    path: &Path,
+    mut lines: Lines<R>,
+    mut sink: impl Sink,
+) -> Result<(Header, ReadStats), ReadError> {
+    let io = |source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let header = header_of(path, &mut lines)?;
+    sink.header(&header);
+    let mut stats = ReadStats {
+        unfinished: true,
+        ..Default::default()
+    };
+    let mut pending_bad = 0u64;
+    let mut gpu = GpuSample::default();
+    let mut host = HostSample::default();
+    let mut procs: Vec<ProcSample> = Vec::new();
+    while let Some(chunk) = lines.next().map_err(io)? {
+        let (a, z, complete) = match chunk {
+            Chunk::Line(a, z, c) => (a, z, c),
+            Chunk::TooLong => {
+                lines.skip_line().map_err(io)?;
+                stats.lines += 1;
+                stats.malformed += pending_bad + 1;
+                pending_bad = 0;
+                continue;
+            }
+        };
+        let text = trim(&lines.buf[a..z]);
+        if text.is_empty() {
+            continue;
+        }
+        stats.lines += 1;
+        let fast_done = if text.starts_with(b"{\"type\":\"gpu\",") {
+            fast::gpu(text, &mut gpu).map(|_| sink.gpu(&gpu))
+        } else if text.starts_with(b"{\"type\":\"host\",") {
+            fast::host(text, &mut host).map(|_| sink.host(&host))
+        } else if text.starts_with(b"{\"type\":\"procs\",") {
+            fast::procs(text, &mut procs).map(|t| sink.procs(t, &procs))
+        } else {
+            None
+        };
+        let ok = fast_done.is_some()
+            || match serde_json::from_slice::<Line>(text) {
+                Ok(line) => {
+                    match &line {
+                        Line::Gpu(g) => sink.gpu(g),
+                        Line::Host(h) => sink.host(h),
+                        Line::Procs { t_s, procs } => sink.procs(*t_s, procs),
+                        other => {
+                            if matches!(other, Line::End(_)) {
+                                stats.unfinished = false;
+                            }
+                            sink.line(other)
+                        }
+                    }
+                    true
+                }
+                Err(_) => false,
+            };
+        if ok {
+            stats.malformed += pending_bad;
+            pending_bad = 0;
+        } else if !complete {
+            stats.truncated = true;
+        } else {
+            pending_bad += 1;
+        }
+    }
+    // A bad line with nothing valid after it is the cut end of a killed recording.
+    if pending_bad > 0 {
+        stats.truncated = true;
+        stats.malformed += pending_bad - 1;
+    }
+    if lines.cut {
+        stats.truncated = true;
+    }
+    Ok((header, stats))
+}
+
+/// What the first bytes of something that is not a recording look like, for the message.
+fn describe_start(head: &[u8]) -> String {
+    let head = &head[..head.len().min(16)];
+    let head = match head.iter().position(|b| *b == b'\n' || *b == b'\r') {
+        Some(p) if p > 0 => &head[..p],
+        _ => head,
+    };
+    if head.iter().all(|b| b.is_ascii_graphic() || *b == b' ') && !head.is_empty() {
+        format!(
+            "it starts with {:?}, not a JSON header",
+            String::from_utf8_lossy(head)
+        )
+    } else {
+        let hex: Vec<String> = head.iter().take(8).map(|b| format!("{b:02x}")).collect();
+        format!(
+            "it starts with the bytes {}: binary data, not NDJSON or zstd",
+            hex.join(" ")
+        )
+    }
+}
+
+enum Chunk {
+    /// A line as a range of the buffer (newline included) and whether it ended with a newline.
+    Line(usize, usize, bool),
+    /// A line longer than [`MAX_LINE_BYTES`], not yet skipped.
+    TooLong,
+}
+
+/// Lines read in place from one buffer (no copy per line), of bounded size.
+struct Lines<R> {
+    r: R,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    eof: bool,
+    /// Errors end the input instead of failing the read (a zstd stream cut mid-frame).
+    lenient: bool,
+    /// The input ended in an error taken as its end.
+    cut: bool,
+}
+
+impl<R: Read> Lines<R> {
+    fn new(r: R, lenient: bool) -> Self {
+        Lines {
+            r,
+            buf: vec![0; 2 * MAX_LINE_BYTES],
+            start: 0,
+            end: 0,
+            eof: false,
+            lenient,
+            cut: false,
+        }
+    }
+
+    /// Reads more into the free end of the buffer; false at the end of the input.
+    fn fill(&mut self) -> std::io::Result<bool> {
+        if self.eof {
+            return Ok(false);
+        }
+        if self.end == self.buf.len() {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        loop {
+            match self.r.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    return Ok(false);
+                }
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) if self.lenient => {
+                    self.eof = true;
+                    self.cut = true;
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The first byte that is not white space, without consuming it (`None` at the end).
+    fn first_byte(&mut self) -> std::io::Result<Option<u8>> {
+        loop {
+            if let Some(b) = self.buf[self.start..self.end]
+                .iter()
+                .find(|b| !b.is_ascii_whitespace())
+            {
+                return Ok(Some(*b));
+            }
+            // Only white space so far: it can be dropped.
+            self.start = self.end;
+            if !self.fill()? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// The unread bytes in the buffer, from the first that is not white space.
+    fn peek(&self) -> &[u8] {
+        let b = &self.buf[self.start..self.end];
+        let at = b
+            .iter()
+            .position(|c| !c.is_ascii_whitespace())
+            .unwrap_or(b.len());
+        &b[at..]
+    }
+
+    fn next(&mut self) -> std::io::Result<Option<Chunk>> {
+        let mut searched = 0;
+        loop {
+            let avail = &self.buf[self.start + searched..self.end];
+            if let Some(p) = memchr::memchr(b'\n', avail) {
+                let a = self.start;
+                self.start += searched + p + 1;
+                return Ok(Some(Chunk::Line(a, self.start, true)));
+            }
+            searched = self.end - self.start;
+            if searched > MAX_LINE_BYTES {
+                // The caller skips it ([`Lines::skip_line`]) or gives up.
+                return Ok(Some(Chunk::TooLong));
+            }
+            if !self.fill()? {
+                if self.start < self.end {
+                    let a = self.start;
+                    self.start = self.end;
+                    return Ok(Some(Chunk::Line(a, self.end, false)));
+                }
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Drops bytes up to and including the next newline (or the end of the input).
+    fn skip_line(&mut self) -> std::io::Result<()> {
+        loop {
+            if let Some(p) = memchr::memchr(b'\n', &self.buf[self.start..self.end]) {
+                self.start += p + 1;
+                return Ok(());
+            }
+            self.start = 0;
+            self.end = 0;
+            if !self.fill()? {
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn trim(b: &[u8]) -> &[u8] {
+    let start = b
+        .iter()
+        .position(|c| !c.is_ascii_whitespace())
+        .unwrap_or(b.len());
+    let end = b
+        .iter()
+        .rposition(|c| !c.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
+    &b[start..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::format::End;
+    use crate::record::writer::{Compression, RecordingWriter};
+    use crate::sample::HostInfo;
+
+    fn header() -> Header {
+        Header {
+            schema_version: crate::record::format::SCHEMA_VERSION,
+            gpufeed_version: None,
+            start_time: "2026-12-03T00:00:00Z".into(),
+            start_unix_us: 0,
+            interval_s: 0.1,
+            host: HostInfo::default(),
+            driver: None,
+            gpus: vec![],
+            gpu_error: None,
+            command: None,
+            pid: None,
+            py_rate_hz: None,
+        }
+    }
+
+    fn lines(n: usize) -> Vec<Line> {
+        let mut v: Vec<Line> = (0..n)
+            .map(|i| {
+                Line::Gpu(GpuSample {
+                    index: (i % 2) as u32,
+                    t_s: i as f64 * 0.125,
+                    util_samples: Some(vec![[i as f64 * 0.125, (i % 100) as f64]]),
+                    ..Default::default()
+                })
+            })
+            .collect();
+        v.push(Line::End(End {
+            t_s: n as f64,
+            ..Default::default()
+        }));
+        v
+    }
+
+    /// A recording written by the writer, flushed every `per_flush` lines.
+    fn written(c: Compression, ls: &[Line], per_flush: usize) -> Vec<u8> {
+        let mut w = RecordingWriter::new(Vec::new(), c).unwrap();
+        w.header(&header());
+        w.flush().unwrap();
+        for (i, l) in ls.iter().enumerate() {
+            w.line(&mut l.clone()).unwrap();
+            if i % per_flush == per_flush - 1 {
+                w.flush().unwrap();
+            }
+        }
+        w.flush().unwrap();
+        w.get_ref().clone()
+    }
+
+    fn read(b: &[u8]) -> Result<(ReadStats, Vec<Line>), ReadError> {
+        let mut got = Collect::default();
+        let (_, st) = read_from(Path::new("t"), b, &mut got)?;
+        Ok((st, got.0))
+    }
+
+    #[test]
+    fn plain_and_zstd_read_the_same() {
+        let ls = lines(500);
+        let plain = written(Compression::None, &ls, 50);
+        let zst = written(Compression::Zstd, &ls, 50);
+        assert!(is_zstd(&zst) && !is_zstd(&plain));
+        assert!(
+            zst.len() * 4 < plain.len(),
+            "{} vs {}",
+            zst.len(),
+            plain.len()
+        );
+        let (st, got) = read(&plain).unwrap();
+        assert_eq!(got, ls);
+        assert_eq!(read(&zst).unwrap(), (st, got));
+        // Concatenated frames: what `zstd -d` reads too.
+        assert_eq!(zstd::stream::decode_all(&zst[..]).unwrap(), plain);
+    }
+
+    #[test]
+    fn a_zstd_recording_cut_anywhere_keeps_its_complete_frames() {
+        let ls = lines(300);
+        let zst = written(Compression::Zstd, &ls, 100);
+        for cut in [zst.len() - 1, zst.len() - 7, zst.len() / 2, zst.len() / 3] {
+            let (st, got) = read(&zst[..cut]).unwrap();
+            assert!(st.truncated, "cut at {cut}: {st:?}");
+            assert_eq!(&got[..], &ls[..got.len()], "a prefix");
+            assert_eq!(st.malformed, 0);
+        }
+        // The header's frame, then the first 100 lines' frame: cut inside the third frame.
+        let first_two = written(Compression::Zstd, &ls[..100], 100).len();
+        let (_, got) = read(&zst[..first_two + 5]).unwrap();
+        assert_eq!(got.len(), 100);
+    }
+
+    #[test]
+    fn an_overlong_line_is_skipped_counted_and_never_held() {
+        let mut b = written(Compression::None, &lines(2)[..1], 1);
+        b.push(b'{');
+        b.extend(std::iter::repeat_n(b'x', 3 * MAX_LINE_BYTES));
+        b.push(b'\n');
+        b.extend(
+            written(Compression::None, &lines(0), 1)
+                .split(|c| *c == b'\n')
+                .nth(1)
+                .unwrap(),
+        );
+        b.push(b'\n');
+        let (st, got) = read(&b).unwrap();
+        assert_eq!(got.len(), 2, "the line before and the end after");
+        assert_eq!(st.malformed, 1);
+        assert!(!st.truncated && !st.unfinished);
+    }
+
+    #[test]
+    fn what_is_not_a_recording_is_refused_at_its_first_bytes() {
+        // /dev/zero: an endless stream of zero bytes.
+        let e = read_from(Path::new("z"), std::io::repeat(0), ()).unwrap_err();
+        assert!(matches!(e, ReadError::NotARecording { .. }), "{e}");
+        assert!(e.to_string().contains("binary data"), "{e}");
+        // An endless first line: refused after the cap, not held whole.
+        let e = read_from(
+            Path::new("b"),
+            std::io::Cursor::new(b"{".to_vec()).chain(std::io::repeat(b'a')),
+            (),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("longer than 1 MiB"), "{e}");
+        let e = read(b"hello world\n").unwrap_err();
+        assert!(e.to_string().contains("\"hello world\""), "{e}");
+        assert!(matches!(read(b"  \n\n"), Err(ReadError::Empty { .. })));
+        assert!(matches!(read(b""), Err(ReadError::Empty { .. })));
+    }
+
+    /// Two consumers in one pass see the same lines as each alone.
+    #[test]
+    fn several_sinks_in_one_pass() {
+        let ls = lines(40);
+        let b = written(Compression::Zstd, &ls, 7);
+        let (mut a, mut c) = (Collect::default(), Collect::default());
+        read_from(Path::new("t"), &b[..], (&mut a, &mut c)).unwrap();
+        assert_eq!(a.0, ls);
+        assert_eq!(c.0, ls);
+    }
+}

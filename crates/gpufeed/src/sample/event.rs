@@ -1,0 +1,217 @@
+//! The events every source produces, and a recording stores one per line: the header and the
+//! line types (`gpu`, `host`, `procs`, ..., `end`). They belong to the samples layer, so that the
+//! recorder and the importers of nvidia-smi and dcgmi logs build them without importing anything
+//! above; `record::format` re-exports them and owns how they are stored and read back.
+
+use super::pyphase::Phase;
+use super::pystacks::PyStatus;
+use super::{DriverInfo, GpuSample, GpuStatic, HostInfo, HostSample, ProcSample, ProcStart};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Bump when a field is added; keep reading the old ones.
+/// Version 2 added the Python stack lines and the header's `py_rate_hz`.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// First line of a recording.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    pub schema_version: u32,
+    #[serde(default)]
+    pub gpufeed_version: Option<String>,
+    /// RFC 3339 UTC time the recording started.
+    pub start_time: String,
+    /// The same instant in microseconds since the Unix epoch; every `t_s` is relative to it.
+    pub start_unix_us: u64,
+    /// Host and process sampling interval.
+    pub interval_s: f64,
+    pub host: HostInfo,
+    #[serde(default)]
+    pub driver: Option<DriverInfo>,
+    #[serde(default)]
+    pub gpus: Vec<GpuStatic>,
+    /// Why GPUs are absent, when they are (e.g. "no NVIDIA driver found").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_error: Option<String>,
+    /// The command `gpufeed run` started, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// The job's root process (started by `run`, or attached with `record --pid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Python stack sampling rate, when stacks were sampled (schema 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub py_rate_hz: Option<f64>,
+}
+
+/// A Python frame, written once the first time a stack uses it (schema 2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PyFrameDef {
+    pub id: u32,
+    /// Function name (qualified with its class on CPython 3.11+).
+    pub name: String,
+    pub file: String,
+    pub line: i32,
+    /// The source line being executed, for the user's own files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src: Option<String>,
+}
+
+/// A stack, written once the first time it is seen: frame ids, outermost first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PyStackDef {
+    pub id: u32,
+    pub frames: Vec<u32>,
+}
+
+/// One thread's samples over an interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PyThreadCounts {
+    pub tid: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `[stack id, samples, of which idle]`.
+    pub stacks: Vec<[u64; 3]>,
+    /// Samples per training-loop phase (phases with none left out).
+    #[serde(default)]
+    pub phases: BTreeMap<Phase, u64>,
+}
+
+/// One process's Python samples over one interval, aggregated.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PySamples {
+    /// End of the interval.
+    pub t_s: f64,
+    pub dt_s: f64,
+    pub pid: u32,
+    /// Sampling instants at which this process was read.
+    pub ticks: u64,
+    pub threads: Vec<PyThreadCounts>,
+}
+
+/// What sampling a process's Python stacks came to (written once per process).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PyStatusLine {
+    pub t_s: f64,
+    pub pid: u32,
+    pub status: PyStatus,
+    /// Interpreter version when ok, the reason otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// How a recording ended.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct End {
+    pub t_s: f64,
+    /// The job's exit code, when it exited normally.
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    /// The signal that killed the job, when one did.
+    #[serde(default)]
+    pub signal: Option<i32>,
+    /// Why the recording stopped: "job_exited", "duration", "interrupted", "attached_exited".
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// The `overrides` line: values gpufeed put in place of the job's own, and why others could not be.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OverridesLine {
+    pub t_s: f64,
+    #[serde(default)]
+    pub overrides: Vec<Override>,
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// Every line after the header.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Line {
+    Gpu(GpuSample),
+    Host(HostSample),
+    ProcStart(ProcStart),
+    Procs {
+        t_s: f64,
+        procs: Vec<ProcSample>,
+    },
+    ProcExit {
+        t_s: f64,
+        pid: u32,
+    },
+    End(End),
+    /// What `--dataloader` / `--torch` changed in the job (written once, before `end`).
+    Overrides(OverridesLine),
+    PyStatus(PyStatusLine),
+    PyFrame(PyFrameDef),
+    PyStack(PyStackDef),
+    PySamples(PySamples),
+    /// A line type from a newer gpufeed: ignored.
+    #[serde(other)]
+    Unknown,
+}
+
+/// One value gpufeed put in place of the job's own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Override {
+    /// `DataLoader`, `torch`, `torch.backends.cudnn`, `torch.backends.cuda.matmul`.
+    pub target: String,
+    pub key: String,
+    pub value: serde_json::Value,
+    /// The job's own value (its argument or the default); `null` when it could not be read.
+    pub original: serde_json::Value,
+    /// `train.py:42`: where the DataLoader was created (`null` for global switches).
+    pub site: Option<String>,
+    /// Why gpufeed changed a value that was not asked for (PyTorch's rules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// How many times (DataLoaders created at this site, processes that imported torch).
+    #[serde(default = "one")]
+    pub count: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// A value as Python would write it (`True`, `8`, `'high'`).
+pub(crate) fn py(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Bool(true) => "True".into(),
+        serde_json::Value::Bool(false) => "False".into(),
+        serde_json::Value::Null => "None".into(),
+        serde_json::Value::String(s) => format!("'{s}'"),
+        v => v.to_string(),
+    }
+}
+
+impl Override {
+    /// `DataLoader(num_workers=8) at train.py:42, was 0`; `torch.backends.cudnn.benchmark=True,
+    /// was False`.
+    pub fn describe(&self) -> String {
+        let head = if self.target == "DataLoader" {
+            format!("DataLoader({}={})", self.key, py(&self.value))
+        } else if self.target == "torch" && self.key == "matmul_precision" {
+            format!("torch.set_float32_matmul_precision({})", py(&self.value))
+        } else {
+            format!("{}.{}={}", self.target, self.key, py(&self.value))
+        };
+        let at = self
+            .site
+            .as_ref()
+            .map(|s| format!(" at {s}"))
+            .unwrap_or_default();
+        let times = if self.count > 1 && self.site.is_some() {
+            format!(" ({} loaders)", self.count)
+        } else {
+            String::new()
+        };
+        let why = self
+            .reason
+            .as_ref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default();
+        format!("{head}{at}{times}, was {}{why}", py(&self.original))
+    }
+}
