@@ -30,9 +30,20 @@ pub struct ServeArgs {
     /// Window of the busy ratio, oscillation, starvation score and verdict
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub window: Duration,
-    /// Follow this job's process tree (worker CPU, starvation verdict)
+    /// Follow this job's process tree (worker CPU, starvation verdict, training-loop phases)
     #[arg(long, value_name = "PID")]
     pub pid: Option<u32>,
+    #[command(flatten)]
+    pub py: crate::cli::PyStackOpts,
+}
+
+/// What a live view samples beside host and GPUs.
+#[derive(Debug, Clone, Default)]
+pub struct LiveExtras {
+    /// Python stacks of the followed job (`--py-stacks`).
+    pub py: Option<crate::record::pyrec::PyConfig>,
+    /// The step-marker socket whose steps are folded in.
+    pub steps: Option<Arc<crate::sample::steps::StepSocket>>,
 }
 
 /// Starts sampling into a shared state; the returned sampler stops when dropped.
@@ -41,8 +52,16 @@ pub fn start_live(
     interval: Duration,
     window: Duration,
     pid: Option<u32>,
+    extras: LiveExtras,
 ) -> anyhow::Result<(LiveSampler, Arc<Mutex<LiveState>>)> {
-    start_live_counted(global, interval, window, pid, Arc::new(AtomicU64::new(0)))
+    start_live_counted(
+        global,
+        interval,
+        window,
+        pid,
+        extras,
+        Arc::new(AtomicU64::new(0)),
+    )
 }
 
 /// [`start_live`], bumping `generation` after every change of the state (so a reader can tell
@@ -52,6 +71,7 @@ pub fn start_live_counted(
     interval: Duration,
     window: Duration,
     pid: Option<u32>,
+    extras: LiveExtras,
     generation: Arc<AtomicU64>,
 ) -> anyhow::Result<(LiveSampler, Arc<Mutex<LiveState>>)> {
     if interval < Duration::from_millis(10) {
@@ -72,6 +92,8 @@ pub fn start_live_counted(
             nvml_lib: global.nvml_lib.clone(),
             no_gpu: false,
             root_pid: pid,
+            py: extras.py,
+            steps: extras.steps,
         },
         tx,
     )
@@ -118,11 +140,30 @@ pub fn run(global: &GlobalOpts, args: &ServeArgs) -> anyhow::Result<u8> {
     };
     let labels = prometheus::fleet_labels_from_env(|k| std::env::var(k).ok());
     let generation = Arc::new(AtomicU64::new(0));
+    // A step-marker socket for a job started beside the exporter (not with --once: it ends
+    // before a job could be told).
+    let steps = if args.once {
+        None
+    } else {
+        match crate::sample::steps::StepSocket::open() {
+            Ok(s) => Some(Arc::new(s)),
+            Err(e) => {
+                eprintln!("gpufeed: note: no step-marker socket ({e}): step markers are not read");
+                None
+            }
+        }
+    };
+    let step_path = steps.as_ref().map(|s| s.path().display().to_string());
+    let extras = LiveExtras {
+        py: args.py.config(true),
+        steps,
+    };
     let (mut sampler, state) = start_live_counted(
         global,
         args.interval,
         args.window,
         args.pid,
+        extras,
         Arc::clone(&generation),
     )?;
     if args.once {
@@ -146,6 +187,12 @@ pub fn run(global: &GlobalOpts, args: &ServeArgs) -> anyhow::Result<u8> {
     let listener = listener.expect("bound above");
     let addr = listener.local_addr().unwrap_or(args.listen);
     eprintln!("gpufeed: serving http://{addr}/metrics; Ctrl-C stops");
+    if let Some(p) = &step_path {
+        eprintln!(
+            "gpufeed: step markers: start the job with {}={p}",
+            crate::sample::steps::ENV_VAR
+        );
+    }
     let st = Arc::clone(&state);
     // The last exposition and the state generation it was encoded from: scrapes between two
     // samples share one encoding instead of each taking the state's lock to encode it again.

@@ -35,6 +35,8 @@ pub struct WatchArgs {
     pub pid: Option<u32>,
     #[command(flatten)]
     pub inject: crate::cli::InjectOpts,
+    #[command(flatten)]
+    pub py: crate::cli::PyStackOpts,
     /// Where the job's stdout and stderr go while the screen is in use
     #[arg(long, value_name = "PATH", default_value = "gpufeed-watch-job.log")]
     pub job_log: PathBuf,
@@ -54,7 +56,12 @@ struct Recording {
 }
 
 impl Recording {
-    fn start(header: &Header) -> std::io::Result<Recording> {
+    /// `defs`: the Python frame and stack definitions seen so far (each is sent once, so a
+    /// recording started later needs them written first).
+    fn start<'a>(
+        header: &Header,
+        defs: impl Iterator<Item = &'a Line>,
+    ) -> std::io::Result<Recording> {
         // A new file under a unique default name (suffixed when taken): nothing is overwritten.
         let pending = crate::outfile::Pending::new(
             &default_output_name(SystemTime::now()),
@@ -64,7 +71,11 @@ impl Recording {
         writeln!(pending.file(), "{}", header_line(header))?;
         let (file, path) = pending.commit().map_err(std::io::Error::other)?;
         let out = BufWriter::new(file);
-        Ok(Recording { path, out })
+        let mut r = Recording { path, out };
+        for d in defs {
+            r.write(d)?;
+        }
+        Ok(r)
     }
     fn write(&mut self, l: &Line) -> std::io::Result<()> {
         serde_json::to_writer(&mut self.out, l)?;
@@ -191,7 +202,19 @@ pub fn run(global: &GlobalOpts, args: &WatchArgs) -> anyhow::Result<u8> {
     }
     let injection = crate::inject::for_setting(&inject, &[])
         .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
-    let env: Vec<(String, String)> = injection.iter().map(|i| i.env_var(&[])).collect();
+    let mut env: Vec<(String, String)> = injection.iter().map(|i| i.env_var(&[])).collect();
+    // Step markers from a job started here (`--pid` jobs were started without the variable).
+    let steps = if args.command.is_empty() {
+        None
+    } else {
+        crate::sample::steps::StepSocket::open().ok().map(Arc::new)
+    };
+    if let Some(s) = &steps {
+        env.push((
+            crate::sample::steps::ENV_VAR.into(),
+            s.path().display().to_string(),
+        ));
+    }
     let mut job = if args.command.is_empty() {
         None
     } else {
@@ -206,6 +229,9 @@ pub fn run(global: &GlobalOpts, args: &WatchArgs) -> anyhow::Result<u8> {
             nvml_lib: global.nvml_lib.clone(),
             no_gpu: false,
             root_pid: root,
+            // No notes: the screen is in use (the view says when stacks cannot be read).
+            py: args.py.config(false),
+            steps,
         },
         tx,
     ) {
@@ -314,7 +340,7 @@ fn ui_loop(
                                     Err(e) => format!("recording failed: {e}"),
                                 });
                             }
-                            None => match Recording::start(&state.header) {
+                            None => match Recording::start(&state.header, state.py_defs()) {
                                 Ok(r) => {
                                     ui.recording = Some(r.path.display().to_string());
                                     ui.message = None;

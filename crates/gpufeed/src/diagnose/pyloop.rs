@@ -136,6 +136,78 @@ pub struct PythonEvidence {
     pub detail: Option<String>,
 }
 
+/// What the job's step markers (`GPUFEED_STEP_SOCKET`, the probe) say: the exact data wait.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepEvidence {
+    /// Steps timed (each from the previous step's end to its own).
+    pub steps: u64,
+    pub steps_per_s: Option<f64>,
+    /// Share of the steps' time spent waiting for the input batch, when every step reported it.
+    pub data_wait_pct: Option<f64>,
+    /// Samples in the timed steps, when every step reported its count.
+    pub items: Option<u64>,
+    pub samples_per_s: Option<f64>,
+}
+
+/// Streams `steps` lines.
+#[derive(Debug, Default)]
+pub struct StepAcc {
+    steps: u64,
+    span_s: f64,
+    wait_s: Option<f64>,
+    items: Option<u64>,
+    any: bool,
+}
+
+impl StepAcc {
+    pub fn push(&mut self, line: &Line) {
+        let Line::Steps(s) = line else { return };
+        if s.steps == 0 {
+            return;
+        }
+        if !self.any {
+            self.any = true;
+            self.wait_s = Some(0.0);
+            self.items = Some(0);
+        }
+        self.steps += s.steps;
+        self.span_s += s.span_s;
+        self.wait_s = self.wait_s.zip(s.wait_s).map(|(a, b)| a + b);
+        self.items = self.items.zip(s.items).map(|(a, b)| a + b);
+    }
+
+    /// The evidence, or `None` when no step was timed.
+    pub fn finish(self) -> Option<StepEvidence> {
+        if !self.any || self.span_s <= 0.0 {
+            return None;
+        }
+        let per_s = |n: f64| super::rules::r2(n / self.span_s);
+        Some(StepEvidence {
+            steps: self.steps,
+            steps_per_s: Some(per_s(self.steps as f64)),
+            data_wait_pct: self
+                .wait_s
+                .map(|w| super::rules::r1((w / self.span_s * 100.0).clamp(0.0, 100.0))),
+            items: self.items,
+            samples_per_s: self.items.map(|i| per_s(i as f64)),
+        })
+    }
+}
+
+/// Fills each hot stage's milliseconds of loading work per sample loaded, from the samples the
+/// step markers counted: a stage's stack samples over all threads, at `rate_hz`, are its seconds
+/// of work, spread over the `items` loaded meanwhile.
+pub fn fill_ms_per_sample(p: &mut PythonEvidence, items: Option<u64>) {
+    let (Some(rate), Some(items)) = (p.rate_hz.filter(|r| *r > 0.0), items.filter(|i| *i > 0))
+    else {
+        return;
+    };
+    for h in &mut p.data_hotspots {
+        let ms = h.samples as f64 / rate * 1000.0 / items as f64;
+        h.ms_per_sample = Some((ms * 1000.0).round() / 1000.0);
+    }
+}
+
 #[derive(Debug, Default)]
 struct ThreadTotals {
     name: Option<String>,

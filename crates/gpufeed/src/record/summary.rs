@@ -264,6 +264,7 @@ pub fn summarize(path: &Path) -> Result<(Summary, ReadStats), ReadError> {
         }
         Line::Overrides(o) => overrides = Some(o),
         Line::PySamples(p) => last_t = last_t.max(p.t_s),
+        Line::Steps(s) => last_t = last_t.max(s.t_s),
         Line::PyStatus(_) | Line::PyFrame(_) | Line::PyStack(_) | Line::Unknown => {}
     })?;
     let overrides = overrides.unwrap_or_default();

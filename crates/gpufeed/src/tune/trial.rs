@@ -3,12 +3,12 @@
 
 use super::progress::{parse_tqdm, LineSplitter, RateRegex};
 use super::steady::{estimate, from_counts, from_rates, Estimate, Interval};
-use super::steps::{monotonic_ns, StepMark, StepSocket, ENV_VAR};
 use super::TuneError;
 use crate::job::{Job, JobExit, SpawnOpts};
 use crate::record::format::{read_recording, End, Line, OverridesLine};
 use crate::record::recorder::{Prepared, RecorderConfig};
 use crate::record::summary::{summarize, Summary};
+use crate::sample::steps::{monotonic_ns, StepMark, StepSocket, ENV_VAR};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{Read, Write};
@@ -399,6 +399,7 @@ pub fn run_trial(
     interrupt: &AtomicBool,
     mut on_tick: impl FnMut(&Live),
 ) -> Result<TrialOutcome, TuneError> {
+    let socket = Arc::new(StepSocket::open().map_err(TuneError::Socket)?);
     let prepared = Prepared::new(RecorderConfig {
         output: spec.recording.clone(),
         interval: spec.interval,
@@ -406,6 +407,7 @@ pub fn run_trial(
         no_gpu: spec.no_gpu,
         clobber: crate::outfile::Clobber::Refuse,
         py: spec.py,
+        steps: Some(Arc::clone(&socket)),
     })?;
     let has_gpu = prepared.gpu().error.is_none() && !prepared.gpu().gpus.is_empty();
     let gpu_error = if has_gpu {
@@ -419,7 +421,6 @@ pub fn run_trial(
                 .unwrap_or_else(|| "the NVIDIA driver reports no GPU".into()),
         )
     };
-    let socket = StepSocket::open()?;
     let mut env = spec.env.clone();
     let injection = match &spec.inject {
         Some(r) => Some(crate::inject::Injection::prepare(r).map_err(TuneError::Inject)?),

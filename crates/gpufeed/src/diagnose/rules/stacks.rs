@@ -44,10 +44,37 @@ impl StackKind {
     }
 }
 
+/// Where the judged data wait comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitSource {
+    /// The job's step markers (the probe): each step's exact wait.
+    StepProbe,
+    /// The share of the training thread's stack samples in `data_wait`: an estimate.
+    PythonStacks,
+}
+
+impl WaitSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitSource::StepProbe => "step_probe",
+            WaitSource::PythonStacks => "python_stacks",
+        }
+    }
+}
+
+/// The measured data wait, when the stacks give one that can be judged, and its source: the
+/// probe's exact wait wins over the stacks' estimate when the job sent step markers with waits.
+pub fn data_wait_from(e: &Evidence) -> Option<(f64, WaitSource, &PythonEvidence)> {
+    let p = e.python.as_ref()?;
+    match e.steps.as_ref().and_then(|s| s.data_wait_pct) {
+        Some(w) => Some((w, WaitSource::StepProbe, p)),
+        None => Some((p.data_wait_pct?, WaitSource::PythonStacks, p)),
+    }
+}
+
 /// The measured data wait, when the stacks give one that can be judged.
 pub fn data_wait(e: &Evidence) -> Option<(f64, &PythonEvidence)> {
-    let p = e.python.as_ref()?;
-    Some((p.data_wait_pct?, p))
+    data_wait_from(e).map(|(w, _, p)| (w, p))
 }
 
 /// Does GPU utilization contradict a measured wait (busy although the loop waits)?
@@ -146,7 +173,7 @@ fn stage_advice(h: &Hotspot) -> String {
 
 /// `input_bound` from the measured data wait; `None` when the stacks do not show one.
 pub fn input_bound(e: &Evidence) -> Option<Finding> {
-    let (wait, p) = data_wait(e)?;
+    let (wait, source, p) = data_wait_from(e)?;
     if wait < DATA_WAIT_PCT || gpu_overlaps_wait(e).is_some() {
         return None;
     }
@@ -181,7 +208,13 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
     let mut f = Finding::new("input_bound", severity, title)
         .with("kind", k.as_str())
         .with("source", "python_stacks")
-        .with("data_wait_pct", r1(wait));
+        .with("data_wait_pct", r1(wait))
+        .with("data_wait_source", source.as_str());
+    if source == WaitSource::StepProbe {
+        if let Some(s) = p.data_wait_pct {
+            f = f.with("stacks_data_wait_pct", r1(s));
+        }
+    }
     if let Some(m) = &p.main {
         f = f.with("training_thread_samples", m.samples);
     }
@@ -381,6 +414,34 @@ mod tests {
         );
         assert!(f.recommendation.contains("decod"), "{}", f.recommendation);
         assert!(!f.evidence.contains_key("agreement"));
+    }
+
+    #[test]
+    fn the_probes_exact_wait_wins_over_the_stacks_estimate() {
+        let mut e = no_gpu(py(58.0));
+        let f = input_bound(&e).unwrap();
+        assert_eq!(f.evidence["data_wait_source"], "python_stacks");
+        assert!(!f.evidence.contains_key("stacks_data_wait_pct"));
+        e.steps = Some(crate::diagnose::pyloop::StepEvidence {
+            steps: 200,
+            steps_per_s: Some(20.0),
+            data_wait_pct: Some(12.0),
+            items: None,
+            samples_per_s: None,
+        });
+        // 12% measured per step: under the threshold, whatever the stacks estimated.
+        assert!(input_bound(&e).is_none());
+        e.steps.as_mut().unwrap().data_wait_pct = Some(47.5);
+        let f = input_bound(&e).unwrap();
+        assert_eq!(f.evidence["data_wait_pct"], 47.5);
+        assert_eq!(f.evidence["data_wait_source"], "step_probe");
+        assert_eq!(f.evidence["stacks_data_wait_pct"], 58.0);
+        // Steps without waits leave the stacks' figure in charge.
+        e.steps.as_mut().unwrap().data_wait_pct = None;
+        assert_eq!(
+            input_bound(&e).unwrap().evidence["data_wait_source"],
+            "python_stacks"
+        );
     }
 
     #[test]
