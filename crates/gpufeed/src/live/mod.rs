@@ -611,11 +611,87 @@ pub(crate) mod fixture {
         st.evaluate();
         st
     }
+
+    /// [`state`] whose main process's Python stacks were sampled at 100 Hz for `secs` seconds:
+    /// data_wait 50%, forward 25%, backward 15%, optimizer 5%, other 5%; and step markers
+    /// saying the loop waits 46% of each step.
+    pub fn state_with_loop(gpus: u32, secs: u32) -> LiveState {
+        use crate::record::format::{PyFrameDef, PySamples, PyStackDef, PyThreadCounts, StepsLine};
+        let mut st = state(gpus, secs);
+        let frames = [
+            ("<module>", "/home/u/train.py"),
+            (
+                "_next_data",
+                "/v/site-packages/torch/utils/data/dataloader.py",
+            ),
+            ("Net.forward", "/home/u/train.py"),
+            ("backward", "/v/site-packages/torch/autograd/__init__.py"),
+            ("SGD.step", "/v/site-packages/torch/optim/sgd.py"),
+            ("log_metrics", "/home/u/train.py"),
+        ];
+        for (id, (name, file)) in frames.iter().enumerate() {
+            st.push(Line::PyFrame(PyFrameDef {
+                id: id as u32,
+                name: name.to_string(),
+                file: file.to_string(),
+                line: 10,
+                src: None,
+            }));
+        }
+        for id in 1..=5u32 {
+            st.push(Line::PyStack(PyStackDef {
+                id: id - 1,
+                frames: vec![0, id],
+            }));
+        }
+        for t in 1..=secs {
+            st.push(Line::PySamples(PySamples {
+                t_s: t as f64,
+                dt_s: 1.0,
+                pid: 100,
+                ticks: 100,
+                threads: vec![PyThreadCounts {
+                    tid: 100,
+                    name: Some("MainThread".into()),
+                    stacks: vec![[0, 50, 50], [1, 25, 0], [2, 15, 0], [3, 5, 0], [4, 5, 0]],
+                    phases: Default::default(),
+                }],
+            }));
+            st.push(Line::Steps(StepsLine {
+                t_s: t as f64,
+                dt_s: 1.0,
+                steps: 10,
+                span_s: 1.0,
+                wait_s: Some(0.46),
+                items: Some(80),
+            }));
+        }
+        st.evaluate();
+        st
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_window_gives_the_training_loops_phases_and_steps() {
+        let st = fixture::state_with_loop(1, 20);
+        let r = st.report.as_ref().unwrap();
+        let m = r.python.as_ref().unwrap().main.as_ref().unwrap();
+        assert_eq!((m.pid, m.tid), (100, 100));
+        assert_eq!(m.phases_pct.data_wait, 50.0);
+        assert_eq!(m.phases_pct.forward, 25.0);
+        assert_eq!(m.phases_pct.backward, 15.0);
+        assert_eq!(m.phases_pct.optimizer, 5.0);
+        assert_eq!(m.phases_pct.other, 5.0);
+        let s = r.steps.as_ref().unwrap();
+        assert_eq!(s.data_wait_pct, Some(46.0));
+        assert_eq!(s.steps_per_s, Some(10.0));
+        // Frame and stack definitions are kept beyond the window; samples are not.
+        assert_eq!(st.py_defs().count(), 11);
+    }
 
     #[test]
     fn counters_wrap() {
