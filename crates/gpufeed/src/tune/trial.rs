@@ -92,6 +92,17 @@ impl Throughput {
     }
 }
 
+/// Where a trial's data-wait figure came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitSource {
+    /// Step markers with their waits: exact, over the steady steps.
+    StepProbe,
+    /// The training thread's Python stack samples in `data_wait` (no markers with waits): an
+    /// estimate over the trial's training loop.
+    PythonStacks,
+}
+
 /// How a trial ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -141,8 +152,10 @@ pub struct TrialOutcome {
     pub gpu_util_mean_pct: Option<f64>,
     pub gpu_mem_max_bytes: Option<u64>,
     pub gpu_mem_total_bytes: Option<u64>,
-    /// Share of steady-state step time spent waiting for input (step markers with wait times).
+    /// Share of steady-state step time spent waiting for input (step markers with wait times;
+    /// else the Python stacks' estimate).
     pub data_wait_fraction: Option<f64>,
+    pub data_wait_source: Option<WaitSource>,
     pub job_cpu_mean_pct: Option<f64>,
     pub job_rss_max_bytes: Option<u64>,
     pub recording: PathBuf,
@@ -588,7 +601,19 @@ pub fn run_trial(
         .as_ref()
         .and_then(|s| estimate(&s.intervals, spec.rel_tol).map(|e| (s, e)));
     let throughput = est.as_ref().map(|(s, e)| throughput_of(s, e, spec.batch));
-    let data_wait_fraction = est.as_ref().and_then(|(s, e)| data_wait(s, e));
+    let probe_wait = est.as_ref().and_then(|(s, e)| data_wait(s, e));
+    // Without markers: the stacks' estimate, when they were sampled.
+    let (data_wait_fraction, data_wait_source) = match probe_wait {
+        Some(w) => (Some(w), Some(WaitSource::StepProbe)),
+        None if spec.py.is_some() => {
+            let w = crate::diagnose::report_for_recording(&path)
+                .ok()
+                .and_then(|r| r.python?.data_wait_pct)
+                .map(|p| (p / 100.0).clamp(0.0, 1.0));
+            (w, w.map(|_| WaitSource::PythonStacks))
+        }
+        None => (None, None),
+    };
 
     let (util, mem_max, mem_total, cpu, rss) = match &summary {
         Some(s) => {
@@ -618,6 +643,7 @@ pub fn run_trial(
         gpu_mem_max_bytes: mem_max,
         gpu_mem_total_bytes: mem_total,
         data_wait_fraction,
+        data_wait_source,
         job_cpu_mean_pct: cpu,
         job_rss_max_bytes: rss,
         recording: path,
