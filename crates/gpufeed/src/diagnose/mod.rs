@@ -175,10 +175,10 @@ fn stack_notes(e: &Evidence) -> Vec<String> {
     };
     if source == rules::stacks::WaitSource::StepProbe {
         out.push(format!(
-            "Data wait {wait:.0}% from the job's step markers (exact, per step){}: they win over \
-             the Python stacks' estimate.",
+            "Data wait {wait:.0}% is from the job's step markers (exact, per step), used over \
+             the Python stacks' estimate{}.",
             p.data_wait_pct
-                .map(|s| format!("; the stacks estimate {s:.0}%"))
+                .map(|s| format!(" ({s:.0}%)"))
                 .unwrap_or_default()
         ));
     }

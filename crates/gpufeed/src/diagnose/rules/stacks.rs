@@ -108,18 +108,54 @@ fn cores(e: &Evidence) -> u32 {
         .max(1)
 }
 
-/// Workers that would hide a wait of `wait_pct`: loading work of `wait/(100-wait)` steps of
-/// compute per step needs that many workers running beside the loop, plus one to spare.
-pub fn workers_for(wait_pct: f64, now: u32, cores: u32) -> u32 {
-    let cap = cores.saturating_sub(1).max(1);
-    let frac = (wait_pct / 100.0).clamp(0.0, 0.98);
-    let want = if now == 0 {
-        (frac / (1.0 - frac) - 1e-9).ceil() as u32 + 1
-    } else {
-        // Each busy worker delivers at a fixed rate: the loop could take 1/(1-wait) as many.
-        ((now as f64 / (1.0 - frac) - 1e-9).ceil() as u32).max(now + 1)
-    };
-    want.min(cap.max(now + 1)).max(1)
+/// Workers busy less than this share of their time are not what the loop waits for: more of
+/// them would not help.
+pub const WORKERS_LIMIT_BUSY_PCT: f64 = 50.0;
+
+/// Workers that would hide a data wait of `wait_pct`, from what the stacks measured.
+///
+/// The loop waits `w` of its time; without the wait it would run `1/(1-w)` times as fast. Today
+/// `now` workers, each busy loading `busy` of the time, supply `now*busy` worker-seconds of
+/// loading per second; at the faster rate the same work per step takes `now*busy/(1-w)` busy
+/// workers (at least one more than now: workers with slack while the loop waits are bursty).
+/// With `num_workers=0` the training thread loads itself, `w` of its time: `w/(1-w)` workers,
+/// plus one for the hand-over between processes. Workers busy under
+/// [`WORKERS_LIMIT_BUSY_PCT`] are not the limit: the answer is `now`. An unknown busy share
+/// counts as fully busy. The machine's cores are not a cap here ([`workers_caveat`] says when
+/// the answer exceeds them).
+pub fn workers_needed(wait_pct: f64, now: u32, busy_pct: Option<f64>) -> u32 {
+    let w = (wait_pct / 100.0).clamp(0.0, 0.98);
+    if now == 0 {
+        return (w / (1.0 - w) - 1e-9).ceil().max(0.0) as u32 + 1;
+    }
+    let busy = busy_pct.unwrap_or(100.0).clamp(0.0, 100.0);
+    if busy < WORKERS_LIMIT_BUSY_PCT {
+        return now;
+    }
+    let need = (now as f64 * busy / 100.0 / (1.0 - w) - 1e-9).ceil() as u32;
+    need.max(now + 1)
+}
+
+/// Workers that fit beside the training loop on `cores` without sharing a core with it.
+pub fn workers_cap(cores: u32) -> u32 {
+    cores.saturating_sub(1).max(1)
+}
+
+/// The caveat when `n` workers exceed what `cores` hold beside the loop: measure before trusting.
+pub fn workers_caveat(n: u32, now: u32, cores: u32) -> Option<String> {
+    let cap = workers_cap(cores);
+    (n > cap).then(|| {
+        let mut vals = vec![now, cap, n];
+        vals.sort_unstable();
+        vals.dedup();
+        let list: Vec<String> = vals.iter().map(u32::to_string).collect();
+        format!(
+            " Caveat: this machine has {cores} core(s), so beyond {cap} worker(s) they share \
+             cores with the training loop; measure it: `gpufeed sweep -L w {} --dataloader \
+             num_workers={{w}} -- <your command>`.",
+            list.join(",")
+        )
+    })
 }
 
 fn at(h: &Hotspot) -> String {
@@ -247,24 +283,33 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
     let stage = hot.map(stage_advice);
     let rec = match k {
         StackKind::MainProcessLoading => {
-            let n = workers_for(wait, 0, c);
-            f = f.with("recommended_num_workers", n);
+            let n = workers_needed(wait, 0, None);
+            f = f
+                .with("recommended_num_workers", n)
+                .with("workers_cap_cores", workers_cap(c));
             format!(
                 "Load batches in worker processes: DataLoader(dataset, batch_size=..., \
-                 num_workers={n}, pin_memory=True, persistent_workers=True) (this machine has {c} \
-                 core(s) for it). Today the training loop decodes and transforms every sample \
-                 itself.{}",
+                 num_workers={n}, pin_memory=True, persistent_workers=True): the training loop \
+                 loads {wait:.0}% of its time, which takes about {n} worker(s) to hide. Today \
+                 the training loop decodes and transforms every sample itself.{}{}",
+                workers_caveat(n, 0, c).unwrap_or_default(),
                 stage
                     .map(|s| format!(" Then, if it still waits: {s}."))
                     .unwrap_or_default()
             )
         }
         StackKind::TooFewWorkers => {
-            let n = workers_for(wait, workers, c);
-            f = f.with("recommended_num_workers", n);
+            let n = workers_needed(wait, workers, p.loader_busy_pct);
+            f = f
+                .with("recommended_num_workers", n)
+                .with("workers_cap_cores", workers_cap(c));
             format!(
-                "Raise num_workers from {workers} to {n}: each worker is busy loading all the \
-                 time and cores are idle.{}",
+                "Raise num_workers from {workers} to {n}: each worker is busy loading {} of the \
+                 time and the loop still waits {wait:.0}%, so {n} workers are needed to keep up.{}{}",
+                p.loader_busy_pct
+                    .map(|b| format!("{b:.0}%"))
+                    .unwrap_or_else(|| "all".into()),
+                workers_caveat(n, workers, c).unwrap_or_default(),
                 stage.map(|s| format!(" Also: {s}.")).unwrap_or_default()
             )
         }
@@ -477,11 +522,44 @@ mod tests {
     }
 
     #[test]
-    fn workers_needed() {
-        assert_eq!(workers_for(50.0, 0, 8), 2);
-        assert_eq!(workers_for(80.0, 0, 16), 5);
-        assert_eq!(workers_for(80.0, 0, 2), 1);
-        assert_eq!(workers_for(50.0, 2, 8), 4);
+    fn workers_needed_follow_the_measured_busy_share_not_the_cores() {
+        // num_workers=0: the loop's own loading share, plus one for the hand-over.
+        assert_eq!(workers_needed(50.0, 0, None), 2);
+        assert_eq!(workers_needed(60.0, 0, None), 3);
+        assert_eq!(workers_needed(80.0, 0, None), 5);
+        // 2 workers at 98% while the loop waits half its time: 2*0.98/0.5 = 3.92 -> 4, whatever
+        // the cores (the 2-core box whose sweep found 4 best).
+        assert_eq!(workers_needed(50.0, 2, Some(98.0)), 4);
+        assert_eq!(workers_needed(50.0, 2, None), 4);
+        // 4 workers at 90%, 20% waiting: 4.5 -> 5.
+        assert_eq!(workers_needed(20.0, 4, Some(90.0)), 5);
+        // Slack in the workers while the loop waits: one more, not fewer.
+        assert_eq!(workers_needed(20.0, 4, Some(70.0)), 5);
+        // Workers mostly idle are not the limit.
+        assert_eq!(workers_needed(50.0, 2, Some(40.0)), 2);
+        // The cap is a caveat only.
+        assert_eq!(workers_cap(2), 1);
+        assert_eq!(workers_cap(1), 1);
+        assert!(workers_caveat(3, 0, 8).is_none());
+        let c = workers_caveat(4, 2, 2).unwrap();
+        assert!(c.contains("2 core(s)") && c.contains("-L w 1,2,4"), "{c}");
+    }
+
+    #[test]
+    fn main_process_loading_on_two_cores_recommends_what_the_wait_needs_with_a_caveat() {
+        let mut e = no_gpu(py(60.0));
+        e.host.cpu_count = Some(2);
+        let f = input_bound(&e).unwrap();
+        assert_eq!(f.evidence["recommended_num_workers"], 3);
+        assert_eq!(f.evidence["workers_cap_cores"], 1);
+        assert!(
+            f.recommendation.contains("num_workers=3"),
+            "{}",
+            f.recommendation
+        );
+        assert!(f
+            .recommendation
+            .contains("Caveat: this machine has 2 core(s)"));
     }
 
     #[test]
