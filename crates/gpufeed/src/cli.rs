@@ -143,6 +143,11 @@ impl PyStackOpts {
             opts: crate::sample::pystacks::PyOptions {
                 // Measured in bench/pystacks_overhead.py: reading live costs the job less.
                 blocking: std::env::var_os("GPUFEED_PY_BLOCKING").is_some_and(|v| v == "1"),
+                // GPUFEED_PY_CHILD_EVERY=1 reads workers at the full rate (for the bench).
+                child_every: std::env::var("GPUFEED_PY_CHILD_EVERY")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(crate::sample::pystacks::CHILD_EVERY),
             },
             notes,
         })

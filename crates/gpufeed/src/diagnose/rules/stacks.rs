@@ -425,6 +425,7 @@ mod tests {
                 ms_per_sample: None,
                 kind: StageKind::Decode,
                 samples: 610,
+                work_s: 6.1,
             }],
             data_wait_pct: Some(wait),
             data_in_main_pct: Some(95.0),
