@@ -7,12 +7,17 @@ alternating windows, in four modes, cycling through them several times:
 
   none          nothing attached (the job's own throughput)
   py-off        gpufeed record --pid --py-stacks off   (host and process sampling only)
-  py-nonblock   gpufeed record --pid --py-stacks on    (py-spy reads the live process)
+  py-full       gpufeed record --pid --py-stacks on, GPUFEED_PY_CHILD_EVERY=1: every process
+                read at --rate (what gpufeed did before workers were read at a quarter rate)
+  py-nonblock   gpufeed record --pid --py-stacks on    (py-spy reads the live process; the
+                training process at --rate, its worker processes at a quarter of it: the default)
   py-block      the same with GPUFEED_PY_BLOCKING=1     (py-spy pauses each process to read it)
 
 and prints, per mode, the job's throughput (steps/s, from its own per-second progress lines)
-relative to `none`, and gpufeed's CPU time as a share of one core; the sampling cost is the
-py-* modes minus py-off. Usage:
+relative to `none`, and gpufeed's CPU time as a share of one core, twice: over the whole window
+(start-up included: opening one py-spy reader per process parses the interpreter's ELF files)
+and in the steady state (from /proc/<gpufeed>/stat after `--warmup` seconds to the window's end),
+which is what a long recording pays. The sampling cost is the py-* modes minus py-off. Usage:
 
     cargo build --release -p gpufeed
     python3 bench/pystacks_overhead.py [--gpufeed target/release/gpufeed] [--window 6] [--cycles 3]
@@ -40,12 +45,24 @@ def main():
     ap.add_argument("--cycles", type=int, default=3)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--rate", type=float, default=100.0)
+    ap.add_argument("--warmup", type=float, default=2.0,
+                    help="seconds of each window left out of the steady-state CPU figure")
     a = ap.parse_args()
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def cpu_s(pid):
+        # utime + stime of a live process, in seconds (fields 14 and 15 of /proc/PID/stat).
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+            return (int(rest[11]) + int(rest[12])) / tick
+        except (OSError, IndexError, ValueError):
+            return None
 
     job = subprocess.Popen(
         [sys.executable, os.path.join(ROOT, "examples/starving_pipeline.py"),
          "--workers", str(a.workers), "--device-ms", "5", "--decode-passes", "1",
-         "--seconds", str(a.window * 4 * a.cycles + 30)],
+         "--seconds", str(a.window * 5 * a.cycles + 30)],
         stdout=subprocess.PIPE, text=True)
     progress = []  # (monotonic time, steps)
     pat = re.compile(r"^step\s+(\d+)")
@@ -69,9 +86,10 @@ def main():
         (t0, s0), (t1, s1) = before[-1], after[0]
         return s0 if t1 == t0 else s0 + (s1 - s0) * (t - t0) / (t1 - t0)
 
-    modes = ["none", "py-off", "py-nonblock", "py-block"]
+    modes = ["none", "py-off", "py-full", "py-nonblock", "py-block"]
     rates = {m: [] for m in modes}
     cpu = {m: [] for m in modes}
+    steady = {m: [] for m in modes}
     pending = []
     for _ in range(a.cycles):
         for mode in modes:
@@ -84,12 +102,22 @@ def main():
                 env["GPUFEED_NVML_LIB"] = "/nonexistent/libnvidia-ml.so.1"
                 if mode == "py-block":
                     env["GPUFEED_PY_BLOCKING"] = "1"
+                if mode == "py-full":
+                    env["GPUFEED_PY_CHILD_EVERY"] = "1"
                 out = "/tmp/gpufeed-bench-pystacks-%d-%d.ndjson" % (os.getpid(), len(pending))
                 cmd = [a.gpufeed, "record", "-q", "--pid", str(job.pid), "--duration",
                        "%gs" % a.window, "-o", out,
                        "--py-stacks", "off" if mode == "py-off" else "on",
                        "--py-rate", str(a.rate)]
-                subprocess.run(cmd, env=env, check=True, stderr=subprocess.DEVNULL)
+                g = subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL)
+                time.sleep(a.warmup)
+                c0, w0 = cpu_s(g.pid), time.monotonic()
+                time.sleep(max(0.5, a.window - a.warmup - 0.3))
+                c1, w1 = cpu_s(g.pid), time.monotonic()
+                if g.wait() != 0:
+                    sys.exit("gpufeed record failed")
+                if c0 is not None and c1 is not None and w1 > w0:
+                    steady[mode].append((c1 - c0) / (w1 - w0) * 100.0)
                 os.unlink(out)
             end = time.monotonic()
             ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -106,17 +134,23 @@ def main():
 
     base = statistics.mean(rates["none"])
     off_cpu = statistics.mean(cpu["py-off"])
+    off_steady = statistics.mean(steady["py-off"]) if steady["py-off"] else 0.0
     print("job: examples/starving_pipeline.py, main + %d workers; %d cycles of %gs windows; "
           "py rate %g Hz; %d CPUs, load %.1f"
           % (a.workers, a.cycles, a.window, a.rate, os.cpu_count(), os.getloadavg()[0]))
-    print("%-12s %10s %12s %16s %18s" % ("mode", "steps/s", "vs none", "gpufeed CPU %",
-                                          "sampling CPU %"))
+    print("%-12s %10s %10s %14s %14s %15s %15s" % (
+        "mode", "steps/s", "vs none", "CPU % window", "sampling %", "CPU % steady",
+        "sampling % st"))
     for m in modes:
         r = statistics.mean(rates[m])
         c = statistics.mean(cpu[m])
-        extra = "%.2f" % (c - off_cpu) if m.startswith("py-") and m != "py-off" else "-"
-        print("%-12s %10.2f %11.3fx %16.2f %18s" % (m, r, r / base, c if m != "none" else 0.0,
-                                                     extra))
+        st = statistics.mean(steady[m]) if steady[m] else None
+        py = m.startswith("py-") and m != "py-off"
+        print("%-12s %10.2f %9.3fx %14.2f %14s %15s %15s" % (
+            m, r, r / base, c if m != "none" else 0.0,
+            "%.2f" % (c - off_cpu) if py else "-",
+            "%.2f" % st if st is not None else "-",
+            "%.2f" % (st - off_steady) if py and st is not None else "-"))
     print("windows: " + "; ".join("%s %s" % (m, ", ".join("%.2f" % x for x in rates[m]))
                                   for m in modes))
 

@@ -70,7 +70,8 @@ const HELP_TEXT: &str = concat!(
     "\n",
     "ENVIRONMENT:\n",
     "    GPUFEED_NVML_LIB   path of the NVML library to load (same as --nvml-lib)\n",
-    "    GPUFEED_STEP_SOCKET  set by sweep/batch-size for the job: where to send step markers\n",
+    "    GPUFEED_STEP_SOCKET  set by run/watch/sweep/batch-size for the job (record and serve print it):\n",
+    "                         where to send step markers (docs/step-protocol.md)\n",
     "\n",
 );
 
@@ -148,6 +149,11 @@ impl PyStackOpts {
             opts: crate::sample::pystacks::PyOptions {
                 // Measured in bench/pystacks_overhead.py: reading live costs the job less.
                 blocking: std::env::var_os("GPUFEED_PY_BLOCKING").is_some_and(|v| v == "1"),
+                // GPUFEED_PY_CHILD_EVERY=1 reads workers at the full rate (for the bench).
+                child_every: std::env::var("GPUFEED_PY_CHILD_EVERY")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(crate::sample::pystacks::CHILD_EVERY),
             },
             notes,
         })

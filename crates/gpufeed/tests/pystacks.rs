@@ -130,6 +130,139 @@ fn stdlib_example_without_workers_waits_for_data_as_it_measures_itself() {
         .as_str()
         .unwrap()
         .contains("num_workers="));
+    // `run` opened GPUFEED_STEP_SOCKET: the example's step markers give the exact wait, which
+    // wins over the stacks' estimate, and the finding says which one it used.
+    let steps = &j["steps"];
+    let probe = steps["data_wait_pct"]
+        .as_f64()
+        .expect("steps.data_wait_pct");
+    assert!(
+        (probe - truth).abs() <= 5.0,
+        "the probe says {probe}%, the example {truth}%: {steps}"
+    );
+    assert!(steps["steps"].as_u64().unwrap() >= 10, "{steps}");
+    assert_eq!(f["evidence"]["data_wait_source"], "step_probe", "{f}");
+    assert_eq!(f["evidence"]["data_wait_pct"], steps["data_wait_pct"]);
+    assert_eq!(f["evidence"]["stacks_data_wait_pct"], p["data_wait_pct"]);
+    // The example reports its batch size: milliseconds of loading work per sample.
+    let ms = p["data_hotspots"][0]["ms_per_sample"]
+        .as_f64()
+        .expect("ms_per_sample");
+    assert!(ms > 0.0 && ms < 1000.0, "{ms}");
+    assert!(j["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|n| n.as_str().unwrap().contains("step markers")));
+}
+
+/// `record` opens a socket too and says where: a job started afterwards with that variable
+/// gets its steps recorded.
+#[test]
+fn record_tells_the_step_socket_and_records_a_jobs_steps() {
+    use std::io::BufRead;
+    let Some(py) = python3() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("r.ndjson");
+    let mut g = std::process::Command::new(assert_cmd::cargo::cargo_bin("gpufeed"))
+        .env("GPUFEED_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
+        .args(["record", "--duration", "4s", "--format", "json", "-o"])
+        .arg(&rec)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(g.stderr.take().unwrap());
+    let mut path = None;
+    let mut seen = String::new();
+    let mut line = String::new();
+    while path.is_none() && err.read_line(&mut line).unwrap() > 0 {
+        seen.push_str(&line);
+        if let Some(i) = line.find("GPUFEED_STEP_SOCKET=") {
+            path = Some(line[i + "GPUFEED_STEP_SOCKET=".len()..].trim().to_string());
+        }
+        line.clear();
+    }
+    let path = path.unwrap_or_else(|| panic!("no socket told: {seen}"));
+    let job = std::process::Command::new(py)
+        .arg("-c")
+        .arg(
+            "import sys, time\nsys.path.insert(0, sys.argv[1])\nimport gpufeed_probe as p\n\
+             for i in range(30):\n    time.sleep(0.02)\n    p.step(items=2, wait_ns=5000000)\n",
+        )
+        .arg(repo().join("python"))
+        .env("GPUFEED_STEP_SOCKET", &path)
+        .status()
+        .unwrap();
+    assert!(job.success());
+    let out = g.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let j = run_json(&out.stdout);
+    assert_eq!(j["steps"]["steps"], 29, "{}", j["steps"]);
+    assert_eq!(j["steps"]["items"], 58, "{}", j["steps"]);
+    assert!(
+        !Path::new(&path).exists(),
+        "the socket is removed when recording ends"
+    );
+}
+
+/// A job using the bundled probe (python/gpufeed_probe.py) under `run`, with stacks off: the
+/// probe alone gives steps and the exact wait.
+#[test]
+fn run_opens_the_step_socket_for_the_probe() {
+    let Some(py) = python3() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("job.py");
+    std::fs::write(
+        &script,
+        "import os, stat, sys, time\n\
+         sys.path.insert(0, sys.argv[1])\n\
+         import gpufeed_probe as probe\n\
+         p = os.environ['GPUFEED_STEP_SOCKET']\n\
+         d = os.path.dirname(p)\n\
+         assert len(os.path.basename(d)) > len('gpufeed-steps-'), d\n\
+         assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, oct(os.stat(d).st_mode)\n\
+         def batches():\n\
+         \x20   while True:\n\
+         \x20       time.sleep(0.03)\n\
+         \x20       yield [0] * 4\n\
+         for i, b in enumerate(probe.wrap(batches(), items=len)):\n\
+         \x20   time.sleep(0.01)\n\
+         \x20   if i == 40: break\n",
+    )
+    .unwrap();
+    let rec = dir.path().join("r.ndjson");
+    let out = gpufeed()
+        .args(["run", "--py-stacks", "off", "--format", "json", "-o"])
+        .arg(&rec)
+        .arg("--")
+        .arg(py)
+        .arg(&script)
+        .arg(repo().join("python"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j = run_json(&out.stdout);
+    let steps = &j["steps"];
+    // 30 ms of waiting in each 40 ms step.
+    let wait = steps["data_wait_pct"].as_f64().expect("a data wait");
+    assert!((60.0..=90.0).contains(&wait), "{steps}");
+    assert!(steps["steps"].as_u64().unwrap() >= 30, "{steps}");
+    assert_eq!(
+        steps["items"].as_u64().unwrap(),
+        4 * steps["steps"].as_u64().unwrap()
+    );
+    assert!(j.get("python").is_none_or(|p| p.is_null()), "{j}");
+    let text = std::fs::read_to_string(&rec).unwrap();
+    assert!(text.contains(r#""type":"steps""#), "no steps line");
 }
 
 #[test]

@@ -142,6 +142,125 @@ fn serves_metrics_over_http() {
     assert!(get(port, "/nope").is_none());
 }
 
+/// A real CPython job (the stdlib example) followed with `--pid`: /metrics gets the training
+/// loop's phase split from its stacks, and, once the job sends step markers to the socket
+/// `serve` printed, the steps and the probe's exact wait.
+#[test]
+fn serve_exports_the_loop_phase_split_of_a_real_python_job() {
+    use std::io::BufRead;
+    let py_ok = std::process::Command::new("python3")
+        .args(["-c", "import sys; sys.exit(sys.version_info < (3, 8))"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !py_ok {
+        eprintln!("SKIPPED: no python3 >= 3.8: the live loop-phase export did not run");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let sock_file = dir.path().join("sock");
+    // The job lets any process of its user read it (Yama ptrace_scope 1 would refuse gpufeed,
+    // which is not its parent), waits to be told the step socket, then runs the example.
+    let job = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import ctypes, os, runpy, sys, time\n\
+             try:\n    ctypes.CDLL(None).prctl(0x59616d61, ctypes.c_ulong(-1), 0, 0, 0)\n\
+             except Exception:\n    pass\n\
+             end = time.time() + 20\n\
+             while not os.path.exists(sys.argv[1]) and time.time() < end:\n    time.sleep(0.05)\n\
+             os.environ['GPUFEED_STEP_SOCKET'] = open(sys.argv[1]).read().strip()\n\
+             sys.argv = [sys.argv[2], '--seconds', '30', '--workers', '0']\n\
+             runpy.run_path(sys.argv[0], run_name='__main__')\n",
+        )
+        .arg(&sock_file)
+        .arg(repo.join("examples/starving_pipeline.py"))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _job = Reap(job);
+    let port = free_port();
+    let bin = assert_cmd::cargo::cargo_bin("gpufeed");
+    let mut child = std::process::Command::new(bin)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--window", "5s", "--pid", &_job.0.id().to_string()])
+        .env("GPUFEED_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let _g = Reap(child);
+    let mut lines = std::io::BufReader::new(err).lines();
+    let mut told = String::new();
+    let path = loop {
+        let Some(Ok(l)) = lines.next() else {
+            panic!("serve never told its step socket: {told}");
+        };
+        told.push_str(&l);
+        if let Some(i) = l.find("GPUFEED_STEP_SOCKET=") {
+            break l[i + "GPUFEED_STEP_SOCKET=".len()..].trim().to_string();
+        }
+    };
+    std::fs::write(&sock_file, &path).unwrap();
+    wait_for(Duration::from_secs(25), || {
+        get(port, "/metrics").filter(|b| {
+            b.contains("gpufeed_loop_phase_ratio{") && b.contains("gpufeed_loop_steps_per_second{")
+        })
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no loop phases or steps in /metrics: {}",
+            get(port, "/metrics").unwrap_or_default()
+        )
+    });
+    // Once the 5 s window holds nothing but the loop (no start-up), stacks and probe agree.
+    std::thread::sleep(Duration::from_secs(6));
+    let body = get(port, "/metrics").unwrap();
+    assert!(body.contains("# HELP gpufeed_loop_phase_ratio Share (0-1, of wall time)"));
+    let value = |prefix: &str| -> f64 {
+        body.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix}: {body}"))
+    };
+    let mut sum = 0.0;
+    for phase in [
+        "data_wait",
+        "forward",
+        "backward",
+        "optimizer",
+        "sync",
+        "checkpoint_io",
+        "other",
+    ] {
+        let series = body
+            .lines()
+            .find(|l| l.contains(&format!("phase=\"{phase}\"")))
+            .unwrap_or_else(|| panic!("no {phase}: {body}"));
+        let v: f64 = series.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!((0.0..=1.0).contains(&v), "{series}");
+        sum += v;
+    }
+    assert!((sum - 1.0).abs() < 0.02, "phases sum to {sum}: {body}");
+    // num_workers=0: the loop spends most of its time loading (waiting for) data.
+    let dw: f64 = body
+        .lines()
+        .find(|l| l.contains("phase=\"data_wait\""))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap();
+    assert!(dw > 0.2, "data_wait {dw}: {body}");
+    // The exported data wait is the probe's exact one; the stacks' estimate is within 15 points.
+    let wait = value("gpufeed_data_wait_ratio{");
+    assert!(wait > 0.2 && wait <= 1.0, "{wait}");
+    assert!(
+        (wait - dw).abs() <= 0.15,
+        "probe {wait} vs stacks {dw}: {body}"
+    );
+    assert!(value("gpufeed_loop_steps_per_second{") > 0.0);
+}
+
 #[test]
 fn a_real_prometheus_scrapes_gpufeed() {
     let Ok(prom) = which("prometheus") else {

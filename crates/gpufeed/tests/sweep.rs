@@ -146,6 +146,61 @@ fn workers_sweep_rises_then_plateaus_and_leaves_no_process() {
         .starts_with("| workers |"));
 }
 
+/// A job that sends no step markers (the example with GPUFEED_STEP_SOCKET taken away, timed by
+/// --rate-regex on its output): the data-wait column comes from the Python stacks, marked so.
+#[test]
+fn without_step_markers_the_data_wait_comes_from_the_stacks_and_says_so() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("s.json");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/starving_pipeline.py");
+    let out = gpufeed()
+        .args([
+            "sweep",
+            "-L",
+            "w",
+            "0,2",
+            "--min-time",
+            "3s",
+            "--max-time",
+            "7s",
+        ])
+        .args(["--tolerance", "10%", "--rate-regex", "([0-9.]+) it/s"])
+        .arg("--output-dir")
+        .arg(dir.path().join("out"))
+        .arg("--export-json")
+        .arg(&json)
+        .args(["--", "python3", "-c"])
+        .arg(
+            "import os, runpy, sys\n\
+             os.environ.pop('GPUFEED_STEP_SOCKET', None)\n\
+             sys.argv = [sys.argv[1], '--seconds', '30', '--workers', sys.argv[2]]\n\
+             runpy.run_path(sys.argv[0], run_name='__main__')\n",
+        )
+        .arg(&example)
+        .arg("{w}")
+        .timeout(Duration::from_secs(90))
+        .assert()
+        .success();
+    let stdout = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    let rep = read_json(&json);
+    let res = rep["results"].as_array().unwrap();
+    assert_eq!(res.len(), 2, "{stdout}");
+    for r in res {
+        assert_eq!(r["throughput"]["source"], "rate_regex", "{r}");
+        assert_eq!(r["data_wait_source"], "python_stacks", "{r}");
+    }
+    let wait = |r: &Value| r["data_wait_fraction"].as_f64().unwrap();
+    // The training loop loads its own batches without workers: it waits far more.
+    assert!(wait(&res[0]) > 0.2, "{stdout}");
+    assert!(wait(&res[0]) > wait(&res[1]) + 0.1, "{stdout}");
+    assert!(stdout.contains("%*"), "{stdout}");
+    assert!(
+        stdout.contains("* data wait estimated from Python stack samples"),
+        "{stdout}"
+    );
+}
+
 fn csv_lines(p: &Path) -> usize {
     std::fs::read_to_string(p).unwrap().lines().count()
 }

@@ -17,7 +17,9 @@ pub struct ServeArgs {
     /// Window of the busy ratio, oscillation, starvation score and verdict
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub window: Duration,
-    /// Follow this job's process tree (worker CPU, starvation verdict)
+    /// Follow this job's process tree (worker CPU, starvation verdict, training-loop phases)
     #[arg(long, value_name = "PID")]
     pub pid: Option<u32>,
+    #[command(flatten)]
+    pub py: crate::cli::PyStackOpts,
 }

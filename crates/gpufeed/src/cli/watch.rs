@@ -15,6 +15,8 @@ pub struct WatchArgs {
     pub pid: Option<u32>,
     #[command(flatten)]
     pub inject: crate::cli::InjectOpts,
+    #[command(flatten)]
+    pub py: crate::cli::PyStackOpts,
     /// Where the job's stdout and stderr go while the screen is in use
     #[arg(long, value_name = "PATH", default_value = "gpufeed-watch-job.log")]
     pub job_log: PathBuf,

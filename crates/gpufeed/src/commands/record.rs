@@ -12,6 +12,7 @@ use crate::record::format::{End, Line, OverridesLine};
 use crate::record::recorder::{default_output_name, Prepared, RecordError, RecorderConfig};
 use crate::record::summary::SummaryBuilder;
 use crate::sample::host::pid_alive;
+use crate::sample::steps::{StepSocket, ENV_VAR as STEP_ENV};
 use anyhow::Context;
 use std::io::IsTerminal;
 use std::path::Path;
@@ -39,6 +40,7 @@ fn prepare(global: &GlobalOpts, opts: &RecordingOpts) -> anyhow::Result<Prepared
         no_gpu: false,
         clobber,
         py: opts.py.config(true),
+        steps: open_steps(),
     })
     .map_err(|e| match e {
         RecordError::Exists { .. } => Failure::new(exit::USAGE, e.to_string()),
@@ -50,6 +52,18 @@ fn prepare(global: &GlobalOpts, opts: &RecordingOpts) -> anyhow::Result<Prepared
         eprintln!("gpufeed: the NVIDIA driver reports no GPU: recording host metrics only");
     }
     Ok(prepared)
+}
+
+/// The step-marker socket for the job (`GPUFEED_STEP_SOCKET`); without one the job is recorded
+/// all the same.
+fn open_steps() -> Option<Arc<StepSocket>> {
+    match StepSocket::open() {
+        Ok(s) => Some(Arc::new(s)),
+        Err(e) => {
+            eprintln!("gpufeed: note: no step-marker socket ({e}): step markers are not recorded");
+            None
+        }
+    }
 }
 
 /// After a recording: the summary, the diagnosis and (with `html`) the page, all from one read
@@ -124,11 +138,14 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
         .spec()
         .and_then(|s| crate::inject::for_setting(&s, &[]))
         .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
-    let env: Vec<(String, String)> = inject.iter().map(|i| i.env_var(&[])).collect();
+    let mut env: Vec<(String, String)> = inject.iter().map(|i| i.env_var(&[])).collect();
     if let (Some(h), Some(o)) = (&args.html, &args.rec.output) {
         refuse_same_as_input("--html", h, [o.as_path()])?;
     }
     let prepared = prepare(global, &args.rec)?;
+    if let Some(s) = prepared.steps() {
+        env.push((STEP_ENV.into(), s.path().display().to_string()));
+    }
 
     // Signals: one from the terminal reached the whole foreground group, the job included;
     // one sent to gpufeed alone (kill, a scheduler) is forwarded to every process of the job.
@@ -242,6 +259,7 @@ pub fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
         }
     }
     let prepared = prepare(global, &args.rec)?;
+    let step_path = prepared.steps().map(|s| s.path().display().to_string());
     let recorder = prepared
         .start(args.pid, None)
         .map_err(|e| Failure::input(e.to_string()))?;
@@ -259,6 +277,10 @@ pub fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
                 (None, None) => String::new(),
             }
         );
+        if let Some(p) = &step_path {
+            // A job started now (not one already running) can send its steps here.
+            eprintln!("gpufeed: step markers: start the job with {STEP_ENV}={p}");
+        }
     }
     let started = Instant::now();
     let reason = loop {

@@ -14,14 +14,31 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// What a live view samples beside host and GPUs.
+#[derive(Debug, Clone, Default)]
+pub struct LiveExtras {
+    /// Python stacks of the followed job (`--py-stacks`).
+    pub py: Option<crate::record::pyrec::PyConfig>,
+    /// The step-marker socket whose steps are folded in.
+    pub steps: Option<Arc<crate::sample::steps::StepSocket>>,
+}
+
 /// Starts sampling into a shared state; the returned sampler stops when dropped.
 pub fn start_live(
     global: &GlobalOpts,
     interval: Duration,
     window: Duration,
     pid: Option<u32>,
+    extras: LiveExtras,
 ) -> anyhow::Result<(LiveSampler, Arc<Mutex<LiveState>>)> {
-    start_live_counted(global, interval, window, pid, Arc::new(AtomicU64::new(0)))
+    start_live_counted(
+        global,
+        interval,
+        window,
+        pid,
+        extras,
+        Arc::new(AtomicU64::new(0)),
+    )
 }
 
 /// [`start_live`], bumping `generation` after every change of the state (so a reader can tell
@@ -31,6 +48,7 @@ pub fn start_live_counted(
     interval: Duration,
     window: Duration,
     pid: Option<u32>,
+    extras: LiveExtras,
     generation: Arc<AtomicU64>,
 ) -> anyhow::Result<(LiveSampler, Arc<Mutex<LiveState>>)> {
     if interval < Duration::from_millis(10) {
@@ -51,6 +69,8 @@ pub fn start_live_counted(
             nvml_lib: global.nvml_lib.clone(),
             no_gpu: false,
             root_pid: pid,
+            py: extras.py,
+            steps: extras.steps,
         },
         tx,
     )
@@ -97,11 +117,30 @@ pub fn run(global: &GlobalOpts, args: &ServeArgs) -> anyhow::Result<u8> {
     };
     let labels = prometheus::fleet_labels_from_env(|k| std::env::var(k).ok());
     let generation = Arc::new(AtomicU64::new(0));
+    // A step-marker socket for a job started beside the exporter (not with --once: it ends
+    // before a job could be told).
+    let steps = if args.once {
+        None
+    } else {
+        match crate::sample::steps::StepSocket::open() {
+            Ok(s) => Some(Arc::new(s)),
+            Err(e) => {
+                eprintln!("gpufeed: note: no step-marker socket ({e}): step markers are not read");
+                None
+            }
+        }
+    };
+    let step_path = steps.as_ref().map(|s| s.path().display().to_string());
+    let extras = LiveExtras {
+        py: args.py.config(true),
+        steps,
+    };
     let (mut sampler, state) = start_live_counted(
         global,
         args.interval,
         args.window,
         args.pid,
+        extras,
         Arc::clone(&generation),
     )?;
     if args.once {
@@ -125,6 +164,12 @@ pub fn run(global: &GlobalOpts, args: &ServeArgs) -> anyhow::Result<u8> {
     let listener = listener.expect("bound above");
     let addr = listener.local_addr().unwrap_or(args.listen);
     eprintln!("gpufeed: serving http://{addr}/metrics; Ctrl-C stops");
+    if let Some(p) = &step_path {
+        eprintln!(
+            "gpufeed: step markers: start the job with {}={p}",
+            crate::sample::steps::ENV_VAR
+        );
+    }
     let st = Arc::clone(&state);
     // The last exposition and the state generation it was encoded from: scrapes between two
     // samples share one encoding instead of each taking the state's lock to encode it again.

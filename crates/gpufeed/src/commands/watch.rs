@@ -32,7 +32,12 @@ struct Recording {
 const WATCH_FLUSH_BYTES: usize = 128 * 1024;
 
 impl Recording {
-    fn start(header: &Header) -> std::io::Result<Recording> {
+    /// `defs`: the Python frame and stack definitions seen so far (each is sent once, so a
+    /// recording started later needs them written first).
+    fn start<'a>(
+        header: &Header,
+        defs: impl Iterator<Item = &'a Line>,
+    ) -> std::io::Result<Recording> {
         // A new file under a unique default name (suffixed when taken): nothing is overwritten.
         let pending = crate::outfile::Pending::new(
             &default_output_name(SystemTime::now()),
@@ -45,7 +50,11 @@ impl Recording {
         first.flush()?;
         let (file, path) = pending.commit().map_err(std::io::Error::other)?;
         let out = RecordingWriter::new(file, compression)?;
-        Ok(Recording { path, out })
+        let mut r = Recording { path, out };
+        for d in defs {
+            r.write(d)?;
+        }
+        Ok(r)
     }
     fn write(&mut self, l: &Line) -> std::io::Result<()> {
         self.out.line(&mut l.clone())?;
@@ -175,7 +184,19 @@ pub fn run(global: &GlobalOpts, args: &WatchArgs) -> anyhow::Result<u8> {
     }
     let injection = crate::inject::for_setting(&inject, &[])
         .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
-    let env: Vec<(String, String)> = injection.iter().map(|i| i.env_var(&[])).collect();
+    let mut env: Vec<(String, String)> = injection.iter().map(|i| i.env_var(&[])).collect();
+    // Step markers from a job started here (`--pid` jobs were started without the variable).
+    let steps = if args.command.is_empty() {
+        None
+    } else {
+        crate::sample::steps::StepSocket::open().ok().map(Arc::new)
+    };
+    if let Some(s) = &steps {
+        env.push((
+            crate::sample::steps::ENV_VAR.into(),
+            s.path().display().to_string(),
+        ));
+    }
     let mut job = if args.command.is_empty() {
         None
     } else {
@@ -190,6 +211,9 @@ pub fn run(global: &GlobalOpts, args: &WatchArgs) -> anyhow::Result<u8> {
             nvml_lib: global.nvml_lib.clone(),
             no_gpu: false,
             root_pid: root,
+            // No notes: the screen is in use (the view says when stacks cannot be read).
+            py: args.py.config(false),
+            steps,
         },
         tx,
     ) {
@@ -298,7 +322,7 @@ fn ui_loop(
                                     Err(e) => format!("recording failed: {e}"),
                                 });
                             }
-                            None => match Recording::start(&state.header) {
+                            None => match Recording::start(&state.header, state.py_defs()) {
                                 Ok(r) => {
                                     ui.recording = Some(r.path.display().to_string());
                                     ui.message = None;

@@ -52,6 +52,9 @@ pub struct Evidence {
     /// What the job's Python stacks say, when they were sampled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<super::pyloop::PythonEvidence>,
+    /// What the job's step markers say, when it sent any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<super::pyloop::StepEvidence>,
     #[serde(default)]
     pub origin: Origin,
     /// Impossible values that were dropped (utilization outside 0-100 %, absurd memory or power,
@@ -485,6 +488,7 @@ pub struct EvidenceBuilder {
     profiling: BTreeMap<u32, ProfilingMeans>,
     py: super::pyloop::PyAcc,
     impossible: Impossible,
+    steps: super::pyloop::StepAcc,
 }
 
 /// The evidence is one consumer of the recording reader's single pass.
@@ -530,6 +534,10 @@ impl EvidenceBuilder {
             Line::PySamples(s) => {
                 self.seen(s.t_s);
                 self.py.push(line);
+            }
+            Line::Steps(st) => {
+                self.seen(st.t_s);
+                self.steps.push(line);
             }
             Line::Overrides(_) | Line::Unknown => {}
         }
@@ -860,13 +868,18 @@ impl EvidenceBuilder {
         };
 
         let job = self.finish_job(header, duration_s, &gpus);
-        let python = std::mem::take(&mut self.py).finish(header, &job);
+        let mut python = std::mem::take(&mut self.py).finish(header, &job);
+        let steps = std::mem::take(&mut self.steps).finish();
+        if let Some(p) = python.as_mut() {
+            super::pyloop::fill_ms_per_sample(p, steps.as_ref().and_then(|s| s.items));
+        }
         Evidence {
             duration_s,
             gpus,
             host,
             job,
             python,
+            steps,
             origin: Origin::Recording,
             warnings: self.impossible.warnings(duration_s),
         }

@@ -57,6 +57,9 @@ pub struct DiagnoseReport {
     /// The training loop seen through its Python stacks (`gpufeed run` samples them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<pyloop::PythonEvidence>,
+    /// The job's step markers (`GPUFEED_STEP_SOCKET`): exact step times and data wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<pyloop::StepEvidence>,
     /// Caveats for people (weak evidence, missing data).
     pub notes: Vec<String>,
     /// Phases a log was split into (start-up, active, eval-like, idle, idle tail); only the
@@ -139,6 +142,7 @@ pub fn build_report(read: input::ReadOutcome) -> DiagnoseReport {
         host: e.host,
         job: e.job,
         python: e.python,
+        steps: e.steps,
         notes,
         phases: read.phases,
     }
@@ -178,9 +182,18 @@ fn stack_notes(e: &Evidence) -> Vec<String> {
         )),
         _ => {}
     }
-    let Some(wait) = p.data_wait_pct else {
+    let Some((wait, source, _)) = rules::stacks::data_wait_from(e) else {
         return out;
     };
+    if source == rules::stacks::WaitSource::StepProbe {
+        out.push(format!(
+            "Data wait {wait:.0}% is from the job's step markers (exact, per step), used over \
+             the Python stacks' estimate{}.",
+            p.data_wait_pct
+                .map(|s| format!(" ({s:.0}%)"))
+                .unwrap_or_default()
+        ));
+    }
     if let Some(b) = rules::stacks::gpu_overlaps_wait(e) {
         if wait >= rules::stacks::DATA_WAIT_PCT {
             out.push(format!(

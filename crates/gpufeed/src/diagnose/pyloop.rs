@@ -94,6 +94,10 @@ pub struct Hotspot {
     pub ms_per_sample: Option<f64>,
     pub kind: StageKind,
     pub samples: u64,
+    /// Seconds of work the samples stand for (each process weighted by its own reading
+    /// interval: workers are read less often than the training process).
+    #[serde(skip)]
+    pub work_s: f64,
 }
 
 /// A place where the training thread synchronises with the device.
@@ -136,6 +140,85 @@ pub struct PythonEvidence {
     pub detail: Option<String>,
 }
 
+/// What the job's step markers (`GPUFEED_STEP_SOCKET`, the probe) say: the exact data wait.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepEvidence {
+    /// Steps timed (each from the previous step's end to its own).
+    pub steps: u64,
+    pub steps_per_s: Option<f64>,
+    /// Share of the steps' time spent waiting for the input batch, when every step reported it.
+    pub data_wait_pct: Option<f64>,
+    /// Samples in the timed steps, when every step reported its count.
+    pub items: Option<u64>,
+    pub samples_per_s: Option<f64>,
+}
+
+/// Streams `steps` lines.
+#[derive(Debug, Default)]
+pub struct StepAcc {
+    steps: u64,
+    span_s: f64,
+    wait_s: Option<f64>,
+    items: Option<u64>,
+    any: bool,
+}
+
+impl StepAcc {
+    pub fn push(&mut self, line: &Line) {
+        let Line::Steps(s) = line else { return };
+        if s.steps == 0 {
+            return;
+        }
+        if !self.any {
+            self.any = true;
+            self.wait_s = Some(0.0);
+            self.items = Some(0);
+        }
+        self.steps += s.steps;
+        self.span_s += s.span_s;
+        self.wait_s = self.wait_s.zip(s.wait_s).map(|(a, b)| a + b);
+        self.items = self.items.zip(s.items).map(|(a, b)| a + b);
+    }
+
+    /// The evidence, or `None` when no step was timed.
+    pub fn finish(self) -> Option<StepEvidence> {
+        if !self.any || self.span_s <= 0.0 {
+            return None;
+        }
+        let per_s = |n: f64| super::rules::r2(n / self.span_s);
+        Some(StepEvidence {
+            steps: self.steps,
+            steps_per_s: Some(per_s(self.steps as f64)),
+            data_wait_pct: self
+                .wait_s
+                .map(|w| super::rules::r1((w / self.span_s * 100.0).clamp(0.0, 100.0))),
+            items: self.items,
+            samples_per_s: self.items.map(|i| per_s(i as f64)),
+        })
+    }
+}
+
+/// Fills each hot stage's milliseconds of loading work per sample loaded, from the samples the
+/// step markers counted: a stage's stack samples over all threads, each weighted by its
+/// process's reading interval, are its seconds of work, spread over the `items` loaded meanwhile.
+pub fn fill_ms_per_sample(p: &mut PythonEvidence, items: Option<u64>) {
+    let Some(items) = items.filter(|i| *i > 0) else {
+        return;
+    };
+    let rate = p.rate_hz.filter(|r| *r > 0.0);
+    for h in &mut p.data_hotspots {
+        let secs = if h.work_s > 0.0 {
+            h.work_s
+        } else if let Some(r) = rate {
+            h.samples as f64 / r
+        } else {
+            continue;
+        };
+        let ms = secs * 1000.0 / items as f64;
+        h.ms_per_sample = Some((ms * 1000.0).round() / 1000.0);
+    }
+}
+
 #[derive(Debug, Default)]
 struct ThreadTotals {
     name: Option<String>,
@@ -156,6 +239,8 @@ pub struct PyAcc {
     statuses: BTreeMap<u32, (PyStatus, Option<String>)>,
     threads: BTreeMap<(u32, u64), ThreadTotals>,
     ticks: BTreeMap<u32, u64>,
+    /// Seconds covered by each process's `py_samples` lines.
+    secs: BTreeMap<u32, f64>,
     /// Phase of each stack (classified once; `None` for an empty stack: no Python running).
     phase_of: HashMap<u32, Option<Phase>>,
 }
@@ -174,6 +259,9 @@ impl PyAcc {
             }
             Line::PySamples(s) => {
                 *self.ticks.entry(s.pid).or_default() += s.ticks;
+                if s.dt_s.is_finite() && s.dt_s > 0.0 {
+                    *self.secs.entry(s.pid).or_default() += s.dt_s;
+                }
                 for t in &s.threads {
                     // Phases are classified here from the stacks (the recorded counts are for
                     // other readers): a better classifier then serves old recordings too.
@@ -382,10 +470,22 @@ impl PyAcc {
         });
 
         // Data-loading stages over every thread of every process.
-        type StageAcc = (StageKind, u64, HashMap<i32, u64>);
+        type StageAcc = (StageKind, u64, HashMap<i32, u64>, f64);
         let mut by_stage: HashMap<(String, String), StageAcc> = HashMap::new();
-        let mut data_total = 0u64;
-        let mut data_io = 0u64;
+        // Seconds per reading of each process (workers are read less often than the training
+        // process); without interval data, the nominal period.
+        let nominal = header
+            .py_rate_hz
+            .filter(|r| *r > 0.0)
+            .map_or(0.01, |r| 1.0 / r);
+        let period = |pid: u32| -> f64 {
+            match (self.secs.get(&pid), self.ticks.get(&pid)) {
+                (Some(s), Some(t)) if *t > 0 && *s > 0.0 => s / *t as f64,
+                _ => nominal,
+            }
+        };
+        let mut data_total = 0.0f64;
+        let mut data_io = 0.0f64;
         let mut loading_by_pid: BTreeMap<u32, u64> = BTreeMap::new();
         let mut stage_cache: HashMap<u32, Option<(String, String, i32, StageKind)>> =
             HashMap::new();
@@ -407,19 +507,21 @@ impl PyAcc {
                 let Some((name, file, line, kind)) = stage.clone() else {
                     continue;
                 };
-                data_total += n;
-                data_io += if kind == StageKind::Read { *n } else { *idle };
+                let w = period(*pid);
+                data_total += *n as f64 * w;
+                data_io += if kind == StageKind::Read { *n } else { *idle } as f64 * w;
                 *loading_by_pid.entry(*pid).or_default() += n;
                 let e = by_stage
                     .entry((name, file))
-                    .or_insert_with(|| (kind, 0, HashMap::new()));
+                    .or_insert_with(|| (kind, 0, HashMap::new(), 0.0));
                 e.1 += n;
                 *e.2.entry(line).or_default() += n;
+                e.3 += *n as f64 * w;
             }
         }
         let mut data_hotspots: Vec<Hotspot> = by_stage
             .into_iter()
-            .map(|((function, file), (kind, n, lines))| Hotspot {
+            .map(|((function, file), (kind, n, lines, secs))| Hotspot {
                 function,
                 file,
                 line: lines
@@ -427,13 +529,23 @@ impl PyAcc {
                     .max_by_key(|(l, c)| (*c, std::cmp::Reverse(*l)))
                     .map(|(l, _)| l)
                     .unwrap_or(0),
-                pct: super::rules::r1(n as f64 * 100.0 / data_total.max(1) as f64),
+                pct: super::rules::r1(if data_total > 0.0 {
+                    secs * 100.0 / data_total
+                } else {
+                    0.0
+                }),
                 ms_per_sample: None,
                 kind,
                 samples: n,
+                work_s: secs,
             })
             .collect();
-        data_hotspots.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.function.cmp(&b.function)));
+        data_hotspots.sort_by(|a, b| {
+            b.work_s
+                .total_cmp(&a.work_s)
+                .then(b.samples.cmp(&a.samples))
+                .then(a.function.cmp(&b.function))
+        });
         data_hotspots.truncate(HOTSPOTS_KEPT);
 
         let main_p = main.as_ref().map(|m| m.pid);
@@ -457,8 +569,7 @@ impl PyAcc {
             loader_processes: loaders.len() as u32,
             loader_busy_pct: (!loaders.is_empty())
                 .then(|| super::rules::r1(loaders.iter().sum::<f64>() / loaders.len() as f64)),
-            data_io_pct: (data_total > 0)
-                .then(|| super::rules::r1(data_io as f64 * 100.0 / data_total as f64)),
+            data_io_pct: (data_total > 0.0).then(|| super::rules::r1(data_io * 100.0 / data_total)),
             sync_sites,
             detail,
         })
@@ -571,6 +682,107 @@ mod tests {
         assert_eq!(p.data_in_main_pct, Some(0.0));
         assert_eq!(p.status, PyStatus::Ok);
         assert_eq!(p.samples, 500);
+    }
+
+    #[test]
+    fn workers_read_less_often_are_weighted_by_their_own_interval() {
+        let mut acc = PyAcc::default();
+        for l in [
+            frame(0, "Dataset.__getitem__", "/home/u/ds.py"),
+            frame(1, "Decode.__call__", "/home/u/ds.py"),
+            frame(2, "Crop.__call__", "/home/u/ds.py"),
+            Line::PyStack(PyStackDef {
+                id: 0,
+                frames: vec![0, 1],
+            }),
+            Line::PyStack(PyStackDef {
+                id: 1,
+                frames: vec![0, 2],
+            }),
+        ] {
+            acc.push(&l);
+        }
+        // Process 20 read 100 times a second, all in Crop; process 21 read 25 times a second
+        // (a quarter rate), all in Decode: each of its samples stands for 40 ms, not 10.
+        acc.push(&samples(1.0, 20, vec![(20, vec![[1, 100, 0]])]));
+        let Line::PySamples(mut w) = samples(1.0, 21, vec![(21, vec![[0, 25, 0]])]) else {
+            unreachable!()
+        };
+        w.ticks = 25;
+        acc.push(&Line::PySamples(w));
+        let header: Header = serde_json::from_str(
+            r#"{"schema_version":2,"start_time":"x","start_unix_us":0,"interval_s":0.1,"host":{"cpu_count":2},"pid":10,"py_rate_hz":100.0}"#,
+        )
+        .unwrap();
+        let mut p = acc.finish(&header, &JobEvidence::default()).unwrap();
+        let h: Vec<(&str, f64, u64)> = p
+            .data_hotspots
+            .iter()
+            .map(|h| (h.function.as_str(), h.pct, h.samples))
+            .collect();
+        assert_eq!(
+            h,
+            vec![("Crop.__call__", 50.0, 100), ("Decode.__call__", 50.0, 25)]
+        );
+        // One second of work each, over 100 samples loaded: 10 ms per sample.
+        fill_ms_per_sample(&mut p, Some(100));
+        assert_eq!(p.data_hotspots[1].ms_per_sample, Some(10.0));
+        assert_eq!(p.loader_busy_pct, Some(100.0));
+    }
+
+    #[test]
+    fn steps_fold_into_the_exact_wait_and_ms_per_sample_needs_their_items() {
+        use crate::record::format::StepsLine;
+        let mut acc = StepAcc::default();
+        assert_eq!(StepAcc::default().finish(), None);
+        for (steps, span, wait, items) in [
+            (10, 1.0, Some(0.4), Some(80)),
+            (10, 1.0, Some(0.6), Some(80)),
+        ] {
+            acc.push(&Line::Steps(StepsLine {
+                t_s: 1.0,
+                dt_s: 1.0,
+                steps,
+                span_s: span,
+                wait_s: wait,
+                items,
+            }));
+        }
+        let s = acc.finish().unwrap();
+        assert_eq!(
+            (s.steps, s.data_wait_pct, s.items),
+            (20, Some(50.0), Some(160))
+        );
+        assert_eq!((s.steps_per_s, s.samples_per_s), (Some(10.0), Some(80.0)));
+        let mut p = PythonEvidence {
+            status: PyStatus::Ok,
+            rate_hz: Some(100.0),
+            samples: 0,
+            sampled_processes: 1,
+            main: None,
+            data_hotspots: vec![Hotspot {
+                function: "DecodeImage.__call__".into(),
+                file: "/u/t.py".into(),
+                line: 3,
+                pct: 60.0,
+                ms_per_sample: None,
+                kind: StageKind::Transform,
+                samples: 320,
+                work_s: 0.0,
+            }],
+            data_wait_pct: None,
+            data_in_main_pct: None,
+            loader_processes: 0,
+            loader_busy_pct: None,
+            data_io_pct: None,
+            sync_sites: vec![],
+            detail: None,
+        };
+        fill_ms_per_sample(&mut p, None);
+        assert_eq!(p.data_hotspots[0].ms_per_sample, None, "unknown, not 0");
+        // 320 samples at 100 Hz = 3.2 s of work over 160 samples loaded: 20 ms each.
+        fill_ms_per_sample(&mut p, Some(160));
+        assert_eq!(p.data_hotspots[0].ms_per_sample, Some(20.0));
     }
 
     #[test]

@@ -74,6 +74,10 @@ pub struct LiveReport {
     pub verdict: verdict::Verdict,
     pub findings: Vec<Finding>,
     pub gpus: Vec<GpuEvidence>,
+    /// The training loop over the window, when its Python stacks are sampled.
+    pub python: Option<crate::diagnose::pyloop::PythonEvidence>,
+    /// The job's step markers over the window, when it sends any.
+    pub steps: Option<crate::diagnose::pyloop::StepEvidence>,
 }
 
 /// Everything `watch` and `serve` show.
@@ -93,6 +97,8 @@ pub struct LiveState {
     window_s: f64,
     /// Lines of the last `window_s` seconds (shared, so an evaluation can run outside a lock).
     window: VecDeque<Arc<Line>>,
+    /// Python frame and stack definitions (each sent once, so kept for the whole session).
+    py_defs: Vec<Arc<Line>>,
     last_eval: Option<f64>,
     auto_evaluate: bool,
 }
@@ -100,6 +106,7 @@ pub struct LiveState {
 /// What an evaluation needs, taken from the state so it can run without holding it.
 pub struct EvalInput {
     header: Header,
+    py_defs: Vec<Arc<Line>>,
     procs: Vec<ProcStart>,
     window: Vec<Arc<Line>>,
     t_s: f64,
@@ -113,6 +120,9 @@ impl EvalInput {
         for p in &self.procs {
             b.push(&Line::ProcStart(p.clone()));
         }
+        for l in &self.py_defs {
+            b.push(l);
+        }
         for l in &self.window {
             b.push(l);
         }
@@ -125,6 +135,8 @@ impl EvalInput {
             verdict: v,
             findings,
             gpus: e.gpus,
+            python: e.python,
+            steps: e.steps,
         }
     }
 }
@@ -139,6 +151,7 @@ fn line_t(l: &Line) -> Option<f64> {
         Line::Overrides(o) => Some(o.t_s),
         Line::PyStatus(p) => Some(p.t_s),
         Line::PySamples(p) => Some(p.t_s),
+        Line::Steps(s) => Some(s.t_s),
         Line::PyFrame(_) | Line::PyStack(_) | Line::Unknown => None,
     }
 }
@@ -185,6 +198,7 @@ impl LiveState {
             report: None,
             window_s: window_s.max(1.0),
             window: VecDeque::new(),
+            py_defs: Vec::new(),
             last_eval: None,
             auto_evaluate: true,
         }
@@ -212,6 +226,7 @@ impl LiveState {
             .unwrap_or(self.t_s);
         EvalInput {
             header: self.header.clone(),
+            py_defs: self.py_defs.clone(),
             procs: self
                 .procs
                 .values()
@@ -227,6 +242,11 @@ impl LiveState {
             t_s: self.t_s,
             t0,
         }
+    }
+
+    /// The Python frame and stack definitions received so far.
+    pub fn py_defs(&self) -> impl Iterator<Item = &Line> {
+        self.py_defs.iter().map(|l| l.as_ref())
     }
 
     pub fn set_report(&mut self, r: LiveReport) {
@@ -291,7 +311,11 @@ impl LiveState {
                 }
             }
             Line::End(_) | Line::Overrides(_) | Line::Unknown => {}
-            Line::PyStatus(_) | Line::PyFrame(_) | Line::PyStack(_) | Line::PySamples(_) => {}
+            Line::PyFrame(_) | Line::PyStack(_) => {
+                self.py_defs.push(Arc::new(line));
+                return;
+            }
+            Line::PyStatus(_) | Line::PySamples(_) | Line::Steps(_) => {}
         }
         if line_t(&line).is_some() && !matches!(line, Line::ProcStart(_) | Line::Overrides(_)) {
             self.window.push_back(Arc::new(line));
@@ -587,11 +611,87 @@ pub(crate) mod fixture {
         st.evaluate();
         st
     }
+
+    /// [`state`] whose main process's Python stacks were sampled at 100 Hz for `secs` seconds:
+    /// data_wait 50%, forward 25%, backward 15%, optimizer 5%, other 5%; and step markers
+    /// saying the loop waits 46% of each step.
+    pub fn state_with_loop(gpus: u32, secs: u32) -> LiveState {
+        use crate::record::format::{PyFrameDef, PySamples, PyStackDef, PyThreadCounts, StepsLine};
+        let mut st = state(gpus, secs);
+        let frames = [
+            ("<module>", "/home/u/train.py"),
+            (
+                "_next_data",
+                "/v/site-packages/torch/utils/data/dataloader.py",
+            ),
+            ("Net.forward", "/home/u/train.py"),
+            ("backward", "/v/site-packages/torch/autograd/__init__.py"),
+            ("SGD.step", "/v/site-packages/torch/optim/sgd.py"),
+            ("log_metrics", "/home/u/train.py"),
+        ];
+        for (id, (name, file)) in frames.iter().enumerate() {
+            st.push(Line::PyFrame(PyFrameDef {
+                id: id as u32,
+                name: name.to_string(),
+                file: file.to_string(),
+                line: 10,
+                src: None,
+            }));
+        }
+        for id in 1..=5u32 {
+            st.push(Line::PyStack(PyStackDef {
+                id: id - 1,
+                frames: vec![0, id],
+            }));
+        }
+        for t in 1..=secs {
+            st.push(Line::PySamples(PySamples {
+                t_s: t as f64,
+                dt_s: 1.0,
+                pid: 100,
+                ticks: 100,
+                threads: vec![PyThreadCounts {
+                    tid: 100,
+                    name: Some("MainThread".into()),
+                    stacks: vec![[0, 50, 50], [1, 25, 0], [2, 15, 0], [3, 5, 0], [4, 5, 0]],
+                    phases: Default::default(),
+                }],
+            }));
+            st.push(Line::Steps(StepsLine {
+                t_s: t as f64,
+                dt_s: 1.0,
+                steps: 10,
+                span_s: 1.0,
+                wait_s: Some(0.46),
+                items: Some(80),
+            }));
+        }
+        st.evaluate();
+        st
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_window_gives_the_training_loops_phases_and_steps() {
+        let st = fixture::state_with_loop(1, 20);
+        let r = st.report.as_ref().unwrap();
+        let m = r.python.as_ref().unwrap().main.as_ref().unwrap();
+        assert_eq!((m.pid, m.tid), (100, 100));
+        assert_eq!(m.phases_pct.data_wait, 50.0);
+        assert_eq!(m.phases_pct.forward, 25.0);
+        assert_eq!(m.phases_pct.backward, 15.0);
+        assert_eq!(m.phases_pct.optimizer, 5.0);
+        assert_eq!(m.phases_pct.other, 5.0);
+        let s = r.steps.as_ref().unwrap();
+        assert_eq!(s.data_wait_pct, Some(46.0));
+        assert_eq!(s.steps_per_s, Some(10.0));
+        // Frame and stack definitions are kept beyond the window; samples are not.
+        assert_eq!(st.py_defs().count(), 11);
+    }
 
     #[test]
     fn counters_wrap() {

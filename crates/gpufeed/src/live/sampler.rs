@@ -9,9 +9,11 @@
 use crate::record::format::{Header, Line, SCHEMA_VERSION};
 use crate::record::recorder::{host_thread, with_gpu_source, GpuReply, Ticker};
 use crate::sample::host::host_info;
+use crate::sample::steps::StepSocket;
 use crate::sample::GpuSource;
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -34,6 +36,10 @@ pub struct SamplerConfig {
     pub no_gpu: bool,
     /// Root of the job's process tree to follow.
     pub root_pid: Option<u32>,
+    /// Sample the Python stacks of that tree (`py_*` lines; needs `root_pid`).
+    pub py: Option<crate::record::pyrec::PyConfig>,
+    /// The job's step-marker socket: its steps arrive as `steps` lines.
+    pub steps: Option<Arc<StepSocket>>,
 }
 
 /// Running sampling threads; dropping it stops them.
@@ -98,14 +104,43 @@ impl LiveSampler {
             gpu_error,
             command: None,
             pid: cfg.root_pid,
-            py_rate_hz: None,
+            py_rate_hz: cfg.py.filter(|_| cfg.root_pid.is_some()).map(|p| p.rate_hz),
         };
+        // The job's processes as the host thread last saw them, for the Python sampler.
+        let tree: Arc<Mutex<Vec<u32>>> = Arc::new(Mutex::new(cfg.root_pid.into_iter().collect()));
+        if let (Some(py), Some(_)) = (cfg.py, cfg.root_pid) {
+            let (stop_tx, stop_rx) = mpsc::channel();
+            let tx = lines.clone();
+            let pids = Arc::clone(&tree);
+            let th = std::thread::Builder::new()
+                .name("gpufeed-live-py".into())
+                .spawn(move || crate::record::pyrec::py_thread(t0, py, pids, tx, stop_rx))
+                .map_err(|source| SamplerError::Thread {
+                    what: "Python stack",
+                    source,
+                })?;
+            stops.push(stop_tx);
+            threads.push(th);
+        }
+        if let Some(sock) = cfg.steps.clone() {
+            let (stop_tx, stop_rx) = mpsc::channel();
+            let tx = lines.clone();
+            let th = std::thread::Builder::new()
+                .name("gpufeed-live-steps".into())
+                .spawn(move || crate::record::recorder::steps_thread(t0, sock, tx, stop_rx))
+                .map_err(|source| SamplerError::Thread {
+                    what: "step marker",
+                    source,
+                })?;
+            stops.push(stop_tx);
+            threads.push(th);
+        }
         let (stop_tx, stop_rx) = mpsc::channel();
         let interval = cfg.interval;
         let root = cfg.root_pid;
         let th = std::thread::Builder::new()
             .name("gpufeed-live-host".into())
-            .spawn(move || host_thread(t0, interval, root, lines, stop_rx, None))
+            .spawn(move || host_thread(t0, interval, root, lines, stop_rx, Some(tree)))
             .map_err(|source| SamplerError::Thread {
                 what: "host",
                 source,
@@ -179,6 +214,8 @@ mod tests {
                 nvml_lib: None,
                 no_gpu: true,
                 root_pid: Some(std::process::id()),
+                py: None,
+                steps: None,
             },
             tx,
         )

@@ -48,7 +48,9 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     ("DCGM_FI_DEV_PCIE_LINK_WIDTH", "gauge", "Current PCIe link width (lanes)"),
     ("gpufeed_pcie_link_max_gen", "gauge", "Highest PCIe link generation the GPU and its slot support (generation)"),
     ("gpufeed_pcie_link_max_width", "gauge", "Widest PCIe link the GPU and its slot support (lanes)"),
-    ("gpufeed_data_wait_ratio", "gauge", "Share of the training loop's time spent waiting for the next batch, when measured (Python stacks or the step probe); absent otherwise (ratio 0-1)"),
+    ("gpufeed_data_wait_ratio", "gauge", "Share of the training loop's time spent waiting for the next batch over the window, when measured: the step probe's exact wait, else the Python stacks' estimate; absent otherwise (ratio 0-1)"),
+    ("gpufeed_loop_phase_ratio", "gauge", "Share of wall time of the training thread's Python stack samples in each phase over the window (label phase: data_wait, forward, backward, optimizer, sync, checkpoint_io, other); absent without Python stacks (ratio 0-1)"),
+    ("gpufeed_loop_steps_per_second", "gauge", "Training steps per second over the window, from the job's step markers (GPUFEED_STEP_SOCKET); absent without them (steps per second)"),
     ("gpufeed_throttle_seconds_total", "counter", "Time with a clock-slowing reason set (GpuIdle excluded), by reason (seconds)"),
     ("gpufeed_verdict", "gauge", "1 for the live verdict over the window (label id), with its confidence in gpufeed_verdict_confidence (boolean)"),
     ("gpufeed_verdict_confidence", "gauge", "Confidence of the live verdict (ratio 0-1)"),
@@ -224,17 +226,33 @@ pub fn encode_state_labeled(st: &LiveState, labels: &[(String, String)]) -> Stri
     let verdict = gauge(&mut reg, "gpufeed_verdict");
     let conf = gauge(&mut reg, "gpufeed_verdict_confidence");
     let wait = gauge(&mut reg, "gpufeed_data_wait_ratio");
+    let phase = gauge(&mut reg, "gpufeed_loop_phase_ratio");
+    let steps = gauge(&mut reg, "gpufeed_loop_steps_per_second");
     if let Some(r) = &st.report {
-        // The data wait a finding measured (its `data_wait_pct` evidence), if any did.
-        let measured = r
+        // The probe's exact wait, else the stacks' estimate, else what a finding measured.
+        let probe = r.steps.as_ref().and_then(|s| s.data_wait_pct);
+        let stacks = r.python.as_ref().and_then(|p| p.data_wait_pct);
+        let finding = r
             .findings
             .iter()
             .filter_map(|f| f.evidence.get("data_wait_pct")?.as_f64())
             .filter(|v| v.is_finite())
             .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
-        if let Some(pct) = measured {
+        // One series whatever the source, so alerts over time see one series.
+        if let Some(pct) = probe.or(stacks).or(finding) {
             wait.get_or_create(&l(&[("hostname", host)]))
                 .set((pct / 100.0).clamp(0.0, 1.0));
+        }
+        if let Some(m) = r.python.as_ref().and_then(|p| p.main.as_ref()) {
+            use crate::sample::pyphase::Phase;
+            for p in Phase::ALL {
+                phase
+                    .get_or_create(&l(&[("hostname", host), ("phase", p.as_str())]))
+                    .set((m.phases_pct.get(p) / 100.0).clamp(0.0, 1.0));
+            }
+        }
+        if let Some(v) = r.steps.as_ref().and_then(|s| s.steps_per_s) {
+            steps.get_or_create(&l(&[("hostname", host)])).set(v);
         }
         verdict
             .get_or_create(&l(&[("id", r.verdict.id.as_str()), ("hostname", host)]))
@@ -286,6 +304,36 @@ pub fn encode_state_labeled(st: &LiveState, labels: &[(String, String)]) -> Stri
 mod tests {
     use super::*;
     use crate::live::fixture;
+
+    #[test]
+    fn loop_phases_and_the_probes_wait_are_exported_as_ratios() {
+        let text = encode_state(&fixture::state_with_loop(1, 20));
+        for (phase, v) in [
+            ("data_wait", "0.5"),
+            ("forward", "0.25"),
+            ("backward", "0.15"),
+            ("optimizer", "0.05"),
+            ("sync", "0.0"),
+            ("checkpoint_io", "0.0"),
+            ("other", "0.05"),
+        ] {
+            let series =
+                format!("gpufeed_loop_phase_ratio{{hostname=\"node1\",phase=\"{phase}\"}} {v}\n");
+            assert!(text.contains(&series), "{series}: {text}");
+        }
+        assert!(text.contains("# HELP gpufeed_loop_phase_ratio Share of wall time"));
+        assert!(text.contains("# TYPE gpufeed_loop_phase_ratio gauge"));
+        // The probe's exact wait (46%) wins over the stacks' 50%.
+        assert!(
+            text.contains("gpufeed_data_wait_ratio{hostname=\"node1\"} 0.46\n"),
+            "{text}"
+        );
+        assert!(text.contains("gpufeed_loop_steps_per_second{hostname=\"node1\"} 10.0\n"));
+        // Without stacks or steps: absent, never 0.
+        let plain = encode_state(&fixture::state(1, 20));
+        assert!(!plain.contains("gpufeed_loop_phase_ratio{"), "{plain}");
+        assert!(!plain.contains("gpufeed_loop_steps_per_second{"));
+    }
 
     #[test]
     fn exposition_names_values_and_order() {

@@ -22,6 +22,9 @@ pub struct RunReport {
     /// The training loop seen through its Python stacks, when they were sampled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<diagnose::pyloop::PythonEvidence>,
+    /// The job's step markers (`GPUFEED_STEP_SOCKET`), when it sent any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<diagnose::pyloop::StepEvidence>,
 }
 
 impl RunReport {
@@ -32,6 +35,7 @@ impl RunReport {
             findings: diagnosis.map(|d| d.findings.clone()).unwrap_or_default(),
             notes: diagnosis.map(|d| d.notes.clone()).unwrap_or_default(),
             python: diagnosis.and_then(|d| d.python.clone()),
+            steps: diagnosis.and_then(|d| d.steps.clone()),
         }
     }
 }

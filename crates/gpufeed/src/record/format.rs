@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 pub use crate::sample::event::{
     End, Header, Line, OverridesLine, PyFrameDef, PySamples, PyStackDef, PyStatusLine,
-    PyThreadCounts, SCHEMA_VERSION,
+    PyThreadCounts, StepsLine, SCHEMA_VERSION,
 };
 
 /// Rounds `x` to `dp` decimal places.
@@ -88,6 +88,12 @@ impl Line {
             Line::PySamples(p) => {
                 p.t_s = round_dp(p.t_s, T);
                 p.dt_s = round_dp(p.dt_s, T);
+            }
+            Line::Steps(st) => {
+                st.t_s = round_dp(st.t_s, T);
+                st.dt_s = round_dp(st.dt_s, T);
+                st.span_s = round_dp(st.span_s, T);
+                round_opt(&mut st.wait_s, T);
             }
             Line::PyFrame(_) | Line::PyStack(_) | Line::Unknown => {}
         }

@@ -8,6 +8,7 @@ use super::writer::{Compression, RecordingWriter};
 use crate::outfile::{Clobber, OutputError, Pending};
 use crate::sample::host::{host_info, HostSampler, ProcTree};
 use crate::sample::nvml::{self, NvmlSource};
+use crate::sample::steps::{StepFolder, StepSocket};
 use crate::sample::{DriverInfo, GpuSource, GpuStatic};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
@@ -55,6 +56,8 @@ pub struct RecorderConfig {
     pub clobber: Clobber,
     /// Sample the Python stacks of the job's processes (needs a job: `root_pid`).
     pub py: Option<super::pyrec::PyConfig>,
+    /// The job's step-marker socket: its steps are written as `steps` lines.
+    pub steps: Option<Arc<StepSocket>>,
 }
 
 impl From<OutputError> for RecordError {
@@ -181,6 +184,11 @@ impl Prepared {
         Arc::clone(&self.tree_pids)
     }
 
+    /// The step-marker socket whose steps are recorded, if any.
+    pub fn steps(&self) -> Option<&Arc<StepSocket>> {
+        self.cfg.steps.as_ref()
+    }
+
     /// Where the recording will go (it gets this name, or a suffixed one for `Clobber::Suffix`,
     /// only at `start`).
     pub fn path(&self) -> &Path {
@@ -265,6 +273,19 @@ impl Prepared {
                 .spawn(move || host_thread(t0, interval, root_pid, lines, stop_rx, Some(pids)))
                 .map_err(|source| RecordError::Thread {
                     what: "host",
+                    source,
+                })?;
+            stop_txs.push(stop_tx);
+            samplers.push(th);
+        }
+        if let Some(sock) = self.cfg.steps.clone() {
+            let (stop_tx, stop_rx) = mpsc::channel();
+            let lines = lines_tx.clone();
+            let th = std::thread::Builder::new()
+                .name("gpufeed-steps-rec".into())
+                .spawn(move || steps_thread(t0, sock, lines, stop_rx))
+                .map_err(|source| RecordError::Thread {
+                    what: "step marker",
                     source,
                 })?;
             stop_txs.push(stop_tx);
@@ -397,6 +418,49 @@ fn writer_thread(
     out.flush().map_err(|e| e.to_string())?;
     out.get_ref().sync_data().ok();
     Ok(())
+}
+
+/// How often step markers are aggregated into a `steps` line.
+pub const STEPS_EVERY: Duration = Duration::from_secs(1);
+
+/// Writes the steps received on `sock` as one `steps` line per [`STEPS_EVERY`] in which any
+/// ended, until told to stop (then once more, for the last ones).
+pub(crate) fn steps_thread(
+    t0: Instant,
+    sock: Arc<StepSocket>,
+    lines: Sender<Line>,
+    stop: Receiver<()>,
+) {
+    let mut seen = 0usize;
+    let mut folder = StepFolder::default();
+    let mut last = t0;
+    loop {
+        let stopping = !matches!(
+            stop.recv_timeout(STEPS_EVERY),
+            Err(RecvTimeoutError::Timeout)
+        );
+        let marks = sock.marks_since(seen);
+        seen += marks.len();
+        let tot = folder.fold(&marks);
+        let now = Instant::now();
+        if tot.steps > 0 {
+            let line = Line::Steps(super::format::StepsLine {
+                t_s: now.duration_since(t0).as_secs_f64(),
+                dt_s: now.duration_since(last).as_secs_f64(),
+                steps: tot.steps,
+                span_s: tot.span_s,
+                wait_s: tot.wait_s,
+                items: tot.items,
+            });
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+        last = now;
+        if stopping {
+            return;
+        }
+    }
 }
 
 /// The schedule of a sampling thread: readings every `every` from `t0` (skipping missed ones
@@ -606,6 +670,7 @@ mod tests {
             no_gpu: true,
             clobber: Clobber::Refuse,
             py: None,
+            steps: None,
         })
         .unwrap();
         let mut child = std::process::Command::new("sh")
@@ -637,5 +702,52 @@ mod tests {
         assert_eq!(ends, 1);
         assert!(!st.truncated && !st.unfinished);
         std::fs::read(&path).unwrap()
+    }
+
+    #[test]
+    fn step_markers_become_steps_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("r.ndjson");
+        let sock = Arc::new(StepSocket::open().unwrap());
+        let prepared = Prepared::new(RecorderConfig {
+            output: out.clone(),
+            interval: Duration::from_millis(50),
+            nvml_lib: None,
+            no_gpu: true,
+            clobber: Clobber::Refuse,
+            py: None,
+            steps: Some(Arc::clone(&sock)),
+        })
+        .unwrap();
+        let rec = prepared.start(None, None).unwrap();
+        let tx = std::os::unix::net::UnixDatagram::unbound().unwrap();
+        // Steps of 100 ms, 30 of them waiting, 4 samples each.
+        for i in 0..4u64 {
+            let t = 1_000_000_000 + i * 100_000_000;
+            tx.send_to(format!("step {t} 30000000 4").as_bytes(), sock.path())
+                .unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while sock.marks().len() < 4 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let path = rec.finish(End::default()).unwrap();
+        let mut all = super::super::reader::Collect::default();
+        super::super::reader::read_path(&path, &mut all).unwrap();
+        let got: Vec<_> = all
+            .0
+            .into_iter()
+            .filter_map(|l| match l {
+                Line::Steps(s) => Some(s),
+                _ => None,
+            })
+            .collect();
+        let steps: u64 = got.iter().map(|s| s.steps).sum();
+        let span: f64 = got.iter().map(|s| s.span_s).sum();
+        let wait: f64 = got.iter().filter_map(|s| s.wait_s).sum();
+        let items: u64 = got.iter().filter_map(|s| s.items).sum();
+        assert_eq!(steps, 3, "{got:?}");
+        assert!((span - 0.3).abs() < 1e-6 && (wait - 0.09).abs() < 1e-6);
+        assert_eq!(items, 12);
     }
 }

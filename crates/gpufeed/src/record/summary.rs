@@ -289,6 +289,7 @@ impl Sink for SummaryBuilder {
             }
             Line::Overrides(o) => self.overrides = Some(o.clone()),
             Line::PySamples(p) => self.last_t = self.last_t.max(p.t_s),
+            Line::Steps(s) => self.last_t = self.last_t.max(s.t_s),
             _ => {}
         }
     }

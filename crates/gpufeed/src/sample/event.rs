@@ -100,6 +100,24 @@ pub struct PyStatusLine {
     pub detail: Option<String>,
 }
 
+/// Step markers from the job (`GPUFEED_STEP_SOCKET`), aggregated per interval: the steps that
+/// ended in it, the seconds they took, and what they reported.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepsLine {
+    /// End of the interval.
+    pub t_s: f64,
+    pub dt_s: f64,
+    pub steps: u64,
+    /// Seconds the steps took, each from the previous step's end to its own.
+    pub span_s: f64,
+    /// Seconds of it spent waiting for the input batch; absent unless every step reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_s: Option<f64>,
+    /// Samples in those steps; absent unless every step reported its count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items: Option<u64>,
+}
+
 /// How a recording ended.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct End {
@@ -147,6 +165,7 @@ pub enum Line {
     PyFrame(PyFrameDef),
     PyStack(PyStackDef),
     PySamples(PySamples),
+    Steps(StepsLine),
     /// A line type from a newer gpufeed: ignored.
     #[serde(other)]
     Unknown,

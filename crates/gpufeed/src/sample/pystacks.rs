@@ -71,7 +71,16 @@ pub struct PyOptions {
     /// Pause the process while its stack is read (consistent, costs the job a little) instead
     /// of reading it live (cheaper; a stack torn by a concurrent change is dropped).
     pub blocking: bool,
+    /// A Python process whose parent is a sampled Python process (a DataLoader worker, a
+    /// multiprocessing child) is read once every this many ticks (1: every tick). Their stacks
+    /// rank the data stages, which needs shares over many seconds, not every 10 ms; the training
+    /// process keeps the full rate. Readers weight each process by its own interval.
+    pub child_every: u32,
 }
+
+/// Default [`PyOptions::child_every`]: workers at a quarter of the rate (measured in
+/// bench/pystacks_overhead.py).
+pub const CHILD_EVERY: u32 = 4;
 
 /// Retries of a process that looks like Python but whose interpreter is not ready yet (it has
 /// just started or exec'd).
@@ -84,6 +93,9 @@ enum Entry {
     Spy {
         spy: Box<py_spy::PythonSpy>,
         fails: u32,
+        /// Read once every `every` ticks; `skip` ticks to go before the next read.
+        every: u32,
+        skip: u32,
     },
     Waiting {
         attempts: u32,
@@ -101,7 +113,19 @@ enum Entry {
 /// Samples the Python processes among a changing set of pids.
 pub struct PySampler {
     config: py_spy::Config,
+    child_every: u32,
     entries: HashMap<u32, Entry>,
+}
+
+/// The parent pid of a process (field 4 of /proc/PID/stat).
+fn ppid_of(pid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 fn exe_of(pid: u32) -> Option<PathBuf> {
@@ -147,6 +171,7 @@ impl PySampler {
         };
         PySampler {
             config,
+            child_every: opts.child_every.max(1),
             entries: HashMap::new(),
         }
     }
@@ -162,15 +187,30 @@ impl PySampler {
         self.entries.retain(|p, _| pids.contains(p));
         let now = Instant::now();
         for &pid in pids {
+            // A child of a sampled Python process is read at a fraction of the rate.
+            let is_child = !matches!(
+                self.entries.get(&pid),
+                Some(Entry::Spy { .. } | Entry::Done { .. })
+            ) && self.child_every > 1
+                && ppid_of(pid)
+                    .is_some_and(|pp| matches!(self.entries.get(&pp), Some(Entry::Spy { .. })));
+            let every = if is_child { self.child_every } else { 1 };
             let entry = self.entries.entry(pid).or_insert(Entry::Waiting {
                 attempts: 0,
                 next: now,
                 exe: None,
             });
             match entry {
-                Entry::Spy { spy, fails } => match spy.get_stack_traces() {
+                Entry::Spy { skip, .. } if *skip > 0 => *skip -= 1,
+                Entry::Spy {
+                    spy,
+                    fails,
+                    every,
+                    skip,
+                } => match spy.get_stack_traces() {
                     Ok(traces) => {
                         *fails = 0;
+                        *skip = *every - 1;
                         out.push((pid, traces.into_iter().map(convert).collect()));
                     }
                     Err(_) => {
@@ -269,6 +309,8 @@ impl PySampler {
                                 *entry = Entry::Spy {
                                     spy: Box::new(spy),
                                     fails: 0,
+                                    every,
+                                    skip: every - 1,
                                 };
                             }
                             Err(e) if unsupported(&e) => {

@@ -178,8 +178,11 @@ pub fn draw(f: &mut Frame, st: &LiveState, ui: &Ui) {
         _ => 8,
     };
     let verdict_h = (needed as u16).clamp(1, verdict_cap);
+    // The training loop's phase split: one line, when its stacks (or step markers) are read.
+    let loop_line = loop_line(st, ui, area.width as usize).filter(|_| area.height >= 12);
+    let loop_h = u16::from(loop_line.is_some());
     // Small terminals: title + verdict + as many GPUs as fit; CPUs and processes only with room.
-    let fixed = 1 + verdict_h;
+    let fixed = 1 + verdict_h + loop_h;
     let room = area.height.saturating_sub(fixed);
     let gpus_fit = (room.saturating_sub(2) / gpu_rows).clamp(1, gpu_n);
     let gpu_h = gpus_fit * gpu_rows + 2;
@@ -194,6 +197,7 @@ pub fn draw(f: &mut Frame, st: &LiveState, ui: &Ui) {
     let chunks = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(verdict_h),
+        Constraint::Length(loop_h),
         Constraint::Length(gpu_h.min(room)),
         Constraint::Length(cpu_h),
         Constraint::Length(proc_h),
@@ -202,22 +206,90 @@ pub fn draw(f: &mut Frame, st: &LiveState, ui: &Ui) {
     .split(area);
     draw_title(f, chunks[0], st, ui);
     f.render_widget(Paragraph::new(verdict).wrap(Wrap { trim: true }), chunks[1]);
-    draw_gpus(f, chunks[2], st, ui, gpus_fit as usize);
+    if let Some(l) = loop_line {
+        f.render_widget(Paragraph::new(l), chunks[2]);
+    }
+    draw_gpus(f, chunks[3], st, ui, gpus_fit as usize);
     if cpu_h > 0 {
-        draw_cpus(f, chunks[3], st, ui, core_cols as usize);
+        draw_cpus(f, chunks[4], st, ui, core_cols as usize);
     }
     if proc_h > 0 {
         // the process list rarely fills the panel's width: the utilization history goes beside it
-        if chunks[4].width >= 70 && !st.gpus.is_empty() && proc_h >= 4 {
+        if chunks[5].width >= 70 && !st.gpus.is_empty() && proc_h >= 4 {
             let [left, right] =
                 Layout::horizontal([Constraint::Min(40), Constraint::Percentage(45)])
-                    .areas(chunks[4]);
+                    .areas(chunks[5]);
             draw_procs(f, left, st, ui);
             draw_history(f, right, st, ui);
         } else {
-            draw_procs(f, chunks[4], st, ui);
+            draw_procs(f, chunks[5], st, ui);
         }
     }
+}
+
+/// `LOOP data_wait 50% forward 25% backward 15% optimizer 5% other 5% | probe 46%`: the
+/// training thread's phase split over the window (sync and checkpoint_io only when present),
+/// then the step markers' exact data wait when the job sends them. Short names where the long
+/// ones would not fit in `width`.
+fn loop_line(st: &LiveState, ui: &Ui, width: usize) -> Option<Line<'static>> {
+    let long = loop_spans(st, ui, false)?;
+    if Line::from(long.clone()).width() <= width {
+        return Some(Line::from(long));
+    }
+    loop_spans(st, ui, true).map(Line::from)
+}
+
+fn loop_spans(st: &LiveState, ui: &Ui, short: bool) -> Option<Vec<Span<'static>>> {
+    let r = st.report.as_ref()?;
+    let phases = r
+        .python
+        .as_ref()
+        .and_then(|p| p.main.as_ref())
+        .map(|m| &m.phases_pct);
+    let probe = r.steps.as_ref().and_then(|s| s.data_wait_pct);
+    if phases.is_none() && probe.is_none() {
+        return None;
+    }
+    let mut spans = vec![Span::styled(
+        "LOOP ",
+        Style::default().add_modifier(Modifier::BOLD),
+    )];
+    if let Some(p) = phases {
+        let parts = [
+            ("data_wait", "wait", p.data_wait, true),
+            ("forward", "fwd", p.forward, true),
+            ("backward", "bwd", p.backward, true),
+            ("optimizer", "opt", p.optimizer, true),
+            ("sync", "sync", p.sync, p.sync > 0.0),
+            (
+                "checkpoint_io",
+                "ckpt",
+                p.checkpoint_io,
+                p.checkpoint_io > 0.0,
+            ),
+            ("other", "other", p.other, true),
+        ];
+        for (i, (name, abbr, v, show)) in parts.into_iter().enumerate() {
+            if !show {
+                continue;
+            }
+            let text = format!("{} {v:.0}% ", if short { abbr } else { name });
+            spans.push(if i == 0 {
+                Span::styled(text, ui.style(pct_color(v)))
+            } else {
+                Span::raw(text)
+            });
+        }
+    } else {
+        spans.push(Span::raw("(no Python stacks) "));
+    }
+    if let Some(w) = probe {
+        spans.push(Span::styled(
+            format!("| probe {w:.0}%"),
+            ui.style(Color::Cyan),
+        ));
+    }
+    Some(spans)
 }
 
 /// Mean utilization over all GPUs per second, for the last `n` seconds (oldest first).
@@ -606,6 +678,38 @@ mod tests {
             "the fix's last word: {out}"
         );
         insta::assert_snapshot!("watch_80x24", out);
+    }
+
+    #[test]
+    fn the_live_phase_split_stays_within_an_80x24_frame() {
+        let st = fixture::state_with_loop(1, 20);
+        let out = render(&st, &Ui::default(), 80, 24);
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("LOOP "))
+            .unwrap_or_else(|| panic!("no loop line: {out}"));
+        for part in [
+            "data_wait 50%",
+            "forward 25%",
+            "backward 15%",
+            "optimizer 5%",
+            "other 5%",
+            "probe 46%",
+        ] {
+            assert!(line.contains(part), "{part}: {line}");
+        }
+        assert!(out.lines().all(|l| l.chars().count() == 80));
+        assert_eq!(out.lines().count(), 24);
+        insta::assert_snapshot!("watch_80x24_loop", out);
+        // Narrower: short names, still whole.
+        let narrow = render(&st, &Ui::default(), 60, 24);
+        assert!(
+            narrow.contains("LOOP wait 50% fwd 25% bwd 15% opt 5% other 5% | probe 46%"),
+            "{narrow}"
+        );
+        // Small terminals drop it before the verdict.
+        let small = render(&st, &Ui::default(), 60, 10);
+        assert!(!small.contains("LOOP "), "{small}");
     }
 
     #[test]

@@ -4,7 +4,6 @@
 //!
 //! - [`params`]: `-L name v1,v2` lists, their Cartesian product and `{name}` substitution.
 //! - [`progress`]: throughput from tqdm-style progress lines or a user regex.
-//! - [`steps`]: the step-marker socket (`GPUFEED_STEP_SOCKET`, docs/step-protocol.md).
 //! - [`steady`]: warm-up detection (MSER-5) and batch-means confidence intervals.
 //! - [`trial`]: one trial: spawn, observe, stop the whole process tree, summarise.
 //! - [`sweep`]: results, the sweet spot, and the table/JSON/CSV/Markdown reports.
@@ -16,7 +15,6 @@ pub mod chart;
 pub mod params;
 pub mod progress;
 pub mod steady;
-pub mod steps;
 pub mod sweep;
 pub mod trial;
 

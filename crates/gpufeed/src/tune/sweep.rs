@@ -22,6 +22,9 @@ pub struct TrialResult {
     pub gpu_util_mean_pct: Option<f64>,
     pub gpu_mem_max_bytes: Option<u64>,
     pub data_wait_fraction: Option<f64>,
+    /// `step_probe` (exact) or `python_stacks` (estimated from stack samples).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_wait_source: Option<super::trial::WaitSource>,
     pub job_cpu_mean_pct: Option<f64>,
     pub job_rss_max_bytes: Option<u64>,
     pub duration_s: f64,
@@ -69,6 +72,7 @@ impl TrialResult {
             gpu_util_mean_pct: o.gpu_util_mean_pct,
             gpu_mem_max_bytes: o.gpu_mem_max_bytes,
             data_wait_fraction: o.data_wait_fraction,
+            data_wait_source: o.data_wait_source,
             job_cpu_mean_pct: o.job_cpu_mean_pct,
             job_rss_max_bytes: o.job_rss_max_bytes,
             duration_s: o.duration_s,
@@ -410,6 +414,19 @@ fn override_notes(rep: &SweepReport) -> Vec<String> {
     v
 }
 
+/// Marks a data-wait cell estimated from Python stacks (explained by [`STACKS_NOTE`]).
+const STACKS_MARK: &str = "*";
+/// The footnote of [`STACKS_MARK`].
+pub const STACKS_NOTE: &str = "* data wait estimated from Python stack samples of the training \
+thread (the job sent no step markers with waits; python/gpufeed_probe.py measures it exactly)";
+
+fn stacks_footnote(rep: &SweepReport) -> Option<&'static str> {
+    rep.results
+        .iter()
+        .any(|r| r.data_wait_source == Some(super::trial::WaitSource::PythonStacks))
+        .then_some(STACKS_NOTE)
+}
+
 /// Rows of cells: header first.
 fn rows(rep: &SweepReport) -> Vec<Vec<String>> {
     let unit = rep
@@ -466,7 +483,14 @@ fn rows(rep: &SweepReport) -> Vec<Vec<String>> {
             fmt_num,
         ));
         row.push(opt(r.gpu_util_mean_pct, |x| format!("{x:.0}%")));
-        row.push(opt(r.data_wait_fraction, |x| format!("{:.0}%", x * 100.0)));
+        let mark = if r.data_wait_source == Some(super::trial::WaitSource::PythonStacks) {
+            STACKS_MARK
+        } else {
+            ""
+        };
+        row.push(opt(r.data_wait_fraction, |x| {
+            format!("{:.0}%{mark}", x * 100.0)
+        }));
         row.push(opt(r.job_cpu_mean_pct, |x| format!("{x:.0}%")));
         row.push(format!("{:.1}s", r.duration_s));
         row.push(status_word(r));
@@ -492,6 +516,9 @@ pub fn text(rep: &SweepReport) -> String {
             .map(|(c, w)| format!("{c:<w$}"))
             .collect();
         let _ = writeln!(s, "{}", line.join("  ").trim_end());
+    }
+    if let Some(n) = stacks_footnote(rep) {
+        let _ = writeln!(s, "{n}");
     }
     if let Some(t) = rep.results.iter().find_map(|r| {
         r.throughput
@@ -585,6 +612,9 @@ pub fn markdown(rep: &SweepReport) -> String {
         if i == 0 {
             let _ = writeln!(s, "|{}", "---|".repeat(row.len()));
         }
+    }
+    if let Some(n) = stacks_footnote(rep) {
+        let _ = writeln!(s, "\n{}", n.replacen('*', "\\*", 1));
     }
     if let Some(sw) = &rep.sweet_spot {
         let _ = writeln!(
@@ -727,6 +757,7 @@ pub(crate) mod tests {
                 gpu_mem_max_bytes: None,
                 gpu_mem_total_bytes: None,
                 data_wait_fraction: v.map(|v| 1.0 - v / 100.0),
+                data_wait_source: v.map(|_| super::super::trial::WaitSource::StepProbe),
                 job_cpu_mean_pct: Some(150.0),
                 job_rss_max_bytes: None,
                 recording: "r.ndjson".into(),
@@ -854,6 +885,26 @@ pub(crate) mod tests {
             md.contains("**No sweet spot:** the overrides never took effect"),
             "{md}"
         );
+    }
+
+    #[test]
+    fn a_data_wait_from_the_stacks_is_marked_and_footnoted() {
+        let mut rep = report(&[(Some(10.0), Status::Steady), (Some(30.0), Status::Steady)]);
+        let plain = text(&rep);
+        assert!(!plain.contains(STACKS_NOTE), "{plain}");
+        assert!(plain.contains("90%") && !plain.contains("90%*"), "{plain}");
+        rep.results[0].data_wait_source = Some(crate::tune::trial::WaitSource::PythonStacks);
+        let t = text(&rep);
+        assert!(t.contains("90%*"), "{t}");
+        assert!(t.contains("70%") && !t.contains("70%*"), "{t}");
+        assert!(t.contains(STACKS_NOTE), "{t}");
+        let md = markdown(&rep);
+        assert!(
+            md.contains("90%*") && md.contains("\\* data wait estimated"),
+            "{md}"
+        );
+        let j = serde_json::to_value(&rep.results[0]).unwrap();
+        assert_eq!(j["data_wait_source"], "python_stacks");
     }
 
     #[test]

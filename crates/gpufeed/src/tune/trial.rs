@@ -3,13 +3,13 @@
 
 use super::progress::{parse_tqdm, LineSplitter, RateRegex};
 use super::steady::{estimate, from_counts, from_rates, Estimate, Interval};
-use super::steps::{monotonic_ns, StepMark, StepSocket, ENV_VAR};
 use super::TuneError;
 use crate::job::{Job, JobExit, SpawnOpts};
 use crate::record::format::{End, Line, OverridesLine};
 use crate::record::reader::{read_path, Sink};
 use crate::record::recorder::{Prepared, RecorderConfig};
 use crate::record::summary::{Summary, SummaryBuilder};
+use crate::sample::steps::{monotonic_ns, StepMark, StepSocket, ENV_VAR};
 use crate::sample::GpuSample;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
@@ -94,6 +94,17 @@ impl Throughput {
     }
 }
 
+/// Where a trial's data-wait figure came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitSource {
+    /// Step markers with their waits: exact, over the steady steps.
+    StepProbe,
+    /// The training thread's Python stack samples in `data_wait` (no markers with waits): an
+    /// estimate over the trial's training loop.
+    PythonStacks,
+}
+
 /// How a trial ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -143,8 +154,10 @@ pub struct TrialOutcome {
     pub gpu_util_mean_pct: Option<f64>,
     pub gpu_mem_max_bytes: Option<u64>,
     pub gpu_mem_total_bytes: Option<u64>,
-    /// Share of steady-state step time spent waiting for input (step markers with wait times).
+    /// Share of steady-state step time spent waiting for input (step markers with wait times;
+    /// else the Python stacks' estimate).
     pub data_wait_fraction: Option<f64>,
+    pub data_wait_source: Option<WaitSource>,
     pub job_cpu_mean_pct: Option<f64>,
     pub job_rss_max_bytes: Option<u64>,
     pub recording: PathBuf,
@@ -427,6 +440,7 @@ pub fn run_trial(
     interrupt: &AtomicBool,
     mut on_tick: impl FnMut(&Live),
 ) -> Result<TrialOutcome, TuneError> {
+    let socket = Arc::new(StepSocket::open().map_err(TuneError::Socket)?);
     let prepared = Prepared::new(RecorderConfig {
         output: spec.recording.clone(),
         interval: spec.interval,
@@ -434,6 +448,7 @@ pub fn run_trial(
         no_gpu: spec.no_gpu,
         clobber: crate::outfile::Clobber::Refuse,
         py: spec.py,
+        steps: Some(Arc::clone(&socket)),
     })?;
     let has_gpu = prepared.gpu().error.is_none() && !prepared.gpu().gpus.is_empty();
     let gpu_error = if has_gpu {
@@ -447,7 +462,6 @@ pub fn run_trial(
                 .unwrap_or_else(|| "the NVIDIA driver reports no GPU".into()),
         )
     };
-    let socket = StepSocket::open()?;
     let mut env = spec.env.clone();
     let injection = match &spec.inject {
         Some(r) => Some(crate::inject::Injection::prepare(r).map_err(TuneError::Inject)?),
@@ -610,7 +624,19 @@ pub fn run_trial(
         .as_ref()
         .and_then(|s| estimate(&s.intervals, spec.rel_tol).map(|e| (s, e)));
     let throughput = est.as_ref().map(|(s, e)| throughput_of(s, e, spec.batch));
-    let data_wait_fraction = est.as_ref().and_then(|(s, e)| data_wait(s, e));
+    let probe_wait = est.as_ref().and_then(|(s, e)| data_wait(s, e));
+    // Without markers: the stacks' estimate, when they were sampled.
+    let (data_wait_fraction, data_wait_source) = match probe_wait {
+        Some(w) => (Some(w), Some(WaitSource::StepProbe)),
+        None if spec.py.is_some() => {
+            let w = crate::diagnose::report_for_recording(&path)
+                .ok()
+                .and_then(|r| r.python?.data_wait_pct)
+                .map(|p| (p / 100.0).clamp(0.0, 1.0));
+            (w, w.map(|_| WaitSource::PythonStacks))
+        }
+        None => (None, None),
+    };
 
     let (util, mem_max, mem_total, cpu, rss) = match &summary {
         Some(s) => {
@@ -640,6 +666,7 @@ pub fn run_trial(
         gpu_mem_max_bytes: mem_max,
         gpu_mem_total_bytes: mem_total,
         data_wait_fraction,
+        data_wait_source,
         job_cpu_mean_pct: cpu,
         job_rss_max_bytes: rss,
         recording: path,

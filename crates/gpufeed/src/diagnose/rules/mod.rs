@@ -87,6 +87,7 @@ pub(crate) mod fixtures {
                 ..Default::default()
             },
             python: None,
+            steps: None,
             job: JobEvidence {
                 pid: Some(100),
                 main_pid: Some(100),

@@ -44,10 +44,37 @@ impl StackKind {
     }
 }
 
+/// Where the judged data wait comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitSource {
+    /// The job's step markers (the probe): each step's exact wait.
+    StepProbe,
+    /// The share of the training thread's stack samples in `data_wait`: an estimate.
+    PythonStacks,
+}
+
+impl WaitSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitSource::StepProbe => "step_probe",
+            WaitSource::PythonStacks => "python_stacks",
+        }
+    }
+}
+
+/// The measured data wait, when the stacks give one that can be judged, and its source: the
+/// probe's exact wait wins over the stacks' estimate when the job sent step markers with waits.
+pub fn data_wait_from(e: &Evidence) -> Option<(f64, WaitSource, &PythonEvidence)> {
+    let p = e.python.as_ref()?;
+    match e.steps.as_ref().and_then(|s| s.data_wait_pct) {
+        Some(w) => Some((w, WaitSource::StepProbe, p)),
+        None => Some((p.data_wait_pct?, WaitSource::PythonStacks, p)),
+    }
+}
+
 /// The measured data wait, when the stacks give one that can be judged.
 pub fn data_wait(e: &Evidence) -> Option<(f64, &PythonEvidence)> {
-    let p = e.python.as_ref()?;
-    Some((p.data_wait_pct?, p))
+    data_wait_from(e).map(|(w, _, p)| (w, p))
 }
 
 /// Does GPU utilization contradict a measured wait (busy although the loop waits)?
@@ -81,18 +108,54 @@ fn cores(e: &Evidence) -> u32 {
         .max(1)
 }
 
-/// Workers that would hide a wait of `wait_pct`: loading work of `wait/(100-wait)` steps of
-/// compute per step needs that many workers running beside the loop, plus one to spare.
-pub fn workers_for(wait_pct: f64, now: u32, cores: u32) -> u32 {
-    let cap = cores.saturating_sub(1).max(1);
-    let frac = (wait_pct / 100.0).clamp(0.0, 0.98);
-    let want = if now == 0 {
-        (frac / (1.0 - frac) - 1e-9).ceil() as u32 + 1
-    } else {
-        // Each busy worker delivers at a fixed rate: the loop could take 1/(1-wait) as many.
-        ((now as f64 / (1.0 - frac) - 1e-9).ceil() as u32).max(now + 1)
-    };
-    want.min(cap.max(now + 1)).max(1)
+/// Workers busy less than this share of their time are not what the loop waits for: more of
+/// them would not help.
+pub const WORKERS_LIMIT_BUSY_PCT: f64 = 50.0;
+
+/// Workers that would hide a data wait of `wait_pct`, from what the stacks measured.
+///
+/// The loop waits `w` of its time; without the wait it would run `1/(1-w)` times as fast. Today
+/// `now` workers, each busy loading `busy` of the time, supply `now*busy` worker-seconds of
+/// loading per second; at the faster rate the same work per step takes `now*busy/(1-w)` busy
+/// workers (at least one more than now: workers with slack while the loop waits are bursty).
+/// With `num_workers=0` the training thread loads itself, `w` of its time: `w/(1-w)` workers,
+/// plus one for the hand-over between processes. Workers busy under
+/// [`WORKERS_LIMIT_BUSY_PCT`] are not the limit: the answer is `now`. An unknown busy share
+/// counts as fully busy. The machine's cores are not a cap here ([`workers_caveat`] says when
+/// the answer exceeds them).
+pub fn workers_needed(wait_pct: f64, now: u32, busy_pct: Option<f64>) -> u32 {
+    let w = (wait_pct / 100.0).clamp(0.0, 0.98);
+    if now == 0 {
+        return (w / (1.0 - w) - 1e-9).ceil().max(0.0) as u32 + 1;
+    }
+    let busy = busy_pct.unwrap_or(100.0).clamp(0.0, 100.0);
+    if busy < WORKERS_LIMIT_BUSY_PCT {
+        return now;
+    }
+    let need = (now as f64 * busy / 100.0 / (1.0 - w) - 1e-9).ceil() as u32;
+    need.max(now + 1)
+}
+
+/// Workers that fit beside the training loop on `cores` without sharing a core with it.
+pub fn workers_cap(cores: u32) -> u32 {
+    cores.saturating_sub(1).max(1)
+}
+
+/// The caveat when `n` workers exceed what `cores` hold beside the loop: measure before trusting.
+pub fn workers_caveat(n: u32, now: u32, cores: u32) -> Option<String> {
+    let cap = workers_cap(cores);
+    (n > cap).then(|| {
+        let mut vals = vec![now, cap, n];
+        vals.sort_unstable();
+        vals.dedup();
+        let list: Vec<String> = vals.iter().map(u32::to_string).collect();
+        format!(
+            " Caveat: this machine has {cores} core(s), so beyond {cap} worker(s) they share \
+             cores with the training loop; measure it: `gpufeed sweep -L w {} --dataloader \
+             num_workers={{w}} -- <your command>`.",
+            list.join(",")
+        )
+    })
 }
 
 fn at(h: &Hotspot) -> String {
@@ -146,7 +209,7 @@ fn stage_advice(h: &Hotspot) -> String {
 
 /// `input_bound` from the measured data wait; `None` when the stacks do not show one.
 pub fn input_bound(e: &Evidence) -> Option<Finding> {
-    let (wait, p) = data_wait(e)?;
+    let (wait, source, p) = data_wait_from(e)?;
     if wait < DATA_WAIT_PCT || gpu_overlaps_wait(e).is_some() {
         return None;
     }
@@ -187,10 +250,16 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
         .with("kind", k.as_str())
         .with("source", "python_stacks")
         .with("data_wait_pct", r1(wait))
+        .with("data_wait_source", source.as_str())
         .basis(Basis::PythonStacks {
             data_wait_pct: r1(wait),
             hot_stage: hot.map(|h| h.function.clone()),
         });
+    if source == WaitSource::StepProbe {
+        if let Some(s) = p.data_wait_pct {
+            f = f.with("stacks_data_wait_pct", r1(s));
+        }
+    }
     if let Some(m) = &p.main {
         f = f.with("training_thread_samples", m.samples);
     }
@@ -223,29 +292,38 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
     let stage = hot.map(stage_advice);
     let rec = match k {
         StackKind::MainProcessLoading => {
-            let n = workers_for(wait, 0, c);
-            f = f.with("recommended_num_workers", n);
+            let n = workers_needed(wait, 0, None);
+            f = f
+                .with("recommended_num_workers", n)
+                .with("workers_cap_cores", workers_cap(c));
             format!(
                 "Load batches in worker processes: DataLoader(dataset, batch_size=..., \
-                 num_workers={n}, pin_memory=True, persistent_workers=True) (this machine has {} \
-                 for it). Today the training loop decodes and transforms every sample \
-                 itself.{}",
-                if c == 1 {
-                    "1 core".to_string()
+                 num_workers={n}, pin_memory=True, persistent_workers=True): the training loop \
+                 loads {wait:.0}% of its time, which takes about {} to hide. Today \
+                 the training loop decodes and transforms every sample itself.{}{}",
+                if n == 1 {
+                    "1 worker".to_string()
                 } else {
-                    format!("{c} cores")
+                    format!("{n} workers")
                 },
+                workers_caveat(n, 0, c).unwrap_or_default(),
                 stage
                     .map(|s| format!(" Then, if it still waits: {s}."))
                     .unwrap_or_default()
             )
         }
         StackKind::TooFewWorkers => {
-            let n = workers_for(wait, workers, c);
-            f = f.with("recommended_num_workers", n);
+            let n = workers_needed(wait, workers, p.loader_busy_pct);
+            f = f
+                .with("recommended_num_workers", n)
+                .with("workers_cap_cores", workers_cap(c));
             format!(
-                "Raise num_workers from {workers} to {n}: each worker is busy loading all the \
-                 time and cores are idle.{}",
+                "Raise num_workers from {workers} to {n}: each worker is busy loading {} of the \
+                 time and the loop still waits {wait:.0}%, so {n} workers are needed to keep up.{}{}",
+                p.loader_busy_pct
+                    .map(|b| format!("{b:.0}%"))
+                    .unwrap_or_else(|| "all".into()),
+                workers_caveat(n, workers, c).unwrap_or_default(),
                 stage.map(|s| format!(" Also: {s}.")).unwrap_or_default()
             )
         }
@@ -361,6 +439,7 @@ mod tests {
                 ms_per_sample: None,
                 kind: StageKind::Decode,
                 samples: 610,
+                work_s: 6.1,
             }],
             data_wait_pct: Some(wait),
             data_in_main_pct: Some(95.0),
@@ -398,6 +477,34 @@ mod tests {
     }
 
     #[test]
+    fn the_probes_exact_wait_wins_over_the_stacks_estimate() {
+        let mut e = no_gpu(py(58.0));
+        let f = input_bound(&e).unwrap();
+        assert_eq!(f.evidence["data_wait_source"], "python_stacks");
+        assert!(!f.evidence.contains_key("stacks_data_wait_pct"));
+        e.steps = Some(crate::diagnose::pyloop::StepEvidence {
+            steps: 200,
+            steps_per_s: Some(20.0),
+            data_wait_pct: Some(12.0),
+            items: None,
+            samples_per_s: None,
+        });
+        // 12% measured per step: under the threshold, whatever the stacks estimated.
+        assert!(input_bound(&e).is_none());
+        e.steps.as_mut().unwrap().data_wait_pct = Some(47.5);
+        let f = input_bound(&e).unwrap();
+        assert_eq!(f.evidence["data_wait_pct"], 47.5);
+        assert_eq!(f.evidence["data_wait_source"], "step_probe");
+        assert_eq!(f.evidence["stacks_data_wait_pct"], 58.0);
+        // Steps without waits leave the stacks' figure in charge.
+        e.steps.as_mut().unwrap().data_wait_pct = None;
+        assert_eq!(
+            input_bound(&e).unwrap().evidence["data_wait_source"],
+            "python_stacks"
+        );
+    }
+
+    #[test]
     fn a_small_wait_is_no_finding_and_a_busy_gpu_overrides_the_stacks() {
         assert!(input_bound(&no_gpu(py(10.0))).is_none());
         let mut e = no_gpu(py(50.0));
@@ -430,11 +537,44 @@ mod tests {
     }
 
     #[test]
-    fn workers_needed() {
-        assert_eq!(workers_for(50.0, 0, 8), 2);
-        assert_eq!(workers_for(80.0, 0, 16), 5);
-        assert_eq!(workers_for(80.0, 0, 2), 1);
-        assert_eq!(workers_for(50.0, 2, 8), 4);
+    fn workers_needed_follow_the_measured_busy_share_not_the_cores() {
+        // num_workers=0: the loop's own loading share, plus one for the hand-over.
+        assert_eq!(workers_needed(50.0, 0, None), 2);
+        assert_eq!(workers_needed(60.0, 0, None), 3);
+        assert_eq!(workers_needed(80.0, 0, None), 5);
+        // 2 workers at 98% while the loop waits half its time: 2*0.98/0.5 = 3.92 -> 4, whatever
+        // the cores (the 2-core box whose sweep found 4 best).
+        assert_eq!(workers_needed(50.0, 2, Some(98.0)), 4);
+        assert_eq!(workers_needed(50.0, 2, None), 4);
+        // 4 workers at 90%, 20% waiting: 4.5 -> 5.
+        assert_eq!(workers_needed(20.0, 4, Some(90.0)), 5);
+        // Slack in the workers while the loop waits: one more, not fewer.
+        assert_eq!(workers_needed(20.0, 4, Some(70.0)), 5);
+        // Workers mostly idle are not the limit.
+        assert_eq!(workers_needed(50.0, 2, Some(40.0)), 2);
+        // The cap is a caveat only.
+        assert_eq!(workers_cap(2), 1);
+        assert_eq!(workers_cap(1), 1);
+        assert!(workers_caveat(3, 0, 8).is_none());
+        let c = workers_caveat(4, 2, 2).unwrap();
+        assert!(c.contains("2 core(s)") && c.contains("-L w 1,2,4"), "{c}");
+    }
+
+    #[test]
+    fn main_process_loading_on_two_cores_recommends_what_the_wait_needs_with_a_caveat() {
+        let mut e = no_gpu(py(60.0));
+        e.host.cpu_count = Some(2);
+        let f = input_bound(&e).unwrap();
+        assert_eq!(f.evidence["recommended_num_workers"], 3);
+        assert_eq!(f.evidence["workers_cap_cores"], 1);
+        assert!(
+            f.recommendation.contains("num_workers=3"),
+            "{}",
+            f.recommendation
+        );
+        assert!(f
+            .recommendation
+            .contains("Caveat: this machine has 2 core(s)"));
     }
 
     #[test]

@@ -5,7 +5,6 @@
 //! waiting for its input batch and `items` the samples in the step (`-` for unknown). Several
 //! lines may share a datagram; unknown words are ignored so the protocol can grow.
 
-use super::TuneError;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -75,8 +74,8 @@ impl StepSocket {
     /// Binds a socket in a new private folder (mode 0700, unpredictable name, in the temporary
     /// directory) and starts collecting: the way to get a step socket. Hand the job
     /// [`StepSocket::path`] in [`ENV_VAR`]. The folder and the socket go when this is dropped.
-    pub fn open() -> Result<StepSocket, TuneError> {
-        let dir = crate::outfile::private_dir("gpufeed-steps-").map_err(TuneError::Socket)?;
+    pub fn open() -> std::io::Result<StepSocket> {
+        let dir = crate::outfile::private_dir("gpufeed-steps-")?;
         let mut s = Self::bind(&dir.path().join("step.sock"))?;
         s.dir = Some(dir);
         Ok(s)
@@ -84,10 +83,9 @@ impl StepSocket {
 
     /// Binds a socket at `path` (which must not exist: nothing there is removed) and starts
     /// collecting. Prefer [`StepSocket::open`], which makes the private folder for it.
-    pub fn bind(path: &Path) -> Result<StepSocket, TuneError> {
-        let sock = UnixDatagram::bind(path).map_err(TuneError::Socket)?;
-        sock.set_read_timeout(Some(Duration::from_millis(100)))
-            .map_err(TuneError::Socket)?;
+    pub fn bind(path: &Path) -> std::io::Result<StepSocket> {
+        let sock = UnixDatagram::bind(path)?;
+        sock.set_read_timeout(Some(Duration::from_millis(100)))?;
         let marks = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let (m, s) = (Arc::clone(&marks), Arc::clone(&stop));
@@ -114,8 +112,7 @@ impl StepSocket {
                         Err(_) => break,
                     }
                 }
-            })
-            .map_err(TuneError::Thread)?;
+            })?;
         Ok(StepSocket {
             path: path.to_path_buf(),
             dir: None,
@@ -131,7 +128,74 @@ impl StepSocket {
 
     /// The steps received so far, in the order they arrived.
     pub fn marks(&self) -> Vec<StepMark> {
-        self.marks.lock().map(|v| v.clone()).unwrap_or_default()
+        self.marks_since(0)
+    }
+
+    /// The steps received after the first `from` (for a reader that keeps its place).
+    pub fn marks_since(&self, from: usize) -> Vec<StepMark> {
+        self.marks
+            .lock()
+            .map(|v| v.get(from..).map(<[StepMark]>::to_vec).unwrap_or_default())
+            .unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for StepSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StepSocket")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+/// Steps aggregated over one interval of a recording (the `steps` line).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepTotals {
+    /// Steps whose start is known (the one before them was seen).
+    pub steps: u64,
+    /// Seconds those steps took, end to end.
+    pub span_s: f64,
+    /// Seconds of it spent waiting for input; `None` unless every step reported its wait.
+    pub wait_s: Option<f64>,
+    /// Samples in those steps; `None` unless every step reported its count.
+    pub items: Option<u64>,
+}
+
+/// Folds step marks into interval totals. A step runs from the previous mark to its own, so
+/// the very first mark only starts the clock.
+#[derive(Debug, Default)]
+pub struct StepFolder {
+    last_ns: Option<u64>,
+}
+
+impl StepFolder {
+    /// The totals of `marks` (in arrival order; sorted here), continuing from earlier calls.
+    pub fn fold(&mut self, marks: &[StepMark]) -> StepTotals {
+        let mut m = marks.to_vec();
+        m.sort_by_key(|k| k.t_ns);
+        let mut t = StepTotals {
+            wait_s: Some(0.0),
+            items: Some(0),
+            ..Default::default()
+        };
+        for k in m {
+            if let Some(prev) = self.last_ns.filter(|p| k.t_ns >= *p) {
+                let dur_s = (k.t_ns - prev) as f64 / 1e9;
+                t.steps += 1;
+                t.span_s += dur_s;
+                t.wait_s = t
+                    .wait_s
+                    .zip(k.wait_ns)
+                    .map(|(a, w)| a + (w as f64 / 1e9).min(dur_s));
+                t.items = t.items.zip(k.items).map(|(a, b)| a + b);
+            }
+            self.last_ns = Some(self.last_ns.map_or(k.t_ns, |p| p.max(k.t_ns)));
+        }
+        if t.steps == 0 {
+            t.wait_s = None;
+            t.items = None;
+        }
+        t
     }
 }
 
@@ -177,6 +241,38 @@ mod tests {
         );
     }
 
+    fn mark(t_ns: u64, wait_ns: Option<u64>, items: Option<u64>) -> StepMark {
+        StepMark {
+            t_ns,
+            wait_ns,
+            items,
+        }
+    }
+
+    #[test]
+    fn folding_counts_steps_from_the_second_mark_across_calls() {
+        let mut f = StepFolder::default();
+        // The first mark starts the clock; its own wait belongs to a step of unknown start.
+        let a = f.fold(&[
+            mark(1_000_000_000, Some(900_000_000), Some(8)),
+            mark(1_500_000_000, Some(200_000_000), Some(8)),
+        ]);
+        assert_eq!(a.steps, 1);
+        assert!((a.span_s - 0.5).abs() < 1e-9);
+        assert!((a.wait_s.unwrap() - 0.2).abs() < 1e-9);
+        assert_eq!(a.items, Some(8));
+        // Arrival order does not matter; one step without a wait makes the wait unknown.
+        let b = f.fold(&[
+            mark(2_500_000_000, None, Some(8)),
+            mark(2_000_000_000, Some(100_000_000), Some(8)),
+        ]);
+        assert_eq!(b.steps, 2);
+        assert!((b.span_s - 1.0).abs() < 1e-9);
+        assert_eq!(b.wait_s, None);
+        assert_eq!(b.items, Some(16));
+        assert_eq!(f.fold(&[]), StepTotals::default());
+    }
+
     #[test]
     fn socket_collects_steps() {
         let dir = tempfile::tempdir().unwrap();
@@ -194,6 +290,8 @@ mod tests {
         let m = s.marks();
         assert_eq!(m.len(), 5);
         assert_eq!(m[4].t_ns, 1004);
+        assert_eq!(s.marks_since(3).len(), 2);
+        assert!(s.marks_since(9).is_empty());
         drop(s);
         assert!(!p.exists());
     }
