@@ -3,10 +3,10 @@
 //! size, `--data`, and the no-GPU paths. The JSON report is read into the structs below, which
 //! spell out the documented contract (docs/doctor.md), not the crate's own types.
 
+use crate::common_fake;
 use std::io::Write as _;
-mod common_fake;
 
-use assert_cmd::Command;
+use crate::gpufeed;
 use common_fake::{fake_nvml, scenario};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -89,13 +89,6 @@ const TORCH_CU121: &str = r#"{"python_version": "3.11.4", "executable": "/venv/b
 const TORCH_CU118: &str = r#"{"python_version": "3.10.12", "torch_version": "2.1.0+cu118",
   "torch_cuda": "11.8", "cudnn_version": 8700, "cuda_available": true,
   "arch_list": ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]}"#;
-
-fn gpufeed() -> Command {
-    let mut c = Command::cargo_bin("gpufeed").unwrap();
-    c.env_remove("GPUFEED_NVML_LIB")
-        .env_remove("FAKE_NVML_SCENARIO");
-    c
-}
 
 /// Runs `gpufeed doctor --format json` on a fake-driver scenario (None: no driver at all) with a
 /// stand-in Python; returns the exit code and the report.

@@ -2,7 +2,7 @@
 //! (kubeconform cannot be installed from a package registry here), and the Slurm wrapper run
 //! end to end against a stub `srun` with the real `gpufeed` on the fake driver.
 
-mod common_fake;
+use crate::common_fake;
 
 use gpufeed::present::prometheus::FLEET_LABELS;
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
 //! `gpufeed analyze` against the real traces in ../shared/traces and the anchors' goldens.
 //! Skipped, loudly, only where that folder is absent.
 
-use assert_cmd::Command;
+use crate::gpufeed as bin;
 use gpufeed::trace::{self, TraceSummary};
 use serde::Deserialize;
 use std::io::Write as _;
@@ -305,10 +305,6 @@ struct JsonReport {
     breakdown: JsonStep,
     devices: Vec<JsonDevice>,
     findings: Vec<JsonFinding>,
-}
-
-fn bin() -> Command {
-    Command::cargo_bin("gpufeed").unwrap()
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! Tests run one at a time (a shared lock): on a 2-core machine, concurrent trials would measure
 //! each other.
 
-mod common_fake;
+use crate::common_fake;
 
 use assert_cmd::Command;
 use predicates::prelude::*;

@@ -2,17 +2,10 @@
 //! without `--force`, no symlink followed, no output written over an input, unique default names,
 //! unfinished recordings labelled.
 
-use assert_cmd::Command;
+use crate::gpufeed;
 use predicates::prelude::*;
 use std::os::unix::fs::symlink;
 use std::path::Path;
-
-fn gpufeed() -> Command {
-    let mut c = Command::cargo_bin("gpufeed").unwrap();
-    c.env_remove("GPUFEED_NVML_LIB")
-        .env_remove("FAKE_NVML_SCENARIO");
-    c
-}
 
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap()

@@ -1,9 +1,9 @@
 //! `gpufeed run` / `gpufeed record` through the real binary on real child processes, with the
 //! real NVML code path driven by the fake driver (crates/fake-nvml).
 
-mod common_fake;
+use crate::common_fake;
 
-use assert_cmd::Command;
+use crate::gpufeed;
 use common_fake::{fake_nvml, scenario};
 use gpufeed::record::format::{Header, Line, ReadError, ReadStats};
 use gpufeed::record::reader::{read_path, Collect};
@@ -23,13 +23,6 @@ fn read_recording(
         visit(&h, l);
     }
     Ok((h, st))
-}
-
-fn gpufeed() -> Command {
-    let mut c = Command::cargo_bin("gpufeed").unwrap();
-    c.env_remove("GPUFEED_NVML_LIB")
-        .env_remove("FAKE_NVML_SCENARIO");
-    c
 }
 
 /// The JSON summary is the last line of stdout.

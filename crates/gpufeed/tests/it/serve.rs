@@ -1,7 +1,7 @@
 //! `gpufeed serve` through the binary with the fake driver, and end to end with a real
 //! Prometheus server when the `prometheus` binary is installed (.ci/run installs it).
 
-mod common_fake;
+use crate::common_fake;
 
 use assert_cmd::Command;
 use common_fake::{fake_nvml, scenario};

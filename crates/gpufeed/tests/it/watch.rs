@@ -1,6 +1,6 @@
 //! `gpufeed watch` as a person sees it: in a tmux pane (skips loudly when tmux is absent).
 
-mod common_fake;
+use crate::common_fake;
 
 use common_fake::{fake_nvml, scenario};
 use std::io::Write as _;

@@ -2,13 +2,9 @@
 //! into the real shells (bash, zsh, fish; each skips loudly when absent) and asked to complete,
 //! and the man page is rendered by groff with warnings on.
 
-use assert_cmd::Command;
+use crate::gpufeed;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-
-fn gpufeed() -> Command {
-    Command::cargo_bin("gpufeed").unwrap()
-}
 
 fn generate(args: &[&str]) -> String {
     let out = gpufeed().args(args).output().unwrap();

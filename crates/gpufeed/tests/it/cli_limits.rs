@@ -2,17 +2,10 @@
 //! that are not UTF-8 pass through, knob values are substituted once, and every duration and size
 //! option is bounded (exit 2 with a message, never a panic or an empty recording).
 
-use assert_cmd::Command;
+use crate::gpufeed;
 use predicates::prelude::*;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-
-fn gpufeed() -> Command {
-    let mut c = Command::cargo_bin("gpufeed").unwrap();
-    c.env_remove("GPUFEED_NVML_LIB")
-        .env_remove("FAKE_NVML_SCENARIO");
-    c
-}
 
 #[test]
 fn non_utf8_arguments_reach_the_job_unchanged() {
@@ -175,5 +168,7 @@ fn mostly_unreadable_input_is_bad_input() {
         .assert()
         .code(3)
         // Random bytes are refused from their first bytes as binary data, before any row is read.
-        .stderr(predicate::str::contains("binary data, not a format gpufeed reads"));
+        .stderr(predicate::str::contains(
+            "binary data, not a format gpufeed reads",
+        ));
 }

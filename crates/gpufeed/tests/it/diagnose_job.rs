@@ -2,17 +2,11 @@
 //! verdict names the starving and straggling nodes, the JSON contract, and peak memory that does
 //! not grow with the number of nodes.
 
-use assert_cmd::Command;
+use crate::gpufeed;
 use gpufeed::diagnose::job::{JobReport, JobVerdict};
 use gpufeed::record::format::{header_line, End, Header, Line};
 use gpufeed::sample::{GpuSample, GpuStatic, HostInfo, HostSample};
 use std::path::{Path, PathBuf};
-
-fn gpufeed() -> Command {
-    let mut c = Command::cargo_bin("gpufeed").unwrap();
-    c.env_remove("GPUFEED_NVML_LIB").env("NO_COLOR", "1");
-    c
-}
 
 /// A 60 s recording of one node with two GPUs at 10 Hz; `util(t)` and throttle reasons.
 fn node(dir: &Path, host: &str, util: fn(f64) -> f64, throttle: u64) -> PathBuf {

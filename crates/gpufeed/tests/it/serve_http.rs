@@ -3,7 +3,7 @@
 //! connections, 400 for malformed requests, bodies never taken for a request, `Allow` on 405,
 //! `Connection: close` and HEAD.
 
-mod common_fake;
+use crate::common_fake;
 
 use common_fake::{fake_nvml, scenario};
 use std::io::{Read, Write};

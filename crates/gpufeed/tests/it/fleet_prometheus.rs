@@ -4,7 +4,7 @@
 //! instance, read through Prometheus' HTTP API. The dashboard's fleet panels return data from
 //! the same Prometheus. Skips loudly without a `prometheus` binary (.ci/run installs it).
 
-mod common_fake;
+use crate::common_fake;
 
 use common_fake::fake_nvml;
 use std::io::{Read, Write};

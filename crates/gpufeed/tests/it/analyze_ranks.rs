@@ -3,7 +3,7 @@
 //! trace on its own with `gpufeed compare` suggested. Rank traces are made here from the shared
 //! real traces by rewriting their `distributedInfo` (and stretching one rank's timeline).
 
-use assert_cmd::Command;
+use crate::gpufeed as bin;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -19,10 +19,6 @@ fn traces_dir() -> Option<PathBuf> {
         );
         None
     }
-}
-
-fn bin() -> Command {
-    Command::cargo_bin("gpufeed").unwrap()
 }
 
 /// `src` as rank `rank` of `world`, its timestamps and durations multiplied by `stretch`.

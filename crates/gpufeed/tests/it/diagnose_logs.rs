@@ -6,17 +6,11 @@
 //! deterministic noise so the numbers are stable. docs/diagnose.md has the table of what each
 //! class gets and why.
 
-use assert_cmd::Command;
+use crate::gpufeed;
 use gpufeed::diagnose::phases::PhaseKind;
 use gpufeed::diagnose::DiagnoseReport;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-
-fn gpufeed() -> Command {
-    let mut c = Command::cargo_bin("gpufeed").unwrap();
-    c.env_remove("GPUFEED_NVML_LIB").env("NO_COLOR", "1");
-    c
-}
 
 /// How the logging script wrote its header and timestamps.
 #[derive(Clone, Copy, PartialEq)]

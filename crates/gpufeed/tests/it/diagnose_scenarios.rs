@@ -5,23 +5,15 @@
 //! that class is covered by a generated recording in tests/diagnose_cli.rs.
 //! The scenarios burn CPU, so they run one at a time.
 
-mod common_fake;
+use crate::common_fake;
 
-use assert_cmd::Command;
+use crate::gpufeed;
 use common_fake::{fake_nvml, scenario};
 use gpufeed::diagnose::DiagnoseReport;
 use std::path::Path;
 use std::sync::Mutex;
 
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn gpufeed() -> Command {
-    let mut c = Command::cargo_bin("gpufeed").unwrap();
-    c.env_remove("GPUFEED_NVML_LIB")
-        .env_remove("FAKE_NVML_SCENARIO")
-        .env("NO_COLOR", "1");
-    c
-}
 
 const SQUARE: &str = r#""util":{"pattern":"square","period_s":2.0,"high":85,"low":10,"duty":0.3}"#;
 

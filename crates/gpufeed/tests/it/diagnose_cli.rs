@@ -3,7 +3,7 @@
 //! D state), real-format nvidia-smi / dcgmi logs from tests/data, bad input, and the JSON
 //! contract deserialized into its typed structs.
 
-use assert_cmd::Command;
+use crate::gpufeed;
 use gpufeed::diagnose::DiagnoseReport;
 use gpufeed::record::format::{header_line, End, Header, Line};
 use gpufeed::sample::{
@@ -11,12 +11,6 @@ use gpufeed::sample::{
 };
 use predicates::prelude::*;
 use std::path::{Path, PathBuf};
-
-fn gpufeed() -> Command {
-    let mut c = Command::cargo_bin("gpufeed").unwrap();
-    c.env_remove("GPUFEED_NVML_LIB").env("NO_COLOR", "1");
-    c
-}
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

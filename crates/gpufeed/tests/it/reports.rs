@@ -1,18 +1,12 @@
 //! `--html` reports (rendered in headless Chromium when it is installed) and
 //! `export --perfetto`, through the binary.
 
-use assert_cmd::Command;
+use crate::gpufeed;
 use gpufeed::record::format::{header_line, End, Header, Line};
 use gpufeed::sample::{GpuSample, GpuStatic, HostInfo, HostSample, ProcSample, ProcStart};
 use predicates::prelude::*;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-
-fn gpufeed() -> Command {
-    let mut c = Command::cargo_bin("gpufeed").unwrap();
-    c.env_remove("GPUFEED_NVML_LIB").env("NO_COLOR", "1");
-    c
-}
 
 const START_US: u64 = 1_764_676_800_000_000;
 
