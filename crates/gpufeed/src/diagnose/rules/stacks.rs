@@ -149,10 +149,14 @@ pub fn workers_caveat(n: u32, now: u32, cores: u32) -> Option<String> {
         vals.sort_unstable();
         vals.dedup();
         let list: Vec<String> = vals.iter().map(u32::to_string).collect();
+        let count =
+            |n: u32, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         format!(
-            " Caveat: this machine has {cores} core(s), so beyond {cap} worker(s) they share \
-             cores with the training loop; measure it: `gpufeed sweep -L w {} --dataloader \
-             num_workers={{w}} -- <your command>`.",
+            " Caveat: this machine has {}, so beyond {} they share cores with the training \
+             loop; measure it: `gpufeed sweep -L w {} --dataloader num_workers={{w}} -- <your \
+             command>`.",
+            count(cores, "core", "cores"),
+            count(cap, "worker", "workers"),
             list.join(",")
         )
     })
@@ -557,7 +561,10 @@ mod tests {
         assert_eq!(workers_cap(1), 1);
         assert!(workers_caveat(3, 0, 8).is_none());
         let c = workers_caveat(4, 2, 2).unwrap();
-        assert!(c.contains("2 core(s)") && c.contains("-L w 1,2,4"), "{c}");
+        assert!(
+            c.contains("2 cores, so beyond 1 worker they") && c.contains("-L w 1,2,4"),
+            "{c}"
+        );
     }
 
     #[test]
@@ -574,7 +581,7 @@ mod tests {
         );
         assert!(f
             .recommendation
-            .contains("Caveat: this machine has 2 core(s)"));
+            .contains("Caveat: this machine has 2 cores"));
     }
 
     #[test]
