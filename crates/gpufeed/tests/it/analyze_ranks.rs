@@ -4,21 +4,11 @@
 //! real traces by rewriting their `distributedInfo` (and stretching one rank's timeline).
 
 use crate::gpufeed as bin;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 fn traces_dir() -> Option<PathBuf> {
-    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces");
-    if d.is_dir() {
-        Some(d)
-    } else {
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: {} not found: rank-trace tests did not run",
-            d.display()
-        );
-        None
-    }
+    crate::shared_traces("rank-trace tests")
 }
 
 /// `src` as rank `rank` of `world`, its timestamps and durations multiplied by `stretch`.

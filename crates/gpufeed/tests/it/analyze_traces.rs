@@ -4,21 +4,10 @@
 use crate::gpufeed as bin;
 use gpufeed::trace::{self, TraceSummary};
 use serde::Deserialize;
-use std::io::Write as _;
 use std::path::PathBuf;
 
 fn traces_dir() -> Option<PathBuf> {
-    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces");
-    if d.is_dir() {
-        Some(d)
-    } else {
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: {} not found: real-trace tests did not run",
-            d.display()
-        );
-        None
-    }
+    crate::shared_traces("real-trace tests")
 }
 
 const CATS: [&str; 9] = [

@@ -36,3 +36,21 @@ pub fn gpufeed() -> assert_cmd::Command {
         .env("NO_COLOR", "1");
     c
 }
+
+/// `../shared/traces` (real profiler traces, never copied into the repository), or `None` after
+/// saying loudly on stderr that `what` did not run.
+pub fn shared_traces(what: &str) -> Option<std::path::PathBuf> {
+    let d = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces");
+    if d.is_dir() {
+        Some(d)
+    } else {
+        // Straight to stderr, not eprintln!: the test harness captures that, and a skip must show.
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: {} not found: {what} did not run",
+            d.display()
+        );
+        None
+    }
+}
