@@ -3,8 +3,9 @@
 //! Data flows one way: sources (`sample`) → samples/events (`sample::event`) → timeline
 //! (`record`) or trace summary (`trace`) → evidence → rules → findings (`finding`) → presenters
 //! (`present`).
-//! `units` (the PCIe link table, byte and rate formats) and `exit` (the exit-code table) sit
-//! beneath every layer; `cli` declares the arguments, and `commands` (the top) runs them.
+//! `units` (the PCIe link table, byte and rate formats), `exit` (the exit-code table) and `json`
+//! (the one JSON byte cursor under the recording's and the trace's fast readers) sit beneath every
+//! layer and import nothing from the others; `cli` declares the arguments, and `commands` (the top) runs them.
 
 pub mod cli;
 pub mod commands;
@@ -15,6 +16,7 @@ pub mod exit;
 pub mod finding;
 pub mod inject;
 pub mod job;
+pub mod json;
 pub mod live;
 pub mod outfile;
 pub mod present;

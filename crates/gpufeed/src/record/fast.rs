@@ -6,13 +6,8 @@
 //! field (the tests build every struct without `..Default` so that a new field breaks them until
 //! it is read here too).
 
+use crate::json::Cursor;
 use crate::sample::{DiskRate, GpuProcess, GpuSample, HostSample, ProcSample};
-
-/// Exact powers of ten as f64 (10^0 ..= 10^22 are exactly representable).
-const POW10: [f64; 23] = [
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
-    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
-];
 
 /// Keys in the order the recorder writes them (serde's field order).
 const GPU_KEYS: [&[u8]; 18] = [
@@ -68,119 +63,14 @@ const PROC_KEYS: [&[u8]; 9] = [
     b"nonvoluntary_ctxt_switches",
 ];
 
-struct Cur<'a> {
-    b: &'a [u8],
-    i: usize,
+/// The nullable fields: `null` or a value.
+trait Nullable {
+    fn opt_f64(&mut self) -> Option<Option<f64>>;
+    fn opt_u64(&mut self) -> Option<Option<u64>>;
+    fn opt_u32(&mut self) -> Option<Option<u32>>;
 }
 
-impl<'a> Cur<'a> {
-    #[inline]
-    fn ws(&mut self) {
-        while let Some(c) = self.b.get(self.i) {
-            if matches!(c, b' ' | b'\t' | b'\r' | b'\n') {
-                self.i += 1;
-            } else {
-                break;
-            }
-        }
-    }
-
-    #[inline]
-    fn peek(&self) -> Option<u8> {
-        self.b.get(self.i).copied()
-    }
-
-    #[inline]
-    fn eat(&mut self, c: u8) -> Option<()> {
-        self.ws();
-        if self.peek()? == c {
-            self.i += 1;
-            Some(())
-        } else {
-            None
-        }
-    }
-
-    /// A string without escapes (keys, device names, state letters).
-    #[inline]
-    fn plain_str(&mut self) -> Option<&'a [u8]> {
-        self.eat(b'"')?;
-        let start = self.i;
-        // Keys and short values: a plain loop beats memchr's set-up cost.
-        let mut i = start;
-        loop {
-            match *self.b.get(i)? {
-                b'"' => break,
-                b'\\' => return None,
-                _ => i += 1,
-            }
-        }
-        self.i = i + 1;
-        Some(&self.b[start..i])
-    }
-
-    #[inline]
-    fn null(&mut self) -> bool {
-        self.ws();
-        if self.b[self.i..].starts_with(b"null") {
-            self.i += 4;
-            true
-        } else {
-            false
-        }
-    }
-
-    /// A JSON number, exactly as `str::parse::<f64>` would give it.
-    #[inline]
-    fn f64(&mut self) -> Option<f64> {
-        self.ws();
-        let b = self.b;
-        let start = self.i;
-        let mut i = start;
-        let neg = b.get(i) == Some(&b'-');
-        if neg {
-            i += 1;
-        }
-        let mut mant: u64 = 0;
-        let mut digits = 0usize;
-        while let Some(d) = b.get(i).filter(|d| d.is_ascii_digit()) {
-            mant = mant.wrapping_mul(10).wrapping_add((d - b'0') as u64);
-            digits += 1;
-            i += 1;
-        }
-        let mut frac = 0usize;
-        if b.get(i) == Some(&b'.') {
-            i += 1;
-            while let Some(d) = b.get(i).filter(|d| d.is_ascii_digit()) {
-                mant = mant.wrapping_mul(10).wrapping_add((d - b'0') as u64);
-                digits += 1;
-                frac += 1;
-                i += 1;
-            }
-        }
-        let exp = matches!(b.get(i), Some(b'e' | b'E'));
-        if digits == 0 {
-            return None;
-        }
-        if exp || digits > 15 {
-            // Rare: hand it to the exact general parser.
-            while let Some(c) = b.get(i) {
-                if c.is_ascii_digit() || matches!(c, b'.' | b'e' | b'E' | b'+' | b'-') {
-                    i += 1;
-                } else {
-                    break;
-                }
-            }
-            let s = std::str::from_utf8(&b[start..i]).ok()?;
-            self.i = i;
-            return s.parse().ok();
-        }
-        self.i = i;
-        // mant < 10^15 < 2^53 and 10^frac exact: one correctly rounded division.
-        let v = mant as f64 / POW10[frac];
-        Some(if neg { -v } else { v })
-    }
-
+impl Nullable for Cursor<'_> {
     #[inline]
     fn opt_f64(&mut self) -> Option<Option<f64>> {
         if self.null() {
@@ -188,32 +78,6 @@ impl<'a> Cur<'a> {
         } else {
             self.f64().map(Some)
         }
-    }
-
-    /// A non-negative integer (counters, pids).
-    #[inline]
-    fn u64(&mut self) -> Option<u64> {
-        self.ws();
-        let b = self.b;
-        let mut i = self.i;
-        let mut v: u64 = 0;
-        let start = i;
-        while let Some(d) = b.get(i).filter(|d| d.is_ascii_digit()) {
-            v = v.wrapping_mul(10).wrapping_add((d - b'0') as u64);
-            i += 1;
-        }
-        if i == start || matches!(b.get(i), Some(b'.' | b'e' | b'E')) {
-            return None;
-        }
-        if i - start > 19 {
-            // Up to 19 digits cannot overflow; longer ones are redone with checks.
-            v = 0;
-            for d in &b[start..i] {
-                v = v.checked_mul(10)?.checked_add((d - b'0') as u64)?;
-            }
-        }
-        self.i = i;
-        Some(v)
     }
 
     #[inline]
@@ -232,138 +96,6 @@ impl<'a> Cur<'a> {
             None => Some(None),
         }
     }
-
-    /// Skips any JSON value.
-    fn skip(&mut self) -> Option<()> {
-        self.ws();
-        match self.peek()? {
-            b'"' => {
-                self.i += 1;
-                loop {
-                    let rel = memchr::memchr2(b'"', b'\\', &self.b[self.i..])?;
-                    let at = self.i + rel;
-                    if self.b[at] == b'\\' {
-                        self.i = at + 2;
-                    } else {
-                        self.i = at + 1;
-                        return Some(());
-                    }
-                }
-            }
-            b'{' | b'[' => {
-                let mut depth = 0usize;
-                while let Some(c) = self.peek() {
-                    match c {
-                        b'"' => {
-                            self.skip()?;
-                            continue;
-                        }
-                        b'{' | b'[' => depth += 1,
-                        b'}' | b']' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                self.i += 1;
-                                return Some(());
-                            }
-                        }
-                        _ => {}
-                    }
-                    self.i += 1;
-                }
-                None
-            }
-            _ => {
-                while let Some(c) = self.peek() {
-                    if matches!(c, b',' | b'}' | b']') || c.is_ascii_whitespace() {
-                        break;
-                    }
-                    self.i += 1;
-                }
-                Some(())
-            }
-        }
-    }
-
-    /// Is the cursor at `"k"`?
-    #[inline]
-    fn at_key(&self, k: &[u8]) -> bool {
-        let b = &self.b[self.i..];
-        b.len() > k.len() + 1 && b[0] == b'"' && &b[1..=k.len()] == k && b[k.len() + 1] == b'"'
-    }
-
-    /// Walks an object's members with the keys known in advance: `f` gets the key's position
-    /// in `keys` (`keys.len()` for an unknown key) and parses the value (returning true) or
-    /// leaves it to be skipped (returning false). Writers emit keys in a fixed order, so the next
-    /// expected key is tried first with one comparison.
-    #[inline]
-    fn keyed(
-        &mut self,
-        keys: &[&[u8]],
-        mut f: impl FnMut(usize, &mut Cur<'a>) -> Option<bool>,
-    ) -> Option<()> {
-        self.eat(b'{')?;
-        self.ws();
-        if self.peek()? == b'}' {
-            self.i += 1;
-            return Some(());
-        }
-        let mut next = 0;
-        loop {
-            self.ws();
-            let idx = match keys.get(next) {
-                Some(k) if self.at_key(k) => {
-                    self.i += k.len() + 2;
-                    next
-                }
-                _ => {
-                    let key = self.plain_str()?;
-                    keys.iter().position(|k| *k == key).unwrap_or(keys.len())
-                }
-            };
-            next = idx + 1;
-            self.eat(b':')?;
-            if !f(idx, self)? {
-                self.skip()?;
-            }
-            self.ws();
-            match self.peek()? {
-                b',' => self.i += 1,
-                b'}' => {
-                    self.i += 1;
-                    return Some(());
-                }
-                _ => return None,
-            }
-        }
-    }
-
-    /// Walks an array's elements with `f`.
-    #[inline]
-    fn array(&mut self, mut f: impl FnMut(&mut Cur<'a>) -> Option<()>) -> Option<()> {
-        self.eat(b'[')?;
-        self.ws();
-        if self.peek()? == b']' {
-            self.i += 1;
-            return Some(());
-        }
-        loop {
-            f(self)?;
-            self.ws();
-            match self.peek()? {
-                b',' => self.i += 1,
-                b']' => {
-                    self.i += 1;
-                    return Some(());
-                }
-                _ => return None,
-            }
-        }
-    }
-
-    fn end(&mut self) -> Option<()> {
-        self.ws();
-        (self.i == self.b.len()).then_some(())
-    }
 }
 
 /// Parses a `gpu` line into `out` (its buffers are reused). `None`: use serde for this line.
@@ -371,7 +103,7 @@ pub fn gpu(line: &[u8], out: &mut GpuSample) -> Option<()> {
     let mut samples = out.util_samples.take().unwrap_or_default();
     samples.clear();
     *out = GpuSample::default();
-    let mut c = Cur { b: line, i: 0 };
+    let mut c = Cursor::new(line);
     let (mut has_index, mut has_t, mut has_samples) = (false, false, false);
     c.keyed(&GPU_KEYS, |k, c| {
         match k {
@@ -463,7 +195,7 @@ pub fn host(line: &[u8], out: &mut HostSample) -> Option<()> {
     cpus.clear();
     disks.clear();
     *out = HostSample::default();
-    let mut c = Cur { b: line, i: 0 };
+    let mut c = Cursor::new(line);
     let (mut has_t, mut has_cpu, mut has_disks) = (false, false, false);
     c.keyed(&HOST_KEYS, |k, c| {
         match k {
@@ -533,7 +265,7 @@ pub fn host(line: &[u8], out: &mut HostSample) -> Option<()> {
 /// Parses a `procs` line: its time, and the samples into `out` (reused).
 pub fn procs(line: &[u8], out: &mut Vec<ProcSample>) -> Option<f64> {
     out.clear();
-    let mut c = Cur { b: line, i: 0 };
+    let mut c = Cursor::new(line);
     let mut t = None;
     let mut has_procs = false;
     c.keyed(&PROCS_KEYS, |k, c| {
@@ -867,26 +599,6 @@ mod tests {
                 let mut h = HostSample::default();
                 let _ = host(&b, &mut h);
             }
-        }
-    }
-
-    #[test]
-    fn numbers_are_exact() {
-        for s in [
-            "0.1",
-            "85.0",
-            "0.166238",
-            "123456789012345",
-            "1e-3",
-            "-2.5",
-            "1234567890123456789",
-            "3.14159265358979",
-        ] {
-            let mut c = Cur {
-                b: s.as_bytes(),
-                i: 0,
-            };
-            assert_eq!(c.f64(), s.parse::<f64>().ok(), "{s}");
         }
     }
 }

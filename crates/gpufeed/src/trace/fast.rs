@@ -7,252 +7,93 @@
 use std::borrow::Cow;
 
 use super::reader::{Args, Event};
+use crate::json::{Cursor, Number};
 
-struct P<'a> {
-    b: &'a [u8],
-    i: usize,
+/// A number that does not touch the end of the buffer (the buffer may end inside it): as f64,
+/// and as an id (what serde_json's visitor in [`super::reader`] makes of it).
+#[inline]
+fn number(c: &mut Cursor<'_>) -> Option<(f64, Option<u64>)> {
+    let n = c.number()?;
+    c.peek()?;
+    Some(match n {
+        Number::U64(v) => (v as f64, Some(v)),
+        Number::I64(v) => (v as f64, Some(v as u64)),
+        Number::F64(f) => (f, (0.0..1.8e19).contains(&f).then_some(f as u64)),
+    })
 }
 
-impl<'a> P<'a> {
-    #[inline]
-    fn ws(&mut self) {
-        while let Some(&c) = self.b.get(self.i) {
-            if matches!(c, b' ' | b'\n' | b'\r' | b'\t') {
-                self.i += 1;
-            } else {
-                break;
-            }
+/// pid/tid: a number or a string ("stream 7").
+#[inline]
+fn id(c: &mut Cursor<'_>) -> Option<Option<u64>> {
+    match c.peek_ws()? {
+        b'"' => {
+            let s = c.plain_str()?;
+            Some(super::reader::num_from_bytes(s).1)
         }
-    }
-
-    #[inline]
-    fn peek(&mut self) -> Option<u8> {
-        self.ws();
-        self.b.get(self.i).copied()
-    }
-
-    #[inline]
-    fn eat(&mut self, c: u8) -> Option<()> {
-        if self.peek()? == c {
-            self.i += 1;
-            Some(())
-        } else {
-            None
+        b'n' => {
+            c.literal(b"null")?;
+            Some(None)
         }
+        _ => Some(number(c)?.1),
     }
+}
 
-    /// A string without escapes, borrowed. None on escapes (fallback).
-    #[inline]
-    fn plain_str(&mut self) -> Option<&'a [u8]> {
-        self.eat(b'"')?;
-        let rest = &self.b[self.i..];
-        let k = memchr::memchr2(b'"', b'\\', rest)?;
-        if rest[k] == b'\\' {
-            return None;
-        }
-        self.i += k + 1;
-        Some(&rest[..k])
+fn num_or_skip(c: &mut Cursor<'_>) -> Option<Option<u64>> {
+    if matches!(c.peek_ws()?, b'-' | b'0'..=b'9') {
+        Some(number(c)?.1)
+    } else {
+        id(c)
     }
+}
 
-    /// A number: (as f64, as u64 when it is a non-negative integer).
-    #[inline]
-    fn number(&mut self) -> Option<(f64, Option<u64>)> {
-        self.ws();
-        let start = self.i;
-        let b = self.b;
-        let mut j = start;
-        let neg = b.get(j) == Some(&b'-');
-        if neg {
-            j += 1;
-        }
-        let mut v: u64 = 0;
-        let digits0 = j;
-        while let Some(&c) = b.get(j) {
-            if c.is_ascii_digit() {
-                if j - digits0 >= 18 {
-                    return None; // possibly beyond u64/exact f64: let serde_json decide
+fn args(c: &mut Cursor<'_>) -> Option<Args> {
+    let mut a = Args::default();
+    if c.peek_ws()? == b'n' {
+        c.literal(b"null")?;
+        return Some(a);
+    }
+    c.object(|k, c| {
+        match k {
+            b"External id" | b"external id" => a.external_id = num_or_skip(c)?,
+            b"correlation" => a.correlation = num_or_skip(c)?,
+            b"stream" => a.stream = num_or_skip(c)?,
+            b"device" => a.device = num_or_skip(c)?,
+            b"bytes" => {
+                if !matches!(c.peek_ws()?, b'-' | b'0'..=b'9') {
+                    return Some(false);
                 }
-                v = v * 10 + (c - b'0') as u64;
-                j += 1;
-            } else {
-                break;
+                a.bytes = Some(number(c)?.0);
             }
-        }
-        if j == digits0 {
-            return None;
-        }
-        match b.get(j) {
-            Some(b'.') | Some(b'e') | Some(b'E') => {
-                j += 1;
-                while let Some(&c) = b.get(j) {
-                    if c.is_ascii_digit() || matches!(c, b'e' | b'E' | b'+' | b'-' | b'.') {
-                        j += 1;
-                    } else {
-                        break;
-                    }
-                }
-                b.get(j)?; // the number must not touch the end of the buffer
-                let s = std::str::from_utf8(&b[start..j]).ok()?;
-                let f: f64 = s.parse().ok()?;
-                self.i = j;
-                let id = (f.is_finite() && (0.0..1.8e19).contains(&f)).then_some(f as u64);
-                Some((f, id))
+            b"Collective name" => {
+                a.collective = true;
+                return Some(false);
             }
-            Some(_) => {
-                self.i = j;
-                if neg {
-                    Some((-(v as f64), Some((v as i64).wrapping_neg() as u64)))
-                } else {
-                    Some((v as f64, Some(v)))
-                }
-            }
-            None => None,
+            _ => return Some(false),
         }
-    }
-
-    /// pid/tid: a number or a string ("stream 7").
-    #[inline]
-    fn id(&mut self) -> Option<Option<u64>> {
-        match self.peek()? {
-            b'"' => {
-                let s = self.plain_str()?;
-                Some(super::reader::num_from_bytes(s).1)
-            }
-            b'n' => {
-                self.literal(b"null")?;
-                Some(None)
-            }
-            _ => Some(self.number()?.1),
-        }
-    }
-
-    fn literal(&mut self, lit: &[u8]) -> Option<()> {
-        if self.b.get(self.i..self.i + lit.len())? == lit {
-            self.i += lit.len();
-            Some(())
-        } else {
-            None
-        }
-    }
-
-    /// Skips any value.
-    fn skip(&mut self) -> Option<()> {
-        match self.peek()? {
-            b'"' => {
-                self.i += 1;
-                let rest = &self.b[self.i..];
-                let mut k = 0;
-                loop {
-                    k += memchr::memchr2(b'"', b'\\', rest.get(k..)?)?;
-                    if rest[k] == b'\\' {
-                        k += 2;
-                    } else {
-                        break;
-                    }
-                }
-                self.i += k + 1;
-                Some(())
-            }
-            b'{' | b'[' => {
-                let n = super::reader::scan_value_pub(&self.b[self.i..])?;
-                self.i += n;
-                Some(())
-            }
-            b't' => self.literal(b"true"),
-            b'f' => self.literal(b"false"),
-            b'n' => self.literal(b"null"),
-            b'-' | b'0'..=b'9' => {
-                let rest = &self.b[self.i..];
-                let k = rest
-                    .iter()
-                    .position(|c| !matches!(c, b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-'))?;
-                self.i += k;
-                Some(())
-            }
-            _ => None,
-        }
-    }
-
-    fn args(&mut self) -> Option<Args> {
-        let mut a = Args::default();
-        if self.peek()? == b'n' {
-            self.literal(b"null")?;
-            return Some(a);
-        }
-        self.eat(b'{')?;
-        if self.peek()? == b'}' {
-            self.i += 1;
-            return Some(a);
-        }
-        loop {
-            let k = self.plain_str()?;
-            self.eat(b':')?;
-            match k {
-                b"External id" | b"external id" => a.external_id = self.num_or_skip()?,
-                b"correlation" => a.correlation = self.num_or_skip()?,
-                b"stream" => a.stream = self.num_or_skip()?,
-                b"device" => a.device = self.num_or_skip()?,
-                b"bytes" => {
-                    if matches!(self.peek()?, b'-' | b'0'..=b'9') {
-                        a.bytes = Some(self.number()?.0);
-                    } else {
-                        self.skip()?;
-                    }
-                }
-                b"Collective name" => {
-                    self.skip()?;
-                    a.collective = true;
-                }
-                _ => self.skip()?,
-            }
-            match self.peek()? {
-                b',' => self.i += 1,
-                b'}' => {
-                    self.i += 1;
-                    return Some(a);
-                }
-                _ => return None,
-            }
-        }
-    }
-
-    fn num_or_skip(&mut self) -> Option<Option<u64>> {
-        if matches!(self.peek()?, b'-' | b'0'..=b'9') {
-            Some(self.number()?.1)
-        } else {
-            self.id()
-        }
-    }
+        Some(true)
+    })?;
+    Some(a)
 }
 
 /// Parses one event at the start of `b`; returns it and its length, or None to fall back.
 pub fn event(b: &[u8]) -> Option<(Event<'_>, usize)> {
-    let mut p = P { b, i: 0 };
-    p.eat(b'{')?;
+    let mut c = Cursor::new(b);
     let mut ev = Event::default();
-    if p.peek()? == b'}' {
-        return Some((ev, p.i + 1));
-    }
-    loop {
-        let k = p.plain_str()?;
-        p.eat(b':')?;
+    c.object(|k, c| {
         match k {
-            b"ph" => ev.ph = p.plain_str()?.first().copied().unwrap_or(0),
-            b"cat" => ev.cat = Cow::Borrowed(p.plain_str()?),
-            b"name" => ev.name = Cow::Borrowed(p.plain_str()?),
-            b"pid" => ev.pid = p.id()?,
-            b"tid" => ev.tid = p.id()?,
-            b"ts" => ev.ts = Some(p.number()?.0),
-            b"dur" => ev.dur = Some(p.number()?.0),
-            b"args" => ev.args = p.args()?,
-            _ => p.skip()?,
+            b"ph" => ev.ph = c.plain_str()?.first().copied().unwrap_or(0),
+            b"cat" => ev.cat = Cow::Borrowed(c.plain_str()?),
+            b"name" => ev.name = Cow::Borrowed(c.plain_str()?),
+            b"pid" => ev.pid = id(c)?,
+            b"tid" => ev.tid = id(c)?,
+            b"ts" => ev.ts = Some(number(c)?.0),
+            b"dur" => ev.dur = Some(number(c)?.0),
+            b"args" => ev.args = args(c)?,
+            _ => return Some(false),
         }
-        match p.peek()? {
-            b',' => p.i += 1,
-            b'}' => return Some((ev, p.i + 1)),
-            _ => return None,
-        }
-    }
+        Some(true)
+    })?;
+    Some((ev, c.pos()))
 }
 
 #[cfg(test)]

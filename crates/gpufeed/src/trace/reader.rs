@@ -18,6 +18,7 @@ use std::fmt;
 use std::io::Read;
 
 use super::TraceError;
+use crate::json;
 
 const CHUNK: usize = 1 << 20;
 /// The largest JSON value (one event, one top-level field) held in memory. A larger one (no real
@@ -286,7 +287,7 @@ impl<R: Read> Buf<R> {
     /// Err(()) when the input ends first.
     fn value_len(&mut self) -> Result<usize, ()> {
         loop {
-            if let Some(n) = scan_value(&self.data[self.pos..self.end], self.eof) {
+            if let Some(n) = json::value_len(&self.data[self.pos..self.end], self.eof) {
                 return Ok(n);
             }
             if self.too_big() {
@@ -294,7 +295,7 @@ impl<R: Read> Buf<R> {
             }
             if !self.fill() {
                 // one last try with eof = true (a bare number at the very end)
-                return scan_value(&self.data[self.pos..self.end], true).ok_or(());
+                return json::value_len(&self.data[self.pos..self.end], true).ok_or(());
             }
         }
     }
@@ -305,62 +306,6 @@ impl<R: Read> Buf<R> {
         let s = self.data[self.pos + 1..self.pos + n - 1].to_vec();
         self.pos += n;
         Ok(s)
-    }
-}
-
-/// Finds the end of the value that starts at `b[0]` (no leading whitespace). None: incomplete.
-///
-/// Objects are matched on `{`/`}` only and arrays on `[`/`]` only (the other kind of bracket
-/// always comes in balanced pairs inside), so each step is one memchr3 jump.
-fn scan_value(b: &[u8], eof: bool) -> Option<usize> {
-    let first = *b.first()?;
-    match first {
-        b'{' | b'[' => {
-            let close = if first == b'{' { b'}' } else { b']' };
-            let mut depth = 0usize;
-            let mut i = 0;
-            loop {
-                i += memchr::memchr3(b'"', first, close, &b[i..])?;
-                let c = b[i];
-                if c == b'"' {
-                    i = i + 1 + string_len(&b[i + 1..])?;
-                    continue;
-                }
-                if c == first {
-                    depth += 1;
-                } else {
-                    depth -= 1;
-                    if depth == 0 {
-                        return Some(i + 1);
-                    }
-                }
-                i += 1;
-            }
-        }
-        b'"' => Some(1 + string_len(&b[1..])?),
-        _ => {
-            let k = b
-                .iter()
-                .position(|&c| matches!(c, b',' | b']' | b'}' | b' ' | b'\n' | b'\r' | b'\t'));
-            match k {
-                Some(k) => Some(k.max(1)),
-                None if eof => Some(b.len()),
-                None => None,
-            }
-        }
-    }
-}
-
-/// Length of a string's rest (after the opening quote) including the closing quote.
-fn string_len(b: &[u8]) -> Option<usize> {
-    let mut i = 0;
-    loop {
-        i += memchr::memchr2(b'"', b'\\', b.get(i..)?)?;
-        if b[i] == b'\\' {
-            i += 2;
-        } else {
-            return Some(i + 1);
-        }
     }
 }
 
@@ -601,7 +546,7 @@ fn scan_events<R: Read>(
                         // valid JSON but not an event: skip it; broken JSON (an unescaped quote in
                         // old Kineto output): resynchronise on the next line that starts an object
                         st.bad_events += 1;
-                        match scan_value(&buf.data[buf.pos..buf.end], false) {
+                        match json::value_len(&buf.data[buf.pos..buf.end], false) {
                             Some(n) => buf.pos += n,
                             None => {
                                 if resync(buf)? {
@@ -843,11 +788,6 @@ impl<'de> de::Deserialize<'de> for Num {
 pub(super) fn num_from_bytes(v: &[u8]) -> (Option<f64>, Option<u64>) {
     let n = num_from_str(v);
     (n.f, n.id)
-}
-
-/// For the fast path: the length of a complete object/array at the start of `b`.
-pub(super) fn scan_value_pub(b: &[u8]) -> Option<usize> {
-    scan_value(b, false)
 }
 
 /// "7", "stream 7", "python 123" → the number; other strings → a stable hash with the top bit set.
