@@ -339,7 +339,7 @@ fn parse_batch(data: &[u8], too_long_after: bool, p: &mut ParsedBatch) {
             Parsed::Host => Item::Host,
             Parsed::Procs(t) => Item::Procs(t),
             Parsed::Other(l) => {
-                p.others.push(l);
+                p.others.push(*l);
                 Item::Other
             }
             Parsed::Bad => Item::Bad { complete },

@@ -365,8 +365,8 @@ pub(super) enum Parsed {
     Host,
     /// At this time, the samples in its `procs` buffer.
     Procs(f64),
-    /// Any other line type.
-    Other(Line),
+    /// Any other line type (boxed: rare, and far larger than the others).
+    Other(Box<Line>),
     /// Not valid JSON of a known shape.
     Bad,
 }
@@ -406,7 +406,7 @@ pub(super) fn parse_line(
             *procs = p;
             Parsed::Procs(t_s)
         }
-        Ok(other) => Parsed::Other(other),
+        Ok(other) => Parsed::Other(Box::new(other)),
         Err(_) => Parsed::Bad,
     }
 }
