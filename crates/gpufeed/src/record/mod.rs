@@ -3,6 +3,7 @@
 
 pub mod fast;
 pub mod format;
+mod pipeline;
 pub mod pyrec;
 pub mod reader;
 pub mod recorder;

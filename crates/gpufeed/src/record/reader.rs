@@ -154,10 +154,36 @@ pub fn is_zstd(head: &[u8]) -> bool {
 }
 
 /// As [`read_path`], from any reader, plain or zstd (`path` is only used in messages).
+///
+/// With more than one core the lines are parsed by a pipeline ([`super::pipeline`]): one
+/// thread reads (and decompresses) and cuts batches of whole lines, worker threads parse them,
+/// and the sinks still get every line in order on the calling thread. Sinks see the same
+/// values, in the same order, as on one core.
 pub fn read_from(
     path: &Path,
-    r: impl Read,
+    r: impl Read + Send,
     sink: impl Sink,
+) -> Result<(Header, ReadStats), ReadError> {
+    read_with(path, r, sink, parse_workers(), super::pipeline::BATCH_BYTES)
+}
+
+/// Parser threads for the pipeline: one per core the process may run on, none (read on the
+/// calling thread) on one core.
+fn parse_workers() -> usize {
+    match std::thread::available_parallelism().map_or(1, |n| n.get()) {
+        1 => 0,
+        n => n.min(8),
+    }
+}
+
+/// As [`read_from`], with `workers` parser threads (0: all on the calling thread) that get
+/// batches of about `batch_bytes`.
+pub(super) fn read_with(
+    path: &Path,
+    r: impl Read + Send,
+    sink: impl Sink,
+    workers: usize,
+    batch_bytes: usize,
 ) -> Result<(Header, ReadStats), ReadError> {
     let io = |source| ReadError::Io {
         path: path.to_path_buf(),
@@ -166,9 +192,9 @@ pub fn read_from(
     let (head, r) = sniff(r).map_err(io)?;
     if is_zstd(&head) {
         let d = zstd::stream::read::Decoder::new(r).map_err(io)?;
-        read_lines(path, Lines::new(d, true), sink)
+        read_lines(path, Lines::new(d, true), sink, workers, batch_bytes)
     } else {
-        read_lines(path, Lines::new(r, false), sink)
+        read_lines(path, Lines::new(r, false), sink, workers, batch_bytes)
     }
 }
 
@@ -247,22 +273,50 @@ fn header_of<R: Read>(path: &Path, lines: &mut Lines<R>) -> Result<Header, ReadE
     }
 }
 
-fn read_lines<R: Read>(
+fn read_lines<R: Read + Send>(
     path: &Path,
     mut lines: Lines<R>,
     mut sink: impl Sink,
+    workers: usize,
+    batch_bytes: usize,
 ) -> Result<(Header, ReadStats), ReadError> {
+    let header = header_of(path, &mut lines)?;
+    sink.header(&header);
+    let stats = if workers == 0 {
+        read_body(path, lines, sink)?
+    } else {
+        let Lines {
+            r,
+            buf,
+            start,
+            end,
+            eof,
+            lenient,
+            cut,
+        } = lines;
+        let src = super::pipeline::Source {
+            r,
+            eof,
+            cut,
+            lenient,
+        };
+        super::pipeline::run(path, src, &buf[start..end], sink, workers, batch_bytes)?
+    };
+    Ok((header, stats))
+}
+
+/// The lines after the header, on this thread: each is read, parsed and handed to the sinks
+/// before the next (the path taken on one core; [`super::pipeline`] otherwise).
+fn read_body<R: Read>(
+    path: &Path,
+    mut lines: Lines<R>,
+    mut sink: impl Sink,
+) -> Result<ReadStats, ReadError> {
     let io = |source| ReadError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let header = header_of(path, &mut lines)?;
-    sink.header(&header);
-    let mut stats = ReadStats {
-        unfinished: true,
-        ..Default::default()
-    };
-    let mut pending_bad = 0u64;
+    let mut tally = Tally::new();
     let mut gpu = GpuSample::default();
     let mut host = HostSample::default();
     let mut procs: Vec<ProcSample> = Vec::new();
@@ -271,62 +325,153 @@ fn read_lines<R: Read>(
             Chunk::Line(a, z, c) => (a, z, c),
             Chunk::TooLong => {
                 lines.skip_line().map_err(io)?;
-                stats.lines += 1;
-                stats.malformed += pending_bad + 1;
-                pending_bad = 0;
+                tally.too_long();
                 continue;
             }
         };
+        if z - a - usize::from(complete) > MAX_LINE_BYTES {
+            // Over the cap but read whole (it fitted in the buffer): skipped all the same.
+            tally.too_long();
+            continue;
+        }
         let text = trim(&lines.buf[a..z]);
         if text.is_empty() {
             continue;
         }
-        stats.lines += 1;
-        let fast_done = if text.starts_with(b"{\"type\":\"gpu\",") {
-            fast::gpu(text, &mut gpu).map(|_| sink.gpu(&gpu))
-        } else if text.starts_with(b"{\"type\":\"host\",") {
-            fast::host(text, &mut host).map(|_| sink.host(&host))
-        } else if text.starts_with(b"{\"type\":\"procs\",") {
-            fast::procs(text, &mut procs).map(|t| sink.procs(t, &procs))
-        } else {
-            None
-        };
-        let ok = fast_done.is_some()
-            || match serde_json::from_slice::<Line>(text) {
-                Ok(line) => {
-                    match &line {
-                        Line::Gpu(g) => sink.gpu(g),
-                        Line::Host(h) => sink.host(h),
-                        Line::Procs { t_s, procs } => sink.procs(*t_s, procs),
-                        other => {
-                            if matches!(other, Line::End(_)) {
-                                stats.unfinished = false;
-                            }
-                            sink.line(other)
-                        }
-                    }
-                    true
-                }
-                Err(_) => false,
-            };
-        if ok {
-            stats.malformed += pending_bad;
-            pending_bad = 0;
-        } else if !complete {
-            stats.truncated = true;
-        } else {
-            pending_bad += 1;
+        match parse_line(text, &mut gpu, &mut host, &mut procs) {
+            Parsed::Gpu => sink.gpu(&gpu),
+            Parsed::Host => sink.host(&host),
+            Parsed::Procs(t) => sink.procs(t, &procs),
+            Parsed::Other(l) => {
+                tally.other(&l);
+                sink.line(&l)
+            }
+            Parsed::Bad => {
+                tally.bad(complete);
+                continue;
+            }
+        }
+        tally.ok();
+    }
+    Ok(tally.finish(lines.cut))
+}
+
+/// What [`parse_line`] made of a line.
+#[derive(Debug)]
+pub(super) enum Parsed {
+    /// In its `gpu` buffer.
+    Gpu,
+    /// In its `host` buffer.
+    Host,
+    /// At this time, the samples in its `procs` buffer.
+    Procs(f64),
+    /// Any other line type (boxed: rare, and far larger than the others).
+    Other(Box<Line>),
+    /// Not valid JSON of a known shape.
+    Bad,
+}
+
+/// Parses one trimmed, non-blank line: the frequent types by the scanner in [`super::fast`]
+/// (into the buffers given, reused), everything else and whatever it gives up on by serde. The one parser both
+/// the single-thread path and the pipeline's workers use, so sinks get the same values.
+pub(super) fn parse_line(
+    text: &[u8],
+    gpu: &mut GpuSample,
+    host: &mut HostSample,
+    procs: &mut Vec<ProcSample>,
+) -> Parsed {
+    if text.starts_with(b"{\"type\":\"gpu\",") {
+        if fast::gpu(text, gpu).is_some() {
+            return Parsed::Gpu;
+        }
+    } else if text.starts_with(b"{\"type\":\"host\",") {
+        if fast::host(text, host).is_some() {
+            return Parsed::Host;
+        }
+    } else if text.starts_with(b"{\"type\":\"procs\",") {
+        if let Some(t) = fast::procs(text, procs) {
+            return Parsed::Procs(t);
         }
     }
-    // A bad line with nothing valid after it is the cut end of a killed recording.
-    if pending_bad > 0 {
-        stats.truncated = true;
-        stats.malformed += pending_bad - 1;
+    match serde_json::from_slice::<Line>(text) {
+        Ok(Line::Gpu(g)) => {
+            *gpu = g;
+            Parsed::Gpu
+        }
+        Ok(Line::Host(h)) => {
+            *host = h;
+            Parsed::Host
+        }
+        Ok(Line::Procs { t_s, procs: p }) => {
+            *procs = p;
+            Parsed::Procs(t_s)
+        }
+        Ok(other) => Parsed::Other(Box::new(other)),
+        Err(_) => Parsed::Bad,
     }
-    if lines.cut {
-        stats.truncated = true;
+}
+
+/// The counts of [`ReadStats`], kept the same way on either path: a bad line is counted once
+/// something valid follows it; a bad line with nothing valid after it is the cut end.
+#[derive(Debug)]
+pub(super) struct Tally {
+    stats: ReadStats,
+    pending_bad: u64,
+}
+
+impl Tally {
+    pub(super) fn new() -> Self {
+        Tally {
+            stats: ReadStats {
+                unfinished: true,
+                ..Default::default()
+            },
+            pending_bad: 0,
+        }
     }
-    Ok((header, stats))
+
+    /// A valid line.
+    pub(super) fn ok(&mut self) {
+        self.stats.lines += 1;
+        self.stats.malformed += self.pending_bad;
+        self.pending_bad = 0;
+    }
+
+    /// A valid line of another type than the frequent three (before [`Tally::ok`]).
+    pub(super) fn other(&mut self, l: &Line) {
+        if matches!(l, Line::End(_)) {
+            self.stats.unfinished = false;
+        }
+    }
+
+    /// A line that did not parse; `complete`: it ended with a newline.
+    pub(super) fn bad(&mut self, complete: bool) {
+        self.stats.lines += 1;
+        if complete {
+            self.pending_bad += 1;
+        } else {
+            self.stats.truncated = true;
+        }
+    }
+
+    /// A line over [`MAX_LINE_BYTES`], skipped.
+    pub(super) fn too_long(&mut self) {
+        self.stats.lines += 1;
+        self.stats.malformed += self.pending_bad + 1;
+        self.pending_bad = 0;
+    }
+
+    /// The counts once the input ended (`cut`: it ended in an error taken as its end).
+    pub(super) fn finish(mut self, cut: bool) -> ReadStats {
+        if self.pending_bad > 0 {
+            self.stats.truncated = true;
+            self.stats.malformed += self.pending_bad - 1;
+        }
+        if cut {
+            self.stats.truncated = true;
+        }
+        self.stats
+    }
 }
 
 /// What the first bytes of something that is not a recording look like, for the message.
@@ -358,7 +503,7 @@ enum Chunk {
 }
 
 /// Lines read in place from one buffer (no copy per line), of bounded size.
-struct Lines<R> {
+pub(super) struct Lines<R> {
     r: R,
     buf: Vec<u8>,
     start: usize,
@@ -482,7 +627,7 @@ impl<R: Read> Lines<R> {
     }
 }
 
-fn trim(b: &[u8]) -> &[u8] {
+pub(super) fn trim(b: &[u8]) -> &[u8] {
     let start = b
         .iter()
         .position(|c| !c.is_ascii_whitespace())
