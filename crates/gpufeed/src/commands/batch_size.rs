@@ -11,7 +11,7 @@ use crate::tune::batch::{
     accumulation, classify, recommend, Accumulation, Recommendation, Search, Verdict,
 };
 use crate::tune::params;
-use crate::tune::sweep::{fmt_num, write_atomic};
+use crate::tune::sweep::fmt_num;
 use crate::tune::trial::{run_trial, Throughput, TrialExit};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -417,8 +417,7 @@ fn write_json(
     let mut paths = vec![dir.join("batch-size.json")];
     paths.extend(args.export_json.clone());
     for p in paths {
-        write_atomic(&p, &json)
-            .map_err(|e| Failure::input(format!("cannot write {}: {e}", p.display())))?;
+        super::write_report(&p, &json)?;
     }
     Ok(())
 }

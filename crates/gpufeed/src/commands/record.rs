@@ -84,7 +84,8 @@ fn print_summary(path: &Path, opts: &RecordingOpts, html: Option<&Path>) -> anyh
     let summary = summary.finish(path, diagnosis.source.truncated);
     if let Some(h) = html {
         match present::html::diagnose_html(&[(&diagnosis, series.as_ref())])
-            .and_then(|page| present::html::write(h, &page))
+            .map_err(|e| e.to_string())
+            .and_then(|page| super::write_report(h, page).map_err(|e| e.message))
         {
             Ok(()) => eprintln!("gpufeed: wrote {}", h.display()),
             Err(e) => eprintln!("gpufeed: HTML report: {e}"),

@@ -45,8 +45,7 @@ fn write_reports(args: &SweepArgs, dir: &Path, rep: &SweepReport) -> anyhow::Res
         writes.push((p.clone(), sweep_html(rep)?));
     }
     for (p, text) in writes {
-        report::write_atomic(&p, &text)
-            .map_err(|e| Failure::input(format!("cannot write {}: {e}", p.display())))?;
+        super::write_report(&p, text)?;
     }
     Ok(())
 }
