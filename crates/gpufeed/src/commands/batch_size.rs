@@ -67,6 +67,15 @@ fn samples_per_s(t: &BatchTrial) -> Option<f64> {
 
 fn text(rep: &BatchReport) -> String {
     let mut s = String::new();
+    trials_table(&mut s, rep);
+    overrides_and_failures(&mut s, rep);
+    largest_batch(&mut s, rep);
+    recommendation(&mut s, rep);
+    s
+}
+
+/// One row per trial: batch, result, throughput, samples/s, peak GPU memory, time.
+fn trials_table(s: &mut String, rep: &BatchReport) {
     let _ = writeln!(
         s,
         "{:>8}  {:<8}  {:>14}  {:>10}  {:>12}  {:>6}",
@@ -96,6 +105,11 @@ fn text(rep: &BatchReport) -> String {
             t.duration_s
         );
     }
+}
+
+/// What `--dataloader`/`--torch` overrode in each trial, the notes once each, and the last
+/// output of trials that failed for a reason other than memory.
+fn overrides_and_failures(s: &mut String, rep: &BatchReport) {
     let mut notes: Vec<&String> = Vec::new();
     for t in &rep.trials {
         if let Some(o) = &t.overrides {
@@ -128,6 +142,10 @@ fn text(rep: &BatchReport) -> String {
             let _ = writeln!(s, "    {l}");
         }
     }
+}
+
+/// The largest batch that ran, and the first that ran out of memory.
+fn largest_batch(s: &mut String, rep: &BatchReport) {
     match rep.max_batch {
         Some(m) => {
             let _ = write!(s, "\nLargest batch that runs: {m}");
@@ -146,6 +164,11 @@ fn text(rep: &BatchReport) -> String {
             let _ = writeln!(s, "\nNo batch size ran.");
         }
     }
+}
+
+/// The batch to use and why, the fastest one when it is not the largest, the accumulation plan,
+/// and why the search stopped early.
+fn recommendation(s: &mut String, rep: &BatchReport) {
     if let (Some(b), Some(r)) = (rep.recommended_batch, &rep.recommendation) {
         let why = match r.basis.as_str() {
             "memory_fit" => format!(
@@ -184,7 +207,6 @@ fn text(rep: &BatchReport) -> String {
     if let Some(why) = &rep.stopped {
         let _ = writeln!(s, "Search stopped: {why}");
     }
-    s
 }
 
 fn finish(rep: &mut BatchReport, target_batch: Option<u64>) {
