@@ -125,9 +125,9 @@ pub fn run(_global: &GlobalOpts, args: &AnalyzeArgs) -> anyhow::Result<u8> {
 /// (JSON: an array).
 fn emit(args: &AnalyzeArgs, reports: &[report::Report]) -> anyhow::Result<u8> {
     if let (Some(h), [rep]) = (&args.html, reports) {
-        crate::present::html::trace_page(rep)
-            .and_then(|page| crate::present::html::write(h, &page))
+        let page = crate::present::html::trace_page(rep)
             .map_err(|e| anyhow::Error::new(Failure::input(e.to_string())))?;
+        super::write_report(h, page)?;
         eprintln!("gpufeed: wrote {}", h.display());
     }
     if let Some(p) = &args.export_json {

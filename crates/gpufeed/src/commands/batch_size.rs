@@ -6,13 +6,14 @@ use super::trials::{
 };
 use crate::cli::{BatchSizeArgs, GlobalOpts};
 use crate::exit::{self, Failure};
+use crate::inject::InjectSpec;
 use crate::present::OutputFormat;
 use crate::tune::batch::{
     accumulation, classify, recommend, Accumulation, Recommendation, Search, Verdict,
 };
 use crate::tune::params;
-use crate::tune::sweep::{fmt_num, write_atomic};
-use crate::tune::trial::{run_trial, Throughput, TrialExit};
+use crate::tune::sweep::fmt_num;
+use crate::tune::trial::{run_trial, Throughput, TrialExit, TrialOutcome, TrialSpec};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
@@ -66,6 +67,15 @@ fn samples_per_s(t: &BatchTrial) -> Option<f64> {
 
 fn text(rep: &BatchReport) -> String {
     let mut s = String::new();
+    trials_table(&mut s, rep);
+    overrides_and_failures(&mut s, rep);
+    largest_batch(&mut s, rep);
+    recommendation(&mut s, rep);
+    s
+}
+
+/// One row per trial: batch, result, throughput, samples/s, peak GPU memory, time.
+fn trials_table(s: &mut String, rep: &BatchReport) {
     let _ = writeln!(
         s,
         "{:>8}  {:<8}  {:>14}  {:>10}  {:>12}  {:>6}",
@@ -95,6 +105,11 @@ fn text(rep: &BatchReport) -> String {
             t.duration_s
         );
     }
+}
+
+/// What `--dataloader`/`--torch` overrode in each trial, the notes once each, and the last
+/// output of trials that failed for a reason other than memory.
+fn overrides_and_failures(s: &mut String, rep: &BatchReport) {
     let mut notes: Vec<&String> = Vec::new();
     for t in &rep.trials {
         if let Some(o) = &t.overrides {
@@ -127,6 +142,10 @@ fn text(rep: &BatchReport) -> String {
             let _ = writeln!(s, "    {l}");
         }
     }
+}
+
+/// The largest batch that ran, and the first that ran out of memory.
+fn largest_batch(s: &mut String, rep: &BatchReport) {
     match rep.max_batch {
         Some(m) => {
             let _ = write!(s, "\nLargest batch that runs: {m}");
@@ -145,6 +164,11 @@ fn text(rep: &BatchReport) -> String {
             let _ = writeln!(s, "\nNo batch size ran.");
         }
     }
+}
+
+/// The batch to use and why, the fastest one when it is not the largest, the accumulation plan,
+/// and why the search stopped early.
+fn recommendation(s: &mut String, rep: &BatchReport) {
     if let (Some(b), Some(r)) = (rep.recommended_batch, &rep.recommendation) {
         let why = match r.basis.as_str() {
             "memory_fit" => format!(
@@ -183,7 +207,6 @@ fn text(rep: &BatchReport) -> String {
     if let Some(why) = &rep.stopped {
         let _ = writeln!(s, "Search stopped: {why}");
     }
-    s
 }
 
 fn finish(rep: &mut BatchReport, target_batch: Option<u64>) {
@@ -218,7 +241,11 @@ fn finish(rep: &mut BatchReport, target_batch: Option<u64>) {
     };
 }
 
-pub fn run(global: &GlobalOpts, args: &BatchSizeArgs) -> anyhow::Result<u8> {
+/// Checks the arguments before anything runs: the parameter is used, the trial options make
+/// sense, and the batch bounds are positive. Returns the overrides and the rate regex.
+fn check_args(
+    args: &BatchSizeArgs,
+) -> anyhow::Result<(InjectSpec, Option<crate::tune::progress::RateRegex>)> {
     let knob = params::parse_knobs(&[args.param.clone(), "1".into()])
         .map_err(|e| Failure::new(exit::USAGE, e.to_string()))?;
     let inject = args
@@ -241,10 +268,12 @@ pub fn run(global: &GlobalOpts, args: &BatchSizeArgs) -> anyhow::Result<u8> {
     if args.target_batch == Some(0) {
         return Err(Failure::new(exit::USAGE, "--target-batch must be at least 1").into());
     }
-    let dir = output_dir(&args.trial, "gpufeed-batch-size")?;
-    let (interrupt, _watch) = interrupt_flag()?;
-    let quiet = args.trial.quiet;
-    let mut rep = BatchReport {
+    Ok((inject, regex))
+}
+
+/// The report before any trial has run.
+fn empty_report(args: &BatchSizeArgs) -> BatchReport {
+    BatchReport {
         schema_version: 1,
         command: args.command.clone(),
         param: args.param.clone(),
@@ -258,7 +287,130 @@ pub fn run(global: &GlobalOpts, args: &BatchSizeArgs) -> anyhow::Result<u8> {
         trials: vec![],
         accumulation: None,
         stopped: None,
+    }
+}
+
+/// The trial of batch size `bs`, the `n`th of the search, recorded in `dir`; returns its spec
+/// and label (`batch=64`).
+fn trial_spec(
+    global: &GlobalOpts,
+    args: &BatchSizeArgs,
+    (inject, regex): &(InjectSpec, Option<crate::tune::progress::RateRegex>),
+    bs: u64,
+    n: usize,
+    dir: &std::path::Path,
+) -> anyhow::Result<(TrialSpec, String)> {
+    let values = vec![(args.param.clone(), bs.to_string())];
+    let resolved = (!inject.is_empty())
+        .then(|| inject.resolve(&values))
+        .transpose()
+        .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
+    let argv: Vec<String> = args
+        .command
+        .iter()
+        .map(|a| params::substitute(a, &values))
+        .collect();
+    let label = format!("{}={bs}", args.param);
+    let recording = dir.join(format!("trial-{n:02}-{}.ndjson", file_safe(&label)));
+    let batch = match &args.trial.batch {
+        Some(_) => super::trials::batch_of(&args.trial, &values)?,
+        None => Some(bs as f64),
     };
+    let mut spec = spec(
+        global,
+        &args.trial,
+        regex.clone(),
+        argv,
+        vec![],
+        recording,
+        batch,
+    );
+    spec.inject = resolved;
+    Ok((spec, label))
+}
+
+/// `exit 1` or `signal 9` (empty when neither is known).
+fn exit_words(exit: &TrialExit, code: impl Fn(i32) -> String) -> String {
+    exit.code
+        .map(code)
+        .or(exit.signal.map(|s| format!("signal {s}")))
+        .unwrap_or_default()
+}
+
+/// The progress line of a finished trial.
+fn trial_line(bs: u64, verdict: Verdict, oom_kind: Option<&str>, o: &TrialOutcome) -> String {
+    format!(
+        "batch {bs}: {}{}",
+        match verdict {
+            Verdict::Ok => "ran".to_string(),
+            Verdict::Oom => format!("out of memory ({})", oom_kind.unwrap_or_default()),
+            Verdict::Failed => format!("failed ({})", exit_words(&o.exit, |c| format!("exit {c}"))),
+        },
+        o.throughput
+            .as_ref()
+            .map(|t| format!(", {} {}", fmt_num(t.value), t.unit))
+            .unwrap_or_default()
+    )
+}
+
+/// A finished trial as the report keeps it (the job's last lines only when it did not run).
+fn batch_trial(
+    bs: u64,
+    verdict: Verdict,
+    oom_kind: Option<String>,
+    o: &TrialOutcome,
+) -> BatchTrial {
+    BatchTrial {
+        batch: bs,
+        verdict,
+        oom_kind,
+        oom_line: o.oom_line.clone(),
+        throughput: o.throughput.clone(),
+        gpu_mem_max_bytes: o.gpu_mem_max_bytes,
+        gpu_util_mean_pct: o.gpu_util_mean_pct,
+        duration_s: o.duration_s,
+        exit: o.exit.clone(),
+        last_lines: if verdict == Verdict::Ok {
+            vec![]
+        } else {
+            o.last_lines.clone()
+        },
+        recording: o.recording.display().to_string(),
+        overrides: o.overrides.as_ref().map(|r| r.overrides.clone()),
+        override_notes: o
+            .overrides
+            .as_ref()
+            .map(|r| r.notes.clone())
+            .unwrap_or_default(),
+    }
+}
+
+/// The report on stdout in the chosen format.
+fn present(args: &BatchSizeArgs, rep: &BatchReport) -> anyhow::Result<()> {
+    match args.trial.format {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(rep)?),
+        _ => print!("{}", text(rep)),
+    }
+    Ok(())
+}
+
+/// The exit code of a finished search.
+fn exit_code(rep: &BatchReport, interrupted: bool) -> u8 {
+    if interrupted {
+        exit::SIGNAL_BASE + libc::SIGINT as u8
+    } else if rep.max_batch.is_some() && rep.stopped.is_none() {
+        exit::OK
+    } else {
+        exit::FAILURE
+    }
+}
+
+pub fn run(global: &GlobalOpts, args: &BatchSizeArgs) -> anyhow::Result<u8> {
+    let checked = check_args(args)?;
+    let dir = output_dir(&args.trial, "gpufeed-batch-size")?;
+    let (interrupt, _watch) = interrupt_flag()?;
+    let quiet = args.trial.quiet;
+    let mut rep = empty_report(args);
     let mut search = Search::new(args.start, args.max);
     let pb = progress_bar(0, quiet);
     let mut fatal = None;
@@ -268,36 +420,7 @@ pub fn run(global: &GlobalOpts, args: &BatchSizeArgs) -> anyhow::Result<u8> {
             break;
         }
         pb.inc_length(1);
-        let values = vec![(args.param.clone(), bs.to_string())];
-        let resolved = (!inject.is_empty())
-            .then(|| inject.resolve(&values))
-            .transpose()
-            .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
-        let argv: Vec<String> = args
-            .command
-            .iter()
-            .map(|a| params::substitute(a, &values))
-            .collect();
-        let label = format!("{}={bs}", args.param);
-        let recording = dir.join(format!(
-            "trial-{:02}-{}.ndjson",
-            rep.trials.len() + 1,
-            file_safe(&label)
-        ));
-        let batch = match &args.trial.batch {
-            Some(_) => super::trials::batch_of(&args.trial, &values)?,
-            None => Some(bs as f64),
-        };
-        let mut spec = spec(
-            global,
-            &args.trial,
-            regex.clone(),
-            argv,
-            vec![],
-            recording,
-            batch,
-        );
-        spec.inject = resolved;
+        let (spec, label) = trial_spec(global, args, &checked, bs, rep.trials.len() + 1, &dir)?;
         pb.set_message(format!("{label}: starting"));
         let o = match run_trial(&spec, &interrupt, |l| pb.set_message(live_msg(&label, l))) {
             Ok(o) => o,
@@ -322,62 +445,13 @@ pub fn run(global: &GlobalOpts, args: &BatchSizeArgs) -> anyhow::Result<u8> {
         }
         let (verdict, oom_kind) = classify(&o.exit, o.oom_line.as_deref());
         rep.gpu_mem_total_bytes = rep.gpu_mem_total_bytes.or(o.gpu_mem_total_bytes);
-        say(
-            &pb,
-            quiet,
-            format!(
-                "batch {bs}: {}{}",
-                match verdict {
-                    Verdict::Ok => "ran".to_string(),
-                    Verdict::Oom =>
-                        format!("out of memory ({})", oom_kind.clone().unwrap_or_default()),
-                    Verdict::Failed => format!(
-                        "failed ({})",
-                        o.exit
-                            .code
-                            .map(|c| format!("exit {c}"))
-                            .or(o.exit.signal.map(|s| format!("signal {s}")))
-                            .unwrap_or_default()
-                    ),
-                },
-                o.throughput
-                    .as_ref()
-                    .map(|t| format!(", {} {}", fmt_num(t.value), t.unit))
-                    .unwrap_or_default()
-            ),
-        );
-        rep.trials.push(BatchTrial {
-            batch: bs,
-            verdict,
-            oom_kind,
-            oom_line: o.oom_line.clone(),
-            throughput: o.throughput.clone(),
-            gpu_mem_max_bytes: o.gpu_mem_max_bytes,
-            gpu_util_mean_pct: o.gpu_util_mean_pct,
-            duration_s: o.duration_s,
-            exit: o.exit.clone(),
-            last_lines: if verdict == Verdict::Ok {
-                vec![]
-            } else {
-                o.last_lines.clone()
-            },
-            recording: o.recording.display().to_string(),
-            overrides: o.overrides.as_ref().map(|r| r.overrides.clone()),
-            override_notes: o
-                .overrides
-                .as_ref()
-                .map(|r| r.notes.clone())
-                .unwrap_or_default(),
-        });
+        say(&pb, quiet, trial_line(bs, verdict, oom_kind.as_deref(), &o));
+        rep.trials.push(batch_trial(bs, verdict, oom_kind, &o));
         pb.inc(1);
         if verdict == Verdict::Failed {
             rep.stopped = Some(format!(
                 "batch {bs} failed for a reason other than memory (exit {}); fix that first",
-                o.exit
-                    .code
-                    .map(|c| c.to_string())
-                    .or(o.exit.signal.map(|s| format!("signal {s}")))
-                    .unwrap_or_default()
+                exit_words(&o.exit, |c| c.to_string())
             ));
             break;
         }
@@ -391,21 +465,11 @@ pub fn run(global: &GlobalOpts, args: &BatchSizeArgs) -> anyhow::Result<u8> {
     }
     finish(&mut rep, args.target_batch);
     write_json(args, &dir, &rep)?;
-    match args.trial.format {
-        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&rep)?),
-        _ => print!("{}", text(&rep)),
+    present(args, &rep)?;
+    match fatal {
+        Some(e) => Err(e),
+        None => Ok(exit_code(&rep, interrupt.load(Ordering::SeqCst))),
     }
-    if let Some(e) = fatal {
-        return Err(e);
-    }
-    if interrupt.load(Ordering::SeqCst) {
-        return Ok(exit::SIGNAL_BASE + libc::SIGINT as u8);
-    }
-    Ok(if rep.max_batch.is_some() && rep.stopped.is_none() {
-        exit::OK
-    } else {
-        exit::FAILURE
-    })
 }
 
 fn write_json(
@@ -417,8 +481,7 @@ fn write_json(
     let mut paths = vec![dir.join("batch-size.json")];
     paths.extend(args.export_json.clone());
     for p in paths {
-        write_atomic(&p, &json)
-            .map_err(|e| Failure::input(format!("cannot write {}: {e}", p.display())))?;
+        super::write_report(&p, &json)?;
     }
     Ok(())
 }

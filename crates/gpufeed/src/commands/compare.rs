@@ -123,7 +123,7 @@ pub fn run(_global: &GlobalOpts, args: &CompareArgs) -> anyhow::Result<u8> {
         eprintln!("gpufeed: wrote {}", p.display());
     }
     if let Some(h) = &args.html {
-        present::html::write(h, &present::compare::html(&c)).map_err(|e| input(e.to_string()))?;
+        super::write_report(h, present::compare::html(&c))?;
         eprintln!("gpufeed: wrote {}", h.display());
     }
     let out = match args.format {

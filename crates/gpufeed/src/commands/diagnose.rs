@@ -50,9 +50,9 @@ pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
             .iter()
             .zip(series.iter().map(Option::as_ref))
             .collect();
-        crate::present::html::diagnose_html(&pages)
-            .and_then(|page| crate::present::html::write(h, &page))
+        let page = crate::present::html::diagnose_html(&pages)
             .map_err(|e| anyhow::Error::new(Failure::input(e.to_string())))?;
+        super::write_report(h, page)?;
         eprintln!("gpufeed: wrote {}", h.display());
     }
     if let Some(p) = &args.export_json {

@@ -43,6 +43,18 @@ pub(crate) fn diagnose_failure(e: crate::diagnose::DiagnoseError) -> anyhow::Err
     anyhow::Error::new(crate::exit::Failure::input(e.to_string()))
 }
 
+/// Writes a report file (`--html`, `--export-*`, a sweep's own files) whole or not at all: through
+/// a temporary file and a rename ([`crate::outfile::write_atomic`]), so a reader or a crash never
+/// sees half a report and a symlink at `path` is never followed. Presenters only make the bytes;
+/// this is where they reach the disk. The error names the file (bad input or output, exit 3).
+pub(crate) fn write_report(
+    path: &std::path::Path,
+    bytes: impl AsRef<[u8]>,
+) -> Result<(), crate::exit::Failure> {
+    crate::outfile::write_atomic(path, bytes.as_ref())
+        .map_err(|e| crate::exit::Failure::input(format!("cannot write {}: {e}", path.display())))
+}
+
 /// Writes generated text to stdout; a closed pipe (`| head`) is not an error.
 pub(crate) fn print_stdout(bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;

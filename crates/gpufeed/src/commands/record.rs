@@ -9,7 +9,9 @@ use crate::outfile::{refuse_same_as_input, Clobber};
 use crate::present;
 use crate::present::html::RecordingSeries;
 use crate::record::format::{End, Line, OverridesLine};
-use crate::record::recorder::{default_output_name, Prepared, RecordError, RecorderConfig};
+use crate::record::recorder::{
+    default_output_name, Prepared, RecordError, Recorder, RecorderConfig,
+};
 use crate::record::summary::SummaryBuilder;
 use crate::sample::host::pid_alive;
 use crate::sample::steps::{StepSocket, ENV_VAR as STEP_ENV};
@@ -84,7 +86,8 @@ fn print_summary(path: &Path, opts: &RecordingOpts, html: Option<&Path>) -> anyh
     let summary = summary.finish(path, diagnosis.source.truncated);
     if let Some(h) = html {
         match present::html::diagnose_html(&[(&diagnosis, series.as_ref())])
-            .and_then(|page| present::html::write(h, &page))
+            .map_err(|e| e.to_string())
+            .and_then(|page| super::write_report(h, page).map_err(|e| e.message))
         {
             Ok(()) => eprintln!("gpufeed: wrote {}", h.display()),
             Err(e) => eprintln!("gpufeed: HTML report: {e}"),
@@ -119,8 +122,9 @@ fn print_summary(path: &Path, opts: &RecordingOpts, html: Option<&Path>) -> anyh
     Ok(())
 }
 
-/// `gpufeed run -- CMD...`: the job's exit code becomes gpufeed's.
-pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
+/// The checks `run` makes before anything starts: no gpufeed option after the command, the
+/// overrides parse, and `--html` is not the recording. Returns the overrides to inject.
+fn check_run_args(args: &RunArgs) -> anyhow::Result<Option<crate::inject::Injection>> {
     if let Some(first) = args
         .command
         .first()
@@ -138,18 +142,17 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
         .spec()
         .and_then(|s| crate::inject::for_setting(&s, &[]))
         .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
-    let mut env: Vec<(String, String)> = inject.iter().map(|i| i.env_var(&[])).collect();
     if let (Some(h), Some(o)) = (&args.html, &args.rec.output) {
         refuse_same_as_input("--html", h, [o.as_path()])?;
     }
-    let prepared = prepare(global, &args.rec)?;
-    if let Some(s) = prepared.steps() {
-        env.push((STEP_ENV.into(), s.path().display().to_string()));
-    }
+    Ok(inject)
+}
 
-    // Signals: one from the terminal reached the whole foreground group, the job included;
-    // one sent to gpufeed alone (kill, a scheduler) is forwarded to every process of the job.
-    // Installed before the job starts, so no signal can kill gpufeed and orphan the job.
+/// Signals: one from the terminal reached the whole foreground group, the job included; one
+/// sent to gpufeed alone (kill, a scheduler) is forwarded to every process of the job. Installed
+/// before the job starts, so no signal can kill gpufeed and orphan the job. Returns the watch
+/// and the last signal received (0: none).
+fn forward_signals(prepared: &Prepared) -> anyhow::Result<(SignalWatch, Arc<AtomicI32>)> {
     let pids = prepared.tree_pids();
     let early_signal = Arc::new(AtomicI32::new(0));
     let early = Arc::clone(&early_signal);
@@ -161,6 +164,60 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
         }
     })
     .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
+    Ok((watch, early_signal))
+}
+
+/// How the job ended, for the recording's end line, and gpufeed's exit code (the shell's).
+fn job_end(status: Result<crate::job::JobExit, crate::job::JobError>) -> (End, u8) {
+    match status {
+        Ok(st) => (
+            End {
+                exit_code: st.code(),
+                signal: st.signal(),
+                reason: Some("job_exited".into()),
+                ..Default::default()
+            },
+            st.shell_code(),
+        ),
+        Err(e) => (
+            End {
+                reason: Some("lost_job".into()),
+                ..Default::default()
+            },
+            {
+                eprintln!("gpufeed: {e}");
+                e.exit_code()
+            },
+        ),
+    }
+}
+
+/// What the overrides did: into the recording, or (unrecorded job) on stderr.
+fn report_overrides(i: &crate::inject::Injection, recorder: Option<&Recorder>, quiet: bool) {
+    let rep = i.read();
+    match recorder {
+        Some(r) => r.write_line(Line::Overrides(OverridesLine {
+            t_s: r.elapsed_s(),
+            overrides: rep.overrides,
+            notes: rep.notes,
+        })),
+        None if !quiet => eprint!(
+            "{}",
+            present::summary::overrides_text(&rep.overrides, &rep.notes)
+        ),
+        None => {}
+    }
+}
+
+/// `gpufeed run -- CMD...`: the job's exit code becomes gpufeed's.
+pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
+    let inject = check_run_args(args)?;
+    let mut env: Vec<(String, String)> = inject.iter().map(|i| i.env_var(&[])).collect();
+    let prepared = prepare(global, &args.rec)?;
+    if let Some(s) = prepared.steps() {
+        env.push((STEP_ENV.into(), s.path().display().to_string()));
+    }
+    let (watch, early_signal) = forward_signals(&prepared)?;
     // The recording has no name until it starts: dropping it leaves nothing behind, and an
     // existing file at --output (with --force) is untouched.
     let cleanup = drop::<Prepared>;
@@ -199,41 +256,9 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
 
     let status = job.wait();
     drop(watch);
-    let (end, code) = match status {
-        Ok(st) => (
-            End {
-                exit_code: st.code(),
-                signal: st.signal(),
-                reason: Some("job_exited".into()),
-                ..Default::default()
-            },
-            st.shell_code(),
-        ),
-        Err(e) => (
-            End {
-                reason: Some("lost_job".into()),
-                ..Default::default()
-            },
-            {
-                eprintln!("gpufeed: {e}");
-                e.exit_code()
-            },
-        ),
-    };
+    let (end, code) = job_end(status);
     if let Some(i) = &inject {
-        let rep = i.read();
-        match &recorder {
-            Some(r) => r.write_line(Line::Overrides(OverridesLine {
-                t_s: r.elapsed_s(),
-                overrides: rep.overrides,
-                notes: rep.notes,
-            })),
-            None if !args.rec.quiet => eprint!(
-                "{}",
-                present::summary::overrides_text(&rep.overrides, &rep.notes)
-            ),
-            None => {}
-        }
+        report_overrides(i, recorder.as_ref(), args.rec.quiet);
     }
     // The job's exit code is gpufeed's even when the recording could not be completed.
     match recorder.map(|r| r.finish(end)) {

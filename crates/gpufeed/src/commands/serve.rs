@@ -108,69 +108,52 @@ pub fn start_live_counted(
     Ok((sampler, state))
 }
 
-pub fn run(global: &GlobalOpts, args: &ServeArgs) -> anyhow::Result<u8> {
-    // Bind first: a port in use fails at once, before NVML is opened.
-    let listener = if args.once {
-        None
-    } else {
-        Some(http::bind(args.listen).map_err(|e| Failure::new(exit::USAGE, e.to_string()))?)
-    };
-    let labels = prometheus::fleet_labels_from_env(|k| std::env::var(k).ok());
-    let generation = Arc::new(AtomicU64::new(0));
-    // A step-marker socket for a job started beside the exporter (not with --once: it ends
-    // before a job could be told).
-    let steps = if args.once {
-        None
-    } else {
-        match crate::sample::steps::StepSocket::open() {
-            Ok(s) => Some(Arc::new(s)),
-            Err(e) => {
-                eprintln!("gpufeed: note: no step-marker socket ({e}): step markers are not read");
-                None
-            }
-        }
-    };
-    let step_path = steps.as_ref().map(|s| s.path().display().to_string());
-    let extras = LiveExtras {
-        py: args.py.config(true),
-        steps,
-    };
-    let (mut sampler, state) = start_live_counted(
-        global,
-        args.interval,
-        args.window,
-        args.pid,
-        extras,
-        Arc::clone(&generation),
-    )?;
-    if args.once {
-        let until = Instant::now() + Duration::from_millis(1500);
-        while Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let text = {
-            let mut s = state
-                .lock()
-                .map_err(|_| anyhow::anyhow!("state poisoned"))?;
-            s.evaluate();
-            prometheus::encode_state_labeled(&s, &labels)
-        };
-        sampler.stop();
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(text.as_bytes());
-        let _ = out.flush();
-        return Ok(exit::OK);
+/// A step-marker socket for a job started beside the exporter (not with --once: it ends before a
+/// job could be told).
+fn step_socket(once: bool) -> Option<Arc<crate::sample::steps::StepSocket>> {
+    if once {
+        return None;
     }
-    let listener = listener.expect("bound above");
-    let addr = listener.local_addr().unwrap_or(args.listen);
-    eprintln!("gpufeed: serving http://{addr}/metrics; Ctrl-C stops");
-    if let Some(p) = &step_path {
-        eprintln!(
-            "gpufeed: step markers: start the job with {}={p}",
-            crate::sample::steps::ENV_VAR
-        );
+    match crate::sample::steps::StepSocket::open() {
+        Ok(s) => Some(Arc::new(s)),
+        Err(e) => {
+            eprintln!("gpufeed: note: no step-marker socket ({e}): step markers are not read");
+            None
+        }
     }
-    let st = Arc::clone(&state);
+}
+
+/// `--once`: samples for 1.5 s, prints one exposition and stops.
+fn print_once(
+    mut sampler: LiveSampler,
+    state: &Mutex<LiveState>,
+    labels: &[(String, String)],
+) -> anyhow::Result<u8> {
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let text = {
+        let mut s = state
+            .lock()
+            .map_err(|_| anyhow::anyhow!("state poisoned"))?;
+        s.evaluate();
+        prometheus::encode_state_labeled(&s, labels)
+    };
+    sampler.stop();
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+    Ok(exit::OK)
+}
+
+/// Serves `/metrics` (and a link to it at `/`) from a thread of its own.
+fn spawn_http(
+    listener: std::net::TcpListener,
+    state: Arc<Mutex<LiveState>>,
+    generation: Arc<AtomicU64>,
+    labels: Vec<(String, String)>,
+) -> anyhow::Result<()> {
     // The last exposition and the state generation it was encoded from: scrapes between two
     // samples share one encoding instead of each taking the state's lock to encode it again.
     let cache: Mutex<(u64, Bytes)> = Mutex::new((u64::MAX, Bytes::new()));
@@ -180,7 +163,7 @@ pub fn run(global: &GlobalOpts, args: &ServeArgs) -> anyhow::Result<u8> {
         };
         let now = generation.load(Ordering::Acquire);
         if c.0 != now {
-            let body = match st.lock() {
+            let body = match state.lock() {
                 Ok(s) => Bytes::from(prometheus::encode_state_labeled(&s, &labels)),
                 Err(_) => Bytes::from_static(b"# EOF\n"),
             };
@@ -215,6 +198,11 @@ pub fn run(global: &GlobalOpts, args: &ServeArgs) -> anyhow::Result<u8> {
             }
         })
         .map_err(|e| Failure::new(exit::FAILURE, format!("cannot start a thread: {e}")))?;
+    Ok(())
+}
+
+/// Serves until a signal; says once when the followed `pid` has exited.
+fn wait_for_stop(pid: Option<u32>) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
     let _watch = SignalWatch::start(move |_| flag.store(true, Ordering::SeqCst))
@@ -222,11 +210,51 @@ pub fn run(global: &GlobalOpts, args: &ServeArgs) -> anyhow::Result<u8> {
     let mut told_exit = false;
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
-        if let Some(p) = args.pid.filter(|p| !told_exit && !pid_alive(*p)) {
+        if let Some(p) = pid.filter(|p| !told_exit && !pid_alive(*p)) {
             eprintln!("gpufeed: pid {p} exited; still serving host and GPU metrics");
             told_exit = true;
         }
     }
+    Ok(())
+}
+
+pub fn run(global: &GlobalOpts, args: &ServeArgs) -> anyhow::Result<u8> {
+    // Bind first: a port in use fails at once, before NVML is opened.
+    let listener = if args.once {
+        None
+    } else {
+        Some(http::bind(args.listen).map_err(|e| Failure::new(exit::USAGE, e.to_string()))?)
+    };
+    let labels = prometheus::fleet_labels_from_env(|k| std::env::var(k).ok());
+    let generation = Arc::new(AtomicU64::new(0));
+    let steps = step_socket(args.once);
+    let step_path = steps.as_ref().map(|s| s.path().display().to_string());
+    let extras = LiveExtras {
+        py: args.py.config(true),
+        steps,
+    };
+    let (mut sampler, state) = start_live_counted(
+        global,
+        args.interval,
+        args.window,
+        args.pid,
+        extras,
+        Arc::clone(&generation),
+    )?;
+    if args.once {
+        return print_once(sampler, &state, &labels);
+    }
+    let listener = listener.expect("bound above");
+    let addr = listener.local_addr().unwrap_or(args.listen);
+    eprintln!("gpufeed: serving http://{addr}/metrics; Ctrl-C stops");
+    if let Some(p) = &step_path {
+        eprintln!(
+            "gpufeed: step markers: start the job with {}={p}",
+            crate::sample::steps::ENV_VAR
+        );
+    }
+    spawn_http(listener, Arc::clone(&state), generation, labels)?;
+    wait_for_stop(args.pid)?;
     sampler.stop();
     Ok(exit::OK)
 }

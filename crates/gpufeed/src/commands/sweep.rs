@@ -10,10 +10,10 @@ use crate::exit::{self, Failure};
 use crate::present::OutputFormat;
 use crate::tune::params::{self, Setting};
 use crate::tune::sweep::{self as report, fmt_num, SweepReport, TrialResult, SCHEMA_VERSION};
-use crate::tune::trial::run_trial;
+use crate::tune::trial::{run_trial, TrialOutcome, TrialSpec};
 use crate::tune::TuneError;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 fn inject_err(e: crate::inject::InjectError) -> anyhow::Error {
     Failure::new(e.exit_code(), e.to_string()).into()
@@ -45,8 +45,7 @@ fn write_reports(args: &SweepArgs, dir: &Path, rep: &SweepReport) -> anyhow::Res
         writes.push((p.clone(), sweep_html(rep)?));
     }
     for (p, text) in writes {
-        report::write_atomic(&p, &text)
-            .map_err(|e| Failure::input(format!("cannot write {}: {e}", p.display())))?;
+        super::write_report(&p, text)?;
     }
     Ok(())
 }
@@ -100,7 +99,24 @@ fn sweep_html(rep: &SweepReport) -> anyhow::Result<String> {
     .map_err(|e| Failure::input(format!("cannot build the HTML page: {e}")).into())
 }
 
-pub fn run(global: &GlobalOpts, args: &SweepArgs) -> anyhow::Result<u8> {
+/// What a sweep will try, all checked before the first trial starts.
+struct Plan {
+    knobs: Vec<params::Knob>,
+    /// `--env NAME=template`, before substitution.
+    env_t: Vec<(String, String)>,
+    /// Whether every knob reaches the job only through `--dataloader`/`--torch` overrides.
+    knobs_only_injected: bool,
+    regex: Option<crate::tune::progress::RateRegex>,
+    settings: Vec<Setting>,
+    /// Per setting: the resolved overrides (`None` without `--dataloader`/`--torch`).
+    resolved: Vec<Option<crate::inject::Resolved>>,
+    /// Per setting: the batch size from `--batch`.
+    batches: Vec<Option<f64>>,
+}
+
+/// Parses and checks the knobs, the environment templates, the overrides and every setting's
+/// values; nothing runs and nothing is written.
+fn plan(args: &SweepArgs) -> anyhow::Result<Plan> {
     let knobs = params::parse_knobs(&args.lists).map_err(tune_err)?;
     let env_t = params::parse_env(&args.env).map_err(tune_err)?;
     let inject = args.inject.spec().map_err(inject_err)?;
@@ -134,97 +150,173 @@ pub fn run(global: &GlobalOpts, args: &SweepArgs) -> anyhow::Result<u8> {
         .iter()
         .map(|s| batch_of(&args.trial, &s.values))
         .collect::<anyhow::Result<_>>()?;
-    let dir = output_dir(&args.trial, "gpufeed-sweep")?;
-    let (interrupt, _watch) = interrupt_flag()?;
-    let quiet = args.trial.quiet;
-    let mut rep = SweepReport {
+    Ok(Plan {
+        knobs,
+        env_t,
+        knobs_only_injected,
+        regex,
+        settings,
+        resolved,
+        batches,
+    })
+}
+
+/// The report before any trial has run.
+fn empty_report(args: &SweepArgs, plan: &Plan) -> SweepReport {
+    SweepReport {
         schema_version: SCHEMA_VERSION,
         command: args.command.clone(),
-        knobs: knobs
+        knobs: plan
+            .knobs
             .iter()
             .map(|k| (k.name.clone(), k.values.clone()))
             .collect(),
         results: vec![],
         sweet_spot: None,
-        trials_planned: settings.len(),
+        trials_planned: plan.settings.len(),
         interrupted: false,
         mixed_units: false,
         overrides_never_applied: None,
-    };
-    let pb = progress_bar(settings.len() as u64, quiet);
+    }
+}
+
+/// The trial of setting `i`: its command and environment with the values put in, and its
+/// recording in `dir`. Returns the spec and the command as run.
+fn trial_spec(
+    global: &GlobalOpts,
+    args: &SweepArgs,
+    plan: &Plan,
+    i: usize,
+    dir: &Path,
+) -> (TrialSpec, Vec<String>) {
+    let setting = &plan.settings[i];
+    let argv: Vec<String> = args
+        .command
+        .iter()
+        .map(|a| params::substitute(a, &setting.values))
+        .collect();
+    let env: Vec<(String, String)> = plan
+        .env_t
+        .iter()
+        .map(|(k, v)| (k.clone(), params::substitute(v, &setting.values)))
+        .collect();
+    let recording = dir.join(format!(
+        "trial-{:02}-{}.ndjson",
+        i + 1,
+        file_safe(&setting.label().replace(' ', "_"))
+    ));
+    let mut spec = spec(
+        global,
+        &args.trial,
+        plan.regex.clone(),
+        argv.clone(),
+        env,
+        recording,
+        plan.batches[i],
+    );
+    spec.inject = plan.resolved[i].clone();
+    (spec, argv)
+}
+
+/// Runs one setting, again (up to `--retries` times) while its throughput never settles, and
+/// keeps the better run with the number of runs. An error is one that ends the whole sweep.
+fn run_setting(
+    args: &SweepArgs,
+    spec: &TrialSpec,
+    label: &str,
+    interrupt: &AtomicBool,
+    pb: &indicatif::ProgressBar,
+) -> anyhow::Result<(TrialOutcome, u32)> {
+    let mut kept: Option<(TrialOutcome, u32)> = None;
+    let mut attempt = 0u32;
+    loop {
+        let mut spec = spec.clone();
+        if attempt > 0 {
+            spec.recording = recording_for_retry(&spec.recording, attempt);
+        }
+        let outcome = run_trial(&spec, interrupt, |l| pb.set_message(live_msg(label, l)))
+            .map_err(tune_err)?;
+        attempt += 1;
+        let unsettled = outcome.exit.ok() && outcome.throughput.as_ref().is_some_and(|t| !t.steady);
+        let (best, n) = match kept.take() {
+            Some((old, n)) if !better_run(&outcome, &old) => (old, n + 1),
+            Some((_, n)) => (outcome, n + 1),
+            None => (outcome, 1),
+        };
+        if !unsettled || attempt > args.retries || interrupt.load(Ordering::SeqCst) {
+            return Ok((best, n));
+        }
+        kept = Some((best, n));
+        say(
+            pb,
+            args.trial.quiet,
+            format!(
+                "gpufeed: {label} never settled; re-running it ({attempt} of {} retries)",
+                args.retries
+            ),
+        );
+    }
+}
+
+/// Adds a finished trial to the report and brings the sweet spot and the flags up to date.
+fn add_result(rep: &mut SweepReport, r: TrialResult, knobs_only_injected: bool, interrupted: bool) {
+    rep.results.push(r);
+    let (sw, mixed) = report::sweet_spot(&rep.results, &rep.knobs);
+    rep.sweet_spot = sw;
+    rep.mixed_units = mixed;
+    rep.check_overrides(knobs_only_injected);
+    rep.interrupted = interrupted;
+}
+
+/// The report on stdout in the chosen format, and where the files are.
+fn present(args: &SweepArgs, rep: &SweepReport, dir: &Path) -> anyhow::Result<()> {
+    match args.trial.format {
+        OutputFormat::Text | OutputFormat::Html => print!("{}", report::text(rep)),
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(rep)?),
+        OutputFormat::Markdown => print!("{}", report::markdown(rep)),
+    }
+    if !args.trial.quiet {
+        eprintln!("gpufeed: recordings and sweep.json in {}", dir.display());
+    }
+    Ok(())
+}
+
+/// The exit code of a finished sweep.
+fn exit_code(rep: &SweepReport) -> u8 {
+    if rep.interrupted {
+        return exit::SIGNAL_BASE + libc::SIGINT as u8;
+    }
+    if !rep.results.iter().any(|r| r.exit.ok()) {
+        eprintln!("gpufeed: no trial ran successfully");
+        return exit::FAILURE;
+    }
+    exit::OK
+}
+
+pub fn run(global: &GlobalOpts, args: &SweepArgs) -> anyhow::Result<u8> {
+    let plan = plan(args)?;
+    let dir = output_dir(&args.trial, "gpufeed-sweep")?;
+    let (interrupt, _watch) = interrupt_flag()?;
+    let quiet = args.trial.quiet;
+    let n = plan.settings.len();
+    let mut rep = empty_report(args, &plan);
+    let pb = progress_bar(n as u64, quiet);
     let mut gpu_note_said = false;
     let mut fatal: Option<anyhow::Error> = None;
-    for (i, (setting, batch)) in settings.iter().zip(&batches).enumerate() {
+    for (i, setting) in plan.settings.iter().enumerate() {
         if interrupt.load(Ordering::SeqCst) {
             break;
         }
-        let argv: Vec<String> = args
-            .command
-            .iter()
-            .map(|a| params::substitute(a, &setting.values))
-            .collect();
-        let env: Vec<(String, String)> = env_t
-            .iter()
-            .map(|(k, v)| (k.clone(), params::substitute(v, &setting.values)))
-            .collect();
+        let (spec, argv) = trial_spec(global, args, &plan, i, &dir);
         let label = setting.label();
-        let recording = dir.join(format!(
-            "trial-{:02}-{}.ndjson",
-            i + 1,
-            file_safe(&label.replace(' ', "_"))
-        ));
-        let mut spec = spec(
-            global,
-            &args.trial,
-            regex.clone(),
-            argv.clone(),
-            env,
-            recording,
-            *batch,
-        );
-        spec.inject = resolved[i].clone();
         pb.set_message(format!("{label}: starting"));
-        let mut kept: Option<(crate::tune::trial::TrialOutcome, u32)> = None;
-        let mut attempt = 0u32;
-        loop {
-            let mut spec = spec.clone();
-            if attempt > 0 {
-                spec.recording = recording_for_retry(&spec.recording, attempt);
-            }
-            let outcome =
-                match run_trial(&spec, &interrupt, |l| pb.set_message(live_msg(&label, l))) {
-                    Ok(o) => o,
-                    Err(e) => {
-                        fatal = Some(tune_err(e));
-                        break;
-                    }
-                };
-            attempt += 1;
-            let unsettled =
-                outcome.exit.ok() && outcome.throughput.as_ref().is_some_and(|t| !t.steady);
-            kept = Some(match kept.take() {
-                Some((old, n)) if !better_run(&outcome, &old) => (old, n + 1),
-                Some((_, n)) => (outcome, n + 1),
-                None => (outcome, 1),
-            });
-            if !unsettled || attempt > args.retries || interrupt.load(Ordering::SeqCst) {
+        let (outcome, attempts) = match run_setting(args, &spec, &label, &interrupt, &pb) {
+            Ok(kept) => kept,
+            Err(e) => {
+                fatal = Some(e);
                 break;
             }
-            say(
-                &pb,
-                quiet,
-                format!(
-                    "gpufeed: {label} never settled; re-running it ({attempt} of {} retries)",
-                    args.retries
-                ),
-            );
-        }
-        let Some((outcome, attempts)) = kept else {
-            break;
         };
-        if fatal.is_some() {
-            break;
-        }
         if let (Some(e), false) = (&outcome.gpu_error, gpu_note_said) {
             say(
                 &pb,
@@ -235,38 +327,20 @@ pub fn run(global: &GlobalOpts, args: &SweepArgs) -> anyhow::Result<u8> {
         }
         let mut r = TrialResult::new(setting, argv, outcome);
         r.attempts = attempts;
-        say(&pb, quiet, trial_line(i + 1, settings.len(), &r));
-        rep.results.push(r);
-        let (sw, mixed) = report::sweet_spot(&rep.results, &rep.knobs);
-        rep.sweet_spot = sw;
-        rep.mixed_units = mixed;
-        rep.check_overrides(knobs_only_injected);
-        rep.interrupted = interrupt.load(Ordering::SeqCst);
+        say(&pb, quiet, trial_line(i + 1, n, &r));
+        let interrupted = interrupt.load(Ordering::SeqCst);
+        add_result(&mut rep, r, plan.knobs_only_injected, interrupted);
         write_reports(args, &dir, &rep)?;
         pb.inc(1);
     }
     pb.finish_and_clear();
     rep.interrupted = interrupt.load(Ordering::SeqCst);
     write_reports(args, &dir, &rep)?;
-    match args.trial.format {
-        OutputFormat::Text | OutputFormat::Html => print!("{}", report::text(&rep)),
-        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&rep)?),
-        OutputFormat::Markdown => print!("{}", report::markdown(&rep)),
+    present(args, &rep, &dir)?;
+    match fatal {
+        Some(e) => Err(e),
+        None => Ok(exit_code(&rep)),
     }
-    if !quiet {
-        eprintln!("gpufeed: recordings and sweep.json in {}", dir.display());
-    }
-    if let Some(e) = fatal {
-        return Err(e);
-    }
-    if rep.interrupted {
-        return Ok(exit::SIGNAL_BASE + libc::SIGINT as u8);
-    }
-    if !rep.results.iter().any(|r| r.exit.ok()) {
-        eprintln!("gpufeed: no trial ran successfully");
-        return Ok(exit::FAILURE);
-    }
-    Ok(exit::OK)
 }
 
 /// `trial-03-workers=4.ndjson` → `trial-03-workers=4.retry1.ndjson`.

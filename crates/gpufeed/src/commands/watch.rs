@@ -271,27 +271,11 @@ fn ui_loop(
         if stop.load(Ordering::SeqCst) {
             return Ok(());
         }
-        while let Ok(line) = rx.try_recv() {
-            if let Some(r) = recording.as_mut() {
-                if let Err(e) = r.write(&line) {
-                    ui.message = Some(format!("recording stopped: {e}"));
-                    recording = None;
-                    ui.recording = None;
-                }
-            }
-            state.push(line);
-        }
+        take_lines(&rx, &mut recording, &mut ui, &mut state);
         if job_code.is_none() {
             if let Some(j) = job.as_mut() {
                 if let Ok(Some(st)) = j.try_wait() {
-                    use std::os::unix::process::ExitStatusExt;
-                    let c = st
-                        .code()
-                        .map(|c| c as u8)
-                        .or(st
-                            .signal()
-                            .map(|s| exit::SIGNAL_BASE.saturating_add(s as u8)))
-                        .unwrap_or(1);
+                    let c = shell_code(st);
                     job_code = Some(c);
                     ui.message = Some(format!("job exited ({c}); q quits"));
                     dirty = true;
@@ -314,23 +298,9 @@ fn ui_loop(
                     next_draw = Instant::now();
                     match ui.key(key_of(k.code, k.modifiers), &state) {
                         Action::Quit => return Ok(()),
-                        Action::ToggleRecording => match recording.take() {
-                            Some(r) => {
-                                ui.recording = None;
-                                ui.message = Some(match r.finish(state.t_s) {
-                                    Ok(p) => format!("saved {}", p.display()),
-                                    Err(e) => format!("recording failed: {e}"),
-                                });
-                            }
-                            None => match Recording::start(&state.header, state.py_defs()) {
-                                Ok(r) => {
-                                    ui.recording = Some(r.path.display().to_string());
-                                    ui.message = None;
-                                    recording = Some(r);
-                                }
-                                Err(e) => ui.message = Some(format!("cannot record: {e}")),
-                            },
-                        },
+                        Action::ToggleRecording => {
+                            toggle_recording(&mut recording, &mut ui, &state)
+                        }
                         Action::None => {}
                     }
                 }
@@ -354,36 +324,85 @@ fn ui_loop(
     result?;
     if let Some(j) = job {
         if job_code.is_none() {
-            // Quitting the view ends the job it started: SIGTERM to its tree, then SIGKILL.
-            let mut pids: Vec<u32> = state.procs.keys().copied().collect();
-            pids.push(j.id());
-            crate::job::signal_all(&pids, libc::SIGTERM);
-            let until = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < until {
-                if let Ok(Some(_)) = j.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            if !matches!(j.try_wait(), Ok(Some(_))) {
-                crate::job::signal_all(&pids, libc::SIGKILL);
-            }
-            let st = j.wait();
-            use std::os::unix::process::ExitStatusExt;
-            eprintln!(
-                "gpufeed: the job was stopped when watch quit; its output is in {}",
-                args.job_log.display()
-            );
-            return Ok(st
-                .ok()
-                .and_then(|s| {
-                    s.code().map(|c| c as u8).or(s
-                        .signal()
-                        .map(|x| exit::SIGNAL_BASE.saturating_add(x as u8)))
-                })
-                .unwrap_or(1));
+            return Ok(stop_job(j, &state, args));
         }
         return Ok(job_code.unwrap_or(0));
     }
     Ok(exit::OK)
+}
+
+/// A finished job's exit code as a shell gives it (128+N for signal N; 1 when neither is known).
+fn shell_code(st: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    st.code()
+        .map(|c| c as u8)
+        .or(st
+            .signal()
+            .map(|s| exit::SIGNAL_BASE.saturating_add(s as u8)))
+        .unwrap_or(1)
+}
+
+/// Takes the samples the sampler has sent into the view, and into the recording if one runs
+/// (a recording that cannot be written stops, and the view says so).
+fn take_lines(
+    rx: &Receiver<Line>,
+    recording: &mut Option<Recording>,
+    ui: &mut Ui,
+    state: &mut LiveState,
+) {
+    while let Ok(line) = rx.try_recv() {
+        if let Some(r) = recording.as_mut() {
+            if let Err(e) = r.write(&line) {
+                ui.message = Some(format!("recording stopped: {e}"));
+                *recording = None;
+                ui.recording = None;
+            }
+        }
+        state.push(line);
+    }
+}
+
+/// `r`: saves the running recording, or starts one.
+fn toggle_recording(recording: &mut Option<Recording>, ui: &mut Ui, state: &LiveState) {
+    match recording.take() {
+        Some(r) => {
+            ui.recording = None;
+            ui.message = Some(match r.finish(state.t_s) {
+                Ok(p) => format!("saved {}", p.display()),
+                Err(e) => format!("recording failed: {e}"),
+            });
+        }
+        None => match Recording::start(&state.header, state.py_defs()) {
+            Ok(r) => {
+                ui.recording = Some(r.path.display().to_string());
+                ui.message = None;
+                *recording = Some(r);
+            }
+            Err(e) => ui.message = Some(format!("cannot record: {e}")),
+        },
+    }
+}
+
+/// Quitting the view ends the job it started: SIGTERM to its tree, then SIGKILL after 5 s.
+/// Returns the job's exit code.
+fn stop_job(j: &mut Child, state: &LiveState, args: &WatchArgs) -> u8 {
+    let mut pids: Vec<u32> = state.procs.keys().copied().collect();
+    pids.push(j.id());
+    crate::job::signal_all(&pids, libc::SIGTERM);
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        if let Ok(Some(_)) = j.try_wait() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if !matches!(j.try_wait(), Ok(Some(_))) {
+        crate::job::signal_all(&pids, libc::SIGKILL);
+    }
+    let st = j.wait();
+    eprintln!(
+        "gpufeed: the job was stopped when watch quit; its output is in {}",
+        args.job_log.display()
+    );
+    st.ok().map(shell_code).unwrap_or(1)
 }

@@ -13,17 +13,11 @@ use crate::sample::{GpuSample, HostSample, ProcSample};
 use crate::trace::report::Report as TraceReport;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HtmlError {
     #[error(transparent)]
     Chart(#[from] ChartError),
-    #[error("cannot write {path}: {source}")]
-    Write {
-        path: String,
-        source: std::io::Error,
-    },
 }
 
 const WIDTH: u32 = 1100;
@@ -789,14 +783,6 @@ pub fn sweep_page(
         s.push_str("</table>");
     }
     Ok(page("gpufeed sweep", &s))
-}
-
-/// Writes a page.
-pub fn write(path: &Path, html: &str) -> Result<(), HtmlError> {
-    crate::outfile::write_atomic(path, html.as_bytes()).map_err(|source| HtmlError::Write {
-        path: path.display().to_string(),
-        source,
-    })
 }
 
 #[cfg(test)]

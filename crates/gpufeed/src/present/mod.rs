@@ -1,4 +1,6 @@
-//! Presenters: turn summaries and findings into bytes. They never touch hardware.
+//! Presenters: turn summaries and findings into bytes. They never open files or touch hardware:
+//! the command layer (`crate::commands`) writes what they return (the test
+//! `presenters_do_no_io` below holds every presenter module to that).
 
 pub mod chart;
 pub mod compare;
@@ -95,5 +97,73 @@ mod tests {
     fn byte_units() {
         assert_eq!(super::plural(1, "process", "processes"), "1 process");
         assert_eq!(super::plural(2, "process", "processes"), "2 processes");
+    }
+
+    /// Every presenter module: this folder, the sweep's reports and chart, and the diagnose and
+    /// analyze presenters.
+    fn presenter_sources() -> Vec<(String, String)> {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(src.join("present"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+            .collect();
+        for f in [
+            "tune/sweep.rs",
+            "tune/chart.rs",
+            "diagnose/render.rs",
+            "trace/report.rs",
+        ] {
+            files.push(src.join(f));
+        }
+        files.sort();
+        files
+            .into_iter()
+            .map(|p| {
+                let text = std::fs::read_to_string(&p).unwrap();
+                // The module's own code: its unit tests (this one included) may read fixtures.
+                let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+                (
+                    p.strip_prefix(&src).unwrap().display().to_string(),
+                    code.to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// Presenters take data and return bytes (or write to a `Write` they are handed); opening,
+    /// creating or replacing files, and touching the GPU or other processes, is the commands'.
+    /// Checked on the source text, like `commands::tests::cli_and_commands_import_one_way`.
+    #[test]
+    fn presenters_do_no_io() {
+        const FORBIDDEN: &[&str] = &[
+            "std::fs",
+            "fs::",
+            "File::",
+            "::File",
+            "OpenOptions",
+            "outfile::",
+            "std::process",
+            "std::net",
+            "nvml",
+        ];
+        let sources = presenter_sources();
+        assert!(sources.len() >= 10, "found only {}", sources.len());
+        for (name, text) in &sources {
+            for (i, line) in text.lines().enumerate() {
+                if line.trim_start().starts_with("//") {
+                    continue;
+                }
+                for bad in FORBIDDEN {
+                    assert!(
+                        !line.contains(bad),
+                        "src/{name}:{}: a presenter uses `{bad}`: return the bytes and let the \
+                         command write them (commands::write_report)",
+                        i + 1
+                    );
+                }
+            }
+        }
     }
 }

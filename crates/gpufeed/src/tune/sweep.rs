@@ -5,7 +5,6 @@ use super::trial::{Throughput, TrialExit, TrialOutcome};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
 
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -714,12 +713,6 @@ pub fn csv(rep: &SweepReport) -> String {
         s.push('\n');
     }
     s
-}
-
-/// Writes `text` to `path` through a temporary file with an unpredictable name and a rename, so a
-/// reader (or a crash) never sees half a report and a symlink at `path` is never followed.
-pub fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
-    crate::outfile::write_atomic(path, text.as_bytes())
 }
 
 #[cfg(test)]

@@ -433,6 +433,90 @@ fn reader(
         .map_err(TuneError::Thread)
 }
 
+/// Why no GPU is measured in this trial (`None`: one is).
+fn gpu_error(prepared: &Prepared) -> Option<String> {
+    let has_gpu = prepared.gpu().error.is_none() && !prepared.gpu().gpus.is_empty();
+    if has_gpu {
+        None
+    } else {
+        Some(
+            prepared
+                .gpu()
+                .error
+                .clone()
+                .unwrap_or_else(|| "the NVIDIA driver reports no GPU".into()),
+        )
+    }
+}
+
+/// The job's environment: the spec's, the overrides to inject, the step-marker socket, and
+/// unbuffered Python output.
+fn job_env(
+    spec: &TrialSpec,
+    injection: Option<&crate::inject::Injection>,
+    socket: &StepSocket,
+) -> Vec<(String, String)> {
+    let mut env = spec.env.clone();
+    if let Some(i) = injection {
+        let var = i.env_var(&env);
+        env.push(var);
+    }
+    env.push((ENV_VAR.into(), socket.path().display().to_string()));
+    if std::env::var_os("PYTHONUNBUFFERED").is_none()
+        && !env.iter().any(|(k, _)| k == "PYTHONUNBUFFERED")
+    {
+        // Python block-buffers a piped stdout: progress printed with print() would arrive in
+        // 8 KiB lumps and read as bursts.
+        env.push(("PYTHONUNBUFFERED".into(), "1".into()));
+    }
+    env
+}
+
+/// Waits for the output readers: they end when the last holder of the pipes exits; a stray one
+/// is not waited for beyond 2 s.
+fn join_readers(readers: Vec<std::thread::JoinHandle<()>>) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while readers.iter().any(|r| !r.is_finished()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for r in readers {
+        if r.is_finished() {
+            let _ = r.join();
+        }
+    }
+}
+
+/// The recording's end reason for how the trial stopped.
+fn end_reason(status: Status) -> &'static str {
+    match status {
+        Status::Exited | Status::Failed => "job_exited",
+        Status::Interrupted => "interrupted",
+        Status::Steady => "steady",
+        Status::MaxTime => "max_time",
+    }
+}
+
+/// Mean GPU utilization (over the GPUs that have one), peak GPU memory used, GPU memory total,
+/// and the job's mean CPU and peak RSS, from the trial's recording summary.
+type Figures = (
+    Option<f64>,
+    Option<u64>,
+    Option<u64>,
+    Option<f64>,
+    Option<u64>,
+);
+
+fn figures(s: &Summary) -> Figures {
+    let utils: Vec<f64> = s.gpus.iter().filter_map(|g| g.util_mean_pct).collect();
+    (
+        (!utils.is_empty()).then(|| utils.iter().sum::<f64>() / utils.len() as f64),
+        s.gpus.iter().filter_map(|g| g.mem_used_max_bytes).max(),
+        s.gpus.iter().filter_map(|g| g.mem_total_bytes).max(),
+        s.job.as_ref().and_then(|j| j.cpu_mean_pct),
+        s.job.as_ref().and_then(|j| j.rss_max_bytes),
+    )
+}
+
 /// Runs one trial. `interrupt` (set by a Ctrl-C handler) stops it early; `on_tick` is called about
 /// four times a second with the live estimate.
 pub fn run_trial(
@@ -450,35 +534,13 @@ pub fn run_trial(
         py: spec.py,
         steps: Some(Arc::clone(&socket)),
     })?;
-    let has_gpu = prepared.gpu().error.is_none() && !prepared.gpu().gpus.is_empty();
-    let gpu_error = if has_gpu {
-        None
-    } else {
-        Some(
-            prepared
-                .gpu()
-                .error
-                .clone()
-                .unwrap_or_else(|| "the NVIDIA driver reports no GPU".into()),
-        )
-    };
-    let mut env = spec.env.clone();
+    let gpu_error = gpu_error(&prepared);
+    let has_gpu = gpu_error.is_none();
     let injection = match &spec.inject {
         Some(r) => Some(crate::inject::Injection::prepare(r).map_err(TuneError::Inject)?),
         None => None,
     };
-    if let Some(i) = &injection {
-        let var = i.env_var(&env);
-        env.push(var);
-    }
-    env.push((ENV_VAR.into(), socket.path().display().to_string()));
-    if std::env::var_os("PYTHONUNBUFFERED").is_none()
-        && !env.iter().any(|(k, _)| k == "PYTHONUNBUFFERED")
-    {
-        // Python block-buffers a piped stdout: progress printed with print() would arrive in
-        // 8 KiB lumps and read as bursts.
-        env.push(("PYTHONUNBUFFERED".into(), "1".into()));
-    }
+    let env = job_env(spec, injection.as_ref(), &socket);
     let t0 = Instant::now();
     let start_ns = monotonic_ns();
     let opts = SpawnOpts {
@@ -582,16 +644,7 @@ pub fn run_trial(
     let extra = tree.lock().map(|p| p.clone()).unwrap_or_default();
     let (exit, stop_signal) = job.stop_tree(&extra, spec.grace)?;
     let exit = ended.unwrap_or(exit);
-    // Readers end when the last holder of the pipes exits; do not hang on a stray one.
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while readers.iter().any(|r| !r.is_finished()) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    for r in readers {
-        if r.is_finished() {
-            let _ = r.join();
-        }
-    }
+    join_readers(readers);
     let duration_s = t0.elapsed().as_secs_f64();
     let overrides = injection.as_ref().map(|i| i.read());
     if let Some(o) = &overrides {
@@ -604,12 +657,7 @@ pub fn run_trial(
     let path = recorder.finish(End {
         exit_code: exit.code(),
         signal: exit.signal(),
-        reason: Some(match status {
-            Status::Exited | Status::Failed => "job_exited".into(),
-            Status::Interrupted => "interrupted".into(),
-            Status::Steady => "steady".into(),
-            Status::MaxTime => "max_time".into(),
-        }),
+        reason: Some(end_reason(status).into()),
         ..Default::default()
     })?;
     let (summary, gpu) = trial_figures(&path, has_gpu);
@@ -638,19 +686,7 @@ pub fn run_trial(
         None => (None, None),
     };
 
-    let (util, mem_max, mem_total, cpu, rss) = match &summary {
-        Some(s) => {
-            let utils: Vec<f64> = s.gpus.iter().filter_map(|g| g.util_mean_pct).collect();
-            (
-                (!utils.is_empty()).then(|| utils.iter().sum::<f64>() / utils.len() as f64),
-                s.gpus.iter().filter_map(|g| g.mem_used_max_bytes).max(),
-                s.gpus.iter().filter_map(|g| g.mem_total_bytes).max(),
-                s.job.as_ref().and_then(|j| j.cpu_mean_pct),
-                s.job.as_ref().and_then(|j| j.rss_max_bytes),
-            )
-        }
-        None => (None, None, None, None, None),
-    };
+    let (util, mem_max, mem_total, cpu, rss) = summary.as_ref().map(figures).unwrap_or_default();
     Ok(TrialOutcome {
         throughput,
         exit: TrialExit {

@@ -3,7 +3,9 @@
 //! trace on its own with `gpufeed compare` suggested. Rank traces are made here from the shared
 //! real traces by rewriting their `distributedInfo` (and stretching one rank's timeline).
 
+use crate::find_by;
 use crate::gpufeed as bin;
+use crate::json_ok;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -50,17 +52,7 @@ fn ranks_of_one_job_are_merged_and_the_slow_rank_named() {
     for r in 0..4 {
         as_rank(&src, tmp.path(), r, 4, if r == 2 { 1.5 } else { 1.0 });
     }
-    let out = bin()
-        .args(["analyze", "--format", "json"])
-        .arg(tmp.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_ok(bin().args(["analyze", "--format", "json"]).arg(tmp.path()));
     assert_eq!(v["job"]["world_size"], 4);
     assert_eq!(v["job"]["ranks"], 4);
     assert_eq!(v["job"]["stragglers"], serde_json::json!([2]));
@@ -100,23 +92,8 @@ fn communication_bound_ranks_are_named() {
     let src = d.join("hta_nccl_2rank.json.gz");
     as_rank(&src, tmp.path(), 0, 2, 1.0);
     as_rank(&src, tmp.path(), 1, 2, 1.0);
-    let out = bin()
-        .args(["analyze", "--format", "json"])
-        .arg(tmp.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let comm = v["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == "comm_bound")
-        .cloned();
+    let v = json_ok(bin().args(["analyze", "--format", "json"]).arg(tmp.path()));
+    let comm = find_by(&v["findings"], "id", "comm_bound").cloned();
     // Whatever the single-trace rule says of this trace, the job names the same ranks.
     let named: Vec<u64> = v["job"]["comm_bound"]
         .as_array()

@@ -129,13 +129,7 @@ fn pageable_memcpy_only_for_pageable_host_copies() {
 #[test]
 fn amp_unused_needs_tensor_core_gpu_eligible_ops_and_no_tc_kernels() {
     let mk = |kname: &str, op: &str| {
-        let mut ev = vec![x(
-            "user_annotation",
-            "ProfilerStep#1",
-            0.0,
-            1000.0,
-            json!({}),
-        )];
+        let mut ev = vec![first_step(1000.0)];
         ev.push(x("cpu_op", op, 0.0, 900.0, json!({"External id": 1})));
         ev.push(launch(10.0, 1));
         ev.push(kernel(kname, 20.0, 800.0, 1));
@@ -195,13 +189,7 @@ fn sync_bound_counts_blocking_calls() {
 
 #[test]
 fn launch_bound_many_tiny_kernels_waiting_for_launches() {
-    let mut ev = vec![x(
-        "user_annotation",
-        "ProfilerStep#1",
-        0.0,
-        10_000.0,
-        json!({}),
-    )];
+    let mut ev = vec![first_step(10_000.0)];
     // 400 kernels of 2 µs, each launched 25 µs after the previous ended
     for i in 0..400u64 {
         let t = i as f64 * 25.0;
@@ -218,13 +206,7 @@ fn launch_bound_many_tiny_kernels_waiting_for_launches() {
     let f = rules::launch_bound(&s).expect("launch-bound");
     assert!(f.evidence["short_kernel_pct"].as_f64().unwrap() > 99.0);
     // the same number of long kernels is not launch-bound
-    let mut ev = vec![x(
-        "user_annotation",
-        "ProfilerStep#1",
-        0.0,
-        40_000.0,
-        json!({}),
-    )];
+    let mut ev = vec![first_step(40_000.0)];
     for i in 0..400u64 {
         let t = i as f64 * 100.0;
         ev.push(launch(t, i + 1));
@@ -235,13 +217,7 @@ fn launch_bound_many_tiny_kernels_waiting_for_launches() {
 
 #[test]
 fn comm_bound_from_nccl_annotations_and_kernels() {
-    let mut ev = vec![x(
-        "user_annotation",
-        "ProfilerStep#1",
-        0.0,
-        1000.0,
-        json!({}),
-    )];
+    let mut ev = vec![first_step(1000.0)];
     ev.push(x(
         "cpu_op",
         "aten::mm",
@@ -269,13 +245,7 @@ fn comm_bound_from_nccl_annotations_and_kernels() {
     assert!((f.evidence["communication_pct"].as_f64().unwrap() - 40.0).abs() < 0.1);
     assert!(s.communication.kernel_us >= 400.0);
     // NCCL kernels not linked to a CPU collective still count when they are exposed
-    let mut ev = vec![x(
-        "user_annotation",
-        "ProfilerStep#1",
-        0.0,
-        1000.0,
-        json!({}),
-    )];
+    let mut ev = vec![first_step(1000.0)];
     ev.push(kernel("sgemm", 10.0, 300.0, 1));
     ev.push(kernel(
         "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
@@ -353,18 +323,28 @@ fn schema_variants_2021_names_strings_ns_and_missing_fields() {
     assert_eq!(s.devices[0].streams[0].stream, 7);
 }
 
+/// `ProfilerStep#1`, from 0 for `dur` µs.
+fn first_step(dur: f64) -> Value {
+    x("user_annotation", "ProfilerStep#1", 0.0, dur, json!({}))
+}
+
+/// The training loop taking its next batch from a single-process DataLoader, recorded as `cat`.
+fn next_batch(cat: &str, t: f64, dur: f64) -> Value {
+    x(
+        cat,
+        "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+        t,
+        dur,
+        json!({}),
+    )
+}
+
 #[test]
 fn iterations_are_inferred_without_profiler_steps() {
     let mut ev = Vec::new();
     for i in 0..4 {
         let t = i as f64 * 1000.0;
-        ev.push(x(
-            "cpu_op",
-            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
-            t,
-            400.0,
-            json!({}),
-        ));
+        ev.push(next_batch("cpu_op", t, 400.0));
         ev.push(x(
             "user_annotation",
             "Optimizer.step#SGD.step",
@@ -423,13 +403,7 @@ fn input_bound_from_the_measured_share_whatever_the_category_or_step_source() {
     let mut ev = Vec::new();
     for i in 0..5 {
         let t = i as f64 * 1000.0;
-        ev.push(x(
-            "user_annotation",
-            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
-            t,
-            680.0,
-            json!({}),
-        ));
+        ev.push(next_batch("user_annotation", t, 680.0));
         ev.push(launch(t + 700.0, i + 1));
         ev.push(kernel("volta_sgemm_128x64_nn", t + 710.0, 250.0, i + 1));
     }

@@ -2,6 +2,7 @@
 //! Skipped, loudly, only where that folder is absent.
 
 use crate::gpufeed as bin;
+use crate::{find_by, json_ok, read_json, run_ok};
 use gpufeed::trace::{self, TraceSummary};
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -120,10 +121,7 @@ fn gpu_utilization_close_to_tb_plugin() {
         "hta_v100_test",
     ] {
         let s = &all()[&format!("{n}.json.gz")];
-        let g: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(d.join(format!("golden/{n}.golden.json"))).unwrap(),
-        )
-        .unwrap();
+        let g = read_json(&d.join(format!("golden/{n}.golden.json")));
         let (dev, gv) = g["tb_plugin"]["gpu_utilization"]
             .as_object()
             .unwrap()
@@ -157,10 +155,7 @@ fn idle_breakdown_close_to_hta() {
         "hta_nccl_2rank",
     ] {
         let s = &all()[&format!("{n}.json.gz")];
-        let g: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(d.join(format!("golden/{n}.golden.json"))).unwrap(),
-        )
-        .unwrap();
+        let g = read_json(&d.join(format!("golden/{n}.golden.json")));
         for row in g["hta"]["idle_time_breakdown"].as_array().unwrap() {
             let stream = row["stream"].as_u64().unwrap();
             let Some(st) = s
@@ -299,15 +294,10 @@ struct JsonReport {
 #[test]
 fn json_output_deserializes_into_typed_structs() {
     let Some(d) = traces_dir() else { return };
-    let out = bin()
-        .args(["analyze", "--format", "json"])
-        .arg(d.join("kineto_resnet50_v100_workers0.json.gz"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_ok(
+        bin()
+            .args(["analyze", "--format", "json"])
+            .arg(d.join("kineto_resnet50_v100_workers0.json.gz")),
     );
     let r: JsonReport = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r.schema_version, 1);
@@ -370,16 +360,7 @@ fn directory_of_ranks_and_stdin() {
     for n in ["hta_a100_rank3_control.json.gz", "hta_v100_test.json.gz"] {
         std::fs::copy(d.join(n), tmp.path().join(n)).unwrap();
     }
-    let out = bin()
-        .args(["analyze", "--format", "json"])
-        .arg(tmp.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_ok(bin().args(["analyze", "--format", "json"]).arg(tmp.path()));
     // Rank 3 of 8 and rank 1 of 2 are not ranks of one job: each is analyzed on its own, and
     // `compare` is suggested.
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -482,18 +463,12 @@ fn garbage_and_empty_inputs_exit_3() {
 #[test]
 fn compare_two_real_traces_speedup_is_the_ratio_of_mean_step_times() {
     let Some(d) = traces_dir() else { return };
-    let out = bin()
-        .args(["compare", "--format", "json"])
-        .arg(d.join("kineto_resnet50_v100_workers0.json.gz"))
-        .arg(d.join("kineto_resnet50_v100_workers4.json.gz"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = json_ok(
+        bin()
+            .args(["compare", "--format", "json"])
+            .arg(d.join("kineto_resnet50_v100_workers0.json.gz"))
+            .arg(d.join("kineto_resnet50_v100_workers4.json.gz")),
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let b = analyze("kineto_resnet50_v100_workers0.json.gz").unwrap();
     let a = analyze("kineto_resnet50_v100_workers4.json.gz").unwrap();
     let want = b.breakdown.total_us / a.breakdown.total_us;
@@ -504,12 +479,7 @@ fn compare_two_real_traces_speedup_is_the_ratio_of_mean_step_times() {
     assert!(ci[0].as_f64().unwrap() < got && got < ci[1].as_f64().unwrap());
     assert_eq!(v["verdict"]["before"], "input_bound");
     assert_ne!(v["verdict"]["after"], "input_bound");
-    let dl = v["changes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["metric"] == "data_wait_pct")
-        .unwrap();
+    let dl = find_by(&v["changes"], "metric", "data_wait_pct").unwrap();
     assert!(
         dl["before"].as_f64().unwrap() > 30.0 && dl["after"].as_f64().unwrap() < 5.0,
         "{dl}"

@@ -62,6 +62,12 @@ fn huge_durations_and_sizes_are_refused_with_exit_2() {
     let huge = "18446744073709551615s";
     let d = tempfile::tempdir().unwrap();
     let r = d.path().join("r.ndjson");
+    // A one-trial sweep with `option` at the huge duration.
+    let sweep = |option: &'static str| -> Vec<&OsStr> {
+        ["sweep", option, huge, "-L", "w", "1", "--", "echo", "{w}"]
+            .map(OsStr::new)
+            .to_vec()
+    };
     let cases: Vec<Vec<&OsStr>> = vec![
         vec![
             "run".as_ref(),
@@ -86,28 +92,8 @@ fn huge_durations_and_sizes_are_refused_with_exit_2() {
             "-o".as_ref(),
             r.as_os_str(),
         ],
-        vec![
-            "sweep".as_ref(),
-            "--interval".as_ref(),
-            huge.as_ref(),
-            "-L".as_ref(),
-            "w".as_ref(),
-            "1".as_ref(),
-            "--".as_ref(),
-            "echo".as_ref(),
-            "{w}".as_ref(),
-        ],
-        vec![
-            "sweep".as_ref(),
-            "--max-time".as_ref(),
-            huge.as_ref(),
-            "-L".as_ref(),
-            "w".as_ref(),
-            "1".as_ref(),
-            "--".as_ref(),
-            "echo".as_ref(),
-            "{w}".as_ref(),
-        ],
+        sweep("--interval"),
+        sweep("--max-time"),
         vec![
             "serve".as_ref(),
             "--once".as_ref(),

@@ -3,6 +3,7 @@
 //! and the man page is rendered by groff with warnings on.
 
 use crate::gpufeed;
+use crate::which;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -15,14 +16,6 @@ fn generate(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
-}
-
-fn which(prog: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(prog))
-            .find(|p| p.is_file())
-    })
 }
 
 fn skip(what: &str) {

@@ -1,5 +1,6 @@
 //! The Grafana dashboard in dashboards/ only queries metrics gpufeed exports.
 
+use crate::read_json;
 use gpufeed::present::prometheus::METRICS;
 
 /// Metric-looking identifiers in a PromQL expression (PromQL functions and label names excluded).
@@ -33,8 +34,7 @@ fn metric_names(expr: &str) -> Vec<String> {
 #[test]
 fn every_panel_queries_an_exported_metric() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../dashboards/gpufeed.json");
-    let d: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let d = read_json(path.as_ref());
     let panels = d["panels"].as_array().unwrap();
     assert!(panels.len() >= 8);
     let exported: Vec<&str> = METRICS.iter().map(|m| m.0).collect();

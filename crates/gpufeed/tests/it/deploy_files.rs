@@ -3,6 +3,7 @@
 //! end to end against a stub `srun` with the real `gpufeed` on the fake driver.
 
 use crate::common_fake;
+use crate::read_json;
 
 use gpufeed::present::prometheus::FLEET_LABELS;
 use std::path::PathBuf;
@@ -165,8 +166,7 @@ fn slurm_wrapper_records_each_node_and_judges_the_job() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.starts_with("JOB VERDICT  "), "{stdout}");
-    let job: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out_dir.join("job.json")).unwrap()).unwrap();
+    let job = read_json(&out_dir.join("job.json"));
     let nodes = job["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 1);
     assert_eq!(nodes[0]["verdict"], "compute_bound", "{job}");

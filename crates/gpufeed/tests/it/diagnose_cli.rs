@@ -3,12 +3,13 @@
 //! D state), real-format nvidia-smi / dcgmi logs from tests/data, bad input, and the JSON
 //! contract deserialized into its typed structs.
 
+use crate::find_by;
 use crate::gpufeed;
+use crate::h100_header;
+use crate::json_ok;
 use gpufeed::diagnose::DiagnoseReport;
-use gpufeed::record::format::{header_line, End, Header, Line};
-use gpufeed::sample::{
-    DiskRate, GpuSample, GpuStatic, HostInfo, HostSample, ProcSample, ProcStart,
-};
+use gpufeed::record::format::{header_line, End, Line};
+use gpufeed::sample::{DiskRate, GpuSample, HostSample, ProcSample, ProcStart};
 use predicates::prelude::*;
 use std::path::{Path, PathBuf};
 
@@ -51,6 +52,17 @@ fn healthy() -> Shape {
     }
 }
 
+/// Starving: the GPU busy in bursts, one worker pinned at 100% of a core and the rest idle.
+fn one_pinned_worker() -> Shape {
+    Shape {
+        util: square,
+        cores: vec![100.0, 30.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0],
+        main: (30.0, 'S'),
+        workers: vec![(99.0, 'R')],
+        ..healthy()
+    }
+}
+
 fn square(t: f64) -> f64 {
     if (t / 2.0).fract() < 0.3 {
         85.0
@@ -60,31 +72,11 @@ fn square(t: f64) -> f64 {
 }
 
 fn write_recording(dir: &Path, name: &str, s: &Shape) -> PathBuf {
-    let h = Header {
-        schema_version: 1,
-        gpufeed_version: Some("0.1.0".into()),
-        start_time: "2026-12-02T12:00:00Z".into(),
-        start_unix_us: 1_780_000_000_000_000,
-        interval_s: 0.1,
-        host: HostInfo {
-            hostname: Some("node1".into()),
-            cpu_count: s.cpus,
-            ..Default::default()
-        },
-        driver: None,
-        gpus: vec![GpuStatic {
-            index: 0,
-            name: Some("NVIDIA H100 80GB HBM3".into()),
-            memory_total_bytes: Some(80 << 30),
-            pcie_max_gen: Some(4),
-            pcie_max_width: Some(16),
-            ..Default::default()
-        }],
-        gpu_error: None,
-        command: Some(vec!["python".into(), "train.py".into()]),
-        pid: Some(1000),
-        py_rate_hz: None,
-    };
+    let mut h = h100_header("node1", s.cpus, 1);
+    h.gpus[0].pcie_max_gen = Some(4);
+    h.gpus[0].pcie_max_width = Some(16);
+    h.command = Some(vec!["python".into(), "train.py".into()]);
+    h.pid = Some(1000);
     let mut out = header_line(&h);
     out.push('\n');
     let mut push = |l: Line| {
@@ -229,13 +221,7 @@ fn healthy_recording_is_compute_bound_without_findings() {
 #[test]
 fn one_pinned_worker_with_idle_cores_is_input_bound_too_few_workers() {
     let dir = tempfile::tempdir().unwrap();
-    let s = Shape {
-        util: square,
-        cores: vec![100.0, 30.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0],
-        main: (30.0, 'S'),
-        workers: vec![(99.0, 'R')],
-        ..healthy()
-    };
+    let s = one_pinned_worker();
     let p = write_recording(dir.path(), "starving.ndjson", &s);
     let r = diagnose_json(&p, &[]);
     assert_eq!(r.verdict.id.as_str(), "input_bound");
@@ -512,13 +498,7 @@ fn redact(s: &str, dir: &Path) -> String {
 #[test]
 fn text_and_markdown_reports() {
     let dir = tempfile::tempdir().unwrap();
-    let s = Shape {
-        util: square,
-        cores: vec![100.0, 30.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0],
-        main: (30.0, 'S'),
-        workers: vec![(99.0, 'R')],
-        ..healthy()
-    };
+    let s = one_pinned_worker();
     let p = write_recording(dir.path(), "starving.ndjson", &s);
     let text = gpufeed()
         .args(["diagnose", "--color", "never"])
@@ -599,17 +579,7 @@ fn json_contract_top_level_keys() {
 #[test]
 fn compare_two_recordings_side_by_side() {
     let dir = tempfile::tempdir().unwrap();
-    let before = write_recording(
-        dir.path(),
-        "before.ndjson",
-        &Shape {
-            util: square,
-            cores: vec![100.0, 30.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0],
-            main: (30.0, 'S'),
-            workers: vec![(99.0, 'R')],
-            ..healthy()
-        },
-    );
+    let before = write_recording(dir.path(), "before.ndjson", &one_pinned_worker());
     let after = write_recording(
         dir.path(),
         "after.ndjson",
@@ -618,18 +588,12 @@ fn compare_two_recordings_side_by_side() {
             ..healthy()
         },
     );
-    let out = gpufeed()
-        .args(["compare", "--format", "json"])
-        .arg(&before)
-        .arg(&after)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = json_ok(
+        gpufeed()
+            .args(["compare", "--format", "json"])
+            .arg(&before)
+            .arg(&after),
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for k in ["before", "after", "speedup", "changes", "verdict"] {
         assert!(v.get(k).is_some(), "missing {k}: {v}");
     }
@@ -642,12 +606,7 @@ fn compare_two_recordings_side_by_side() {
         (v["speedup"]["value"].as_f64().unwrap() - 2.0).abs() < 0.01,
         "{v}"
     );
-    let busy = v["changes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["metric"] == "gpu_busy_pct")
-        .unwrap();
+    let busy = find_by(&v["changes"], "metric", "gpu_busy_pct").unwrap();
     assert!(busy["after"].as_f64().unwrap() > busy["before"].as_f64().unwrap());
     assert!(busy["delta_pct"].as_f64().unwrap() > 100.0, "{busy}");
     for c in v["changes"].as_array().unwrap() {
@@ -733,16 +692,7 @@ fn a_profiler_trace_given_to_diagnose_points_at_analyze() {
 fn scenario_texts(dir: &Path) -> Vec<(&'static str, String)> {
     let shapes: Vec<(&'static str, Shape)> = vec![
         ("healthy", healthy()),
-        (
-            "too_few_workers",
-            Shape {
-                util: square,
-                cores: vec![100.0, 30.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0],
-                main: (30.0, 'S'),
-                workers: vec![(99.0, 'R')],
-                ..healthy()
-            },
-        ),
+        ("too_few_workers", one_pinned_worker()),
         (
             "cpu_saturated",
             Shape {

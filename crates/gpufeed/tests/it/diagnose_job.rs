@@ -3,38 +3,16 @@
 //! not grow with the number of nodes.
 
 use crate::gpufeed;
+use crate::h100_header;
+use crate::json_ok;
 use gpufeed::diagnose::job::{JobReport, JobVerdict};
-use gpufeed::record::format::{header_line, End, Header, Line};
-use gpufeed::sample::{GpuSample, GpuStatic, HostInfo, HostSample};
+use gpufeed::record::format::{header_line, End, Line};
+use gpufeed::sample::{GpuSample, HostSample};
 use std::path::{Path, PathBuf};
 
 /// A 60 s recording of one node with two GPUs at 10 Hz; `util(t)` and throttle reasons.
 fn node(dir: &Path, host: &str, util: fn(f64) -> f64, throttle: u64) -> PathBuf {
-    let h = Header {
-        schema_version: 1,
-        gpufeed_version: Some("0.1.0".into()),
-        start_time: "2026-12-02T12:00:00Z".into(),
-        start_unix_us: 1_780_000_000_000_000,
-        interval_s: 0.1,
-        host: HostInfo {
-            hostname: Some(host.into()),
-            cpu_count: 8,
-            ..Default::default()
-        },
-        driver: None,
-        gpus: (0..2)
-            .map(|i| GpuStatic {
-                index: i,
-                name: Some("NVIDIA H100 80GB HBM3".into()),
-                memory_total_bytes: Some(80 << 30),
-                ..Default::default()
-            })
-            .collect(),
-        gpu_error: None,
-        py_rate_hz: None,
-        command: None,
-        pid: None,
-    };
+    let h = h100_header(host, 8, 2);
     let mut out = header_line(&h);
     out.push('\n');
     for i in 1..=600u64 {
@@ -90,17 +68,11 @@ fn starving(t: f64) -> f64 {
 }
 
 fn job_json(files: &[PathBuf]) -> JobReport {
-    let out = gpufeed()
-        .args(["diagnose", "--job", "--format", "json"])
-        .args(files)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = json_ok(
+        gpufeed()
+            .args(["diagnose", "--job", "--format", "json"])
+            .args(files),
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     // The documented contract: nodes [{recording, hostname, verdict}], job {verdict, starving,
     // stragglers}.
     for n in v["nodes"].as_array().unwrap() {

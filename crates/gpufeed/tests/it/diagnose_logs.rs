@@ -7,6 +7,7 @@
 //! class gets and why.
 
 use crate::gpufeed;
+use crate::run_ok;
 use gpufeed::diagnose::phases::PhaseKind;
 use gpufeed::diagnose::DiagnoseReport;
 use std::fmt::Write as _;
@@ -128,16 +129,7 @@ fn write(dir: &Path, name: &str, spec: &LogSpec) -> PathBuf {
 }
 
 fn diagnose(path: &Path) -> DiagnoseReport {
-    let out = gpufeed()
-        .args(["diagnose", "--format", "json"])
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_ok(gpufeed().args(["diagnose", "--format", "json"]).arg(path));
     serde_json::from_slice(&out.stdout).unwrap()
 }
 

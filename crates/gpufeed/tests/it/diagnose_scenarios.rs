@@ -8,6 +8,7 @@
 use crate::common_fake;
 
 use crate::gpufeed;
+use crate::run_ok;
 use common_fake::{fake_nvml, scenario};
 use gpufeed::diagnose::DiagnoseReport;
 use std::path::Path;
@@ -17,16 +18,22 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 const SQUARE: &str = r#""util":{"pattern":"square","period_s":2.0,"high":85,"low":10,"duty":0.3}"#;
 
+/// A scenario of one H100 with 80 of its 85.9 GB in use and `device` (more of its JSON fields),
+/// written into `dir`.
+fn full_h100(dir: &std::path::Path, device: &str) -> std::path::PathBuf {
+    scenario(
+        dir,
+        &format!(
+            r#"{{"devices":[{{"name":"NVIDIA H100 80GB HBM3","memory_total_bytes":85899345920,"memory_used_bytes":80000000000,{device}}}]}}"#
+        ),
+    )
+}
+
 /// Records `script` (run by sh) under the fake driver with `device` JSON, then diagnoses it.
 fn run_and_diagnose(device: &str, script: &str) -> DiagnoseReport {
     let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let sc = scenario(
-        dir.path(),
-        &format!(
-            r#"{{"devices":[{{"name":"NVIDIA H100 80GB HBM3","memory_total_bytes":85899345920,"memory_used_bytes":80000000000,{device}}}]}}"#
-        ),
-    );
+    let sc = full_h100(dir.path(), device);
     let rec = dir.path().join("r.ndjson");
     gpufeed()
         .env("FAKE_NVML_SCENARIO", &sc)
@@ -41,16 +48,7 @@ fn run_and_diagnose(device: &str, script: &str) -> DiagnoseReport {
 }
 
 fn diagnose(rec: &Path) -> DiagnoseReport {
-    let out = gpufeed()
-        .args(["diagnose", "--format", "json"])
-        .arg(rec)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_ok(gpufeed().args(["diagnose", "--format", "json"]).arg(rec));
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -193,12 +191,7 @@ fn idle_gpu_bit_while_starving_is_not_throttling() {
 fn run_prints_the_summary_then_the_diagnosis_each_figure_once() {
     let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let sc = scenario(
-        dir.path(),
-        &format!(
-            r#"{{"devices":[{{"name":"NVIDIA H100 80GB HBM3","memory_total_bytes":85899345920,"memory_used_bytes":80000000000,{SQUARE}}}]}}"#
-        ),
-    );
+    let sc = full_h100(dir.path(), SQUARE);
     let rec = dir.path().join("r.ndjson");
     let out = gpufeed()
         .env("FAKE_NVML_SCENARIO", &sc)

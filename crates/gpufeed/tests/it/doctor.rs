@@ -6,7 +6,7 @@
 use crate::common_fake;
 use std::io::Write as _;
 
-use crate::gpufeed;
+use crate::{gpufeed, read_json, usage_error};
 use common_fake::{fake_nvml, scenario};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -93,8 +93,18 @@ const TORCH_CU118: &str = r#"{"python_version": "3.10.12", "torch_version": "2.1
 /// Runs `gpufeed doctor --format json` on a fake-driver scenario (None: no driver at all) with a
 /// stand-in Python; returns the exit code and the report.
 fn doctor(scenario_json: Option<&str>, python: &FakePython, extra: &[&str]) -> (i32, JsonReport) {
-    let dir = tempfile::tempdir().unwrap();
     let mut cmd = gpufeed();
+    cmd.env("PATH", python.path_env());
+    doctor_with(cmd, scenario_json, extra)
+}
+
+/// [`doctor`] with `cmd` (the job's environment already set) in place of a stand-in Python.
+fn doctor_with(
+    mut cmd: assert_cmd::Command,
+    scenario_json: Option<&str>,
+    extra: &[&str],
+) -> (i32, JsonReport) {
+    let dir = tempfile::tempdir().unwrap();
     match scenario_json {
         Some(s) => {
             cmd.env("FAKE_NVML_SCENARIO", scenario(dir.path(), s))
@@ -105,8 +115,7 @@ fn doctor(scenario_json: Option<&str>, python: &FakePython, extra: &[&str]) -> (
             cmd.args(["--nvml-lib", "/nonexistent/libnvidia-ml.so.1"]);
         }
     }
-    cmd.env("PATH", python.path_env())
-        .args(["doctor", "--format", "json"]);
+    cmd.args(["doctor", "--format", "json"]);
     // Unless the test is about /dev/shm, size it for a tiny loader so a small /dev/shm on the
     // machine running the tests (a container's 64 MiB) does not fail every scenario.
     if !extra
@@ -489,26 +498,10 @@ fn the_real_probe_script_reads_a_torch_like_package() {
     let pkgs = tempfile::tempdir().unwrap();
     fake_torch_package(pkgs.path());
     let run = |cuda: &str, scenario_json: &str| {
-        let dir = tempfile::tempdir().unwrap();
-        let out = gpufeed()
-            .env("FAKE_NVML_SCENARIO", scenario(dir.path(), scenario_json))
-            .env("PYTHONPATH", pkgs.path())
-            .env("FAKE_TORCH_CUDA", cuda)
-            .arg("--nvml-lib")
-            .arg(fake_nvml())
-            .args([
-                "doctor",
-                "--format",
-                "json",
-                "--num-workers",
-                "1",
-                "--batch-bytes",
-                "1K",
-            ])
-            .output()
-            .unwrap();
-        let r: JsonReport = serde_json::from_slice(&out.stdout).unwrap();
-        (out.status.code().unwrap(), r)
+        let mut cmd = gpufeed();
+        cmd.env("PYTHONPATH", pkgs.path())
+            .env("FAKE_TORCH_CUDA", cuda);
+        doctor_with(cmd, Some(scenario_json), &[])
     };
     // The driver is too old for the wheel: torch says so in a warning, which doctor quotes.
     let (code, r) = run(
@@ -565,28 +558,10 @@ fn cudnn_from_ld_library_path_and_nvcc_on_path() {
     )
     .unwrap();
     std::fs::set_permissions(&nvcc, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let out = gpufeed()
-        .env(
-            "FAKE_NVML_SCENARIO",
-            scenario(dir.path(), r#"{"cuda_driver_version": 12040}"#),
-        )
-        .env("PATH", py.path_env())
-        .env("LD_LIBRARY_PATH", root.path().join("lib"))
-        .arg("--nvml-lib")
-        .arg(fake_nvml())
-        .args([
-            "doctor",
-            "--format",
-            "json",
-            "--num-workers",
-            "1",
-            "--batch-bytes",
-            "1K",
-        ])
-        .output()
-        .unwrap();
-    let r: JsonReport = serde_json::from_slice(&out.stdout).unwrap();
+    let mut cmd = gpufeed();
+    cmd.env("PATH", py.path_env())
+        .env("LD_LIBRARY_PATH", root.path().join("lib"));
+    let (_, r) = doctor_with(cmd, Some(r#"{"cuda_driver_version": 12040}"#), &[]);
     let c = r.get("cudnn");
     assert_eq!(c.status, "pass", "{c:?}");
     assert_eq!(c.evidence["cudnn_version"], "9.3.0");
@@ -722,27 +697,11 @@ fn a_missing_data_path_fails_that_check() {
 
 #[test]
 fn bad_command_lines_exit_2() {
-    gpufeed()
-        .args(["doctor", "--format", "xml"])
-        .assert()
-        .code(2);
-    gpufeed()
-        .args(["doctor", "--batch-bytes", "lots"])
-        .assert()
-        .code(2);
-    gpufeed()
-        .args(["doctor", "--python-timeout", "soon"])
-        .assert()
-        .code(2);
-    gpufeed()
-        .args(["bench", "--max-size", "huge"])
-        .assert()
-        .code(2);
-    gpufeed()
-        .args(["bench", "--min-size", "0"])
-        .assert()
-        .code(2)
-        .stderr(predicates::str::contains("--min-size"));
+    usage_error(["doctor", "--format", "xml"]);
+    usage_error(["doctor", "--batch-bytes", "lots"]);
+    usage_error(["doctor", "--python-timeout", "soon"]);
+    usage_error(["bench", "--max-size", "huge"]);
+    usage_error(["bench", "--min-size", "0"]).stderr(predicates::str::contains("--min-size"));
 }
 
 #[test]
@@ -928,9 +887,7 @@ fn bench_runs_end_to_end_on_a_stand_in_cuda_driver() {
     assert!((2.5..=12.0).contains(&amp), "{amp}");
     let tf32 = gemm[1]["speedup_vs_fp32"].as_f64().unwrap();
     assert!((1.5..=6.0).contains(&tf32), "{tf32}");
-    let saved: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(cache.join("gpufeed/bench.json")).unwrap())
-            .unwrap();
+    let saved = read_json(&cache.join("gpufeed/bench.json"));
     assert_eq!(saved["gpus"].as_array().unwrap().len(), 1);
     assert_eq!(
         saved["gpus"][0]["uuid"],
@@ -954,9 +911,7 @@ fn bench_runs_end_to_end_on_a_stand_in_cuda_driver() {
         text.contains("mixed precision (bf16/fp16 autocast)"),
         "{text}"
     );
-    let saved: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(cache.join("gpufeed/bench.json")).unwrap())
-            .unwrap();
+    let saved = read_json(&cache.join("gpufeed/bench.json"));
     assert_eq!(saved["gpus"].as_array().unwrap().len(), 1);
 
     // A device that does not exist: a usage error, one line.
@@ -998,8 +953,7 @@ fn bench_on_a_real_gpu() {
     );
     assert!(v["copies"].as_array().unwrap().len() >= 4);
     let saved: PathBuf = dir.path().join("gpufeed/bench.json");
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
+    let s = read_json(&saved);
     assert_eq!(s["schema_version"], 1);
     assert!(s["gpus"][0]["h2d_pinned_bytes_per_s"].as_f64().unwrap() > 1e9);
     eprintln!("{}", String::from_utf8_lossy(&out.stdout));

@@ -5,51 +5,17 @@
 //! the same Prometheus. Skips loudly without a `prometheus` binary (.ci/run installs it).
 
 use crate::common_fake;
+use crate::{free_port, http_get, which, Reap};
 
 use common_fake::fake_nvml;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Stdio};
+use std::io::Write;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const STARVED: &str = r#"{"devices":[{"name":"NVIDIA H100 80GB HBM3",
   "uuid":"GPU-aaaaaaaa-0000-0000-0000-000000000000",
   "util":{"pattern":"square","period_s":2.0,"high":95,"low":0,"duty":0.3}}]}"#;
 const HEALTHY: &str = r#"{"devices":[{"name":"NVIDIA H100 80GB HBM3","util":97}]}"#;
-
-struct Reap(Child);
-impl Drop for Reap {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn which(name: &str) -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
-fn get(port: u16, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
-    let mut r = String::new();
-    s.read_to_string(&mut r).ok()?;
-    let (head, body) = r.split_once("\r\n\r\n")?;
-    (head.split_whitespace().nth(1)? == "200").then(|| body.to_string())
-}
 
 fn urlencode(s: &str) -> String {
     s.bytes()
@@ -64,7 +30,7 @@ fn urlencode(s: &str) -> String {
 
 /// The result vector of an instant query.
 fn query(port: u16, q: &str) -> Vec<serde_json::Value> {
-    get(port, &format!("/api/v1/query?query={}", urlencode(q)))
+    http_get(port, &format!("/api/v1/query?query={}", urlencode(q)))
         .and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
         .and_then(|v| v["data"]["result"].as_array().cloned())
         .unwrap_or_default()

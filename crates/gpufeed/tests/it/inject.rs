@@ -4,6 +4,7 @@
 //! (`GPUFEED_TEST_PYTHON=/path/to/python`, else `python3` if it can `import torch`) and skips loudly
 //! otherwise.
 
+use crate::{read_json, run_ok};
 use assert_cmd::Command;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -65,10 +66,6 @@ fn summary(out: &[u8]) -> Value {
     serde_json::from_str(s.lines().last().expect("a JSON line")).unwrap()
 }
 
-fn read_json(p: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
-}
-
 #[test]
 fn run_overrides_a_hard_coded_dataloader_and_reports_its_site() {
     if !has_python() {
@@ -77,27 +74,26 @@ fn run_overrides_a_hard_coded_dataloader_and_reports_its_site() {
     let dir = tempfile::tempdir().unwrap();
     let seen = dir.path().join("seen.json");
     let rec = dir.path().join("rec.ndjson");
-    let out = gpufeed(&fake_torch())
-        .args(["run", "--format", "json", "-o"])
-        .arg(&rec)
-        .args([
-            "--dataloader",
-            "num_workers=3",
-            "--dataloader",
-            "pin_memory=1",
-            "--torch",
-            "cudnn_benchmark=1",
-            "--torch",
-            "matmul_precision=high",
-            "--",
-            "python3",
-            "inject_job.py",
-        ])
-        .arg(&seen)
-        .arg("plain")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    let out = run_ok(
+        gpufeed(&fake_torch())
+            .args(["run", "--format", "json", "-o"])
+            .arg(&rec)
+            .args([
+                "--dataloader",
+                "num_workers=3",
+                "--dataloader",
+                "pin_memory=1",
+                "--torch",
+                "cudnn_benchmark=1",
+                "--torch",
+                "matmul_precision=high",
+                "--",
+                "python3",
+                "inject_job.py",
+            ])
+            .arg(&seen)
+            .arg("plain"),
+    );
     // The job saw gpufeed's values instead of its own.
     let s = read_json(&seen);
     assert_eq!(s["num_workers"], 3);
@@ -227,26 +223,25 @@ fn what_an_old_torch_does_not_take_is_a_note_not_a_crash() {
     let dir = tempfile::tempdir().unwrap();
     let old = data().join("fake_torch_old").display().to_string();
     let prog = "from torch.utils.data import DataLoader; d = DataLoader([1, 2], num_workers=0); print(d.num_workers)";
-    let out = gpufeed(&old)
-        .args(["run", "--format", "json", "-o"])
-        .arg(dir.path().join("rec.ndjson"))
-        .args([
-            "--dataloader",
-            "num_workers=2",
-            "--dataloader",
-            "persistent_workers=1",
-            "--torch",
-            "matmul_precision=high",
-            "--torch",
-            "cudnn_benchmark=1",
-            "--",
-            "python3",
-            "-c",
-            prog,
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    let out = run_ok(
+        gpufeed(&old)
+            .args(["run", "--format", "json", "-o"])
+            .arg(dir.path().join("rec.ndjson"))
+            .args([
+                "--dataloader",
+                "num_workers=2",
+                "--dataloader",
+                "persistent_workers=1",
+                "--torch",
+                "matmul_precision=high",
+                "--torch",
+                "cudnn_benchmark=1",
+                "--",
+                "python3",
+                "-c",
+                prog,
+            ]),
+    );
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("2\n"));
     let j = summary(&out.stdout);
     assert_eq!(j["overrides"][0]["key"], "num_workers", "{j}");
@@ -280,25 +275,24 @@ fn chains_to_the_sitecustomize_that_was_there() {
     .unwrap();
     let seen = dir.path().join("seen.json");
     let pp = format!("{}:{}", other.display(), fake_torch());
-    let out = gpufeed(&pp)
-        .args(["run", "-q", "-o"])
-        .arg(dir.path().join("rec.ndjson"))
-        .args([
-            "--dataloader",
-            "num_workers=2",
-            "--",
-            "python3",
-            "-c",
-            "import sys, sitecustomize, runpy; \
+    run_ok(
+        gpufeed(&pp)
+            .args(["run", "-q", "-o"])
+            .arg(dir.path().join("rec.ndjson"))
+            .args([
+                "--dataloader",
+                "num_workers=2",
+                "--",
+                "python3",
+                "-c",
+                "import sys, sitecustomize, runpy; \
              assert getattr(sitecustomize, 'ORIGINAL', False), 'the original is the module'; \
              assert '/gpufeed-test-added' in sys.path; \
              sys.argv = ['inject_job.py', sys.argv[1], 'plain']; \
              runpy.run_path('inject_job.py', run_name='__main__')",
-        ])
-        .arg(&seen)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+            ])
+            .arg(&seen),
+    );
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), "ran");
     assert_eq!(read_json(&seen)["num_workers"], 2, "and the patch applied");
 }
@@ -313,12 +307,19 @@ fn other_programs_are_left_alone() {
     // path), its output is its own, and gpufeed says the flags changed nothing.
     let prog =
         "import sys; print('torch' in sys.modules, sorted(m for m in sys.modules if 'torch' in m))";
-    let out = gpufeed(&fake_torch())
-        .args(["run", "--format", "json", "-o"])
-        .arg(dir.path().join("a.ndjson"))
-        .args(["--dataloader", "num_workers=2", "--", "python3", "-c", prog])
-        .output()
-        .unwrap();
+    // `gpufeed run --format json` of `job` with the override `flags`, recorded to `rec`.
+    let run = |rec: &str, flags: [&str; 2], job: &[&str]| {
+        gpufeed(&fake_torch())
+            .args(["run", "--format", "json", "-o"])
+            .arg(dir.path().join(rec))
+            .args(flags)
+            .arg("--")
+            .args(job)
+            .output()
+            .unwrap()
+    };
+    let dataloader = ["--dataloader", "num_workers=2"];
+    let out = run("a.ndjson", dataloader, &["python3", "-c", prog]);
     assert!(out.status.success());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.starts_with("False []\n"), "{stdout}");
@@ -332,19 +333,7 @@ fn other_programs_are_left_alone() {
         "{j}"
     );
     // A torch job that creates no DataLoader.
-    let out = gpufeed(&fake_torch())
-        .args(["run", "--format", "json", "-o"])
-        .arg(dir.path().join("c.ndjson"))
-        .args([
-            "--dataloader",
-            "num_workers=2",
-            "--",
-            "python3",
-            "-c",
-            "import torch",
-        ])
-        .output()
-        .unwrap();
+    let out = run("c.ndjson", dataloader, &["python3", "-c", "import torch"]);
     let j = summary(&out.stdout);
     assert_eq!(
         j["override_notes"][0],
@@ -352,19 +341,8 @@ fn other_programs_are_left_alone() {
         "{j}"
     );
     // A job that is not Python at all.
-    let out = gpufeed(&fake_torch())
-        .args(["run", "--format", "json", "-o"])
-        .arg(dir.path().join("b.ndjson"))
-        .args([
-            "--torch",
-            "allow_tf32=1",
-            "--",
-            "sh",
-            "-c",
-            "echo hello; exit 3",
-        ])
-        .output()
-        .unwrap();
+    let torch = ["--torch", "allow_tf32=1"];
+    let out = run("b.ndjson", torch, &["sh", "-c", "echo hello; exit 3"]);
     assert_eq!(out.status.code(), Some(3), "its exit code passes through");
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("hello\n"));
     let j = summary(&out.stdout);
@@ -505,11 +483,10 @@ fn a_sweep_whose_override_never_applies_says_so() {
         1..1,
         ["--min-time", "1s", "--max-time", "5s"].map(String::from),
     );
-    let out = gpufeed(&fake_torch())
-        .args(args.iter().map(|a| if a == "json" { "text" } else { a }))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    let out =
+        run_ok(
+            gpufeed(&fake_torch()).args(args.iter().map(|a| if a == "json" { "text" } else { a })),
+        );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("No sweet spot: the overrides never took effect (--dataloader changed nothing: the job never imported torch)"),
@@ -530,27 +507,27 @@ fn batch_size_searches_an_injected_batch_size() {
     let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let seen = dir.path().join("seen.json").display().to_string();
-    let out = gpufeed(&fake_torch())
-        .args(["batch-size", "--param", "bs", "--start", "4", "--max", "64"])
-        .args([
-            "--dataloader",
-            "batch_size={bs}",
-            "--min-time",
-            "1s",
-            "--max-time",
-            "4s",
+    // A batch-size search of the injected DataLoader batch_size from `start` to `max`.
+    let search = |start: &str, max: &str, out_dir: &Path| {
+        let mut c = gpufeed(&fake_torch());
+        c.args([
+            "batch-size",
+            "--param",
+            "bs",
+            "--start",
+            start,
+            "--max",
+            max,
         ])
-        .args([
-            "--rate-regex",
-            r"rate: ([0-9.]+) batches/s",
-            "-q",
-            "--output-dir",
-        ])
-        .arg(dir.path())
-        .args(["--", "python3", "inject_job.py", &seen, "batch"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+        .args(["--dataloader", "batch_size={bs}"])
+        .args(["--min-time", "1s", "--max-time", "4s"])
+        .args(["--rate-regex", r"rate: ([0-9.]+) batches/s", "-q"])
+        .arg("--output-dir")
+        .arg(out_dir)
+        .args(["--", "python3", "inject_job.py", &seen, "batch"]);
+        c
+    };
+    run_ok(&mut search("4", "64", dir.path()));
     // The job's own batch_size is 4: only the injected value can make it run out of memory.
     let rep = read_json(&dir.path().join("batch-size.json"));
     assert_eq!(
@@ -558,32 +535,7 @@ fn batch_size_searches_an_injected_batch_size() {
         (Some(16), Some(17)),
         "{rep}"
     );
-    let out = gpufeed(&fake_torch())
-        .args([
-            "batch-size",
-            "--param",
-            "bs",
-            "--start",
-            "16",
-            "--max",
-            "16",
-        ])
-        .args([
-            "--dataloader",
-            "batch_size={bs}",
-            "--min-time",
-            "1s",
-            "--max-time",
-            "4s",
-        ])
-        .args([
-            "--rate-regex",
-            r"rate: ([0-9.]+) batches/s",
-            "-q",
-            "--output-dir",
-        ])
-        .arg(dir.path().join("again"))
-        .args(["--", "python3", "inject_job.py", &seen, "batch"])
+    let out = search("16", "16", &dir.path().join("again"))
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);

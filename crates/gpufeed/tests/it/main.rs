@@ -54,3 +54,146 @@ pub fn shared_traces(what: &str) -> Option<std::path::PathBuf> {
         None
     }
 }
+
+/// Runs `cmd` to its end and asserts that it succeeded, showing its stderr if it did not.
+pub fn run_ok(cmd: &mut assert_cmd::Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Runs `cmd`, asserts that it succeeded ([`run_ok`]) and parses its stdout as JSON.
+pub fn json_ok(cmd: &mut assert_cmd::Command) -> serde_json::Value {
+    serde_json::from_slice(&run_ok(cmd).stdout).unwrap()
+}
+
+/// Sets `cmd` to read the fake NVML (`--nvml-lib`) with the scenario `json`, written into `dir`.
+pub fn fake_gpu<'a>(
+    cmd: &'a mut assert_cmd::Command,
+    dir: &std::path::Path,
+    json: &str,
+) -> &'a mut assert_cmd::Command {
+    cmd.env("FAKE_NVML_SCENARIO", common_fake::scenario(dir, json))
+        .arg("--nvml-lib")
+        .arg(common_fake::fake_nvml())
+}
+
+/// A loopback port free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `name` on the PATH, if it is there.
+pub fn which(name: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+/// Reads a JSON file.
+pub fn read_json(p: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+/// Kills and reaps a child when the test ends, however it ends.
+pub struct Reap(pub std::process::Child);
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// GET over plain HTTP/1.0 on loopback: the body of a 200 answer, else None.
+pub fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut r = String::new();
+    s.read_to_string(&mut r).ok()?;
+    let (head, body) = r.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?;
+    (status == "200").then(|| body.to_string())
+}
+
+/// Runs `gpufeed ARGS` and asserts the usage-error exit code, 2; more can be asserted on what it
+/// returns (the one line on stderr).
+pub fn usage_error<I, S>(args: I) -> assert_cmd::assert::Assert
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    gpufeed().args(args).assert().code(2)
+}
+
+/// [`gpufeed`] with no GPU driver to load (`--nvml-lib` names a library that is not there): the
+/// host-only path, whatever the machine running the tests has.
+pub fn gpufeed_no_gpu() -> assert_cmd::Command {
+    let mut c = gpufeed();
+    c.args(["--nvml-lib", "/nonexistent/libnvidia-ml.so.1"]);
+    c
+}
+
+/// The phases of a training step, as `run`'s JSON and `serve`'s metrics name them, in order.
+pub const PHASES: [&str; 7] = [
+    "data_wait",
+    "forward",
+    "backward",
+    "optimizer",
+    "sync",
+    "checkpoint_io",
+    "other",
+];
+
+/// The first object of the JSON array `list` whose `key` is `value`.
+pub fn find_by<'a>(
+    list: &'a serde_json::Value,
+    key: &str,
+    value: &str,
+) -> Option<&'a serde_json::Value> {
+    list.as_array().unwrap().iter().find(|e| e[key] == value)
+}
+
+/// The header of a made-up recording: `host` with `cpu_count` CPUs and `gpus` H100s of 80 GiB,
+/// sampled at 10 Hz from 2026-12-02T12:00:00Z, by gpufeed 0.1.0; all else unknown. A test sets
+/// what it is about on the result.
+pub fn h100_header(host: &str, cpu_count: u32, gpus: u32) -> gpufeed::record::format::Header {
+    use gpufeed::sample::{GpuStatic, HostInfo};
+    gpufeed::record::format::Header {
+        schema_version: 1,
+        gpufeed_version: Some("0.1.0".into()),
+        start_time: "2026-12-02T12:00:00Z".into(),
+        start_unix_us: 1_780_000_000_000_000,
+        interval_s: 0.1,
+        host: HostInfo {
+            hostname: Some(host.into()),
+            cpu_count,
+            ..Default::default()
+        },
+        driver: None,
+        gpus: (0..gpus)
+            .map(|index| GpuStatic {
+                index,
+                name: Some("NVIDIA H100 80GB HBM3".into()),
+                memory_total_bytes: Some(80 << 30),
+                ..Default::default()
+            })
+            .collect(),
+        gpu_error: None,
+        command: None,
+        pid: None,
+        py_rate_hz: None,
+    }
+}

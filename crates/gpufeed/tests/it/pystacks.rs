@@ -2,6 +2,8 @@
 //! under `gpufeed run`, and stacks captured from real PyTorch, Lightning and accelerate runs
 //! stored as recordings in tests/fixtures/pystacks/ (see capture_torch.py there).
 
+use crate::run_ok;
+use crate::PHASES;
 use assert_cmd::Command;
 use serde_json::Value;
 use std::io::Write as _;
@@ -65,18 +67,13 @@ fn phase(p: &Value, name: &str) -> f64 {
 fn run_example(workers: u32) -> Option<(Value, f64)> {
     let py = python3()?;
     let dir = tempfile::tempdir().unwrap();
-    let out = gpufeed()
-        .current_dir(repo())
-        .args(["run", "--format", "json", "-o"])
-        .arg(dir.path().join("r.ndjson"))
-        .args(["--", py, "examples/starving_pipeline.py", "--seconds", "6"])
-        .args(["--workers", &workers.to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_ok(
+        gpufeed()
+            .current_dir(repo())
+            .args(["run", "--format", "json", "-o"])
+            .arg(dir.path().join("r.ndjson"))
+            .args(["--", py, "examples/starving_pipeline.py", "--seconds", "6"])
+            .args(["--workers", &workers.to_string()]),
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -101,18 +98,7 @@ fn stdlib_example_without_workers_waits_for_data_as_it_measures_itself() {
         (wait - truth).abs() <= 15.0,
         "stacks say {wait}% waiting, the example measured {truth}%: {p}"
     );
-    let sum: f64 = [
-        "data_wait",
-        "forward",
-        "backward",
-        "optimizer",
-        "sync",
-        "checkpoint_io",
-        "other",
-    ]
-    .iter()
-    .map(|k| phase(p, k))
-    .sum();
+    let sum: f64 = PHASES.iter().map(|k| phase(p, k)).sum();
     assert!((sum - 100.0).abs() < 0.5, "{sum}");
     assert!(phase(p, "forward") + phase(p, "backward") > 5.0, "{p}");
     // The slow stage is the decode transform, and the verdict says so with the fix.
@@ -236,19 +222,14 @@ fn run_opens_the_step_socket_for_the_probe() {
     )
     .unwrap();
     let rec = dir.path().join("r.ndjson");
-    let out = gpufeed()
-        .args(["run", "--py-stacks", "off", "--format", "json", "-o"])
-        .arg(&rec)
-        .arg("--")
-        .arg(py)
-        .arg(&script)
-        .arg(repo().join("python"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_ok(
+        gpufeed()
+            .args(["run", "--py-stacks", "off", "--format", "json", "-o"])
+            .arg(&rec)
+            .arg("--")
+            .arg(py)
+            .arg(&script)
+            .arg(repo().join("python")),
     );
     let j = run_json(&out.stdout);
     let steps = &j["steps"];
@@ -337,16 +318,7 @@ fn bad_rates_are_usage_errors() {
 }
 
 fn diagnose_json(path: &Path) -> Value {
-    let out = gpufeed()
-        .args(["diagnose", "--format", "json"])
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_ok(gpufeed().args(["diagnose", "--format", "json"]).arg(path));
     serde_json::from_slice(&out.stdout).unwrap()
 }
 

@@ -3,7 +3,7 @@
 
 use crate::common_fake;
 
-use crate::gpufeed;
+use crate::{gpufeed, gpufeed_no_gpu, read_json, usage_error};
 use common_fake::{fake_nvml, scenario};
 use gpufeed::record::format::{Header, Line, ReadError, ReadStats};
 use gpufeed::record::reader::{read_path, Collect};
@@ -82,15 +82,9 @@ fn a_command_that_cannot_start_gets_one_line_and_a_shell_code() {
 
 #[test]
 fn bad_command_lines_exit_2() {
-    gpufeed()
-        .args(["run", "--no-such-flag", "--", "true"])
-        .assert()
-        .code(2);
-    gpufeed().args(["run"]).assert().code(2);
-    gpufeed()
-        .args(["record", "--interval", "soon"])
-        .assert()
-        .code(2)
+    usage_error(["run", "--no-such-flag", "--", "true"]);
+    usage_error(["run"]);
+    usage_error(["record", "--interval", "soon"])
         .stderr(predicate::str::contains("not a valid duration"));
 }
 
@@ -111,15 +105,8 @@ fn stdin_and_stdout_pass_through() {
 fn no_driver_records_host_only_with_one_clear_line() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.ndjson");
-    let a = gpufeed()
-        .args([
-            "--nvml-lib",
-            "/nonexistent/libnvidia-ml.so.1",
-            "run",
-            "--format",
-            "json",
-            "-o",
-        ])
+    let a = gpufeed_no_gpu()
+        .args(["run", "--format", "json", "-o"])
         .arg(&out)
         .args(["--", "sleep", "0.5"])
         .assert()
@@ -143,17 +130,8 @@ fn process_tree_with_late_starting_early_exiting_workers() {
         (timeout 1.2 sh -c 'while :; do :; done') & \
         (timeout 1.2 sh -c 'while :; do :; done') & \
         wait; sleep 0.5";
-    let a = gpufeed()
-        .args([
-            "--nvml-lib",
-            "/nonexistent.so",
-            "run",
-            "--format",
-            "json",
-            "--interval",
-            "50ms",
-            "-o",
-        ])
+    let a = gpufeed_no_gpu()
+        .args(["run", "--format", "json", "--interval", "50ms", "-o"])
         .arg(&out)
         .args(["--", "sh", "-c", script])
         .assert()
@@ -364,17 +342,8 @@ fn a_killed_recorder_loses_at_most_the_last_second() {
 fn record_for_a_duration_and_attached_to_a_pid() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.ndjson");
-    let a = gpufeed()
-        .args([
-            "--nvml-lib",
-            "/nonexistent.so",
-            "record",
-            "--duration",
-            "1s",
-            "--format",
-            "json",
-            "-o",
-        ])
+    let a = gpufeed_no_gpu()
+        .args(["record", "--duration", "1s", "--format", "json", "-o"])
         .arg(&out)
         .assert()
         .success();
@@ -386,15 +355,8 @@ fn record_for_a_duration_and_attached_to_a_pid() {
         .args(["-c", "sleep 0.3; (sleep 0.6) ; true"])
         .spawn()
         .unwrap();
-    let a = gpufeed()
-        .args([
-            "--nvml-lib",
-            "/nonexistent.so",
-            "record",
-            "--format",
-            "json",
-            "--pid",
-        ])
+    let a = gpufeed_no_gpu()
+        .args(["record", "--format", "json", "--pid"])
         .arg(job.id().to_string())
         .arg("-o")
         .arg(dir.path().join("r2.ndjson"))
@@ -480,15 +442,8 @@ fn export_json_keeps_stdout_for_the_job_alone() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.ndjson");
     let json = dir.path().join("s.json");
-    let a = gpufeed()
-        .args([
-            "--nvml-lib",
-            "/nonexistent.so",
-            "run",
-            "--format",
-            "json",
-            "-o",
-        ])
+    let a = gpufeed_no_gpu()
+        .args(["run", "--format", "json", "-o"])
         .arg(&out)
         .arg("--export-json")
         .arg(&json)
@@ -501,8 +456,7 @@ fn export_json_keeps_stdout_for_the_job_alone() {
         "nothing but the job's output on stdout"
     );
     assert!(String::from_utf8_lossy(&a.get_output().stderr).contains("wrote"));
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let v = read_json(&json);
     assert!(v.get("verdict").is_some() && v.get("job").is_some(), "{v}");
     assert_eq!(v["job"]["end_reason"], "job_exited");
 }

@@ -2,8 +2,10 @@
 //! `export --perfetto`, through the binary.
 
 use crate::gpufeed;
-use gpufeed::record::format::{header_line, End, Header, Line};
-use gpufeed::sample::{GpuSample, GpuStatic, HostInfo, HostSample, ProcSample, ProcStart};
+use crate::h100_header;
+use crate::read_json;
+use gpufeed::record::format::{header_line, End, Line};
+use gpufeed::sample::{GpuSample, HostSample, ProcSample, ProcStart};
 use predicates::prelude::*;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -14,30 +16,12 @@ const START_US: u64 = 1_764_676_800_000_000;
 fn recording(dir: &Path) -> PathBuf {
     let p = dir.join("rec.ndjson");
     let mut f = std::io::BufWriter::new(std::fs::File::create(&p).unwrap());
-    let h = Header {
-        schema_version: 1,
-        gpufeed_version: Some("0.1.0".into()),
-        start_time: "2025-12-02T12:00:00.000Z".into(),
-        start_unix_us: START_US,
-        interval_s: 0.1,
-        host: HostInfo {
-            hostname: Some("node1".into()),
-            cpu_count: 4,
-            cpus_allowed: Some(4),
-            ..Default::default()
-        },
-        driver: None,
-        gpus: vec![GpuStatic {
-            index: 0,
-            name: Some("NVIDIA H100 80GB HBM3".into()),
-            memory_total_bytes: Some(80 << 30),
-            ..Default::default()
-        }],
-        gpu_error: None,
-        command: Some(vec!["python".into(), "train.py".into()]),
-        pid: Some(100),
-        py_rate_hz: None,
-    };
+    let mut h = h100_header("node1", 4, 1);
+    h.start_time = "2025-12-02T12:00:00.000Z".into();
+    h.start_unix_us = START_US;
+    h.host.cpus_allowed = Some(4);
+    h.command = Some(vec!["python".into(), "train.py".into()]);
+    h.pid = Some(100);
     writeln!(f, "{}", header_line(&h)).unwrap();
     let mut line = |l: Line| writeln!(f, "{}", serde_json::to_string(&l).unwrap()).unwrap();
     for (pid, ppid, comm) in [
@@ -277,8 +261,7 @@ fn perfetto_export_has_counter_tracks() {
         .assert()
         .success()
         .stderr(predicate::str::contains("counter events"));
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let v = read_json(&out);
     let ev = v["traceEvents"].as_array().unwrap();
     let names = |n: &str| ev.iter().filter(|e| e["name"] == n).count();
     assert_eq!(names("utilization %"), 120);
@@ -326,8 +309,7 @@ fn perfetto_merge_puts_kineto_on_the_same_time_base() {
         .success()
         .stderr(predicate::str::contains("2 trace events"))
         .stderr(predicate::str::contains("do not overlap").not());
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let v = read_json(&out);
     assert_eq!(v["deviceProperties"][0]["name"], "H100");
     assert!(v.get("baseTimeNanoseconds").is_none());
     let ev = v["traceEvents"].as_array().unwrap();
@@ -415,8 +397,7 @@ fn perfetto_merge_reads_traces_as_analyze_does() {
             .success();
         let err = String::from_utf8_lossy(&a.get_output().stderr).to_string();
         assert_eq!(err.contains("warning: the merged trace"), warned, "{err}");
-        let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let v = read_json(&out);
         let n = v["traceEvents"]
             .as_array()
             .unwrap()
@@ -428,8 +409,7 @@ fn perfetto_merge_reads_traces_as_analyze_does() {
             None => assert!(n > 100 && n < 3001, "{n}"),
         }
     }
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("m.json")).unwrap()).unwrap();
+    let v = read_json(&dir.path().join("m.json"));
     assert!(v["traceEvents"]
         .as_array()
         .unwrap()

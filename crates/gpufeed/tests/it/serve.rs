@@ -2,14 +2,16 @@
 //! Prometheus server when the `prometheus` binary is installed (.ci/run installs it).
 
 use crate::common_fake;
+use crate::PHASES;
+use crate::{free_port, http_get, which, Reap};
 
 use assert_cmd::Command;
 use common_fake::{fake_nvml, scenario};
 use predicates::prelude::*;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
+use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const TWO_GPUS: &str = r#"{"devices":[
@@ -24,35 +26,6 @@ fn gpufeed(dir: &Path) -> Command {
     c.env("GPUFEED_NVML_LIB", fake_nvml())
         .env("FAKE_NVML_SCENARIO", scenario(dir, TWO_GPUS));
     c
-}
-
-/// Kills and reaps a child when the test ends, however it ends.
-struct Reap(Child);
-impl Drop for Reap {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// GET over plain HTTP/1.0: the body of a 200 answer, else None.
-fn get(port: u16, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
-    let mut r = String::new();
-    s.read_to_string(&mut r).ok()?;
-    let (head, body) = r.split_once("\r\n\r\n")?;
-    let status = head.split_whitespace().nth(1)?;
-    (status == "200").then(|| body.to_string())
 }
 
 fn wait_for(deadline: Duration, mut f: impl FnMut() -> Option<String>) -> Option<String> {
@@ -135,11 +108,11 @@ fn serves_metrics_over_http() {
     let port = free_port();
     let _g = spawn_serve(dir.path(), port);
     let body = wait_for(Duration::from_secs(20), || {
-        get(port, "/metrics").filter(|b| b.contains("DCGM_FI_DEV_GPU_UTIL{"))
+        http_get(port, "/metrics").filter(|b| b.contains("DCGM_FI_DEV_GPU_UTIL{"))
     })
     .expect("gpufeed serves /metrics");
     assert!(body.starts_with("# HELP gpufeed_up"));
-    assert!(get(port, "/nope").is_none());
+    assert!(http_get(port, "/nope").is_none());
 }
 
 /// A real CPython job (the stdlib example) followed with `--pid`: /metrics gets the training
@@ -204,19 +177,19 @@ fn serve_exports_the_loop_phase_split_of_a_real_python_job() {
     };
     std::fs::write(&sock_file, &path).unwrap();
     wait_for(Duration::from_secs(25), || {
-        get(port, "/metrics").filter(|b| {
+        http_get(port, "/metrics").filter(|b| {
             b.contains("gpufeed_loop_phase_ratio{") && b.contains("gpufeed_loop_steps_per_second{")
         })
     })
     .unwrap_or_else(|| {
         panic!(
             "no loop phases or steps in /metrics: {}",
-            get(port, "/metrics").unwrap_or_default()
+            http_get(port, "/metrics").unwrap_or_default()
         )
     });
     // Once the 5 s window holds nothing but the loop (no start-up), stacks and probe agree.
     std::thread::sleep(Duration::from_secs(6));
-    let body = get(port, "/metrics").unwrap();
+    let body = http_get(port, "/metrics").unwrap();
     assert!(body.contains("# HELP gpufeed_loop_phase_ratio Share of wall time"));
     let value = |prefix: &str| -> f64 {
         body.lines()
@@ -226,15 +199,7 @@ fn serve_exports_the_loop_phase_split_of_a_real_python_job() {
             .unwrap_or_else(|| panic!("no {prefix}: {body}"))
     };
     let mut sum = 0.0;
-    for phase in [
-        "data_wait",
-        "forward",
-        "backward",
-        "optimizer",
-        "sync",
-        "checkpoint_io",
-        "other",
-    ] {
+    for phase in PHASES {
         let series = body
             .lines()
             .find(|l| l.contains(&format!("phase=\"{phase}\"")))
@@ -263,7 +228,7 @@ fn serve_exports_the_loop_phase_split_of_a_real_python_job() {
 
 #[test]
 fn a_real_prometheus_scrapes_gpufeed() {
-    let Ok(prom) = which("prometheus") else {
+    let Some(prom) = which("prometheus") else {
         let _ = writeln!(std::io::stderr(), "SKIPPED a_real_prometheus_scrapes_gpufeed: no `prometheus` binary (apt-get install prometheus; .ci/run does)");
         return;
     };
@@ -292,7 +257,7 @@ fn a_real_prometheus_scrapes_gpufeed() {
             .unwrap(),
     );
     let q = |query: &str| {
-        let body = get(prom_port, &format!("/api/v1/query?query={query}"))?;
+        let body = http_get(prom_port, &format!("/api/v1/query?query={query}"))?;
         let v: serde_json::Value = serde_json::from_str(&body).ok()?;
         let res = v["data"]["result"].as_array()?.clone();
         (!res.is_empty()).then(|| serde_json::to_string(&res).unwrap())
@@ -331,13 +296,4 @@ fn a_real_prometheus_scrapes_gpufeed() {
         (rate - 2e9).abs() / 2e9 < 0.1,
         "PCIe rate through PromQL: {rate}"
     );
-}
-
-fn which(name: &str) -> Result<std::path::PathBuf, ()> {
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .ok_or(())
 }

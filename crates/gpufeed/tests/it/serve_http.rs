@@ -4,31 +4,16 @@
 //! `Connection: close` and HEAD.
 
 use crate::common_fake;
+use crate::{free_port, Reap};
 
 use common_fake::{fake_nvml, scenario};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const ONE_GPU: &str = r#"{"devices":[{"name":"NVIDIA H100 80GB HBM3","util":97}]}"#;
-
-struct Reap(Child);
-impl Drop for Reap {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// Starts `gpufeed serve` on a free loopback port and waits until it answers.
 fn serve(dir: &Path) -> (Reap, u16) {
@@ -58,6 +43,17 @@ fn connect(port: u16) -> TcpStream {
     let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     s
+}
+
+/// Sends `req` on a new connection and reads all that comes back until the server closes it
+/// (or 3 s pass without a byte).
+fn send_and_read(port: u16, req: &str) -> String {
+    let mut s = connect(port);
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    s.write_all(req.as_bytes()).unwrap();
+    let mut r = Vec::new();
+    let _ = s.read_to_end(&mut r);
+    String::from_utf8_lossy(&r).into_owned()
 }
 
 /// Sends `req` and reads until the server closes: everything it answered.
@@ -199,12 +195,7 @@ fn a_body_is_never_taken_for_a_second_request() {
             "{method} / HTTP/1.1\r\nContent-Length: {}\r\n\r\n{inner}",
             inner.len()
         );
-        let mut s = connect(port);
-        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-        s.write_all(req.as_bytes()).unwrap();
-        let mut r = Vec::new();
-        let _ = s.read_to_end(&mut r);
-        let r = String::from_utf8_lossy(&r);
+        let r = send_and_read(port, &req);
         assert_eq!(responses(&r), 1, "{method}: {r}");
     }
     // Chunked body too.
@@ -212,12 +203,7 @@ fn a_body_is_never_taken_for_a_second_request() {
         "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{inner}\r\n0\r\n\r\n",
         inner.len()
     );
-    let mut s = connect(port);
-    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-    s.write_all(req.as_bytes()).unwrap();
-    let mut r = Vec::new();
-    let _ = s.read_to_end(&mut r);
-    assert_eq!(responses(&String::from_utf8_lossy(&r)), 1);
+    assert_eq!(responses(&send_and_read(port, &req)), 1);
 }
 
 #[test]

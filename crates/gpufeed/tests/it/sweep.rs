@@ -3,7 +3,7 @@
 //! Tests run one at a time (a shared lock): on a 2-core machine, concurrent trials would measure
 //! each other.
 
-use crate::common_fake;
+use crate::{fake_gpu, read_json};
 
 use assert_cmd::Command;
 use predicates::prelude::*;
@@ -70,10 +70,6 @@ fn assert_no_orphans(tag: &str) {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(processes_with(tag), vec![], "processes left behind");
-}
-
-fn read_json(p: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 
 fn tput(r: &Value) -> f64 {
@@ -398,21 +394,17 @@ fn ctrl_c_keeps_the_results_so_far_and_stops_the_job() {
     assert_no_orphans(&tag);
 }
 
-#[test]
-fn batch_size_finds_the_oom_threshold_and_plans_accumulation() {
-    let _g = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("b.json");
-    gpufeed()
-        .args([
-            "batch-size",
-            "--param",
-            "bs",
-            "--start",
-            "64",
-            "--target-batch",
-            "1024",
-        ])
+/// `c` made a `batch-size` search (`search`: --start and the bounds) of the pipeline job
+/// (`job`: its options after `--batch {bs}`) in short trials, its output in `dir`/o and its JSON
+/// in `dir`/b.json.
+fn pipeline_batch_size<'a>(
+    c: &'a mut Command,
+    dir: &Path,
+    search: &[&str],
+    job: &[&str],
+) -> &'a mut Command {
+    c.args(["batch-size", "--param", "bs"])
+        .args(search)
         .args([
             "--min-time",
             "0.5s",
@@ -423,27 +415,32 @@ fn batch_size_finds_the_oom_threshold_and_plans_accumulation() {
             "-q",
         ])
         .arg("--output-dir")
-        .arg(dir.path().join("o"))
+        .arg(dir.join("o"))
         .arg("--export-json")
-        .arg(&json)
+        .arg(dir.join("b.json"))
         .args(["--", "python3"])
         .arg(pipeline())
-        .args([
-            "--batch",
-            "{bs}",
-            "--fail-above",
-            "300",
-            "--work",
-            "2000",
-            "--train-ms",
-            "10",
-        ])
-        .timeout(Duration::from_secs(120))
-        .assert()
-        .success()
-        .stdout(predicate::str::contains(
-            "Largest batch that runs: 300 (301 ran out of memory: cuda_oom)",
-        ));
+        .args(["--batch", "{bs}"])
+        .args(job)
+}
+
+#[test]
+fn batch_size_finds_the_oom_threshold_and_plans_accumulation() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("b.json");
+    pipeline_batch_size(
+        &mut gpufeed(),
+        dir.path(),
+        &["--start", "64", "--target-batch", "1024"],
+        &["--fail-above", "300", "--work", "2000", "--train-ms", "10"],
+    )
+    .timeout(Duration::from_secs(120))
+    .assert()
+    .success()
+    .stdout(predicate::str::contains(
+        "Largest batch that runs: 300 (301 ran out of memory: cuda_oom)",
+    ));
     let rep = read_json(&json);
     assert_eq!(rep["max_batch"], 300);
     assert_eq!(rep["first_oom_batch"], 301);
@@ -505,20 +502,20 @@ fn batch_size_stops_on_a_failure_that_is_not_memory() {
         .stdout(predicate::str::contains("ValueError"));
 }
 
+/// One H100 with 40 GB of its 80 in use, busy a constant `util_pct`.
+fn h100_40gb_used(util_pct: u32) -> String {
+    format!(
+        r#"{{"devices":[{{"name":"NVIDIA H100 80GB HBM3","memory_total_bytes":85899345920,
+            "memory_used_bytes":40000000000,"util":{{"pattern":"constant","value":{util_pct}}}}}]}}"#
+    )
+}
+
 #[test]
 fn gpu_busy_is_the_stated_proxy_when_the_job_reports_nothing() {
     let _g = serial();
     let dir = tempfile::tempdir().unwrap();
-    let scen = common_fake::scenario(
-        dir.path(),
-        r#"{"devices":[{"name":"NVIDIA H100 80GB HBM3","memory_total_bytes":85899345920,
-            "memory_used_bytes":40000000000,"util":{"pattern":"constant","value":62}}]}"#,
-    );
     let json = dir.path().join("s.json");
-    gpufeed()
-        .env("FAKE_NVML_SCENARIO", &scen)
-        .arg("--nvml-lib")
-        .arg(common_fake::fake_nvml())
+    fake_gpu(&mut gpufeed(), dir.path(), &h100_40gb_used(62))
         .args([
             "sweep",
             "-L",
@@ -609,44 +606,16 @@ fn bad_input_gets_one_line_and_a_documented_code() {
 fn batch_size_uses_gpu_memory_from_the_driver() {
     let _g = serial();
     let dir = tempfile::tempdir().unwrap();
-    let scen = common_fake::scenario(
-        dir.path(),
-        r#"{"devices":[{"name":"NVIDIA H100 80GB HBM3","memory_total_bytes":85899345920,
-            "memory_used_bytes":40000000000,"util":{"pattern":"constant","value":90}}]}"#,
-    );
     let json = dir.path().join("b.json");
-    gpufeed()
-        .env("FAKE_NVML_SCENARIO", &scen)
-        .arg("--nvml-lib")
-        .arg(common_fake::fake_nvml())
-        .args([
-            "batch-size",
-            "--param",
-            "bs",
-            "--start",
-            "32",
-            "--max",
-            "64",
-        ])
-        .args([
-            "--min-time",
-            "0.5s",
-            "--max-time",
-            "2s",
-            "--tolerance",
-            "15%",
-            "-q",
-        ])
-        .arg("--output-dir")
-        .arg(dir.path().join("o"))
-        .arg("--export-json")
-        .arg(&json)
-        .args(["--", "python3"])
-        .arg(pipeline())
-        .args(["--batch", "{bs}", "--work", "2000", "--train-ms", "10"])
-        .timeout(Duration::from_secs(60))
-        .assert()
-        .success();
+    pipeline_batch_size(
+        fake_gpu(&mut gpufeed(), dir.path(), &h100_40gb_used(90)),
+        dir.path(),
+        &["--start", "32", "--max", "64"],
+        &["--work", "2000", "--train-ms", "10"],
+    )
+    .timeout(Duration::from_secs(60))
+    .assert()
+    .success();
     let rep = read_json(&json);
     assert_eq!(rep["max_batch"], 64, "{rep}");
     assert_eq!(rep["first_oom_batch"], Value::Null);
