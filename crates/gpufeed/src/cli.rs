@@ -154,6 +154,8 @@ impl PyStackOpts {
                     .ok()
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(crate::sample::pystacks::CHILD_EVERY),
+                // GPUFEED_PY_CACHE=0 turns the frame cache off (for the bench's side by side).
+                cache: std::env::var_os("GPUFEED_PY_CACHE").is_none_or(|v| v != "0"),
             },
             notes,
         })

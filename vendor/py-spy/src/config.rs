@@ -20,6 +20,17 @@ pub struct Config {
     /// the native stack traces
     pub native: bool,
 
+    /// gpufeed patch (PATCHES.md): cache what is read from code objects (file name, function
+    /// name, line table, line per instruction) by the code object's address, so that a frame
+    /// costs one read of remote memory once its code is known. Cleared every few seconds and
+    /// when it grows past a cap (a freed code object's address can be reused).
+    pub frame_cache: bool,
+
+    /// gpufeed patch (PATCHES.md): read the run state (/proc/TID/stat) of only the threads that
+    /// are Python threads, known from the last full scan of /proc/PID/task, instead of every
+    /// thread of the process on every sample. Python 3.11+ (the thread state has the native id).
+    pub scan_python_threads_only: bool,
+
     // The following config options only apply when using py-spy as an application
     #[doc(hidden)]
     pub command: String,
@@ -125,6 +136,8 @@ impl Default for Config {
             sampling_rate: 100,
             duration: RecordDuration::Unlimited,
             native: false,
+            frame_cache: true,
+            scan_python_threads_only: true,
             gil_only: false,
             include_idle: false,
             include_thread_ids: false,

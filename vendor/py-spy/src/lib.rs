@@ -31,12 +31,8 @@ extern crate log;
 
 pub mod binary_parser;
 pub mod config;
-#[cfg(all(target_os = "linux", feature = "cli"))]
-pub mod coredump;
 #[cfg(feature = "unwind")]
 mod cython;
-#[cfg(feature = "cli")]
-pub mod dump;
 #[cfg(feature = "unwind")]
 mod native_stack_trace;
 mod python_bindings;

@@ -20,7 +20,9 @@ use crate::python_data_access::format_variable;
 use crate::python_interpreters::{InterpreterState, ThreadState};
 use crate::python_process_info::{get_python_version, PythonProcessInfo, PythonProcessLayout};
 use crate::python_threading::thread_name_lookup;
-use crate::stack_trace::{get_gil_threadid, get_stack_trace, StackTrace};
+use crate::stack_trace::{
+    get_gil_threadid, get_stack_trace_cached, FrameCache, FrameCacheStats, StackTrace,
+};
 use crate::version::Version;
 
 /// Lets you retrieve stack traces of a running python program
@@ -38,7 +40,18 @@ pub struct PythonSpy {
     thread_name_lookup_time: Instant,
     #[cfg(target_os = "linux")]
     pub dockerized: bool,
+    /// gpufeed patch (PATCHES.md): what was read from code objects, when `config.frame_cache`.
+    frame_cache: Option<FrameCache>,
+    /// gpufeed patch (PATCHES.md): the OS ids of the Python threads, from the last full scan
+    /// of the process's threads (empty: scan them all next sample).
+    python_tids: Vec<Tid>,
+    /// When the threads were last scanned in full.
+    full_scan_time: Instant,
 }
+
+/// gpufeed patch: with `scan_python_threads_only`, every thread is still scanned this often
+/// (and whenever a Python thread appears or one of the known ones is gone).
+const FULL_THREAD_SCAN_EVERY: Duration = Duration::from_secs(2);
 
 impl PythonSpy {
     /// Constructs a new PythonSpy object.
@@ -89,6 +102,9 @@ impl PythonSpy {
             python_thread_ids: HashMap::new(),
             python_thread_names: HashMap::new(),
             thread_name_lookup_time: Instant::now(),
+            frame_cache: config.frame_cache.then(FrameCache::default),
+            python_tids: Vec::new(),
+            full_scan_time: Instant::now(),
         })
     }
 
@@ -187,14 +203,34 @@ impl PythonSpy {
         }
     }
 
+    /// Counters of the frame cache (gpufeed patch), `None` when `config.frame_cache` is off.
+    pub fn frame_cache_stats(&self) -> Option<FrameCacheStats> {
+        self.frame_cache.as_ref().map(|c| c.stats())
+    }
+
     // implementation of get_stack_traces, where we have a type for the InterpreterState
     fn _get_stack_traces<I: InterpreterState>(&mut self) -> Result<Vec<StackTrace>, Error> {
         // Query the OS to get if each thread in the process is running or not
         let mut thread_activity = HashMap::new();
+        // gpufeed patch: only the known Python threads' run state is read, unless a full scan
+        // is due (see `scan_python_threads_only`).
+        let mut full_scan = false;
         if self.config.gil_only {
             // Don't need to collect thread activity if we're only getting the
             // GIL thread: If we're holding the GIL we're by definition active.
+        } else if self.config.scan_python_threads_only
+            && !self.python_tids.is_empty()
+            && self.full_scan_time.elapsed() < FULL_THREAD_SCAN_EVERY
+        {
+            for &tid in &self.python_tids {
+                // A thread that is gone is missed below and makes the next sample scan all.
+                if let Ok(active) = remoteprocess::Thread::new(tid).and_then(|t| t.active()) {
+                    thread_activity.insert(tid, active);
+                }
+            }
         } else {
+            full_scan = true;
+            self.full_scan_time = Instant::now();
             for thread in self.process.threads()?.iter() {
                 let threadid: Tid = thread.id()?;
                 let Ok(active) = thread.active() else {
@@ -230,6 +266,13 @@ impl PythonSpy {
 
         let mut did_thread_name_lookup = false;
 
+        if let Some(cache) = self.frame_cache.as_mut() {
+            cache.expire(Instant::now());
+        }
+        // The OS ids of the Python threads seen in this sample, if all are known from their
+        // thread states and appeared in the thread scan.
+        let mut seen_tids: Option<Vec<Tid>> = Some(Vec::new());
+
         let mut traces = Vec::new();
         let mut threads = threads_head;
         let mut visited = 0;
@@ -254,11 +297,12 @@ impl PythonSpy {
                 continue;
             }
 
-            let mut trace = get_stack_trace(
+            let mut trace = get_stack_trace_cached(
                 &thread,
                 &self.process,
                 self.config.dump_locals > 0,
                 self.config.lineno,
+                self.frame_cache.as_mut(),
             )
             .with_context(|| {
                 format!(
@@ -266,6 +310,15 @@ impl PythonSpy {
                     python_thread_id
                 )
             })?;
+
+            // gpufeed patch: remember the Python threads' OS ids (3.11+ has them in the
+            // thread state) to read only their run state next time.
+            match (seen_tids.as_mut(), trace.os_thread_id) {
+                (Some(seen), Some(id)) if thread_activity.contains_key(&(id as Tid)) => {
+                    seen.push(id as Tid)
+                }
+                _ => seen_tids = None,
+            }
 
             // Try getting the native thread id
 
@@ -354,6 +407,15 @@ impl PythonSpy {
                 // There's only one GIL thread and we've captured it, so we can
                 // stop now
                 break;
+            }
+        }
+        // gpufeed patch: a full scan learns the Python threads; a thread that was not among
+        // them (a new one), or one that is gone, makes the next sample scan them all.
+        if self.config.scan_python_threads_only && !self.config.gil_only {
+            match seen_tids {
+                Some(seen) if full_scan => self.python_tids = seen,
+                Some(seen) if seen.len() == self.python_tids.len() => {}
+                _ => self.python_tids.clear(),
             }
         }
         Ok(traces)

@@ -494,3 +494,84 @@ fn text_and_markdown_show_the_training_loop_block() {
     assert!(md.contains("## Training loop"), "{md}");
     assert!(md.contains("| data_wait | 58.6% |"), "{md}");
 }
+
+/// The vendored py-spy's frame cache and Python-threads-only run-state scan (issue 10,
+/// vendor/py-spy/PATCHES.md) give the same stacks and idle flags as py-spy without them, on a
+/// real CPython with a spinning thread and a sleeping main thread, and hit in the steady state.
+#[test]
+fn the_frame_cache_reads_the_same_stacks_and_idle_flags_as_without_it() {
+    use std::io::BufRead;
+    let Some(py) = python3() else {
+        return;
+    };
+    let mut job = std::process::Command::new(py)
+        .arg("-c")
+        .arg(
+            "import threading, time\n\
+             def spin():\n    while True: pass\n\
+             def sleeper():\n    time.sleep(60)\n\
+             threading.Thread(target=spin, daemon=True).start()\n\
+             print('ready', flush=True)\n\
+             sleeper()\n",
+        )
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(job.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    let spy = |cache: bool| {
+        let config = py_spy::Config {
+            blocking: py_spy::config::LockingStrategy::NonBlocking,
+            frame_cache: cache,
+            scan_python_threads_only: cache,
+            ..Default::default()
+        };
+        py_spy::PythonSpy::retry_new(job.id() as py_spy::Pid, &config, 20).unwrap()
+    };
+    let (mut on, mut off) = (spy(true), spy(false));
+    assert!(off.frame_cache_stats().is_none());
+    // Per sampler: (samples where the main thread was idle, where the spinner was active).
+    let mut flags = [(0, 0), (0, 0)];
+    let samples = 30;
+    for _ in 0..samples {
+        let mut got = Vec::new();
+        for (k, s) in [&mut on, &mut off].into_iter().enumerate() {
+            let mut traces = s.get_stack_traces().unwrap();
+            traces.sort_by_key(|t| t.os_thread_id);
+            let mut stacks = Vec::new();
+            for t in &traces {
+                let names: Vec<String> = t
+                    .frames
+                    .iter()
+                    .map(|f| format!("{}:{}:{}", f.filename, f.name, f.line))
+                    .collect();
+                if names.iter().any(|n| n.contains(":sleeper:")) && !t.active {
+                    flags[k].0 += 1;
+                }
+                if names.iter().any(|n| n.contains(":spin:")) && t.active {
+                    flags[k].1 += 1;
+                }
+                stacks.push(names);
+            }
+            got.push(stacks);
+        }
+        assert_eq!(got[0], got[1], "cache on (left) and off (right)");
+        assert_eq!(got[0].len(), 2, "{:?}", got[0]);
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let _ = job.kill();
+    let _ = job.wait();
+    assert_eq!(flags[0].0, samples, "main thread idle in every sample, cached: {flags:?}");
+    assert_eq!(flags[1].0, samples, "main thread idle in every sample, uncached: {flags:?}");
+    // The spinner is runnable all the time; it may be caught between states now and then.
+    assert!(flags[0].1 >= samples * 2 / 3, "{flags:?}");
+    assert!(flags[1].1 >= samples * 2 / 3, "{flags:?}");
+    let stats = on.frame_cache_stats().unwrap();
+    // About 6 distinct frames; a clear (every 3 s) would read them again.
+    assert!(stats.code_misses <= 20, "{stats:?}");
+    assert!(stats.code_hits >= 100, "{stats:?}");
+    assert!(stats.line_hits >= 100, "{stats:?}");
+}
