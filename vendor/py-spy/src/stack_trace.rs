@@ -650,7 +650,9 @@ mod tests {
     // process and read back through a ProcessMemory that counts its reads.
     mod frame_cache {
         use super::super::*;
-        use crate::python_bindings::v3_7_0::{PyCodeObject, PyFrameObject, PyObject, PyThreadState};
+        use crate::python_bindings::v3_7_0::{
+            PyCodeObject, PyFrameObject, PyObject, PyThreadState,
+        };
         use crate::python_data_access::tests::{
             to_asciiobject, to_byteobject, AllocatedPyASCIIObject, AllocatedPyByteObject,
         };
@@ -746,7 +748,10 @@ mod tests {
         }
 
         fn expected() -> Vec<(String, i32)> {
-            vec![("train.py:step".to_string(), 7), ("train.py:main".to_string(), 4)]
+            vec![
+                ("train.py:step".to_string(), 7),
+                ("train.py:main".to_string(), 4),
+            ]
         }
 
         #[test]
@@ -760,11 +765,17 @@ mod tests {
             let mut cache = FrameCache::default();
             let (first, first_reads) = sample(&t, Some(&mut cache));
             assert_eq!(first, expected());
-            assert_eq!(first_reads, uncached_reads, "a cold cache reads what py-spy reads");
+            assert_eq!(
+                first_reads, uncached_reads,
+                "a cold cache reads what py-spy reads"
+            );
             for _ in 0..3 {
                 let (again, reads) = sample(&t, Some(&mut cache));
                 assert_eq!(again, expected());
-                assert_eq!(reads, 2, "one read per frame once the code objects are known");
+                assert_eq!(
+                    reads, 2,
+                    "one read per frame once the code objects are known"
+                );
             }
             let stats = cache.stats();
             assert_eq!((stats.code_misses, stats.code_hits), (2, 6));
@@ -781,7 +792,10 @@ mod tests {
             let (frames, reads) = sample(&t, Some(&mut cache));
             assert_eq!(frames[0], ("train.py:step".to_string(), 5));
             assert_eq!(frames, sample(&t, None).0);
-            assert_eq!(reads, 3, "two frames and the code object, the line table is kept");
+            assert_eq!(
+                reads, 3,
+                "two frames and the code object, the line table is kept"
+            );
         }
 
         #[test]
@@ -791,7 +805,11 @@ mod tests {
             let mut cache = FrameCache::default();
             sample(&t, Some(&mut cache));
             cache.expire(Instant::now());
-            assert_eq!(sample(&t, Some(&mut cache)).1, 2, "younger than MAX_AGE: kept");
+            assert_eq!(
+                sample(&t, Some(&mut cache)).1,
+                2,
+                "younger than MAX_AGE: kept"
+            );
             cache.expire(Instant::now() + FrameCache::MAX_AGE);
             assert!(cache.is_empty());
             assert_eq!(sample(&t, Some(&mut cache)), (expected(), cold));

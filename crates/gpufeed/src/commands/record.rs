@@ -20,7 +20,11 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-fn prepare(global: &GlobalOpts, opts: &RecordingOpts) -> anyhow::Result<Prepared> {
+fn prepare(
+    global: &GlobalOpts,
+    opts: &RecordingOpts,
+    steps: Option<Arc<StepSocket>>,
+) -> anyhow::Result<Prepared> {
     if opts.interval < Duration::from_millis(10) {
         return Err(Failure::new(
             exit::USAGE,
@@ -40,7 +44,7 @@ fn prepare(global: &GlobalOpts, opts: &RecordingOpts) -> anyhow::Result<Prepared
         no_gpu: false,
         clobber,
         py: opts.py.config(true),
-        steps: open_steps(),
+        steps,
     })
     .map_err(|e| match e {
         RecordError::Exists { .. } => Failure::new(exit::USAGE, e.to_string()),
@@ -142,7 +146,7 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
     if let (Some(h), Some(o)) = (&args.html, &args.rec.output) {
         refuse_same_as_input("--html", h, [o.as_path()])?;
     }
-    let prepared = prepare(global, &args.rec)?;
+    let prepared = prepare(global, &args.rec, open_steps())?;
     if let Some(s) = prepared.steps() {
         env.push((STEP_ENV.into(), s.path().display().to_string()));
     }
@@ -258,7 +262,13 @@ pub fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
             .into());
         }
     }
-    let prepared = prepare(global, &args.rec)?;
+    let steps = match &args.step_socket {
+        Some(p) => Some(Arc::new(
+            StepSocket::bind_given(p).map_err(|e| Failure::new(e.exit_code(), e.to_string()))?,
+        )),
+        None => open_steps(),
+    };
+    let prepared = prepare(global, &args.rec, steps)?;
     let step_path = prepared.steps().map(|s| s.path().display().to_string());
     let recorder = prepared
         .start(args.pid, None)
@@ -278,8 +288,12 @@ pub fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
             }
         );
         if let Some(p) = &step_path {
-            // A job started now (not one already running) can send its steps here.
-            eprintln!("gpufeed: step markers: start the job with {STEP_ENV}={p}");
+            if args.step_socket.is_some() {
+                eprintln!("gpufeed: step markers: reading {p} (the job's {STEP_ENV})");
+            } else {
+                // A job started now (not one already running) can send its steps here.
+                eprintln!("gpufeed: step markers: start the job with {STEP_ENV}={p}");
+            }
         }
     }
     let started = Instant::now();

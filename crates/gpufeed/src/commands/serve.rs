@@ -121,6 +121,11 @@ pub fn run(global: &GlobalOpts, args: &ServeArgs) -> anyhow::Result<u8> {
     // before a job could be told).
     let steps = if args.once {
         None
+    } else if let Some(p) = &args.step_socket {
+        Some(Arc::new(
+            crate::sample::steps::StepSocket::bind_given(p)
+                .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?,
+        ))
     } else {
         match crate::sample::steps::StepSocket::open() {
             Ok(s) => Some(Arc::new(s)),

@@ -564,8 +564,14 @@ fn the_frame_cache_reads_the_same_stacks_and_idle_flags_as_without_it() {
     }
     let _ = job.kill();
     let _ = job.wait();
-    assert_eq!(flags[0].0, samples, "main thread idle in every sample, cached: {flags:?}");
-    assert_eq!(flags[1].0, samples, "main thread idle in every sample, uncached: {flags:?}");
+    assert_eq!(
+        flags[0].0, samples,
+        "main thread idle in every sample, cached: {flags:?}"
+    );
+    assert_eq!(
+        flags[1].0, samples,
+        "main thread idle in every sample, uncached: {flags:?}"
+    );
     // The spinner is runnable all the time; it may be caught between states now and then.
     assert!(flags[0].1 >= samples * 2 / 3, "{flags:?}");
     assert!(flags[1].1 >= samples * 2 / 3, "{flags:?}");
@@ -574,4 +580,92 @@ fn the_frame_cache_reads_the_same_stacks_and_idle_flags_as_without_it() {
     assert!(stats.code_misses <= 20, "{stats:?}");
     assert!(stats.code_hits >= 100, "{stats:?}");
     assert!(stats.line_hits >= 100, "{stats:?}");
+}
+
+/// A job started earlier with GPUFEED_STEP_SOCKET=PATH (its probe drops markers while nobody
+/// listens) gets its steps recorded once `record --pid --step-socket PATH` attaches.
+#[test]
+fn record_pid_attaches_to_a_running_jobs_step_socket() {
+    let Some(py) = python3() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("steps.sock");
+    let mut job = std::process::Command::new(py)
+        .arg("-c")
+        .arg(
+            "import sys, time\nsys.path.insert(0, sys.argv[1])\nimport gpufeed_probe as p\n\
+             for i in range(300):\n    time.sleep(0.02)\n    p.step(items=3, wait_ns=1000000)\n",
+        )
+        .arg(repo().join("python"))
+        .env("GPUFEED_STEP_SOCKET", &sock)
+        .spawn()
+        .unwrap();
+    // The job runs a while with nobody listening.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(!sock.exists());
+    let rec = dir.path().join("r.ndjson");
+    let out = gpufeed()
+        .args([
+            "record",
+            "--duration",
+            "2s",
+            "--py-stacks",
+            "off",
+            "--format",
+            "json",
+        ])
+        .arg("--pid")
+        .arg(job.id().to_string())
+        .arg("--step-socket")
+        .arg(&sock)
+        .arg("-o")
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let _ = job.kill();
+    let _ = job.wait();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("step markers: reading"), "{stderr}");
+    let j = run_json(&out.stdout);
+    let steps = j["steps"]["steps"].as_u64().unwrap_or(0);
+    // 2 s of 20 ms steps (fewer on a loaded machine).
+    assert!(steps >= 20, "{}", j["steps"]);
+    assert_eq!(
+        j["steps"]["items"].as_u64(),
+        Some(3 * steps),
+        "{}",
+        j["steps"]
+    );
+    let text = std::fs::read_to_string(&rec).unwrap();
+    assert!(text.contains(r#""type":"steps""#), "no steps line");
+    assert!(!sock.exists(), "the socket is removed at exit");
+}
+
+#[test]
+fn step_socket_over_a_file_that_is_not_a_socket_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.txt");
+    std::fs::write(&path, "keep me").unwrap();
+    let out = gpufeed()
+        .args([
+            "record",
+            "--duration",
+            "1s",
+            "--py-stacks",
+            "off",
+            "--step-socket",
+        ])
+        .arg(&path)
+        .arg("-o")
+        .arg(dir.path().join("r.ndjson"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("not a socket"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "keep me");
+    assert!(!dir.path().join("r.ndjson").exists(), "nothing recorded");
 }
