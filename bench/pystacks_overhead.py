@@ -12,16 +12,20 @@ alternating windows, in four modes, cycling through them several times:
   py-nonblock   gpufeed record --pid --py-stacks on    (py-spy reads the live process; the
                 training process at --rate, its worker processes at a quarter of it: the default)
   py-block      the same with GPUFEED_PY_BLOCKING=1     (py-spy pauses each process to read it)
+  py-nocache    py-nonblock with GPUFEED_PY_CACHE=0     (the vendored py-spy's frame cache and
+                Python-threads-only run-state scan off: upstream py-spy 0.4.3's reads)
 
 and prints, per mode, the job's throughput (steps/s, from its own per-second progress lines)
 relative to `none`, and gpufeed's CPU time as a share of one core, twice: over the whole window
 (start-up included: opening one py-spy reader per process parses the interpreter's ELF files)
 and in the steady state (from /proc/<gpufeed>/stat after `--warmup` seconds to the window's end),
-which is what a long recording pays. The sampling cost is the py-* modes minus py-off. Usage:
+which is what a long recording pays. The sampling cost is the py-* modes minus py-off; the last
+line gives py-nocache's steady sampling cost over py-nonblock's (what the cache saves). The load
+average is printed at the start and the end: figures from a loaded machine are noisy. Usage:
 
     cargo build --release -p gpufeed
     python3 bench/pystacks_overhead.py [--gpufeed target/release/gpufeed] [--window 6] [--cycles 3]
-        [--workers 4] [--rate 100]
+        [--workers 4] [--rate 100] [--modes none,py-off,py-nonblock,py-nocache]
 """
 
 import argparse
@@ -47,7 +51,10 @@ def main():
     ap.add_argument("--rate", type=float, default=100.0)
     ap.add_argument("--warmup", type=float, default=2.0,
                     help="seconds of each window left out of the steady-state CPU figure")
+    ap.add_argument("--modes", default="none,py-off,py-full,py-nonblock,py-block,py-nocache",
+                    help="comma-separated; none and py-off are always run (the baselines)")
     a = ap.parse_args()
+    load_start = os.getloadavg()
     tick = os.sysconf("SC_CLK_TCK")
 
     def cpu_s(pid):
@@ -86,7 +93,13 @@ def main():
         (t0, s0), (t1, s1) = before[-1], after[0]
         return s0 if t1 == t0 else s0 + (s1 - s0) * (t - t0) / (t1 - t0)
 
-    modes = ["none", "py-off", "py-full", "py-nonblock", "py-block"]
+    all_modes = ["none", "py-off", "py-full", "py-nonblock", "py-block", "py-nocache"]
+    wanted = set(a.modes.split(",")) | {"none", "py-off"}
+    unknown = wanted - set(all_modes)
+    if unknown:
+        sys.exit("unknown --modes %s: choose among %s" % (",".join(sorted(unknown)),
+                                                          ",".join(all_modes)))
+    modes = [m for m in all_modes if m in wanted]
     rates = {m: [] for m in modes}
     cpu = {m: [] for m in modes}
     steady = {m: [] for m in modes}
@@ -104,6 +117,8 @@ def main():
                     env["GPUFEED_PY_BLOCKING"] = "1"
                 if mode == "py-full":
                     env["GPUFEED_PY_CHILD_EVERY"] = "1"
+                if mode == "py-nocache":
+                    env["GPUFEED_PY_CACHE"] = "0"
                 out = "/tmp/gpufeed-bench-pystacks-%d-%d.ndjson" % (os.getpid(), len(pending))
                 cmd = [a.gpufeed, "record", "-q", "--pid", str(job.pid), "--duration",
                        "%gs" % a.window, "-o", out,
@@ -136,8 +151,9 @@ def main():
     off_cpu = statistics.mean(cpu["py-off"])
     off_steady = statistics.mean(steady["py-off"]) if steady["py-off"] else 0.0
     print("job: examples/starving_pipeline.py, main + %d workers; %d cycles of %gs windows; "
-          "py rate %g Hz; %d CPUs, load %.1f"
-          % (a.workers, a.cycles, a.window, a.rate, os.cpu_count(), os.getloadavg()[0]))
+          "py rate %g Hz; %d CPUs, load average (1 min) %.1f at the start, %.1f at the end"
+          % (a.workers, a.cycles, a.window, a.rate, os.cpu_count(), load_start[0],
+             os.getloadavg()[0]))
     print("%-12s %10s %10s %14s %14s %15s %15s" % (
         "mode", "steps/s", "vs none", "CPU % window", "sampling %", "CPU % steady",
         "sampling % st"))
@@ -151,6 +167,12 @@ def main():
             "%.2f" % (c - off_cpu) if py else "-",
             "%.2f" % st if st is not None else "-",
             "%.2f" % (st - off_steady) if py and st is not None else "-"))
+    if steady.get("py-nocache") and steady.get("py-nonblock"):
+        on = statistics.mean(steady["py-nonblock"]) - off_steady
+        no = statistics.mean(steady["py-nocache"]) - off_steady
+        if on > 0:
+            print("frame cache: steady sampling %.2f%% of a core with it, %.2f%% without: %.1fx"
+                  % (on, no, no / on))
     print("windows: " + "; ".join("%s %s" % (m, ", ".join("%.2f" % x for x in rates[m]))
                                   for m in modes))
 

@@ -24,6 +24,7 @@ import argparse
 import math
 import multiprocessing as mp
 import os
+import queue
 import random
 import socket
 import struct
@@ -114,10 +115,24 @@ def collate(samples):
     return [s[0] for s in samples], [s[1] for s in samples]
 
 
+# How often an idle worker checks that its parent is still there (PyTorch's
+# MP_STATUS_CHECK_INTERVAL is 5 s).
+STATUS_CHECK_INTERVAL_S = 1.0
+
+
 def _worker_loop(dataset, index_queue, data_queue):
-    """A DataLoader worker: load the batches it is asked for until told to stop."""
+    """A DataLoader worker: load the batches it is asked for until told to stop, or until its
+    parent is gone (killed: nobody would tell it to stop), like PyTorch's worker watchdog."""
+    parent = os.getppid()
     while True:
-        job = index_queue.get()
+        try:
+            job = index_queue.get(timeout=STATUS_CHECK_INTERVAL_S)
+        except queue.Empty:
+            if os.getppid() != parent:
+                # Do not wait at exit for batches nobody will read to be flushed to the pipe.
+                data_queue.cancel_join_thread()
+                return
+            continue
         if job is None:
             return
         n, indices = job

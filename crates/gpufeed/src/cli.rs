@@ -154,6 +154,8 @@ impl PyStackOpts {
                     .ok()
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(crate::sample::pystacks::CHILD_EVERY),
+                // GPUFEED_PY_CACHE=0 turns the frame cache off (for the bench's side by side).
+                cache: std::env::var_os("GPUFEED_PY_CACHE").is_none_or(|v| v != "0"),
             },
             notes,
         })
@@ -245,6 +247,11 @@ pub struct RecordArgs {
     /// Attach to this running process and its descendants; stops when it exits
     #[arg(long, value_name = "PID")]
     pub pid: Option<u32>,
+    /// Create the step-marker socket at PATH (removed at exit) instead of a private one: for a job
+    /// already started with GPUFEED_STEP_SOCKET=PATH, whose markers are dropped until gpufeed
+    /// listens (docs/step-protocol.md)
+    #[arg(long, value_name = "PATH")]
+    pub step_socket: Option<PathBuf>,
 }
 
 /// The longest duration any option takes: a year. Longer values are refused (exit 2), so that

@@ -20,6 +20,11 @@ pub struct ServeArgs {
     /// Follow this job's process tree (worker CPU, starvation verdict, training-loop phases)
     #[arg(long, value_name = "PID")]
     pub pid: Option<u32>,
+    /// Create the step-marker socket at PATH (removed at exit) instead of a private one: for a job
+    /// already started with GPUFEED_STEP_SOCKET=PATH, whose markers are dropped until gpufeed
+    /// listens (docs/step-protocol.md)
+    #[arg(long, value_name = "PATH", conflicts_with = "once")]
+    pub step_socket: Option<PathBuf>,
     #[command(flatten)]
     pub py: crate::cli::PyStackOpts,
 }

@@ -13,6 +13,11 @@ pub struct WatchArgs {
     /// Follow this running process and its children
     #[arg(long, value_name = "PID", conflicts_with = "command")]
     pub pid: Option<u32>,
+    /// Create the step-marker socket at PATH (removed at exit) instead of a private one: for a job
+    /// already started with GPUFEED_STEP_SOCKET=PATH, whose markers are dropped until gpufeed
+    /// listens (docs/step-protocol.md)
+    #[arg(long, value_name = "PATH")]
+    pub step_socket: Option<PathBuf>,
     #[command(flatten)]
     pub inject: crate::cli::InjectOpts,
     #[command(flatten)]

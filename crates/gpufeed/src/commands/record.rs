@@ -22,7 +22,11 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-fn prepare(global: &GlobalOpts, opts: &RecordingOpts) -> anyhow::Result<Prepared> {
+fn prepare(
+    global: &GlobalOpts,
+    opts: &RecordingOpts,
+    steps: Option<Arc<StepSocket>>,
+) -> anyhow::Result<Prepared> {
     if opts.interval < Duration::from_millis(10) {
         return Err(Failure::new(
             exit::USAGE,
@@ -42,7 +46,7 @@ fn prepare(global: &GlobalOpts, opts: &RecordingOpts) -> anyhow::Result<Prepared
         no_gpu: false,
         clobber,
         py: opts.py.config(true),
-        steps: open_steps(),
+        steps,
     })
     .map_err(|e| match e {
         RecordError::Exists { .. } => Failure::new(exit::USAGE, e.to_string()),
@@ -213,7 +217,7 @@ fn report_overrides(i: &crate::inject::Injection, recorder: Option<&Recorder>, q
 pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
     let inject = check_run_args(args)?;
     let mut env: Vec<(String, String)> = inject.iter().map(|i| i.env_var(&[])).collect();
-    let prepared = prepare(global, &args.rec)?;
+    let prepared = prepare(global, &args.rec, open_steps())?;
     if let Some(s) = prepared.steps() {
         env.push((STEP_ENV.into(), s.path().display().to_string()));
     }
@@ -283,7 +287,13 @@ pub fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
             .into());
         }
     }
-    let prepared = prepare(global, &args.rec)?;
+    let steps = match &args.step_socket {
+        Some(p) => Some(Arc::new(
+            StepSocket::bind_given(p).map_err(|e| Failure::new(e.exit_code(), e.to_string()))?,
+        )),
+        None => open_steps(),
+    };
+    let prepared = prepare(global, &args.rec, steps)?;
     let step_path = prepared.steps().map(|s| s.path().display().to_string());
     let recorder = prepared
         .start(args.pid, None)
@@ -303,8 +313,12 @@ pub fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
             }
         );
         if let Some(p) = &step_path {
-            // A job started now (not one already running) can send its steps here.
-            eprintln!("gpufeed: step markers: start the job with {STEP_ENV}={p}");
+            if args.step_socket.is_some() {
+                eprintln!("gpufeed: step markers: reading {p} (the job's {STEP_ENV})");
+            } else {
+                // A job started now (not one already running) can send its steps here.
+                eprintln!("gpufeed: step markers: start the job with {STEP_ENV}={p}");
+            }
         }
     }
     let started = Instant::now();

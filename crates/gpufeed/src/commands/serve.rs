@@ -109,18 +109,27 @@ pub fn start_live_counted(
 }
 
 /// A step-marker socket for a job started beside the exporter (not with --once: it ends before a
-/// job could be told).
-fn step_socket(once: bool) -> Option<Arc<crate::sample::steps::StepSocket>> {
+/// job could be told); `--step-socket PATH` binds the path a running job was given.
+fn step_socket(
+    once: bool,
+    given: Option<&std::path::Path>,
+) -> anyhow::Result<Option<Arc<crate::sample::steps::StepSocket>>> {
     if once {
-        return None;
+        return Ok(None);
     }
-    match crate::sample::steps::StepSocket::open() {
+    if let Some(p) = given {
+        return Ok(Some(Arc::new(
+            crate::sample::steps::StepSocket::bind_given(p)
+                .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?,
+        )));
+    }
+    Ok(match crate::sample::steps::StepSocket::open() {
         Ok(s) => Some(Arc::new(s)),
         Err(e) => {
             eprintln!("gpufeed: note: no step-marker socket ({e}): step markers are not read");
             None
         }
-    }
+    })
 }
 
 /// `--once`: samples for 1.5 s, prints one exposition and stops.
@@ -227,7 +236,7 @@ pub fn run(global: &GlobalOpts, args: &ServeArgs) -> anyhow::Result<u8> {
     };
     let labels = prometheus::fleet_labels_from_env(|k| std::env::var(k).ok());
     let generation = Arc::new(AtomicU64::new(0));
-    let steps = step_socket(args.once);
+    let steps = step_socket(args.once, args.step_socket.as_deref())?;
     let step_path = steps.as_ref().map(|s| s.path().display().to_string());
     let extras = LiveExtras {
         py: args.py.config(true),

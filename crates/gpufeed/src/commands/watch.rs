@@ -186,7 +186,12 @@ pub fn run(global: &GlobalOpts, args: &WatchArgs) -> anyhow::Result<u8> {
         .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
     let mut env: Vec<(String, String)> = injection.iter().map(|i| i.env_var(&[])).collect();
     // Step markers from a job started here (`--pid` jobs were started without the variable).
-    let steps = if args.command.is_empty() {
+    let steps = if let Some(p) = &args.step_socket {
+        Some(Arc::new(
+            crate::sample::steps::StepSocket::bind_given(p)
+                .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?,
+        ))
+    } else if args.command.is_empty() {
         None
     } else {
         crate::sample::steps::StepSocket::open().ok().map(Arc::new)

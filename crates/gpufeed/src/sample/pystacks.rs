@@ -76,6 +76,10 @@ pub struct PyOptions {
     /// rank the data stages, which needs shares over many seconds, not every 10 ms; the training
     /// process keeps the full rate. Readers weight each process by its own interval.
     pub child_every: u32,
+    /// Keep what was read of each code object (names, line tables) and read only the Python
+    /// threads' run state, in the vendored py-spy (vendor/py-spy/PATCHES.md): a known frame
+    /// then costs one read of the process's memory. Off only to measure what it saves.
+    pub cache: bool,
 }
 
 /// Default [`PyOptions::child_every`]: workers at a quarter of the rate (measured in
@@ -167,6 +171,8 @@ impl PySampler {
             gil_only: false,
             native: false,
             collect_thread_names: true,
+            frame_cache: opts.cache,
+            scan_python_threads_only: opts.cache,
             ..Default::default()
         };
         PySampler {

@@ -60,6 +60,28 @@ pub fn parse_datagram(text: &str, now_ns: u64) -> Vec<StepMark> {
         .collect()
 }
 
+/// Why `--step-socket PATH` cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum GivenSocketError {
+    #[error("--step-socket {}: a file that is not a socket is there; give a path where gpufeed may create the socket (the one the job got in GPUFEED_STEP_SOCKET)", .0.display())]
+    NotASocket(PathBuf),
+    #[error("--step-socket {}: another process is reading that socket; stop it or give another path", .0.display())]
+    InUse(PathBuf),
+    #[error("--step-socket {}: cannot bind the socket ({source}); check that its folder exists and is writable", .path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl GivenSocketError {
+    /// A path that cannot be used is a bad option value; an OS failure to bind is too (a
+    /// missing or read-only folder), as the message says what to change.
+    pub fn exit_code(&self) -> u8 {
+        crate::exit::USAGE
+    }
+}
+
 /// A bound socket and the thread that collects its steps.
 pub struct StepSocket {
     path: PathBuf,
@@ -79,6 +101,41 @@ impl StepSocket {
         let mut s = Self::bind(&dir.path().join("step.sock"))?;
         s.dir = Some(dir);
         Ok(s)
+    }
+
+    /// Binds the socket at a path the user chose (`--step-socket PATH`), for a job started
+    /// earlier with `GPUFEED_STEP_SOCKET=PATH` (its probe drops markers while nobody listens).
+    /// A stale socket left there (nobody bound to it) is replaced; anything else there is
+    /// refused, as is a socket another process is reading. The socket is removed on drop.
+    pub fn bind_given(path: &Path) -> Result<StepSocket, GivenSocketError> {
+        use std::os::unix::fs::FileTypeExt;
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_socket() => {
+                // A datagram connect succeeds only while some socket is bound there.
+                if UnixDatagram::unbound()
+                    .and_then(|u| u.connect(path))
+                    .is_ok()
+                {
+                    return Err(GivenSocketError::InUse(path.to_path_buf()));
+                }
+                std::fs::remove_file(path).map_err(|source| GivenSocketError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+            }
+            Ok(_) => return Err(GivenSocketError::NotASocket(path.to_path_buf())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(GivenSocketError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+        }
+        Self::bind(path).map_err(|source| GivenSocketError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
     }
 
     /// Binds a socket at `path` (which must not exist: nothing there is removed) and starts
@@ -216,6 +273,41 @@ impl Drop for StepSocket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_given_path_replaces_a_stale_socket_and_refuses_anything_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("steps.sock");
+        // Nothing there: bound, and removed on drop.
+        let s = StepSocket::bind_given(&path).unwrap();
+        // Someone is reading it: refused, and it is left alone.
+        assert!(matches!(
+            StepSocket::bind_given(&path),
+            Err(GivenSocketError::InUse(_))
+        ));
+        drop(s);
+        assert!(!path.exists());
+        // A stale socket (bound by a process that is gone without removing it): replaced.
+        drop(UnixDatagram::bind(&path).unwrap());
+        assert!(path.exists());
+        let s = StepSocket::bind_given(&path).unwrap();
+        let tx = UnixDatagram::unbound().unwrap();
+        tx.send_to(b"step 5 1 2", &path).unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while s.marks().is_empty() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(s.marks().len(), 1);
+        drop(s);
+        // A regular file: refused and kept.
+        std::fs::write(&path, "data").unwrap();
+        let e = StepSocket::bind_given(&path).unwrap_err();
+        assert!(matches!(e, GivenSocketError::NotASocket(_)), "{e}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "data");
+        // No folder: a clear error.
+        let e = StepSocket::bind_given(&dir.path().join("nope/s.sock")).unwrap_err();
+        assert!(e.to_string().contains("folder exists"), "{e}");
+    }
 
     #[test]
     fn protocol_lines() {

@@ -466,3 +466,178 @@ fn text_and_markdown_show_the_training_loop_block() {
     assert!(md.contains("## Training loop"), "{md}");
     assert!(md.contains("| data_wait | 58.6% |"), "{md}");
 }
+
+/// The vendored py-spy's frame cache and Python-threads-only run-state scan (issue 10,
+/// vendor/py-spy/PATCHES.md) give the same stacks and idle flags as py-spy without them, on a
+/// real CPython with a spinning thread and a sleeping main thread, and hit in the steady state.
+#[test]
+fn the_frame_cache_reads_the_same_stacks_and_idle_flags_as_without_it() {
+    use std::io::BufRead;
+    let Some(py) = python3() else {
+        return;
+    };
+    let mut job = std::process::Command::new(py)
+        .arg("-c")
+        .arg(
+            "import threading, time\n\
+             def spin():\n    while True: pass\n\
+             def sleeper():\n    time.sleep(60)\n\
+             threading.Thread(target=spin, daemon=True).start()\n\
+             print('ready', flush=True)\n\
+             sleeper()\n",
+        )
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(job.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    let spy = |cache: bool| {
+        let config = py_spy::Config {
+            blocking: py_spy::config::LockingStrategy::NonBlocking,
+            frame_cache: cache,
+            scan_python_threads_only: cache,
+            ..Default::default()
+        };
+        py_spy::PythonSpy::retry_new(job.id() as py_spy::Pid, &config, 20).unwrap()
+    };
+    let (mut on, mut off) = (spy(true), spy(false));
+    assert!(off.frame_cache_stats().is_none());
+    // Per sampler: (samples where the main thread was idle, where the spinner was active).
+    let mut flags = [(0, 0), (0, 0)];
+    let samples = 30;
+    for _ in 0..samples {
+        let mut got = Vec::new();
+        for (k, s) in [&mut on, &mut off].into_iter().enumerate() {
+            let mut traces = s.get_stack_traces().unwrap();
+            traces.sort_by_key(|t| t.os_thread_id);
+            let mut stacks = Vec::new();
+            for t in &traces {
+                let names: Vec<String> = t
+                    .frames
+                    .iter()
+                    .map(|f| format!("{}:{}:{}", f.filename, f.name, f.line))
+                    .collect();
+                if names.iter().any(|n| n.contains(":sleeper:")) && !t.active {
+                    flags[k].0 += 1;
+                }
+                if names.iter().any(|n| n.contains(":spin:")) && t.active {
+                    flags[k].1 += 1;
+                }
+                stacks.push(names);
+            }
+            got.push(stacks);
+        }
+        assert_eq!(got[0], got[1], "cache on (left) and off (right)");
+        assert_eq!(got[0].len(), 2, "{:?}", got[0]);
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let _ = job.kill();
+    let _ = job.wait();
+    assert_eq!(
+        flags[0].0, samples,
+        "main thread idle in every sample, cached: {flags:?}"
+    );
+    assert_eq!(
+        flags[1].0, samples,
+        "main thread idle in every sample, uncached: {flags:?}"
+    );
+    // The spinner is runnable all the time; it may be caught between states now and then.
+    assert!(flags[0].1 >= samples * 2 / 3, "{flags:?}");
+    assert!(flags[1].1 >= samples * 2 / 3, "{flags:?}");
+    let stats = on.frame_cache_stats().unwrap();
+    // About 6 distinct frames; a clear (every 3 s) would read them again.
+    assert!(stats.code_misses <= 20, "{stats:?}");
+    assert!(stats.code_hits >= 100, "{stats:?}");
+    assert!(stats.line_hits >= 100, "{stats:?}");
+}
+
+/// A job started earlier with GPUFEED_STEP_SOCKET=PATH (its probe drops markers while nobody
+/// listens) gets its steps recorded once `record --pid --step-socket PATH` attaches.
+#[test]
+fn record_pid_attaches_to_a_running_jobs_step_socket() {
+    let Some(py) = python3() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("steps.sock");
+    let mut job = std::process::Command::new(py)
+        .arg("-c")
+        .arg(
+            "import sys, time\nsys.path.insert(0, sys.argv[1])\nimport gpufeed_probe as p\n\
+             for i in range(300):\n    time.sleep(0.02)\n    p.step(items=3, wait_ns=1000000)\n",
+        )
+        .arg(repo().join("python"))
+        .env("GPUFEED_STEP_SOCKET", &sock)
+        .spawn()
+        .unwrap();
+    // The job runs a while with nobody listening.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(!sock.exists());
+    let rec = dir.path().join("r.ndjson");
+    let out = gpufeed()
+        .args([
+            "record",
+            "--duration",
+            "2s",
+            "--py-stacks",
+            "off",
+            "--format",
+            "json",
+        ])
+        .arg("--pid")
+        .arg(job.id().to_string())
+        .arg("--step-socket")
+        .arg(&sock)
+        .arg("-o")
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let _ = job.kill();
+    let _ = job.wait();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("step markers: reading"), "{stderr}");
+    let j = run_json(&out.stdout);
+    let steps = j["steps"]["steps"].as_u64().unwrap_or(0);
+    // 2 s of 20 ms steps (fewer on a loaded machine).
+    assert!(steps >= 20, "{}", j["steps"]);
+    assert_eq!(
+        j["steps"]["items"].as_u64(),
+        Some(3 * steps),
+        "{}",
+        j["steps"]
+    );
+    let text = std::fs::read_to_string(&rec).unwrap();
+    assert!(text.contains(r#""type":"steps""#), "no steps line");
+    assert!(!sock.exists(), "the socket is removed at exit");
+}
+
+#[test]
+fn step_socket_over_a_file_that_is_not_a_socket_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.txt");
+    std::fs::write(&path, "keep me").unwrap();
+    let out = gpufeed()
+        .args([
+            "record",
+            "--duration",
+            "1s",
+            "--py-stacks",
+            "off",
+            "--step-socket",
+        ])
+        .arg(&path)
+        .arg("-o")
+        .arg(dir.path().join("r.ndjson"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("not a socket"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "keep me");
+    assert!(!dir.path().join("r.ndjson").exists(), "nothing recorded");
+}
