@@ -50,6 +50,13 @@ pub fn run(_global: &GlobalOpts, args: &AnalyzeArgs) -> anyhow::Result<u8> {
     if let Some(h) = &args.html {
         crate::outfile::refuse_same_as_input("--html", h, paths.iter().map(|p| p.as_path()))?;
     }
+    if let Some(j) = &args.export_json {
+        crate::outfile::refuse_same_as_input(
+            "--export-json",
+            j,
+            paths.iter().map(|p| p.as_path()),
+        )?;
+    }
     if paths.len() == 1 {
         let t = trace::analyze_path(&paths[0]).map_err(input_error)?;
         return emit(args, &[report::Report::new(vec![t])]);
@@ -135,9 +142,7 @@ fn emit(args: &AnalyzeArgs, reports: &[report::Report]) -> anyhow::Result<u8> {
             [rep] => serde_json::to_string_pretty(rep)?,
             _ => serde_json::to_string_pretty(reports)?,
         };
-        std::fs::write(p, json + "\n").map_err(|e| {
-            anyhow::Error::new(Failure::input(format!("cannot write {}: {e}", p.display())))
-        })?;
+        super::write_report(p, json + "\n")?;
         eprintln!("gpufeed: wrote {}", p.display());
     }
     let one = |rep: &report::Report| -> anyhow::Result<String> {

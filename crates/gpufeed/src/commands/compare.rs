@@ -116,10 +116,18 @@ pub fn build(before: &Path, after: &Path) -> anyhow::Result<Comparison> {
 }
 
 pub fn run(_global: &GlobalOpts, args: &CompareArgs) -> anyhow::Result<u8> {
+    for (flag, out) in [("--export-json", &args.export_json), ("--html", &args.html)] {
+        if let Some(o) = out {
+            crate::outfile::refuse_same_as_input(
+                flag,
+                o,
+                [args.before.as_path(), args.after.as_path()],
+            )?;
+        }
+    }
     let c = build(&args.before, &args.after)?;
     if let Some(p) = &args.export_json {
-        std::fs::write(p, present::compare::json(&c))
-            .map_err(|e| input(format!("cannot write {}: {e}", p.display())))?;
+        super::write_report(p, present::compare::json(&c))?;
         eprintln!("gpufeed: wrote {}", p.display());
     }
     if let Some(h) = &args.html {

@@ -13,6 +13,13 @@ pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
     if let Some(h) = &args.html {
         crate::outfile::refuse_same_as_input("--html", h, args.files.iter().map(|p| p.as_path()))?;
     }
+    if let Some(j) = &args.export_json {
+        crate::outfile::refuse_same_as_input(
+            "--export-json",
+            j,
+            args.files.iter().map(|p| p.as_path()),
+        )?;
+    }
     if let Some(i) = args.sample_interval {
         if !(i.is_finite() && i > 0.0 && i <= 86_400.0) {
             return Err(anyhow::Error::new(Failure::new(
@@ -61,9 +68,7 @@ pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
         } else {
             serde_json::to_string_pretty(&reports)?
         } + "\n";
-        std::fs::write(p, json).map_err(|e| {
-            anyhow::Error::new(Failure::input(format!("cannot write {}: {e}", p.display())))
-        })?;
+        super::write_report(p, json)?;
         eprintln!("gpufeed: wrote {}", p.display());
     }
     let out = match args.format {

@@ -27,6 +27,9 @@ fn prepare(
     opts: &RecordingOpts,
     steps: Option<Arc<StepSocket>>,
 ) -> anyhow::Result<Prepared> {
+    if let (Some(j), Some(o)) = (&opts.export_json, &opts.output) {
+        refuse_same_as_input("--export-json", j, [o.as_path()])?;
+    }
     if opts.interval < Duration::from_millis(10) {
         return Err(Failure::new(
             exit::USAGE,
@@ -104,7 +107,7 @@ fn print_summary(path: &Path, opts: &RecordingOpts, html: Option<&Path>) -> anyh
     if let Some(p) = &opts.export_json {
         // The JSON goes to the file, never to stdout, which belongs to the job.
         let json = present::run::json(&summary, diagnosis.as_ref()) + "\n";
-        match std::fs::write(p, json) {
+        match crate::outfile::write_atomic(p, json.as_bytes()) {
             Ok(()) => eprintln!("gpufeed: wrote {}", p.display()),
             Err(e) => eprintln!("gpufeed: cannot write {}: {e}", p.display()),
         }

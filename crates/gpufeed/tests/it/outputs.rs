@@ -159,6 +159,10 @@ fn an_output_that_is_an_input_is_refused() {
         vec!["export", "--perfetto", "H", "R"],
         vec!["diagnose", "--html", "R", "R"],
         vec!["diagnose", "--html", "H", "R"],
+        vec!["diagnose", "--export-json", "R", "R"],
+        vec!["diagnose", "--export-json", "H", "R"],
+        vec!["compare", "--export-json", "H", "R", "R"],
+        vec!["compare", "--html", "R", "H", "R"],
     ] {
         let args: Vec<&std::ffi::OsStr> = args
             .iter()
@@ -176,15 +180,18 @@ fn an_output_that_is_an_input_is_refused() {
         assert_eq!(read(&r), before, "{args:?}");
     }
     let o = d.path().join("o");
-    gpufeed()
-        .args(["run", "-q", "-o"])
-        .arg(&o)
-        .arg("--html")
-        .arg(&o)
-        .args(["--", "true"])
-        .assert()
-        .code(2);
-    assert!(!o.exists());
+    for flag in ["--html", "--export-json"] {
+        gpufeed()
+            .args(["run", "-q", "-o"])
+            .arg(&o)
+            .arg(flag)
+            .arg(&o)
+            .args(["--", "true"])
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("same file as the input"));
+        assert!(!o.exists(), "{flag}");
+    }
 }
 
 #[test]
