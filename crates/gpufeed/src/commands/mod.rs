@@ -55,6 +55,33 @@ pub(crate) fn write_report(
         .map_err(|e| crate::exit::Failure::input(format!("cannot write {}: {e}", path.display())))
 }
 
+/// The step-marker socket: the path `--step-socket` names (a job already running was started
+/// with it), else a private one for a job gpufeed starts. A `--step-socket` that cannot be bound
+/// is an error; a private socket that cannot be opened is only a note (`note_unread`: what is
+/// then missed; `None`: say nothing).
+pub(crate) fn step_socket(
+    given: Option<&std::path::Path>,
+    note_unread: Option<&str>,
+) -> Result<Option<std::sync::Arc<crate::sample::steps::StepSocket>>, crate::exit::Failure> {
+    use crate::sample::steps::StepSocket;
+    if let Some(p) = given {
+        return StepSocket::bind_given(p)
+            .map(|s| Some(std::sync::Arc::new(s)))
+            .map_err(|e| crate::exit::Failure::new(e.exit_code(), e.to_string()));
+    }
+    Ok(match StepSocket::open() {
+        Ok(s) => Some(std::sync::Arc::new(s)),
+        Err(e) => {
+            if let Some(what) = note_unread {
+                eprintln!(
+                    "gpufeed: note: no step-marker socket ({e}): step markers are not {what}"
+                );
+            }
+            None
+        }
+    })
+}
+
 /// Writes generated text to stdout; a closed pipe (`| head`) is not an error.
 pub(crate) fn print_stdout(bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;

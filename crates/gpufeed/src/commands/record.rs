@@ -65,16 +65,6 @@ fn prepare(
 
 /// The step-marker socket for the job (`GPUFEED_STEP_SOCKET`); without one the job is recorded
 /// all the same.
-fn open_steps() -> Option<Arc<StepSocket>> {
-    match StepSocket::open() {
-        Ok(s) => Some(Arc::new(s)),
-        Err(e) => {
-            eprintln!("gpufeed: note: no step-marker socket ({e}): step markers are not recorded");
-            None
-        }
-    }
-}
-
 /// After a recording: the summary, the diagnosis and (with `html`) the page, all from one read
 /// of the recording.
 fn print_summary(path: &Path, opts: &RecordingOpts, html: Option<&Path>) -> anyhow::Result<()> {
@@ -220,7 +210,11 @@ fn report_overrides(i: &crate::inject::Injection, recorder: Option<&Recorder>, q
 pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
     let inject = check_run_args(args)?;
     let mut env: Vec<(String, String)> = inject.iter().map(|i| i.env_var(&[])).collect();
-    let prepared = prepare(global, &args.rec, open_steps())?;
+    let prepared = prepare(
+        global,
+        &args.rec,
+        super::step_socket(None, Some("recorded"))?,
+    )?;
     if let Some(s) = prepared.steps() {
         env.push((STEP_ENV.into(), s.path().display().to_string()));
     }
@@ -290,12 +284,7 @@ pub fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
             .into());
         }
     }
-    let steps = match &args.step_socket {
-        Some(p) => Some(Arc::new(
-            StepSocket::bind_given(p).map_err(|e| Failure::new(e.exit_code(), e.to_string()))?,
-        )),
-        None => open_steps(),
-    };
+    let steps = super::step_socket(args.step_socket.as_deref(), Some("recorded"))?;
     let prepared = prepare(global, &args.rec, steps)?;
     let step_path = prepared.steps().map(|s| s.path().display().to_string());
     let recorder = prepared

@@ -117,19 +117,7 @@ fn step_socket(
     if once {
         return Ok(None);
     }
-    if let Some(p) = given {
-        return Ok(Some(Arc::new(
-            crate::sample::steps::StepSocket::bind_given(p)
-                .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?,
-        )));
-    }
-    Ok(match crate::sample::steps::StepSocket::open() {
-        Ok(s) => Some(Arc::new(s)),
-        Err(e) => {
-            eprintln!("gpufeed: note: no step-marker socket ({e}): step markers are not read");
-            None
-        }
-    })
+    Ok(super::step_socket(given, Some("read"))?)
 }
 
 /// `--once`: samples for 1.5 s, prints one exposition and stops.

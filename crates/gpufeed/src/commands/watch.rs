@@ -186,15 +186,10 @@ pub fn run(global: &GlobalOpts, args: &WatchArgs) -> anyhow::Result<u8> {
         .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
     let mut env: Vec<(String, String)> = injection.iter().map(|i| i.env_var(&[])).collect();
     // Step markers from a job started here (`--pid` jobs were started without the variable).
-    let steps = if let Some(p) = &args.step_socket {
-        Some(Arc::new(
-            crate::sample::steps::StepSocket::bind_given(p)
-                .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?,
-        ))
-    } else if args.command.is_empty() {
+    let steps = if args.step_socket.is_none() && args.command.is_empty() {
         None
     } else {
-        crate::sample::steps::StepSocket::open().ok().map(Arc::new)
+        super::step_socket(args.step_socket.as_deref(), None)?
     };
     if let Some(s) = &steps {
         env.push((
