@@ -328,8 +328,58 @@ impl PyAcc {
         if header.py_rate_hz.is_none() && self.statuses.is_empty() && self.threads.is_empty() {
             return None;
         }
-        let sampled: Vec<u32> = self.ticks.keys().copied().collect();
-        let status = if !sampled.is_empty() {
+        let (status, detail) = self.status();
+        let samples: u64 = self
+            .threads
+            .values()
+            .map(|t| t.stacks.values().map(|c| c.0).sum::<u64>())
+            .sum();
+        let main = self
+            .main_thread(job)
+            .and_then(|(key, t)| self.main_loop(key, t));
+        let (data_hotspots, data) = self.data_stages(header);
+        let main_p = main.as_ref().map(|m| m.main.pid);
+        let loaders: Vec<f64> = data
+            .loading_by_pid
+            .iter()
+            .filter(|(p, _)| Some(**p) != main_p)
+            .filter_map(|(p, n)| {
+                let ticks = *self.ticks.get(p)?;
+                (ticks > 0).then(|| (*n as f64 / ticks as f64).min(1.0) * 100.0)
+            })
+            .collect();
+        let (main, data_wait_pct, data_in_main_pct, sync_sites) = match main {
+            Some(m) => (
+                Some(m.main),
+                Some(m.data_wait_pct),
+                m.data_in_main_pct,
+                m.sync_sites,
+            ),
+            None => (None, None, None, Vec::new()),
+        };
+        Some(PythonEvidence {
+            status,
+            rate_hz: header.py_rate_hz,
+            samples,
+            sampled_processes: self.ticks.len() as u32,
+            main,
+            data_hotspots,
+            data_wait_pct,
+            data_in_main_pct,
+            loader_processes: loaders.len() as u32,
+            loader_busy_pct: (!loaders.is_empty())
+                .then(|| super::rules::r1(loaders.iter().sum::<f64>() / loaders.len() as f64)),
+            data_io_pct: (data.total_s > 0.0)
+                .then(|| super::rules::r1(data.io_s * 100.0 / data.total_s)),
+            sync_sites,
+            detail,
+        })
+    }
+
+    /// Ok when any process was sampled; otherwise the reason none was (denied first), with the
+    /// first detail given for it.
+    fn status(&self) -> (PyStatus, Option<String>) {
+        let status = if !self.ticks.is_empty() {
             PyStatus::Ok
         } else if self.statuses.values().any(|s| s.0 == PyStatus::Denied) {
             PyStatus::Denied
@@ -350,13 +400,13 @@ impl PyAcc {
                     .and_then(|s| s.1.clone())
             })
             .flatten();
-        let samples: u64 = self
-            .threads
-            .values()
-            .map(|t| t.stacks.values().map(|c| c.0).sum::<u64>())
-            .sum();
+        (status, detail)
+    }
 
-        // The training process.
+    /// The training thread (see the module's documentation): in the job's main process when it
+    /// was sampled, else in the sampled process without a sampled parent that has the most loop
+    /// samples; there, the thread with the most loop samples.
+    fn main_thread(&self, job: &JobEvidence) -> Option<((u32, u64), &ThreadTotals)> {
         let loop_samples = |pid: u32| -> u64 {
             self.threads
                 .range((pid, 0)..=(pid, u64::MAX))
@@ -369,124 +419,132 @@ impl PyAcc {
             .main_pid
             .filter(|m| self.ticks.contains_key(m))
             .or_else(|| {
-                sampled
-                    .iter()
+                self.ticks
+                    .keys()
                     .copied()
                     .filter(|p| !ppid(*p).is_some_and(|pp| self.ticks.contains_key(&pp)))
                     .max_by_key(|p| (loop_samples(*p), std::cmp::Reverse(*p)))
-            });
-        let main_thread = main_pid.and_then(|pid| {
-            self.threads
-                .range((pid, 0)..=(pid, u64::MAX))
-                .max_by_key(|((_, tid), t)| {
-                    (
-                        t.phases[..6].iter().sum::<u64>(),
-                        *tid == pid as u64,
-                        t.phases.iter().sum::<u64>(),
-                    )
-                })
-                .map(|(k, t)| (*k, t))
-        });
+            })?;
+        self.threads
+            .range((main_pid, 0)..=(main_pid, u64::MAX))
+            .max_by_key(|((_, tid), t)| {
+                (
+                    t.phases[..6].iter().sum::<u64>(),
+                    *tid == main_pid as u64,
+                    t.phases.iter().sum::<u64>(),
+                )
+            })
+            .map(|(k, t)| (*k, t))
+    }
 
-        let mut data_wait_pct = None;
-        let mut data_in_main_pct = None;
-        let mut sync_sites = Vec::new();
-        let main = main_thread.and_then(|((pid, tid), t)| {
-            let n: u64 = t.phases.iter().sum();
-            if n < MIN_MAIN_SAMPLES {
-                return None;
-            }
-            let phases_pct = PhasesPct::from_counts(&t.phases);
-            data_wait_pct = Some(phases_pct.data_wait);
-            // Loading in the training thread itself: data_wait stacks with a data stage.
-            // (Both over the whole recording: the stack counts are not windowed.)
-            let dw: u64 = t
+    /// The training thread's phase split, how much of its data wait is loading done in the
+    /// thread itself, and its sync sites; None under [`MIN_MAIN_SAMPLES`].
+    fn main_loop(&self, (pid, tid): (u32, u64), t: &ThreadTotals) -> Option<MainLoop> {
+        let n: u64 = t.phases.iter().sum();
+        if n < MIN_MAIN_SAMPLES {
+            return None;
+        }
+        let phases_pct = PhasesPct::from_counts(&t.phases);
+        // Loading in the training thread itself: data_wait stacks with a data stage.
+        // (Both over the whole recording: the stack counts are not windowed.)
+        let is_wait = |sid: &u32| self.phase_of.get(sid) == Some(&Some(Phase::DataWait));
+        let dw: u64 = t
+            .stacks
+            .iter()
+            .filter(|(sid, _)| is_wait(sid))
+            .map(|(_, c)| c.0)
+            .sum();
+        let data_in_main_pct = (dw > 0).then(|| {
+            let loading: u64 = t
                 .stacks
                 .iter()
-                .filter(|(sid, _)| self.phase_of.get(sid) == Some(&Some(Phase::DataWait)))
+                .filter(|(sid, _)| is_wait(sid))
+                .filter(|(sid, _)| {
+                    self.frame_refs(**sid)
+                        .is_some_and(|f| data_stage(&f).is_some())
+                })
                 .map(|(_, c)| c.0)
                 .sum();
-            if dw > 0 {
-                let loading: u64 = t
-                    .stacks
-                    .iter()
-                    .filter(|(sid, _)| self.phase_of.get(sid) == Some(&Some(Phase::DataWait)))
-                    .filter(|(sid, _)| {
-                        self.frame_refs(**sid)
-                            .is_some_and(|f| data_stage(&f).is_some())
-                    })
-                    .map(|(_, c)| c.0)
-                    .sum();
-                data_in_main_pct = Some(super::rules::r1(loading as f64 * 100.0 / dw as f64));
-            }
-            // Sync sites: the innermost user frame of each sync stack.
-            let mut sites: HashMap<u32, u64> = HashMap::new();
-            for (sid, c) in &t.stacks {
-                let Some(frames) = self.stacks.get(sid) else {
-                    continue;
-                };
-                let Some(refs) = self.frame_refs(*sid) else {
-                    continue;
-                };
-                if crate::sample::pyphase::classify(&refs) != Phase::Sync {
-                    continue;
-                }
-                let site = frames
-                    .iter()
-                    .rev()
-                    .find(|id| {
-                        self.frames
-                            .get(id)
-                            .is_some_and(|f| !crate::sample::pyphase::is_library(&f.file))
-                    })
-                    .or(frames.last());
-                if let Some(id) = site {
-                    *sites.entry(*id).or_default() += c.0;
-                }
-            }
-            let mut sites: Vec<(u32, u64)> = sites.into_iter().collect();
-            sites.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-            sync_sites = sites
-                .into_iter()
-                .take(3)
-                .filter_map(|(id, c)| {
-                    let f = self.frames.get(&id)?;
-                    Some(SyncSite {
-                        function: f.name.clone(),
-                        file: f.file.clone(),
-                        line: f.line,
-                        code: f.src.clone(),
-                        pct: super::rules::r1(c as f64 * 100.0 / n as f64),
-                    })
-                })
-                .collect();
-            Some(PyMain {
+            super::rules::r1(loading as f64 * 100.0 / dw as f64)
+        });
+        Some(MainLoop {
+            data_wait_pct: phases_pct.data_wait,
+            data_in_main_pct,
+            sync_sites: self.sync_sites(t, n),
+            main: PyMain {
                 pid,
                 tid,
                 thread_name: t.name.clone(),
                 samples: n,
                 phases_pct,
-            })
-        });
+            },
+        })
+    }
 
-        // Data-loading stages over every thread of every process.
+    /// The three heaviest sync sites of a thread with `n` loop samples: the innermost user
+    /// frame of each sync stack (the innermost frame when all are library code).
+    fn sync_sites(&self, t: &ThreadTotals, n: u64) -> Vec<SyncSite> {
+        let mut sites: HashMap<u32, u64> = HashMap::new();
+        for (sid, c) in &t.stacks {
+            let Some(frames) = self.stacks.get(sid) else {
+                continue;
+            };
+            let Some(refs) = self.frame_refs(*sid) else {
+                continue;
+            };
+            if crate::sample::pyphase::classify(&refs) != Phase::Sync {
+                continue;
+            }
+            let site = frames
+                .iter()
+                .rev()
+                .find(|id| {
+                    self.frames
+                        .get(id)
+                        .is_some_and(|f| !crate::sample::pyphase::is_library(&f.file))
+                })
+                .or(frames.last());
+            if let Some(id) = site {
+                *sites.entry(*id).or_default() += c.0;
+            }
+        }
+        let mut sites: Vec<(u32, u64)> = sites.into_iter().collect();
+        sites.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        sites
+            .into_iter()
+            .take(3)
+            .filter_map(|(id, c)| {
+                let f = self.frames.get(&id)?;
+                Some(SyncSite {
+                    function: f.name.clone(),
+                    file: f.file.clone(),
+                    line: f.line,
+                    code: f.src.clone(),
+                    pct: super::rules::r1(c as f64 * 100.0 / n as f64),
+                })
+            })
+            .collect()
+    }
+
+    /// Seconds per reading of each process (workers are read less often than the training
+    /// process); without interval data, the nominal period.
+    fn period_s(&self, pid: u32, nominal_s: f64) -> f64 {
+        match (self.secs.get(&pid), self.ticks.get(&pid)) {
+            (Some(s), Some(t)) if *t > 0 && *s > 0.0 => s / *t as f64,
+            _ => nominal_s,
+        }
+    }
+
+    /// The data-loading stages over every thread of every process, heaviest first (at most
+    /// [`HOTSPOTS_KEPT`]), and the loading totals.
+    fn data_stages(&self, header: &Header) -> (Vec<Hotspot>, DataTotals) {
         type StageAcc = (StageKind, u64, HashMap<i32, u64>, f64);
         let mut by_stage: HashMap<(String, String), StageAcc> = HashMap::new();
-        // Seconds per reading of each process (workers are read less often than the training
-        // process); without interval data, the nominal period.
-        let nominal = header
+        let nominal_s = header
             .py_rate_hz
             .filter(|r| *r > 0.0)
             .map_or(0.01, |r| 1.0 / r);
-        let period = |pid: u32| -> f64 {
-            match (self.secs.get(&pid), self.ticks.get(&pid)) {
-                (Some(s), Some(t)) if *t > 0 && *s > 0.0 => s / *t as f64,
-                _ => nominal,
-            }
-        };
-        let mut data_total = 0.0f64;
-        let mut data_io = 0.0f64;
-        let mut loading_by_pid: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut totals = DataTotals::default();
         let mut stage_cache: HashMap<u32, Option<(String, String, i32, StageKind)>> =
             HashMap::new();
         for ((pid, _), t) in &self.threads {
@@ -494,23 +552,16 @@ impl PyAcc {
                 let stage = stage_cache.entry(*sid).or_insert_with(|| {
                     let refs = self.frame_refs(*sid)?;
                     let (i, k) = data_stage(&refs)?;
-                    Some((
-                        refs[i].name.to_string(),
-                        refs[i].file.to_string(),
-                        {
-                            let id = self.stacks[sid][i];
-                            self.frames[&id].line
-                        },
-                        k,
-                    ))
+                    let line = self.frames[&self.stacks[sid][i]].line;
+                    Some((refs[i].name.to_string(), refs[i].file.to_string(), line, k))
                 });
                 let Some((name, file, line, kind)) = stage.clone() else {
                     continue;
                 };
-                let w = period(*pid);
-                data_total += *n as f64 * w;
-                data_io += if kind == StageKind::Read { *n } else { *idle } as f64 * w;
-                *loading_by_pid.entry(*pid).or_default() += n;
+                let w = self.period_s(*pid, nominal_s);
+                totals.total_s += *n as f64 * w;
+                totals.io_s += if kind == StageKind::Read { *n } else { *idle } as f64 * w;
+                *totals.loading_by_pid.entry(*pid).or_default() += n;
                 let e = by_stage
                     .entry((name, file))
                     .or_insert_with(|| (kind, 0, HashMap::new(), 0.0));
@@ -519,7 +570,7 @@ impl PyAcc {
                 e.3 += *n as f64 * w;
             }
         }
-        let mut data_hotspots: Vec<Hotspot> = by_stage
+        let mut hotspots: Vec<Hotspot> = by_stage
             .into_iter()
             .map(|((function, file), (kind, n, lines, secs))| Hotspot {
                 function,
@@ -529,8 +580,8 @@ impl PyAcc {
                     .max_by_key(|(l, c)| (*c, std::cmp::Reverse(*l)))
                     .map(|(l, _)| l)
                     .unwrap_or(0),
-                pct: super::rules::r1(if data_total > 0.0 {
-                    secs * 100.0 / data_total
+                pct: super::rules::r1(if totals.total_s > 0.0 {
+                    secs * 100.0 / totals.total_s
                 } else {
                     0.0
                 }),
@@ -540,40 +591,33 @@ impl PyAcc {
                 work_s: secs,
             })
             .collect();
-        data_hotspots.sort_by(|a, b| {
+        hotspots.sort_by(|a, b| {
             b.work_s
                 .total_cmp(&a.work_s)
                 .then(b.samples.cmp(&a.samples))
                 .then(a.function.cmp(&b.function))
         });
-        data_hotspots.truncate(HOTSPOTS_KEPT);
-
-        let main_p = main.as_ref().map(|m| m.pid);
-        let loaders: Vec<f64> = loading_by_pid
-            .iter()
-            .filter(|(p, _)| Some(**p) != main_p)
-            .filter_map(|(p, n)| {
-                let ticks = *self.ticks.get(p)?;
-                (ticks > 0).then(|| (*n as f64 / ticks as f64).min(1.0) * 100.0)
-            })
-            .collect();
-        Some(PythonEvidence {
-            status,
-            rate_hz: header.py_rate_hz,
-            samples,
-            sampled_processes: sampled.len() as u32,
-            main,
-            data_hotspots,
-            data_wait_pct,
-            data_in_main_pct,
-            loader_processes: loaders.len() as u32,
-            loader_busy_pct: (!loaders.is_empty())
-                .then(|| super::rules::r1(loaders.iter().sum::<f64>() / loaders.len() as f64)),
-            data_io_pct: (data_total > 0.0).then(|| super::rules::r1(data_io * 100.0 / data_total)),
-            sync_sites,
-            detail,
-        })
+        hotspots.truncate(HOTSPOTS_KEPT);
+        (hotspots, totals)
     }
+}
+
+/// What [`PyAcc::main_loop`] finds in the training thread.
+struct MainLoop {
+    main: PyMain,
+    data_wait_pct: f64,
+    data_in_main_pct: Option<f64>,
+    sync_sites: Vec<SyncSite>,
+}
+
+/// Loading work over all processes, seconds weighted by each process's reading interval.
+#[derive(Default)]
+struct DataTotals {
+    total_s: f64,
+    /// In reads, or idle (blocked) inside a data stage.
+    io_s: f64,
+    /// Samples in a data stage, per process.
+    loading_by_pid: BTreeMap<u32, u64>,
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use crate::finding::{Finding, Severity};
 use crate::present::OutputFormat;
 use crate::sample::pyphase::Phase;
 use crate::sample::pystacks::PyStatus;
+use crate::units::bytes;
 use std::fmt::Write as _;
 
 /// How the text report is laid out.
@@ -89,15 +90,6 @@ fn severity_color(s: Severity) -> &'static str {
         Severity::Critical => "31",
         Severity::Warning => "33",
         Severity::Info => "36",
-    }
-}
-
-/// Bytes as GiB / MiB for people.
-pub fn bytes(b: f64) -> String {
-    if b >= 1024.0 * 1024.0 * 1024.0 {
-        format!("{:.1} GiB", b / (1024.0 * 1024.0 * 1024.0))
-    } else {
-        format!("{:.0} MiB", b / (1024.0 * 1024.0))
     }
 }
 
@@ -328,7 +320,7 @@ pub fn evidence_value(key: &str, v: &serde_json::Value) -> String {
     } else if key.ends_with("_bytes_per_s") {
         crate::present::gb_per_s(x)
     } else if key.ends_with("_bytes") {
-        bytes(x)
+        bytes(x.max(0.0).round() as u64)
     } else if key.ends_with("_s") {
         secs(x)
     } else if key.ends_with("_c") {
@@ -411,10 +403,10 @@ fn gpu_line(g: &GpuEvidence, mean_said: bool) -> String {
     }
     match (g.mem_used_max_bytes, g.mem_total_bytes) {
         (Some(u), Some(t)) => {
-            let _ = write!(s, "  memory {} / {}", bytes(u as f64), bytes(t as f64));
+            let _ = write!(s, "  memory {} / {}", bytes(u), bytes(t));
         }
         (Some(u), None) => {
-            let _ = write!(s, "  memory {} used", bytes(u as f64));
+            let _ = write!(s, "  memory {} used", bytes(u));
         }
         _ => {}
     }
@@ -826,6 +818,14 @@ fn phase_list(p: &PhasesPct) -> Vec<(&'static str, f64)> {
         .collect()
 }
 
+/// `forward 31%`; a share that rounds to 0 is still there, so it reads `<1%`, not `0%`.
+fn phase_share(name: &str, pct: f64) -> String {
+    match format!("{pct:.0}") {
+        z if z == "0" => format!("{name} <1%"),
+        p => format!("{name} {p}%"),
+    }
+}
+
 /// A 40-cell bar of the phase split, one letter per phase.
 fn phase_bar(p: &PhasesPct) -> String {
     const LETTERS: [char; 7] = ['D', 'F', 'B', 'O', 'S', 'C', '.'];
@@ -885,7 +885,7 @@ fn loop_text(p: &PythonEvidence, color: bool) -> String {
     let parts: Vec<String> = phase_list(&m.phases_pct)
         .into_iter()
         .filter(|(_, v)| *v > 0.0)
-        .map(|(n, v)| format!("{n} {v:.0}%"))
+        .map(|(n, v)| phase_share(n, v))
         .collect();
     let _ = writeln!(o, "  {}", parts.join("  "));
     let _ = writeln!(
@@ -1064,8 +1064,8 @@ fn markdown(r: &DiagnoseReport) -> String {
             .map(|p| format!("{:.1} ({:.2})", p.period_s, p.strength))
             .unwrap_or_else(|| "–".into());
         let mem = match (g.mem_used_max_bytes, g.mem_total_bytes) {
-            (Some(u), Some(t)) => format!("{} / {}", bytes(u as f64), bytes(t as f64)),
-            (Some(u), None) => bytes(u as f64),
+            (Some(u), Some(t)) => format!("{} / {}", bytes(u), bytes(t)),
+            (Some(u), None) => bytes(u),
             _ => "–".into(),
         };
         let _ = writeln!(
@@ -1107,9 +1107,7 @@ fn markdown(r: &DiagnoseReport) -> String {
                     p.pid,
                     p.role,
                     opt(p.cpu_mean_pct, 0),
-                    p.rss_max_bytes
-                        .map(|b| bytes(b as f64))
-                        .unwrap_or_else(|| "–".into()),
+                    p.rss_max_bytes.map(bytes).unwrap_or_else(|| "–".into()),
                     md_escape(&proc_name(&p.cmd))
                 );
             }
@@ -1205,9 +1203,27 @@ mod tests {
     }
 
     #[test]
+    fn a_phase_share_that_rounds_to_zero_reads_below_one() {
+        assert_eq!(phase_share("optimizer", 0.3), "optimizer <1%");
+        assert_eq!(phase_share("sync", 0.5), "sync <1%");
+        assert_eq!(phase_share("forward", 0.6), "forward 1%");
+        assert_eq!(phase_share("data_wait", 61.6), "data_wait 62%");
+    }
+
+    #[test]
     fn human_units() {
-        assert_eq!(bytes(80.0 * 1024.0 * 1024.0 * 1024.0), "80.0 GiB");
-        assert_eq!(bytes(512.0 * 1024.0 * 1024.0), "512 MiB");
+        assert_eq!(
+            evidence_value("rss_max_bytes", &(80u64 << 30).into()),
+            "80.0 GiB"
+        );
+        assert_eq!(
+            evidence_value("rss_max_bytes", &(512u64 << 20).into()),
+            "512 MiB"
+        );
+        assert_eq!(
+            evidence_value("rss_max_bytes", &(64u64 << 20).into()),
+            "64.0 MiB"
+        );
         assert_eq!(duration(3725.0), "1h 02m");
         assert_eq!(duration(185.0), "3m 05s");
         assert_eq!(duration(12.5), "12.5 s");

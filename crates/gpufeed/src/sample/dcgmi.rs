@@ -118,120 +118,54 @@ impl Sum {
     }
 }
 
-/// Reads a `dcgmi dmon` or `nvidia-smi dmon` log; returns the synthesized header, read
-/// statistics, and per-GPU means of profiling fields (dcgmi).
-pub fn read_dmon(
-    r: impl Read,
-    flavour: Flavour,
-    interval_s: Option<f64>,
-    mut visit: impl FnMut(&Line),
-) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
-    let interval = interval_s.unwrap_or(1.0);
-    let mut reader = BufReader::new(r);
-    let mut cols: Option<Vec<Col>> = None;
-    let mut info = LogInfo::default();
-    let mut any = false;
-    let mut poll = 0u64;
-    let mut seen: Vec<u32> = Vec::new();
-    let mut t0: Option<f64> = None;
-    let mut gpus: Vec<u32> = Vec::new();
-    let mut prof: BTreeMap<u32, [Sum; 4]> = BTreeMap::new();
-    let mut pending_bad = false;
-    let mut buf = Vec::new();
-    let mut with_values = 0u64;
-    loop {
-        let (n, overlong) =
-            super::read_line_capped(&mut reader, &mut buf, super::MAX_LOG_LINE_BYTES)
-                .map_err(|e| LogError::Io(e.to_string()))?;
-        if n == 0 {
-            break;
+impl Flavour {
+    /// The tool's log, as messages name it.
+    fn log_name(self) -> &'static str {
+        match self {
+            Flavour::Dcgmi => "dcgmi dmon",
+            Flavour::SmiDmon => "nvidia-smi dmon",
         }
-        if overlong {
-            any = true;
-            info.overlong += 1;
-            info.malformed += 1;
-            continue;
-        }
-        if cols.is_none() && super::looks_binary(&buf) {
-            return Err(LogError::Format(super::smi_csv::not_a_log(match flavour {
-                Flavour::Dcgmi => "a dcgmi dmon",
-                Flavour::SmiDmon => "an nvidia-smi dmon",
-            })));
-        }
-        let complete = buf.last() == Some(&b'\n');
-        let text = String::from_utf8_lossy(&buf);
-        let line = text.trim();
-        if line.is_empty() {
-            continue;
-        }
-        any = true;
-        if let Some(rest) = line.strip_prefix('#') {
-            let names: Vec<&str> = rest.split_whitespace().collect();
-            let is_units = names
-                .first()
-                .is_some_and(|n| n.eq_ignore_ascii_case("idx") || n.starts_with("YYYY"));
-            if !names.is_empty() && !is_units {
-                let mut c: Vec<Col> = names.iter().map(|n| col_of(n, flavour)).collect();
-                if flavour == Flavour::Dcgmi {
-                    // `#Entity` covers two tokens in each row: `GPU 0`.
-                    c[0] = Col::Index;
-                }
-                cols = Some(c);
-            }
-            continue;
-        }
-        let toks: Vec<&str> = line.split_whitespace().collect();
-        if flavour == Flavour::Dcgmi && (toks == ["ID"] || toks[0] == "ID") {
-            continue;
-        }
-        let Some(c) = cols.as_ref() else {
-            return Err(LogError::Format(
-                "dmon log without a header line (`# gpu ...` / `#Entity ...`)".into(),
-            ));
-        };
-        if pending_bad {
-            info.malformed += 1;
-            pending_bad = false;
-        }
-        // Entity tokens: dcgmi rows start `GPU 0`; other entities are skipped.
-        let (idx, vals): (Option<u32>, &[&str]) = match flavour {
-            Flavour::Dcgmi => {
-                if toks[0] != "GPU" {
-                    continue;
-                }
-                (
-                    toks.get(1).and_then(|t| t.parse().ok()),
-                    toks.get(2..).unwrap_or(&[]),
-                )
-            }
-            Flavour::SmiDmon => (None, &toks[..]),
-        };
-        let expected = match flavour {
-            Flavour::Dcgmi => c.len() - 1,
-            Flavour::SmiDmon => c.len(),
-        };
-        if vals.len() != expected {
-            if complete {
-                pending_bad = true;
-            } else {
-                info.truncated = true;
-            }
-            continue;
-        }
-        let cols_vals: Vec<(Col, &str)> = match flavour {
-            Flavour::Dcgmi => c[1..].iter().copied().zip(vals.iter().copied()).collect(),
-            Flavour::SmiDmon => c.iter().copied().zip(vals.iter().copied()).collect(),
-        };
+    }
+}
+
+/// The columns a `#` header line names; None for a unit line or an empty one.
+fn header_cols(rest: &str, flavour: Flavour) -> Option<Vec<Col>> {
+    let names: Vec<&str> = rest.split_whitespace().collect();
+    let is_units = names
+        .first()
+        .is_some_and(|n| n.eq_ignore_ascii_case("idx") || n.starts_with("YYYY"));
+    if names.is_empty() || is_units {
+        return None;
+    }
+    let mut c: Vec<Col> = names.iter().map(|n| col_of(n, flavour)).collect();
+    if flavour == Flavour::Dcgmi {
+        // `#Entity` covers two tokens in each row: `GPU 0`.
+        c[0] = Col::Index;
+    }
+    Some(c)
+}
+
+/// One row's values.
+struct Row {
+    sample: GpuSample,
+    index: Option<u32>,
+    ts: Option<f64>,
+    /// SMACT, SMOCC, TENSO, DRAMA in percent.
+    prof: [Option<f64>; 4],
+}
+
+impl Row {
+    fn parse(cols: &[Col], vals: &[&str], index: Option<u32>) -> Self {
         let mut s = GpuSample::default();
-        let mut index = idx;
+        let mut index = index;
         let (mut date, mut time) = (None, None);
         let mut gract = None;
         let mut p = [None; 4];
-        for (col, v) in cols_vals {
+        for (col, v) in cols.iter().zip(vals) {
             match col {
                 Col::Index => index = v.trim().parse().ok(),
-                Col::Date => date = Some(v),
-                Col::Time => time = Some(v),
+                Col::Date => date = Some(*v),
+                Col::Time => time = Some(*v),
                 Col::Util => s.util_pct = value(v),
                 Col::GrAct => gract = value(v).map(|x| x * 100.0),
                 Col::MemUtil => s.mem_util_pct = value(v),
@@ -253,39 +187,184 @@ pub fn read_dmon(
         if s.util_pct.is_none() {
             s.util_pct = gract;
         }
-        let Some(index) = index else {
-            pending_bad = complete;
-            info.truncated |= !complete;
-            continue;
-        };
         let ts = match (date, time) {
             (Some(d), Some(t)) if d.len() == 8 => {
                 parse_timestamp(&format!("{}/{}/{} {}", &d[..4], &d[4..6], &d[6..], t))
             }
             _ => None,
         };
-        if seen.contains(&index) {
-            poll += 1;
-            seen.clear();
+        Row {
+            sample: s,
+            index,
+            ts,
+            prof: p,
         }
-        seen.push(index);
+    }
+}
+
+/// The GPUs seen, their profiling sums, and the poll count.
+#[derive(Default)]
+struct Acc {
+    poll: u64,
+    seen: Vec<u32>,
+    t0: Option<f64>,
+    gpus: Vec<u32>,
+    prof: BTreeMap<u32, [Sum; 4]>,
+    /// Rows with a utilization, memory or profiling value.
+    with_values: u64,
+}
+
+impl Acc {
+    /// The row's sample, placed in time (its timestamp, else its poll).
+    fn take(&mut self, index: u32, row: Row, interval_s: f64) -> GpuSample {
+        let mut s = row.sample;
+        if self.seen.contains(&index) {
+            self.poll += 1;
+            self.seen.clear();
+        }
+        self.seen.push(index);
         s.index = index;
-        s.t_s = match ts {
-            Some(t) => t - *t0.get_or_insert(t),
-            None => poll as f64 * interval,
+        s.t_s = match row.ts {
+            Some(t) => t - *self.t0.get_or_insert(t),
+            None => self.poll as f64 * interval_s,
         };
-        if !gpus.contains(&index) {
-            gpus.push(index);
+        if !self.gpus.contains(&index) {
+            self.gpus.push(index);
         }
+        let p = row.prof;
         if p.iter().any(Option::is_some) {
-            let e = prof.entry(index).or_default();
+            let e = self.prof.entry(index).or_default();
             for (acc, v) in e.iter_mut().zip(p) {
                 acc.add(v);
             }
         }
         if s.util_pct.is_some() || s.mem_used_bytes.is_some() || p.iter().any(Option::is_some) {
-            with_values += 1;
+            self.with_values += 1;
         }
+        s
+    }
+
+    /// The header's GPUs and each one's profiling means.
+    fn finish(mut self) -> (Vec<GpuStatic>, BTreeMap<u32, ProfilingMeans>) {
+        self.gpus.sort_unstable();
+        let statics = self
+            .gpus
+            .into_iter()
+            .map(|index| GpuStatic {
+                index,
+                ..Default::default()
+            })
+            .collect();
+        let means = self
+            .prof
+            .into_iter()
+            .map(|(i, s)| {
+                (
+                    i,
+                    ProfilingMeans {
+                        sm_active_pct: s[0].mean(),
+                        sm_occupancy_pct: s[1].mean(),
+                        tensor_active_pct: s[2].mean(),
+                        dram_active_pct: s[3].mean(),
+                    },
+                )
+            })
+            .collect();
+        (statics, means)
+    }
+}
+
+/// Reads a `dcgmi dmon` or `nvidia-smi dmon` log; returns the synthesized header, read
+/// statistics, and per-GPU means of profiling fields (dcgmi).
+pub fn read_dmon(
+    r: impl Read,
+    flavour: Flavour,
+    interval_s: Option<f64>,
+    mut visit: impl FnMut(&Line),
+) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+    let interval = interval_s.unwrap_or(1.0);
+    let mut reader = BufReader::new(r);
+    let mut cols: Option<Vec<Col>> = None;
+    let mut info = LogInfo::default();
+    let mut any = false;
+    let mut acc = Acc::default();
+    let mut pending_bad = false;
+    let mut buf = Vec::new();
+    loop {
+        let (n, overlong) =
+            super::read_line_capped(&mut reader, &mut buf, super::MAX_LOG_LINE_BYTES)
+                .map_err(|e| LogError::Io(e.to_string()))?;
+        if n == 0 {
+            break;
+        }
+        if overlong {
+            any = true;
+            info.overlong += 1;
+            info.malformed += 1;
+            continue;
+        }
+        if cols.is_none() && super::looks_binary(&buf) {
+            let article = if flavour == Flavour::Dcgmi { "a" } else { "an" };
+            return Err(LogError::Format(super::smi_csv::not_a_log(&format!(
+                "{article} {}",
+                flavour.log_name()
+            ))));
+        }
+        let complete = buf.last() == Some(&b'\n');
+        let text = String::from_utf8_lossy(&buf);
+        let line = text.trim();
+        if line.is_empty() {
+            continue;
+        }
+        any = true;
+        if let Some(rest) = line.strip_prefix('#') {
+            if let Some(c) = header_cols(rest, flavour) {
+                cols = Some(c);
+            }
+            continue;
+        }
+        let toks: Vec<&str> = line.split_whitespace().collect();
+        if flavour == Flavour::Dcgmi && (toks == ["ID"] || toks[0] == "ID") {
+            continue;
+        }
+        let Some(c) = cols.as_ref() else {
+            return Err(LogError::Format(
+                "dmon log without a header line (`# gpu ...` / `#Entity ...`)".into(),
+            ));
+        };
+        if pending_bad {
+            info.malformed += 1;
+            pending_bad = false;
+        }
+        // Entity tokens: dcgmi rows start `GPU 0`; other entities are skipped.
+        let (idx, vals, c): (Option<u32>, &[&str], &[Col]) = match flavour {
+            Flavour::Dcgmi => {
+                if toks[0] != "GPU" {
+                    continue;
+                }
+                (
+                    toks.get(1).and_then(|t| t.parse().ok()),
+                    toks.get(2..).unwrap_or(&[]),
+                    &c[1..],
+                )
+            }
+            Flavour::SmiDmon => (None, &toks[..], &c[..]),
+        };
+        if vals.len() != c.len() {
+            if complete {
+                pending_bad = true;
+            } else {
+                info.truncated = true;
+            }
+            continue;
+        }
+        let row = Row::parse(c, vals, idx);
+        let Some(index) = row.index else {
+            pending_bad = complete;
+            info.truncated |= !complete;
+            continue;
+        };
+        let s = acc.take(index, row, interval);
         info.rows += 1;
         visit(&Line::Gpu(s));
     }
@@ -303,37 +382,13 @@ pub fn read_dmon(
     }
     // The rule of the CSV reader: rows without a single utilization or memory value (all N/A)
     // are no log to judge.
-    if with_values == 0 {
+    if acc.with_values == 0 {
         return Err(LogError::NoValues {
-            format: match flavour {
-                Flavour::Dcgmi => "dcgmi dmon",
-                Flavour::SmiDmon => "nvidia-smi dmon",
-            },
+            format: flavour.log_name(),
             rows: info.rows,
         });
     }
-    gpus.sort_unstable();
-    let statics = gpus
-        .into_iter()
-        .map(|index| GpuStatic {
-            index,
-            ..Default::default()
-        })
-        .collect();
-    let means = prof
-        .into_iter()
-        .map(|(i, s)| {
-            (
-                i,
-                ProfilingMeans {
-                    sm_active_pct: s[0].mean(),
-                    sm_occupancy_pct: s[1].mean(),
-                    tensor_active_pct: s[2].mean(),
-                    dram_active_pct: s[3].mean(),
-                },
-            )
-        })
-        .collect();
+    let (statics, means) = acc.finish();
     Ok((log_header(statics, interval), info, means))
 }
 

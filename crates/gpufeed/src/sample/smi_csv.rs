@@ -436,9 +436,210 @@ impl Columns {
     }
 }
 
+/// One data row's values, by column.
 #[derive(Default)]
-struct GpuMeta {
-    static_: GpuStatic,
+struct Row {
+    sample: GpuSample,
+    ts: Option<f64>,
+    /// UUID or PCI bus id, when there is no index column.
+    id_key: Option<String>,
+    index: Option<u32>,
+    name: Option<String>,
+    mem_total: Option<u64>,
+    gen_max: Option<u32>,
+    width_max: Option<u32>,
+    power_limit: Option<f64>,
+}
+
+impl Row {
+    fn parse(c: &Columns, fields: &[&str]) -> Self {
+        let mut r = Row::default();
+        let s = &mut r.sample;
+        let mut mem_free = None;
+        let mut bits: Option<u64> = None;
+        for ((f, unit), v) in c.fields.iter().zip(&c.units).zip(fields) {
+            let u = unit.as_deref();
+            match f {
+                Field::Timestamp => r.ts = parse_time_value(v, u),
+                Field::Index => r.index = clean(v).and_then(|v| v.parse().ok()),
+                Field::Uuid | Field::BusId => {
+                    if r.id_key.is_none() {
+                        r.id_key = clean(v).map(str::to_string);
+                    }
+                }
+                Field::Name => r.name = clean(v).map(str::to_string),
+                Field::UtilGpu => s.util_pct = number(v, u),
+                Field::UtilMem => s.mem_util_pct = number(v, u),
+                Field::MemUsed => s.mem_used_bytes = number(v, u).map(|x| x as u64),
+                Field::MemTotal => r.mem_total = number(v, u).map(|x| x as u64),
+                Field::MemFree => mem_free = number(v, u).map(|x| x as u64),
+                Field::PcieGen => s.pcie_gen = number(v, u).map(|x| x as u32),
+                Field::PcieGenMax => r.gen_max = number(v, u).map(|x| x as u32),
+                Field::PcieWidth => s.pcie_width = number(v, u).map(|x| x as u32),
+                Field::PcieWidthMax => r.width_max = number(v, u).map(|x| x as u32),
+                Field::Throttle => {
+                    s.throttle_reasons = clean(v).and_then(|v| {
+                        let h = v.trim_start_matches("0x").trim_start_matches("0X");
+                        u64::from_str_radix(h, 16).ok()
+                    })
+                }
+                Field::ThrottleBit(bit) => {
+                    if let Some(v) = clean(v) {
+                        let b = bits.get_or_insert(0);
+                        if v.eq_ignore_ascii_case("active") {
+                            *b |= bit;
+                        }
+                    }
+                }
+                Field::Temperature => s.temperature_c = number(v, u).map(|x| x as u32),
+                Field::Power => s.power_w = number(v, u),
+                Field::PowerLimit => r.power_limit = number(v, u),
+                Field::SmClock => s.sm_clock_mhz = number(v, u).map(|x| x as u32),
+                Field::Other => {}
+            }
+        }
+        if s.throttle_reasons.is_none() {
+            s.throttle_reasons = bits;
+        }
+        if s.mem_used_bytes.is_none() {
+            if let (Some(t), Some(f)) = (r.mem_total, mem_free) {
+                s.mem_used_bytes = Some(t.saturating_sub(f));
+            }
+        }
+        r
+    }
+
+    /// A row with none of utilization, memory or throttle reasons carries nothing to diagnose.
+    fn has_values(&self) -> bool {
+        let s = &self.sample;
+        s.util_pct.is_some() || s.mem_used_bytes.is_some() || s.throttle_reasons.is_some()
+    }
+}
+
+/// Which GPU a row is, and when: from its index or id column, else from its place in the poll
+/// (rows of one poll share a timestamp); time from the timestamps, else the poll count times
+/// the interval.
+#[derive(Default)]
+struct Polls {
+    ids: HashMap<String, u32>,
+    t0: Option<f64>,
+    poll: u64,
+    pos_in_poll: u32,
+    last_ts: Option<f64>,
+    seen_in_poll: Vec<u32>,
+}
+
+impl Polls {
+    /// The row's GPU index and time since the first row, in seconds.
+    fn place(&mut self, row: &Row, interval_s: f64) -> (u32, f64) {
+        let ts = row.ts;
+        let idx = match (row.index, &row.id_key) {
+            (Some(i), _) => i,
+            (None, Some(k)) => {
+                let next = self.ids.len() as u32;
+                *self.ids.entry(k.clone()).or_insert(next)
+            }
+            (None, None) => {
+                let new_poll = match (ts, self.last_ts) {
+                    (Some(a), Some(b)) => (a - b).abs() > 0.1,
+                    (Some(_), None) => true,
+                    _ => false,
+                };
+                if new_poll {
+                    self.pos_in_poll = 0;
+                }
+                let i = if ts.is_some() { self.pos_in_poll } else { 0 };
+                self.pos_in_poll += 1;
+                i
+            }
+        };
+        if ts.is_none() && self.seen_in_poll.contains(&idx) {
+            self.poll += 1;
+            self.seen_in_poll.clear();
+        }
+        self.seen_in_poll.push(idx);
+        self.last_ts = ts.or(self.last_ts);
+        let t_s = match ts {
+            Some(t) => t - *self.t0.get_or_insert(t),
+            None => self.poll as f64 * interval_s,
+        };
+        (idx, t_s)
+    }
+}
+
+/// Keeps the first name and id and the latest totals and limits the log showed for a GPU.
+fn merge_static(gpus: &mut Vec<GpuStatic>, idx: u32, row: Row) {
+    let p = match gpus.iter().position(|g| g.index == idx) {
+        Some(p) => p,
+        None => {
+            gpus.push(GpuStatic {
+                index: idx,
+                ..Default::default()
+            });
+            gpus.len() - 1
+        }
+    };
+    let st = &mut gpus[p];
+    st.name = st.name.take().or(row.name);
+    st.memory_total_bytes = row.mem_total.or(st.memory_total_bytes);
+    st.pcie_max_gen = row.gen_max.or(st.pcie_max_gen);
+    st.pcie_max_width = row.width_max.or(st.pcie_max_width);
+    st.power_limit_w = row.power_limit.or(st.power_limit_w);
+    if st.uuid.is_none() {
+        st.uuid = row.id_key;
+    }
+}
+
+/// The columns of a file without a header: guessed from the first data row's units.
+fn guessed_columns(buf: &[u8], line: &str, fields: &[&str]) -> Result<Columns, LogError> {
+    if super::looks_binary(buf) {
+        return Err(LogError::Format(not_a_log("an nvidia-smi CSV")));
+    }
+    let guessed = guess_columns(fields).ok_or_else(|| {
+        if !line.contains(',') {
+            return LogError::Format(not_a_log("an nvidia-smi CSV"));
+        }
+        LogError::Format(
+            "nvidia-smi CSV without a header and without units in the values: pass the \
+             --query-gpu field list with --columns (or log without `noheader`)"
+                .into(),
+        )
+    })?;
+    Ok(Columns::new(&guessed))
+}
+
+/// Why a log gave no rows at all, as the error to show.
+fn no_rows_error(
+    info: &LogInfo,
+    cols: Option<&Columns>,
+    any_data_line: bool,
+    na_rows: u64,
+) -> LogError {
+    if info.overlong > 0 && !any_data_line {
+        return LogError::OnlyOverlong(info.overlong);
+    }
+    if na_rows > 0 && na_rows * 2 >= info.malformed {
+        return LogError::NoValues {
+            format: "nvidia-smi CSV",
+            rows: info.malformed.max(na_rows),
+        };
+    }
+    let named = cols.is_some_and(|c| {
+        c.fields.iter().any(|f| {
+            matches!(
+                f,
+                Field::UtilGpu | Field::MemUsed | Field::MemFree | Field::Throttle
+            )
+        })
+    });
+    LogError::Format(if named || !any_data_line {
+        "no nvidia-smi CSV rows with utilization or memory values".into()
+    } else {
+        "no column of this CSV is known to hold utilization or memory: pass the field list \
+         with --columns (the --query-gpu names, e.g. --columns \
+         timestamp,index,utilization.gpu,memory.used)"
+            .into()
+    })
 }
 
 /// Reads an nvidia-smi CSV log, handing each GPU reading to `visit` as a [`Line::Gpu`]; returns a
@@ -451,13 +652,8 @@ pub fn read_smi_csv(
     let mut reader = BufReader::new(r);
     let mut info = LogInfo::default();
     let mut cols: Option<Columns> = opts.columns.as_ref().map(|c| Columns::new(c));
-    let mut gpus: Vec<GpuMeta> = Vec::new();
-    let mut ids: HashMap<String, u32> = HashMap::new();
-    let mut t0: Option<f64> = None;
-    let mut poll = 0u64;
-    let mut pos_in_poll = 0u32;
-    let mut last_ts: Option<f64> = None;
-    let mut seen_in_poll: Vec<u32> = Vec::new();
+    let mut gpus: Vec<GpuStatic> = Vec::new();
+    let mut polls = Polls::default();
     let interval = opts.interval_s.unwrap_or(1.0);
     let mut any_line = false;
     let mut any_data_line = false;
@@ -497,155 +693,27 @@ pub fn read_smi_csv(
             info.malformed += 1;
         }
         if cols.is_none() {
-            if super::looks_binary(&buf) {
-                return Err(LogError::Format(not_a_log("an nvidia-smi CSV")));
-            }
-            let guessed = guess_columns(&fields).ok_or_else(|| {
-                if !line.contains(',') {
-                    return LogError::Format(not_a_log("an nvidia-smi CSV"));
-                }
-                LogError::Format(
-                    "nvidia-smi CSV without a header and without units in the values: pass the \
-                     --query-gpu field list with --columns (or log without `noheader`)"
-                        .into(),
-                )
-            })?;
-            cols = Some(Columns::new(&guessed));
+            cols = Some(guessed_columns(&buf, line, &fields)?);
         }
         let c = cols.as_ref().expect("columns set above");
-        if fields.len() != c.fields.len() {
+        let row = (fields.len() == c.fields.len()).then(|| Row::parse(c, &fields));
+        let parsed = row.is_some();
+        let Some(mut row) = row.filter(Row::has_values) else {
+            if parsed && fields.iter().skip(1).any(|v| clean(v).is_none()) {
+                na_rows += 1;
+            }
             if complete {
                 pending_bad = Some(true);
             } else {
                 info.truncated = true;
             }
             continue;
-        }
-        let mut s = GpuSample::default();
-        let mut ts = None;
-        let mut id_key: Option<String> = None;
-        let mut index: Option<u32> = None;
-        let mut name = None;
-        let mut mem_total = None;
-        let mut mem_free = None;
-        let mut gen_max = None;
-        let mut width_max = None;
-        let mut power_limit = None;
-        let mut bits: Option<u64> = None;
-        for ((f, unit), v) in c.fields.iter().zip(&c.units).zip(&fields) {
-            let u = unit.as_deref();
-            match f {
-                Field::Timestamp => ts = parse_time_value(v, u),
-                Field::Index => index = clean(v).and_then(|v| v.parse().ok()),
-                Field::Uuid | Field::BusId => {
-                    if id_key.is_none() {
-                        id_key = clean(v).map(str::to_string);
-                    }
-                }
-                Field::Name => name = clean(v).map(str::to_string),
-                Field::UtilGpu => s.util_pct = number(v, u),
-                Field::UtilMem => s.mem_util_pct = number(v, u),
-                Field::MemUsed => s.mem_used_bytes = number(v, u).map(|x| x as u64),
-                Field::MemTotal => mem_total = number(v, u).map(|x| x as u64),
-                Field::MemFree => mem_free = number(v, u).map(|x| x as u64),
-                Field::PcieGen => s.pcie_gen = number(v, u).map(|x| x as u32),
-                Field::PcieGenMax => gen_max = number(v, u).map(|x| x as u32),
-                Field::PcieWidth => s.pcie_width = number(v, u).map(|x| x as u32),
-                Field::PcieWidthMax => width_max = number(v, u).map(|x| x as u32),
-                Field::Throttle => {
-                    s.throttle_reasons = clean(v).and_then(|v| {
-                        let h = v.trim_start_matches("0x").trim_start_matches("0X");
-                        u64::from_str_radix(h, 16).ok()
-                    })
-                }
-                Field::ThrottleBit(bit) => {
-                    if let Some(v) = clean(v) {
-                        let active = v.eq_ignore_ascii_case("active");
-                        let b = bits.get_or_insert(0);
-                        if active {
-                            *b |= bit;
-                        }
-                    }
-                }
-                Field::Temperature => s.temperature_c = number(v, u).map(|x| x as u32),
-                Field::Power => s.power_w = number(v, u),
-                Field::PowerLimit => power_limit = number(v, u),
-                Field::SmClock => s.sm_clock_mhz = number(v, u).map(|x| x as u32),
-                Field::Other => {}
-            }
-        }
-        if s.throttle_reasons.is_none() {
-            s.throttle_reasons = bits;
-        }
-        if s.mem_used_bytes.is_none() {
-            if let (Some(t), Some(f)) = (mem_total, mem_free) {
-                s.mem_used_bytes = Some(t.saturating_sub(f));
-            }
-        }
-        if s.util_pct.is_none() && s.mem_used_bytes.is_none() && s.throttle_reasons.is_none() {
-            if fields.iter().skip(1).any(|v| clean(v).is_none()) {
-                na_rows += 1;
-            }
-            if !complete {
-                info.truncated = true;
-            } else {
-                pending_bad = Some(true);
-            }
-            continue;
-        }
-        // Which GPU, and which poll.
-        let idx = match (index, id_key.clone()) {
-            (Some(i), _) => i,
-            (None, Some(k)) => {
-                let next = ids.len() as u32;
-                *ids.entry(k).or_insert(next)
-            }
-            (None, None) => {
-                let new_poll = match (ts, last_ts) {
-                    (Some(a), Some(b)) => (a - b).abs() > 0.1,
-                    (Some(_), None) => true,
-                    _ => false,
-                };
-                if new_poll {
-                    pos_in_poll = 0;
-                }
-                let i = if ts.is_some() { pos_in_poll } else { 0 };
-                pos_in_poll += 1;
-                i
-            }
         };
-        if ts.is_none() && seen_in_poll.contains(&idx) {
-            poll += 1;
-            seen_in_poll.clear();
-        }
-        seen_in_poll.push(idx);
-        last_ts = ts.or(last_ts);
+        let (idx, t_s) = polls.place(&row, interval);
+        let mut s = std::mem::take(&mut row.sample);
         s.index = idx;
-        s.t_s = match ts {
-            Some(t) => t - *t0.get_or_insert(t),
-            None => poll as f64 * interval,
-        };
-        let meta = match gpus.iter().position(|g| g.static_.index == idx) {
-            Some(p) => &mut gpus[p],
-            None => {
-                gpus.push(GpuMeta {
-                    static_: GpuStatic {
-                        index: idx,
-                        ..Default::default()
-                    },
-                });
-                gpus.last_mut().expect("just pushed")
-            }
-        };
-        let st = &mut meta.static_;
-        st.name = st.name.take().or(name);
-        st.memory_total_bytes = mem_total.or(st.memory_total_bytes);
-        st.pcie_max_gen = gen_max.or(st.pcie_max_gen);
-        st.pcie_max_width = width_max.or(st.pcie_max_width);
-        st.power_limit_w = power_limit.or(st.power_limit_w);
-        if st.uuid.is_none() {
-            st.uuid = id_key;
-        }
+        s.t_s = t_s;
+        merge_static(&mut gpus, idx, row);
         info.rows += 1;
         visit(&Line::Gpu(s));
     }
@@ -655,38 +723,11 @@ pub fn read_smi_csv(
     if !any_line {
         return Err(LogError::Empty);
     }
-    if info.rows == 0 && info.overlong > 0 && !any_data_line {
-        return Err(LogError::OnlyOverlong(info.overlong));
-    }
-    if info.rows == 0 && na_rows > 0 && na_rows * 2 >= info.malformed {
-        return Err(LogError::NoValues {
-            format: "nvidia-smi CSV",
-            rows: info.malformed.max(na_rows),
-        });
-    }
     if info.rows == 0 {
-        let named = cols.as_ref().is_some_and(|c| {
-            c.fields.iter().any(|f| {
-                matches!(
-                    f,
-                    Field::UtilGpu | Field::MemUsed | Field::MemFree | Field::Throttle
-                )
-            })
-        });
-        return Err(LogError::Format(if named || !any_data_line {
-            "no nvidia-smi CSV rows with utilization or memory values".into()
-        } else {
-            "no column of this CSV is known to hold utilization or memory: pass the field list \
-             with --columns (the --query-gpu names, e.g. --columns \
-             timestamp,index,utilization.gpu,memory.used)"
-                .into()
-        }));
+        return Err(no_rows_error(&info, cols.as_ref(), any_data_line, na_rows));
     }
-    gpus.sort_by_key(|g| g.static_.index);
-    Ok((
-        log_header(gpus.into_iter().map(|g| g.static_).collect(), interval),
-        info,
-    ))
+    gpus.sort_by_key(|g| g.index);
+    Ok((log_header(gpus, interval), info))
 }
 
 /// The message for a file that is not a log of the expected kind at all (random bytes, binary
