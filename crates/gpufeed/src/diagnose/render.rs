@@ -583,28 +583,80 @@ pub fn verdict_states_busy(r: &DiagnoseReport) -> bool {
 }
 
 fn text(r: &DiagnoseReport, opts: TextOptions) -> String {
-    let color = opts.color;
     let mut o = String::new();
-    let gpus = r.gpus.iter().filter(|g| g.util_mean_pct.is_some()).count();
     if !opts.after_summary {
+        source_text(&mut o, r, opts.color);
+    }
+    verdict_text(&mut o, r, opts.color);
+    let mut said = Said {
+        busy: busy_in_verdict(r),
+        ..Default::default()
+    };
+    top_fix_text(&mut o, r, opts.color, &mut said);
+    let rest: &[Finding] = if opts.verbose {
+        &r.findings
+    } else {
+        r.findings.get(1..).unwrap_or(&[])
+    };
+    // What the top fix's line said is not said again under another finding.
+    let said_by_top: Vec<String> = said.keys.keys().cloned().collect();
+    for f in rest {
+        said.add(f, deciding_keys(f));
+    }
+    o.push('\n');
+    for g in &r.gpus {
+        gpu_text(&mut o, r, g, opts, &said);
+    }
+    if let Some(h) = host_line(r, &said, opts.after_summary) {
+        let _ = writeln!(o, "{}  {h}", paint("HOST", "1", opts.color));
+    }
+    if !opts.after_summary {
+        if let Some(j) = job_line(r, &said) {
+            let _ = writeln!(o, "{}   {j}", paint("JOB", "1", opts.color));
+        }
+    }
+    if let Some(p) = &r.python {
+        let block = loop_text(p, opts.color);
+        if !block.is_empty() {
+            o.push('\n');
+            o.push_str(&block);
+        }
+    }
+    if r.findings.is_empty() {
+        o.push('\n');
+        let _ = writeln!(o, "{}", no_findings(r));
+    } else if !rest.is_empty() {
+        let skip: Vec<&str> = said_by_top.iter().map(String::as_str).collect();
+        findings_text(&mut o, r, rest, opts, &skip);
+    }
+    notes_text(&mut o, r, opts);
+    o
+}
+
+/// `gpufeed diagnose: PATH (format, duration, N GPUs)`, and a warning for an unfinished file.
+fn source_text(o: &mut String, r: &DiagnoseReport, color: bool) {
+    let gpus = r.gpus.iter().filter(|g| g.util_mean_pct.is_some()).count();
+    let _ = writeln!(
+        o,
+        "{} {} ({}, {}, {})",
+        paint("gpufeed diagnose:", "1", color),
+        r.source.path,
+        r.source.format.as_str().replace('_', " "),
+        duration(r.duration_s),
+        plural(gpus, "GPU", "GPUs"),
+    );
+    if r.source.unfinished {
         let _ = writeln!(
             o,
-            "{} {} ({}, {}, {})",
-            paint("gpufeed diagnose:", "1", color),
-            r.source.path,
-            r.source.format.as_str().replace('_', " "),
-            duration(r.duration_s),
-            plural(gpus, "GPU", "GPUs"),
+            "{} the recording is unfinished (no end line: the recorder was killed or is still running); the figures cover what was written",
+            paint("warning:", "33", color),
         );
-        if r.source.unfinished {
-            let _ = writeln!(
-                o,
-                "{} the recording is unfinished (no end line: the recorder was killed or is still running); the figures cover what was written",
-                paint("warning:", "33", color),
-            );
-        }
-        o.push('\n');
     }
+    o.push('\n');
+}
+
+/// The verdict, its sentence, and every GPU's state when there are several.
+fn verdict_text(o: &mut String, r: &DiagnoseReport, color: bool) {
     let _ = writeln!(
         o,
         "{}  {}  (confidence {:.2})",
@@ -623,142 +675,130 @@ fn text(r: &DiagnoseReport, opts: TextOptions) -> String {
             .collect();
         let _ = writeln!(o, "         {}", states.join(", "));
     }
-    let mut said = Said {
-        busy: busy_in_verdict(r),
-        ..Default::default()
+}
+
+/// The first finding's fix with its gain and deciding figures; what it says goes into `said`.
+fn top_fix_text(o: &mut String, r: &DiagnoseReport, color: bool, said: &mut Said) {
+    let Some(top) = r.findings.first() else {
+        return;
     };
-    let verdict_finding = r.verdict.finding;
-    if let Some(top) = r.findings.first() {
-        o.push('\n');
-        // The verdict's sentence already says what its own finding's title says.
-        if verdict_finding == Some(top.id) {
-            let _ = writeln!(
-                o,
-                "{}  {}",
-                paint("TOP FIX", "1", color),
-                top.recommendation
-            );
-        } else {
-            let _ = writeln!(o, "{}  {}", paint("TOP FIX", "1", color), top.title);
-            let _ = writeln!(o, "         {}", top.recommendation);
-        }
-        let skip = stated_by_fix(top);
-        let because = evidence_list(top, false, skip);
-        let gain = top
-            .expected_speedup
-            .map(|x| format!("up to {x:.2}x faster"));
-        let line: Vec<String> = gain
-            .into_iter()
-            .chain((!because.is_empty()).then(|| format!("measured: {because}")))
-            .collect();
-        if !line.is_empty() {
-            let _ = writeln!(o, "         {}", line.join("; "));
-        }
-        said.add(top, deciding_keys(top));
-        said.add(top, skip);
-    }
-    let rest: &[Finding] = if opts.verbose {
-        &r.findings
-    } else {
-        r.findings.get(1..).unwrap_or(&[])
-    };
-    // What the top fix's line said is not said again under another finding.
-    let said_by_top: Vec<String> = said.keys.keys().cloned().collect();
-    for f in rest {
-        said.add(f, deciding_keys(f));
-    }
     o.push('\n');
-    for g in &r.gpus {
-        let mean = g.util_mean_pct.map(|m| format!("{m:.0}%"));
-        let mean_said = mean.is_some()
-            && (said.busy == mean || said.keys.get("gpu_busy_fraction") == mean.as_ref());
-        if !opts.after_summary {
-            let _ = writeln!(o, "{}", gpu_line(g, mean_said));
-        } else if !g.timeline_pct.is_empty() {
-            let _ = writeln!(o, "GPU {} utilization", g.index);
-        }
-        if !g.timeline_pct.is_empty() {
-            let line = sparkline(&g.timeline_pct, 60);
-            let cells = line.chars().count().max(1);
-            let per = r.duration_s / cells as f64;
-            let _ = writeln!(
-                o,
-                "  {}  {}/cell",
-                paint(&line, "36", color),
-                secs(per.max(g.timeline_step_s.min(r.duration_s.max(0.1))))
-            );
-        }
-        let pattern = gpu_pattern(g, &said);
-        let zoom = g.periodicity.is_some_and(|p| p.is_strong())
-            || g.util_split.is_some_and(|s| s.is_bimodal());
-        if zoom && g.recent_pct.len() >= 8 && g.recent_step_s > 0.0 {
-            let _ = writeln!(
-                o,
-                "  {}  last {} at {}/cell",
-                paint(&sparkline(&g.recent_pct, 60), "36", color),
-                secs(g.recent_pct.len() as f64 * g.recent_step_s),
-                secs(g.recent_step_s)
-            );
-        }
-        if let Some(p) = pattern {
-            let _ = writeln!(o, "  {p}");
-        }
+    // The verdict's sentence already says what its own finding's title says.
+    if r.verdict.finding == Some(top.id) {
+        let _ = writeln!(
+            o,
+            "{}  {}",
+            paint("TOP FIX", "1", color),
+            top.recommendation
+        );
+    } else {
+        let _ = writeln!(o, "{}  {}", paint("TOP FIX", "1", color), top.title);
+        let _ = writeln!(o, "         {}", top.recommendation);
     }
-    if let Some(h) = host_line(r, &said, opts.after_summary) {
-        let _ = writeln!(o, "{}  {h}", paint("HOST", "1", color));
+    let skip = stated_by_fix(top);
+    let because = evidence_list(top, false, skip);
+    let gain = top
+        .expected_speedup
+        .map(|x| format!("up to {x:.2}x faster"));
+    let line: Vec<String> = gain
+        .into_iter()
+        .chain((!because.is_empty()).then(|| format!("measured: {because}")))
+        .collect();
+    if !line.is_empty() {
+        let _ = writeln!(o, "         {}", line.join("; "));
     }
+    said.add(top, deciding_keys(top));
+    said.add(top, skip);
+}
+
+/// One GPU: its figures (unless `run`'s summary gave them), its timeline, a zoom on the last
+/// stretch when it repeats, and its pattern.
+fn gpu_text(o: &mut String, r: &DiagnoseReport, g: &GpuEvidence, opts: TextOptions, said: &Said) {
+    let color = opts.color;
+    let mean = g.util_mean_pct.map(|m| format!("{m:.0}%"));
+    let mean_said = mean.is_some()
+        && (said.busy == mean || said.keys.get("gpu_busy_fraction") == mean.as_ref());
     if !opts.after_summary {
-        if let Some(j) = job_line(r, &said) {
-            let _ = writeln!(o, "{}   {j}", paint("JOB", "1", color));
-        }
+        let _ = writeln!(o, "{}", gpu_line(g, mean_said));
+    } else if !g.timeline_pct.is_empty() {
+        let _ = writeln!(o, "GPU {} utilization", g.index);
     }
-    if let Some(p) = &r.python {
-        let block = loop_text(p, color);
-        if !block.is_empty() {
-            o.push('\n');
-            o.push_str(&block);
-        }
+    if !g.timeline_pct.is_empty() {
+        let line = sparkline(&g.timeline_pct, 60);
+        let cells = line.chars().count().max(1);
+        let per = r.duration_s / cells as f64;
+        let _ = writeln!(
+            o,
+            "  {}  {}/cell",
+            paint(&line, "36", color),
+            secs(per.max(g.timeline_step_s.min(r.duration_s.max(0.1))))
+        );
     }
-    if r.findings.is_empty() {
-        o.push('\n');
-        let _ = writeln!(o, "{}", no_findings(r));
-    } else if !rest.is_empty() {
-        o.push('\n');
-        let head = if opts.verbose {
-            "FINDINGS"
+    let pattern = gpu_pattern(g, said);
+    let zoom = g.periodicity.is_some_and(|p| p.is_strong())
+        || g.util_split.is_some_and(|s| s.is_bimodal());
+    if zoom && g.recent_pct.len() >= 8 && g.recent_step_s > 0.0 {
+        let _ = writeln!(
+            o,
+            "  {}  last {} at {}/cell",
+            paint(&sparkline(&g.recent_pct, 60), "36", color),
+            secs(g.recent_pct.len() as f64 * g.recent_step_s),
+            secs(g.recent_step_s)
+        );
+    }
+    if let Some(p) = pattern {
+        let _ = writeln!(o, "  {p}");
+    }
+}
+
+/// The findings after the top fix (all of them with `--verbose`), without the figures the top
+/// fix's line gave (`skip`).
+fn findings_text(
+    o: &mut String,
+    r: &DiagnoseReport,
+    rest: &[Finding],
+    opts: TextOptions,
+    skip: &[&str],
+) {
+    let color = opts.color;
+    o.push('\n');
+    let head = if opts.verbose {
+        "FINDINGS"
+    } else {
+        "OTHER FINDINGS"
+    };
+    let _ = writeln!(o, "{}", paint(head, "1", color));
+    for (i, f) in rest.iter().enumerate() {
+        let is_top = opts.verbose && i == 0;
+        // A finding the verdict rests on is named by the verdict's sentence.
+        let title = if r.verdict.finding == Some(f.id) {
+            String::new()
         } else {
-            "OTHER FINDINGS"
+            format!(": {}", f.title)
         };
-        let _ = writeln!(o, "{}", paint(head, "1", color));
-        for (i, f) in rest.iter().enumerate() {
-            let is_top = opts.verbose && i == 0;
-            // A finding the verdict rests on is named by the verdict's sentence.
-            let title = if verdict_finding == Some(f.id) {
-                String::new()
-            } else {
-                format!(": {}", f.title)
-            };
-            let _ = writeln!(
-                o,
-                "  [{}] {}{title}",
-                paint(f.severity.as_str(), severity_color(f.severity), color),
-                paint(f.id.as_str(), "1", color),
-            );
-            let skip: Vec<&str> = said_by_top.iter().map(String::as_str).collect();
-            let ev = evidence_list(f, opts.verbose, if is_top { &[] } else { &skip });
-            if !ev.is_empty() {
-                let _ = writeln!(o, "      evidence: {ev}");
-            }
-            if is_top {
-                let _ = writeln!(o, "      fix: the TOP FIX above");
-                continue;
-            }
-            let _ = writeln!(o, "      fix: {}", f.recommendation);
-            if let Some(x) = f.expected_speedup {
-                let _ = writeln!(o, "      up to {x:.2}x faster");
-            }
+        let _ = writeln!(
+            o,
+            "  [{}] {}{title}",
+            paint(f.severity.as_str(), severity_color(f.severity), color),
+            paint(f.id.as_str(), "1", color),
+        );
+        let ev = evidence_list(f, opts.verbose, if is_top { &[] } else { skip });
+        if !ev.is_empty() {
+            let _ = writeln!(o, "      evidence: {ev}");
+        }
+        if is_top {
+            let _ = writeln!(o, "      fix: the TOP FIX above");
+            continue;
+        }
+        let _ = writeln!(o, "      fix: {}", f.recommendation);
+        if let Some(x) = f.expected_speedup {
+            let _ = writeln!(o, "      up to {x:.2}x faster");
         }
     }
+}
+
+/// The notes no fix already says, and where every figure is.
+fn notes_text(o: &mut String, r: &DiagnoseReport, opts: TextOptions) {
     // A note whose opening clause a fix already says ("This log has no host or process data")
     // is not said again (it stays in the JSON).
     let fixes: Vec<&str> = r
@@ -777,7 +817,7 @@ fn text(r: &DiagnoseReport, opts: TextOptions) -> String {
     if !notes.is_empty() {
         o.push('\n');
         for n in notes {
-            let _ = writeln!(o, "{}  {n}", paint("NOTE", "2", color));
+            let _ = writeln!(o, "{}  {n}", paint("NOTE", "2", opts.color));
         }
     }
     if !opts.verbose
@@ -795,7 +835,6 @@ fn text(r: &DiagnoseReport, opts: TextOptions) -> String {
             }
         );
     }
-    o
 }
 
 /// File name and line of a frame, for people.
