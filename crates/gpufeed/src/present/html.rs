@@ -363,29 +363,6 @@ pub fn diagnose_section(
         r.verdict.confidence * 100.0,
         esc(&r.verdict.summary)
     );
-    s.push_str("<h2>GPU utilization over time</h2><div class=\"chart\">");
-    let util: Vec<(String, Vec<(f64, f64)>)> = match series {
-        Some(se) if !se.gpu_util.is_empty() => se
-            .gpu_util
-            .iter()
-            .map(|(i, b)| (format!("GPU {i}"), b.points()))
-            .collect(),
-        _ => r
-            .gpus
-            .iter()
-            .filter(|g| !g.timeline_pct.is_empty())
-            .map(|g| {
-                (
-                    format!("GPU {}", g.index),
-                    g.timeline_pct
-                        .iter()
-                        .enumerate()
-                        .map(|(k, v)| (k as f64 * g.timeline_step_s, *v))
-                        .collect(),
-                )
-            })
-            .collect(),
-    };
     // one time axis for every chart of the recording, so that they line up
     let t_end = {
         let mut t = r.duration_s;
@@ -396,124 +373,15 @@ pub fn diagnose_section(
         }
         (t > 0.0).then_some(t)
     };
-    if util.is_empty() {
-        s.push_str("<p>No GPU utilization was recorded.</p>");
-    } else {
-        s.push_str(&chart::lines_on(
-            "GPU utilization (%)",
-            "%",
-            &util,
-            Some(100.0),
-            t_end,
-            (WIDTH, 300),
-        )?);
-    }
-    s.push_str("</div>");
+    util_chart(&mut s, r, series, t_end)?;
     if let Some(se) = series {
         if !se.gpu_mem_gib.is_empty() {
-            let total = r
-                .gpus
-                .iter()
-                .filter_map(|g| g.mem_total_bytes)
-                .max()
-                .map(|b| b as f64 / (1u64 << 30) as f64);
-            s.push_str("<h2>GPU memory</h2><p class=\"meta\">A full memory bar is not a bottleneck by itself: PyTorch's caching allocator keeps freed blocks reserved. Utilization above says whether the GPU is busy.</p><div class=\"chart\">");
-            let mem: Vec<(String, Vec<(f64, f64)>)> = se
-                .gpu_mem_gib
-                .iter()
-                .map(|(i, b)| (format!("GPU {i} used"), b.points()))
-                .collect();
-            s.push_str(&chart::lines_on(
-                &match total {
-                    Some(t) => format!("GPU memory used (GiB of {t:.1} GiB)"),
-                    None => "GPU memory used (GiB)".into(),
-                },
-                "GiB",
-                &mem,
-                total,
-                t_end,
-                (WIDTH, 220),
-            )?);
-            s.push_str("</div>");
+            memory_chart(&mut s, r, se, t_end)?;
         }
         if !se.cpu_cores.is_empty() {
-            s.push_str("<h2>CPU per core</h2><p class=\"meta\">A few saturated rows with the rest idle is a CPU-bound input pipeline with too few workers.</p>");
-            let _ = write!(
-                s,
-                "<div class=\"meta\" style=\"display:flex;align-items:center;gap:6px;margin:4px 0 4px 72px\">busy 0%<span style=\"display:inline-block;width:240px;height:12px;border:1px solid #ccc;background:linear-gradient(to right,{},{},{})\"></span>100%</div>",
-                chart::heat_css(0.0),
-                chart::heat_css(50.0),
-                chart::heat_css(100.0)
-            );
-            s.push_str("<div class=\"chart\">");
-            let h = (se.cpu_cores.len() as u32 * 12).clamp(120, 800) + 60;
-            s.push_str(&chart::heat_strip_on(
-                "CPU busy per core (%)",
-                &se.cpu_cores,
-                t_end,
-                (WIDTH, h),
-            )?);
-            s.push_str("</div>");
-            let mut busy = vec![("whole machine".to_string(), se.host_cores_busy.points())];
-            if !se.job_cores_busy.points().is_empty() {
-                busy.push((
-                    "the job's processes".to_string(),
-                    se.job_cores_busy.points(),
-                ));
-            }
-            s.push_str("<div class=\"chart\">");
-            s.push_str(&chart::lines_on(
-                "Busy cores: the job and the whole machine",
-                "cores",
-                &busy,
-                Some(se.cpu_cores.len() as f64),
-                t_end,
-                (WIDTH, 220),
-            )?);
-            s.push_str("</div>");
+            cpu_charts(&mut s, se, t_end)?;
         }
-        let mut pcie: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
-        for (i, b) in &se.pcie_rx {
-            pcie.push((format!("GPU {i} host to device"), b.points()));
-        }
-        for (i, b) in &se.pcie_tx {
-            pcie.push((format!("GPU {i} device to host"), b.points()));
-        }
-        if !pcie.is_empty() {
-            let mut top: Option<f64> = None;
-            for g in &r.gpus {
-                if let Some(c) = g
-                    .pcie
-                    .capacity_current_bytes_per_s
-                    .or(g.pcie.capacity_max_bytes_per_s)
-                {
-                    let gbps = c / 1e9;
-                    let end = t_end.unwrap_or(1.0);
-                    pcie.push((
-                        format!(
-                            "GPU {} link capacity ({gbps:.1} GB/s{})",
-                            g.index,
-                            match (g.pcie.gen_current, g.pcie.width_current) {
-                                (Some(gen), Some(w)) => format!(", gen {gen} x{w}"),
-                                _ => String::new(),
-                            }
-                        ),
-                        vec![(0.0, gbps), (end, gbps)],
-                    ));
-                    top = Some(top.unwrap_or(0.0).max(gbps * 1.1));
-                }
-            }
-            s.push_str("<h2>PCIe</h2><div class=\"chart\">");
-            s.push_str(&chart::lines_on(
-                "PCIe traffic (GB/s)",
-                "GB/s",
-                &pcie,
-                top,
-                t_end,
-                (WIDTH, 260),
-            )?);
-            s.push_str("</div>");
-        }
+        pcie_chart(&mut s, r, se, t_end)?;
     }
     if let Some(p) = &r.python {
         s.push_str(&loop_html(p));
@@ -537,6 +405,177 @@ pub fn diagnose_section(
         s.push_str("</ul>");
     }
     Ok(s)
+}
+
+/// GPU utilization over time: the recording's series, or a log's evidence timeline.
+fn util_chart(
+    s: &mut String,
+    r: &DiagnoseReport,
+    series: Option<&RecordingSeries>,
+    t_end: Option<f64>,
+) -> Result<(), HtmlError> {
+    s.push_str("<h2>GPU utilization over time</h2><div class=\"chart\">");
+    let util: Vec<(String, Vec<(f64, f64)>)> = match series {
+        Some(se) if !se.gpu_util.is_empty() => se
+            .gpu_util
+            .iter()
+            .map(|(i, b)| (format!("GPU {i}"), b.points()))
+            .collect(),
+        _ => r
+            .gpus
+            .iter()
+            .filter(|g| !g.timeline_pct.is_empty())
+            .map(|g| {
+                (
+                    format!("GPU {}", g.index),
+                    g.timeline_pct
+                        .iter()
+                        .enumerate()
+                        .map(|(k, v)| (k as f64 * g.timeline_step_s, *v))
+                        .collect(),
+                )
+            })
+            .collect(),
+    };
+    if util.is_empty() {
+        s.push_str("<p>No GPU utilization was recorded.</p>");
+    } else {
+        s.push_str(&chart::lines_on(
+            "GPU utilization (%)",
+            "%",
+            &util,
+            Some(100.0),
+            t_end,
+            (WIDTH, 300),
+        )?);
+    }
+    s.push_str("</div>");
+    Ok(())
+}
+
+/// GPU memory used, against the largest GPU's total.
+fn memory_chart(
+    s: &mut String,
+    r: &DiagnoseReport,
+    se: &RecordingSeries,
+    t_end: Option<f64>,
+) -> Result<(), HtmlError> {
+    let total = r
+        .gpus
+        .iter()
+        .filter_map(|g| g.mem_total_bytes)
+        .max()
+        .map(|b| b as f64 / (1u64 << 30) as f64);
+    s.push_str("<h2>GPU memory</h2><p class=\"meta\">A full memory bar is not a bottleneck by itself: PyTorch's caching allocator keeps freed blocks reserved. Utilization above says whether the GPU is busy.</p><div class=\"chart\">");
+    let mem: Vec<(String, Vec<(f64, f64)>)> = se
+        .gpu_mem_gib
+        .iter()
+        .map(|(i, b)| (format!("GPU {i} used"), b.points()))
+        .collect();
+    s.push_str(&chart::lines_on(
+        &match total {
+            Some(t) => format!("GPU memory used (GiB of {t:.1} GiB)"),
+            None => "GPU memory used (GiB)".into(),
+        },
+        "GiB",
+        &mem,
+        total,
+        t_end,
+        (WIDTH, 220),
+    )?);
+    s.push_str("</div>");
+    Ok(())
+}
+
+/// CPU busy per core as a heat strip, and busy cores of the job against the whole machine.
+fn cpu_charts(s: &mut String, se: &RecordingSeries, t_end: Option<f64>) -> Result<(), HtmlError> {
+    s.push_str("<h2>CPU per core</h2><p class=\"meta\">A few saturated rows with the rest idle is a CPU-bound input pipeline with too few workers.</p>");
+    let _ = write!(
+        s,
+        "<div class=\"meta\" style=\"display:flex;align-items:center;gap:6px;margin:4px 0 4px 72px\">busy 0%<span style=\"display:inline-block;width:240px;height:12px;border:1px solid #ccc;background:linear-gradient(to right,{},{},{})\"></span>100%</div>",
+        chart::heat_css(0.0),
+        chart::heat_css(50.0),
+        chart::heat_css(100.0)
+    );
+    s.push_str("<div class=\"chart\">");
+    let h = (se.cpu_cores.len() as u32 * 12).clamp(120, 800) + 60;
+    s.push_str(&chart::heat_strip_on(
+        "CPU busy per core (%)",
+        &se.cpu_cores,
+        t_end,
+        (WIDTH, h),
+    )?);
+    s.push_str("</div>");
+    let mut busy = vec![("whole machine".to_string(), se.host_cores_busy.points())];
+    if !se.job_cores_busy.points().is_empty() {
+        busy.push((
+            "the job's processes".to_string(),
+            se.job_cores_busy.points(),
+        ));
+    }
+    s.push_str("<div class=\"chart\">");
+    s.push_str(&chart::lines_on(
+        "Busy cores: the job and the whole machine",
+        "cores",
+        &busy,
+        Some(se.cpu_cores.len() as f64),
+        t_end,
+        (WIDTH, 220),
+    )?);
+    s.push_str("</div>");
+    Ok(())
+}
+
+/// PCIe traffic per GPU and direction, with each link's capacity.
+fn pcie_chart(
+    s: &mut String,
+    r: &DiagnoseReport,
+    se: &RecordingSeries,
+    t_end: Option<f64>,
+) -> Result<(), HtmlError> {
+    let mut pcie: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for (i, b) in &se.pcie_rx {
+        pcie.push((format!("GPU {i} host to device"), b.points()));
+    }
+    for (i, b) in &se.pcie_tx {
+        pcie.push((format!("GPU {i} device to host"), b.points()));
+    }
+    if !pcie.is_empty() {
+        let mut top: Option<f64> = None;
+        for g in &r.gpus {
+            if let Some(c) = g
+                .pcie
+                .capacity_current_bytes_per_s
+                .or(g.pcie.capacity_max_bytes_per_s)
+            {
+                let gbps = c / 1e9;
+                let end = t_end.unwrap_or(1.0);
+                pcie.push((
+                    format!(
+                        "GPU {} link capacity ({gbps:.1} GB/s{})",
+                        g.index,
+                        match (g.pcie.gen_current, g.pcie.width_current) {
+                            (Some(gen), Some(w)) => format!(", gen {gen} x{w}"),
+                            _ => String::new(),
+                        }
+                    ),
+                    vec![(0.0, gbps), (end, gbps)],
+                ));
+                top = Some(top.unwrap_or(0.0).max(gbps * 1.1));
+            }
+        }
+        s.push_str("<h2>PCIe</h2><div class=\"chart\">");
+        s.push_str(&chart::lines_on(
+            "PCIe traffic (GB/s)",
+            "GB/s",
+            &pcie,
+            top,
+            t_end,
+            (WIDTH, 260),
+        )?);
+        s.push_str("</div>");
+    }
+    Ok(())
 }
 
 /// What `--dataloader` / `--torch` overrode (and could not), as a list.

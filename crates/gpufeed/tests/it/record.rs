@@ -411,9 +411,10 @@ fn sigterm_is_forwarded_to_the_whole_tree() {
         ],
         &out,
     );
-    // Wait until the recorder has seen the whole tree (root + 2 sleeps).
+    // Wait until the recorder has seen the whole tree (root + 2 sleeps); a loaded machine can
+    // take seconds to start the three processes and flush the lines.
     let mut pids = Vec::new();
-    for _ in 0..100 {
+    for _ in 0..400 {
         pids.clear();
         // The file exists, empty, until the header is written.
         let _ = read_recording(&out, |_, l| {
