@@ -517,12 +517,24 @@ fn figures(s: &Summary) -> Figures {
     )
 }
 
+/// A trial's job while it runs: the job, its recording, and what its output said.
+struct Running {
+    job: Job,
+    recorder: crate::record::recorder::Recorder,
+    obs: Arc<Mutex<Obs>>,
+    readers: Vec<JoinHandle<()>>,
+    socket: Arc<StepSocket>,
+    t0: Instant,
+    start_ns: u64,
+    has_gpu: bool,
+}
+
 /// Runs one trial. `interrupt` (set by a Ctrl-C handler) stops it early; `on_tick` is called about
 /// four times a second with the live estimate.
 pub fn run_trial(
     spec: &TrialSpec,
     interrupt: &AtomicBool,
-    mut on_tick: impl FnMut(&Live),
+    on_tick: impl FnMut(&Live),
 ) -> Result<TrialOutcome, TuneError> {
     let socket = Arc::new(StepSocket::open().map_err(TuneError::Socket)?);
     let prepared = Prepared::new(RecorderConfig {
@@ -535,12 +547,84 @@ pub fn run_trial(
         steps: Some(Arc::clone(&socket)),
     })?;
     let gpu_error = gpu_error(&prepared);
-    let has_gpu = gpu_error.is_none();
     let injection = match &spec.inject {
         Some(r) => Some(crate::inject::Injection::prepare(r).map_err(TuneError::Inject)?),
         None => None,
     };
-    let env = job_env(spec, injection.as_ref(), &socket);
+    let mut run = start(
+        spec,
+        prepared,
+        socket,
+        injection.as_ref(),
+        gpu_error.is_none(),
+    )?;
+    let tree = run.recorder.tree_pids();
+    let (status, ended) = watch(spec, &mut run, interrupt, on_tick)?;
+    let t_stop = run.t0.elapsed().as_secs_f64();
+    let extra = tree.lock().map(|p| p.clone()).unwrap_or_default();
+    let (exit, stop_signal) = run.job.stop_tree(&extra, spec.grace)?;
+    let exit = ended.unwrap_or(exit);
+    join_readers(std::mem::take(&mut run.readers));
+    let duration_s = run.t0.elapsed().as_secs_f64();
+    let overrides = injection.as_ref().map(|i| i.read());
+    if let Some(o) = &overrides {
+        run.recorder.write_line(Line::Overrides(OverridesLine {
+            t_s: run.recorder.elapsed_s(),
+            overrides: o.overrides.clone(),
+            notes: o.notes.clone(),
+        }));
+    }
+    let path = run.recorder.finish(End {
+        exit_code: exit.code(),
+        signal: exit.signal(),
+        reason: Some(end_reason(status).into()),
+        ..Default::default()
+    })?;
+    let (summary, gpu) = trial_figures(&path, run.has_gpu);
+    let marks = run.socket.marks();
+    let obs = run
+        .obs
+        .lock()
+        .map(|mut o| std::mem::take(&mut *o))
+        .unwrap_or_default();
+    let series = pick_series(spec, &marks, run.start_ns, &obs, &gpu, t_stop);
+    let (throughput, data_wait_fraction, data_wait_source) =
+        throughput_and_wait(spec, series.as_ref(), &path);
+    let (util, mem_max, mem_total, cpu, rss) = summary.as_ref().map(figures).unwrap_or_default();
+    Ok(TrialOutcome {
+        throughput,
+        exit: TrialExit {
+            status,
+            code: exit.code(),
+            signal: exit.signal(),
+            stop_signal,
+        },
+        duration_s,
+        last_lines: obs.last.into_iter().map(|(l, _)| l).collect(),
+        oom_line: obs.oom,
+        gpu_util_mean_pct: util,
+        gpu_mem_max_bytes: mem_max,
+        gpu_mem_total_bytes: mem_total,
+        data_wait_fraction,
+        data_wait_source,
+        job_cpu_mean_pct: cpu,
+        job_rss_max_bytes: rss,
+        recording: path,
+        gpu_error,
+        overrides,
+    })
+}
+
+/// Starts the job with its recorder and output readers; on an error after the job started,
+/// the job is stopped.
+fn start(
+    spec: &TrialSpec,
+    prepared: Prepared,
+    socket: Arc<StepSocket>,
+    injection: Option<&crate::inject::Injection>,
+    has_gpu: bool,
+) -> Result<Running, TuneError> {
+    let env = job_env(spec, injection, &socket);
     let t0 = Instant::now();
     let start_ns = monotonic_ns();
     let opts = SpawnOpts {
@@ -580,49 +664,66 @@ pub fn run_trial(
         }
         Ok::<_, TuneError>((recorder, obs, readers))
     })();
-    let (recorder, obs, readers) = match started {
-        Ok(x) => x,
+    match started {
+        Ok((recorder, obs, readers)) => Ok(Running {
+            job,
+            recorder,
+            obs,
+            readers,
+            socket,
+            t0,
+            start_ns,
+            has_gpu,
+        }),
         Err(e) => {
             let _ = job.stop_tree(&[], spec.grace);
-            return Err(e);
+            Err(e)
         }
-    };
-    let tree = recorder.tree_pids();
+    }
+}
 
+/// Waits for the trial to end: interrupted, the job exited, `--max-time`, or steady after
+/// `--min-time`; re-estimates four times a second and tells `on_tick`.
+fn watch(
+    spec: &TrialSpec,
+    run: &mut Running,
+    interrupt: &AtomicBool,
+    mut on_tick: impl FnMut(&Live),
+) -> Result<(Status, Option<JobExit>), TuneError> {
     let mut gpu: Vec<(f64, f64)> = Vec::new();
     let mut last_gpu_read = Instant::now();
     let mut last_eval = Instant::now();
-    let (status, ended) = loop {
+    loop {
         std::thread::sleep(Duration::from_millis(50));
         if interrupt.load(Ordering::SeqCst) {
-            break (Status::Interrupted, None);
+            return Ok((Status::Interrupted, None));
         }
-        if let Some(x) = job.try_wait()? {
+        if let Some(x) = run.job.try_wait()? {
             let st = match x {
                 JobExit::Code(0) => Status::Exited,
                 _ => Status::Failed,
             };
-            break (st, Some(x));
+            return Ok((st, Some(x)));
         }
-        let elapsed = t0.elapsed();
+        let elapsed = run.t0.elapsed();
         if elapsed >= spec.max_time {
-            break (Status::MaxTime, None);
+            return Ok((Status::MaxTime, None));
         }
         if last_eval.elapsed() < Duration::from_millis(250) {
             continue;
         }
         last_eval = Instant::now();
         let el = elapsed.as_secs_f64();
-        let marks = socket.marks();
+        let marks = run.socket.marks();
         let need_gpu =
-            has_gpu && marks.len() < 3 && last_gpu_read.elapsed() >= Duration::from_secs(1);
+            run.has_gpu && marks.len() < 3 && last_gpu_read.elapsed() >= Duration::from_secs(1);
         if need_gpu {
             gpu = gpu_util_series(&spec.recording);
             last_gpu_read = Instant::now();
         }
         let series = {
-            let o = obs.lock().unwrap_or_else(|e| e.into_inner());
-            pick_series(spec, &marks, start_ns, &o, &gpu, el)
+            let o = run.obs.lock().unwrap_or_else(|e| e.into_inner());
+            pick_series(spec, &marks, run.start_ns, &o, &gpu, el)
         };
         let est = series
             .as_ref()
@@ -637,47 +738,25 @@ pub fn run_trial(
                 .filter(|r| r.is_finite()),
         });
         if elapsed >= spec.min_time && est.as_ref().is_some_and(|(_, e)| e.steady) {
-            break (Status::Steady, None);
+            return Ok((Status::Steady, None));
         }
-    };
-    let t_stop = t0.elapsed().as_secs_f64();
-    let extra = tree.lock().map(|p| p.clone()).unwrap_or_default();
-    let (exit, stop_signal) = job.stop_tree(&extra, spec.grace)?;
-    let exit = ended.unwrap_or(exit);
-    join_readers(readers);
-    let duration_s = t0.elapsed().as_secs_f64();
-    let overrides = injection.as_ref().map(|i| i.read());
-    if let Some(o) = &overrides {
-        recorder.write_line(Line::Overrides(OverridesLine {
-            t_s: recorder.elapsed_s(),
-            overrides: o.overrides.clone(),
-            notes: o.notes.clone(),
-        }));
     }
-    let path = recorder.finish(End {
-        exit_code: exit.code(),
-        signal: exit.signal(),
-        reason: Some(end_reason(status).into()),
-        ..Default::default()
-    })?;
-    let (summary, gpu) = trial_figures(&path, has_gpu);
-    let marks = socket.marks();
-    drop(socket);
-    let obs = obs
-        .lock()
-        .map(|mut o| std::mem::take(&mut *o))
-        .unwrap_or_default();
-    let series = pick_series(spec, &marks, start_ns, &obs, &gpu, t_stop);
-    let est = series
-        .as_ref()
-        .and_then(|s| estimate(&s.intervals, spec.rel_tol).map(|e| (s, e)));
+}
+
+/// The trial's throughput from its series, and its data wait: the step markers' when they
+/// timed it, else the Python stacks' estimate from the recording when they were sampled.
+fn throughput_and_wait(
+    spec: &TrialSpec,
+    series: Option<&Series>,
+    recording: &std::path::Path,
+) -> (Option<Throughput>, Option<f64>, Option<WaitSource>) {
+    let est = series.and_then(|s| estimate(&s.intervals, spec.rel_tol).map(|e| (s, e)));
     let throughput = est.as_ref().map(|(s, e)| throughput_of(s, e, spec.batch));
     let probe_wait = est.as_ref().and_then(|(s, e)| data_wait(s, e));
-    // Without markers: the stacks' estimate, when they were sampled.
-    let (data_wait_fraction, data_wait_source) = match probe_wait {
+    let (wait, source) = match probe_wait {
         Some(w) => (Some(w), Some(WaitSource::StepProbe)),
         None if spec.py.is_some() => {
-            let w = crate::diagnose::report_for_recording(&path)
+            let w = crate::diagnose::report_for_recording(recording)
                 .ok()
                 .and_then(|r| r.python?.data_wait_pct)
                 .map(|p| (p / 100.0).clamp(0.0, 1.0));
@@ -685,30 +764,7 @@ pub fn run_trial(
         }
         None => (None, None),
     };
-
-    let (util, mem_max, mem_total, cpu, rss) = summary.as_ref().map(figures).unwrap_or_default();
-    Ok(TrialOutcome {
-        throughput,
-        exit: TrialExit {
-            status,
-            code: exit.code(),
-            signal: exit.signal(),
-            stop_signal,
-        },
-        duration_s,
-        last_lines: obs.last.into_iter().map(|(l, _)| l).collect(),
-        oom_line: obs.oom,
-        gpu_util_mean_pct: util,
-        gpu_mem_max_bytes: mem_max,
-        gpu_mem_total_bytes: mem_total,
-        data_wait_fraction,
-        data_wait_source,
-        job_cpu_mean_pct: cpu,
-        job_rss_max_bytes: rss,
-        recording: path,
-        gpu_error,
-        overrides,
-    })
+    (throughput, wait, source)
 }
 
 #[cfg(test)]
