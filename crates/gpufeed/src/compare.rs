@@ -177,8 +177,44 @@ fn mean_of(xs: impl Iterator<Item = f64>) -> Option<f64> {
 
 /// Two recordings (or logs) diagnosed.
 pub fn recordings(before: &DiagnoseReport, after: &DiagnoseReport) -> Comparison {
+    let mut notes = Vec::new();
+    let names = |r: &DiagnoseReport| -> Vec<String> {
+        r.gpus.iter().filter_map(|g| g.name.clone()).collect()
+    };
+    if names(before) != names(after) && !names(before).is_empty() && !names(after).is_empty() {
+        notes.push(format!(
+            "The GPUs differ ({} before, {} after): the figures compare machines as well as settings.",
+            names(before).join(", "),
+            names(after).join(", ")
+        ));
+    }
+    let speedup = recording_speedup(before, after);
+    if speedup.is_none() {
+        notes
+            .push("No speed-up: neither a step rate nor GPU utilization is in both inputs.".into());
+    }
+    let (b, a) = (rec_side(before), rec_side(after));
+    Comparison {
+        schema_version: SCHEMA_VERSION,
+        kind: InputKind::Recording,
+        verdict: verdict_change(&b, &a),
+        before: b,
+        after: a,
+        speedup,
+        changes: recording_changes(before, after),
+        notes,
+    }
+}
+
+/// The pooled GPU busy share in percent, as the verdict measured it.
+fn busy_pct(r: &DiagnoseReport) -> Option<f64> {
+    r.verdict.gpu_busy_fraction.map(|f| f * 100.0)
+}
+
+/// Two diagnoses' figures side by side (those either side has).
+fn recording_changes(before: &DiagnoseReport, after: &DiagnoseReport) -> Vec<Change> {
+    let busy = busy_pct;
     let util = |r: &DiagnoseReport| mean_of(r.gpus.iter().filter_map(|g| g.util_mean_pct));
-    let busy = |r: &DiagnoseReport| r.verdict.gpu_busy_fraction.map(|f| f * 100.0);
     let low = |r: &DiagnoseReport| {
         mean_of(r.gpus.iter().filter_map(|g| g.low_util_fraction)).map(|f| f * 100.0)
     };
@@ -278,22 +314,17 @@ pub fn recordings(before: &DiagnoseReport, after: &DiagnoseReport) -> Comparison
         ),
     ];
     changes.retain(|c| c.before.is_some() || c.after.is_some());
-    let mut notes = Vec::new();
-    let names = |r: &DiagnoseReport| -> Vec<String> {
-        r.gpus.iter().filter_map(|g| g.name.clone()).collect()
-    };
-    if names(before) != names(after) && !names(before).is_empty() && !names(after).is_empty() {
-        notes.push(format!(
-            "The GPUs differ ({} before, {} after): the figures compare machines as well as settings.",
-            names(before).join(", "),
-            names(after).join(", ")
-        ));
-    }
+    changes
+}
+
+/// The whole job's wall time ratio when both ran to completion, else the GPU busy share's.
+fn recording_speedup(before: &DiagnoseReport, after: &DiagnoseReport) -> Option<Speedup> {
+    let busy = busy_pct;
     // A speed-up needs a rate of work. Recordings carry none yet, so the whole job's wall time
     // stands in when both recordings are of jobs that ran to completion (same work assumed);
     // failing that, the GPU's busy share (a proxy, said so).
     let whole = |r: &DiagnoseReport| r.job.exit_code == Some(0) && r.duration_s > 0.0;
-    let speedup = if whole(before) && whole(after) {
+    if whole(before) && whole(after) {
         Some(Speedup {
             value: round(before.duration_s / after.duration_s, 3),
             metric: "job_duration".into(),
@@ -316,21 +347,6 @@ pub fn recordings(before: &DiagnoseReport, after: &DiagnoseReport) -> Comparison
             }),
             _ => None,
         }
-    };
-    if speedup.is_none() {
-        notes
-            .push("No speed-up: neither a step rate nor GPU utilization is in both inputs.".into());
-    }
-    let (b, a) = (rec_side(before), rec_side(after));
-    Comparison {
-        schema_version: SCHEMA_VERSION,
-        kind: InputKind::Recording,
-        verdict: verdict_change(&b, &a),
-        before: b,
-        after: a,
-        speedup,
-        changes,
-        notes,
     }
 }
 
@@ -362,6 +378,27 @@ pub fn traces(
     after: &TraceSummary,
     after_findings: &[Finding],
 ) -> Comparison {
+    let speedup = step_speedup(before, after);
+    let notes = trace_notes(before, after, speedup.as_ref());
+    let (bs, as_) = (
+        trace_side(before, before_findings),
+        trace_side(after, after_findings),
+    );
+    Comparison {
+        schema_version: SCHEMA_VERSION,
+        kind: InputKind::Trace,
+        verdict: verdict_change(&bs, &as_),
+        before: bs,
+        after: as_,
+        speedup,
+        changes: trace_changes(before, after),
+        notes,
+    }
+}
+
+/// Per-step figures of two traces side by side: step time, GPU busy, data wait, each time
+/// category, copies, tensor cores.
+fn trace_changes(before: &TraceSummary, after: &TraceSummary) -> Vec<Change> {
     let ms = |x: f64| x / 1000.0;
     let b = &before.breakdown;
     let a = &after.breakdown;
@@ -469,7 +506,12 @@ pub fn traces(
             Better::Higher,
         ));
     }
-    let mut notes = Vec::new();
+    changes
+}
+
+/// The ratio of mean step times with its 95% interval (Welch), when both traces have steps.
+fn step_speedup(before: &TraceSummary, after: &TraceSummary) -> Option<Speedup> {
+    let ms = |x: f64| x / 1000.0;
     let step_times = |t: &TraceSummary| -> Vec<f64> {
         t.steps
             .iter()
@@ -478,7 +520,7 @@ pub fn traces(
             .collect()
     };
     let (sb, sa) = (step_times(before), step_times(after));
-    let speedup = match (mean_se(&sb), mean_se(&sa)) {
+    match (mean_se(&sb), mean_se(&sa)) {
         (Some((mb, seb)), Some((ma, sea))) if mb > 0.0 && ma > 0.0 => {
             let ci = match (seb, sea) {
                 (Some(x), Some(y)) => {
@@ -510,7 +552,16 @@ pub fn traces(
             })
         }
         _ => None,
-    };
+    }
+}
+
+/// What makes two traces less comparable: steps found differently, other GPUs, too few steps.
+fn trace_notes(
+    before: &TraceSummary,
+    after: &TraceSummary,
+    speedup: Option<&Speedup>,
+) -> Vec<String> {
+    let mut notes = Vec::new();
     if before.step_source != after.step_source {
         notes.push(format!(
             "Steps were found differently ({} before, {} after): step times may not measure the same work.",
@@ -525,26 +576,13 @@ pub fn traces(
             ));
         }
     }
-    if speedup.as_ref().is_some_and(|s| s.ci95.is_none()) {
+    if speedup.is_some_and(|s| s.ci95.is_none()) {
         notes.push(
             "Too few steps for an interval: profile more steps (schedule(active=N)) for one."
                 .into(),
         );
     }
-    let (bs, as_) = (
-        trace_side(before, before_findings),
-        trace_side(after, after_findings),
-    );
-    Comparison {
-        schema_version: SCHEMA_VERSION,
-        kind: InputKind::Trace,
-        verdict: verdict_change(&bs, &as_),
-        before: bs,
-        after: as_,
-        speedup,
-        changes,
-        notes,
-    }
+    notes
 }
 
 // ---------- sweeps ----------
@@ -595,6 +633,33 @@ pub fn sweeps(
     after: &SweepReport,
 ) -> Comparison {
     let (pb, pa) = (sweep_pick(before), sweep_pick(after));
+    let mut notes = Vec::new();
+    let speedup = sweep_speedup(pb, pa, &mut notes);
+    let (bs, as_) = (
+        sweep_side(before_path, before),
+        sweep_side(after_path, after),
+    );
+    Comparison {
+        schema_version: SCHEMA_VERSION,
+        kind: InputKind::Sweep,
+        verdict: verdict_change(&bs, &as_),
+        before: bs,
+        after: as_,
+        speedup,
+        changes: sweep_changes(before, after, pb, pa),
+        notes,
+    }
+}
+
+type Trial = crate::tune::sweep::TrialResult;
+
+/// The picks' figures side by side, then the throughput of every setting both sweeps tried.
+fn sweep_changes(
+    before: &SweepReport,
+    after: &SweepReport,
+    pb: Option<&Trial>,
+    pa: Option<&Trial>,
+) -> Vec<Change> {
     let get =
         |t: Option<&crate::tune::sweep::TrialResult>,
          f: &dyn Fn(&crate::tune::sweep::TrialResult) -> Option<f64>| t.and_then(f);
@@ -671,8 +736,16 @@ pub fn sweeps(
             }
         }
     }
-    let mut notes = Vec::new();
-    let speedup = match (
+    changes
+}
+
+/// The ratio of the picks' throughputs with its interval; what stands in the way goes to `notes`.
+fn sweep_speedup(
+    pb: Option<&Trial>,
+    pa: Option<&Trial>,
+    notes: &mut Vec<String>,
+) -> Option<Speedup> {
+    match (
         pb.and_then(|t| t.throughput.as_ref()),
         pa.and_then(|t| t.throughput.as_ref()),
     ) {
@@ -724,20 +797,6 @@ pub fn sweeps(
             notes.push("One of the sweeps has no trial with a throughput: no speed-up.".into());
             None
         }
-    };
-    let (bs, as_) = (
-        sweep_side(before_path, before),
-        sweep_side(after_path, after),
-    );
-    Comparison {
-        schema_version: SCHEMA_VERSION,
-        kind: InputKind::Sweep,
-        verdict: verdict_change(&bs, &as_),
-        before: bs,
-        after: as_,
-        speedup,
-        changes,
-        notes,
     }
 }
 
