@@ -140,33 +140,75 @@ pub fn encode_state_labeled(st: &LiveState, labels: &[(String, String)]) -> Stri
     let gpus_n = Gauge::<i64>::default();
     reg.register("gpufeed_gpus", help("gpufeed_gpus"), gpus_n.clone());
     gpus_n.set(st.gpus.len() as i64);
-
-    let util = gauge(&mut reg, "DCGM_FI_DEV_GPU_UTIL");
-    let mem_util = gauge(&mut reg, "DCGM_FI_DEV_MEM_COPY_UTIL");
-    let fb_used = gauge(&mut reg, "DCGM_FI_DEV_FB_USED");
-    let fb_free = gauge(&mut reg, "DCGM_FI_DEV_FB_FREE");
-    let clock = gauge(&mut reg, "DCGM_FI_DEV_SM_CLOCK");
-    let power = gauge(&mut reg, "DCGM_FI_DEV_POWER_USAGE");
-    let temp = gauge(&mut reg, "DCGM_FI_DEV_GPU_TEMP");
-    let busy = gauge(&mut reg, "gpufeed_gpu_busy_ratio");
-    let osc = gauge(&mut reg, "gpufeed_gpu_util_oscillation_strength");
-    let osc_p = gauge(&mut reg, "gpufeed_gpu_util_oscillation_period_seconds");
-    let starve = gauge(&mut reg, "gpufeed_data_starvation_score");
-    let rx_rate = gauge(&mut reg, "gpufeed_pcie_rx_bytes_per_second");
-    let tx_rate = gauge(&mut reg, "gpufeed_pcie_tx_bytes_per_second");
-    let rx_total = counter(&mut reg, "gpufeed_pcie_rx_bytes_total");
-    let tx_total = counter(&mut reg, "gpufeed_pcie_tx_bytes_total");
-    let thr = counter(&mut reg, "gpufeed_throttle_seconds_total");
-    let link_gen = gauge(&mut reg, "DCGM_FI_DEV_PCIE_LINK_GEN");
-    let link_width = gauge(&mut reg, "DCGM_FI_DEV_PCIE_LINK_WIDTH");
-    let link_max_gen = gauge(&mut reg, "gpufeed_pcie_link_max_gen");
-    let link_max_width = gauge(&mut reg, "gpufeed_pcie_link_max_width");
-
-    let host = st.hostname.as_str();
+    // Families are exposed in the order they are registered here.
+    let gpu = GpuFamilies::register(&mut reg);
     for g in &st.gpus {
+        gpu.set(st, g);
+    }
+    verdict_series(&mut reg, st);
+    host_series(&mut reg, st);
+    job_series(&mut reg, st);
+    let mut out = String::with_capacity(16 * 1024);
+    // Writing to a String cannot fail.
+    let _ = encode(&mut out, &reg);
+    out
+}
+
+/// The per-GPU families (DCGM's names where DCGM has the field).
+struct GpuFamilies {
+    util: GaugeF,
+    mem_util: GaugeF,
+    fb_used: GaugeF,
+    fb_free: GaugeF,
+    clock: GaugeF,
+    power: GaugeF,
+    temp: GaugeF,
+    busy: GaugeF,
+    osc: GaugeF,
+    osc_p: GaugeF,
+    starve: GaugeF,
+    rx_rate: GaugeF,
+    tx_rate: GaugeF,
+    rx_total: CounterF,
+    tx_total: CounterF,
+    thr: CounterF,
+    link_gen: GaugeF,
+    link_width: GaugeF,
+    link_max_gen: GaugeF,
+    link_max_width: GaugeF,
+}
+
+impl GpuFamilies {
+    fn register(reg: &mut Registry) -> Self {
+        GpuFamilies {
+            util: gauge(reg, "DCGM_FI_DEV_GPU_UTIL"),
+            mem_util: gauge(reg, "DCGM_FI_DEV_MEM_COPY_UTIL"),
+            fb_used: gauge(reg, "DCGM_FI_DEV_FB_USED"),
+            fb_free: gauge(reg, "DCGM_FI_DEV_FB_FREE"),
+            clock: gauge(reg, "DCGM_FI_DEV_SM_CLOCK"),
+            power: gauge(reg, "DCGM_FI_DEV_POWER_USAGE"),
+            temp: gauge(reg, "DCGM_FI_DEV_GPU_TEMP"),
+            busy: gauge(reg, "gpufeed_gpu_busy_ratio"),
+            osc: gauge(reg, "gpufeed_gpu_util_oscillation_strength"),
+            osc_p: gauge(reg, "gpufeed_gpu_util_oscillation_period_seconds"),
+            starve: gauge(reg, "gpufeed_data_starvation_score"),
+            rx_rate: gauge(reg, "gpufeed_pcie_rx_bytes_per_second"),
+            tx_rate: gauge(reg, "gpufeed_pcie_tx_bytes_per_second"),
+            rx_total: counter(reg, "gpufeed_pcie_rx_bytes_total"),
+            tx_total: counter(reg, "gpufeed_pcie_tx_bytes_total"),
+            thr: counter(reg, "gpufeed_throttle_seconds_total"),
+            link_gen: gauge(reg, "DCGM_FI_DEV_PCIE_LINK_GEN"),
+            link_width: gauge(reg, "DCGM_FI_DEV_PCIE_LINK_WIDTH"),
+            link_max_gen: gauge(reg, "gpufeed_pcie_link_max_gen"),
+            link_max_width: gauge(reg, "gpufeed_pcie_link_max_width"),
+        }
+    }
+
+    /// One GPU's series; a value not read is left out, not 0.
+    fn set(&self, st: &LiveState, g: &crate::live::GpuLive) {
         let idx = g.index.to_string();
         let uuid = g.uuid.as_deref().unwrap_or("");
-        let labels = l(&[("gpu", &idx), ("uuid", uuid), ("hostname", host)]);
+        let labels = l(&[("gpu", &idx), ("uuid", uuid), ("hostname", &st.hostname)]);
         let set = |f: &GaugeF, v: Option<f64>| {
             if let Some(v) = v.filter(|v| v.is_finite()) {
                 f.get_or_create(&labels).set(v);
@@ -174,38 +216,47 @@ pub fn encode_state_labeled(st: &LiveState, labels: &[(String, String)]) -> Stri
         };
         let last = g.last.as_ref();
         set(
-            &util,
+            &self.util,
             st.util_mean(g, 1.0).or(last.and_then(|s| s.util_pct)),
         );
-        set(&mem_util, last.and_then(|s| s.mem_util_pct));
+        set(&self.mem_util, last.and_then(|s| s.mem_util_pct));
         let used = last.and_then(|s| s.mem_used_bytes);
-        set(&fb_used, used.map(|b| (b as f64 / MIB).round()));
+        set(&self.fb_used, used.map(|b| (b as f64 / MIB).round()));
         set(
-            &fb_free,
+            &self.fb_free,
             used.zip(g.mem_total_bytes)
                 .map(|(u, t)| (t.saturating_sub(u) as f64 / MIB).round()),
         );
-        set(&clock, last.and_then(|s| s.sm_clock_mhz).map(f64::from));
-        set(&power, last.and_then(|s| s.power_w));
-        set(&temp, last.and_then(|s| s.temperature_c).map(f64::from));
+        set(
+            &self.clock,
+            last.and_then(|s| s.sm_clock_mhz).map(f64::from),
+        );
+        set(&self.power, last.and_then(|s| s.power_w));
+        set(
+            &self.temp,
+            last.and_then(|s| s.temperature_c).map(f64::from),
+        );
         let ev = st.gpu_evidence(g.index);
-        set(&busy, ev.and_then(|e| e.busy_fraction));
+        set(&self.busy, ev.and_then(|e| e.busy_fraction));
         if let Some(e) = ev.filter(|e| e.util_samples > 0) {
-            set(&osc, Some(e.periodicity.map_or(0.0, |p| p.strength)));
-            set(&osc_p, e.periodicity.map(|p| p.period_s));
+            set(&self.osc, Some(e.periodicity.map_or(0.0, |p| p.strength)));
+            set(&self.osc_p, e.periodicity.map(|p| p.period_s));
         }
-        set(&starve, st.starvation_score(g.index));
-        set(&link_gen, last.and_then(|s| s.pcie_gen).map(f64::from));
-        set(&link_width, last.and_then(|s| s.pcie_width).map(f64::from));
-        set(&link_max_gen, g.pcie_max_gen.map(f64::from));
-        set(&link_max_width, g.pcie_max_width.map(f64::from));
-        set(&rx_rate, g.pcie_rx_bytes_per_s);
-        set(&tx_rate, g.pcie_tx_bytes_per_s);
+        set(&self.starve, st.starvation_score(g.index));
+        set(&self.link_gen, last.and_then(|s| s.pcie_gen).map(f64::from));
+        set(
+            &self.link_width,
+            last.and_then(|s| s.pcie_width).map(f64::from),
+        );
+        set(&self.link_max_gen, g.pcie_max_gen.map(f64::from));
+        set(&self.link_max_width, g.pcie_max_width.map(f64::from));
+        set(&self.rx_rate, g.pcie_rx_bytes_per_s);
+        set(&self.tx_rate, g.pcie_tx_bytes_per_s);
         if let Some(v) = g.pcie_rx_bytes_total {
-            rx_total.get_or_create(&labels).inc_by(v);
+            self.rx_total.get_or_create(&labels).inc_by(v);
         }
         if let Some(v) = g.pcie_tx_bytes_total {
-            tx_total.get_or_create(&labels).inc_by(v);
+            self.tx_total.get_or_create(&labels).inc_by(v);
         }
         if g.throttle_observed_s > 0.0 {
             for reason in [
@@ -217,17 +268,22 @@ pub fn encode_state_labeled(st: &LiveState, labels: &[(String, String)]) -> Stri
             ] {
                 let mut lr = labels.clone();
                 lr.push(("reason".into(), reason.into()));
-                thr.get_or_create(&lr)
+                self.thr
+                    .get_or_create(&lr)
                     .inc_by(g.throttle_s.get(reason).copied().unwrap_or(0.0));
             }
         }
     }
+}
 
-    let verdict = gauge(&mut reg, "gpufeed_verdict");
-    let conf = gauge(&mut reg, "gpufeed_verdict_confidence");
-    let wait = gauge(&mut reg, "gpufeed_data_wait_ratio");
-    let phase = gauge(&mut reg, "gpufeed_loop_phase_ratio");
-    let steps = gauge(&mut reg, "gpufeed_loop_steps_per_second");
+/// The verdict, the data wait, the loop's phase split and step rate.
+fn verdict_series(reg: &mut Registry, st: &LiveState) {
+    let host = st.hostname.as_str();
+    let verdict = gauge(reg, "gpufeed_verdict");
+    let conf = gauge(reg, "gpufeed_verdict_confidence");
+    let wait = gauge(reg, "gpufeed_data_wait_ratio");
+    let phase = gauge(reg, "gpufeed_loop_phase_ratio");
+    let steps = gauge(reg, "gpufeed_loop_steps_per_second");
     if let Some(r) = &st.report {
         // The probe's exact wait, else the stacks' estimate, else what a finding measured.
         let probe = r.steps.as_ref().and_then(|s| s.data_wait_pct);
@@ -260,8 +316,13 @@ pub fn encode_state_labeled(st: &LiveState, labels: &[(String, String)]) -> Stri
         conf.get_or_create(&l(&[("hostname", host)]))
             .set(r.verdict.confidence);
     }
-    let cpu = gauge(&mut reg, "gpufeed_host_cpu_busy_ratio");
-    let core = gauge(&mut reg, "gpufeed_host_cpu_core_busy_ratio");
+}
+
+/// The machine's CPU, whole and per core.
+fn host_series(reg: &mut Registry, st: &LiveState) {
+    let host = st.hostname.as_str();
+    let cpu = gauge(reg, "gpufeed_host_cpu_busy_ratio");
+    let core = gauge(reg, "gpufeed_host_cpu_core_busy_ratio");
     if let Some(h) = &st.host {
         if let Some(v) = h.cpu_total_pct {
             cpu.get_or_create(&l(&[("hostname", host)])).set(v / 100.0);
@@ -271,8 +332,13 @@ pub fn encode_state_labeled(st: &LiveState, labels: &[(String, String)]) -> Stri
                 .set(*v / 100.0);
         }
     }
-    let nprocs = gauge(&mut reg, "gpufeed_job_processes");
-    let pcpu = gauge(&mut reg, "gpufeed_job_process_cpu_ratio");
+}
+
+/// The job's process count and each process's CPU.
+fn job_series(reg: &mut Registry, st: &LiveState) {
+    let host = st.hostname.as_str();
+    let nprocs = gauge(reg, "gpufeed_job_processes");
+    let pcpu = gauge(reg, "gpufeed_job_process_cpu_ratio");
     if st.header.pid.is_some() {
         nprocs
             .get_or_create(&l(&[("hostname", host)]))
@@ -294,10 +360,6 @@ pub fn encode_state_labeled(st: &LiveState, labels: &[(String, String)]) -> Stri
             .set(c / 100.0);
         }
     }
-    let mut out = String::with_capacity(16 * 1024);
-    // Writing to a String cannot fail.
-    let _ = encode(&mut out, &reg);
-    out
 }
 
 #[cfg(test)]
