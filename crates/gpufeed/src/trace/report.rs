@@ -288,97 +288,7 @@ pub fn text_with(r: &Report, show_steps: bool, verbose: bool) -> String {
         }
     }
     for (i, t) in r.traces.iter().enumerate() {
-        if r.traces.len() > 1 {
-            let _ = writeln!(
-                o,
-                "\n== {} (rank {}) ==",
-                t.path,
-                t.rank.map(|x| x.to_string()).unwrap_or("?".into())
-            );
-        } else if i == 0 {
-            let _ = writeln!(
-                o,
-                "{}: {} events, {} steps ({})",
-                t.path,
-                t.events,
-                t.steps.len(),
-                t.step_source
-            );
-        }
-        let b = &t.breakdown;
-        let _ = writeln!(
-            o,
-            "step time {} ms; TensorBoard-plugin breakdown (each moment booked once, GPU work first): {}",
-            ms(b.total_us),
-            breakdown_line(b)
-        );
-        for d in &t.devices {
-            if d.kernels > 0 {
-                let _ = writeln!(
-                    o,
-                    "GPU {}{}: busy {:.0}% of the steps, {} kernels",
-                    d.device,
-                    d.name
-                        .as_ref()
-                        .map(|n| format!(" ({n})"))
-                        .unwrap_or_default(),
-                    d.busy_pct,
-                    d.kernels
-                );
-            }
-            for s in &d.streams {
-                let idle = s.host_wait_us + s.kernel_wait_us + s.other_us;
-                if idle > 0.0 {
-                    let _ = writeln!(
-                        o,
-                        "  stream {}: idle {} ms (host wait {:.0}%, kernel wait {:.0}%, other {:.0}%)",
-                        s.stream,
-                        ms(idle),
-                        pct(s.host_wait_us, idle),
-                        pct(s.kernel_wait_us, idle),
-                        pct(s.other_us, idle)
-                    );
-                }
-            }
-        }
-        if t.dataloader.calls > 0 {
-            let _ = writeln!(o, "{}", dataloader_line(t));
-        }
-        if let Some(l) = communication_line(t) {
-            let _ = writeln!(o, "{l}");
-        }
-        for c in t.copies.iter().take(4) {
-            let _ = writeln!(
-                o,
-                "copies {} {} -> {}: {} x, {}, {} ms, {:.1} GB/s",
-                c.direction,
-                c.src,
-                c.dst,
-                c.count,
-                crate::present::bytes(c.bytes.max(0.0) as u64),
-                ms(c.time_us),
-                c.bandwidth_gbps
-            );
-        }
-        if t.kernels.count > 0 {
-            let _ = writeln!(
-                o,
-                "kernels: {} ({:.0}% under 10 µs), tensor cores {:.0}% of kernel time, tensor-core-eligible ops {:.0}%",
-                t.kernels.count, t.kernels.short_kernel_pct, t.kernels.tensor_core_pct, t.kernels.tc_eligible_pct
-            );
-        }
-        if t.sync.calls > 0 || t.sync.cuda_sync_events > 0 {
-            let _ = writeln!(
-                o,
-                "sync: {} blocking calls, {} ms ({:.1}% of the span)",
-                t.sync.calls,
-                ms(t.sync.time_us),
-                t.sync.share_pct
-            );
-        }
-        if show_steps {
-            o.push_str(&steps_table(&t.steps, false));
-        }
+        trace_text(&mut o, r, i, t, show_steps);
     }
     if r.ranks.len() > 1 {
         let _ = writeln!(o, "\nranks:");
@@ -400,6 +310,113 @@ pub fn text_with(r: &Report, show_steps: bool, verbose: bool) -> String {
         }
     }
     let _ = writeln!(o);
+    findings_text(&mut o, r, verbose);
+    o
+}
+
+/// One trace: its step breakdown, GPUs and streams, DataLoader, communication, copies, kernels
+/// and syncs (and its steps with `show_steps`).
+fn trace_text(o: &mut String, r: &Report, i: usize, t: &TraceSummary, show_steps: bool) {
+    if r.traces.len() > 1 {
+        let _ = writeln!(
+            o,
+            "\n== {} (rank {}) ==",
+            t.path,
+            t.rank.map(|x| x.to_string()).unwrap_or("?".into())
+        );
+    } else if i == 0 {
+        let _ = writeln!(
+            o,
+            "{}: {} events, {} steps ({})",
+            t.path,
+            t.events,
+            t.steps.len(),
+            t.step_source
+        );
+    }
+    let b = &t.breakdown;
+    let _ = writeln!(
+        o,
+        "step time {} ms; TensorBoard-plugin breakdown (each moment booked once, GPU work first): {}",
+        ms(b.total_us),
+        breakdown_line(b)
+    );
+    devices_text(o, t);
+    if t.dataloader.calls > 0 {
+        let _ = writeln!(o, "{}", dataloader_line(t));
+    }
+    if let Some(l) = communication_line(t) {
+        let _ = writeln!(o, "{l}");
+    }
+    for c in t.copies.iter().take(4) {
+        let _ = writeln!(
+            o,
+            "copies {} {} -> {}: {} x, {}, {} ms, {:.1} GB/s",
+            c.direction,
+            c.src,
+            c.dst,
+            c.count,
+            crate::present::bytes(c.bytes.max(0.0) as u64),
+            ms(c.time_us),
+            c.bandwidth_gbps
+        );
+    }
+    if t.kernels.count > 0 {
+        let _ = writeln!(
+            o,
+            "kernels: {} ({:.0}% under 10 µs), tensor cores {:.0}% of kernel time, tensor-core-eligible ops {:.0}%",
+            t.kernels.count, t.kernels.short_kernel_pct, t.kernels.tensor_core_pct, t.kernels.tc_eligible_pct
+        );
+    }
+    if t.sync.calls > 0 || t.sync.cuda_sync_events > 0 {
+        let _ = writeln!(
+            o,
+            "sync: {} blocking calls, {} ms ({:.1}% of the span)",
+            t.sync.calls,
+            ms(t.sync.time_us),
+            t.sync.share_pct
+        );
+    }
+    if show_steps {
+        o.push_str(&steps_table(&t.steps, false));
+    }
+}
+
+/// Each GPU's busy share and each stream's idle time by cause.
+fn devices_text(o: &mut String, t: &TraceSummary) {
+    for d in &t.devices {
+        if d.kernels > 0 {
+            let _ = writeln!(
+                o,
+                "GPU {}{}: busy {:.0}% of the steps, {} kernels",
+                d.device,
+                d.name
+                    .as_ref()
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default(),
+                d.busy_pct,
+                d.kernels
+            );
+        }
+        for s in &d.streams {
+            let idle = s.host_wait_us + s.kernel_wait_us + s.other_us;
+            if idle > 0.0 {
+                let _ = writeln!(
+                    o,
+                    "  stream {}: idle {} ms (host wait {:.0}%, kernel wait {:.0}%, other {:.0}%)",
+                    s.stream,
+                    ms(idle),
+                    pct(s.host_wait_us, idle),
+                    pct(s.kernel_wait_us, idle),
+                    pct(s.other_us, idle)
+                );
+            }
+        }
+    }
+}
+
+/// The findings after the top fix, which is only named again.
+fn findings_text(o: &mut String, r: &Report, verbose: bool) {
     if !r.findings.is_empty() {
         let _ = writeln!(o, "findings (most important first):");
     }
@@ -425,7 +442,6 @@ pub fn text_with(r: &Report, show_steps: bool, verbose: bool) -> String {
         let _ = writeln!(o, "   evidence: {}", evidence_list(f, verbose));
         let _ = writeln!(o, "   fix: {}", f.recommendation);
     }
-    o
 }
 
 pub fn markdown(r: &Report, show_steps: bool) -> String {
