@@ -225,32 +225,7 @@ pub fn read_with(
     // A zstd recording is binary: its magic decides before the text checks.
     let zstd = reader::is_zstd(&head);
     if !zstd {
-        if head.iter().all(|b| b.is_ascii_whitespace()) {
-            if head.len() < HEAD_BYTES {
-                return Err(DiagnoseError::Empty {
-                    path: path.to_path_buf(),
-                });
-            }
-            return Err(DiagnoseError::Bad {
-                path: path.to_path_buf(),
-                detail: format!(
-                    "its first {} KiB are blank (spaces, newlines): not a format gpufeed reads; {FORMATS}",
-                    HEAD_BYTES >> 10
-                ),
-            });
-        }
-        if let Some(detail) = other_command(&head, path) {
-            return Err(DiagnoseError::Bad {
-                path: path.to_path_buf(),
-                detail,
-            });
-        }
-        if crate::sample::looks_binary(&head) {
-            return Err(DiagnoseError::Bad {
-                path: path.to_path_buf(),
-                detail: format!("binary data, not a format gpufeed reads; {FORMATS}"),
-            });
-        }
+        check_head(path, &head)?;
     }
     let format = match format {
         InputFormat::Auto if zstd => InputFormat::Recording,
@@ -262,7 +237,7 @@ pub fn read_with(
         }
         f => f,
     };
-    let mut source = Source {
+    let source = Source {
         path: path.display().to_string(),
         format,
         lines: 0,
@@ -274,37 +249,87 @@ pub fn read_with(
         // The head read above, then the rest from the same handle: a pipe (`<(ssh node cat
         // r.ndjson)`) is read once.
         let file = std::io::Cursor::new(head).chain(first_open);
-        let mut b = EvidenceBuilder::new();
-        let (h, st) = reader::read_from(path, file, (&mut b, extra)).map_err(|e| match e {
-            ReadError::Empty { .. } => DiagnoseError::Empty {
+        return read_recording(path, file, source, extra);
+    }
+    read_log_evidence(path, format, opts, source)
+}
+
+/// Refuses a text input's first bytes when they are blank, another command's input, or binary.
+fn check_head(path: &Path, head: &[u8]) -> Result<(), DiagnoseError> {
+    if head.iter().all(|b| b.is_ascii_whitespace()) {
+        if head.len() < HEAD_BYTES {
+            return Err(DiagnoseError::Empty {
                 path: path.to_path_buf(),
-            },
-            ReadError::Open { source, .. } => DiagnoseError::Open {
-                path: path.to_path_buf(),
-                reason: source.to_string(),
-            },
-            other => DiagnoseError::Bad {
-                path: path.to_path_buf(),
-                detail: other
-                    .to_string()
-                    .replace(&format!("{} ", path.display()), ""),
-            },
-        })?;
-        source.lines = st.lines;
-        source.malformed = st.malformed;
-        source.truncated = st.truncated;
-        source.unfinished = st.unfinished;
-        let evidence = b.finish(&h);
-        return Ok(ReadOutcome {
-            source,
-            hostname: h.host.hostname.clone(),
-            total_s: evidence.duration_s,
-            evidence,
-            phases: Vec::new(),
+            });
+        }
+        return Err(DiagnoseError::Bad {
+            path: path.to_path_buf(),
+            detail: format!(
+                "its first {} KiB are blank (spaces, newlines): not a format gpufeed reads; {FORMATS}",
+                HEAD_BYTES >> 10
+            ),
         });
     }
-    // Logs: a first pass finds the phases from the utilization alone, a second feeds the
-    // evidence with the active phases only, on a timeline with the other stretches cut out.
+    if let Some(detail) = other_command(head, path) {
+        return Err(DiagnoseError::Bad {
+            path: path.to_path_buf(),
+            detail,
+        });
+    }
+    if crate::sample::looks_binary(head) {
+        return Err(DiagnoseError::Bad {
+            path: path.to_path_buf(),
+            detail: format!("binary data, not a format gpufeed reads; {FORMATS}"),
+        });
+    }
+    Ok(())
+}
+
+/// A recording's evidence in one pass, `extra` fed the same lines.
+fn read_recording(
+    path: &Path,
+    file: impl Read + Send,
+    mut source: Source,
+    extra: &mut dyn Sink,
+) -> Result<ReadOutcome, DiagnoseError> {
+    let mut b = EvidenceBuilder::new();
+    let (h, st) = reader::read_from(path, file, (&mut b, extra)).map_err(|e| match e {
+        ReadError::Empty { .. } => DiagnoseError::Empty {
+            path: path.to_path_buf(),
+        },
+        ReadError::Open { source, .. } => DiagnoseError::Open {
+            path: path.to_path_buf(),
+            reason: source.to_string(),
+        },
+        other => DiagnoseError::Bad {
+            path: path.to_path_buf(),
+            detail: other
+                .to_string()
+                .replace(&format!("{} ", path.display()), ""),
+        },
+    })?;
+    source.lines = st.lines;
+    source.malformed = st.malformed;
+    source.truncated = st.truncated;
+    source.unfinished = st.unfinished;
+    let evidence = b.finish(&h);
+    Ok(ReadOutcome {
+        source,
+        hostname: h.host.hostname.clone(),
+        total_s: evidence.duration_s,
+        evidence,
+        phases: Vec::new(),
+    })
+}
+
+/// A log's evidence: a first pass finds the phases from the utilization alone, a second feeds
+/// the evidence with the active phases only, on a timeline with the other stretches cut out.
+fn read_log_evidence(
+    path: &Path,
+    format: InputFormat,
+    opts: &LogOptions,
+    mut source: Source,
+) -> Result<ReadOutcome, DiagnoseError> {
     let mut pooler = phases::Pooler::default();
     let mut t_range: Option<(f64, f64)> = None;
     read_log(path, format, opts, |l| {
