@@ -399,146 +399,164 @@ impl EventSink for Collected {
         let te = ts + dur;
         self.x_events += 1;
         let kind = kind_of(&ev.cat);
-        if kind == Kind::Other && !ev.cat.eq_ignore_ascii_case(b"trace") {
-            // python_function and unknown categories: only the global span
-            self.min_ts = self.min_ts.min(ts);
-            self.max_ts = self.max_ts.max(te);
-            return;
-        }
         self.min_ts = self.min_ts.min(ts);
         self.max_ts = self.max_ts.max(te);
-        let a = &ev.args;
+        if kind == Kind::Other && !ev.cat.eq_ignore_ascii_case(b"trace") {
+            // python_function and unknown categories: only the global span
+            return;
+        }
         match kind {
-            Kind::Kernel | Kind::Memcpy | Kind::Memset => {
-                let mut r = DevRec {
-                    ts,
-                    te,
-                    corr_raw: a.correlation.unwrap_or(NONE),
-                    ext_raw: a.external_id.unwrap_or(NONE),
-                    device: a.device.or(ev.pid).unwrap_or(0),
-                    stream: a.stream.or(ev.tid).unwrap_or(0),
-                    tag: 0,
-                    bytes: a.bytes.unwrap_or(0.0) as f32,
-                };
-                match kind {
-                    Kind::Kernel => {
-                        r.tag = self.kernel_tag(&ev.name);
-                        let agg = &mut self.kernel_agg[r.tag as usize];
-                        agg.count += 1;
-                        agg.total_us += dur;
-                        if dur < 10.0 {
-                            agg.short += 1;
-                        }
-                        if a.collective {
-                            agg.collective = true;
-                        }
-                        self.kernels.push(r);
-                    }
-                    Kind::Memcpy => {
-                        r.tag = self.copy_tag(&ev.name);
-                        self.memcpys.push(r);
-                    }
-                    _ => self.memsets.push(r),
-                }
-            }
+            Kind::Kernel | Kind::Memcpy | Kind::Memset => self.device_event(kind, ev, ts, te, dur),
             Kind::RuntimeLegacy | Kind::CudaRuntime | Kind::CudaDriver => {
-                let (class, blocking) = match self.runtime_names.get(&ev.name[..]) {
-                    Some(&v) => v,
-                    None => {
-                        let name = String::from_utf8_lossy(&ev.name);
-                        let class = runtime_class(&name);
-                        let blocking_copy = matches!(
-                            &*name,
-                            "cudaMemcpy" | "hipMemcpy" | "cuMemcpyDtoH_v2" | "cuMemcpyDtoH"
-                        );
-                        let v = (class, class == RtClass::Sync || blocking_copy);
-                        self.runtime_names.insert(ev.name.to_vec(), v);
-                        v
-                    }
-                };
-                if class == RtClass::Launch {
-                    self.launch_calls += 1;
-                }
-                if blocking {
-                    let name = String::from_utf8_lossy(&ev.name);
-                    let e = self.sync_calls.entry(name.into_owned()).or_insert((0, 0.0));
-                    e.0 += 1;
-                    e.1 += dur;
-                }
-                self.runtimes.push(RtRec {
-                    ts,
-                    te,
-                    corr_raw: a.correlation.unwrap_or(NONE),
-                    legacy: kind == Kind::RuntimeLegacy,
-                    class,
-                });
+                self.runtime_event(kind, ev, ts, te, dur)
             }
             Kind::CudaSync => {
                 self.cuda_sync_events += 1;
                 self.cuda_sync_us += dur;
             }
             Kind::Operator | Kind::Python | Kind::UserAnnotation | Kind::GpuUserAnnotation => {
-                let name = &ev.name[..];
-                let is_step = kind != Kind::Python && name.starts_with(b"ProfilerStep#");
-                let is_dl = (name.starts_with(b"enumerate(DataLoader)#")
-                    && name.ends_with(b".__next__"))
-                    || name.starts_with(b"enumerate(DataPipe)#");
-                if is_dl && kind != Kind::GpuUserAnnotation {
-                    push_range(&mut self.dataloader_any, (ts, te));
-                    self.dataloader_starts.push(ts);
-                    if memfind(name, b"_SingleProcessDataLoaderIter") {
-                        self.dl_single += 1;
-                    } else if memfind(name, b"_MultiProcessingDataLoaderIter") {
-                        self.dl_multi += 1;
-                    }
-                }
-                if name.starts_with(b"Optimizer.step#") && kind != Kind::GpuUserAnnotation {
-                    self.optimizer_steps.push((ts, te));
-                }
-                let is_comm = COMM_OPS.iter().any(|c| c.as_bytes() == name);
-                if is_step {
-                    let n = String::from_utf8_lossy(&name[b"ProfilerStep#".len()..]).into_owned();
-                    self.step_seq += 1;
-                    self.steps.push(StepAnn {
-                        ts,
-                        te,
-                        name: n,
-                        seq: self.step_seq,
-                        on_gpu: kind == Kind::GpuUserAnnotation,
-                    });
-                } else if kind == Kind::Operator && is_dl {
-                    push_range(&mut self.dataloader_plugin, (ts, te));
-                } else if is_comm {
-                    push_range(&mut self.comm_cpu, (ts, te));
-                } else if matches!(kind, Kind::Operator | Kind::Python) {
-                    push_range(&mut self.cpu_op, (ts, te));
-                }
-                if is_comm {
-                    if let Some(x) = a.external_id {
-                        self.comm_ext.insert(x);
-                    }
-                }
-                if kind == Kind::Operator {
-                    if let Some(x) = a.external_id {
-                        let eligible = match self.eligible_names.get(name) {
-                            Some(&v) => v,
-                            None => {
-                                let v = is_tc_eligible_op(&String::from_utf8_lossy(name));
-                                self.eligible_names.insert(name.to_vec(), v);
-                                v
-                            }
-                        };
-                        if eligible {
-                            self.tc_eligible_ext.insert(x);
-                        }
-                    }
-                }
-                if is_step || matches!(kind, Kind::Operator | Kind::Python) {
-                    self.cpu_min = self.cpu_min.min(ts);
-                    self.cpu_max = self.cpu_max.max(te);
-                }
+                self.host_event(kind, ev, ts, te)
             }
             Kind::Other => {}
+        }
+    }
+}
+
+impl Collected {
+    /// A kernel, memcpy or memset on the GPU.
+    #[inline]
+    fn device_event(&mut self, kind: Kind, ev: &Event<'_>, ts: f64, te: f64, dur: f64) {
+        let a = &ev.args;
+        let mut r = DevRec {
+            ts,
+            te,
+            corr_raw: a.correlation.unwrap_or(NONE),
+            ext_raw: a.external_id.unwrap_or(NONE),
+            device: a.device.or(ev.pid).unwrap_or(0),
+            stream: a.stream.or(ev.tid).unwrap_or(0),
+            tag: 0,
+            bytes: a.bytes.unwrap_or(0.0) as f32,
+        };
+        match kind {
+            Kind::Kernel => {
+                r.tag = self.kernel_tag(&ev.name);
+                let agg = &mut self.kernel_agg[r.tag as usize];
+                agg.count += 1;
+                agg.total_us += dur;
+                if dur < 10.0 {
+                    agg.short += 1;
+                }
+                if a.collective {
+                    agg.collective = true;
+                }
+                self.kernels.push(r);
+            }
+            Kind::Memcpy => {
+                r.tag = self.copy_tag(&ev.name);
+                self.memcpys.push(r);
+            }
+            _ => self.memsets.push(r),
+        }
+    }
+
+    /// A CUDA runtime or driver call: launches, and the blocking calls by name.
+    #[inline]
+    fn runtime_event(&mut self, kind: Kind, ev: &Event<'_>, ts: f64, te: f64, dur: f64) {
+        let a = &ev.args;
+        let (class, blocking) = match self.runtime_names.get(&ev.name[..]) {
+            Some(&v) => v,
+            None => {
+                let name = String::from_utf8_lossy(&ev.name);
+                let class = runtime_class(&name);
+                let blocking_copy = matches!(
+                    &*name,
+                    "cudaMemcpy" | "hipMemcpy" | "cuMemcpyDtoH_v2" | "cuMemcpyDtoH"
+                );
+                let v = (class, class == RtClass::Sync || blocking_copy);
+                self.runtime_names.insert(ev.name.to_vec(), v);
+                v
+            }
+        };
+        if class == RtClass::Launch {
+            self.launch_calls += 1;
+        }
+        if blocking {
+            let name = String::from_utf8_lossy(&ev.name);
+            let e = self.sync_calls.entry(name.into_owned()).or_insert((0, 0.0));
+            e.0 += 1;
+            e.1 += dur;
+        }
+        self.runtimes.push(RtRec {
+            ts,
+            te,
+            corr_raw: a.correlation.unwrap_or(NONE),
+            legacy: kind == Kind::RuntimeLegacy,
+            class,
+        });
+    }
+
+    /// A CPU operator, Python function or annotation: steps, DataLoader waits, optimizer
+    /// steps, communication, tensor-core-eligible ops, and the CPU span.
+    #[inline]
+    fn host_event(&mut self, kind: Kind, ev: &Event<'_>, ts: f64, te: f64) {
+        let a = &ev.args;
+        let name = &ev.name[..];
+        let is_step = kind != Kind::Python && name.starts_with(b"ProfilerStep#");
+        let is_dl = (name.starts_with(b"enumerate(DataLoader)#") && name.ends_with(b".__next__"))
+            || name.starts_with(b"enumerate(DataPipe)#");
+        if is_dl && kind != Kind::GpuUserAnnotation {
+            push_range(&mut self.dataloader_any, (ts, te));
+            self.dataloader_starts.push(ts);
+            if memfind(name, b"_SingleProcessDataLoaderIter") {
+                self.dl_single += 1;
+            } else if memfind(name, b"_MultiProcessingDataLoaderIter") {
+                self.dl_multi += 1;
+            }
+        }
+        if name.starts_with(b"Optimizer.step#") && kind != Kind::GpuUserAnnotation {
+            self.optimizer_steps.push((ts, te));
+        }
+        let is_comm = COMM_OPS.iter().any(|c| c.as_bytes() == name);
+        if is_step {
+            let n = String::from_utf8_lossy(&name[b"ProfilerStep#".len()..]).into_owned();
+            self.step_seq += 1;
+            self.steps.push(StepAnn {
+                ts,
+                te,
+                name: n,
+                seq: self.step_seq,
+                on_gpu: kind == Kind::GpuUserAnnotation,
+            });
+        } else if kind == Kind::Operator && is_dl {
+            push_range(&mut self.dataloader_plugin, (ts, te));
+        } else if is_comm {
+            push_range(&mut self.comm_cpu, (ts, te));
+        } else if matches!(kind, Kind::Operator | Kind::Python) {
+            push_range(&mut self.cpu_op, (ts, te));
+        }
+        if is_comm {
+            if let Some(x) = a.external_id {
+                self.comm_ext.insert(x);
+            }
+        }
+        if kind == Kind::Operator {
+            if let Some(x) = a.external_id {
+                let eligible = match self.eligible_names.get(name) {
+                    Some(&v) => v,
+                    None => {
+                        let v = is_tc_eligible_op(&String::from_utf8_lossy(name));
+                        self.eligible_names.insert(name.to_vec(), v);
+                        v
+                    }
+                };
+                if eligible {
+                    self.tc_eligible_ext.insert(x);
+                }
+            }
+        }
+        if is_step || matches!(kind, Kind::Operator | Kind::Python) {
+            self.cpu_min = self.cpu_min.min(ts);
+            self.cpu_max = self.cpu_max.max(te);
         }
     }
 }
