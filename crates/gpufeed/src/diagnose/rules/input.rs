@@ -241,16 +241,46 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
     }
     let kind = classify(e)?;
     let busy = e.busy_fraction()?;
+    let title = title_of(kind, &pattern_of(e, busy));
+    let mut f =
+        Finding::new(FindingId::InputBound, Severity::Critical, title).with("kind", kind.as_str());
+    if kind != Kind::Unknown && !kind_is_clear(e) {
+        // No threshold met: the kind is the nearest one, and says so.
+        f = f.with("kind_basis", "nearest");
+    }
+    f = with_job_figures(f, e);
+    // One finding per cause: the host-side detail of the kind lives here, not in a second finding.
+    match kind {
+        Kind::CpuSaturated => f = with_cpu_detail(f, e),
+        Kind::IoBound => f = with_io_detail(f, e),
+        _ => {}
+    }
+    // Without host data the cause is not established when a batch too small for the GPU
+    // explains the low utilization as well (memory mostly free): no bound from it.
+    let speedup = if e.origin == Origin::GpuLog && memory_mostly_free(e) {
+        None
+    } else {
+        speedup_bound(e)
+    };
+    let (f, speedup, rec) = fix(kind, e, f, speedup);
+    Some(f.recommend(rec).speedup(speedup))
+}
+
+/// How the starvation shows in the utilization: a period, an alternation, or the busy share.
+fn pattern_of(e: &Evidence, busy: f64) -> String {
     let period = e.strongest_period().filter(|p| p.is_strong());
-    let pattern = match (period, e.any_bimodal()) {
+    match (period, e.any_bimodal()) {
         (Some(p), _) => format!(
             "utilization repeats every {:.1} s between busy and starved",
             p.period_s
         ),
         (None, true) => "utilization alternates between busy and starved".to_string(),
         _ => format!("the GPU is busy only {:.0}% of the time", busy * 100.0),
-    };
-    let title = match kind {
+    }
+}
+
+fn title_of(kind: Kind, pattern: &str) -> String {
+    match kind {
         Kind::TooFewWorkers => format!("Input-bound: too few DataLoader workers ({pattern})"),
         Kind::CpuSaturated => format!("Input-bound: the CPU is saturated ({pattern})"),
         Kind::IoBound => format!("Input-bound: reading data is the bottleneck ({pattern})"),
@@ -258,13 +288,11 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
             format!("Input-bound: the main process is pinned at a core ({pattern})")
         }
         Kind::Unknown => format!("Input-bound: the GPU waits for data ({pattern})"),
-    };
-    let mut f =
-        Finding::new(FindingId::InputBound, Severity::Critical, title).with("kind", kind.as_str());
-    if kind != Kind::Unknown && !kind_is_clear(e) {
-        // No threshold met: the kind is the nearest one, and says so.
-        f = f.with("kind_basis", "nearest");
     }
+}
+
+/// The signature, the cores per GPU and idle cores, and the job's worker figures.
+fn with_job_figures(mut f: Finding, e: &Evidence) -> Finding {
     f = with_signature(f, e);
     if let Some(c) = e.cores_per_gpu() {
         f = f.with("cores_per_gpu", r1(c));
@@ -283,103 +311,116 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
             f = f.with("main_cpu_mean_pct", r1(m));
         }
     }
-    // One finding per cause: the host-side detail of the kind lives here, not in a second finding.
+    f
+}
+
+/// The fix for the kind, with what it adds to the finding and to the speed-up bound.
+fn fix(
+    kind: Kind,
+    e: &Evidence,
+    f: Finding,
+    speedup: Option<f64>,
+) -> (Finding, Option<f64>, String) {
     match kind {
-        Kind::CpuSaturated => f = with_cpu_detail(f, e),
-        Kind::IoBound => f = with_io_detail(f, e),
-        _ => {}
-    }
-    // Without host data the cause is not established when a batch too small for the GPU
-    // explains the low utilization as well (memory mostly free): no bound from it.
-    let mut speedup = if e.origin == Origin::GpuLog && memory_mostly_free(e) {
-        None
-    } else {
-        speedup_bound(e)
-    };
-    let rec = match kind {
         Kind::TooFewWorkers | Kind::MainProcess
             if e.job.workers_max == 0 || kind == Kind::TooFewWorkers =>
         {
-            let (n, cap) = recommended_workers(e).unwrap_or((4, 4));
-            let now = workers_per_gpu(e);
-            f = f
-                .with("workers_per_gpu", now)
-                .with("recommended_num_workers", n)
-                .with("max_useful_workers", cap);
-            if now > 0 && e.job.worker_cpu_mean_pct.is_some() {
-                // Each saturated worker adds about the same rate: the gain is bounded by it too.
-                let gain = (n as f64 / now as f64).max(1.0);
-                speedup = speedup.map(|s| r2(s.min(gain)));
-            }
-            if n > now {
-                // Measure it right away, no code change: the current count, the advice, the cap.
-                let mut tries = vec![now, n, cap];
-                tries.sort_unstable();
-                tries.dedup();
-                let tries: Vec<String> = tries.iter().map(|w| w.to_string()).collect();
-                format!(
-                    "Raise the DataLoader's worker count (per GPU/rank) from {now} to {n}: \
-                     DataLoader(dataset, batch_size=..., num_workers={n}, {LOADER_FLAGS}). Each \
-                     worker is saturating a core and cores are idle; this GPU's share of the \
-                     machine allows up to {cap} workers. Try it: `gpufeed sweep -L w {} \
-                     --dataloader num_workers={{w}} -- <your command>`.",
-                    tries.join(",")
-                )
-            } else {
-                format!(
-                    "Workers are saturated but each GPU already has {now}, its share of the CPUs: \
-                     make each sample cheaper (GPU-side decoding/augmentation with NVIDIA DALI or \
-                     torchvision.transforms.v2 on CUDA tensors, cached decoded samples, \
-                     pre-resized data) and keep {LOADER_FLAGS}."
-                )
-            }
+            workers_fix(e, f, speedup)
         }
-        Kind::TooFewWorkers | Kind::MainProcess => "The training loop's own process is pinned at a core: move per-sample \
-            work (decoding, augmentation, collation) into DataLoader workers, avoid per-step host \
-            syncs (.item(), .cpu(), printing tensors), and consider CUDA graphs or torch.compile to \
-            cut Python overhead per step."
-            .to_string(),
-        Kind::CpuSaturated => match other_load(e) {
-            Some((others, job)) => {
-                f = f
-                    .with("other_processes_cores", r1(others))
-                    .with("job_cores", r1(job));
-                format!(
-                    "Every core is busy, mostly with processes outside this job ({others:.1} cores \
-                     vs the job's {job:.1}): find them (top, ps -eo pid,pcpu,args --sort=-pcpu), \
-                     move them off this machine or give the job its own cores (taskset, cgroups \
-                     cpusets, the scheduler's exclusive mode), then measure again."
-                )
-            }
-            None => "More workers will not help: every core is busy. Make each sample \
-                cheaper: decode and augment on the GPU (NVIDIA DALI, or torchvision.transforms.v2 \
-                on CUDA tensors), cache decoded samples, store pre-resized data, and use \
-                Pillow-SIMD or decode at reduced size."
+        _ => {
+            let mut f = f;
+            let rec = match kind {
+            Kind::TooFewWorkers | Kind::MainProcess => "The training loop's own process is pinned at a core: move per-sample \
+                work (decoding, augmentation, collation) into DataLoader workers, avoid per-step host \
+                syncs (.item(), .cpu(), printing tensors), and consider CUDA graphs or torch.compile to \
+                cut Python overhead per step."
                 .to_string(),
-        },
-        Kind::IoBound => "Reading data is the bottleneck: copy the dataset to local SSD or \
-            /dev/shm, use larger shards (WebDataset / TFRecord-style tar shards of 100 MB–1 GB \
-            instead of many small files), leave RAM for the page cache, and raise prefetch_factor \
-            so reads overlap compute."
-            .to_string(),
-        // Only reached without host and process data (with them the kind is always decided).
-        Kind::Unknown => match e.origin {
-            Origin::GpuLog => format!(
-                "The GPU waits for data between steps. This log has no host or process data: \
-                 record the job with `gpufeed run -- <your command>` (or attach with `gpufeed \
-                 record --pid PID`) to tell which part is short; meanwhile try more DataLoader \
-                 workers with {LOADER_FLAGS}, and check that nothing in the training loop \
-                 synchronizes with the host every step."
-            ),
-            Origin::Recording => format!(
-                "The GPU waits for data between steps. This recording has no host or process \
-                 samples (/proc was not readable where it ran), so the short part cannot be \
-                 named: try more DataLoader workers with {LOADER_FLAGS}, and check that nothing \
-                 in the training loop synchronizes with the host every step."
-            ),
-        },
+            Kind::CpuSaturated => match other_load(e) {
+                Some((others, job)) => {
+                    f = f
+                        .with("other_processes_cores", r1(others))
+                        .with("job_cores", r1(job));
+                    format!(
+                        "Every core is busy, mostly with processes outside this job ({others:.1} cores \
+                         vs the job's {job:.1}): find them (top, ps -eo pid,pcpu,args --sort=-pcpu), \
+                         move them off this machine or give the job its own cores (taskset, cgroups \
+                         cpusets, the scheduler's exclusive mode), then measure again."
+                    )
+                }
+                None => "More workers will not help: every core is busy. Make each sample \
+                    cheaper: decode and augment on the GPU (NVIDIA DALI, or torchvision.transforms.v2 \
+                    on CUDA tensors), cache decoded samples, store pre-resized data, and use \
+                    Pillow-SIMD or decode at reduced size."
+                    .to_string(),
+            },
+            Kind::IoBound => "Reading data is the bottleneck: copy the dataset to local SSD or \
+                /dev/shm, use larger shards (WebDataset / TFRecord-style tar shards of 100 MB–1 GB \
+                instead of many small files), leave RAM for the page cache, and raise prefetch_factor \
+                so reads overlap compute."
+                .to_string(),
+            // Only reached without host and process data (with them the kind is always decided).
+            Kind::Unknown => match e.origin {
+                Origin::GpuLog => format!(
+                    "The GPU waits for data between steps. This log has no host or process data: \
+                     record the job with `gpufeed run -- <your command>` (or attach with `gpufeed \
+                     record --pid PID`) to tell which part is short; meanwhile try more DataLoader \
+                     workers with {LOADER_FLAGS}, and check that nothing in the training loop \
+                     synchronizes with the host every step."
+                ),
+                Origin::Recording => format!(
+                    "The GPU waits for data between steps. This recording has no host or process \
+                     samples (/proc was not readable where it ran), so the short part cannot be \
+                     named: try more DataLoader workers with {LOADER_FLAGS}, and check that nothing \
+                     in the training loop synchronizes with the host every step."
+                ),
+            },
+        };
+            (f, speedup, rec)
+        }
+    }
+}
+
+/// More workers: how many (per GPU, within this GPU's share of the cores) and the sweep that
+/// measures it; or, when the share is used up, cheaper samples.
+fn workers_fix(
+    e: &Evidence,
+    mut f: Finding,
+    mut speedup: Option<f64>,
+) -> (Finding, Option<f64>, String) {
+    let (n, cap) = recommended_workers(e).unwrap_or((4, 4));
+    let now = workers_per_gpu(e);
+    f = f
+        .with("workers_per_gpu", now)
+        .with("recommended_num_workers", n)
+        .with("max_useful_workers", cap);
+    if now > 0 && e.job.worker_cpu_mean_pct.is_some() {
+        // Each saturated worker adds about the same rate: the gain is bounded by it too.
+        let gain = (n as f64 / now as f64).max(1.0);
+        speedup = speedup.map(|s| r2(s.min(gain)));
+    }
+    let rec = if n > now {
+        // Measure it right away, no code change: the current count, the advice, the cap.
+        let mut tries = vec![now, n, cap];
+        tries.sort_unstable();
+        tries.dedup();
+        let tries: Vec<String> = tries.iter().map(|w| w.to_string()).collect();
+        format!(
+            "Raise the DataLoader's worker count (per GPU/rank) from {now} to {n}: \
+             DataLoader(dataset, batch_size=..., num_workers={n}, {LOADER_FLAGS}). Each \
+             worker is saturating a core and cores are idle; this GPU's share of the \
+             machine allows up to {cap} workers. Try it: `gpufeed sweep -L w {} \
+             --dataloader num_workers={{w}} -- <your command>`.",
+            tries.join(",")
+        )
+    } else {
+        format!(
+            "Workers are saturated but each GPU already has {now}, its share of the CPUs: \
+             make each sample cheaper (GPU-side decoding/augmentation with NVIDIA DALI or \
+             torchvision.transforms.v2 on CUDA tensors, cached decoded samples, \
+             pre-resized data) and keep {LOADER_FLAGS}."
+        )
     };
-    Some(f.recommend(rec).speedup(speedup))
+    (f, speedup, rec)
 }
 
 /// Memory peaked under half of the total on the used GPUs: a batch or model far too small for
