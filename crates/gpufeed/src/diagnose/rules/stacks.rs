@@ -225,10 +225,30 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
     } else {
         Severity::Warning
     };
+    let f = Finding::new(
+        FindingId::InputBound,
+        severity,
+        title(k, wait, hot, workers),
+    )
+    .with("kind", k.as_str())
+    .with("source", "python_stacks")
+    .with("data_wait_pct", r1(wait))
+    .with("data_wait_source", source.as_str())
+    .basis(Basis::PythonStacks {
+        data_wait_pct: r1(wait),
+        hot_stage: hot.map(|h| h.function.clone()),
+    });
+    let f = with_loading_figures(f, e, p, source, workers);
+    let (f, rec) = fix(k, f, p, wait, workers, cores(e));
+    let speedup = r2((100.0 / (100.0 - wait).max(2.0)).min(50.0));
+    Some(f.recommend(rec).speedup(Some(speedup)))
+}
+
+fn title(k: StackKind, wait: f64, hot: Option<&Hotspot>, workers: u32) -> String {
     let named = hot
         .map(|h| format!("; slowest stage: {} ({:.0}% of loading)", h.function, h.pct))
         .unwrap_or_default();
-    let title = match k {
+    match k {
         StackKind::MainProcessLoading => format!(
             "Input-bound: the training loop loads its own data (num_workers=0) and waits for it \
              {wait:.0}% of its time{named}"
@@ -249,16 +269,19 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
         StackKind::SlowStage => {
             format!("Input-bound: the training loop waits for data {wait:.0}% of its time{named}")
         }
-    };
-    let mut f = Finding::new(FindingId::InputBound, severity, title)
-        .with("kind", k.as_str())
-        .with("source", "python_stacks")
-        .with("data_wait_pct", r1(wait))
-        .with("data_wait_source", source.as_str())
-        .basis(Basis::PythonStacks {
-            data_wait_pct: r1(wait),
-            hot_stage: hot.map(|h| h.function.clone()),
-        });
+    }
+}
+
+/// The stacks' own estimate beside the probe's, the hot stage, the workers' busy share, where
+/// loading happens, idle cores, and the GPU's agreeing busy share.
+fn with_loading_figures(
+    mut f: Finding,
+    e: &Evidence,
+    p: &PythonEvidence,
+    source: WaitSource,
+    workers: u32,
+) -> Finding {
+    let hot = p.data_hotspots.first();
     if source == WaitSource::StepProbe {
         if let Some(s) = p.data_wait_pct {
             f = f.with("stacks_data_wait_pct", r1(s));
@@ -292,8 +315,19 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
             .with("gpu_busy_fraction", super::r3(b))
             .with("agreement", "gpu_and_stacks_agree");
     }
-    let c = cores(e);
-    let stage = hot.map(stage_advice);
+    f
+}
+
+/// The fix for the kind (`c` cores), with the worker counts it adds to the finding.
+fn fix(
+    k: StackKind,
+    mut f: Finding,
+    p: &PythonEvidence,
+    wait: f64,
+    workers: u32,
+    c: u32,
+) -> (Finding, String) {
+    let stage = p.data_hotspots.first().map(stage_advice);
     let rec = match k {
         StackKind::MainProcessLoading => {
             let n = workers_needed(wait, 0, None);
@@ -354,8 +388,7 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
             ),
         },
     };
-    let speedup = r2((100.0 / (100.0 - wait).max(2.0)).min(50.0));
-    Some(f.recommend(rec).speedup(Some(speedup)))
+    (f, rec)
 }
 
 fn capitalise(s: &str) -> String {
