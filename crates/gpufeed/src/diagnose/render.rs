@@ -1053,6 +1053,27 @@ fn markdown(r: &DiagnoseReport) -> String {
             let _ = writeln!(o, "Expected speed-up: up to **{x:.2}x**.\n");
         }
     }
+    findings_markdown(&mut o, r);
+    if let Some(p) = &r.python {
+        o.push_str(&loop_markdown(p));
+    }
+    gpus_markdown(&mut o, r);
+    if let Some(h) = host_line(r, &Said::default(), false) {
+        let _ = writeln!(o, "## Host\n\n{h}\n");
+    }
+    job_markdown(&mut o, r);
+    if !r.notes.is_empty() {
+        let _ = writeln!(o, "## Notes\n");
+        for n in &r.notes {
+            let _ = writeln!(o, "- {n}");
+        }
+        o.push('\n');
+    }
+    o
+}
+
+/// The findings' table, then each one's evidence and fix.
+fn findings_markdown(o: &mut String, r: &DiagnoseReport) {
     let _ = writeln!(o, "## Findings\n");
     if r.findings.is_empty() {
         let _ = writeln!(o, "{}\n", no_findings(r));
@@ -1089,9 +1110,10 @@ fn markdown(r: &DiagnoseReport) -> String {
             }
         }
     }
-    if let Some(p) = &r.python {
-        o.push_str(&loop_markdown(p));
-    }
+}
+
+/// One row per GPU: utilization, its spread and period, memory, and a sparkline.
+fn gpus_markdown(o: &mut String, r: &DiagnoseReport) {
     let _ = writeln!(o, "## GPUs\n");
     let _ = writeln!(
         o,
@@ -1122,9 +1144,10 @@ fn markdown(r: &DiagnoseReport) -> String {
         );
     }
     o.push('\n');
-    if let Some(h) = host_line(r, &Said::default(), false) {
-        let _ = writeln!(o, "## Host\n\n{h}\n");
-    }
+}
+
+/// The job's line and its processes (at most 20, idle others left out).
+fn job_markdown(o: &mut String, r: &DiagnoseReport) {
     if let Some(j) = job_line(r, &Said::default()) {
         let _ = writeln!(o, "## Job\n\n{j}\n");
         let procs: Vec<_> = r
@@ -1153,14 +1176,6 @@ fn markdown(r: &DiagnoseReport) -> String {
             o.push('\n');
         }
     }
-    if !r.notes.is_empty() {
-        let _ = writeln!(o, "## Notes\n");
-        for n in &r.notes {
-            let _ = writeln!(o, "- {n}");
-        }
-        o.push('\n');
-    }
-    o
 }
 
 #[cfg(test)]
