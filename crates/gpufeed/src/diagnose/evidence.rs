@@ -11,6 +11,7 @@ use super::stats::{
 use crate::record::format::{Header, Line};
 use crate::sample::{throttle, GpuSample, HostSample, ProcSample, ProcStart};
 use crate::units::pcie_link_bytes_per_s;
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
@@ -475,10 +476,12 @@ pub struct EvidenceBuilder {
     disk_read: Moments,
     mem_total: Option<u64>,
     mem_avail_min: Option<u64>,
-    procs: HashMap<u32, ProcAcc>,
+    /// Keyed by pid: looked up for every process of every sample, hence a cheap hash (the
+    /// results never depend on the maps' order).
+    procs: FxHashMap<u32, ProcAcc>,
     /// Most children alive at once, per parent pid.
-    max_children: HashMap<u32, u32>,
-    children_now: HashMap<u32, u32>,
+    max_children: FxHashMap<u32, u32>,
+    children_now: FxHashMap<u32, u32>,
     job_cpu: Moments,
     proc_samples: u64,
     proc_d: u64,
