@@ -8,6 +8,7 @@
 #
 #   bench/recording.sh [HOURS=24] [GPUS=8] [EXPORT_HOURS=1] [SIZE_SECONDS=60]
 #   BASE=main (the revision to compare with), GPUFEED_BENCH_DIR=/tmp/gpufeed-bench-recording
+#   OLD_BIN=/path/to/gpufeed   compare with that binary instead of building BASE
 #
 # The old binary is built from a git worktree of BASE inside the bench folder (its target folder is
 # seeded from this one's, so only gpufeed itself compiles again). Recordings come from
@@ -31,19 +32,25 @@ cp target/release/gpufeed "$NEW"
 FAKE="$DIR/libfake_nvml.so"
 cp target/release/libfake_nvml.so "$FAKE"
 
-OLD_SRC="$DIR/old-src"
-if [ ! -d "$OLD_SRC" ]; then
-  git worktree add -q --detach "$OLD_SRC" "$BASE"
-fi
-git -C "$OLD_SRC" checkout -q --detach "$BASE"
-if [ ! -d "$DIR/target-old/release" ]; then
-  mkdir -p "$DIR/target-old"
-  cp -r target/release "$DIR/target-old/release"
-fi
-echo "building $BASE (release) in $OLD_SRC ..." >&2
-(cd "$OLD_SRC" && CARGO_TARGET_DIR="$DIR/target-old" cargo build --release --locked -q -p gpufeed)
 OLD="$DIR/gpufeed-old"
-cp "$DIR/target-old/release/gpufeed" "$OLD"
+if [ -n "${OLD_BIN:-}" ]; then
+  # A binary of the base revision built before (saves a release build).
+  cp "$OLD_BIN" "$OLD"
+  BASE="$OLD_BIN"
+else
+  OLD_SRC="$DIR/old-src"
+  if [ ! -d "$OLD_SRC" ]; then
+    git worktree add -q --detach "$OLD_SRC" "$BASE"
+  fi
+  git -C "$OLD_SRC" checkout -q --detach "$BASE"
+  if [ ! -d "$DIR/target-old/release" ]; then
+    mkdir -p "$DIR/target-old"
+    cp -r target/release "$DIR/target-old/release"
+  fi
+  echo "building $BASE (release) in $OLD_SRC ..." >&2
+  (cd "$OLD_SRC" && CARGO_TARGET_DIR="$DIR/target-old" cargo build --release --locked -q -p gpufeed)
+  cp "$DIR/target-old/release/gpufeed" "$OLD"
+fi
 
 gen() { # hours file
   if [ ! -s "$2" ]; then
