@@ -870,7 +870,7 @@ impl EvidenceBuilder {
             mem_available_min_bytes: self.mem_avail_min,
         };
 
-        let job = self.finish_job(header, duration_s, &gpus);
+        let job = self.finish_job(header, duration_s);
         let mut python = std::mem::take(&mut self.py).finish(header, &job);
         let steps = std::mem::take(&mut self.steps).finish();
         if let Some(p) = python.as_mut() {
@@ -888,119 +888,17 @@ impl EvidenceBuilder {
         }
     }
 
-    fn finish_job(
-        &mut self,
-        header: &Header,
-        duration_s: f64,
-        gpus: &[GpuEvidence],
-    ) -> JobEvidence {
-        let _ = gpus;
-        let root = header.pid.or_else(|| {
-            // Without a recorded root: the process whose parent is not in the tree, earliest first.
-            self.procs
-                .iter()
-                .filter(|(_, a)| !self.procs.contains_key(&a.ppid))
-                .min_by(|a, b| a.1.first_t.total_cmp(&b.1.first_t).then(a.0.cmp(b.0)))
-                .map(|(p, _)| *p)
-        });
-        let children = |pid: u32| -> Vec<u32> {
-            let mut c: Vec<u32> = self
-                .procs
-                .iter()
-                .filter(|(p, a)| a.ppid == pid && **p != pid)
-                .map(|(p, _)| *p)
-                .collect();
-            c.sort_unstable();
-            c
-        };
-        // Walk down launchers: a quiet process with exactly one child hands "main" to the child.
-        let mut main = root;
-        if let Some(mut m) = root {
-            for _ in 0..8 {
-                let quiet = self.procs.get(&m).and_then(|a| a.cpu.mean()).unwrap_or(0.0) < 5.0;
-                let c = children(m);
-                // A forked child with the same command line is a worker, not the training loop.
-                let same_cmd = c.len() == 1
-                    && self.procs.get(&m).and_then(|a| a.cmd.as_ref())
-                        == self.procs.get(&c[0]).and_then(|a| a.cmd.as_ref());
-                if quiet && c.len() == 1 && !same_cmd {
-                    m = c[0];
-                } else {
-                    break;
-                }
-            }
-            main = Some(m);
-        }
-        // Roles: descendants of main are workers, except idle helpers with a command of their
-        // own (a `sleep`, an `nvidia-smi` call): DataLoader workers share main's command line.
-        let mut roles: HashMap<u32, Role> = HashMap::new();
-        if let Some(m) = main {
-            roles.insert(m, Role::Main);
-            let main_cmd = self.procs.get(&m).and_then(|a| a.cmd.clone());
-            let mut stack = vec![m];
-            while let Some(p) = stack.pop() {
-                for c in children(p) {
-                    if let std::collections::hash_map::Entry::Vacant(e) = roles.entry(c) {
-                        let a = self.procs.get(&c);
-                        let same = a.and_then(|a| a.cmd.as_ref()) == main_cmd.as_ref();
-                        let cpu = a.and_then(|a| a.cpu.mean()).unwrap_or(0.0);
-                        let waited = a.is_some_and(|a| a.d_states > 0);
-                        // A command line read between fork and exec still shows main's: a
-                        // same-command child that never ran nor waited on I/O is a helper too.
-                        let worker = cpu >= 5.0 || (same && (cpu >= 0.5 || waited));
-                        e.insert(if worker { Role::Worker } else { Role::Other });
-                        stack.push(c);
-                    }
-                }
-            }
-        }
-        let mut processes: Vec<ProcEvidence> = self
-            .procs
-            .iter()
-            .map(|(pid, a)| ProcEvidence {
-                pid: *pid,
-                ppid: a.ppid,
-                cmd: a.cmd.clone(),
-                role: roles.get(pid).copied().unwrap_or(Role::Other),
-                samples: a.cpu.n,
-                cpu_mean_pct: a.cpu.mean(),
-                cpu_max_pct: a.cpu.max(),
-                rss_max_bytes: a.rss_max,
-                d_state_fraction: (a.states > 0).then(|| a.d_states as f64 / a.states as f64),
-                read_bytes: a
-                    .read_first
-                    .zip(a.read_last)
-                    .map(|(f, l)| l.saturating_sub(f)),
-                first_t_s: a.first_t,
-                last_t_s: a.last_t,
-            })
-            .collect();
-        processes.sort_by_key(|p| p.pid);
-
+    fn finish_job(&mut self, header: &Header, duration_s: f64) -> JobEvidence {
+        let (root, main) = self.root_and_main(header);
+        let roles = self.roles(main);
+        let processes = self.process_evidence(&roles);
         let workers: Vec<&ProcEvidence> = processes
             .iter()
             .filter(|p| p.role == Role::Worker)
             .collect();
         let worker_means: Vec<f64> = workers.iter().filter_map(|w| w.cpu_mean_pct).collect();
         let main_acc = main.and_then(|m| self.procs.get(&m));
-        // Most workers alive at once: counted from the per-parent maxima under main.
-        let workers_max = match main {
-            Some(m) => {
-                let mut n = 0u32;
-                let mut stack = vec![m];
-                let mut seen = 0;
-                while let Some(p) = stack.pop() {
-                    seen += 1;
-                    if seen > 10_000 {
-                        break;
-                    }
-                    n += self.max_children.get(&p).copied().unwrap_or(0);
-                    stack.extend(children(p));
-                }
-                n.min(workers.len() as u32)
-            }
-            None => 0,
-        };
+        let workers_max = self.workers_max(main, workers.len() as u32);
         let read_total: u64 = processes.iter().filter_map(|p| p.read_bytes).sum();
         let any_read = processes.iter().any(|p| p.read_bytes.is_some());
         JobEvidence {
@@ -1041,6 +939,127 @@ impl EvidenceBuilder {
             exit_code: self.end.and_then(|e| e.0),
             signal: self.end.and_then(|e| e.1),
             processes,
+        }
+    }
+
+    /// The pids whose parent is `pid`, in order.
+    fn children(&self, pid: u32) -> Vec<u32> {
+        let mut c: Vec<u32> = self
+            .procs
+            .iter()
+            .filter(|(p, a)| a.ppid == pid && **p != pid)
+            .map(|(p, _)| *p)
+            .collect();
+        c.sort_unstable();
+        c
+    }
+
+    /// The job's root (recorded, else the earliest process without a parent in the tree) and
+    /// its main process: down from the root through quiet launchers with one child.
+    fn root_and_main(&self, header: &Header) -> (Option<u32>, Option<u32>) {
+        let root = header.pid.or_else(|| {
+            // Without a recorded root: the process whose parent is not in the tree, earliest first.
+            self.procs
+                .iter()
+                .filter(|(_, a)| !self.procs.contains_key(&a.ppid))
+                .min_by(|a, b| a.1.first_t.total_cmp(&b.1.first_t).then(a.0.cmp(b.0)))
+                .map(|(p, _)| *p)
+        });
+        // Walk down launchers: a quiet process with exactly one child hands "main" to the child.
+        let mut main = root;
+        if let Some(mut m) = root {
+            for _ in 0..8 {
+                let quiet = self.procs.get(&m).and_then(|a| a.cpu.mean()).unwrap_or(0.0) < 5.0;
+                let c = self.children(m);
+                // A forked child with the same command line is a worker, not the training loop.
+                let same_cmd = c.len() == 1
+                    && self.procs.get(&m).and_then(|a| a.cmd.as_ref())
+                        == self.procs.get(&c[0]).and_then(|a| a.cmd.as_ref());
+                if quiet && c.len() == 1 && !same_cmd {
+                    m = c[0];
+                } else {
+                    break;
+                }
+            }
+            main = Some(m);
+        }
+        (root, main)
+    }
+
+    /// Roles: descendants of main are workers, except idle helpers with a command of their
+    /// own (a `sleep`, an `nvidia-smi` call): DataLoader workers share main's command line.
+    fn roles(&self, main: Option<u32>) -> HashMap<u32, Role> {
+        let mut roles: HashMap<u32, Role> = HashMap::new();
+        if let Some(m) = main {
+            roles.insert(m, Role::Main);
+            let main_cmd = self.procs.get(&m).and_then(|a| a.cmd.clone());
+            let mut stack = vec![m];
+            while let Some(p) = stack.pop() {
+                for c in self.children(p) {
+                    if let std::collections::hash_map::Entry::Vacant(e) = roles.entry(c) {
+                        let a = self.procs.get(&c);
+                        let same = a.and_then(|a| a.cmd.as_ref()) == main_cmd.as_ref();
+                        let cpu = a.and_then(|a| a.cpu.mean()).unwrap_or(0.0);
+                        let waited = a.is_some_and(|a| a.d_states > 0);
+                        // A command line read between fork and exec still shows main's: a
+                        // same-command child that never ran nor waited on I/O is a helper too.
+                        let worker = cpu >= 5.0 || (same && (cpu >= 0.5 || waited));
+                        e.insert(if worker { Role::Worker } else { Role::Other });
+                        stack.push(c);
+                    }
+                }
+            }
+        }
+        roles
+    }
+
+    /// Every process's figures, by pid.
+    fn process_evidence(&self, roles: &HashMap<u32, Role>) -> Vec<ProcEvidence> {
+        let mut processes: Vec<ProcEvidence> = self
+            .procs
+            .iter()
+            .map(|(pid, a)| ProcEvidence {
+                pid: *pid,
+                ppid: a.ppid,
+                cmd: a.cmd.clone(),
+                role: roles.get(pid).copied().unwrap_or(Role::Other),
+                samples: a.cpu.n,
+                cpu_mean_pct: a.cpu.mean(),
+                cpu_max_pct: a.cpu.max(),
+                rss_max_bytes: a.rss_max,
+                d_state_fraction: (a.states > 0).then(|| a.d_states as f64 / a.states as f64),
+                read_bytes: a
+                    .read_first
+                    .zip(a.read_last)
+                    .map(|(f, l)| l.saturating_sub(f)),
+                first_t_s: a.first_t,
+                last_t_s: a.last_t,
+            })
+            .collect();
+        processes.sort_by_key(|p| p.pid);
+
+        processes
+    }
+
+    /// Most workers alive at once (at most `workers`): counted from the per-parent maxima
+    /// under main.
+    fn workers_max(&self, main: Option<u32>, workers: u32) -> u32 {
+        match main {
+            Some(m) => {
+                let mut n = 0u32;
+                let mut stack = vec![m];
+                let mut seen = 0;
+                while let Some(p) = stack.pop() {
+                    seen += 1;
+                    if seen > 10_000 {
+                        break;
+                    }
+                    n += self.max_children.get(&p).copied().unwrap_or(0);
+                    stack.extend(self.children(p));
+                }
+                n.min(workers)
+            }
+            None => 0,
         }
     }
 }
