@@ -499,10 +499,43 @@ fn infer_windows(c: &Collected) -> Option<(Vec<Window>, StepSource)> {
 }
 
 pub fn summarize(c: &Collected) -> TraceSummary {
+    let mut s = TraceSummary::default();
+    let windows = steps(c, &mut s);
+    s.breakdown = average(&s.steps);
+    let span = if windows.is_empty() {
+        (c.min_ts, c.max_ts)
+    } else {
+        (
+            windows.iter().map(|w| w.0).fold(f64::INFINITY, f64::min),
+            windows
+                .iter()
+                .map(|w| w.1)
+                .fold(f64::NEG_INFINITY, f64::max),
+        )
+    };
+    let nsteps = s.steps.len().max(1) as f64;
+    let step_total: f64 = s.steps.iter().map(|r| r.total_us).sum::<f64>().max(1e-9);
+
+    devices(c, span, &mut s);
+    copies(c, &mut s);
+    s.dataloader = dataloader(c, &windows, nsteps, step_total);
+    s.sync = sync(c, span, nsteps);
+    kernels(c, &mut s);
+    launch(c, span, &mut s);
+    s.communication = communication(c, &windows, nsteps, &s.breakdown);
+    if let Some(d) = &c.dist {
+        s.rank = d.get("rank").and_then(|v| v.as_u64());
+        s.world_size = d.get("world_size").and_then(|v| v.as_u64());
+    }
+    s
+}
+
+/// The steps (ProfilerStep annotations, else steps inferred from the DataLoader or optimizer,
+/// else the whole trace as one) with their breakdowns into `s`; returns their windows.
+fn steps(c: &Collected, s: &mut TraceSummary) -> Vec<Window> {
     let roles = roles(c);
     let mut windows = step_windows(c);
     let has_steps = !windows.is_empty();
-    let mut s = TraceSummary::default();
     if has_steps {
         extend_steps(c, &mut windows);
         s.step_source = StepSource::ProfilerStep;
@@ -536,31 +569,17 @@ pub fn summarize(c: &Collected) -> TraceSummary {
             }
         }
     }
-    s.breakdown = average(&s.steps);
-    let span = if windows.is_empty() {
-        (c.min_ts, c.max_ts)
-    } else {
-        (
-            windows.iter().map(|w| w.0).fold(f64::INFINITY, f64::min),
-            windows
-                .iter()
-                .map(|w| w.1)
-                .fold(f64::NEG_INFINITY, f64::max),
-        )
-    };
-    let nsteps = s.steps.len().max(1) as f64;
-    let step_total: f64 = s.steps.iter().map(|r| r.total_us).sum::<f64>().max(1e-9);
+    windows
+}
 
-    devices(c, span, &mut s);
-    copies(c, &mut s);
-
-    // DataLoader
+/// Time waiting for the DataLoader, within the steps.
+fn dataloader(c: &Collected, windows: &[Window], nsteps: f64, step_total: f64) -> DataLoaderStat {
     let dl = ranges::merge(c.dataloader_any.clone());
     let dl_in: f64 = windows
         .iter()
         .map(|w| ranges::total_within(&dl, w.0, w.1))
         .sum();
-    s.dataloader = DataLoaderStat {
+    DataLoaderStat {
         calls: c.dataloader_starts.len() as u64,
         time_us: ranges::total(&dl),
         iterator: if c.dl_single > 0 {
@@ -572,14 +591,16 @@ pub fn summarize(c: &Collected) -> TraceSummary {
         },
         per_step_us: dl_in / nsteps,
         share_pct: 100.0 * dl_in / step_total,
-    };
+    }
+}
 
-    // synchronisation
+/// Blocking host-device synchronisation calls.
+fn sync(c: &Collected, span: (f64, f64), nsteps: f64) -> SyncStat {
     let (calls, time) = c
         .sync_calls
         .values()
         .fold((0, 0.0), |a, v| (a.0 + v.0, a.1 + v.1));
-    s.sync = SyncStat {
+    SyncStat {
         calls,
         time_us: time,
         cuda_sync_events: c.cuda_sync_events,
@@ -587,12 +608,11 @@ pub fn summarize(c: &Collected) -> TraceSummary {
         by_call: c.sync_calls.clone(),
         per_step_us: time / nsteps,
         share_pct: 100.0 * time / (span.1 - span.0).max(1e-9),
-    };
+    }
+}
 
-    kernels(c, &mut s);
-    launch(c, span, &mut s);
-
-    // communication
+/// Communication kernels: their time, how much compute overlaps them, and what is exposed.
+fn communication(c: &Collected, windows: &[Window], nsteps: f64, breakdown: &StepRow) -> CommStat {
     let mut comm_k = Vec::new();
     let mut comp_k = Vec::new();
     for k in &c.kernels {
@@ -612,7 +632,7 @@ pub fn summarize(c: &Collected) -> TraceSummary {
     let comp_k = ranges::merge(comp_k);
     let ck = ranges::total(&comm_k);
     let ov = ranges::total(&ranges::intersect(&comm_k, &comp_k));
-    s.communication = CommStat {
+    CommStat {
         kernel_us: ck,
         overlapped_us: ov,
         overlap_pct: if ck > 0.0 { 100.0 * ov / ck } else { 0.0 },
@@ -624,13 +644,8 @@ pub fn summarize(c: &Collected) -> TraceSummary {
                 .sum::<f64>()
                 / nsteps
         },
-        share_pct: 100.0 * s.breakdown.communication_us / s.breakdown.total_us.max(1e-9),
-    };
-    if let Some(d) = &c.dist {
-        s.rank = d.get("rank").and_then(|v| v.as_u64());
-        s.world_size = d.get("world_size").and_then(|v| v.as_u64());
+        share_pct: 100.0 * breakdown.communication_us / breakdown.total_us.max(1e-9),
     }
-    s
 }
 
 /// HTA analyzes iterations from the first ProfilerStep's start to the last one's start.
