@@ -340,35 +340,11 @@ impl SummaryBuilder {
         let gpu_summaries = indices
             .into_iter()
             .map(|i| {
-                let st = statics.get(&i);
-                let acc = gpus.remove(&i).unwrap_or_default();
-                let period = match (acc.util_first_t, acc.util_last_t) {
-                    (Some(a), Some(b)) if acc.util.n > 1 => Some((b - a) / (acc.util.n - 1) as f64),
-                    _ => None,
-                };
-                let rx = match (acc.rx_first, acc.rx_last) {
-                    (Some((t0, b0)), Some((t1, b1))) if t1 > t0 && b1 >= b0 => {
-                        Some((b1 - b0) as f64 / (t1 - t0))
-                    }
-                    _ => acc.rx_rate.get(),
-                };
-                GpuSummary {
-                    index: i,
-                    name: st.and_then(|s| s.name.clone()),
-                    util_mean_pct: acc.util.get(),
-                    util_min_pct: acc.util_min,
-                    util_max_pct: acc.util_max,
-                    util_samples: acc.util.n,
-                    util_sample_period_s: period,
-                    mem_used_max_bytes: acc.mem_max,
-                    mem_total_bytes: st.and_then(|s| s.memory_total_bytes),
-                    power_mean_w: acc.power.get(),
-                    temperature_max_c: acc.temp_max,
-                    sm_clock_mean_mhz: acc.clock.get(),
-                    pcie_rx_mean_bytes_per_s: rx,
-                    throttled_pct: (acc.throttle_n > 0)
-                        .then(|| acc.throttled_n as f64 * 100.0 / acc.throttle_n as f64),
-                }
+                gpu_summary(
+                    i,
+                    statics.get(&i).copied(),
+                    gpus.remove(&i).unwrap_or_default(),
+                )
             })
             .collect();
 
@@ -418,5 +394,36 @@ impl SummaryBuilder {
             overrides: overrides.overrides,
             override_notes: overrides.notes,
         }
+    }
+}
+
+/// One GPU's summary from its accumulator and the header's static facts.
+fn gpu_summary(i: u32, st: Option<&crate::sample::GpuStatic>, acc: GpuAcc) -> GpuSummary {
+    let period = match (acc.util_first_t, acc.util_last_t) {
+        (Some(a), Some(b)) if acc.util.n > 1 => Some((b - a) / (acc.util.n - 1) as f64),
+        _ => None,
+    };
+    let rx = match (acc.rx_first, acc.rx_last) {
+        (Some((t0, b0)), Some((t1, b1))) if t1 > t0 && b1 >= b0 => {
+            Some((b1 - b0) as f64 / (t1 - t0))
+        }
+        _ => acc.rx_rate.get(),
+    };
+    GpuSummary {
+        index: i,
+        name: st.and_then(|s| s.name.clone()),
+        util_mean_pct: acc.util.get(),
+        util_min_pct: acc.util_min,
+        util_max_pct: acc.util_max,
+        util_samples: acc.util.n,
+        util_sample_period_s: period,
+        mem_used_max_bytes: acc.mem_max,
+        mem_total_bytes: st.and_then(|s| s.memory_total_bytes),
+        power_mean_w: acc.power.get(),
+        temperature_max_c: acc.temp_max,
+        sm_clock_mean_mhz: acc.clock.get(),
+        pcie_rx_mean_bytes_per_s: rx,
+        throttled_pct: (acc.throttle_n > 0)
+            .then(|| acc.throttled_n as f64 * 100.0 / acc.throttle_n as f64),
     }
 }
