@@ -263,47 +263,42 @@ impl Prepared {
         if let Ok(mut p) = tree_pids.lock() {
             *p = root_pid.into_iter().collect();
         }
-        {
+        let mut spawn = |name: &str, what, run: Box<dyn FnOnce(Receiver<()>) + Send>| {
             let (stop_tx, stop_rx) = mpsc::channel();
+            let th = std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || run(stop_rx))
+                .map_err(|source| RecordError::Thread { what, source })?;
+            stop_txs.push(stop_tx);
+            samplers.push(th);
+            Ok::<_, RecordError>(())
+        };
+        {
             let lines = lines_tx.clone();
             let pids = Arc::clone(&tree_pids);
             let interval = self.cfg.interval;
-            let th = std::thread::Builder::new()
-                .name("gpufeed-host".into())
-                .spawn(move || host_thread(t0, interval, root_pid, lines, stop_rx, Some(pids)))
-                .map_err(|source| RecordError::Thread {
-                    what: "host",
-                    source,
-                })?;
-            stop_txs.push(stop_tx);
-            samplers.push(th);
+            spawn(
+                "gpufeed-host",
+                "host",
+                Box::new(move |stop| host_thread(t0, interval, root_pid, lines, stop, Some(pids))),
+            )?;
         }
         if let Some(sock) = self.cfg.steps.clone() {
-            let (stop_tx, stop_rx) = mpsc::channel();
             let lines = lines_tx.clone();
-            let th = std::thread::Builder::new()
-                .name("gpufeed-steps-rec".into())
-                .spawn(move || steps_thread(t0, sock, lines, stop_rx))
-                .map_err(|source| RecordError::Thread {
-                    what: "step marker",
-                    source,
-                })?;
-            stop_txs.push(stop_tx);
-            samplers.push(th);
+            spawn(
+                "gpufeed-steps-rec",
+                "step marker",
+                Box::new(move |stop| steps_thread(t0, sock, lines, stop)),
+            )?;
         }
         if let (Some(py), Some(_)) = (self.cfg.py, root_pid) {
-            let (stop_tx, stop_rx) = mpsc::channel();
             let lines = lines_tx.clone();
             let pids = Arc::clone(&tree_pids);
-            let th = std::thread::Builder::new()
-                .name("gpufeed-py".into())
-                .spawn(move || super::pyrec::py_thread(t0, py, pids, lines, stop_rx))
-                .map_err(|source| RecordError::Thread {
-                    what: "Python stack",
-                    source,
-                })?;
-            stop_txs.push(stop_tx);
-            samplers.push(th);
+            spawn(
+                "gpufeed-py",
+                "Python stack",
+                Box::new(move |stop| super::pyrec::py_thread(t0, py, pids, lines, stop)),
+            )?;
         }
         Ok(Recorder {
             path,
