@@ -15,6 +15,7 @@
 //! link's theoretical rate, the same wherever a recording is diagnosed).
 
 use crate::units::bytes as human_bytes;
+use crate::units::gb_per_s;
 use crate::units::pcie_link_bytes_per_s;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -304,13 +305,25 @@ pub fn saved_entry(r: &BenchReport, now_unix_s: u64) -> SavedGpu {
 
 // ───────────────────────────── rendering ─────────────────────────────
 
-fn gbps(b: f64) -> String {
-    format!("{:.1} GB/s", b / 1e9)
-}
-
 pub fn render_text(r: &BenchReport) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
+    gpu_text(&mut o, r);
+    copies_text(&mut o, r);
+    gemm_text(&mut o, r);
+    if let Some(p) = &r.saved_to {
+        let _ = writeln!(
+            o,
+            "\nSaved the pinned bandwidth to {} (for scripts and later runs)",
+            p.display()
+        );
+    }
+    o
+}
+
+/// The GPU and its PCIe link.
+fn gpu_text(o: &mut String, r: &BenchReport) {
+    use std::fmt::Write as _;
     let _ = writeln!(
         o,
         "GPU {}: {}{}",
@@ -331,13 +344,18 @@ pub fn render_text(r: &BenchReport) -> String {
                 "PCIe link: gen{} x{} now (max gen{g} x{w}: {} per direction)",
                 r.link.pcie_cur_gen.map_or("?".into(), |v| v.to_string()),
                 r.link.pcie_cur_width.map_or("?".into(), |v| v.to_string()),
-                gbps(t)
+                gb_per_s(t)
             );
         }
         _ => {
             let _ = writeln!(o, "PCIe link: unknown (NVML unavailable)");
         }
     }
+}
+
+/// The copy bandwidth table by size, direction and host memory, and what pinning gains.
+fn copies_text(o: &mut String, r: &BenchReport) {
+    use std::fmt::Write as _;
     let _ = writeln!(o, "\nCopy bandwidth");
     let _ = writeln!(
         o,
@@ -352,7 +370,7 @@ pub fn render_text(r: &BenchReport) -> String {
             r.copies
                 .iter()
                 .find(|c| c.size_bytes == s && c.direction == d && c.memory == m)
-                .map_or("-".to_string(), |c| gbps(c.bytes_per_s))
+                .map_or("-".to_string(), |c| gb_per_s(c.bytes_per_s))
         };
         let _ = writeln!(
             o,
@@ -371,9 +389,9 @@ pub fn render_text(r: &BenchReport) -> String {
         let _ = writeln!(
             o,
             "  best pinned H2D {} = {:.0}% of the link's theoretical {}",
-            gbps(p),
+            gb_per_s(p),
             100.0 * p / t,
-            gbps(t)
+            gb_per_s(t)
         );
     }
     match r.best.pinned_speedup_h2d {
@@ -391,6 +409,11 @@ pub fn render_text(r: &BenchReport) -> String {
         }
         None => {}
     }
+}
+
+/// GEMM throughput by precision, and what mixed precision can gain.
+fn gemm_text(o: &mut String, r: &BenchReport) {
+    use std::fmt::Write as _;
     let _ = writeln!(o, "\nGEMM throughput");
     if let Some(why) = &r.gemm_skipped {
         let _ = writeln!(o, "  skipped: {why}");
@@ -413,14 +436,6 @@ pub fn render_text(r: &BenchReport) -> String {
             "  mixed precision (bf16/fp16 autocast) can make matmul-bound work up to {x:.1}x faster than fp32"
         );
     }
-    if let Some(p) = &r.saved_to {
-        let _ = writeln!(
-            o,
-            "\nSaved the pinned bandwidth to {} (used by `gpufeed diagnose`)",
-            p.display()
-        );
-    }
-    o
 }
 
 // ───────────────────────────── measuring (needs a GPU) ─────────────────────────────
