@@ -1,7 +1,7 @@
 //! The end-of-recording summary, as text for people or one JSON line for programs.
 
 use super::{bytes, opt};
-use crate::record::summary::Summary;
+use crate::record::summary::{GpuSummary, JobSummary, Summary};
 use std::fmt::Write;
 
 /// At most this many processes are listed in the text summary (all are in the JSON).
@@ -38,32 +38,7 @@ pub fn text_with(s: &Summary, util_mean_said: bool) -> String {
         );
     }
     for g in &s.gpus {
-        let mean = if util_mean_said && s.gpus.len() == 1 {
-            String::new()
-        } else {
-            format!("mean {} ", opt(g.util_mean_pct, |v| format!("{v:.0}%")))
-        };
-        let _ = writeln!(
-            o,
-            "  GPU {:<2} {}: utilization {mean}(min {}, max {}) from {} driver samples{}",
-            g.index,
-            g.name.as_deref().unwrap_or("unknown GPU"),
-            opt(g.util_min_pct, |v| format!("{v:.0}%")),
-            opt(g.util_max_pct, |v| format!("{v:.0}%")),
-            g.util_samples,
-            opt(g.util_sample_period_s, |p| format!(" (one every {p:.2} s)")),
-        );
-        let _ = writeln!(
-            o,
-            "         memory peak {} of {}; power mean {}; temperature max {}; SM clock mean {}; PCIe RX mean {}; throttled {}",
-            opt(g.mem_used_max_bytes, bytes),
-            opt(g.mem_total_bytes, bytes),
-            opt(g.power_mean_w, |w| format!("{w:.0} W")),
-            opt(g.temperature_max_c, |c| format!("{c} °C")),
-            opt(g.sm_clock_mean_mhz, |c| format!("{c:.0} MHz")),
-            opt(g.pcie_rx_mean_bytes_per_s, super::gb_per_s),
-            opt(g.throttled_pct, |p| format!("{p:.0}% of readings")),
-        );
+        gpu_text(&mut o, s, g, util_mean_said);
     }
     let _ = writeln!(
         o,
@@ -74,61 +49,94 @@ pub fn text_with(s: &Summary, util_mean_said: bool) -> String {
         opt(s.host.mem_total_bytes, bytes),
     );
     if let Some(j) = &s.job {
-        let how = match (j.exit_code, j.signal, j.end_reason.as_deref()) {
-            (Some(c), _, _) => format!("exited with code {c}"),
-            (None, Some(sig), _) => format!("killed by signal {sig}"),
-            (_, _, Some("attached_exited")) => {
-                "exited, which ended the recording (attached with --pid: its exit code cannot be read)"
-                    .to_string()
-            }
-            (_, _, Some("duration")) => "still running when --duration ended the recording".into(),
-            (_, _, Some("interrupted")) => {
-                "still running when the recording was interrupted".into()
-            }
-            _ => "not seen to end (the recording has no end line)".to_string(),
-        };
-        let _ = writeln!(
-            o,
-            "  job    pid {} {how}; CPU mean {} of one core (max {}); RSS peak {}; {} (at most {} at once)",
-            j.pid,
-            opt(j.cpu_mean_pct, |v| format!("{v:.0}%")),
-            opt(j.cpu_max_pct, |v| format!("{v:.0}%")),
-            opt(j.rss_max_bytes, bytes),
-            super::plural(j.processes.len(), "process", "processes"),
-            j.processes_max,
-        );
-        let mut procs: Vec<_> = j.processes.iter().collect();
-        procs.sort_by(|a, b| {
-            b.cpu_mean_pct
-                .unwrap_or(0.0)
-                .total_cmp(&a.cpu_mean_pct.unwrap_or(0.0))
-                .then(a.pid.cmp(&b.pid))
-        });
-        for p in procs.iter().take(MAX_PROCS_SHOWN) {
-            let mut cmd = p.cmd.clone().unwrap_or_else(|| "?".into());
-            if cmd.chars().count() > 60 {
-                cmd = cmd.chars().take(57).collect::<String>() + "...";
-            }
-            let _ = writeln!(
-                o,
-                "         pid {:<8} CPU {:>5}  RSS {:>9}  {}{}",
-                p.pid,
-                opt(p.cpu_mean_pct, |v| format!("{v:.0}%")),
-                opt(p.rss_max_bytes, bytes),
-                if p.pid == j.pid { "" } else { "└ " },
-                cmd
-            );
-        }
-        if procs.len() > MAX_PROCS_SHOWN {
-            let _ = writeln!(
-                o,
-                "         ... and {} more (see --format json)",
-                procs.len() - MAX_PROCS_SHOWN
-            );
-        }
+        job_text(&mut o, j);
     }
     o.push_str(&overrides_text(&s.overrides, &s.override_notes));
     o
+}
+
+/// A GPU's utilization (its mean unless the line above gave it) and its other figures.
+fn gpu_text(o: &mut String, s: &Summary, g: &GpuSummary, util_mean_said: bool) {
+    let mean = if util_mean_said && s.gpus.len() == 1 {
+        String::new()
+    } else {
+        format!("mean {} ", opt(g.util_mean_pct, |v| format!("{v:.0}%")))
+    };
+    let _ = writeln!(
+        o,
+        "  GPU {:<2} {}: utilization {mean}(min {}, max {}) from {} driver samples{}",
+        g.index,
+        g.name.as_deref().unwrap_or("unknown GPU"),
+        opt(g.util_min_pct, |v| format!("{v:.0}%")),
+        opt(g.util_max_pct, |v| format!("{v:.0}%")),
+        g.util_samples,
+        opt(g.util_sample_period_s, |p| format!(" (one every {p:.2} s)")),
+    );
+    let _ = writeln!(
+        o,
+        "         memory peak {} of {}; power mean {}; temperature max {}; SM clock mean {}; PCIe RX mean {}; throttled {}",
+        opt(g.mem_used_max_bytes, bytes),
+        opt(g.mem_total_bytes, bytes),
+        opt(g.power_mean_w, |w| format!("{w:.0} W")),
+        opt(g.temperature_max_c, |c| format!("{c} °C")),
+        opt(g.sm_clock_mean_mhz, |c| format!("{c:.0} MHz")),
+        opt(g.pcie_rx_mean_bytes_per_s, super::gb_per_s),
+        opt(g.throttled_pct, |p| format!("{p:.0}% of readings")),
+    );
+}
+
+/// How the job ended, its totals, and its busiest processes.
+fn job_text(o: &mut String, j: &JobSummary) {
+    let how = match (j.exit_code, j.signal, j.end_reason.as_deref()) {
+        (Some(c), _, _) => format!("exited with code {c}"),
+        (None, Some(sig), _) => format!("killed by signal {sig}"),
+        (_, _, Some("attached_exited")) => {
+            "exited, which ended the recording (attached with --pid: its exit code cannot be read)"
+                .to_string()
+        }
+        (_, _, Some("duration")) => "still running when --duration ended the recording".into(),
+        (_, _, Some("interrupted")) => "still running when the recording was interrupted".into(),
+        _ => "not seen to end (the recording has no end line)".to_string(),
+    };
+    let _ = writeln!(
+        o,
+        "  job    pid {} {how}; CPU mean {} of one core (max {}); RSS peak {}; {} (at most {} at once)",
+        j.pid,
+        opt(j.cpu_mean_pct, |v| format!("{v:.0}%")),
+        opt(j.cpu_max_pct, |v| format!("{v:.0}%")),
+        opt(j.rss_max_bytes, bytes),
+        super::plural(j.processes.len(), "process", "processes"),
+        j.processes_max,
+    );
+    let mut procs: Vec<_> = j.processes.iter().collect();
+    procs.sort_by(|a, b| {
+        b.cpu_mean_pct
+            .unwrap_or(0.0)
+            .total_cmp(&a.cpu_mean_pct.unwrap_or(0.0))
+            .then(a.pid.cmp(&b.pid))
+    });
+    for p in procs.iter().take(MAX_PROCS_SHOWN) {
+        let mut cmd = p.cmd.clone().unwrap_or_else(|| "?".into());
+        if cmd.chars().count() > 60 {
+            cmd = cmd.chars().take(57).collect::<String>() + "...";
+        }
+        let _ = writeln!(
+            o,
+            "         pid {:<8} CPU {:>5}  RSS {:>9}  {}{}",
+            p.pid,
+            opt(p.cpu_mean_pct, |v| format!("{v:.0}%")),
+            opt(p.rss_max_bytes, bytes),
+            if p.pid == j.pid { "" } else { "└ " },
+            cmd
+        );
+    }
+    if procs.len() > MAX_PROCS_SHOWN {
+        let _ = writeln!(
+            o,
+            "         ... and {} more (see --format json)",
+            procs.len() - MAX_PROCS_SHOWN
+        );
+    }
 }
 
 /// The `--dataloader` / `--torch` lines: what was overridden, then what could not be.
