@@ -276,16 +276,34 @@ const MAX_EVENTS: usize = 200_000;
 /// Turns the side channel's lines into the report; `wanted` is what was asked for.
 pub fn aggregate(text: &str, wanted: &Resolved) -> InjectReport {
     let mut rep = InjectReport::default();
-    let (mut python, mut torch, mut loader_seen) = (false, false, false);
-    let note = |rep: &mut InjectReport, n: String| {
-        if !rep.notes.contains(&n) {
-            rep.notes.push(n);
-        }
-    };
+    let mut seen = Seen::default();
     for line in text.lines().take(MAX_EVENTS) {
-        let Ok(e) = serde_json::from_str::<Event>(line) else {
-            continue;
-        };
+        if let Ok(e) = serde_json::from_str::<Event>(line) {
+            rep.event(e, &mut seen);
+        }
+    }
+    rep.nothing_changed(wanted, &seen);
+    rep
+}
+
+/// What the job's events showed happened at all.
+#[derive(Default)]
+struct Seen {
+    python: bool,
+    torch: bool,
+    loader: bool,
+}
+
+impl InjectReport {
+    /// Adds a note once.
+    fn note(&mut self, n: String) {
+        if !self.notes.contains(&n) {
+            self.notes.push(n);
+        }
+    }
+
+    /// One event of the job's sitecustomize: an override (counted when repeated) or a note.
+    fn event(&mut self, e: Event, seen: &mut Seen) {
         let target = e.target.clone().unwrap_or_default();
         let key = e.key.clone().unwrap_or_default();
         let at = e
@@ -294,10 +312,10 @@ pub fn aggregate(text: &str, wanted: &Resolved) -> InjectReport {
             .map(|s| format!(" at {s}"))
             .unwrap_or_default();
         match e.event.as_str() {
-            "python" => python = true,
-            "torch" => torch = true,
+            "python" => seen.python = true,
+            "torch" => seen.torch = true,
             "override" => {
-                loader_seen |= target == "DataLoader";
+                seen.loader |= target == "DataLoader";
                 let o = Override {
                     target,
                     key,
@@ -307,83 +325,70 @@ pub fn aggregate(text: &str, wanted: &Resolved) -> InjectReport {
                     reason: e.reason,
                     count: 1,
                 };
-                match rep.overrides.iter_mut().find(|x| {
+                match self.overrides.iter_mut().find(|x| {
                     (&x.target, &x.key, &x.value, &x.original, &x.site, &x.reason)
                         == (&o.target, &o.key, &o.value, &o.original, &o.site, &o.reason)
                 }) {
                     Some(x) => x.count = x.count.saturating_add(1),
-                    None => rep.overrides.push(o),
+                    None => self.overrides.push(o),
                 }
             }
             "skip" => {
-                loader_seen |= target == "DataLoader";
+                seen.loader |= target == "DataLoader";
                 let what = if target == "DataLoader" {
                     format!("DataLoader{at}")
                 } else {
                     target
                 };
-                note(
-                    &mut rep,
-                    format!(
-                        "{what}: {key}={} not applied: {}",
-                        py(&e.value),
-                        e.reason.unwrap_or_default()
-                    ),
-                );
+                self.note(format!(
+                    "{what}: {key}={} not applied: {}",
+                    py(&e.value),
+                    e.reason.unwrap_or_default()
+                ));
             }
             "note" => {
-                loader_seen |= target == "DataLoader";
-                note(
-                    &mut rep,
-                    format!(
-                        "{target}{at}: {key}: {}",
-                        e.detail.unwrap_or_default()
-                    ),
-                );
-            }
-            "reverted" => note(
-                &mut rep,
-                format!(
-                    "{target}.{key}={} was set back to {} by the job's own code after gpufeed set it",
-                    py(&e.value),
-                    py(&e.now)
-                ),
-            ),
-            "error" => note(
-                &mut rep,
-                format!(
-                    "gpufeed's sitecustomize{at}: {}",
+                seen.loader |= target == "DataLoader";
+                self.note(format!(
+                    "{target}{at}: {key}: {}",
                     e.detail.unwrap_or_default()
-                ),
-            ),
+                ));
+            }
+            "reverted" => self.note(format!(
+                "{target}.{key}={} was set back to {} by the job's own code after gpufeed set it",
+                py(&e.value),
+                py(&e.now)
+            )),
+            "error" => self.note(format!(
+                "gpufeed's sitecustomize{at}: {}",
+                e.detail.unwrap_or_default()
+            )),
             _ => {}
         }
     }
-    let flags = match (wanted.dataloader.is_empty(), wanted.torch.is_empty()) {
-        (false, false) => "--dataloader and --torch",
-        (false, true) => "--dataloader",
-        _ => "--torch",
-    };
-    if !python {
-        note(
-            &mut rep,
-            format!(
+
+    /// Says why the flags changed nothing: no Python, no torch, or no DataLoader.
+    fn nothing_changed(&mut self, wanted: &Resolved, seen: &Seen) {
+        let flags = match (wanted.dataloader.is_empty(), wanted.torch.is_empty()) {
+            (false, false) => "--dataloader and --torch",
+            (false, true) => "--dataloader",
+            _ => "--torch",
+        };
+        if !seen.python {
+            self.note(format!(
                 "{flags} changed nothing: no Python process of the job loaded gpufeed's \
                  sitecustomize (not a Python job, python -E/-I/-S, or PYTHONPATH replaced)"
-            ),
-        );
-    } else if !torch {
-        note(
-            &mut rep,
-            format!("{flags} changed nothing: the job never imported torch"),
-        );
-    } else if !wanted.dataloader.is_empty() && !loader_seen {
-        note(
-            &mut rep,
-            "--dataloader changed nothing: the job created no torch.utils.data.DataLoader".into(),
-        );
+            ));
+        } else if !seen.torch {
+            self.note(format!(
+                "{flags} changed nothing: the job never imported torch"
+            ));
+        } else if !wanted.dataloader.is_empty() && !seen.loader {
+            self.note(
+                "--dataloader changed nothing: the job created no torch.utils.data.DataLoader"
+                    .into(),
+            );
+        }
     }
-    rep
 }
 
 /// The prepared directory of one job; removed when dropped.
