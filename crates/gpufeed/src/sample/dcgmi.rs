@@ -371,6 +371,18 @@ pub fn read_dmon(
     if pending_bad {
         info.truncated = true;
     }
+    refuse_empty(&info, any, acc.with_values, flavour)?;
+    let (statics, means) = acc.finish();
+    Ok((log_header(statics, interval), info, means))
+}
+
+/// A log with no line, only overlong lines, no GPU row, or no value in any row is refused.
+fn refuse_empty(
+    info: &LogInfo,
+    any: bool,
+    with_values: u64,
+    flavour: Flavour,
+) -> Result<(), LogError> {
     if !any {
         return Err(LogError::Empty);
     }
@@ -382,14 +394,13 @@ pub fn read_dmon(
     }
     // The rule of the CSV reader: rows without a single utilization or memory value (all N/A)
     // are no log to judge.
-    if acc.with_values == 0 {
+    if with_values == 0 {
         return Err(LogError::NoValues {
             format: flavour.log_name(),
             rows: info.rows,
         });
     }
-    let (statics, means) = acc.finish();
-    Ok((log_header(statics, interval), info, means))
+    Ok(())
 }
 
 #[cfg(test)]
