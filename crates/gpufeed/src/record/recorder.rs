@@ -195,19 +195,14 @@ impl Prepared {
         &self.cfg.output
     }
 
-    /// Writes the header, gives the recording its name and starts sampling. `root_pid` is the job
-    /// whose process tree is followed.
-    pub fn start(
-        self,
+    /// The recording's first line.
+    fn header(
+        &self,
+        t0_unix_us: u64,
         root_pid: Option<u32>,
         command: Option<Vec<String>>,
-    ) -> Result<Recorder, RecordError> {
-        let t0 = Instant::now();
-        let t0_unix_us = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_micros() as u64)
-            .unwrap_or(0);
-        let header = Header {
+    ) -> Header {
+        Header {
             schema_version: SCHEMA_VERSION,
             gpufeed_version: Some(env!("CARGO_PKG_VERSION").to_string()),
             start_time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
@@ -224,7 +219,22 @@ impl Prepared {
                 .py
                 .filter(|_| root_pid.is_some())
                 .map(|p| p.rate_hz),
-        };
+        }
+    }
+
+    /// Writes the header, gives the recording its name and starts sampling. `root_pid` is the job
+    /// whose process tree is followed.
+    pub fn start(
+        self,
+        root_pid: Option<u32>,
+        command: Option<Vec<String>>,
+    ) -> Result<Recorder, RecordError> {
+        let t0 = Instant::now();
+        let t0_unix_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
+        let header = self.header(t0_unix_us, root_pid, command);
         let compression = Compression::for_path(&self.cfg.output);
         let werr = |e: std::io::Error| RecordError::Write {
             path: self.cfg.output.clone(),
