@@ -212,6 +212,7 @@ fn busy_pct(r: &DiagnoseReport) -> Option<f64> {
 }
 
 /// Two diagnoses' figures side by side (those either side has).
+#[allow(clippy::too_many_lines)] // a table: one change() per compared figure
 fn recording_changes(before: &DiagnoseReport, after: &DiagnoseReport) -> Vec<Change> {
     let busy = busy_pct;
     let util = |r: &DiagnoseReport| mean_of(r.gpus.iter().filter_map(|g| g.util_mean_pct));
@@ -398,6 +399,7 @@ pub fn traces(
 
 /// Per-step figures of two traces side by side: step time, GPU busy, data wait, each time
 /// category, copies, tensor cores.
+#[allow(clippy::too_many_lines)] // a table: one change() per compared figure
 fn trace_changes(before: &TraceSummary, after: &TraceSummary) -> Vec<Change> {
     let ms = |x: f64| x / 1000.0;
     let b = &before.breakdown;

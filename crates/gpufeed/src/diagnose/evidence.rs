@@ -1076,68 +1076,8 @@ fn finish_gpu(
     let mem_total = st.and_then(|s| s.memory_total_bytes).or(g.mem_total);
     let mem_used_max = g.mem_used.max().map(|m| m as u64);
     let (timeline_step_s, timeline_pct) = g.timeline.points();
-
-    // Link state: the most common one while loaded.
-    let current = g
-        .link_counts
-        .iter()
-        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
-        .map(|(k, _)| *k);
-    let gen_max = st.and_then(|s| s.pcie_max_gen).or(g.gen_max_seen);
-    let width_max = st.and_then(|s| s.pcie_max_width).or(g.width_max_seen);
-    for (&(gen, width), &n) in &g.link_counts {
-        g.loaded_link += n;
-        if gen_max.is_some_and(|m| gen < m) || width_max.is_some_and(|m| width < m) {
-            g.loaded_degraded += n;
-        }
-    }
-    let pcie = PcieEvidence {
-        rx_samples: g.rx_rate.n,
-        rx_mean_bytes_per_s: g.rx_rate.mean(),
-        rx_max_bytes_per_s: g.rx_rate.max(),
-        rx_capacity_mean_fraction: g.rx_frac.mean(),
-        rx_capacity_p90_fraction: g.rx_frac_hist.percentile(90.0).map(|p| p / 100.0),
-        rx_near_capacity_fraction: g.rx_frac_hist.fraction_at_least(70.0),
-        gen_current: current.map(|c| c.0),
-        width_current: current.map(|c| c.1),
-        gen_max,
-        width_max,
-        capacity_current_bytes_per_s: current.and_then(|(a, b)| pcie_link_bytes_per_s(a, b)),
-        capacity_max_bytes_per_s: gen_max
-            .zip(width_max)
-            .and_then(|(a, b)| pcie_link_bytes_per_s(a, b)),
-        loaded_link_samples: g.loaded_link,
-        degraded_loaded_fraction: (g.loaded_link > 0)
-            .then(|| g.loaded_degraded as f64 / g.loaded_link as f64),
-    };
-
-    let names = [
-        "gpu_idle",
-        "applications_clocks_setting",
-        "sw_power_cap",
-        "hw_slowdown",
-        "sync_boost",
-        "sw_thermal",
-        "hw_thermal",
-        "hw_power_brake",
-        "display_clock",
-    ];
-    let mut by_reason = BTreeMap::new();
-    if g.throttle_observed > 0.0 {
-        for (bit, secs) in g.throttle_by_bit.iter().enumerate() {
-            if bit == 0 || *secs <= 0.0 {
-                continue;
-            }
-            by_reason.insert(names[bit].to_string(), secs / g.throttle_observed);
-        }
-    }
-    let throttle = ThrottleEvidence {
-        observed_s: g.throttle_observed,
-        slowing_fraction: (g.throttle_observed > 0.0)
-            .then(|| g.throttle_slowing / g.throttle_observed),
-        by_reason,
-    };
-
+    let pcie = pcie_evidence(&mut g, st);
+    let throttle = throttle_evidence(&g);
     let mean = g.util.mean();
     GpuEvidence {
         index: g.index,
@@ -1173,6 +1113,73 @@ fn finish_gpu(
         timeline_pct,
         recent_step_s,
         recent_pct,
+    }
+}
+
+/// The PCIe traffic against the link's capacity, and the link's state while loaded.
+fn pcie_evidence(g: &mut GpuAcc, st: Option<&crate::sample::GpuStatic>) -> PcieEvidence {
+    // Link state: the most common one while loaded.
+    let current = g
+        .link_counts
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .map(|(k, _)| *k);
+    let gen_max = st.and_then(|s| s.pcie_max_gen).or(g.gen_max_seen);
+    let width_max = st.and_then(|s| s.pcie_max_width).or(g.width_max_seen);
+    for (&(gen, width), &n) in &g.link_counts {
+        g.loaded_link += n;
+        if gen_max.is_some_and(|m| gen < m) || width_max.is_some_and(|m| width < m) {
+            g.loaded_degraded += n;
+        }
+    }
+    PcieEvidence {
+        rx_samples: g.rx_rate.n,
+        rx_mean_bytes_per_s: g.rx_rate.mean(),
+        rx_max_bytes_per_s: g.rx_rate.max(),
+        rx_capacity_mean_fraction: g.rx_frac.mean(),
+        rx_capacity_p90_fraction: g.rx_frac_hist.percentile(90.0).map(|p| p / 100.0),
+        rx_near_capacity_fraction: g.rx_frac_hist.fraction_at_least(70.0),
+        gen_current: current.map(|c| c.0),
+        width_current: current.map(|c| c.1),
+        gen_max,
+        width_max,
+        capacity_current_bytes_per_s: current.and_then(|(a, b)| pcie_link_bytes_per_s(a, b)),
+        capacity_max_bytes_per_s: gen_max
+            .zip(width_max)
+            .and_then(|(a, b)| pcie_link_bytes_per_s(a, b)),
+        loaded_link_samples: g.loaded_link,
+        degraded_loaded_fraction: (g.loaded_link > 0)
+            .then(|| g.loaded_degraded as f64 / g.loaded_link as f64),
+    }
+}
+
+/// The share of observed time each throttle reason (but idle) was active.
+fn throttle_evidence(g: &GpuAcc) -> ThrottleEvidence {
+    let names = [
+        "gpu_idle",
+        "applications_clocks_setting",
+        "sw_power_cap",
+        "hw_slowdown",
+        "sync_boost",
+        "sw_thermal",
+        "hw_thermal",
+        "hw_power_brake",
+        "display_clock",
+    ];
+    let mut by_reason = BTreeMap::new();
+    if g.throttle_observed > 0.0 {
+        for (bit, secs) in g.throttle_by_bit.iter().enumerate() {
+            if bit == 0 || *secs <= 0.0 {
+                continue;
+            }
+            by_reason.insert(names[bit].to_string(), secs / g.throttle_observed);
+        }
+    }
+    ThrottleEvidence {
+        observed_s: g.throttle_observed,
+        slowing_fraction: (g.throttle_observed > 0.0)
+            .then(|| g.throttle_slowing / g.throttle_observed),
+        by_reason,
     }
 }
 

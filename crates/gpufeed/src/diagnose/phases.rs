@@ -150,7 +150,47 @@ pub fn segment(series: &[(f64, f64)]) -> Vec<Phase> {
         .collect();
     let level = median(&mut busy).unwrap_or(IDLE_PCT);
     let low = (0.5 * level).max(IDLE_PCT);
-    let mut cursor = active_from; // start of the current active stretch
+    // Start of the last active stretch.
+    let cursor = low_stretches(
+        series,
+        (active_from, active_to),
+        low,
+        (min_stretch, interval),
+        &mut out,
+    );
+    let active_end = match &tail {
+        Some(t) => t.start_s,
+        None => t_end - t0,
+    };
+    if cursor <= active_to {
+        out.push(Phase {
+            kind: PhaseKind::Active,
+            start_s: at(cursor),
+            end_s: active_end,
+            util_mean_pct: mean(&series[cursor..=active_to]),
+        });
+    }
+    out.extend(tail);
+    out.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
+    if out.len() == 1 && out[0].kind == PhaseKind::Active {
+        return Vec::new();
+    }
+    out
+}
+
+/// Inside the active span `from..=to`: each stretch below `low` that lasts `min_stretch` or
+/// more (and neither starts the span nor reaches its end) becomes an idle or eval-like phase,
+/// after the active stretch before it. Returns where the last active stretch starts.
+fn low_stretches(
+    series: &[(f64, f64)],
+    (active_from, active_to): (usize, usize),
+    low: f64,
+    (min_stretch, interval): (f64, f64),
+    out: &mut Vec<Phase>,
+) -> usize {
+    let t0 = series[0].0;
+    let at = |i: usize| series[i].0 - t0;
+    let mut cursor = active_from;
     let mut i = active_from;
     while i <= active_to {
         if series[i].1 >= low {
@@ -191,24 +231,7 @@ pub fn segment(series: &[(f64, f64)]) -> Vec<Phase> {
             cursor = i;
         }
     }
-    let active_end = match &tail {
-        Some(t) => t.start_s,
-        None => t_end - t0,
-    };
-    if cursor <= active_to {
-        out.push(Phase {
-            kind: PhaseKind::Active,
-            start_s: at(cursor),
-            end_s: active_end,
-            util_mean_pct: mean(&series[cursor..=active_to]),
-        });
-    }
-    out.extend(tail);
-    out.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
-    if out.len() == 1 && out[0].kind == PhaseKind::Active {
-        return Vec::new();
-    }
-    out
+    cursor
 }
 
 /// Maps a time of the log onto the judged (active-only) timeline: `None` outside the active

@@ -305,13 +305,35 @@ fn roles(c: &Collected) -> [Vec<Range>; 7] {
 /// (2021-schema) runtime calls inside it; a later step starts no earlier than the previous end;
 /// trailing steps that launched (almost) nothing are dropped.
 fn extend_steps(c: &Collected, steps: &mut Vec<(f64, f64, String)>) {
+    let Some(l) = launched(c, steps) else {
+        return;
+    };
+    stretch(steps, &l);
+    drop_empty_tail(steps, &l.count);
+}
+
+/// The device work launched from inside each step.
+struct Launched<'a> {
+    /// Kernels, memcpys and memsets.
+    all: Vec<&'a DevRec>,
+    /// Which of `all` some step launched.
+    matched: Vec<bool>,
+    /// Per step: the span of its device work (infinite when none).
+    span: Vec<(f64, f64)>,
+    /// Per step: how many device ops it launched.
+    count: Vec<usize>,
+}
+
+/// Matches the legacy runtime calls inside each step to their device ops by correlation; None
+/// when nothing matched.
+fn launched<'a>(c: &'a Collected, steps: &[(f64, f64, String)]) -> Option<Launched<'a>> {
     let mut rts: Vec<_> = c
         .runtimes
         .iter()
         .filter(|r| r.legacy && r.corr().is_some())
         .collect();
     if rts.is_empty() || steps.is_empty() {
-        return;
+        return None;
     }
     rts.sort_by(|a, b| a.ts.total_cmp(&b.ts));
     // device ops by correlation
@@ -371,38 +393,52 @@ fn extend_steps(c: &Collected, steps: &mut Vec<(f64, f64, String)>) {
         mx = f64::NEG_INFINITY;
         i += 1;
     }
-    if !any {
-        return;
-    }
+    any.then_some(Launched {
+        all,
+        matched,
+        span: dev,
+        count: matched_count,
+    })
+}
+
+/// Each step ends no earlier than its device work and starts no earlier than the previous end
+/// (the first no earlier than unmatched device work before its own).
+fn stretch(steps: &mut [(f64, f64, String)], l: &Launched<'_>) {
     let mut prev = steps[0].0;
-    if dev[0].0.is_finite() {
-        for (d, m) in all.iter().zip(&matched) {
-            if !m && d.te < dev[0].0 {
+    if l.span[0].0.is_finite() {
+        for (d, m) in l.all.iter().zip(&l.matched) {
+            if !m && d.te < l.span[0].0 {
                 prev = prev.max(d.te);
             }
         }
     }
-    for i in 0..n {
-        let start = prev.max(steps[i].0);
-        let mut end = steps[i].1;
-        if !dev[i].0.is_finite() {
+    for (step, span) in steps.iter_mut().zip(&l.span) {
+        let start = prev.max(step.0);
+        let mut end = step.1;
+        if !span.0.is_finite() {
             end = end.max(start);
         } else {
-            end = end.max(dev[i].1).max(start);
+            end = end.max(span.1).max(start);
         }
-        steps[i].0 = start;
-        steps[i].1 = end;
+        step.0 = start;
+        step.1 = end;
         prev = end;
     }
+}
+
+/// Drops the trailing steps that launched nothing, and the last one that launched under 80% of
+/// the one before it (a cut-off step).
+fn drop_empty_tail(steps: &mut Vec<(f64, f64, String)>, count: &[usize]) {
+    let n = steps.len();
     if n > 1 {
         let mut i = n as isize - 1;
-        while i >= 0 && matched_count[i as usize] == 0 {
+        while i >= 0 && count[i as usize] == 0 {
             i -= 1;
         }
         if i >= 0 {
             let iu = i as usize;
             let mut keep = iu + 1;
-            if iu > 0 && matched_count[iu - 1] as f64 * 0.8 > matched_count[iu] as f64 {
+            if iu > 0 && count[iu - 1] as f64 * 0.8 > count[iu] as f64 {
                 keep = iu;
             }
             steps.truncate(keep);

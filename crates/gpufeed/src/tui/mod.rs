@@ -448,7 +448,6 @@ fn draw_gpu(f: &mut Frame, area: Rect, st: &LiveState, g: &GpuLive, ui: &Ui) {
     if area.height == 0 || area.width == 0 {
         return;
     }
-    let last = g.last.as_ref();
     let now = st.util_mean(g, 1.0);
     let label_w = 20u16.min(area.width / 3);
     let [label, spark] = Layout::horizontal([Constraint::Length(label_w), Constraint::Min(1)])
@@ -491,6 +490,20 @@ fn draw_gpu(f: &mut Frame, area: Rect, st: &LiveState, g: &GpuLive, ui: &Ui) {
             .style(ui.style(Color::Green)),
         spark,
     );
+    let (line2, line3) = gpu_detail(g, &name, ui);
+    f.render_widget(
+        Paragraph::new(vec![line2, line3]),
+        Rect {
+            y: area.y + 1,
+            height: area.height.saturating_sub(1),
+            ..area
+        },
+    );
+}
+
+/// A GPU's second and third lines: memory and PCIe; power, clock, temperature and throttling.
+fn gpu_detail<'a>(g: &GpuLive, name: &str, ui: &Ui) -> (Line<'a>, Line<'a>) {
+    let last = g.last.as_ref();
     // Memory bar + numbers.
     let used = last.and_then(|s| s.mem_used_bytes);
     let frac = used
@@ -539,14 +552,7 @@ fn draw_gpu(f: &mut Frame, area: Rect, st: &LiveState, g: &GpuLive, ui: &Ui) {
             )
         },
     ]);
-    f.render_widget(
-        Paragraph::new(vec![line2, line3]),
-        Rect {
-            y: area.y + 1,
-            height: area.height.saturating_sub(1),
-            ..area
-        },
-    );
+    (line2, line3)
 }
 
 fn draw_cpus(f: &mut Frame, area: Rect, st: &LiveState, ui: &Ui, cols: usize) {
