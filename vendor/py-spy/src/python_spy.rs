@@ -299,13 +299,19 @@ impl PythonSpy {
         };
 
         // Find PyThreadState, and loop over all the python threads
-        // gpufeed patch (PATCHES.md): with the frame cache on, the head and the GIL holder's
-        // address come in one read, and a thread owns the GIL when it is at that address.
+        if let Some(cache) = self.frame_cache.as_mut() {
+            cache.expire(Instant::now());
+            cache.forget_read_ahead();
+        }
+        // gpufeed patch (PATCHES.md): with the frame cache on, the head, the GIL holder's
+        // address and the first thread state (at the head's last address) come in one read,
+        // and a thread owns the GIL when it is at the holder's address.
         let (threads_head, gil_holder, gil_thread_id) = if self.config.frame_cache {
             let (head, holder) = threads_head_and_gil_holder::<I, Process>(
                 self.addresses.interpreter_address,
                 self.addresses.threadstate_address,
                 &self.process,
+                self.frame_cache.as_mut(),
             )?;
             (head, Some(holder), 0)
         } else {
@@ -324,10 +330,7 @@ impl PythonSpy {
 
         let mut did_thread_name_lookup = false;
 
-        if let Some(cache) = self.frame_cache.as_mut() {
-            cache.expire(Instant::now());
-            cache.forget_read_ahead();
-        }
+
         // The OS ids of the Python threads seen in this sample, if all are known from their
         // thread states and appeared in the thread scan.
         let mut seen_tids: Option<Vec<Tid>> = Some(Vec::new());

@@ -199,6 +199,8 @@ pub struct FrameCache {
     /// The thread state read ahead with the last thread's frames, and its address (0: none).
     next_thread: Vec<u8>,
     next_thread_addr: usize,
+    /// The head of the thread list at the last sample (its thread state is read with the head).
+    last_head: usize,
     /// Frames room to allocate per stack: the deepest seen, up to `MAX_DEPTH_HINT`.
     depth_hint: usize,
 }
@@ -237,6 +239,7 @@ impl FrameCache {
             stack_buf: Vec::new(),
             next_thread: Vec::new(),
             next_thread_addr: 0,
+            last_head: 0,
             depth_hint: 0,
         }
     }
@@ -896,11 +899,14 @@ fn get_locals<C: CodeObject, F: FrameObject, P: ProcessMemory>(
 /// The head of the interpreter's thread list and the address of the thread state holding the
 /// GIL (0: none), in one read (gpufeed patch, PATCHES.md). [`get_gil_threadid`] reads the
 /// holder's whole thread state for its id, which a caller walking the thread list can instead
-/// compare by address.
+/// compare by address. With a cache, the same read brings the thread state at the head's last
+/// address (the head changes only when a thread starts or ends): when the head is still there,
+/// the walk takes it with [`FrameCache::take_read_ahead`].
 pub fn threads_head_and_gil_holder<I: InterpreterState, P: ProcessMemory + ReadParts>(
     interpreter_address: usize,
     threadstate_address: usize,
     process: &P,
+    cache: Option<&mut FrameCache>,
 ) -> Result<(*const I::ThreadState, usize), Error> {
     type GilState = crate::python_bindings::v3_13_0::_gil_runtime_state;
     let head_addr = I::threadstate_ptr_ptr(interpreter_address) as usize;
@@ -912,15 +918,35 @@ pub fn threads_head_and_gil_holder<I: InterpreterState, P: ProcessMemory + ReadP
     } else {
         std::mem::size_of::<usize>()
     };
+    let mut cache = cache;
+    let guess = cache.as_ref().map_or(0, |c| c.last_head);
+    let mut first = match cache.as_mut() {
+        Some(c) => std::mem::take(&mut c.next_thread),
+        None => Vec::new(),
+    };
     // During initialization (no threadstate address yet) nobody holds the GIL.
     let whole = if threadstate_address == 0 {
         process.read_parts(&mut [(head_addr, &mut head[..])]) + 1
+    } else if guess != 0 {
+        first.clear();
+        first.resize(std::mem::size_of::<I::ThreadState>(), 0);
+        process.read_parts(&mut [
+            (head_addr, &mut head[..]),
+            (threadstate_address, &mut gil[..gil_len]),
+            (guess, &mut first[..]),
+        ])
     } else {
         process.read_parts(&mut [
             (head_addr, &mut head[..]),
             (threadstate_address, &mut gil[..gil_len]),
         ])
     };
+    if let Some(c) = cache {
+        let head = usize::from_ne_bytes(head);
+        c.next_thread = first;
+        c.next_thread_addr = if whole >= 3 && head == guess { guess } else { 0 };
+        c.last_head = if whole >= 1 { head } else { 0 };
+    }
     if whole < 1 {
         return Err(format_err!("Failed to copy PyThreadState head pointer"));
     }
@@ -1533,6 +1559,7 @@ mod tests {
             &*interp as *const _ as usize,
             &current as *const usize as usize,
             &mem,
+            None,
         )
         .unwrap();
         assert_eq!((head as usize, holder, mem.0.get()), (0x1000, 0x2000, 1));
@@ -1541,6 +1568,7 @@ mod tests {
             &*interp as *const _ as usize,
             0,
             &mem,
+            None,
         )
         .unwrap();
         assert_eq!(holder, 0);
@@ -1555,6 +1583,7 @@ mod tests {
                 &*interp as *const _ as usize,
                 gil as *const _ as usize,
                 &LocalProcess,
+                None,
             )
             .unwrap()
         };
@@ -1567,13 +1596,54 @@ mod tests {
             &*interp as *const _ as usize,
             &*gil as *const _ as usize,
             &process,
+            None,
         )
         .unwrap().0);
         assert!(threads_head_and_gil_holder::<v3_12_0::PyInterpreterState, _>(
             8,
             &*gil as *const _ as usize,
-            &process
+            &process,
+            None
         )
         .is_err());
+    }
+
+    // gpufeed patch (PATCHES.md): the first thread state read with the head, at the head's
+    // last address.
+    #[test]
+    fn the_first_thread_state_comes_with_the_head_while_the_head_stays() {
+        use crate::python_bindings::v3_11_0::{PyInterpreterState, PyThreadState};
+        let mut first = Box::new(PyThreadState {
+            thread_id: 7,
+            ..Default::default()
+        });
+        let mut other = Box::new(PyThreadState {
+            thread_id: 8,
+            ..Default::default()
+        });
+        let mut interp = Box::<PyInterpreterState>::default();
+        interp.threads.head = &mut *first as *mut PyThreadState;
+        let current: usize = 0;
+        let mut cache = FrameCache::default();
+        let sample = |interp: &PyInterpreterState, cache: &mut FrameCache| {
+            let (head, _) = threads_head_and_gil_holder::<PyInterpreterState, _>(
+                interp as *const _ as usize,
+                &current as *const usize as usize,
+                &LocalProcess,
+                Some(cache),
+            )
+            .unwrap();
+            cache
+                .take_read_ahead::<PyThreadState>(head as usize)
+                .map(|t| t.thread_id)
+        };
+        assert_eq!(sample(&interp, &mut cache), None, "no head known yet");
+        assert_eq!(sample(&interp, &mut cache), Some(7));
+        assert_eq!(sample(&interp, &mut cache), Some(7));
+        // A new thread at the head: read by the walk, then known.
+        interp.threads.head = &mut *other as *mut PyThreadState;
+        assert_eq!(sample(&interp, &mut cache), None);
+        assert_eq!(sample(&interp, &mut cache), Some(8));
+        assert_eq!(cache.stats().threads_read_ahead, 3);
     }
 }
