@@ -28,8 +28,14 @@ pub struct Config {
 
     /// gpufeed patch (PATCHES.md): read the run state (/proc/TID/stat) of only the threads that
     /// are Python threads, known from the last full scan of /proc/PID/task, instead of every
-    /// thread of the process on every sample. Python 3.11+ (the thread state has the native id).
+    /// thread of the process on every sample, each from a stat file kept open (one `pread`).
+    /// Python 3.11+ (the thread state has the native id).
     pub scan_python_threads_only: bool,
+
+    /// gpufeed patch (PATCHES.md): fill `Frame::short_filename` (the file name from its
+    /// package's root on). A caller that never shows it turns it off: it costs a hash lookup
+    /// and a string copy per frame per sample.
+    pub short_filenames: bool,
 
     // The following config options only apply when using py-spy as an application
     #[doc(hidden)]
@@ -138,6 +144,7 @@ impl Default for Config {
             native: false,
             frame_cache: true,
             scan_python_threads_only: true,
+            short_filenames: true,
             gil_only: false,
             include_idle: false,
             include_thread_ids: false,

@@ -45,6 +45,12 @@ pub trait ThreadState: Copy {
     fn thread_id(&self) -> u64;
     fn native_thread_id(&self) -> Option<u64>;
     fn next(&self) -> *mut Self;
+    /// gpufeed patch (PATCHES.md): the thread's current data-stack chunk, where CPython 3.11+
+    /// keeps its frames one after another: (chunk address, datastack_top, datastack_limit),
+    /// all remote addresses. `None` before 3.11.
+    fn datastack(&self) -> Option<(usize, usize, usize)> {
+        None
+    }
 }
 
 pub trait FrameObject: Copy {
@@ -470,6 +476,14 @@ impl ThreadState for v3_15_0::PyThreadState {
     fn interp(&self) -> *mut Self::InterpreterState {
         self.interp
     }
+    // gpufeed patch (PATCHES.md)
+    fn datastack(&self) -> Option<(usize, usize, usize)> {
+        Some((
+            self.datastack_chunk as usize,
+            self.datastack_top as usize,
+            self.datastack_limit as usize,
+        ))
+    }
 }
 
 impl FrameObject for v3_15_0::_PyInterpreterFrame {
@@ -558,6 +572,14 @@ impl ThreadState for v3_14_0::PyThreadState {
     }
     fn interp(&self) -> *mut Self::InterpreterState {
         self.interp
+    }
+    // gpufeed patch (PATCHES.md)
+    fn datastack(&self) -> Option<(usize, usize, usize)> {
+        Some((
+            self.datastack_chunk as usize,
+            self.datastack_top as usize,
+            self.datastack_limit as usize,
+        ))
     }
 }
 
@@ -649,6 +671,14 @@ impl ThreadState for v3_13_0::PyThreadState {
     }
     fn interp(&self) -> *mut Self::InterpreterState {
         self.interp
+    }
+    // gpufeed patch (PATCHES.md)
+    fn datastack(&self) -> Option<(usize, usize, usize)> {
+        Some((
+            self.datastack_chunk as usize,
+            self.datastack_top as usize,
+            self.datastack_limit as usize,
+        ))
     }
 }
 
@@ -742,6 +772,14 @@ impl ThreadState for v3_12_0::PyThreadState {
     fn interp(&self) -> *mut Self::InterpreterState {
         self.interp
     }
+    // gpufeed patch (PATCHES.md)
+    fn datastack(&self) -> Option<(usize, usize, usize)> {
+        Some((
+            self.datastack_chunk as usize,
+            self.datastack_top as usize,
+            self.datastack_limit as usize,
+        ))
+    }
 }
 
 impl FrameObject for v3_12_0::_PyInterpreterFrame {
@@ -834,6 +872,14 @@ impl ThreadState for v3_11_0::PyThreadState {
     }
     fn interp(&self) -> *mut Self::InterpreterState {
         self.interp
+    }
+    // gpufeed patch (PATCHES.md)
+    fn datastack(&self) -> Option<(usize, usize, usize)> {
+        Some((
+            self.datastack_chunk as usize,
+            self.datastack_top as usize,
+            self.datastack_limit as usize,
+        ))
     }
 }
 

@@ -21,7 +21,8 @@ use crate::python_interpreters::{InterpreterState, ThreadState};
 use crate::python_process_info::{get_python_version, PythonProcessInfo, PythonProcessLayout};
 use crate::python_threading::thread_name_lookup;
 use crate::stack_trace::{
-    get_gil_threadid, get_stack_trace_cached, FrameCache, FrameCacheStats, StackTrace,
+    get_gil_threadid, get_stack_trace_cached, threads_head_and_gil_holder, FrameCache,
+    FrameCacheStats, StackTrace,
 };
 use crate::version::Version;
 
@@ -42,16 +43,66 @@ pub struct PythonSpy {
     pub dockerized: bool,
     /// gpufeed patch (PATCHES.md): what was read from code objects, when `config.frame_cache`.
     frame_cache: Option<FrameCache>,
-    /// gpufeed patch (PATCHES.md): the OS ids of the Python threads, from the last full scan
-    /// of the process's threads (empty: scan them all next sample).
-    python_tids: Vec<Tid>,
-    /// When the threads were last scanned in full.
-    full_scan_time: Instant,
+    /// gpufeed patch (PATCHES.md): the Python threads, from the last full scan of the
+    /// process's threads (empty: scan them all next sample), with their stat files kept open.
+    python_threads: Vec<ThreadStat>,
 }
 
-/// gpufeed patch: with `scan_python_threads_only`, every thread is still scanned this often
-/// (and whenever a Python thread appears or one of the known ones is gone).
-const FULL_THREAD_SCAN_EVERY: Duration = Duration::from_secs(2);
+/// gpufeed patch (PATCHES.md): a Python thread's `/proc/PID/task/TID/stat`, opened once and
+/// read again from offset 0 on every sample (procfs makes each read from offset 0 afresh), so
+/// a sample costs one `pread` per thread instead of open, read and close. The open file stays
+/// bound to that very thread: once it has exited the read fails, even if its id is reused.
+struct ThreadStat {
+    tid: Tid,
+    #[cfg(target_os = "linux")]
+    file: Option<std::fs::File>,
+}
+
+impl ThreadStat {
+    fn new(tid: Tid) -> ThreadStat {
+        ThreadStat {
+            tid,
+            #[cfg(target_os = "linux")]
+            file: None,
+        }
+    }
+
+    /// Whether the thread is running (state R); `None` when it cannot be read (gone).
+    #[cfg(target_os = "linux")]
+    fn active(&mut self, pid: Pid) -> Option<bool> {
+        use std::os::unix::fs::FileExt;
+        if self.file.is_none() {
+            self.file = std::fs::File::open(format!("/proc/{}/task/{}/stat", pid, self.tid)).ok();
+        }
+        let mut buf = [0u8; 512];
+        let read = self.file.as_ref()?.read_at(&mut buf, 0);
+        match read.ok().and_then(|n| stat_state(&buf[..n])) {
+            Some(state) => Some(state == b'R'),
+            None => {
+                self.file = None;
+                None
+            }
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn active(&mut self, _pid: Pid) -> Option<bool> {
+        remoteprocess::Thread::new(self.tid)
+            .and_then(|t| t.active())
+            .ok()
+    }
+}
+
+/// The state letter of a `/proc/PID/stat` line: the field after the command name, which is in
+/// parentheses and may itself hold `)` (so the last one ends it).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn stat_state(stat: &[u8]) -> Option<u8> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    match stat.get(close + 1..close + 3)? {
+        [b' ', state] if state.is_ascii_alphabetic() => Some(*state),
+        _ => None,
+    }
+}
 
 impl PythonSpy {
     /// Constructs a new PythonSpy object.
@@ -103,8 +154,7 @@ impl PythonSpy {
             python_thread_names: HashMap::new(),
             thread_name_lookup_time: Instant::now(),
             frame_cache: config.frame_cache.then(FrameCache::default),
-            python_tids: Vec::new(),
-            full_scan_time: Instant::now(),
+            python_threads: Vec::new(),
         })
     }
 
@@ -218,19 +268,15 @@ impl PythonSpy {
         if self.config.gil_only {
             // Don't need to collect thread activity if we're only getting the
             // GIL thread: If we're holding the GIL we're by definition active.
-        } else if self.config.scan_python_threads_only
-            && !self.python_tids.is_empty()
-            && self.full_scan_time.elapsed() < FULL_THREAD_SCAN_EVERY
-        {
-            for &tid in &self.python_tids {
+        } else if self.config.scan_python_threads_only && !self.python_threads.is_empty() {
+            for thread in &mut self.python_threads {
                 // A thread that is gone is missed below and makes the next sample scan all.
-                if let Ok(active) = remoteprocess::Thread::new(tid).and_then(|t| t.active()) {
-                    thread_activity.insert(tid, active);
+                if let Some(active) = thread.active(self.pid) {
+                    thread_activity.insert(thread.tid, active);
                 }
             }
         } else {
             full_scan = true;
-            self.full_scan_time = Instant::now();
             for thread in self.process.threads()?.iter() {
                 let threadid: Tid = thread.id()?;
                 let Ok(active) = thread.active() else {
@@ -253,22 +299,38 @@ impl PythonSpy {
         };
 
         // Find PyThreadState, and loop over all the python threads
-        let threadstate_ptr_ptr = I::threadstate_ptr_ptr(self.addresses.interpreter_address);
-        let threads_head = self
-            .process
-            .copy_pointer(threadstate_ptr_ptr)
-            .context("Failed to copy PyThreadState head pointer")?;
+        if let Some(cache) = self.frame_cache.as_mut() {
+            cache.expire(Instant::now());
+            cache.forget_read_ahead();
+        }
+        // gpufeed patch (PATCHES.md): with the frame cache on, the head, the GIL holder's
+        // address and the first thread state (at the head's last address) come in one read,
+        // and a thread owns the GIL when it is at the holder's address.
+        let (threads_head, gil_holder, gil_thread_id) = if self.config.frame_cache {
+            let (head, holder) = threads_head_and_gil_holder::<I, Process>(
+                self.addresses.interpreter_address,
+                self.addresses.threadstate_address,
+                &self.process,
+                self.frame_cache.as_mut(),
+            )?;
+            (head, Some(holder), 0)
+        } else {
+            let threadstate_ptr_ptr = I::threadstate_ptr_ptr(self.addresses.interpreter_address);
+            let threads_head = self
+                .process
+                .copy_pointer(threadstate_ptr_ptr)
+                .context("Failed to copy PyThreadState head pointer")?;
 
-        // get the threadid of the gil if appropriate
-        let gil_thread_id =
-            get_gil_threadid::<I, Process>(self.addresses.threadstate_address, &self.process)
-                .context("failed to get gil_thread_id")?;
+            // get the threadid of the gil if appropriate
+            let gil_thread_id =
+                get_gil_threadid::<I, Process>(self.addresses.threadstate_address, &self.process)
+                    .context("failed to get gil_thread_id")?;
+            (threads_head, None, gil_thread_id)
+        };
 
         let mut did_thread_name_lookup = false;
 
-        if let Some(cache) = self.frame_cache.as_mut() {
-            cache.expire(Instant::now());
-        }
+
         // The OS ids of the Python threads seen in this sample, if all are known from their
         // thread states and appeared in the thread scan.
         let mut seen_tids: Option<Vec<Tid>> = Some(Vec::new());
@@ -284,14 +346,26 @@ impl PythonSpy {
             }
 
             // Get the stack trace of the python thread
-            let thread = self
-                .process
-                .copy_pointer(threads)
-                .context("Failed to copy PyThreadState")?;
+            let thread_addr = threads as usize;
+            // gpufeed patch (PATCHES.md): read ahead with the previous thread's frames.
+            let ahead = self
+                .frame_cache
+                .as_mut()
+                .and_then(|c| c.take_read_ahead::<I::ThreadState>(thread_addr));
+            let thread = match ahead {
+                Some(thread) => thread,
+                None => self
+                    .process
+                    .copy_pointer(threads)
+                    .context("Failed to copy PyThreadState")?,
+            };
             threads = thread.next();
 
             let python_thread_id = thread.thread_id();
-            let owns_gil = python_thread_id == gil_thread_id;
+            let owns_gil = match gil_holder {
+                Some(holder) => holder != 0 && holder == thread_addr,
+                None => python_thread_id == gil_thread_id,
+            };
 
             if self.config.gil_only && !owns_gil {
                 continue;
@@ -386,7 +460,10 @@ impl PythonSpy {
             }
 
             for frame in &mut trace.frames {
-                frame.short_filename = self.shorten_filename(&frame.filename);
+                // gpufeed patch (PATCHES.md): a caller that never shows short names skips them.
+                if self.config.short_filenames {
+                    frame.short_filename = self.shorten_filename(&frame.filename);
+                }
                 if let Some(locals) = frame.locals.as_mut() {
                     let max_length = (128 * self.config.dump_locals) as isize;
                     for local in locals {
@@ -413,9 +490,11 @@ impl PythonSpy {
         // them (a new one), or one that is gone, makes the next sample scan them all.
         if self.config.scan_python_threads_only && !self.config.gil_only {
             match seen_tids {
-                Some(seen) if full_scan => self.python_tids = seen,
-                Some(seen) if seen.len() == self.python_tids.len() => {}
-                _ => self.python_tids.clear(),
+                Some(seen) if full_scan => {
+                    self.python_threads = seen.into_iter().map(ThreadStat::new).collect()
+                }
+                Some(seen) if seen.len() == self.python_threads.len() => {}
+                _ => self.python_threads.clear(),
             }
         }
         Ok(traces)
@@ -690,5 +769,65 @@ impl PythonSpy {
         self.short_filenames
             .insert(filename.to_owned(), shortened.clone());
         shortened
+    }
+}
+
+// gpufeed patch (PATCHES.md): the run state from a stat file kept open.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_state_is_the_field_after_the_last_parenthesis() {
+        assert_eq!(stat_state(b"1234 (bash) S 1233"), Some(b'S'));
+        assert_eq!(stat_state(b"1234 (with space) R 1233"), Some(b'R'));
+        assert_eq!(stat_state(b"83 (Thread.(<lambda>)) S 1 19"), Some(b'S'));
+        assert_eq!(stat_state(b"83 (a) b) R 1 19"), Some(b'R'));
+        assert_eq!(stat_state(b"1234"), None);
+        assert_eq!(stat_state(b"1234 (bash)"), None);
+        assert_eq!(stat_state(b"1234 (bash)S"), None);
+        assert_eq!(stat_state(b"1234 (bash) 7"), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_kept_stat_file_reads_the_state_afresh_until_the_thread_is_gone() {
+        use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+        use std::sync::Arc;
+        let spin = Arc::new(AtomicBool::new(true));
+        let tid = Arc::new(AtomicI32::new(0));
+        let (spin2, tid2) = (spin.clone(), tid.clone());
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let handle = std::thread::spawn(move || {
+            // SAFETY: gettid has no arguments and cannot fail.
+            tid2.store(unsafe { libc::syscall(libc::SYS_gettid) } as i32, Ordering::SeqCst);
+            while spin2.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
+            let _ = rx.recv(); // blocked until the sender is dropped
+        });
+        while tid.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        let pid = std::process::id() as Pid;
+        let mut stat = ThreadStat::new(tid.load(Ordering::SeqCst));
+        // Spinning: running or runnable, R.
+        assert_eq!(stat.active(pid), Some(true));
+        assert!(stat.file.is_some(), "kept open");
+        spin.store(false, Ordering::SeqCst);
+        // Blocked in recv: S, through the same open file.
+        let mut asleep = false;
+        for _ in 0..500 {
+            if stat.active(pid) == Some(false) {
+                asleep = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert!(asleep, "the kept file shows the new state");
+        drop(tx);
+        handle.join().unwrap();
+        assert_eq!(stat.active(pid), None, "gone");
+        assert!(stat.file.is_none());
     }
 }

@@ -120,7 +120,7 @@ where
     T: ThreadState,
     P: ProcessMemory,
 {
-    get_stack_trace_cached(thread, process, copy_locals, lineno, None)
+    get_stack_trace_cached(thread, &OneByOne(process), copy_locals, lineno, None)
 }
 
 /// What is kept of one code object (gpufeed patch, PATCHES.md).
@@ -131,6 +131,22 @@ struct CodeEntry {
     first_lineno: i32,
     /// The line table, read on the first line-number lookup that misses.
     line_table: Option<Vec<u8>>,
+    /// What identifies the code object: its name, file name and line table objects' addresses
+    /// and its first line. Equal after a re-read: the same code, or one whose cached values are
+    /// the same.
+    fingerprint: [usize; 5],
+    /// The cache's generation when this was last read or checked.
+    generation: u64,
+}
+
+fn fingerprint<C: CodeObject>(code: &C) -> [usize; 5] {
+    [
+        code.filename() as usize,
+        code.name() as usize,
+        code.qualname().map_or(0, |p| p as usize),
+        code.line_table() as usize,
+        code.first_lineno() as usize,
+    ]
 }
 
 /// Counters of a [`FrameCache`], for tests and benchmarks.
@@ -144,8 +160,18 @@ pub struct FrameCacheStats {
     pub line_hits: u64,
     /// Line numbers computed from a line table.
     pub line_misses: u64,
-    /// Times the cache was emptied (age or size cap).
+    /// Times the cache was emptied (size cap, or [`FrameCache::clear`]).
     pub clears: u64,
+    /// Times the cache came of age (its entries to be checked again).
+    pub expiries: u64,
+    /// Frames whose code object was read again after an expiry and found unchanged.
+    pub code_checks: u64,
+    /// Data-stack chunks (CPython 3.11+) read in one piece.
+    pub stack_reads: u64,
+    /// Frames taken from those reads instead of read one by one.
+    pub stack_frames: u64,
+    /// Thread states taken from the read of the previous thread's frames.
+    pub threads_read_ahead: u64,
 }
 
 /// Per-process cache of what [`get_stack_trace_cached`] reads from code objects, keyed by the
@@ -153,8 +179,10 @@ pub struct FrameCacheStats {
 ///
 /// The fields read (co_filename, co_name/co_qualname, co_firstlineno, the line table) never
 /// change during a code object's life, but a freed code object's address can be reused by
-/// another one: the cache is emptied when it is older than `max_age` (call [`FrameCache::expire`]
-/// once per sample) and when it would grow past its caps, which also bounds its memory.
+/// another one: when the cache is older than `max_age` (call [`FrameCache::expire`] once per
+/// sample) each entry is checked again on its next use, by one read of the code object whose
+/// name, file name and line table addresses and first line must be unchanged (else it is read
+/// afresh); the cache is emptied when it would grow past its caps, which bounds its memory.
 #[derive(Debug)]
 pub struct FrameCache {
     codes: std::collections::HashMap<usize, CodeEntry>,
@@ -163,7 +191,18 @@ pub struct FrameCache {
     max_codes: usize,
     max_lines: usize,
     filled_since: std::time::Instant,
+    /// Bumped at each expiry: entries of an older generation are checked before use.
+    generation: u64,
     stats: FrameCacheStats,
+    /// The last data-stack chunk read (kept to reuse its allocation).
+    stack_buf: Vec<u8>,
+    /// The thread state read ahead with the last thread's frames, and its address (0: none).
+    next_thread: Vec<u8>,
+    next_thread_addr: usize,
+    /// The head of the thread list at the last sample (its thread state is read with the head).
+    last_head: usize,
+    /// Frames room to allocate per stack: the deepest seen, up to `MAX_DEPTH_HINT`.
+    depth_hint: usize,
 }
 
 impl Default for FrameCache {
@@ -184,6 +223,8 @@ impl FrameCache {
     pub const MAX_CODES: usize = 4096;
     /// (code, instruction) -> line entries kept.
     pub const MAX_LINES: usize = 65536;
+    /// Most frames room allocated ahead per stack.
+    pub const MAX_DEPTH_HINT: usize = 256;
 
     pub fn new(max_age: std::time::Duration, max_codes: usize, max_lines: usize) -> FrameCache {
         FrameCache {
@@ -193,14 +234,23 @@ impl FrameCache {
             max_codes: max_codes.max(1),
             max_lines: max_lines.max(1),
             filled_since: std::time::Instant::now(),
+            generation: 0,
             stats: FrameCacheStats::default(),
+            stack_buf: Vec::new(),
+            next_thread: Vec::new(),
+            next_thread_addr: 0,
+            last_head: 0,
+            depth_hint: 0,
         }
     }
 
-    /// Empties the cache if it is older than its maximum age at `now`.
+    /// Once the cache is older than its maximum age at `now`, its entries are checked again
+    /// (one read of the code object each) before their next use.
     pub fn expire(&mut self, now: std::time::Instant) {
         if now.saturating_duration_since(self.filled_since) >= self.max_age {
-            self.clear_at(now);
+            self.generation += 1;
+            self.filled_since = now;
+            self.stats.expiries += 1;
         }
     }
 
@@ -216,6 +266,27 @@ impl FrameCache {
         self.stats.clears += 1;
     }
 
+    /// The thread state at `addr` if it was read ahead with the previous thread's frames
+    /// (in this walk: the read-ahead is dropped by the next [`get_stack_trace_cached`] and by
+    /// [`FrameCache::forget_read_ahead`]).
+    pub fn take_read_ahead<T: Copy>(&mut self, addr: usize) -> Option<T> {
+        let ok = addr != 0
+            && self.next_thread_addr == addr
+            && self.next_thread.len() == std::mem::size_of::<T>();
+        self.next_thread_addr = 0;
+        if !ok {
+            return None;
+        }
+        self.stats.threads_read_ahead += 1;
+        // SAFETY: T is a plain C struct of integers and pointers, read from bytes of its size.
+        Some(unsafe { std::ptr::read_unaligned(self.next_thread.as_ptr() as *const T) })
+    }
+
+    /// Drops a thread state read ahead (call before a new walk of the thread list).
+    pub fn forget_read_ahead(&mut self) {
+        self.next_thread_addr = 0;
+    }
+
     pub fn stats(&self) -> FrameCacheStats {
         self.stats
     }
@@ -229,17 +300,40 @@ impl FrameCache {
         self.codes.is_empty() && self.lines.is_empty()
     }
 
-    fn code(&mut self, addr: usize) -> Option<&CodeEntry> {
+    /// The entry of the code object at `addr`: `Ok(Some)` when known and current, `Ok(None)`
+    /// when unknown, `Err(())` when known but to be checked ([`FrameCache::check`]).
+    fn code(&mut self, addr: usize) -> Result<Option<&CodeEntry>, ()> {
         match self.codes.get(&addr) {
-            Some(entry) => {
+            Some(entry) if entry.generation == self.generation => {
                 self.stats.code_hits += 1;
-                Some(entry)
+                Ok(Some(entry))
             }
+            Some(_) => Err(()),
             None => {
                 self.stats.code_misses += 1;
-                None
+                Ok(None)
             }
         }
+    }
+
+    /// Checks the entry at `addr` against the code object read there again: kept (and current)
+    /// when its fingerprint is unchanged, else dropped with its lines (read it afresh).
+    fn check(&mut self, addr: usize, fingerprint: [usize; 5]) -> Option<&CodeEntry> {
+        let generation = self.generation;
+        let same = self
+            .codes
+            .get(&addr)
+            .is_some_and(|e| e.fingerprint == fingerprint);
+        if !same {
+            self.stats.code_misses += 1;
+            self.codes.remove(&addr);
+            self.lines.retain(|(a, _), _| *a != addr);
+            return None;
+        }
+        self.stats.code_checks += 1;
+        let entry = self.codes.get_mut(&addr)?;
+        entry.generation = generation;
+        Some(entry)
     }
 
     fn insert_code(&mut self, addr: usize, entry: CodeEntry) {
@@ -277,6 +371,129 @@ impl FrameCache {
     }
 }
 
+/// Several ranges of remote memory in one go (gpufeed patch, PATCHES.md): on Linux one
+/// `process_vm_readv` with one iovec per range instead of one call per range.
+pub trait ReadParts {
+    /// Reads the `(address, buffer)` parts in order and stops at the first that cannot be read
+    /// whole; returns how many were read whole (the buffers after them hold anything).
+    fn read_parts(&self, parts: &mut [(usize, &mut [u8])]) -> usize;
+}
+
+/// [`ReadParts`] by one [`ProcessMemory::read`] per part.
+pub fn read_parts_one_by_one<P: ProcessMemory>(
+    process: &P,
+    parts: &mut [(usize, &mut [u8])],
+) -> usize {
+    let mut done = 0;
+    for (addr, buf) in parts.iter_mut() {
+        if process.read(*addr, buf).is_err() {
+            break;
+        }
+        done += 1;
+    }
+    done
+}
+
+impl ReadParts for remoteprocess::Process {
+    #[cfg(target_os = "linux")]
+    fn read_parts(&self, parts: &mut [(usize, &mut [u8])]) -> usize {
+        let mut local = Vec::with_capacity(parts.len());
+        let mut remote = Vec::with_capacity(parts.len());
+        for (addr, buf) in parts.iter_mut() {
+            local.push(libc::iovec {
+                iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+                iov_len: buf.len(),
+            });
+            remote.push(libc::iovec {
+                iov_base: *addr as *mut libc::c_void,
+                iov_len: buf.len(),
+            });
+        }
+        // SAFETY: each local iovec is a live, exclusively borrowed buffer of its length; the
+        // remote ones are only read by the kernel from the other process.
+        let got = unsafe {
+            libc::process_vm_readv(
+                self.pid as libc::pid_t,
+                local.as_ptr(),
+                local.len() as libc::c_ulong,
+                remote.as_ptr(),
+                remote.len() as libc::c_ulong,
+                0,
+            )
+        };
+        if got < 0 {
+            // Whatever ProcessMemory::read falls back to (/proc/PID/mem without
+            // process_vm_readv), part by part.
+            return read_parts_one_by_one(self, parts);
+        }
+        // A partial read stops at the first range that fails.
+        let mut left = got as usize;
+        let mut done = 0;
+        for (_, buf) in parts.iter() {
+            if left < buf.len() {
+                break;
+            }
+            left -= buf.len();
+            done += 1;
+        }
+        done
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn read_parts(&self, parts: &mut [(usize, &mut [u8])]) -> usize {
+        read_parts_one_by_one(self, parts)
+    }
+}
+
+impl ReadParts for remoteprocess::LocalProcess {
+    fn read_parts(&self, parts: &mut [(usize, &mut [u8])]) -> usize {
+        read_parts_one_by_one(self, parts)
+    }
+}
+
+/// Reads through `P` one part at a time: for callers whose memory has no [`ReadParts`].
+struct OneByOne<'a, P>(&'a P);
+
+impl<P: ProcessMemory> ProcessMemory for OneByOne<'_, P> {
+    fn read(&self, addr: usize, buf: &mut [u8]) -> Result<(), remoteprocess::Error> {
+        self.0.read(addr, buf)
+    }
+}
+
+impl<P: ProcessMemory> ReadParts for OneByOne<'_, P> {
+    fn read_parts(&self, parts: &mut [(usize, &mut [u8])]) -> usize {
+        read_parts_one_by_one(self.0, parts)
+    }
+}
+
+/// Most bytes of a thread's data-stack chunk read in one piece (gpufeed patch, PATCHES.md):
+/// CPython's chunks are 16 KiB unless one frame needs more.
+pub const MAX_STACK_READ: usize = 64 * 1024;
+
+/// The live part of a thread's current data-stack chunk (CPython 3.11+), copied with one read
+/// (gpufeed patch, PATCHES.md): `[chunk, top)` and one frame's size more (a frame pushed since
+/// `top` was read), at most the last [`MAX_STACK_READ`] bytes. The frames of one thread sit
+/// there one after another, so a walk takes them from this copy instead of one
+/// `process_vm_readv` per frame; a frame outside it (a generator's frame, one in an older
+/// chunk, a C-stack entry frame, one pushed further) is read on its own as before.
+struct StackWindow {
+    base: usize,
+    buf: Vec<u8>,
+}
+
+impl StackWindow {
+    /// The `F` at remote address `addr`, if it lies wholly in the copy.
+    fn get<F: Copy>(&self, addr: usize) -> Option<F> {
+        let off = addr.checked_sub(self.base)?;
+        if off.checked_add(std::mem::size_of::<F>())? > self.buf.len() {
+            return None;
+        }
+        // SAFETY: the bytes are in bounds; F is a plain C struct of integers and raw pointers
+        // (what `ProcessMemory::copy_struct` also builds from bytes), read unaligned.
+        Some(unsafe { std::ptr::read_unaligned(self.buf.as_ptr().add(off) as *const F) })
+    }
+}
+
 /// [`get_stack_trace`] with an optional [`FrameCache`] (gpufeed patch, PATCHES.md): with a
 /// cache, a frame whose code object and (code, instruction) line are known costs one read.
 /// The cache is not used when locals are copied (they need the code object).
@@ -289,16 +506,83 @@ pub fn get_stack_trace_cached<T, P>(
 ) -> Result<StackTrace, Error>
 where
     T: ThreadState,
-    P: ProcessMemory,
+    P: ProcessMemory + ReadParts,
 {
     let mut cache = if copy_locals { None } else { cache };
     // TODO: just return frames here? everything else probably should be returned out of scope
-    let mut frames = Vec::new();
+    // gpufeed patch (PATCHES.md): room for the deepest stack seen so far (no regrowth).
+    let mut frames = Vec::with_capacity(cache.as_ref().map_or(0, |c| c.depth_hint));
 
     // python 3.11+ has an extra level of indirection to get the Frame from the threadstate
     let mut frame_address = thread.frame_address();
-    if let Some(addr) = frame_address {
-        frame_address = Some(process.copy_struct(addr)?);
+
+    // gpufeed patch (PATCHES.md): with a cache, one read brings the frame pointer (3.11, 3.12),
+    // the live part of the thread's data-stack chunk (3.11+: the frames are taken from the copy)
+    // and the next thread state of the interpreter's list (taken by the caller's walk).
+    let mut window = None;
+    let mut resolved = frame_address.is_none();
+    if let Some(c) = cache.as_deref_mut() {
+        let stack = thread
+            .datastack()
+            .filter(|&(chunk, top, limit)| chunk != 0 && chunk < top && top <= limit)
+            .map(|(chunk, top, limit)| {
+                let end = limit.min(top.saturating_add(std::mem::size_of::<T::FrameObject>()));
+                (chunk.max(end.saturating_sub(MAX_STACK_READ)), end)
+            });
+        let next = thread.next() as usize;
+        let mut slot = [0u8; std::mem::size_of::<usize>()];
+        let mut buf = std::mem::take(&mut c.stack_buf);
+        let mut next_buf = std::mem::take(&mut c.next_thread);
+        c.next_thread_addr = 0;
+        // (what, address, bytes) in read order: 0 frame pointer, 1 stack, 2 next thread.
+        let mut parts: [(usize, &mut [u8]); 3] = [(0, &mut []), (0, &mut []), (0, &mut [])];
+        let mut kinds = [0u8; 3];
+        let mut n = 0;
+        if let Some(addr) = frame_address {
+            parts[n] = (addr, &mut slot[..]);
+            kinds[n] = 0;
+            n += 1;
+        }
+        if let Some((base, end)) = stack {
+            buf.clear();
+            buf.resize(end - base, 0);
+            parts[n] = (base, &mut buf[..]);
+            kinds[n] = 1;
+            n += 1;
+        }
+        if next != 0 {
+            next_buf.clear();
+            next_buf.resize(std::mem::size_of::<T>(), 0);
+            parts[n] = (next, &mut next_buf[..]);
+            kinds[n] = 2;
+            n += 1;
+        }
+        let whole = if n > 0 {
+            process.read_parts(&mut parts[..n])
+        } else {
+            0
+        };
+        let read = |kind: u8| kinds[..whole].contains(&kind);
+        if read(0) {
+            frame_address = Some(usize::from_ne_bytes(slot));
+            resolved = true;
+        }
+        match stack {
+            Some((base, _)) if read(1) => {
+                c.stats.stack_reads += 1;
+                window = Some(StackWindow { base, buf });
+            }
+            _ => c.stack_buf = buf,
+        }
+        if read(2) {
+            c.next_thread_addr = next;
+        }
+        c.next_thread = next_buf;
+    }
+    if !resolved {
+        if let Some(addr) = frame_address {
+            frame_address = Some(process.copy_struct(addr)?);
+        }
     }
 
     let mut frame_ptr = thread.frame(frame_address);
@@ -319,9 +603,17 @@ where
             return Err(format_err!("Max frame recursion depth reached"));
         }
 
-        let frame = process
-            .copy_pointer(frame_ptr)
-            .context("Failed to copy PyFrameObject")?;
+        let frame = match window.as_ref().and_then(|w| w.get(frame_ptr as usize)) {
+            Some(frame) => {
+                if let Some(c) = cache.as_deref_mut() {
+                    c.stats.stack_frames += 1;
+                }
+                frame
+            }
+            None => process
+                .copy_pointer(frame_ptr)
+                .context("Failed to copy PyFrameObject")?,
+        };
 
         if !frame.is_python_frame() {
             frame_ptr = frame.back();
@@ -330,17 +622,34 @@ where
         }
 
         let code_addr = frame.code() as usize;
-        let known = cache
-            .as_deref_mut()
-            .and_then(|c| c.code(code_addr))
-            .map(|e| (e.filename.clone(), e.name.clone(), e.first_lineno));
+        // The code object, when read for this frame.
+        let mut code_read = None;
+        let known = match cache.as_deref_mut() {
+            None => None,
+            Some(c) => match c.code(code_addr) {
+                Ok(entry) => entry.map(|e| (e.filename.clone(), e.name.clone(), e.first_lineno)),
+                // Older than MAX_AGE: one read of the code object checks it (a read that fails
+                // is retried below, with upstream's error).
+                Err(()) => match process.copy_pointer(frame.code()) {
+                    Ok(read) => {
+                        code_read = Some(read);
+                        c.check(code_addr, fingerprint(&read))
+                            .map(|e| (e.filename.clone(), e.name.clone(), e.first_lineno))
+                    }
+                    Err(_) => None,
+                },
+            },
+        };
 
         let (filename, name, first_lineno, mut code) = match known {
-            Some((filename, name, first_lineno)) => (filename, name, first_lineno, None),
+            Some((filename, name, first_lineno)) => (filename, name, first_lineno, code_read),
             None => {
-                let code = process
-                    .copy_pointer(frame.code())
-                    .context("Failed to copy PyCodeObject")?;
+                let code = match code_read {
+                    Some(code) => code,
+                    None => process
+                        .copy_pointer(frame.code())
+                        .context("Failed to copy PyCodeObject")?,
+                };
 
                 let filename =
                     copy_string(code.filename(), process).context("Failed to copy filename");
@@ -370,6 +679,8 @@ where
                             name: name.clone(),
                             first_lineno: code.first_lineno(),
                             line_table: None,
+                            fingerprint: fingerprint(&code),
+                            generation: c.generation,
                         },
                     );
                 }
@@ -459,6 +770,13 @@ where
 
     // First frame is always a shim
     set_last_frame_as_shim_entry(&mut frames);
+
+    if let Some(c) = cache {
+        c.depth_hint = c.depth_hint.max(frames.len()).min(FrameCache::MAX_DEPTH_HINT);
+        if let Some(w) = window {
+            c.stack_buf = w.buf;
+        }
+    }
 
     Ok(StackTrace {
         pid: 0,
@@ -578,6 +896,82 @@ fn get_locals<C: CodeObject, F: FrameObject, P: ProcessMemory>(
     Ok(ret)
 }
 
+/// The head of the interpreter's thread list and the address of the thread state holding the
+/// GIL (0: none), in one read (gpufeed patch, PATCHES.md). [`get_gil_threadid`] reads the
+/// holder's whole thread state for its id, which a caller walking the thread list can instead
+/// compare by address. With a cache, the same read brings the thread state at the head's last
+/// address (the head changes only when a thread starts or ends): when the head is still there,
+/// the walk takes it with [`FrameCache::take_read_ahead`].
+pub fn threads_head_and_gil_holder<I: InterpreterState, P: ProcessMemory + ReadParts>(
+    interpreter_address: usize,
+    threadstate_address: usize,
+    process: &P,
+    cache: Option<&mut FrameCache>,
+) -> Result<(*const I::ThreadState, usize), Error> {
+    type GilState = crate::python_bindings::v3_13_0::_gil_runtime_state;
+    let head_addr = I::threadstate_ptr_ptr(interpreter_address) as usize;
+    let mut head = [0u8; std::mem::size_of::<usize>()];
+    // The GIL's state (3.12+: identical in 3.12 to 3.15), or the current thread state pointer.
+    let mut gil = [0u8; std::mem::size_of::<GilState>()];
+    let gil_len = if I::HAS_GIL_RUNTIME_STATE {
+        gil.len()
+    } else {
+        std::mem::size_of::<usize>()
+    };
+    let mut cache = cache;
+    let guess = cache.as_ref().map_or(0, |c| c.last_head);
+    let mut first = match cache.as_mut() {
+        Some(c) => std::mem::take(&mut c.next_thread),
+        None => Vec::new(),
+    };
+    // During initialization (no threadstate address yet) nobody holds the GIL.
+    let whole = if threadstate_address == 0 {
+        process.read_parts(&mut [(head_addr, &mut head[..])]) + 1
+    } else if guess != 0 {
+        first.clear();
+        first.resize(std::mem::size_of::<I::ThreadState>(), 0);
+        process.read_parts(&mut [
+            (head_addr, &mut head[..]),
+            (threadstate_address, &mut gil[..gil_len]),
+            (guess, &mut first[..]),
+        ])
+    } else {
+        process.read_parts(&mut [
+            (head_addr, &mut head[..]),
+            (threadstate_address, &mut gil[..gil_len]),
+        ])
+    };
+    if let Some(c) = cache {
+        let head = usize::from_ne_bytes(head);
+        c.next_thread = first;
+        c.next_thread_addr = if whole >= 3 && head == guess { guess } else { 0 };
+        c.last_head = if whole >= 1 { head } else { 0 };
+    }
+    if whole < 1 {
+        return Err(format_err!("Failed to copy PyThreadState head pointer"));
+    }
+    if whole < 2 {
+        return Err(format_err!("failed to get gil_thread_id"));
+    }
+    let head = usize::from_ne_bytes(head) as *const I::ThreadState;
+    let holder = if threadstate_address == 0 {
+        0
+    } else if I::HAS_GIL_RUNTIME_STATE {
+        // SAFETY: a plain C struct of integers and pointers, read from bytes of its size.
+        let state: GilState = unsafe { std::ptr::read_unaligned(gil.as_ptr() as *const GilState) };
+        if state.locked != 0 {
+            state.last_holder as usize
+        } else {
+            0
+        }
+    } else {
+        let mut ptr = [0u8; std::mem::size_of::<usize>()];
+        ptr.copy_from_slice(&gil[..std::mem::size_of::<usize>()]);
+        usize::from_ne_bytes(ptr)
+    };
+    Ok((head, holder))
+}
+
 pub fn get_gil_threadid<I: InterpreterState, P: ProcessMemory>(
     threadstate_address: usize,
     process: &P,
@@ -668,6 +1062,14 @@ mod tests {
             fn read(&self, addr: usize, buf: &mut [u8]) -> Result<(), remoteprocess::Error> {
                 self.reads.set(self.reads.get() + 1);
                 LocalProcess.read(addr, buf)
+            }
+        }
+
+        impl ReadParts for Counting {
+            fn read_parts(&self, parts: &mut [(usize, &mut [u8])]) -> usize {
+                // One call, as one process_vm_readv.
+                self.reads.set(self.reads.get() + 1);
+                read_parts_one_by_one(&LocalProcess, parts)
             }
         }
 
@@ -799,7 +1201,7 @@ mod tests {
         }
 
         #[test]
-        fn clear_and_age_empty_the_cache() {
+        fn age_checks_each_code_object_with_one_read_and_clear_empties() {
             let t = fake_thread();
             let (_, cold) = sample(&t, None);
             let mut cache = FrameCache::default();
@@ -811,16 +1213,23 @@ mod tests {
                 "younger than MAX_AGE: kept"
             );
             cache.expire(Instant::now() + FrameCache::MAX_AGE);
-            assert!(cache.is_empty());
-            assert_eq!(sample(&t, Some(&mut cache)), (expected(), cold));
+            assert_eq!(cache.len(), (2, 2), "kept, to be checked");
+            assert_eq!(
+                sample(&t, Some(&mut cache)),
+                (expected(), 4),
+                "two frames and each code object once"
+            );
+            assert_eq!(sample(&t, Some(&mut cache)), (expected(), 2), "checked");
+            let stats = cache.stats();
+            assert_eq!((stats.expiries, stats.code_checks, stats.clears), (1, 2, 0));
             cache.clear();
             assert!(cache.is_empty());
             assert_eq!(sample(&t, Some(&mut cache)), (expected(), cold));
-            assert_eq!(cache.stats().clears, 2);
+            assert_eq!(cache.stats().clears, 1);
         }
 
         #[test]
-        fn a_reused_address_is_stale_until_the_cache_is_emptied() {
+        fn a_reused_address_is_stale_until_the_cache_is_checked() {
             let mut t = fake_thread();
             let mut cache = FrameCache::default();
             sample(&t, Some(&mut cache));
@@ -831,6 +1240,17 @@ mod tests {
             assert_eq!(sample(&t, Some(&mut cache)).0[0].0, "train.py:step");
             cache.expire(Instant::now() + FrameCache::MAX_AGE);
             assert_eq!(sample(&t, Some(&mut cache)).0[0].0, "train.py:evaluate");
+            // A new first line, or a new line table, is another code object too.
+            t.codes[1].code.co_firstlineno = 30;
+            cache.expire(Instant::now() + FrameCache::MAX_AGE * 2);
+            let (frames, _) = sample(&t, Some(&mut cache));
+            assert_eq!(frames, sample(&t, None).0);
+            assert_eq!(frames[0].1, 34, "its line from the new first line");
+            assert_eq!(
+                cache.stats().code_checks,
+                2,
+                "only `main` was unchanged, at both checks"
+            );
         }
 
         #[test]
@@ -852,5 +1272,378 @@ mod tests {
                 assert!(cache.len().1 <= 1);
             }
         }
+    }
+
+    // gpufeed patch (PATCHES.md): several ranges in one process_vm_readv.
+    #[test]
+    fn read_parts_reads_each_part_and_stops_at_the_first_that_fails() {
+        let a = [1u8, 2, 3, 4];
+        let b = [9u8; 100];
+        let process = remoteprocess::Process::new(std::process::id() as Pid).unwrap();
+        let (mut x, mut y, mut z) = ([0u8; 4], [0u8; 100], [0u8; 8]);
+        let got = process.read_parts(&mut [
+            (a.as_ptr() as usize, &mut x[..]),
+            (b.as_ptr() as usize, &mut y[..]),
+        ]);
+        assert_eq!((got, x, y), (2, a, b));
+        // An unmapped range (the first page) stops the read there.
+        let (mut x, mut y) = ([0u8; 4], [0u8; 100]);
+        let got = process.read_parts(&mut [
+            (a.as_ptr() as usize, &mut x[..]),
+            (8, &mut z[..]),
+            (b.as_ptr() as usize, &mut y[..]),
+        ]);
+        assert_eq!((got, x), (1, a));
+        let (mut x, mut z) = ([0u8; 4], [0u8; 8]);
+        assert_eq!(
+            process.read_parts(&mut [(8, &mut z[..]), (a.as_ptr() as usize, &mut x[..])]),
+            0
+        );
+        assert_eq!(
+            LocalProcess.read_parts(&mut [(a.as_ptr() as usize, &mut x[..])]),
+            1
+        );
+        assert_eq!(x, a);
+    }
+
+    // gpufeed patch (PATCHES.md): the data-stack read, the frame pointer in the same read and
+    // the next thread state read ahead, on CPython 3.11 structures built in this process.
+    mod data_stack {
+        use super::super::*;
+        use crate::python_bindings::v3_11_0::{
+            PyCodeObject, PyObject, PyThreadState, _PyCFrame, _PyInterpreterFrame,
+        };
+        use crate::python_data_access::tests::{to_asciiobject, AllocatedPyASCIIObject};
+        use remoteprocess::LocalProcess;
+        use std::cell::Cell;
+
+        struct Counting {
+            reads: Cell<usize>,
+        }
+
+        impl ProcessMemory for Counting {
+            fn read(&self, addr: usize, buf: &mut [u8]) -> Result<(), remoteprocess::Error> {
+                self.reads.set(self.reads.get() + 1);
+                LocalProcess.read(addr, buf)
+            }
+        }
+
+        impl ReadParts for Counting {
+            fn read_parts(&self, parts: &mut [(usize, &mut [u8])]) -> usize {
+                self.reads.set(self.reads.get() + 1);
+                read_parts_one_by_one(&LocalProcess, parts)
+            }
+        }
+
+        #[allow(dead_code)] // the boxes keep what the raw pointers point at alive
+        struct FakeCode {
+            filename: Box<AllocatedPyASCIIObject>,
+            name: Box<AllocatedPyASCIIObject>,
+            code: Box<PyCodeObject>,
+        }
+
+        fn fake_code(filename: &str, name: &str, line: i32) -> FakeCode {
+            let mut filename = Box::new(to_asciiobject(filename));
+            let mut name = Box::new(to_asciiobject(name));
+            let name_ptr = &mut name.base.ob_base as *mut _ as *mut PyObject;
+            let code = Box::new(PyCodeObject {
+                co_firstlineno: line,
+                co_filename: &mut filename.base.ob_base as *mut _ as *mut PyObject,
+                co_name: name_ptr,
+                co_qualname: name_ptr,
+                ..Default::default()
+            });
+            FakeCode {
+                filename,
+                name,
+                code,
+            }
+        }
+
+        const FRAME: usize = std::mem::size_of::<_PyInterpreterFrame>();
+        /// Where the frames start in a chunk (after previous, size, top) and each one's room.
+        const HEADER: usize = 3 * 8;
+        const SLOT: usize = FRAME + 16;
+
+        /// A thread whose frames `main` (outer) and `step` (inner) are in a data-stack chunk,
+        /// or `main` outside it (`outer_outside`: a generator's frame, an older chunk), and a
+        /// second thread state after it in the list.
+        #[allow(dead_code)]
+        struct FakeThread {
+            codes: Vec<FakeCode>,
+            chunk: Vec<u64>,
+            outside: Box<_PyInterpreterFrame>,
+            cframe: Box<_PyCFrame>,
+            next: Box<PyThreadState>,
+            thread: PyThreadState,
+        }
+
+        fn fake_thread(outer_outside: bool) -> FakeThread {
+            let mut codes = vec![fake_code("train.py", "main", 3), fake_code("train.py", "step", 9)];
+            let mut chunk = vec![0u64; 512];
+            let base = chunk.as_mut_ptr() as usize;
+            let mut outside = Box::new(_PyInterpreterFrame {
+                f_code: &mut *codes[0].code as *mut PyCodeObject,
+                ..Default::default()
+            });
+            let outer_addr = if outer_outside {
+                &mut *outside as *mut _PyInterpreterFrame as usize
+            } else {
+                base + HEADER
+            };
+            let inner_addr = base + HEADER + SLOT;
+            let outer = _PyInterpreterFrame {
+                f_code: &mut *codes[0].code as *mut PyCodeObject,
+                ..Default::default()
+            };
+            let inner = _PyInterpreterFrame {
+                f_code: &mut *codes[1].code as *mut PyCodeObject,
+                previous: outer_addr as *mut _PyInterpreterFrame,
+                ..Default::default()
+            };
+            // SAFETY: both slots lie inside `chunk` (4 KiB).
+            unsafe {
+                if !outer_outside {
+                    std::ptr::write_unaligned(outer_addr as *mut _PyInterpreterFrame, outer);
+                }
+                std::ptr::write_unaligned(inner_addr as *mut _PyInterpreterFrame, inner);
+            }
+            let cframe = Box::new(_PyCFrame {
+                current_frame: inner_addr as *mut _PyInterpreterFrame,
+                ..Default::default()
+            });
+            let mut next = Box::new(PyThreadState {
+                thread_id: 2,
+                ..Default::default()
+            });
+            let thread = PyThreadState {
+                thread_id: 1,
+                native_thread_id: 11,
+                cframe: &*cframe as *const _PyCFrame as *mut _PyCFrame,
+                datastack_chunk: base as *mut _,
+                datastack_top: (inner_addr + SLOT) as *mut _,
+                datastack_limit: (base + 512 * 8) as *mut _,
+                next: &mut *next as *mut PyThreadState,
+                ..Default::default()
+            };
+            FakeThread {
+                codes,
+                chunk,
+                outside,
+                cframe,
+                next,
+                thread,
+            }
+        }
+
+        fn sample(t: &FakeThread, cache: Option<&mut FrameCache>) -> (Vec<(String, i32)>, usize) {
+            let mem = Counting {
+                reads: Cell::new(0),
+            };
+            let trace =
+                get_stack_trace_cached(&t.thread, &mem, false, LineNo::First, cache).unwrap();
+            let frames = trace
+                .frames
+                .iter()
+                .map(|f| (format!("{}:{}", f.filename, f.name), f.line))
+                .collect();
+            (frames, mem.reads.get())
+        }
+
+        fn expected() -> Vec<(String, i32)> {
+            vec![
+                ("train.py:step".to_string(), 9),
+                ("train.py:main".to_string(), 3),
+            ]
+        }
+
+        #[test]
+        fn a_known_stack_costs_one_read_for_all_its_frames() {
+            let t = fake_thread(false);
+            let (uncached, uncached_reads) = sample(&t, None);
+            assert_eq!(uncached, expected());
+            // frame pointer, 2 frames, per code: code, filename (2), qualname (2)
+            assert_eq!(uncached_reads, 13);
+            let mut cache = FrameCache::default();
+            let (first, first_reads) = sample(&t, Some(&mut cache));
+            assert_eq!(first, expected());
+            assert_eq!(first_reads, 11, "one read for the stack, then the two code objects");
+            for _ in 0..3 {
+                assert_eq!(sample(&t, Some(&mut cache)), (expected(), 1));
+            }
+            let stats = cache.stats();
+            assert_eq!((stats.stack_reads, stats.stack_frames), (4, 8));
+        }
+
+        #[test]
+        fn a_frame_outside_the_chunk_is_read_on_its_own() {
+            let t = fake_thread(true);
+            let mut cache = FrameCache::default();
+            assert_eq!(sample(&t, None).0, expected());
+            sample(&t, Some(&mut cache));
+            assert_eq!(sample(&t, Some(&mut cache)), (expected(), 2));
+            assert_eq!(cache.stats().stack_frames, 2, "the inner frame, twice");
+        }
+
+        #[test]
+        fn a_chunk_that_looks_wrong_is_not_read() {
+            let mut t = fake_thread(false);
+            let mut cache = FrameCache::default();
+            sample(&t, Some(&mut cache));
+            // top below the chunk: read frame by frame, as without the patch
+            t.thread.datastack_top = (t.thread.datastack_chunk as usize - 8) as *mut _;
+            assert_eq!(sample(&t, Some(&mut cache)), (expected(), 3));
+            // top past the limit, or no chunk at all
+            t.thread.datastack_top = (t.thread.datastack_limit as usize + 8) as *mut _;
+            assert_eq!(sample(&t, Some(&mut cache)), (expected(), 3));
+            t.thread.datastack_chunk = std::ptr::null_mut();
+            assert_eq!(sample(&t, Some(&mut cache)), (expected(), 3));
+            assert_eq!(cache.stats().stack_reads, 1);
+        }
+
+        #[test]
+        fn a_frame_pushed_past_the_top_read_is_read_on_its_own() {
+            let mut t = fake_thread(false);
+            let mut cache = FrameCache::default();
+            sample(&t, Some(&mut cache));
+            // top as read before `step` was pushed: the copy ends one frame's size past it,
+            // which covers the frame's fixed part only when it starts at the old top.
+            t.thread.datastack_top = (t.chunk.as_ptr() as usize + HEADER + SLOT - 8) as *mut _;
+            assert_eq!(sample(&t, Some(&mut cache)), (expected(), 2));
+        }
+
+        #[test]
+        fn the_next_thread_state_is_read_ahead_once() {
+            let t = fake_thread(false);
+            let mut cache = FrameCache::default();
+            let next_addr = t.thread.next as usize;
+            sample(&t, Some(&mut cache));
+            assert!(cache.take_read_ahead::<PyThreadState>(next_addr + 8).is_none());
+            sample(&t, Some(&mut cache));
+            let next: PyThreadState = cache.take_read_ahead(next_addr).unwrap();
+            assert_eq!(next.thread_id, 2);
+            assert!(cache.take_read_ahead::<PyThreadState>(next_addr).is_none(), "once");
+            sample(&t, Some(&mut cache));
+            cache.forget_read_ahead();
+            assert!(cache.take_read_ahead::<PyThreadState>(next_addr).is_none());
+            assert_eq!(cache.stats().threads_read_ahead, 1);
+            // Without a cache nothing is read ahead.
+            assert_eq!(sample(&t, None).1, 13);
+        }
+    }
+
+    // gpufeed patch (PATCHES.md): the thread list's head and the GIL holder's address in one
+    // read, before 3.12 (a pointer to the current thread state) and from 3.12 (the GIL state).
+    #[test]
+    fn threads_head_and_gil_holder_in_one_read() {
+        use crate::python_bindings::{v3_11_0, v3_12_0, v3_13_0};
+        use std::cell::Cell;
+        struct Counting(Cell<usize>);
+        impl ProcessMemory for Counting {
+            fn read(&self, addr: usize, buf: &mut [u8]) -> Result<(), remoteprocess::Error> {
+                self.0.set(self.0.get() + 1);
+                LocalProcess.read(addr, buf)
+            }
+        }
+        impl ReadParts for Counting {
+            fn read_parts(&self, parts: &mut [(usize, &mut [u8])]) -> usize {
+                self.0.set(self.0.get() + 1);
+                read_parts_one_by_one(&LocalProcess, parts)
+            }
+        }
+        let mem = Counting(Cell::new(0));
+        let mut interp = Box::<v3_11_0::PyInterpreterState>::default();
+        interp.threads.head = 0x1000 as *mut _;
+        let current: usize = 0x2000;
+        let (head, holder) = threads_head_and_gil_holder::<v3_11_0::PyInterpreterState, _>(
+            &*interp as *const _ as usize,
+            &current as *const usize as usize,
+            &mem,
+            None,
+        )
+        .unwrap();
+        assert_eq!((head as usize, holder, mem.0.get()), (0x1000, 0x2000, 1));
+        // No thread state address yet (initialization): nobody holds it.
+        let (_, holder) = threads_head_and_gil_holder::<v3_11_0::PyInterpreterState, _>(
+            &*interp as *const _ as usize,
+            0,
+            &mem,
+            None,
+        )
+        .unwrap();
+        assert_eq!(holder, 0);
+
+        let mut interp = Box::<v3_12_0::PyInterpreterState>::default();
+        interp.threads.head = 0x3000 as *mut _;
+        let mut gil = Box::<v3_13_0::_gil_runtime_state>::default();
+        gil.last_holder = 0x4000 as *mut _;
+        gil.locked = 1;
+        let at = |gil: &v3_13_0::_gil_runtime_state| {
+            threads_head_and_gil_holder::<v3_12_0::PyInterpreterState, _>(
+                &*interp as *const _ as usize,
+                gil as *const _ as usize,
+                &LocalProcess,
+                None,
+            )
+            .unwrap()
+        };
+        assert_eq!(at(&gil).1, 0x4000);
+        gil.locked = 0;
+        assert_eq!(at(&gil), (0x3000 as *const _, 0), "not locked: nobody holds it");
+        // A head that cannot be read is an error, as upstream.
+        let process = remoteprocess::Process::new(std::process::id() as Pid).unwrap();
+        assert_eq!(at(&gil).0, threads_head_and_gil_holder::<v3_12_0::PyInterpreterState, _>(
+            &*interp as *const _ as usize,
+            &*gil as *const _ as usize,
+            &process,
+            None,
+        )
+        .unwrap().0);
+        assert!(threads_head_and_gil_holder::<v3_12_0::PyInterpreterState, _>(
+            8,
+            &*gil as *const _ as usize,
+            &process,
+            None
+        )
+        .is_err());
+    }
+
+    // gpufeed patch (PATCHES.md): the first thread state read with the head, at the head's
+    // last address.
+    #[test]
+    fn the_first_thread_state_comes_with_the_head_while_the_head_stays() {
+        use crate::python_bindings::v3_11_0::{PyInterpreterState, PyThreadState};
+        let mut first = Box::new(PyThreadState {
+            thread_id: 7,
+            ..Default::default()
+        });
+        let mut other = Box::new(PyThreadState {
+            thread_id: 8,
+            ..Default::default()
+        });
+        let mut interp = Box::<PyInterpreterState>::default();
+        interp.threads.head = &mut *first as *mut PyThreadState;
+        let current: usize = 0;
+        let mut cache = FrameCache::default();
+        let sample = |interp: &PyInterpreterState, cache: &mut FrameCache| {
+            let (head, _) = threads_head_and_gil_holder::<PyInterpreterState, _>(
+                interp as *const _ as usize,
+                &current as *const usize as usize,
+                &LocalProcess,
+                Some(cache),
+            )
+            .unwrap();
+            cache
+                .take_read_ahead::<PyThreadState>(head as usize)
+                .map(|t| t.thread_id)
+        };
+        assert_eq!(sample(&interp, &mut cache), None, "no head known yet");
+        assert_eq!(sample(&interp, &mut cache), Some(7));
+        assert_eq!(sample(&interp, &mut cache), Some(7));
+        // A new thread at the head: read by the walk, then known.
+        interp.threads.head = &mut *other as *mut PyThreadState;
+        assert_eq!(sample(&interp, &mut cache), None);
+        assert_eq!(sample(&interp, &mut cache), Some(8));
+        assert_eq!(cache.stats().threads_read_ahead, 3);
     }
 }

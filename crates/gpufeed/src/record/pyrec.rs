@@ -5,6 +5,7 @@
 use super::format::{Line, PyFrameDef, PySamples, PyStackDef, PyStatusLine, PyThreadCounts};
 use crate::sample::pyphase::{classify, is_library, FrameRef, Phase};
 use crate::sample::pystacks::{PyOptions, PySampler, PyStatus, RawFrame, StatusEvent, ThreadStack};
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, Sender};
@@ -77,14 +78,20 @@ struct ProcAcc {
 }
 
 /// Interns frames and stacks and aggregates counts per process and thread.
+///
+/// Every frame and stack of every sample is looked up here, so the maps use a fast hash
+/// (FxHash: the keys are the job's own names, not attacker-chosen input) and the stack's ids
+/// are gathered in a reused buffer.
 #[derive(Default)]
 pub struct PyAggregator {
-    frames: HashMap<(String, String, i32), u32>,
+    frames: FxHashMap<(String, String, i32), u32>,
     /// Per frame id: the source line, for classification.
     frame_src: Vec<(String, String, Option<String>)>,
-    stacks: HashMap<Vec<u32>, (u32, Phase)>,
+    stacks: FxHashMap<Vec<u32>, (u32, Phase)>,
     procs: BTreeMap<u32, ProcAcc>,
     sources: Sources,
+    /// The frame ids of the stack being added (reused).
+    ids: Vec<u32>,
 }
 
 impl PyAggregator {
@@ -125,14 +132,24 @@ impl PyAggregator {
                 frames.extend(tail);
             }
             let empty = frames.is_empty();
-            let ids: Vec<u32> = frames
-                .into_iter()
-                .map(|f| self.frame_id(pid, f, out))
-                .filter(|id| *id != u32::MAX)
-                .collect();
-            let (sid, phase) = match self.stacks.get(&ids) {
-                Some(v) => *v,
-                None if self.stacks.len() >= MAX_STACKS => continue,
+            let mut ids = std::mem::take(&mut self.ids);
+            ids.clear();
+            for f in frames {
+                let id = self.frame_id(pid, f, out);
+                if id != u32::MAX {
+                    ids.push(id);
+                }
+            }
+            let found = self.stacks.get(ids.as_slice()).copied();
+            let (sid, phase) = match found {
+                Some(v) => {
+                    self.ids = ids;
+                    v
+                }
+                None if self.stacks.len() >= MAX_STACKS => {
+                    self.ids = ids;
+                    continue;
+                }
                 None => {
                     let refs: Vec<FrameRef> = ids
                         .iter()

@@ -173,6 +173,9 @@ impl PySampler {
             collect_thread_names: true,
             frame_cache: opts.cache,
             scan_python_threads_only: opts.cache,
+            // gpufeed never shows py-spy's short file names; with the patches off (to measure
+            // what they save) py-spy does all its upstream work, these included.
+            short_filenames: !opts.cache,
             ..Default::default()
         };
         PySampler {

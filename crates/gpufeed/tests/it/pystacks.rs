@@ -467,9 +467,10 @@ fn text_and_markdown_show_the_training_loop_block() {
     assert!(md.contains("| data_wait | 58.6% |"), "{md}");
 }
 
-/// The vendored py-spy's frame cache and Python-threads-only run-state scan (issue 10,
-/// vendor/py-spy/PATCHES.md) give the same stacks and idle flags as py-spy without them, on a
-/// real CPython with a spinning thread and a sleeping main thread, and hit in the steady state.
+/// The vendored py-spy's frame cache, data-stack reads and Python-threads-only run-state scan
+/// (issue 10, vendor/py-spy/PATCHES.md) give the same stacks and idle flags as py-spy without
+/// them, on a real CPython with a spinning thread and a sleeping main thread, and hit in the
+/// steady state.
 #[test]
 fn the_frame_cache_reads_the_same_stacks_and_idle_flags_as_without_it() {
     use std::io::BufRead;
@@ -552,6 +553,13 @@ fn the_frame_cache_reads_the_same_stacks_and_idle_flags_as_without_it() {
     assert!(stats.code_misses <= 20, "{stats:?}");
     assert!(stats.code_hits >= 100, "{stats:?}");
     assert!(stats.line_hits >= 100, "{stats:?}");
+    if (on.version.major, on.version.minor) >= (3, 11) {
+        // The data-stack chunk copied in one read per thread, its frames taken from it, and
+        // the second thread's state read ahead with the first one's frames.
+        assert!(stats.stack_reads >= 2 * samples as u64 - 4, "{stats:?}");
+        assert!(stats.stack_frames >= 2 * stats.stack_reads, "{stats:?}");
+        assert!(stats.threads_read_ahead >= samples as u64 - 2, "{stats:?}");
+    }
 }
 
 /// A job started earlier with GPUFEED_STEP_SOCKET=PATH (its probe drops markers while nobody
