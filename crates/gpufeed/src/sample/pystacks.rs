@@ -211,134 +211,58 @@ impl PySampler {
             });
             match entry {
                 Entry::Spy { skip, .. } if *skip > 0 => *skip -= 1,
-                Entry::Spy {
-                    spy,
-                    fails,
-                    every,
-                    skip,
-                } => match spy.get_stack_traces() {
-                    Ok(traces) => {
-                        *fails = 0;
-                        *skip = *every - 1;
-                        out.push((pid, traces.into_iter().map(convert).collect()));
-                    }
-                    Err(_) => {
-                        *fails += 1;
-                        if !crate::sample::host::pid_alive(pid) {
-                            // Exited or a zombie: no noise, the tree will drop it.
-                            *entry = Entry::Done {
-                                exe: None,
-                                checked: now,
-                            };
-                        } else if *fails >= REOPEN_AFTER {
-                            *entry = Entry::Waiting {
-                                attempts: 0,
-                                next: now,
-                                exe: None,
-                            };
-                        }
-                    }
-                },
-                Entry::Done { exe, checked } => {
-                    // Re-examine after an exec (a shell that becomes python).
-                    if now.duration_since(*checked) < RETRY_EVERY * 4 {
-                        continue;
-                    }
-                    *checked = now;
-                    let cur = exe_of(pid);
-                    if exe.is_some() && cur.is_some() && cur != *exe {
-                        *entry = Entry::Waiting {
-                            attempts: 0,
-                            next: now,
-                            exe: None,
-                        };
-                    }
-                }
-                Entry::Waiting {
-                    attempts,
-                    next,
-                    exe,
-                } => {
-                    if now < *next {
-                        continue;
-                    }
-                    let cur_exe = exe_of(pid);
-                    if cur_exe.is_none() && !crate::sample::host::pid_alive(pid) {
-                        *entry = Entry::Done {
-                            exe: None,
-                            checked: now,
-                        };
-                        continue;
-                    }
-                    if cur_exe != *exe {
-                        *attempts = 0;
-                        *exe = cur_exe.clone();
-                    }
-                    match maps_python(pid) {
-                        Some(false) if *attempts >= 2 => {
-                            // Not Python (bash, ffmpeg, nvidia-smi): silent.
-                            events.push(StatusEvent {
-                                pid,
-                                status: PyStatus::NotPython,
-                                detail: cur_exe.as_ref().map(|e| e.display().to_string()),
-                            });
-                            *entry = Entry::Done {
-                                exe: cur_exe,
-                                checked: now,
-                            };
-                            continue;
-                        }
-                        Some(false) => {
-                            // Possibly between fork and exec: look again shortly.
-                            *attempts += 1;
-                            *next = now + RETRY_EVERY;
-                            continue;
-                        }
-                        None => {
-                            // Cannot read its maps: gone, or not ours to read.
-                            if !crate::sample::host::pid_alive(pid) {
-                                *entry = Entry::Done {
-                                    exe: None,
-                                    checked: now,
-                                };
-                                continue;
-                            }
-                        }
-                        Some(true) => {}
-                    }
-                    match py_spy::PythonSpy::new(pid as py_spy::Pid, &self.config) {
-                        Ok(mut spy) => match spy.get_stack_traces() {
-                            Ok(traces) => {
-                                events.push(StatusEvent {
-                                    pid,
-                                    status: PyStatus::Ok,
-                                    detail: Some(spy.version.to_string()),
-                                });
-                                out.push((pid, traces.into_iter().map(convert).collect()));
-                                *entry = Entry::Spy {
-                                    spy: Box::new(spy),
-                                    fails: 0,
-                                    every,
-                                    skip: every - 1,
-                                };
-                            }
-                            Err(e) if unsupported(&e) => {
-                                events.push(StatusEvent {
-                                    pid,
-                                    status: PyStatus::UnsupportedVersion,
-                                    detail: Some(spy.version.to_string()),
-                                });
-                                *entry = Entry::Done {
-                                    exe: cur_exe,
-                                    checked: now,
-                                };
-                            }
-                            Err(e) => self.failed(pid, e, events),
-                        },
-                        Err(e) => self.failed(pid, e, events),
+                Entry::Spy { .. } => read_spy(entry, pid, now, out),
+                Entry::Done { .. } => recheck_done(entry, pid, now),
+                Entry::Waiting { .. } => {
+                    if let Some(exe) = probe(entry, pid, now, events) {
+                        self.attach(pid, every, exe, now, out, events);
                     }
                 }
             }
+        }
+    }
+
+    /// Opens py-spy on a process that maps a Python interpreter (or whose maps cannot be read)
+    /// and takes its first sample; says why when that fails.
+    fn attach(
+        &mut self,
+        pid: u32,
+        every: u32,
+        exe: Option<PathBuf>,
+        now: Instant,
+        out: &mut Vec<(u32, Vec<ThreadStack>)>,
+        events: &mut Vec<StatusEvent>,
+    ) {
+        match py_spy::PythonSpy::new(pid as py_spy::Pid, &self.config) {
+            Ok(mut spy) => match spy.get_stack_traces() {
+                Ok(traces) => {
+                    events.push(StatusEvent {
+                        pid,
+                        status: PyStatus::Ok,
+                        detail: Some(spy.version.to_string()),
+                    });
+                    out.push((pid, traces.into_iter().map(convert).collect()));
+                    self.entries.insert(
+                        pid,
+                        Entry::Spy {
+                            spy: Box::new(spy),
+                            fails: 0,
+                            every,
+                            skip: every - 1,
+                        },
+                    );
+                }
+                Err(e) if unsupported(&e) => {
+                    events.push(StatusEvent {
+                        pid,
+                        status: PyStatus::UnsupportedVersion,
+                        detail: Some(spy.version.to_string()),
+                    });
+                    self.entries.insert(pid, Entry::Done { exe, checked: now });
+                }
+                Err(e) => self.failed(pid, e, events),
+            },
+            Err(e) => self.failed(pid, e, events),
         }
     }
 
@@ -391,6 +315,129 @@ impl PySampler {
             .filter(|e| matches!(e, Entry::Spy { .. }))
             .count()
     }
+}
+
+/// Reads a sampled process's stacks; after a failure, a process that is gone is done and one
+/// that failed [`REOPEN_AFTER`] times in a row is opened again.
+fn read_spy(entry: &mut Entry, pid: u32, now: Instant, out: &mut Vec<(u32, Vec<ThreadStack>)>) {
+    let Entry::Spy {
+        spy,
+        fails,
+        every,
+        skip,
+    } = entry
+    else {
+        return;
+    };
+    match spy.get_stack_traces() {
+        Ok(traces) => {
+            *fails = 0;
+            *skip = *every - 1;
+            out.push((pid, traces.into_iter().map(convert).collect()));
+        }
+        Err(_) => {
+            *fails += 1;
+            if !crate::sample::host::pid_alive(pid) {
+                // Exited or a zombie: no noise, the tree will drop it.
+                *entry = Entry::Done {
+                    exe: None,
+                    checked: now,
+                };
+            } else if *fails >= REOPEN_AFTER {
+                *entry = Entry::Waiting {
+                    attempts: 0,
+                    next: now,
+                    exe: None,
+                };
+            }
+        }
+    }
+}
+
+/// Re-examines a process found not to be Python once it execs (a shell that becomes python).
+fn recheck_done(entry: &mut Entry, pid: u32, now: Instant) {
+    let Entry::Done { exe, checked } = entry else {
+        return;
+    };
+    if now.duration_since(*checked) < RETRY_EVERY * 4 {
+        return;
+    }
+    *checked = now;
+    let cur = exe_of(pid);
+    if exe.is_some() && cur.is_some() && cur != *exe {
+        *entry = Entry::Waiting {
+            attempts: 0,
+            next: now,
+            exe: None,
+        };
+    }
+}
+
+/// Decides whether a waiting process is worth opening: gone or not Python (twice, to pass
+/// fork-then-exec) ends it; a process that maps Python, or whose maps cannot be read though it
+/// lives, gives its executable to open with.
+fn probe(
+    entry: &mut Entry,
+    pid: u32,
+    now: Instant,
+    events: &mut Vec<StatusEvent>,
+) -> Option<Option<PathBuf>> {
+    let Entry::Waiting {
+        attempts,
+        next,
+        exe,
+    } = entry
+    else {
+        return None;
+    };
+    if now < *next {
+        return None;
+    }
+    let cur_exe = exe_of(pid);
+    if cur_exe.is_none() && !crate::sample::host::pid_alive(pid) {
+        *entry = Entry::Done {
+            exe: None,
+            checked: now,
+        };
+        return None;
+    }
+    if cur_exe != *exe {
+        *attempts = 0;
+        *exe = cur_exe.clone();
+    }
+    match maps_python(pid) {
+        Some(false) if *attempts >= 2 => {
+            // Not Python (bash, ffmpeg, nvidia-smi): silent.
+            events.push(StatusEvent {
+                pid,
+                status: PyStatus::NotPython,
+                detail: cur_exe.as_ref().map(|e| e.display().to_string()),
+            });
+            *entry = Entry::Done {
+                exe: cur_exe,
+                checked: now,
+            };
+            return None;
+        }
+        Some(false) => {
+            // Possibly between fork and exec: look again shortly.
+            *attempts += 1;
+            *next = now + RETRY_EVERY;
+            return None;
+        }
+        None => {
+            // Cannot read its maps: gone, or not ours to read.
+            if !crate::sample::host::pid_alive(pid) {
+                *entry = Entry::Done {
+                    exe: None,
+                    checked: now,
+                };
+                return None;
+            }
+        }
+        Some(true) => {}
+    }
+    Some(cur_exe)
 }
 
 fn convert(t: py_spy::StackTrace) -> ThreadStack {
