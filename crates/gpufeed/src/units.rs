@@ -41,14 +41,21 @@ pub fn bytes(n: u64) -> String {
 
 /// A transfer rate in decimal GB/s, the unit of PCIe link capacities, used for every rate gpufeed
 /// shows (text, HTML, the terminal view, Perfetto); memory sizes are binary (GiB).
+/// Rates too small for GB/s step down to MB/s, KB/s and B/s, so that a small rate never reads as
+/// zero (`0.0 MB/s` for 40 KB/s).
 pub fn gb_per_s(bytes_per_s: f64) -> String {
-    let g = bytes_per_s.max(0.0) / 1e9;
+    let b = bytes_per_s.max(0.0);
+    let g = b / 1e9;
     if g >= 10.0 {
         format!("{g:.1} GB/s")
-    } else if g >= 0.01 || g == 0.0 {
+    } else if g >= 0.01 {
         format!("{g:.2} GB/s")
+    } else if b >= 1e5 {
+        format!("{:.1} MB/s", b / 1e6)
+    } else if b >= 100.0 {
+        format!("{:.1} KB/s", b / 1e3)
     } else {
-        format!("{:.1} MB/s", g * 1e3)
+        format!("{b:.0} B/s")
     }
 }
 
@@ -78,6 +85,10 @@ mod tests {
         assert_eq!(bytes(200 << 30), "200 GiB");
         assert_eq!(gb_per_s(31.5e9), "31.5 GB/s");
         assert_eq!(gb_per_s(1.5e9), "1.50 GB/s");
+        assert_eq!(gb_per_s(1.0e6), "1.0 MB/s");
+        assert_eq!(gb_per_s(40e3), "40.0 KB/s");
+        assert_eq!(gb_per_s(12.0), "12 B/s");
+        assert_eq!(gb_per_s(0.0), "0 B/s");
         assert_eq!(gb_per_s(2.0e6), "2.0 MB/s");
     }
 }

@@ -746,7 +746,7 @@ fn scenario_texts(dir: &Path) -> Vec<(&'static str, String)> {
 /// Figures with a unit (`33%`, `2.0 s`, `0.05 GB/s`, `70.0 GiB`, `3.00x`) in a text.
 fn figures(text: &str) -> Vec<String> {
     let units = [
-        "%", " s", " GB/s", " MB/s", " GiB", " MiB", "x", " °C", " W",
+        "%", " s", " GB/s", " MB/s", " KB/s", " B/s", " GiB", " MiB", " KiB", "x", " °C", " W",
     ];
     let mut out = Vec::new();
     let b = text.as_bytes();
