@@ -10,6 +10,8 @@
 //! - The same line rules as the single-thread path ([`super::reader`]): the same parser
 //!   ([`parse_line`]), the same counts ([`Tally`]), a cut last line or zstd frame is the end,
 //!   and a line over [`MAX_LINE_BYTES`] is skipped without being held whole.
+//! - An input that is one batch never comes here: [`super::reader`] parses it on the calling
+//!   thread (threads would gain nothing, and each one started leaves a malloc arena behind).
 
 use super::format::{Line, ReadError, ReadStats};
 use super::reader::{parse_line, trim, Parsed, Sink, Tally, MAX_LINE_BYTES};
