@@ -141,7 +141,7 @@ fn evidence_str<'a>(f: &'a Finding, key: &str) -> &'a str {
 
 /// The few evidence entries that decide a finding, shown beside its fix (every entry is in the
 /// JSON and, in text, with `--verbose`). Figures the verdict's sentence or the fix's own text
-/// already give are not among them (see [`stated_by_fix`]).
+/// already give are not among them (see `stated_by_fix`).
 pub fn deciding_keys(f: &Finding) -> &'static [&'static str] {
     if evidence_str(f, "source") == "python_stacks" {
         return match f.id.as_str() {

@@ -103,7 +103,7 @@ pub fn meminfo_kib(text: &str, key: &str) -> Option<u64> {
     })
 }
 
-/// "0-3,8,10-11" → [0,1,2,3,8,10,11].
+/// "0-3,8,10-11" → `[0,1,2,3,8,10,11]`.
 pub fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
     let mut v = Vec::new();
     for part in s.trim().split(',').filter(|p| !p.is_empty()) {

@@ -8,7 +8,7 @@
 //! Families: [`stack`] (driver, CUDA, nvcc, cuDNN, CUDA stack age), [`python`] (the Python/PyTorch
 //! probe), [`gpu`] (NVML: GPUs, PCIe link, persistence, ECC, throttling, MIG), [`precision`],
 //! [`host`] (/dev/shm, cores per GPU, NUMA, RAM, open files) and [`data`] (`--data`).
-//! [`bench`] measures copy bandwidth and GEMM throughput on a real GPU (`gpufeed bench`).
+//! [`mod@bench`] measures copy bandwidth and GEMM throughput on a real GPU (`gpufeed bench`).
 
 pub mod bench;
 pub mod data;

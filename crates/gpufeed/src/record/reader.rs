@@ -155,7 +155,7 @@ pub fn is_zstd(head: &[u8]) -> bool {
 
 /// As [`read_path`], from any reader, plain or zstd (`path` is only used in messages).
 ///
-/// With more than one core the lines are parsed by a pipeline ([`super::pipeline`]): one
+/// With more than one core the lines are parsed by a pipeline (`record::pipeline`): one
 /// thread reads (and decompresses) and cuts batches of whole lines, worker threads parse them,
 /// and the sinks still get every line in order on the calling thread. Sinks see the same
 /// values, in the same order, as on one core.

@@ -415,7 +415,7 @@ fn override_notes(rep: &SweepReport) -> Vec<String> {
 
 /// Marks a data-wait cell estimated from Python stacks (explained by [`STACKS_NOTE`]).
 const STACKS_MARK: &str = "*";
-/// The footnote of [`STACKS_MARK`].
+/// The footnote of `STACKS_MARK`.
 pub const STACKS_NOTE: &str = "* data wait estimated from Python stack samples of the training \
 thread (the job sent no step markers with waits; python/gpufeed_probe.py measures it exactly)";
 
