@@ -172,13 +172,7 @@ fn record_tells_the_step_socket_and_records_a_jobs_steps() {
         line.clear();
     }
     let path = path.unwrap_or_else(|| panic!("no socket told: {seen}"));
-    let job = std::process::Command::new(py)
-        .arg("-c")
-        .arg(
-            "import sys, time\nsys.path.insert(0, sys.argv[1])\nimport gpufeed_probe as p\n\
-             for i in range(30):\n    time.sleep(0.02)\n    p.step(items=2, wait_ns=5000000)\n",
-        )
-        .arg(repo().join("python"))
+    let job = probe_job(py, 30, 2, 5_000_000)
         .env("GPUFEED_STEP_SOCKET", &path)
         .status()
         .unwrap();
@@ -571,13 +565,7 @@ fn record_pid_attaches_to_a_running_jobs_step_socket() {
     };
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("steps.sock");
-    let mut job = std::process::Command::new(py)
-        .arg("-c")
-        .arg(
-            "import sys, time\nsys.path.insert(0, sys.argv[1])\nimport gpufeed_probe as p\n\
-             for i in range(300):\n    time.sleep(0.02)\n    p.step(items=3, wait_ns=1000000)\n",
-        )
-        .arg(repo().join("python"))
+    let mut job = probe_job(py, 300, 3, 1_000_000)
         .env("GPUFEED_STEP_SOCKET", &sock)
         .spawn()
         .unwrap();
@@ -648,4 +636,17 @@ fn step_socket_over_a_file_that_is_not_a_socket_is_refused() {
     assert!(stderr.contains("not a socket"), "{stderr}");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "keep me");
     assert!(!dir.path().join("r.ndjson").exists(), "nothing recorded");
+}
+
+/// A Python job that takes `steps` steps of 20 ms through the step probe (python/), each
+/// reporting `items` samples and `wait_ns` of data wait.
+fn probe_job(py: &str, steps: u32, items: u32, wait_ns: u64) -> std::process::Command {
+    let mut c = std::process::Command::new(py);
+    c.arg("-c")
+        .arg(format!(
+            "import sys, time\nsys.path.insert(0, sys.argv[1])\nimport gpufeed_probe as p\n\
+             for i in range({steps}):\n    time.sleep(0.02)\n    p.step(items={items}, wait_ns={wait_ns})\n"
+        ))
+        .arg(repo().join("python"));
+    c
 }
