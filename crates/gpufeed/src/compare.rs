@@ -214,7 +214,6 @@ fn busy_pct(r: &DiagnoseReport) -> Option<f64> {
 /// Two diagnoses' figures side by side (those either side has).
 #[allow(clippy::too_many_lines)] // a table: one change() per compared figure
 fn recording_changes(before: &DiagnoseReport, after: &DiagnoseReport) -> Vec<Change> {
-    let busy = busy_pct;
     let util = |r: &DiagnoseReport| mean_of(r.gpus.iter().filter_map(|g| g.util_mean_pct));
     let low = |r: &DiagnoseReport| {
         mean_of(r.gpus.iter().filter_map(|g| g.low_util_fraction)).map(|f| f * 100.0)
@@ -239,8 +238,8 @@ fn recording_changes(before: &DiagnoseReport, after: &DiagnoseReport) -> Vec<Cha
         change(
             "gpu_busy_pct",
             "GPU busy %",
-            busy(before),
-            busy(after),
+            busy_pct(before),
+            busy_pct(after),
             Better::Higher,
         ),
         change(
@@ -320,7 +319,6 @@ fn recording_changes(before: &DiagnoseReport, after: &DiagnoseReport) -> Vec<Cha
 
 /// The whole job's wall time ratio when both ran to completion, else the GPU busy share's.
 fn recording_speedup(before: &DiagnoseReport, after: &DiagnoseReport) -> Option<Speedup> {
-    let busy = busy_pct;
     // A speed-up needs a rate of work. Recordings carry none yet, so the whole job's wall time
     // stands in when both recordings are of jobs that ran to completion (same work assumed);
     // failing that, the GPU's busy share (a proxy, said so).
@@ -336,7 +334,7 @@ fn recording_speedup(before: &DiagnoseReport, after: &DiagnoseReport) -> Option<
             ),
         })
     } else {
-        match (busy(before), busy(after)) {
+        match (busy_pct(before), busy_pct(after)) {
             (Some(b), Some(a)) if b > 0.0 && a > 0.0 => Some(Speedup {
                 value: round(a / b, 3),
                 metric: "gpu_busy_pct".into(),

@@ -18,6 +18,7 @@ use crate::units::bytes as human_bytes;
 use crate::units::gb_per_s;
 use crate::units::pcie_link_bytes_per_s;
 use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -306,7 +307,6 @@ pub fn saved_entry(r: &BenchReport, now_unix_s: u64) -> SavedGpu {
 // ───────────────────────────── rendering ─────────────────────────────
 
 pub fn render_text(r: &BenchReport) -> String {
-    use std::fmt::Write as _;
     let mut o = String::new();
     gpu_text(&mut o, r);
     copies_text(&mut o, r);
@@ -323,7 +323,6 @@ pub fn render_text(r: &BenchReport) -> String {
 
 /// The GPU and its PCIe link.
 fn gpu_text(o: &mut String, r: &BenchReport) {
-    use std::fmt::Write as _;
     let _ = writeln!(
         o,
         "GPU {}: {}{}",
@@ -355,7 +354,6 @@ fn gpu_text(o: &mut String, r: &BenchReport) {
 
 /// The copy bandwidth table by size, direction and host memory, and what pinning gains.
 fn copies_text(o: &mut String, r: &BenchReport) {
-    use std::fmt::Write as _;
     let _ = writeln!(o, "\nCopy bandwidth");
     let _ = writeln!(
         o,
@@ -413,7 +411,6 @@ fn copies_text(o: &mut String, r: &BenchReport) {
 
 /// GEMM throughput by precision, and what mixed precision can gain.
 fn gemm_text(o: &mut String, r: &BenchReport) {
-    use std::fmt::Write as _;
     let _ = writeln!(o, "\nGEMM throughput");
     if let Some(why) = &r.gemm_skipped {
         let _ = writeln!(o, "  skipped: {why}");
