@@ -5,6 +5,12 @@
 //! the reader ([`super::reader`]) falls back to serde: the result is the same either way, field for
 //! field (the tests build every struct without `..Default` so that a new field breaks them until
 //! it is read here too).
+//!
+//! Each type is tried twice. First in the recorder's own layout (`*_in_order`): keys in serde's
+//! field order, absent ones left out, no whitespace, each `,"key":` stepped over with one
+//! constant-length comparison. Then, if the line is laid out any other way, by walking its keys
+//! against a table (`*_keyed`). Diagnose of a 24 h × 8 GPU recording took 12-16 % less wall time
+//! with the first path (interleaved runs on 2 cores).
 
 use crate::json::Cursor;
 use crate::sample::{DiskRate, GpuProcess, GpuSample, HostSample, ProcSample};
@@ -103,6 +109,83 @@ pub fn gpu(line: &[u8], out: &mut GpuSample) -> Option<()> {
     let mut samples = out.util_samples.take().unwrap_or_default();
     samples.clear();
     *out = GpuSample::default();
+    let has_samples = match gpu_in_order(line, out, &mut samples) {
+        Some(has) => has,
+        None => {
+            samples.clear();
+            *out = GpuSample::default();
+            gpu_keyed(line, out, &mut samples)?
+        }
+    };
+    out.util_samples = has_samples.then_some(samples);
+    Some(())
+}
+
+/// A `gpu` line as the recorder writes it: the keys of [`GPU_KEYS`] in that order (absent ones
+/// left out), no whitespace. Each key is stepped over with one constant-length comparison
+/// ([`Cursor::lit`]); anything else (another order, an unknown key, whitespace) is `None`, and
+/// [`gpu_keyed`] reads the line instead. Some(whether `util_samples` was given).
+fn gpu_in_order(line: &[u8], out: &mut GpuSample, samples: &mut Vec<[f64; 2]>) -> Option<bool> {
+    let mut c = Cursor::new(line);
+    c.lit(b"{\"type\":\"gpu\",\"index\":").then_some(())?;
+    out.index = u32::try_from(c.u64()?).ok()?;
+    c.lit(b",\"t_s\":").then_some(())?;
+    out.t_s = c.f64()?;
+    let mut has_samples = false;
+    if c.lit(b",\"util_samples\":") && !c.null() {
+        util_samples(&mut c, samples)?;
+        has_samples = true;
+    }
+    if c.lit(b",\"util_pct\":") {
+        out.util_pct = c.opt_f64()?;
+    }
+    if c.lit(b",\"mem_util_pct\":") {
+        out.mem_util_pct = c.opt_f64()?;
+    }
+    if c.lit(b",\"mem_used_bytes\":") {
+        out.mem_used_bytes = c.opt_u64()?;
+    }
+    if c.lit(b",\"sm_clock_mhz\":") {
+        out.sm_clock_mhz = c.opt_u32()?;
+    }
+    if c.lit(b",\"power_w\":") {
+        out.power_w = c.opt_f64()?;
+    }
+    if c.lit(b",\"temperature_c\":") {
+        out.temperature_c = c.opt_u32()?;
+    }
+    if c.lit(b",\"pcie_rx_bytes\":") {
+        out.pcie_rx_bytes = c.opt_u64()?;
+    }
+    if c.lit(b",\"pcie_tx_bytes\":") {
+        out.pcie_tx_bytes = c.opt_u64()?;
+    }
+    if c.lit(b",\"pcie_rx_bytes_per_s\":") {
+        out.pcie_rx_bytes_per_s = c.opt_f64()?;
+    }
+    if c.lit(b",\"pcie_tx_bytes_per_s\":") {
+        out.pcie_tx_bytes_per_s = c.opt_f64()?;
+    }
+    if c.lit(b",\"pcie_gen\":") {
+        out.pcie_gen = c.opt_u32()?;
+    }
+    if c.lit(b",\"pcie_width\":") {
+        out.pcie_width = c.opt_u32()?;
+    }
+    if c.lit(b",\"throttle_reasons\":") {
+        out.throttle_reasons = c.opt_u64()?;
+    }
+    if c.lit(b",\"processes\":") && !c.null() {
+        out.processes = Some(gpu_processes(&mut c)?);
+    }
+    c.lit(b"}").then_some(())?;
+    c.end()?;
+    Some(has_samples)
+}
+
+/// A `gpu` line with its keys in any order, unknown ones skipped. Some(whether `util_samples`
+/// was given).
+fn gpu_keyed(line: &[u8], out: &mut GpuSample, samples: &mut Vec<[f64; 2]>) -> Option<bool> {
     let mut c = Cursor::new(line);
     let (mut has_index, mut has_t, mut has_samples) = (false, false, false);
     c.keyed(&GPU_KEYS, |k, c| {
@@ -122,15 +205,7 @@ pub fn gpu(line: &[u8], out: &mut GpuSample) -> Option<()> {
             }
             3 => {
                 if !c.null() {
-                    c.array(|c| {
-                        c.eat(b'[')?;
-                        let t = c.f64()?;
-                        c.eat(b',')?;
-                        let v = c.f64()?;
-                        c.eat(b']')?;
-                        samples.push([t, v]);
-                        Some(())
-                    })?;
+                    util_samples(c, samples)?;
                     has_samples = true;
                 }
             }
@@ -149,31 +224,7 @@ pub fn gpu(line: &[u8], out: &mut GpuSample) -> Option<()> {
             16 => out.throttle_reasons = c.opt_u64()?,
             17 => {
                 if !c.null() {
-                    let mut v = Vec::new();
-                    c.array(|c| {
-                        let mut p = GpuProcess {
-                            pid: 0,
-                            used_memory_bytes: None,
-                            sm_util_pct: None,
-                        };
-                        let mut has_pid = false;
-                        c.keyed(&GPU_PROC_KEYS, |k, c| {
-                            match k {
-                                0 => {
-                                    p.pid = u32::try_from(c.u64()?).ok()?;
-                                    has_pid = true;
-                                }
-                                1 => p.used_memory_bytes = c.opt_u64()?,
-                                2 => p.sm_util_pct = c.opt_u32()?,
-                                _ => return Some(false),
-                            }
-                            Some(true)
-                        })?;
-                        has_pid.then_some(())?;
-                        v.push(p);
-                        Some(())
-                    })?;
-                    out.processes = Some(v);
+                    out.processes = Some(gpu_processes(c)?);
                 }
             }
             _ => return Some(false),
@@ -181,11 +232,49 @@ pub fn gpu(line: &[u8], out: &mut GpuSample) -> Option<()> {
         Some(true)
     })?;
     c.end()?;
-    if !(has_index && has_t) {
-        return None;
-    }
-    out.util_samples = has_samples.then_some(samples);
-    Some(())
+    (has_index && has_t).then_some(has_samples)
+}
+
+/// `util_samples`' value (not null): `[[t, v], ...]`, appended to `samples`.
+fn util_samples(c: &mut Cursor, samples: &mut Vec<[f64; 2]>) -> Option<()> {
+    c.array(|c| {
+        c.eat(b'[')?;
+        let t = c.f64()?;
+        c.eat(b',')?;
+        let v = c.f64()?;
+        c.eat(b']')?;
+        samples.push([t, v]);
+        Some(())
+    })
+}
+
+/// `processes`' value (not null): an array of objects with a `pid`.
+fn gpu_processes(c: &mut Cursor) -> Option<Vec<GpuProcess>> {
+    let mut v = Vec::new();
+    c.array(|c| {
+        let mut p = GpuProcess {
+            pid: 0,
+            used_memory_bytes: None,
+            sm_util_pct: None,
+        };
+        let mut has_pid = false;
+        c.keyed(&GPU_PROC_KEYS, |k, c| {
+            match k {
+                0 => {
+                    p.pid = u32::try_from(c.u64()?).ok()?;
+                    has_pid = true;
+                }
+                1 => p.used_memory_bytes = c.opt_u64()?,
+                2 => p.sm_util_pct = c.opt_u32()?,
+                _ => return Some(false),
+            }
+            Some(true)
+        })?;
+        has_pid.then_some(())?;
+        v.push(p);
+        Some(())
+    })?;
+    Some(v)
 }
 
 /// Parses a `host` line into `out` (buffers reused).
@@ -195,6 +284,89 @@ pub fn host(line: &[u8], out: &mut HostSample) -> Option<()> {
     cpus.clear();
     disks.clear();
     *out = HostSample::default();
+    if host_in_order(line, out, &mut cpus, &mut disks).is_none() {
+        cpus.clear();
+        disks.clear();
+        *out = HostSample::default();
+        host_keyed(line, out, &mut cpus, &mut disks)?;
+    }
+    out.cpu_pct = cpus;
+    out.disks = disks;
+    Some(())
+}
+
+/// A `host` line as the recorder writes it (see [`gpu_in_order`]).
+fn host_in_order(
+    line: &[u8],
+    out: &mut HostSample,
+    cpus: &mut Vec<f64>,
+    disks: &mut Vec<DiskRate>,
+) -> Option<()> {
+    let mut c = Cursor::new(line);
+    c.lit(b"{\"type\":\"host\",\"t_s\":").then_some(())?;
+    out.t_s = c.f64()?;
+    c.lit(b",\"cpu_pct\":[").then_some(())?;
+    if !c.lit(b"]") {
+        loop {
+            cpus.push(c.f64()?);
+            if !c.lit(b",") {
+                break;
+            }
+        }
+        c.lit(b"]").then_some(())?;
+    }
+    if c.lit(b",\"cpu_total_pct\":") {
+        out.cpu_total_pct = c.opt_f64()?;
+    }
+    if c.lit(b",\"iowait_pct\":") {
+        out.iowait_pct = c.opt_f64()?;
+    }
+    if c.lit(b",\"mem_total_bytes\":") {
+        out.mem_total_bytes = c.opt_u64()?;
+    }
+    if c.lit(b",\"mem_available_bytes\":") {
+        out.mem_available_bytes = c.opt_u64()?;
+    }
+    if c.lit(b",\"mem_cached_bytes\":") {
+        out.mem_cached_bytes = c.opt_u64()?;
+    }
+    if c.lit(b",\"swap_total_bytes\":") {
+        out.swap_total_bytes = c.opt_u64()?;
+    }
+    if c.lit(b",\"swap_free_bytes\":") {
+        out.swap_free_bytes = c.opt_u64()?;
+    }
+    if c.lit(b",\"psi_cpu_some_pct\":") {
+        out.psi_cpu_some_pct = c.opt_f64()?;
+    }
+    if c.lit(b",\"psi_io_some_pct\":") {
+        out.psi_io_some_pct = c.opt_f64()?;
+    }
+    if c.lit(b",\"psi_io_full_pct\":") {
+        out.psi_io_full_pct = c.opt_f64()?;
+    }
+    if c.lit(b",\"psi_mem_some_pct\":") {
+        out.psi_mem_some_pct = c.opt_f64()?;
+    }
+    if c.lit(b",\"psi_mem_full_pct\":") {
+        out.psi_mem_full_pct = c.opt_f64()?;
+    }
+    c.lit(b",\"disks\":").then_some(())?;
+    c.array(|c| {
+        disks.push(disk(c)?);
+        Some(())
+    })?;
+    c.lit(b"}").then_some(())?;
+    c.end()
+}
+
+/// A `host` line with its keys in any order, unknown ones skipped.
+fn host_keyed(
+    line: &[u8],
+    out: &mut HostSample,
+    cpus: &mut Vec<f64>,
+    disks: &mut Vec<DiskRate>,
+) -> Option<()> {
     let mut c = Cursor::new(line);
     let (mut has_t, mut has_cpu, mut has_disks) = (false, false, false);
     c.keyed(&HOST_KEYS, |k, c| {
@@ -229,22 +401,7 @@ pub fn host(line: &[u8], out: &mut HostSample) -> Option<()> {
             14 => out.psi_mem_full_pct = c.opt_f64()?,
             15 => {
                 c.array(|c| {
-                    let (mut r, mut w) = (None, None);
-                    let mut name = None;
-                    c.keyed(&DISK_KEYS, |k, c| {
-                        match k {
-                            0 => name = Some(std::str::from_utf8(c.plain_str()?).ok()?),
-                            1 => r = Some(c.f64()?),
-                            2 => w = Some(c.f64()?),
-                            _ => return Some(false),
-                        }
-                        Some(true)
-                    })?;
-                    disks.push(DiskRate {
-                        device: name?.to_string(),
-                        read_bytes_per_s: r?,
-                        write_bytes_per_s: w?,
-                    });
+                    disks.push(disk(c)?);
                     Some(())
                 })?;
                 has_disks = true;
@@ -254,17 +411,104 @@ pub fn host(line: &[u8], out: &mut HostSample) -> Option<()> {
         Some(true)
     })?;
     c.end()?;
-    if !(has_t && has_cpu && has_disks) {
-        return None;
-    }
-    out.cpu_pct = cpus;
-    out.disks = disks;
-    Some(())
+    (has_t && has_cpu && has_disks).then_some(())
+}
+
+/// One element of `disks`.
+fn disk(c: &mut Cursor) -> Option<DiskRate> {
+    let (mut r, mut w) = (None, None);
+    let mut name = None;
+    c.keyed(&DISK_KEYS, |k, c| {
+        match k {
+            0 => name = Some(std::str::from_utf8(c.plain_str()?).ok()?),
+            1 => r = Some(c.f64()?),
+            2 => w = Some(c.f64()?),
+            _ => return Some(false),
+        }
+        Some(true)
+    })?;
+    Some(DiskRate {
+        device: name?.to_string(),
+        read_bytes_per_s: r?,
+        write_bytes_per_s: w?,
+    })
 }
 
 /// Parses a `procs` line: its time, and the samples into `out` (reused).
 pub fn procs(line: &[u8], out: &mut Vec<ProcSample>) -> Option<f64> {
     out.clear();
+    procs_in_order(line, out).or_else(|| {
+        out.clear();
+        procs_keyed(line, out)
+    })
+}
+
+/// A `procs` line as the recorder writes it (see [`gpu_in_order`]).
+fn procs_in_order(line: &[u8], out: &mut Vec<ProcSample>) -> Option<f64> {
+    let mut c = Cursor::new(line);
+    c.lit(b"{\"type\":\"procs\",\"t_s\":").then_some(())?;
+    let t = c.f64()?;
+    c.lit(b",\"procs\":[").then_some(())?;
+    if !c.lit(b"]") {
+        loop {
+            out.push(proc_in_order(&mut c)?);
+            if !c.lit(b",") {
+                break;
+            }
+        }
+        c.lit(b"]").then_some(())?;
+    }
+    c.lit(b"}").then_some(())?;
+    c.end()?;
+    Some(t)
+}
+
+/// One element of `procs` as the recorder writes it.
+#[inline]
+fn proc_in_order(c: &mut Cursor) -> Option<ProcSample> {
+    let mut p = ProcSample::default();
+    c.lit(b"{\"pid\":").then_some(())?;
+    p.pid = u32::try_from(c.u64()?).ok()?;
+    if c.lit(b",\"cpu_pct\":") {
+        p.cpu_pct = c.opt_f64()?;
+    }
+    if c.lit(b",\"rss_bytes\":") {
+        p.rss_bytes = c.opt_u64()?;
+    }
+    if c.lit(b",\"read_bytes\":") {
+        p.read_bytes = c.opt_u64()?;
+    }
+    if c.lit(b",\"write_bytes\":") {
+        p.write_bytes = c.opt_u64()?;
+    }
+    if c.lit(b",\"state\":") {
+        p.state = state(c)?;
+    }
+    if c.lit(b",\"threads\":") {
+        p.threads = c.opt_u32()?;
+    }
+    if c.lit(b",\"voluntary_ctxt_switches\":") {
+        p.voluntary_ctxt_switches = c.opt_u64()?;
+    }
+    if c.lit(b",\"nonvoluntary_ctxt_switches\":") {
+        p.nonvoluntary_ctxt_switches = c.opt_u64()?;
+    }
+    c.lit(b"}").then_some(p)
+}
+
+/// A process's `state`: null or a one-character ASCII string.
+fn state(c: &mut Cursor) -> Option<Option<char>> {
+    if c.null() {
+        return Some(None);
+    }
+    match c.plain_str()? {
+        [s] if s.is_ascii() => Some(Some(*s as char)),
+        _ => None,
+    }
+}
+
+/// A `procs` line with its keys in any order, unknown ones skipped.
+fn procs_keyed(line: &[u8], out: &mut Vec<ProcSample>) -> Option<f64> {
     let mut c = Cursor::new(line);
     let mut t = None;
     let mut has_procs = false;
@@ -290,15 +534,7 @@ pub fn procs(line: &[u8], out: &mut Vec<ProcSample>) -> Option<f64> {
                             2 => p.rss_bytes = c.opt_u64()?,
                             3 => p.read_bytes = c.opt_u64()?,
                             4 => p.write_bytes = c.opt_u64()?,
-                            5 => {
-                                if !c.null() {
-                                    let s = c.plain_str()?;
-                                    if s.len() != 1 || !s[0].is_ascii() {
-                                        return None;
-                                    }
-                                    p.state = Some(s[0] as char);
-                                }
-                            }
+                            5 => p.state = state(c)?,
                             6 => p.threads = c.opt_u32()?,
                             7 => p.voluntary_ctxt_switches = c.opt_u64()?,
                             8 => p.nonvoluntary_ctxt_switches = c.opt_u64()?,
@@ -306,9 +542,7 @@ pub fn procs(line: &[u8], out: &mut Vec<ProcSample>) -> Option<f64> {
                         }
                         Some(true)
                     })?;
-                    if !has_pid {
-                        return None;
-                    }
+                    has_pid.then_some(())?;
                     out.push(p);
                     Some(())
                 })?;
@@ -319,9 +553,7 @@ pub fn procs(line: &[u8], out: &mut Vec<ProcSample>) -> Option<f64> {
         Some(true)
     })?;
     c.end()?;
-    if !has_procs {
-        return None;
-    }
+    has_procs.then_some(())?;
     t
 }
 
@@ -335,6 +567,40 @@ mod tests {
             Line::Gpu(g) => g,
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A `gpu` line read by the in-order path alone and by the keyed path alone.
+    fn gpu_paths(line: &str) -> [Option<GpuSample>; 2] {
+        type Path = fn(&[u8], &mut GpuSample, &mut Vec<[f64; 2]>) -> Option<bool>;
+        let read = |f: Path| {
+            let (mut g, mut s) = (GpuSample::default(), Vec::new());
+            let has = f(line.as_bytes(), &mut g, &mut s)?;
+            g.util_samples = has.then_some(s);
+            Some(g)
+        };
+        [read(gpu_in_order), read(gpu_keyed)]
+    }
+
+    /// A `host` line by each path alone.
+    fn host_paths(line: &str) -> [Option<HostSample>; 2] {
+        type Path = fn(&[u8], &mut HostSample, &mut Vec<f64>, &mut Vec<DiskRate>) -> Option<()>;
+        let read = |f: Path| {
+            let (mut h, mut c, mut d) = (HostSample::default(), Vec::new(), Vec::new());
+            f(line.as_bytes(), &mut h, &mut c, &mut d)?;
+            h.cpu_pct = c;
+            h.disks = d;
+            Some(h)
+        };
+        [read(host_in_order), read(host_keyed)]
+    }
+
+    /// A `procs` line by each path alone.
+    fn procs_paths(line: &str) -> [Option<(f64, Vec<ProcSample>)>; 2] {
+        let read = |f: fn(&[u8], &mut Vec<ProcSample>) -> Option<f64>| {
+            let mut v = Vec::new();
+            Some((f(line.as_bytes(), &mut v)?, v))
+        };
+        [read(procs_in_order), read(procs_keyed)]
     }
 
     #[test]
@@ -380,7 +646,14 @@ mod tests {
                 sm_util_pct: Some(40),
             }]),
         };
+        // Each path alone: a field the in-order path does not know would make it give up on
+        // every line the recorder writes, which the fallback would hide but for this.
         let line = serde_json::to_string(&Line::Gpu(g.clone())).unwrap();
+        assert_eq!(
+            gpu_paths(&line),
+            [Some(g.clone()), Some(g.clone())],
+            "{line}"
+        );
         let mut out = GpuSample::default();
         gpu(line.as_bytes(), &mut out).unwrap_or_else(|| panic!("gave up on {line}"));
         assert_eq!(out, g);
@@ -407,6 +680,11 @@ mod tests {
             }],
         };
         let line = serde_json::to_string(&Line::Host(h.clone())).unwrap();
+        assert_eq!(
+            host_paths(&line),
+            [Some(h.clone()), Some(h.clone())],
+            "{line}"
+        );
         let mut out = HostSample::default();
         host(line.as_bytes(), &mut out).unwrap_or_else(|| panic!("gave up on {line}"));
         assert_eq!(out, h);
@@ -429,7 +707,30 @@ mod tests {
         .unwrap();
         let mut out = Vec::new();
         assert_eq!(procs(line.as_bytes(), &mut out), Some(3.0), "{line}");
-        assert_eq!(out, vec![p]);
+        assert_eq!(out, vec![p.clone()]);
+        let want = Some((3.0, vec![p]));
+        assert_eq!(procs_paths(&line), [want.clone(), want], "{line}");
+    }
+
+    #[test]
+    fn lines_in_another_layout_are_read_by_the_keyed_path() {
+        for l in [
+            r#"{"type":"gpu","t_s":1.5,"index":2,"util_pct":50.0}"#,
+            r#"{"type":"gpu","index":2, "t_s":1.5,"util_pct":50.0}"#,
+            r#"{"type":"gpu","index":2,"t_s":1.5,"util_pct":50.0 }"#,
+            r#"{"type":"gpu","index":2,"t_s":1.5,"new_field":[1],"util_pct":50.0}"#,
+            r#"{"type":"gpu","index":2,"t_s":1.5,"power_w":5.0,"util_pct":50.0}"#,
+        ] {
+            let [in_order, keyed] = gpu_paths(l);
+            assert_eq!(in_order, None, "{l}");
+            assert_eq!(keyed, Some(serde_gpu(l)), "{l}");
+        }
+        let h = r#"{"type":"host","t_s":1.0,"cpu_pct": [1.0,2.0],"disks":[]}"#;
+        assert_eq!(host_paths(h)[0], None);
+        assert_eq!(host_paths(h)[1].as_ref().map(|h| h.cpu_pct.len()), Some(2));
+        let p = r#"{"type":"procs","t_s":1.0,"procs":[{"cpu_pct":1.0,"pid":3}]}"#;
+        assert_eq!(procs_paths(p)[0], None);
+        assert_eq!(procs_paths(p)[1].as_ref().map(|(_, v)| v[0].pid), Some(3));
     }
 
     #[test]
@@ -473,6 +774,7 @@ mod tests {
 
     mod props {
         use super::super::*;
+        use super::{gpu_paths, host_paths, procs_paths};
         use crate::record::format::Line;
         use proptest::prelude::*;
 
@@ -547,7 +849,8 @@ mod tests {
                 let line = serde_json::to_string(&Line::Gpu(g.clone())).unwrap();
                 let mut out = GpuSample::default();
                 prop_assert!(gpu(line.as_bytes(), &mut out).is_some(), "{}", line);
-                prop_assert_eq!(out, g);
+                prop_assert_eq!(&out, &g);
+                prop_assert_eq!(gpu_paths(&line), [Some(g.clone()), Some(g)], "{}", line);
             }
 
             #[test]
@@ -558,7 +861,9 @@ mod tests {
                 let line = serde_json::to_string(&Line::Procs { t_s: t, procs: ps.clone() }).unwrap();
                 let mut out = Vec::new();
                 prop_assert_eq!(procs(line.as_bytes(), &mut out), Some(t));
-                prop_assert_eq!(out, ps);
+                prop_assert_eq!(&out, &ps);
+                let want = Some((t, ps));
+                prop_assert_eq!(procs_paths(&line), [want.clone(), want], "{}", line);
             }
 
             #[test]
@@ -581,7 +886,8 @@ mod tests {
                 let line = serde_json::to_string(&Line::Host(h.clone())).unwrap();
                 let mut out = HostSample::default();
                 prop_assert!(host(line.as_bytes(), &mut out).is_some(), "{}", line);
-                prop_assert_eq!(out, h);
+                prop_assert_eq!(&out, &h);
+                prop_assert_eq!(host_paths(&line), [Some(h.clone()), Some(h)], "{}", line);
             }
 
             #[test]
