@@ -305,16 +305,11 @@ fn host_in_order(
     let mut c = Cursor::new(line);
     c.lit(b"{\"type\":\"host\",\"t_s\":").then_some(())?;
     out.t_s = c.f64()?;
-    c.lit(b",\"cpu_pct\":[").then_some(())?;
-    if !c.lit(b"]") {
-        loop {
-            cpus.push(c.f64()?);
-            if !c.lit(b",") {
-                break;
-            }
-        }
-        c.lit(b"]").then_some(())?;
-    }
+    c.lit(b",\"cpu_pct\":").then_some(())?;
+    c.array(|c| {
+        cpus.push(c.f64()?);
+        Some(())
+    })?;
     if c.lit(b",\"cpu_total_pct\":") {
         out.cpu_total_pct = c.opt_f64()?;
     }
@@ -448,16 +443,11 @@ fn procs_in_order(line: &[u8], out: &mut Vec<ProcSample>) -> Option<f64> {
     let mut c = Cursor::new(line);
     c.lit(b"{\"type\":\"procs\",\"t_s\":").then_some(())?;
     let t = c.f64()?;
-    c.lit(b",\"procs\":[").then_some(())?;
-    if !c.lit(b"]") {
-        loop {
-            out.push(proc_in_order(&mut c)?);
-            if !c.lit(b",") {
-                break;
-            }
-        }
-        c.lit(b"]").then_some(())?;
-    }
+    c.lit(b",\"procs\":").then_some(())?;
+    c.array(|c| {
+        out.push(proc_in_order(c)?);
+        Some(())
+    })?;
     c.lit(b"}").then_some(())?;
     c.end()?;
     Some(t)
@@ -725,7 +715,7 @@ mod tests {
             assert_eq!(in_order, None, "{l}");
             assert_eq!(keyed, Some(serde_gpu(l)), "{l}");
         }
-        let h = r#"{"type":"host","t_s":1.0,"cpu_pct": [1.0,2.0],"disks":[]}"#;
+        let h = r#"{"type":"host","t_s":1.0,"cpu_pct":[1.0,2.0] ,"disks":[]}"#;
         assert_eq!(host_paths(h)[0], None);
         assert_eq!(host_paths(h)[1].as_ref().map(|h| h.cpu_pct.len()), Some(2));
         let p = r#"{"type":"procs","t_s":1.0,"procs":[{"cpu_pct":1.0,"pid":3}]}"#;
