@@ -360,7 +360,7 @@ fn fix(
                  takes about {} to hide. Today the training loop loads every sample itself.{}{}",
                 loader_flags(e),
                 count(n, "worker", "workers"),
-                cores_note(n, 0, c, waits, p.data_io_pct, wait),
+                cores_note(n, 0, c, waits, p.data_io_pct, loading_work(wait, 0, None)),
                 stage
                     .map(|s| format!(" Then, if it still waits: {s}."))
                     .unwrap_or_default()
@@ -380,7 +380,14 @@ fn fix(
                 p.loader_busy_pct
                     .map(|b| format!("{b:.0}%"))
                     .unwrap_or_else(|| "all".into()),
-                cores_note(n, workers, c, waits, p.data_io_pct, wait),
+                cores_note(
+                    n,
+                    workers,
+                    c,
+                    waits,
+                    p.data_io_pct,
+                    loading_work(wait, workers, p.loader_busy_pct),
+                ),
                 stage.map(|s| format!(" Also: {s}.")).unwrap_or_default()
             )
         }
@@ -424,24 +431,35 @@ fn count(n: u32, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
+/// Workers' time (worker-seconds per second) that loading takes once the loop no longer waits
+/// `wait_pct`: `w/(1-w)` when the loop loads itself (`now` = 0), else `now*busy/(1-w)`, as in
+/// [`workers_needed`].
+fn loading_work(wait_pct: f64, now: u32, busy_pct: Option<f64>) -> f64 {
+    let w = (wait_pct / 100.0).clamp(0.0, 0.98);
+    let today = if now == 0 {
+        w
+    } else {
+        now as f64 * busy_pct.unwrap_or(100.0).clamp(0.0, 100.0) / 100.0
+    };
+    today / (1.0 - w)
+}
+
 /// What `n` workers mean for `cores`: when loading waits (`blocked_pct` of it blocked, when
 /// measured), waits overlap across workers and the count may exceed the cores (the CPU the
-/// workers need is said when it can be); otherwise the caveat when they exceed what the cores
-/// hold beside the loop.
+/// workers need, `work` workers' time of which the unblocked share computes, is said when it
+/// can be); otherwise the caveat when they exceed what the cores hold beside the loop.
 fn cores_note(
     n: u32,
     now: u32,
     cores: u32,
     waits: bool,
     blocked_pct: Option<f64>,
-    wait: f64,
+    work: f64,
 ) -> String {
     if !waits {
         return workers_caveat(n, now, cores).unwrap_or_default();
     }
-    let w = (wait / 100.0).clamp(0.0, 0.98);
-    // Loading at the loop's pace takes w/(1-w) workers' time, of which (1-blocked) computes.
-    let cpu = blocked_pct.map(|io| w / (1.0 - w) * (1.0 - io / 100.0));
+    let cpu = blocked_pct.map(|io| work * (1.0 - io / 100.0));
     let mut tries = vec![now, n.div_ceil(2).max(now), n];
     tries.sort_unstable();
     tries.dedup();
@@ -805,7 +823,11 @@ mod tests {
         assert_eq!(f.evidence["recommended_num_workers"], 4);
         let r = &f.recommendation;
         assert!(r.starts_with("Raise num_workers from 2 to 4"), "{r}");
-        assert!(r.contains("waits overlap across workers"), "{r}");
+        // 2 x 95% / 0.5 = 3.8 workers' time, 15% of it computing: 0.6 cores.
+        assert!(
+            r.contains("waits overlap across workers, so the count may exceed this machine's 2 cores: 4 workers need about 0.6 cores of CPU"),
+            "{r}"
+        );
         assert!(r.contains("Also: reading files"), "{r}");
         // Workers mostly idle are not the limit: the reads are.
         p.loader_busy_pct = Some(30.0);
