@@ -37,6 +37,41 @@ pub enum Origin {
     GpuLog,
 }
 
+/// Why a recording knows its machine had no GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoGpu {
+    /// No NVIDIA driver could be loaded.
+    NoDriver,
+    /// The driver loaded and reported no device.
+    NoDevice,
+}
+
+impl NoGpu {
+    /// From a recording's header: `None` unless it recorded no GPU for a reason that means the
+    /// machine has none (the driver's absence is written as [`crate::sample::nvml::NO_DRIVER`]).
+    pub fn of(header: &Header) -> Option<NoGpu> {
+        if !header.gpus.is_empty() {
+            return None;
+        }
+        match (&header.driver, header.gpu_error.as_deref()) {
+            (Some(_), None) => Some(NoGpu::NoDevice),
+            (None, Some(e)) if e.starts_with(crate::sample::nvml::NO_DRIVER) => {
+                Some(NoGpu::NoDriver)
+            }
+            _ => None,
+        }
+    }
+
+    /// For people: why there is no GPU.
+    pub fn as_words(self) -> &'static str {
+        match self {
+            NoGpu::NoDriver => "no NVIDIA driver",
+            NoGpu::NoDevice => "the NVIDIA driver reported no device",
+        }
+    }
+}
+
 /// A GPU's mean utilization under which it counts as unused (when another GPU works).
 pub const UNUSED_PCT: f64 = 1.0;
 /// Memory a GPU may hold and still count as unused: a CUDA context is about 300–500 MiB.
@@ -58,6 +93,12 @@ pub struct Evidence {
     pub steps: Option<super::pyloop::StepEvidence>,
     #[serde(default)]
     pub origin: Origin,
+    /// Why the recording has no GPU, when gpufeed knows the machine had none (no NVIDIA driver,
+    /// or a driver without a device): fixes then name no setting that only acts on a GPU.
+    /// `None` when GPUs were recorded or their absence is not known (GPU sampling disabled,
+    /// NVML failed to start, a log).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_gpu: Option<NoGpu>,
     /// Impossible values that were dropped (utilization outside 0-100 %, absurd memory or power,
     /// time going backwards, an absurd span): said in the report's notes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -884,6 +925,7 @@ impl EvidenceBuilder {
             python,
             steps,
             origin: Origin::Recording,
+            no_gpu: NoGpu::of(header),
             warnings: self.impossible.warnings(duration_s),
         }
     }
@@ -1221,6 +1263,27 @@ mod tests {
             pid,
             py_rate_hz: None,
         }
+    }
+
+    #[test]
+    fn a_recording_knows_there_is_no_gpu_only_when_the_driver_said_so() {
+        let mut h = header(4, None);
+        assert_eq!(NoGpu::of(&h), None, "GPUs recorded");
+        h.gpus.clear();
+        assert_eq!(NoGpu::of(&h), None, "nothing said: not known");
+        // The recorder writes the NVML open error as it displays.
+        let e = crate::sample::nvml::NvmlOpenError::NoDriver {
+            detail: "libnvidia-ml.so.1 could not be loaded".into(),
+        };
+        h.gpu_error = Some(e.to_string());
+        assert_eq!(NoGpu::of(&h), Some(NoGpu::NoDriver));
+        h.gpu_error = Some("GPU recording disabled".into());
+        assert_eq!(NoGpu::of(&h), None, "disabled: the machine may have one");
+        h.gpu_error = Some("NVML initialisation failed: Unknown".into());
+        assert_eq!(NoGpu::of(&h), None);
+        h.gpu_error = None;
+        h.driver = Some(Default::default());
+        assert_eq!(NoGpu::of(&h), Some(NoGpu::NoDevice));
     }
 
     fn gpu(t: f64, util: f64) -> GpuSample {

@@ -245,7 +245,18 @@ pub fn notes(e: &Evidence, source: &Source, v: &Verdict) -> Vec<String> {
         }
     }
     if e.measured_gpus().count() == 0 {
-        out.push("No GPU utilization in this input: the verdict cannot judge the GPU.".into());
+        let why = e
+            .no_gpu
+            .map(|n| format!(" ({})", n.as_words()))
+            .unwrap_or_default();
+        out.push(if v.id == VerdictId::Unknown {
+            format!("No GPU utilization in this input{why}: the verdict cannot judge the GPU.")
+        } else {
+            format!(
+                "No GPU utilization in this input{why}: GPU figures (utilization, memory, PCIe, \
+                 clocks) are not measured; the verdict comes from the training loop's own phases."
+            )
+        });
     }
     out.extend(stack_notes(e));
     if e.origin == Origin::GpuLog {

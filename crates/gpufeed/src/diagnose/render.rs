@@ -1012,6 +1012,9 @@ fn loop_markdown(p: &PythonEvidence) -> String {
 fn no_findings(r: &DiagnoseReport) -> &'static str {
     if r.verdict.id == VerdictId::Unknown {
         "No findings: this input cannot name a cause (the verdict says what data would)."
+    } else if r.verdict.gpu_busy_fraction.is_none() {
+        // A verdict from the training loop alone (no GPU measured).
+        "No findings: the training loop does not wait for its input (the verdict says where its time goes)."
     } else {
         "No findings: nothing is holding the GPU back in this recording."
     }

@@ -173,7 +173,7 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
         return v;
     }
     let Some(b) = m.busy else {
-        return no_utilization(&m, e);
+        return from_loop(&m, e, findings).unwrap_or_else(|| no_utilization(&m, e));
     };
     let pct = b * 100.0;
     if has(findings, FindingId::GpuIdle).is_some() {
@@ -232,6 +232,60 @@ fn from_stacks(m: &Maker, findings: &[Finding]) -> Option<Verdict> {
             "Input-bound: the training loop waits for data {wait:.0}% of its time{gpu}{stage}."
         ),
         Some(FindingId::InputBound),
+    ))
+}
+
+/// Share of the training thread's time in forward, backward and the optimizer from which a loop
+/// that does not wait for its input is called busy computing (`compute_bound`).
+pub const LOOP_COMPUTE_PCT: f64 = 50.0;
+/// The most confidence a verdict from the loop alone gets: the GPU itself was not measured.
+pub const LOOP_CONFIDENCE_MAX: f64 = 0.75;
+
+/// No GPU utilization, but the training loop's own phases: a loop that does not wait for its
+/// input (an input-bound one is [`from_stacks`]') and spends most of its time in forward,
+/// backward and the optimizer is `compute_bound`; otherwise `unknown`, saying where its time
+/// goes. `None` without a phase split.
+fn from_loop(m: &Maker, e: &Evidence, findings: &[Finding]) -> Option<Verdict> {
+    let (wait, _, p) = super::rules::stacks::data_wait_from(e)?;
+    if wait >= super::rules::stacks::DATA_WAIT_PCT {
+        return None;
+    }
+    let ph = &p.main.as_ref()?.phases_pct;
+    let compute = ph.forward + ph.backward + ph.optimizer;
+    let gpu = match e.no_gpu {
+        Some(n) => format!("GPU not measured: {}", n.as_words()),
+        None => "GPU utilization not measured".to_string(),
+    };
+    let not_waiting = format!("the training loop waits for data only {wait:.0}% of its time");
+    if compute >= LOOP_COMPUTE_PCT {
+        return Some(m.mk(
+            VerdictId::ComputeBound,
+            (0.4 + 0.4 * compute / 100.0).min(LOOP_CONFIDENCE_MAX),
+            format!(
+                "Not input-bound: {not_waiting} and spends {compute:.0}% in forward, backward \
+                 and the optimizer: it is busy computing (from the loop's own phases; {gpu})."
+            ),
+            None,
+        ));
+    }
+    // Where the rest goes: the largest phase other than the data wait.
+    let (name, pct) = [
+        ("host-device syncs", ph.sync),
+        ("checkpoint I/O", ph.checkpoint_io),
+        ("code outside the loop's phases", ph.other),
+        ("forward, backward and the optimizer", compute),
+    ]
+    .into_iter()
+    .fold(("", f64::MIN), |a, b| if b.1 > a.1 { b } else { a });
+    let finding = has(findings, FindingId::SyncBound).map(|f| f.id);
+    Some(m.mk(
+        VerdictId::Unknown,
+        0.3,
+        format!(
+            "Not input-bound: {not_waiting}; its largest share is {name} ({pct:.0}%) (from the \
+             loop's own phases; {gpu})."
+        ),
+        finding,
     ))
 }
 
@@ -576,6 +630,85 @@ mod tests {
         assert_eq!(v.id, VerdictId::Unknown);
         assert!(v.summary.contains("gpufeed doctor"), "{}", v.summary);
         assert_eq!(verdict(&base(0.5)).id, VerdictId::Idle);
+    }
+
+    /// No GPU recorded (no driver), the training loop's phases from its stacks.
+    fn loop_only(wait: f64, fwd: f64, bwd: f64, sync: f64) -> Evidence {
+        use crate::diagnose::pyloop::{PhasesPct, PyMain, PythonEvidence};
+        let mut e = base(97.0);
+        e.gpus.clear();
+        e.no_gpu = Some(crate::diagnose::evidence::NoGpu::NoDriver);
+        e.python = Some(PythonEvidence {
+            status: crate::sample::pystacks::PyStatus::Ok,
+            rate_hz: Some(100.0),
+            samples: 5000,
+            sampled_processes: 3,
+            main: Some(PyMain {
+                pid: 100,
+                tid: 100,
+                thread_name: None,
+                samples: 4000,
+                phases_pct: PhasesPct {
+                    data_wait: wait,
+                    forward: fwd,
+                    backward: bwd,
+                    sync,
+                    other: 100.0 - wait - fwd - bwd - sync,
+                    ..Default::default()
+                },
+            }),
+            data_hotspots: vec![],
+            data_wait_pct: Some(wait),
+            data_in_main_pct: Some(0.0),
+            loader_processes: 2,
+            loader_busy_pct: Some(20.0),
+            data_io_pct: Some(1.0),
+            sync_sites: vec![],
+            detail: None,
+        });
+        e
+    }
+
+    #[test]
+    fn without_a_gpu_the_loops_own_phases_give_the_verdict() {
+        // The Lightning job after the fix: 13% data wait, 81% forward and backward.
+        let e = loop_only(13.0, 30.0, 51.0, 0.0);
+        assert!(evaluate(&e).is_empty());
+        let v = verdict(&e);
+        assert_eq!(v.id, VerdictId::ComputeBound, "{v:?}");
+        // 0.4 + 0.4 x 0.81, and never above what a loop alone can say.
+        assert_eq!(v.confidence, 0.72);
+        assert!(v.confidence <= LOOP_CONFIDENCE_MAX);
+        assert_eq!(v.gpu_busy_fraction, None);
+        assert_eq!(v.finding, None);
+        for s in [
+            "waits for data only 13%",
+            "81% in forward",
+            "GPU not measured: no NVIDIA driver",
+        ] {
+            assert!(v.summary.contains(s), "{s}: {}", v.summary);
+        }
+        assert!(verdict(&loop_only(2.0, 40.0, 57.0, 0.0)).confidence <= LOOP_CONFIDENCE_MAX);
+        // A loop that neither waits nor computes: not input-bound, and where its time goes.
+        let e = loop_only(5.0, 10.0, 15.0, 60.0);
+        let v = verdict(&e);
+        assert_eq!(v.id, VerdictId::Unknown, "{v:?}");
+        assert_eq!(v.finding, Some(FindingId::SyncBound));
+        assert!(
+            v.summary.contains("host-device syncs (60%)"),
+            "{}",
+            v.summary
+        );
+        assert!(v.confidence > 0.0);
+        // A loop that waits is input-bound, from its finding.
+        assert_eq!(
+            verdict(&loop_only(45.0, 20.0, 35.0, 0.0)).id,
+            VerdictId::InputBound
+        );
+        // Without the absence known, the summary says only what is not measured.
+        let mut e = loop_only(13.0, 30.0, 51.0, 0.0);
+        e.no_gpu = None;
+        assert!(verdict(&e).summary.contains("GPU utilization not measured"));
     }
 
     #[test]

@@ -18,6 +18,10 @@ use std::path::{Path, PathBuf};
 const FI_PCIE_COUNT_TX_BYTES: u32 = 197;
 const FI_PCIE_COUNT_RX_BYTES: u32 = 198;
 
+/// How a recording's `gpu_error` starts when no NVIDIA driver was found (diagnose reads it back:
+/// the machine has no GPU).
+pub const NO_DRIVER: &str = "no NVIDIA driver found";
+
 /// Why no GPU could be recorded.
 #[derive(Debug, thiserror::Error)]
 pub enum NvmlOpenError {

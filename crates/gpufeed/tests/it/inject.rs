@@ -549,7 +549,7 @@ fn batch_size_searches_an_injected_batch_size() {
 }
 
 /// A Python with real PyTorch: `GPUFEED_TEST_PYTHON`, else `python3` when it imports torch.
-fn torch_python() -> Option<String> {
+pub(crate) fn torch_python() -> Option<String> {
     let candidates: Vec<String> = match std::env::var("GPUFEED_TEST_PYTHON") {
         Ok(p) => vec![p],
         Err(_) => vec!["python3".into()],

@@ -353,11 +353,28 @@ fn fix(
                     Pillow-SIMD or decode at reduced size."
                     .to_string(),
             },
-            Kind::IoBound => "Reading data is the bottleneck: copy the dataset to local SSD or \
-                /dev/shm, use larger shards (WebDataset / TFRecord-style tar shards of 100 MB–1 GB \
-                instead of many small files), leave RAM for the page cache, and raise prefetch_factor \
-                so reads overlap compute."
-                .to_string(),
+            Kind::IoBound => {
+                let storage = "copy the dataset to local SSD or /dev/shm, use larger shards \
+                    (WebDataset / TFRecord-style tar shards of 100 MB–1 GB instead of many small \
+                    files), leave RAM for the page cache, and raise prefetch_factor so reads \
+                    overlap compute.";
+                match main_loading_workers(e) {
+                    // The reads wait in the training process: workers overlap them first.
+                    Some(n) => {
+                        f = f.with("recommended_num_workers", n);
+                        format!(
+                            "Load batches in worker processes: DataLoader(dataset, batch_size=..., \
+                             num_workers={n}, {LOADER_FLAGS}): the job has no worker process, so \
+                             the training loop waits for every read itself; reads overlap across \
+                             workers, so the count may exceed the cores (the GPU idles {:.0}% of \
+                             the time, which takes about {n} workers to hide). Then, if it still \
+                             waits: {storage}",
+                            (1.0 - e.busy_fraction().unwrap_or(0.0)) * 100.0
+                        )
+                    }
+                    None => format!("Reading data is the bottleneck: {storage}"),
+                }
+            }
             // Only reached without host and process data (with them the kind is always decided).
             Kind::Unknown => match e.origin {
                 Origin::GpuLog => format!(
@@ -421,6 +438,17 @@ fn workers_fix(
         )
     };
     (f, speedup, rec)
+}
+
+/// Workers for a job that loads in its training process (process data show no worker) while
+/// reads stall: enough to hide the GPU's idle share, as [`super::stacks::workers_needed`] hides
+/// a measured wait (not capped by the cores: waits overlap across workers).
+fn main_loading_workers(e: &Evidence) -> Option<u32> {
+    if !e.has_job() || e.job.workers_max > 0 {
+        return None;
+    }
+    let idle_pct = (1.0 - e.busy_fraction()?) * 100.0;
+    Some(super::stacks::workers_needed(idle_pct, 0, None))
 }
 
 /// Memory peaked under half of the total on the used GPUs: a batch or model far too small for
@@ -641,6 +669,30 @@ mod tests {
             .map(|f| f.id)
             .collect();
         assert_eq!(ids, [FindingId::InputBound]);
+    }
+
+    #[test]
+    fn io_stalls_without_workers_get_workers_first_then_storage() {
+        let mut e = io_stuck(starving(base(30.0)));
+        e.job.workers_max = 0;
+        e.job.workers_seen = 0;
+        let f = input_bound(&e).unwrap();
+        assert_eq!(f.evidence["kind"], "io_bound");
+        // The GPU idles 67.5%: 0.675/0.325 = 2.08 -> 3 workers' time, + 1 hand-over.
+        assert_eq!(f.evidence["recommended_num_workers"], 4);
+        let r = &f.recommendation;
+        assert!(r.starts_with("Load batches in worker processes"), "{r}");
+        assert!(r.contains("the count may exceed the cores"), "{r}");
+        assert!(
+            r.find("local SSD").unwrap() > r.find("Then, if it still waits").unwrap(),
+            "{r}"
+        );
+        // With workers, the storage is the fix.
+        let f = input_bound(&io_stuck(starving(base(30.0)))).unwrap();
+        assert!(f
+            .recommendation
+            .starts_with("Reading data is the bottleneck"));
+        assert!(!f.evidence.contains_key("recommended_num_workers"));
     }
 
     #[test]

@@ -106,6 +106,7 @@ pub(crate) mod fixtures {
                 ..Default::default()
             },
             origin: Origin::Recording,
+            no_gpu: None,
             warnings: Vec::new(),
         }
     }

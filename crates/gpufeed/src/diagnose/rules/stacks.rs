@@ -82,13 +82,13 @@ pub fn gpu_overlaps_wait(e: &Evidence) -> Option<f64> {
     e.busy_fraction().filter(|b| *b >= GPU_BUSY_TRUSTED)
 }
 
+/// The kind. Loading in the training process comes first, whatever its slow stage (CPU work,
+/// I/O waits, the dataset's own code): worker processes are its first fix.
 pub fn kind(e: &Evidence, p: &PythonEvidence) -> StackKind {
-    let io = p.data_io_pct.is_some_and(|x| x >= 50.0)
-        || e.job.d_state_time_fraction.is_some_and(|f| f >= 0.2);
-    if io {
-        StackKind::IoBound
-    } else if p.data_in_main_pct.is_some_and(|x| x >= 50.0) {
+    if p.data_in_main_pct.is_some_and(|x| x >= 50.0) {
         StackKind::MainProcessLoading
+    } else if loading_waits(e, p) {
+        StackKind::IoBound
     } else if p.loader_processes > 0
         && p.loader_busy_pct.is_some_and(|b| b >= 70.0)
         && e.host.idle_cores_mean.is_some_and(|i| i >= 1.0)
@@ -97,6 +97,17 @@ pub fn kind(e: &Evidence, p: &PythonEvidence) -> StackKind {
     } else {
         StackKind::SlowStage
     }
+}
+
+/// Share of loading blocked in reads or system calls (sleeps, network, locks) from which loading
+/// waits rather than computes.
+pub const LOADING_WAITS_PCT: f64 = 50.0;
+
+/// Loading mostly waits (blocked in a read or a system call) rather than computes; the job's
+/// processes in D state a fifth of the time count as waiting too.
+pub fn loading_waits(e: &Evidence, p: &PythonEvidence) -> bool {
+    p.data_io_pct.is_some_and(|x| x >= LOADING_WAITS_PCT)
+        || e.job.d_state_time_fraction.is_some_and(|f| f >= 0.2)
 }
 
 fn cores(e: &Evidence) -> u32 {
@@ -149,8 +160,6 @@ pub fn workers_caveat(n: u32, now: u32, cores: u32) -> Option<String> {
         vals.sort_unstable();
         vals.dedup();
         let list: Vec<String> = vals.iter().map(u32::to_string).collect();
-        let count =
-            |n: u32, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         format!(
             " Caveat: this machine has {}, so beyond {} they share cores with the training \
              loop; measure it: `gpufeed sweep -L w {} --dataloader num_workers={{w}} -- <your \
@@ -170,8 +179,16 @@ fn at(h: &Hotspot) -> String {
     format!("{file}:{}", h.line)
 }
 
-fn stage_advice(h: &Hotspot) -> String {
+/// What to do about the slow stage; `waits`: loading mostly waits (reads, system calls).
+fn stage_advice(h: &Hotspot, waits: bool) -> String {
     match h.kind {
+        StageKind::Getitem if waits => format!(
+            "the dataset's own code ({} at {}) is the slow stage and mostly waits: find what it \
+             waits on (`py-spy dump`, `strace -f -e trace=%file,read`), read from local NVMe or \
+             RAM, and cache or prefetch what it fetches per sample",
+            h.function,
+            at(h)
+        ),
         StageKind::Decode => format!(
             "JPEG/PNG decoding ({}) is the slow stage: store images pre-resized to the training \
              size, use PIL's draft mode (img.draft('RGB', size)) or pillow-simd, or decode on the \
@@ -239,7 +256,7 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
         hot_stage: hot.map(|h| h.function.clone()),
     });
     let f = with_loading_figures(f, e, p, source, workers);
-    let (f, rec) = fix(k, f, p, wait, workers, cores(e));
+    let (f, rec) = fix(k, f, e, p, wait, workers);
     let speedup = r2((100.0 / (100.0 - wait).max(2.0)).min(50.0));
     Some(f.recommend(rec).speedup(Some(speedup)))
 }
@@ -322,50 +339,59 @@ fn with_loading_figures(
 fn fix(
     k: StackKind,
     mut f: Finding,
+    e: &Evidence,
     p: &PythonEvidence,
     wait: f64,
     workers: u32,
-    c: u32,
 ) -> (Finding, String) {
-    let stage = p.data_hotspots.first().map(stage_advice);
+    let c = cores(e);
+    let waits = loading_waits(e, p);
+    let stage = p.data_hotspots.first().map(|h| stage_advice(h, waits));
     let rec = match k {
         StackKind::MainProcessLoading => {
             let n = workers_needed(wait, 0, None);
             f = f
                 .with("recommended_num_workers", n)
                 .with("workers_cap_cores", workers_cap(c));
+            // The first fix whatever the slow stage is: the stage is the next step.
             format!(
                 "Load batches in worker processes: DataLoader(dataset, batch_size=..., \
-                 num_workers={n}, pin_memory=True, persistent_workers=True): the training loop \
-                 loads {wait:.0}% of its time, which takes about {} to hide. Today \
-                 the training loop decodes and transforms every sample itself.{}{}",
-                if n == 1 {
-                    "1 worker".to_string()
-                } else {
-                    format!("{n} workers")
-                },
-                workers_caveat(n, 0, c).unwrap_or_default(),
+                 num_workers={n}, {}): the training loop loads {wait:.0}% of its time, which \
+                 takes about {} to hide. Today the training loop loads every sample itself.{}{}",
+                loader_flags(e),
+                count(n, "worker", "workers"),
+                cores_note(n, 0, c, waits, p.data_io_pct, loading_work(wait, 0, None)),
                 stage
                     .map(|s| format!(" Then, if it still waits: {s}."))
                     .unwrap_or_default()
             )
         }
-        StackKind::TooFewWorkers => {
+        StackKind::TooFewWorkers | StackKind::IoBound
+            if workers_needed(wait, workers, p.loader_busy_pct) > workers =>
+        {
             let n = workers_needed(wait, workers, p.loader_busy_pct);
             f = f
                 .with("recommended_num_workers", n)
                 .with("workers_cap_cores", workers_cap(c));
             format!(
                 "Raise num_workers from {workers} to {n}: each worker is busy loading {} of the \
-                 time and the loop still waits {wait:.0}%, so {n} workers are needed to keep up.{}{}",
+                 time and the loop still waits {wait:.0}%, so {n} workers are needed to keep \
+                 up.{}{}",
                 p.loader_busy_pct
                     .map(|b| format!("{b:.0}%"))
                     .unwrap_or_else(|| "all".into()),
-                workers_caveat(n, workers, c).unwrap_or_default(),
+                cores_note(
+                    n,
+                    workers,
+                    c,
+                    waits,
+                    p.data_io_pct,
+                    loading_work(wait, workers, p.loader_busy_pct),
+                ),
                 stage.map(|s| format!(" Also: {s}.")).unwrap_or_default()
             )
         }
-        StackKind::IoBound => stage
+        StackKind::TooFewWorkers | StackKind::IoBound => stage
             .map(|s| format!("{}.", capitalise(&s)))
             .unwrap_or_else(|| {
                 "Loading waits on reads: copy the data to local NVMe or RAM, pack small files into \
@@ -389,6 +415,74 @@ fn fix(
         },
     };
     (f, rec)
+}
+
+/// The DataLoader settings beside `num_workers` that can take effect on the recorded machine:
+/// no `pin_memory` where gpufeed knows there is no GPU (PyTorch ignores it there, with a warning).
+pub fn loader_flags(e: &Evidence) -> &'static str {
+    if e.no_gpu.is_some() {
+        "persistent_workers=True"
+    } else {
+        "pin_memory=True, persistent_workers=True"
+    }
+}
+
+fn count(n: u32, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// Workers' time (worker-seconds per second) that loading takes once the loop no longer waits
+/// `wait_pct`: `w/(1-w)` when the loop loads itself (`now` = 0), else `now*busy/(1-w)`, as in
+/// [`workers_needed`].
+fn loading_work(wait_pct: f64, now: u32, busy_pct: Option<f64>) -> f64 {
+    let w = (wait_pct / 100.0).clamp(0.0, 0.98);
+    let today = if now == 0 {
+        w
+    } else {
+        now as f64 * busy_pct.unwrap_or(100.0).clamp(0.0, 100.0) / 100.0
+    };
+    today / (1.0 - w)
+}
+
+/// What `n` workers mean for `cores`: when loading waits (`blocked_pct` of it blocked, when
+/// measured), waits overlap across workers and the count may exceed the cores (the CPU the
+/// workers need, `work` workers' time of which the unblocked share computes, is said when it
+/// can be); otherwise the caveat when they exceed what the cores hold beside the loop.
+fn cores_note(
+    n: u32,
+    now: u32,
+    cores: u32,
+    waits: bool,
+    blocked_pct: Option<f64>,
+    work: f64,
+) -> String {
+    if !waits {
+        return workers_caveat(n, now, cores).unwrap_or_default();
+    }
+    let cpu = blocked_pct.map(|io| work * (1.0 - io / 100.0));
+    let mut tries = vec![now, n.div_ceil(2).max(now), n];
+    tries.sort_unstable();
+    tries.dedup();
+    let tries: Vec<String> = tries.iter().map(u32::to_string).collect();
+    format!(
+        " Loading waits {}(reads, sleeps, system calls) and waits overlap across workers, so the \
+         count may exceed this machine's {}{}. Try it: `gpufeed sweep -L w {} --dataloader \
+         num_workers={{w}} -- <your command>`.",
+        blocked_pct
+            .map(|b| format!("{b:.0}% of its time "))
+            .unwrap_or_default(),
+        count(cores, "core", "cores"),
+        cpu.map(|c| format!(
+            ": {n} workers need about {c:.1} {} of CPU between them",
+            if (c - 1.0).abs() < 0.05 {
+                "core"
+            } else {
+                "cores"
+            }
+        ))
+        .unwrap_or_default(),
+        tries.join(",")
+    )
 }
 
 fn capitalise(s: &str) -> String {
@@ -615,6 +709,130 @@ mod tests {
         assert!(f
             .recommendation
             .contains("Caveat: this machine has 2 cores"));
+    }
+
+    /// The loop loads its own batches and its `__getitem__` mostly waits (a 3 ms read per
+    /// sample): 84% waiting, 79% of loading blocked, 2 cores, no NVIDIA driver.
+    fn waiting_in_main() -> Evidence {
+        let mut p = py(84.0);
+        p.data_io_pct = Some(79.0);
+        p.data_in_main_pct = Some(99.0);
+        p.data_hotspots[0] = Hotspot {
+            function: "Jpegs.__getitem__".into(),
+            file: "/home/u/train.py".into(),
+            line: 9,
+            pct: 99.0,
+            ms_per_sample: None,
+            kind: StageKind::Getitem,
+            samples: 990,
+            work_s: 9.9,
+        };
+        let mut e = no_gpu(p);
+        e.host.cpu_count = Some(2);
+        e.no_gpu = Some(crate::diagnose::evidence::NoGpu::NoDriver);
+        e
+    }
+
+    #[test]
+    fn loading_in_the_training_process_gets_workers_first_whatever_the_stage() {
+        let e = waiting_in_main();
+        let f = input_bound(&e).unwrap();
+        // Not io_bound: where the loading runs decides the first fix.
+        assert_eq!(f.evidence["kind"], "main_process_loading");
+        // 84% of the loop's time loading: 0.84/0.16 = 5.25 -> 6 workers' time, + 1 hand-over.
+        assert_eq!(f.evidence["recommended_num_workers"], 7);
+        let r = &f.recommendation;
+        assert!(
+            r.starts_with("Load batches in worker processes: DataLoader(dataset, batch_size=..., num_workers=7,"),
+            "{r}"
+        );
+        // Waits overlap across workers: more workers than cores, with the CPU they need
+        // (5.25 workers' time x 21% computing = 1.1 cores) and the sweep that measures it.
+        assert!(
+            r.contains("waits overlap across workers, so the count may exceed this machine's 2 cores: 7 workers need about 1.1 cores of CPU"),
+            "{r}"
+        );
+        assert!(
+            r.contains("`gpufeed sweep -L w 0,4,7 --dataloader num_workers={w}"),
+            "{r}"
+        );
+        assert!(
+            !r.contains("Caveat"),
+            "no core caveat for waiting workers: {r}"
+        );
+        // The slow stage is the next step, after the workers.
+        let then = r.find(
+            "Then, if it still waits: the dataset's own code (Jpegs.__getitem__ at train.py:9)",
+        );
+        assert!(
+            then.is_some_and(|i| i > r.find("num_workers=7").unwrap()),
+            "{r}"
+        );
+        assert!(r.contains("mostly waits"), "{r}");
+        assert!(!r.contains("profile that function"), "{r}");
+        // The same loop computing (decode) instead: workers first too, with the core caveat.
+        let mut c = waiting_in_main();
+        c.python.as_mut().unwrap().data_io_pct = Some(3.0);
+        c.python.as_mut().unwrap().data_hotspots[0].kind = StageKind::Decode;
+        let r = input_bound(&c).unwrap().recommendation;
+        assert!(r.starts_with("Load batches in worker processes"), "{r}");
+        assert!(r.contains("Caveat: this machine has 2 cores"), "{r}");
+        assert!(
+            r.contains("Then, if it still waits: JPEG/PNG decoding"),
+            "{r}"
+        );
+        // Processes in D state mean waiting as well.
+        let mut d = waiting_in_main();
+        d.python.as_mut().unwrap().data_io_pct = None;
+        d.job.d_state_time_fraction = Some(0.5);
+        let f = input_bound(&d).unwrap();
+        assert_eq!(f.evidence["kind"], "main_process_loading");
+        assert!(!f.recommendation.contains("Caveat"), "{}", f.recommendation);
+    }
+
+    #[test]
+    fn no_gpu_only_settings_where_the_machine_has_no_gpu() {
+        let e = waiting_in_main();
+        let r = input_bound(&e).unwrap().recommendation;
+        assert!(!r.contains("pin_memory"), "{r}");
+        assert!(r.contains("persistent_workers=True"), "{r}");
+        // Without knowing (GPU sampling disabled, NVML failed) the GPU settings stay.
+        let mut u = waiting_in_main();
+        u.no_gpu = None;
+        let r = input_bound(&u).unwrap().recommendation;
+        assert!(
+            r.contains("pin_memory=True, persistent_workers=True"),
+            "{r}"
+        );
+    }
+
+    #[test]
+    fn waiting_workers_that_are_busy_get_more_workers_before_the_stage() {
+        let mut p = py(50.0);
+        p.data_in_main_pct = Some(2.0);
+        p.data_io_pct = Some(85.0);
+        p.loader_processes = 2;
+        p.loader_busy_pct = Some(95.0);
+        p.data_hotspots[0].kind = StageKind::Read;
+        let mut e = no_gpu(p.clone());
+        e.host.cpu_count = Some(2);
+        e.host.idle_cores_mean = Some(0.0);
+        let f = input_bound(&e).unwrap();
+        assert_eq!(f.evidence["kind"], "io_bound");
+        // 2 workers at 95% while the loop waits half its time: 3.8 -> 4, beyond the cores.
+        assert_eq!(f.evidence["recommended_num_workers"], 4);
+        let r = &f.recommendation;
+        assert!(r.starts_with("Raise num_workers from 2 to 4"), "{r}");
+        // 2 x 95% / 0.5 = 3.8 workers' time, 15% of it computing: 0.6 cores.
+        assert!(
+            r.contains("waits overlap across workers, so the count may exceed this machine's 2 cores: 4 workers need about 0.6 cores of CPU"),
+            "{r}"
+        );
+        assert!(r.contains("Also: reading files"), "{r}");
+        // Workers mostly idle are not the limit: the reads are.
+        p.loader_busy_pct = Some(30.0);
+        let r = input_bound(&no_gpu(p)).unwrap().recommendation;
+        assert!(r.starts_with("Reading files"), "{r}");
     }
 
     #[test]
