@@ -301,3 +301,95 @@ fn export_needs_an_output_and_a_usable_directory() {
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     assert!(!tb.exists());
 }
+
+/// The exported file served by a real `tensorboard` on 127.0.0.1: its scalars API lists the
+/// gpufeed tags, and its scalars page renders in headless Chromium (when installed).
+#[test]
+fn tensorboard_serves_the_export_and_its_page_renders() {
+    let Some(py) = tb_python("the tensorboard server test") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rec = recording(dir.path());
+    let logs = dir.path().join("logs");
+    run_ok(
+        gpufeed()
+            .args(["export", "--tensorboard"])
+            .arg(logs.join("job"))
+            .arg(&rec),
+    );
+    let port = crate::free_port();
+    let server = std::process::Command::new(&py)
+        .args(["-m", "tensorboard.main", "--host", "127.0.0.1", "--port"])
+        .arg(port.to_string())
+        .arg("--logdir")
+        .arg(&logs)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _server = crate::Reap(server);
+    // The server loads the logdir in the background: wait for the tag to appear.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let tags = loop {
+        match crate::http_get(port, "/data/plugin/scalars/tags") {
+            Some(b) if b.contains("gpufeed/data_wait_pct") => break b,
+            _ if std::time::Instant::now() > deadline => {
+                panic!("tensorboard never listed the gpufeed tags")
+            }
+            _ => std::thread::sleep(std::time::Duration::from_millis(300)),
+        }
+    };
+    let tags: Value = serde_json::from_str(&tags).unwrap();
+    for t in [
+        "gpufeed/gpu0/busy_pct",
+        "gpufeed/steps_per_s",
+        "gpufeed/cpu/workers_pct",
+    ] {
+        assert!(tags["job"][t].is_object(), "{t}: {tags}");
+    }
+    let series = crate::http_get(
+        port,
+        "/data/plugin/scalars/scalars?run=job&tag=gpufeed%2Fdata_wait_pct",
+    )
+    .unwrap();
+    let series: Value = serde_json::from_str(&series).unwrap();
+    let last = series.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last[1], 181, "{series}");
+    assert!((last[2].as_f64().unwrap() - 40.0).abs() < 1e-4, "{series}");
+
+    let Some(chromium) = crate::which("chromium").or_else(|| crate::which("chromium-browser"))
+    else {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: chromium is not installed: TensorBoard's page was not rendered"
+        );
+        return;
+    };
+    let png = dir.path().join("tb.png");
+    let profile = tempfile::tempdir().unwrap();
+    let st = std::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--no-first-run",
+            "--hide-scrollbars",
+            "--window-size=1300,750",
+            "--virtual-time-budget=20000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!(
+            "http://127.0.0.1:{port}/?darkMode=false#scalars&tagFilter=gpufeed%2F"
+        ))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // A page with charts, not a blank or an error page (those are a few KB).
+    let size = std::fs::metadata(&png).unwrap().len();
+    assert!(size > 40_000, "{size} bytes");
+}
