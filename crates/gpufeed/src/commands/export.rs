@@ -3,13 +3,13 @@
 
 use crate::cli::{ExportArgs, GlobalOpts};
 use crate::diagnose::input::LogOptions;
-use crate::diagnose::{DiagnoseReport, InputFormat};
+use crate::diagnose::InputFormat;
 use crate::exit::{self, Failure};
 use crate::present::perfetto;
-use crate::present::tensorboard::{self, TbSeries};
+use crate::present::tensorboard::TbSeries;
 use crate::record::reader;
 use crate::trace::merge::MergeTrace;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
     if let Some(out) = &args.perfetto {
@@ -33,7 +33,7 @@ pub fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
             &mut series,
         )
         .map_err(super::diagnose_failure)?;
-        let path = write_tensorboard(dir, &series, &report)?;
+        let path = super::write_tensorboard(dir, &series, &report)?;
         eprintln!(
             "gpufeed: wrote {}; view it with tensorboard --logdir {}",
             path.display(),
@@ -41,24 +41,6 @@ pub fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
         );
     }
     Ok(exit::OK)
-}
-
-/// Writes the event file of `series` and `report` into `dir` (created if absent) and returns
-/// its path (`export --tensorboard`, `run --tensorboard`).
-pub(crate) fn write_tensorboard(
-    dir: &Path,
-    series: &TbSeries,
-    report: &DiagnoseReport,
-) -> Result<PathBuf, Failure> {
-    std::fs::create_dir_all(dir).map_err(|e| {
-        Failure::input(format!(
-            "cannot create the TensorBoard directory {}: {e}",
-            dir.display()
-        ))
-    })?;
-    let path = dir.join(tensorboard::file_name(series));
-    super::write_report(&path, tensorboard::event_file(series, report))?;
-    Ok(path)
 }
 
 /// The Perfetto/Chrome trace, streamed from the recording (and the merged trace) to `out`.

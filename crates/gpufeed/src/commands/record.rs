@@ -89,7 +89,7 @@ fn print_summary(
     .with_context(|| format!("summarising {}", path.display()))?;
     let summary = summary.finish(path, diagnosis.source.truncated);
     if let (Some(dir), Some(tb)) = (tensorboard, &tb) {
-        match super::export::write_tensorboard(dir, tb, &diagnosis) {
+        match super::write_tensorboard(dir, tb, &diagnosis) {
             Ok(p) => eprintln!("gpufeed: wrote {}", p.display()),
             Err(e) => eprintln!("gpufeed: TensorBoard: {}", e.message),
         }
