@@ -108,7 +108,7 @@ pub enum Command {
     Serve(ServeArgs),
     /// Full-screen live view: GPU sparklines, memory, PCIe, CPU cores, the job's processes, a verdict
     Watch(WatchArgs),
-    /// Export a recording as a Perfetto/Chrome trace, optionally merged with a PyTorch profiler trace
+    /// Export a recording as a Perfetto/Chrome trace (optionally merged with a PyTorch profiler trace) or as TensorBoard scalars
     Export(ExportArgs),
     /// Check the driver, CUDA, cuDNN, PyTorch, GPU link and health, /dev/shm, CPUs and data storage
     Doctor(DoctorArgs),
