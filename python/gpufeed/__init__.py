@@ -1,7 +1,7 @@
 """gpufeed's Python side: step markers and data-wait times for the ``gpufeed`` command.
 
-``pip install gpufeed`` installs the ``gpufeed`` command (also ``python -m gpufeed``) and this
-package. Under ``gpufeed run/sweep/batch-size/watch`` the job gets ``GPUFEED_STEP_SOCKET``; the
+``pip install .`` in a checkout (``pip install gpufeed`` once published) installs the
+``gpufeed`` command (also ``python -m gpufeed``) and this package. Under ``gpufeed run/sweep/batch-size/watch`` the job gets ``GPUFEED_STEP_SOCKET``; the
 functions here send one datagram per training step to it (docs/step-protocol.md). Without it
 they are no-ops, so the calls can stay in the training script.
 

@@ -63,6 +63,7 @@ const HELP_TEXT: &str = concat!(
     "    gpufeed serve --listen 127.0.0.1:9400         Prometheus metrics on /metrics\n",
     "    gpufeed diagnose --html report.html rec.ndjson   the diagnosis as a page with charts\n",
     "    gpufeed export --perfetto t.json rec.ndjson   counter tracks for ui.perfetto.dev\n",
+    "    gpufeed export --tensorboard runs/ rec.ndjson   gpufeed's series as TensorBoard scalars\n",
     "    gpufeed doctor                                check the machine and its software stack\n",
     "    gpufeed bench                                 measure copy bandwidth and GEMM speed-ups\n",
     "    gpufeed completions bash > ~/.local/share/bash-completion/completions/gpufeed\n",
@@ -107,7 +108,7 @@ pub enum Command {
     Serve(ServeArgs),
     /// Full-screen live view: GPU sparklines, memory, PCIe, CPU cores, the job's processes, a verdict
     Watch(WatchArgs),
-    /// Export a recording as a Perfetto/Chrome trace, optionally merged with a PyTorch profiler trace
+    /// Export a recording as a Perfetto/Chrome trace (optionally merged with a PyTorch profiler trace) or as TensorBoard scalars
     Export(ExportArgs),
     /// Check the driver, CUDA, cuDNN, PyTorch, GPU link and health, /dev/shm, CPUs and data storage
     Doctor(DoctorArgs),
@@ -227,6 +228,10 @@ pub struct RunArgs {
     /// Also write a self-contained HTML report (charts, findings and fixes) to FILE
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Also write gpufeed's series as TensorBoard scalars, and the verdict as text, in an event
+    /// file in DIR (created if absent): point `tensorboard --logdir` at it
+    #[arg(long, value_name = "DIR")]
+    pub tensorboard: Option<PathBuf>,
     /// The command to run, after `--` (passed as it is, bytes that are not UTF-8 included)
     #[arg(
         required = true,

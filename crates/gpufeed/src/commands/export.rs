@@ -1,20 +1,51 @@
-//! `gpufeed export --perfetto OUT.json RECORDING [--merge TRACE.json.gz]`.
+//! `gpufeed export --perfetto OUT.json RECORDING [--merge TRACE.json.gz]` and
+//! `gpufeed export --tensorboard DIR RECORDING`.
 
 use crate::cli::{ExportArgs, GlobalOpts};
+use crate::diagnose::input::LogOptions;
+use crate::diagnose::InputFormat;
 use crate::exit::{self, Failure};
 use crate::present::perfetto;
+use crate::present::tensorboard::TbSeries;
 use crate::record::reader;
 use crate::trace::merge::MergeTrace;
+use std::path::Path;
 
 pub fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
-    crate::outfile::refuse_same_as_input(
-        "--perfetto",
-        &args.perfetto,
-        std::iter::once(args.recording.as_path()).chain(args.merge.as_deref()),
-    )?;
-    let input = |e: String| anyhow::Error::new(Failure::input(e));
+    if let Some(out) = &args.perfetto {
+        crate::outfile::refuse_same_as_input(
+            "--perfetto",
+            out,
+            std::iter::once(args.recording.as_path()).chain(args.merge.as_deref()),
+        )?;
+    }
     // A file that is not a recording is refused from its first bytes, before anything is written.
-    reader::read_header(&args.recording).map_err(|e| input(e.to_string()))?;
+    reader::read_header(&args.recording).map_err(|e| Failure::input(e.to_string()))?;
+    if let Some(out) = &args.perfetto {
+        perfetto(args, out)?;
+    }
+    if let Some(dir) = &args.tensorboard {
+        let mut series = TbSeries::default();
+        let report = crate::diagnose::diagnose_file_with(
+            &args.recording,
+            InputFormat::Recording,
+            &LogOptions::default(),
+            &mut series,
+        )
+        .map_err(super::diagnose_failure)?;
+        let path = super::write_tensorboard(dir, &series, &report)?;
+        eprintln!(
+            "gpufeed: wrote {}; view it with tensorboard --logdir {}",
+            path.display(),
+            dir.display()
+        );
+    }
+    Ok(exit::OK)
+}
+
+/// The Perfetto/Chrome trace, streamed from the recording (and the merged trace) to `out`.
+fn perfetto(args: &ExportArgs, out: &Path) -> anyhow::Result<()> {
+    let input = |e: String| anyhow::Error::new(Failure::input(e));
     // The trace goes through analyze's reader (gzip, a cut .gz, a BOM, non-UTF-8 names; a trace
     // without events refused as analyze refuses it), streamed in two passes: never held whole.
     let terr = |t: &std::path::Path, e: crate::trace::TraceError| {
@@ -34,7 +65,7 @@ pub fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
     // a failed export leaves the output as it was, and a symlink there is replaced, not followed.
     let mut read_err = None;
     let mut stats = None;
-    crate::outfile::write_atomic_with(&args.perfetto, |w| {
+    crate::outfile::write_atomic_with(out, |w| {
         let (comma, st) = match perfetto::write_head(w, kineto.as_ref().map(|(t, h)| (t, h)))? {
             Ok(x) => x,
             Err(e) => {
@@ -53,12 +84,12 @@ pub fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
     .map_err(|e| match (read_err.take(), trace_err.take()) {
         (Some(r), _) => input(r.to_string()),
         (None, Some(t)) => terr(args.merge.as_deref().unwrap_or(std::path::Path::new("")), t),
-        (None, None) => input(format!("cannot write {}: {e}", args.perfetto.display())),
+        (None, None) => input(format!("cannot write {}: {e}", out.display())),
     })?;
     let st = stats.unwrap_or_default();
     eprintln!(
         "gpufeed: wrote {} ({} counter events{}); open it in ui.perfetto.dev",
-        args.perfetto.display(),
+        out.display(),
         st.counter_events,
         if args.merge.is_some() {
             format!(", {} trace events", st.trace_events)
@@ -72,5 +103,5 @@ pub fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
     if let Some(w) = st.overlap_warning() {
         eprintln!("gpufeed: warning: {w}");
     }
-    Ok(exit::OK)
+    Ok(())
 }

@@ -55,6 +55,27 @@ pub(crate) fn write_report(
         .map_err(|e| crate::exit::Failure::input(format!("cannot write {}: {e}", path.display())))
 }
 
+/// Writes the event file of `series` and `report` into `dir` (created if absent) and returns
+/// its path (`export --tensorboard`, `run --tensorboard`).
+pub(crate) fn write_tensorboard(
+    dir: &std::path::Path,
+    series: &crate::present::tensorboard::TbSeries,
+    report: &crate::diagnose::DiagnoseReport,
+) -> Result<std::path::PathBuf, crate::exit::Failure> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        crate::exit::Failure::input(format!(
+            "cannot create the TensorBoard directory {}: {e}",
+            dir.display()
+        ))
+    })?;
+    let path = dir.join(crate::present::tensorboard::file_name(series));
+    write_report(
+        &path,
+        crate::present::tensorboard::event_file(series, report),
+    )?;
+    Ok(path)
+}
+
 /// The step-marker socket: the path `--step-socket` names (a job already running was started
 /// with it), else a private one for a job gpufeed starts. A `--step-socket` that cannot be bound
 /// is an error; a private socket that cannot be opened is only a note (`note_unread`: what is

@@ -8,6 +8,7 @@ use crate::job::{signal_all, Job, Received, SignalWatch};
 use crate::outfile::{refuse_same_as_input, Clobber};
 use crate::present;
 use crate::present::html::RecordingSeries;
+use crate::present::tensorboard::TbSeries;
 use crate::record::format::{End, Line, OverridesLine};
 use crate::record::recorder::{
     default_output_name, Prepared, RecordError, Recorder, RecorderConfig,
@@ -67,20 +68,32 @@ fn prepare(
 /// all the same.
 /// After a recording: the summary, the diagnosis and (with `html`) the page, all from one read
 /// of the recording.
-fn print_summary(path: &Path, opts: &RecordingOpts, html: Option<&Path>) -> anyhow::Result<()> {
-    if opts.quiet && opts.export_json.is_none() && html.is_none() {
+fn print_summary(
+    path: &Path,
+    opts: &RecordingOpts,
+    html: Option<&Path>,
+    tensorboard: Option<&Path>,
+) -> anyhow::Result<()> {
+    if opts.quiet && opts.export_json.is_none() && html.is_none() && tensorboard.is_none() {
         return Ok(());
     }
     let mut summary = SummaryBuilder::default();
     let mut series = html.map(|_| RecordingSeries::default());
+    let mut tb = tensorboard.map(|_| TbSeries::default());
     let diagnosis = crate::diagnose::diagnose_file_with(
         path,
         InputFormat::Recording,
         &LogOptions::default(),
-        &mut (&mut summary, &mut series),
+        &mut (&mut summary, &mut series, &mut tb),
     )
     .with_context(|| format!("summarising {}", path.display()))?;
     let summary = summary.finish(path, diagnosis.source.truncated);
+    if let (Some(dir), Some(tb)) = (tensorboard, &tb) {
+        match super::write_tensorboard(dir, tb, &diagnosis) {
+            Ok(p) => eprintln!("gpufeed: wrote {}", p.display()),
+            Err(e) => eprintln!("gpufeed: TensorBoard: {}", e.message),
+        }
+    }
     if let Some(h) = html {
         match present::html::diagnose_html(&[(&diagnosis, series.as_ref())])
             .map_err(|e| e.to_string())
@@ -89,9 +102,9 @@ fn print_summary(path: &Path, opts: &RecordingOpts, html: Option<&Path>) -> anyh
             Ok(()) => eprintln!("gpufeed: wrote {}", h.display()),
             Err(e) => eprintln!("gpufeed: HTML report: {e}"),
         }
-        if opts.quiet && opts.export_json.is_none() {
-            return Ok(());
-        }
+    }
+    if opts.quiet && opts.export_json.is_none() {
+        return Ok(());
     }
     let diagnosis = Some(diagnosis);
     if let Some(p) = &opts.export_json {
@@ -264,7 +277,12 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
     // The job's exit code is gpufeed's even when the recording could not be completed.
     match recorder.map(|r| r.finish(end)) {
         Some(Ok(path)) => {
-            if let Err(e) = print_summary(&path, &args.rec, args.html.as_deref()) {
+            if let Err(e) = print_summary(
+                &path,
+                &args.rec,
+                args.html.as_deref(),
+                args.tensorboard.as_deref(),
+            ) {
                 eprintln!("gpufeed: {e:#}");
             }
         }
@@ -335,6 +353,6 @@ pub fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
             ..Default::default()
         })
         .context("finishing the recording")?;
-    print_summary(&path, &args.rec, None)?;
+    print_summary(&path, &args.rec, None, None)?;
     Ok(exit::OK)
 }

@@ -9,6 +9,8 @@ pub mod perfetto;
 pub mod prometheus;
 pub mod run;
 pub mod summary;
+pub mod tensorboard;
+pub mod tfevents;
 
 pub use crate::units::{bytes, gb_per_s};
 

@@ -1,0 +1,395 @@
+//! `export --tensorboard` and `run --tensorboard`, read back with TensorBoard's own reader
+//! (`EventAccumulator`) from a Python that has the `tensorboard` package: `GPUFEED_TEST_PYTHON`,
+//! else `python3`; skipped loudly without one.
+
+use crate::{gpufeed, gpufeed_no_gpu, h100_header, run_ok, usage_error};
+use gpufeed::record::format::{header_line, End, Line};
+use gpufeed::sample::event::{PySamples, PyThreadCounts, StepsLine};
+use gpufeed::sample::pyphase::Phase;
+use gpufeed::sample::{GpuSample, ProcSample, ProcStart};
+use predicates::prelude::*;
+use serde_json::Value;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+const START_US: u64 = 1_764_676_800_000_000;
+
+/// A Python that imports `tensorboard`, or `None` after saying so on stderr.
+fn tb_python(what: &str) -> Option<String> {
+    let candidates: Vec<String> = match std::env::var("GPUFEED_TEST_PYTHON") {
+        Ok(p) => vec![p],
+        Err(_) => vec!["python3".into()],
+    };
+    let found = candidates.into_iter().find(|p| {
+        std::process::Command::new(p)
+            .args(["-c", "import tensorboard"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if found.is_none() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: no Python with tensorboard (set GPUFEED_TEST_PYTHON=/path/to/python): {what} did not run"
+        );
+    }
+    found
+}
+
+/// What TensorBoard's `EventAccumulator` reads from `dir`: `{"scalars": {tag: [[step, value,
+/// wall_time], ...]}, "text": {tag: "..."}}`.
+fn read_back(py: &str, dir: &Path) -> Value {
+    const SCRIPT: &str = r#"
+import json, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+ea = EventAccumulator(sys.argv[1], size_guidance={"scalars": 0, "tensors": 0})
+ea.Reload()
+tags = ea.Tags()
+out = {"scalars": {}, "text": {}}
+for t in tags["scalars"]:
+    out["scalars"][t] = [[e.step, e.value, e.wall_time] for e in ea.Scalars(t)]
+for t in tags["tensors"]:
+    out["text"][t] = ea.Tensors(t)[-1].tensor_proto.string_val[0].decode()
+print(json.dumps(out))
+"#;
+    let out = std::process::Command::new(py)
+        .args(["-c", SCRIPT])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// 20 s of a starving job: GPU 0 busy 30%, a main process and 2 workers, 5 steps ending every
+/// 0.5 s from 2 s on (the first 2 s are start-up), each waiting 40% of its time for data, and the
+/// training thread's Python samples (60% data wait, 40% forward).
+fn recording(dir: &Path) -> PathBuf {
+    let p = dir.join("rec.ndjson");
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&p).unwrap());
+    let mut h = h100_header("node1", 4, 1);
+    h.start_unix_us = START_US;
+    h.command = Some(vec!["python".into(), "train.py".into()]);
+    h.pid = Some(100);
+    h.py_rate_hz = Some(100.0);
+    writeln!(f, "{}", header_line(&h)).unwrap();
+    let mut line = |l: Line| writeln!(f, "{}", serde_json::to_string(&l).unwrap()).unwrap();
+    for (pid, ppid) in [(100, 1), (101, 100), (102, 100)] {
+        line(Line::ProcStart(ProcStart {
+            t_s: 0.0,
+            pid,
+            ppid,
+            cmd: Some("python train.py".into()),
+            comm: Some("python".into()),
+        }));
+    }
+    for k in 1..=40u64 {
+        let t = k as f64 * 0.5;
+        line(Line::Gpu(GpuSample {
+            index: 0,
+            t_s: t,
+            util_samples: None,
+            util_pct: Some(30.0),
+            mem_used_bytes: Some(6 << 30),
+            ..Default::default()
+        }));
+        line(Line::Procs {
+            t_s: t,
+            procs: [(100, 40.0), (101, 90.0), (102, 80.0)]
+                .into_iter()
+                .map(|(pid, c)| ProcSample {
+                    pid,
+                    cpu_pct: Some(c),
+                    ..Default::default()
+                })
+                .collect(),
+        });
+        if t > 2.0 {
+            line(Line::Steps(StepsLine {
+                t_s: t,
+                dt_s: 0.5,
+                steps: 5,
+                span_s: 0.5,
+                wait_s: Some(0.2),
+                items: Some(5 * 32),
+            }));
+            line(Line::PySamples(PySamples {
+                t_s: t,
+                dt_s: 0.5,
+                pid: 100,
+                ticks: 50,
+                threads: vec![PyThreadCounts {
+                    tid: 100,
+                    name: Some("MainThread".into()),
+                    stacks: Vec::new(),
+                    phases: [(Phase::DataWait, 30), (Phase::Forward, 20)]
+                        .into_iter()
+                        .collect(),
+                }],
+            }));
+        }
+    }
+    line(Line::End(End {
+        t_s: 20.0,
+        exit_code: Some(0),
+        ..Default::default()
+    }));
+    f.flush().unwrap();
+    drop(f);
+    p
+}
+
+fn values(tb: &Value, tag: &str) -> Vec<(i64, f64)> {
+    tb["scalars"][tag]
+        .as_array()
+        .unwrap_or_else(|| panic!("no scalar {tag}: {tb}"))
+        .iter()
+        .map(|e| (e[0].as_i64().unwrap(), e[1].as_f64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn export_tensorboard_is_read_back_by_tensorboard_step_aligned() {
+    let Some(py) = tb_python("export --tensorboard read back") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rec = recording(dir.path());
+    let tb = dir.path().join("runs/a");
+    let out = run_ok(
+        gpufeed()
+            .args(["export", "--tensorboard"])
+            .arg(&tb)
+            .arg(&rec),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("tensorboard --logdir"), "{stderr}");
+    let files: Vec<_> = std::fs::read_dir(&tb).unwrap().flatten().collect();
+    assert_eq!(files.len(), 1);
+    let name = files[0].file_name().to_string_lossy().into_owned();
+    assert_eq!(name, "events.out.tfevents.1764676800.node1.gpufeed");
+
+    let got = read_back(&py, &tb);
+    // Steps: 5 per 0.5 s from 2.5 s to 20 s, 180 timed (181 markers: the first starts the
+    // clock); each point at the markers received by then.
+    let steps = values(&got, "gpufeed/steps_per_s");
+    assert_eq!(steps.last().unwrap().0, 181, "{steps:?}");
+    assert!(steps.windows(2).all(|w| w[0].0 < w[1].0), "{steps:?}");
+    for (_, v) in &steps {
+        assert!((v - 10.0).abs() < 1e-6, "{steps:?}");
+    }
+    for (_, v) in values(&got, "gpufeed/data_wait_pct") {
+        assert!((v - 40.0).abs() < 1e-4, "{v}");
+    }
+    for (_, v) in values(&got, "gpufeed/samples_per_s") {
+        assert!((v - 320.0).abs() < 1e-3, "{v}");
+    }
+    let busy = values(&got, "gpufeed/gpu0/busy_pct");
+    assert!(
+        busy.iter().all(|(_, v)| (v - 30.0).abs() < 1e-6),
+        "{busy:?}"
+    );
+    assert_eq!(busy.last().unwrap().0, 181);
+    let mem = values(&got, "gpufeed/gpu0/mem_used_gib");
+    assert!(mem.iter().all(|(_, v)| (v - 6.0).abs() < 1e-6), "{mem:?}");
+    // The training thread's phases (after start-up, where it had no loop samples).
+    let wait = values(&got, "gpufeed/phase/data_wait_pct");
+    assert!((wait.last().unwrap().1 - 60.0).abs() < 1e-4, "{wait:?}");
+    let fwd = values(&got, "gpufeed/phase/forward_pct");
+    assert!((fwd.last().unwrap().1 - 40.0).abs() < 1e-4, "{fwd:?}");
+    // CPU: the main process, and its two workers together (percent of one core).
+    let main = values(&got, "gpufeed/cpu/main_pct");
+    assert!(
+        main.iter().all(|(_, v)| (v - 40.0).abs() < 1e-4),
+        "{main:?}"
+    );
+    let workers = values(&got, "gpufeed/cpu/workers_pct");
+    assert!(
+        workers.iter().all(|(_, v)| (v - 170.0).abs() < 1e-3),
+        "{workers:?}"
+    );
+    // The verdict and the top fix as text.
+    let text = got["text"]["gpufeed/verdict"].as_str().unwrap();
+    assert!(text.starts_with("**"), "{text}");
+    assert!(text.contains("Fix:"), "{text}");
+
+    // Exporting again replaces the file, it does not add one.
+    run_ok(
+        gpufeed()
+            .args(["export", "--tensorboard"])
+            .arg(&tb)
+            .arg(&rec),
+    );
+    assert_eq!(std::fs::read_dir(&tb).unwrap().count(), 1);
+}
+
+#[test]
+fn run_tensorboard_writes_a_real_jobs_steps_by_step() {
+    let Some(py) = tb_python("run --tensorboard with the step probe") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let tb = dir.path().join("tb");
+    let probe = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python");
+    // 60 steps of 30 ms, each reporting 10 ms of data wait and 8 samples.
+    let job = "import sys, time\nsys.path.insert(0, sys.argv[1])\nimport gpufeed_probe as p\n\
+               for i in range(60):\n    time.sleep(0.03)\n    p.step(items=8, wait_ns=10_000_000)\n";
+    let out = run_ok(
+        gpufeed_no_gpu()
+            .args(["run", "-q", "-o"])
+            .arg(dir.path().join("r.ndjson"))
+            .arg("--tensorboard")
+            .arg(&tb)
+            .args(["--", &py, "-c", job])
+            .arg(&probe),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("tfevents"), "{stderr}");
+    let got = read_back(&py, &tb);
+    let steps = values(&got, "gpufeed/steps_per_s");
+    assert_eq!(steps.last().unwrap().0, 60, "{steps:?}");
+    let wait = values(&got, "gpufeed/data_wait_pct");
+    for (_, v) in &wait {
+        // 10 ms of each ~30 ms step.
+        assert!((15.0..=40.0).contains(v), "{wait:?}");
+    }
+    assert!(got["text"]["gpufeed/verdict"].as_str().is_some(), "{got}");
+}
+
+#[test]
+fn export_needs_an_output_and_a_usable_directory() {
+    usage_error(["export", "rec.ndjson"]).stderr(
+        predicate::str::contains("--perfetto").and(predicate::str::contains("--tensorboard")),
+    );
+    usage_error([
+        "export",
+        "--tensorboard",
+        "d",
+        "--merge",
+        "t.json",
+        "rec.ndjson",
+    ])
+    .stderr(predicate::str::contains("--perfetto"));
+    let dir = tempfile::tempdir().unwrap();
+    let rec = recording(dir.path());
+    // A file where the directory should be: a clear one-line error, exit 3, nothing written.
+    let blocker = dir.path().join("file");
+    std::fs::write(&blocker, "x").unwrap();
+    let out = gpufeed()
+        .args(["export", "--tensorboard"])
+        .arg(&blocker)
+        .arg(&rec)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("TensorBoard directory"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&blocker).unwrap(), "x");
+    // Not a recording: refused before anything is created.
+    let notrec = dir.path().join("x.txt");
+    std::fs::write(&notrec, "hello\n").unwrap();
+    let tb = dir.path().join("tb");
+    let out = gpufeed()
+        .args(["export", "--tensorboard"])
+        .arg(&tb)
+        .arg(&notrec)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(!tb.exists());
+}
+
+/// The exported file served by a real `tensorboard` on 127.0.0.1: its scalars API lists the
+/// gpufeed tags, and its scalars page renders in headless Chromium (when installed).
+#[test]
+fn tensorboard_serves_the_export_and_its_page_renders() {
+    let Some(py) = tb_python("the tensorboard server test") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rec = recording(dir.path());
+    let logs = dir.path().join("logs");
+    run_ok(
+        gpufeed()
+            .args(["export", "--tensorboard"])
+            .arg(logs.join("job"))
+            .arg(&rec),
+    );
+    let port = crate::free_port();
+    let server = std::process::Command::new(&py)
+        .args(["-m", "tensorboard.main", "--host", "127.0.0.1", "--port"])
+        .arg(port.to_string())
+        .arg("--logdir")
+        .arg(&logs)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _server = crate::Reap(server);
+    // The server loads the logdir in the background: wait for the tag to appear.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let tags = loop {
+        match crate::http_get(port, "/data/plugin/scalars/tags") {
+            Some(b) if b.contains("gpufeed/data_wait_pct") => break b,
+            _ if std::time::Instant::now() > deadline => {
+                panic!("tensorboard never listed the gpufeed tags")
+            }
+            _ => std::thread::sleep(std::time::Duration::from_millis(300)),
+        }
+    };
+    let tags: Value = serde_json::from_str(&tags).unwrap();
+    for t in [
+        "gpufeed/gpu0/busy_pct",
+        "gpufeed/steps_per_s",
+        "gpufeed/cpu/workers_pct",
+    ] {
+        assert!(tags["job"][t].is_object(), "{t}: {tags}");
+    }
+    let series = crate::http_get(
+        port,
+        "/data/plugin/scalars/scalars?run=job&tag=gpufeed%2Fdata_wait_pct",
+    )
+    .unwrap();
+    let series: Value = serde_json::from_str(&series).unwrap();
+    let last = series.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last[1], 181, "{series}");
+    assert!((last[2].as_f64().unwrap() - 40.0).abs() < 1e-4, "{series}");
+
+    let Some(chromium) = crate::which("chromium").or_else(|| crate::which("chromium-browser"))
+    else {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: chromium is not installed: TensorBoard's page was not rendered"
+        );
+        return;
+    };
+    let png = dir.path().join("tb.png");
+    let profile = tempfile::tempdir().unwrap();
+    let st = std::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--no-first-run",
+            "--hide-scrollbars",
+            "--window-size=1300,750",
+            "--virtual-time-budget=20000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!(
+            "http://127.0.0.1:{port}/?darkMode=false#scalars&tagFilter=gpufeed%2F"
+        ))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // A page with charts, not a blank or an error page (those are a few KB).
+    let size = std::fs::metadata(&png).unwrap().len();
+    assert!(size > 40_000, "{size} bytes");
+}

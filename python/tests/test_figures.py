@@ -1,0 +1,250 @@
+"""The figures the hooks log through the frameworks' own loggers (gpufeed/_figures.py), read
+back with the real readers: TensorBoard's EventAccumulator and MLflow's client on a local
+store (SQLite, no server). Each real-framework test skips (SKIPPED on stderr) when its packages are missing.
+"""
+
+import os
+import sys
+import tempfile
+import time
+import unittest
+
+SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+if not os.environ.get("GPUFEED_TEST_INSTALLED"):
+    sys.path.insert(0, SRC)
+
+import gpufeed  # noqa: E402
+from gpufeed._figures import Figures  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_package import importable, skipped  # noqa: E402
+
+
+def scalars(logdir):
+    """{tag: [(step, value)]} of every event file under logdir, read by TensorBoard itself."""
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+
+    m = EventMultiplexer()
+    m.AddRunsFromDirectory(logdir)
+    m.Reload()
+    out = {}
+    for run, tags in m.Runs().items():
+        for tag in tags.get("scalars", []):
+            out.setdefault(tag, []).extend((e.step, e.value) for e in m.Scalars(run, tag))
+    return out
+
+
+class FiguresTest(unittest.TestCase):
+    def test_window_figures(self):
+        f = Figures()
+        f.idle(now_ns=0)
+        # Two steps of 100 ms, each waiting 60 ms for 8 samples; 30 ms forward, 10 ms backward.
+        for k in (1, 2):
+            f.phase("forward", 30_000_000)
+            f.phase("backward", 10_000_000)
+            f.step(wait_ns=60_000_000, items=8, now_ns=k * 100_000_000)
+        got = f.take()
+        self.assertAlmostEqual(got["gpufeed/steps_per_s"], 10.0)
+        self.assertAlmostEqual(got["gpufeed/data_wait_pct"], 60.0)
+        self.assertAlmostEqual(got["gpufeed/samples_per_s"], 80.0)
+        self.assertAlmostEqual(got["gpufeed/phase/forward_pct"], 30.0)
+        self.assertAlmostEqual(got["gpufeed/phase/backward_pct"], 10.0)
+        self.assertAlmostEqual(got["gpufeed/phase/data_wait_pct"], 60.0)
+        self.assertAlmostEqual(got["gpufeed/phase/other_pct"], 0.0)
+        self.assertEqual(f.take(), {})  # a new window
+
+    def test_unmeasured_is_left_out(self):
+        f = Figures(whole_step=False)
+        f.idle(now_ns=0)
+        f.step(now_ns=50_000_000)  # no wait, no items reported
+        got = f.take()
+        self.assertEqual(set(got), {"gpufeed/steps_per_s"})
+        # Idle time (validation) is not a step's time.
+        f.step(now_ns=60_000_000)
+        f.idle(now_ns=500_000_000)
+        f.step(wait_ns=0, now_ns=510_000_000)
+        self.assertAlmostEqual(f.take()["gpufeed/steps_per_s"], 100.0)
+
+
+def _torch_data(n_batches, batch, sleep_s):
+    import torch
+    from torch.utils.data import Dataset
+
+    class Slow(Dataset):
+        def __len__(self):
+            return n_batches * batch
+
+        def __getitem__(self, i):
+            time.sleep(sleep_s)
+            return torch.randn(3), torch.randn(1)
+
+    return Slow()
+
+
+class LightningLoggerTest(unittest.TestCase):
+    def setUp(self):
+        os.environ.pop(gpufeed.ENV_VAR, None)  # the hook's own timing, not gpufeed's
+
+    def fit(self, logdir, log):
+        import torch
+        from torch.utils.data import DataLoader
+
+        try:
+            import lightning.pytorch as pl
+            from lightning.pytorch.loggers import TensorBoardLogger
+        except ImportError:
+            import pytorch_lightning as pl
+            from pytorch_lightning.loggers import TensorBoardLogger
+        from gpufeed.lightning import GpufeedCallback
+
+        class Model(pl.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(3, 1)
+
+            def training_step(self, b, i):
+                return torch.nn.functional.mse_loss(self.lin(b[0]), b[1])
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.01)
+
+        trainer = pl.Trainer(
+            max_epochs=1, accelerator="cpu", devices=1, enable_checkpointing=False,
+            enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=4,
+            logger=TensorBoardLogger(logdir, name="run"), callbacks=[GpufeedCallback(log=log)],
+        )
+        data = DataLoader(_torch_data(12, 4, 0.01), batch_size=4, num_workers=0)
+        trainer.fit(Model(), data)
+
+    def test_lightning_tensorboard_logger_gets_the_figures(self):
+        if not ((importable("lightning.pytorch") or importable("pytorch_lightning"))
+                and importable("tensorboard")):
+            return skipped("lightning or tensorboard not installed: the Lightning logger test did not run")
+        with tempfile.TemporaryDirectory() as d:
+            self.fit(d, log=True)
+            got = scalars(d)
+        wait = got.get("gpufeed/data_wait_pct")
+        self.assertTrue(wait, sorted(got))
+        # 12 batches of 4 samples at 10 ms each, a tiny model: the loop mostly waits for data.
+        self.assertEqual(len(wait), 3, wait)  # every 4 steps
+        self.assertTrue(all(v > 50 for _, v in wait), wait)
+        self.assertTrue(all(v > 5 for _, v in got["gpufeed/steps_per_s"]), got["gpufeed/steps_per_s"])
+        for phase in ("forward", "backward", "optimizer", "other"):
+            self.assertIn("gpufeed/phase/%s_pct" % phase, got)
+        self.assertEqual([s for s, _ in wait], [4, 8, 12])
+
+    def test_lightning_opt_out(self):
+        if not ((importable("lightning.pytorch") or importable("pytorch_lightning"))
+                and importable("tensorboard")):
+            return skipped("lightning or tensorboard not installed: the Lightning opt-out test did not run")
+        with tempfile.TemporaryDirectory() as d:
+            self.fit(d, log=False)
+            got = scalars(d)
+        self.assertFalse([t for t in got if t.startswith("gpufeed/")], sorted(got))
+
+
+class TransformersLoggerTest(unittest.TestCase):
+    def setUp(self):
+        os.environ.pop(gpufeed.ENV_VAR, None)
+
+    def train(self, out, report_to):
+        import torch
+        from torch.utils.data import Dataset
+        from transformers import Trainer, TrainingArguments
+
+        from gpufeed.transformers import GpufeedTrainerCallback
+
+        class Slow(Dataset):
+            def __len__(self):
+                return 24
+
+            def __getitem__(self, i):
+                time.sleep(0.01)
+                return {"x": torch.randn(3), "labels": torch.randn(1)}
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(3, 1)
+
+            def forward(self, x, labels):
+                return {"loss": torch.nn.functional.mse_loss(self.lin(x), labels)}
+
+        args = TrainingArguments(
+            output_dir=out, per_device_train_batch_size=4, num_train_epochs=1, use_cpu=True,
+            report_to=report_to, save_strategy="no", logging_steps=2,
+            dataloader_num_workers=0, disable_tqdm=True,
+        )
+        Trainer(model=Model(), args=args, train_dataset=Slow(),
+                callbacks=[GpufeedTrainerCallback()]).train()
+
+    def test_hf_trainer_report_to_tensorboard(self):
+        if not (importable("transformers") and importable("accelerate") and importable("tensorboard")):
+            return skipped("transformers/accelerate/tensorboard not installed: the HF TensorBoard test did not run")
+        with tempfile.TemporaryDirectory() as d:
+            self.train(d, ["tensorboard"])
+            got = scalars(d)  # under output_dir (TENSORBOARD_LOGGING_DIR unset)
+        # The Trainer's TensorBoard integration prefixes training logs with train/.
+        wait = got.get("train/gpufeed/data_wait_pct")
+        self.assertTrue(wait, sorted(got))
+        self.assertEqual(len(wait), 3, wait)  # 6 steps, logged every 2
+        self.assertTrue(all(v > 50 for _, v in wait), wait)
+        self.assertIn("train/gpufeed/steps_per_s", got)
+        self.assertIn("train/gpufeed/samples_per_s", got)
+        self.assertIn("train/gpufeed/phase/optimizer_pct", got)
+
+    def test_hf_trainer_report_to_mlflow_local_store(self):
+        if not (importable("transformers") and importable("accelerate") and importable("mlflow")):
+            return skipped("transformers/accelerate/mlflow not installed: the HF MLflow test did not run")
+        import mlflow
+
+        with tempfile.TemporaryDirectory() as d:
+            # A local store, no server: SQLite (MLflow 3 refuses its file store unless told
+            # MLFLOW_ALLOW_FILE_STORE=true, and calls it deprecated).
+            uri = "sqlite:///" + d + "/mlflow.db"
+            old = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME")}
+            os.environ["MLFLOW_TRACKING_URI"] = uri
+            os.environ["MLFLOW_EXPERIMENT_NAME"] = "gpufeed-test"
+            try:
+                self.train(d, ["mlflow"])
+                client = mlflow.tracking.MlflowClient(tracking_uri=uri)
+                exp = client.get_experiment_by_name("gpufeed-test")
+                run = client.search_runs([exp.experiment_id])[0]
+                hist = client.get_metric_history(run.info.run_id, "gpufeed/data_wait_pct")
+            finally:
+                for k, v in old.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+        self.assertEqual(len(hist), 3, hist)
+        self.assertTrue(all(m.value > 50 for m in hist), hist)
+
+
+class AccelerateLoggerTest(unittest.TestCase):
+    def test_accelerate_log_to_tensorboard(self):
+        if not (importable("accelerate") and importable("tensorboard") and importable("torch")):
+            return skipped("accelerate/tensorboard/torch not installed: the accelerate tracker test did not run")
+        from accelerate import Accelerator
+        from torch.utils.data import DataLoader
+
+        from gpufeed.accelerate import wrap
+
+        os.environ.pop(gpufeed.ENV_VAR, None)
+        with tempfile.TemporaryDirectory() as d:
+            acc = Accelerator(cpu=True, log_with="tensorboard", project_dir=d)
+            acc.init_trackers("run")
+            loader = acc.prepare(DataLoader(_torch_data(10, 4, 0.01), batch_size=4))
+            n = sum(1 for _ in wrap(loader, acc, log_every=5))
+            acc.end_training()
+            got = scalars(d)
+        self.assertEqual(n, 10)
+        wait = got.get("gpufeed/data_wait_pct")
+        self.assertTrue(wait, sorted(got))
+        self.assertEqual([s for s, _ in wait], [5, 10])
+        self.assertTrue(all(v > 50 for _, v in wait), wait)
+        self.assertIn("gpufeed/samples_per_s", got)
+
+
+if __name__ == "__main__":
+    unittest.main()
