@@ -11,6 +11,7 @@ pub mod reader;
 pub mod report;
 pub mod rules;
 pub mod summary;
+pub mod verdict;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};

@@ -420,10 +420,14 @@ fn input_bound_from_the_measured_share_whatever_the_category_or_step_source() {
     let rep = trace::report::Report::new(vec![s]);
     let text = trace::report::text(&rep, false);
     assert!(
-        text.starts_with("warning:") && text.contains("TOP FIX: Input-bound"),
+        text.starts_with("warning:")
+            && text.contains("VERDICT  input_bound  (confidence 0.90)")
+            && text.contains("TOP FIX  Input-bound"),
         "{text}"
     );
     assert!(!text.contains("No problems found"), "{text}");
+    assert_eq!(rep.verdict.id.as_str(), "input_bound");
+    assert_eq!(rep.ranks[0].verdict, rep.verdict);
     assert!(text.contains("TensorBoard-plugin breakdown"), "{text}");
     assert!(text.contains("books none of it to dataloader"), "{text}");
 
