@@ -3,6 +3,7 @@
 //! those numbers into findings.
 
 pub mod collect;
+pub mod families;
 mod fast;
 pub mod merge;
 pub mod ranges;

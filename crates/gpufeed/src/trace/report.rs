@@ -398,6 +398,24 @@ fn trace_text(o: &mut String, r: &Report, i: usize, t: &TraceSummary, show_steps
             "kernels: {} ({:.0}% under 10 µs), tensor cores {:.0}% of kernel time, tensor-core-eligible ops {:.0}%",
             t.kernels.count, t.kernels.short_kernel_pct, t.kernels.tensor_core_pct, t.kernels.tc_eligible_pct
         );
+        let f = &t.kernels.families;
+        let overlap = if f.communication_us > 0.0 {
+            format!(
+                " ({:.0}% overlapped by compute)",
+                f.communication_overlap_pct
+            )
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            o,
+            "kernel families (by name, beside the plugin's figures): tensor-core GEMM and attention \
+             {:.0}% of kernel time (GEMM {} ms, attention {} ms), communication {:.0}%{overlap}",
+            f.tensor_core_pct,
+            ms(f.tensor_core_gemm_us),
+            ms(f.attention_us),
+            f.communication_pct
+        );
     }
     if t.sync.calls > 0 || t.sync.cuda_sync_events > 0 {
         let _ = writeln!(
