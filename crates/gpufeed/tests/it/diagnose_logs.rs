@@ -612,3 +612,26 @@ fn two_runs_appended_are_judged_by_the_last() {
     );
     assert_eq!(r.source.lines, 121);
 }
+
+#[test]
+fn a_log_without_memory_total_or_name_gets_a_candidate_from_small_memory() {
+    // 7% busy with 512 MiB in use, no memory.total, no GPU name.
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::from("timestamp, utilization.gpu [%], memory.used [MiB]\n");
+    for k in 0..600 {
+        let _ = writeln!(text, "{}, {} %, 512 MiB", clock(k as f64, false), 5 + k % 5);
+    }
+    let p = dir.path().join("small.csv");
+    std::fs::write(&p, text).unwrap();
+    let r = diagnose(&p);
+    assert!(!r.verdict.candidates.is_empty(), "{:#?}", r.verdict);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id.as_str() == "batch_too_small");
+    assert!(
+        f.is_some_and(|f| f.title.contains("no memory.total in the log")),
+        "{:?}",
+        ids(&r)
+    );
+}
