@@ -61,6 +61,8 @@ pub struct ReadOutcome {
     pub total_s: f64,
     /// The recording header's hostname (logs have none).
     pub hostname: Option<String>,
+    /// How a log was read (runs judged, how many GPUs and how that was found), first notes.
+    pub log_notes: Vec<String>,
 }
 
 /// Guesses the format from the first bytes of a file.
@@ -319,6 +321,7 @@ fn read_recording(
         total_s: evidence.duration_s,
         evidence,
         phases: Vec::new(),
+        log_notes: Vec::new(),
     })
 }
 
@@ -374,12 +377,19 @@ fn read_log_evidence(
     }
     let mut evidence = b.finish(&header);
     evidence.origin = Origin::GpuLog;
+    if info.interval_unknown {
+        // Readings were spaced one "second" apart by count only: no sampling interval to judge.
+        for g in &mut evidence.gpus {
+            g.util_sample_interval_s = None;
+        }
+    }
     Ok(ReadOutcome {
         source,
         hostname: header.host.hostname.clone(),
         evidence,
         phases,
         total_s,
+        log_notes: info.notes,
     })
 }
 

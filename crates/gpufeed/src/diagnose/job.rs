@@ -30,8 +30,10 @@ pub struct NodeSummary {
     pub recording: String,
     /// From the recording's header; `None` for logs without one.
     pub hostname: Option<String>,
-    /// The node's verdict id (`input_bound`, `compute_bound`, ...).
-    pub verdict: VerdictId,
+    /// The node's verdict: the same `{id, confidence, summary}` object as `diagnose`'s.
+    pub verdict: NodeVerdict,
+    /// The bare verdict id, as `verdict` was before 0.2 (kept one release; use `verdict.id`).
+    pub verdict_id: VerdictId,
     pub confidence: f64,
     /// Mean GPU busy percentage over the node's GPUs.
     pub gpu_busy_pct: Option<f64>,
@@ -41,12 +43,25 @@ pub struct NodeSummary {
     pub top_finding: Option<FindingId>,
 }
 
+/// A node's verdict, in the shape of [`super::verdict::Verdict`]'s first three fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeVerdict {
+    pub id: VerdictId,
+    pub confidence: f64,
+    pub summary: String,
+}
+
 impl NodeSummary {
     pub fn new(recording: &str, hostname: Option<String>, r: &DiagnoseReport) -> NodeSummary {
         NodeSummary {
             recording: recording.to_string(),
             hostname,
-            verdict: r.verdict.id,
+            verdict: NodeVerdict {
+                id: r.verdict.id,
+                confidence: r.verdict.confidence,
+                summary: r.verdict.summary.clone(),
+            },
+            verdict_id: r.verdict.id,
             confidence: r.verdict.confidence,
             gpu_busy_pct: r
                 .verdict
@@ -131,9 +146,9 @@ pub fn judge(nodes: &[NodeSummary]) -> JobSummary {
     let med = median(nodes.iter().filter_map(|n| n.gpu_busy_pct).collect());
     let mut counts: Vec<(VerdictId, usize)> = Vec::new();
     for n in nodes {
-        match counts.iter_mut().find(|c| c.0 == n.verdict) {
+        match counts.iter_mut().find(|c| c.0 == n.verdict.id) {
             Some(c) => c.1 += 1,
-            None => counts.push((n.verdict, 1)),
+            None => counts.push((n.verdict.id, 1)),
         }
     }
     // Most common; ties go to the first seen.
@@ -146,18 +161,18 @@ pub fn judge(nodes: &[NodeSummary]) -> JobSummary {
         .map(|c| c.0);
     let starving: Vec<&NodeSummary> = nodes
         .iter()
-        .filter(|n| n.verdict == VerdictId::InputBound)
+        .filter(|n| n.verdict.id == VerdictId::InputBound)
         .collect();
     let slow_verdict = |v: VerdictId| matches!(v, VerdictId::Throttled | VerdictId::TransferBound);
     let stragglers: Vec<&NodeSummary> = nodes
         .iter()
-        .filter(|n| n.verdict != VerdictId::InputBound)
+        .filter(|n| n.verdict.id != VerdictId::InputBound)
         .filter(|n| {
             let gap = n
                 .gpu_busy_pct
                 .zip(med)
                 .is_some_and(|(b, m)| m - b >= STRAGGLER_GAP_PCT);
-            let slow = slow_verdict(n.verdict)
+            let slow = slow_verdict(n.verdict.id)
                 && nodes.len() > 1
                 && common.is_some_and(|c| !slow_verdict(c));
             gap || slow
@@ -187,7 +202,7 @@ pub fn judge(nodes: &[NodeSummary]) -> JobSummary {
                 let busy = n
                     .gpu_busy_pct
                     .map_or("-".into(), |b| format!("{b:.0}% busy"));
-                format!("{} ({busy}, {})", n.name(), n.verdict)
+                format!("{} ({busy}, {})", n.name(), n.verdict.id)
             })
             .collect::<Vec<_>>()
             .join(", ");
@@ -252,7 +267,7 @@ fn rows(r: &JobReport) -> Vec<[String; 8]> {
             [
                 n.hostname.clone().unwrap_or_else(|| "-".into()),
                 n.recording.clone(),
-                n.verdict.to_string(),
+                n.verdict.id.to_string(),
                 n.gpu_busy_pct.map_or("-".into(), |b| format!("{b:.0}%")),
                 n.gpus.to_string(),
                 hms(n.duration_s),
@@ -344,7 +359,12 @@ mod tests {
         NodeSummary {
             recording: path.into(),
             hostname: Some(path.trim_end_matches(".ndjson").into()),
-            verdict,
+            verdict: NodeVerdict {
+                id: verdict,
+                confidence: 0.9,
+                summary: String::new(),
+            },
+            verdict_id: verdict,
             confidence: 0.9,
             gpu_busy_pct: busy,
             gpus: 8,

@@ -132,6 +132,7 @@ pub fn build_report(read: input::ReadOutcome) -> DiagnoseReport {
     if let Some(line) = phases::describe(&read.phases) {
         notes.insert(0, line);
     }
+    notes.splice(0..0, read.log_notes);
     DiagnoseReport {
         schema_version: REPORT_SCHEMA_VERSION,
         source: read.source,

@@ -436,7 +436,7 @@ mod tests {
             }
         );
         let csv = crate::sample::smi_csv::read_smi_csv(
-            "timestamp, utilization.gpu [%], memory.used [MiB]\n2026/12/02 12:00:00, [N/A], [N/A]\n2026/12/02 12:00:01, [N/A], [N/A]\n".as_bytes(),
+            std::io::Cursor::new("timestamp, utilization.gpu [%], memory.used [MiB]\n2026/12/02 12:00:00, [N/A], [N/A]\n2026/12/02 12:00:01, [N/A], [N/A]\n"),
             &Default::default(),
             |_| {},
         )

@@ -11,6 +11,7 @@ pub mod nvml;
 pub mod pyphase;
 pub mod pystacks;
 pub mod smi_csv;
+pub mod smi_layout;
 pub mod steps;
 
 use serde::{Deserialize, Serialize};

@@ -7,9 +7,10 @@
 //! from the units in the values.
 
 use super::event::{Header, Line, SCHEMA_VERSION};
+use super::smi_layout::{Layout, Probe};
 use super::{GpuSample, GpuStatic, HostInfo};
 use std::collections::HashMap;
-use std::io::{BufReader, Read};
+use std::io::{BufReader, Read, Seek, SeekFrom};
 
 /// What a log reader found besides the lines.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -22,6 +23,10 @@ pub struct LogInfo {
     pub truncated: bool,
     /// Lines longer than [`super::MAX_LOG_LINE_BYTES`], skipped (also counted in `malformed`).
     pub overlong: u64,
+    /// No timestamp column and no interval given: the time between readings is unknown.
+    pub interval_unknown: bool,
+    /// How the log was read, for people (runs judged, how many GPUs and how that was found).
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -243,6 +248,11 @@ fn clean(v: &str) -> Option<&str> {
     Some(v)
 }
 
+/// Units a value may carry after its number.
+const VALUE_UNITS: [&str; 15] = [
+    "%", "W", "MiB", "GiB", "KiB", "MB", "GB", "KB", "kB", "B", "C", "°C", "MHz", "s", "ms",
+];
+
 /// A number with an optional unit; MiB/GiB/KiB/MB/GB values become bytes.
 fn number(v: &str, unit_from_header: Option<&str>) -> Option<f64> {
     let v = clean(v)?;
@@ -255,7 +265,9 @@ fn number(v: &str, unit_from_header: Option<&str>) -> Option<f64> {
     }
     let (num, unit) = match v[k..].trim() {
         "" => (&v[..k], unit_from_header.unwrap_or("")),
-        u => (&v[..k], u),
+        // Only a unit after the number: `0x50 %` or `12abc` is not a reading of 0 or 12.
+        u if VALUE_UNITS.contains(&u) => (&v[..k], u),
+        _ => return None,
     };
     let x: f64 = num.parse().ok()?;
     let scale = match unit.trim_matches(|c| c == '[' || c == ']') {
@@ -509,6 +521,17 @@ impl Row {
         r
     }
 
+    /// What layout detection looks at.
+    fn probe(&self) -> Probe {
+        let s = &self.sample;
+        Probe {
+            ts: self.ts,
+            mem_mib: s.mem_used_bytes.map(|b| b as f64 / 1048576.0),
+            power_w: s.power_w,
+            temperature_c: s.temperature_c.map(f64::from),
+        }
+    }
+
     /// A row with none of utilization, memory or throttle reasons carries nothing to diagnose.
     fn has_values(&self) -> bool {
         let s = &self.sample;
@@ -516,43 +539,60 @@ impl Row {
     }
 }
 
-/// Which GPU a row is, and when: from its index or id column, else from its place in the poll
-/// (rows of one poll share a timestamp); time from the timestamps, else the poll count times
-/// the interval.
-#[derive(Default)]
+/// Which GPU a row is, and when: from its index or id column, else from its place in the
+/// [`Layout`]; time from the timestamps, else the poll count times the interval.
 struct Polls {
+    layout: Layout,
     ids: HashMap<String, u32>,
     t0: Option<f64>,
+    rows: u64,
     poll: u64,
-    pos_in_poll: u32,
+    pos_in_burst: u32,
     last_ts: Option<f64>,
     seen_in_poll: Vec<u32>,
+}
+
+impl Default for Polls {
+    fn default() -> Self {
+        Polls {
+            layout: Layout::Column,
+            ids: HashMap::new(),
+            t0: None,
+            rows: 0,
+            poll: 0,
+            pos_in_burst: 0,
+            last_ts: None,
+            seen_in_poll: Vec::new(),
+        }
+    }
 }
 
 impl Polls {
     /// The row's GPU index and time since the first row, in seconds.
     fn place(&mut self, row: &Row, interval_s: f64) -> (u32, f64) {
         let ts = row.ts;
-        let idx = match (row.index, &row.id_key) {
-            (Some(i), _) => i,
-            (None, Some(k)) => {
+        let idx = match (row.index, &row.id_key, &self.layout) {
+            (Some(i), _, _) => i,
+            (None, Some(k), _) => {
                 let next = self.ids.len() as u32;
                 *self.ids.entry(k.clone()).or_insert(next)
             }
-            (None, None) => {
-                let new_poll = match (ts, self.last_ts) {
-                    (Some(a), Some(b)) => (a - b).abs() > 0.1,
-                    (Some(_), None) => true,
-                    _ => false,
+            (None, None, Layout::Bursts { n, gap_s }) => {
+                let new_burst = match (ts, self.last_ts) {
+                    (Some(a), Some(b)) => (a - b).abs() > *gap_s,
+                    _ => true,
                 };
-                if new_poll {
-                    self.pos_in_poll = 0;
+                if new_burst {
+                    self.pos_in_burst = 0;
                 }
-                let i = if ts.is_some() { self.pos_in_poll } else { 0 };
-                self.pos_in_poll += 1;
+                let i = self.pos_in_burst % n.max(&1);
+                self.pos_in_burst += 1;
                 i
             }
+            (None, None, Layout::Cycle { n }) => (self.rows % u64::from(*n.max(&1))) as u32,
+            (None, None, Layout::Pooled | Layout::Column) => 0,
         };
+        self.rows += 1;
         if ts.is_none() && self.seen_in_poll.contains(&idx) {
             self.poll += 1;
             self.seen_in_poll.clear();
@@ -642,92 +682,296 @@ fn no_rows_error(
     })
 }
 
+/// Rows read before the GPU layout of a log without an index column is decided.
+const LAYOUT_WINDOW: usize = 4096;
+
 /// Reads an nvidia-smi CSV log, handing each GPU reading to `visit` as a [`Line::Gpu`]; returns a
 /// synthesized header (GPUs with the names and totals the log showed) and read statistics.
-pub fn read_smi_csv(
-    r: impl Read,
+///
+/// A header repeated after data rows starts a new run (runs appended to one file): only the last
+/// run is read, and a note says so. Without an index, uuid or pci.bus_id column the number of
+/// GPUs is found from the first rows (see [`super::smi_layout`]).
+pub fn read_smi_csv<R: Read + Seek>(
+    mut r: R,
     opts: &CsvOptions,
     mut visit: impl FnMut(&Line),
 ) -> Result<(Header, LogInfo), LogError> {
+    let io = |e: std::io::Error| LogError::Io(e.to_string());
+    let runs = scan_runs(&mut r).map_err(io)?;
+    let judged = runs.iter().rposition(|run| run.rows > 0).unwrap_or(0);
+    r.seek(SeekFrom::Start(runs[judged].offset)).map_err(io)?;
+    let mut st = CsvRead::new(opts);
+    if let Some(note) = runs_note(&runs, judged) {
+        st.info.notes.push(note);
+    }
     let mut reader = BufReader::new(r);
-    let mut info = LogInfo::default();
-    let mut cols: Option<Columns> = opts.columns.as_ref().map(|c| Columns::new(c));
-    let mut gpus: Vec<GpuStatic> = Vec::new();
-    let mut polls = Polls::default();
-    let interval = opts.interval_s.unwrap_or(1.0);
-    let mut any_line = false;
-    let mut any_data_line = false;
-    let mut pending_bad: Option<bool> = None; // a bad row not yet known to be the last
     let mut buf = Vec::new();
-    let mut na_rows = 0u64;
     loop {
         let (n, overlong) =
             super::read_line_capped(&mut reader, &mut buf, super::MAX_LOG_LINE_BYTES)
-                .map_err(|e| LogError::Io(e.to_string()))?;
+                .map_err(io)?;
         if n == 0 {
             break;
         }
-        any_line = true;
+        st.any_line = true;
         if overlong {
-            info.overlong += 1;
-            info.malformed += 1;
+            st.info.overlong += 1;
+            st.info.malformed += 1;
             continue;
         }
-        let complete = buf.last() == Some(&b'\n');
+        st.line(&buf, &mut visit)?;
+    }
+    st.finish(&mut visit)
+}
+
+/// One stretch of a log under one header.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Run {
+    /// Byte offset of its header (0 for the first run).
+    offset: u64,
+    /// 1-based line number of its header.
+    line: u64,
+    /// Data rows in it.
+    rows: u64,
+}
+
+/// Finds the runs of a log and rewinds it. A header after data rows starts a new run unless the
+/// timestamps carry on across it (0-60 s later: the same logger writing its header again).
+fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<Vec<Run>> {
+    let mut runs = vec![Run {
+        offset: 0,
+        line: 1,
+        rows: 0,
+    }];
+    let mut br = BufReader::new(&mut *r);
+    let (mut buf, mut last_data) = (Vec::new(), Vec::new());
+    let (mut offset, mut line_no) = (0u64, 0u64);
+    let mut ts_col: Option<usize> = None;
+    // The time of the last row before a repeated header, to compare with the first after it.
+    let mut before: Option<Option<f64>> = None;
+    loop {
+        let (n, overlong) = super::read_line_capped(&mut br, &mut buf, super::MAX_LOG_LINE_BYTES)?;
+        if n == 0 {
+            break;
+        }
+        line_no += 1;
+        let start = offset;
+        offset += n as u64;
         let text = String::from_utf8_lossy(&buf);
         let line = text.trim();
-        if line.is_empty() || line.starts_with('#') {
+        if overlong || line.is_empty() || line.starts_with('#') {
             continue;
+        }
+        let fields = split(line);
+        if line.as_bytes()[0].is_ascii_alphabetic() && is_header(&fields) {
+            if runs[runs.len() - 1].rows > 0 {
+                before = Some(ts_at(&last_data, ts_col));
+                runs.push(Run {
+                    offset: start,
+                    line: line_no,
+                    rows: 0,
+                });
+            }
+            ts_col = fields.iter().position(|f| field_of(f) == Field::Timestamp);
+            continue;
+        }
+        if let Some(prev) = before.take() {
+            let after = fields.get(ts_col.unwrap_or(usize::MAX));
+            let after = after.and_then(|v| parse_time_value(v, None));
+            if let (Some(a), Some(b)) = (prev, after) {
+                if (0.0..=60.0).contains(&(b - a)) {
+                    runs.pop();
+                }
+            }
+        }
+        let last = runs.len() - 1;
+        runs[last].rows += 1;
+        drop(fields);
+        drop(text);
+        std::mem::swap(&mut buf, &mut last_data);
+    }
+    drop(br);
+    r.seek(SeekFrom::Start(0))?;
+    Ok(runs)
+}
+
+/// The time in a data line's timestamp column.
+fn ts_at(line: &[u8], col: Option<usize>) -> Option<f64> {
+    let text = String::from_utf8_lossy(line);
+    let v = *split(text.trim()).get(col?)?;
+    parse_time_value(v, None)
+}
+
+/// What people are told when a log holds several runs: which one was judged.
+fn runs_note(runs: &[Run], judged: usize) -> Option<String> {
+    let with_rows = runs.iter().filter(|r| r.rows > 0).count();
+    if with_rows < 2 {
+        return None;
+    }
+    let skipped: u64 = runs[..judged].iter().map(|r| r.rows).sum();
+    let j = runs[judged];
+    Some(format!(
+        "The header repeats in this log ({with_rows} runs appended to one file): the last run \
+         (from line {}, {} rows) was judged; the {skipped} rows of the earlier runs were skipped \
+         (split the file to judge them).",
+        j.line, j.rows
+    ))
+}
+
+/// The state of one read of a log.
+struct CsvRead<'a> {
+    opts: &'a CsvOptions,
+    info: LogInfo,
+    cols: Option<Columns>,
+    gpus: Vec<GpuStatic>,
+    polls: Polls,
+    interval: f64,
+    any_line: bool,
+    any_data_line: bool,
+    /// A bad row not yet known to be the last.
+    pending_bad: bool,
+    na_rows: u64,
+    /// Rows held until the layout is decided (`None` once it is).
+    held: Option<Vec<Row>>,
+}
+
+impl<'a> CsvRead<'a> {
+    fn new(opts: &'a CsvOptions) -> Self {
+        CsvRead {
+            opts,
+            info: LogInfo::default(),
+            cols: opts.columns.as_ref().map(|c| Columns::new(c)),
+            gpus: Vec::new(),
+            polls: Polls::default(),
+            interval: opts.interval_s.unwrap_or(1.0),
+            any_line: false,
+            any_data_line: false,
+            pending_bad: false,
+            na_rows: 0,
+            held: Some(Vec::new()),
+        }
+    }
+
+    /// One line that is not over-long.
+    fn line(&mut self, buf: &[u8], visit: &mut impl FnMut(&Line)) -> Result<(), LogError> {
+        let complete = buf.last() == Some(&b'\n');
+        let text = String::from_utf8_lossy(buf);
+        let line = text.trim();
+        if line.is_empty() || line.starts_with('#') {
+            return Ok(());
         }
         let fields = split(line);
         if is_header(&fields) {
             // Fields given with --columns win over the file's own header.
-            if opts.columns.is_none() {
+            if self.opts.columns.is_none() {
                 let names: Vec<String> = fields.iter().map(|s| s.to_string()).collect();
-                cols = Some(Columns::new(&names));
+                self.cols = Some(Columns::new(&names));
             }
-            continue;
+            return Ok(());
         }
-        any_data_line = true;
-        if pending_bad.take().is_some() {
-            info.malformed += 1;
+        self.any_data_line = true;
+        if std::mem::take(&mut self.pending_bad) {
+            self.info.malformed += 1;
         }
-        if cols.is_none() {
-            cols = Some(guessed_columns(&buf, line, &fields)?);
+        if self.cols.is_none() {
+            self.cols = Some(guessed_columns(buf, line, &fields)?);
         }
-        let c = cols.as_ref().expect("columns set above");
+        let c = self.cols.as_ref().expect("columns set above");
         let row = (fields.len() == c.fields.len()).then(|| Row::parse(c, &fields));
         let parsed = row.is_some();
-        let Some(mut row) = row.filter(Row::has_values) else {
+        let Some(row) = row.filter(Row::has_values) else {
             if parsed && fields.iter().skip(1).any(|v| clean(v).is_none()) {
-                na_rows += 1;
+                self.na_rows += 1;
             }
             if complete {
-                pending_bad = Some(true);
+                self.pending_bad = true;
             } else {
-                info.truncated = true;
+                self.info.truncated = true;
             }
-            continue;
+            return Ok(());
         };
-        let (idx, t_s) = polls.place(&row, interval);
+        match &mut self.held {
+            Some(held) if held.len() + 1 < LAYOUT_WINDOW => held.push(row),
+            Some(held) => {
+                held.push(row);
+                self.decide(visit);
+            }
+            None => self.emit(row, visit),
+        }
+        Ok(())
+    }
+
+    /// Decides how rows map to GPUs from the rows held, then hands those on.
+    fn decide(&mut self, visit: &mut impl FnMut(&Line)) {
+        let held = self.held.take().unwrap_or_default();
+        let has = |f: Field| self.cols.as_ref().is_some_and(|c| c.fields.contains(&f));
+        let (layout, note) = if held.iter().any(|r| r.index.is_some()) {
+            (Layout::Column, None)
+        } else if held.iter().any(|r| r.id_key.is_some()) {
+            let by = if has(Field::Uuid) {
+                "uuid"
+            } else {
+                "pci.bus_id"
+            };
+            let note = format!(
+                "This log has no index column: GPUs were told apart by their {by} column, \
+                 numbered in the order they first appear."
+            );
+            (Layout::Column, Some(note))
+        } else {
+            let probes: Vec<Probe> = held.iter().map(Row::probe).collect();
+            let (l, n) = super::smi_layout::detect(&probes);
+            (l, Some(n))
+        };
+        self.info.notes.extend(note);
+        if !has(Field::Timestamp) && self.opts.interval_s.is_none() && !held.is_empty() {
+            self.info.interval_unknown = true;
+            self.info.notes.push(
+                "This log has no timestamp column: the time between readings is unknown \
+                 (give it with --sample-interval SECONDS). Times are counted in readings, one \
+                 second each; what needs real time (the sampling interval, durations) is not \
+                 judged."
+                    .into(),
+            );
+        }
+        self.polls.layout = layout;
+        for row in held {
+            self.emit(row, visit);
+        }
+    }
+
+    fn emit(&mut self, mut row: Row, visit: &mut impl FnMut(&Line)) {
+        let (idx, t_s) = self.polls.place(&row, self.interval);
         let mut s = std::mem::take(&mut row.sample);
         s.index = idx;
         s.t_s = t_s;
-        merge_static(&mut gpus, idx, row);
-        info.rows += 1;
+        merge_static(&mut self.gpus, idx, row);
+        self.info.rows += 1;
         visit(&Line::Gpu(s));
     }
-    if pending_bad.is_some() {
-        info.truncated = true;
+
+    fn finish(mut self, visit: &mut impl FnMut(&Line)) -> Result<(Header, LogInfo), LogError> {
+        if self.held.is_some() {
+            self.decide(visit);
+        }
+        if self.pending_bad {
+            self.info.truncated = true;
+        }
+        if !self.any_line {
+            return Err(LogError::Empty);
+        }
+        if self.info.rows == 0 {
+            self.info.notes.clear();
+            return Err(no_rows_error(
+                &self.info,
+                self.cols.as_ref(),
+                self.any_data_line,
+                self.na_rows,
+            ));
+        }
+        self.gpus.sort_by_key(|g| g.index);
+        Ok((log_header(self.gpus, self.interval), self.info))
     }
-    if !any_line {
-        return Err(LogError::Empty);
-    }
-    if info.rows == 0 {
-        return Err(no_rows_error(&info, cols.as_ref(), any_data_line, na_rows));
-    }
-    gpus.sort_by_key(|g| g.index);
-    Ok((log_header(gpus, interval), info))
 }
 
 /// The message for a file that is not a log of the expected kind at all (random bytes, binary
@@ -764,7 +1008,7 @@ mod tests {
 
     fn read(text: &str, opts: &CsvOptions) -> Result<(Header, LogInfo, Vec<GpuSample>), LogError> {
         let mut out = Vec::new();
-        let (h, i) = read_smi_csv(text.as_bytes(), opts, |l| {
+        let (h, i) = read_smi_csv(std::io::Cursor::new(text), opts, |l| {
             if let Line::Gpu(g) = l {
                 out.push(g.clone())
             }
@@ -814,19 +1058,169 @@ mod tests {
     fn interleaved_gpus_by_bus_id_and_repeated_headers() {
         let text = "pci.bus_id, utilization.gpu [%]\n\
                     00000000:07:00.0, 10 %\n00000000:0A:00.0, 90 %\n\
+                    00000000:07:00.0, 12 %\n00000000:0A:00.0, 92 %\n\
                     pci.bus_id, utilization.gpu [%]\n\
                     00000000:07:00.0, 11 %\n00000000:0A:00.0, 91 %\n";
         let (h, info, s) = read(text, &CsvOptions::default()).unwrap();
-        assert_eq!(info.rows, 4);
+        // Two runs appended: the last one is judged, and the note says so.
+        assert_eq!(info.rows, 2);
         assert_eq!(h.gpus.len(), 2);
-        let g1: Vec<_> = s
+        assert_eq!(s[1].index, 1);
+        assert_eq!(s[1].util_pct, Some(91.0));
+        assert!(
+            info.notes.iter().any(|n| n.contains("2 runs appended")
+                && n.contains("from line 6, 2 rows")
+                && n.contains("the 4 rows of the earlier runs were skipped")),
+            "{:?}",
+            info.notes
+        );
+        assert!(info.notes.iter().any(|n| n.contains("pci.bus_id column")));
+        assert!(info.interval_unknown);
+        // A header repeated with the timestamps carrying on is the same run.
+        let text = "timestamp, index, utilization.gpu [%]\n2026/12/02 12:00:00.000, 0, 10 %\n\
+                    timestamp, index, utilization.gpu [%]\n2026/12/02 12:00:01.000, 0, 11 %\n";
+        let (_, info, _) = read(text, &CsvOptions::default()).unwrap();
+        assert_eq!(info.rows, 2);
+        assert!(info.notes.is_empty(), "{:?}", info.notes);
+        // Time going back across it: two runs.
+        let text = text.replace("12:00:01", "11:00:01");
+        let (_, info, s) = read(&text, &CsvOptions::default()).unwrap();
+        assert_eq!((info.rows, s[0].util_pct), (1, Some(11.0)));
+        // A header repeated before any data is not a new run.
+        let text = "pci.bus_id, utilization.gpu [%]\npci.bus_id, utilization.gpu [%]\n\
+                    00000000:07:00.0, 10 %\n00000000:07:00.0, 11 %\n";
+        let (_, info, _) = read(text, &CsvOptions::default()).unwrap();
+        assert_eq!(info.rows, 2);
+        assert!(!info.notes.iter().any(|n| n.contains("runs")));
+        // No timestamps: each repeat of a GPU starts a new poll, one interval later.
+        let opts = CsvOptions {
+            interval_s: Some(2.0),
+            ..Default::default()
+        };
+        let (_, info, s) = read(text, &opts).unwrap();
+        assert_eq!(s[1].t_s, 2.0);
+        assert!(!info.interval_unknown);
+    }
+
+    /// A log as `nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used,power.draw
+    /// --format=csv -lms EVERY` writes it on `n` GPUs: one row per GPU per reading, 2-4 ms
+    /// apart. GPUs in `busy` run at 80-99% with 30 GiB; the others idle at 4 MiB.
+    fn burst_log(n: u32, readings: u32, every_ms: u64, busy: &[u32], stamps: bool) -> String {
+        let mut out = String::from(if stamps {
+            "timestamp, utilization.gpu [%], memory.used [MiB], power.draw [W]\n"
+        } else {
+            "utilization.gpu [%], memory.used [MiB], power.draw [W]\n"
+        });
+        for k in 0..readings {
+            for g in 0..n {
+                let ms = 1000 + k as u64 * every_ms + g as u64 * (2 + (k as u64 + g as u64) % 3);
+                let (util, mem, w) = if busy.contains(&g) {
+                    (
+                        80 + (k * 7 + g) % 20,
+                        30000 + g * 100,
+                        250.0 + (k % 9) as f64,
+                    )
+                } else {
+                    (0, 4, 61.5)
+                };
+                if stamps {
+                    out.push_str(&format!(
+                        "2026/12/02 12:{:02}:{:02}.{:03}, ",
+                        ms / 60000,
+                        ms / 1000 % 60,
+                        ms % 1000
+                    ));
+                }
+                out.push_str(&format!("{util} %, {mem} MiB, {w:.2} W\n"));
+            }
+        }
+        out
+    }
+
+    fn gpus_of(s: &[GpuSample]) -> Vec<u32> {
+        let mut v: Vec<u32> = s.iter().map(|x| x.index).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    #[test]
+    fn burst_logs_without_index_find_their_gpu_count() {
+        for (n, busy) in [(2u32, vec![0u32]), (8, (0..8).collect()), (4, vec![1, 2])] {
+            let text = burst_log(n, 300, 100, &busy, true);
+            let (h, info, s) = read(&text, &CsvOptions::default()).unwrap();
+            assert_eq!(h.gpus.len(), n as usize, "{:?}", info.notes);
+            assert_eq!(gpus_of(&s), (0..n).collect::<Vec<_>>());
+            for g in &busy {
+                let u: Vec<_> = s.iter().filter(|x| x.index == *g).collect();
+                assert!(u.iter().all(|x| x.util_pct.unwrap() >= 80.0), "GPU {g}");
+                assert_eq!(u.len(), 300);
+            }
+            let note = info.notes.join(" ");
+            if n > 1 {
+                assert!(note.contains(&format!("{n} GPUs were found")), "{note}");
+            }
+            assert!(!info.interval_unknown);
+            // Readings 100 ms apart, rows a few ms apart: time is the reading's.
+            let last = s.last().unwrap();
+            assert!((last.t_s - 29.9).abs() < 0.05, "{}", last.t_s);
+        }
+    }
+
+    #[test]
+    fn logs_without_timestamps_use_the_repeating_pattern() {
+        let text = burst_log(2, 100, 1000, &[0], false);
+        let (h, info, s) = read(&text, &CsvOptions::default()).unwrap();
+        assert_eq!(h.gpus.len(), 2, "{:?}", info.notes);
+        assert!(s
             .iter()
             .filter(|x| x.index == 1)
-            .map(|x| x.util_pct)
-            .collect();
-        assert_eq!(g1, [Some(90.0), Some(91.0)]);
-        // No timestamps: each repeat of a GPU starts a new poll, one interval later.
-        assert_eq!(s[2].t_s, 1.0);
+            .all(|x| x.util_pct == Some(0.0)));
+        assert!(info.interval_unknown);
+        let note = info.notes.join(" ");
+        assert!(note.contains("2 GPUs were found from the repeating pattern of memory.used"));
+        assert!(note.contains("no timestamp column"), "{note}");
+        // Every GPU alike (all idle at the same memory): one series, said so.
+        let text = burst_log(2, 100, 1000, &[], false);
+        let (h, info, _) = read(&text, &CsvOptions::default()).unwrap();
+        assert_eq!(h.gpus.len(), 1);
+        assert!(info
+            .notes
+            .join(" ")
+            .contains("cannot be told apart without an index"));
+    }
+
+    #[test]
+    fn values_that_are_not_numbers_are_none() {
+        assert_eq!(number("0x50 %", None), None);
+        assert_eq!(number("12abc", None), None);
+        assert_eq!(number("[Not Supported]", None), None);
+        assert_eq!(number("69.32 W", None), Some(69.32));
+        let text = "index, utilization.gpu [%], memory.used [MiB], power.draw [W]\n\
+                    0, 0x50 %, 3109 MiB, [Not Supported]\n0, 83 %, 3109 MiB, 69.32 W\n";
+        let (_, _, s) = read(text, &CsvOptions::default()).unwrap();
+        assert_eq!(s[0].util_pct, None);
+        assert_eq!(s[0].mem_used_bytes, Some(3109 << 20));
+        assert_eq!(s[0].power_w, None);
+        assert_eq!(s[1].util_pct, Some(83.0));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn burst_logs_of_any_size_read_back(n in 1u32..=8, readings in 12u32..40,
+                                            every_ms in 100u64..3000, busy in 0u32..8) {
+            let text = burst_log(n, readings, every_ms, &[busy % n], true);
+            let (h, _, s) = read(&text, &CsvOptions::default()).unwrap();
+            proptest::prop_assert_eq!(h.gpus.len(), n as usize);
+            proptest::prop_assert_eq!(s.len(), (n * readings) as usize);
+        }
+
+        #[test]
+        fn any_value_text_never_panics(v in "\\PC{0,12}") {
+            let _ = number(&v, None);
+            let _ = number(&v, Some("MiB"));
+            let _ = parse_time_value(&v, None);
+        }
     }
 
     #[test]

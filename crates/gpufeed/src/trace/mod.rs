@@ -3,6 +3,7 @@
 //! those numbers into findings.
 
 pub mod collect;
+pub mod families;
 mod fast;
 pub mod merge;
 pub mod ranges;
@@ -11,6 +12,7 @@ pub mod reader;
 pub mod report;
 pub mod rules;
 pub mod summary;
+pub mod verdict;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};

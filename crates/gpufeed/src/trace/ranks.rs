@@ -33,6 +33,8 @@ pub struct RankDigest {
 
 impl RankDigest {
     pub fn of(s: &TraceSummary) -> RankDigest {
+        let mut findings = rules::evaluate(s);
+        crate::finding::rank(&mut findings);
         RankDigest {
             line: RankLine {
                 rank: s.rank,
@@ -41,9 +43,10 @@ impl RankDigest {
                 step_us: s.breakdown.total_us,
                 communication_pct: s.communication.share_pct,
                 gpu_busy_pct: s.gpu_busy_pct,
+                verdict: super::verdict::decide(&findings, s.gpu_busy_pct),
             },
             world_size: s.world_size,
-            findings: rules::evaluate(s),
+            findings,
             warnings: s.warnings.clone(),
             truncated: s.truncated,
         }
@@ -325,6 +328,7 @@ pub fn job_report(digests: Vec<RankDigest>, lowest: TraceSummary, world_size: u6
     let mut findings = merge_findings(per_rank);
     findings.extend(straggler);
     rank_findings(&mut findings);
+    let verdict = super::verdict::decide(&findings, super::report::mean_busy(&lines));
     let job = RankJob {
         world_size,
         ranks: lines.len(),
@@ -342,6 +346,7 @@ pub fn job_report(digests: Vec<RankDigest>, lowest: TraceSummary, world_size: u6
         steps: lowest.steps.clone(),
         breakdown: lowest.breakdown.clone(),
         devices: lowest.devices.clone(),
+        verdict,
         findings,
         ranks: lines,
         traces: vec![lowest],

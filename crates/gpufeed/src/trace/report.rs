@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
 use super::summary::{StepRow, StepSource, TraceSummary, CATEGORY_NAMES};
+use super::verdict::{decide, TraceVerdict};
 use crate::finding::{rank, Finding, FindingId};
 
 pub const SCHEMA_VERSION: u32 = 1;
@@ -17,6 +18,8 @@ pub struct RankLine {
     pub step_us: f64,
     pub communication_pct: f64,
     pub gpu_busy_pct: Option<f64>,
+    /// This trace's (rank's) own verdict.
+    pub verdict: TraceVerdict,
 }
 
 /// The `--format json` document. `steps`, `breakdown` and `devices` are those of the first trace;
@@ -31,6 +34,8 @@ pub struct Report {
     pub steps: Vec<StepRow>,
     pub breakdown: StepRow,
     pub devices: Vec<super::summary::Device>,
+    /// What holds the job back, over every trace given (the same shape as diagnose's).
+    pub verdict: TraceVerdict,
     pub findings: Vec<Finding>,
     pub ranks: Vec<RankLine>,
     pub traces: Vec<TraceSummary>,
@@ -44,8 +49,12 @@ impl Report {
     pub fn new(traces: Vec<TraceSummary>) -> Report {
         let mut findings = Vec::new();
         let multi = traces.len() > 1;
+        let mut verdicts = Vec::new();
         for t in &traces {
-            for mut f in super::rules::evaluate(t) {
+            let mut own = super::rules::evaluate(t);
+            rank(&mut own);
+            verdicts.push(decide(&own, t.gpu_busy_pct));
+            for mut f in own {
                 if multi {
                     let who = t
                         .rank
@@ -62,17 +71,20 @@ impl Report {
         }
         rank(&mut findings);
         let first = traces.first().cloned().unwrap_or_default();
-        let ranks = traces
+        let ranks: Vec<RankLine> = traces
             .iter()
-            .map(|t| RankLine {
+            .zip(verdicts)
+            .map(|(t, verdict)| RankLine {
                 rank: t.rank,
                 path: t.path.clone(),
                 steps: t.steps.len(),
                 step_us: t.breakdown.total_us,
                 communication_pct: t.communication.share_pct,
                 gpu_busy_pct: t.gpu_busy_pct,
+                verdict,
             })
             .collect();
+        let verdict = decide(&findings, mean_busy(&ranks));
         Report {
             schema_version: SCHEMA_VERSION,
             truncated: traces.iter().any(|t| t.truncated),
@@ -93,10 +105,45 @@ impl Report {
             steps: first.steps.clone(),
             breakdown: first.breakdown.clone(),
             devices: first.devices.clone(),
+            verdict,
             findings,
             ranks,
             traces,
             job: None,
+        }
+    }
+}
+
+/// The mean GPU busy share over the traces that have GPU work.
+pub fn mean_busy(lines: &[RankLine]) -> Option<f64> {
+    let v: Vec<f64> = lines.iter().filter_map(|l| l.gpu_busy_pct).collect();
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// VERDICT and TOP FIX, as `gpufeed diagnose` says them.
+fn verdict_text(o: &mut String, r: &Report) {
+    let v = &r.verdict;
+    let _ = writeln!(
+        o,
+        "VERDICT  {}  (confidence {:.2})\n         {}",
+        v.id, v.confidence, v.summary
+    );
+    match r.findings.first() {
+        Some(f) => {
+            let gain = f
+                .expected_speedup
+                .map(|x| format!(" (up to {x:.2}x faster)"))
+                .unwrap_or_default();
+            let _ = writeln!(
+                o,
+                "TOP FIX  {}{gain}\n  -> {}\n  because: {}\n",
+                f.title,
+                f.recommendation,
+                evidence_list(f, false)
+            );
+        }
+        None => {
+            let _ = writeln!(o, "TOP FIX  none: no rule fired on this trace\n");
         }
     }
 }
@@ -269,24 +316,7 @@ pub fn text_with(r: &Report, show_steps: bool, verbose: bool) -> String {
             "warning: truncated input: the figures cover only what was read"
         );
     }
-    match r.findings.first() {
-        Some(f) => {
-            let gain = f
-                .expected_speedup
-                .map(|x| format!(" (up to {x:.2}x faster)"))
-                .unwrap_or_default();
-            let _ = writeln!(
-                o,
-                "TOP FIX: {}{gain}\n  -> {}\n  because: {}\n",
-                f.title,
-                f.recommendation,
-                evidence_list(f, false)
-            );
-        }
-        None => {
-            let _ = writeln!(o, "No problems found.\n");
-        }
-    }
+    verdict_text(&mut o, r);
     for (i, t) in r.traces.iter().enumerate() {
         trace_text(&mut o, r, i, t, show_steps);
     }
@@ -295,8 +325,9 @@ pub fn text_with(r: &Report, show_steps: bool, verbose: bool) -> String {
         for l in &r.ranks {
             let _ = writeln!(
                 o,
-                "  rank {:>4}: step {} ms, communication {:.0}%, GPU busy {}  ({})",
+                "  rank {:>4}: {}, step {} ms, communication {:.0}%, GPU busy {}  ({})",
                 l.rank.map(|x| x.to_string()).unwrap_or("?".into()),
+                l.verdict.id,
                 ms(l.step_us),
                 l.communication_pct,
                 l.gpu_busy_pct
@@ -366,6 +397,24 @@ fn trace_text(o: &mut String, r: &Report, i: usize, t: &TraceSummary, show_steps
             o,
             "kernels: {} ({:.0}% under 10 µs), tensor cores {:.0}% of kernel time, tensor-core-eligible ops {:.0}%",
             t.kernels.count, t.kernels.short_kernel_pct, t.kernels.tensor_core_pct, t.kernels.tc_eligible_pct
+        );
+        let f = &t.kernels.families;
+        let overlap = if f.communication_us > 0.0 {
+            format!(
+                " ({:.0}% overlapped by compute)",
+                f.communication_overlap_pct
+            )
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            o,
+            "kernel families (by name, beside the plugin's figures): tensor-core GEMM and attention \
+             {:.0}% of kernel time (GEMM {} ms, attention {} ms), communication {:.0}%{overlap}",
+            f.tensor_core_pct,
+            ms(f.tensor_core_gemm_us),
+            ms(f.attention_us),
+            f.communication_pct
         );
     }
     if t.sync.calls > 0 || t.sync.cuda_sync_events > 0 {
@@ -453,9 +502,14 @@ pub fn markdown(r: &Report, show_steps: bool) -> String {
     if !r.warnings.is_empty() {
         let _ = writeln!(o);
     }
+    let _ = writeln!(
+        o,
+        "**Verdict:** `{}` (confidence {:.2}) — {}\n",
+        r.verdict.id, r.verdict.confidence, r.verdict.summary
+    );
     let _ = writeln!(o, "## Findings\n");
     if r.findings.is_empty() {
-        let _ = writeln!(o, "No problems found.\n");
+        let _ = writeln!(o, "No rule fired.\n");
     }
     for f in &r.findings {
         let gain = f

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use super::collect::{is_tc_kernel, Collected, DevRec, RtClass};
+use super::families::{self, FamilyStat, KernelFamily};
 use super::ranges::{self, Range};
 
 /// One step's time by category (µs), each category counting only time not claimed by an earlier
@@ -180,6 +181,10 @@ pub struct KernelStat {
     /// Share of kernel time launched by operators that could use tensor cores (conv, matmul...).
     pub tc_eligible_pct: f64,
     pub top: Vec<TopKernel>,
+    /// Kernel time by family (tensor-core GEMM, attention, communication beyond NCCL), beside
+    /// the plugin-compatible figures; see [`super::families`].
+    #[serde(default)]
+    pub families: FamilyStat,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -187,7 +192,10 @@ pub struct TopKernel {
     pub name: String,
     pub count: u64,
     pub time_us: f64,
+    /// Runs on tensor cores: by the plugin's name list or by its family.
     pub tensor_core: bool,
+    #[serde(default)]
+    pub family: KernelFamily,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -651,14 +659,14 @@ fn sync(c: &Collected, span: (f64, f64), nsteps: f64) -> SyncStat {
 fn communication(c: &Collected, windows: &[Window], nsteps: f64, breakdown: &StepRow) -> CommStat {
     let mut comm_k = Vec::new();
     let mut comp_k = Vec::new();
+    let comm_name: Vec<bool> = c
+        .kernel_names
+        .iter()
+        .map(|n| families::family(n) == KernelFamily::Communication)
+        .collect();
     for k in &c.kernels {
         let agg = &c.kernel_agg[k.tag as usize];
-        let name = &c.kernel_names[k.tag as usize];
-        if is_comm_kernel(c, k)
-            || agg.collective
-            || name.to_ascii_lowercase().contains("nccl")
-            || name.contains("rccl")
-        {
+        if is_comm_kernel(c, k) || agg.collective || comm_name[k.tag as usize] {
             comm_k.push((k.ts, k.te));
         } else {
             comp_k.push((k.ts, k.te));
@@ -834,6 +842,7 @@ fn kernels(c: &Collected, s: &mut TraceSummary) {
         *durs.select_nth_unstable_by(mid, f64::total_cmp).1
     };
     let short: u64 = c.kernel_agg.iter().map(|a| a.short).sum();
+    let fams: Vec<KernelFamily> = c.kernel_names.iter().map(|n| families::family(n)).collect();
     let tc_flags: Vec<bool> = c.kernel_names.iter().map(|n| is_tc_kernel(n)).collect();
     let tc_time: f64 = c
         .kernel_agg
@@ -863,7 +872,12 @@ fn kernels(c: &Collected, s: &mut TraceSummary) {
             name: c.kernel_names[i].clone(),
             count: c.kernel_agg[i].count,
             time_us: c.kernel_agg[i].total_us,
-            tensor_core: tc_flags[i],
+            tensor_core: tc_flags[i]
+                || matches!(
+                    fams[i],
+                    KernelFamily::TensorCoreGemm | KernelFamily::Attention
+                ),
+            family: fams[i],
         })
         .collect();
     let pct = |x: f64| if total > 0.0 { 100.0 * x / total } else { 0.0 };
@@ -879,6 +893,11 @@ fn kernels(c: &Collected, s: &mut TraceSummary) {
         tensor_core_pct: pct(tc_time),
         tc_eligible_pct: pct(eligible),
         top,
+        families: families::stat(
+            c.kernels
+                .iter()
+                .map(|k| ((k.ts, k.te), fams[k.tag as usize])),
+        ),
     };
 }
 

@@ -420,10 +420,14 @@ fn input_bound_from_the_measured_share_whatever_the_category_or_step_source() {
     let rep = trace::report::Report::new(vec![s]);
     let text = trace::report::text(&rep, false);
     assert!(
-        text.starts_with("warning:") && text.contains("TOP FIX: Input-bound"),
+        text.starts_with("warning:")
+            && text.contains("VERDICT  input_bound  (confidence 0.90)")
+            && text.contains("TOP FIX  Input-bound"),
         "{text}"
     );
     assert!(!text.contains("No problems found"), "{text}");
+    assert_eq!(rep.verdict.id.as_str(), "input_bound");
+    assert_eq!(rep.ranks[0].verdict, rep.verdict);
     assert!(text.contains("TensorBoard-plugin breakdown"), "{text}");
     assert!(text.contains("books none of it to dataloader"), "{text}");
 
@@ -455,4 +459,74 @@ fn the_top_fix_is_said_once_with_its_deciding_numbers() {
     assert!(!t.contains("step_source="), "not a deciding number: {t}");
     let v = trace::report::text_with(&rep, false, true);
     assert!(v.contains("step_source="), "--verbose lists all: {v}");
+}
+
+/// A DeepSeek-V3-like step on an H800 (made for this test): FP8 grouped GEMMs through CUTLASS,
+/// flash attention forward and backward, DeepEP dispatch/combine on a second stream, partly
+/// beside compute.
+fn modern_moe_step() -> Vec<Value> {
+    let on = |stream: u64, name: &str, ts: f64, dur: f64, corr: u64| {
+        json!({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+               "args": {"device": 0, "stream": stream, "correlation": corr, "External id": corr}})
+    };
+    let mut ev = vec![x(
+        "user_annotation",
+        "ProfilerStep#0",
+        0.0,
+        1000.0,
+        json!({}),
+    )];
+    let k = [
+        (7, "void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int, int>, cutlass::float_e4m3_t>>(Params)", 0.0, 200.0),
+        (7, "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t>>(Flash_fwd_params)", 200.0, 100.0),
+        (7, "nvjet_hsh_192x192_64x4_2x1_v_bz_coopA_NTN", 300.0, 50.0),
+        (7, "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", 350.0, 50.0),
+        (20, "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*)", 300.0, 200.0),
+        (20, "void deep_ep::internode::combine<false, 8, 4>(int4*, float*)", 500.0, 300.0),
+        (7, "void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128>>(Flash_bwd_params)", 800.0, 100.0),
+    ];
+    for (i, (s, name, ts, dur)) in k.into_iter().enumerate() {
+        ev.push(launch(ts - 4.0, i as u64 + 1));
+        ev.push(on(s, name, ts, dur, i as u64 + 1));
+    }
+    ev
+}
+
+#[test]
+fn modern_kernels_are_classified_by_family_beside_the_plugin_figures() {
+    let h800 = json!({"deviceProperties": [{"id": 0, "name": "NVIDIA H800", "computeMajor": 9, "computeMinor": 0}]});
+    let s = summarize(modern_moe_step(), h800);
+    let f = &s.kernels.families;
+    // 1000 µs of kernels: 250 GEMM + 200 attention, 500 DeepEP, 50 other.
+    assert_eq!(f.tensor_core_gemm_us, 250.0);
+    assert_eq!(f.attention_us, 200.0);
+    assert_eq!(f.communication_us, 500.0);
+    assert_eq!(f.tensor_core_pct, 45.0);
+    assert_eq!(f.communication_pct, 50.0);
+    // Compute runs beside 100 µs of the 500 (300-400 µs, beside the dispatch).
+    assert_eq!(f.communication_overlap_pct, 20.0);
+    let gemm = s
+        .kernels
+        .top
+        .iter()
+        .find(|t| t.name.contains("cutlass::device_kernel"));
+    assert!(gemm.is_some_and(|t| t.tensor_core), "{:?}", s.kernels.top);
+    // DeepEP counts as communication in gpufeed's own figures (was 0 µs).
+    assert_eq!(s.communication.kernel_us, 500.0);
+    let rep = trace::report::Report::new(vec![s]);
+    let text = trace::report::text(&rep, false);
+    assert!(
+        text.contains("tensor-core GEMM and attention 45% of kernel time")
+            && text.contains("communication 50% (20% overlapped by compute)"),
+        "{text}"
+    );
+    let v = serde_json::to_value(&rep).unwrap();
+    assert_eq!(
+        v["traces"][0]["kernels"]["families"]["communication_pct"],
+        50.0
+    );
+    assert_eq!(
+        v["traces"][0]["kernels"]["top"][0]["family"],
+        "communication"
+    );
 }

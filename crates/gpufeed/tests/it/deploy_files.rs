@@ -169,7 +169,8 @@ fn slurm_wrapper_records_each_node_and_judges_the_job() {
     let job = read_json(&out_dir.join("job.json"));
     let nodes = job["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 1);
-    assert_eq!(nodes[0]["verdict"], "compute_bound", "{job}");
+    assert_eq!(nodes[0]["verdict"]["id"], "compute_bound", "{job}");
+    assert_eq!(nodes[0]["verdict_id"], "compute_bound", "{job}");
     // The recording was finished (its end line written) by SIGTERM.
     let rec = std::fs::read_to_string(nodes[0]["recording"].as_str().unwrap()).unwrap();
     assert!(

@@ -106,8 +106,15 @@ fn the_starving_node_of_four_is_named_in_text_and_json() {
     assert!(r.job.stragglers.is_empty());
     assert_eq!(r.nodes.len(), 4);
     assert_eq!(r.nodes[2].hostname.as_deref(), Some("gpu-03"));
-    assert_eq!(r.nodes[2].verdict.as_str(), "input_bound");
-    assert_eq!(r.nodes[0].verdict.as_str(), "compute_bound");
+    assert_eq!(r.nodes[2].verdict.id.as_str(), "input_bound");
+    // One verdict shape everywhere: the node's is diagnose's {id, confidence, summary}.
+    assert!(
+        r.nodes[2].verdict.summary.starts_with("Input-bound"),
+        "{:?}",
+        r.nodes[2].verdict
+    );
+    assert_eq!(r.nodes[2].verdict_id, r.nodes[2].verdict.id);
+    assert_eq!(r.nodes[0].verdict.id.as_str(), "compute_bound");
 
     let out = gpufeed()
         .args(["diagnose", "--job"])
@@ -134,7 +141,12 @@ fn a_throttled_node_is_a_straggler() {
         node(dir.path(), "c", busy, 0),
     ];
     let r = job_json(&files);
-    assert_eq!(r.nodes[1].verdict.as_str(), "throttled", "{:?}", r.nodes[1]);
+    assert_eq!(
+        r.nodes[1].verdict.id.as_str(),
+        "throttled",
+        "{:?}",
+        r.nodes[1]
+    );
     assert_eq!(r.job.verdict, JobVerdict::Straggler);
     assert_eq!(r.job.stragglers, vec![files[1].display().to_string()]);
     assert!(r.job.starving.is_empty());

@@ -23,6 +23,11 @@ enum Style {
     ScriptIso,
     /// `timestamp,memory.used,memory.total,utilization.gpu` with Unix-epoch seconds, nounits.
     ScriptEpoch,
+    /// `nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used,power.draw --format=csv
+    /// -lms N`: no index column, one row per GPU per reading a few ms apart, units in values.
+    SmiNoIndex,
+    /// `--query-gpu=utilization.gpu,memory.used,power.draw --format=csv`: no index, no timestamp.
+    SmiNoTimestamp,
 }
 
 /// One GPU of a generated log.
@@ -85,13 +90,18 @@ fn generate(spec: &LogSpec) -> String {
         }
         Style::ScriptIso => "timestamp,gpu_index,temperature_C,utilization_gpu_percent,power_W\n",
         Style::ScriptEpoch => "timestamp,memory.used,memory.total,utilization.gpu\n",
+        Style::SmiNoIndex => "timestamp, utilization.gpu [%], memory.used [MiB], power.draw [W]\n",
+        Style::SmiNoTimestamp => "utilization.gpu [%], memory.used [MiB], power.draw [W]\n",
     });
     let polls = (spec.duration_s / spec.interval_s).round() as u64;
     for k in 0..=polls {
         let t = k as f64 * spec.interval_s;
         for (i, g) in spec.gpus.iter().enumerate() {
-            // GPUs of one poll are read a millisecond apart.
-            let ts = t + i as f64 * 0.001;
+            // GPUs of one poll are read a millisecond (no index: 2-4 ms) apart.
+            let ts = match spec.style {
+                Style::SmiNoIndex => t + i as f64 * 0.002 + (k % 3) as f64 * 0.001,
+                _ => t + i as f64 * 0.001,
+            };
             let u = (g.util)(t, rng.next()).clamp(0.0, 100.0).round();
             let _ = match spec.style {
                 Style::Smi => writeln!(
@@ -116,6 +126,21 @@ fn generate(spec: &LogSpec) -> String {
                     g.mem_used_mib,
                     g.mem_total_mib
                 ),
+                Style::SmiNoIndex => writeln!(
+                    out,
+                    "{}, {u} %, {} MiB, {:.2} W",
+                    clock(ts, false),
+                    g.mem_used_mib,
+                    60.0 + u * 2.4
+                ),
+                Style::SmiNoTimestamp => {
+                    writeln!(
+                        out,
+                        "{u} %, {} MiB, {:.2} W",
+                        g.mem_used_mib,
+                        60.0 + u * 2.4
+                    )
+                }
             };
         }
     }
@@ -469,4 +494,144 @@ fn an_unknown_verdict_says_what_data_is_missing() {
     );
     let t = text(&p);
     assert!(!t.contains("nothing is holding the GPU back"), "{t}");
+}
+
+/// `n` GPUs of which those in `busy` train at about 90% (the others idle at 4 MiB).
+fn node(n: usize, busy: &[usize]) -> Vec<GpuSpec> {
+    (0..n)
+        .map(|i| GpuSpec {
+            name: "",
+            mem_total_mib: 0,
+            mem_used_mib: if busy.contains(&i) {
+                30_000 + i as u64 * 7
+            } else {
+                4
+            },
+            util: if busy.contains(&i) {
+                |_, r| 86.0 + r * 10.0
+            } else {
+                |_, _| 0.0
+            },
+        })
+        .collect()
+}
+
+fn no_index(style: Style, interval_s: f64, n: usize, busy: &[usize]) -> LogSpec {
+    LogSpec {
+        style,
+        interval_s,
+        duration_s: 120.0,
+        gpus: node(n, busy),
+    }
+}
+
+#[test]
+fn logs_without_an_index_column_find_the_gpu_count_from_the_readings() {
+    let dir = tempfile::tempdir().unwrap();
+    // A 2-GPU node polled every 100 ms, a single-GPU job: not 8 GPUs, not "3 of 6".
+    let p = write(
+        dir.path(),
+        "two.csv",
+        &no_index(Style::SmiNoIndex, 0.1, 2, &[0]),
+    );
+    let r = diagnose(&p);
+    assert_eq!(r.gpus.len(), 2, "{:?}", r.notes);
+    assert!(
+        r.notes[0].contains("2 GPUs were found from the readings"),
+        "{}",
+        r.notes[0]
+    );
+    let f = r.findings.iter().find(|f| f.id.as_str() == "gpu_unused");
+    assert!(
+        f.is_some_and(|f| f.title.contains("uses 1 of 2 GPUs")),
+        "{:?}",
+        ids(&r)
+    );
+    assert!(!text(&p).contains("of 6 GPUs"));
+    // An 8-GPU node, all training: 8 GPUs, not 50+.
+    let p = write(
+        dir.path(),
+        "eight.csv",
+        &no_index(Style::SmiNoIndex, 0.1, 8, &[0, 1, 2, 3, 4, 5, 6, 7]),
+    );
+    let r = diagnose(&p);
+    assert_eq!(r.gpus.len(), 8, "{:?}", r.notes);
+    assert_eq!(r.verdict.id.as_str(), "compute_bound", "{:#?}", r.verdict);
+    // Each GPU's figures are its own: GPU 7 busy like the rest.
+    assert!(r.gpus[7].util_mean_pct.unwrap() > 85.0);
+    // Every second at 1 s: the same.
+    let p = write(
+        dir.path(),
+        "two_1s.csv",
+        &no_index(Style::SmiNoIndex, 1.0, 2, &[1]),
+    );
+    let r = diagnose(&p);
+    assert_eq!(r.gpus.len(), 2, "{:?}", r.notes);
+    assert!(r.gpus[1].util_mean_pct.unwrap() > 85.0);
+}
+
+#[test]
+fn a_log_without_timestamps_says_the_interval_is_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        dir.path(),
+        "nots.csv",
+        &no_index(Style::SmiNoTimestamp, 1.0, 2, &[0]),
+    );
+    let r = diagnose(&p);
+    assert_eq!(r.gpus.len(), 2, "{:?}", r.notes);
+    let notes = r.notes.join("\n");
+    assert!(
+        notes.contains("repeating pattern of memory.used"),
+        "{notes}"
+    );
+    assert!(
+        notes.contains("the time between readings is unknown"),
+        "{notes}"
+    );
+    assert!(!notes.contains("sampled every"), "{notes}");
+    assert!(r.gpus.iter().all(|g| g.util_sample_interval_s.is_none()));
+}
+
+#[test]
+fn two_runs_appended_are_judged_by_the_last() {
+    let dir = tempfile::tempdir().unwrap();
+    // First run: idle; second run (appended, header again): busy.
+    let mut first = generate(&no_index(Style::SmiNoIndex, 1.0, 1, &[]));
+    first.push_str(&generate(&no_index(Style::SmiNoIndex, 1.0, 1, &[0])));
+    let p = dir.path().join("appended.csv");
+    std::fs::write(&p, first).unwrap();
+    let r = diagnose(&p);
+    assert!(r.gpus[0].util_mean_pct.unwrap() > 85.0, "{:?}", r.gpus[0]);
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.contains("2 runs appended") && n.contains("from line 123")),
+        "{:?}",
+        r.notes
+    );
+    assert_eq!(r.source.lines, 121);
+}
+
+#[test]
+fn a_log_without_memory_total_or_name_gets_a_candidate_from_small_memory() {
+    // 7% busy with 512 MiB in use, no memory.total, no GPU name.
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::from("timestamp, utilization.gpu [%], memory.used [MiB]\n");
+    for k in 0..600 {
+        let _ = writeln!(text, "{}, {} %, 512 MiB", clock(k as f64, false), 5 + k % 5);
+    }
+    let p = dir.path().join("small.csv");
+    std::fs::write(&p, text).unwrap();
+    let r = diagnose(&p);
+    assert!(!r.verdict.candidates.is_empty(), "{:#?}", r.verdict);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id.as_str() == "batch_too_small");
+    assert!(
+        f.is_some_and(|f| f.title.contains("no memory.total in the log")),
+        "{:?}",
+        ids(&r)
+    );
 }

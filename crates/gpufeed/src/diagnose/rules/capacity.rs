@@ -35,10 +35,31 @@ pub fn gpu_idle(e: &Evidence) -> Option<Finding> {
     ))
 }
 
+/// The smallest memory of a GPU made for training (8 GB): a log with memory.used but no
+/// memory.total and no GPU name is judged against it.
+pub const SMALLEST_TRAINING_GPU_BYTES: u64 = 8 << 30;
+
+/// Peak memory in use as a share of the GPU's, and whether the total was assumed: measured when
+/// the total is known; else, for a small absolute use (under a quarter of the smallest training
+/// GPU's 8 GB, a wide margin), its share of 8 GB, an upper bound on the true share.
+pub fn used_fraction(e: &Evidence) -> Option<(f64, bool)> {
+    if let Some(f) = e.mem_used_max_fraction() {
+        return Some((f, false));
+    }
+    if e.used_gpus()
+        .any(|g| g.mem_total_bytes.is_some() || g.name.is_some())
+    {
+        return None;
+    }
+    let used = e.used_gpus().filter_map(|g| g.mem_used_max_bytes).max()?;
+    let f = used as f64 / SMALLEST_TRAINING_GPU_BYTES as f64;
+    (f < input::MOSTLY_FREE / 2.0).then_some((f, true))
+}
+
 /// Confidence that a batch or model too small for the GPU explains its low utilization, from
 /// how free memory stayed and how little the utilization looks starved.
 pub fn batch_confidence(e: &Evidence) -> Option<f64> {
-    let used = e.mem_used_max_fraction()?;
+    let (used, _) = used_fraction(e)?;
     if used >= input::MOSTLY_FREE {
         return None;
     }
@@ -72,20 +93,28 @@ pub fn batch_too_small(e: &Evidence) -> Option<Finding> {
     if host && !input_cleared(e) {
         return None;
     }
-    let used = e.mem_used_max_fraction()?;
+    let (used, assumed) = used_fraction(e)?;
     let confidence = batch_confidence(e)?;
     let headroom = (0.85 / used.max(0.01)).floor().clamp(1.0, 16.0);
-    let title = if host {
+    let memory = if assumed {
         format!(
-            "The GPU is busy only {:.0}% of the time with {:.0}% of its memory in use",
-            busy * 100.0,
+            "{} of memory in use (no memory.total in the log: at most {:.0}% of even an 8 GB \
+             GPU, the smallest made for training)",
+            crate::units::bytes((used * SMALLEST_TRAINING_GPU_BYTES as f64) as u64),
             used * 100.0
         )
     } else {
+        format!("{:.0}% of its memory in use", used * 100.0)
+    };
+    let title = if host {
         format!(
-            "The GPU is busy only {:.0}% of the time with {:.0}% of its memory in use: the batch or model may be far too small for it",
-            busy * 100.0,
-            used * 100.0
+            "The GPU is busy only {:.0}% of the time with {memory}",
+            busy * 100.0
+        )
+    } else {
+        format!(
+            "The GPU is busy only {:.0}% of the time with {memory}: the batch or model may be far too small for it",
+            busy * 100.0
         )
     };
     let mut rec = format!(
@@ -106,6 +135,7 @@ pub fn batch_too_small(e: &Evidence) -> Option<Finding> {
             .with("gpu_busy_fraction", r3(busy))
             .with("mem_used_max_fraction", r2(used))
             .with("batch_scale_headroom", headroom)
+            .with("mem_total_assumed", assumed)
             .with("candidate_confidence", confidence)
             .basis(Basis::Candidate { confidence })
             .recommend(rec)
@@ -153,5 +183,32 @@ mod tests {
         let s = as_log(starving(e.clone()), 1.0);
         let f = batch_too_small(&s).unwrap();
         assert!(f.evidence["candidate_confidence"].as_f64().unwrap() < 0.35);
+    }
+
+    #[test]
+    fn without_a_total_a_small_absolute_use_counts_as_headroom() {
+        // 7% busy, 512 MiB, no memory.total and no GPU name.
+        let mut e = as_log(base(7.0), 1.0);
+        e.gpus[0].mem_total_bytes = None;
+        e.gpus[0].name = None;
+        e.gpus[0].mem_used_max_fraction = None;
+        e.gpus[0].mem_used_max_bytes = Some(512 << 20);
+        assert_eq!(used_fraction(&e), Some((1.0 / 16.0, true)));
+        let f = batch_too_small(&e).expect("a candidate, not nothing");
+        assert_eq!(f.evidence["mem_total_assumed"], true);
+        assert!(f.title.contains("512 MiB of memory in use"), "{}", f.title);
+        assert!(
+            f.title.contains("at most 6% of even an 8 GB GPU"),
+            "{}",
+            f.title
+        );
+        // 4 GiB is not small against 8 GB: not assumed.
+        e.gpus[0].mem_used_max_bytes = Some(4 << 30);
+        assert_eq!(used_fraction(&e), None);
+        assert!(batch_too_small(&e).is_none());
+        // A named GPU without a total is not assumed to be the smallest.
+        e.gpus[0].mem_used_max_bytes = Some(512 << 20);
+        e.gpus[0].name = Some("NVIDIA H100".into());
+        assert_eq!(used_fraction(&e), None);
     }
 }
