@@ -147,7 +147,11 @@ fn search(
     let mut best = base.clone();
     let mut set: Vec<(Knob, String)> = vec![];
     let plans = t.rep.plan.clone();
+    let mut input_done = false;
     for p in &plans {
+        if input_done && p.knob.is_input() {
+            continue;
+        }
         let mut values: std::collections::VecDeque<String> = p.values.iter().cloned().collect();
         while let Some(v) = values.pop_front() {
             if t.stopped() {
@@ -191,12 +195,16 @@ fn search(
                 t.rep.chosen.push(choice);
                 set = cand;
                 best = r;
-                if p.extend && values.is_empty() {
-                    values.extend(plan::extend_workers(&v));
-                }
                 if verdict.as_deref() == Some("compute_bound") {
                     t.rep.stop = Some(Stop::ComputeBound);
                     return Ok((set, best));
+                }
+                if p.knob.is_input() && input_keeps_up(&best, verdict.as_deref()) {
+                    // the input keeps up: more workers or prefetching have nothing left to win
+                    input_done = true;
+                    values.clear();
+                } else if p.extend && values.is_empty() {
+                    values.extend(plan::extend_workers(&v));
                 }
             } else {
                 t.rep.rejected.push(choice);
@@ -205,18 +213,10 @@ fn search(
             }
             t.write()?;
         }
-        if p.knob.is_dataloader() && input_keeps_up(&best, None) && !set.is_empty() {
-            // the input keeps up: later input knobs have nothing left to win
-            let rest_input = plans
-                .iter()
-                .skip_while(|q| q.knob != p.knob)
-                .skip(1)
-                .all(|q| q.knob.is_dataloader());
-            if rest_input {
-                t.rep.stop = Some(Stop::ComputeBound);
-                return Ok((set, best));
-            }
-        }
+    }
+    if input_done && plans.iter().all(|q| q.knob.is_input()) {
+        t.rep.stop = Some(Stop::ComputeBound);
+        return Ok((set, best));
     }
     t.rep.stop = Some(Stop::PlanDone);
     Ok((set, best))

@@ -38,6 +38,14 @@ impl Knob {
         !matches!(self, Knob::MatmulPrecision | Knob::CudnnBenchmark)
     }
 
+    /// A knob for an input-bound job (the loader's parallelism and prefetching).
+    pub fn is_input(self) -> bool {
+        matches!(
+            self,
+            Knob::NumWorkers | Knob::PersistentWorkers | Knob::PrefetchFactor
+        )
+    }
+
     /// The flag that sets it: `--dataloader` or `--torch`.
     pub fn flag(self) -> &'static str {
         if self.is_dataloader() {

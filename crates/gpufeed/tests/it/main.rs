@@ -29,6 +29,7 @@ mod reports;
 mod serve;
 mod serve_http;
 mod sweep;
+mod tune;
 mod watch;
 
 /// The `gpufeed` binary under test, with no driver or scenario inherited from the environment
