@@ -452,6 +452,8 @@ fn phase_changes(before: &DiagnoseReport, after: &DiagnoseReport) -> Vec<Change>
                 },
             )
         })
+        // a phase neither side spent time in is no figure
+        .filter(|c| c.before.unwrap_or(0.0) > 0.0 || c.after.unwrap_or(0.0) > 0.0)
         .collect()
 }
 
@@ -459,27 +461,32 @@ fn phase_changes(before: &DiagnoseReport, after: &DiagnoseReport) -> Vec<Change>
 fn step_rate_speedup(before: &DiagnoseReport, after: &DiagnoseReport) -> Option<Speedup> {
     let rate = |r: &DiagnoseReport| {
         let s = r.steps.as_ref()?;
-        let v = s.steady_steps_per_s.filter(|v| *v > 0.0)?;
-        // the interval is mean ± t·se with t ≥ 1.96: backing se out with 1.96 errs wide
-        let se = s.steady_ci95.map(|[l, h]| (h - l) / 2.0 / 1.96);
-        Some((v, se, s.warmup_s))
+        if let Some(v) = s.steady_steps_per_s.filter(|v| *v > 0.0) {
+            // the interval is mean ± t·se with t ≥ 1.96: backing se out with 1.96 errs wide
+            let se = s.steady_ci95.map(|[l, h]| (h - l) / 2.0 / 1.96);
+            let warm = s
+                .warmup_s
+                .map(|w| format!(" ({w:.1} s of warm-up cut)"))
+                .unwrap_or_default();
+            return Some((v, se, format!("steady{warm}")));
+        }
+        let v = s.steps_per_s.filter(|v| *v > 0.0)?;
+        Some((
+            v,
+            None,
+            format!("over all {} steps (too few for a steady interval)", s.steps),
+        ))
     };
     let ((b, seb, wb), (a, sea, wa)) = (rate(before)?, rate(after)?);
     let ci = seb.zip(sea).and_then(|(x, y)| ratio_ci(a, y, b, x, 1.96));
-    let warm = |w: Option<f64>| {
-        w.map(|w| format!(", {w:.1} s of warm-up cut"))
-            .unwrap_or_default()
-    };
     Some(Speedup {
         value: round(a / b, 3),
         metric: "steps/s".into(),
         ci95: ci,
         basis: format!(
-            "steady step rate from the step markers: {} steps/s before{}, {} steps/s after{}",
+            "step rate from the step markers: {} steps/s before, {wb}; {} steps/s after, {wa}",
             crate::tune::sweep::fmt_num(b),
-            warm(wb),
             crate::tune::sweep::fmt_num(a),
-            warm(wa)
         ),
     })
 }

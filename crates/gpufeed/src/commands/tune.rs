@@ -138,6 +138,31 @@ fn input_keeps_up(r: &TrialResult, verdict: Option<&str>) -> bool {
             .is_some_and(|w| w < plan::INPUT_BOUND_WAIT)
 }
 
+/// Why a knob did not reach the job (no DataLoader, no torch), when it did not.
+fn not_applied(r: &TrialResult, knob: Knob) -> Option<String> {
+    let o = r.overrides.as_ref()?;
+    if !r.exit.ok()
+        || o.iter()
+            .any(|x| x.key == knob.key() || x.key == "benchmark")
+    {
+        return None;
+    }
+    let why = r
+        .override_notes
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "nothing was overridden".into());
+    Some(format!(
+        "{} skipped, with every other {} knob: it never reached the job ({why})",
+        knob.key(),
+        if knob.is_dataloader() {
+            "DataLoader"
+        } else {
+            "torch"
+        }
+    ))
+}
+
 /// The coordinate ascent: one knob at a time, each value kept only when it clears the best.
 fn search(
     t: &mut Tuner,
@@ -148,8 +173,10 @@ fn search(
     let mut set: Vec<(Knob, String)> = vec![];
     let plans = t.rep.plan.clone();
     let mut input_done = false;
+    // kinds of knob (DataLoader or torch switch) the job turned out not to have
+    let mut missing: Vec<bool> = vec![];
     for p in &plans {
-        if input_done && p.knob.is_input() {
+        if (input_done && p.knob.is_input()) || missing.contains(&p.knob.is_dataloader()) {
             continue;
         }
         let mut values: std::collections::VecDeque<String> = p.values.iter().cloned().collect();
@@ -164,6 +191,20 @@ fn search(
             }
             let cand = with(&set, p.knob, &v);
             let (r, verdict) = t.trial(&cand)?;
+            if let Some(why) = not_applied(&r, p.knob) {
+                t.rep.notes.push(why);
+                missing.push(p.knob.is_dataloader());
+                t.rep.steps.push(Step {
+                    knob: Some(p.knob),
+                    value: Some(v.clone()),
+                    gain: None,
+                    gain_ci95: None,
+                    kept: false,
+                    verdict,
+                    result: r,
+                });
+                break;
+            }
             let g = best
                 .throughput
                 .as_ref()

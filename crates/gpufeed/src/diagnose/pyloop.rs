@@ -229,7 +229,10 @@ impl StepAcc {
                 rate: l[1] / l[2],
             })
             .collect();
-        let Some(e) = estimate(&iv, 0.03) else {
+        // a step line covers about a second: fewer than ten give no interval worth the name
+        let Some(e) =
+            estimate(&iv, 0.03).filter(|_| iv.len() >= crate::tune::steady::MIN_INTERVALS)
+        else {
             return (None, None, None, None);
         };
         let steady_lines: Vec<&[f64; 4]> = self

@@ -77,7 +77,7 @@ fn metric_words(m: &str) -> String {
         "mean_step_time" => "by mean step time".into(),
         "job_duration" => "by the job's wall time".into(),
         "gpu_busy_pct" => "by GPU busy time, a proxy".into(),
-        "steps/s" => "by the steady step rate (steps/s)".into(),
+        "steps/s" => "by the step markers' rate (steps/s)".into(),
         u => format!("by {u}"),
     }
 }

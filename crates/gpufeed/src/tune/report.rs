@@ -186,6 +186,7 @@ pub fn text(r: &TuneReport) -> String {
         let mark = match (s.knob.is_some(), s.kept) {
             (false, _) => "",
             (true, true) => "  kept",
+            (true, false) if s.gain.is_none() => "  not compared",
             (true, false) => "  rejected",
         };
         let _ = writeln!(

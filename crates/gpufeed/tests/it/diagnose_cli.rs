@@ -729,7 +729,7 @@ fn compare_recordings_with_step_markers_uses_the_steady_step_rate() {
         .unwrap();
     let t = String::from_utf8_lossy(&text.stdout);
     assert!(
-        t.starts_with("AFTER ran 2.0") && t.contains("by the steady step rate (steps/s)"),
+        t.starts_with("AFTER ran 2.0") && t.contains("by the step markers' rate (steps/s)"),
         "{t}"
     );
     assert!(
