@@ -38,6 +38,9 @@ pub struct TuneArgs {
     /// Write the report as JSON (also written as tune.json in the output folder)
     #[arg(long, value_name = "PATH")]
     pub export_json: Option<PathBuf>,
+    /// Write the report as a self-contained HTML page (rewritten after every trial)
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// The command, after `--`
     #[arg(
         required = true,

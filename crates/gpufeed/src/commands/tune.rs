@@ -127,6 +127,14 @@ impl Tuner<'_> {
         if let Some(p) = &self.args.export_json {
             super::write_report(p, json)?;
         }
+        if let Some(p) = &self.args.html {
+            let patch = self
+                .rep
+                .patch
+                .as_ref()
+                .and_then(|p| std::fs::read_to_string(p).ok());
+            super::write_report(p, crate::present::tune::html(&self.rep, patch.as_deref()))?;
+        }
         Ok(())
     }
 }
@@ -502,7 +510,7 @@ fn tune(t: &mut Tuner) -> anyhow::Result<u8> {
     let diag = crate::diagnose::report_for_recording(Path::new(&base.recording))
         .map_err(super::diagnose_failure)?;
     let (plans, notes) = plan::plan(
-        &diag,
+        &diag.findings,
         base.data_wait_fraction,
         t.rep.cores_per_rank,
         t.args.allow_batch,

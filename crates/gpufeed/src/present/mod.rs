@@ -9,6 +9,7 @@ pub mod perfetto;
 pub mod prometheus;
 pub mod run;
 pub mod summary;
+pub mod tune;
 
 pub use crate::units::{bytes, gb_per_s};
 

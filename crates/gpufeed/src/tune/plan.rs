@@ -4,8 +4,7 @@
 
 use super::trial::Throughput;
 use crate::compare::{ratio_ci, Speedup};
-use crate::diagnose::DiagnoseReport;
-use crate::finding::FindingId;
+use crate::finding::{Finding, FindingId};
 use serde::{Deserialize, Serialize};
 
 /// A knob `tune` can turn with no code change (through `--dataloader` / `--torch`).
@@ -108,8 +107,8 @@ pub fn extend_workers(last: &str) -> Option<String> {
 }
 
 /// Whether a finding of the diagnosis is there.
-fn has(r: &DiagnoseReport, ids: &[FindingId]) -> Option<String> {
-    r.findings
+fn has(findings: &[Finding], ids: &[FindingId]) -> Option<String> {
+    findings
         .iter()
         .find(|f| ids.contains(&f.id))
         .map(|f| format!("{}: {}", f.id.as_str(), f.title))
@@ -118,7 +117,7 @@ fn has(r: &DiagnoseReport, ids: &[FindingId]) -> Option<String> {
 /// The knobs to try, from the baseline's diagnosis and measured data wait, most promising first
 /// (the findings' order), and notes on what is left out.
 pub fn plan(
-    r: &DiagnoseReport,
+    findings: &[Finding],
     data_wait: Option<f64>,
     cores_per_rank: u32,
     allow_batch: bool,
@@ -126,14 +125,14 @@ pub fn plan(
     let mut plans: Vec<(usize, KnobPlan)> = Vec::new();
     let mut notes = Vec::new();
     let rank = |ids: &[FindingId]| {
-        r.findings
+        findings
             .iter()
             .position(|f| ids.contains(&f.id))
             .unwrap_or(0)
     };
     let input_ids = [FindingId::InputBound, FindingId::MainProcessBound];
     let waits = data_wait.filter(|w| *w >= INPUT_BOUND_WAIT);
-    let input_why = has(r, &input_ids).or_else(|| {
+    let input_why = has(findings, &input_ids).or_else(|| {
         waits.map(|w| {
             format!(
                 "the training loop waits for data {:.0}% of the time",
@@ -159,7 +158,10 @@ pub fn plan(
             ));
         }
     }
-    if let Some(why) = has(r, &[FindingId::PageableMemcpy, FindingId::TransferBound]) {
+    if let Some(why) = has(
+        findings,
+        &[FindingId::PageableMemcpy, FindingId::TransferBound],
+    ) {
         let at = rank(&[FindingId::PageableMemcpy, FindingId::TransferBound]);
         plans.push((
             at,
@@ -171,7 +173,7 @@ pub fn plan(
             },
         ));
     }
-    if let Some(why) = has(r, &[FindingId::AmpUnused]) {
+    if let Some(why) = has(findings, &[FindingId::AmpUnused]) {
         let at = rank(&[FindingId::AmpUnused]);
         for (knob, v) in [(Knob::MatmulPrecision, "high"), (Knob::CudnnBenchmark, "1")] {
             plans.push((
@@ -185,7 +187,7 @@ pub fn plan(
             ));
         }
     }
-    if let Some(why) = has(r, &[FindingId::BatchTooSmall]) {
+    if let Some(why) = has(findings, &[FindingId::BatchTooSmall]) {
         notes.push(if allow_batch {
             format!("{why}: tune does not search the batch size yet; run `gpufeed batch-size -- CMD` for the search with its learning-rate plan")
         } else {
@@ -306,6 +308,58 @@ mod tests {
             "{s:?}"
         );
         assert!(ab_speedup(&[], &[&tp(1.0, 0.1)]).is_none());
+    }
+
+    fn finding(id: FindingId) -> Finding {
+        Finding {
+            id,
+            severity: crate::finding::Severity::Warning,
+            title: format!("{} title", id.as_str()),
+            evidence: Default::default(),
+            recommendation: String::new(),
+            expected_speedup: None,
+            basis: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_plan_follows_the_findings_in_their_order() {
+        let keys = |f: &[Finding], wait: Option<f64>| {
+            plan(f, wait, 8, false)
+                .0
+                .iter()
+                .map(|p| p.knob.key())
+                .collect::<Vec<_>>()
+        };
+        let f = [
+            finding(FindingId::PageableMemcpy),
+            finding(FindingId::InputBound),
+            finding(FindingId::AmpUnused),
+        ];
+        assert_eq!(
+            keys(&f, None),
+            [
+                "pin_memory",
+                "num_workers",
+                "persistent_workers",
+                "prefetch_factor",
+                "matmul_precision",
+                "cudnn_benchmark"
+            ]
+        );
+        let (p, _) = plan(&f, None, 8, false);
+        assert_eq!(p[1].values, ["2", "4", "8"]);
+        assert!(p[1].extend && !p[0].extend);
+        // no finding but the loop waits for data: the input knobs
+        assert_eq!(keys(&[], Some(0.3))[0], "num_workers");
+        // a compute-bound job: nothing to tune
+        assert!(keys(&[finding(FindingId::ComputeBound)], Some(0.02)).is_empty());
+        // the batch size is never a knob, with or without --allow-batch: a note
+        let (p, notes) = plan(&[finding(FindingId::BatchTooSmall)], None, 8, true);
+        assert!(
+            p.is_empty() && notes[0].contains("gpufeed batch-size"),
+            "{notes:?}"
+        );
     }
 
     #[test]

@@ -79,6 +79,8 @@ fn tune(dir: &Path, python: &str, format: &str) -> std::process::Output {
             format,
             "--output-dir",
             "out",
+            "--html",
+            "out/tune.html",
             "--",
             python,
             "train.py",
@@ -152,6 +154,11 @@ fn tune_gives_an_input_bound_script_workers_a_speedup_and_a_patch() {
             "gpufeed run --dataloader num_workers={workers} -- "
         )),
         "{rep}"
+    );
+    let page = std::fs::read_to_string(dir.path().join("out/tune.html")).unwrap();
+    assert!(
+        page.contains("× faster") && page.contains("fix.patch") && page.contains("num_workers=0"),
+        "{page}"
     );
     // every trial's recording is in the folder
     for st in rep["steps"].as_array().unwrap() {
