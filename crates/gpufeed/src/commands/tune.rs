@@ -244,10 +244,6 @@ fn search(
                 t.rep.chosen.push(choice);
                 set = cand;
                 best = r;
-                if verdict.as_deref() == Some("compute_bound") {
-                    t.rep.stop = Some(Stop::ComputeBound);
-                    return Ok((set, best));
-                }
                 if p.knob.is_input() && input_keeps_up(&best, verdict.as_deref()) {
                     // the input keeps up: more workers or prefetching have nothing left to win
                     input_done = true;
@@ -509,11 +505,19 @@ fn tune(t: &mut Tuner) -> anyhow::Result<u8> {
     }
     let diag = crate::diagnose::report_for_recording(Path::new(&base.recording))
         .map_err(super::diagnose_failure)?;
+    // TF32 tensor cores: compute capability 8.0 (Ampere) or later
+    let tf32 = diag
+        .gpus
+        .iter()
+        .filter_map(|g| g.compute_capability)
+        .filter(|cc| cc[0] >= 8)
+        .max();
     let (plans, notes) = plan::plan(
         &diag.findings,
         base.data_wait_fraction,
         t.rep.cores_per_rank,
         t.args.allow_batch,
+        tf32,
     );
     t.rep.plan = plans;
     t.rep.notes.extend(notes);

@@ -121,6 +121,7 @@ pub fn plan(
     data_wait: Option<f64>,
     cores_per_rank: u32,
     allow_batch: bool,
+    tf32_gpu: Option<[u32; 2]>,
 ) -> (Vec<KnobPlan>, Vec<String>) {
     let mut plans: Vec<(usize, KnobPlan)> = Vec::new();
     let mut notes = Vec::new();
@@ -173,7 +174,15 @@ pub fn plan(
             },
         ));
     }
-    if let Some(why) = has(findings, &[FindingId::AmpUnused]) {
+    // fp32 matmuls: the trace's finding, or (a recording cannot see the precision) a job whose
+    // input keeps up on a GPU with TF32 tensor cores: the trial shows whether it had fp32 work
+    let tf32 = tf32_gpu.filter(|_| waits.is_none() && has(findings, &input_ids).is_none());
+    let amp_why = has(findings, &[FindingId::AmpUnused]).or_else(|| {
+        tf32.map(|[ma, mi]| {
+            format!("the input keeps up and the GPU has TF32 tensor cores (compute capability {ma}.{mi}): fp32 matmuls, if the job has them, run faster in TF32")
+        })
+    });
+    if let Some(why) = amp_why {
         let at = rank(&[FindingId::AmpUnused]);
         for (knob, v) in [(Knob::MatmulPrecision, "high"), (Knob::CudnnBenchmark, "1")] {
             plans.push((
@@ -325,7 +334,7 @@ mod tests {
     #[test]
     fn the_plan_follows_the_findings_in_their_order() {
         let keys = |f: &[Finding], wait: Option<f64>| {
-            plan(f, wait, 8, false)
+            plan(f, wait, 8, false, None)
                 .0
                 .iter()
                 .map(|p| p.knob.key())
@@ -347,15 +356,35 @@ mod tests {
                 "cudnn_benchmark"
             ]
         );
-        let (p, _) = plan(&f, None, 8, false);
+        let (p, _) = plan(&f, None, 8, false, None);
         assert_eq!(p[1].values, ["2", "4", "8"]);
         assert!(p[1].extend && !p[0].extend);
         // no finding but the loop waits for data: the input knobs
         assert_eq!(keys(&[], Some(0.3))[0], "num_workers");
         // a compute-bound job: nothing to tune
         assert!(keys(&[finding(FindingId::ComputeBound)], Some(0.02)).is_empty());
+        // compute-bound on an Ampere or later GPU: TF32 and cuDNN autotuning are worth a trial
+        let (p, _) = plan(
+            &[finding(FindingId::ComputeBound)],
+            Some(0.02),
+            8,
+            false,
+            Some([9, 0]),
+        );
+        let k: Vec<&str> = p.iter().map(|p| p.knob.key()).collect();
+        assert_eq!(k, ["matmul_precision", "cudnn_benchmark"]);
+        assert!(p[0].why.contains("compute capability 9.0"), "{}", p[0].why);
+        // but not while the input is the bottleneck: workers first
+        let (p, _) = plan(
+            &[finding(FindingId::InputBound)],
+            Some(0.5),
+            8,
+            false,
+            Some([9, 0]),
+        );
+        assert!(p.iter().all(|p| p.knob.is_input()));
         // the batch size is never a knob, with or without --allow-batch: a note
-        let (p, notes) = plan(&[finding(FindingId::BatchTooSmall)], None, 8, true);
+        let (p, notes) = plan(&[finding(FindingId::BatchTooSmall)], None, 8, true, None);
         assert!(
             p.is_empty() && notes[0].contains("gpufeed batch-size"),
             "{notes:?}"
