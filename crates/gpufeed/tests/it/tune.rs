@@ -194,3 +194,86 @@ fn tune_stops_after_the_baseline_when_there_is_nothing_to_tune() {
     );
     assert!(rep["patch"].is_null() && !dir.path().join("out/fix.patch").exists());
 }
+
+/// Under the fake driver (an H100, busy): the input keeps up, so tune tries TF32 and cuDNN
+/// autotuning through `--torch`; the stand-in torch's job runs twice as fast with TF32, and that
+/// is kept; the switch that does nothing is rejected; the patch notes say where to set it.
+#[test]
+fn tune_tries_tf32_on_a_busy_tensor_core_gpu() {
+    let python_ok = std::process::Command::new("python3")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !python_ok {
+        eprintln!("SKIPPED: no python3: gpufeed tune's fake-driver TF32 test did not run");
+        return;
+    }
+    let dir = project("tune_fp32_matmul.py");
+    let sc = crate::common_fake::scenario(
+        dir.path(),
+        r#"{"devices":[{"name":"NVIDIA H100 80GB HBM3","memory_total_bytes":85899345920,
+            "memory_used_bytes":40000000000,"compute_capability":[9,0],
+            "util":{"pattern":"constant","value":98}}]}"#,
+    );
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Command::cargo_bin("gpufeed")
+        .unwrap()
+        .env("FAKE_NVML_SCENARIO", &sc)
+        .env("PYTHONPATH", data().join("fake_torch"))
+        .env_remove("GPUFEED_STEP_SOCKET")
+        .current_dir(dir.path())
+        .arg("--nvml-lib")
+        .arg(crate::common_fake::fake_nvml())
+        .args([
+            "tune",
+            "--min-time",
+            "1s",
+            "--max-time",
+            "15s",
+            "--tolerance",
+            "5%",
+        ])
+        .args([
+            "--format",
+            "json",
+            "--output-dir",
+            "out",
+            "--",
+            "python3",
+            "train.py",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let rep: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let knobs: Vec<&str> = rep["plan"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["knob"].as_str().unwrap())
+        .collect();
+    assert_eq!(knobs, ["matmul_precision", "cudnn_benchmark"], "{rep}");
+    assert_eq!(rep["chosen"][0]["knob"], "matmul_precision", "{rep}");
+    assert_eq!(rep["chosen"][0]["value"], "high", "{rep}");
+    assert!(
+        rep["chosen"][0]["gain_ci95"][0].as_f64().unwrap() > 1.3,
+        "{rep}"
+    );
+    assert_eq!(rep["rejected"][0]["knob"], "cudnn_benchmark", "{rep}");
+    assert!(rep["patch"].is_null(), "no DataLoader change: no patch");
+    assert!(
+        rep["patch_notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("torch.set_float32_matmul_precision(\"high\")"),
+        "{rep}"
+    );
+    assert!(rep["run_line"]
+        .as_str()
+        .unwrap()
+        .starts_with("gpufeed run --torch matmul_precision=high -- python3"));
+    assert!(
+        rep["before_after"]["speedup"]["value"].as_f64().unwrap() > 1.5,
+        "{rep}"
+    );
+}
