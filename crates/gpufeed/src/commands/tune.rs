@@ -429,6 +429,14 @@ fn cores(args: &TuneArgs) -> u32 {
 fn present(t: &Tuner) -> anyhow::Result<()> {
     match t.args.trial.format {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&t.rep)?),
+        OutputFormat::Html => {
+            let patch = t
+                .rep
+                .patch
+                .as_ref()
+                .and_then(|p| std::fs::read_to_string(p).ok());
+            print!("{}", crate::present::tune::html(&t.rep, patch.as_deref()));
+        }
         _ => print!("{}", report::text(&t.rep)),
     }
     if !t.args.trial.quiet {
