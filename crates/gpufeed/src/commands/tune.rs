@@ -292,15 +292,7 @@ fn final_rerun(t: &mut Tuner, set: &[(Knob, String)]) -> anyhow::Result<Option<B
                 return Ok(None);
             }
             let (r, v) = t.trial(s)?;
-            t.rep.steps.push(Step {
-                knob: None,
-                value: None,
-                gain: None,
-                gain_ci95: None,
-                kept: false,
-                verdict: v.clone(),
-                result: r.clone(),
-            });
+            t.rep.steps.push(Step::run(r.clone(), v.clone()));
             side.push((r, v));
         }
     }
@@ -485,15 +477,7 @@ pub fn run(global: &GlobalOpts, args: &TuneArgs) -> anyhow::Result<u8> {
 fn tune(t: &mut Tuner) -> anyhow::Result<u8> {
     let start = Instant::now();
     let (base, verdict) = t.trial(&[])?;
-    t.rep.steps.push(Step {
-        knob: None,
-        value: None,
-        gain: None,
-        gain_ci95: None,
-        kept: false,
-        verdict,
-        result: base.clone(),
-    });
+    t.rep.steps.push(Step::run(base.clone(), verdict));
     t.write()?;
     if t.stopped() {
         t.rep.stop = Some(Stop::Interrupted);

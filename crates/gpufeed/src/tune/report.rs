@@ -40,6 +40,21 @@ pub struct Step {
     pub result: TrialResult,
 }
 
+impl Step {
+    /// A run of the job with no knob being tried: the baseline, a re-run.
+    pub fn run(result: TrialResult, verdict: Option<String>) -> Step {
+        Step {
+            knob: None,
+            value: None,
+            gain: None,
+            gain_ci95: None,
+            kept: false,
+            verdict,
+            result,
+        }
+    }
+}
+
 /// A knob value kept (or rejected) with what it measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Choice {
