@@ -18,6 +18,7 @@ mod man;
 mod serve;
 mod sweep;
 mod trials;
+mod tune;
 mod watch;
 
 pub use analyze::AnalyzeArgs;
@@ -32,6 +33,7 @@ pub use man::ManArgs;
 pub use serve::ServeArgs;
 pub use sweep::SweepArgs;
 pub use trials::{parse_fraction, TrialOpts};
+pub use tune::TuneArgs;
 pub use watch::WatchArgs;
 
 const ABOUT: &str =
@@ -51,6 +53,7 @@ pub struct Cli {
 const HELP_TEXT: &str = concat!(
     "EXAMPLES:\n",
     "    gpufeed run -- python train.py --epochs 1     wrap a job, record it, print a summary\n",
+    "    gpufeed tune -- python train.py               find the settings, measure them, write fix.patch\n",
     "    gpufeed record --duration 60s                 record the whole machine for a minute\n",
     "    gpufeed record --pid 4242                     attach to a running job and its children\n",
     "    gpufeed diagnose gpufeed-20261202-120000.ndjson   why was the GPU starving?\n",
@@ -102,6 +105,8 @@ pub enum Command {
     Compare(CompareArgs),
     /// Run your command once per knob setting (num_workers, pin_memory, ...) and find the sweet spot
     Sweep(SweepArgs),
+    /// Find the settings that feed the GPU (baseline, diagnosis, search), measure the speed-up, write fix.patch
+    Tune(TuneArgs),
     /// Find the largest batch size that fits, the one to use, and a gradient-accumulation plan
     BatchSize(BatchSizeArgs),
     /// Serve Prometheus metrics (dcgm-exporter names plus busy ratio, oscillation, starvation)

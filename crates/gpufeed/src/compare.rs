@@ -84,11 +84,59 @@ pub struct Speedup {
     pub basis: String,
 }
 
+/// Whether AFTER is better than BEFORE, in one word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    Better,
+    Worse,
+    Same,
+}
+
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Better => "better",
+            Direction::Worse => "worse",
+            Direction::Same => "same",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VerdictChange {
     pub before: Option<String>,
     pub after: Option<String>,
     pub changed: bool,
+    /// Better / worse / same: from the speed-up's 95% interval (it must clear 1), else from the
+    /// speed-up itself (more than 5% either way), else from the verdicts' order of severity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direction: Option<Direction>,
+}
+
+/// A speed-up counts as a change when its interval clears 1, or, without an interval, when it
+/// is more than this far from 1.
+pub const SAME_WITHIN: f64 = 0.05;
+
+/// Better / worse / same from a speed-up (see [`VerdictChange::direction`]).
+pub fn direction_of(s: &Speedup) -> Direction {
+    match s.ci95 {
+        Some([lo, _]) if lo > 1.0 => Direction::Better,
+        Some([_, hi]) if hi < 1.0 => Direction::Worse,
+        Some(_) => Direction::Same,
+        None if s.value > 1.0 + SAME_WITHIN => Direction::Better,
+        None if s.value < 1.0 / (1.0 + SAME_WITHIN) => Direction::Worse,
+        None => Direction::Same,
+    }
+}
+
+/// Verdict ids of recordings from worst to best (a bound job is worse than a balanced one).
+fn verdict_rank(id: &str) -> Option<u8> {
+    Some(match id {
+        "input_bound" | "transfer_bound" | "throttled" | "idle" => 0,
+        "compute_bound" => 1,
+        _ => return None,
+    })
 }
 
 /// The `--format json` document.
@@ -151,11 +199,21 @@ fn mean_se(xs: &[f64]) -> Option<(f64, Option<f64>)> {
     Some((m, Some((var / n).sqrt())))
 }
 
-fn verdict_change(b: &Side, a: &Side) -> VerdictChange {
+fn verdict_change(b: &Side, a: &Side, speedup: Option<&Speedup>) -> VerdictChange {
+    let by_rank = || {
+        let rb = b.verdict.as_deref().and_then(verdict_rank)?;
+        let ra = a.verdict.as_deref().and_then(verdict_rank)?;
+        Some(match ra.cmp(&rb) {
+            std::cmp::Ordering::Greater => Direction::Better,
+            std::cmp::Ordering::Less => Direction::Worse,
+            std::cmp::Ordering::Equal => Direction::Same,
+        })
+    };
     VerdictChange {
         before: b.verdict.clone(),
         after: a.verdict.clone(),
         changed: b.verdict != a.verdict,
+        direction: speedup.map(direction_of).or_else(by_rank),
     }
 }
 
@@ -197,7 +255,7 @@ pub fn recordings(before: &DiagnoseReport, after: &DiagnoseReport) -> Comparison
     Comparison {
         schema_version: SCHEMA_VERSION,
         kind: InputKind::Recording,
-        verdict: verdict_change(&b, &a),
+        verdict: verdict_change(&b, &a, speedup.as_ref()),
         before: b,
         after: a,
         speedup,
@@ -234,7 +292,8 @@ fn recording_changes(before: &DiagnoseReport, after: &DiagnoseReport) -> Vec<Cha
             .map(|b| b as f64 / (1u64 << 30) as f64)
     };
     let workers = |r: &DiagnoseReport| (r.job.samples > 0).then_some(r.job.workers_max as f64);
-    let mut changes = vec![
+    let mut changes = step_changes(before, after);
+    changes.extend([
         change(
             "gpu_busy_pct",
             "GPU busy %",
@@ -312,15 +371,133 @@ fn recording_changes(before: &DiagnoseReport, after: &DiagnoseReport) -> Vec<Cha
             Some(after.duration_s),
             Better::Neutral,
         ),
-    ];
+    ]);
+    changes.extend(phase_changes(before, after));
     changes.retain(|c| c.before.is_some() || c.after.is_some());
     changes
 }
 
-/// The whole job's wall time ratio when both ran to completion, else the GPU busy share's.
+/// The step markers' figures: the steady step rate, samples/s and the data wait (the step
+/// markers' exact one, else the Python stacks' estimate).
+fn step_changes(before: &DiagnoseReport, after: &DiagnoseReport) -> Vec<Change> {
+    let steps = |r: &DiagnoseReport| {
+        r.steps
+            .as_ref()
+            .and_then(|s| s.steady_steps_per_s.or(s.steps_per_s))
+    };
+    let samples = |r: &DiagnoseReport| r.steps.as_ref().and_then(|s| s.samples_per_s);
+    let wait = |r: &DiagnoseReport| {
+        r.steps
+            .as_ref()
+            .and_then(|s| s.steady_data_wait_pct.or(s.data_wait_pct))
+            .or_else(|| r.python.as_ref().and_then(|p| p.data_wait_pct))
+    };
+    vec![
+        change(
+            "steps_per_s",
+            "steps/s (steady)",
+            steps(before),
+            steps(after),
+            Better::Higher,
+        ),
+        change(
+            "samples_per_s",
+            "samples/s",
+            samples(before),
+            samples(after),
+            Better::Higher,
+        ),
+        change(
+            "data_wait_pct",
+            "waiting for data %",
+            wait(before),
+            wait(after),
+            Better::Lower,
+        ),
+    ]
+}
+
+/// The training loop's phases (Python stacks), as shares of its time.
+fn phase_changes(before: &DiagnoseReport, after: &DiagnoseReport) -> Vec<Change> {
+    let ph = |r: &DiagnoseReport| {
+        r.python
+            .as_ref()
+            .and_then(|p| p.main.as_ref())
+            .map(|m| m.phases_pct.clone())
+    };
+    let (b, a) = (ph(before), ph(after));
+    if b.is_none() && a.is_none() {
+        return vec![];
+    }
+    type Get = fn(&crate::diagnose::pyloop::PhasesPct) -> f64;
+    let rows: [(&str, &str, Get); 6] = [
+        ("data_wait", "data wait", |p| p.data_wait),
+        ("forward", "forward", |p| p.forward),
+        ("backward", "backward", |p| p.backward),
+        ("optimizer", "optimizer", |p| p.optimizer),
+        ("sync", "sync", |p| p.sync),
+        ("other", "other", |p| p.other + p.checkpoint_io),
+    ];
+    rows.iter()
+        .map(|(id, label, get)| {
+            change(
+                &format!("loop_{id}_pct"),
+                &format!("  loop: {label} %"),
+                b.as_ref().map(get),
+                a.as_ref().map(get),
+                if *id == "data_wait" {
+                    Better::Lower
+                } else {
+                    Better::Neutral
+                },
+            )
+        })
+        // a phase neither side spent time in is no figure
+        .filter(|c| c.before.unwrap_or(0.0) > 0.0 || c.after.unwrap_or(0.0) > 0.0)
+        .collect()
+}
+
+/// The steady step rates' ratio with its interval, when both recordings carry step markers.
+fn step_rate_speedup(before: &DiagnoseReport, after: &DiagnoseReport) -> Option<Speedup> {
+    let rate = |r: &DiagnoseReport| {
+        let s = r.steps.as_ref()?;
+        if let Some(v) = s.steady_steps_per_s.filter(|v| *v > 0.0) {
+            // the interval is mean ± t·se with t ≥ 1.96: backing se out with 1.96 errs wide
+            let se = s.steady_ci95.map(|[l, h]| (h - l) / 2.0 / 1.96);
+            let warm = s
+                .warmup_s
+                .map(|w| format!(" ({w:.1} s of warm-up cut)"))
+                .unwrap_or_default();
+            return Some((v, se, format!("steady{warm}")));
+        }
+        let v = s.steps_per_s.filter(|v| *v > 0.0)?;
+        Some((
+            v,
+            None,
+            format!("over all {} steps (too few for a steady interval)", s.steps),
+        ))
+    };
+    let ((b, seb, wb), (a, sea, wa)) = (rate(before)?, rate(after)?);
+    let ci = seb.zip(sea).and_then(|(x, y)| ratio_ci(a, y, b, x, 1.96));
+    Some(Speedup {
+        value: round(a / b, 3),
+        metric: "steps/s".into(),
+        ci95: ci,
+        basis: format!(
+            "step rate from the step markers: {} steps/s before, {wb}; {} steps/s after, {wa}",
+            crate::tune::sweep::fmt_num(b),
+            crate::tune::sweep::fmt_num(a),
+        ),
+    })
+}
+
+/// The steady step rates' ratio when both have step markers, else the whole job's wall time
+/// ratio when both ran to completion, else the GPU busy share's.
 fn recording_speedup(before: &DiagnoseReport, after: &DiagnoseReport) -> Option<Speedup> {
-    // A speed-up needs a rate of work. Recordings carry none yet, so the whole job's wall time
-    // stands in when both recordings are of jobs that ran to completion (same work assumed);
+    if let Some(s) = step_rate_speedup(before, after) {
+        return Some(s);
+    }
+    // A speed-up needs a rate of work. Without step markers the whole job's wall time stands in when both recordings are of jobs that ran to completion (same work assumed);
     // failing that, the GPU's busy share (a proxy, said so).
     let whole = |r: &DiagnoseReport| r.job.exit_code == Some(0) && r.duration_s > 0.0;
     if whole(before) && whole(after) {
@@ -386,7 +563,7 @@ pub fn traces(
     Comparison {
         schema_version: SCHEMA_VERSION,
         kind: InputKind::Trace,
-        verdict: verdict_change(&bs, &as_),
+        verdict: verdict_change(&bs, &as_, speedup.as_ref()),
         before: bs,
         after: as_,
         speedup,
@@ -642,7 +819,7 @@ pub fn sweeps(
     Comparison {
         schema_version: SCHEMA_VERSION,
         kind: InputKind::Sweep,
-        verdict: verdict_change(&bs, &as_),
+        verdict: verdict_change(&bs, &as_, speedup.as_ref()),
         before: bs,
         after: as_,
         speedup,

@@ -14,6 +14,7 @@ pub mod record;
 pub mod serve;
 pub mod sweep;
 pub mod trials;
+pub mod tune;
 pub mod watch;
 
 use crate::cli::{Cli, Command};
@@ -27,6 +28,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Diagnose(args) => diagnose::run(&cli.global, &args),
         Command::Compare(args) => compare::run(&cli.global, &args),
         Command::Sweep(args) => sweep::run(&cli.global, &args),
+        Command::Tune(args) => tune::run(&cli.global, &args),
         Command::BatchSize(args) => batch_size::run(&cli.global, &args),
         Command::Serve(args) => serve::run(&cli.global, &args),
         Command::Export(args) => export::run(&cli.global, &args),

@@ -141,7 +141,7 @@ pub struct PythonEvidence {
 }
 
 /// What the job's step markers (`GPUFEED_STEP_SOCKET`, the probe) say: the exact data wait.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StepEvidence {
     /// Steps timed (each from the previous step's end to its own).
     pub steps: u64,
@@ -151,7 +151,24 @@ pub struct StepEvidence {
     /// Samples in the timed steps, when every step reported its count.
     pub items: Option<u64>,
     pub samples_per_s: Option<f64>,
+    /// The steady rate: warm-up cut (MSER-5) and the mean over the rest, as `sweep` measures a
+    /// trial; `None` with too few step lines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_steps_per_s: Option<f64>,
+    /// 95% interval of the steady rate (batch means, Student's t).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_ci95: Option<[f64; 2]>,
+    /// Seconds of warm-up cut before the steady part (from the first step line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_s: Option<f64>,
+    /// Share of the steady part's time spent waiting for input, when every step reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_data_wait_pct: Option<f64>,
 }
+
+/// Step lines kept for the steady-state estimate; beyond it, every other one is merged into its
+/// neighbour (a long recording keeps its whole span at a coarser grain).
+const MAX_STEP_LINES: usize = 8192;
 
 /// Streams `steps` lines.
 #[derive(Debug, Default)]
@@ -161,6 +178,8 @@ pub struct StepAcc {
     wait_s: Option<f64>,
     items: Option<u64>,
     any: bool,
+    /// Per line: end time, steps, span and wait (`NaN` when not reported).
+    lines: Vec<[f64; 4]>,
 }
 
 impl StepAcc {
@@ -178,6 +197,65 @@ impl StepAcc {
         self.span_s += s.span_s;
         self.wait_s = self.wait_s.zip(s.wait_s).map(|(a, b)| a + b);
         self.items = self.items.zip(s.items).map(|(a, b)| a + b);
+        self.lines.push([
+            s.t_s,
+            s.steps as f64,
+            s.span_s,
+            s.wait_s.unwrap_or(f64::NAN),
+        ]);
+        if self.lines.len() >= MAX_STEP_LINES {
+            self.lines = self
+                .lines
+                .chunks(2)
+                .map(|c| match c {
+                    [a, b] => [b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3]],
+                    [a] => *a,
+                    _ => unreachable!("chunks(2) yields one or two"),
+                })
+                .collect();
+        }
+    }
+
+    /// The steady part's rate, its interval, the warm-up cut and the steady data wait.
+    fn steady(&self) -> (Option<f64>, Option<[f64; 2]>, Option<f64>, Option<f64>) {
+        use crate::tune::steady::{estimate, Interval};
+        let iv: Vec<Interval> = self
+            .lines
+            .iter()
+            .filter(|l| l[2] > 0.0)
+            .map(|l| Interval {
+                t_end_s: l[0],
+                dur_s: l[2],
+                rate: l[1] / l[2],
+            })
+            .collect();
+        // a step line covers about a second: fewer than ten give no interval worth the name
+        let Some(e) =
+            estimate(&iv, 0.03).filter(|_| iv.len() >= crate::tune::steady::MIN_INTERVALS)
+        else {
+            return (None, None, None, None);
+        };
+        let steady_lines: Vec<&[f64; 4]> = self
+            .lines
+            .iter()
+            .filter(|l| l[2] > 0.0)
+            .skip(iv.len() - e.intervals)
+            .collect();
+        let span: f64 = steady_lines.iter().map(|l| l[2]).sum();
+        let wait: f64 = steady_lines.iter().map(|l| l[3]).sum();
+        let wait_pct = (span > 0.0 && wait.is_finite())
+            .then(|| super::rules::r1((wait / span * 100.0).clamp(0.0, 100.0)));
+        let first = self.lines.first().map(|l| l[0] - l[2]).unwrap_or(0.0);
+        let ci = e
+            .ci_high
+            .is_finite()
+            .then(|| [super::rules::r2(e.ci_low), super::rules::r2(e.ci_high)]);
+        (
+            Some(super::rules::r2(e.value)),
+            ci,
+            Some(super::rules::r1((e.warmup_end_s - first).max(0.0))),
+            wait_pct,
+        )
     }
 
     /// The evidence, or `None` when no step was timed.
@@ -186,7 +264,12 @@ impl StepAcc {
             return None;
         }
         let per_s = |n: f64| super::rules::r2(n / self.span_s);
+        let (steady_steps_per_s, steady_ci95, warmup_s, steady_data_wait_pct) = self.steady();
         Some(StepEvidence {
+            steady_steps_per_s,
+            steady_ci95,
+            warmup_s,
+            steady_data_wait_pct,
             steps: self.steps,
             steps_per_s: Some(per_s(self.steps as f64)),
             data_wait_pct: self

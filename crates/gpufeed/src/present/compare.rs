@@ -77,16 +77,19 @@ fn metric_words(m: &str) -> String {
         "mean_step_time" => "by mean step time".into(),
         "job_duration" => "by the job's wall time".into(),
         "gpu_busy_pct" => "by GPU busy time, a proxy".into(),
+        "steps/s" => "by the step markers' rate (steps/s)".into(),
         u => format!("by {u}"),
     }
 }
 
 fn verdict_line(c: &Comparison) -> String {
     let v = |x: &Option<String>| x.clone().unwrap_or_else(|| "-".into());
-    if c.verdict.changed {
-        format!("{} -> {}", v(&c.verdict.before), v(&c.verdict.after))
-    } else {
-        format!("{} (unchanged)", v(&c.verdict.before))
+    let how = c.verdict.direction.map(|d| d.as_str().to_string());
+    match (c.verdict.changed, how) {
+        (true, Some(d)) => format!("{d}: {} -> {}", v(&c.verdict.before), v(&c.verdict.after)),
+        (true, None) => format!("{} -> {}", v(&c.verdict.before), v(&c.verdict.after)),
+        (false, Some(d)) => format!("{d}: {} (unchanged)", v(&c.verdict.before)),
+        (false, None) => format!("{} (unchanged)", v(&c.verdict.before)),
     }
 }
 
@@ -326,12 +329,13 @@ mod tests {
                 before: Some("input_bound".into()),
                 after: Some("none".into()),
                 changed: true,
+                direction: Some(crate::compare::Direction::Same),
             },
             notes: vec![],
         };
         let t = text(&c);
         assert!(t.contains("within the noise"), "{t}");
-        assert!(t.contains("input_bound -> none"), "{t}");
+        assert!(t.contains("verdict: same: input_bound -> none"), "{t}");
         assert!(t.contains("before.json"), "{t}");
         assert!(html(&c).contains("<table>"));
         assert!(markdown(&c).contains("| trace | before (`before.json`)"));

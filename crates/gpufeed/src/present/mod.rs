@@ -11,6 +11,7 @@ pub mod run;
 pub mod summary;
 pub mod tensorboard;
 pub mod tfevents;
+pub mod tune;
 
 pub use crate::units::{bytes, gb_per_s};
 

@@ -9,11 +9,16 @@
 //! - [`sweep`]: results, the sweet spot, and the table/JSON/CSV/Markdown reports.
 //! - [`chart`]: the SVG chart of throughput and GPU utilization against the knob.
 //! - [`batch`]: the batch-size search, out-of-memory recognition and the accumulation plan.
+//! - [`plan`], [`report`], [`patch`]: `gpufeed tune`'s knobs from a diagnosis and its search
+//!   rules, its report, and `fix.patch`.
 
 pub mod batch;
 pub mod chart;
 pub mod params;
+pub mod patch;
+pub mod plan;
 pub mod progress;
+pub mod report;
 pub mod steady;
 pub mod sweep;
 pub mod trial;

@@ -626,7 +626,10 @@ fn compare_two_recordings_side_by_side() {
         t.starts_with("AFTER ran 2.00 times faster than BEFORE, by the job's wall time"),
         "{t}"
     );
-    assert!(t.contains("verdict: input_bound -> compute_bound"), "{t}");
+    assert!(
+        t.contains("verdict: better: input_bound -> compute_bound"),
+        "{t}"
+    );
     let md = gpufeed()
         .args(["compare", "--format", "markdown"])
         .arg(&before)
@@ -644,6 +647,104 @@ fn compare_two_recordings_side_by_side() {
         .success()
         .stderr(predicate::str::contains("wrote"));
     assert!(std::fs::read_to_string(&html).unwrap().contains("<table>"));
+}
+
+/// Adds step-marker lines (`rate` steps/s after a slow first 2 s, `wait` of each step waiting
+/// for data) before a recording's last line.
+fn with_steps(path: &Path, rate: f64, wait: f64, seconds: f64) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let (body, last) = text.trim_end().rsplit_once('\n').unwrap();
+    let mut out = format!("{body}\n");
+    let mut t = 0.0;
+    let mut i = 0u64;
+    while t < seconds {
+        t += 0.5;
+        i += 1;
+        // a slow start, then a steady rate with a small deterministic wobble
+        let r = if t <= 2.0 {
+            rate / 3.0
+        } else {
+            rate * (1.0 + 0.02 * ((i % 5) as f64 - 2.0) / 2.0)
+        };
+        let steps = (r * 0.5).round().max(1.0);
+        let span = steps / r;
+        out.push_str(&format!(
+            "{{\"type\":\"steps\",\"t_s\":{t},\"dt_s\":0.5,\"steps\":{steps},\"span_s\":{span},\"wait_s\":{},\"items\":{}}}\n",
+            span * wait,
+            steps as u64 * 32
+        ));
+    }
+    out.push_str(last);
+    out.push('\n');
+    std::fs::write(path, out).unwrap();
+}
+
+/// With step markers on both sides the speed-up is the steady step rates' ratio with an
+/// interval (not the wall time, which holds the start-up), the data wait is compared, and the
+/// verdict line says better.
+#[test]
+fn compare_recordings_with_step_markers_uses_the_steady_step_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = write_recording(dir.path(), "before.ndjson", &one_pinned_worker());
+    let after = write_recording(
+        dir.path(),
+        "after.ndjson",
+        &Shape {
+            seconds: 50.0,
+            ..healthy()
+        },
+    );
+    with_steps(&before, 20.0, 0.7, 40.0);
+    with_steps(&after, 40.0, 0.1, 40.0);
+    let v = json_ok(
+        gpufeed()
+            .args(["compare", "--format", "json"])
+            .arg(&before)
+            .arg(&after),
+    );
+    let s = &v["speedup"];
+    assert_eq!(s["metric"], "steps/s", "{v}");
+    let x = s["value"].as_f64().unwrap();
+    assert!((x - 2.0).abs() < 0.1, "{s}");
+    let ci = s["ci95"].as_array().expect("an interval");
+    let (lo, hi) = (ci[0].as_f64().unwrap(), ci[1].as_f64().unwrap());
+    assert!(lo > 1.5 && lo < x && x < hi && hi < 2.5, "{s}");
+    let wait = find_by(&v["changes"], "metric", "data_wait_pct").unwrap();
+    assert!(
+        (wait["before"].as_f64().unwrap() - 70.0).abs() < 1.0
+            && (wait["after"].as_f64().unwrap() - 10.0).abs() < 1.0,
+        "{wait}"
+    );
+    let rate = find_by(&v["changes"], "metric", "steps_per_s").unwrap();
+    assert!(
+        (rate["before"].as_f64().unwrap() - 20.0).abs() < 1.0,
+        "{rate}"
+    );
+    assert_eq!(v["verdict"]["direction"], "better", "{v}");
+    let text = gpufeed()
+        .arg("compare")
+        .arg(&before)
+        .arg(&after)
+        .output()
+        .unwrap();
+    let t = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        t.starts_with("AFTER ran 2.0") && t.contains("by the step markers' rate (steps/s)"),
+        "{t}"
+    );
+    assert!(
+        t.contains("verdict: better: input_bound -> compute_bound"),
+        "{t}"
+    );
+    assert!(t.contains("waiting for data %"), "{t}");
+    // the same recording on both sides: same
+    let v = json_ok(
+        gpufeed()
+            .args(["compare", "--format", "json"])
+            .arg(&after)
+            .arg(&after),
+    );
+    assert_eq!(v["verdict"]["direction"], "same", "{v}");
 }
 
 #[test]

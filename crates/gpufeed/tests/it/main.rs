@@ -30,6 +30,7 @@ mod serve;
 mod serve_http;
 mod sweep;
 mod tensorboard;
+mod tune;
 mod watch;
 
 /// The `gpufeed` binary under test, with no driver or scenario inherited from the environment

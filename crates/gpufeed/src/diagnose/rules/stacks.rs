@@ -619,6 +619,7 @@ mod tests {
             data_wait_pct: Some(12.0),
             items: None,
             samples_per_s: None,
+            ..Default::default()
         });
         // 12% measured per step: under the threshold, whatever the stacks estimated.
         assert!(input_bound(&e).is_none());

@@ -1,0 +1,562 @@
+//! `gpufeed tune -- CMD`: baseline, diagnosis, a coordinate-ascent search over the knobs the
+//! diagnosis points at (through the `--dataloader` / `--torch` injection, no code change), the
+//! interleaved re-run for the speed-up, `fix.patch` and the equivalent `gpufeed run` line.
+//! The trial runner, its options and output folder are `sweep`'s ([`super::trials`]).
+
+use super::sweep::trial_line;
+use super::trials::{
+    check_trial_opts, interrupt_flag, live_msg, output_dir, progress_bar, say, spec,
+};
+use crate::cli::{GlobalOpts, TuneArgs};
+use crate::exit::{self, Failure};
+use crate::present::OutputFormat;
+use crate::tune::params::Setting;
+use crate::tune::plan::{self, Knob};
+use crate::tune::report::{self, BeforeAfter, Choice, Figures, Step, Stop, TuneReport};
+use crate::tune::sweep::TrialResult;
+use crate::tune::trial::run_trial;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The search's state and what it writes to.
+struct Tuner<'a> {
+    global: &'a GlobalOpts,
+    args: &'a TuneArgs,
+    regex: Option<crate::tune::progress::RateRegex>,
+    dir: PathBuf,
+    interrupt: Arc<AtomicBool>,
+    pb: indicatif::ProgressBar,
+    rep: TuneReport,
+    trials: usize,
+}
+
+fn inject_err(e: crate::inject::InjectError) -> anyhow::Error {
+    Failure::new(e.exit_code(), e.to_string()).into()
+}
+
+/// The injection for a setting (`None`: the job as it is).
+fn resolved(set: &[(Knob, String)]) -> anyhow::Result<Option<crate::inject::Resolved>> {
+    if set.is_empty() {
+        return Ok(None);
+    }
+    let pairs = |dl: bool| -> Vec<String> {
+        set.iter()
+            .filter(|(k, _)| k.is_dataloader() == dl)
+            .map(|(k, v)| format!("{}={v}", k.key()))
+            .collect()
+    };
+    let spec = crate::inject::InjectSpec::parse(&pairs(true), &pairs(false)).map_err(inject_err)?;
+    spec.resolve(&[]).map(Some).map_err(inject_err)
+}
+
+fn label(set: &[(Knob, String)]) -> String {
+    if set.is_empty() {
+        return "baseline".into();
+    }
+    set.iter()
+        .map(|(k, v)| format!("{}={v}", k.key()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `set` with `knob` at `value` (replacing its earlier value).
+fn with(set: &[(Knob, String)], knob: Knob, value: &str) -> Vec<(Knob, String)> {
+    let mut s: Vec<(Knob, String)> = set.iter().filter(|(k, _)| *k != knob).cloned().collect();
+    s.push((knob, value.to_string()));
+    s
+}
+
+impl Tuner<'_> {
+    fn stopped(&self) -> bool {
+        self.interrupt.load(Ordering::SeqCst)
+    }
+
+    /// Runs the job with `set`; its result and its diagnosis' verdict.
+    fn trial(&mut self, set: &[(Knob, String)]) -> anyhow::Result<(TrialResult, Option<String>)> {
+        self.trials += 1;
+        let lbl = label(set);
+        let file = format!(
+            "trial-{:02}-{}.ndjson",
+            self.trials,
+            super::trials::file_safe(&lbl.replace(' ', "_"))
+        );
+        let mut sp = spec(
+            self.global,
+            &self.args.trial,
+            self.regex.clone(),
+            self.args.command.clone(),
+            vec![],
+            self.dir.join(file),
+            None,
+        );
+        sp.inject = resolved(set)?;
+        self.pb.set_message(format!("{lbl}: starting"));
+        let pb = self.pb.clone();
+        let outcome = run_trial(&sp, &self.interrupt, |l| pb.set_message(live_msg(&lbl, l)))
+            .map_err(|e| anyhow::Error::from(Failure::new(e.exit_code(), e.to_string())))?;
+        let setting = Setting {
+            values: set
+                .iter()
+                .map(|(k, v)| (k.key().to_string(), v.clone()))
+                .collect(),
+            positions: vec![0; set.len()],
+        };
+        let mut r = TrialResult::new(&setting, self.args.command.clone(), outcome);
+        r.label = lbl;
+        let verdict = crate::diagnose::report_for_recording(Path::new(&r.recording))
+            .ok()
+            .map(|d| d.verdict.id.as_str().to_string());
+        say(
+            &self.pb,
+            self.args.trial.quiet,
+            trial_line(self.trials, self.trials, &r).replacen(
+                &format!("trial {0}/{0} ", self.trials),
+                &format!("trial {} ", self.trials),
+                1,
+            ),
+        );
+        self.pb.inc(1);
+        Ok((r, verdict))
+    }
+
+    fn write(&self) -> anyhow::Result<()> {
+        let json = serde_json::to_string_pretty(&self.rep)?;
+        super::write_report(&self.dir.join("tune.json"), json.clone())?;
+        if let Some(p) = &self.args.export_json {
+            super::write_report(p, json)?;
+        }
+        if let Some(p) = &self.args.html {
+            let patch = self
+                .rep
+                .patch
+                .as_ref()
+                .and_then(|p| std::fs::read_to_string(p).ok());
+            super::write_report(p, crate::present::tune::html(&self.rep, patch.as_deref()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Is the job's input keeping up now: the verdict says compute-bound, or the data wait is low.
+fn input_keeps_up(r: &TrialResult, verdict: Option<&str>) -> bool {
+    verdict == Some("compute_bound")
+        || r.data_wait_fraction
+            .is_some_and(|w| w < plan::INPUT_BOUND_WAIT)
+}
+
+/// Why a knob did not reach the job (no DataLoader, no torch), when it did not.
+fn not_applied(r: &TrialResult, knob: Knob) -> Option<String> {
+    let o = r.overrides.as_ref()?;
+    if !r.exit.ok()
+        || o.iter()
+            .any(|x| x.key == knob.key() || x.key == "benchmark")
+    {
+        return None;
+    }
+    let why = r
+        .override_notes
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "nothing was overridden".into());
+    Some(format!(
+        "{} skipped, with every other {} knob: it never reached the job ({why})",
+        knob.key(),
+        if knob.is_dataloader() {
+            "DataLoader"
+        } else {
+            "torch"
+        }
+    ))
+}
+
+/// The coordinate ascent: one knob at a time, each value kept only when it clears the best.
+fn search(
+    t: &mut Tuner,
+    base: &TrialResult,
+    start: Instant,
+) -> anyhow::Result<(Vec<(Knob, String)>, TrialResult)> {
+    let mut best = base.clone();
+    let mut set: Vec<(Knob, String)> = vec![];
+    let plans = t.rep.plan.clone();
+    let mut input_done = false;
+    // kinds of knob (DataLoader or torch switch) the job turned out not to have
+    let mut missing: Vec<bool> = vec![];
+    for p in &plans {
+        if (input_done && p.knob.is_input()) || missing.contains(&p.knob.is_dataloader()) {
+            continue;
+        }
+        let mut values: std::collections::VecDeque<String> = p.values.iter().cloned().collect();
+        while let Some(v) = values.pop_front() {
+            if t.stopped() {
+                t.rep.stop = Some(Stop::Interrupted);
+                return Ok((set, best));
+            }
+            if start.elapsed() >= t.args.budget {
+                t.rep.stop = Some(Stop::Budget);
+                return Ok((set, best));
+            }
+            let cand = with(&set, p.knob, &v);
+            let (r, verdict) = t.trial(&cand)?;
+            if let Some(why) = not_applied(&r, p.knob) {
+                t.rep.notes.push(why);
+                missing.push(p.knob.is_dataloader());
+                t.rep.steps.push(Step {
+                    knob: Some(p.knob),
+                    value: Some(v.clone()),
+                    gain: None,
+                    gain_ci95: None,
+                    kept: false,
+                    verdict,
+                    result: r,
+                });
+                break;
+            }
+            let g = best
+                .throughput
+                .as_ref()
+                .zip(r.throughput.as_ref())
+                .and_then(|(b, c)| plan::gain(b, c));
+            let kept = r.exit.ok()
+                && best
+                    .throughput
+                    .as_ref()
+                    .zip(r.throughput.as_ref())
+                    .is_some_and(|(b, c)| plan::clears(b, c));
+            let choice = Choice {
+                knob: p.knob,
+                value: v.clone(),
+                gain: g.map(|x| x.0),
+                gain_ci95: g.map(|x| x.1),
+            };
+            t.rep.steps.push(Step {
+                knob: Some(p.knob),
+                value: Some(v.clone()),
+                gain: choice.gain,
+                gain_ci95: choice.gain_ci95,
+                kept,
+                verdict: verdict.clone(),
+                result: r.clone(),
+            });
+            if kept {
+                t.rep.chosen.retain(|c| c.knob != p.knob);
+                t.rep.chosen.push(choice);
+                set = cand;
+                best = r;
+                if p.knob.is_input() && input_keeps_up(&best, verdict.as_deref()) {
+                    // the input keeps up: more workers or prefetching have nothing left to win
+                    input_done = true;
+                    values.clear();
+                } else if p.extend && values.is_empty() {
+                    values.extend(plan::extend_workers(&v));
+                }
+            } else {
+                t.rep.rejected.push(choice);
+                // values go up in cost: one that does not gain ends the knob's range
+                values.clear();
+            }
+            t.write()?;
+        }
+    }
+    if input_done && plans.iter().all(|q| q.knob.is_input()) {
+        t.rep.stop = Some(Stop::ComputeBound);
+        return Ok((set, best));
+    }
+    t.rep.stop = Some(Stop::PlanDone);
+    Ok((set, best))
+}
+
+fn figures(rs: &[(TrialResult, Option<String>)]) -> Figures {
+    let mean = |f: &dyn Fn(&TrialResult) -> Option<f64>| {
+        let v: Vec<f64> = rs.iter().filter_map(|(r, _)| f(r)).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    Figures {
+        throughput: mean(&|r| r.throughput.as_ref().map(|t| t.value)),
+        unit: rs
+            .iter()
+            .find_map(|(r, _)| r.throughput.as_ref().map(|t| t.unit.clone())),
+        gpu_util_mean_pct: mean(&|r| r.gpu_util_mean_pct),
+        data_wait_pct: mean(&|r| r.data_wait_fraction.map(|f| f * 100.0)),
+        verdict: rs.last().and_then(|(_, v)| v.clone()),
+    }
+}
+
+/// Baseline and tuned setting, interleaved: A/B/A/B.
+fn final_rerun(t: &mut Tuner, set: &[(Knob, String)]) -> anyhow::Result<Option<BeforeAfter>> {
+    let (mut a, mut b) = (vec![], vec![]);
+    for _ in 0..t.args.final_pairs {
+        for (side, s) in [(&mut a, &[][..]), (&mut b, set)] {
+            if t.stopped() {
+                return Ok(None);
+            }
+            let (r, v) = t.trial(s)?;
+            t.rep.steps.push(Step::run(r.clone(), v.clone()));
+            side.push((r, v));
+        }
+    }
+    let tp = |xs: &[(TrialResult, Option<String>)]| -> Vec<crate::tune::trial::Throughput> {
+        xs.iter()
+            .filter(|(r, _)| r.exit.ok())
+            .filter_map(|(r, _)| r.throughput.clone())
+            .collect()
+    };
+    let (ta, tb) = (tp(&a), tp(&b));
+    let speedup = plan::ab_speedup(
+        &ta.iter().collect::<Vec<_>>(),
+        &tb.iter().collect::<Vec<_>>(),
+    );
+    Ok(Some(BeforeAfter {
+        speedup,
+        before: figures(&a),
+        after: figures(&b),
+    }))
+}
+
+/// `gpufeed run --dataloader k=v ... -- CMD`.
+fn run_line(set: &[(Knob, String)], cmd: &[String]) -> String {
+    let quote = |s: &str| {
+        if s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c))
+            && !s.is_empty()
+        {
+            s.to_string()
+        } else {
+            format!("'{}'", s.replace('\'', "'\\''"))
+        }
+    };
+    let mut l = String::from("gpufeed run");
+    for (k, v) in set {
+        l.push_str(&format!(" {} {}={v}", k.flag(), k.key()));
+    }
+    l.push_str(" --");
+    for a in cmd {
+        l.push(' ');
+        l.push_str(&quote(a));
+    }
+    l
+}
+
+/// `fix.patch` from the DataLoader call sites the chosen trial's injection saw.
+fn write_patch(t: &mut Tuner, set: &[(Knob, String)], best: &TrialResult) -> anyhow::Result<()> {
+    use crate::tune::patch::{edit_call, unified, Edit};
+    let mut sites: Vec<String> = best
+        .overrides
+        .iter()
+        .flatten()
+        .filter(|o| o.target == "DataLoader" && o.reason.is_none())
+        .filter_map(|o| o.site.clone())
+        .collect();
+    sites.sort();
+    sites.dedup();
+    let edits: Vec<Edit> = set
+        .iter()
+        .filter(|(k, _)| k.is_dataloader())
+        .map(|(k, v)| Edit {
+            key: k.key().into(),
+            value: k.python_value(v),
+        })
+        .collect();
+    for (k, v) in set.iter().filter(|(k, _)| !k.is_dataloader()) {
+        let code = match k {
+            Knob::MatmulPrecision => {
+                format!("torch.set_float32_matmul_precision({})", k.python_value(v))
+            }
+            _ => format!("torch.backends.cudnn.benchmark = {}", k.python_value(v)),
+        };
+        t.rep.patch_notes.push(format!(
+            "add `{code}` after `import torch` in your training script"
+        ));
+    }
+    let mut files: std::collections::BTreeMap<String, (String, String)> = Default::default();
+    for site in &sites {
+        let Some((path, line)) = site
+            .rsplit_once(':')
+            .and_then(|(p, l)| Some((p.to_string(), l.parse::<usize>().ok()?)))
+        else {
+            continue;
+        };
+        if Path::new(&path).is_absolute() || path.starts_with("..") {
+            t.rep.patch_notes.push(format!("{site} is outside this folder (a library?): set {} where its DataLoader's arguments come from", edits.iter().map(|e| format!("{}={}", e.key, e.value)).collect::<Vec<_>>().join(", ")));
+            continue;
+        }
+        let entry = match files.get(&path) {
+            Some(e) => e.clone(),
+            None => match std::fs::read_to_string(&path) {
+                Ok(s) => (s.clone(), s),
+                Err(e) => {
+                    t.rep
+                        .patch_notes
+                        .push(format!("{site}: cannot read {path} ({e})"));
+                    continue;
+                }
+            },
+        };
+        let c = edit_call(&entry.1, &path, line, "DataLoader", &edits);
+        t.rep.patch_notes.extend(c.notes);
+        files.insert(path, (entry.0, c.new_text.unwrap_or(entry.1)));
+    }
+    let diff: String = files
+        .iter()
+        .filter(|(_, (old, new))| old != new)
+        .map(|(p, (old, new))| unified(p, old, new))
+        .collect();
+    if !diff.is_empty() {
+        let p = t.dir.join("fix.patch");
+        super::write_report(&p, diff)?;
+        t.rep.patch = Some(p.display().to_string());
+    }
+    Ok(())
+}
+
+fn cores(args: &TuneArgs) -> u32 {
+    args.cores.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(1)
+    })
+}
+
+fn present(t: &Tuner) -> anyhow::Result<()> {
+    match t.args.trial.format {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&t.rep)?),
+        OutputFormat::Html => {
+            let patch = t
+                .rep
+                .patch
+                .as_ref()
+                .and_then(|p| std::fs::read_to_string(p).ok());
+            print!("{}", crate::present::tune::html(&t.rep, patch.as_deref()));
+        }
+        _ => print!("{}", report::text(&t.rep)),
+    }
+    if !t.args.trial.quiet {
+        eprintln!("gpufeed: recordings and tune.json in {}", t.dir.display());
+    }
+    Ok(())
+}
+
+pub fn run(global: &GlobalOpts, args: &TuneArgs) -> anyhow::Result<u8> {
+    let regex = check_trial_opts(&args.trial, &args.command)?;
+    let dir = output_dir(&args.trial, "gpufeed-tune")?;
+    let (interrupt, _watch) = interrupt_flag()?;
+    let mut t = Tuner {
+        global,
+        args,
+        regex,
+        interrupt,
+        pb: progress_bar(0, args.trial.quiet),
+        rep: TuneReport {
+            schema_version: report::SCHEMA_VERSION,
+            command: args.command.clone(),
+            cores_per_rank: cores(args),
+            budget_s: args.budget.as_secs_f64(),
+            plan: vec![],
+            steps: vec![],
+            chosen: vec![],
+            rejected: vec![],
+            before_after: None,
+            stop: None,
+            patch: None,
+            patch_notes: vec![],
+            run_line: None,
+            notes: vec![],
+            output_dir: dir.display().to_string(),
+        },
+        dir,
+        trials: 0,
+    };
+    let code = tune(&mut t)?;
+    t.pb.finish_and_clear();
+    t.write()?;
+    present(&t)?;
+    Ok(code)
+}
+
+fn tune(t: &mut Tuner) -> anyhow::Result<u8> {
+    let start = Instant::now();
+    let (base, verdict) = t.trial(&[])?;
+    t.rep.steps.push(Step::run(base.clone(), verdict));
+    t.write()?;
+    if t.stopped() {
+        t.rep.stop = Some(Stop::Interrupted);
+        return Ok(exit::SIGNAL_BASE + libc::SIGINT as u8);
+    }
+    if !base.exit.ok() || base.throughput.is_none() {
+        let why = if base.exit.ok() {
+            format!(
+                "the baseline gave no throughput. {}",
+                crate::tune::sweep::NO_RATE_HELP
+            )
+        } else {
+            format!("the baseline run failed: {}", base.last_lines.join("\n"))
+        };
+        t.rep.notes.push(why);
+        return Ok(exit::FAILURE);
+    }
+    let diag = crate::diagnose::report_for_recording(Path::new(&base.recording))
+        .map_err(super::diagnose_failure)?;
+    // TF32 tensor cores: compute capability 8.0 (Ampere) or later
+    let tf32 = diag
+        .gpus
+        .iter()
+        .filter_map(|g| g.compute_capability)
+        .filter(|cc| cc[0] >= 8)
+        .max();
+    let (plans, notes) = plan::plan(
+        &diag.findings,
+        base.data_wait_fraction,
+        t.rep.cores_per_rank,
+        t.args.allow_batch,
+        tf32,
+    );
+    t.rep.plan = plans;
+    t.rep.notes.extend(notes);
+    if t.rep.plan.is_empty() {
+        t.rep.stop = Some(Stop::NothingToTune);
+        return Ok(exit::OK);
+    }
+    let (set, best) = search(t, &base, start)?;
+    if set.is_empty() {
+        if t.rep.stop != Some(Stop::Interrupted) {
+            t.rep
+                .notes
+                .push("no knob gained enough to keep: the job's own settings stay".into());
+        }
+    } else {
+        t.rep.run_line = Some(run_line(&set, &t.args.command));
+        write_patch(t, &set, &best)?;
+        t.write()?;
+        if t.rep.stop != Some(Stop::Interrupted) {
+            t.rep.before_after = final_rerun(t, &set)?;
+        }
+    }
+    if t.stopped() {
+        t.rep.stop = Some(Stop::Interrupted);
+        return Ok(exit::SIGNAL_BASE + libc::SIGINT as u8);
+    }
+    Ok(exit::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_run_line_reproduces_the_setting() {
+        let set = vec![
+            (Knob::NumWorkers, "4".to_string()),
+            (Knob::MatmulPrecision, "high".to_string()),
+        ];
+        assert_eq!(
+            run_line(&set, &["python".into(), "train.py".into(), "--name".into(), "a b".into()]),
+            "gpufeed run --dataloader num_workers=4 --torch matmul_precision=high -- python train.py --name 'a b'"
+        );
+        assert_eq!(label(&[]), "baseline");
+        assert_eq!(
+            with(&set, Knob::NumWorkers, "8")[1],
+            (Knob::NumWorkers, "8".to_string())
+        );
+    }
+}

@@ -1,0 +1,400 @@
+//! `gpufeed tune`'s plan and search rules, pure functions: which knobs to try from a diagnosis,
+//! the values of each, when a trial's throughput counts as a gain over the best so far, and the
+//! speed-up of the final interleaved re-run.
+
+use super::trial::Throughput;
+use crate::compare::{ratio_ci, Speedup};
+use crate::finding::{Finding, FindingId};
+use serde::{Deserialize, Serialize};
+
+/// A knob `tune` can turn with no code change (through `--dataloader` / `--torch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Knob {
+    NumWorkers,
+    PersistentWorkers,
+    PrefetchFactor,
+    PinMemory,
+    MatmulPrecision,
+    CudnnBenchmark,
+}
+
+impl Knob {
+    /// The `--dataloader` / `--torch` key.
+    pub fn key(self) -> &'static str {
+        match self {
+            Knob::NumWorkers => "num_workers",
+            Knob::PersistentWorkers => "persistent_workers",
+            Knob::PrefetchFactor => "prefetch_factor",
+            Knob::PinMemory => "pin_memory",
+            Knob::MatmulPrecision => "matmul_precision",
+            Knob::CudnnBenchmark => "cudnn_benchmark",
+        }
+    }
+
+    /// A DataLoader argument (else a global torch switch).
+    pub fn is_dataloader(self) -> bool {
+        !matches!(self, Knob::MatmulPrecision | Knob::CudnnBenchmark)
+    }
+
+    /// A knob for an input-bound job (the loader's parallelism and prefetching).
+    pub fn is_input(self) -> bool {
+        matches!(
+            self,
+            Knob::NumWorkers | Knob::PersistentWorkers | Knob::PrefetchFactor
+        )
+    }
+
+    /// The flag that sets it: `--dataloader` or `--torch`.
+    pub fn flag(self) -> &'static str {
+        if self.is_dataloader() {
+            "--dataloader"
+        } else {
+            "--torch"
+        }
+    }
+
+    /// The value as Python source, for the patch.
+    pub fn python_value(self, v: &str) -> String {
+        match (self, v) {
+            (Knob::MatmulPrecision, v) => format!("\"{v}\""),
+            (Knob::PersistentWorkers | Knob::PinMemory | Knob::CudnnBenchmark, "1") => {
+                "True".into()
+            }
+            (Knob::PersistentWorkers | Knob::PinMemory | Knob::CudnnBenchmark, "0") => {
+                "False".into()
+            }
+            (_, v) => v.into(),
+        }
+    }
+}
+
+/// One knob to try, with its values in the order tried.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KnobPlan {
+    pub knob: Knob,
+    pub values: Vec<String>,
+    /// Why it is in the plan (the finding, or the data wait).
+    pub why: String,
+    /// Whether a range whose best is its last value may be extended (doubled) while it gains.
+    pub extend: bool,
+}
+
+/// Data wait share at or above which the job is taken as input-bound.
+pub const INPUT_BOUND_WAIT: f64 = 0.10;
+
+/// A gain smaller than this is no gain: the search stops when no knob gains it.
+pub const MIN_GAIN: f64 = 0.05;
+
+/// Most DataLoader workers the range is extended to.
+pub const MAX_WORKERS: u32 = 64;
+
+/// `num_workers` values to try: powers of two from 2 up to the cores per rank.
+pub fn worker_values(cores_per_rank: u32) -> Vec<String> {
+    let mut v = vec![];
+    let mut w = 2u32;
+    while w <= cores_per_rank.max(2) {
+        v.push(w.to_string());
+        w *= 2;
+    }
+    v
+}
+
+/// The next value of an extended `num_workers` range (`None` at the cap).
+pub fn extend_workers(last: &str) -> Option<String> {
+    let w: u32 = last.parse().ok()?;
+    (w < MAX_WORKERS).then(|| (w * 2).max(2).to_string())
+}
+
+/// Whether a finding of the diagnosis is there.
+fn has(findings: &[Finding], ids: &[FindingId]) -> Option<String> {
+    findings
+        .iter()
+        .find(|f| ids.contains(&f.id))
+        .map(|f| format!("{}: {}", f.id.as_str(), f.title))
+}
+
+/// The knobs to try, from the baseline's diagnosis and measured data wait, most promising first
+/// (the findings' order), and notes on what is left out.
+pub fn plan(
+    findings: &[Finding],
+    data_wait: Option<f64>,
+    cores_per_rank: u32,
+    allow_batch: bool,
+    tf32_gpu: Option<[u32; 2]>,
+) -> (Vec<KnobPlan>, Vec<String>) {
+    let mut plans: Vec<(usize, KnobPlan)> = Vec::new();
+    let mut notes = Vec::new();
+    let rank = |ids: &[FindingId]| {
+        findings
+            .iter()
+            .position(|f| ids.contains(&f.id))
+            .unwrap_or(0)
+    };
+    let input_ids = [FindingId::InputBound, FindingId::MainProcessBound];
+    let waits = data_wait.filter(|w| *w >= INPUT_BOUND_WAIT);
+    let input_why = has(findings, &input_ids).or_else(|| {
+        waits.map(|w| {
+            format!(
+                "the training loop waits for data {:.0}% of the time",
+                w * 100.0
+            )
+        })
+    });
+    if let Some(why) = input_why {
+        let at = rank(&input_ids);
+        for (knob, values, extend) in [
+            (Knob::NumWorkers, worker_values(cores_per_rank), true),
+            (Knob::PersistentWorkers, vec!["1".into()], false),
+            (Knob::PrefetchFactor, vec!["4".into()], false),
+        ] {
+            plans.push((
+                at,
+                KnobPlan {
+                    knob,
+                    values,
+                    why: why.clone(),
+                    extend,
+                },
+            ));
+        }
+    }
+    if let Some(why) = has(
+        findings,
+        &[FindingId::PageableMemcpy, FindingId::TransferBound],
+    ) {
+        let at = rank(&[FindingId::PageableMemcpy, FindingId::TransferBound]);
+        plans.push((
+            at,
+            KnobPlan {
+                knob: Knob::PinMemory,
+                values: vec!["1".into()],
+                why,
+                extend: false,
+            },
+        ));
+    }
+    // fp32 matmuls: the trace's finding, or (a recording cannot see the precision) a job whose
+    // input keeps up on a GPU with TF32 tensor cores: the trial shows whether it had fp32 work
+    let tf32 = tf32_gpu.filter(|_| waits.is_none() && has(findings, &input_ids).is_none());
+    let amp_why = has(findings, &[FindingId::AmpUnused]).or_else(|| {
+        tf32.map(|[ma, mi]| {
+            format!("the input keeps up and the GPU has TF32 tensor cores (compute capability {ma}.{mi}): fp32 matmuls, if the job has them, run faster in TF32")
+        })
+    });
+    if let Some(why) = amp_why {
+        let at = rank(&[FindingId::AmpUnused]);
+        for (knob, v) in [(Knob::MatmulPrecision, "high"), (Knob::CudnnBenchmark, "1")] {
+            plans.push((
+                at,
+                KnobPlan {
+                    knob,
+                    values: vec![v.into()],
+                    why: why.clone(),
+                    extend: false,
+                },
+            ));
+        }
+    }
+    if let Some(why) = has(findings, &[FindingId::BatchTooSmall]) {
+        notes.push(if allow_batch {
+            format!("{why}: tune does not search the batch size yet; run `gpufeed batch-size -- CMD` for the search with its learning-rate plan")
+        } else {
+            format!("{why}: the batch size changes the optimisation, so it is left alone (give --allow-batch, or run `gpufeed batch-size`)")
+        });
+    }
+    plans.sort_by_key(|(at, _)| *at);
+    (plans.into_iter().map(|(_, p)| p).collect(), notes)
+}
+
+/// The standard error behind a throughput's 95% interval (taken as ±1.96 se: errs wide).
+fn se(t: &Throughput) -> Option<f64> {
+    t.ci_low.zip(t.ci_high).map(|(l, h)| (h - l) / 2.0 / 1.96)
+}
+
+/// `cand / best` with its 95% interval, when both have one.
+pub fn gain(best: &Throughput, cand: &Throughput) -> Option<(f64, [f64; 2])> {
+    if best.unit != cand.unit || best.value <= 0.0 || cand.value <= 0.0 {
+        return None;
+    }
+    let ci = ratio_ci(cand.value, se(cand)?, best.value, se(best)?, 1.96)?;
+    Some((cand.value / best.value, ci))
+}
+
+/// A candidate is kept when the interval of its ratio to the best lies above 1 and it gains at
+/// least [`MIN_GAIN`].
+pub fn clears(best: &Throughput, cand: &Throughput) -> bool {
+    gain(best, cand).is_some_and(|(r, [lo, _])| lo > 1.0 && r >= 1.0 + MIN_GAIN)
+}
+
+/// The speed-up of the interleaved re-run: the mean of the AFTER runs over the mean of the
+/// BEFORE runs, each run's interval pooled into the mean's.
+pub fn ab_speedup(before: &[&Throughput], after: &[&Throughput]) -> Option<Speedup> {
+    let pooled = |xs: &[&Throughput]| {
+        let n = xs.len() as f64;
+        if xs.is_empty() || xs.iter().any(|t| t.unit != xs[0].unit) {
+            return None;
+        }
+        let m = xs.iter().map(|t| t.value).sum::<f64>() / n;
+        let var: f64 = xs
+            .iter()
+            .map(|t| se(t).map(|s| s * s))
+            .sum::<Option<f64>>()?;
+        // the runs' own spread as well, when they disagree more than their intervals say
+        let spread = if xs.len() >= 2 {
+            xs.iter().map(|t| (t.value - m).powi(2)).sum::<f64>() / (n - 1.0) / n
+        } else {
+            0.0
+        };
+        Some((m, (var / (n * n)).max(spread).sqrt(), xs[0].unit.clone()))
+    };
+    let (b, seb, unit) = pooled(before)?;
+    let (a, sea, unit_a) = pooled(after)?;
+    if unit != unit_a || b <= 0.0 {
+        return None;
+    }
+    Some(Speedup {
+        value: (a / b * 1000.0).round() / 1000.0,
+        metric: unit.clone(),
+        ci95: ratio_ci(a, sea, b, seb, 1.96),
+        basis: format!(
+            "interleaved re-run (baseline, tuned, baseline, tuned): {} {unit} before, {} {unit} after",
+            super::sweep::fmt_num(b),
+            super::sweep::fmt_num(a)
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tune::trial::Source;
+
+    fn tp(v: f64, rel: f64) -> Throughput {
+        Throughput {
+            value: v,
+            unit: "steps/s".into(),
+            ci_low: Some(v * (1.0 - rel)),
+            ci_high: Some(v * (1.0 + rel)),
+            source: Source::StepSocket,
+            steady: true,
+            warmup_s: None,
+            intervals: 40,
+            samples_per_s: None,
+        }
+    }
+
+    #[test]
+    fn a_value_is_kept_only_when_its_interval_clears_the_best() {
+        assert!(clears(&tp(10.0, 0.03), &tp(12.0, 0.03)));
+        // 3% better but wide intervals: noise
+        assert!(!clears(&tp(10.0, 0.05), &tp(10.3, 0.05)));
+        // clearly better but under 5%: not worth a knob
+        assert!(!clears(&tp(10.0, 0.005), &tp(10.3, 0.005)));
+        assert!(!clears(&tp(10.0, 0.03), &tp(8.0, 0.03)));
+    }
+
+    #[test]
+    fn worker_range_follows_the_cores_and_extends() {
+        assert_eq!(worker_values(8), ["2", "4", "8"]);
+        assert_eq!(worker_values(2), ["2"]);
+        assert_eq!(worker_values(1), ["2"]);
+        assert_eq!(extend_workers("8").as_deref(), Some("16"));
+        assert_eq!(extend_workers("64"), None);
+    }
+
+    #[test]
+    fn ab_speedup_pools_the_runs() {
+        let s = ab_speedup(
+            &[&tp(10.0, 0.02), &tp(10.4, 0.02)],
+            &[&tp(30.0, 0.02), &tp(31.0, 0.02)],
+        )
+        .unwrap();
+        assert!((s.value - 2.99).abs() < 0.01, "{s:?}");
+        let [lo, hi] = s.ci95.unwrap();
+        assert!(
+            lo > 2.7 && hi < 3.3 && lo < s.value && s.value < hi,
+            "{s:?}"
+        );
+        assert!(ab_speedup(&[], &[&tp(1.0, 0.1)]).is_none());
+    }
+
+    fn finding(id: FindingId) -> Finding {
+        Finding {
+            id,
+            severity: crate::finding::Severity::Warning,
+            title: format!("{} title", id.as_str()),
+            evidence: Default::default(),
+            recommendation: String::new(),
+            expected_speedup: None,
+            basis: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_plan_follows_the_findings_in_their_order() {
+        let keys = |f: &[Finding], wait: Option<f64>| {
+            plan(f, wait, 8, false, None)
+                .0
+                .iter()
+                .map(|p| p.knob.key())
+                .collect::<Vec<_>>()
+        };
+        let f = [
+            finding(FindingId::PageableMemcpy),
+            finding(FindingId::InputBound),
+            finding(FindingId::AmpUnused),
+        ];
+        assert_eq!(
+            keys(&f, None),
+            [
+                "pin_memory",
+                "num_workers",
+                "persistent_workers",
+                "prefetch_factor",
+                "matmul_precision",
+                "cudnn_benchmark"
+            ]
+        );
+        let (p, _) = plan(&f, None, 8, false, None);
+        assert_eq!(p[1].values, ["2", "4", "8"]);
+        assert!(p[1].extend && !p[0].extend);
+        // no finding but the loop waits for data: the input knobs
+        assert_eq!(keys(&[], Some(0.3))[0], "num_workers");
+        // a compute-bound job: nothing to tune
+        assert!(keys(&[finding(FindingId::ComputeBound)], Some(0.02)).is_empty());
+        // compute-bound on an Ampere or later GPU: TF32 and cuDNN autotuning are worth a trial
+        let (p, _) = plan(
+            &[finding(FindingId::ComputeBound)],
+            Some(0.02),
+            8,
+            false,
+            Some([9, 0]),
+        );
+        let k: Vec<&str> = p.iter().map(|p| p.knob.key()).collect();
+        assert_eq!(k, ["matmul_precision", "cudnn_benchmark"]);
+        assert!(p[0].why.contains("compute capability 9.0"), "{}", p[0].why);
+        // but not while the input is the bottleneck: workers first
+        let (p, _) = plan(
+            &[finding(FindingId::InputBound)],
+            Some(0.5),
+            8,
+            false,
+            Some([9, 0]),
+        );
+        assert!(p.iter().all(|p| p.knob.is_input()));
+        // the batch size is never a knob, with or without --allow-batch: a note
+        let (p, notes) = plan(&[finding(FindingId::BatchTooSmall)], None, 8, true, None);
+        assert!(
+            p.is_empty() && notes[0].contains("gpufeed batch-size"),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn python_values_for_the_patch() {
+        assert_eq!(Knob::PinMemory.python_value("1"), "True");
+        assert_eq!(Knob::MatmulPrecision.python_value("high"), "\"high\"");
+        assert_eq!(Knob::NumWorkers.python_value("4"), "4");
+    }
+}
