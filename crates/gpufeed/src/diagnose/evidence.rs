@@ -1736,6 +1736,45 @@ mod tests {
     }
 
     #[test]
+    fn a_restarted_rank_is_one_rank_and_its_first_process_is_reported() {
+        use crate::record::format::{PySamples, PyStatusLine, PyThreadCounts};
+        let mut b = torchrun_job();
+        // torchrun restarted rank 1 early on: pid 15 lived 2 s, before pid 12 took over.
+        b.push(&start(15, 10, "/v/bin/python3 -u train.py"));
+        b.push(&Line::PyStatus(PyStatusLine {
+            t_s: 0.5,
+            pid: 15,
+            status: crate::sample::pystacks::PyStatus::Ok,
+            detail: None,
+            rank: Some(crate::sample::ranks::RankEnv {
+                rank: Some(1),
+                local_rank: Some(1),
+                world_size: Some(3),
+            }),
+        }));
+        for t in [1.0, 2.0] {
+            b.push(&Line::PySamples(PySamples {
+                t_s: t,
+                dt_s: 1.0,
+                pid: 15,
+                ticks: 100,
+                threads: vec![PyThreadCounts {
+                    tid: 15,
+                    name: None,
+                    stacks: vec![[1, 100, 0]],
+                    phases: Default::default(),
+                }],
+            }));
+        }
+        let e = b.finish(&header(64, Some(10)));
+        let p = e.python.unwrap();
+        let ranks: Vec<(Option<u32>, u32)> = p.ranks.iter().map(|r| (r.rank, r.pid)).collect();
+        assert_eq!(ranks, [(Some(0), 11), (Some(1), 12)]);
+        assert_eq!(p.ranks_unread, [13, 15]);
+        assert_eq!(p.slow_rank.map(|s| s.pid), Some(12));
+    }
+
+    #[test]
     fn a_quiet_main_with_one_forked_worker_stays_main() {
         let mut b = EvidenceBuilder::new();
         b.push(&start(1, 0, "python train.py"));

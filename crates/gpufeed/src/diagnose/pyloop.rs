@@ -186,7 +186,8 @@ pub struct PythonEvidence {
     /// The rank that starves the others, when one does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slow_rank: Option<SlowRank>,
-    /// Ranks found that could not be split (not Python, died early, too few samples).
+    /// Ranks found that are not in `ranks`: not Python, exited before the loop, too few
+    /// samples, or an earlier process of a rank that was restarted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ranks_unread: Vec<u32>,
     /// Why no stacks could be read, when none could.
@@ -487,12 +488,23 @@ impl PyAcc {
                 data_hotspots: hot,
             });
         }
-        loops.sort_by(|a, b| {
+        // A rank restarted (torchrun's elastic restarts) has several pids: the one read longest
+        // stands for it, the others are listed with the unread.
+        loops.sort_by_key(|r| (r.rank.is_none(), r.rank, std::cmp::Reverse(r.samples)));
+        let mut kept: Vec<RankLoop> = Vec::with_capacity(loops.len());
+        for r in loops {
+            match kept.last() {
+                Some(k) if r.rank.is_some() && k.rank == r.rank => unread.push(r.pid),
+                _ => kept.push(r),
+            }
+        }
+        kept.sort_by(|a, b| {
             a.data_wait_pct
                 .total_cmp(&b.data_wait_pct)
                 .then(a.pid.cmp(&b.pid))
         });
-        (loops, unread)
+        unread.sort_unstable();
+        (kept, unread)
     }
 
     /// The thread of `pid` with the most training-loop samples (the main thread on a tie).

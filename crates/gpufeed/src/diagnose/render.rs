@@ -917,7 +917,7 @@ fn ranks_text(p: &PythonEvidence) -> String {
     for pid in &p.ranks_unread {
         let _ = writeln!(
             o,
-            "    pid {pid}: no loop to split (not Python, exited early, or too few samples)"
+            "    pid {pid}: no loop to split (not Python, exited early or restarted, or too few samples)"
         );
     }
     if let Some(s) = &p.slow_rank {
