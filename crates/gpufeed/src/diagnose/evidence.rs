@@ -884,6 +884,7 @@ impl EvidenceBuilder {
         let steps = std::mem::take(&mut self.steps).finish();
         if let Some(p) = python.as_mut() {
             super::pyloop::fill_ms_per_sample(p, steps.as_ref().and_then(|s| s.items));
+            super::pyloop::fill_rank_steps(p, steps.as_ref());
         }
         Evidence {
             duration_s,

@@ -206,6 +206,10 @@ pub struct StepEvidence {
     /// Samples in the timed steps, when every step reported its count.
     pub items: Option<u64>,
     pub samples_per_s: Option<f64>,
+    /// Steps per second of each rank that sent markers with its rank (`RANK`, else its pid);
+    /// the figures above are then per rank, averaged over the ranks.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub steps_per_s_by_rank: BTreeMap<u32, f64>,
 }
 
 /// Streams `steps` lines.
@@ -216,6 +220,8 @@ pub struct StepAcc {
     wait_s: Option<f64>,
     items: Option<u64>,
     any: bool,
+    /// Steps and seconds per rank.
+    by_rank: BTreeMap<u32, (u64, f64)>,
 }
 
 impl StepAcc {
@@ -231,6 +237,11 @@ impl StepAcc {
         }
         self.steps += s.steps;
         self.span_s += s.span_s;
+        if let Some(r) = s.rank {
+            let e = self.by_rank.entry(r).or_default();
+            e.0 += s.steps;
+            e.1 += s.span_s;
+        }
         self.wait_s = self.wait_s.zip(s.wait_s).map(|(a, b)| a + b);
         self.items = self.items.zip(s.items).map(|(a, b)| a + b);
     }
@@ -249,7 +260,25 @@ impl StepAcc {
                 .map(|w| super::rules::r1((w / self.span_s * 100.0).clamp(0.0, 100.0))),
             items: self.items,
             samples_per_s: self.items.map(|i| per_s(i as f64)),
+            steps_per_s_by_rank: self
+                .by_rank
+                .iter()
+                .filter(|(_, (_, span))| *span > 0.0)
+                .map(|(r, (n, span))| (*r, super::rules::r2(*n as f64 / span)))
+                .collect(),
         })
+    }
+}
+
+/// Fills each rank's steps per second from its step markers (named by rank, else by pid).
+pub fn fill_rank_steps(p: &mut PythonEvidence, steps: Option<&StepEvidence>) {
+    let Some(s) = steps else { return };
+    for r in &mut p.ranks {
+        r.steps_per_s = r
+            .rank
+            .and_then(|n| s.steps_per_s_by_rank.get(&n))
+            .or_else(|| s.steps_per_s_by_rank.get(&r.pid))
+            .copied();
     }
 }
 
@@ -965,9 +994,10 @@ mod tests {
         use crate::record::format::StepsLine;
         let mut acc = StepAcc::default();
         assert_eq!(StepAcc::default().finish(), None);
-        for (steps, span, wait, items) in [
-            (10, 1.0, Some(0.4), Some(80)),
-            (10, 1.0, Some(0.6), Some(80)),
+        // Two ranks' lines over the same second: figures per rank, averaged.
+        for (steps, span, wait, items, rank) in [
+            (10, 1.0, Some(0.4), Some(80), 0),
+            (10, 1.0, Some(0.6), Some(80), 1),
         ] {
             acc.push(&Line::Steps(StepsLine {
                 t_s: 1.0,
@@ -976,9 +1006,24 @@ mod tests {
                 span_s: span,
                 wait_s: wait,
                 items,
+                rank: Some(rank),
             }));
         }
+        acc.push(&Line::Steps(StepsLine {
+            t_s: 2.0,
+            dt_s: 1.0,
+            steps: 0,
+            span_s: 0.5,
+            wait_s: None,
+            items: None,
+            rank: Some(1),
+        }));
         let s = acc.finish().unwrap();
+        assert_eq!(
+            s.steps_per_s_by_rank,
+            BTreeMap::from([(0, 10.0), (1, 10.0)]),
+            "a line with no step is skipped"
+        );
         assert_eq!(
             (s.steps, s.data_wait_pct, s.items),
             (20, Some(50.0), Some(160))

@@ -120,6 +120,9 @@ pub struct StepsLine {
     /// Samples in those steps; absent unless every step reported its count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items: Option<u64>,
+    /// The rank whose steps these are (one line per rank per interval), when the markers said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
 }
 
 /// How a recording ended.

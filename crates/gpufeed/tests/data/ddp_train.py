@@ -2,7 +2,7 @@
 DataLoader, then runs a small conv net. Started by torchrun, `accelerate launch` or run alone.
 
 Environment: STEPS (default 60), NUM_WORKERS (default 0), SLOW_RANK (a rank whose loading is
-four times heavier: it starves the others), MARK (1: send step markers with gpufeed.steps).
+four times heavier: it starves the others).
 """
 import io
 import os
@@ -67,9 +67,6 @@ def main():
     if local:
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    marker = None
-    if os.environ.get("MARK") == "1":
-        import gpufeed.steps as marker  # noqa: F401
     t0 = time.time()
     for step, (x, y) in enumerate(loader):
         if step >= STEPS:

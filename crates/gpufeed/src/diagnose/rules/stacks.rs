@@ -570,6 +570,7 @@ mod tests {
             data_wait_pct: Some(12.0),
             items: None,
             samples_per_s: None,
+            steps_per_s_by_rank: Default::default(),
         });
         // 12% measured per step: under the threshold, whatever the stacks estimated.
         assert!(input_bound(&e).is_none());
