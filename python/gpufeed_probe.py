@@ -85,6 +85,15 @@ def _fmt(x):
     return "-" if x is None else str(int(x))
 
 
+def _rank():
+    """This process's rank in a multi-process job (``RANK``, else ``LOCAL_RANK``), else its pid."""
+    for var in ("RANK", "LOCAL_RANK"):
+        v = os.environ.get(var, "")
+        if v.isdigit():
+            return int(v)
+    return os.getpid()
+
+
 def step(items=None, wait_ns=None):
     """Marks the end of one training step.
 
@@ -98,7 +107,7 @@ def step(items=None, wait_ns=None):
     if wait_ns is None:
         wait_ns = _probe.pending_wait_ns
     _probe.pending_wait_ns = None
-    return _probe.send("step %d %s %s" % (now, _fmt(wait_ns), _fmt(items)))
+    return _probe.send("step %d %s %s %d" % (now, _fmt(wait_ns), _fmt(items), _rank()))
 
 
 def _add_wait(ns):

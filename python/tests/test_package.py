@@ -83,7 +83,9 @@ class WithSocket(unittest.TestCase):
         self.assertEqual(len(marks), n, marks)
         for m in marks:
             self.assertEqual(m[0], "step", m)
-            self.assertEqual(len(m), 4, m)
+            # step, time, wait, items, and the sender's rank (its pid outside a launcher).
+            self.assertEqual(len(m), 5, m)
+            self.assertTrue(m[4].isdigit(), m)
             if items is not None:
                 self.assertEqual(m[3], str(items), m)
         if min_wait_ns is not None:
@@ -100,7 +102,7 @@ class PackageTest(WithSocket):
         self.assertEqual(gpufeed.ENV_VAR, "GPUFEED_STEP_SOCKET")
         self.assertTrue(gpufeed.enabled())
         self.assertTrue(gpufeed.step(items=4, wait_ns=10))
-        self.assertEqual(self.rx.marks()[0][2:], ["10", "4"])
+        self.assertEqual(self.rx.marks()[0][2:4], ["10", "4"])
 
     def test_installed_where_expected(self):
         where = os.path.dirname(os.path.abspath(gpufeed.__file__))

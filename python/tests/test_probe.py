@@ -64,9 +64,20 @@ class ProbeTest(unittest.TestCase):
         self.assertEqual(words[0], "step")
         self.assertGreaterEqual(int(words[1]), before)
         self.assertLessEqual(int(words[1]), time.monotonic_ns())
-        self.assertEqual(words[2:], ["1500", "32"])
+        # The sender's rank: RANK, else LOCAL_RANK, else its pid.
+        self.assertEqual(words[2:], ["1500", "32", str(os.getpid())])
         probe.step()
-        self.assertEqual(self.rx.recv().split()[2:], ["-", "-"])
+        self.assertEqual(self.rx.recv().split()[2:], ["-", "-", str(os.getpid())])
+        old = os.environ.get("RANK")
+        os.environ["RANK"] = "3"
+        try:
+            probe.step()
+            self.assertEqual(self.rx.recv().split()[4], "3")
+        finally:
+            if old is None:
+                del os.environ["RANK"]
+            else:
+                os.environ["RANK"] = old
 
     def test_wrap_times_the_loader(self):
         os.environ[probe.ENV_VAR] = self.rx.path

@@ -162,6 +162,8 @@ impl PyStackOpts {
                     .unwrap_or(crate::sample::pystacks::CHILD_EVERY),
                 // GPUFEED_PY_CACHE=0 turns the frame cache off (for the bench's side by side).
                 cache: std::env::var_os("GPUFEED_PY_CACHE").is_none_or(|v| v != "0"),
+                // GPUFEED_PY_IDLE_SKIP=0 reads idle processes too (for the bench).
+                idle_skip: std::env::var_os("GPUFEED_PY_IDLE_SKIP").is_none_or(|v| v != "0"),
             },
             notes,
         })

@@ -212,7 +212,12 @@ impl Evidence {
     /// Logical CPUs per GPU (the CPUs this job may use, divided by the GPUs it drives).
     pub fn cores_per_gpu(&self) -> Option<f64> {
         let cpus = self.host.cpus_allowed.or(self.host.cpu_count)? as f64;
-        let gpus = self.used_gpus().count().max(1) as f64;
+        // One rank per GPU, or ranks on CPU: the cores are shared by the ranks on this node.
+        let gpus = self
+            .used_gpus()
+            .count()
+            .max(self.job.rank_pids.len())
+            .max(1) as f64;
         Some(cpus / gpus)
     }
 
@@ -410,6 +415,10 @@ pub struct JobEvidence {
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub processes: Vec<ProcEvidence>,
+    /// The training processes of a multi-process job (torchrun, accelerate, Lightning DDP...),
+    /// by pid; empty for a single training process. Each has role `main`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rank_pids: Vec<u32>,
 }
 
 #[derive(Debug, Default)]
@@ -916,6 +925,7 @@ impl EvidenceBuilder {
         let steps = std::mem::take(&mut self.steps).finish();
         if let Some(p) = python.as_mut() {
             super::pyloop::fill_ms_per_sample(p, steps.as_ref().and_then(|s| s.items));
+            super::pyloop::fill_rank_steps(p, steps.as_ref());
         }
         Evidence {
             duration_s,
@@ -931,8 +941,12 @@ impl EvidenceBuilder {
     }
 
     fn finish_job(&mut self, header: &Header, duration_s: f64) -> JobEvidence {
-        let (root, main) = self.root_and_main(header);
-        let roles = self.roles(main);
+        let ranks = self.rank_pids();
+        let (root, mut main) = self.root_and_main(header);
+        if let Some(first) = ranks.first() {
+            main = Some(*first);
+        }
+        let roles = self.roles(main, &ranks);
         let processes = self.process_evidence(&roles);
         let workers: Vec<&ProcEvidence> = processes
             .iter()
@@ -940,7 +954,15 @@ impl EvidenceBuilder {
             .collect();
         let worker_means: Vec<f64> = workers.iter().filter_map(|w| w.cpu_mean_pct).collect();
         let main_acc = main.and_then(|m| self.procs.get(&m));
-        let workers_max = self.workers_max(main, workers.len() as u32);
+        let workers_max = if ranks.is_empty() {
+            self.workers_max(main, workers.len() as u32)
+        } else {
+            let n: u32 = ranks
+                .iter()
+                .map(|r| self.workers_max(Some(*r), u32::MAX))
+                .sum();
+            n.min(workers.len() as u32)
+        };
         let read_total: u64 = processes.iter().filter_map(|p| p.read_bytes).sum();
         let any_read = processes.iter().any(|p| p.read_bytes.is_some());
         JobEvidence {
@@ -981,7 +1003,56 @@ impl EvidenceBuilder {
             exit_code: self.end.and_then(|e| e.0),
             signal: self.end.and_then(|e| e.1),
             processes,
+            rank_pids: ranks,
         }
+    }
+
+    /// The ranks of a multi-process job, rank 0 (else the lowest pid) first: the processes
+    /// whose environment starts a rank (recorded with their Python status), the process that
+    /// started such a rank running the same command (Lightning's rank 0 re-launches its own
+    /// script), else two or more children of a launcher (matched on its command line). Empty
+    /// for a single training process.
+    fn rank_pids(&self) -> Vec<u32> {
+        use crate::sample::ranks::is_launcher_cmd;
+        let launcher = |p: u32| {
+            self.procs
+                .get(&p)
+                .and_then(|a| a.cmd.as_deref())
+                .is_some_and(is_launcher_cmd)
+        };
+        let env = self.py.rank_envs();
+        let mut ranks: Vec<(u32, u32)> = env
+            .iter()
+            .filter(|(p, _)| self.procs.contains_key(p) && !launcher(**p))
+            .map(|(p, e)| (e.shown().unwrap_or(u32::MAX), *p))
+            .collect();
+        for (_, r) in ranks.clone() {
+            let a = &self.procs[&r];
+            let parent = a.ppid;
+            let same_cmd = self.procs.get(&parent).is_some_and(|pa| pa.cmd == a.cmd);
+            if same_cmd && !launcher(parent) && !ranks.iter().any(|x| x.1 == parent) {
+                let taken = ranks.iter().any(|x| x.0 == 0);
+                ranks.push((if taken { u32::MAX } else { 0 }, parent));
+            }
+        }
+        if ranks.is_empty() {
+            for (p, _) in self.procs.iter().filter(|(p, _)| launcher(**p)) {
+                let c: Vec<u32> = self
+                    .children(*p)
+                    .into_iter()
+                    .filter(|c| !launcher(*c))
+                    .collect();
+                if c.len() >= 2 {
+                    ranks.extend(c.into_iter().map(|c| (u32::MAX, c)));
+                }
+            }
+        }
+        ranks.sort_unstable();
+        ranks.dedup_by_key(|r| r.1);
+        if ranks.len() < 2 && env.is_empty() {
+            return Vec::new();
+        }
+        ranks.into_iter().map(|r| r.1).collect()
     }
 
     /// The pids whose parent is `pid`, in order.
@@ -1030,12 +1101,17 @@ impl EvidenceBuilder {
 
     /// Roles: descendants of main are workers, except idle helpers with a command of their
     /// own (a `sleep`, an `nvidia-smi` call): DataLoader workers share main's command line.
-    fn roles(&self, main: Option<u32>) -> HashMap<u32, Role> {
+    /// Every rank of a multi-process job is a main process, with its own workers.
+    fn roles(&self, main: Option<u32>, ranks: &[u32]) -> HashMap<u32, Role> {
         let mut roles: HashMap<u32, Role> = HashMap::new();
         if let Some(m) = main {
             roles.insert(m, Role::Main);
+            for r in ranks {
+                roles.insert(*r, Role::Main);
+            }
             let main_cmd = self.procs.get(&m).and_then(|a| a.cmd.clone());
             let mut stack = vec![m];
+            stack.extend(ranks.iter().filter(|r| **r != m));
             while let Some(p) = stack.pop() {
                 for c in self.children(p) {
                     if let std::collections::hash_map::Entry::Vacant(e) = roles.entry(c) {
@@ -1582,6 +1658,184 @@ mod tests {
         assert_eq!(j.exit_code, Some(0));
         let roles: Vec<Role> = j.processes.iter().map(|p| p.role).collect();
         assert_eq!(roles, [Role::Other, Role::Main, Role::Worker, Role::Worker]);
+    }
+
+    /// torchrun with three ranks, one of them C++, and rank 1 waiting for its data.
+    fn torchrun_job() -> EvidenceBuilder {
+        use crate::record::format::{PyFrameDef, PySamples, PyStackDef, PyStatusLine};
+        use crate::sample::pystacks::PyStatus;
+        use crate::sample::ranks::RankEnv;
+        let mut b = EvidenceBuilder::new();
+        // torchrun (10) starts ranks 0, 1 (Python, 11 and 12) and 2 (a C++ program, 13); rank 1
+        // has a DataLoader worker (14), forked with its environment.
+        let tr = "/v/bin/python3 /v/bin/torchrun --nproc_per_node 3 train.py";
+        b.push(&start(10, 1, tr));
+        for p in [11, 12] {
+            b.push(&start(p, 10, "/v/bin/python3 -u train.py"));
+        }
+        b.push(&start(13, 10, "./train_cpp"));
+        b.push(&start(14, 12, "/v/bin/python3 -u train.py"));
+        let status = |pid: u32, status: PyStatus, rank: Option<u32>| {
+            Line::PyStatus(PyStatusLine {
+                t_s: 0.5,
+                pid,
+                status,
+                detail: None,
+                rank: rank.map(|r| RankEnv {
+                    rank: Some(r),
+                    local_rank: Some(r),
+                    world_size: Some(3),
+                }),
+            })
+        };
+        b.push(&status(10, PyStatus::Ok, None));
+        b.push(&status(11, PyStatus::Ok, Some(0)));
+        b.push(&status(12, PyStatus::Ok, Some(1)));
+        b.push(&status(13, PyStatus::NotPython, Some(2)));
+        let dl = "/v/site-packages/torch/utils/data/dataloader.py";
+        for (id, name, file) in [
+            (0, "<module>", "/u/train.py"),
+            (1, "_next_data", dl),
+            (2, "Tensor.backward", "/v/site-packages/torch/_tensor.py"),
+            (
+                3,
+                "sleep",
+                "/v/site-packages/torch/distributed/elastic/agent.py",
+            ),
+            (4, "Jpegs.__getitem__", "/u/train.py"),
+        ] {
+            b.push(&Line::PyFrame(PyFrameDef {
+                id,
+                name: name.into(),
+                file: file.into(),
+                line: 1,
+                src: None,
+            }));
+        }
+        for (id, frames) in [
+            (0, vec![0, 1]),
+            (1, vec![0, 2]),
+            (2, vec![0, 3]),
+            (3, vec![0, 1, 4]),
+        ] {
+            b.push(&Line::PyStack(PyStackDef { id, frames }));
+        }
+        for i in 1..=10 {
+            let t = i as f64;
+            b.push(&Line::Procs {
+                t_s: t,
+                procs: vec![
+                    ps(10, 1.0, 'S', 0),
+                    ps(11, 90.0, 'R', 0),
+                    ps(12, 90.0, 'R', 0),
+                    ps(13, 90.0, 'R', 0),
+                    ps(14, 90.0, 'R', 0),
+                ],
+            });
+            let py = |pid: u32, stacks: Vec<[u64; 3]>| {
+                Line::PySamples(PySamples {
+                    t_s: t,
+                    dt_s: 1.0,
+                    pid,
+                    ticks: 100,
+                    threads: vec![crate::record::format::PyThreadCounts {
+                        tid: pid as u64,
+                        name: None,
+                        stacks,
+                        phases: Default::default(),
+                    }],
+                })
+            };
+            // The launcher sleeps; rank 0 mostly waits in backward (the collective), rank 1
+            // waits for its batches; its worker loads them.
+            b.push(&py(10, vec![[2, 100, 100]]));
+            b.push(&py(11, vec![[0, 15, 15], [1, 85, 0]]));
+            b.push(&py(12, vec![[3, 70, 0], [1, 30, 0]]));
+            b.push(&py(14, vec![[3, 100, 0]]));
+        }
+        b
+    }
+
+    #[test]
+    fn every_rank_under_a_launcher_is_a_training_loop_and_the_launcher_never_is() {
+        let e = torchrun_job().finish(&header(64, Some(10)));
+        let j = &e.job;
+        assert_eq!(j.rank_pids, [11, 12, 13]);
+        assert_eq!(j.main_pid, Some(11), "rank 0, never the launcher");
+        let roles: Vec<Role> = j.processes.iter().map(|p| p.role).collect();
+        assert_eq!(
+            roles,
+            [
+                Role::Other,
+                Role::Main,
+                Role::Main,
+                Role::Main,
+                Role::Worker
+            ]
+        );
+        assert_eq!(j.workers_max, 1);
+        assert_eq!(
+            e.cores_per_gpu(),
+            Some(64.0 / 3.0),
+            "3 ranks share the node"
+        );
+        let p = e.python.unwrap();
+        let ranks: Vec<(Option<u32>, u32, f64)> = p
+            .ranks
+            .iter()
+            .map(|r| (r.rank, r.pid, r.data_wait_pct))
+            .collect();
+        assert_eq!(ranks, [(Some(0), 11, 15.0), (Some(1), 12, 70.0)]);
+        assert_eq!(p.ranks_unread, [13], "the C++ rank is named, not split");
+        assert_eq!(p.ranks[1].data_hotspots[0].function, "Jpegs.__getitem__");
+        assert!(p.ranks[0].data_hotspots.is_empty(), "rank 0 loads nothing");
+        // Two ranks read: the median is the lower one.
+        assert_eq!(p.main.as_ref().map(|m| m.pid), Some(11));
+        let slow = p.slow_rank.unwrap();
+        assert_eq!(
+            (slow.rank, slow.pid, slow.others_data_wait_pct),
+            (Some(1), 12, 15.0)
+        );
+        assert_eq!(p.loader_processes, 1, "the worker, not the other rank");
+    }
+
+    #[test]
+    fn a_restarted_rank_is_one_rank_and_its_first_process_is_reported() {
+        use crate::record::format::{PySamples, PyStatusLine, PyThreadCounts};
+        let mut b = torchrun_job();
+        // torchrun restarted rank 1 early on: pid 15 lived 2 s, before pid 12 took over.
+        b.push(&start(15, 10, "/v/bin/python3 -u train.py"));
+        b.push(&Line::PyStatus(PyStatusLine {
+            t_s: 0.5,
+            pid: 15,
+            status: crate::sample::pystacks::PyStatus::Ok,
+            detail: None,
+            rank: Some(crate::sample::ranks::RankEnv {
+                rank: Some(1),
+                local_rank: Some(1),
+                world_size: Some(3),
+            }),
+        }));
+        for t in [1.0, 2.0] {
+            b.push(&Line::PySamples(PySamples {
+                t_s: t,
+                dt_s: 1.0,
+                pid: 15,
+                ticks: 100,
+                threads: vec![PyThreadCounts {
+                    tid: 15,
+                    name: None,
+                    stacks: vec![[1, 100, 0]],
+                    phases: Default::default(),
+                }],
+            }));
+        }
+        let e = b.finish(&header(64, Some(10)));
+        let p = e.python.unwrap();
+        let ranks: Vec<(Option<u32>, u32)> = p.ranks.iter().map(|r| (r.rank, r.pid)).collect();
+        assert_eq!(ranks, [(Some(0), 11), (Some(1), 12)]);
+        assert_eq!(p.ranks_unread, [13, 15]);
+        assert_eq!(p.slow_rank.map(|s| s.pid), Some(12));
     }
 
     #[test]

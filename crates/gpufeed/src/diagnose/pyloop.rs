@@ -15,6 +15,7 @@ use super::evidence::JobEvidence;
 use crate::record::format::{Header, Line, PyFrameDef};
 use crate::sample::pyphase::{data_stage, FrameRef, Phase, StageKind};
 use crate::sample::pystacks::PyStatus;
+use crate::sample::ranks::RankEnv;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
@@ -100,6 +101,49 @@ pub struct Hotspot {
     pub work_s: f64,
 }
 
+/// One rank of a multi-process job: its training thread's loop (`python.ranks[]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankLoop {
+    /// `RANK` (else `LOCAL_RANK`) of its environment; `null` when it has none.
+    pub rank: Option<u32>,
+    pub pid: u32,
+    pub tid: u64,
+    /// Training-thread samples.
+    pub samples: u64,
+    pub phases_pct: PhasesPct,
+    pub data_wait_pct: f64,
+    /// From the rank's own step markers, when it sent some.
+    pub steps_per_s: Option<f64>,
+    /// The heaviest data stages of this rank and its DataLoader workers.
+    pub data_hotspots: Vec<Hotspot>,
+}
+
+impl RankLoop {
+    /// How the rank is named: `rank 3`, else `pid 1234`.
+    pub fn label(&self) -> String {
+        match self.rank {
+            Some(r) => format!("rank {r}"),
+            None => format!("pid {}", self.pid),
+        }
+    }
+}
+
+/// A rank whose data wait is far above the others': in synchronous training it holds them all
+/// back (they wait for it in the collective).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SlowRank {
+    pub rank: Option<u32>,
+    pub pid: u32,
+    pub data_wait_pct: f64,
+    /// The median data wait of the other ranks.
+    pub others_data_wait_pct: f64,
+}
+
+/// Points of data wait above the other ranks' median that make a rank the one that starves
+/// them, and the least data wait it must have itself.
+pub const SLOW_RANK_GAP_PCT: f64 = 15.0;
+pub const SLOW_RANK_MIN_PCT: f64 = 20.0;
+
 /// A place where the training thread synchronises with the device.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SyncSite {
@@ -135,6 +179,17 @@ pub struct PythonEvidence {
     pub data_io_pct: Option<f64>,
     /// Where the training thread synchronises, most frequent first.
     pub sync_sites: Vec<SyncSite>,
+    /// Each rank of a multi-process job, by rank (empty for one training process); `main` is
+    /// then the median rank's training thread (by data wait).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<RankLoop>,
+    /// The rank that starves the others, when one does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slow_rank: Option<SlowRank>,
+    /// Ranks found that are not in `ranks`: not Python, exited before the loop, too few
+    /// samples, or an earlier process of a rank that was restarted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks_unread: Vec<u32>,
     /// Why no stacks could be read, when none could.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
@@ -164,6 +219,10 @@ pub struct StepEvidence {
     /// Share of the steady part's time spent waiting for input, when every step reported it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steady_data_wait_pct: Option<f64>,
+    /// Steps per second of each rank that sent markers with its rank (`RANK`, else its pid);
+    /// the figures above are then per rank, averaged over the ranks.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub steps_per_s_by_rank: BTreeMap<u32, f64>,
 }
 
 /// Step lines kept for the steady-state estimate; beyond it, every other one is merged into its
@@ -180,6 +239,8 @@ pub struct StepAcc {
     any: bool,
     /// Per line: end time, steps, span and wait (`NaN` when not reported).
     lines: Vec<[f64; 4]>,
+    /// Steps and seconds per rank.
+    by_rank: BTreeMap<u32, (u64, f64)>,
 }
 
 impl StepAcc {
@@ -195,6 +256,11 @@ impl StepAcc {
         }
         self.steps += s.steps;
         self.span_s += s.span_s;
+        if let Some(r) = s.rank {
+            let e = self.by_rank.entry(r).or_default();
+            e.0 += s.steps;
+            e.1 += s.span_s;
+        }
         self.wait_s = self.wait_s.zip(s.wait_s).map(|(a, b)| a + b);
         self.items = self.items.zip(s.items).map(|(a, b)| a + b);
         self.lines.push([
@@ -277,7 +343,25 @@ impl StepAcc {
                 .map(|w| super::rules::r1((w / self.span_s * 100.0).clamp(0.0, 100.0))),
             items: self.items,
             samples_per_s: self.items.map(|i| per_s(i as f64)),
+            steps_per_s_by_rank: self
+                .by_rank
+                .iter()
+                .filter(|(_, (_, span))| *span > 0.0)
+                .map(|(r, (n, span))| (*r, super::rules::r2(*n as f64 / span)))
+                .collect(),
         })
+    }
+}
+
+/// Fills each rank's steps per second from its step markers (named by rank, else by pid).
+pub fn fill_rank_steps(p: &mut PythonEvidence, steps: Option<&StepEvidence>) {
+    let Some(s) = steps else { return };
+    for r in &mut p.ranks {
+        r.steps_per_s = r
+            .rank
+            .and_then(|n| s.steps_per_s_by_rank.get(&n))
+            .or_else(|| s.steps_per_s_by_rank.get(&r.pid))
+            .copied();
     }
 }
 
@@ -326,6 +410,8 @@ pub struct PyAcc {
     secs: BTreeMap<u32, f64>,
     /// Phase of each stack (classified once; `None` for an empty stack: no Python running).
     phase_of: HashMap<u32, Option<Phase>>,
+    /// Processes that start a rank of a multi-process job, from their status lines.
+    rank_env: BTreeMap<u32, RankEnv>,
 }
 
 impl PyAcc {
@@ -339,6 +425,9 @@ impl PyAcc {
             }
             Line::PyStatus(s) => {
                 self.statuses.insert(s.pid, (s.status, s.detail.clone()));
+                if let Some(r) = s.rank {
+                    self.rank_env.insert(s.pid, r);
+                }
             }
             Line::PySamples(s) => {
                 *self.ticks.entry(s.pid).or_default() += s.ticks;
@@ -392,6 +481,11 @@ impl PyAcc {
         }
     }
 
+    /// The processes recorded as starting a rank, with their rank variables.
+    pub fn rank_envs(&self) -> &BTreeMap<u32, RankEnv> {
+        &self.rank_env
+    }
+
     fn frame_refs(&self, sid: u32) -> Option<Vec<FrameRef<'_>>> {
         self.stacks
             .get(&sid)?
@@ -417,15 +511,24 @@ impl PyAcc {
             .values()
             .map(|t| t.stacks.values().map(|c| c.0).sum::<u64>())
             .sum();
-        let main = self
-            .main_thread(job)
-            .and_then(|(key, t)| self.main_loop(key, t));
-        let (data_hotspots, data) = self.data_stages(header);
+        let (ranks, ranks_unread) = self.rank_loops(header, job);
+        let main = match ranks.get(ranks.len().saturating_sub(1) / 2) {
+            // The median rank (ranks are sorted by data wait here).
+            Some(m) => self.main_loop((m.pid, m.tid), &self.threads[&(m.pid, m.tid)]),
+            None if !job.rank_pids.is_empty() => None,
+            None => self
+                .main_thread(job)
+                .and_then(|(key, t)| self.main_loop(key, t)),
+        };
+        let slow_rank = slow_rank(&ranks);
+        let mut ranks = ranks;
+        ranks.sort_by_key(|r| (r.rank.unwrap_or(u32::MAX), r.pid));
+        let (data_hotspots, data) = self.data_stages(header, |_| true);
         let main_p = main.as_ref().map(|m| m.main.pid);
         let loaders: Vec<f64> = data
             .loading_by_pid
             .iter()
-            .filter(|(p, _)| Some(**p) != main_p)
+            .filter(|(p, _)| Some(**p) != main_p && !job.rank_pids.contains(p))
             .filter_map(|(p, n)| {
                 let ticks = *self.ticks.get(p)?;
                 (ticks > 0).then(|| (*n as f64 / ticks as f64).min(1.0) * 100.0)
@@ -455,8 +558,79 @@ impl PyAcc {
             data_io_pct: (data.total_s > 0.0)
                 .then(|| super::rules::r1(data.io_s * 100.0 / data.total_s)),
             sync_sites,
+            ranks,
+            slow_rank,
+            ranks_unread,
             detail,
         })
+    }
+
+    /// Each rank's training-thread loop, sorted by data wait, and the ranks that have none (not
+    /// Python, gone before the loop, too few samples).
+    fn rank_loops(&self, header: &Header, job: &JobEvidence) -> (Vec<RankLoop>, Vec<u32>) {
+        let mut loops = Vec::new();
+        let mut unread = Vec::new();
+        let zero_taken = self.rank_env.values().any(|e| e.shown() == Some(0));
+        for &pid in &job.rank_pids {
+            let rank = match self.rank_env.get(&pid) {
+                Some(e) => e.shown(),
+                // Lightning's rank 0 is the process the user started: no rank variables.
+                None if !zero_taken && job.rank_pids.first() == Some(&pid) => Some(0),
+                None => None,
+            };
+            let Some(((_, tid), t)) = self.loop_thread(pid) else {
+                unread.push(pid);
+                continue;
+            };
+            let Some(m) = self.main_loop((pid, tid), t) else {
+                unread.push(pid);
+                continue;
+            };
+            let mine = descendants(job, pid);
+            let (mut hot, _) = self.data_stages(header, |p| mine.contains(&p));
+            hot.truncate(3);
+            loops.push(RankLoop {
+                rank,
+                pid,
+                tid,
+                samples: m.main.samples,
+                data_wait_pct: m.data_wait_pct,
+                phases_pct: m.main.phases_pct,
+                steps_per_s: None,
+                data_hotspots: hot,
+            });
+        }
+        // A rank restarted (torchrun's elastic restarts) has several pids: the one read longest
+        // stands for it, the others are listed with the unread.
+        loops.sort_by_key(|r| (r.rank.is_none(), r.rank, std::cmp::Reverse(r.samples)));
+        let mut kept: Vec<RankLoop> = Vec::with_capacity(loops.len());
+        for r in loops {
+            match kept.last() {
+                Some(k) if r.rank.is_some() && k.rank == r.rank => unread.push(r.pid),
+                _ => kept.push(r),
+            }
+        }
+        kept.sort_by(|a, b| {
+            a.data_wait_pct
+                .total_cmp(&b.data_wait_pct)
+                .then(a.pid.cmp(&b.pid))
+        });
+        unread.sort_unstable();
+        (kept, unread)
+    }
+
+    /// The thread of `pid` with the most training-loop samples (the main thread on a tie).
+    fn loop_thread(&self, pid: u32) -> Option<((u32, u64), &ThreadTotals)> {
+        self.threads
+            .range((pid, 0)..=(pid, u64::MAX))
+            .max_by_key(|((_, tid), t)| {
+                (
+                    t.phases[..6].iter().sum::<u64>(),
+                    *tid == pid as u64,
+                    t.phases.iter().sum::<u64>(),
+                )
+            })
+            .map(|(k, t)| (*k, t))
     }
 
     /// Ok when any process was sampled; otherwise the reason none was (denied first), with the
@@ -497,27 +671,24 @@ impl PyAcc {
                 .max()
                 .unwrap_or(0)
         };
-        let ppid = |pid: u32| job.processes.iter().find(|p| p.pid == pid).map(|p| p.ppid);
-        let main_pid = job
-            .main_pid
-            .filter(|m| self.ticks.contains_key(m))
-            .or_else(|| {
-                self.ticks
-                    .keys()
-                    .copied()
-                    .filter(|p| !ppid(*p).is_some_and(|pp| self.ticks.contains_key(&pp)))
-                    .max_by_key(|p| (loop_samples(*p), std::cmp::Reverse(*p)))
-            })?;
-        self.threads
-            .range((main_pid, 0)..=(main_pid, u64::MAX))
-            .max_by_key(|((_, tid), t)| {
-                (
-                    t.phases[..6].iter().sum::<u64>(),
-                    *tid == main_pid as u64,
-                    t.phases.iter().sum::<u64>(),
-                )
-            })
-            .map(|(k, t)| (*k, t))
+        let proc = |pid: u32| job.processes.iter().find(|p| p.pid == pid);
+        // A launcher (torchrun, accelerate launch, mpirun...) only waits: never the loop, and
+        // its children count as having no sampled parent.
+        let launcher = |pid: u32| {
+            proc(pid)
+                .and_then(|p| p.cmd.as_deref())
+                .is_some_and(crate::sample::ranks::is_launcher_cmd)
+        };
+        let sampled = |pid: u32| self.ticks.contains_key(&pid) && !launcher(pid);
+        let main_pid = job.main_pid.filter(|m| sampled(*m)).or_else(|| {
+            self.ticks
+                .keys()
+                .copied()
+                .filter(|p| !launcher(*p))
+                .filter(|p| !proc(*p).is_some_and(|pp| sampled(pp.ppid)))
+                .max_by_key(|p| (loop_samples(*p), std::cmp::Reverse(*p)))
+        })?;
+        self.loop_thread(main_pid)
     }
 
     /// The training thread's phase split, how much of its data wait is loading done in the
@@ -620,7 +791,11 @@ impl PyAcc {
 
     /// The data-loading stages over every thread of every process, heaviest first (at most
     /// [`HOTSPOTS_KEPT`]), and the loading totals.
-    fn data_stages(&self, header: &Header) -> (Vec<Hotspot>, DataTotals) {
+    fn data_stages(
+        &self,
+        header: &Header,
+        keep: impl Fn(u32) -> bool,
+    ) -> (Vec<Hotspot>, DataTotals) {
         type StageAcc = (StageKind, u64, HashMap<i32, u64>, f64);
         let mut by_stage: HashMap<(String, String), StageAcc> = HashMap::new();
         let nominal_s = header
@@ -630,7 +805,7 @@ impl PyAcc {
         let mut totals = DataTotals::default();
         let mut stage_cache: HashMap<u32, Option<(String, String, i32, StageKind)>> =
             HashMap::new();
-        for ((pid, _), t) in &self.threads {
+        for ((pid, _), t) in self.threads.iter().filter(|((p, _), _)| keep(*p)) {
             for (sid, (n, idle)) in &t.stacks {
                 let stage = stage_cache.entry(*sid).or_insert_with(|| {
                     let refs = self.frame_refs(*sid)?;
@@ -683,6 +858,46 @@ impl PyAcc {
         hotspots.truncate(HOTSPOTS_KEPT);
         (hotspots, totals)
     }
+}
+
+/// `pid` and every process below it in the job's tree.
+fn descendants(job: &JobEvidence, pid: u32) -> Vec<u32> {
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() && out.len() < 10_000 {
+        let p = out[i];
+        out.extend(
+            job.processes
+                .iter()
+                .filter(|c| c.ppid == p && c.pid != p)
+                .map(|c| c.pid),
+        );
+        i += 1;
+    }
+    out
+}
+
+/// The rank whose data wait is [`SLOW_RANK_GAP_PCT`] points above the other ranks' median
+/// (and at least [`SLOW_RANK_MIN_PCT`]); `ranks` sorted by data wait.
+fn slow_rank(ranks: &[RankLoop]) -> Option<SlowRank> {
+    let (last, others) = ranks.split_last()?;
+    if others.is_empty() {
+        return None;
+    }
+    let mut w: Vec<f64> = others.iter().map(|r| r.data_wait_pct).collect();
+    w.sort_by(f64::total_cmp);
+    let median = if w.len() % 2 == 1 {
+        w[w.len() / 2]
+    } else {
+        (w[w.len() / 2 - 1] + w[w.len() / 2]) / 2.0
+    };
+    (last.data_wait_pct >= SLOW_RANK_MIN_PCT && last.data_wait_pct - median >= SLOW_RANK_GAP_PCT)
+        .then(|| SlowRank {
+            rank: last.rank,
+            pid: last.pid,
+            data_wait_pct: last.data_wait_pct,
+            others_data_wait_pct: super::rules::r1(median),
+        })
 }
 
 /// What [`PyAcc::main_loop`] finds in the training thread.
@@ -862,9 +1077,10 @@ mod tests {
         use crate::record::format::StepsLine;
         let mut acc = StepAcc::default();
         assert_eq!(StepAcc::default().finish(), None);
-        for (steps, span, wait, items) in [
-            (10, 1.0, Some(0.4), Some(80)),
-            (10, 1.0, Some(0.6), Some(80)),
+        // Two ranks' lines over the same second: figures per rank, averaged.
+        for (steps, span, wait, items, rank) in [
+            (10, 1.0, Some(0.4), Some(80), 0),
+            (10, 1.0, Some(0.6), Some(80), 1),
         ] {
             acc.push(&Line::Steps(StepsLine {
                 t_s: 1.0,
@@ -873,9 +1089,24 @@ mod tests {
                 span_s: span,
                 wait_s: wait,
                 items,
+                rank: Some(rank),
             }));
         }
+        acc.push(&Line::Steps(StepsLine {
+            t_s: 2.0,
+            dt_s: 1.0,
+            steps: 0,
+            span_s: 0.5,
+            wait_s: None,
+            items: None,
+            rank: Some(1),
+        }));
         let s = acc.finish().unwrap();
+        assert_eq!(
+            s.steps_per_s_by_rank,
+            BTreeMap::from([(0, 10.0), (1, 10.0)]),
+            "a line with no step is skipped"
+        );
         assert_eq!(
             (s.steps, s.data_wait_pct, s.items),
             (20, Some(50.0), Some(160))
@@ -903,6 +1134,9 @@ mod tests {
             loader_busy_pct: None,
             data_io_pct: None,
             sync_sites: vec![],
+            ranks: vec![],
+            slow_rank: None,
+            ranks_unread: vec![],
             detail: None,
         };
         fill_ms_per_sample(&mut p, None);
@@ -924,6 +1158,7 @@ mod tests {
             pid: 3,
             status: PyStatus::Denied,
             detail: Some("Operation not permitted".into()),
+            rank: None,
         }));
         let p = acc.finish(&header, &JobEvidence::default()).unwrap();
         assert_eq!(p.status, PyStatus::Denied);

@@ -882,6 +882,58 @@ fn phase_bar(p: &PhasesPct) -> String {
     s
 }
 
+/// The ranks of a multi-process job, one line each, and the one that starves the others.
+fn ranks_text(p: &PythonEvidence) -> String {
+    let mut o = String::new();
+    if p.ranks.is_empty() && p.ranks_unread.is_empty() {
+        return o;
+    }
+    let _ = writeln!(
+        o,
+        "  {} ranks (the loop above is the median rank by data wait):",
+        p.ranks.len() + p.ranks_unread.len()
+    );
+    for r in &p.ranks {
+        let ph = &r.phases_pct;
+        let _ = writeln!(
+            o,
+            "    {:<8} pid {:<7} data_wait {:>5.1}%  forward {:>5.1}%  backward {:>5.1}%  \
+             sync {:>5.1}%{}{}",
+            r.label(),
+            r.pid,
+            r.data_wait_pct,
+            ph.forward,
+            ph.backward,
+            ph.sync,
+            r.steps_per_s
+                .map(|s| format!("  {s:.2} steps/s"))
+                .unwrap_or_default(),
+            r.data_hotspots
+                .first()
+                .map(|h| format!("  slowest stage {}", h.function))
+                .unwrap_or_default()
+        );
+    }
+    for pid in &p.ranks_unread {
+        let _ = writeln!(
+            o,
+            "    pid {pid}: no loop to split (not Python, exited early or restarted, or too few samples)"
+        );
+    }
+    if let Some(s) = &p.slow_rank {
+        let who = s
+            .rank
+            .map_or(format!("pid {}", s.pid), |r| format!("rank {r}"));
+        let _ = writeln!(
+            o,
+            "  {who} starves the others: it waits {:.1}% of its time for data, the others \
+             {:.1}% (they wait for it in the collective)",
+            s.data_wait_pct, s.others_data_wait_pct
+        );
+    }
+    o
+}
+
 /// The "training loop" block of the text report.
 fn loop_text(p: &PythonEvidence, color: bool) -> String {
     let mut o = String::new();
@@ -932,6 +984,7 @@ fn loop_text(p: &PythonEvidence, color: bool) -> String {
         "  {}  D data_wait F forward B backward O optimizer S sync C checkpoint",
         paint(&phase_bar(&m.phases_pct), "36", color)
     );
+    o.push_str(&ranks_text(p));
     if !p.data_hotspots.is_empty() {
         let _ = writeln!(
             o,

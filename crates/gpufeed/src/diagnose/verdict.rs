@@ -665,6 +665,9 @@ mod tests {
             data_io_pct: Some(1.0),
             sync_sites: vec![],
             detail: None,
+            ranks: vec![],
+            slow_rank: None,
+            ranks_unread: vec![],
         });
         e
     }

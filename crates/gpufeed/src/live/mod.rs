@@ -664,6 +664,7 @@ pub(crate) mod fixture {
                 span_s: 1.0,
                 wait_s: Some(0.46),
                 items: Some(80),
+                rank: None,
             }));
         }
         st.evaluate();

@@ -427,6 +427,7 @@ mod tests {
             span_s: 0.5,
             wait_s: Some(wait),
             items: None,
+            rank: None,
         })
     }
 

@@ -241,6 +241,7 @@ mod tests {
                 pid: 42,
                 status: PyStatus::Ok,
                 detail: Some("3.11.2".into()),
+                rank: None,
             }),
             Line::PyFrame(PyFrameDef {
                 id: 0,

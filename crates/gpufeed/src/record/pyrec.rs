@@ -269,12 +269,13 @@ pub(crate) fn py_thread(
             if cfg.notes {
                 note(&ev, &mut told_denied, &mut told_version);
             }
-            if ev.status != PyStatus::NotPython || ev.detail.is_some() {
+            if ev.status != PyStatus::NotPython || ev.detail.is_some() || ev.rank.is_some() {
                 out.push(Line::PyStatus(PyStatusLine {
                     t_s,
                     pid: ev.pid,
                     status: ev.status,
                     detail: ev.detail,
+                    rank: ev.rank,
                 }));
             }
         }

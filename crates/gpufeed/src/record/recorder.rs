@@ -446,9 +446,8 @@ pub(crate) fn steps_thread(
         );
         let marks = sock.marks_since(seen);
         seen += marks.len();
-        let tot = folder.fold(&marks);
         let now = Instant::now();
-        if tot.steps > 0 {
+        for (rank, tot) in folder.fold_by_rank(&marks) {
             let line = Line::Steps(super::format::StepsLine {
                 t_s: now.duration_since(t0).as_secs_f64(),
                 dt_s: now.duration_since(last).as_secs_f64(),
@@ -456,6 +455,7 @@ pub(crate) fn steps_thread(
                 span_s: tot.span_s,
                 wait_s: tot.wait_s,
                 items: tot.items,
+                rank,
             });
             if lines.send(line).is_err() {
                 return;

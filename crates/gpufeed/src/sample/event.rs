@@ -98,6 +98,10 @@ pub struct PyStatusLine {
     /// Interpreter version when ok, the reason otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// The rank the process starts (`RANK`, `LOCAL_RANK`, `WORLD_SIZE` of its environment), for
+    /// a rank of a multi-process job; absent for anything else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<super::ranks::RankEnv>,
 }
 
 /// Step markers from the job (`GPUFEED_STEP_SOCKET`), aggregated per interval: the steps that
@@ -116,6 +120,9 @@ pub struct StepsLine {
     /// Samples in those steps; absent unless every step reported its count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items: Option<u64>,
+    /// The rank whose steps these are (one line per rank per interval), when the markers said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
 }
 
 /// How a recording ended.

@@ -10,6 +10,7 @@ pub mod host;
 pub mod nvml;
 pub mod pyphase;
 pub mod pystacks;
+pub mod ranks;
 pub mod smi_csv;
 pub mod smi_layout;
 pub mod steps;

@@ -9,8 +9,11 @@
 //! Nothing here prints: statuses (ok, denied, not Python, unsupported version) are returned once
 //! per process for the caller to record and, for refusals, to tell people once.
 
+use super::ranks::{is_rank_start, rank_env_of, RankEnv};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -63,6 +66,9 @@ pub struct StatusEvent {
     pub status: PyStatus,
     /// The interpreter version (ok) or why not (the others).
     pub detail: Option<String>,
+    /// The rank this process starts (a launcher's child with `RANK` / `LOCAL_RANK` in its
+    /// environment, see [`super::ranks`]); `None` for everything else, its workers included.
+    pub rank: Option<RankEnv>,
 }
 
 /// How to read stacks.
@@ -80,6 +86,10 @@ pub struct PyOptions {
     /// threads' run state, in the vendored py-spy (vendor/py-spy/PATCHES.md): a known frame
     /// then costs one read of the process's memory. Off only to measure what it saves.
     pub cache: bool,
+    /// Read a process's stacks only when its CPU time advanced since the last reading; until
+    /// then its last stacks count again, as idle (a sleeping launcher, idle helpers cost one
+    /// read of two small /proc files instead of a py-spy reading). Off only to measure it.
+    pub idle_skip: bool,
 }
 
 /// Default [`PyOptions::child_every`]: workers at a quarter of the rate (measured in
@@ -92,6 +102,65 @@ const MAX_ATTEMPTS: u32 = 12;
 const RETRY_EVERY: Duration = Duration::from_millis(250);
 /// Consecutive failed reads of a known interpreter after which it is opened afresh (an exec).
 const REOPEN_AFTER: u32 = 25;
+/// Readings in a row taken from an idle process's last stacks before it is read again anyway
+/// (its CPU time is counted in clock ticks: a process that runs a little may not show it).
+const IDLE_REREAD_EVERY: u32 = 100;
+
+/// A process's CPU time, to tell whether it ran since the last reading: /proc/PID/stat's
+/// utime + stime (all threads, clock ticks) and /proc/PID/schedstat's run time of its main
+/// thread (nanoseconds), files kept open and read again in place.
+struct CpuClock {
+    stat: File,
+    sched: Option<File>,
+    last: Option<(u64, u64)>,
+    buf: Vec<u8>,
+}
+
+impl CpuClock {
+    fn open(pid: u32) -> Option<CpuClock> {
+        Some(CpuClock {
+            stat: File::open(format!("/proc/{pid}/stat")).ok()?,
+            sched: File::open(format!("/proc/{pid}/schedstat")).ok(),
+            last: None,
+            buf: vec![0; 1024],
+        })
+    }
+
+    fn read(&mut self) -> Option<(u64, u64)> {
+        let n = self.stat.read_at(&mut self.buf, 0).ok()?;
+        let ticks = parse_cpu_ticks(&self.buf[..n])?;
+        let ns = match &self.sched {
+            Some(f) => {
+                let n = f.read_at(&mut self.buf, 0).ok()?;
+                std::str::from_utf8(&self.buf[..n])
+                    .ok()?
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()?
+            }
+            None => 0,
+        };
+        Some((ticks, ns))
+    }
+
+    /// Did the process run since the last call? Unknown (unreadable) counts as yes.
+    fn ran(&mut self) -> bool {
+        let now = self.read();
+        let ran = now.is_none() || now != self.last;
+        self.last = now;
+        ran
+    }
+}
+
+/// utime + stime (fields 14 and 15) of a /proc/PID/stat text.
+fn parse_cpu_ticks(stat: &[u8]) -> Option<u64> {
+    let s = std::str::from_utf8(stat).ok()?;
+    let mut f = s.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let u: u64 = f.next()?.parse().ok()?;
+    let k: u64 = f.next()?.parse().ok()?;
+    Some(u + k)
+}
 
 enum Entry {
     Spy {
@@ -100,6 +169,13 @@ enum Entry {
         /// Read once every `every` ticks; `skip` ticks to go before the next read.
         every: u32,
         skip: u32,
+        /// The rank variables of its start-up environment (any process, workers too).
+        env: Option<RankEnv>,
+        /// Its CPU time, when [`PyOptions::idle_skip`] is on.
+        clock: Option<CpuClock>,
+        /// The last stacks read, and readings taken from them since.
+        last: Vec<ThreadStack>,
+        reused: u32,
     },
     Waiting {
         attempts: u32,
@@ -118,6 +194,7 @@ enum Entry {
 pub struct PySampler {
     config: py_spy::Config,
     child_every: u32,
+    idle_skip: bool,
     entries: HashMap<u32, Entry>,
 }
 
@@ -181,6 +258,7 @@ impl PySampler {
         PySampler {
             config,
             child_every: opts.child_every.max(1),
+            idle_skip: opts.idle_skip,
             entries: HashMap::new(),
         }
     }
@@ -196,14 +274,6 @@ impl PySampler {
         self.entries.retain(|p, _| pids.contains(p));
         let now = Instant::now();
         for &pid in pids {
-            // A child of a sampled Python process is read at a fraction of the rate.
-            let is_child = !matches!(
-                self.entries.get(&pid),
-                Some(Entry::Spy { .. } | Entry::Done { .. })
-            ) && self.child_every > 1
-                && ppid_of(pid)
-                    .is_some_and(|pp| matches!(self.entries.get(&pp), Some(Entry::Spy { .. })));
-            let every = if is_child { self.child_every } else { 1 };
             let entry = self.entries.entry(pid).or_insert(Entry::Waiting {
                 attempts: 0,
                 next: now,
@@ -215,11 +285,33 @@ impl PySampler {
                 Entry::Done { .. } => recheck_done(entry, pid, now),
                 Entry::Waiting { .. } => {
                     if let Some(exe) = probe(entry, pid, now, events) {
-                        self.attach(pid, every, exe, now, out, events);
+                        self.attach(pid, exe, now, out, events);
                     }
                 }
             }
         }
+    }
+
+    /// How often to read a process that just turned out to be Python, and the rank it starts:
+    /// a rank (see [`super::ranks`]) at the full rate, a child of a sampled Python process (a
+    /// DataLoader worker) at [`PyOptions::child_every`], anything else at the full rate.
+    fn role(&self, pid: u32) -> (u32, Option<RankEnv>, Option<RankEnv>) {
+        let env = rank_env_of(pid);
+        let ppid = ppid_of(pid);
+        let parent = ppid.and_then(|pp| self.entries.get(&pp));
+        let parent_env = match parent {
+            Some(Entry::Spy { env, .. }) => *env,
+            _ => ppid.and_then(rank_env_of),
+        };
+        if is_rank_start(env.as_ref(), parent_env.as_ref()) {
+            return (1, env, env);
+        }
+        let every = if matches!(parent, Some(Entry::Spy { .. })) {
+            self.child_every
+        } else {
+            1
+        };
+        (every, env, None)
     }
 
     /// Opens py-spy on a process that maps a Python interpreter (or whose maps cannot be read)
@@ -227,12 +319,12 @@ impl PySampler {
     fn attach(
         &mut self,
         pid: u32,
-        every: u32,
         exe: Option<PathBuf>,
         now: Instant,
         out: &mut Vec<(u32, Vec<ThreadStack>)>,
         events: &mut Vec<StatusEvent>,
     ) {
+        let (every, env, rank) = self.role(pid);
         match py_spy::PythonSpy::new(pid as py_spy::Pid, &self.config) {
             Ok(mut spy) => match spy.get_stack_traces() {
                 Ok(traces) => {
@@ -240,8 +332,17 @@ impl PySampler {
                         pid,
                         status: PyStatus::Ok,
                         detail: Some(spy.version.to_string()),
+                        rank,
                     });
-                    out.push((pid, traces.into_iter().map(convert).collect()));
+                    let stacks: Vec<ThreadStack> = traces.into_iter().map(convert).collect();
+                    let clock = if self.idle_skip {
+                        CpuClock::open(pid).map(|mut c| {
+                            c.ran();
+                            c
+                        })
+                    } else {
+                        None
+                    };
                     self.entries.insert(
                         pid,
                         Entry::Spy {
@@ -249,24 +350,36 @@ impl PySampler {
                             fails: 0,
                             every,
                             skip: every - 1,
+                            env,
+                            clock,
+                            last: stacks.clone(),
+                            reused: 0,
                         },
                     );
+                    out.push((pid, stacks));
                 }
                 Err(e) if unsupported(&e) => {
                     events.push(StatusEvent {
                         pid,
                         status: PyStatus::UnsupportedVersion,
                         detail: Some(spy.version.to_string()),
+                        rank,
                     });
                     self.entries.insert(pid, Entry::Done { exe, checked: now });
                 }
-                Err(e) => self.failed(pid, e, events),
+                Err(e) => self.failed(pid, e, rank, events),
             },
-            Err(e) => self.failed(pid, e, events),
+            Err(e) => self.failed(pid, e, rank, events),
         }
     }
 
-    fn failed(&mut self, pid: u32, e: anyhow::Error, events: &mut Vec<StatusEvent>) {
+    fn failed(
+        &mut self,
+        pid: u32,
+        e: anyhow::Error,
+        rank: Option<RankEnv>,
+        events: &mut Vec<StatusEvent>,
+    ) {
         let now = Instant::now();
         let Some(entry) = self.entries.get_mut(&pid) else {
             return;
@@ -287,6 +400,7 @@ impl PySampler {
                 pid,
                 status,
                 detail: Some(format!("{e:#}")),
+                rank,
             });
             *entry = Entry::Done { exe, checked: now };
             return;
@@ -301,6 +415,7 @@ impl PySampler {
                         pid,
                         status: PyStatus::NotPython,
                         detail: Some(format!("{e:#}")),
+                        rank,
                     });
                 }
                 *entry = Entry::Done { exe, checked: now };
@@ -325,15 +440,34 @@ fn read_spy(entry: &mut Entry, pid: u32, now: Instant, out: &mut Vec<(u32, Vec<T
         fails,
         every,
         skip,
+        clock,
+        last,
+        reused,
+        ..
     } = entry
     else {
         return;
     };
+    let ran = clock.as_mut().is_none_or(CpuClock::ran);
+    if !ran && *reused + 1 < IDLE_REREAD_EVERY && !last.is_empty() {
+        // Did not run since the last reading: its threads are where they were, idle.
+        *reused += 1;
+        *skip = *every - 1;
+        let mut idle = last.clone();
+        for t in &mut idle {
+            t.active = false;
+        }
+        out.push((pid, idle));
+        return;
+    }
     match spy.get_stack_traces() {
         Ok(traces) => {
             *fails = 0;
             *skip = *every - 1;
-            out.push((pid, traces.into_iter().map(convert).collect()));
+            *reused = 0;
+            let stacks: Vec<ThreadStack> = traces.into_iter().map(convert).collect();
+            last.clone_from(&stacks);
+            out.push((pid, stacks));
         }
         Err(_) => {
             *fails += 1;
@@ -412,6 +546,9 @@ fn probe(
                 pid,
                 status: PyStatus::NotPython,
                 detail: cur_exe.as_ref().map(|e| e.display().to_string()),
+                rank: rank_env_of(pid).filter(|env| {
+                    is_rank_start(Some(env), ppid_of(pid).and_then(rank_env_of).as_ref())
+                }),
             });
             *entry = Entry::Done {
                 exe: cur_exe,
@@ -478,4 +615,40 @@ pub fn denied_advice() -> String {
     }
     s.push_str(". Recording continues without stacks.");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_ticks_are_utime_plus_stime() {
+        let stat = b"42 (py thon) S 1 42 42 0 -1 4194304 100 0 0 0 250 17 0 0 20 0 3 0 5 0 0";
+        assert_eq!(parse_cpu_ticks(stat), Some(267));
+        assert_eq!(parse_cpu_ticks(b"42 (x) S 1"), None);
+    }
+
+    #[test]
+    fn a_process_that_runs_is_told_from_one_that_sleeps() {
+        // A sleeping child (no CPU time) against this busy test process.
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let mut idle = CpuClock::open(child.id()).unwrap();
+        idle.ran();
+        let mut me = CpuClock::open(std::process::id()).unwrap();
+        me.ran();
+        let t = Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(30) {
+            x = x.wrapping_add(std::hint::black_box(1));
+        }
+        assert!(x > 0);
+        assert!(me.ran(), "30 ms of work shows");
+        assert!(!idle.ran(), "a sleeping process did not run");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 }

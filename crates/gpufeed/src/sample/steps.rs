@@ -1,8 +1,9 @@
 //! The step-marker socket: a Unix datagram socket whose path the job gets in
 //! `GPUFEED_STEP_SOCKET`. Protocol (docs/step-protocol.md): one ASCII datagram per training step,
-//! `step <t_ns> [<wait_ns> [<items>]]`, where `t_ns` is CLOCK_MONOTONIC in nanoseconds when the
-//! step ended (`-` to let gpufeed stamp it on receipt), `wait_ns` the nanoseconds the step spent
-//! waiting for its input batch and `items` the samples in the step (`-` for unknown). Several
+//! `step <t_ns> [<wait_ns> [<items> [<rank>]]]`, where `t_ns` is CLOCK_MONOTONIC in nanoseconds
+//! when the step ended (`-` to let gpufeed stamp it on receipt), `wait_ns` the nanoseconds the
+//! step spent waiting for its input batch, `items` the samples in the step (`-` for unknown) and
+//! `rank` the sender's rank in a multi-process job (`RANK`, else its pid; absent: one). Several
 //! lines may share a datagram; unknown words are ignored so the protocol can grow.
 
 use std::os::unix::net::UnixDatagram;
@@ -22,6 +23,8 @@ pub struct StepMark {
     pub t_ns: u64,
     pub wait_ns: Option<u64>,
     pub items: Option<u64>,
+    /// The sender's rank (`RANK`, else its pid), when it said.
+    pub rank: Option<u32>,
 }
 
 /// CLOCK_MONOTONIC now, in nanoseconds (Python's `time.monotonic_ns()` reads the same clock).
@@ -55,6 +58,7 @@ pub fn parse_datagram(text: &str, now_ns: u64) -> Vec<StepMark> {
                 t_ns,
                 wait_ns: opt_u64(w.next()),
                 items: opt_u64(w.next()),
+                rank: opt_u64(w.next()).and_then(|r| u32::try_from(r).ok()),
             })
         })
         .collect()
@@ -218,25 +222,53 @@ pub struct StepTotals {
     pub items: Option<u64>,
 }
 
-/// Folds step marks into interval totals. A step runs from the previous mark to its own, so
-/// the very first mark only starts the clock.
+/// Folds step marks into interval totals. A step runs from the previous mark of the same rank
+/// to its own, so the very first mark of each rank only starts its clock.
 #[derive(Debug, Default)]
 pub struct StepFolder {
-    last_ns: Option<u64>,
+    last_ns: std::collections::BTreeMap<Option<u32>, u64>,
 }
 
 impl StepFolder {
-    /// The totals of `marks` (in arrival order; sorted here), continuing from earlier calls.
+    /// The totals of `marks` (in arrival order; sorted here) over every rank, continuing from
+    /// earlier calls.
     pub fn fold(&mut self, marks: &[StepMark]) -> StepTotals {
+        let mut all = StepTotals::default();
+        for (i, (_, t)) in self.fold_by_rank(marks).into_iter().enumerate() {
+            all.steps += t.steps;
+            all.span_s += t.span_s;
+            (all.wait_s, all.items) = if i == 0 {
+                (t.wait_s, t.items)
+            } else {
+                (
+                    all.wait_s.zip(t.wait_s).map(|(a, b)| a + b),
+                    all.items.zip(t.items).map(|(a, b)| a + b),
+                )
+            };
+        }
+        all
+    }
+
+    /// The totals of `marks` per rank (`None`: marks that name none), ranks with no timed step
+    /// left out.
+    pub fn fold_by_rank(&mut self, marks: &[StepMark]) -> Vec<(Option<u32>, StepTotals)> {
         let mut m = marks.to_vec();
-        m.sort_by_key(|k| k.t_ns);
-        let mut t = StepTotals {
-            wait_s: Some(0.0),
-            items: Some(0),
-            ..Default::default()
-        };
+        m.sort_by_key(|k| (k.rank, k.t_ns));
+        let mut out: Vec<(Option<u32>, StepTotals)> = Vec::new();
         for k in m {
-            if let Some(prev) = self.last_ns.filter(|p| k.t_ns >= *p) {
+            if out.last().is_none_or(|(r, _)| *r != k.rank) {
+                out.push((
+                    k.rank,
+                    StepTotals {
+                        wait_s: Some(0.0),
+                        items: Some(0),
+                        ..Default::default()
+                    },
+                ));
+            }
+            let t = &mut out.last_mut().expect("pushed above").1;
+            let last = self.last_ns.get(&k.rank).copied();
+            if let Some(prev) = last.filter(|p| k.t_ns >= *p) {
                 let dur_s = (k.t_ns - prev) as f64 / 1e9;
                 t.steps += 1;
                 t.span_s += dur_s;
@@ -246,13 +278,11 @@ impl StepFolder {
                     .map(|(a, w)| a + (w as f64 / 1e9).min(dur_s));
                 t.items = t.items.zip(k.items).map(|(a, b)| a + b);
             }
-            self.last_ns = Some(self.last_ns.map_or(k.t_ns, |p| p.max(k.t_ns)));
+            self.last_ns
+                .insert(k.rank, last.map_or(k.t_ns, |p| p.max(k.t_ns)));
         }
-        if t.steps == 0 {
-            t.wait_s = None;
-            t.items = None;
-        }
-        t
+        out.retain(|(_, t)| t.steps > 0);
+        out
     }
 }
 
@@ -317,20 +347,49 @@ mod tests {
                 StepMark {
                     t_ns: 100,
                     wait_ns: Some(20),
-                    items: Some(32)
+                    items: Some(32),
+                    rank: None
                 },
                 StepMark {
                     t_ns: 7,
                     wait_ns: None,
-                    items: Some(32)
+                    items: Some(32),
+                    rank: None
                 },
                 StepMark {
                     t_ns: 5,
                     wait_ns: None,
-                    items: None
+                    items: None,
+                    rank: None
                 },
             ]
         );
+    }
+
+    #[test]
+    fn each_rank_times_its_own_steps() {
+        let at = |t_ns: u64, rank: u32| StepMark {
+            t_ns,
+            wait_ns: Some(100_000_000),
+            items: Some(8),
+            rank: Some(rank),
+        };
+        let got = parse_datagram("step 5 6 7 3\nstep 5 6 7", 0);
+        assert_eq!((got[0].rank, got[1].rank), (Some(3), None));
+        let mut f = StepFolder::default();
+        // Two ranks interleave, each at 2 steps/s: no step is cut short by the other's mark.
+        let marks = [at(0, 0), at(10, 1), at(500_000_000, 0), at(500_000_010, 1)];
+        let by = f.fold_by_rank(&marks);
+        assert_eq!(by.len(), 2);
+        for (r, t) in &by {
+            assert_eq!(t.steps, 1, "rank {r:?}");
+            assert!((t.span_s - 0.5).abs() < 1e-9);
+            assert_eq!(t.items, Some(8));
+        }
+        let all = f.fold(&[at(1_000_000_000, 0), at(1_000_000_010, 1)]);
+        assert_eq!(all.steps, 2);
+        assert!((all.span_s - 1.0).abs() < 1e-9);
+        assert!((all.wait_s.unwrap() - 0.2).abs() < 1e-9);
     }
 
     fn mark(t_ns: u64, wait_ns: Option<u64>, items: Option<u64>) -> StepMark {
@@ -338,6 +397,7 @@ mod tests {
             t_ns,
             wait_ns,
             items,
+            rank: None,
         }
     }
 

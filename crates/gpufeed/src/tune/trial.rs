@@ -838,6 +838,7 @@ mod tests {
                 t_ns: i * 50_000_000,
                 wait_ns: Some(10_000_000),
                 items: Some(4),
+                rank: None,
             })
             .collect();
         let s = pick_series(&sp, &marks, 0, &o2, &[], 1.0).unwrap();

@@ -24,6 +24,7 @@ mod inject;
 mod outputs;
 mod processes;
 mod pystacks;
+mod ranks;
 mod record;
 mod reports;
 mod serve;

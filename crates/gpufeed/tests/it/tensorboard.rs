@@ -115,6 +115,7 @@ fn recording(dir: &Path) -> PathBuf {
                 span_s: 0.5,
                 wait_s: Some(0.2),
                 items: Some(5 * 32),
+                rank: None,
             }));
             line(Line::PySamples(PySamples {
                 t_s: t,

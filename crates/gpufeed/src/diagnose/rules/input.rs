@@ -200,7 +200,7 @@ pub fn recommended_workers(e: &Evidence) -> Option<(u32, u32)> {
 
 /// DataLoader workers per GPU (per rank): the job's workers split over the GPUs it drives.
 pub fn workers_per_gpu(e: &Evidence) -> u32 {
-    let gpus = e.measured_gpus().count().max(1) as u32;
+    let gpus = e.measured_gpus().count().max(e.job.rank_pids.len()).max(1) as u32;
     e.job.workers_max.div_ceil(gpus)
 }
 

@@ -29,6 +29,7 @@ pub const ALL: &[Rule] = &[
     capacity::batch_too_small,
     balance::gpu_imbalance,
     stacks::sync_bound,
+    stacks::slow_rank,
     gpus::gpu_unused,
     gpus::compute_bound,
 ];

@@ -539,10 +539,52 @@ pub fn sync_bound(e: &Evidence) -> Option<Finding> {
     )
 }
 
+/// `straggler` (multi-process jobs): one rank waits for its data far longer than the others,
+/// and in synchronous training they all wait for it in the collective.
+pub fn slow_rank(e: &Evidence) -> Option<Finding> {
+    let p = e.python.as_ref()?;
+    let s = p.slow_rank.as_ref()?;
+    let r = p.ranks.iter().find(|r| r.pid == s.pid)?;
+    let who = r.label();
+    let stage = r.data_hotspots.first();
+    let mut f = Finding::new(
+        FindingId::Straggler,
+        Severity::Warning,
+        format!(
+            "{who} starves the others: it waits for data {:.0}% of its time, the other ranks \
+             {:.0}% (they wait for {who} in the collective)",
+            s.data_wait_pct, s.others_data_wait_pct
+        ),
+    )
+    .with("source", "python_stacks")
+    .with("straggler_pid", s.pid)
+    .with("data_wait_pct", s.data_wait_pct)
+    .with("others_data_wait_pct", s.others_data_wait_pct);
+    if let Some(rank) = s.rank {
+        f = f.with("straggler_rank", rank);
+    }
+    if let Some(h) = stage {
+        f = f.with("slowest_stage", h.function.as_str());
+    }
+    let what = stage.map_or(String::new(), |h| {
+        format!(" (its slowest data stage: {})", h.function)
+    });
+    Some(
+        f.recommend(format!(
+            "Give {who} the same input work as the others{what}: check its data shard (larger \
+             or slower files), its DataLoader arguments (num_workers) and what else runs on its \
+             cores; the whole job runs at its pace."
+        ))
+        .speedup(Some(r2(((100.0 - s.others_data_wait_pct)
+            / (100.0 - s.data_wait_pct).max(2.0))
+        .clamp(1.0, 50.0)))),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnose::pyloop::{PhasesPct, PyMain, SyncSite};
+    use crate::diagnose::pyloop::{PhasesPct, PyMain, RankLoop, SlowRank, SyncSite};
     use crate::sample::pystacks::PyStatus;
 
     fn py(wait: f64) -> PythonEvidence {
@@ -578,6 +620,9 @@ mod tests {
             loader_busy_pct: None,
             data_io_pct: Some(2.0),
             sync_sites: vec![],
+            ranks: vec![],
+            slow_rank: None,
+            ranks_unread: vec![],
             detail: None,
         }
     }
@@ -853,5 +898,63 @@ mod tests {
         assert_eq!(f.evidence["sync_at"], "train.py:42");
         assert!(f.title.contains("loss.item()"));
         assert!(sync_bound(&no_gpu(py(5.0))).is_none());
+    }
+
+    fn rank(rank: u32, pid: u32, wait: f64) -> RankLoop {
+        RankLoop {
+            rank: Some(rank),
+            pid,
+            tid: pid as u64,
+            samples: 1000,
+            phases_pct: PhasesPct {
+                data_wait: wait,
+                backward: 100.0 - wait,
+                ..Default::default()
+            },
+            data_wait_pct: wait,
+            steps_per_s: None,
+            data_hotspots: py(wait).data_hotspots,
+        }
+    }
+
+    #[test]
+    fn a_rank_that_starves_the_others_is_named_with_its_stage() {
+        let mut p = py(17.0);
+        p.ranks = vec![rank(0, 100, 17.0), rank(1, 101, 68.0)];
+        assert!(
+            slow_rank(&no_gpu(p.clone())).is_none(),
+            "no slow rank found"
+        );
+        p.slow_rank = Some(SlowRank {
+            rank: Some(1),
+            pid: 101,
+            data_wait_pct: 68.0,
+            others_data_wait_pct: 17.0,
+        });
+        let f = slow_rank(&no_gpu(p)).unwrap();
+        assert_eq!(f.id, FindingId::Straggler);
+        assert!(
+            f.title.starts_with("rank 1 starves the others"),
+            "{}",
+            f.title
+        );
+        assert_eq!(f.evidence["straggler_rank"], 1);
+        assert_eq!(f.evidence["slowest_stage"], "ImageFile.load");
+        // 83 % of the others' time is work; the slow rank's 32 %: up to 2.6x.
+        assert_eq!(f.expected_speedup, Some(2.59));
+    }
+
+    #[test]
+    fn num_workers_advice_divides_the_cores_among_the_ranks() {
+        let mut e = crate::diagnose::rules::fixtures::base(30.0);
+        e.host.cpu_count = Some(64);
+        e.host.cpus_allowed = None;
+        assert_eq!(e.cores_per_gpu(), Some(64.0));
+        e.job.rank_pids = (100..108).collect();
+        assert_eq!(e.cores_per_gpu(), Some(8.0), "8 ranks share 64 cores");
+        e.job.workers_max = 16;
+        assert_eq!(crate::diagnose::rules::input::workers_per_gpu(&e), 2);
+        let (_, cap) = crate::diagnose::rules::input::recommended_workers(&e).unwrap();
+        assert!(cap <= 8, "never num_workers=63 for one of 8 ranks: {cap}");
     }
 }
