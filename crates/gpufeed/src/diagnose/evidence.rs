@@ -79,6 +79,7 @@ struct Impossible {
     power: u64,
     time_not_finite: u64,
     backwards: u64,
+    steps_dropped: u64,
 }
 
 impl Impossible {
@@ -106,6 +107,12 @@ impl Impossible {
             out.push(format!(
                 "{} samples without a usable time were ignored",
                 self.time_not_finite
+            ));
+        }
+        if self.steps_dropped > 0 {
+            out.push(format!(
+                "{} step markers with a time outside the job's run were dropped by the recorder (the job's step clock is not CLOCK_MONOTONIC, or a marker is corrupt)",
+                self.steps_dropped
             ));
         }
         if self.backwards > 0 {
@@ -532,6 +539,8 @@ impl EvidenceBuilder {
             Line::ProcExit { t_s, .. } => self.seen(*t_s),
             Line::End(e) => {
                 self.end = Some((e.exit_code, e.signal));
+                self.impossible.steps_dropped =
+                    (self.impossible.steps_dropped).saturating_add(e.steps_dropped.unwrap_or(0));
             }
             Line::PyStatus(_) | Line::PyFrame(_) | Line::PyStack(_) => self.py.push(line),
             Line::PySamples(s) => {
@@ -1276,6 +1285,11 @@ mod tests {
         }
         b.push(&Line::Gpu(gpu(f64::NAN, 50.0)));
         b.push(&Line::Gpu(gpu(20.0, 150.0)));
+        b.push(&Line::End(End {
+            t_s: 20.0,
+            steps_dropped: Some(2),
+            ..Default::default()
+        }));
         let e = b.finish(&header(8, None));
         let g = &e.gpus[0];
         assert_eq!(
@@ -1290,6 +1304,7 @@ mod tests {
         assert!(w.contains("1 power values"), "{w}");
         assert!(w.contains("1 samples without a usable time"), "{w}");
         assert!(w.contains("time goes backwards 9 times"), "{w}");
+        assert!(w.contains("2 step markers with a time outside"), "{w}");
         let mut b = EvidenceBuilder::new();
         b.push(&Line::Gpu(gpu(0.0, 50.0)));
         b.push(&Line::Gpu(gpu(400.0 * 86400.0, 50.0)));

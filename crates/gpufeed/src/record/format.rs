@@ -270,6 +270,7 @@ mod tests {
                 exit_code: Some(0),
                 signal: None,
                 reason: Some("job_exited".into()),
+                steps_dropped: None,
             }),
         ]
     }
