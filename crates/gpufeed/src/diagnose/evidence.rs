@@ -71,6 +71,14 @@ pub const MAX_PLAUSIBLE_POWER_W: f64 = 10_000.0;
 /// A span longer than this (a year) comes from broken timestamps, not a job.
 pub const MAX_PLAUSIBLE_SPAN_S: f64 = 366.0 * 86400.0;
 
+/// Distinct processes followed one by one; later ones count in the job's totals only. A real
+/// job has a few hundred over its life (DataLoader workers respawned each epoch); a crafted
+/// recording of millions of short `proc_start` lines must not grow memory without end.
+pub const MAX_PROCESSES: usize = 10_000;
+
+/// What starts a warning about a bound of memory (not an impossible value).
+pub const BOUND_PREFIX: &str = "Bounded: ";
+
 /// Impossible values seen while building evidence.
 #[derive(Debug, Default, Clone, Copy)]
 struct Impossible {
@@ -80,6 +88,8 @@ struct Impossible {
     time_not_finite: u64,
     backwards: u64,
     steps_dropped: u64,
+    /// Processes beyond [`MAX_PROCESSES`].
+    procs_over_cap: u64,
 }
 
 impl Impossible {
@@ -107,6 +117,12 @@ impl Impossible {
             out.push(format!(
                 "{} samples without a usable time were ignored",
                 self.time_not_finite
+            ));
+        }
+        if self.procs_over_cap > 0 {
+            out.push(format!(
+                "{BOUND_PREFIX}{} process lines and readings beyond the first {MAX_PROCESSES} processes count in the job's totals only, not one by one",
+                self.procs_over_cap
             ));
         }
         if self.steps_dropped > 0 {
@@ -772,6 +788,10 @@ impl EvidenceBuilder {
 
     pub fn push_proc_start(&mut self, p: &ProcStart) {
         self.seen(p.t_s);
+        if !self.procs.contains_key(&p.pid) && self.procs.len() >= MAX_PROCESSES {
+            self.impossible.procs_over_cap += 1;
+            return;
+        }
         let cmd = p.cmd.clone().or_else(|| p.comm.clone());
         self.procs
             .entry(p.pid)
@@ -793,6 +813,14 @@ impl EvidenceBuilder {
         let mut any_cpu = false;
         let mut any_d = false;
         for p in procs {
+            if !self.procs.contains_key(&p.pid) && self.procs.len() >= MAX_PROCESSES {
+                self.impossible.procs_over_cap += 1;
+                if let Some(c) = p.cpu_pct {
+                    total += c;
+                    any_cpu = true;
+                }
+                continue;
+            }
             let a = self
                 .procs
                 .entry(p.pid)

@@ -244,6 +244,8 @@ pub fn read_with(
         malformed: 0,
         truncated: false,
         unfinished: false,
+        bad_time: None,
+        long_strings: None,
     };
     if matches!(format, InputFormat::Recording | InputFormat::Auto) {
         // The head read above, then the rest from the same handle: a pipe (`<(ssh node cat
@@ -312,6 +314,8 @@ fn read_recording(
     source.malformed = st.malformed;
     source.truncated = st.truncated;
     source.unfinished = st.unfinished;
+    source.bad_time = Some(st.bad_time).filter(|&n| n > 0);
+    source.long_strings = Some(st.long_strings).filter(|&n| n > 0);
     let evidence = b.finish(&h);
     Ok(ReadOutcome {
         source,

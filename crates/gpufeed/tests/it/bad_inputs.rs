@@ -739,3 +739,209 @@ fn bad_input_messages_name_what_the_file_is() {
         o.stderr
     );
 }
+
+/// Times out of bounds (issue 27, item 2): one `t_s` of 1e308 made `diagnose --html` spin in the
+/// chart's axis computation and the text say "18446744073709551615h"; -1e9 said "277777h". Such
+/// lines are dropped by the reader, with a note, before anything is summed or charted.
+#[test]
+fn times_out_of_bounds_are_dropped_with_a_note_before_charts_and_sums() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, bad) in [("huge", "1e308"), ("negative", "-1e9"), ("far", "40000000")] {
+        let mut rec = valid_recording();
+        let at = rec.find('\n').unwrap() + 1;
+        let line = format!(
+            "{{\"type\":\"gpu\",\"index\":0,\"t_s\":{bad},\"util_pct\":50.0}}\n\
+             {{\"type\":\"proc_exit\",\"t_s\":{bad},\"pid\":7}}\n"
+        );
+        rec.insert_str(at, &line);
+        let p = dir.path().join(format!("{name}.ndjson"));
+        std::fs::write(&p, rec).unwrap();
+        let html = dir.path().join(format!("{name}.html"));
+        let o = run(&[
+            "diagnose".as_ref(),
+            "--html".as_ref(),
+            html.as_os_str(),
+            p.as_os_str(),
+        ]);
+        assert_eq!(o.code, Some(0), "{name}: {:?} {}", o.elapsed, o.stderr);
+        assert!(
+            o.stdout
+                .contains("2 lines with a time outside 0 s to 366 days"),
+            "{name}: {}",
+            o.stdout
+        );
+        assert!(!o.stdout.contains("277777h") && !o.stdout.contains("18446744073709551615"));
+        assert!(o.stdout.contains("(recording, 29.5 s"), "{}", o.stdout);
+        assert!(std::fs::metadata(&html).unwrap().len() > 1000);
+        let o = run(&[
+            "diagnose".as_ref(),
+            "--format".as_ref(),
+            "json".as_ref(),
+            p.as_os_str(),
+        ]);
+        let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+        assert_eq!(v["source"]["bad_time"], 2, "{name}");
+        assert!(
+            v["duration_s"].as_f64().unwrap() <= 31.0,
+            "{name}: {}",
+            v["duration_s"]
+        );
+    }
+}
+
+/// A `.ndjson.zst` whose lines are `prefix(i) + body + suffix(i)`, `body` compressed once and its
+/// frame repeated (concatenated zstd frames decode as one stream): 300 lines of 1 MB in a few KB,
+/// written in milliseconds however slow the debug build's zstd is.
+fn repeated_body_zst(path: &Path, n: usize, body: &[u8], line: impl Fn(usize) -> (String, String)) {
+    let frame = |b: &[u8]| zstd::encode_all(b, 1).unwrap();
+    let body_frame = frame(body);
+    let mut out = frame(format!("{}\n", header_line()).as_bytes());
+    for i in 0..n {
+        let (pre, post) = line(i);
+        out.extend(frame(pre.as_bytes()));
+        out.extend_from_slice(&body_frame);
+        out.extend(frame(post.as_bytes()));
+    }
+    let mut tail = String::new();
+    for i in 0..20 {
+        tail.push_str(&gpu_line(i as f64, 50.0, 1 << 30));
+        tail.push('\n');
+    }
+    tail.push_str("{\"type\":\"end\",\"t_s\":20.0,\"exit_code\":0}\n");
+    out.extend(frame(tail.as_bytes()));
+    std::fs::write(path, out).unwrap();
+}
+
+/// Runs gpufeed and returns its exit code, stdout and its peak RSS (VmHWM, read until it exits).
+fn run_peak_rss(args: &[&std::ffi::OsStr]) -> (Option<i32>, String, u64) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpufeed"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut out, &mut s).ok();
+        s
+    });
+    let (mut peak_kb, start) = (0u64, Instant::now());
+    let status = loop {
+        if let Ok(s) = std::fs::read_to_string(format!("/proc/{}/status", child.id())) {
+            if let Some(kb) = s
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            {
+                peak_kb = peak_kb.max(kb);
+            }
+        }
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if start.elapsed() > TIME_LIMIT {
+            child.kill().ok();
+            child.wait().ok();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    (
+        status.and_then(|s| s.code()),
+        reader.join().unwrap(),
+        peak_kb << 10,
+    )
+}
+
+/// Memory bounds (issue 27, item 1): distinct processes with 1 MB command lines and Python frames
+/// with 1 MB names, in small `.zst` files, through diagnose, compare and export; and more distinct
+/// processes than are followed one by one. Peak RSS stays under 200 MB (the old readers kept
+/// every string whole: 300 such lines took well over 600 MB).
+#[test]
+fn crafted_recordings_keep_memory_bounded_with_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mb = vec![b'a'; 1_000_000];
+    let procs = d.join("procs.ndjson.zst");
+    repeated_body_zst(&procs, 300, &mb, |i| {
+        (
+            format!(
+                "{{\"type\":\"proc_start\",\"t_s\":1.0,\"pid\":{},\"ppid\":1,\"cmd\":\"",
+                1000 + i
+            ),
+            "\",\"comm\":\"python\"}\n".into(),
+        )
+    });
+    let frames = d.join("frames.ndjson.zst");
+    repeated_body_zst(&frames, 300, &mb, |i| {
+        (
+            format!("{{\"type\":\"py_frame\",\"id\":{i},\"name\":\""),
+            "\",\"file\":\"train.py\",\"line\":1}\n".into(),
+        )
+    });
+    let many = d.join("many.ndjson.zst");
+    let mut text = format!("{}\n", header_line());
+    for i in 0..12_000 {
+        text.push_str(&format!(
+            "{{\"type\":\"proc_start\",\"t_s\":1.0,\"pid\":{},\"ppid\":1,\"cmd\":\"python\"}}\n",
+            1000 + i
+        ));
+    }
+    text.push_str("{\"type\":\"end\",\"t_s\":20.0,\"exit_code\":0}\n");
+    std::fs::write(&many, zstd::encode_all(text.as_bytes(), 3).unwrap()).unwrap();
+    for f in [&procs, &frames, &many] {
+        let size = std::fs::metadata(f).unwrap().len();
+        assert!(size < 400_000, "{}: {size} bytes on disk", f.display());
+    }
+    let out = d.join("o.json");
+    let s = |x: &str| std::ffi::OsString::from(x);
+    let runs: Vec<(Vec<std::ffi::OsString>, Option<&str>)> = vec![
+        (vec![s("diagnose"), procs.clone().into()], Some("was cut")),
+        (vec![s("diagnose"), frames.clone().into()], Some("was cut")),
+        (
+            vec![s("diagnose"), many.clone().into()],
+            Some("beyond the first 10000 processes"),
+        ),
+        (
+            vec![s("compare"), procs.clone().into(), frames.clone().into()],
+            None,
+        ),
+        (
+            vec![
+                s("export"),
+                s("--perfetto"),
+                out.clone().into(),
+                procs.clone().into(),
+            ],
+            None,
+        ),
+        (
+            vec![
+                s("export"),
+                s("--perfetto"),
+                out.clone().into(),
+                many.clone().into(),
+            ],
+            None,
+        ),
+    ];
+    for (args, says) in runs {
+        let a: Vec<&std::ffi::OsStr> = args.iter().map(|x| x.as_os_str()).collect();
+        let (code, stdout, peak) = run_peak_rss(&a);
+        let shown = format!(
+            "{:?}",
+            args.iter()
+                .map(|x| x.to_string_lossy().replace(&*d.to_string_lossy(), ""))
+                .collect::<Vec<_>>()
+        );
+        eprintln!("{shown}: exit {code:?}, peak RSS {} MB", peak >> 20);
+        assert_eq!(code, Some(0), "{shown}: {stdout}");
+        assert!(peak < 200 << 20, "{shown}: peak RSS {} MB", peak >> 20);
+        if let Some(says) = says {
+            assert!(stdout.contains(says), "{shown}: {stdout}");
+        }
+    }
+}
