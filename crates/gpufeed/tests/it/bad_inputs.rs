@@ -945,3 +945,45 @@ fn crafted_recordings_keep_memory_bounded_with_a_note() {
         }
     }
 }
+
+/// Memory bounds in `analyze` (issue 27, item 1): 30,000 kernels, each with its own 8 KB name,
+/// device and stream, in a small `.json.gz` (gzip members concatenated: the 8 KB body is
+/// compressed once). Peak RSS stays under 200 MB and the report says what was folded together.
+#[test]
+fn a_trace_of_distinct_devices_and_long_names_keeps_memory_bounded() {
+    use flate2::write::GzEncoder;
+    let gz = |b: &[u8]| {
+        let mut e = GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(b).unwrap();
+        e.finish().unwrap()
+    };
+    let body = gz(&[b'k'; 8000]);
+    let n = 30_000;
+    let mut out = gz(b"{\"traceEvents\":[\n{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"0");
+    for i in 0..n {
+        out.extend_from_slice(&body);
+        let next = if i + 1 < n {
+            format!(",\n{{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"{}", i + 1)
+        } else {
+            ",\n{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":\"end\",\"pid\":1,\"tid\":1,\"ts\":1,\"dur\":1}]}".into()
+        };
+        let end = format!(
+            "\",\"pid\":0,\"tid\":7,\"ts\":{},\"dur\":5,\"args\":{{\"device\":{i},\"stream\":{i}}}}}{next}",
+            i * 10
+        );
+        out.extend(gz(end.as_bytes()));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("devices.json.gz");
+    std::fs::write(&p, &out).unwrap();
+    assert!(out.len() < 8 << 20, "{} bytes on disk", out.len());
+    let (code, stdout, peak) = run_peak_rss(&["analyze".as_ref(), p.as_os_str()]);
+    eprintln!(
+        "analyze: exit {code:?}, peak RSS {} MB, {} bytes on disk",
+        peak >> 20,
+        out.len()
+    );
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(peak < 200 << 20, "peak RSS {} MB", peak >> 20);
+    assert!(stdout.contains("booked together as \"other\""), "{stdout}");
+}
