@@ -987,3 +987,26 @@ fn a_trace_of_distinct_devices_and_long_names_keeps_memory_bounded() {
     assert!(peak < 200 << 20, "peak RSS {} MB", peak >> 20);
     assert!(stdout.contains("booked together as \"other\""), "{stdout}");
 }
+
+/// `diagnose --html X --export-json X` (issue 27, item 9): refused (exit 2) before anything is
+/// written, instead of one output silently overwriting the other; also through another name.
+#[test]
+fn html_and_json_outputs_on_one_file_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("r.ndjson");
+    std::fs::write(&rec, valid_recording()).unwrap();
+    let out = dir.path().join("out");
+    let other_name = dir.path().join(".").join("out");
+    let o = run(&[
+        "diagnose".as_ref(),
+        "--html".as_ref(),
+        out.as_os_str(),
+        "--export-json".as_ref(),
+        other_name.as_os_str(),
+        rec.as_os_str(),
+    ]);
+    assert_eq!(o.code, Some(2), "{}", o.stderr);
+    assert!(o.stderr.contains("are the same file"), "{}", o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert!(!out.exists());
+}
