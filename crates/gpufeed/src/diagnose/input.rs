@@ -65,6 +65,9 @@ pub struct ReadOutcome {
 
 /// Guesses the format from the first bytes of a file.
 pub fn detect(head: &str) -> Option<InputFormat> {
+    // A UTF-8 byte-order mark says nothing of the format (issue 27: a recording starting with
+    // one was taken for an nvidia-smi CSV).
+    let head = head.strip_prefix('\u{feff}').unwrap_or(head);
     let lines: Vec<&str> = head
         .lines()
         .map(str::trim)

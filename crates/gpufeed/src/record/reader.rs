@@ -257,6 +257,11 @@ fn header_of<R: Read>(path: &Path, lines: &mut Lines<R>) -> Result<Header, ReadE
         path: path.to_path_buf(),
         detail,
     };
+    // A UTF-8 byte-order mark (a recording saved by an editor) is not part of the header.
+    while lines.end - lines.start < 3 && lines.fill().map_err(io)? {}
+    if lines.buf[lines.start..lines.end].starts_with(b"\xEF\xBB\xBF") {
+        lines.start += 3;
+    }
     loop {
         if let Some(b) = lines.first_byte().map_err(io)? {
             if b != b'{' {

@@ -1010,3 +1010,28 @@ fn html_and_json_outputs_on_one_file_are_refused() {
     assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
     assert!(!out.exists());
 }
+
+/// A recording starting with a UTF-8 byte-order mark (issue 27, item 9) is read as a recording by
+/// diagnose (it was called an nvidia-smi CSV) and by export, plain and zstd-compressed.
+#[test]
+fn a_recording_with_a_byte_order_mark_is_a_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!("\u{feff}{}", valid_recording());
+    let plain = dir.path().join("bom.ndjson");
+    std::fs::write(&plain, &text).unwrap();
+    let zst = dir.path().join("bom.ndjson.zst");
+    std::fs::write(&zst, zstd::encode_all(text.as_bytes(), 3).unwrap()).unwrap();
+    let out = dir.path().join("o.json");
+    for p in [&plain, &zst] {
+        let o = run(&["diagnose".as_ref(), p.as_os_str()]);
+        assert_eq!(o.code, Some(0), "{}", o.stderr);
+        assert!(o.stdout.contains("(recording, 29.5 s"), "{}", o.stdout);
+        let o = run(&[
+            "export".as_ref(),
+            "--perfetto".as_ref(),
+            out.as_os_str(),
+            p.as_os_str(),
+        ]);
+        assert_eq!(o.code, Some(0), "{}", o.stderr);
+    }
+}
