@@ -7,6 +7,10 @@ use crate::record::reader;
 use crate::trace::merge::MergeTrace;
 
 pub fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
+    crate::outfile::refuse_unseekable("the recording", &args.recording)?;
+    if let Some(t) = &args.merge {
+        crate::outfile::refuse_unseekable("--merge", t)?;
+    }
     crate::outfile::refuse_same_as_input(
         "--perfetto",
         &args.perfetto,

@@ -1035,3 +1035,59 @@ fn a_recording_with_a_byte_order_mark_is_a_recording() {
         assert_eq!(o.code, Some(0), "{}", o.stderr);
     }
 }
+
+/// FIFO and pipe inputs (issue 27, item 7): export and compare, which read an input more than
+/// once, refuse a FIFO or /dev/stdin with exit 2 and one line at once (they hung, or said "the
+/// input is empty"); nothing ever writes the FIFO here, so a hang would run into the time limit.
+#[test]
+fn fifo_and_pipe_inputs_are_refused_by_readers_that_read_twice_never_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo on a path we own, with a NUL-terminated string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let rec = dir.path().join("r.ndjson");
+    std::fs::write(&rec, valid_recording()).unwrap();
+    let out = dir.path().join("o.json");
+    let (f, r, o) = (fifo.as_os_str(), rec.as_os_str(), out.as_os_str());
+    for args in [
+        vec!["export".as_ref(), "--perfetto".as_ref(), o, f],
+        vec![
+            "export".as_ref(),
+            "--perfetto".as_ref(),
+            o,
+            r,
+            "--merge".as_ref(),
+            f,
+        ],
+        vec!["compare".as_ref(), f, r],
+        vec!["compare".as_ref(), r, f],
+    ] {
+        let t = Instant::now();
+        let res = run(&args);
+        assert_eq!(res.code, Some(2), "{args:?}: {}", res.stderr);
+        assert!(
+            res.stderr.contains("is a pipe or a socket"),
+            "{}",
+            res.stderr
+        );
+        assert_eq!(res.stderr.lines().count(), 1, "{}", res.stderr);
+        assert!(t.elapsed() < Duration::from_secs(30), "{args:?}");
+    }
+    // `--merge /dev/stdin` with a pipe on stdin (it said "the input is empty": read twice).
+    let mut c = Command::new(env!("CARGO_BIN_EXE_gpufeed"))
+        .args(["export", "--perfetto"])
+        .args([o, r])
+        .args(["--merge", "/dev/stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(c.stdin.take());
+    let mut err = String::new();
+    std::io::Read::read_to_string(c.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(c.wait().unwrap().code(), Some(2), "{err}");
+    assert!(err.contains("is a pipe or a socket"), "{err}");
+    assert!(!out.exists());
+}
