@@ -207,6 +207,29 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// Refuses (exit 2) an input that is a pipe, a FIFO or a socket (`/dev/stdin`, `<(cmd)`), for
+/// commands that read their inputs more than once: the second read would hang or find nothing
+/// (issue 27). `diagnose` reads once and takes them.
+pub fn refuse_unseekable(what: &str, input: &Path) -> Result<(), crate::exit::Failure> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(m) = std::fs::metadata(input) else {
+        return Ok(()); // missing or unreadable: the reader's own message says so
+    };
+    let t = m.file_type();
+    // Character devices (/dev/zero, /dev/null) read alike every time: the readers refuse them
+    // by their content.
+    if t.is_fifo() || t.is_socket() {
+        return Err(crate::exit::Failure::new(
+            crate::exit::USAGE,
+            format!(
+                "{what} {} is a pipe or a socket, not a file: this command reads it more than once; save it to a file first (e.g. `cat ... > input.ndjson`)",
+                input.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Refuses (exit 2) an output that is the same file as one of the inputs.
 pub fn refuse_same_as_input<'a>(
     option: &str,

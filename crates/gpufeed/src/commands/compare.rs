@@ -116,6 +116,8 @@ pub fn build(before: &Path, after: &Path) -> anyhow::Result<Comparison> {
 }
 
 pub fn run(_global: &GlobalOpts, args: &CompareArgs) -> anyhow::Result<u8> {
+    crate::outfile::refuse_unseekable("the input", &args.before)?;
+    crate::outfile::refuse_unseekable("the input", &args.after)?;
     for (flag, out) in [("--export-json", &args.export_json), ("--html", &args.html)] {
         if let Some(o) = out {
             crate::outfile::refuse_same_as_input(

@@ -8,18 +8,36 @@ use crate::present::html::RecordingSeries;
 use crate::present::OutputFormat;
 use std::io::{IsTerminal, Write};
 
-/// Turns a diagnose error into the input-error exit code with its one clear line.
-pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
+/// Refuses (exit 2) an output that is an input, and `--html` and `--export-json` naming one file
+/// (one would silently overwrite the other, issue 27).
+fn check_outputs(args: &DiagnoseArgs) -> Result<(), Failure> {
+    let inputs = || args.files.iter().map(|p| p.as_path());
     if let Some(h) = &args.html {
-        crate::outfile::refuse_same_as_input("--html", h, args.files.iter().map(|p| p.as_path()))?;
+        crate::outfile::refuse_same_as_input("--html", h, inputs())?;
     }
     if let Some(j) = &args.export_json {
-        crate::outfile::refuse_same_as_input(
-            "--export-json",
-            j,
-            args.files.iter().map(|p| p.as_path()),
-        )?;
+        crate::outfile::refuse_same_as_input("--export-json", j, inputs())?;
+        if let Some(h) = args
+            .html
+            .as_ref()
+            .filter(|h| crate::outfile::same_file(h, j))
+        {
+            return Err(Failure::new(
+                exit::USAGE,
+                format!(
+                    "--html {} and --export-json {} are the same file: one would overwrite the other; give each its own name",
+                    h.display(),
+                    j.display()
+                ),
+            ));
+        }
     }
+    Ok(())
+}
+
+/// Turns a diagnose error into the input-error exit code with its one clear line.
+pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
+    check_outputs(args)?;
     if let Some(i) = args.sample_interval {
         if !(i.is_finite() && i > 0.0 && i <= 86_400.0) {
             return Err(anyhow::Error::new(Failure::new(

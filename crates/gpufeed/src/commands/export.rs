@@ -12,6 +12,10 @@ use crate::trace::merge::MergeTrace;
 use std::path::Path;
 
 pub fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
+    crate::outfile::refuse_unseekable("the recording", &args.recording)?;
+    if let Some(t) = &args.merge {
+        crate::outfile::refuse_unseekable("--merge", t)?;
+    }
     if let Some(out) = &args.perfetto {
         crate::outfile::refuse_same_as_input(
             "--perfetto",

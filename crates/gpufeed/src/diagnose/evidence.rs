@@ -112,6 +112,14 @@ pub const MAX_PLAUSIBLE_POWER_W: f64 = 10_000.0;
 /// A span longer than this (a year) comes from broken timestamps, not a job.
 pub const MAX_PLAUSIBLE_SPAN_S: f64 = 366.0 * 86400.0;
 
+/// Distinct processes followed one by one; later ones count in the job's totals only. A real
+/// job has a few hundred over its life (DataLoader workers respawned each epoch); a crafted
+/// recording of millions of short `proc_start` lines must not grow memory without end.
+pub const MAX_PROCESSES: usize = 10_000;
+
+/// What starts a warning about a bound of memory (not an impossible value).
+pub const BOUND_PREFIX: &str = "Bounded: ";
+
 /// Impossible values seen while building evidence.
 #[derive(Debug, Default, Clone, Copy)]
 struct Impossible {
@@ -120,6 +128,9 @@ struct Impossible {
     power: u64,
     time_not_finite: u64,
     backwards: u64,
+    steps_dropped: u64,
+    /// Processes beyond [`MAX_PROCESSES`].
+    procs_over_cap: u64,
 }
 
 impl Impossible {
@@ -147,6 +158,18 @@ impl Impossible {
             out.push(format!(
                 "{} samples without a usable time were ignored",
                 self.time_not_finite
+            ));
+        }
+        if self.procs_over_cap > 0 {
+            out.push(format!(
+                "{BOUND_PREFIX}{} process lines and readings beyond the first {MAX_PROCESSES} processes count in the job's totals only, not one by one",
+                self.procs_over_cap
+            ));
+        }
+        if self.steps_dropped > 0 {
+            out.push(format!(
+                "{} step markers with a time outside the job's run were dropped by the recorder (the job's step clock is not CLOCK_MONOTONIC, or a marker is corrupt)",
+                self.steps_dropped
             ));
         }
         if self.backwards > 0 {
@@ -582,6 +605,8 @@ impl EvidenceBuilder {
             Line::ProcExit { t_s, .. } => self.seen(*t_s),
             Line::End(e) => {
                 self.end = Some((e.exit_code, e.signal));
+                self.impossible.steps_dropped =
+                    (self.impossible.steps_dropped).saturating_add(e.steps_dropped.unwrap_or(0));
             }
             Line::PyStatus(_) | Line::PyFrame(_) | Line::PyStack(_) => self.py.push(line),
             Line::PySamples(s) => {
@@ -813,6 +838,10 @@ impl EvidenceBuilder {
 
     pub fn push_proc_start(&mut self, p: &ProcStart) {
         self.seen(p.t_s);
+        if !self.procs.contains_key(&p.pid) && self.procs.len() >= MAX_PROCESSES {
+            self.impossible.procs_over_cap += 1;
+            return;
+        }
         let cmd = p.cmd.clone().or_else(|| p.comm.clone());
         self.procs
             .entry(p.pid)
@@ -834,6 +863,14 @@ impl EvidenceBuilder {
         let mut any_cpu = false;
         let mut any_d = false;
         for p in procs {
+            if !self.procs.contains_key(&p.pid) && self.procs.len() >= MAX_PROCESSES {
+                self.impossible.procs_over_cap += 1;
+                if let Some(c) = p.cpu_pct {
+                    total += c;
+                    any_cpu = true;
+                }
+                continue;
+            }
             let a = self
                 .procs
                 .entry(p.pid)
@@ -1415,6 +1452,11 @@ mod tests {
         }
         b.push(&Line::Gpu(gpu(f64::NAN, 50.0)));
         b.push(&Line::Gpu(gpu(20.0, 150.0)));
+        b.push(&Line::End(End {
+            t_s: 20.0,
+            steps_dropped: Some(2),
+            ..Default::default()
+        }));
         let e = b.finish(&header(8, None));
         let g = &e.gpus[0];
         assert_eq!(
@@ -1429,6 +1471,7 @@ mod tests {
         assert!(w.contains("1 power values"), "{w}");
         assert!(w.contains("1 samples without a usable time"), "{w}");
         assert!(w.contains("time goes backwards 9 times"), "{w}");
+        assert!(w.contains("2 step markers with a time outside"), "{w}");
         let mut b = EvidenceBuilder::new();
         b.push(&Line::Gpu(gpu(0.0, 50.0)));
         b.push(&Line::Gpu(gpu(400.0 * 86400.0, 50.0)));

@@ -67,6 +67,9 @@ pub struct ReadOutcome {
 
 /// Guesses the format from the first bytes of a file.
 pub fn detect(head: &str) -> Option<InputFormat> {
+    // A UTF-8 byte-order mark says nothing of the format (issue 27: a recording starting with
+    // one was taken for an nvidia-smi CSV).
+    let head = head.strip_prefix('\u{feff}').unwrap_or(head);
     let lines: Vec<&str> = head
         .lines()
         .map(str::trim)
@@ -246,6 +249,8 @@ pub fn read_with(
         malformed: 0,
         truncated: false,
         unfinished: false,
+        bad_time: None,
+        long_strings: None,
     };
     if matches!(format, InputFormat::Recording | InputFormat::Auto) {
         // The head read above, then the rest from the same handle: a pipe (`<(ssh node cat
@@ -314,6 +319,8 @@ fn read_recording(
     source.malformed = st.malformed;
     source.truncated = st.truncated;
     source.unfinished = st.unfinished;
+    source.bad_time = Some(st.bad_time).filter(|&n| n > 0);
+    source.long_strings = Some(st.long_strings).filter(|&n| n > 0);
     let evidence = b.finish(&h);
     Ok(ReadOutcome {
         source,

@@ -40,6 +40,12 @@ pub struct Source {
     pub truncated: bool,
     /// A recording without its `end` line (the recorder did not finish).
     pub unfinished: bool,
+    /// Lines dropped for a time outside the recording's bounds (0 s to a year); absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bad_time: Option<u64>,
+    /// Lines with a string cut to `record::reader::MAX_STRING_BYTES`; absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub long_strings: Option<u64>,
 }
 
 /// A diagnosis: the JSON contract of `gpufeed diagnose --format json` (see docs/diagnose.md).
@@ -277,6 +283,12 @@ pub fn notes(e: &Evidence, source: &Source, v: &Verdict) -> Vec<String> {
             "The last line was cut (the recorder or logger was killed); it was skipped.".into(),
         );
     }
+    if let Some(n) = source.bad_time {
+        out.push(format!(
+            "{n} lines with a time outside 0 s to 366 days (or not a number) were dropped before \
+             anything was summed or charted: the file was edited or damaged."
+        ));
+    }
     if source.malformed > 0 {
         out.push(format!(
             "{} unreadable lines were skipped.",
@@ -286,8 +298,17 @@ pub fn notes(e: &Evidence, source: &Source, v: &Verdict) -> Vec<String> {
     out.extend(
         e.warnings
             .iter()
-            .map(|w| format!("Impossible values: {w}.")),
+            .map(|w| match w.strip_prefix(evidence::BOUND_PREFIX) {
+                Some(b) => format!("{b}."),
+                None => format!("Impossible values: {w}."),
+            }),
     );
+    if let Some(n) = source.long_strings {
+        out.push(format!(
+            "{n} lines had a string longer than {} KiB (a command line, a frame name): it was cut.",
+            crate::record::reader::MAX_STRING_BYTES >> 10
+        ));
+    }
     out
 }
 

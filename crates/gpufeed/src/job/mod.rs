@@ -196,8 +196,12 @@ impl Job {
         let pgid = self.pid();
         let mut root_exit = self.try_wait()?;
         let mut last = None;
+        // Descendants that left the group (a `setsid` daemon re-parented to the watchdog) are
+        // found through their parents while the watchdog lives, and signalled with the rest.
+        let mut extra = extra.to_vec();
         for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGKILL] {
-            let left = live_members(pgid, extra);
+            add_new(&mut extra, descendants(pgid));
+            let left = live_members(pgid, &extra);
             if root_exit.is_some() && left.is_empty() {
                 break;
             }
@@ -215,7 +219,8 @@ impl Job {
                 if root_exit.is_none() {
                     root_exit = self.try_wait()?;
                 }
-                if root_exit.is_some() && live_members(pgid, extra).is_empty() {
+                add_new(&mut extra, descendants(pgid));
+                if root_exit.is_some() && live_members(pgid, &extra).is_empty() {
                     break;
                 }
                 if Instant::now() >= deadline {
@@ -305,13 +310,59 @@ pub fn live_members(pgid: u32, extra: &[u32]) -> Vec<u32> {
 
 /// State letter and process group of `pid` from /proc/PID/stat.
 fn stat_state_pgrp(pid: u32) -> Option<(char, u32)> {
+    stat_fields(pid).map(|(state, _, pgrp)| (state, pgrp))
+}
+
+/// State letter, parent pid and process group of `pid` from /proc/PID/stat.
+fn stat_fields(pid: u32) -> Option<(char, u32, u32)> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &s[s.rfind(')')? + 1..];
     let mut f = rest.split_whitespace();
     let state = f.next()?.chars().next()?;
-    let _ppid = f.next()?;
+    let ppid = f.next()?.parse().ok()?;
     let pgrp = f.next()?.parse().ok()?;
-    Some((state, pgrp))
+    Some((state, ppid, pgrp))
+}
+
+/// Pids of every live descendant of `root` (children, their children, ...), from one pass over
+/// /proc.
+pub fn descendants(root: u32) -> Vec<u32> {
+    let mut parent_of = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            if let Some((state, ppid, _)) = stat_fields(pid) {
+                if state != 'Z' && state != 'X' {
+                    parent_of.push((pid, ppid));
+                }
+            }
+        }
+    }
+    let mut out = vec![root];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        out.extend(
+            parent_of
+                .iter()
+                .filter(|&&(_, pp)| pp == p)
+                .map(|&(c, _)| c),
+        );
+        i += 1;
+    }
+    out.remove(0);
+    out
+}
+
+/// Appends the pids of `new` that `to` does not hold yet.
+fn add_new(to: &mut Vec<u32>, new: Vec<u32>) {
+    for p in new {
+        if !to.contains(&p) {
+            to.push(p);
+        }
+    }
 }
 
 /// One termination signal gpufeed received.
@@ -450,6 +501,49 @@ mod tests {
             t.elapsed()
         );
         eprintln!("tree ended {:?} after the pipe closed", t.elapsed());
+    }
+
+    /// Live processes whose command line starts with `sleep\0{secs}`.
+    fn sleeping(secs: &str) -> Vec<u32> {
+        let want = format!("sleep\u{0}{secs}\u{0}");
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&p| stat_fields(p).is_some_and(|(st, _, _)| st != 'Z' && st != 'X'))
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| c.starts_with(&want))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_double_forked_daemon_ends_with_its_job() {
+        // Normal end: the subshell forks a `setsid` daemon and exits, the job exits 3 after.
+        let mut j = watched("( setsid sleep 41.5 & ); sleep 0.3; exit 3");
+        assert_eq!(j.wait().unwrap(), JobExit::Code(3));
+        assert!(sleeping("41.5").is_empty(), "the daemon outlived its job");
+        // Stopped while running: the daemon ignores SIGTERM and left the group.
+        let mut j = watched("( setsid sh -c \"trap '' TERM; sleep 42.5\" & ); sleep 30");
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(sleeping("42.5").len(), 1);
+        let (_, last) = j.stop_tree(&[], Duration::from_millis(300)).unwrap();
+        assert!(last.is_some());
+        assert!(sleeping("42.5").is_empty(), "the daemon outlived stop_tree");
+    }
+
+    #[test]
+    fn descendants_follow_parents_not_groups() {
+        let mut j = watched("( setsid sleep 43.5 & ); sleep 30");
+        std::thread::sleep(Duration::from_millis(300));
+        let d = descendants(j.pid());
+        assert!(d.contains(&j.job_pid()));
+        let daemon = sleeping("43.5");
+        assert_eq!(daemon.len(), 1);
+        assert!(d.contains(&daemon[0]), "{d:?} lacks {daemon:?}");
+        assert!(!live_members(j.pid(), &[]).contains(&daemon[0]));
+        j.stop_tree(&[], Duration::from_millis(300)).unwrap();
+        assert!(descendants(j.pid()).is_empty());
     }
 
     #[test]

@@ -15,8 +15,10 @@
 //!    process group, itself included.
 //!
 //! While gpufeed lives, the watchdog ignores SIGINT/SIGTERM/SIGHUP/SIGQUIT (gpufeed signals the
-//! job's process group, which includes it) and exits as the job did as soon as the job exits, so
-//! `Job::try_wait` and `Job::stop_tree` see the job's own exit status.
+//! job's process group, which includes it). When the job exits, the watchdog first ends what the
+//! job left behind the same way (a daemon that forked, `setsid`ed and forked again is re-parented
+//! to it, not to init: issue 27) and then exits as the job did, so `Job::try_wait` and
+//! `Job::stop_tree` see the job's own exit status and no process of the trial outlives it.
 //!
 //! Why not a cgroup v2: it needs a delegated, writable cgroup tree, which neither CI containers
 //! nor most workstations give an unprivileged user (the development machine has a cgroup v1
@@ -106,6 +108,9 @@ unsafe fn close_all_but(keep: libc::c_int) {
 unsafe fn watch(alive_r: libc::c_int, job: libc::pid_t) -> ! {
     loop {
         if let Some(st) = reap(job) {
+            // The job is done; whatever it left behind (a double-forked daemon re-parented
+            // here, a background child in the group) ends with it.
+            end_descendants();
             exit_like(st);
         }
         let mut p = libc::pollfd {
@@ -215,9 +220,15 @@ unsafe fn sleep_ms(ms: i32) {
     libc::poll(std::ptr::null_mut(), 0, ms);
 }
 
-/// Ends every process of the job's tree, then the watchdog itself.
-unsafe fn end_tree() -> ! {
+/// Ends every process of the job's tree but the watchdog: SIGTERM to the job's process group and
+/// to each child, up to [`GRACE_MS`] for them to go, then SIGKILL child by child (a killed
+/// parent's children become the watchdog's) until it has none.
+unsafe fn end_descendants() {
     let pgid = libc::getpgrp();
+    if !has_children() {
+        // No child, no descendant: the watchdog is the subreaper of the whole tree.
+        return;
+    }
     libc::kill(-pgid, libc::SIGTERM);
     signal_children(libc::SIGTERM);
     let mut waited = 0;
@@ -227,7 +238,6 @@ unsafe fn end_tree() -> ! {
         // Orphans re-parented meanwhile get their SIGTERM too.
         signal_children(libc::SIGTERM);
     }
-    // Child by child: a killed parent's children become the watchdog's.
     for _ in 0..200 {
         if !has_children() {
             break;
@@ -235,7 +245,12 @@ unsafe fn end_tree() -> ! {
         signal_children(libc::SIGKILL);
         sleep_ms(10);
     }
+}
+
+/// Ends every process of the job's tree, then the watchdog itself.
+unsafe fn end_tree() -> ! {
+    end_descendants();
     // The group last: it includes the watchdog.
-    libc::kill(-pgid, libc::SIGKILL);
+    libc::kill(-libc::getpgrp(), libc::SIGKILL);
     libc::_exit(1)
 }

@@ -10,7 +10,13 @@
 //!
 //! Limits ([`Limits::default`]): request line plus headers at most 16 KiB, the whole head within
 //! 10 s of the connection going idle (a slow or idle client is closed then), at most 256 open
-//! connections (one more is accepted and closed at once, so descriptors stay bounded too).
+//! connections. When a connection arrives at the cap, the open connection that has waited
+//! longest for a request head is closed to make room, one that never completed a request first
+//! (issue 27: 300 slowloris connections sending a header byte a second had locked scrapes out
+//! until the 10 s timeout). A real scraper's head arrives within milliseconds of its connection,
+//! so it is never the one that waited longest; the slow clients take turns being closed.
+//! Descriptors stay bounded: the cap, plus at most [`EVICT_SLACK`] closing at any moment (one
+//! more is then accepted and closed at once).
 
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
@@ -18,9 +24,13 @@ use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Connections over the cap that may still be closing (evicted, not yet dropped by the runtime)
+/// before new ones are refused instead.
+pub const EVICT_SLACK: usize = 16;
 
 type Body = http_body_util::Full<Bytes>;
 
@@ -100,6 +110,7 @@ where
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener).map_err(HttpError::Start)?;
         let open = Arc::new(AtomicUsize::new(0));
+        let conns = Arc::new(Conns::new());
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder
             .timer(TokioTimer::new())
@@ -118,7 +129,14 @@ where
                     continue;
                 }
             };
-            if open.load(Ordering::Relaxed) >= limits.max_connections {
+            if conns.len() >= limits.max_connections && conns.evict_one() {
+                // Let the runtime drop the evicted connection's task (and close its socket).
+                tokio::task::yield_now().await;
+            }
+            let n_open = open.load(Ordering::Relaxed);
+            if conns.len() >= limits.max_connections
+                || n_open >= limits.max_connections + EVICT_SLACK
+            {
                 drop(stream);
                 continue;
             }
@@ -127,16 +145,112 @@ where
             let guard = OpenGuard(Arc::clone(&open));
             let h = Arc::clone(&handler);
             let b = Arc::clone(&builder);
-            tokio::spawn(async move {
+            let state = Arc::new(ConnState::new(conns.now_ms()));
+            let (st, cs) = (Arc::clone(&state), Arc::clone(&conns));
+            let task = tokio::spawn(async move {
                 let _guard = guard;
+                let _entry = EntryGuard(Arc::clone(&cs), Arc::as_ptr(&st) as usize);
                 let service = hyper::service::service_fn(move |req| {
                     let r = answer(&*h, req);
+                    // The next head is waited for from now on (keep-alive).
+                    st.served.store(true, Ordering::Relaxed);
+                    st.waiting_since_ms.store(cs.now_ms(), Ordering::Relaxed);
                     async move { Ok::<_, Infallible>(r) }
                 });
                 let _ = b.serve_connection(TokioIo::new(stream), service).await;
             });
+            conns.add(state, task.abort_handle());
         }
     })
+}
+
+/// What the accept loop knows of one open connection.
+struct ConnState {
+    /// Milliseconds since the server started at which it began waiting for its current request
+    /// head (opened, or its last request answered).
+    waiting_since_ms: AtomicU64,
+    /// It completed a request: a real client, closed only after every one that never did.
+    served: AtomicBool,
+}
+
+impl ConnState {
+    fn new(now_ms: u64) -> Self {
+        ConnState {
+            waiting_since_ms: AtomicU64::new(now_ms),
+            served: AtomicBool::new(false),
+        }
+    }
+}
+
+/// The open connections, to choose which one to close when the cap is reached.
+struct Conns {
+    t0: Instant,
+    list: Mutex<Vec<(Arc<ConnState>, tokio::task::AbortHandle)>>,
+}
+
+impl Conns {
+    fn new() -> Self {
+        Conns {
+            t0: Instant::now(),
+            list: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.t0.elapsed().as_millis() as u64
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Arc<ConnState>, tokio::task::AbortHandle)>> {
+        self.list.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn add(&self, state: Arc<ConnState>, abort: tokio::task::AbortHandle) {
+        // A connection that ended before it was listed is not listed.
+        if !abort.is_finished() {
+            self.lock().push((state, abort));
+        }
+    }
+
+    fn remove(&self, key: usize) {
+        self.lock().retain(|(s, _)| Arc::as_ptr(s) as usize != key);
+    }
+
+    /// Closes the connection that has waited longest for a request head, one that never
+    /// completed a request first; false when there is none.
+    fn evict_one(&self) -> bool {
+        let mut list = self.lock();
+        let victim = list
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, (s, _))| {
+                (
+                    s.served.load(Ordering::Relaxed),
+                    s.waiting_since_ms.load(Ordering::Relaxed),
+                )
+            })
+            .map(|(i, _)| i);
+        match victim {
+            Some(i) => {
+                let (_, abort) = list.swap_remove(i);
+                abort.abort();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Takes a connection off the list when its task ends (or is aborted).
+struct EntryGuard(Arc<Conns>, usize);
+
+impl Drop for EntryGuard {
+    fn drop(&mut self) {
+        self.0.remove(self.1);
+    }
 }
 
 /// Counts a connection as open until dropped.
@@ -260,27 +374,69 @@ mod tests {
     }
 
     #[test]
-    fn connections_over_the_cap_are_closed_and_served_again_once_others_leave() {
+    fn over_the_cap_the_oldest_idle_connection_is_closed_for_the_new_one() {
         let addr = start(Limits {
             max_connections: 2,
             ..Limits::default()
         });
-        let a = connect(addr);
-        let b = connect(addr);
+        let mut a = connect(addr);
+        std::thread::sleep(Duration::from_millis(100));
+        let _b = connect(addr);
         std::thread::sleep(Duration::from_millis(200));
         let mut c = connect(addr);
-        let _ = c.write_all(b"GET /metrics HTTP/1.1\r\n\r\n");
-        let mut r = Vec::new();
-        let got = c.read_to_end(&mut r).map(|_| r.len()).unwrap_or(0);
-        assert_eq!(got, 0, "{}", String::from_utf8_lossy(&r));
-        drop((a, b));
-        std::thread::sleep(Duration::from_millis(200));
-        let mut d = connect(addr);
-        d.write_all(b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+        c.write_all(b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
             .unwrap();
         let mut r = String::new();
-        d.read_to_string(&mut r).unwrap();
+        c.read_to_string(&mut r).unwrap();
         assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+        let mut buf = [0u8; 16];
+        assert_eq!(a.read(&mut buf).unwrap_or(0), 0, "the oldest is closed");
+    }
+
+    #[test]
+    fn at_the_cap_the_slowest_head_makes_room_and_a_served_client_stays() {
+        let addr = start(Limits {
+            max_connections: 4,
+            ..Limits::default()
+        });
+        // A real client, served once and kept alive.
+        let mut kept = connect(addr);
+        kept.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        let mut buf = [0u8; 512];
+        assert!(kept.read(&mut buf).unwrap() > 0);
+        // Three slow heads fill the cap.
+        let mut slow: Vec<TcpStream> = (0..3).map(|_| connect(addr)).collect();
+        for s in &mut slow {
+            s.write_all(b"G").unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // A scrape at the cap is served at once; the oldest slow head was closed for it.
+        for round in 0..3 {
+            let t = std::time::Instant::now();
+            let mut c = connect(addr);
+            c.write_all(b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let mut r = String::new();
+            c.read_to_string(&mut r).unwrap();
+            assert!(r.starts_with("HTTP/1.1 200"), "round {round}: {r}");
+            assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+            slow.push(connect(addr));
+            let _ = slow.last_mut().unwrap().write_all(b"G");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let oldest = &mut slow[0];
+        oldest
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        assert_eq!(
+            oldest.read(&mut buf).unwrap_or(0),
+            0,
+            "the oldest slow head is closed"
+        );
+        // The served keep-alive client was never chosen.
+        kept.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        let n = kept.read(&mut buf).unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
     }
 
     #[test]

@@ -84,6 +84,11 @@ struct Counter<'a> {
     ts: f64,
 }
 
+/// Tracks (GPUs, processes) named one by one, and GPUs whose PCIe counters are followed; later
+/// ones keep their events but not a name (a crafted recording of millions of distinct pids or GPU
+/// indices must not grow memory without end, issue 27).
+pub const MAX_NAMED_TRACKS: usize = 10_000;
+
 /// The recording's counter tracks, written event by event as the recording reader hands over its
 /// lines: memory stays flat whatever the recording's length. [`CounterWriter::finish`] adds the
 /// track names and closes the JSON.
@@ -178,9 +183,11 @@ impl<W: Write> Sink for CounterWriter<W> {
 
     fn gpu(&mut self, g: &GpuSample) {
         let pid = GPU_PID_BASE + g.index as u64;
-        self.named
-            .entry(pid)
-            .or_insert_with(|| format!("GPU {} (gpufeed)", g.index));
+        if self.named.len() < MAX_NAMED_TRACKS {
+            self.named
+                .entry(pid)
+                .or_insert_with(|| format!("GPU {} (gpufeed)", g.index));
+        }
         match &g.util_samples {
             Some(v) => {
                 for &[t, u] in v {
@@ -213,8 +220,10 @@ impl<W: Write> Sink for CounterWriter<W> {
                 }
             }
         }
-        self.prev_pcie
-            .insert(g.index, (g.t_s, g.pcie_rx_bytes, g.pcie_tx_bytes));
+        if self.prev_pcie.len() < MAX_NAMED_TRACKS || self.prev_pcie.contains_key(&g.index) {
+            self.prev_pcie
+                .insert(g.index, (g.t_s, g.pcie_rx_bytes, g.pcie_tx_bytes));
+        }
         let args: Vec<(&str, f64)> = [("rx_gb_per_s", rates.0), ("tx_gb_per_s", rates.1)]
             .into_iter()
             .filter_map(|(k, r)| r.map(|r| (k, r / 1e9)))
@@ -240,6 +249,9 @@ impl<W: Write> Sink for CounterWriter<W> {
 
     fn line(&mut self, l: &Line) {
         if let Line::ProcStart(p) = l {
+            if self.named.len() >= MAX_NAMED_TRACKS {
+                return;
+            }
             self.named
                 .entry(p.pid as u64)
                 .or_insert_with(|| format!("{} {}", p.comm.as_deref().unwrap_or("process"), p.pid));

@@ -52,6 +52,12 @@ pub fn text_with(s: &Summary, util_mean_said: bool) -> String {
         job_text(&mut o, j);
     }
     o.push_str(&overrides_text(&s.overrides, &s.override_notes));
+    if let Some(n) = s.steps_dropped {
+        let _ = writeln!(
+            o,
+            "  note   {n} step markers with a time outside the run were dropped (check the clock the job stamps them with: CLOCK_MONOTONIC)"
+        );
+    }
     o
 }
 
@@ -228,6 +234,7 @@ mod tests {
             truncated: false,
             overrides: vec![],
             override_notes: vec![],
+            steps_dropped: None,
         }
     }
 

@@ -147,6 +147,10 @@ pub struct ReadStats {
     pub truncated: bool,
     /// No `end` line: the recorder did not finish.
     pub unfinished: bool,
+    /// Lines dropped for a time outside `0..=reader::MAX_TIME_S` (a year).
+    pub bad_time: u64,
+    /// Lines kept with a string cut to `reader::MAX_STRING_BYTES`.
+    pub long_strings: u64,
 }
 
 pub(crate) fn parse_header(path: &Path, line: &str) -> Result<Header, ReadError> {
@@ -271,6 +275,7 @@ mod tests {
                 exit_code: Some(0),
                 signal: None,
                 reason: Some("job_exited".into()),
+                steps_dropped: None,
             }),
         ]
     }

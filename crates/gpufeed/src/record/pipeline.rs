@@ -98,7 +98,12 @@ enum Item {
     Host,
     Procs(f64),
     Other,
-    Bad { complete: bool },
+    Bad {
+        complete: bool,
+    },
+    BadTime,
+    /// An `Other` line with a string cut.
+    OtherCut,
     TooLong,
 }
 
@@ -185,6 +190,14 @@ fn apply(b: &ParsedBatch, sink: &mut impl Sink, tally: &mut Tally) {
             Item::TooLong => {
                 tally.too_long();
                 continue;
+            }
+            Item::BadTime => tally.bad_time(),
+            Item::OtherCut => {
+                let l = &b.others[o];
+                o += 1;
+                tally.long_strings();
+                tally.other(l);
+                sink.line(l);
             }
         }
         tally.ok();
@@ -345,6 +358,11 @@ fn parse_batch(data: &[u8], too_long_after: bool, p: &mut ParsedBatch) {
                 Item::Other
             }
             Parsed::Bad => Item::Bad { complete },
+            Parsed::BadTime => Item::BadTime,
+            Parsed::LongStrings(l) => {
+                p.others.push(*l);
+                Item::OtherCut
+            }
         };
         match item {
             Item::Gpu => g += 1,
@@ -427,6 +445,27 @@ mod tests {
             );
         }
         one
+    }
+
+    #[test]
+    fn lines_with_times_out_of_bounds_are_dropped_and_counted_on_both_paths() {
+        let mut b = recording(&[0, 3, 4, 5, 8, 0]);
+        for t in ["1e308", "-1e9", "40000000"] {
+            // Line 1's shapes (t_s 0.1), at the bad time: gpu, host, procs, proc_start, exit.
+            for k in [0, 3, 4, 5, 8] {
+                let l = line(k, 1).replace("0.1", t);
+                b.extend_from_slice(l.as_bytes());
+            }
+            let steps = format!(
+                "{{\"type\":\"steps\",\"t_s\":1.0,\"dt_s\":1.0,\"steps\":2,\"span_s\":{t}}}\n"
+            );
+            b.extend_from_slice(steps.as_bytes());
+        }
+        b.extend_from_slice(line(3, 7).as_bytes());
+        let (st, got) = same_as_single_thread(&b);
+        assert_eq!(st.bad_time, 18, "{st:?}");
+        assert_eq!(st.malformed, 0);
+        assert_eq!(got.len(), 7, "{got:?}");
     }
 
     #[test]

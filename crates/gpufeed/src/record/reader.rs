@@ -20,6 +20,19 @@ use std::path::Path;
 /// (a `procs` line of a few hundred processes, a Python stack) are far below it.
 pub const MAX_LINE_BYTES: usize = 1 << 20;
 
+/// Latest time a line may carry, in seconds since the recording started (366 days): a recorder
+/// writes seconds since its start, so a line outside `0..=MAX_TIME_S` (or not finite, or with a
+/// `dt_s` / `span_s` outside the same bounds) is broken or crafted. It is dropped before any
+/// consumer sees it, and counted ([`ReadStats::bad_time`]): a `t_s` of 1e308 had made the HTML
+/// chart's axis computation spin, and -1e9 printed a duration of 277777 h (issue 27).
+pub const MAX_TIME_S: f64 = 366.0 * 86400.0;
+
+/// Longest string kept from a line (a command line, a Python frame's name or file, a status
+/// detail); longer ones are cut at a character boundary and counted
+/// ([`ReadStats::long_strings`]). Real command lines and frame names are far shorter; 3,000
+/// processes with 1 MB command lines had taken diagnose to 5.9 GB (issue 27).
+pub const MAX_STRING_BYTES: usize = 4096;
+
 /// The magic number that starts every zstd frame.
 pub const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
@@ -244,6 +257,11 @@ fn header_of<R: Read>(path: &Path, lines: &mut Lines<R>) -> Result<Header, ReadE
         path: path.to_path_buf(),
         detail,
     };
+    // A UTF-8 byte-order mark (a recording saved by an editor) is not part of the header.
+    while lines.end - lines.start < 3 && lines.fill().map_err(io)? {}
+    if lines.buf[lines.start..lines.end].starts_with(b"\xEF\xBB\xBF") {
+        lines.start += 3;
+    }
     loop {
         if let Some(b) = lines.first_byte().map_err(io)? {
             if b != b'{' {
@@ -362,6 +380,12 @@ fn read_body<R: Read>(
                 tally.bad(complete);
                 continue;
             }
+            Parsed::BadTime => tally.bad_time(),
+            Parsed::LongStrings(l) => {
+                tally.long_strings();
+                tally.other(&l);
+                sink.line(&l)
+            }
         }
         tally.ok();
     }
@@ -381,12 +405,94 @@ pub(super) enum Parsed {
     Other(Box<Line>),
     /// Not valid JSON of a known shape.
     Bad,
+    /// Valid, but a time in it is outside [`MAX_TIME_S`]: dropped and counted.
+    BadTime,
+    /// Valid, with a string cut to [`MAX_STRING_BYTES`]: kept (cut) and counted.
+    LongStrings(Box<Line>),
 }
 
 /// Parses one trimmed, non-blank line: the frequent types by the scanner in [`super::fast`]
 /// (into the buffers given, reused), everything else and whatever it gives up on by serde. The one parser both
-/// the single-thread path and the pipeline's workers use, so sinks get the same values.
+/// the single-thread path and the pipeline's workers use, so sinks get the same values. A line
+/// whose times are outside [`MAX_TIME_S`] is [`Parsed::BadTime`].
 pub(super) fn parse_line(
+    text: &[u8],
+    gpu: &mut GpuSample,
+    host: &mut HostSample,
+    procs: &mut Vec<ProcSample>,
+) -> Parsed {
+    let mut p = parse_shape(text, gpu, host, procs);
+    if let Parsed::Other(l) = &mut p {
+        if !cap_strings(l) {
+            return Parsed::LongStrings(std::mem::replace(l, Box::new(Line::Unknown)));
+        }
+    }
+    let ok = match &p {
+        Parsed::Gpu => time_ok(gpu.t_s),
+        Parsed::Host => time_ok(host.t_s),
+        Parsed::Procs(t) => time_ok(*t),
+        Parsed::Other(l) => times_ok(l),
+        Parsed::Bad | Parsed::BadTime | Parsed::LongStrings(_) => true,
+    };
+    if ok {
+        p
+    } else {
+        Parsed::BadTime
+    }
+}
+
+/// Cuts each string of `l` to [`MAX_STRING_BYTES`]; false when one was cut.
+fn cap_strings(l: &mut Line) -> bool {
+    let mut all = true;
+    let mut cap = |s: &mut String| {
+        if s.len() > MAX_STRING_BYTES {
+            let mut at = MAX_STRING_BYTES;
+            while !s.is_char_boundary(at) {
+                at -= 1;
+            }
+            s.truncate(at);
+            s.shrink_to_fit();
+            all = false;
+        }
+    };
+    match l {
+        Line::ProcStart(p) => {
+            p.cmd.iter_mut().chain(p.comm.iter_mut()).for_each(&mut cap);
+        }
+        Line::PyFrame(f) => {
+            cap(&mut f.name);
+            cap(&mut f.file);
+            f.src.iter_mut().for_each(&mut cap);
+        }
+        Line::PyStatus(p) => p.detail.iter_mut().for_each(&mut cap),
+        Line::End(e) => e.reason.iter_mut().for_each(&mut cap),
+        _ => {}
+    }
+    all
+}
+
+/// Within `0..=MAX_TIME_S`.
+fn time_ok(t: f64) -> bool {
+    (0.0..=MAX_TIME_S).contains(&t)
+}
+
+/// Every time a line other than the frequent three carries is within bounds.
+fn times_ok(l: &Line) -> bool {
+    match l {
+        Line::ProcStart(p) => time_ok(p.t_s),
+        Line::Procs { t_s, .. } | Line::ProcExit { t_s, .. } => time_ok(*t_s),
+        Line::End(e) => time_ok(e.t_s),
+        Line::Overrides(o) => time_ok(o.t_s),
+        Line::PyStatus(p) => time_ok(p.t_s),
+        Line::PySamples(p) => time_ok(p.t_s) && time_ok(p.dt_s),
+        Line::Steps(s) => time_ok(s.t_s) && time_ok(s.dt_s) && time_ok(s.span_s),
+        Line::Gpu(g) => time_ok(g.t_s),
+        Line::Host(h) => time_ok(h.t_s),
+        Line::PyFrame(_) | Line::PyStack(_) | Line::Unknown => true,
+    }
+}
+
+fn parse_shape(
     text: &[u8],
     gpu: &mut GpuSample,
     host: &mut HostSample,
@@ -454,6 +560,16 @@ impl Tally {
         if matches!(l, Line::End(_)) {
             self.stats.unfinished = false;
         }
+    }
+
+    /// A valid line dropped for a time out of bounds (before [`Tally::ok`]).
+    pub(super) fn bad_time(&mut self) {
+        self.stats.bad_time += 1;
+    }
+
+    /// A valid line with a string cut to [`MAX_STRING_BYTES`] (before [`Tally::ok`]).
+    pub(super) fn long_strings(&mut self) {
+        self.stats.long_strings += 1;
     }
 
     /// A line that did not parse; `complete`: it ended with a newline.

@@ -108,6 +108,8 @@ pub struct Recorder {
     lines: Option<Sender<Line>>,
     writer: Option<JoinHandle<Result<(), String>>>,
     tree_pids: Arc<Mutex<Vec<u32>>>,
+    /// The step-marker socket, for the count of markers it dropped (in the `end` line).
+    steps: Option<Arc<StepSocket>>,
 }
 
 impl Prepared {
@@ -318,6 +320,7 @@ impl Prepared {
             lines: Some(lines_tx),
             writer: Some(writer),
             tree_pids,
+            steps: self.cfg.steps.clone(),
         })
     }
 }
@@ -348,6 +351,9 @@ impl Recorder {
     pub fn finish(mut self, mut end: End) -> Result<PathBuf, RecordError> {
         self.stop_samplers();
         end.t_s = self.elapsed_s();
+        if let Some(n) = self.steps.as_ref().map(|s| s.dropped()).filter(|&n| n > 0) {
+            end.steps_dropped = Some(n);
+        }
         if let Some(tx) = self.lines.take() {
             let _ = tx.send(Line::End(end));
         }
@@ -726,14 +732,18 @@ mod tests {
         .unwrap();
         let rec = prepared.start(None, None).unwrap();
         let tx = std::os::unix::net::UnixDatagram::unbound().unwrap();
-        // Steps of 100 ms, 30 of them waiting, 4 samples each.
+        // Steps of 100 ms, 30 of them waiting, 4 samples each (ended just now), and one marker
+        // 10^18 ns ahead that must not stretch a step over the run (issue 27).
+        let t0 = crate::sample::steps::monotonic_ns() - 500_000_000;
         for i in 0..4u64 {
-            let t = 1_000_000_000 + i * 100_000_000;
+            let t = t0 + i * 100_000_000;
             tx.send_to(format!("step {t} 30000000 4").as_bytes(), sock.path())
                 .unwrap();
         }
+        let far = format!("step {} 0 4", t0 + 10u64.pow(18));
+        tx.send_to(far.as_bytes(), sock.path()).unwrap();
         let deadline = Instant::now() + Duration::from_secs(2);
-        while sock.marks().len() < 4 && Instant::now() < deadline {
+        while sock.marks().len() + (sock.dropped() as usize) < 5 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
         let path = rec.finish(End::default()).unwrap();
@@ -741,9 +751,9 @@ mod tests {
         super::super::reader::read_path(&path, &mut all).unwrap();
         let got: Vec<_> = all
             .0
-            .into_iter()
+            .iter()
             .filter_map(|l| match l {
-                Line::Steps(s) => Some(s),
+                Line::Steps(s) => Some(s.clone()),
                 _ => None,
             })
             .collect();
@@ -754,5 +764,10 @@ mod tests {
         assert_eq!(steps, 3, "{got:?}");
         assert!((span - 0.3).abs() < 1e-6 && (wait - 0.09).abs() < 1e-6);
         assert_eq!(items, 12);
+        let end = all.0.iter().find_map(|l| match l {
+            Line::End(e) => Some(e.steps_dropped),
+            _ => None,
+        });
+        assert_eq!(end, Some(Some(1)));
     }
 }

@@ -36,6 +36,9 @@ pub struct Summary {
     /// Overrides that could not apply, and why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub override_notes: Vec<String>,
+    /// Step markers dropped for a time outside the job's run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps_dropped: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -376,6 +379,7 @@ impl SummaryBuilder {
         });
 
         Summary {
+            steps_dropped: end.as_ref().and_then(|e| e.steps_dropped),
             schema_version: header.schema_version,
             recording: path.display().to_string(),
             start_time: header.start_time.clone(),

@@ -138,6 +138,9 @@ pub struct End {
     /// Why the recording stopped: "job_exited", "duration", "interrupted", "attached_exited".
     #[serde(default)]
     pub reason: Option<String>,
+    /// Step markers dropped for a time outside the job's run (see `sample::steps::plausible`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps_dropped: Option<u64>,
 }
 
 /// The `overrides` line: values gpufeed put in place of the job's own, and why others could not be.

@@ -8,7 +8,7 @@
 
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -64,6 +64,18 @@ pub fn parse_datagram(text: &str, now_ns: u64) -> Vec<StepMark> {
         .collect()
 }
 
+/// How far a marker's time may lie outside the socket's life (clock reads of the job and of
+/// gpufeed race by microseconds; a probe may batch a few markers into one datagram).
+pub const MARK_SKEW_NS: u64 = 1_000_000_000;
+
+/// A marker is plausible when it ended after the socket was bound (before the job could send
+/// anything) and not after its receipt, each give or take [`MARK_SKEW_NS`]. Anything else (a
+/// time 10^18 ns ahead, 2^64-1, a step from before the job) would stretch one step over the
+/// whole run and freeze the accounting (issue 27), so it is dropped and counted.
+pub fn plausible(t_ns: u64, bound_ns: u64, now_ns: u64) -> bool {
+    t_ns >= bound_ns.saturating_sub(MARK_SKEW_NS) && t_ns <= now_ns.saturating_add(MARK_SKEW_NS)
+}
+
 /// Why `--step-socket PATH` cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum GivenSocketError {
@@ -92,6 +104,8 @@ pub struct StepSocket {
     /// The private folder the socket lives in ([`StepSocket::open`]), removed on drop.
     dir: Option<tempfile::TempDir>,
     marks: Arc<Mutex<Vec<StepMark>>>,
+    /// Markers dropped for a time outside [`plausible`].
+    dropped: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -149,7 +163,9 @@ impl StepSocket {
         sock.set_read_timeout(Some(Duration::from_millis(100)))?;
         let marks = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (m, s) = (Arc::clone(&marks), Arc::clone(&stop));
+        let dropped = Arc::new(AtomicU64::new(0));
+        let (m, s, d) = (Arc::clone(&marks), Arc::clone(&stop), Arc::clone(&dropped));
+        let bound_ns = monotonic_ns();
         let thread = std::thread::Builder::new()
             .name("gpufeed-steps".into())
             .spawn(move || {
@@ -157,8 +173,11 @@ impl StepSocket {
                 while !s.load(Ordering::Relaxed) {
                     match sock.recv(&mut buf) {
                         Ok(n) => {
-                            let got =
-                                parse_datagram(&String::from_utf8_lossy(&buf[..n]), monotonic_ns());
+                            let now = monotonic_ns();
+                            let mut got = parse_datagram(&String::from_utf8_lossy(&buf[..n]), now);
+                            let before = got.len();
+                            got.retain(|k| plausible(k.t_ns, bound_ns, now));
+                            d.fetch_add((before - got.len()) as u64, Ordering::Relaxed);
                             if let Ok(mut v) = m.lock() {
                                 v.extend(got);
                             }
@@ -178,6 +197,7 @@ impl StepSocket {
             path: path.to_path_buf(),
             dir: None,
             marks,
+            dropped,
             stop,
             thread: Some(thread),
         })
@@ -190,6 +210,11 @@ impl StepSocket {
     /// The steps received so far, in the order they arrived.
     pub fn marks(&self) -> Vec<StepMark> {
         self.marks_since(0)
+    }
+
+    /// Markers dropped so far for an implausible time (see [`plausible`]).
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 
     /// The steps received after the first `from` (for a reader that keeps its place).
@@ -242,7 +267,7 @@ impl StepFolder {
             } else {
                 (
                     all.wait_s.zip(t.wait_s).map(|(a, b)| a + b),
-                    all.items.zip(t.items).map(|(a, b)| a + b),
+                    all.items.zip(t.items).map(|(a, b)| a.saturating_add(b)),
                 )
             };
         }
@@ -276,7 +301,7 @@ impl StepFolder {
                     .wait_s
                     .zip(k.wait_ns)
                     .map(|(a, w)| a + (w as f64 / 1e9).min(dur_s));
-                t.items = t.items.zip(k.items).map(|(a, b)| a + b);
+                t.items = t.items.zip(k.items).map(|(a, b)| a.saturating_add(b));
             }
             self.last_ns
                 .insert(k.rank, last.map_or(k.t_ns, |p| p.max(k.t_ns)));
@@ -322,7 +347,7 @@ mod tests {
         assert!(path.exists());
         let s = StepSocket::bind_given(&path).unwrap();
         let tx = UnixDatagram::unbound().unwrap();
-        tx.send_to(b"step 5 1 2", &path).unwrap();
+        tx.send_to(b"step - 1 2", &path).unwrap();
         let until = std::time::Instant::now() + Duration::from_secs(5);
         while s.marks().is_empty() && std::time::Instant::now() < until {
             std::thread::sleep(Duration::from_millis(10));
@@ -337,6 +362,26 @@ mod tests {
         // No folder: a clear error.
         let e = StepSocket::bind_given(&dir.path().join("nope/s.sock")).unwrap_err();
         assert!(e.to_string().contains("folder exists"), "{e}");
+    }
+
+    #[test]
+    fn the_plausible_window_is_the_sockets_life_give_or_take_the_skew() {
+        let (bound, now) = (50 * MARK_SKEW_NS, 60 * MARK_SKEW_NS);
+        assert!(plausible(bound, bound, now) && plausible(now, bound, now));
+        assert!(plausible(bound - MARK_SKEW_NS, bound, now));
+        assert!(plausible(now + MARK_SKEW_NS, bound, now));
+        assert!(!plausible(bound - MARK_SKEW_NS - 1, bound, now));
+        assert!(!plausible(now + MARK_SKEW_NS + 1, bound, now));
+        assert!(plausible(0, 0, 0), "no underflow at boot");
+        // u64::MAX items: saturates, never overflows.
+        let mut f = StepFolder::default();
+        let big = |t| StepMark {
+            t_ns: t,
+            wait_ns: None,
+            items: Some(u64::MAX),
+            rank: None,
+        };
+        assert_eq!(f.fold(&[big(1), big(2), big(3)]).items, Some(u64::MAX));
     }
 
     #[test]
@@ -431,17 +476,26 @@ mod tests {
         let p = dir.path().join("s.sock");
         let s = StepSocket::bind(&p).unwrap();
         let tx = UnixDatagram::unbound().unwrap();
+        let t0 = monotonic_ns();
         for i in 0..5u64 {
-            tx.send_to(format!("step {} 10", 1000 + i).as_bytes(), &p)
+            tx.send_to(format!("step {} 10", t0 + i).as_bytes(), &p)
                 .unwrap();
         }
+        // Implausible: from before the socket, far ahead, the largest u64.
+        let bad = format!(
+            "step 5 10\nstep {} 1\nstep {}",
+            t0 + 10u64.pow(18),
+            u64::MAX
+        );
+        tx.send_to(bad.as_bytes(), &p).unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(2);
-        while s.marks().len() < 5 && std::time::Instant::now() < deadline {
+        while s.dropped() < 3 && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
         let m = s.marks();
         assert_eq!(m.len(), 5);
-        assert_eq!(m[4].t_ns, 1004);
+        assert_eq!(m[4].t_ns, t0 + 4);
+        assert_eq!(s.dropped(), 3);
         assert_eq!(s.marks_since(3).len(), 2);
         assert!(s.marks_since(9).is_empty());
         drop(s);

@@ -285,9 +285,31 @@ pub struct StepAnn {
     pub on_gpu: bool,
 }
 
+/// Distinct kernel names kept one by one; kernels with later names are booked under one
+/// "other kernels" name. Real traces have a few hundred to a few thousand.
+pub const MAX_KERNEL_NAMES: usize = 4096;
+/// Distinct devices and (device, stream) pairs kept apart; events on later ones are booked on
+/// the last device / stream id, [`OTHER_ID`]. Real traces have up to a few dozen of each.
+pub const MAX_DEVICES: usize = 1024;
+pub const MAX_STREAMS: usize = 4096;
+/// The device or stream id that stands for "all the others" past the caps.
+pub const OTHER_ID: u64 = u64::MAX - 1;
+
+/// What the caps above folded together (issue 27: 100,000 kernels each on its own device with
+/// 8 KB names took analyze to 1.6 GB and ten minutes).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Capped {
+    pub kernel_names: u64,
+    pub devices: u64,
+    pub streams: u64,
+}
+
 /// Everything the analyses need from one trace.
 #[derive(Debug, Default)]
 pub struct Collected {
+    pub capped: Capped,
+    devices_seen: HashSet<u64>,
+    streams_seen: HashSet<(u64, u64)>,
     pub base_time_ns: Option<f64>,
     pub device_props: Vec<serde_json::Value>,
     pub dist: Option<serde_json::Value>,
@@ -341,12 +363,46 @@ impl Collected {
         if let Some(&i) = self.kernel_index.get(name) {
             return i;
         }
+        if self.kernel_names.len() >= MAX_KERNEL_NAMES {
+            self.capped.kernel_names += 1;
+            let other: &[u8] = b"(other kernels, past the first 4096 names)";
+            if let Some(&i) = self.kernel_index.get(other) {
+                return i;
+            }
+            let i = self.kernel_names.len() as u32;
+            self.kernel_names
+                .push(String::from_utf8_lossy(other).into_owned());
+            self.kernel_agg.push(KernelAgg::default());
+            self.kernel_index.insert(other.to_vec(), i);
+            return i;
+        }
         let i = self.kernel_names.len() as u32;
         self.kernel_names
             .push(String::from_utf8_lossy(name).into_owned());
         self.kernel_agg.push(KernelAgg::default());
         self.kernel_index.insert(name.to_vec(), i);
         i
+    }
+
+    /// Books an event past [`MAX_DEVICES`] / [`MAX_STREAMS`] on [`OTHER_ID`].
+    fn cap_ids(&mut self, r: &mut DevRec) {
+        if !self.devices_seen.contains(&r.device) {
+            if self.devices_seen.len() >= MAX_DEVICES {
+                self.capped.devices += 1;
+                r.device = OTHER_ID;
+            } else {
+                self.devices_seen.insert(r.device);
+            }
+        }
+        let key = (r.device, r.stream);
+        if !self.streams_seen.contains(&key) {
+            if self.streams_seen.len() >= MAX_STREAMS {
+                self.capped.streams += 1;
+                r.stream = OTHER_ID;
+            } else {
+                self.streams_seen.insert(key);
+            }
+        }
     }
 
     fn copy_tag(&mut self, name: &[u8]) -> u32 {
@@ -437,6 +493,7 @@ impl Collected {
             tag: 0,
             bytes: a.bytes.unwrap_or(0.0) as f32,
         };
+        self.cap_ids(&mut r);
         match kind {
             Kind::Kernel => {
                 r.tag = self.kernel_tag(&ev.name);

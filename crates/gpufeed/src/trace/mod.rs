@@ -79,6 +79,18 @@ pub fn analyze_reader(r: impl Read, name: &str) -> Result<TraceSummary, TraceErr
     s.events = st.events;
     s.truncated = st.truncated;
     s.warnings = st.warnings;
+    let k = c.capped;
+    if k.kernel_names + k.devices + k.streams > 0 {
+        s.warnings.push(format!(
+            "more distinct kernel names, devices or streams than a real trace has: {} kernels past the first {} names, {} events past the first {} devices and {} past the first {} streams were booked together as \"other\"",
+            k.kernel_names,
+            collect::MAX_KERNEL_NAMES,
+            k.devices,
+            collect::MAX_DEVICES,
+            k.streams,
+            collect::MAX_STREAMS
+        ));
+    }
     if c.kernels.is_empty() && c.memcpys.is_empty() {
         s.warnings.push(
             "no GPU events: a CPU-only trace (or the profiler ran without CUDA activities)".into(),

@@ -739,3 +739,355 @@ fn bad_input_messages_name_what_the_file_is() {
         o.stderr
     );
 }
+
+/// Times out of bounds (issue 27, item 2): one `t_s` of 1e308 made `diagnose --html` spin in the
+/// chart's axis computation and the text say "18446744073709551615h"; -1e9 said "277777h". Such
+/// lines are dropped by the reader, with a note, before anything is summed or charted.
+#[test]
+fn times_out_of_bounds_are_dropped_with_a_note_before_charts_and_sums() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, bad) in [("huge", "1e308"), ("negative", "-1e9"), ("far", "40000000")] {
+        let mut rec = valid_recording();
+        let at = rec.find('\n').unwrap() + 1;
+        let line = format!(
+            "{{\"type\":\"gpu\",\"index\":0,\"t_s\":{bad},\"util_pct\":50.0}}\n\
+             {{\"type\":\"proc_exit\",\"t_s\":{bad},\"pid\":7}}\n"
+        );
+        rec.insert_str(at, &line);
+        let p = dir.path().join(format!("{name}.ndjson"));
+        std::fs::write(&p, rec).unwrap();
+        let html = dir.path().join(format!("{name}.html"));
+        let o = run(&[
+            "diagnose".as_ref(),
+            "--html".as_ref(),
+            html.as_os_str(),
+            p.as_os_str(),
+        ]);
+        assert_eq!(o.code, Some(0), "{name}: {:?} {}", o.elapsed, o.stderr);
+        assert!(
+            o.stdout
+                .contains("2 lines with a time outside 0 s to 366 days"),
+            "{name}: {}",
+            o.stdout
+        );
+        assert!(!o.stdout.contains("277777h") && !o.stdout.contains("18446744073709551615"));
+        assert!(o.stdout.contains("(recording, 29.5 s"), "{}", o.stdout);
+        assert!(std::fs::metadata(&html).unwrap().len() > 1000);
+        let o = run(&[
+            "diagnose".as_ref(),
+            "--format".as_ref(),
+            "json".as_ref(),
+            p.as_os_str(),
+        ]);
+        let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+        assert_eq!(v["source"]["bad_time"], 2, "{name}");
+        assert!(
+            v["duration_s"].as_f64().unwrap() <= 31.0,
+            "{name}: {}",
+            v["duration_s"]
+        );
+    }
+}
+
+/// A `.ndjson.zst` whose lines are `prefix(i) + body + suffix(i)`, `body` compressed once and its
+/// frame repeated (concatenated zstd frames decode as one stream): 300 lines of 1 MB in a few KB,
+/// written in milliseconds however slow the debug build's zstd is.
+fn repeated_body_zst(path: &Path, n: usize, body: &[u8], line: impl Fn(usize) -> (String, String)) {
+    let frame = |b: &[u8]| zstd::encode_all(b, 1).unwrap();
+    let body_frame = frame(body);
+    let mut out = frame(format!("{}\n", header_line()).as_bytes());
+    for i in 0..n {
+        let (pre, post) = line(i);
+        out.extend(frame(pre.as_bytes()));
+        out.extend_from_slice(&body_frame);
+        out.extend(frame(post.as_bytes()));
+    }
+    let mut tail = String::new();
+    for i in 0..20 {
+        tail.push_str(&gpu_line(i as f64, 50.0, 1 << 30));
+        tail.push('\n');
+    }
+    tail.push_str("{\"type\":\"end\",\"t_s\":20.0,\"exit_code\":0}\n");
+    out.extend(frame(tail.as_bytes()));
+    std::fs::write(path, out).unwrap();
+}
+
+/// Runs gpufeed and returns its exit code, stdout and its peak RSS (VmHWM, read until it exits).
+fn run_peak_rss(args: &[&std::ffi::OsStr]) -> (Option<i32>, String, u64) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpufeed"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut out, &mut s).ok();
+        s
+    });
+    let (mut peak_kb, start) = (0u64, Instant::now());
+    let status = loop {
+        if let Ok(s) = std::fs::read_to_string(format!("/proc/{}/status", child.id())) {
+            if let Some(kb) = s
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            {
+                peak_kb = peak_kb.max(kb);
+            }
+        }
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if start.elapsed() > TIME_LIMIT {
+            child.kill().ok();
+            child.wait().ok();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    (
+        status.and_then(|s| s.code()),
+        reader.join().unwrap(),
+        peak_kb << 10,
+    )
+}
+
+/// Memory bounds (issue 27, item 1): distinct processes with 1 MB command lines and Python frames
+/// with 1 MB names, in small `.zst` files, through diagnose, compare and export; and more distinct
+/// processes than are followed one by one. Peak RSS stays under 200 MB (the old readers kept
+/// every string whole: 300 such lines took well over 600 MB).
+#[test]
+fn crafted_recordings_keep_memory_bounded_with_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mb = vec![b'a'; 1_000_000];
+    let procs = d.join("procs.ndjson.zst");
+    repeated_body_zst(&procs, 300, &mb, |i| {
+        (
+            format!(
+                "{{\"type\":\"proc_start\",\"t_s\":1.0,\"pid\":{},\"ppid\":1,\"cmd\":\"",
+                1000 + i
+            ),
+            "\",\"comm\":\"python\"}\n".into(),
+        )
+    });
+    let frames = d.join("frames.ndjson.zst");
+    repeated_body_zst(&frames, 300, &mb, |i| {
+        (
+            format!("{{\"type\":\"py_frame\",\"id\":{i},\"name\":\""),
+            "\",\"file\":\"train.py\",\"line\":1}\n".into(),
+        )
+    });
+    let many = d.join("many.ndjson.zst");
+    let mut text = format!("{}\n", header_line());
+    for i in 0..12_000 {
+        text.push_str(&format!(
+            "{{\"type\":\"proc_start\",\"t_s\":1.0,\"pid\":{},\"ppid\":1,\"cmd\":\"python\"}}\n",
+            1000 + i
+        ));
+    }
+    text.push_str("{\"type\":\"end\",\"t_s\":20.0,\"exit_code\":0}\n");
+    std::fs::write(&many, zstd::encode_all(text.as_bytes(), 3).unwrap()).unwrap();
+    for f in [&procs, &frames, &many] {
+        let size = std::fs::metadata(f).unwrap().len();
+        assert!(size < 400_000, "{}: {size} bytes on disk", f.display());
+    }
+    let out = d.join("o.json");
+    let s = |x: &str| std::ffi::OsString::from(x);
+    let runs: Vec<(Vec<std::ffi::OsString>, Option<&str>)> = vec![
+        (vec![s("diagnose"), procs.clone().into()], Some("was cut")),
+        (vec![s("diagnose"), frames.clone().into()], Some("was cut")),
+        (
+            vec![s("diagnose"), many.clone().into()],
+            Some("beyond the first 10000 processes"),
+        ),
+        (
+            vec![s("compare"), procs.clone().into(), frames.clone().into()],
+            None,
+        ),
+        (
+            vec![
+                s("export"),
+                s("--perfetto"),
+                out.clone().into(),
+                procs.clone().into(),
+            ],
+            None,
+        ),
+        (
+            vec![
+                s("export"),
+                s("--perfetto"),
+                out.clone().into(),
+                many.clone().into(),
+            ],
+            None,
+        ),
+    ];
+    for (args, says) in runs {
+        let a: Vec<&std::ffi::OsStr> = args.iter().map(|x| x.as_os_str()).collect();
+        let (code, stdout, peak) = run_peak_rss(&a);
+        let shown = format!(
+            "{:?}",
+            args.iter()
+                .map(|x| x.to_string_lossy().replace(&*d.to_string_lossy(), ""))
+                .collect::<Vec<_>>()
+        );
+        eprintln!("{shown}: exit {code:?}, peak RSS {} MB", peak >> 20);
+        assert_eq!(code, Some(0), "{shown}: {stdout}");
+        assert!(peak < 200 << 20, "{shown}: peak RSS {} MB", peak >> 20);
+        if let Some(says) = says {
+            assert!(stdout.contains(says), "{shown}: {stdout}");
+        }
+    }
+}
+
+/// Memory bounds in `analyze` (issue 27, item 1): 30,000 kernels, each with its own 8 KB name,
+/// device and stream, in a small `.json.gz` (gzip members concatenated: the 8 KB body is
+/// compressed once). Peak RSS stays under 200 MB and the report says what was folded together.
+#[test]
+fn a_trace_of_distinct_devices_and_long_names_keeps_memory_bounded() {
+    use flate2::write::GzEncoder;
+    let gz = |b: &[u8]| {
+        let mut e = GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(b).unwrap();
+        e.finish().unwrap()
+    };
+    let body = gz(&[b'k'; 8000]);
+    let n = 30_000;
+    let mut out = gz(b"{\"traceEvents\":[\n{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"0");
+    for i in 0..n {
+        out.extend_from_slice(&body);
+        let next = if i + 1 < n {
+            format!(",\n{{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"{}", i + 1)
+        } else {
+            ",\n{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":\"end\",\"pid\":1,\"tid\":1,\"ts\":1,\"dur\":1}]}".into()
+        };
+        let end = format!(
+            "\",\"pid\":0,\"tid\":7,\"ts\":{},\"dur\":5,\"args\":{{\"device\":{i},\"stream\":{i}}}}}{next}",
+            i * 10
+        );
+        out.extend(gz(end.as_bytes()));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("devices.json.gz");
+    std::fs::write(&p, &out).unwrap();
+    assert!(out.len() < 8 << 20, "{} bytes on disk", out.len());
+    let (code, stdout, peak) = run_peak_rss(&["analyze".as_ref(), p.as_os_str()]);
+    eprintln!(
+        "analyze: exit {code:?}, peak RSS {} MB, {} bytes on disk",
+        peak >> 20,
+        out.len()
+    );
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(peak < 200 << 20, "peak RSS {} MB", peak >> 20);
+    assert!(stdout.contains("booked together as \"other\""), "{stdout}");
+}
+
+/// `diagnose --html X --export-json X` (issue 27, item 9): refused (exit 2) before anything is
+/// written, instead of one output silently overwriting the other; also through another name.
+#[test]
+fn html_and_json_outputs_on_one_file_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("r.ndjson");
+    std::fs::write(&rec, valid_recording()).unwrap();
+    let out = dir.path().join("out");
+    let other_name = dir.path().join(".").join("out");
+    let o = run(&[
+        "diagnose".as_ref(),
+        "--html".as_ref(),
+        out.as_os_str(),
+        "--export-json".as_ref(),
+        other_name.as_os_str(),
+        rec.as_os_str(),
+    ]);
+    assert_eq!(o.code, Some(2), "{}", o.stderr);
+    assert!(o.stderr.contains("are the same file"), "{}", o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert!(!out.exists());
+}
+
+/// A recording starting with a UTF-8 byte-order mark (issue 27, item 9) is read as a recording by
+/// diagnose (it was called an nvidia-smi CSV) and by export, plain and zstd-compressed.
+#[test]
+fn a_recording_with_a_byte_order_mark_is_a_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!("\u{feff}{}", valid_recording());
+    let plain = dir.path().join("bom.ndjson");
+    std::fs::write(&plain, &text).unwrap();
+    let zst = dir.path().join("bom.ndjson.zst");
+    std::fs::write(&zst, zstd::encode_all(text.as_bytes(), 3).unwrap()).unwrap();
+    let out = dir.path().join("o.json");
+    for p in [&plain, &zst] {
+        let o = run(&["diagnose".as_ref(), p.as_os_str()]);
+        assert_eq!(o.code, Some(0), "{}", o.stderr);
+        assert!(o.stdout.contains("(recording, 29.5 s"), "{}", o.stdout);
+        let o = run(&[
+            "export".as_ref(),
+            "--perfetto".as_ref(),
+            out.as_os_str(),
+            p.as_os_str(),
+        ]);
+        assert_eq!(o.code, Some(0), "{}", o.stderr);
+    }
+}
+
+/// FIFO and pipe inputs (issue 27, item 7): export and compare, which read an input more than
+/// once, refuse a FIFO or /dev/stdin with exit 2 and one line at once (they hung, or said "the
+/// input is empty"); nothing ever writes the FIFO here, so a hang would run into the time limit.
+#[test]
+fn fifo_and_pipe_inputs_are_refused_by_readers_that_read_twice_never_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo on a path we own, with a NUL-terminated string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let rec = dir.path().join("r.ndjson");
+    std::fs::write(&rec, valid_recording()).unwrap();
+    let out = dir.path().join("o.json");
+    let (f, r, o) = (fifo.as_os_str(), rec.as_os_str(), out.as_os_str());
+    for args in [
+        vec!["export".as_ref(), "--perfetto".as_ref(), o, f],
+        vec![
+            "export".as_ref(),
+            "--perfetto".as_ref(),
+            o,
+            r,
+            "--merge".as_ref(),
+            f,
+        ],
+        vec!["compare".as_ref(), f, r],
+        vec!["compare".as_ref(), r, f],
+    ] {
+        let t = Instant::now();
+        let res = run(&args);
+        assert_eq!(res.code, Some(2), "{args:?}: {}", res.stderr);
+        assert!(
+            res.stderr.contains("is a pipe or a socket"),
+            "{}",
+            res.stderr
+        );
+        assert_eq!(res.stderr.lines().count(), 1, "{}", res.stderr);
+        assert!(t.elapsed() < Duration::from_secs(30), "{args:?}");
+    }
+    // `--merge /dev/stdin` with a pipe on stdin (it said "the input is empty": read twice).
+    let mut c = Command::new(env!("CARGO_BIN_EXE_gpufeed"))
+        .args(["export", "--perfetto"])
+        .args([o, r])
+        .args(["--merge", "/dev/stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(c.stdin.take());
+    let mut err = String::new();
+    std::io::Read::read_to_string(c.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(c.wait().unwrap().code(), Some(2), "{err}");
+    assert!(err.contains("is a pipe or a socket"), "{err}");
+    assert!(!out.exists());
+}

@@ -164,6 +164,7 @@ fn write_recording(dir: &Path, name: &str, s: &Shape) -> PathBuf {
         exit_code: Some(0),
         signal: None,
         reason: Some("job_exited".into()),
+        ..Default::default()
     }));
     let p = dir.join(name);
     std::fs::write(&p, out).unwrap();

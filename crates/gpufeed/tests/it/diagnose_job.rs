@@ -47,6 +47,7 @@ fn node(dir: &Path, host: &str, util: fn(f64) -> f64, throttle: u64) -> PathBuf 
         exit_code: Some(0),
         signal: None,
         reason: Some("job_exited".into()),
+        ..Default::default()
     });
     out.push_str(&serde_json::to_string(&l).unwrap());
     out.push('\n');

@@ -151,3 +151,104 @@ fn a_sigkilled_run_leaves_its_job_running() {
     assert!(rec.starts_with("{\"type\":\"header\""));
     assert!(!rec.contains("\"type\":\"end\""));
 }
+
+/// A trial that starts a daemon the classic way: fork, `setsid`, fork again, the middle process
+/// exits (issue 27, item 3). The daemon writes its pid to `$0` and runs for a minute.
+fn double_forking_trial(pidfile: &Path, then: &str) -> Vec<String> {
+    let py = "import os, sys, time\n\
+              if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        \
+              open(sys.argv[1], 'w').write(str(os.getpid()))\n        time.sleep(60)\n    \
+              os._exit(0)\n\
+              os.wait()\n";
+    // `{w}`: the sweep's knob must appear in the command.
+    let sh = format!("python3 -c \"$1\" \"$0\"; : {{w}}; {then}");
+    vec![
+        "sh".into(),
+        "-c".into(),
+        sh,
+        pidfile.display().to_string(),
+        py.into(),
+    ]
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .and_then(|(_, r)| r.trim_start().chars().next())
+            .is_some_and(|st| st != 'Z' && st != 'X')
+    })
+}
+
+fn daemon_pid(pidfile: &Path) -> u32 {
+    wait_for("the daemon's pid", Duration::from_secs(20), || {
+        std::fs::read_to_string(pidfile).is_ok_and(|s| s.trim().parse::<u32>().is_ok())
+    });
+    std::fs::read_to_string(pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_double_forked_daemon_does_not_outlive_its_trial() {
+    if !has_python() {
+        eprintln!("SKIPPED: python3 not found (the daemon double-forks with os.fork)");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    // (how the trial ends, what the job does after starting its daemon, signal to gpufeed)
+    let cases = [
+        ("normal end", "sleep 0.5", None),
+        ("--max-time", "sleep 30", None),
+        ("SIGTERM to gpufeed", "sleep 30", Some(libc::SIGTERM)),
+        ("SIGINT to gpufeed", "sleep 30", Some(libc::SIGINT)),
+    ];
+    for (i, (how, then, sig)) in cases.into_iter().enumerate() {
+        let pidfile = d.path().join(format!("daemon{i}.pid"));
+        let mark = format!("daemon-{}-{i}", std::process::id());
+        let mut g = gpufeed(&mark)
+            .args([
+                "sweep",
+                "-L",
+                "w",
+                "1",
+                "--min-time",
+                "1s",
+                "--max-time",
+                "3s",
+            ])
+            .arg("--output-dir")
+            .arg(d.path().join(format!("out{i}")))
+            .args(["-q", "--"])
+            .args(double_forking_trial(&pidfile, then))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let daemon = daemon_pid(&pidfile);
+        assert!(alive(daemon), "{how}: the daemon never ran");
+        if let Some(sig) = sig {
+            // SAFETY: kill(2) on our own child.
+            unsafe {
+                libc::kill(g.id() as libc::pid_t, sig);
+            }
+        }
+        let t = Instant::now();
+        g.wait().unwrap();
+        let gone = !alive(daemon);
+        let left = marked(&mark, 0);
+        if !gone {
+            // SAFETY: kill(2) on the survivor this test made, so the next run is clean.
+            unsafe {
+                libc::kill(daemon as libc::pid_t, libc::SIGKILL);
+            }
+        }
+        assert!(gone, "{how}: daemon {daemon} outlived gpufeed");
+        assert_eq!(left, Vec::<u32>::new(), "{how}: processes left");
+        eprintln!(
+            "{how}: gpufeed ended {:?} after the signal or start",
+            t.elapsed()
+        );
+    }
+}
