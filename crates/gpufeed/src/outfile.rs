@@ -78,6 +78,16 @@ pub fn with_suffix(path: &Path, n: u32) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// True when `path` is (or a symlink there leads to) a character or block device, a FIFO or a
+/// socket: something a rename must never replace.
+pub fn special(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| {
+        let t = m.file_type();
+        t.is_char_device() || t.is_block_device() || t.is_fifo() || t.is_socket()
+    })
+}
+
 /// True when something (a file, a folder, a symlink, even a dangling one) is at `path`.
 pub fn occupied(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok()
@@ -98,6 +108,17 @@ impl Pending {
         if clobber == Clobber::Refuse && occupied(target) {
             return Err(OutputError::Exists {
                 path: target.to_path_buf(),
+            });
+        }
+        // `--force` over a device, FIFO or socket would rename a file over it: as root, over
+        // `/dev/null` itself. A recording only ever replaces a file (or a symlink).
+        if clobber == Clobber::Replace && special(target) {
+            return Err(OutputError::Io {
+                path: target.to_path_buf(),
+                source: io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "it is a device, FIFO or socket, not a file: a recording is written to a file; choose a file name",
+                ),
             });
         }
         let tmp = temp_beside(target).map_err(|source| OutputError::Io {
@@ -167,11 +188,18 @@ impl Pending {
 
 /// Writes a report: `write` fills a temporary file beside `path`, which is then renamed over
 /// `path` (replacing a file or a symlink there, never writing through it). A failure leaves
-/// `path` as it was.
+/// `path` as it was. A device, FIFO or socket there (`/dev/stdout`, `/dev/null`, a pipe) is
+/// written to, not replaced: renaming over it would, as root, replace the device node itself.
 pub fn write_atomic_with(
     path: &Path,
     write: impl FnOnce(&mut BufWriter<&File>) -> io::Result<()>,
 ) -> io::Result<()> {
+    if special(path) {
+        let f = std::fs::OpenOptions::new().write(true).open(path)?;
+        let mut w = BufWriter::with_capacity(1 << 16, &f);
+        write(&mut w)?;
+        return w.flush();
+    }
     let tmp = temp_beside(path)?;
     {
         let mut w = BufWriter::with_capacity(1 << 16, tmp.as_file());
@@ -288,6 +316,17 @@ pub fn private_dir(prefix: &str) -> io::Result<tempfile::TempDir> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_device_is_written_to_never_replaced() {
+        let null = std::path::Path::new("/dev/null");
+        assert!(super::special(null));
+        // --force over a device is refused before anything is created
+        assert!(super::Pending::new(null, super::Clobber::Replace).is_err());
+        // a report to /dev/null goes into the device; the node stays a device
+        super::write_atomic(null, b"report").unwrap();
+        assert!(super::special(null));
+    }
+
     use super::*;
     use std::os::unix::fs::symlink;
 
