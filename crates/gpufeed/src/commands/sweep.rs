@@ -3,13 +3,13 @@
 
 use super::trials::{
     batch_of, check_trial_opts, file_safe, interrupt_flag, live_msg, output_dir, progress_bar, say,
-    spec,
+    spec, trial_line,
 };
 use crate::cli::{GlobalOpts, SweepArgs};
 use crate::exit::{self, Failure};
 use crate::present::OutputFormat;
 use crate::tune::params::{self, Setting};
-use crate::tune::sweep::{self as report, fmt_num, SweepReport, TrialResult, SCHEMA_VERSION};
+use crate::tune::sweep::{self as report, SweepReport, TrialResult, SCHEMA_VERSION};
 use crate::tune::trial::{run_trial, TrialOutcome, TrialSpec};
 use crate::tune::TuneError;
 use std::path::{Path, PathBuf};
@@ -367,39 +367,6 @@ fn better_run(
     };
     let (a, b) = (key(new), key(old));
     a.0 > b.0 || (a.0 == b.0 && a.1 > b.1)
-}
-
-/// One line per finished trial.
-pub fn trial_line(i: usize, n: usize, r: &TrialResult) -> String {
-    let tp = match &r.throughput {
-        Some(t) => format!(
-            "{} {}{} (from {})",
-            fmt_num(t.value),
-            t.unit,
-            t.rel_half_width()
-                .map(|h| format!(" ±{:.1}%", h * 100.0))
-                .unwrap_or_default(),
-            word(&t.source)
-        ),
-        None => "no throughput".into(),
-    };
-    let how = match (r.exit.status, r.exit.code, r.exit.signal) {
-        (crate::tune::trial::Status::Failed, Some(c), _) => format!("failed with exit {c}"),
-        (crate::tune::trial::Status::Failed, _, Some(s)) => format!("failed with signal {s}"),
-        (st, _, _) => word(&st),
-    };
-    format!(
-        "trial {i}/{n} {}: {tp}, {how} after {:.1}s",
-        r.label, r.duration_s
-    )
-}
-
-/// The JSON name of an enum value (`step_socket`, `max_time`).
-pub fn word<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_value(v)
-        .ok()
-        .and_then(|v| v.as_str().map(String::from))
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -1,13 +1,13 @@
 //! What `sweep` and `batch-size` share: the trial options, their checks, the output folder, the
-//! trial spec, the progress bar and Ctrl-C. Both commands build on this module; neither imports
-//! the other.
+//! trial spec, the progress bar, Ctrl-C and the one-line trial report. `sweep`, `batch-size` and
+//! `tune` build on this module; none imports another.
 
 use crate::cli::{GlobalOpts, TrialOpts};
 use crate::exit::{self, Failure};
 use crate::job::SignalWatch;
 use crate::tune::params;
 use crate::tune::progress::RateRegex;
-use crate::tune::sweep::fmt_num;
+use crate::tune::sweep::{fmt_num, TrialResult};
 use crate::tune::trial::{Live, TrialSpec};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -188,6 +188,39 @@ pub fn interrupt_flag() -> anyhow::Result<(Arc<AtomicBool>, SignalWatch)> {
     let watch = SignalWatch::start(move |_| f.store(true, Ordering::SeqCst))
         .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
     Ok((flag, watch))
+}
+
+/// One line per finished trial.
+pub fn trial_line(i: usize, n: usize, r: &TrialResult) -> String {
+    let tp = match &r.throughput {
+        Some(t) => format!(
+            "{} {}{} (from {})",
+            fmt_num(t.value),
+            t.unit,
+            t.rel_half_width()
+                .map(|h| format!(" ±{:.1}%", h * 100.0))
+                .unwrap_or_default(),
+            word(&t.source)
+        ),
+        None => "no throughput".into(),
+    };
+    let how = match (r.exit.status, r.exit.code, r.exit.signal) {
+        (crate::tune::trial::Status::Failed, Some(c), _) => format!("failed with exit {c}"),
+        (crate::tune::trial::Status::Failed, _, Some(s)) => format!("failed with signal {s}"),
+        (st, _, _) => word(&st),
+    };
+    format!(
+        "trial {i}/{n} {}: {tp}, {how} after {:.1}s",
+        r.label, r.duration_s
+    )
+}
+
+/// The JSON name of an enum value (`step_socket`, `max_time`).
+pub fn word<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! interleaved re-run for the speed-up, `fix.patch` and the equivalent `gpufeed run` line.
 //! The trial runner, its options and output folder are `sweep`'s ([`super::trials`]).
 
-use super::sweep::trial_line;
+use super::trials::trial_line;
 use super::trials::{
     check_trial_opts, interrupt_flag, live_msg, output_dir, progress_bar, say, spec,
 };
