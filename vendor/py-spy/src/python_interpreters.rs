@@ -281,7 +281,11 @@ fn read_varint(index: &mut usize, table: &[u8]) -> Option<usize> {
         byte = table[*index];
         *index += 1;
         shift += 6;
-        ret += ((byte & 63) as usize) << shift;
+        // gpufeed patch (PATCHES.md): a torn read can make a varint longer than a usize holds
+        if shift >= usize::BITS {
+            return None;
+        }
+        ret = ret.wrapping_add(((byte & 63) as usize) << shift);
     }
     Some(ret)
 }

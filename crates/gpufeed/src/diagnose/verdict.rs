@@ -246,6 +246,24 @@ pub const LOOP_CONFIDENCE_MAX: f64 = 0.75;
 /// backward and the optimizer is `compute_bound`; otherwise `unknown`, saying where its time
 /// goes. `None` without a phase split.
 fn from_loop(m: &Maker, e: &Evidence, findings: &[Finding]) -> Option<Verdict> {
+    // One rank starving the others: the job runs at its pace, whatever the median rank's loop
+    // shows (the others wait for it inside the collective, often inside `backward`).
+    let slow = e.python.as_ref().and_then(|p| p.slow_rank.as_ref());
+    if let (Some(s), Some(f)) = (slow, has(findings, FindingId::Straggler)) {
+        return Some(m.mk(
+            VerdictId::InputBound,
+            LOOP_CONFIDENCE_MAX,
+            format!(
+                "Input-bound through one rank: {} waits for data {:.0}% of its time, the \
+                 others {:.0}%, and they wait for it in the collective (from the ranks' own \
+                 phases; GPU not measured).",
+                s.rank.map_or(format!("the rank with pid {}", s.pid), |r| format!("rank {r}")),
+                s.data_wait_pct,
+                s.others_data_wait_pct
+            ),
+            Some(f.id),
+        ));
+    }
     let (wait, _, p) = super::rules::stacks::data_wait_from(e)?;
     if wait >= super::rules::stacks::DATA_WAIT_PCT {
         return None;
@@ -670,6 +688,44 @@ mod tests {
             ranks_unread: vec![],
         });
         e
+    }
+
+    #[test]
+    fn without_a_gpu_a_rank_that_starves_the_others_makes_the_job_input_bound() {
+        use crate::diagnose::pyloop::{RankLoop, SlowRank};
+        // Lightning DDP on CPU: rank 0 (the median) waits 18% and sits in backward (gloo's
+        // all-reduce) while rank 1 waits for data 66%.
+        let mut e = loop_only(18.0, 12.0, 58.0, 0.0);
+        let p = e.python.as_mut().unwrap();
+        for (rank, pid, wait) in [(0, 100, 18.0), (1, 101, 66.0)] {
+            p.ranks.push(RankLoop {
+                rank: Some(rank),
+                pid,
+                tid: pid as u64,
+                samples: 1000,
+                phases_pct: Default::default(),
+                data_wait_pct: wait,
+                steps_per_s: None,
+                data_hotspots: vec![],
+            });
+        }
+        p.slow_rank = Some(SlowRank {
+            rank: Some(1),
+            pid: 101,
+            data_wait_pct: 66.0,
+            others_data_wait_pct: 18.0,
+        });
+        let v = verdict(&e);
+        assert_eq!(v.id, VerdictId::InputBound, "{v:?}");
+        assert_eq!(v.finding, Some(FindingId::Straggler));
+        assert!(
+            v.summary.contains("rank 1 waits for data 66%"),
+            "{}",
+            v.summary
+        );
+        // Without the slow rank, the same median loop is busy computing.
+        e.python.as_mut().unwrap().slow_rank = None;
+        assert_eq!(verdict(&e).id, VerdictId::ComputeBound);
     }
 
     #[test]
