@@ -1066,7 +1066,9 @@ impl EvidenceBuilder {
         for (_, r) in ranks.clone() {
             let a = &self.procs[&r];
             let parent = a.ppid;
-            let same_cmd = self.procs.get(&parent).is_some_and(|pa| pa.cmd == a.cmd);
+            let same_cmd = self.procs.get(&parent).is_some_and(|pa| {
+                crate::sample::ranks::same_script(pa.cmd.as_deref(), a.cmd.as_deref())
+            });
             if same_cmd && !launcher(parent) && !ranks.iter().any(|x| x.1 == parent) {
                 let taken = ranks.iter().any(|x| x.0 == 0);
                 ranks.push((if taken { u32::MAX } else { 0 }, parent));

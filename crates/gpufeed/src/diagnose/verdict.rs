@@ -168,8 +168,9 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
             })
             .collect(),
     };
-    // The training loop's measured data wait: a verdict with or without GPU data.
-    if let Some(v) = from_stacks(&m, findings) {
+    // The training loop's measured data wait: a verdict with or without GPU data. A rank that
+    // starves the others sets the pace of the whole job, whatever the median rank shows.
+    if let Some(v) = from_straggler(&m, findings).or_else(|| from_stacks(&m, findings)) {
         return v;
     }
     let Some(b) = m.busy else {
@@ -232,6 +233,35 @@ fn from_stacks(m: &Maker, findings: &[Finding]) -> Option<Verdict> {
             "Input-bound: the training loop waits for data {wait:.0}% of its time{gpu}{stage}."
         ),
         Some(FindingId::InputBound),
+    ))
+}
+
+/// `input_bound` from a multi-process job's straggler: one rank waits for its data and, in
+/// synchronous training, the others wait for it in the collective (where their time looks like
+/// backward or sync, not data wait): the job runs at the pace of that rank's input pipeline.
+fn from_straggler(m: &Maker, findings: &[Finding]) -> Option<Verdict> {
+    let f = has(findings, FindingId::Straggler)?;
+    let num = |k: &str| f.evidence.get(k).and_then(serde_json::Value::as_f64);
+    let wait = num("data_wait_pct")?;
+    let others = num("others_data_wait_pct")?;
+    let who = match f.evidence.get("straggler_rank").and_then(|v| v.as_u64()) {
+        Some(r) => format!("rank {r}"),
+        None => format!("pid {}", f.evidence.get("straggler_pid")?),
+    };
+    let stage = f
+        .evidence
+        .get("slowest_stage")
+        .and_then(|v| v.as_str())
+        .map(|s| format!("; its slowest data stage is {s}"))
+        .unwrap_or_default();
+    Some(m.mk(
+        VerdictId::InputBound,
+        (0.6 + wait / 200.0).min(0.95),
+        format!(
+            "Input-bound: {who} starves the others: it waits for data {wait:.0}% of its time, \
+             the other ranks {others:.0}%, and they wait for it in the collective{stage}."
+        ),
+        Some(FindingId::Straggler),
     ))
 }
 
@@ -712,6 +742,47 @@ mod tests {
         let mut e = loop_only(13.0, 30.0, 51.0, 0.0);
         e.no_gpu = None;
         assert!(verdict(&e).summary.contains("GPU utilization not measured"));
+    }
+
+    #[test]
+    fn a_rank_that_starves_the_others_makes_the_job_input_bound() {
+        use crate::diagnose::pyloop::{RankLoop, SlowRank};
+        // The torchrun job: the median rank waits 18% (the rest of its time is backward,
+        // where it waits for rank 1 in the all-reduce); rank 1 waits 60% for its data.
+        let mut e = loop_only(18.0, 16.0, 56.0, 0.0);
+        assert_eq!(verdict(&e).id, VerdictId::ComputeBound, "without the ranks");
+        let p = e.python.as_mut().unwrap();
+        let main = p.main.clone().unwrap();
+        p.ranks = [(0, 100, 18.0), (1, 101, 60.0)]
+            .map(|(rank, pid, wait)| RankLoop {
+                rank: Some(rank),
+                pid,
+                tid: u64::from(pid),
+                samples: 600,
+                phases_pct: main.phases_pct.clone(),
+                data_wait_pct: wait,
+                steps_per_s: None,
+                data_hotspots: vec![],
+            })
+            .to_vec();
+        p.slow_rank = Some(SlowRank {
+            rank: Some(1),
+            pid: 101,
+            data_wait_pct: 60.0,
+            others_data_wait_pct: 18.0,
+        });
+        let v = verdict(&e);
+        assert_eq!(v.id, VerdictId::InputBound, "{v:?}");
+        assert_eq!(v.finding, Some(FindingId::Straggler));
+        assert_eq!(v.confidence, 0.9);
+        assert!(
+            v.summary
+                .starts_with("Input-bound: rank 1 starves the others: it waits for data 60%"),
+            "{}",
+            v.summary
+        );
+        assert!(v.summary.contains("the other ranks 18%"), "{}", v.summary);
+        assert!(!v.summary.contains("  "), "{}", v.summary);
     }
 
     #[test]
