@@ -670,6 +670,52 @@ pub(crate) mod fixture {
         st.evaluate();
         st
     }
+
+    /// [`state_with_loop`] for a two-rank job: each rank sends its step markers (rank 0 at 10
+    /// steps/s, rank 1 at 8) and the window's loops are those of two ranks, rank 1 waiting for
+    /// data far longer (the per-rank split itself is unit-tested in `diagnose::pyloop`).
+    pub fn state_with_ranks(gpus: u32, secs: u32) -> LiveState {
+        use crate::diagnose::pyloop::RankLoop;
+        use crate::record::format::StepsLine;
+        let mut st = state_with_loop(gpus, secs);
+        for t in 1..=secs {
+            for (rank, steps) in [(0, 10), (1, 8)] {
+                st.push(Line::Steps(StepsLine {
+                    t_s: t as f64,
+                    dt_s: 1.0,
+                    steps,
+                    span_s: 1.0,
+                    wait_s: None,
+                    items: None,
+                    rank: Some(rank),
+                }));
+            }
+        }
+        st.evaluate();
+        let r = st.report.as_mut().unwrap();
+        let p = r.python.as_mut().unwrap();
+        let main = p.main.clone().unwrap();
+        p.ranks = [(0, 101, 12.0), (1, 102, 55.0)]
+            .map(|(rank, pid, wait)| RankLoop {
+                rank: Some(rank),
+                pid,
+                tid: u64::from(pid),
+                samples: main.samples,
+                phases_pct: main.phases_pct.clone(),
+                data_wait_pct: wait,
+                steps_per_s: None,
+                data_hotspots: vec![],
+            })
+            .to_vec();
+        p.slow_rank = Some(crate::diagnose::pyloop::SlowRank {
+            rank: Some(1),
+            pid: 102,
+            data_wait_pct: 55.0,
+            others_data_wait_pct: 12.0,
+        });
+        crate::diagnose::pyloop::fill_rank_steps(p, r.steps.as_ref());
+        st
+    }
 }
 
 #[cfg(test)]
