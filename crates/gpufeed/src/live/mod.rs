@@ -97,7 +97,8 @@ pub struct LiveState {
     window_s: f64,
     /// Lines of the last `window_s` seconds (shared, so an evaluation can run outside a lock).
     window: VecDeque<Arc<Line>>,
-    /// Python frame and stack definitions (each sent once, so kept for the whole session).
+    /// Python frame and stack definitions and each process's `py_status` (its rank variables):
+    /// each sent once, so kept for the whole session.
     py_defs: Vec<Arc<Line>>,
     last_eval: Option<f64>,
     auto_evaluate: bool,
@@ -311,11 +312,13 @@ impl LiveState {
                 }
             }
             Line::End(_) | Line::Overrides(_) | Line::Unknown => {}
-            Line::PyFrame(_) | Line::PyStack(_) => {
+            // A rank's `py_status` comes once, when it is first read: past the window, its
+            // rank would be lost (the rank shown as its pid).
+            Line::PyFrame(_) | Line::PyStack(_) | Line::PyStatus(_) => {
                 self.py_defs.push(Arc::new(line));
                 return;
             }
-            Line::PyStatus(_) | Line::PySamples(_) | Line::Steps(_) => {}
+            Line::PySamples(_) | Line::Steps(_) => {}
         }
         if line_t(&line).is_some() && !matches!(line, Line::ProcStart(_) | Line::Overrides(_)) {
             self.window.push_back(Arc::new(line));
@@ -738,6 +741,34 @@ mod tests {
         assert_eq!(s.steps_per_s, Some(10.0));
         // Frame and stack definitions are kept beyond the window; samples are not.
         assert_eq!(st.py_defs().count(), 11);
+    }
+
+    #[test]
+    fn a_ranks_py_status_outlives_the_window() {
+        use crate::sample::event::PyStatusLine;
+        use crate::sample::ranks::RankEnv;
+        let mut st = LiveState::new(fixture::header(1), 5.0);
+        st.push(Line::PyStatus(PyStatusLine {
+            t_s: 0.1,
+            pid: 4246,
+            status: crate::sample::pystacks::PyStatus::Ok,
+            detail: None,
+            rank: Some(RankEnv {
+                rank: Some(1),
+                local_rank: Some(1),
+                world_size: Some(2),
+            }),
+        }));
+        let mut later = fixture::state(1, 20);
+        for l in later.window.drain(..) {
+            st.push(Arc::try_unwrap(l).unwrap_or_else(|a| (*a).clone()));
+        }
+        assert!(st.t_s > 10.0, "past the 5 s window: {}", st.t_s);
+        assert!(
+            st.py_defs()
+                .any(|l| matches!(l, Line::PyStatus(p) if p.pid == 4246 && p.rank.is_some())),
+            "the rank's py_status is kept"
+        );
     }
 
     #[test]
