@@ -1066,13 +1066,12 @@ impl EvidenceBuilder {
         for (_, r) in ranks.clone() {
             let a = &self.procs[&r];
             let parent = a.ppid;
-            let same_cmd = self
-                .procs
-                .get(&parent)
-                .is_some_and(|pa| same_command(pa.cmd.as_deref(), a.cmd.as_deref()));
+            let same_cmd = self.procs.get(&parent).is_some_and(|pa| {
+                crate::sample::ranks::same_script(pa.cmd.as_deref(), a.cmd.as_deref())
+            });
             // A rank other than 0 whose parent is in the job, not a launcher and shows no rank
             // of its own: the parent is rank 0 (Lightning), even when the child's command line
-            // was caught between fork and exec.
+            // was caught between fork and exec (recorded as its bare `comm`).
             let started_by_rank0 = env.get(&r).and_then(|e| e.shown()).is_some_and(|n| n > 0)
                 && self.procs.contains_key(&parent)
                 && !env.contains_key(&parent);
@@ -1982,50 +1981,5 @@ mod tests {
         assert!(g.link_counts.is_empty());
         let e = b.finish(&header(8, None));
         assert!(e.gpus[0].periodicity.unwrap().windows < 200);
-    }
-}
-
-/// True when two command lines run the same thing: word for word, where a relative path in one
-/// may be the absolute path in the other (Lightning re-launches `python train.py` as
-/// `python /abs/dir/train.py`).
-fn same_command(a: Option<&str>, b: Option<&str>) -> bool {
-    let (Some(a), Some(b)) = (a, b) else {
-        return false;
-    };
-    let (wa, wb): (Vec<&str>, Vec<&str>) = (
-        a.split_whitespace().collect(),
-        b.split_whitespace().collect(),
-    );
-    wa.len() == wb.len()
-        && !wa.is_empty()
-        && wa.iter().zip(&wb).all(|(x, y)| {
-            let suffix = |abs: &str, rel: &str| {
-                abs.starts_with('/')
-                    && !rel.starts_with('/')
-                    && abs.ends_with(rel.trim_start_matches("./"))
-                    && abs[..abs.len() - rel.trim_start_matches("./").len()].ends_with('/')
-            };
-            x == y || suffix(x, y) || suffix(y, x)
-        })
-}
-
-#[cfg(test)]
-mod same_command_tests {
-    use super::same_command;
-
-    #[test]
-    fn a_relaunched_script_is_the_same_command() {
-        let py = "/venv/bin/python";
-        assert!(same_command(
-            Some(&format!("{py} train.py --lr 1")),
-            Some(&format!("{py} /home/u/train.py --lr 1"))
-        ));
-        assert!(same_command(Some("python ./t.py"), Some("python /x/t.py")));
-        assert!(!same_command(
-            Some("python train.py"),
-            Some("python /x/mytrain.py")
-        ));
-        assert!(!same_command(Some("python a.py"), Some("python a.py --x")));
-        assert!(!same_command(None, Some("python a.py")));
     }
 }

@@ -168,8 +168,9 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
             })
             .collect(),
     };
-    // The training loop's measured data wait: a verdict with or without GPU data.
-    if let Some(v) = from_stacks(&m, findings) {
+    // The training loop's measured data wait: a verdict with or without GPU data. A rank that
+    // starves the others sets the pace of the whole job, whatever the median rank shows.
+    if let Some(v) = from_straggler(&m, findings).or_else(|| from_stacks(&m, findings)) {
         return v;
     }
     let Some(b) = m.busy else {
@@ -235,6 +236,35 @@ fn from_stacks(m: &Maker, findings: &[Finding]) -> Option<Verdict> {
     ))
 }
 
+/// `input_bound` from a multi-process job's straggler: one rank waits for its data and, in
+/// synchronous training, the others wait for it in the collective (where their time looks like
+/// backward or sync, not data wait): the job runs at the pace of that rank's input pipeline.
+fn from_straggler(m: &Maker, findings: &[Finding]) -> Option<Verdict> {
+    let f = has(findings, FindingId::Straggler)?;
+    let num = |k: &str| f.evidence.get(k).and_then(serde_json::Value::as_f64);
+    let wait = num("data_wait_pct")?;
+    let others = num("others_data_wait_pct")?;
+    let who = match f.evidence.get("straggler_rank").and_then(|v| v.as_u64()) {
+        Some(r) => format!("rank {r}"),
+        None => format!("pid {}", f.evidence.get("straggler_pid")?),
+    };
+    let stage = f
+        .evidence
+        .get("slowest_stage")
+        .and_then(|v| v.as_str())
+        .map(|s| format!("; its slowest data stage is {s}"))
+        .unwrap_or_default();
+    Some(m.mk(
+        VerdictId::InputBound,
+        (0.6 + wait / 200.0).min(0.95),
+        format!(
+            "Input-bound: {who} starves the others: it waits for data {wait:.0}% of its time, \
+             the other ranks {others:.0}%, and they wait for it in the collective{stage}."
+        ),
+        Some(FindingId::Straggler),
+    ))
+}
+
 /// Share of the training thread's time in forward, backward and the optimizer from which a loop
 /// that does not wait for its input is called busy computing (`compute_bound`).
 pub const LOOP_COMPUTE_PCT: f64 = 50.0;
@@ -246,24 +276,6 @@ pub const LOOP_CONFIDENCE_MAX: f64 = 0.75;
 /// backward and the optimizer is `compute_bound`; otherwise `unknown`, saying where its time
 /// goes. `None` without a phase split.
 fn from_loop(m: &Maker, e: &Evidence, findings: &[Finding]) -> Option<Verdict> {
-    // One rank starving the others: the job runs at its pace, whatever the median rank's loop
-    // shows (the others wait for it inside the collective, often inside `backward`).
-    let slow = e.python.as_ref().and_then(|p| p.slow_rank.as_ref());
-    if let (Some(s), Some(f)) = (slow, has(findings, FindingId::Straggler)) {
-        return Some(m.mk(
-            VerdictId::InputBound,
-            LOOP_CONFIDENCE_MAX,
-            format!(
-                "Input-bound through one rank: {} waits for data {:.0}% of its time, the \
-                 others {:.0}%, and they wait for it in the collective (from the ranks' own \
-                 phases; GPU not measured).",
-                s.rank.map_or(format!("the rank with pid {}", s.pid), |r| format!("rank {r}")),
-                s.data_wait_pct,
-                s.others_data_wait_pct
-            ),
-            Some(f.id),
-        ));
-    }
     let (wait, _, p) = super::rules::stacks::data_wait_from(e)?;
     if wait >= super::rules::stacks::DATA_WAIT_PCT {
         return None;
@@ -719,7 +731,8 @@ mod tests {
         assert_eq!(v.id, VerdictId::InputBound, "{v:?}");
         assert_eq!(v.finding, Some(FindingId::Straggler));
         assert!(
-            v.summary.contains("rank 1 waits for data 66%"),
+            v.summary
+                .contains("rank 1 starves the others: it waits for data 66%"),
             "{}",
             v.summary
         );
@@ -768,6 +781,47 @@ mod tests {
         let mut e = loop_only(13.0, 30.0, 51.0, 0.0);
         e.no_gpu = None;
         assert!(verdict(&e).summary.contains("GPU utilization not measured"));
+    }
+
+    #[test]
+    fn a_rank_that_starves_the_others_makes_the_job_input_bound() {
+        use crate::diagnose::pyloop::{RankLoop, SlowRank};
+        // The torchrun job: the median rank waits 18% (the rest of its time is backward,
+        // where it waits for rank 1 in the all-reduce); rank 1 waits 60% for its data.
+        let mut e = loop_only(18.0, 16.0, 56.0, 0.0);
+        assert_eq!(verdict(&e).id, VerdictId::ComputeBound, "without the ranks");
+        let p = e.python.as_mut().unwrap();
+        let main = p.main.clone().unwrap();
+        p.ranks = [(0, 100, 18.0), (1, 101, 60.0)]
+            .map(|(rank, pid, wait)| RankLoop {
+                rank: Some(rank),
+                pid,
+                tid: u64::from(pid),
+                samples: 600,
+                phases_pct: main.phases_pct.clone(),
+                data_wait_pct: wait,
+                steps_per_s: None,
+                data_hotspots: vec![],
+            })
+            .to_vec();
+        p.slow_rank = Some(SlowRank {
+            rank: Some(1),
+            pid: 101,
+            data_wait_pct: 60.0,
+            others_data_wait_pct: 18.0,
+        });
+        let v = verdict(&e);
+        assert_eq!(v.id, VerdictId::InputBound, "{v:?}");
+        assert_eq!(v.finding, Some(FindingId::Straggler));
+        assert_eq!(v.confidence, 0.9);
+        assert!(
+            v.summary
+                .starts_with("Input-bound: rank 1 starves the others: it waits for data 60%"),
+            "{}",
+            v.summary
+        );
+        assert!(v.summary.contains("the other ranks 18%"), "{}", v.summary);
+        assert!(!v.summary.contains("  "), "{}", v.summary);
     }
 
     #[test]

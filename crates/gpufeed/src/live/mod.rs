@@ -97,7 +97,8 @@ pub struct LiveState {
     window_s: f64,
     /// Lines of the last `window_s` seconds (shared, so an evaluation can run outside a lock).
     window: VecDeque<Arc<Line>>,
-    /// Python frame and stack definitions (each sent once, so kept for the whole session).
+    /// Python frame and stack definitions and each process's `py_status` (its rank variables):
+    /// each sent once, so kept for the whole session.
     py_defs: Vec<Arc<Line>>,
     last_eval: Option<f64>,
     auto_evaluate: bool,
@@ -311,11 +312,13 @@ impl LiveState {
                 }
             }
             Line::End(_) | Line::Overrides(_) | Line::Unknown => {}
-            Line::PyFrame(_) | Line::PyStack(_) => {
+            // A rank's `py_status` comes once, when it is first read: past the window, its
+            // rank would be lost (the rank shown as its pid).
+            Line::PyFrame(_) | Line::PyStack(_) | Line::PyStatus(_) => {
                 self.py_defs.push(Arc::new(line));
                 return;
             }
-            Line::PyStatus(_) | Line::PySamples(_) | Line::Steps(_) => {}
+            Line::PySamples(_) | Line::Steps(_) => {}
         }
         if line_t(&line).is_some() && !matches!(line, Line::ProcStart(_) | Line::Overrides(_)) {
             self.window.push_back(Arc::new(line));
@@ -670,6 +673,52 @@ pub(crate) mod fixture {
         st.evaluate();
         st
     }
+
+    /// [`state_with_loop`] for a two-rank job: each rank sends its step markers (rank 0 at 10
+    /// steps/s, rank 1 at 8) and the window's loops are those of two ranks, rank 1 waiting for
+    /// data far longer (the per-rank split itself is unit-tested in `diagnose::pyloop`).
+    pub fn state_with_ranks(gpus: u32, secs: u32) -> LiveState {
+        use crate::diagnose::pyloop::RankLoop;
+        use crate::record::format::StepsLine;
+        let mut st = state_with_loop(gpus, secs);
+        for t in 1..=secs {
+            for (rank, steps) in [(0, 10), (1, 8)] {
+                st.push(Line::Steps(StepsLine {
+                    t_s: t as f64,
+                    dt_s: 1.0,
+                    steps,
+                    span_s: 1.0,
+                    wait_s: None,
+                    items: None,
+                    rank: Some(rank),
+                }));
+            }
+        }
+        st.evaluate();
+        let r = st.report.as_mut().unwrap();
+        let p = r.python.as_mut().unwrap();
+        let main = p.main.clone().unwrap();
+        p.ranks = [(0, 101, 12.0), (1, 102, 55.0)]
+            .map(|(rank, pid, wait)| RankLoop {
+                rank: Some(rank),
+                pid,
+                tid: u64::from(pid),
+                samples: main.samples,
+                phases_pct: main.phases_pct.clone(),
+                data_wait_pct: wait,
+                steps_per_s: None,
+                data_hotspots: vec![],
+            })
+            .to_vec();
+        p.slow_rank = Some(crate::diagnose::pyloop::SlowRank {
+            rank: Some(1),
+            pid: 102,
+            data_wait_pct: 55.0,
+            others_data_wait_pct: 12.0,
+        });
+        crate::diagnose::pyloop::fill_rank_steps(p, r.steps.as_ref());
+        st
+    }
 }
 
 #[cfg(test)]
@@ -692,6 +741,34 @@ mod tests {
         assert_eq!(s.steps_per_s, Some(10.0));
         // Frame and stack definitions are kept beyond the window; samples are not.
         assert_eq!(st.py_defs().count(), 11);
+    }
+
+    #[test]
+    fn a_ranks_py_status_outlives_the_window() {
+        use crate::sample::event::PyStatusLine;
+        use crate::sample::ranks::RankEnv;
+        let mut st = LiveState::new(fixture::header(1), 5.0);
+        st.push(Line::PyStatus(PyStatusLine {
+            t_s: 0.1,
+            pid: 4246,
+            status: crate::sample::pystacks::PyStatus::Ok,
+            detail: None,
+            rank: Some(RankEnv {
+                rank: Some(1),
+                local_rank: Some(1),
+                world_size: Some(2),
+            }),
+        }));
+        let mut later = fixture::state(1, 20);
+        for l in later.window.drain(..) {
+            st.push(Arc::try_unwrap(l).unwrap_or_else(|a| (*a).clone()));
+        }
+        assert!(st.t_s > 10.0, "past the 5 s window: {}", st.t_s);
+        assert!(
+            st.py_defs()
+                .any(|l| matches!(l, Line::PyStatus(p) if p.pid == 4246 && p.rank.is_some())),
+            "the rank's py_status is kept"
+        );
     }
 
     #[test]

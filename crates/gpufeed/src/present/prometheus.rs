@@ -48,9 +48,9 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     ("DCGM_FI_DEV_PCIE_LINK_WIDTH", "gauge", "Current PCIe link width (lanes)"),
     ("gpufeed_pcie_link_max_gen", "gauge", "Highest PCIe link generation the GPU and its slot support (generation)"),
     ("gpufeed_pcie_link_max_width", "gauge", "Widest PCIe link the GPU and its slot support (lanes)"),
-    ("gpufeed_data_wait_ratio", "gauge", "Share of the training loop's time spent waiting for the next batch over the window, when measured: the step probe's exact wait, else the Python stacks' estimate; absent otherwise (ratio 0-1)"),
+    ("gpufeed_data_wait_ratio", "gauge", "Share of the training loop's time spent waiting for the next batch over the window, when measured: the step probe's exact wait, else the Python stacks' estimate; absent otherwise; a multi-process job adds one series per rank (label rank) (ratio 0-1)"),
     ("gpufeed_loop_phase_ratio", "gauge", "Share of wall time of the training thread's Python stack samples in each phase over the window (label phase: data_wait, forward, backward, optimizer, sync, checkpoint_io, other); absent without Python stacks (ratio 0-1)"),
-    ("gpufeed_loop_steps_per_second", "gauge", "Training steps per second over the window, from the job's step markers (GPUFEED_STEP_SOCKET); absent without them (steps per second)"),
+    ("gpufeed_loop_steps_per_second", "gauge", "Training steps per second over the window, from the job's step markers (GPUFEED_STEP_SOCKET); absent without them; a multi-process job adds one series per rank (label rank) (steps per second)"),
     ("gpufeed_throttle_seconds_total", "counter", "Time with a clock-slowing reason set (GpuIdle excluded), by reason (seconds)"),
     ("gpufeed_verdict", "gauge", "1 for the live verdict over the window (label id), with its confidence in gpufeed_verdict_confidence (boolean)"),
     ("gpufeed_verdict_confidence", "gauge", "Confidence of the live verdict (ratio 0-1)"),
@@ -310,11 +310,37 @@ fn verdict_series(reg: &mut Registry, st: &LiveState) {
         if let Some(v) = r.steps.as_ref().and_then(|s| s.steps_per_s) {
             steps.get_or_create(&l(&[("hostname", host)])).set(v);
         }
+        rank_series(r, host, &wait, &steps);
         verdict
             .get_or_create(&l(&[("id", r.verdict.id.as_str()), ("hostname", host)]))
             .set(1.0);
         conf.get_or_create(&l(&[("hostname", host)]))
             .set(r.verdict.confidence);
+    }
+}
+
+/// Multi-process jobs: one more series per rank (label `rank`: `RANK`, else the pid) of the
+/// data wait (the rank's own stacks) and the step rate (its own markers), beside the job's
+/// series without the label. A single-rank job gets none: its series stay as they were.
+fn rank_series(r: &crate::live::LiveReport, host: &str, wait: &GaugeF, steps: &GaugeF) {
+    if let Some(p) = r.python.as_ref().filter(|p| p.ranks.len() >= 2) {
+        for k in &p.ranks {
+            let rank = k.rank.unwrap_or(k.pid).to_string();
+            wait.get_or_create(&l(&[("hostname", host), ("rank", &rank)]))
+                .set((k.data_wait_pct / 100.0).clamp(0.0, 1.0));
+        }
+    }
+    if let Some(by) = r
+        .steps
+        .as_ref()
+        .map(|s| &s.steps_per_s_by_rank)
+        .filter(|b| b.len() >= 2)
+    {
+        for (rank, v) in by {
+            steps
+                .get_or_create(&l(&[("hostname", host), ("rank", &rank.to_string())]))
+                .set(*v);
+        }
     }
 }
 
@@ -366,6 +392,25 @@ fn job_series(reg: &mut Registry, st: &LiveState) {
 mod tests {
     use super::*;
     use crate::live::fixture;
+
+    #[test]
+    fn a_multi_process_job_adds_a_series_per_rank_beside_the_jobs() {
+        let text = encode_state(&fixture::state_with_ranks(1, 20));
+        for series in [
+            "gpufeed_data_wait_ratio{hostname=\"node1\",rank=\"0\"} 0.12\n",
+            "gpufeed_data_wait_ratio{hostname=\"node1\",rank=\"1\"} 0.55\n",
+            "gpufeed_loop_steps_per_second{hostname=\"node1\",rank=\"0\"} 10.0\n",
+            "gpufeed_loop_steps_per_second{hostname=\"node1\",rank=\"1\"} 8.0\n",
+            // The job's own series, unchanged.
+            "gpufeed_data_wait_ratio{hostname=\"node1\"} ",
+            "gpufeed_loop_steps_per_second{hostname=\"node1\"} ",
+        ] {
+            assert!(text.contains(series), "{series}: {text}");
+        }
+        // A single-process job has no rank label at all.
+        let one = encode_state(&fixture::state_with_loop(1, 20));
+        assert!(!one.contains("rank="), "{one}");
+    }
 
     #[test]
     fn loop_phases_and_the_probes_wait_are_exported_as_ratios() {

@@ -70,6 +70,30 @@ pub fn is_rank_start(env: Option<&RankEnv>, parent: Option<&RankEnv>) -> bool {
     env.is_some() && env != parent
 }
 
+/// Do two command lines run the same script with the same arguments? Lightning re-launches its
+/// script as `[sys.executable, abspath(argv[0])] + argv[1:]`: the interpreter and the script
+/// may be spelled otherwise than the user typed them (`python train.py` becomes
+/// `/venv/bin/python3.11 /home/u/train.py`), so each word is compared by its file name, any
+/// Python interpreter counting as one.
+pub fn same_script(a: Option<&str>, b: Option<&str>) -> bool {
+    fn words(c: &str) -> Vec<&str> {
+        c.split_whitespace()
+            .map(|w| {
+                let name = w.rsplit('/').next().unwrap_or(w);
+                if name.starts_with("python") {
+                    "python"
+                } else {
+                    name
+                }
+            })
+            .collect()
+    }
+    match (a, b) {
+        (Some(a), Some(b)) => !a.trim().is_empty() && words(a) == words(b),
+        _ => false,
+    }
+}
+
 /// Is this command line a launcher that starts ranks and then only waits for them? Matched on
 /// the program and the module it runs: torchrun / `python -m torch.distributed.run` (and
 /// `.launch`), `accelerate launch`, `deepspeed`, `mpirun` / `mpiexec` / `orterun`, `srun`.
@@ -145,6 +169,26 @@ mod tests {
             "Lightning: rank 0 starts rank 1"
         );
         assert!(!is_rank_start(None, None));
+    }
+
+    #[test]
+    fn lightnings_relaunch_runs_the_same_script_however_spelled() {
+        let user = Some("python ddp_lightning.py --steps 25");
+        for relaunch in [
+            "/tmp/venv/bin/python3.11 /tmp/job/ddp_lightning.py --steps 25",
+            "python ddp_lightning.py --steps 25",
+        ] {
+            assert!(same_script(user, Some(relaunch)), "{relaunch}");
+        }
+        for other in [
+            "/tmp/venv/bin/python /tmp/job/other.py --steps 25",
+            "/tmp/venv/bin/python /tmp/job/ddp_lightning.py --steps 26",
+            "/usr/bin/bash ddp_lightning.py --steps 25",
+        ] {
+            assert!(!same_script(user, Some(other)), "{other}");
+        }
+        assert!(!same_script(None, None));
+        assert!(!same_script(user, None));
     }
 
     #[test]

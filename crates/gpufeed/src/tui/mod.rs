@@ -180,7 +180,10 @@ pub fn draw(f: &mut Frame, st: &LiveState, ui: &Ui) {
     let verdict_h = (needed as u16).clamp(1, verdict_cap);
     // The training loop's phase split: one line, when its stacks (or step markers) are read.
     let loop_line = loop_line(st, ui, area.width as usize).filter(|_| area.height >= 12);
-    let loop_h = u16::from(loop_line.is_some());
+    // A multi-process job: one more line, each rank's data wait and step rate.
+    let ranks_line = ranks_line(st, ui, area.width as usize).filter(|_| area.height >= 14);
+    let loop_lines: Vec<Line<'static>> = loop_line.into_iter().chain(ranks_line).collect();
+    let loop_h = loop_lines.len() as u16;
     // Small terminals: title + verdict + as many GPUs as fit; CPUs and processes only with room.
     let fixed = 1 + verdict_h + loop_h;
     let room = area.height.saturating_sub(fixed);
@@ -206,8 +209,8 @@ pub fn draw(f: &mut Frame, st: &LiveState, ui: &Ui) {
     .split(area);
     draw_title(f, chunks[0], st, ui);
     f.render_widget(Paragraph::new(verdict).wrap(Wrap { trim: true }), chunks[1]);
-    if let Some(l) = loop_line {
-        f.render_widget(Paragraph::new(l), chunks[2]);
+    if !loop_lines.is_empty() {
+        f.render_widget(Paragraph::new(loop_lines), chunks[2]);
     }
     draw_gpus(f, chunks[3], st, ui, gpus_fit as usize);
     if cpu_h > 0 {
@@ -237,6 +240,59 @@ fn loop_line(st: &LiveState, ui: &Ui, width: usize) -> Option<Line<'static>> {
         return Some(Line::from(long));
     }
     loop_spans(st, ui, true).map(Line::from)
+}
+
+/// `RANKS rank 0 wait 12% 10.0 st/s · rank 1 wait 55% 8.0 st/s slow`: each rank's data wait
+/// and step rate (from its markers, `-` without them), the rank that starves the others
+/// marked; `None` for a single-process job. Short (`r0 12% 10.0/s`) where the long one would
+/// not fit in `width`.
+fn ranks_line(st: &LiveState, ui: &Ui, width: usize) -> Option<Line<'static>> {
+    let p = st.report.as_ref()?.python.as_ref()?;
+    if p.ranks.len() < 2 {
+        return None;
+    }
+    let slow = p.slow_rank.as_ref().map(|s| s.pid);
+    let spans = |short: bool| {
+        let mut v = vec![Span::styled(
+            "RANKS ",
+            Style::default().add_modifier(Modifier::BOLD),
+        )];
+        for (i, k) in p.ranks.iter().enumerate() {
+            let rate = k.steps_per_s.map_or("-".to_string(), |r| format!("{r:.1}"));
+            let who = match (short, k.rank) {
+                (true, Some(n)) => format!("r{n}"),
+                (true, None) => format!("p{}", k.pid),
+                (false, _) => k.label(),
+            };
+            if i > 0 {
+                v.push(Span::raw(if short { " " } else { " · " }));
+            }
+            let (wait, steps) = if short {
+                (format!(" {:.0}%", k.data_wait_pct), format!(" {rate}/s"))
+            } else {
+                (
+                    format!(" wait {:.0}%", k.data_wait_pct),
+                    format!(" {rate} st/s"),
+                )
+            };
+            v.push(Span::raw(who));
+            v.push(Span::styled(wait, ui.style(pct_color(k.data_wait_pct))));
+            v.push(Span::raw(steps));
+            if slow == Some(k.pid) {
+                v.push(Span::styled(
+                    if short { "!" } else { " slow" },
+                    ui.style(Color::Red),
+                ));
+            }
+        }
+        Line::from(v)
+    };
+    let long = spans(false);
+    Some(if long.width() <= width {
+        long
+    } else {
+        spans(true)
+    })
 }
 
 fn loop_spans(st: &LiveState, ui: &Ui, short: bool) -> Option<Vec<Span<'static>>> {
@@ -716,6 +772,32 @@ mod tests {
         // Small terminals drop it before the verdict.
         let small = render(&st, &Ui::default(), 60, 10);
         assert!(!small.contains("LOOP "), "{small}");
+    }
+
+    #[test]
+    fn a_multi_process_job_gets_a_line_per_rank_under_the_loop() {
+        let st = fixture::state_with_ranks(1, 20);
+        let out = render(&st, &Ui::default(), 80, 24);
+        let lines: Vec<&str> = out.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.starts_with("LOOP "))
+            .unwrap_or_else(|| panic!("no loop line: {out}"));
+        assert_eq!(
+            lines[at + 1].trim_end(),
+            "RANKS rank 0 wait 12% 10.0 st/s · rank 1 wait 55% 8.0 st/s slow",
+            "{out}"
+        );
+        assert!(out.lines().all(|l| l.chars().count() == 80));
+        insta::assert_snapshot!("watch_80x24_ranks", out);
+        let narrow = render(&st, &Ui::default(), 40, 24);
+        assert!(
+            narrow.contains("RANKS r0 12% 10.0/s r1 55% 8.0/s!"),
+            "{narrow}"
+        );
+        // A single-process job: no rank line.
+        let one = render(&fixture::state_with_loop(1, 20), &Ui::default(), 80, 24);
+        assert!(!one.contains("RANKS"), "{one}");
     }
 
     #[test]

@@ -62,9 +62,29 @@ fn run_job(dir: &Path, cmd: &[String]) -> Value {
     read_json(&dir.join("run.json"))
 }
 
+/// The verdict of a job whose rank 1 starves the other (no GPU: from the ranks' own loops):
+/// input-bound, from the straggler finding, naming rank 1, whatever the median rank shows.
+fn assert_straggler_verdict(v: &Value) {
+    let verdict = &v["verdict"];
+    assert_eq!(verdict["id"], "input_bound", "{verdict:#}");
+    assert_eq!(verdict["finding"], "straggler", "{verdict:#}");
+    assert!(
+        verdict["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("Input-bound: rank 1 starves the others"),
+        "{verdict:#}"
+    );
+    assert!(
+        verdict["confidence"].as_f64().unwrap() >= 0.7,
+        "{verdict:#}"
+    );
+}
+
 /// Both ranks found with rank 1 waiting for data the most and named as the straggler; the
-/// loop shown is a rank's, never the launcher's.
+/// loop shown is a rank's, never the launcher's; the verdict is input-bound from rank 1.
 fn assert_ranks(v: &Value, launcher_word: &str) {
+    assert_straggler_verdict(v);
     let p = &v["python"];
     let ranks = p["ranks"].as_array().expect("python.ranks[]");
     let found: Vec<u64> = ranks.iter().map(|r| r["rank"].as_u64().unwrap()).collect();
@@ -189,4 +209,5 @@ fn lightning_ddp_two_processes_on_cpu_counts_the_relaunching_script_as_rank_0() 
     assert!(wait(1) > wait(0) + 15.0, "rank 1 starves: {p:#}");
     assert_eq!(p["slow_rank"]["rank"], 1, "{p:#}");
     assert!(crate::find_by(&v["findings"], "id", "straggler").is_some());
+    assert_straggler_verdict(&v);
 }

@@ -152,8 +152,22 @@ pub fn workers_cap(cores: u32) -> u32 {
     cores.saturating_sub(1).max(1)
 }
 
+/// Who has the `cores` the advice counts: the machine, or each rank of a multi-process job
+/// (the node's cores divided among its `ranks`).
+fn cores_owner(cores: u32, ranks: usize) -> String {
+    if ranks >= 2 {
+        format!(
+            "each of the {ranks} ranks has {} of the machine's",
+            count(cores, "core", "cores")
+        )
+    } else {
+        format!("this machine has {}", count(cores, "core", "cores"))
+    }
+}
+
 /// The caveat when `n` workers exceed what `cores` hold beside the loop: measure before trusting.
-pub fn workers_caveat(n: u32, now: u32, cores: u32) -> Option<String> {
+/// `ranks`: the job's ranks on this node (0 or 1 for a single process).
+pub fn workers_caveat(n: u32, now: u32, cores: u32, ranks: usize) -> Option<String> {
     let cap = workers_cap(cores);
     (n > cap).then(|| {
         let mut vals = vec![now, cap, n];
@@ -161,10 +175,10 @@ pub fn workers_caveat(n: u32, now: u32, cores: u32) -> Option<String> {
         vals.dedup();
         let list: Vec<String> = vals.iter().map(u32::to_string).collect();
         format!(
-            " Caveat: this machine has {}, so beyond {} they share cores with the training \
+            " Caveat: {}, so beyond {} they share cores with the training \
              loop; measure it: `gpufeed sweep -L w {} --dataloader num_workers={{w}} -- <your \
              command>`.",
-            count(cores, "core", "cores"),
+            cores_owner(cores, ranks),
             count(cap, "worker", "workers"),
             list.join(",")
         )
@@ -345,6 +359,7 @@ fn fix(
     workers: u32,
 ) -> (Finding, String) {
     let c = cores(e);
+    let cr = (c, e.job.rank_pids.len());
     let waits = loading_waits(e, p);
     let stage = p.data_hotspots.first().map(|h| stage_advice(h, waits));
     let rec = match k {
@@ -360,7 +375,7 @@ fn fix(
                  takes about {} to hide. Today the training loop loads every sample itself.{}{}",
                 loader_flags(e),
                 count(n, "worker", "workers"),
-                cores_note(n, 0, c, waits, p.data_io_pct, loading_work(wait, 0, None)),
+                cores_note(n, 0, cr, waits, p.data_io_pct, loading_work(wait, 0, None)),
                 stage
                     .map(|s| format!(" Then, if it still waits: {s}."))
                     .unwrap_or_default()
@@ -383,7 +398,7 @@ fn fix(
                 cores_note(
                     n,
                     workers,
-                    c,
+                    cr,
                     waits,
                     p.data_io_pct,
                     loading_work(wait, workers, p.loader_busy_pct),
@@ -451,13 +466,13 @@ fn loading_work(wait_pct: f64, now: u32, busy_pct: Option<f64>) -> f64 {
 fn cores_note(
     n: u32,
     now: u32,
-    cores: u32,
+    (cores, ranks): (u32, usize),
     waits: bool,
     blocked_pct: Option<f64>,
     work: f64,
 ) -> String {
     if !waits {
-        return workers_caveat(n, now, cores).unwrap_or_default();
+        return workers_caveat(n, now, cores, ranks).unwrap_or_default();
     }
     let cpu = blocked_pct.map(|io| work * (1.0 - io / 100.0));
     let mut tries = vec![now, n.div_ceil(2).max(now), n];
@@ -466,12 +481,19 @@ fn cores_note(
     let tries: Vec<String> = tries.iter().map(u32::to_string).collect();
     format!(
         " Loading waits {}(reads, sleeps, system calls) and waits overlap across workers, so the \
-         count may exceed this machine's {}{}. Try it: `gpufeed sweep -L w {} --dataloader \
+         count may exceed {}{}. Try it: `gpufeed sweep -L w {} --dataloader \
          num_workers={{w}} -- <your command>`.",
         blocked_pct
             .map(|b| format!("{b:.0}% of its time "))
             .unwrap_or_default(),
-        count(cores, "core", "cores"),
+        if ranks >= 2 {
+            format!(
+                "the {} of each of the {ranks} ranks",
+                count(cores, "core", "cores")
+            )
+        } else {
+            format!("this machine's {}", count(cores, "core", "cores"))
+        },
         cpu.map(|c| format!(
             ": {n} workers need about {c:.1} {} of CPU between them",
             if (c - 1.0).abs() < 0.05 {
@@ -732,8 +754,8 @@ mod tests {
         // The cap is a caveat only.
         assert_eq!(workers_cap(2), 1);
         assert_eq!(workers_cap(1), 1);
-        assert!(workers_caveat(3, 0, 8).is_none());
-        let c = workers_caveat(4, 2, 2).unwrap();
+        assert!(workers_caveat(3, 0, 8, 1).is_none());
+        let c = workers_caveat(4, 2, 2, 1).unwrap();
         assert!(
             c.contains("2 cores, so beyond 1 worker they") && c.contains("-L w 1,2,4"),
             "{c}"
@@ -956,5 +978,25 @@ mod tests {
         assert_eq!(crate::diagnose::rules::input::workers_per_gpu(&e), 2);
         let (_, cap) = crate::diagnose::rules::input::recommended_workers(&e).unwrap();
         assert!(cap <= 8, "never num_workers=63 for one of 8 ranks: {cap}");
+    }
+
+    #[test]
+    fn the_cores_caveat_of_a_rank_says_they_are_the_ranks_share() {
+        // The torchrun job on 2 cores: 1 core per rank, not "this machine has 1 core".
+        let c = workers_caveat(2, 0, 1, 2).unwrap();
+        assert!(
+            c.starts_with(
+                " Caveat: each of the 2 ranks has 1 core of the machine's, so beyond 1 worker"
+            ),
+            "{c}"
+        );
+        assert!(workers_caveat(2, 0, 1, 1)
+            .unwrap()
+            .starts_with(" Caveat: this machine has 1 core, so"));
+        let n = cores_note(4, 0, (1, 2), true, Some(50.0), 2.0);
+        assert!(
+            n.contains("may exceed the 1 core of each of the 2 ranks: "),
+            "{n}"
+        );
     }
 }
