@@ -304,13 +304,20 @@ pub fn create_dir_unique(base: &Path) -> io::Result<PathBuf> {
 /// A private folder (mode 0700, unpredictable name) in the temporary directory, or in /tmp when
 /// that path would leave no room for a Unix socket name (108 bytes). Removed when dropped.
 pub fn private_dir(prefix: &str) -> io::Result<tempfile::TempDir> {
-    let mut b = tempfile::Builder::new();
-    b.prefix(prefix).permissions(Permissions::from_mode(0o700));
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .permissions(Permissions::from_mode(0o700))
+        .tempdir_in(private_base())
+}
+
+/// The folder [`private_dir`] creates its folders in: the temporary directory, or `/tmp` when
+/// that path is too long for a socket inside it.
+pub fn private_base() -> PathBuf {
     let tmp = std::env::temp_dir();
     if tmp.as_os_str().len() < 60 {
-        b.tempdir_in(tmp)
+        tmp
     } else {
-        b.tempdir_in("/tmp")
+        PathBuf::from("/tmp")
     }
 }
 

@@ -38,6 +38,17 @@ fn prepare(
         )
         .into());
     }
+    if let Some(o) = opts.output.as_ref().filter(|o| o.is_dir()) {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "--output {} is a folder: a recording is a file; give a file name (e.g. {}/run.ndjson)",
+                o.display(),
+                o.display()
+            ),
+        )
+        .into());
+    }
     let (output, clobber) = match &opts.output {
         Some(o) if opts.force => (o.clone(), Clobber::Replace),
         Some(o) => (o.clone(), Clobber::Refuse),

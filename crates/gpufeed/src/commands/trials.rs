@@ -74,6 +74,17 @@ pub fn output_dir(t: &TrialOpts, prefix: &str) -> anyhow::Result<PathBuf> {
         ));
         return crate::outfile::create_dir_unique(&base).map_err(|e| cannot(&base, e).into());
     };
+    // A symlink is not followed: the recordings would land wherever it points.
+    if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "--output-dir {} is a symlink: give the real folder it points to, or another folder",
+                dir.display()
+            ),
+        )
+        .into());
+    }
     std::fs::create_dir_all(&dir).map_err(|e| cannot(&dir, e))?;
     let earlier = std::fs::read_dir(&dir)
         .map_err(|e| cannot(&dir, e))?

@@ -958,6 +958,8 @@ impl EvidenceBuilder {
         };
 
         let job = self.finish_job(header, duration_s);
+        let mut warnings = self.impossible.warnings(duration_s);
+        warnings.extend(self.py.bound_warning());
         let mut python = std::mem::take(&mut self.py).finish(header, &job);
         let steps = std::mem::take(&mut self.steps).finish();
         if let Some(p) = python.as_mut() {
@@ -973,7 +975,7 @@ impl EvidenceBuilder {
             steps,
             origin: Origin::Recording,
             no_gpu: NoGpu::of(header),
-            warnings: self.impossible.warnings(duration_s),
+            warnings,
         }
     }
 

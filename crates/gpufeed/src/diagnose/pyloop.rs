@@ -412,16 +412,42 @@ pub struct PyAcc {
     phase_of: HashMap<u32, Option<Phase>>,
     /// Processes that start a rank of a multi-process job, from their status lines.
     rank_env: BTreeMap<u32, RankEnv>,
+    /// Frame and stack definitions beyond [`MAX_FRAMES`] / [`MAX_STACKS`], and samples of
+    /// stacks counted as [`OTHER_STACK`] because of them.
+    over_cap: u64,
 }
+
+/// Distinct Python frames kept; later definitions are ignored (their stacks count as other).
+/// With strings cut to 4 KiB by the reader, at most ~120 MB even for crafted frames; real jobs
+/// have a few thousand.
+pub const MAX_FRAMES: usize = 10_000;
+/// Distinct Python stacks kept; samples of later ones are counted under [`OTHER_STACK`].
+pub const MAX_STACKS: usize = 50_000;
+/// Frames kept per stack (the recorder keeps 128).
+const MAX_STACK_DEPTH: usize = 128;
+/// The stack id samples of stacks beyond the caps are booked under: never defined, so
+/// unclassified ("other").
+const OTHER_STACK: u32 = u32::MAX;
 
 impl PyAcc {
     pub fn push(&mut self, line: &Line) {
         match line {
             Line::PyFrame(f) => {
-                self.frames.insert(f.id, f.clone());
+                if self.frames.len() < MAX_FRAMES || self.frames.contains_key(&f.id) {
+                    self.frames.insert(f.id, f.clone());
+                } else {
+                    self.over_cap += 1;
+                }
             }
             Line::PyStack(s) => {
-                self.stacks.insert(s.id, s.frames.clone());
+                if (self.stacks.len() < MAX_STACKS || self.stacks.contains_key(&s.id))
+                    && s.id != OTHER_STACK
+                {
+                    let depth = s.frames.len().min(MAX_STACK_DEPTH);
+                    self.stacks.insert(s.id, s.frames[..depth].to_vec());
+                } else {
+                    self.over_cap += 1;
+                }
             }
             Line::PyStatus(s) => {
                 self.statuses.insert(s.pid, (s.status, s.detail.clone()));
@@ -439,7 +465,7 @@ impl PyAcc {
                     // other readers): a better classifier then serves old recordings too.
                     let mut interval = [0u64; 7];
                     for [sid, n, _] in &t.stacks {
-                        let sid = *sid as u32;
+                        let sid = self.kept_stack(*sid);
                         let phase = match self.phase_of.get(&sid) {
                             Some(p) => *p,
                             None => {
@@ -459,7 +485,14 @@ impl PyAcc {
                         acc.name.clone_from(&t.name);
                     }
                     for [sid, n, idle] in &t.stacks {
-                        let c = acc.stacks.entry(*sid as u32).or_default();
+                        let sid = match u32::try_from(*sid) {
+                            Ok(id) if self.stacks.contains_key(&id) => id,
+                            _ => {
+                                self.over_cap += 1;
+                                OTHER_STACK
+                            }
+                        };
+                        let c = acc.stacks.entry(sid).or_default();
                         c.0 += n;
                         c.1 += idle;
                     }
@@ -479,6 +512,26 @@ impl PyAcc {
             }
             _ => {}
         }
+    }
+
+    /// `sid` when its stack was defined (and kept), else [`OTHER_STACK`]: the per-thread and
+    /// per-stack maps then hold at most the kept stacks, whatever ids the samples name.
+    fn kept_stack(&self, sid: u64) -> u32 {
+        match u32::try_from(sid) {
+            Ok(id) if self.stacks.contains_key(&id) => id,
+            _ => OTHER_STACK,
+        }
+    }
+
+    /// The warning for frames and stacks beyond the caps, if any were.
+    pub fn bound_warning(&self) -> Option<String> {
+        (self.over_cap > 0).then(|| {
+            format!(
+                "{}{} Python frame or stack lines and samples beyond the first {MAX_FRAMES} frames and {MAX_STACKS} stacks are counted as \"other\" (not classified, not listed as hotspots)",
+                super::evidence::BOUND_PREFIX,
+                self.over_cap
+            )
+        })
     }
 
     /// The processes recorded as starting a rank, with their rank variables.
@@ -931,6 +984,39 @@ mod tests {
             line: 1,
             src: None,
         })
+    }
+
+    #[test]
+    fn distinct_frames_and_stacks_beyond_the_caps_count_as_other() {
+        let mut acc = PyAcc::default();
+        for id in 0..MAX_FRAMES as u32 + 5 {
+            acc.push(&frame(id, "f", "x.py"));
+        }
+        for id in 0..MAX_STACKS as u32 + 5 {
+            acc.push(&Line::PyStack(PyStackDef {
+                id,
+                frames: vec![id % 7; 1000],
+            }));
+        }
+        assert_eq!(
+            acc.bound_warning().map(|w| w.contains("10 Python")),
+            Some(true)
+        );
+        // Samples of stacks kept, beyond the cap, and never defined (any id).
+        let kept = MAX_STACKS as u64 - 1;
+        acc.push(&samples(
+            1.0,
+            9,
+            vec![(9, vec![[kept, 3, 0], [kept + 2, 4, 0], [u64::MAX, 5, 0]])],
+        ));
+        assert_eq!(acc.frames.len(), MAX_FRAMES);
+        assert_eq!(acc.stacks.len(), MAX_STACKS);
+        assert!(acc.stacks.values().all(|f| f.len() == MAX_STACK_DEPTH));
+        let t = &acc.threads[&(9, 9)];
+        assert_eq!(t.stacks.len(), 2, "{:?}", t.stacks);
+        assert_eq!(t.stacks[&OTHER_STACK].0, 9);
+        assert_eq!(t.stacks[&(kept as u32)].0, 3);
+        assert!(acc.bound_warning().unwrap().starts_with("Bounded: 12 "));
     }
 
     fn samples(t: f64, pid: u32, threads: Vec<(u64, Vec<[u64; 3]>)>) -> Line {

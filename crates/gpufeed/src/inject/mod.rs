@@ -273,14 +273,52 @@ struct Event {
 /// Most lines read from the side channel (a job creating a DataLoader per step writes many).
 const MAX_EVENTS: usize = 200_000;
 
+/// Most bytes read from the side channel: the job writes it, so it may be any size (a job that
+/// wrote 1.5 GB there drove gpufeed to 3 GB when it was read whole).
+const MAX_REPORT_BYTES: u64 = 64 << 20;
+
+/// Longest line of the side channel kept; longer ones (no event of ours is) are skipped.
+const MAX_LINE_BYTES: u64 = 64 << 10;
+
 /// Turns the side channel's lines into the report; `wanted` is what was asked for.
 pub fn aggregate(text: &str, wanted: &Resolved) -> InjectReport {
+    aggregate_from(text.as_bytes(), wanted)
+}
+
+/// [`aggregate`], streaming: reads at most [`MAX_REPORT_BYTES`] of `input`, one line of at most
+/// [`MAX_LINE_BYTES`] at a time, so memory stays bounded whatever the job wrote.
+pub fn aggregate_from(input: impl std::io::BufRead, wanted: &Resolved) -> InjectReport {
+    use std::io::{BufRead, Read};
     let mut rep = InjectReport::default();
     let mut seen = Seen::default();
-    for line in text.lines().take(MAX_EVENTS) {
-        if let Ok(e) = serde_json::from_str::<Event>(line) {
+    let mut input = input.take(MAX_REPORT_BYTES);
+    let mut line = Vec::new();
+    for _ in 0..MAX_EVENTS {
+        line.clear();
+        match (&mut input)
+            .take(MAX_LINE_BYTES)
+            .read_until(b'\n', &mut line)
+        {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if line.last() != Some(&b'\n') && line.len() as u64 == MAX_LINE_BYTES {
+            // Too long: skip the rest of it.
+            if input.skip_until(b'\n').is_err() {
+                break;
+            }
+            continue;
+        }
+        if let Ok(e) = serde_json::from_slice::<Event>(&line) {
             rep.event(e, &mut seen);
         }
+    }
+    if input.limit() == 0 && input.into_inner().fill_buf().is_ok_and(|b| !b.is_empty()) {
+        rep.note(format!(
+            "the job wrote more than {} MiB of override events: only the first {} MiB were read",
+            MAX_REPORT_BYTES >> 20,
+            MAX_REPORT_BYTES >> 20
+        ));
     }
     rep.nothing_changed(wanted, &seen);
     rep
@@ -454,10 +492,10 @@ impl Injection {
 
     /// What the job reported so far (call after it ended).
     pub fn read(&self) -> InjectReport {
-        let text = std::fs::read(self.dir.path().join("report.ndjson"))
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .unwrap_or_default();
-        aggregate(&text, &self.wanted)
+        match std::fs::File::open(self.dir.path().join("report.ndjson")) {
+            Ok(f) => aggregate_from(std::io::BufReader::new(f), &self.wanted),
+            Err(_) => aggregate("", &self.wanted),
+        }
     }
 }
 
@@ -501,6 +539,47 @@ mod tests {
             assert_eq!(e.exit_code(), crate::exit::USAGE, "{e}");
         }
         assert!(InjectSpec::parse(&[], &[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_huge_side_channel_is_read_streaming_up_to_the_cap() {
+        use std::io::Read;
+        /// Counts what is pulled from the reader under it.
+        struct Counted<R>(R, std::rc::Rc<std::cell::Cell<u64>>);
+        impl<R: Read> Read for Counted<R> {
+            fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+                let n = self.0.read(b)?;
+                self.1.set(self.1.get() + n as u64);
+                Ok(n)
+            }
+        }
+        let wanted = InjectSpec::parse(&s(&["num_workers=8"]), &[])
+            .unwrap()
+            .resolve(&[])
+            .unwrap();
+        let ev = "{\"event\":\"override\",\"target\":\"DataLoader\",\"key\":\"num_workers\",\"value\":8,\"original\":0}\n";
+        // A 1 MiB line, one event, then a 1.5 GB line, generated as read.
+        let event = format!("\n{ev}");
+        let input = std::io::repeat(b'x')
+            .take(1 << 20)
+            .chain(event.as_bytes())
+            .chain(std::io::repeat(b'y').take(1_500_000_000));
+        let pulled = std::rc::Rc::new(std::cell::Cell::new(0));
+        let r = aggregate_from(
+            std::io::BufReader::new(Counted(input, pulled.clone())),
+            &wanted,
+        );
+        assert_eq!(r.overrides.len(), 1, "{r:?}");
+        assert!(
+            pulled.get() <= MAX_REPORT_BYTES + (1 << 16),
+            "{}",
+            pulled.get()
+        );
+        assert!(
+            r.notes.iter().any(|n| n.contains("only the first 64 MiB")),
+            "{:?}",
+            r.notes
+        );
     }
 
     #[test]

@@ -515,12 +515,18 @@ impl ProcTree {
                 None => ProcFile::open(&format!("/proc/{pid}/stat"))
                     .and_then(|mut f| f.read().and_then(parse_stat)),
             };
-            let Some(st) =
-                st.filter(|st| st.starttime == tr.starttime && st.state != 'Z' && st.state != 'X')
-            else {
+            let Some(st) = st.filter(|st| st.starttime == tr.starttime) else {
                 gone.push(pid);
                 continue;
             };
+            if st.state == 'Z' || st.state == 'X' {
+                // Exited, not yet reaped: its /proc entry stays until then. Remembered as
+                // not ours, or the next listing of /proc would announce it as a new process
+                // (and again as gone) at every reading.
+                self.unrelated.insert(pid, tr.starttime);
+                gone.push(pid);
+                continue;
+            }
             let now = Instant::now();
             let dt = now.duration_since(tr.prev_at).as_secs_f64();
             let just_started = reading.started.iter().any(|s| s.pid == pid);

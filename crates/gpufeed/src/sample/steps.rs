@@ -98,6 +98,40 @@ impl GivenSocketError {
     }
 }
 
+/// The name of a step-socket folder starts with this and the pid of the gpufeed that made it.
+const STALE_PREFIX: &str = "gpufeed-steps-";
+
+/// Removes the step-socket folders (`gpufeed-steps-PID-*` in `base`) that a gpufeed killed
+/// before it could clean up (SIGKILL) left behind: only real folders, not symlinks, owned by
+/// this user, whose PID no longer runs. Returns how many were removed.
+pub fn remove_stale(base: &Path) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(STALE_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // symlink_metadata: a symlink planted under our name is left alone, never followed.
+        let ours = std::fs::symlink_metadata(e.path())
+            .is_ok_and(|m| m.file_type().is_dir() && m.uid() == uid);
+        if ours && !super::host::pid_alive(pid) && std::fs::remove_dir_all(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// A bound socket and the thread that collects its steps.
 pub struct StepSocket {
     path: PathBuf,
@@ -115,7 +149,9 @@ impl StepSocket {
     /// directory) and starts collecting: the way to get a step socket. Hand the job
     /// [`StepSocket::path`] in [`ENV_VAR`]. The folder and the socket go when this is dropped.
     pub fn open() -> std::io::Result<StepSocket> {
-        let dir = crate::outfile::private_dir("gpufeed-steps-")?;
+        let base = crate::outfile::private_base();
+        remove_stale(&base);
+        let dir = crate::outfile::private_dir(&format!("{STALE_PREFIX}{}-", std::process::id()))?;
         let mut s = Self::bind(&dir.path().join("step.sock"))?;
         s.dir = Some(dir);
         Ok(s)
@@ -382,6 +418,31 @@ mod tests {
             rank: None,
         };
         assert_eq!(f.fold(&[big(1), big(2), big(3)]).items, Some(u64::MAX));
+    }
+
+    #[test]
+    fn stale_folders_of_gone_gpufeeds_are_removed_and_nothing_else() {
+        let base = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        child.wait().unwrap();
+        let gone = child.id();
+        let me = std::process::id();
+        let mk = |n: &str| {
+            let d = base.path().join(n);
+            std::fs::create_dir(&d).unwrap();
+            std::fs::write(d.join("step.sock"), "").unwrap();
+            d
+        };
+        let stale = mk(&format!("gpufeed-steps-{gone}-abc"));
+        let live = mk(&format!("gpufeed-steps-{me}-abc"));
+        let other = mk("gpufeed-steps-xyz");
+        let target = mk("elsewhere");
+        let link = base.path().join(format!("gpufeed-steps-{gone}-lnk"));
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert_eq!(remove_stale(base.path()), 1);
+        assert!(!stale.exists());
+        assert!(live.exists() && other.exists() && target.join("step.sock").exists());
+        assert!(std::fs::symlink_metadata(&link).is_ok());
     }
 
     #[test]

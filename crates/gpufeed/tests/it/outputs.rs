@@ -302,3 +302,33 @@ fn zstd_recordings_are_read_by_every_command_and_junk_is_refused_at_once() {
         );
     assert!(!zero.exists());
 }
+
+#[test]
+fn a_folder_as_output_and_a_symlinked_output_dir_are_refused_before_the_job_starts() {
+    let d = tempfile::tempdir().unwrap();
+    let ran = d.path().join("ran");
+    let job = format!("touch {}", ran.display());
+    // `run -o DIR --force`: exit 2 before the job starts (it used to run unrecorded).
+    gpufeed()
+        .args(["run", "-q", "--force", "-o"])
+        .arg(d.path())
+        .args(["--", "sh", "-c", &job])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("is a folder"));
+    assert!(!ran.exists());
+    // `--output-dir LINK`: refused, not followed.
+    let real = d.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let link = d.path().join("link");
+    symlink(&real, &link).unwrap();
+    gpufeed()
+        .args(["sweep", "-L", "workers", "1", "--output-dir"])
+        .arg(&link)
+        .args(["--", "sh", "-c", &job, "{workers}"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("is a symlink"));
+    assert!(!ran.exists());
+    assert_eq!(std::fs::read_dir(&real).unwrap().count(), 0);
+}

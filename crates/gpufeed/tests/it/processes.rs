@@ -252,3 +252,49 @@ fn a_double_forked_daemon_does_not_outlive_its_trial() {
         );
     }
 }
+
+#[test]
+fn fast_forks_under_run_give_one_start_and_one_exit_per_pid() {
+    if !has_python() {
+        eprintln!("SKIPPED: fast_forks_under_run_give_one_start_and_one_exit_per_pid: no python3");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("r.ndjson");
+    // 60 children that exit at once; the parent reaps them only a second later: zombies meanwhile.
+    let script = "import os, time\n\
+                  for _ in range(60):\n    \
+                      if os.fork() == 0: os._exit(0)\n    \
+                      time.sleep(0.005)\n\
+                  time.sleep(1.0)\n\
+                  while True:\n    \
+                      try: os.wait()\n    \
+                      except ChildProcessError: break\n\
+                  time.sleep(0.3)\n";
+    crate::gpufeed()
+        .args(["run", "-q", "--interval", "20ms", "-o"])
+        .arg(&out)
+        .args(["--", "python3", "-c", script])
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .success();
+    // Keyed by command too: a process that execs is announced again with its new command.
+    let mut counts: std::collections::HashMap<(String, u64, String), u32> = Default::default();
+    for line in std::fs::read_to_string(&out).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let kind = v["type"].as_str().unwrap_or_default();
+        if kind == "proc_start" || kind == "proc_exit" {
+            let cmd = v["cmd"].to_string();
+            *counts
+                .entry((kind.to_string(), v["pid"].as_u64().unwrap(), cmd))
+                .or_default() += 1;
+        }
+    }
+    let starts = counts.keys().filter(|(k, _, _)| k == "proc_start").count();
+    assert!(starts > 10, "too few children seen: {counts:?}");
+    let repeated: Vec<_> = counts.iter().filter(|(_, &n)| n > 1).collect();
+    assert!(
+        repeated.is_empty(),
+        "announced more than once: {repeated:?}"
+    );
+}
