@@ -421,7 +421,7 @@ pub struct PyAcc {
 /// With strings cut to 4 KiB by the reader, at most ~120 MB even for crafted frames; real jobs
 /// have a few thousand.
 pub const MAX_FRAMES: usize = 10_000;
-/// Distinct Python stacks kept; samples of later ones are counted under [`OTHER_STACK`].
+/// Distinct Python stacks kept; samples of later ones are counted under `OTHER_STACK`.
 pub const MAX_STACKS: usize = 50_000;
 /// Frames kept per stack (the recorder keeps 128).
 const MAX_STACK_DEPTH: usize = 128;

@@ -285,8 +285,8 @@ pub fn aggregate(text: &str, wanted: &Resolved) -> InjectReport {
     aggregate_from(text.as_bytes(), wanted)
 }
 
-/// [`aggregate`], streaming: reads at most [`MAX_REPORT_BYTES`] of `input`, one line of at most
-/// [`MAX_LINE_BYTES`] at a time, so memory stays bounded whatever the job wrote.
+/// [`aggregate`], streaming: reads at most `MAX_REPORT_BYTES` (64 MiB) of `input`, one line of at most
+/// `MAX_LINE_BYTES` (64 KiB) at a time, so memory stays bounded whatever the job wrote.
 pub fn aggregate_from(input: impl std::io::BufRead, wanted: &Resolved) -> InjectReport {
     use std::io::{BufRead, Read};
     let mut rep = InjectReport::default();
