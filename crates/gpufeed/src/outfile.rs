@@ -248,7 +248,7 @@ pub fn refuse_unseekable(what: &str, input: &Path) -> Result<(), crate::exit::Fa
     // by their content.
     if t.is_fifo() || t.is_socket() {
         return Err(crate::exit::Failure::new(
-            crate::exit::USAGE,
+            crate::exit::Exit::Usage,
             format!(
                 "{what} {} is a pipe or a socket, not a file: this command reads it more than once; save it to a file first (e.g. `cat ... > input.ndjson`)",
                 input.display()
@@ -267,7 +267,7 @@ pub fn refuse_same_as_input<'a>(
     for input in inputs {
         if same_file(output, input) {
             return Err(crate::exit::Failure::new(
-                crate::exit::USAGE,
+                crate::exit::Exit::Usage,
                 format!(
                     "{option} {} is the same file as the input {}: writing it would destroy the input; choose another output name",
                     output.display(),

@@ -8,7 +8,7 @@
 use crate::cli::{CompareArgs, GlobalOpts};
 use crate::compare::{self, Comparison, InputKind};
 use crate::diagnose::{self, input::LogOptions, InputFormat};
-use crate::exit::{self, Failure};
+use crate::exit::{Exit, Failure};
 use crate::present;
 use crate::present::OutputFormat;
 use crate::trace;
@@ -24,7 +24,7 @@ fn input(msg: String) -> anyhow::Error {
 pub fn detect(path: &Path) -> anyhow::Result<InputKind> {
     if path.as_os_str() == "-" {
         return Err(anyhow::Error::new(Failure::new(
-            exit::USAGE,
+            Exit::Usage,
             "compare reads two files; save the input to a file first",
         )));
     }
@@ -148,7 +148,7 @@ pub fn run(_global: &GlobalOpts, args: &CompareArgs) -> anyhow::Result<u8> {
             return Err(e.into());
         }
     }
-    Ok(exit::OK)
+    Ok(Exit::Ok.code())
 }
 
 #[cfg(test)]

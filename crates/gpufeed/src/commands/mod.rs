@@ -42,7 +42,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
 
 /// A file `diagnose` could not read: bad input (exit 3). Shared by `diagnose` and `compare`.
 pub(crate) fn diagnose_failure(e: crate::diagnose::DiagnoseError) -> anyhow::Error {
-    anyhow::Error::new(crate::exit::Failure::input(e.to_string()))
+    anyhow::Error::new(crate::exit::Failure::from(e))
 }
 
 /// Writes a report file (`--html`, `--export-*`, a sweep's own files) whole or not at all: through
@@ -90,7 +90,7 @@ pub(crate) fn step_socket(
     if let Some(p) = given {
         return StepSocket::bind_given(p)
             .map(|s| Some(std::sync::Arc::new(s)))
-            .map_err(|e| crate::exit::Failure::new(e.exit_code(), e.to_string()));
+            .map_err(crate::exit::Failure::from);
     }
     Ok(match StepSocket::open() {
         Ok(s) => Some(std::sync::Arc::new(s)),

@@ -3,7 +3,7 @@
 //! `tune` build on this module; none imports another.
 
 use crate::cli::{GlobalOpts, TrialOpts};
-use crate::exit::{self, Failure};
+use crate::exit::{Exit, Failure};
 use crate::job::SignalWatch;
 use crate::tune::params;
 use crate::tune::progress::RateRegex;
@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 fn usage(msg: impl Into<String>) -> anyhow::Error {
-    Failure::new(exit::USAGE, msg).into()
+    Failure::new(Exit::Usage, msg).into()
 }
 
 /// Checks shared trial options; returns the compiled regex.
@@ -77,7 +77,7 @@ pub fn output_dir(t: &TrialOpts, prefix: &str) -> anyhow::Result<PathBuf> {
     // A symlink is not followed: the recordings would land wherever it points.
     if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.file_type().is_symlink()) {
         return Err(Failure::new(
-            exit::USAGE,
+            Exit::Usage,
             format!(
                 "--output-dir {} is a symlink: give the real folder it points to, or another folder",
                 dir.display()
@@ -93,7 +93,7 @@ pub fn output_dir(t: &TrialOpts, prefix: &str) -> anyhow::Result<PathBuf> {
         .find(|n| n.starts_with("trial-") && n.ends_with(".ndjson"));
     if let Some(n) = earlier {
         return Err(Failure::new(
-            exit::USAGE,
+            Exit::Usage,
             format!(
                 "{} already holds trial recordings of an earlier run ({n}): choose another --output-dir, or leave it out for a new folder",
                 dir.display()
@@ -196,8 +196,8 @@ pub fn live_msg(label: &str, l: &Live) -> String {
 pub fn interrupt_flag() -> anyhow::Result<(Arc<AtomicBool>, SignalWatch)> {
     let flag = Arc::new(AtomicBool::new(false));
     let f = Arc::clone(&flag);
-    let watch = SignalWatch::start(move |_| f.store(true, Ordering::SeqCst))
-        .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
+    let watch =
+        SignalWatch::start(move |_| f.store(true, Ordering::SeqCst)).map_err(Failure::from)?;
     Ok((flag, watch))
 }
 

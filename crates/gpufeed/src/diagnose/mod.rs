@@ -87,6 +87,13 @@ pub enum DiagnoseError {
     Bad { path: PathBuf, detail: String },
 }
 
+/// A file that cannot be diagnosed is bad input, whatever is wrong with it.
+impl crate::exit::HasExit for DiagnoseError {
+    fn exit(&self) -> crate::exit::Exit {
+        crate::exit::Exit::Input
+    }
+}
+
 /// Diagnoses a gpufeed recording (what `gpufeed run` calls when the job ends).
 pub fn report_for_recording(path: &Path) -> Result<DiagnoseReport, DiagnoseError> {
     diagnose_file(path, InputFormat::Recording, &input::LogOptions::default())

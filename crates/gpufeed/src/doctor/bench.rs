@@ -47,6 +47,17 @@ pub enum BenchError {
     },
 }
 
+impl crate::exit::HasExit for BenchError {
+    fn exit(&self) -> crate::exit::Exit {
+        use crate::exit::Exit;
+        match self {
+            BenchError::NoDriver | BenchError::NoDevice(_) => Exit::NoGpu,
+            BenchError::BadDevice { .. } => Exit::Usage,
+            _ => Exit::Failure,
+        }
+    }
+}
+
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct BenchOptions {

@@ -26,11 +26,11 @@ pub enum InjectError {
     Io(#[from] std::io::Error),
 }
 
-impl InjectError {
-    pub fn exit_code(&self) -> u8 {
+impl crate::exit::HasExit for InjectError {
+    fn exit(&self) -> crate::exit::Exit {
         match self {
-            InjectError::Usage(_) => crate::exit::USAGE,
-            InjectError::Io(_) => crate::exit::FAILURE,
+            InjectError::Usage(_) => crate::exit::Exit::Usage,
+            InjectError::Io(_) => crate::exit::Exit::Failure,
         }
     }
 }
@@ -502,6 +502,7 @@ impl Injection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exit::HasExit;
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
@@ -536,7 +537,7 @@ mod tests {
             (vec![], vec!["benchmark=1"]),
         ] {
             let e = InjectSpec::parse(&s(&dl), &s(&t)).unwrap_err();
-            assert_eq!(e.exit_code(), crate::exit::USAGE, "{e}");
+            assert_eq!(e.exit(), crate::exit::Exit::Usage, "{e}");
         }
         assert!(InjectSpec::parse(&[], &[]).unwrap().is_empty());
     }

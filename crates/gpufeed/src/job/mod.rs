@@ -31,13 +31,14 @@ pub enum JobError {
     Signals(io::Error),
 }
 
-impl JobError {
-    pub fn exit_code(&self) -> u8 {
+impl crate::exit::HasExit for JobError {
+    fn exit(&self) -> crate::exit::Exit {
+        use crate::exit::Exit;
         match self {
-            JobError::NotFound { .. } => crate::exit::NOT_FOUND,
-            JobError::NotExecutable { .. } => crate::exit::CANNOT_EXECUTE,
-            JobError::Empty => crate::exit::USAGE,
-            _ => crate::exit::FAILURE,
+            JobError::NotFound { .. } => Exit::NotFound,
+            JobError::NotExecutable { .. } => Exit::CannotExecute,
+            JobError::Empty => Exit::Usage,
+            _ => Exit::Failure,
         }
     }
 }
@@ -54,7 +55,7 @@ impl JobExit {
     pub fn shell_code(self) -> u8 {
         match self {
             JobExit::Code(c) => (c & 0xff) as u8,
-            JobExit::Signal(s) => crate::exit::SIGNAL_BASE.wrapping_add(s as u8),
+            JobExit::Signal(s) => crate::exit::Exit::signal(s),
         }
     }
     pub fn code(self) -> Option<i32> {
@@ -428,6 +429,7 @@ pub fn signal_all(pids: &[u32], signal: i32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exit::HasExit;
 
     #[test]
     fn exit_codes_follow_the_shell() {
@@ -439,11 +441,11 @@ mod tests {
     #[test]
     fn spawn_errors_are_classified() {
         let e = Job::spawn(&["definitely-not-a-command-xyz"]).err().unwrap();
-        assert_eq!(e.exit_code(), 127);
+        assert_eq!(e.exit().code(), 127);
         assert!(e.to_string().contains("command not found"));
         let e = Job::spawn(&["/etc/hostname"]).err().unwrap();
-        assert_eq!(e.exit_code(), 126, "{e}");
-        assert_eq!(Job::spawn::<&str>(&[]).err().unwrap().exit_code(), 2);
+        assert_eq!(e.exit().code(), 126, "{e}");
+        assert_eq!(Job::spawn::<&str>(&[]).err().unwrap().exit().code(), 2);
     }
 
     #[test]
@@ -565,7 +567,7 @@ mod tests {
         )
         .err()
         .unwrap();
-        assert_eq!(e.exit_code(), 127);
+        assert_eq!(e.exit().code(), 127);
         // stop_tree still reaches the job through the watchdog.
         let mut j = watched("trap '' INT; sleep 30 & wait");
         std::thread::sleep(Duration::from_millis(200));

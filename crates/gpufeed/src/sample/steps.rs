@@ -90,11 +90,11 @@ pub enum GivenSocketError {
     },
 }
 
-impl GivenSocketError {
+impl crate::exit::HasExit for GivenSocketError {
     /// A path that cannot be used is a bad option value; an OS failure to bind is too (a
     /// missing or read-only folder), as the message says what to change.
-    pub fn exit_code(&self) -> u8 {
-        crate::exit::USAGE
+    fn exit(&self) -> crate::exit::Exit {
+        crate::exit::Exit::Usage
     }
 }
 

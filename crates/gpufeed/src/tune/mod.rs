@@ -23,7 +23,7 @@ pub mod steady;
 pub mod sweep;
 pub mod trial;
 
-/// Errors of the tuner. The command layer maps them to exit codes with [`TuneError::exit_code`].
+/// Errors of the tuner. Each says its exit code through [`crate::exit::HasExit`].
 #[derive(Debug, thiserror::Error)]
 pub enum TuneError {
     #[error("{0}")]
@@ -45,14 +45,15 @@ pub enum TuneError {
     },
 }
 
-impl TuneError {
-    pub fn exit_code(&self) -> u8 {
+impl crate::exit::HasExit for TuneError {
+    fn exit(&self) -> crate::exit::Exit {
+        use crate::exit::Exit;
         match self {
-            TuneError::Usage(_) => crate::exit::USAGE,
-            TuneError::Job(e) => e.exit_code(),
-            TuneError::Inject(e) => e.exit_code(),
-            TuneError::Record(_) | TuneError::Write { .. } => crate::exit::INPUT,
-            _ => crate::exit::FAILURE,
+            TuneError::Usage(_) => Exit::Usage,
+            TuneError::Job(e) => e.exit(),
+            TuneError::Inject(e) => e.exit(),
+            TuneError::Record(_) | TuneError::Write { .. } => Exit::Input,
+            _ => Exit::Failure,
         }
     }
 }
