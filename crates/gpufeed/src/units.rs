@@ -59,6 +59,32 @@ pub fn gb_per_s(bytes_per_s: f64) -> String {
     }
 }
 
+/// `1 process`, `3 processes`.
+pub fn plural(n: usize, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
+/// `x` rounded to `digits` decimals, never `-0.0` (the figures of a comparison).
+pub fn round(x: f64, digits: i32) -> f64 {
+    let m = 10f64.powi(digits);
+    (x * m).round() / m + 0.0
+}
+
+/// Rounds for evidence maps (keeps reports readable and snapshots stable).
+pub fn r1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+pub fn r2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+pub fn r3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

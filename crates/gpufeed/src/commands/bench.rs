@@ -1,7 +1,7 @@
 //! `gpufeed bench`: copy bandwidth and GEMM throughput on the GPU; exit 5 without one.
 
+use crate::bench::{self, BenchOptions, SavedBench};
 use crate::cli::{BenchArgs, GlobalOpts, OutputFormat};
-use crate::doctor::bench::{self, BenchOptions, SavedBench};
 use crate::exit::{Exit, Failure};
 use std::io::Write;
 
@@ -42,7 +42,7 @@ pub fn run(global: &GlobalOpts, args: &BenchArgs) -> anyhow::Result<u8> {
     let text = match args.format {
         OutputFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
         OutputFormat::Text | OutputFormat::Markdown | OutputFormat::Html => {
-            bench::render_text(&report)
+            crate::doctor::bench::render_text(&report)
         }
     };
     let mut out = std::io::stdout().lock();

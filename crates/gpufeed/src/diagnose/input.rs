@@ -4,10 +4,11 @@
 use super::evidence::{EvidenceBuilder, Origin};
 use super::phases::{self, Phase};
 use super::{DiagnoseError, Evidence, Source};
+use crate::import::dcgmi::{self, Flavour};
+use crate::import::smi_csv::{self, CsvOptions};
+use crate::import::{LogError, LogInfo};
 use crate::record::format::{Header, Line, ReadError};
 use crate::record::reader::{self, Sink};
-use crate::sample::dcgmi::{self, Flavour};
-use crate::sample::smi_csv::{self, CsvOptions, LogError, LogInfo};
 use serde::{Deserialize, Serialize};
 use std::io::Read;
 use std::path::Path;
@@ -283,7 +284,7 @@ fn check_head(path: &Path, head: &[u8]) -> Result<(), DiagnoseError> {
             detail,
         });
     }
-    if crate::sample::looks_binary(head) {
+    if crate::import::looks_binary(head) {
         return Err(DiagnoseError::Bad {
             path: path.to_path_buf(),
             detail: format!("binary data, not a format gpufeed reads; {FORMATS}"),

@@ -8,7 +8,8 @@ pub mod evidence;
 pub mod input;
 pub mod job;
 pub mod phases;
-pub mod pyloop;
+/// The Python-loop evidence under its former path, for the presenters still importing it so.
+pub use evidence::pyloop;
 pub mod render;
 pub mod rules;
 pub mod stats;
@@ -62,10 +63,10 @@ pub struct DiagnoseReport {
     pub job: JobEvidence,
     /// The training loop seen through its Python stacks (`gpufeed run` samples them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub python: Option<pyloop::PythonEvidence>,
+    pub python: Option<evidence::PythonEvidence>,
     /// The job's step markers (`GPUFEED_STEP_SOCKET`): exact step times and data wait.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub steps: Option<pyloop::StepEvidence>,
+    pub steps: Option<evidence::StepEvidence>,
     /// Caveats for people (weak evidence, missing data).
     pub notes: Vec<String>,
     /// Phases a log was split into (start-up, active, eval-like, idle, idle tail); only the

@@ -80,14 +80,6 @@ impl Pooler {
     }
 }
 
-fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    Some(v[v.len() / 2])
-}
-
 fn mean(s: &[(f64, f64)]) -> f64 {
     if s.is_empty() {
         0.0
@@ -103,7 +95,9 @@ pub fn segment(series: &[(f64, f64)]) -> Vec<Phase> {
         return Vec::new();
     }
     let mut dts: Vec<f64> = series.windows(2).map(|w| w[1].0 - w[0].0).collect();
-    let interval = median(&mut dts).unwrap_or(1.0).max(1e-3);
+    let interval = crate::stats::upper_median(&mut dts)
+        .unwrap_or(1.0)
+        .max(1e-3);
     let t0 = series[0].0;
     let t_end = series[series.len() - 1].0;
     let (Some(first), Some(last)) = (
@@ -148,7 +142,7 @@ pub fn segment(series: &[(f64, f64)]) -> Vec<Phase> {
         .map(|p| p.1)
         .filter(|u| *u >= IDLE_PCT)
         .collect();
-    let level = median(&mut busy).unwrap_or(IDLE_PCT);
+    let level = crate::stats::upper_median(&mut busy).unwrap_or(IDLE_PCT);
     let low = (0.5 * level).max(IDLE_PCT);
     // Start of the last active stretch.
     let cursor = low_stretches(

@@ -8,7 +8,8 @@
 //! Families: [`stack`] (driver, CUDA, nvcc, cuDNN, CUDA stack age), [`python`] (the Python/PyTorch
 //! probe), [`gpu`] (NVML: GPUs, PCIe link, persistence, ECC, throttling, MIG), [`precision`],
 //! [`host`] (/dev/shm, cores per GPU, NUMA, RAM, open files) and [`data`] (`--data`).
-//! [`mod@bench`] measures copy bandwidth and GEMM throughput on a real GPU (`gpufeed bench`).
+//! [`mod@bench`] renders the text of `gpufeed bench`, whose measuring is [`crate::bench`] (the
+//! text is to move to `present`).
 
 pub mod bench;
 pub mod data;

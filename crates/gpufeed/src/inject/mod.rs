@@ -35,6 +35,38 @@ impl crate::exit::HasExit for InjectError {
     }
 }
 
+/// Replaces every `{name}` of the setting in `text` (a `--dataloader`/`--torch` value here, a
+/// command or an environment template in the tuner).
+pub fn substitute(text: &str, setting: &[(String, String)]) -> String {
+    // One pass over the template: a value is copied as it is, never searched for `{name}` again
+    // (`-L a '{b}' -L b X` gives `a={b}`, not `a=X`).
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let hit = after.find('}').and_then(|close| {
+            let name = &after[..close];
+            setting
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| (v, close))
+        });
+        match hit {
+            Some((v, close)) => {
+                out.push_str(v);
+                rest = &after[close + 1..];
+            }
+            None => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// What kind of value a key takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ValueKind {
@@ -199,7 +231,7 @@ impl InjectSpec {
             pairs
                 .iter()
                 .map(|(k, t)| {
-                    let v = crate::tune::params::substitute(t, setting);
+                    let v = substitute(t, setting);
                     if v.contains('{') && v.contains('}') {
                         return Err(InjectError::Usage(format!(
                             "{} {k}={t}: '{v}' names no knob given with -L",

@@ -75,9 +75,9 @@ pub struct LiveReport {
     pub findings: Vec<Finding>,
     pub gpus: Vec<GpuEvidence>,
     /// The training loop over the window, when its Python stacks are sampled.
-    pub python: Option<crate::diagnose::pyloop::PythonEvidence>,
+    pub python: Option<crate::diagnose::evidence::PythonEvidence>,
     /// The job's step markers over the window, when it sends any.
-    pub steps: Option<crate::diagnose::pyloop::StepEvidence>,
+    pub steps: Option<crate::diagnose::evidence::StepEvidence>,
 }
 
 /// Everything `watch` and `serve` show.
@@ -678,7 +678,7 @@ pub(crate) mod fixture {
     /// steps/s, rank 1 at 8) and the window's loops are those of two ranks, rank 1 waiting for
     /// data far longer (the per-rank split itself is unit-tested in `diagnose::pyloop`).
     pub fn state_with_ranks(gpus: u32, secs: u32) -> LiveState {
-        use crate::diagnose::pyloop::RankLoop;
+        use crate::diagnose::evidence::RankLoop;
         use crate::record::format::StepsLine;
         let mut st = state_with_loop(gpus, secs);
         for t in 1..=secs {
@@ -710,13 +710,13 @@ pub(crate) mod fixture {
                 data_hotspots: vec![],
             })
             .to_vec();
-        p.slow_rank = Some(crate::diagnose::pyloop::SlowRank {
+        p.slow_rank = Some(crate::diagnose::evidence::SlowRank {
             rank: Some(1),
             pid: 102,
             data_wait_pct: 55.0,
             others_data_wait_pct: 12.0,
         });
-        crate::diagnose::pyloop::fill_rank_steps(p, r.steps.as_ref());
+        crate::diagnose::evidence::pyloop::fill_rank_steps(p, r.steps.as_ref());
         st
     }
 }

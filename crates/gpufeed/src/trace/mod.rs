@@ -3,6 +3,7 @@
 //! those numbers into findings.
 
 pub mod collect;
+pub mod event;
 pub mod families;
 mod fast;
 pub mod merge;
@@ -11,6 +12,7 @@ pub mod ranks;
 pub mod reader;
 pub mod report;
 pub mod rules;
+mod serde_event;
 pub mod summary;
 pub mod verdict;
 

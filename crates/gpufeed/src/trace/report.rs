@@ -42,7 +42,22 @@ pub struct Report {
     /// Ranks of one job only: the world, straggler and communication-bound ranks (`traces` then
     /// holds only the lowest rank's summary).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job: Option<super::ranks::RankJob>,
+    pub job: Option<RankJob>,
+}
+
+/// The job part of a ranks report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankJob {
+    pub world_size: u64,
+    /// Ranks given.
+    pub ranks: usize,
+    /// Ranks of the world without a trace.
+    pub missing_ranks: u64,
+    pub median_step_us: Option<f64>,
+    /// Ranks whose steps take ≥ 10% longer than the median rank's, slowest first.
+    pub stragglers: Vec<u64>,
+    /// Ranks where communication not hidden behind compute exceeds 10% of the step.
+    pub comm_bound: Vec<u64>,
 }
 
 impl Report {

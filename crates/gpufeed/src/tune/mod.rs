@@ -4,7 +4,7 @@
 //!
 //! - [`params`]: `-L name v1,v2` lists, their Cartesian product and `{name}` substitution.
 //! - [`progress`]: throughput from tqdm-style progress lines or a user regex.
-//! - [`steady`]: warm-up detection (MSER-5) and batch-means confidence intervals.
+//! - [`crate::stats::steady`]: warm-up detection (MSER-5) and batch-means confidence intervals.
 //! - [`trial`]: one trial: spawn, observe, stop the whole process tree, summarise.
 //! - [`sweep`]: results, the sweet spot, and the table/JSON/CSV/Markdown reports.
 //! - [`chart`]: the SVG chart of throughput and GPU utilization against the knob.
@@ -14,12 +14,12 @@
 
 pub mod batch;
 pub mod chart;
+pub mod oom;
 pub mod params;
 pub mod patch;
 pub mod plan;
 pub mod progress;
 pub mod report;
-pub mod steady;
 pub mod sweep;
 pub mod trial;
 

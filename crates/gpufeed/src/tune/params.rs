@@ -121,36 +121,7 @@ pub fn product(knobs: &[Knob]) -> Vec<Setting> {
     out
 }
 
-/// Replaces every `{name}` of the setting in `text`.
-pub fn substitute(text: &str, setting: &[(String, String)]) -> String {
-    // One pass over the template: a value is copied as it is, never searched for `{name}` again
-    // (`-L a '{b}' -L b X` gives `a={b}`, not `a=X`).
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(open) = rest.find('{') {
-        out.push_str(&rest[..open]);
-        let after = &rest[open + 1..];
-        let hit = after.find('}').and_then(|close| {
-            let name = &after[..close];
-            setting
-                .iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| (v, close))
-        });
-        match hit {
-            Some((v, close)) => {
-                out.push_str(v);
-                rest = &after[close + 1..];
-            }
-            None => {
-                out.push('{');
-                rest = after;
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
+pub use crate::inject::substitute;
 
 /// Checks every knob appears as `{name}` in the command or in an environment template.
 pub fn check_used(

@@ -3,8 +3,8 @@
 //! speed-up of the final interleaved re-run.
 
 use super::trial::Throughput;
-use crate::compare::{ratio_ci, Speedup};
 use crate::finding::{Finding, FindingId};
+use crate::stats::{ratio_ci, Speedup};
 use serde::{Deserialize, Serialize};
 
 /// A knob `tune` can turn with no code change (through `--dataloader` / `--torch`).

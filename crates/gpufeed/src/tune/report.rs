@@ -3,7 +3,7 @@
 
 use super::plan::{Knob, KnobPlan};
 use super::sweep::{fmt_num, TrialResult};
-use crate::compare::Speedup;
+use crate::stats::Speedup;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 

@@ -7,8 +7,7 @@ use super::{r1, r2, r3};
 use crate::diagnose::evidence::{Evidence, Origin, SATURATED_PROC_PCT};
 use crate::finding::{Finding, FindingId, Severity};
 
-/// Busy fraction under which a starving signature matters.
-pub const STARVED_BUSY: f64 = 0.80;
+pub use super::STARVED_BUSY;
 /// Busy fraction under which host-side evidence alone is enough to call starvation.
 pub const LOW_BUSY: f64 = 0.60;
 

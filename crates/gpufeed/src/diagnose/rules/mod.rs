@@ -51,16 +51,11 @@ pub fn sampling_factor(interval_s: Option<f64>) -> f64 {
     }
 }
 
-/// Rounds for evidence maps (keeps reports readable and snapshots stable).
-pub(crate) fn r1(x: f64) -> f64 {
-    (x * 10.0).round() / 10.0
-}
-pub(crate) fn r2(x: f64) -> f64 {
-    (x * 100.0).round() / 100.0
-}
-pub(crate) fn r3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
-}
+pub(crate) use crate::units::{r1, r2, r3};
+
+/// Busy fraction under which a starving signature matters (`input`); at or above it the GPU's
+/// busy figure is trusted over the Python stacks' (`stacks`).
+pub const STARVED_BUSY: f64 = 0.80;
 
 #[cfg(test)]
 pub(crate) mod fixtures {

@@ -3,7 +3,7 @@
 
 use super::{r1, r2};
 use crate::diagnose::evidence::Evidence;
-use crate::diagnose::pyloop::{Hotspot, PythonEvidence};
+use crate::diagnose::evidence::{Hotspot, PythonEvidence};
 use crate::finding::{Basis, Finding, FindingId, Severity};
 use crate::sample::pyphase::StageKind;
 
@@ -18,7 +18,7 @@ pub const NOT_WAITING_PCT: f64 = 10.0;
 pub const SYNC_PCT: f64 = 15.0;
 /// GPU busy fraction above which a measured data wait is overlapped by GPU work (the loop runs
 /// ahead of the device) rather than starving it.
-pub const GPU_BUSY_TRUSTED: f64 = super::input::STARVED_BUSY;
+pub const GPU_BUSY_TRUSTED: f64 = super::STARVED_BUSY;
 
 /// The kind of input bottleneck the stacks show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -606,7 +606,7 @@ pub fn slow_rank(e: &Evidence) -> Option<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnose::pyloop::{PhasesPct, PyMain, RankLoop, SlowRank, SyncSite};
+    use crate::diagnose::evidence::{PhasesPct, PyMain, RankLoop, SlowRank, SyncSite};
     use crate::sample::pystacks::PyStatus;
 
     fn py(wait: f64) -> PythonEvidence {
@@ -680,7 +680,7 @@ mod tests {
         let f = input_bound(&e).unwrap();
         assert_eq!(f.evidence["data_wait_source"], "python_stacks");
         assert!(!f.evidence.contains_key("stacks_data_wait_pct"));
-        e.steps = Some(crate::diagnose::pyloop::StepEvidence {
+        e.steps = Some(crate::diagnose::evidence::StepEvidence {
             steps: 200,
             steps_per_s: Some(20.0),
             data_wait_pct: Some(12.0),
