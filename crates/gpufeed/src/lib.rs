@@ -8,6 +8,9 @@
 //! the one error that reaches `main`), `json` (the one JSON byte cursor under the recording's and
 //! the trace's fast readers), `stats` (medians, intervals, the steady-state estimate) and `finding`
 //! sit beneath every layer; `cli` declares the arguments, and `commands` (the top) runs them.
+//!
+//! The layering is tested (`layers.rs`): a table of which top-level module may import which, and
+//! no cycle between the files of a folder.
 
 pub mod bench;
 pub mod cli;
@@ -31,3 +34,6 @@ pub mod trace;
 pub mod tui;
 pub mod tune;
 pub mod units;
+
+#[cfg(test)]
+mod layers;
