@@ -60,7 +60,7 @@ impl Exit {
     }
 
     /// What the code means, for people (`--help` and the README show this text).
-    pub const fn meaning(self) -> &'static str {
+    pub(crate) const fn meaning(self) -> &'static str {
         match self {
             Exit::Ok => "success (for `run`: the job's own exit code is passed through)",
             Exit::Failure => "unexpected error",
@@ -85,7 +85,7 @@ const HELP_WIDTH: usize = 100;
 
 /// The `EXIT CODES:` section of `--help`, generated from [`Exit`]; long meanings wrap under
 /// their own column, within the width clap wraps help to.
-pub fn help_table() -> String {
+pub(crate) fn help_table() -> String {
     const INDENT: &str = "           ";
     let mut s = String::from("EXIT CODES:\n");
     for e in Exit::ALL {

@@ -4,7 +4,7 @@
 /// Host-to-device bandwidth of one PCIe lane per direction, GB/s, by generation, after line
 /// encoding: 8b/10b for Gen1–2, 128b/130b for Gen3–5, FLIT mode (242 B of 256) for Gen6's
 /// 64 GT/s PAM4.
-pub fn pcie_lane_gb_per_s(gen: u32) -> Option<f64> {
+pub(crate) fn pcie_lane_gb_per_s(gen: u32) -> Option<f64> {
     Some(match gen {
         1 => 0.25,
         2 => 0.5,
@@ -17,7 +17,7 @@ pub fn pcie_lane_gb_per_s(gen: u32) -> Option<f64> {
 }
 
 /// Theoretical one-direction capacity of a link in bytes/s at a generation and width.
-pub fn pcie_link_bytes_per_s(gen: u32, width: u32) -> Option<f64> {
+pub(crate) fn pcie_link_bytes_per_s(gen: u32, width: u32) -> Option<f64> {
     Some(pcie_lane_gb_per_s(gen)? * 1e9 * width as f64)
 }
 
@@ -75,13 +75,13 @@ pub fn round(x: f64, digits: i32) -> f64 {
 }
 
 /// Rounds for evidence maps (keeps reports readable and snapshots stable).
-pub fn r1(x: f64) -> f64 {
+pub(crate) fn r1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
 }
 pub fn r2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
-pub fn r3(x: f64) -> f64 {
+pub(crate) fn r3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 

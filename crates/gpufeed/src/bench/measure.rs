@@ -210,7 +210,7 @@ fn preload_cublas() {
 }
 
 /// Shrinks n until three fp32 n×n matrices fit in half the free memory.
-pub fn gemm_size_for(n: usize, free_bytes: u64) -> usize {
+pub(crate) fn gemm_size_for(n: usize, free_bytes: u64) -> usize {
     let mut n = n.max(256);
     while n > 256 && 3 * (n as u64) * (n as u64) * 4 > free_bytes / 2 {
         n /= 2;
@@ -333,7 +333,7 @@ fn matrix_bytes(precision: &str, count: usize) -> Vec<u8> {
 }
 
 /// IEEE half from a float in [-1, 1] (truncating; subnormals flushed to zero).
-pub fn f32_to_f16_bits(v: f32) -> u16 {
+pub(crate) fn f32_to_f16_bits(v: f32) -> u16 {
     let b = v.to_bits();
     let sign = ((b >> 16) & 0x8000) as u16;
     let exp = ((b >> 23) & 0xff) as i32 - 127 + 15;

@@ -146,7 +146,7 @@ pub struct BenchReport {
 }
 
 /// Copy sizes: powers of 4 from `min` to `max` (1 MiB, 4 MiB … 1 GiB), always including `max`.
-pub fn copy_sizes(min: u64, max: u64) -> Vec<u64> {
+pub(crate) fn copy_sizes(min: u64, max: u64) -> Vec<u64> {
     let mut v = Vec::new();
     let mut s = min.max(1);
     while s < max {
@@ -160,11 +160,11 @@ pub fn copy_sizes(min: u64, max: u64) -> Vec<u64> {
 }
 
 /// Repetitions so each size moves about 1 GiB, between 3 and 50.
-pub fn repetitions(size: u64) -> u32 {
+pub(crate) fn repetitions(size: u64) -> u32 {
     ((1u64 << 30) / size.max(1)).clamp(3, 50) as u32
 }
 
-pub fn best_bandwidth(copies: &[CopyResult]) -> BestBandwidth {
+pub(crate) fn best_bandwidth(copies: &[CopyResult]) -> BestBandwidth {
     let best = |d: Direction, m: HostMemory| {
         copies
             .iter()
@@ -188,7 +188,7 @@ pub fn best_bandwidth(copies: &[CopyResult]) -> BestBandwidth {
 }
 
 /// Fills in each result's speed-up over fp32; returns the best of fp16/bf16.
-pub fn gemm_speedups(g: &mut [GemmResult]) -> Option<f64> {
+pub(crate) fn gemm_speedups(g: &mut [GemmResult]) -> Option<f64> {
     let fp32 = g
         .iter()
         .find(|r| r.precision == "fp32")
@@ -204,7 +204,7 @@ pub fn gemm_speedups(g: &mut [GemmResult]) -> Option<f64> {
 }
 
 /// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as NVML and nvidia-smi print it.
-pub fn format_uuid(b: &[u8; 16]) -> String {
+pub(crate) fn format_uuid(b: &[u8; 16]) -> String {
     let h: Vec<String> = b.iter().map(|x| format!("{x:02x}")).collect();
     format!(
         "GPU-{}-{}-{}-{}-{}",

@@ -57,7 +57,7 @@ impl SavedBench {
     }
 
     /// Replaces the entry of the same GPU (by UUID, else by index when no UUID) or adds it.
-    pub fn upsert(&mut self, g: SavedGpu) {
+    pub(crate) fn upsert(&mut self, g: SavedGpu) {
         self.schema_version = SCHEMA_VERSION;
         let same = |o: &SavedGpu| match (&o.uuid, &g.uuid) {
             (Some(a), Some(b)) => a == b,
@@ -71,7 +71,7 @@ impl SavedBench {
     }
 
     /// Writes atomically (temp file + rename), creating the directory.
-    pub fn save(&self, path: &Path) -> Result<(), BenchError> {
+    pub(crate) fn save(&self, path: &Path) -> Result<(), BenchError> {
         let err = |source| BenchError::Save {
             path: path.to_path_buf(),
             source,

@@ -21,7 +21,7 @@ fn input(msg: String) -> anyhow::Error {
 }
 
 /// What kind of file this is, from its first 64 KiB (gunzipped).
-pub fn detect(path: &Path) -> anyhow::Result<InputKind> {
+pub(crate) fn detect(path: &Path) -> anyhow::Result<InputKind> {
     if path.as_os_str() == "-" {
         return Err(anyhow::Error::new(Failure::new(
             Exit::Usage,
@@ -44,7 +44,7 @@ pub fn detect(path: &Path) -> anyhow::Result<InputKind> {
 
 /// Classifies the beginning of a file: a Kineto trace, a sweep report, else something
 /// `diagnose` reads (a recording or a GPU log).
-pub fn classify(head: &str) -> InputKind {
+pub(crate) fn classify(head: &str) -> InputKind {
     let t = head.trim_start();
     let has = |k: &str| t.contains(k);
     if t.starts_with('{') {

@@ -43,7 +43,7 @@ pub fn start_live(
 
 /// [`start_live`], bumping `generation` after every change of the state (so a reader can tell
 /// whether what it encoded last is still current).
-pub fn start_live_counted(
+pub(crate) fn start_live_counted(
     global: &GlobalOpts,
     interval: Duration,
     window: Duration,

@@ -111,7 +111,7 @@ pub struct VerdictChange {
 pub const SAME_WITHIN: f64 = 0.05;
 
 /// Better / worse / same from a speed-up (see [`VerdictChange::direction`]).
-pub fn direction_of(s: &Speedup) -> Direction {
+pub(crate) fn direction_of(s: &Speedup) -> Direction {
     match s.ci95 {
         Some([lo, _]) if lo > 1.0 => Direction::Better,
         Some([_, hi]) if hi < 1.0 => Direction::Worse,

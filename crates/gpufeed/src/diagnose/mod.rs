@@ -96,12 +96,12 @@ impl crate::exit::HasExit for DiagnoseError {
 }
 
 /// Diagnoses a gpufeed recording (what `gpufeed run` calls when the job ends).
-pub fn report_for_recording(path: &Path) -> Result<DiagnoseReport, DiagnoseError> {
+pub(crate) fn report_for_recording(path: &Path) -> Result<DiagnoseReport, DiagnoseError> {
     diagnose_file(path, InputFormat::Recording, &input::LogOptions::default())
 }
 
 /// Diagnoses any supported file.
-pub fn diagnose_file(
+pub(crate) fn diagnose_file(
     path: &Path,
     format: InputFormat,
     opts: &input::LogOptions,
@@ -111,7 +111,7 @@ pub fn diagnose_file(
 
 /// As [`diagnose_file`], feeding a recording's lines to `extra` in the same single pass (the
 /// HTML report's series, the run summary).
-pub fn diagnose_file_with(
+pub(crate) fn diagnose_file_with(
     path: &Path,
     format: InputFormat,
     opts: &input::LogOptions,
@@ -122,7 +122,7 @@ pub fn diagnose_file_with(
 }
 
 /// One node of a job: the file is diagnosed and only its [`job::NodeSummary`] is kept.
-pub fn diagnose_node(
+pub(crate) fn diagnose_node(
     path: &Path,
     format: InputFormat,
     opts: &input::LogOptions,
@@ -138,7 +138,7 @@ pub fn diagnose_node(
 }
 
 /// Rules, verdict and notes over what was read.
-pub fn build_report(read: input::ReadOutcome) -> DiagnoseReport {
+pub(crate) fn build_report(read: input::ReadOutcome) -> DiagnoseReport {
     let e = read.evidence;
     let findings = rules::evaluate(&e);
     let verdict = verdict::decide(&e, &findings);
@@ -322,7 +322,7 @@ pub fn notes(e: &Evidence, source: &Source, v: &Verdict) -> Vec<String> {
 
 /// What a log's sampling interval hides, and how to sample finely enough (logs polled every
 /// second or slower; a recording keeps every driver sample).
-pub fn sampling_note(e: &Evidence) -> Option<String> {
+pub(crate) fn sampling_note(e: &Evidence) -> Option<String> {
     if e.origin != Origin::GpuLog {
         return None;
     }

@@ -90,7 +90,7 @@ fn mean(s: &[(f64, f64)]) -> f64 {
 
 /// Splits a pooled series into phases covering it from its first to its last poll. Returns an
 /// empty list when there is nothing to split (too short, never busy, or one active block).
-pub fn segment(series: &[(f64, f64)]) -> Vec<Phase> {
+pub(crate) fn segment(series: &[(f64, f64)]) -> Vec<Phase> {
     if series.len() < 10 {
         return Vec::new();
     }
@@ -230,7 +230,7 @@ fn low_stretches(
 
 /// Maps a time of the log onto the judged (active-only) timeline: `None` outside the active
 /// phases, else the time with every earlier non-active stretch cut out.
-pub fn judged_time(phases: &[Phase], t_s: f64) -> Option<f64> {
+pub(crate) fn judged_time(phases: &[Phase], t_s: f64) -> Option<f64> {
     let mut cut = 0.0;
     for p in phases {
         if p.kind == PhaseKind::Active {
@@ -258,7 +258,7 @@ pub fn words(s: f64) -> String {
 }
 
 /// One line for people about what was split off, or `None` when nothing was.
-pub fn describe(phases: &[Phase]) -> Option<String> {
+pub(crate) fn describe(phases: &[Phase]) -> Option<String> {
     if phases.is_empty() {
         return None;
     }

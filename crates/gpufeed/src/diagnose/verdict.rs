@@ -492,7 +492,7 @@ fn unexplained(m: &Maker, e: &Evidence, pct: f64) -> Verdict {
 }
 
 /// `10 s`, `1 min`, `200 ms` for a sampling interval.
-pub fn interval_words(s: f64) -> String {
+pub(crate) fn interval_words(s: f64) -> String {
     if s >= 60.0 && (s % 60.0).abs() < 1e-6 {
         format!("{:.0} min", s / 60.0)
     } else if s >= 1.0 {

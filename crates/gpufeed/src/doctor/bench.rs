@@ -5,7 +5,7 @@ use crate::units::bytes as human_bytes;
 use crate::units::gb_per_s;
 use std::fmt::Write as _;
 
-pub fn render_text(r: &BenchReport) -> String {
+pub(crate) fn render_text(r: &BenchReport) -> String {
     let mut o = String::new();
     gpu_text(&mut o, r);
     copies_text(&mut o, r);

@@ -172,7 +172,7 @@ impl Report {
         }
     }
 
-    pub fn any_failed(&self) -> bool {
+    pub(crate) fn any_failed(&self) -> bool {
         self.counts.fail > 0
     }
 }
@@ -231,7 +231,7 @@ pub fn run(opts: &Options) -> Report {
 }
 
 /// Text for people: grouped, a status tag per check, the fix underneath.
-pub fn render_text(r: &Report) -> String {
+pub(crate) fn render_text(r: &Report) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let width = r.checks.iter().map(|c| c.id.len()).max().unwrap_or(0);
@@ -278,7 +278,7 @@ pub fn render_text(r: &Report) -> String {
 /// The largest size any option takes (1 PiB).
 pub const MAX_SIZE_BYTES: u64 = 1 << 50;
 
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let lower = t.to_ascii_lowercase();
     let stripped = lower

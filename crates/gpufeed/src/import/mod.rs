@@ -52,7 +52,7 @@ pub const MAX_LOG_LINE_BYTES: usize = 64 << 10;
 /// Reads one line (newline included) into `buf`, holding at most `max` bytes of it: the rest of
 /// an over-long line is read and dropped. Returns the bytes consumed (0 at the end of input) and
 /// whether the line was longer than `max`.
-pub fn read_line_capped(
+pub(crate) fn read_line_capped(
     r: &mut impl std::io::BufRead,
     buf: &mut Vec<u8>,
     max: usize,
@@ -88,7 +88,7 @@ pub fn read_line_capped(
 
 /// Does this start of a file look like binary data rather than a text log (a NUL byte, or many
 /// control characters or invalid UTF-8 sequences)? A sequence cut at the end is not counted.
-pub fn looks_binary(head: &[u8]) -> bool {
+pub(crate) fn looks_binary(head: &[u8]) -> bool {
     if head.contains(&0) {
         return true;
     }
@@ -103,7 +103,7 @@ pub fn looks_binary(head: &[u8]) -> bool {
 
 impl LogInfo {
     /// Counts a line longer than [`MAX_LOG_LINE_BYTES`]: skipped, and malformed.
-    pub fn overlong_line(&mut self) {
+    pub(crate) fn overlong_line(&mut self) {
         self.overlong += 1;
         self.malformed += 1;
     }
@@ -120,7 +120,7 @@ pub enum LogLine<'a> {
 
 /// The read loop of every log reader: reads `r` line by line, no line held longer than
 /// [`MAX_LOG_LINE_BYTES`], and hands each to `f` until the end or an error of `f`.
-pub fn each_line(
+pub(crate) fn each_line(
     r: impl Read,
     mut f: impl FnMut(LogLine<'_>) -> Result<(), LogError>,
 ) -> Result<(), LogError> {

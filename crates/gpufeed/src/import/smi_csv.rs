@@ -201,7 +201,7 @@ fn is_header(fields: &[&str]) -> bool {
 }
 
 /// A line that reads as an nvidia-smi CSV header, standard or a logging script's own.
-pub fn looks_like_header(line: &str) -> bool {
+pub(crate) fn looks_like_header(line: &str) -> bool {
     let fields = split(line);
     fields.len() >= 2 && is_header(&fields)
 }
@@ -257,7 +257,7 @@ fn header_unit(name: &str) -> Option<String> {
 
 /// `2026/12/02 12:00:00.123`, `2026-12-02T12:00:00.123456+01:00` or `…Z` → seconds since the
 /// Unix epoch (a zone offset is applied; without one only differences matter).
-pub fn parse_timestamp(v: &str) -> Option<f64> {
+pub(crate) fn parse_timestamp(v: &str) -> Option<f64> {
     let v = clean(v)?;
     let (date, time) = v.split_once([' ', 'T'])?;
     let mut d = date.split(['/', '-']);
@@ -301,7 +301,7 @@ pub fn parse_timestamp(v: &str) -> Option<f64> {
 
 /// A timestamp column's value: a date and time, or Unix-epoch seconds (milliseconds when the
 /// header says `ms` or the number is too large for seconds).
-pub fn parse_time_value(v: &str, unit: Option<&str>) -> Option<f64> {
+pub(crate) fn parse_time_value(v: &str, unit: Option<&str>) -> Option<f64> {
     if let Some(t) = parse_timestamp(v) {
         return Some(t);
     }
@@ -936,7 +936,7 @@ impl<'a> CsvRead<'a> {
 
 /// The message for a file that is not a log of the expected kind at all (random bytes, binary
 /// data, prose): says which formats gpufeed reads, not how to fix a log it is not.
-pub fn not_a_log(expected: &str) -> String {
+pub(crate) fn not_a_log(expected: &str) -> String {
     format!(
         "not {expected} log, nor any format gpufeed reads (a gpufeed recording, an nvidia-smi \
          --query-gpu --format=csv log, nvidia-smi dmon or dcgmi dmon output; a PyTorch profiler \
@@ -945,7 +945,7 @@ pub fn not_a_log(expected: &str) -> String {
 }
 
 /// A header for a log that has none: no host facts, the GPUs it showed.
-pub fn log_header(gpus: Vec<GpuStatic>, interval_s: f64) -> Header {
+pub(crate) fn log_header(gpus: Vec<GpuStatic>, interval_s: f64) -> Header {
     Header {
         schema_version: SCHEMA_VERSION,
         gpufeed_version: None,

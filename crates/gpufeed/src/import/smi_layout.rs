@@ -38,7 +38,7 @@ const TS_EPS_S: f64 = 0.0015;
 const AGREE: f64 = 0.8;
 
 /// The layout of rows without a GPU column, and a sentence for people on how it was found.
-pub fn detect(rows: &[Probe]) -> (Layout, String) {
+pub(crate) fn detect(rows: &[Probe]) -> (Layout, String) {
     let ts: Vec<f64> = rows.iter().filter_map(|r| r.ts).collect();
     let r = if !rows.is_empty() && ts.len() * 10 >= rows.len() * 9 {
         bursts(&ts)

@@ -218,7 +218,7 @@ impl InjectSpec {
     }
 
     /// The value templates, for checking that every knob is used somewhere.
-    pub fn templates(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn templates(&self) -> impl Iterator<Item = &str> {
         self.dataloader
             .iter()
             .chain(&self.torch)
@@ -226,7 +226,7 @@ impl InjectSpec {
     }
 
     /// The values for one setting (`{knob}` replaced), checked.
-    pub fn resolve(&self, setting: &[(String, String)]) -> Result<Resolved, InjectError> {
+    pub(crate) fn resolve(&self, setting: &[(String, String)]) -> Result<Resolved, InjectError> {
         let one = |flag: Flag, pairs: &[(String, String)]| {
             pairs
                 .iter()
@@ -313,13 +313,13 @@ const MAX_REPORT_BYTES: u64 = 64 << 20;
 const MAX_LINE_BYTES: u64 = 64 << 10;
 
 /// Turns the side channel's lines into the report; `wanted` is what was asked for.
-pub fn aggregate(text: &str, wanted: &Resolved) -> InjectReport {
+pub(crate) fn aggregate(text: &str, wanted: &Resolved) -> InjectReport {
     aggregate_from(text.as_bytes(), wanted)
 }
 
 /// [`aggregate`], streaming: reads at most [`MAX_REPORT_BYTES`] of `input`, one line of at most
 /// [`MAX_LINE_BYTES`] at a time, so memory stays bounded whatever the job wrote.
-pub fn aggregate_from(input: impl std::io::BufRead, wanted: &Resolved) -> InjectReport {
+pub(crate) fn aggregate_from(input: impl std::io::BufRead, wanted: &Resolved) -> InjectReport {
     use std::io::{BufRead, Read};
     let mut rep = InjectReport::default();
     let mut seen = Seen::default();
@@ -468,7 +468,7 @@ pub struct Injection {
 }
 
 /// The injection for one job with `setting`'s knob values, or `None` when nothing is overridden.
-pub fn for_setting(
+pub(crate) fn for_setting(
     spec: &InjectSpec,
     setting: &[(String, String)],
 ) -> Result<Option<Injection>, InjectError> {
@@ -480,7 +480,7 @@ pub fn for_setting(
 
 impl Injection {
     /// Writes `sitecustomize.py` and the settings into a new private temporary directory.
-    pub fn prepare(wanted: &Resolved) -> Result<Injection, InjectError> {
+    pub(crate) fn prepare(wanted: &Resolved) -> Result<Injection, InjectError> {
         let dir = tempfile::Builder::new()
             .prefix("gpufeed-inject-")
             .tempdir()?;
@@ -512,7 +512,7 @@ impl Injection {
     }
 
     /// The variable to give the job, with `env` (variables already set for it) taken into account.
-    pub fn env_var(&self, env: &[(String, String)]) -> (String, String) {
+    pub(crate) fn env_var(&self, env: &[(String, String)]) -> (String, String) {
         let current = env
             .iter()
             .rev()

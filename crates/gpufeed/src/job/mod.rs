@@ -52,7 +52,7 @@ pub enum JobExit {
 
 impl JobExit {
     /// The exit code a shell would report: the code itself, or 128 + signal.
-    pub fn shell_code(self) -> u8 {
+    pub(crate) fn shell_code(self) -> u8 {
         match self {
             JobExit::Code(c) => (c & 0xff) as u8,
             JobExit::Signal(s) => crate::exit::Exit::signal(s),
@@ -89,7 +89,7 @@ impl Job {
     }
 
     /// [`Job::spawn`] with variables added to (or replacing in) gpufeed's own environment.
-    pub fn spawn_env<S: AsRef<OsStr>>(
+    pub(crate) fn spawn_env<S: AsRef<OsStr>>(
         argv: &[S],
         env: &[(String, String)],
     ) -> Result<Job, JobError> {
@@ -103,7 +103,7 @@ impl Job {
     /// alone decides when the job stops and can signal every process of it, see
     /// [`Job::stop_tree`]), stdin closed, and stdout/stderr piped when `opts.capture` (take them
     /// with [`Job::take_output`]) or inherited otherwise.
-    pub fn spawn_with(argv: &[String], opts: &SpawnOpts) -> Result<Job, JobError> {
+    pub(crate) fn spawn_with(argv: &[String], opts: &SpawnOpts) -> Result<Job, JobError> {
         let (prog, args) = argv.split_first().ok_or(JobError::Empty)?;
         let mut cmd = Command::new(prog);
         cmd.args(args)
@@ -175,7 +175,7 @@ impl Job {
     }
 
     /// The job's piped stdout and stderr (once; `None` when not captured or already taken).
-    pub fn take_output(&mut self) -> (Option<ChildStdout>, Option<ChildStderr>) {
+    pub(crate) fn take_output(&mut self) -> (Option<ChildStdout>, Option<ChildStderr>) {
         (self.child.stdout.take(), self.child.stderr.take())
     }
 
@@ -189,7 +189,7 @@ impl Job {
     /// group), first with SIGINT, then SIGTERM, then SIGKILL, each given `grace` to work. Returns
     /// how the root process ended and the last signal that had to be sent (`None` when the job had
     /// already ended and nothing of it was left).
-    pub fn stop_tree(
+    pub(crate) fn stop_tree(
         &mut self,
         extra: &[u32],
         grace: Duration,
@@ -244,7 +244,7 @@ impl Job {
     }
 
     /// The job's own pid: the root of the process tree to record.
-    pub fn job_pid(&self) -> u32 {
+    pub(crate) fn job_pid(&self) -> u32 {
         self.watched.as_ref().map_or(self.child.id(), |(p, _)| *p)
     }
 
@@ -292,7 +292,7 @@ fn exit_of(st: std::process::ExitStatus) -> JobExit {
 
 /// Pids of processes that are alive (not zombies) and either in process group `pgid` or listed in
 /// `extra`.
-pub fn live_members(pgid: u32, extra: &[u32]) -> Vec<u32> {
+pub(crate) fn live_members(pgid: u32, extra: &[u32]) -> Vec<u32> {
     let mut out = Vec::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for e in dir.flatten() {
@@ -327,7 +327,7 @@ fn stat_fields(pid: u32) -> Option<(char, u32, u32)> {
 
 /// Pids of every live descendant of `root` (children, their children, ...), from one pass over
 /// /proc.
-pub fn descendants(root: u32) -> Vec<u32> {
+pub(crate) fn descendants(root: u32) -> Vec<u32> {
     let mut parent_of = Vec::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for e in dir.flatten() {
@@ -415,7 +415,7 @@ impl Drop for SignalWatch {
 }
 
 /// Sends `signal` to each pid (errors for processes that are already gone are ignored).
-pub fn signal_all(pids: &[u32], signal: i32) {
+pub(crate) fn signal_all(pids: &[u32], signal: i32) {
     for &pid in pids {
         if pid > 1 {
             // SAFETY: kill(2) with a positive pid and a valid signal number has no memory effects.

@@ -58,7 +58,7 @@ pub fn read_path(path: &Path, sink: impl Sink) -> Result<(Header, ReadStats), Re
 }
 
 /// True when `head` (the first bytes of a file) starts a zstd frame.
-pub fn is_zstd(head: &[u8]) -> bool {
+pub(crate) fn is_zstd(head: &[u8]) -> bool {
     head.starts_with(&ZSTD_MAGIC)
 }
 
@@ -109,7 +109,7 @@ pub(super) fn read_with(
 
 /// Reads only the header of the recording at `path` (plain or zstd): a quick check that a file
 /// is a recording this gpufeed reads, before anything is written.
-pub fn read_header(path: &Path) -> Result<Header, ReadError> {
+pub(crate) fn read_header(path: &Path) -> Result<Header, ReadError> {
     let f = std::fs::File::open(path).map_err(|source| ReadError::Open {
         path: path.to_path_buf(),
         source,

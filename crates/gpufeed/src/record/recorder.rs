@@ -181,7 +181,7 @@ impl Prepared {
 
     /// The job's processes as the recorder will see them (empty until `start`), for a signal
     /// handler installed before the job is spawned.
-    pub fn tree_pids(&self) -> Arc<Mutex<Vec<u32>>> {
+    pub(crate) fn tree_pids(&self) -> Arc<Mutex<Vec<u32>>> {
         Arc::clone(&self.tree_pids)
     }
 
@@ -330,17 +330,17 @@ impl Recorder {
     }
 
     /// Seconds since the recording started.
-    pub fn elapsed_s(&self) -> f64 {
+    pub(crate) fn elapsed_s(&self) -> f64 {
         self.t0.elapsed().as_secs_f64()
     }
 
     /// The job's processes as last seen (root first if alive), for forwarding signals.
-    pub fn tree_pids(&self) -> Arc<Mutex<Vec<u32>>> {
+    pub(crate) fn tree_pids(&self) -> Arc<Mutex<Vec<u32>>> {
         Arc::clone(&self.tree_pids)
     }
 
     /// Adds a line of gpufeed's own (e.g. `overrides`) to the recording.
-    pub fn write_line(&self, line: Line) {
+    pub(crate) fn write_line(&self, line: Line) {
         if let Some(tx) = &self.lines {
             let _ = tx.send(line);
         }
@@ -586,12 +586,12 @@ pub(crate) fn host_thread(
 /// `gpufeed-YYYYMMDD-HHMMSS-mmm.ndjson.zst` (UTC, milliseconds; zstd-compressed) in the working
 /// directory; record to it with `Clobber::Suffix` so that two recordings started in the same
 /// millisecond get two files.
-pub fn default_output_name(now: SystemTime) -> PathBuf {
+pub(crate) fn default_output_name(now: SystemTime) -> PathBuf {
     PathBuf::from(format!("{}.ndjson.zst", default_stamp("gpufeed", now)))
 }
 
 /// `PREFIX-YYYYMMDD-HHMMSS-mmm` (UTC, milliseconds): the stem of default output names.
-pub fn default_stamp(prefix: &str, now: SystemTime) -> String {
+pub(crate) fn default_stamp(prefix: &str, now: SystemTime) -> String {
     let s = humantime::format_rfc3339_millis(now).to_string(); // 2026-12-02T12:00:00.123Z
     let digits: String = s.chars().filter(|c| c.is_ascii_digit()).collect();
     let (date, rest) = digits.split_at(8.min(digits.len()));

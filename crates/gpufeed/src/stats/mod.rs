@@ -24,7 +24,7 @@ pub fn median(v: &mut [f64]) -> Option<f64> {
 /// The upper median of `v` (sorted in place): the middle value, or the upper of the two middle
 /// values of an even count; `None` when empty. For callers that need a value the data holds
 /// (a sampling interval that was seen, a busy level a GPU was at), not a mean of two.
-pub fn upper_median(v: &mut [f64]) -> Option<f64> {
+pub(crate) fn upper_median(v: &mut [f64]) -> Option<f64> {
     if v.is_empty() {
         return None;
     }
@@ -33,7 +33,7 @@ pub fn upper_median(v: &mut [f64]) -> Option<f64> {
 }
 
 /// Student's t quantile for a two-sided 95% interval.
-pub fn t975(df: usize) -> f64 {
+pub(crate) fn t975(df: usize) -> f64 {
     const T: [f64; 30] = [
         12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,

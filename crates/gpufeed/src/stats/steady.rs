@@ -24,7 +24,7 @@ pub struct Interval {
 }
 
 /// Intervals from a counter: `(t_s, cumulative count)` points in time order.
-pub fn from_counts(points: &[(f64, f64)]) -> Vec<Interval> {
+pub(crate) fn from_counts(points: &[(f64, f64)]) -> Vec<Interval> {
     points
         .windows(2)
         .filter_map(|w| {
@@ -41,7 +41,7 @@ pub fn from_counts(points: &[(f64, f64)]) -> Vec<Interval> {
 
 /// Intervals from shown rates: `(t_s, rate)` readings in time order (the first one only starts
 /// the clock).
-pub fn from_rates(points: &[(f64, f64)]) -> Vec<Interval> {
+pub(crate) fn from_rates(points: &[(f64, f64)]) -> Vec<Interval> {
     points
         .windows(2)
         .filter_map(|w| {
@@ -91,7 +91,7 @@ fn weighted_mean(iv: &[Interval]) -> f64 {
 }
 
 /// MSER-5: index of the first interval of the steady part.
-pub fn warmup_cut(iv: &[Interval]) -> usize {
+pub(crate) fn warmup_cut(iv: &[Interval]) -> usize {
     let batches: Vec<f64> = iv.chunks_exact(5).map(weighted_mean).collect();
     let k = batches.len();
     if k < 4 {

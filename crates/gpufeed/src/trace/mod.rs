@@ -145,13 +145,13 @@ pub(crate) fn no_events(st: &reader::ScanStats) -> TraceError {
     TraceError::NoEvents
 }
 
-pub fn analyze_path(path: &Path) -> Result<TraceSummary, TraceError> {
+pub(crate) fn analyze_path(path: &Path) -> Result<TraceSummary, TraceError> {
     let r = open(path)?;
     analyze_reader(r, &path.display().to_string())
 }
 
 /// Expands directories into their trace files (sorted); keeps files and `-` as given.
-pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>, TraceError> {
+pub(crate) fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>, TraceError> {
     let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {

@@ -53,7 +53,7 @@ impl RankDigest {
 }
 
 /// `Ok(world_size)` when the traces are distinct ranks of one world, else why not.
-pub fn one_job(ids: &[(Option<u64>, Option<u64>)]) -> Result<u64, String> {
+pub(crate) fn one_job(ids: &[(Option<u64>, Option<u64>)]) -> Result<u64, String> {
     let mut world = None;
     let mut seen = std::collections::BTreeSet::new();
     for (i, (rank, ws)) in ids.iter().enumerate() {
@@ -91,7 +91,7 @@ pub struct Analyzed {
 
 /// Summarises every trace on up to `threads` threads (the cores by default), keeping a digest
 /// per trace, the lowest rank's full summary and, with `keep_full`, every full summary.
-pub fn analyze_all(paths: &[PathBuf], keep_full: bool, threads: Option<usize>) -> Analyzed {
+pub(crate) fn analyze_all(paths: &[PathBuf], keep_full: bool, threads: Option<usize>) -> Analyzed {
     let threads = threads
         .unwrap_or_else(|| {
             std::thread::available_parallelism()
@@ -228,7 +228,7 @@ pub fn stragglers(times: &[(u64, f64)]) -> (Option<f64>, Vec<u64>, Option<Findin
 
 /// Folds the per-rank findings: one finding per id, the worst rank's, titled with how many
 /// ranks share it and listing them in `ranks`.
-pub fn merge_findings(per_rank: Vec<(u64, Vec<Finding>)>) -> Vec<Finding> {
+pub(crate) fn merge_findings(per_rank: Vec<(u64, Vec<Finding>)>) -> Vec<Finding> {
     let mut by_id: std::collections::BTreeMap<FindingId, (Finding, u64, Vec<u64>)> =
         std::collections::BTreeMap::new();
     let worse = |a: &Finding, b: &Finding| {
@@ -273,7 +273,11 @@ pub fn merge_findings(per_rank: Vec<(u64, Vec<Finding>)>) -> Vec<Finding> {
 
 /// The report over ranks of one job, from their digests and the lowest rank's full summary
 /// (whose steps, breakdown and devices the report shows).
-pub fn job_report(digests: Vec<RankDigest>, lowest: TraceSummary, world_size: u64) -> Report {
+pub(crate) fn job_report(
+    digests: Vec<RankDigest>,
+    lowest: TraceSummary,
+    world_size: u64,
+) -> Report {
     let times: Vec<(u64, f64)> = digests
         .iter()
         .filter_map(|d| Some((d.line.rank?, d.line.step_us)))
@@ -326,7 +330,7 @@ pub fn job_report(digests: Vec<RankDigest>, lowest: TraceSummary, world_size: u6
 }
 
 /// A few lines for the text report: the job, its stragglers and communication-bound ranks.
-pub fn job_text(j: &RankJob) -> String {
+pub(crate) fn job_text(j: &RankJob) -> String {
     let none = |v: &[u64]| {
         if v.is_empty() {
             "none".to_string()

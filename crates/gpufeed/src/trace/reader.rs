@@ -202,12 +202,12 @@ impl<R: Read> Buf<R> {
 }
 
 /// Reads a whole trace from `r` into `sink`. Errors only when nothing could be read as a trace.
-pub fn read_trace<R: Read>(r: R, sink: &mut dyn EventSink) -> Result<ScanStats, TraceError> {
+pub(crate) fn read_trace<R: Read>(r: R, sink: &mut dyn EventSink) -> Result<ScanStats, TraceError> {
     read_trace_limited(r, sink, MAX_VALUE_BYTES)
 }
 
 /// [`read_trace`] with another cap on one value's size.
-pub fn read_trace_limited<R: Read>(
+pub(crate) fn read_trace_limited<R: Read>(
     r: R,
     sink: &mut dyn EventSink,
     max_value: usize,

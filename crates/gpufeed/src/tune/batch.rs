@@ -18,7 +18,7 @@ pub enum Verdict {
 
 /// OOM when a failed trial printed a known message, or was SIGKILLed (the host OOM killer: gpufeed
 /// did not send that signal), or exited 137 (a shell reporting the same).
-pub fn classify(exit: &TrialExit, oom_line: Option<&str>) -> (Verdict, Option<String>) {
+pub(crate) fn classify(exit: &TrialExit, oom_line: Option<&str>) -> (Verdict, Option<String>) {
     if exit.ok() {
         return (Verdict::Ok, None);
     }
@@ -123,7 +123,7 @@ pub struct Recommendation {
 
 /// Chooses the batch to use: at most `max_batch`, with peak GPU memory at most `target` (0–1) of
 /// the total. `points` are successful trials `(batch, peak memory bytes)`.
-pub fn recommend(
+pub(crate) fn recommend(
     max_batch: u64,
     points: &[(u64, u64)],
     mem_total_bytes: Option<u64>,

@@ -86,7 +86,7 @@ pub struct Throughput {
 
 impl Throughput {
     /// CI half-width relative to the value.
-    pub fn rel_half_width(&self) -> Option<f64> {
+    pub(crate) fn rel_half_width(&self) -> Option<f64> {
         match (self.ci_low, self.ci_high) {
             (Some(l), Some(h)) if self.value > 0.0 => Some((h - l) / 2.0 / self.value),
             _ => None,
@@ -531,7 +531,7 @@ struct Running {
 
 /// Runs one trial. `interrupt` (set by a Ctrl-C handler) stops it early; `on_tick` is called about
 /// four times a second with the live estimate.
-pub fn run_trial(
+pub(crate) fn run_trial(
     spec: &TrialSpec,
     interrupt: &AtomicBool,
     on_tick: impl FnMut(&Live),

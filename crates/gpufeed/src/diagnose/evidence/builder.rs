@@ -124,7 +124,7 @@ impl EvidenceBuilder {
 
     /// Takes one GPU sample; impossible values in it are dropped and counted (see
     /// [`Evidence::warnings`]), never averaged in.
-    pub fn push_gpu(&mut self, s: &GpuSample) {
+    pub(crate) fn push_gpu(&mut self, s: &GpuSample) {
         if !s.t_s.is_finite() {
             self.impossible.time_not_finite += 1;
             return;
@@ -276,7 +276,7 @@ impl EvidenceBuilder {
         }
     }
 
-    pub fn push_host(&mut self, h: &HostSample) {
+    pub(crate) fn push_host(&mut self, h: &HostSample) {
         self.seen(h.t_s);
         self.host_n += 1;
         if !h.cpu_pct.is_empty() {
@@ -318,7 +318,7 @@ impl EvidenceBuilder {
         }
     }
 
-    pub fn push_proc_start(&mut self, p: &ProcStart) {
+    pub(crate) fn push_proc_start(&mut self, p: &ProcStart) {
         self.seen(p.t_s);
         if !self.procs.contains_key(&p.pid) && self.procs.len() >= MAX_PROCESSES {
             self.impossible.procs_over_cap += 1;
@@ -337,7 +337,7 @@ impl EvidenceBuilder {
             .or_insert_with(|| ProcAcc::new(p.ppid, cmd, p.t_s));
     }
 
-    pub fn push_procs(&mut self, t: f64, procs: &[ProcSample]) {
+    pub(crate) fn push_procs(&mut self, t: f64, procs: &[ProcSample]) {
         self.seen(t);
         self.instants += 1;
         self.children_now.clear();

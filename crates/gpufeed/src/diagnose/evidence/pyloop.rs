@@ -153,7 +153,7 @@ impl StepAcc {
 }
 
 /// Fills each rank's steps per second from its step markers (named by rank, else by pid).
-pub fn fill_rank_steps(p: &mut PythonEvidence, steps: Option<&StepEvidence>) {
+pub(crate) fn fill_rank_steps(p: &mut PythonEvidence, steps: Option<&StepEvidence>) {
     let Some(s) = steps else { return };
     for r in &mut p.ranks {
         r.steps_per_s = r
@@ -167,7 +167,7 @@ pub fn fill_rank_steps(p: &mut PythonEvidence, steps: Option<&StepEvidence>) {
 /// Fills each hot stage's milliseconds of loading work per sample loaded, from the samples the
 /// step markers counted: a stage's stack samples over all threads, each weighted by its
 /// process's reading interval, are its seconds of work, spread over the `items` loaded meanwhile.
-pub fn fill_ms_per_sample(p: &mut PythonEvidence, items: Option<u64>) {
+pub(crate) fn fill_ms_per_sample(p: &mut PythonEvidence, items: Option<u64>) {
     let Some(items) = items.filter(|i| *i > 0) else {
         return;
     };
@@ -323,7 +323,7 @@ impl PyAcc {
     }
 
     /// The warning for frames and stacks beyond the caps, if any were.
-    pub fn bound_warning(&self) -> Option<String> {
+    pub(crate) fn bound_warning(&self) -> Option<String> {
         (self.over_cap > 0).then(|| {
             format!(
                 "{}{} Python frame or stack lines and samples beyond the first {MAX_FRAMES} frames and {MAX_STACKS} stacks are counted as \"other\" (not classified, not listed as hotspots)",
@@ -334,7 +334,7 @@ impl PyAcc {
     }
 
     /// The processes recorded as starting a rank, with their rank variables.
-    pub fn rank_envs(&self) -> &BTreeMap<u32, RankEnv> {
+    pub(crate) fn rank_envs(&self) -> &BTreeMap<u32, RankEnv> {
         &self.rank_env
     }
 

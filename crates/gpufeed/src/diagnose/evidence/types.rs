@@ -55,7 +55,7 @@ impl NoGpu {
     }
 
     /// For people: why there is no GPU.
-    pub fn as_words(self) -> &'static str {
+    pub(crate) fn as_words(self) -> &'static str {
         match self {
             NoGpu::NoDriver => "no NVIDIA driver",
             NoGpu::NoDevice => "the NVIDIA driver reported no device",
@@ -113,13 +113,13 @@ pub const BOUND_PREFIX: &str = "Bounded: ";
 
 impl Evidence {
     /// GPUs that produced utilization samples.
-    pub fn measured_gpus(&self) -> impl Iterator<Item = &GpuEvidence> {
+    pub(crate) fn measured_gpus(&self) -> impl Iterator<Item = &GpuEvidence> {
         self.gpus.iter().filter(|g| g.util_mean_pct.is_some())
     }
 
     /// Is this measured GPU unused while another one works (0% and no more than a context's
     /// memory)? Such a GPU is judged on its own (`gpu_unused`) and kept out of pooled figures.
-    pub fn is_unused(&self, g: &GpuEvidence) -> bool {
+    pub(crate) fn is_unused(&self, g: &GpuEvidence) -> bool {
         let idle = g.util_mean_pct.is_some_and(|u| u < UNUSED_PCT)
             && g.util_p90_pct.is_none_or(|p| p < 5.0)
             && g.mem_used_max_bytes.is_none_or(|m| m <= UNUSED_MEM_BYTES);
@@ -129,30 +129,30 @@ impl Evidence {
     }
 
     /// The GPUs the job used: the measured ones, less those left unused while another works.
-    pub fn used_gpus(&self) -> impl Iterator<Item = &GpuEvidence> {
+    pub(crate) fn used_gpus(&self) -> impl Iterator<Item = &GpuEvidence> {
         self.measured_gpus().filter(|g| !self.is_unused(g))
     }
 
     /// Mean busy fraction over the GPUs the job used.
-    pub fn busy_fraction(&self) -> Option<f64> {
+    pub(crate) fn busy_fraction(&self) -> Option<f64> {
         let v: Vec<f64> = self.used_gpus().filter_map(|g| g.busy_fraction).collect();
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     }
 
     /// Strongest periodicity among the used GPUs.
-    pub fn strongest_period(&self) -> Option<PeriodicityResult> {
+    pub(crate) fn strongest_period(&self) -> Option<PeriodicityResult> {
         self.used_gpus()
             .filter_map(|g| g.periodicity)
             .max_by(|a, b| a.strength.total_cmp(&b.strength))
     }
 
     /// Any used GPU whose utilization sits at two separated levels.
-    pub fn any_bimodal(&self) -> bool {
+    pub(crate) fn any_bimodal(&self) -> bool {
         self.used_gpus().any(|g| g.bimodal)
     }
 
     /// Logical CPUs per GPU (the CPUs this job may use, divided by the GPUs it drives).
-    pub fn cores_per_gpu(&self) -> Option<f64> {
+    pub(crate) fn cores_per_gpu(&self) -> Option<f64> {
         let cpus = self.host.cpus_allowed.or(self.host.cpu_count)? as f64;
         // One rank per GPU, or ranks on CPU: the cores are shared by the ranks on this node.
         let gpus = self
@@ -164,24 +164,24 @@ impl Evidence {
     }
 
     /// Host samples were recorded.
-    pub fn has_host(&self) -> bool {
+    pub(crate) fn has_host(&self) -> bool {
         self.host.samples > 0
     }
 
     /// Process samples of the job were recorded.
-    pub fn has_job(&self) -> bool {
+    pub(crate) fn has_job(&self) -> bool {
         self.job.samples > 0
     }
 
     /// Median seconds between utilization samples over the used GPUs (the coarsest wins).
-    pub fn sample_interval_s(&self) -> Option<f64> {
+    pub(crate) fn sample_interval_s(&self) -> Option<f64> {
         self.used_gpus()
             .filter_map(|g| g.util_sample_interval_s)
             .reduce(f64::max)
     }
 
     /// Peak memory in use over the used GPUs, as a fraction of their total.
-    pub fn mem_used_max_fraction(&self) -> Option<f64> {
+    pub(crate) fn mem_used_max_fraction(&self) -> Option<f64> {
         self.used_gpus()
             .filter_map(|g| g.mem_used_max_fraction)
             .reduce(f64::max)

@@ -108,7 +108,7 @@ pub(crate) mod fixtures {
     }
 
     /// The same evidence as an nvidia-smi log would give: GPUs only, sampled every `interval_s`.
-    pub fn as_log(mut e: Evidence, interval_s: f64) -> Evidence {
+    pub(crate) fn as_log(mut e: Evidence, interval_s: f64) -> Evidence {
         e.host = Default::default();
         e.job = Default::default();
         e.origin = Origin::GpuLog;
@@ -171,7 +171,7 @@ pub(crate) mod fixtures {
         e
     }
 
-    pub fn all_cores_busy(mut e: Evidence) -> Evidence {
+    pub(crate) fn all_cores_busy(mut e: Evidence) -> Evidence {
         e.host.cpu_mean_pct = Some(97.0);
         e.host.idle_cores_mean = Some(0.0);
         e.host.busy_cores_mean = Some(7.8);
@@ -184,7 +184,7 @@ pub(crate) mod fixtures {
         e
     }
 
-    pub fn io_stuck(mut e: Evidence) -> Evidence {
+    pub(crate) fn io_stuck(mut e: Evidence) -> Evidence {
         e.host.psi_io_some_mean_pct = Some(55.0);
         e.host.psi_io_full_mean_pct = Some(30.0);
         e.host.iowait_mean_pct = Some(25.0);
