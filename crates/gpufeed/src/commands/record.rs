@@ -10,9 +10,7 @@ use crate::present;
 use crate::present::html::RecordingSeries;
 use crate::present::tensorboard::TbSeries;
 use crate::record::format::{End, Line, OverridesLine};
-use crate::record::recorder::{
-    default_output_name, Prepared, RecordError, Recorder, RecorderConfig,
-};
+use crate::record::recorder::{default_output_name, Prepared, Recorder, RecorderConfig};
 use crate::record::summary::SummaryBuilder;
 use crate::sample::host::pid_alive;
 use crate::sample::steps::{StepSocket, ENV_VAR as STEP_ENV};
@@ -63,10 +61,7 @@ fn prepare(
         py: opts.py.config(true),
         steps,
     })
-    .map_err(|e| match e {
-        RecordError::Exists { .. } => Failure::with(Exit::Usage, e),
-        _ => Failure::with(Exit::Input, e),
-    })?;
+    .map_err(Failure::from)?;
     if let Some(e) = &prepared.gpu().error {
         eprintln!("gpufeed: {e}: recording host metrics only");
     } else if prepared.gpu().gpus.is_empty() {

@@ -41,6 +41,17 @@ pub enum RecordError {
     Write { path: PathBuf, detail: String },
 }
 
+/// An existing output without `--force` is a bad command line; any other failure to record is
+/// bad input or output (the path given).
+impl crate::exit::HasExit for RecordError {
+    fn exit(&self) -> crate::exit::Exit {
+        match self {
+            RecordError::Exists { .. } => crate::exit::Exit::Usage,
+            _ => crate::exit::Exit::Input,
+        }
+    }
+}
+
 /// What to record.
 #[derive(Debug, Clone)]
 pub struct RecorderConfig {
