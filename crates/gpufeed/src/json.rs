@@ -450,7 +450,7 @@ fn checked_digits(digits: &[u8]) -> Option<u64> {
 /// always comes in balanced pairs inside), so each step is one memchr3 jump. A scalar ends at the
 /// next delimiter or whitespace (at least one byte), or at the end of `b` when `eof` says no more
 /// input follows.
-pub(crate) fn value_len(b: &[u8], eof: bool) -> Option<usize> {
+pub fn value_len(b: &[u8], eof: bool) -> Option<usize> {
     let first = *b.first()?;
     match first {
         b'{' | b'[' => {

@@ -190,7 +190,7 @@ impl Pending {
 /// `path` (replacing a file or a symlink there, never writing through it). A failure leaves
 /// `path` as it was. A device, FIFO or socket there (`/dev/stdout`, `/dev/null`, a pipe) is
 /// written to, not replaced: renaming over it would, as root, replace the device node itself.
-pub(crate) fn write_atomic_with(
+pub fn write_atomic_with(
     path: &Path,
     write: impl FnOnce(&mut BufWriter<&File>) -> io::Result<()>,
 ) -> io::Result<()> {
@@ -211,7 +211,7 @@ pub(crate) fn write_atomic_with(
 }
 
 /// [`write_atomic_with`] for bytes in memory.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_atomic_with(path, |w| w.write_all(bytes))
 }
 

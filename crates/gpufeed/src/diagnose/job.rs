@@ -129,7 +129,7 @@ fn plural(n: usize, one: &str, many: &str) -> String {
 }
 
 /// The job verdict over the nodes' summaries (pure).
-pub(crate) fn judge(nodes: &[NodeSummary]) -> JobSummary {
+pub fn judge(nodes: &[NodeSummary]) -> JobSummary {
     let med = crate::stats::median(
         &mut nodes
             .iter()

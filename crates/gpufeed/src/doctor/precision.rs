@@ -32,7 +32,7 @@ pub fn formats(cc: Cc) -> Vec<&'static str> {
     v
 }
 
-pub(crate) fn judge(cc: Cc) -> Check {
+pub fn judge(cc: Cc) -> Check {
     let gen = generation(cc);
     let c = |st, s: String| {
         Check::new("precision", Group::Gpu, st, s)

@@ -103,7 +103,7 @@ pub(crate) fn looks_binary(head: &[u8]) -> bool {
 
 impl LogInfo {
     /// Counts a line longer than [`MAX_LOG_LINE_BYTES`]: skipped, and malformed.
-    pub(crate) fn overlong_line(&mut self) {
+    pub fn overlong_line(&mut self) {
         self.overlong += 1;
         self.malformed += 1;
     }
@@ -120,7 +120,7 @@ pub enum LogLine<'a> {
 
 /// The read loop of every log reader: reads `r` line by line, no line held longer than
 /// [`MAX_LOG_LINE_BYTES`], and hands each to `f` until the end or an error of `f`.
-pub(crate) fn each_line(
+pub fn each_line(
     r: impl Read,
     mut f: impl FnMut(LogLine<'_>) -> Result<(), LogError>,
 ) -> Result<(), LogError> {

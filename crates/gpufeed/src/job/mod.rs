@@ -103,7 +103,7 @@ impl Job {
     /// alone decides when the job stops and can signal every process of it, see
     /// [`Job::stop_tree`]), stdin closed, and stdout/stderr piped when `opts.capture` (take them
     /// with [`Job::take_output`]) or inherited otherwise.
-    pub(crate) fn spawn_with(argv: &[String], opts: &SpawnOpts) -> Result<Job, JobError> {
+    pub fn spawn_with(argv: &[String], opts: &SpawnOpts) -> Result<Job, JobError> {
         let (prog, args) = argv.split_first().ok_or(JobError::Empty)?;
         let mut cmd = Command::new(prog);
         cmd.args(args)
@@ -175,7 +175,7 @@ impl Job {
     }
 
     /// The job's piped stdout and stderr (once; `None` when not captured or already taken).
-    pub(crate) fn take_output(&mut self) -> (Option<ChildStdout>, Option<ChildStderr>) {
+    pub fn take_output(&mut self) -> (Option<ChildStdout>, Option<ChildStderr>) {
         (self.child.stdout.take(), self.child.stderr.take())
     }
 
@@ -189,7 +189,7 @@ impl Job {
     /// group), first with SIGINT, then SIGTERM, then SIGKILL, each given `grace` to work. Returns
     /// how the root process ended and the last signal that had to be sent (`None` when the job had
     /// already ended and nothing of it was left).
-    pub(crate) fn stop_tree(
+    pub fn stop_tree(
         &mut self,
         extra: &[u32],
         grace: Duration,
@@ -244,7 +244,7 @@ impl Job {
     }
 
     /// The job's own pid: the root of the process tree to record.
-    pub(crate) fn job_pid(&self) -> u32 {
+    pub fn job_pid(&self) -> u32 {
         self.watched.as_ref().map_or(self.child.id(), |(p, _)| *p)
     }
 

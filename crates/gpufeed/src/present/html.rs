@@ -722,7 +722,7 @@ pub struct SweepPoint {
 
 /// The page for `sweep --html`: throughput and GPU utilization per setting (in the order tried),
 /// the sweet spot and why.
-pub(crate) fn sweep_page(
+pub fn sweep_page(
     command: &str,
     knob: &str,
     unit: &str,

@@ -44,7 +44,7 @@ impl OutputFormat {
     ];
 
     /// A clap parser that takes only `allowed`, named as `--format` spells them.
-    pub(crate) fn parser(
+    pub fn parser(
         allowed: &'static [OutputFormat],
     ) -> impl clap::builder::TypedValueParser<Value = OutputFormat> {
         use clap::builder::TypedValueParser;

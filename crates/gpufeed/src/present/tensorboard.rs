@@ -354,7 +354,7 @@ fn points(series: &TbSeries, main: Option<(u32, u64)>, roles: &BTreeMap<u32, Rol
 }
 
 /// The event file's bytes: the points, then the verdict as text at the last step.
-pub(crate) fn event_file(series: &TbSeries, report: &DiagnoseReport) -> Vec<u8> {
+pub fn event_file(series: &TbSeries, report: &DiagnoseReport) -> Vec<u8> {
     let main = report
         .python
         .as_ref()

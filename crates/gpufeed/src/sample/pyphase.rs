@@ -349,7 +349,7 @@ fn stage_of(f: &FrameRef) -> Option<StageKind> {
 /// inside one library the frame the caller entered by is kept (`np.stack`, not numpy's private
 /// helper beneath it), and PIL's `ImageFile.load` (the JPEG decode) beats the `convert` or
 /// `resize` that triggered it. Frames between stages are charged to the stage around them.
-pub(crate) fn data_stage(frames: &[FrameRef]) -> Option<(usize, StageKind)> {
+pub fn data_stage(frames: &[FrameRef]) -> Option<(usize, StageKind)> {
     let root = frames.iter().position(is_data_root)?;
     // The innermost __getitem__ at or below the root is the dataset's.
     let mut cur = (root, StageKind::Getitem);

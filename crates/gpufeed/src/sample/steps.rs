@@ -72,7 +72,7 @@ pub const MARK_SKEW_NS: u64 = 1_000_000_000;
 /// anything) and not after its receipt, each give or take [`MARK_SKEW_NS`]. Anything else (a
 /// time 10^18 ns ahead, 2^64-1, a step from before the job) would stretch one step over the
 /// whole run and freeze the accounting (issue 27), so it is dropped and counted.
-pub(crate) fn plausible(t_ns: u64, bound_ns: u64, now_ns: u64) -> bool {
+pub fn plausible(t_ns: u64, bound_ns: u64, now_ns: u64) -> bool {
     t_ns >= bound_ns.saturating_sub(MARK_SKEW_NS) && t_ns <= now_ns.saturating_add(MARK_SKEW_NS)
 }
 

@@ -1,7 +1,7 @@
 //! A trace event as the readers hand it on ([`Event`], [`Args`]) to an [`EventSink`], what a
 //! scan saw besides events ([`ScanStats`]), the bounds every reader applies to one event, and how
 //! a string id becomes a number. Beneath the scanner ([`super::reader`]), its fast path
-//! ([`super::fast`]) and its serde_json fallback ([`super::serde_event`]).
+//! (`trace::fast`) and its serde_json fallback (`trace::serde_event`).
 
 use std::borrow::Cow;
 

@@ -53,7 +53,7 @@ impl RankDigest {
 }
 
 /// `Ok(world_size)` when the traces are distinct ranks of one world, else why not.
-pub(crate) fn one_job(ids: &[(Option<u64>, Option<u64>)]) -> Result<u64, String> {
+pub fn one_job(ids: &[(Option<u64>, Option<u64>)]) -> Result<u64, String> {
     let mut world = None;
     let mut seen = std::collections::BTreeSet::new();
     for (i, (rank, ws)) in ids.iter().enumerate() {
@@ -91,7 +91,7 @@ pub struct Analyzed {
 
 /// Summarises every trace on up to `threads` threads (the cores by default), keeping a digest
 /// per trace, the lowest rank's full summary and, with `keep_full`, every full summary.
-pub(crate) fn analyze_all(paths: &[PathBuf], keep_full: bool, threads: Option<usize>) -> Analyzed {
+pub fn analyze_all(paths: &[PathBuf], keep_full: bool, threads: Option<usize>) -> Analyzed {
     let threads = threads
         .unwrap_or_else(|| {
             std::thread::available_parallelism()

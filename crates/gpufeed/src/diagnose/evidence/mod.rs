@@ -6,7 +6,7 @@
 //! the number of processes, not with time). [`EvidenceBuilder::finish`] turns them into an
 //! [`Evidence`] ([`types`], [`python`]) that the rules read.
 
-pub(crate) mod acc;
+pub mod acc;
 pub mod builder;
 pub mod pyloop;
 pub mod python;
