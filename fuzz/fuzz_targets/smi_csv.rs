@@ -2,7 +2,7 @@
 //! The nvidia-smi CSV importer on arbitrary bytes, with and without --columns; what it reads is
 //! fed to the evidence builder and the rules (impossible values, NaN, odd times).
 use gpufeed::diagnose::{evidence::EvidenceBuilder, rules, verdict};
-use gpufeed::sample::smi_csv::{read_smi_csv, CsvOptions};
+use gpufeed::import::smi_csv::{read_smi_csv, CsvOptions};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -171,7 +171,7 @@ impl PyStackOpts {
 }
 
 /// Parses a sampling rate in Hz (1 to 1000).
-pub fn parse_rate(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_rate(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if (1.0..=1000.0).contains(&v) => Ok(v),
         _ => Err(format!(
@@ -274,7 +274,7 @@ pub const MAX_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// Parses `100ms`, `1s`, `2m`, `1h30m` or a bare number of seconds (`0.5`), at most
 /// [`MAX_DURATION`].
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     let d = if let Ok(secs) = t.parse::<f64>() {
         if !(secs.is_finite() && secs >= 0.0) {
@@ -304,7 +304,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// Parses a sampling interval: a duration from 10ms to 1h.
-pub fn parse_interval(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_interval(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d < Duration::from_millis(10) {
         return Err(format!(

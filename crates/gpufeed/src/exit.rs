@@ -1,27 +1,19 @@
 //! Exit codes: a public contract. [`Exit`] is the one table: `--help` prints it, the README's
-//! "Exit codes" section is tested against it, and the constants below are read from it.
+//! "Exit codes" section is tested against it, each code's meaning is written once (in
+//! [`Exit::meaning`]), and every error reaches `main` as a [`Failure`] that names its `Exit`.
 
-/// Every exit code gpufeed uses, with its meaning.
+/// Every exit code gpufeed uses. What each means is written once, in [`Exit::meaning`]; its
+/// number, in [`Exit::code`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
-    /// Success. For `run`, the job's own exit code is returned instead.
     Ok,
-    /// An unexpected error (a bug or an OS failure gpufeed could not classify).
     Failure,
-    /// Bad command line (unknown option, bad value): clap's own code.
     Usage,
-    /// Bad input: a file that is missing, unreadable, empty, truncated beyond use or of an
-    /// unknown format.
     Input,
-    /// A check failed (`doctor` found a failing check).
     CheckFailed,
-    /// A GPU (NVIDIA driver) is required for this command and none was found.
     NoGpu,
-    /// The command to run was found but could not be executed (permission, not a program).
     CannotExecute,
-    /// The command to run was not found.
     NotFound,
-    /// `run`: a job killed by signal N makes gpufeed exit with 128 + N, as a shell does.
     Signal,
 }
 
@@ -54,6 +46,11 @@ impl Exit {
         }
     }
 
+    /// The code of a job killed by `signal` (128 + N, as a shell reports it).
+    pub const fn signal(signal: i32) -> u8 {
+        Exit::Signal.code().wrapping_add(signal as u8)
+    }
+
     /// The code as the table shows it (`128+N` for a signal).
     pub fn label(self) -> String {
         match self {
@@ -83,31 +80,12 @@ impl Exit {
     }
 }
 
-/// Success. For `run`, the job's own exit code is returned instead.
-pub const OK: u8 = Exit::Ok.code();
-/// An unexpected error (a bug or an OS failure gpufeed could not classify).
-pub const FAILURE: u8 = Exit::Failure.code();
-/// Bad command line (unknown option, bad value): clap's own code.
-pub const USAGE: u8 = Exit::Usage.code();
-/// Bad input: a file that is missing, unreadable, empty, truncated beyond use or of an unknown format.
-pub const INPUT: u8 = Exit::Input.code();
-/// A check failed (`doctor` found a failing check).
-pub const CHECK_FAILED: u8 = Exit::CheckFailed.code();
-/// A GPU (NVIDIA driver) is required for this command and none was found.
-pub const NO_GPU: u8 = Exit::NoGpu.code();
-/// The command to run was found but could not be executed (permission, not a program).
-pub const CANNOT_EXECUTE: u8 = Exit::CannotExecute.code();
-/// The command to run was not found.
-pub const NOT_FOUND: u8 = Exit::NotFound.code();
-/// `run`: a job killed by signal N makes gpufeed exit with 128 + N, as a shell does.
-pub const SIGNAL_BASE: u8 = Exit::Signal.code();
-
 /// Width `--help` is wrapped to (clap's default without a terminal).
 const HELP_WIDTH: usize = 100;
 
 /// The `EXIT CODES:` section of `--help`, generated from [`Exit`]; long meanings wrap under
 /// their own column, within the width clap wraps help to.
-pub fn help_table() -> String {
+pub(crate) fn help_table() -> String {
     const INDENT: &str = "           ";
     let mut s = String::from("EXIT CODES:\n");
     for e in Exit::ALL {
@@ -136,24 +114,81 @@ pub fn markdown_rows() -> Vec<String> {
         .collect()
 }
 
-/// An error that carries its own exit code; modules' errors are turned into this at the command edge.
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
+/// What a module's error type says about how gpufeed ends when it reaches `main`: each error
+/// type names its [`Exit`] here, next to its variants, and [`Failure::from`] keeps it with the
+/// error itself.
+pub trait HasExit {
+    fn exit(&self) -> Exit;
+}
+
+/// The error that reaches `main`: the [`Exit`] it ends in, and the error itself (its cause).
+/// It shows the message of `source` and hands on `source`'s own causes, so `main` finds the
+/// exit code and the message by walking one chain ([`report`]).
+#[derive(Debug)]
 pub struct Failure {
-    pub code: u8,
-    pub message: String,
+    pub exit: Exit,
+    pub source: Box<dyn std::error::Error + Send + Sync + 'static>,
 }
 
 impl Failure {
-    pub fn new(code: u8, message: impl Into<String>) -> Self {
+    /// A failure described by `message` alone.
+    pub fn new(exit: Exit, message: impl Into<String>) -> Self {
         Failure {
-            code,
-            message: message.into(),
+            exit,
+            source: message.into().into(),
         }
     }
+    /// Bad input ([`Exit::Input`]) described by `message`.
     pub fn input(message: impl Into<String>) -> Self {
-        Self::new(INPUT, message)
+        Self::new(Exit::Input, message)
     }
+    /// `source`, ending in `exit` whatever its type says (the command knows better).
+    pub fn with(exit: Exit, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Failure {
+            exit,
+            source: Box::new(source),
+        }
+    }
+    /// The process exit code.
+    pub fn code(&self) -> u8 {
+        self.exit.code()
+    }
+}
+
+impl<E: HasExit + std::error::Error + Send + Sync + 'static> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Failure::with(e.exit(), e)
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.source.fmt(f)
+    }
+}
+
+impl std::error::Error for Failure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.source()
+    }
+}
+
+/// What `main` prints and exits with for `err`: the messages of its chain joined by `: ` (as
+/// `{err:#}` shows them), up to the first [`Failure`], whose [`Exit`] gives the code; a chain
+/// without one is [`Exit::Failure`]. A `Failure`'s own message already says its cause (module
+/// errors put it in their text), so the causes under it are kept for a debugger, not printed twice.
+pub fn report(err: &anyhow::Error) -> (String, u8) {
+    let mut message = String::new();
+    for cause in err.chain() {
+        if !message.is_empty() {
+            message.push_str(": ");
+        }
+        message.push_str(&cause.to_string());
+        if let Some(f) = cause.downcast_ref::<Failure>() {
+            return (message, f.code());
+        }
+    }
+    (message, Exit::Failure.code())
 }
 
 #[cfg(test)]
@@ -165,7 +200,7 @@ mod tests {
         for w in Exit::ALL.windows(2) {
             assert!(w[0].code() < w[1].code(), "{w:?}");
         }
-        assert_eq!(SIGNAL_BASE + 9, 137);
+        assert_eq!(Exit::signal(9), 137);
     }
 
     #[test]

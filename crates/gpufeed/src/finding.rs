@@ -167,7 +167,7 @@ impl Finding {
         self
     }
 
-    pub fn recommend(mut self, text: impl Into<String>) -> Self {
+    pub(crate) fn recommend(mut self, text: impl Into<String>) -> Self {
         self.recommendation = text.into();
         self
     }

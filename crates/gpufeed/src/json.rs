@@ -68,13 +68,13 @@ impl<'a> Cursor<'a> {
 
     /// Bytes consumed so far.
     #[inline]
-    pub fn pos(&self) -> usize {
+    pub(crate) fn pos(&self) -> usize {
         self.i
     }
 
     /// Skips JSON whitespace.
     #[inline]
-    pub fn ws(&mut self) {
+    pub(crate) fn ws(&mut self) {
         while let Some(c) = self.b.get(self.i) {
             if matches!(c, b' ' | b'\t' | b'\r' | b'\n') {
                 self.i += 1;
@@ -86,20 +86,20 @@ impl<'a> Cursor<'a> {
 
     /// The byte at the cursor (no whitespace skipped); None at the end.
     #[inline]
-    pub fn peek(&self) -> Option<u8> {
+    pub(crate) fn peek(&self) -> Option<u8> {
         self.b.get(self.i).copied()
     }
 
     /// Skips whitespace, then the byte there; None at the end.
     #[inline]
-    pub fn peek_ws(&mut self) -> Option<u8> {
+    pub(crate) fn peek_ws(&mut self) -> Option<u8> {
         self.ws();
         self.peek()
     }
 
     /// Skips whitespace, then consumes `c` if it is there.
     #[inline]
-    pub fn eat(&mut self, c: u8) -> Option<()> {
+    pub(crate) fn eat(&mut self, c: u8) -> Option<()> {
         if self.peek_ws()? == c {
             self.i += 1;
             Some(())
@@ -110,7 +110,7 @@ impl<'a> Cursor<'a> {
 
     /// Consumes `lit` (`null`, `true`, ...) if the bytes at the cursor are exactly it.
     #[inline]
-    pub fn literal(&mut self, lit: &[u8]) -> Option<()> {
+    pub(crate) fn literal(&mut self, lit: &[u8]) -> Option<()> {
         if self.b[self.i..].starts_with(lit) {
             self.i += lit.len();
             Some(())
@@ -124,7 +124,7 @@ impl<'a> Cursor<'a> {
     /// to `memcmp`: the readers of known line layouts ([`crate::record`]'s) use it to step over
     /// `,"key":` in one go.
     #[inline(always)]
-    pub fn lit<const N: usize>(&mut self, lit: &[u8; N]) -> bool {
+    pub(crate) fn lit<const N: usize>(&mut self, lit: &[u8; N]) -> bool {
         let at = self
             .b
             .get(self.i..self.i + N)
@@ -147,7 +147,7 @@ impl<'a> Cursor<'a> {
     /// Skips whitespace, then a string without escapes: its bytes, borrowed. None on an escape
     /// (the caller falls back to a real decoder) or when the string does not end.
     #[inline]
-    pub fn plain_str(&mut self) -> Option<&'a [u8]> {
+    pub(crate) fn plain_str(&mut self) -> Option<&'a [u8]> {
         self.eat(b'"')?;
         let rest = &self.b[self.i..];
         // Keys and short values: a plain loop beats memchr's set-up cost; long ones (kernel
@@ -171,7 +171,7 @@ impl<'a> Cursor<'a> {
 
     /// Is the cursor (no whitespace skipped) at the key `"k"` followed by more input?
     #[inline]
-    pub fn at_key(&self, k: &[u8]) -> bool {
+    pub(crate) fn at_key(&self, k: &[u8]) -> bool {
         let b = &self.b[self.i..];
         b.len() > k.len() + 1 && b[0] == b'"' && &b[1..=k.len()] == k && b[k.len() + 1] == b'"'
     }
@@ -335,7 +335,7 @@ impl<'a> Cursor<'a> {
     /// leaves it to be skipped (returning false). Writers emit keys in a fixed order, so the next
     /// expected key is tried first with one comparison.
     #[inline]
-    pub fn keyed(
+    pub(crate) fn keyed(
         &mut self,
         keys: &[&[u8]],
         mut f: impl FnMut(usize, &mut Cursor<'a>) -> Option<bool>,
@@ -491,7 +491,7 @@ pub fn value_len(b: &[u8], eof: bool) -> Option<usize> {
 
 /// Length of a string's rest (after the opening quote) including the closing quote; None when
 /// it does not end in `b`.
-pub fn string_len(b: &[u8]) -> Option<usize> {
+pub(crate) fn string_len(b: &[u8]) -> Option<usize> {
     let mut i = 0;
     loop {
         i += memchr::memchr2(b'"', b'\\', b.get(i..)?)?;

@@ -1,7 +1,7 @@
-//! Thin binary: parse, dispatch, map errors to exit codes (see `gpufeed::exit`).
+//! Thin binary: parse, dispatch, and turn an error into its message and exit code by walking
+//! its chain ([`gpufeed::exit::report`]).
 
 use clap::Parser;
-use gpufeed::exit::{self, Failure};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -9,11 +9,8 @@ fn main() -> ExitCode {
     match gpufeed::commands::dispatch(cli) {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
-            let code = err
-                .chain()
-                .find_map(|e| e.downcast_ref::<Failure>().map(|f| f.code))
-                .unwrap_or(exit::FAILURE);
-            eprintln!("gpufeed: error: {err:#}");
+            let (message, code) = gpufeed::exit::report(&err);
+            eprintln!("gpufeed: error: {message}");
             ExitCode::from(code)
         }
     }

@@ -55,7 +55,7 @@ fn temp_beside(target: &Path) -> io::Result<NamedTempFile> {
 
 /// `path` with `-N` before its extension: `a/rec.ndjson` → `a/rec-2.ndjson`,
 /// `rec.ndjson.zst` → `rec-2.ndjson.zst` (a compression suffix stays with its extension).
-pub fn with_suffix(path: &Path, n: u32) -> PathBuf {
+pub(crate) fn with_suffix(path: &Path, n: u32) -> PathBuf {
     let name = path
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
@@ -80,7 +80,7 @@ pub fn with_suffix(path: &Path, n: u32) -> PathBuf {
 
 /// True when `path` is (or a symlink there leads to) a character or block device, a FIFO or a
 /// socket: something a rename must never replace.
-pub fn special(path: &Path) -> bool {
+pub(crate) fn special(path: &Path) -> bool {
     use std::os::unix::fs::FileTypeExt;
     std::fs::metadata(path).is_ok_and(|m| {
         let t = m.file_type();
@@ -89,7 +89,7 @@ pub fn special(path: &Path) -> bool {
 }
 
 /// True when something (a file, a folder, a symlink, even a dangling one) is at `path`.
-pub fn occupied(path: &Path) -> bool {
+pub(crate) fn occupied(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok()
 }
 
@@ -217,7 +217,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
 
 /// True when `a` and `b` name the same file: the same inode when both exist, else the same
 /// folder (symlinks resolved) and the same name.
-pub fn same_file(a: &Path, b: &Path) -> bool {
+pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
     match (std::fs::metadata(a), std::fs::metadata(b)) {
         (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
         (Err(_), Err(_)) => {
@@ -238,7 +238,7 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
 /// Refuses (exit 2) an input that is a pipe, a FIFO or a socket (`/dev/stdin`, `<(cmd)`), for
 /// commands that read their inputs more than once: the second read would hang or find nothing
 /// (issue 27). `diagnose` reads once and takes them.
-pub fn refuse_unseekable(what: &str, input: &Path) -> Result<(), crate::exit::Failure> {
+pub(crate) fn refuse_unseekable(what: &str, input: &Path) -> Result<(), crate::exit::Failure> {
     use std::os::unix::fs::FileTypeExt;
     let Ok(m) = std::fs::metadata(input) else {
         return Ok(()); // missing or unreadable: the reader's own message says so
@@ -248,7 +248,7 @@ pub fn refuse_unseekable(what: &str, input: &Path) -> Result<(), crate::exit::Fa
     // by their content.
     if t.is_fifo() || t.is_socket() {
         return Err(crate::exit::Failure::new(
-            crate::exit::USAGE,
+            crate::exit::Exit::Usage,
             format!(
                 "{what} {} is a pipe or a socket, not a file: this command reads it more than once; save it to a file first (e.g. `cat ... > input.ndjson`)",
                 input.display()
@@ -259,7 +259,7 @@ pub fn refuse_unseekable(what: &str, input: &Path) -> Result<(), crate::exit::Fa
 }
 
 /// Refuses (exit 2) an output that is the same file as one of the inputs.
-pub fn refuse_same_as_input<'a>(
+pub(crate) fn refuse_same_as_input<'a>(
     option: &str,
     output: &Path,
     inputs: impl IntoIterator<Item = &'a Path>,
@@ -267,7 +267,7 @@ pub fn refuse_same_as_input<'a>(
     for input in inputs {
         if same_file(output, input) {
             return Err(crate::exit::Failure::new(
-                crate::exit::USAGE,
+                crate::exit::Exit::Usage,
                 format!(
                     "{option} {} is the same file as the input {}: writing it would destroy the input; choose another output name",
                     output.display(),
@@ -280,7 +280,7 @@ pub fn refuse_same_as_input<'a>(
 }
 
 /// Creates a new folder at `base`, or at `base-2`, `base-3`, ... when taken; returns its path.
-pub fn create_dir_unique(base: &Path) -> io::Result<PathBuf> {
+pub(crate) fn create_dir_unique(base: &Path) -> io::Result<PathBuf> {
     for n in 1..10_000u32 {
         let p = if n == 1 {
             base.to_path_buf()
@@ -303,7 +303,7 @@ pub fn create_dir_unique(base: &Path) -> io::Result<PathBuf> {
 
 /// A private folder (mode 0700, unpredictable name) in the temporary directory, or in /tmp when
 /// that path would leave no room for a Unix socket name (108 bytes). Removed when dropped.
-pub fn private_dir(prefix: &str) -> io::Result<tempfile::TempDir> {
+pub(crate) fn private_dir(prefix: &str) -> io::Result<tempfile::TempDir> {
     tempfile::Builder::new()
         .prefix(prefix)
         .permissions(Permissions::from_mode(0o700))
@@ -312,7 +312,7 @@ pub fn private_dir(prefix: &str) -> io::Result<tempfile::TempDir> {
 
 /// The folder [`private_dir`] creates its folders in: the temporary directory, or `/tmp` when
 /// that path is too long for a socket inside it.
-pub fn private_base() -> PathBuf {
+pub(crate) fn private_base() -> PathBuf {
     let tmp = std::env::temp_dir();
     if tmp.as_os_str().len() < 60 {
         tmp

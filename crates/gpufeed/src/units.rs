@@ -4,7 +4,7 @@
 /// Host-to-device bandwidth of one PCIe lane per direction, GB/s, by generation, after line
 /// encoding: 8b/10b for Gen1–2, 128b/130b for Gen3–5, FLIT mode (242 B of 256) for Gen6's
 /// 64 GT/s PAM4.
-pub fn pcie_lane_gb_per_s(gen: u32) -> Option<f64> {
+pub(crate) fn pcie_lane_gb_per_s(gen: u32) -> Option<f64> {
     Some(match gen {
         1 => 0.25,
         2 => 0.5,
@@ -17,7 +17,7 @@ pub fn pcie_lane_gb_per_s(gen: u32) -> Option<f64> {
 }
 
 /// Theoretical one-direction capacity of a link in bytes/s at a generation and width.
-pub fn pcie_link_bytes_per_s(gen: u32, width: u32) -> Option<f64> {
+pub(crate) fn pcie_link_bytes_per_s(gen: u32, width: u32) -> Option<f64> {
     Some(pcie_lane_gb_per_s(gen)? * 1e9 * width as f64)
 }
 
@@ -57,6 +57,32 @@ pub fn gb_per_s(bytes_per_s: f64) -> String {
     } else {
         format!("{b:.0} B/s")
     }
+}
+
+/// `1 process`, `3 processes`.
+pub fn plural(n: usize, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
+/// `x` rounded to `digits` decimals, never `-0.0` (the figures of a comparison).
+pub fn round(x: f64, digits: i32) -> f64 {
+    let m = 10f64.powi(digits);
+    (x * m).round() / m + 0.0
+}
+
+/// Rounds for evidence maps (keeps reports readable and snapshots stable).
+pub(crate) fn r1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+pub fn r2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+pub(crate) fn r3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
 }
 
 #[cfg(test)]

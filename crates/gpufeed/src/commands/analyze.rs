@@ -25,7 +25,7 @@
 //! empty, event-less or non-trace input.
 
 use crate::cli::{AnalyzeArgs, GlobalOpts};
-use crate::exit::Failure;
+use crate::exit::{Exit, Failure};
 use crate::present::OutputFormat;
 use crate::trace::{self, ranks, report, TraceError};
 
@@ -63,7 +63,7 @@ pub fn run(_global: &GlobalOpts, args: &AnalyzeArgs) -> anyhow::Result<u8> {
     }
     if paths.iter().any(|p| p.as_os_str() == "-") {
         return Err(anyhow::Error::new(Failure::new(
-            crate::exit::USAGE,
+            Exit::Usage,
             "- (stdin) is one trace: pass it alone, or pass files",
         )));
     }
@@ -110,7 +110,7 @@ pub fn run(_global: &GlobalOpts, args: &AnalyzeArgs) -> anyhow::Result<u8> {
             );
             if args.html.is_some() {
                 return Err(anyhow::Error::new(Failure::new(
-                    crate::exit::USAGE,
+                    Exit::Usage,
                     "--html takes one trace or the ranks of one job; run analyze --html on each trace",
                 )));
             }
@@ -133,7 +133,7 @@ pub fn run(_global: &GlobalOpts, args: &AnalyzeArgs) -> anyhow::Result<u8> {
 fn emit(args: &AnalyzeArgs, reports: &[report::Report]) -> anyhow::Result<u8> {
     if let (Some(h), [rep]) = (&args.html, reports) {
         let page = crate::present::html::trace_page(rep)
-            .map_err(|e| anyhow::Error::new(Failure::input(e.to_string())))?;
+            .map_err(|e| anyhow::Error::new(Failure::with(Exit::Input, e)))?;
         super::write_report(h, page)?;
         eprintln!("gpufeed: wrote {}", h.display());
     }
@@ -181,5 +181,5 @@ fn emit(args: &AnalyzeArgs, reports: &[report::Report]) -> anyhow::Result<u8> {
     if reports.iter().any(|r| r.truncated) && args.format != OutputFormat::Text {
         eprintln!("gpufeed: warning: truncated input: the figures cover only what was read");
     }
-    Ok(crate::exit::OK)
+    Ok(Exit::Ok.code())
 }

@@ -5,7 +5,7 @@ use super::trials::{
     check_trial_opts, file_safe, interrupt_flag, live_msg, output_dir, progress_bar, say, spec,
 };
 use crate::cli::{BatchSizeArgs, GlobalOpts};
-use crate::exit::{self, Failure};
+use crate::exit::{Exit, Failure};
 use crate::inject::InjectSpec;
 use crate::present::OutputFormat;
 use crate::tune::batch::{
@@ -247,26 +247,23 @@ fn check_args(
     args: &BatchSizeArgs,
 ) -> anyhow::Result<(InjectSpec, Option<crate::tune::progress::RateRegex>)> {
     let knob = params::parse_knobs(&[args.param.clone(), "1".into()])
-        .map_err(|e| Failure::new(exit::USAGE, e.to_string()))?;
-    let inject = args
-        .inject
-        .spec()
-        .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
+        .map_err(|e| Failure::with(Exit::Usage, e))?;
+    let inject = args.inject.spec().map_err(Failure::from)?;
     let templates: Vec<(String, String)> = inject
         .templates()
         .map(|t| ("--dataloader/--torch".to_string(), t.to_string()))
         .collect();
     params::check_used(&knob, &args.command, &templates)
-        .map_err(|e| Failure::new(exit::USAGE, e.to_string()))?;
+        .map_err(|e| Failure::with(Exit::Usage, e))?;
     let regex = check_trial_opts(&args.trial, &args.command)?;
     if args.start == 0 {
-        return Err(Failure::new(exit::USAGE, "--start must be at least 1").into());
+        return Err(Failure::new(Exit::Usage, "--start must be at least 1").into());
     }
     if args.max == Some(0) {
-        return Err(Failure::new(exit::USAGE, "--max must be at least 1").into());
+        return Err(Failure::new(Exit::Usage, "--max must be at least 1").into());
     }
     if args.target_batch == Some(0) {
-        return Err(Failure::new(exit::USAGE, "--target-batch must be at least 1").into());
+        return Err(Failure::new(Exit::Usage, "--target-batch must be at least 1").into());
     }
     Ok((inject, regex))
 }
@@ -304,7 +301,7 @@ fn trial_spec(
     let resolved = (!inject.is_empty())
         .then(|| inject.resolve(&values))
         .transpose()
-        .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
+        .map_err(Failure::from)?;
     let argv: Vec<String> = args
         .command
         .iter()
@@ -397,11 +394,11 @@ fn present(args: &BatchSizeArgs, rep: &BatchReport) -> anyhow::Result<()> {
 /// The exit code of a finished search.
 fn exit_code(rep: &BatchReport, interrupted: bool) -> u8 {
     if interrupted {
-        exit::SIGNAL_BASE + libc::SIGINT as u8
+        Exit::signal(libc::SIGINT)
     } else if rep.max_batch.is_some() && rep.stopped.is_none() {
-        exit::OK
+        Exit::Ok.code()
     } else {
-        exit::FAILURE
+        Exit::Failure.code()
     }
 }
 
@@ -425,10 +422,7 @@ pub fn run(global: &GlobalOpts, args: &BatchSizeArgs) -> anyhow::Result<u8> {
         let o = match run_trial(&spec, &interrupt, |l| pb.set_message(live_msg(&label, l))) {
             Ok(o) => o,
             Err(e) => {
-                fatal = Some(anyhow::Error::from(Failure::new(
-                    e.exit_code(),
-                    e.to_string(),
-                )));
+                fatal = Some(anyhow::Error::from(Failure::from(e)));
                 break;
             }
         };

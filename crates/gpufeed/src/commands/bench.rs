@@ -1,14 +1,14 @@
 //! `gpufeed bench`: copy bandwidth and GEMM throughput on the GPU; exit 5 without one.
 
+use crate::bench::{self, BenchOptions, SavedBench};
 use crate::cli::{BenchArgs, GlobalOpts, OutputFormat};
-use crate::doctor::bench::{self, BenchError, BenchOptions, SavedBench};
-use crate::exit::{self, Failure};
+use crate::exit::{Exit, Failure};
 use std::io::Write;
 
 pub fn run(global: &GlobalOpts, args: &BenchArgs) -> anyhow::Result<u8> {
     if args.min_size == 0 || args.min_size > args.max_size {
         return Err(anyhow::Error::new(Failure::new(
-            exit::USAGE,
+            Exit::Usage,
             format!(
                 "--min-size must be above 0 and at most --max-size (got {} and {})",
                 args.min_size, args.max_size
@@ -22,14 +22,7 @@ pub fn run(global: &GlobalOpts, args: &BenchArgs) -> anyhow::Result<u8> {
         gemm_n: (!args.no_gemm).then_some(args.gemm_size),
         nvml_lib: global.nvml_lib.clone(),
     };
-    let mut report = bench::run(&opts).map_err(|e| {
-        let code = match e {
-            BenchError::NoDriver | BenchError::NoDevice(_) => exit::NO_GPU,
-            BenchError::BadDevice { .. } => exit::USAGE,
-            _ => exit::FAILURE,
-        };
-        anyhow::Error::new(Failure::new(code, e.to_string()))
-    })?;
+    let mut report = bench::run(&opts).map_err(Failure::from)?;
     if !args.no_save {
         match args.save_to.clone().or_else(bench::default_saved_path) {
             Some(path) => {
@@ -49,10 +42,10 @@ pub fn run(global: &GlobalOpts, args: &BenchArgs) -> anyhow::Result<u8> {
     let text = match args.format {
         OutputFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
         OutputFormat::Text | OutputFormat::Markdown | OutputFormat::Html => {
-            bench::render_text(&report)
+            crate::doctor::bench::render_text(&report)
         }
     };
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
-    Ok(exit::OK)
+    Ok(Exit::Ok.code())
 }

@@ -8,7 +8,7 @@
 use crate::cli::{CompareArgs, GlobalOpts};
 use crate::compare::{self, Comparison, InputKind};
 use crate::diagnose::{self, input::LogOptions, InputFormat};
-use crate::exit::{self, Failure};
+use crate::exit::{Exit, Failure};
 use crate::present;
 use crate::present::OutputFormat;
 use crate::trace;
@@ -21,10 +21,10 @@ fn input(msg: String) -> anyhow::Error {
 }
 
 /// What kind of file this is, from its first 64 KiB (gunzipped).
-pub fn detect(path: &Path) -> anyhow::Result<InputKind> {
+pub(crate) fn detect(path: &Path) -> anyhow::Result<InputKind> {
     if path.as_os_str() == "-" {
         return Err(anyhow::Error::new(Failure::new(
-            exit::USAGE,
+            Exit::Usage,
             "compare reads two files; save the input to a file first",
         )));
     }
@@ -44,7 +44,7 @@ pub fn detect(path: &Path) -> anyhow::Result<InputKind> {
 
 /// Classifies the beginning of a file: a Kineto trace, a sweep report, else something
 /// `diagnose` reads (a recording or a GPU log).
-pub fn classify(head: &str) -> InputKind {
+pub(crate) fn classify(head: &str) -> InputKind {
     let t = head.trim_start();
     let has = |k: &str| t.contains(k);
     if t.starts_with('{') {
@@ -148,7 +148,7 @@ pub fn run(_global: &GlobalOpts, args: &CompareArgs) -> anyhow::Result<u8> {
             return Err(e.into());
         }
     }
-    Ok(exit::OK)
+    Ok(Exit::Ok.code())
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use clap::CommandFactory;
 use clap_complete::Shell;
 use std::io::Write;
 
-use crate::exit;
+use crate::exit::Exit;
 
 /// Writes the script for `shell` to `out`.
 pub fn write(shell: Shell, out: &mut dyn Write) {
@@ -19,7 +19,7 @@ pub fn run(_global: &GlobalOpts, args: &CompletionsArgs) -> anyhow::Result<u8> {
     let mut buf = Vec::new();
     write(args.shell, &mut buf);
     super::print_stdout(&buf)?;
-    Ok(exit::OK)
+    Ok(Exit::Ok.code())
 }
 
 #[cfg(test)]

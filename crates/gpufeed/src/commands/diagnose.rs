@@ -3,7 +3,7 @@
 use crate::cli::{ColorChoice, DiagnoseArgs, GlobalOpts};
 use crate::diagnose;
 use crate::diagnose::input::LogOptions;
-use crate::exit::{self, Failure};
+use crate::exit::{Exit, Failure};
 use crate::present::html::RecordingSeries;
 use crate::present::OutputFormat;
 use std::io::{IsTerminal, Write};
@@ -23,7 +23,7 @@ fn check_outputs(args: &DiagnoseArgs) -> Result<(), Failure> {
             .filter(|h| crate::outfile::same_file(h, j))
         {
             return Err(Failure::new(
-                exit::USAGE,
+                Exit::Usage,
                 format!(
                     "--html {} and --export-json {} are the same file: one would overwrite the other; give each its own name",
                     h.display(),
@@ -41,7 +41,7 @@ pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
     if let Some(i) = args.sample_interval {
         if !(i.is_finite() && i > 0.0 && i <= 86_400.0) {
             return Err(anyhow::Error::new(Failure::new(
-                exit::USAGE,
+                Exit::Usage,
                 format!("--sample-interval must be a number of seconds above 0 and at most 86400, not {i}"),
             )));
         }
@@ -76,7 +76,7 @@ pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
             .zip(series.iter().map(Option::as_ref))
             .collect();
         let page = crate::present::html::diagnose_html(&pages)
-            .map_err(|e| anyhow::Error::new(Failure::input(e.to_string())))?;
+            .map_err(|e| anyhow::Error::new(Failure::with(Exit::Input, e)))?;
         super::write_report(h, page)?;
         eprintln!("gpufeed: wrote {}", h.display());
     }
@@ -115,7 +115,7 @@ pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
     // A closed pipe (`| head`) is not an error worth a message.
     let _ = stdout.write_all(out.as_bytes());
     let _ = stdout.flush();
-    Ok(exit::OK)
+    Ok(Exit::Ok.code())
 }
 
 /// `--job`: each file is diagnosed on its own and only its summary kept, so memory does not grow
@@ -141,5 +141,5 @@ fn run_job(args: &DiagnoseArgs, opts: &LogOptions) -> anyhow::Result<u8> {
     let mut stdout = std::io::stdout().lock();
     let _ = stdout.write_all(out.as_bytes());
     let _ = stdout.flush();
-    Ok(exit::OK)
+    Ok(Exit::Ok.code())
 }

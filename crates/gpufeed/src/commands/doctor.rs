@@ -2,7 +2,7 @@
 
 use crate::cli::{DoctorArgs, GlobalOpts, OutputFormat};
 use crate::doctor::{self, Options, Workload};
-use crate::exit;
+use crate::exit::Exit;
 use std::io::Write;
 
 pub fn run(global: &GlobalOpts, args: &DoctorArgs) -> anyhow::Result<u8> {
@@ -35,8 +35,8 @@ pub fn run(global: &GlobalOpts, args: &DoctorArgs) -> anyhow::Result<u8> {
     // A closed pipe (`| head`) is not an error worth a message.
     let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
     Ok(if report.any_failed() {
-        exit::CHECK_FAILED
+        Exit::CheckFailed.code()
     } else {
-        exit::OK
+        Exit::Ok.code()
     })
 }

@@ -4,7 +4,7 @@
 use crate::cli::{ExportArgs, GlobalOpts};
 use crate::diagnose::input::LogOptions;
 use crate::diagnose::InputFormat;
-use crate::exit::{self, Failure};
+use crate::exit::{Exit, Failure};
 use crate::present::perfetto;
 use crate::present::tensorboard::TbSeries;
 use crate::record::reader;
@@ -24,7 +24,7 @@ pub fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
         )?;
     }
     // A file that is not a recording is refused from its first bytes, before anything is written.
-    reader::read_header(&args.recording).map_err(|e| Failure::input(e.to_string()))?;
+    reader::read_header(&args.recording).map_err(|e| Failure::with(Exit::Input, e))?;
     if let Some(out) = &args.perfetto {
         perfetto(args, out)?;
     }
@@ -44,7 +44,7 @@ pub fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
             dir.display()
         );
     }
-    Ok(exit::OK)
+    Ok(Exit::Ok.code())
 }
 
 /// The Perfetto/Chrome trace, streamed from the recording (and the merged trace) to `out`.

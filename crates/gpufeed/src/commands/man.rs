@@ -5,7 +5,7 @@ use crate::cli::{Cli, GlobalOpts, ManArgs};
 use anyhow::Context;
 use clap::CommandFactory;
 
-use crate::exit::{self, Failure};
+use crate::exit::{Exit, Failure};
 
 /// The page for `gpufeed` or for one of its subcommands; an unknown name is a usage error.
 pub fn render(command: Option<&str>) -> Result<Vec<u8>, Failure> {
@@ -22,7 +22,7 @@ pub fn render(command: Option<&str>) -> Result<Vec<u8>, Failure> {
                     .filter(|n| *n != "help")
                     .collect();
                 Failure::new(
-                    exit::USAGE,
+                    Exit::Usage,
                     format!(
                         "no subcommand '{name}': use one of {} (or no name for gpufeed(1))",
                         names.join(", ")
@@ -39,14 +39,14 @@ pub fn render(command: Option<&str>) -> Result<Vec<u8>, Failure> {
     let mut buf = Vec::new();
     clap_mangen::Man::new(cmd)
         .render(&mut buf)
-        .map_err(|e| Failure::new(exit::FAILURE, format!("rendering the man page: {e}")))?;
+        .map_err(|e| Failure::new(Exit::Failure, format!("rendering the man page: {e}")))?;
     Ok(buf)
 }
 
 pub fn run(_global: &GlobalOpts, args: &ManArgs) -> anyhow::Result<u8> {
     let page = render(args.command.as_deref())?;
     super::print_stdout(&page).context("writing the man page")?;
-    Ok(exit::OK)
+    Ok(Exit::Ok.code())
 }
 
 #[cfg(test)]
@@ -80,7 +80,7 @@ mod tests {
     #[test]
     fn unknown_subcommand_is_a_usage_error() {
         let err = render(Some("swep")).unwrap_err();
-        assert_eq!(err.code, exit::USAGE);
-        assert!(err.message.contains("sweep"), "{}", err.message);
+        assert_eq!(err.exit, Exit::Usage);
+        assert!(err.to_string().contains("sweep"), "{err}");
     }
 }

@@ -42,7 +42,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
 
 /// A file `diagnose` could not read: bad input (exit 3). Shared by `diagnose` and `compare`.
 pub(crate) fn diagnose_failure(e: crate::diagnose::DiagnoseError) -> anyhow::Error {
-    anyhow::Error::new(crate::exit::Failure::input(e.to_string()))
+    anyhow::Error::new(crate::exit::Failure::from(e))
 }
 
 /// Writes a report file (`--html`, `--export-*`, a sweep's own files) whole or not at all: through
@@ -90,7 +90,7 @@ pub(crate) fn step_socket(
     if let Some(p) = given {
         return StepSocket::bind_given(p)
             .map(|s| Some(std::sync::Arc::new(s)))
-            .map_err(|e| crate::exit::Failure::new(e.exit_code(), e.to_string()));
+            .map_err(crate::exit::Failure::from);
     }
     Ok(match StepSocket::open() {
         Ok(s) => Some(std::sync::Arc::new(s)),
@@ -112,57 +112,5 @@ pub(crate) fn print_stdout(bytes: &[u8]) -> std::io::Result<()> {
     match so.write_all(bytes).and_then(|()| so.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         r => r,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::path::Path;
-
-    fn sources(dir: &str) -> Vec<(String, String)> {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(dir);
-        let mut out: Vec<(String, String)> = std::fs::read_dir(&dir)
-            .unwrap()
-            .flatten()
-            .filter(|e| e.path().extension().is_some_and(|x| x == "rs"))
-            .map(|e| {
-                let name = e.file_name().to_string_lossy().into_owned();
-                (name, std::fs::read_to_string(e.path()).unwrap())
-            })
-            .collect();
-        out.sort();
-        out
-    }
-
-    /// Layering: `cli` declares arguments and imports nothing from `commands`; a command uses
-    /// only the helpers beneath it (`trials`, this module), never another command.
-    #[test]
-    fn cli_and_commands_import_one_way() {
-        let cli = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cli.rs");
-        let mut cli_sources = sources("cli");
-        cli_sources.push(("cli.rs".into(), std::fs::read_to_string(cli).unwrap()));
-        for (name, src) in cli_sources {
-            assert!(
-                !src.contains("crate::commands"),
-                "cli/{name} imports commands"
-            );
-        }
-        let commands = sources("commands");
-        let names: Vec<String> = commands
-            .iter()
-            .map(|(n, _)| n.trim_end_matches(".rs").to_string())
-            .filter(|n| n != "mod" && n != "trials")
-            .collect();
-        for (file, src) in &commands {
-            for other in &names {
-                for path in [format!("super::{other}::"), format!("commands::{other}::")] {
-                    assert!(
-                        !src.contains(&path) || file == "mod.rs",
-                        "commands/{file} takes from commands/{other}.rs: move what they share \
-                         beneath both"
-                    );
-                }
-            }
-        }
     }
 }

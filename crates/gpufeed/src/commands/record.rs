@@ -3,16 +3,14 @@
 use crate::cli::{GlobalOpts, OutputFormat, RecordArgs, RecordingOpts, RunArgs};
 use crate::diagnose::input::LogOptions;
 use crate::diagnose::InputFormat;
-use crate::exit::{self, Failure};
+use crate::exit::{Exit, Failure, HasExit};
 use crate::job::{signal_all, Job, Received, SignalWatch};
 use crate::outfile::{refuse_same_as_input, Clobber};
 use crate::present;
 use crate::present::html::RecordingSeries;
 use crate::present::tensorboard::TbSeries;
 use crate::record::format::{End, Line, OverridesLine};
-use crate::record::recorder::{
-    default_output_name, Prepared, RecordError, Recorder, RecorderConfig,
-};
+use crate::record::recorder::{default_output_name, Prepared, Recorder, RecorderConfig};
 use crate::record::summary::SummaryBuilder;
 use crate::sample::host::pid_alive;
 use crate::sample::steps::{StepSocket, ENV_VAR as STEP_ENV};
@@ -33,14 +31,14 @@ fn prepare(
     }
     if opts.interval < Duration::from_millis(10) {
         return Err(Failure::new(
-            exit::USAGE,
+            Exit::Usage,
             "--interval must be at least 10ms (the default, 100ms, is right for most jobs)",
         )
         .into());
     }
     if let Some(o) = opts.output.as_ref().filter(|o| o.is_dir()) {
         return Err(Failure::new(
-            exit::USAGE,
+            Exit::Usage,
             format!(
                 "--output {} is a folder: a recording is a file; give a file name (e.g. {}/run.ndjson)",
                 o.display(),
@@ -63,10 +61,7 @@ fn prepare(
         py: opts.py.config(true),
         steps,
     })
-    .map_err(|e| match e {
-        RecordError::Exists { .. } => Failure::new(exit::USAGE, e.to_string()),
-        _ => Failure::input(e.to_string()),
-    })?;
+    .map_err(Failure::from)?;
     if let Some(e) = &prepared.gpu().error {
         eprintln!("gpufeed: {e}: recording host metrics only");
     } else if prepared.gpu().gpus.is_empty() {
@@ -102,13 +97,13 @@ fn print_summary(
     if let (Some(dir), Some(tb)) = (tensorboard, &tb) {
         match super::write_tensorboard(dir, tb, &diagnosis) {
             Ok(p) => eprintln!("gpufeed: wrote {}", p.display()),
-            Err(e) => eprintln!("gpufeed: TensorBoard: {}", e.message),
+            Err(e) => eprintln!("gpufeed: TensorBoard: {e}"),
         }
     }
     if let Some(h) = html {
         match present::html::diagnose_html(&[(&diagnosis, series.as_ref())])
             .map_err(|e| e.to_string())
-            .and_then(|page| super::write_report(h, page).map_err(|e| e.message))
+            .and_then(|page| super::write_report(h, page).map_err(|e| e.to_string()))
         {
             Ok(()) => eprintln!("gpufeed: wrote {}", h.display()),
             Err(e) => eprintln!("gpufeed: HTML report: {e}"),
@@ -153,7 +148,7 @@ fn check_run_args(args: &RunArgs) -> anyhow::Result<Option<crate::inject::Inject
         .filter(|c| c.starts_with('-'))
     {
         return Err(Failure::new(
-            exit::USAGE,
+            Exit::Usage,
             format!("unknown option '{first}' for run: put gpufeed's options before the command, e.g. gpufeed run -o rec.ndjson -- python train.py"),
         )
         .into());
@@ -162,7 +157,7 @@ fn check_run_args(args: &RunArgs) -> anyhow::Result<Option<crate::inject::Inject
         .inject
         .spec()
         .and_then(|s| crate::inject::for_setting(&s, &[]))
-        .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
+        .map_err(Failure::from)?;
     if let (Some(h), Some(o)) = (&args.html, &args.rec.output) {
         refuse_same_as_input("--html", h, [o.as_path()])?;
     }
@@ -184,7 +179,7 @@ fn forward_signals(prepared: &Prepared) -> anyhow::Result<(SignalWatch, Arc<Atom
             signal_all(&targets, r.signal);
         }
     })
-    .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
+    .map_err(Failure::from)?;
     Ok((watch, early_signal))
 }
 
@@ -207,7 +202,7 @@ fn job_end(status: Result<crate::job::JobExit, crate::job::JobError>) -> (End, u
             },
             {
                 eprintln!("gpufeed: {e}");
-                e.exit_code()
+                e.exit().code()
             },
         ),
     }
@@ -250,7 +245,7 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
     if sig != 0 {
         // Interrupted before the job started: do not start it.
         cleanup(prepared);
-        return Ok(exit::SIGNAL_BASE.wrapping_add(sig as u8));
+        return Ok(Exit::signal(sig));
     }
     let tree = prepared.tree_pids();
     let mut job = match Job::spawn_env(&args.command, &env) {
@@ -258,7 +253,7 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
         Err(e) => {
             // Nothing was recorded: leave no empty file behind.
             cleanup(prepared);
-            return Err(Failure::new(e.exit_code(), e.to_string()).into());
+            return Err(Failure::from(e).into());
         }
     };
     if let Ok(mut p) = tree.lock() {
@@ -318,11 +313,11 @@ pub fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
     let step_path = prepared.steps().map(|s| s.path().display().to_string());
     let recorder = prepared
         .start(args.pid, None)
-        .map_err(|e| Failure::input(e.to_string()))?;
+        .map_err(|e| Failure::with(Exit::Input, e))?;
     let got_signal = Arc::new(AtomicI32::new(0));
     let flag = Arc::clone(&got_signal);
     let watch = SignalWatch::start(move |r| flag.store(r.signal, Ordering::SeqCst))
-        .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
+        .map_err(Failure::from)?;
     if !args.rec.quiet {
         eprintln!(
             "gpufeed: recording to {}{}; Ctrl-C stops",
@@ -365,5 +360,5 @@ pub fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
         })
         .context("finishing the recording")?;
     print_summary(&path, &args.rec, None, None)?;
-    Ok(exit::OK)
+    Ok(Exit::Ok.code())
 }

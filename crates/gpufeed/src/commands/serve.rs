@@ -1,7 +1,7 @@
 //! `gpufeed serve`: a Prometheus exporter (dcgm-exporter names plus gpufeed's own metrics).
 
 use crate::cli::{GlobalOpts, ServeArgs};
-use crate::exit::{self, Failure};
+use crate::exit::{Exit, Failure};
 use crate::job::SignalWatch;
 use crate::live::http::{self, Response};
 use crate::live::sampler::{LiveSampler, SamplerConfig};
@@ -43,7 +43,7 @@ pub fn start_live(
 
 /// [`start_live`], bumping `generation` after every change of the state (so a reader can tell
 /// whether what it encoded last is still current).
-pub fn start_live_counted(
+pub(crate) fn start_live_counted(
     global: &GlobalOpts,
     interval: Duration,
     window: Duration,
@@ -52,7 +52,7 @@ pub fn start_live_counted(
     generation: Arc<AtomicU64>,
 ) -> anyhow::Result<(LiveSampler, Arc<Mutex<LiveState>>)> {
     if interval < Duration::from_millis(10) {
-        return Err(Failure::new(exit::USAGE, "--interval must be at least 10ms").into());
+        return Err(Failure::new(Exit::Usage, "--interval must be at least 10ms").into());
     }
     if let Some(p) = pid {
         if !pid_alive(p) {
@@ -74,7 +74,7 @@ pub fn start_live_counted(
         },
         tx,
     )
-    .map_err(|e| Failure::new(exit::FAILURE, e.to_string()))?;
+    .map_err(|e| Failure::with(Exit::Failure, e))?;
     if let Some(e) = &sampler.header().gpu_error {
         eprintln!("gpufeed: {e}: host metrics only");
     }
@@ -104,7 +104,7 @@ pub fn start_live_counted(
                 }
             }
         })
-        .map_err(|e| Failure::new(exit::FAILURE, format!("cannot start a thread: {e}")))?;
+        .map_err(|e| Failure::new(Exit::Failure, format!("cannot start a thread: {e}")))?;
     Ok((sampler, state))
 }
 
@@ -141,7 +141,7 @@ fn print_once(
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes());
     let _ = out.flush();
-    Ok(exit::OK)
+    Ok(Exit::Ok.code())
 }
 
 /// Serves `/metrics` (and a link to it at `/`) from a thread of its own.
@@ -194,7 +194,7 @@ fn spawn_http(
                 eprintln!("gpufeed: {e}");
             }
         })
-        .map_err(|e| Failure::new(exit::FAILURE, format!("cannot start a thread: {e}")))?;
+        .map_err(|e| Failure::new(Exit::Failure, format!("cannot start a thread: {e}")))?;
     Ok(())
 }
 
@@ -202,8 +202,8 @@ fn spawn_http(
 fn wait_for_stop(pid: Option<u32>) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
-    let _watch = SignalWatch::start(move |_| flag.store(true, Ordering::SeqCst))
-        .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
+    let _watch =
+        SignalWatch::start(move |_| flag.store(true, Ordering::SeqCst)).map_err(Failure::from)?;
     let mut told_exit = false;
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
@@ -220,7 +220,7 @@ pub fn run(global: &GlobalOpts, args: &ServeArgs) -> anyhow::Result<u8> {
     let listener = if args.once {
         None
     } else {
-        Some(http::bind(args.listen).map_err(|e| Failure::new(exit::USAGE, e.to_string()))?)
+        Some(http::bind(args.listen).map_err(|e| Failure::with(Exit::Usage, e))?)
     };
     let labels = prometheus::fleet_labels_from_env(|k| std::env::var(k).ok());
     let generation = Arc::new(AtomicU64::new(0));
@@ -253,5 +253,5 @@ pub fn run(global: &GlobalOpts, args: &ServeArgs) -> anyhow::Result<u8> {
     spawn_http(listener, Arc::clone(&state), generation, labels)?;
     wait_for_stop(args.pid)?;
     sampler.stop();
-    Ok(exit::OK)
+    Ok(Exit::Ok.code())
 }

@@ -6,7 +6,7 @@ use super::trials::{
     spec, trial_line,
 };
 use crate::cli::{GlobalOpts, SweepArgs};
-use crate::exit::{self, Failure};
+use crate::exit::{Exit, Failure};
 use crate::present::OutputFormat;
 use crate::tune::params::{self, Setting};
 use crate::tune::sweep::{self as report, SweepReport, TrialResult, SCHEMA_VERSION};
@@ -16,11 +16,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 fn inject_err(e: crate::inject::InjectError) -> anyhow::Error {
-    Failure::new(e.exit_code(), e.to_string()).into()
+    Failure::from(e).into()
 }
 
 fn tune_err(e: TuneError) -> anyhow::Error {
-    Failure::new(e.exit_code(), e.to_string()).into()
+    Failure::from(e).into()
 }
 
 fn write_reports(args: &SweepArgs, dir: &Path, rep: &SweepReport) -> anyhow::Result<()> {
@@ -284,13 +284,13 @@ fn present(args: &SweepArgs, rep: &SweepReport, dir: &Path) -> anyhow::Result<()
 /// The exit code of a finished sweep.
 fn exit_code(rep: &SweepReport) -> u8 {
     if rep.interrupted {
-        return exit::SIGNAL_BASE + libc::SIGINT as u8;
+        return Exit::signal(libc::SIGINT);
     }
     if !rep.results.iter().any(|r| r.exit.ok()) {
         eprintln!("gpufeed: no trial ran successfully");
-        return exit::FAILURE;
+        return Exit::Failure.code();
     }
-    exit::OK
+    Exit::Ok.code()
 }
 
 pub fn run(global: &GlobalOpts, args: &SweepArgs) -> anyhow::Result<u8> {

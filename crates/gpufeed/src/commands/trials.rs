@@ -3,7 +3,7 @@
 //! `tune` build on this module; none imports another.
 
 use crate::cli::{GlobalOpts, TrialOpts};
-use crate::exit::{self, Failure};
+use crate::exit::{Exit, Failure};
 use crate::job::SignalWatch;
 use crate::tune::params;
 use crate::tune::progress::RateRegex;
@@ -16,11 +16,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 fn usage(msg: impl Into<String>) -> anyhow::Error {
-    Failure::new(exit::USAGE, msg).into()
+    Failure::new(Exit::Usage, msg).into()
 }
 
 /// Checks shared trial options; returns the compiled regex.
-pub fn check_trial_opts(t: &TrialOpts, command: &[String]) -> anyhow::Result<Option<RateRegex>> {
+pub(crate) fn check_trial_opts(
+    t: &TrialOpts,
+    command: &[String],
+) -> anyhow::Result<Option<RateRegex>> {
     if let Some(first) = command.first().filter(|c| c.starts_with('-')) {
         return Err(usage(format!(
             "unknown option '{first}': put gpufeed's options before `--` and the command after it"
@@ -47,7 +50,7 @@ pub fn check_trial_opts(t: &TrialOpts, command: &[String]) -> anyhow::Result<Opt
 }
 
 /// The batch size of a setting, from `--batch` (`None` when not given).
-pub fn batch_of(t: &TrialOpts, values: &[(String, String)]) -> anyhow::Result<Option<f64>> {
+pub(crate) fn batch_of(t: &TrialOpts, values: &[(String, String)]) -> anyhow::Result<Option<f64>> {
     let Some(tpl) = &t.batch else { return Ok(None) };
     let s = params::substitute(tpl, values);
     match s.trim().parse::<f64>() {
@@ -60,7 +63,7 @@ pub fn batch_of(t: &TrialOpts, values: &[(String, String)]) -> anyhow::Result<Op
 
 /// The output directory (created): `--output-dir`, which must not hold the trial recordings of an
 /// earlier run, or a new `PREFIX-YYYYMMDD-HHMMSS-mmm` folder (suffixed `-2`, `-3` ... when taken).
-pub fn output_dir(t: &TrialOpts, prefix: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn output_dir(t: &TrialOpts, prefix: &str) -> anyhow::Result<PathBuf> {
     let cannot = |dir: &Path, e: std::io::Error| {
         Failure::input(format!(
             "cannot create output directory {}: {e} (choose another with --output-dir)",
@@ -77,7 +80,7 @@ pub fn output_dir(t: &TrialOpts, prefix: &str) -> anyhow::Result<PathBuf> {
     // A symlink is not followed: the recordings would land wherever it points.
     if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.file_type().is_symlink()) {
         return Err(Failure::new(
-            exit::USAGE,
+            Exit::Usage,
             format!(
                 "--output-dir {} is a symlink: give the real folder it points to, or another folder",
                 dir.display()
@@ -93,7 +96,7 @@ pub fn output_dir(t: &TrialOpts, prefix: &str) -> anyhow::Result<PathBuf> {
         .find(|n| n.starts_with("trial-") && n.ends_with(".ndjson"));
     if let Some(n) = earlier {
         return Err(Failure::new(
-            exit::USAGE,
+            Exit::Usage,
             format!(
                 "{} already holds trial recordings of an earlier run ({n}): choose another --output-dir, or leave it out for a new folder",
                 dir.display()
@@ -105,7 +108,7 @@ pub fn output_dir(t: &TrialOpts, prefix: &str) -> anyhow::Result<PathBuf> {
 }
 
 /// A file-name-safe version of a label.
-pub fn file_safe(s: &str) -> String {
+pub(crate) fn file_safe(s: &str) -> String {
     s.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || "=._-".contains(c) {
@@ -148,7 +151,7 @@ pub fn spec(
 }
 
 /// The progress bar (hidden with --quiet or when stderr is not a terminal).
-pub fn progress_bar(len: u64, quiet: bool) -> ProgressBar {
+pub(crate) fn progress_bar(len: u64, quiet: bool) -> ProgressBar {
     let pb = if quiet {
         ProgressBar::hidden()
     } else {
@@ -178,7 +181,7 @@ pub fn say(pb: &ProgressBar, quiet: bool, line: String) {
 }
 
 /// The bar's message while a trial runs.
-pub fn live_msg(label: &str, l: &Live) -> String {
+pub(crate) fn live_msg(label: &str, l: &Live) -> String {
     match (l.value, &l.unit) {
         (Some(v), Some(u)) => format!(
             "{label}: {} {u}{} at {:.0}s",
@@ -193,16 +196,16 @@ pub fn live_msg(label: &str, l: &Live) -> String {
 }
 
 /// Ctrl-C / SIGTERM: set a flag that stops the running trial cleanly.
-pub fn interrupt_flag() -> anyhow::Result<(Arc<AtomicBool>, SignalWatch)> {
+pub(crate) fn interrupt_flag() -> anyhow::Result<(Arc<AtomicBool>, SignalWatch)> {
     let flag = Arc::new(AtomicBool::new(false));
     let f = Arc::clone(&flag);
-    let watch = SignalWatch::start(move |_| f.store(true, Ordering::SeqCst))
-        .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
+    let watch =
+        SignalWatch::start(move |_| f.store(true, Ordering::SeqCst)).map_err(Failure::from)?;
     Ok((flag, watch))
 }
 
 /// One line per finished trial.
-pub fn trial_line(i: usize, n: usize, r: &TrialResult) -> String {
+pub(crate) fn trial_line(i: usize, n: usize, r: &TrialResult) -> String {
     let tp = match &r.throughput {
         Some(t) => format!(
             "{} {}{} (from {})",
@@ -227,7 +230,7 @@ pub fn trial_line(i: usize, n: usize, r: &TrialResult) -> String {
 }
 
 /// The JSON name of an enum value (`step_socket`, `max_time`).
-pub fn word<T: serde::Serialize>(v: &T) -> String {
+pub(crate) fn word<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_value(v)
         .ok()
         .and_then(|v| v.as_str().map(String::from))

@@ -8,7 +8,7 @@ use super::trials::{
     check_trial_opts, interrupt_flag, live_msg, output_dir, progress_bar, say, spec,
 };
 use crate::cli::{GlobalOpts, TuneArgs};
-use crate::exit::{self, Failure};
+use crate::exit::{Exit, Failure};
 use crate::present::OutputFormat;
 use crate::tune::params::Setting;
 use crate::tune::plan::{self, Knob};
@@ -33,7 +33,7 @@ struct Tuner<'a> {
 }
 
 fn inject_err(e: crate::inject::InjectError) -> anyhow::Error {
-    Failure::new(e.exit_code(), e.to_string()).into()
+    Failure::from(e).into()
 }
 
 /// The injection for a setting (`None`: the job as it is).
@@ -95,7 +95,7 @@ impl Tuner<'_> {
         self.pb.set_message(format!("{lbl}: starting"));
         let pb = self.pb.clone();
         let outcome = run_trial(&sp, &self.interrupt, |l| pb.set_message(live_msg(&lbl, l)))
-            .map_err(|e| anyhow::Error::from(Failure::new(e.exit_code(), e.to_string())))?;
+            .map_err(Failure::from)?;
         let setting = Setting {
             values: set
                 .iter()
@@ -481,7 +481,7 @@ fn tune(t: &mut Tuner) -> anyhow::Result<u8> {
     t.write()?;
     if t.stopped() {
         t.rep.stop = Some(Stop::Interrupted);
-        return Ok(exit::SIGNAL_BASE + libc::SIGINT as u8);
+        return Ok(Exit::signal(libc::SIGINT));
     }
     if !base.exit.ok() || base.throughput.is_none() {
         let why = if base.exit.ok() {
@@ -493,7 +493,7 @@ fn tune(t: &mut Tuner) -> anyhow::Result<u8> {
             format!("the baseline run failed: {}", base.last_lines.join("\n"))
         };
         t.rep.notes.push(why);
-        return Ok(exit::FAILURE);
+        return Ok(Exit::Failure.code());
     }
     let diag = crate::diagnose::report_for_recording(Path::new(&base.recording))
         .map_err(super::diagnose_failure)?;
@@ -515,7 +515,7 @@ fn tune(t: &mut Tuner) -> anyhow::Result<u8> {
     t.rep.notes.extend(notes);
     if t.rep.plan.is_empty() {
         t.rep.stop = Some(Stop::NothingToTune);
-        return Ok(exit::OK);
+        return Ok(Exit::Ok.code());
     }
     let (set, best) = search(t, &base, start)?;
     if set.is_empty() {
@@ -534,9 +534,9 @@ fn tune(t: &mut Tuner) -> anyhow::Result<u8> {
     }
     if t.stopped() {
         t.rep.stop = Some(Stop::Interrupted);
-        return Ok(exit::SIGNAL_BASE + libc::SIGINT as u8);
+        return Ok(Exit::signal(libc::SIGINT));
     }
-    Ok(exit::OK)
+    Ok(Exit::Ok.code())
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! the screen and drawing never delays a sample.
 
 use crate::cli::{GlobalOpts, WatchArgs};
-use crate::exit::{self, Failure};
+use crate::exit::{Exit, Failure};
 use crate::live::sampler::{LiveSampler, SamplerConfig};
 use crate::live::{LiveState, DEFAULT_WINDOW_S};
 use crate::record::format::{End, Header, Line};
@@ -118,11 +118,11 @@ fn spawn_job(args: &WatchArgs, env: &[(String, String)]) -> anyhow::Result<Child
         })?;
     let err = log
         .try_clone()
-        .map_err(|e| Failure::new(exit::FAILURE, e.to_string()))?;
+        .map_err(|e| Failure::with(Exit::Failure, e))?;
     let (prog, rest) = args
         .command
         .split_first()
-        .ok_or_else(|| Failure::new(exit::USAGE, "no command given"))?;
+        .ok_or_else(|| Failure::new(Exit::Usage, "no command given"))?;
     Command::new(prog)
         .args(rest)
         .envs(env.iter().map(|(k, v)| (k, v)))
@@ -131,39 +131,39 @@ fn spawn_job(args: &WatchArgs, env: &[(String, String)]) -> anyhow::Result<Child
         .stderr(err)
         .spawn()
         .map_err(|e| {
-            let code = match e.kind() {
-                std::io::ErrorKind::NotFound => exit::NOT_FOUND,
-                std::io::ErrorKind::PermissionDenied => exit::CANNOT_EXECUTE,
-                _ => exit::FAILURE,
+            let exit = match e.kind() {
+                std::io::ErrorKind::NotFound => Exit::NotFound,
+                std::io::ErrorKind::PermissionDenied => Exit::CannotExecute,
+                _ => Exit::Failure,
             };
-            anyhow::Error::new(Failure::new(code, format!("cannot start {prog}: {e}")))
+            anyhow::Error::new(Failure::new(exit, format!("cannot start {prog}: {e}")))
         })
 }
 
 pub fn run(global: &GlobalOpts, args: &WatchArgs) -> anyhow::Result<u8> {
     if args.refresh > Duration::from_millis(500) || args.refresh < Duration::from_millis(20) {
         return Err(Failure::new(
-            exit::USAGE,
+            Exit::Usage,
             "--refresh must be between 20ms and 500ms (the view refreshes at least twice a second)",
         )
         .into());
     }
     if let Some(first) = args.command.first().filter(|c| c.starts_with('-')) {
         return Err(Failure::new(
-            exit::USAGE,
+            Exit::Usage,
             format!("unknown option '{first}' for watch: put gpufeed's options before `--`"),
         )
         .into());
     }
     if !std::io::stdout().is_terminal() {
         return Err(Failure::new(
-            exit::USAGE,
+            Exit::Usage,
             "watch needs a terminal; for a pipe or a file use `gpufeed serve --once` or `gpufeed record`",
         )
         .into());
     }
     if args.interval < Duration::from_millis(10) {
-        return Err(Failure::new(exit::USAGE, "--interval must be at least 10ms").into());
+        return Err(Failure::new(Exit::Usage, "--interval must be at least 10ms").into());
     }
     if let Some(p) = args.pid.filter(|p| !crate::sample::host::pid_alive(*p)) {
         return Err(Failure::input(format!(
@@ -171,19 +171,15 @@ pub fn run(global: &GlobalOpts, args: &WatchArgs) -> anyhow::Result<u8> {
         ))
         .into());
     }
-    let inject = args
-        .inject
-        .spec()
-        .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
+    let inject = args.inject.spec().map_err(Failure::from)?;
     if !inject.is_empty() && args.command.is_empty() {
         return Err(Failure::new(
-            exit::USAGE,
+            Exit::Usage,
             "--dataloader/--torch need a command to start: gpufeed watch --dataloader num_workers=4 -- python train.py",
         )
         .into());
     }
-    let injection = crate::inject::for_setting(&inject, &[])
-        .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
+    let injection = crate::inject::for_setting(&inject, &[]).map_err(Failure::from)?;
     let mut env: Vec<(String, String)> = injection.iter().map(|i| i.env_var(&[])).collect();
     // Step markers from a job started here (`--pid` jobs were started without the variable).
     let steps = if args.step_socket.is_none() && args.command.is_empty() {
@@ -223,7 +219,7 @@ pub fn run(global: &GlobalOpts, args: &WatchArgs) -> anyhow::Result<u8> {
                 let _ = j.kill();
                 let _ = j.wait();
             }
-            return Err(Failure::new(exit::FAILURE, e.to_string()).into());
+            return Err(Failure::with(Exit::Failure, e).into());
         }
     };
     let mut header = sampler.header().clone();
@@ -253,7 +249,7 @@ fn ui_loop(
         ..Default::default()
     };
     let guard = TermGuard::enter()
-        .map_err(|e| Failure::new(exit::FAILURE, format!("cannot set up the terminal: {e}")))?;
+        .map_err(|e| Failure::new(Exit::Failure, format!("cannot set up the terminal: {e}")))?;
     let backend = ratatui::backend::CrosstermBackend::new(std::io::stdout());
     let mut term = ratatui::Terminal::new(backend)?;
     term.clear()?;
@@ -262,7 +258,7 @@ fn ui_loop(
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
     let _signals = crate::job::SignalWatch::start(move |_| flag.store(true, Ordering::SeqCst))
-        .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?;
+        .map_err(Failure::from)?;
     let mut recording: Option<Recording> = None;
     let mut job_code: Option<u8> = None;
     let mut next_draw = Instant::now();
@@ -328,7 +324,7 @@ fn ui_loop(
         }
         return Ok(job_code.unwrap_or(0));
     }
-    Ok(exit::OK)
+    Ok(Exit::Ok.code())
 }
 
 /// A finished job's exit code as a shell gives it (128+N for signal N; 1 when neither is known).
@@ -336,9 +332,7 @@ fn shell_code(st: std::process::ExitStatus) -> u8 {
     use std::os::unix::process::ExitStatusExt;
     st.code()
         .map(|c| c as u8)
-        .or(st
-            .signal()
-            .map(|s| exit::SIGNAL_BASE.saturating_add(s as u8)))
+        .or(st.signal().map(Exit::signal))
         .unwrap_or(1)
 }
 

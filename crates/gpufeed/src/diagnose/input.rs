@@ -4,10 +4,11 @@
 use super::evidence::{EvidenceBuilder, Origin};
 use super::phases::{self, Phase};
 use super::{DiagnoseError, Evidence, Source};
+use crate::import::dcgmi::{self, Flavour};
+use crate::import::smi_csv::{self, CsvOptions};
+use crate::import::{LogError, LogInfo};
 use crate::record::format::{Header, Line, ReadError};
 use crate::record::reader::{self, Sink};
-use crate::sample::dcgmi::{self, Flavour};
-use crate::sample::smi_csv::{self, CsvOptions, LogError, LogInfo};
 use serde::{Deserialize, Serialize};
 use std::io::Read;
 use std::path::Path;
@@ -66,7 +67,7 @@ pub struct ReadOutcome {
 }
 
 /// Guesses the format from the first bytes of a file.
-pub fn detect(head: &str) -> Option<InputFormat> {
+pub(crate) fn detect(head: &str) -> Option<InputFormat> {
     // A UTF-8 byte-order mark says nothing of the format (issue 27: a recording starting with
     // one was taken for an nvidia-smi CSV).
     let head = head.strip_prefix('\u{feff}').unwrap_or(head);
@@ -162,7 +163,7 @@ fn bad(path: &Path, e: LogError) -> DiagnoseError {
 
 /// Files that another gpufeed command reads: a PyTorch profiler trace (`analyze`), a sweep
 /// report (`compare`). The message says which command to use.
-pub fn other_command(head: &[u8], path: &Path) -> Option<String> {
+pub(crate) fn other_command(head: &[u8], path: &Path) -> Option<String> {
     let shown = path.display();
     if head.starts_with(&[0x1f, 0x8b]) {
         return Some(format!(
@@ -210,7 +211,7 @@ pub fn read(
 
 /// As [`read`], feeding a recording's lines to `extra` as well, in the same pass (the HTML
 /// report's series, the run summary). `extra` sees nothing when the input is a log.
-pub fn read_with(
+pub(crate) fn read_with(
     path: &Path,
     format: InputFormat,
     opts: &LogOptions,
@@ -283,7 +284,7 @@ fn check_head(path: &Path, head: &[u8]) -> Result<(), DiagnoseError> {
             detail,
         });
     }
-    if crate::sample::looks_binary(head) {
+    if crate::import::looks_binary(head) {
         return Err(DiagnoseError::Bad {
             path: path.to_path_buf(),
             detail: format!("binary data, not a format gpufeed reads; {FORMATS}"),
@@ -432,7 +433,7 @@ fn read_log(
 }
 
 /// More lines unreadable than read (and at least 10): the input is not what it claims to be.
-pub fn is_mostly_unreadable(read: u64, malformed: u64) -> bool {
+pub(crate) fn is_mostly_unreadable(read: u64, malformed: u64) -> bool {
     malformed >= 10 && malformed > read
 }
 

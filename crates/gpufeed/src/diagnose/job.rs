@@ -115,19 +115,6 @@ pub struct JobReport {
     pub job: JobSummary,
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
-
 fn names(nodes: &[&NodeSummary]) -> String {
     let v: Vec<&str> = nodes.iter().map(|n| n.name()).collect();
     match v.len() {
@@ -143,7 +130,12 @@ fn plural(n: usize, one: &str, many: &str) -> String {
 
 /// The job verdict over the nodes' summaries (pure).
 pub fn judge(nodes: &[NodeSummary]) -> JobSummary {
-    let med = median(nodes.iter().filter_map(|n| n.gpu_busy_pct).collect());
+    let med = crate::stats::median(
+        &mut nodes
+            .iter()
+            .filter_map(|n| n.gpu_busy_pct)
+            .collect::<Vec<_>>(),
+    );
     let mut counts: Vec<(VerdictId, usize)> = Vec::new();
     for n in nodes {
         match counts.iter_mut().find(|c| c.0 == n.verdict.id) {

@@ -8,7 +8,8 @@ pub mod evidence;
 pub mod input;
 pub mod job;
 pub mod phases;
-pub mod pyloop;
+/// The Python-loop evidence under its former path, for the presenters still importing it so.
+pub use evidence::pyloop;
 pub mod render;
 pub mod rules;
 pub mod stats;
@@ -62,10 +63,10 @@ pub struct DiagnoseReport {
     pub job: JobEvidence,
     /// The training loop seen through its Python stacks (`gpufeed run` samples them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub python: Option<pyloop::PythonEvidence>,
+    pub python: Option<evidence::PythonEvidence>,
     /// The job's step markers (`GPUFEED_STEP_SOCKET`): exact step times and data wait.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub steps: Option<pyloop::StepEvidence>,
+    pub steps: Option<evidence::StepEvidence>,
     /// Caveats for people (weak evidence, missing data).
     pub notes: Vec<String>,
     /// Phases a log was split into (start-up, active, eval-like, idle, idle tail); only the
@@ -87,13 +88,20 @@ pub enum DiagnoseError {
     Bad { path: PathBuf, detail: String },
 }
 
+/// A file that cannot be diagnosed is bad input, whatever is wrong with it.
+impl crate::exit::HasExit for DiagnoseError {
+    fn exit(&self) -> crate::exit::Exit {
+        crate::exit::Exit::Input
+    }
+}
+
 /// Diagnoses a gpufeed recording (what `gpufeed run` calls when the job ends).
-pub fn report_for_recording(path: &Path) -> Result<DiagnoseReport, DiagnoseError> {
+pub(crate) fn report_for_recording(path: &Path) -> Result<DiagnoseReport, DiagnoseError> {
     diagnose_file(path, InputFormat::Recording, &input::LogOptions::default())
 }
 
 /// Diagnoses any supported file.
-pub fn diagnose_file(
+pub(crate) fn diagnose_file(
     path: &Path,
     format: InputFormat,
     opts: &input::LogOptions,
@@ -103,7 +111,7 @@ pub fn diagnose_file(
 
 /// As [`diagnose_file`], feeding a recording's lines to `extra` in the same single pass (the
 /// HTML report's series, the run summary).
-pub fn diagnose_file_with(
+pub(crate) fn diagnose_file_with(
     path: &Path,
     format: InputFormat,
     opts: &input::LogOptions,
@@ -114,7 +122,7 @@ pub fn diagnose_file_with(
 }
 
 /// One node of a job: the file is diagnosed and only its [`job::NodeSummary`] is kept.
-pub fn diagnose_node(
+pub(crate) fn diagnose_node(
     path: &Path,
     format: InputFormat,
     opts: &input::LogOptions,
@@ -130,7 +138,7 @@ pub fn diagnose_node(
 }
 
 /// Rules, verdict and notes over what was read.
-pub fn build_report(read: input::ReadOutcome) -> DiagnoseReport {
+pub(crate) fn build_report(read: input::ReadOutcome) -> DiagnoseReport {
     let e = read.evidence;
     let findings = rules::evaluate(&e);
     let verdict = verdict::decide(&e, &findings);
@@ -314,7 +322,7 @@ pub fn notes(e: &Evidence, source: &Source, v: &Verdict) -> Vec<String> {
 
 /// What a log's sampling interval hides, and how to sample finely enough (logs polled every
 /// second or slower; a recording keeps every driver sample).
-pub fn sampling_note(e: &Evidence) -> Option<String> {
+pub(crate) fn sampling_note(e: &Evidence) -> Option<String> {
     if e.origin != Origin::GpuLog {
         return None;
     }

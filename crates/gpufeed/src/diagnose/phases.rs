@@ -80,14 +80,6 @@ impl Pooler {
     }
 }
 
-fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    Some(v[v.len() / 2])
-}
-
 fn mean(s: &[(f64, f64)]) -> f64 {
     if s.is_empty() {
         0.0
@@ -98,12 +90,14 @@ fn mean(s: &[(f64, f64)]) -> f64 {
 
 /// Splits a pooled series into phases covering it from its first to its last poll. Returns an
 /// empty list when there is nothing to split (too short, never busy, or one active block).
-pub fn segment(series: &[(f64, f64)]) -> Vec<Phase> {
+pub(crate) fn segment(series: &[(f64, f64)]) -> Vec<Phase> {
     if series.len() < 10 {
         return Vec::new();
     }
     let mut dts: Vec<f64> = series.windows(2).map(|w| w[1].0 - w[0].0).collect();
-    let interval = median(&mut dts).unwrap_or(1.0).max(1e-3);
+    let interval = crate::stats::upper_median(&mut dts)
+        .unwrap_or(1.0)
+        .max(1e-3);
     let t0 = series[0].0;
     let t_end = series[series.len() - 1].0;
     let (Some(first), Some(last)) = (
@@ -148,7 +142,7 @@ pub fn segment(series: &[(f64, f64)]) -> Vec<Phase> {
         .map(|p| p.1)
         .filter(|u| *u >= IDLE_PCT)
         .collect();
-    let level = median(&mut busy).unwrap_or(IDLE_PCT);
+    let level = crate::stats::upper_median(&mut busy).unwrap_or(IDLE_PCT);
     let low = (0.5 * level).max(IDLE_PCT);
     // Start of the last active stretch.
     let cursor = low_stretches(
@@ -236,7 +230,7 @@ fn low_stretches(
 
 /// Maps a time of the log onto the judged (active-only) timeline: `None` outside the active
 /// phases, else the time with every earlier non-active stretch cut out.
-pub fn judged_time(phases: &[Phase], t_s: f64) -> Option<f64> {
+pub(crate) fn judged_time(phases: &[Phase], t_s: f64) -> Option<f64> {
     let mut cut = 0.0;
     for p in phases {
         if p.kind == PhaseKind::Active {
@@ -264,7 +258,7 @@ pub fn words(s: f64) -> String {
 }
 
 /// One line for people about what was split off, or `None` when nothing was.
-pub fn describe(phases: &[Phase]) -> Option<String> {
+pub(crate) fn describe(phases: &[Phase]) -> Option<String> {
     if phases.is_empty() {
         return None;
     }

@@ -38,7 +38,11 @@ pub fn render(report: &DiagnoseReport, format: OutputFormat, color: bool) -> Str
 }
 
 /// Renders a report with the text layout's options.
-pub fn render_with(report: &DiagnoseReport, format: OutputFormat, opts: TextOptions) -> String {
+pub(crate) fn render_with(
+    report: &DiagnoseReport,
+    format: OutputFormat,
+    opts: TextOptions,
+) -> String {
     match format {
         OutputFormat::Text | OutputFormat::Html => text(report, opts),
         OutputFormat::Json => {
@@ -142,7 +146,7 @@ fn evidence_str<'a>(f: &'a Finding, key: &str) -> &'a str {
 /// The few evidence entries that decide a finding, shown beside its fix (every entry is in the
 /// JSON and, in text, with `--verbose`). Figures the verdict's sentence or the fix's own text
 /// already give are not among them (see `stated_by_fix`).
-pub fn deciding_keys(f: &Finding) -> &'static [&'static str] {
+pub(crate) fn deciding_keys(f: &Finding) -> &'static [&'static str] {
     if evidence_str(f, "source") == "python_stacks" {
         return match f.id.as_str() {
             "sync_bound" => &["sync_site_pct"],
@@ -304,7 +308,7 @@ fn evidence_label(key: &str) -> (String, &'static str) {
 
 /// An evidence value in the report's units: shares in %, rates in GB/s (decimal, as PCIe link
 /// capacities are given), sizes in GiB/MiB, times in s.
-pub fn evidence_value(key: &str, v: &serde_json::Value) -> String {
+pub(crate) fn evidence_value(key: &str, v: &serde_json::Value) -> String {
     let Some(x) = v.as_f64() else {
         return match v {
             serde_json::Value::String(s) => s.clone(),
@@ -333,7 +337,7 @@ pub fn evidence_value(key: &str, v: &serde_json::Value) -> String {
 }
 
 /// One evidence entry for people: `worker CPU 99% of a core`.
-pub fn evidence_item(key: &str, v: &serde_json::Value) -> String {
+pub(crate) fn evidence_item(key: &str, v: &serde_json::Value) -> String {
     let (name, tail) = evidence_label(key);
     format!("{name} {}{tail}", evidence_value(key, v))
 }
@@ -578,7 +582,7 @@ fn busy_in_verdict(r: &DiagnoseReport) -> Option<String> {
 
 /// Whether the verdict's sentence gives the pooled busy share (then a GPU line with the same
 /// mean does not).
-pub fn verdict_states_busy(r: &DiagnoseReport) -> bool {
+pub(crate) fn verdict_states_busy(r: &DiagnoseReport) -> bool {
     busy_in_verdict(r).is_some()
 }
 
@@ -838,7 +842,7 @@ fn notes_text(o: &mut String, r: &DiagnoseReport, opts: TextOptions) {
 }
 
 /// File name and line of a frame, for people.
-pub fn short_at(file: &str, line: i32) -> String {
+pub(crate) fn short_at(file: &str, line: i32) -> String {
     let name = std::path::Path::new(file)
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())

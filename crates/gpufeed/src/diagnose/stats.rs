@@ -71,7 +71,7 @@ pub struct Split {
 
 impl Split {
     /// Two well separated levels, each holding a fair share of the time.
-    pub fn is_bimodal(&self) -> bool {
+    pub(crate) fn is_bimodal(&self) -> bool {
         self.separation >= 0.8
             && self.high_mean_pct - self.low_mean_pct >= 35.0
             && self.low_weight >= 0.1
@@ -108,7 +108,7 @@ impl PctHistogram {
     }
 
     /// Share of samples at or above `pct` (bin resolution).
-    pub fn fraction_at_least(&self, pct: f64) -> Option<f64> {
+    pub(crate) fn fraction_at_least(&self, pct: f64) -> Option<f64> {
         if self.n == 0 {
             return None;
         }
@@ -118,7 +118,7 @@ impl PctHistogram {
     }
 
     /// Share of samples below `pct` (bin resolution).
-    pub fn fraction_below(&self, pct: f64) -> Option<f64> {
+    pub(crate) fn fraction_below(&self, pct: f64) -> Option<f64> {
         self.fraction_at_least(pct).map(|f| 1.0 - f)
     }
 
@@ -197,7 +197,7 @@ pub struct PeriodicityResult {
 }
 
 impl PeriodicityResult {
-    pub fn is_strong(&self) -> bool {
+    pub(crate) fn is_strong(&self) -> bool {
         self.strength >= 0.3
     }
 }
@@ -357,7 +357,7 @@ impl PeriodicityDetector {
     }
 
     /// The last [`RECENT`] resampled values and their step (call after [`Self::finish`]).
-    pub fn recent(&self) -> (f64, Vec<f64>) {
+    pub(crate) fn recent(&self) -> (f64, Vec<f64>) {
         (
             self.step.unwrap_or(0.0),
             self.recent.iter().copied().collect(),

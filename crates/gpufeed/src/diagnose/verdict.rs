@@ -492,7 +492,7 @@ fn unexplained(m: &Maker, e: &Evidence, pct: f64) -> Verdict {
 }
 
 /// `10 s`, `1 min`, `200 ms` for a sampling interval.
-pub fn interval_words(s: f64) -> String {
+pub(crate) fn interval_words(s: f64) -> String {
     if s >= 60.0 && (s % 60.0).abs() < 1e-6 {
         format!("{:.0} min", s / 60.0)
     } else if s >= 1.0 {
@@ -664,7 +664,7 @@ mod tests {
 
     /// No GPU recorded (no driver), the training loop's phases from its stacks.
     fn loop_only(wait: f64, fwd: f64, bwd: f64, sync: f64) -> Evidence {
-        use crate::diagnose::pyloop::{PhasesPct, PyMain, PythonEvidence};
+        use crate::diagnose::evidence::{PhasesPct, PyMain, PythonEvidence};
         let mut e = base(97.0);
         e.gpus.clear();
         e.no_gpu = Some(crate::diagnose::evidence::NoGpu::NoDriver);
@@ -704,7 +704,7 @@ mod tests {
 
     #[test]
     fn without_a_gpu_a_rank_that_starves_the_others_makes_the_job_input_bound() {
-        use crate::diagnose::pyloop::{RankLoop, SlowRank};
+        use crate::diagnose::evidence::{RankLoop, SlowRank};
         // Lightning DDP on CPU: rank 0 (the median) waits 18% and sits in backward (gloo's
         // all-reduce) while rank 1 waits for data 66%.
         let mut e = loop_only(18.0, 12.0, 58.0, 0.0);
@@ -785,7 +785,7 @@ mod tests {
 
     #[test]
     fn a_rank_that_starves_the_others_makes_the_job_input_bound() {
-        use crate::diagnose::pyloop::{RankLoop, SlowRank};
+        use crate::diagnose::evidence::{RankLoop, SlowRank};
         // The torchrun job: the median rank waits 18% (the rest of its time is backward,
         // where it waits for rank 1 in the all-reduce); rank 1 waits 60% for its data.
         let mut e = loop_only(18.0, 16.0, 56.0, 0.0);

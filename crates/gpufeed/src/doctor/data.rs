@@ -21,7 +21,7 @@ pub struct Mount {
 
 /// The mount with the longest mount point that is a prefix of `path` (later entries win ties,
 /// as the last mount over a point hides earlier ones). Mount points are octal-escaped.
-pub fn find_mount(mounts: &str, path: &Path) -> Option<Mount> {
+pub(crate) fn find_mount(mounts: &str, path: &Path) -> Option<Mount> {
     let mut best: Option<Mount> = None;
     for l in mounts.lines() {
         let mut it = l.split_whitespace();
@@ -67,7 +67,7 @@ fn unescape(s: &str) -> String {
 }
 
 /// Network and distributed filesystems (and FUSE object-store mounts).
-pub fn is_network_fs(fs_type: &str) -> bool {
+pub(crate) fn is_network_fs(fs_type: &str) -> bool {
     const NET: [&str; 16] = [
         "nfs",
         "nfs4",
@@ -91,7 +91,7 @@ pub fn is_network_fs(fs_type: &str) -> bool {
 
 /// Whether the block device holding `path` rotates (/sys/dev/block/MAJ:MIN/queue/rotational,
 /// looking at the parent disk for a partition). `None` when not on a block device.
-pub fn rotational(path: &Path) -> Option<bool> {
+pub(crate) fn rotational(path: &Path) -> Option<bool> {
     let dev = std::fs::metadata(path).ok()?.dev();
     // SAFETY: major/minor are pure arithmetic on the device number.
     let (maj, min) = (libc::major(dev), libc::minor(dev));
@@ -117,7 +117,11 @@ pub struct ReadSample {
 /// Reads files under `path` (depth-first, in name order) until `max_bytes` or `max_time`.
 /// Each file is first dropped from the page cache (`POSIX_FADV_DONTNEED`, clean pages only) so
 /// the sample measures the storage, not memory.
-pub fn read_sample(path: &Path, max_bytes: u64, max_time: Duration) -> std::io::Result<ReadSample> {
+pub(crate) fn read_sample(
+    path: &Path,
+    max_bytes: u64,
+    max_time: Duration,
+) -> std::io::Result<ReadSample> {
     let mut files: Vec<PathBuf> = Vec::new();
     collect_files(path, &mut files, 10_000, 0);
     let mut buf = vec![0u8; 4 << 20];
@@ -211,7 +215,7 @@ pub fn checks(path: &Path, max_bytes: u64, max_time: Duration) -> Vec<Check> {
     ]
 }
 
-pub fn judge_filesystem(path: &str, m: Option<&Mount>) -> Check {
+pub(crate) fn judge_filesystem(path: &str, m: Option<&Mount>) -> Check {
     let id = "data_filesystem";
     let Some(m) = m else {
         return Check::skip(id, Group::Data, format!("no /proc/mounts entry for {path}"));
@@ -247,7 +251,7 @@ const MIN_FILES_MEASURED: u64 = 20;
 
 /// The storage class, from the kernel's `rotational` flag unless the read sample contradicts it
 /// (virtio and many cloud volumes report `rotational=1` by default).
-pub fn judge_storage(
+pub(crate) fn judge_storage(
     path: &str,
     rot: Option<bool>,
     m: Option<&Mount>,
@@ -284,7 +288,7 @@ pub fn judge_storage(
     }
 }
 
-pub fn judge_throughput(path: &str, s: Option<ReadSample>) -> Check {
+pub(crate) fn judge_throughput(path: &str, s: Option<ReadSample>) -> Check {
     let id = "data_read_throughput";
     let Some(s) = s.filter(|s| s.bytes > 0 && s.seconds > 0.0) else {
         return Check::skip(id, Group::Data, format!("nothing readable under {path}"));

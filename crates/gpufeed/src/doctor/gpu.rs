@@ -39,7 +39,7 @@ pub struct GpuSystem {
 
 impl GpuSystem {
     /// The lowest compute capability among the GPUs (what code must run on).
-    pub fn min_cc(&self) -> Option<Cc> {
+    pub(crate) fn min_cc(&self) -> Option<Cc> {
         self.devices
             .iter()
             .filter_map(|d| d.compute_capability)
@@ -139,7 +139,7 @@ fn read_device(index: u32, d: &Device) -> GpuFacts {
 }
 
 /// NVML's bus id ("00000000:17:00.0") as the sysfs name ("0000:17:00.0").
-pub fn sysfs_bus_id(nvml_bus_id: &str) -> Option<String> {
+pub(crate) fn sysfs_bus_id(nvml_bus_id: &str) -> Option<String> {
     let id = nvml_bus_id.trim().to_ascii_lowercase();
     let (domain, rest) = id.split_once(':')?;
     let domain = u32::from_str_radix(domain, 16).ok()?;
@@ -179,7 +179,7 @@ pub fn checks(gpus: &Result<GpuSystem, GpuProbeError>) -> Vec<Check> {
     out
 }
 
-pub fn judge_gpus(sys: &GpuSystem) -> Check {
+pub(crate) fn judge_gpus(sys: &GpuSystem) -> Check {
     if sys.devices.is_empty() {
         return Check::skip(
             "gpus",
@@ -204,7 +204,7 @@ pub fn judge_gpus(sys: &GpuSystem) -> Check {
         Status::Pass,
         format!(
             "{}: {}",
-            crate::present::plural(sys.devices.len(), "GPU", "GPUs"),
+            crate::units::plural(sys.devices.len(), "GPU", "GPUs"),
             names.join(", ")
         ),
     )
@@ -219,7 +219,7 @@ pub fn judge_gpus(sys: &GpuSystem) -> Check {
     )
 }
 
-pub fn judge_pcie(d: &GpuFacts) -> Check {
+pub(crate) fn judge_pcie(d: &GpuFacts) -> Check {
     let id = "pcie_link";
     let (Some(cg), Some(cw), Some(mg), Some(mw)) = (
         d.pcie_cur_gen,
@@ -275,7 +275,7 @@ pub fn judge_pcie(d: &GpuFacts) -> Check {
     .fix("to confirm full speed, run `gpufeed doctor` while training or `gpufeed bench`")
 }
 
-pub fn judge_persistence(d: &GpuFacts) -> Check {
+pub(crate) fn judge_persistence(d: &GpuFacts) -> Check {
     let id = "persistence_mode";
     match d.persistence_mode {
         None => Check::skip(id, Group::Gpu, "the driver does not report persistence mode"),
@@ -292,7 +292,7 @@ pub fn judge_persistence(d: &GpuFacts) -> Check {
     }
 }
 
-pub fn judge_ecc(d: &GpuFacts) -> Check {
+pub(crate) fn judge_ecc(d: &GpuFacts) -> Check {
     let id = "ecc";
     match d.ecc_enabled {
         None => Check::skip(id, Group::Gpu, "ECC not supported on this GPU"),
@@ -323,7 +323,7 @@ pub fn judge_ecc(d: &GpuFacts) -> Check {
     }
 }
 
-pub fn judge_throttle(d: &GpuFacts) -> Check {
+pub(crate) fn judge_throttle(d: &GpuFacts) -> Check {
     let id = "throttle";
     let Some(mask) = d.throttle_reasons else {
         return Check::skip(
@@ -372,7 +372,7 @@ pub fn judge_throttle(d: &GpuFacts) -> Check {
     }
 }
 
-pub fn judge_mig(d: &GpuFacts) -> Check {
+pub(crate) fn judge_mig(d: &GpuFacts) -> Check {
     let id = "mig";
     match d.mig_enabled {
         None => Check::skip(id, Group::Gpu, "MIG not supported on this GPU"),

@@ -54,7 +54,7 @@ pub fn probe(shm_path: &Path) -> HostFacts {
 }
 
 /// (total, available to unprivileged users) bytes of the filesystem at `path`.
-pub fn statvfs(path: &Path) -> Option<(u64, u64)> {
+pub(crate) fn statvfs(path: &Path) -> Option<(u64, u64)> {
     use std::os::unix::ffi::OsStrExt;
     let c = CString::new(path.as_os_str().as_bytes()).ok()?;
     // SAFETY: `c` is a valid NUL-terminated path; `st` is plain data filled by the call.
@@ -96,7 +96,7 @@ fn allowed_cpus() -> Option<Vec<u32>> {
     }
 }
 
-pub fn meminfo_kib(text: &str, key: &str) -> Option<u64> {
+pub(crate) fn meminfo_kib(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|l| {
         let rest = l.strip_prefix(key)?.strip_prefix(':')?;
         rest.split_whitespace().next()?.parse().ok()
@@ -104,7 +104,7 @@ pub fn meminfo_kib(text: &str, key: &str) -> Option<u64> {
 }
 
 /// "0-3,8,10-11" → `[0,1,2,3,8,10,11]`.
-pub fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
+pub(crate) fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
     let mut v = Vec::new();
     for part in s.trim().split(',').filter(|p| !p.is_empty()) {
         match part.split_once('-') {
@@ -144,7 +144,7 @@ fn numa_nodes() -> BTreeMap<u32, Vec<u32>> {
 }
 
 /// cgroup v2 `cpu.max` ("max 100000" or "200000 100000") → CPUs.
-pub fn parse_cpu_max(s: &str) -> Option<f64> {
+pub(crate) fn parse_cpu_max(s: &str) -> Option<f64> {
     let mut it = s.split_whitespace();
     let quota = it.next()?;
     let period: f64 = it.next().unwrap_or("100000").parse().ok()?;
@@ -156,7 +156,7 @@ pub fn parse_cpu_max(s: &str) -> Option<f64> {
 }
 
 /// cgroup v1 `cfs_quota_us` / `cfs_period_us` → CPUs (quota −1: none).
-pub fn parse_cfs(quota: &str, period: &str) -> Option<f64> {
+pub(crate) fn parse_cfs(quota: &str, period: &str) -> Option<f64> {
     let q: i64 = quota.trim().parse().ok()?;
     let p: i64 = period.trim().parse().ok()?;
     (q > 0 && p > 0).then(|| q as f64 / p as f64)
@@ -230,14 +230,14 @@ pub fn checks(h: &HostFacts, gpus: &Result<GpuSystem, GpuProbeError>, w: &Worklo
 
 /// Shared memory needed by DataLoader workers: workers × prefetch × batch, per GPU (each rank
 /// has its own workers).
-pub fn shm_needed_bytes(w: &Workload, gpu_count: u32) -> u64 {
+pub(crate) fn shm_needed_bytes(w: &Workload, gpu_count: u32) -> u64 {
     (w.num_workers as u64)
         .saturating_mul(w.prefetch_factor as u64)
         .saturating_mul(w.batch_bytes)
         .saturating_mul(gpu_count.max(1) as u64)
 }
 
-pub fn judge_shm(h: &HostFacts, w: &Workload, gpu_count: u32) -> Check {
+pub(crate) fn judge_shm(h: &HostFacts, w: &Workload, gpu_count: u32) -> Check {
     let id = "dev_shm";
     let need = shm_needed_bytes(w, gpu_count);
     let shm = h.shm_path.display().to_string();
@@ -318,7 +318,7 @@ pub fn judge_shm(h: &HostFacts, w: &Workload, gpu_count: u32) -> Check {
 }
 
 /// CPUs usable: the affinity set, capped by the cgroup quota.
-pub fn usable_cpus(h: &HostFacts) -> Option<f64> {
+pub(crate) fn usable_cpus(h: &HostFacts) -> Option<f64> {
     let aff = h
         .allowed_cpus
         .as_ref()
@@ -330,7 +330,7 @@ pub fn usable_cpus(h: &HostFacts) -> Option<f64> {
     })
 }
 
-pub fn judge_cores(h: &HostFacts, gpu_count: u32) -> Check {
+pub(crate) fn judge_cores(h: &HostFacts, gpu_count: u32) -> Check {
     let id = "cpu_cores";
     let Some(cpus) = usable_cpus(h) else {
         return Check::skip(id, Group::Host, "could not read the CPUs available");
@@ -359,7 +359,7 @@ pub fn judge_cores(h: &HostFacts, gpu_count: u32) -> Check {
     let gpus = if gpu_count == 0 {
         "no GPU found, counted as one".to_string()
     } else {
-        crate::present::plural(gpu_count as usize, "GPU", "GPUs")
+        crate::units::plural(gpu_count as usize, "GPU", "GPUs")
     };
     let summary = format!(
         "{cpus:.1} usable CPUs (affinity {}{quota}) for {gpus}: {per_gpu:.1} per GPU → num_workers ≤ {ceiling} per GPU",
@@ -379,7 +379,7 @@ pub fn judge_cores(h: &HostFacts, gpu_count: u32) -> Check {
     }
 }
 
-pub fn judge_numa(
+pub(crate) fn judge_numa(
     node: Option<u32>,
     nodes: &BTreeMap<u32, Vec<u32>>,
     allowed: Option<&[u32]>,
@@ -433,7 +433,7 @@ pub fn judge_numa(
     }
 }
 
-pub fn judge_ram(total: Option<u64>, available: Option<u64>, gpu_mem: Option<u64>) -> Check {
+pub(crate) fn judge_ram(total: Option<u64>, available: Option<u64>, gpu_mem: Option<u64>) -> Check {
     let id = "ram";
     let Some(total) = total else {
         return Check::skip(id, Group::Host, "could not read /proc/meminfo");
@@ -460,7 +460,7 @@ pub fn judge_ram(total: Option<u64>, available: Option<u64>, gpu_mem: Option<u64
 /// Below this many open files, DataLoader workers sharing tensors through file descriptors run out.
 pub const NOFILE_MIN: u64 = 4096;
 
-pub fn judge_nofile(soft: Option<u64>, hard: Option<u64>) -> Check {
+pub(crate) fn judge_nofile(soft: Option<u64>, hard: Option<u64>) -> Check {
     let id = "open_files";
     let c = |st, s: String| {
         Check::new(id, Group::Host, st, s)

@@ -8,7 +8,8 @@
 //! Families: [`stack`] (driver, CUDA, nvcc, cuDNN, CUDA stack age), [`python`] (the Python/PyTorch
 //! probe), [`gpu`] (NVML: GPUs, PCIe link, persistence, ECC, throttling, MIG), [`precision`],
 //! [`host`] (/dev/shm, cores per GPU, NUMA, RAM, open files) and [`data`] (`--data`).
-//! [`mod@bench`] measures copy bandwidth and GEMM throughput on a real GPU (`gpufeed bench`).
+//! [`mod@bench`] renders the text of `gpufeed bench`, whose measuring is [`crate::bench`] (the
+//! text is to move to `present`).
 
 pub mod bench;
 pub mod data;
@@ -171,7 +172,7 @@ impl Report {
         }
     }
 
-    pub fn any_failed(&self) -> bool {
+    pub(crate) fn any_failed(&self) -> bool {
         self.counts.fail > 0
     }
 }
@@ -230,7 +231,7 @@ pub fn run(opts: &Options) -> Report {
 }
 
 /// Text for people: grouped, a status tag per check, the fix underneath.
-pub fn render_text(r: &Report) -> String {
+pub(crate) fn render_text(r: &Report) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let width = r.checks.iter().map(|c| c.id.len()).max().unwrap_or(0);
@@ -277,7 +278,7 @@ pub fn render_text(r: &Report) -> String {
 /// The largest size any option takes (1 PiB).
 pub const MAX_SIZE_BYTES: u64 = 1 << 50;
 
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let lower = t.to_ascii_lowercase();
     let stripped = lower

@@ -75,11 +75,11 @@ pub struct PyFacts {
 }
 
 impl PyFacts {
-    pub fn torch_cuda_version(&self) -> Option<CudaVersion> {
+    pub(crate) fn torch_cuda_version(&self) -> Option<CudaVersion> {
         self.torch_cuda.as_deref().and_then(CudaVersion::parse)
     }
 
-    pub fn device_cc(&self) -> Option<Cc> {
+    pub(crate) fn device_cc(&self) -> Option<Cc> {
         match self.device_capability.as_deref() {
             Some([a, b, ..]) => Some((*a, *b)),
             _ => None,
@@ -140,13 +140,13 @@ pub fn probe(python: &Path, timeout: Duration) -> Probe {
 }
 
 /// Finds the marked line and parses it.
-pub fn parse_answer(stdout: &str) -> Option<PyFacts> {
+pub(crate) fn parse_answer(stdout: &str) -> Option<PyFacts> {
     let line = stdout.lines().rev().find_map(|l| l.strip_prefix(MARKER))?;
     serde_json::from_str(line.trim()).ok()
 }
 
 /// Decodes a cuDNN version integer: 9.x as `M*10000 + m*100 + p`, 8.x and older `M*1000 + m*100 + p`.
-pub fn cudnn_version_str(v: u64) -> String {
+pub(crate) fn cudnn_version_str(v: u64) -> String {
     if v >= 9_0000 {
         format!("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100)
     } else {
@@ -210,7 +210,7 @@ pub fn checks(py: &Probe, gpus: &Result<GpuSystem, GpuProbeError>) -> Vec<Check>
     ]
 }
 
-pub fn judge_torch(f: &PyFacts) -> Check {
+pub(crate) fn judge_torch(f: &PyFacts) -> Check {
     let id = "torch";
     let Some(v) = &f.torch_version else {
         return Check::skip(
@@ -245,7 +245,11 @@ pub fn judge_torch(f: &PyFacts) -> Check {
 }
 
 /// Can this torch use the GPU through this driver?
-pub fn judge_torch_cuda(f: &PyFacts, driver_cuda: Option<CudaVersion>, has_gpu: bool) -> Check {
+pub(crate) fn judge_torch_cuda(
+    f: &PyFacts,
+    driver_cuda: Option<CudaVersion>,
+    has_gpu: bool,
+) -> Check {
     let id = "torch_cuda";
     if f.torch_version.is_none() {
         return Check::skip(id, Group::Python, "no PyTorch");
@@ -319,7 +323,7 @@ pub struct Arch {
     pub specific: bool,
 }
 
-pub fn parse_arch(s: &str) -> Option<Arch> {
+pub(crate) fn parse_arch(s: &str) -> Option<Arch> {
     let (ptx, rest) = if let Some(r) = s.strip_prefix("sm_") {
         (false, r)
     } else {
@@ -339,7 +343,7 @@ pub fn parse_arch(s: &str) -> Option<Arch> {
 }
 
 /// Does the wheel carry code for this GPU?
-pub fn judge_torch_arch(f: &PyFacts, cc: Option<Cc>) -> Check {
+pub(crate) fn judge_torch_arch(f: &PyFacts, cc: Option<Cc>) -> Check {
     let id = "torch_arch";
     if f.torch_version.is_none() || f.torch_cuda.is_none() {
         return Check::skip(id, Group::Python, "no CUDA build of PyTorch");
@@ -404,7 +408,11 @@ pub fn judge_torch_arch(f: &PyFacts, cc: Option<Cc>) -> Check {
 }
 
 /// The wheel's CUDA against what this GPU generation needs.
-pub fn judge_stack_age(wheel: Option<CudaVersion>, cc: Option<Cc>, has_torch: bool) -> Check {
+pub(crate) fn judge_stack_age(
+    wheel: Option<CudaVersion>,
+    cc: Option<Cc>,
+    has_torch: bool,
+) -> Check {
     use super::version::{generation, max_cuda_major, min_cuda, recommended_cuda};
     let id = "cuda_stack_age";
     if !has_torch {

@@ -21,7 +21,7 @@ pub enum Nvcc {
     Failed(String),
 }
 
-pub fn probe_nvcc() -> Nvcc {
+pub(crate) fn probe_nvcc() -> Nvcc {
     match proc::run(Path::new("nvcc"), &["--version"], Duration::from_secs(10)) {
         Ok(o) => Nvcc::Found {
             version: parse_nvcc(&o.stdout),
@@ -39,7 +39,7 @@ pub fn probe_nvcc() -> Nvcc {
 }
 
 /// "Cuda compilation tools, release 12.4, V12.4.131" → 12.4.
-pub fn parse_nvcc(out: &str) -> Option<CudaVersion> {
+pub(crate) fn parse_nvcc(out: &str) -> Option<CudaVersion> {
     let line = out.lines().find(|l| l.contains("release"))?;
     let after = line.split("release").nth(1)?;
     CudaVersion::parse(after.trim().split(',').next()?)
@@ -54,7 +54,7 @@ pub struct CudnnFound {
     pub version_source: Option<String>,
 }
 
-pub fn probe_cudnn(site_packages: &[PathBuf]) -> Option<CudnnFound> {
+pub(crate) fn probe_cudnn(site_packages: &[PathBuf]) -> Option<CudnnFound> {
     // In the loader's order of precedence: LD_LIBRARY_PATH, then the ld.so cache; Python's
     // nvidia-cudnn wheel (loaded by torch through its own path) last.
     let mut libs: Vec<PathBuf> = Vec::new();
@@ -132,7 +132,7 @@ fn is_cudnn_lib(name: &str) -> bool {
 }
 
 /// Library paths of libcudnn.so* from `ldconfig -p`.
-pub fn parse_ldconfig(out: &str) -> Vec<PathBuf> {
+pub(crate) fn parse_ldconfig(out: &str) -> Vec<PathBuf> {
     out.lines()
         .filter_map(|l| {
             let (name, path) = l.trim().split_once(" => ")?;
@@ -143,7 +143,7 @@ pub fn parse_ldconfig(out: &str) -> Vec<PathBuf> {
 }
 
 /// "#define CUDNN_MAJOR 9" … → "9.1.0".
-pub fn parse_cudnn_header(text: &str) -> Option<String> {
+pub(crate) fn parse_cudnn_header(text: &str) -> Option<String> {
     let get = |key: &str| {
         text.lines().find_map(|l| {
             let mut it = l.split_whitespace();
@@ -192,7 +192,7 @@ pub fn checks(
     ]
 }
 
-pub fn judge_driver(gpus: &Result<GpuSystem, GpuProbeError>) -> Check {
+pub(crate) fn judge_driver(gpus: &Result<GpuSystem, GpuProbeError>) -> Check {
     let id = "nvidia_driver";
     let sys = match gpus {
         Err(e) => return Check::skip(id, Group::Driver, format!("{e}")),
@@ -228,7 +228,7 @@ pub fn judge_driver(gpus: &Result<GpuSystem, GpuProbeError>) -> Check {
 }
 
 /// The CUDA version the driver supports, against what the GPUs need.
-pub fn judge_cuda_driver(gpus: &Result<GpuSystem, GpuProbeError>) -> Check {
+pub(crate) fn judge_cuda_driver(gpus: &Result<GpuSystem, GpuProbeError>) -> Check {
     let id = "cuda_driver";
     let sys = match gpus {
         Err(e) => return Check::skip(id, Group::Driver, format!("{e}")),
@@ -273,7 +273,7 @@ pub fn judge_cuda_driver(gpus: &Result<GpuSystem, GpuProbeError>) -> Check {
     c(Status::Pass, format!("the driver supports CUDA up to {v}"))
 }
 
-pub fn judge_nvcc(nvcc: &Nvcc, driver_cuda: Option<CudaVersion>) -> Check {
+pub(crate) fn judge_nvcc(nvcc: &Nvcc, driver_cuda: Option<CudaVersion>) -> Check {
     let id = "nvcc";
     match nvcc {
         Nvcc::NotOnPath => Check::skip(id, Group::Driver, "nvcc is not on PATH (not needed for pip/conda PyTorch; only for building CUDA extensions)"),
@@ -296,7 +296,7 @@ pub fn judge_nvcc(nvcc: &Nvcc, driver_cuda: Option<CudaVersion>) -> Check {
     }
 }
 
-pub fn judge_cudnn(found: Option<&CudnnFound>, torch_cudnn: Option<String>) -> Check {
+pub(crate) fn judge_cudnn(found: Option<&CudnnFound>, torch_cudnn: Option<String>) -> Check {
     let id = "cudnn";
     let Some(f) = found else {
         return match torch_cudnn {

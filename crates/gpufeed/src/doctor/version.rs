@@ -16,7 +16,7 @@ impl CudaVersion {
     }
 
     /// From NVML's / the driver API's integer form: 12040 → 12.4.
-    pub fn from_int(v: i32) -> Option<Self> {
+    pub(crate) fn from_int(v: i32) -> Option<Self> {
         let v = u32::try_from(v).ok()?;
         (v >= 1000).then(|| CudaVersion::new(v / 1000, (v % 1000) / 10))
     }
@@ -44,7 +44,7 @@ impl fmt::Display for CudaVersion {
 /// A compute capability (major, minor), e.g. (8, 0) for A100.
 pub type Cc = (u32, u32);
 
-pub fn cc_str(cc: Cc) -> String {
+pub(crate) fn cc_str(cc: Cc) -> String {
     format!("{}.{}", cc.0, cc.1)
 }
 
@@ -65,7 +65,7 @@ pub fn generation(cc: Cc) -> &'static str {
 }
 
 /// The first CUDA release that can build code for this GPU at all (CUDA toolkit release notes).
-pub fn min_cuda(cc: Cc) -> Option<CudaVersion> {
+pub(crate) fn min_cuda(cc: Cc) -> Option<CudaVersion> {
     Some(match cc {
         (3, _) | (5, _) => CudaVersion::new(7, 0),
         (6, _) => CudaVersion::new(8, 0),
@@ -95,7 +95,7 @@ pub fn recommended_cuda(cc: Cc) -> Option<CudaVersion> {
 
 /// The last CUDA major release that still supports this GPU (CUDA 12 dropped Kepler; CUDA 13
 /// dropped Maxwell, Pascal and Volta).
-pub fn max_cuda_major(cc: Cc) -> Option<u32> {
+pub(crate) fn max_cuda_major(cc: Cc) -> Option<u32> {
     match cc {
         (3, _) => Some(11),
         (5, _) | (6, _) | (7, 0) | (7, 2) => Some(12),

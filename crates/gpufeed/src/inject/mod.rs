@@ -26,13 +26,45 @@ pub enum InjectError {
     Io(#[from] std::io::Error),
 }
 
-impl InjectError {
-    pub fn exit_code(&self) -> u8 {
+impl crate::exit::HasExit for InjectError {
+    fn exit(&self) -> crate::exit::Exit {
         match self {
-            InjectError::Usage(_) => crate::exit::USAGE,
-            InjectError::Io(_) => crate::exit::FAILURE,
+            InjectError::Usage(_) => crate::exit::Exit::Usage,
+            InjectError::Io(_) => crate::exit::Exit::Failure,
         }
     }
+}
+
+/// Replaces every `{name}` of the setting in `text` (a `--dataloader`/`--torch` value here, a
+/// command or an environment template in the tuner).
+pub fn substitute(text: &str, setting: &[(String, String)]) -> String {
+    // One pass over the template: a value is copied as it is, never searched for `{name}` again
+    // (`-L a '{b}' -L b X` gives `a={b}`, not `a=X`).
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let hit = after.find('}').and_then(|close| {
+            let name = &after[..close];
+            setting
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| (v, close))
+        });
+        match hit {
+            Some((v, close)) => {
+                out.push_str(v);
+                rest = &after[close + 1..];
+            }
+            None => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// What kind of value a key takes.
@@ -186,7 +218,7 @@ impl InjectSpec {
     }
 
     /// The value templates, for checking that every knob is used somewhere.
-    pub fn templates(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn templates(&self) -> impl Iterator<Item = &str> {
         self.dataloader
             .iter()
             .chain(&self.torch)
@@ -194,12 +226,12 @@ impl InjectSpec {
     }
 
     /// The values for one setting (`{knob}` replaced), checked.
-    pub fn resolve(&self, setting: &[(String, String)]) -> Result<Resolved, InjectError> {
+    pub(crate) fn resolve(&self, setting: &[(String, String)]) -> Result<Resolved, InjectError> {
         let one = |flag: Flag, pairs: &[(String, String)]| {
             pairs
                 .iter()
                 .map(|(k, t)| {
-                    let v = crate::tune::params::substitute(t, setting);
+                    let v = substitute(t, setting);
                     if v.contains('{') && v.contains('}') {
                         return Err(InjectError::Usage(format!(
                             "{} {k}={t}: '{v}' names no knob given with -L",
@@ -281,13 +313,13 @@ const MAX_REPORT_BYTES: u64 = 64 << 20;
 const MAX_LINE_BYTES: u64 = 64 << 10;
 
 /// Turns the side channel's lines into the report; `wanted` is what was asked for.
-pub fn aggregate(text: &str, wanted: &Resolved) -> InjectReport {
+pub(crate) fn aggregate(text: &str, wanted: &Resolved) -> InjectReport {
     aggregate_from(text.as_bytes(), wanted)
 }
 
 /// [`aggregate`], streaming: reads at most `MAX_REPORT_BYTES` (64 MiB) of `input`, one line of at most
 /// `MAX_LINE_BYTES` (64 KiB) at a time, so memory stays bounded whatever the job wrote.
-pub fn aggregate_from(input: impl std::io::BufRead, wanted: &Resolved) -> InjectReport {
+pub(crate) fn aggregate_from(input: impl std::io::BufRead, wanted: &Resolved) -> InjectReport {
     use std::io::{BufRead, Read};
     let mut rep = InjectReport::default();
     let mut seen = Seen::default();
@@ -436,7 +468,7 @@ pub struct Injection {
 }
 
 /// The injection for one job with `setting`'s knob values, or `None` when nothing is overridden.
-pub fn for_setting(
+pub(crate) fn for_setting(
     spec: &InjectSpec,
     setting: &[(String, String)],
 ) -> Result<Option<Injection>, InjectError> {
@@ -448,7 +480,7 @@ pub fn for_setting(
 
 impl Injection {
     /// Writes `sitecustomize.py` and the settings into a new private temporary directory.
-    pub fn prepare(wanted: &Resolved) -> Result<Injection, InjectError> {
+    pub(crate) fn prepare(wanted: &Resolved) -> Result<Injection, InjectError> {
         let dir = tempfile::Builder::new()
             .prefix("gpufeed-inject-")
             .tempdir()?;
@@ -480,7 +512,7 @@ impl Injection {
     }
 
     /// The variable to give the job, with `env` (variables already set for it) taken into account.
-    pub fn env_var(&self, env: &[(String, String)]) -> (String, String) {
+    pub(crate) fn env_var(&self, env: &[(String, String)]) -> (String, String) {
         let current = env
             .iter()
             .rev()
@@ -502,6 +534,7 @@ impl Injection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exit::HasExit;
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
@@ -536,7 +569,7 @@ mod tests {
             (vec![], vec!["benchmark=1"]),
         ] {
             let e = InjectSpec::parse(&s(&dl), &s(&t)).unwrap_err();
-            assert_eq!(e.exit_code(), crate::exit::USAGE, "{e}");
+            assert_eq!(e.exit(), crate::exit::Exit::Usage, "{e}");
         }
         assert!(InjectSpec::parse(&[], &[]).unwrap().is_empty());
     }

@@ -31,13 +31,14 @@ pub enum JobError {
     Signals(io::Error),
 }
 
-impl JobError {
-    pub fn exit_code(&self) -> u8 {
+impl crate::exit::HasExit for JobError {
+    fn exit(&self) -> crate::exit::Exit {
+        use crate::exit::Exit;
         match self {
-            JobError::NotFound { .. } => crate::exit::NOT_FOUND,
-            JobError::NotExecutable { .. } => crate::exit::CANNOT_EXECUTE,
-            JobError::Empty => crate::exit::USAGE,
-            _ => crate::exit::FAILURE,
+            JobError::NotFound { .. } => Exit::NotFound,
+            JobError::NotExecutable { .. } => Exit::CannotExecute,
+            JobError::Empty => Exit::Usage,
+            _ => Exit::Failure,
         }
     }
 }
@@ -51,10 +52,10 @@ pub enum JobExit {
 
 impl JobExit {
     /// The exit code a shell would report: the code itself, or 128 + signal.
-    pub fn shell_code(self) -> u8 {
+    pub(crate) fn shell_code(self) -> u8 {
         match self {
             JobExit::Code(c) => (c & 0xff) as u8,
-            JobExit::Signal(s) => crate::exit::SIGNAL_BASE.wrapping_add(s as u8),
+            JobExit::Signal(s) => crate::exit::Exit::signal(s),
         }
     }
     pub fn code(self) -> Option<i32> {
@@ -88,7 +89,7 @@ impl Job {
     }
 
     /// [`Job::spawn`] with variables added to (or replacing in) gpufeed's own environment.
-    pub fn spawn_env<S: AsRef<OsStr>>(
+    pub(crate) fn spawn_env<S: AsRef<OsStr>>(
         argv: &[S],
         env: &[(String, String)],
     ) -> Result<Job, JobError> {
@@ -291,7 +292,7 @@ fn exit_of(st: std::process::ExitStatus) -> JobExit {
 
 /// Pids of processes that are alive (not zombies) and either in process group `pgid` or listed in
 /// `extra`.
-pub fn live_members(pgid: u32, extra: &[u32]) -> Vec<u32> {
+pub(crate) fn live_members(pgid: u32, extra: &[u32]) -> Vec<u32> {
     let mut out = Vec::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for e in dir.flatten() {
@@ -326,7 +327,7 @@ fn stat_fields(pid: u32) -> Option<(char, u32, u32)> {
 
 /// Pids of every live descendant of `root` (children, their children, ...), from one pass over
 /// /proc.
-pub fn descendants(root: u32) -> Vec<u32> {
+pub(crate) fn descendants(root: u32) -> Vec<u32> {
     let mut parent_of = Vec::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for e in dir.flatten() {
@@ -414,7 +415,7 @@ impl Drop for SignalWatch {
 }
 
 /// Sends `signal` to each pid (errors for processes that are already gone are ignored).
-pub fn signal_all(pids: &[u32], signal: i32) {
+pub(crate) fn signal_all(pids: &[u32], signal: i32) {
     for &pid in pids {
         if pid > 1 {
             // SAFETY: kill(2) with a positive pid and a valid signal number has no memory effects.
@@ -428,6 +429,7 @@ pub fn signal_all(pids: &[u32], signal: i32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exit::HasExit;
 
     #[test]
     fn exit_codes_follow_the_shell() {
@@ -439,11 +441,11 @@ mod tests {
     #[test]
     fn spawn_errors_are_classified() {
         let e = Job::spawn(&["definitely-not-a-command-xyz"]).err().unwrap();
-        assert_eq!(e.exit_code(), 127);
+        assert_eq!(e.exit().code(), 127);
         assert!(e.to_string().contains("command not found"));
         let e = Job::spawn(&["/etc/hostname"]).err().unwrap();
-        assert_eq!(e.exit_code(), 126, "{e}");
-        assert_eq!(Job::spawn::<&str>(&[]).err().unwrap().exit_code(), 2);
+        assert_eq!(e.exit().code(), 126, "{e}");
+        assert_eq!(Job::spawn::<&str>(&[]).err().unwrap().exit().code(), 2);
     }
 
     #[test]
@@ -565,7 +567,7 @@ mod tests {
         )
         .err()
         .unwrap();
-        assert_eq!(e.exit_code(), 127);
+        assert_eq!(e.exit().code(), 127);
         // stop_tree still reaches the job through the watchdog.
         let mut j = watched("trap '' INT; sleep 30 & wait");
         std::thread::sleep(Duration::from_millis(200));

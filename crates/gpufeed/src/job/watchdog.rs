@@ -51,7 +51,7 @@ const TERM_SIGNALS: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHU
 ///
 /// # Safety
 /// Call only from `CommandExt::pre_exec`.
-pub unsafe fn fork_in_child(fds: Fds) -> io::Result<()> {
+pub(crate) unsafe fn fork_in_child(fds: Fds) -> io::Result<()> {
     libc::close(fds.alive_w);
     libc::close(fds.pid_r);
     // No termination signal may be lost or act between the fork and ignoring it.

@@ -75,9 +75,9 @@ pub struct LiveReport {
     pub findings: Vec<Finding>,
     pub gpus: Vec<GpuEvidence>,
     /// The training loop over the window, when its Python stacks are sampled.
-    pub python: Option<crate::diagnose::pyloop::PythonEvidence>,
+    pub python: Option<crate::diagnose::evidence::PythonEvidence>,
     /// The job's step markers over the window, when it sends any.
-    pub steps: Option<crate::diagnose::pyloop::StepEvidence>,
+    pub steps: Option<crate::diagnose::evidence::StepEvidence>,
 }
 
 /// Everything `watch` and `serve` show.
@@ -207,18 +207,18 @@ impl LiveState {
 
     /// Whether `push` evaluates by itself when due (the default); `serve` turns it off and
     /// evaluates outside its lock with [`LiveState::eval_input`].
-    pub fn set_auto_evaluate(&mut self, on: bool) {
+    pub(crate) fn set_auto_evaluate(&mut self, on: bool) {
         self.auto_evaluate = on;
     }
 
     /// [`EVAL_EVERY_S`] has passed since the last evaluation.
-    pub fn evaluation_due(&self) -> bool {
+    pub(crate) fn evaluation_due(&self) -> bool {
         self.last_eval
             .is_none_or(|l| self.t_s - l >= EVAL_EVERY_S || self.t_s < l)
     }
 
     /// Takes what an evaluation needs and marks it done now.
-    pub fn eval_input(&mut self) -> EvalInput {
+    pub(crate) fn eval_input(&mut self) -> EvalInput {
         self.last_eval = Some(self.t_s);
         let t0 = self
             .window
@@ -246,11 +246,11 @@ impl LiveState {
     }
 
     /// The Python frame and stack definitions received so far.
-    pub fn py_defs(&self) -> impl Iterator<Item = &Line> {
+    pub(crate) fn py_defs(&self) -> impl Iterator<Item = &Line> {
         self.py_defs.iter().map(|l| l.as_ref())
     }
 
-    pub fn set_report(&mut self, r: LiveReport) {
+    pub(crate) fn set_report(&mut self, r: LiveReport) {
         self.report = Some(r);
     }
 
@@ -426,7 +426,7 @@ impl LiveState {
     }
 
     /// Mean utilization over the last `secs` seconds of one GPU's samples.
-    pub fn util_mean(&self, g: &GpuLive, secs: f64) -> Option<f64> {
+    pub(crate) fn util_mean(&self, g: &GpuLive, secs: f64) -> Option<f64> {
         let from = self.t_s - secs;
         let (n, sum) = g
             .util
@@ -437,13 +437,13 @@ impl LiveState {
     }
 
     /// Evidence of one GPU from the last evaluation.
-    pub fn gpu_evidence(&self, index: u32) -> Option<&GpuEvidence> {
+    pub(crate) fn gpu_evidence(&self, index: u32) -> Option<&GpuEvidence> {
         self.report.as_ref()?.gpus.iter().find(|g| g.index == index)
     }
 
     /// Data-starvation score of one GPU, 0–1: its idle share (1 − busy) when the verdict says the
     /// input pipeline is why, weighted by the verdict's confidence; 0 under any other verdict.
-    pub fn starvation_score(&self, index: u32) -> Option<f64> {
+    pub(crate) fn starvation_score(&self, index: u32) -> Option<f64> {
         let r = self.report.as_ref()?;
         let busy = self.gpu_evidence(index)?.busy_fraction?;
         Some(if r.verdict.id == verdict::VerdictId::InputBound {
@@ -454,7 +454,7 @@ impl LiveState {
     }
 
     /// Processes of the job as a tree: `(depth, process)` in depth-first order, roots first.
-    pub fn proc_tree(&self) -> Vec<(usize, &ProcLive)> {
+    pub(crate) fn proc_tree(&self) -> Vec<(usize, &ProcLive)> {
         let mut out = Vec::with_capacity(self.procs.len());
         let roots: Vec<&ProcLive> = self
             .procs
@@ -618,7 +618,7 @@ pub(crate) mod fixture {
     /// [`state`] whose main process's Python stacks were sampled at 100 Hz for `secs` seconds:
     /// data_wait 50%, forward 25%, backward 15%, optimizer 5%, other 5%; and step markers
     /// saying the loop waits 46% of each step.
-    pub fn state_with_loop(gpus: u32, secs: u32) -> LiveState {
+    pub(crate) fn state_with_loop(gpus: u32, secs: u32) -> LiveState {
         use crate::record::format::{PyFrameDef, PySamples, PyStackDef, PyThreadCounts, StepsLine};
         let mut st = state(gpus, secs);
         let frames = [
@@ -677,8 +677,8 @@ pub(crate) mod fixture {
     /// [`state_with_loop`] for a two-rank job: each rank sends its step markers (rank 0 at 10
     /// steps/s, rank 1 at 8) and the window's loops are those of two ranks, rank 1 waiting for
     /// data far longer (the per-rank split itself is unit-tested in `diagnose::pyloop`).
-    pub fn state_with_ranks(gpus: u32, secs: u32) -> LiveState {
-        use crate::diagnose::pyloop::RankLoop;
+    pub(crate) fn state_with_ranks(gpus: u32, secs: u32) -> LiveState {
+        use crate::diagnose::evidence::RankLoop;
         use crate::record::format::StepsLine;
         let mut st = state_with_loop(gpus, secs);
         for t in 1..=secs {
@@ -710,13 +710,13 @@ pub(crate) mod fixture {
                 data_hotspots: vec![],
             })
             .to_vec();
-        p.slow_rank = Some(crate::diagnose::pyloop::SlowRank {
+        p.slow_rank = Some(crate::diagnose::evidence::SlowRank {
             rank: Some(1),
             pid: 102,
             data_wait_pct: 55.0,
             others_data_wait_pct: 12.0,
         });
-        crate::diagnose::pyloop::fill_rank_steps(p, r.steps.as_ref());
+        crate::diagnose::evidence::pyloop::fill_rank_steps(p, r.steps.as_ref());
         st
     }
 }

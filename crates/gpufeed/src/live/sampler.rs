@@ -7,7 +7,8 @@
 //! (`watch`'s `r` key writes the same lines with [`LiveSampler::header`]).
 
 use crate::record::format::{Header, Line, SCHEMA_VERSION};
-use crate::record::recorder::{host_thread, with_gpu_source, GpuReply, Ticker};
+use crate::record::recorder::{host_thread, with_gpu_source, GpuReply};
+use crate::record::ticker::Ticker;
 use crate::sample::host::host_info;
 use crate::sample::steps::StepSocket;
 use crate::sample::GpuSource;

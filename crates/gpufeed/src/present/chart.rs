@@ -64,7 +64,7 @@ impl Buckets {
         self.counts[i] += 1;
     }
 
-    pub fn width_s(&self) -> f64 {
+    pub(crate) fn width_s(&self) -> f64 {
         self.width_s
     }
 
@@ -79,7 +79,7 @@ impl Buckets {
             .collect()
     }
 
-    pub fn end_s(&self) -> f64 {
+    pub(crate) fn end_s(&self) -> f64 {
         self.sums.len() as f64 * self.width_s
     }
 }
@@ -110,7 +110,7 @@ pub fn lines(
 }
 
 /// [`lines`] on a given time axis `0..x_max` (seconds), so that charts of one recording line up.
-pub fn lines_on(
+pub(crate) fn lines_on(
     title: &str,
     y_desc: &str,
     series: &[(String, Vec<(f64, f64)>)],
@@ -196,7 +196,7 @@ fn heat(v: f64) -> RGBColor {
 }
 
 /// The heat colour of a busy percentage as CSS `rgb(...)`, for a colour scale beside the chart.
-pub fn heat_css(v: f64) -> String {
+pub(crate) fn heat_css(v: f64) -> String {
     let c = heat(v);
     format!("rgb({},{},{})", c.0, c.1, c.2)
 }
@@ -207,7 +207,7 @@ pub fn heat_strip(title: &str, rows: &[Buckets], size: (u32, u32)) -> Result<Str
 }
 
 /// [`heat_strip`] on a given time axis, rows labelled `cpu0`, `cpu1`, ...
-pub fn heat_strip_on(
+pub(crate) fn heat_strip_on(
     title: &str,
     rows: &[Buckets],
     x_max: Option<f64>,
@@ -263,7 +263,7 @@ pub fn heat_strip_on(
 }
 
 /// Stacked bars: one bar per x label (steps), one colour per category.
-pub fn stacked_bars(
+pub(crate) fn stacked_bars(
     title: &str,
     y_desc: &str,
     categories: &[&str],
@@ -274,7 +274,7 @@ pub fn stacked_bars(
 }
 
 /// [`stacked_bars`] with the x axis named `x_desc` (a sweep's knob).
-pub fn stacked_bars_x(
+pub(crate) fn stacked_bars_x(
     title: &str,
     x_desc: &str,
     y_desc: &str,

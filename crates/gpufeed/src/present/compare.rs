@@ -4,7 +4,7 @@ use crate::compare::{Better, Change, Comparison, Speedup};
 use std::fmt::Write as _;
 
 /// `1.84 ± 0.05 times faster`, `1.26 times slower`, `no change` (hyperfine's wording).
-pub fn speedup_words(s: &Speedup) -> String {
+pub(crate) fn speedup_words(s: &Speedup) -> String {
     let pm = |half: f64| {
         if half > 0.0 {
             format!(" ± {half:.2}")

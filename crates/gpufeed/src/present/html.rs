@@ -23,7 +23,7 @@ pub enum HtmlError {
 const WIDTH: u32 = 1100;
 
 /// Escapes text for HTML.
-pub fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -344,7 +344,7 @@ fn verdict_class(id: VerdictId) -> &'static str {
 
 /// The page for a diagnosis (`run --html`, `diagnose --html`). `series` comes from the recording
 /// when there is one; logs fall back to the evidence's utilization timeline.
-pub fn diagnose_section(
+pub(crate) fn diagnose_section(
     r: &DiagnoseReport,
     series: Option<&RecordingSeries>,
 ) -> Result<String, HtmlError> {
@@ -579,7 +579,7 @@ fn pcie_chart(
 }
 
 /// What `--dataloader` / `--torch` overrode (and could not), as a list.
-pub fn overrides_html(overrides: &[crate::inject::Override], notes: &[String]) -> String {
+pub(crate) fn overrides_html(overrides: &[crate::inject::Override], notes: &[String]) -> String {
     let mut s = String::from("<h2>Overridden with --dataloader / --torch</h2><ul class=\"notes\">");
     if overrides.is_empty() {
         s.push_str("<li>nothing</li>");
@@ -595,12 +595,12 @@ pub fn overrides_html(overrides: &[crate::inject::Override], notes: &[String]) -
 }
 
 /// A whole page for one or more diagnoses.
-pub fn diagnose_page(sections: &[String]) -> String {
+pub(crate) fn diagnose_page(sections: &[String]) -> String {
     page("gpufeed diagnosis", &sections.join("\n<hr>\n"))
 }
 
 /// The page for one or more diagnoses, each with its recording's series when it came from one.
-pub fn diagnose_html(
+pub(crate) fn diagnose_html(
     reports: &[(&DiagnoseReport, Option<&RecordingSeries>)],
 ) -> Result<String, HtmlError> {
     let mut sections = Vec::with_capacity(reports.len());
@@ -622,7 +622,7 @@ const STEP_CATEGORIES: [&str; 8] = [
 ];
 
 /// The page for `analyze --html`: per-step stacked breakdown, devices and findings.
-pub fn trace_page(rep: &TraceReport) -> Result<String, HtmlError> {
+pub(crate) fn trace_page(rep: &TraceReport) -> Result<String, HtmlError> {
     let mut s = String::new();
     let names: Vec<String> = rep.traces.iter().map(|t| t.path.clone()).collect();
     let _ = write!(

@@ -13,7 +13,7 @@ pub mod tensorboard;
 pub mod tfevents;
 pub mod tune;
 
-pub use crate::units::{bytes, gb_per_s};
+pub use crate::units::{bytes, gb_per_s, plural};
 
 /// The output formats of every `--format` option; each command takes the subset it can write
 /// (see [`OutputFormat::parser`]).
@@ -53,15 +53,6 @@ impl OutputFormat {
             allowed.iter().filter_map(|f| f.to_possible_value()),
         )
         .map(|s| OutputFormat::from_str(&s, false).unwrap_or_default())
-    }
-}
-
-/// `1 process`, `3 processes`.
-pub fn plural(n: usize, one: &str, many: &str) -> String {
-    if n == 1 {
-        format!("1 {one}")
-    } else {
-        format!("{n} {many}")
     }
 }
 

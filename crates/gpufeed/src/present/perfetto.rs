@@ -45,7 +45,7 @@ fn widen(span: &mut Option<(f64, f64)>, a: f64, b: f64) {
 impl ExportStats {
     /// A warning when the merged trace and the recording do not overlap in time (another run, or a
     /// trace whose clock is not the Unix epoch): their tracks would sit apart in Perfetto.
-    pub fn overlap_warning(&self) -> Option<String> {
+    pub(crate) fn overlap_warning(&self) -> Option<String> {
         let ((r0, r1), (t0, t1)) = (self.recording_span_us?, self.trace_span_us?);
         if t0 <= r1 && r0 <= t1 {
             return None;
@@ -262,7 +262,7 @@ impl<W: Write> Sink for CounterWriter<W> {
 /// Opens the trace object on `w` and writes a merged trace's events first (on the Unix-epoch time
 /// base); leaves the `traceEvents` list open for [`CounterWriter`]. Returns whether events were
 /// written, and the counts so far.
-pub fn write_head(
+pub(crate) fn write_head(
     w: &mut impl Write,
     kineto: Option<(&MergeTrace, &MergeHead)>,
 ) -> std::io::Result<Result<(bool, ExportStats), TraceError>> {

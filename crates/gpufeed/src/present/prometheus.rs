@@ -105,7 +105,7 @@ pub const FLEET_LABELS: &[(&str, &str)] = &[
 ];
 
 /// The fleet labels whose variable `env` knows (pass `|k| std::env::var(k).ok()`).
-pub fn fleet_labels_from_env(env: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
+pub(crate) fn fleet_labels_from_env(env: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
     FLEET_LABELS
         .iter()
         .filter_map(|(label, var)| {
@@ -123,7 +123,7 @@ pub fn encode_state(st: &LiveState) -> String {
 }
 
 /// [`encode_state`] with `labels` added to every series.
-pub fn encode_state_labeled(st: &LiveState, labels: &[(String, String)]) -> String {
+pub(crate) fn encode_state_labeled(st: &LiveState, labels: &[(String, String)]) -> String {
     let mut reg = Registry::with_labels(
         labels
             .iter()

@@ -146,7 +146,7 @@ fn job_text(o: &mut String, j: &JobSummary) {
 }
 
 /// The `--dataloader` / `--torch` lines: what was overridden, then what could not be.
-pub fn overrides_text(overrides: &[crate::inject::Override], notes: &[String]) -> String {
+pub(crate) fn overrides_text(overrides: &[crate::inject::Override], notes: &[String]) -> String {
     let mut o = String::new();
     if overrides.is_empty() && notes.is_empty() {
         return o;

@@ -292,7 +292,7 @@ fn values(acc: &Acc, main: Option<(u32, u64)>, roles: &BTreeMap<u32, Role>) -> V
 }
 
 /// The verdict and the top fix, as Markdown for the text plugin.
-pub fn verdict_markdown(r: &DiagnoseReport) -> String {
+pub(crate) fn verdict_markdown(r: &DiagnoseReport) -> String {
     let mut s = format!(
         "**{}** ({:.0}% sure): {}",
         r.verdict.id.as_str(),

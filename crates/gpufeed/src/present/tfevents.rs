@@ -43,21 +43,21 @@ const fn crc_table() -> [u32; 256] {
 static CRC_TABLE: [u32; 256] = crc_table();
 
 /// CRC-32C of `data`.
-pub fn crc32c(data: &[u8]) -> u32 {
+pub(crate) fn crc32c(data: &[u8]) -> u32 {
     !data.iter().fold(!0u32, |c, b| {
         CRC_TABLE[((c ^ u32::from(*b)) & 0xff) as usize] ^ (c >> 8)
     })
 }
 
 /// The masked CRC of TFRecord files: rotated right by 15 bits plus a constant.
-pub fn masked_crc32c(data: &[u8]) -> u32 {
+pub(crate) fn masked_crc32c(data: &[u8]) -> u32 {
     let c = crc32c(data);
     c.rotate_right(15).wrapping_add(0xa282_ead8)
 }
 
 /// Appends one record: u64 length, masked CRC of those 8 bytes, the data, masked CRC of the data
 /// (all little-endian).
-pub fn push_record(out: &mut Vec<u8>, data: &[u8]) {
+pub(crate) fn push_record(out: &mut Vec<u8>, data: &[u8]) {
     let len = (data.len() as u64).to_le_bytes();
     out.extend_from_slice(&len);
     out.extend_from_slice(&masked_crc32c(&len).to_le_bytes());
@@ -140,7 +140,7 @@ pub enum EventKind {
 
 impl Event {
     /// The event as protobuf bytes.
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut e = Vec::new();
         key(&mut e, 1, FIXED64);
         e.extend_from_slice(&self.wall_time_s.to_le_bytes());

@@ -35,7 +35,7 @@ impl Line {
     /// Rounds the line's figures to what they can mean: times to the microsecond, percentages to
     /// 0.01, rates to the byte per second. Full-precision floats (`33.33333333333333`) would make
     /// the most frequent lines of a recording half again as long for no information.
-    pub fn round_for_storage(&mut self) {
+    pub(crate) fn round_for_storage(&mut self) {
         const T: i32 = 6;
         const PCT: i32 = 2;
         match self {

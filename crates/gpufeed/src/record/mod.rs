@@ -3,9 +3,11 @@
 
 pub mod fast;
 pub mod format;
+mod parse;
 mod pipeline;
 pub mod pyrec;
 pub mod reader;
 pub mod recorder;
 pub mod summary;
+pub(crate) mod ticker;
 pub mod writer;

@@ -14,7 +14,7 @@
 //!   thread (threads would gain nothing, and each one started leaves a malloc arena behind).
 
 use super::format::{Line, ReadError, ReadStats};
-use super::reader::{parse_line, trim, Parsed, Sink, Tally, MAX_LINE_BYTES};
+use super::parse::{parse_line, trim, Parsed, Sink, Tally, MAX_LINE_BYTES};
 use crate::sample::{GpuSample, HostSample, ProcSample};
 use std::io::{ErrorKind, Read};
 use std::path::Path;

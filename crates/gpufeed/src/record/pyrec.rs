@@ -254,7 +254,7 @@ pub(crate) fn py_thread(
     let mut sampler = PySampler::new(cfg.opts);
     let mut agg = PyAggregator::new();
     let every = Duration::from_secs_f64(1.0 / cfg.rate_hz.clamp(0.1, 1000.0));
-    let mut ticker = super::recorder::Ticker::new(t0, every);
+    let mut ticker = super::ticker::Ticker::new(t0, every);
     let mut last_flush = t0;
     let mut out = Vec::new();
     let mut got = Vec::new();

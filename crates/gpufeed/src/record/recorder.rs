@@ -4,6 +4,7 @@
 //! gpufeed or a crashed job loses at most the last second.
 
 use super::format::{End, Header, Line, SCHEMA_VERSION};
+use super::ticker::Ticker;
 use super::writer::{Compression, RecordingWriter};
 use crate::outfile::{Clobber, OutputError, Pending};
 use crate::sample::host::{host_info, HostSampler, ProcTree};
@@ -18,9 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Longest time a recorded sample may sit in memory before reaching the file.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(500);
-/// Expensive readings (GPU process lists, PCIe throughput and link, context switches) run at most
-/// this often.
-pub const SLOW_EVERY: Duration = Duration::from_secs(1);
+pub use super::ticker::SLOW_EVERY;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -40,6 +39,17 @@ pub enum RecordError {
     },
     #[error("writing {path} failed: {detail}")]
     Write { path: PathBuf, detail: String },
+}
+
+/// An existing output without `--force` is a bad command line; any other failure to record is
+/// bad input or output (the path given).
+impl crate::exit::HasExit for RecordError {
+    fn exit(&self) -> crate::exit::Exit {
+        match self {
+            RecordError::Exists { .. } => crate::exit::Exit::Usage,
+            _ => crate::exit::Exit::Input,
+        }
+    }
 }
 
 /// What to record.
@@ -182,7 +192,7 @@ impl Prepared {
 
     /// The job's processes as the recorder will see them (empty until `start`), for a signal
     /// handler installed before the job is spawned.
-    pub fn tree_pids(&self) -> Arc<Mutex<Vec<u32>>> {
+    pub(crate) fn tree_pids(&self) -> Arc<Mutex<Vec<u32>>> {
         Arc::clone(&self.tree_pids)
     }
 
@@ -331,17 +341,17 @@ impl Recorder {
     }
 
     /// Seconds since the recording started.
-    pub fn elapsed_s(&self) -> f64 {
+    pub(crate) fn elapsed_s(&self) -> f64 {
         self.t0.elapsed().as_secs_f64()
     }
 
     /// The job's processes as last seen (root first if alive), for forwarding signals.
-    pub fn tree_pids(&self) -> Arc<Mutex<Vec<u32>>> {
+    pub(crate) fn tree_pids(&self) -> Arc<Mutex<Vec<u32>>> {
         Arc::clone(&self.tree_pids)
     }
 
     /// Adds a line of gpufeed's own (e.g. `overrides`) to the recording.
-    pub fn write_line(&self, line: Line) {
+    pub(crate) fn write_line(&self, line: Line) {
         if let Some(tx) = &self.lines {
             let _ = tx.send(line);
         }
@@ -474,49 +484,6 @@ pub(crate) fn steps_thread(
     }
 }
 
-/// The schedule of a sampling thread: readings every `every` from `t0` (skipping missed ones
-/// rather than bunching them), with a "slow" reading at most every `SLOW_EVERY`.
-pub(crate) struct Ticker {
-    t0: Instant,
-    every: Duration,
-    next: Instant,
-    last_slow: Option<Instant>,
-}
-
-impl Ticker {
-    pub(crate) fn new(t0: Instant, every: Duration) -> Self {
-        Ticker {
-            t0,
-            every,
-            next: t0,
-            last_slow: None,
-        }
-    }
-
-    /// Seconds since the start, and whether this reading is a slow one.
-    pub(crate) fn now(&mut self) -> (f64, bool) {
-        let now = Instant::now();
-        let slow = self
-            .last_slow
-            .is_none_or(|t| now.duration_since(t) >= SLOW_EVERY);
-        if slow {
-            self.last_slow = Some(now);
-        }
-        (now.duration_since(self.t0).as_secs_f64(), slow)
-    }
-
-    /// Sleeps until the next reading or a stop message; true when asked to stop.
-    pub(crate) fn wait(&mut self, stop: &Receiver<()>) -> bool {
-        self.next += self.every;
-        let now = Instant::now();
-        if self.next < now {
-            self.next = now + self.every;
-        }
-        let timeout = self.next.saturating_duration_since(now);
-        !matches!(stop.recv_timeout(timeout), Err(RecvTimeoutError::Timeout))
-    }
-}
-
 /// Opens NVML on the calling thread (the sampler's own), answers `reply` with the devices or the
 /// reason there are none, then hands the source to `then`. Both live on this thread's stack, since
 /// the source borrows the library.
@@ -630,12 +597,12 @@ pub(crate) fn host_thread(
 /// `gpufeed-YYYYMMDD-HHMMSS-mmm.ndjson.zst` (UTC, milliseconds; zstd-compressed) in the working
 /// directory; record to it with `Clobber::Suffix` so that two recordings started in the same
 /// millisecond get two files.
-pub fn default_output_name(now: SystemTime) -> PathBuf {
+pub(crate) fn default_output_name(now: SystemTime) -> PathBuf {
     PathBuf::from(format!("{}.ndjson.zst", default_stamp("gpufeed", now)))
 }
 
 /// `PREFIX-YYYYMMDD-HHMMSS-mmm` (UTC, milliseconds): the stem of default output names.
-pub fn default_stamp(prefix: &str, now: SystemTime) -> String {
+pub(crate) fn default_stamp(prefix: &str, now: SystemTime) -> String {
     let s = humantime::format_rfc3339_millis(now).to_string(); // 2026-12-02T12:00:00.123Z
     let digits: String = s.chars().filter(|c| c.is_ascii_digit()).collect();
     let (date, rest) = digits.split_at(8.min(digits.len()));

@@ -25,7 +25,7 @@ pub enum Compression {
 
 impl Compression {
     /// zstd for a name ending in `.zst`, plain otherwise: a name the user gives keeps its meaning.
-    pub fn for_path(path: &Path) -> Compression {
+    pub(crate) fn for_path(path: &Path) -> Compression {
         match path.extension() {
             Some(e) if e.eq_ignore_ascii_case("zst") => Compression::Zstd,
             _ => Compression::None,
@@ -110,7 +110,7 @@ impl<W: Write> RecordingWriter<W> {
         self.written
     }
 
-    pub fn get_ref(&self) -> &W {
+    pub(crate) fn get_ref(&self) -> &W {
         &self.out
     }
 }

@@ -218,7 +218,7 @@ pub(crate) fn py(v: &serde_json::Value) -> String {
 impl Override {
     /// `DataLoader(num_workers=8) at train.py:42, was 0`; `torch.backends.cudnn.benchmark=True,
     /// was False`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let head = if self.target == "DataLoader" {
             format!("DataLoader({}={})", self.key, py(&self.value))
         } else if self.target == "torch" && self.key == "matmul_precision" {

@@ -92,7 +92,7 @@ fn parse_stat(b: &[u8]) -> Option<StatLite> {
 }
 
 /// True while `pid` exists and is not a zombie waiting to be reaped.
-pub fn pid_alive(pid: u32) -> bool {
+pub(crate) fn pid_alive(pid: u32) -> bool {
     match Process::new(pid as i32).and_then(|p| p.stat()) {
         Ok(st) => st.state != 'Z' && st.state != 'X',
         Err(_) => false,
@@ -100,7 +100,7 @@ pub fn pid_alive(pid: u32) -> bool {
 }
 
 /// Static facts about this machine.
-pub fn host_info() -> HostInfo {
+pub(crate) fn host_info() -> HostInfo {
     let cpu_count = std::thread::available_parallelism()
         .map(|_| ())
         .ok()

@@ -4,15 +4,12 @@
 //! can drive any implementation. A metric that could not be read is `None` — never 0 or -1.
 //! Units live in the field names (`_bytes`, `_pct`, `_mhz`, `_w`, `_c`, `_s`).
 
-pub mod dcgmi;
 pub mod event;
 pub mod host;
 pub mod nvml;
 pub mod pyphase;
 pub mod pystacks;
 pub mod ranks;
-pub mod smi_csv;
-pub mod smi_layout;
 pub mod steps;
 
 use serde::{Deserialize, Serialize};
@@ -225,94 +222,4 @@ pub trait GpuSource: Send {
     /// Reads every device once. `t0_unix_us` is the recording's start (Unix µs), to convert driver
     /// timestamps; `slow` asks for the expensive metrics too (process lists, PCIe throughput).
     fn sample(&mut self, t_s: f64, t0_unix_us: u64, slow: bool) -> Vec<GpuSample>;
-}
-
-/// The longest line a GPU log reader holds: a full `--query-gpu` row is under 2 KiB, so anything
-/// longer is not a log row. Longer lines are skipped without being held (memory stays bounded on
-/// a 200 MB one-line file).
-pub const MAX_LOG_LINE_BYTES: usize = 64 << 10;
-
-/// Reads one line (newline included) into `buf`, holding at most `max` bytes of it: the rest of
-/// an over-long line is read and dropped. Returns the bytes consumed (0 at the end of input) and
-/// whether the line was longer than `max`.
-pub fn read_line_capped(
-    r: &mut impl std::io::BufRead,
-    buf: &mut Vec<u8>,
-    max: usize,
-) -> std::io::Result<(usize, bool)> {
-    buf.clear();
-    let mut consumed = 0usize;
-    let mut overlong = false;
-    loop {
-        let avail = match r.fill_buf() {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        if avail.is_empty() {
-            return Ok((consumed, overlong));
-        }
-        let (take, done) = match memchr::memchr(b'\n', avail) {
-            Some(i) => (i + 1, true),
-            None => (avail.len(), false),
-        };
-        let room = max.saturating_sub(buf.len());
-        if take > room {
-            overlong = true;
-        }
-        buf.extend_from_slice(&avail[..take.min(room)]);
-        r.consume(take);
-        consumed += take;
-        if done {
-            return Ok((consumed, overlong));
-        }
-    }
-}
-
-/// Does this start of a file look like binary data rather than a text log (a NUL byte, or many
-/// control characters or invalid UTF-8 sequences)? A sequence cut at the end is not counted.
-pub fn looks_binary(head: &[u8]) -> bool {
-    if head.contains(&0) {
-        return true;
-    }
-    let text = String::from_utf8_lossy(head);
-    let odd = text
-        .chars()
-        .filter(|&c| c == '\u{FFFD}' || (c.is_control() && !matches!(c, '\n' | '\r' | '\t')))
-        .count();
-    // A few odd characters are a name in a legacy encoding; random bytes give about half.
-    odd > 8 && odd * 10 > text.chars().count()
-}
-
-#[cfg(test)]
-mod line_tests {
-    use super::*;
-
-    #[test]
-    fn a_long_line_is_cut_and_the_next_one_read_whole() {
-        let mut data = vec![b'x'; 100];
-        data.extend_from_slice(b"\nshort\nlast");
-        let mut r = std::io::BufReader::with_capacity(7, &data[..]);
-        let mut buf = Vec::new();
-        assert_eq!(read_line_capped(&mut r, &mut buf, 10).unwrap(), (101, true));
-        assert_eq!(buf.len(), 10);
-        assert_eq!(read_line_capped(&mut r, &mut buf, 10).unwrap(), (6, false));
-        assert_eq!(buf, b"short\n");
-        assert_eq!(read_line_capped(&mut r, &mut buf, 10).unwrap(), (4, false));
-        assert_eq!(buf, b"last");
-        assert_eq!(read_line_capped(&mut r, &mut buf, 10).unwrap(), (0, false));
-    }
-
-    #[test]
-    fn binary_is_told_from_text() {
-        assert!(looks_binary(b"abc\0def"));
-        let random: Vec<u8> = (0u32..4096)
-            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
-            .collect();
-        assert!(looks_binary(&random));
-        assert!(!looks_binary(
-            "timestamp, name\n2026/12/02 12:00:00, Gerät Ä\n".as_bytes()
-        ));
-        assert!(!looks_binary(b"0, 87 %, caf\xe9 latin-1 name, 1024 MiB\n"));
-    }
 }

@@ -92,7 +92,7 @@ fn has(file: &str, part: &str) -> bool {
 }
 
 /// Library code (site-packages, the standard library), as opposed to the user's own files.
-pub fn is_library(file: &str) -> bool {
+pub(crate) fn is_library(file: &str) -> bool {
     file.contains("site-packages/")
         || file.contains("dist-packages/")
         || file.contains("/lib/python3")
@@ -134,7 +134,7 @@ fn is_data_fetch(f: &FrameRef) -> bool {
 }
 
 /// Source text that synchronises the host with the device.
-pub fn is_sync_source(src: &str) -> bool {
+pub(crate) fn is_sync_source(src: &str) -> bool {
     // Not `.numpy()`: a CUDA tensor refuses it (it needs `.cpu()` first), a CPU one has
     // nothing to wait for.
     const CALLS: [&str; 6] = [
@@ -213,7 +213,7 @@ fn marker(f: &FrameRef) -> Option<Phase> {
 /// phase marker decides (Lightning runs forward and backward inside the optimizer's closure).
 /// An innermost user frame whose line calls `.item()`, `.cpu()`, `.tolist()` or
 /// `synchronize()` is a sync: the C call itself is invisible to a Python stack.
-pub fn classify(frames: &[FrameRef]) -> Phase {
+pub(crate) fn classify(frames: &[FrameRef]) -> Phase {
     // Importing a module (torch/autograd/__init__.py's `<module>` is no backward pass).
     if frames
         .iter()

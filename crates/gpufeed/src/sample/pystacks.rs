@@ -598,7 +598,7 @@ fn convert(t: py_spy::StackTrace) -> ThreadStack {
 }
 
 /// Why reading another process's stacks may be refused, and what to do: for the one note.
-pub fn denied_advice() -> String {
+pub(crate) fn denied_advice() -> String {
     let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
         .ok()
         .and_then(|s| s.trim().parse::<u32>().ok());

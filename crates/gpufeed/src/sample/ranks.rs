@@ -60,7 +60,7 @@ impl RankEnv {
 
 /// The rank variables of a live process; `None` when it has none or its environment cannot be
 /// read (another user's process).
-pub fn rank_env_of(pid: u32) -> Option<RankEnv> {
+pub(crate) fn rank_env_of(pid: u32) -> Option<RankEnv> {
     RankEnv::parse(&std::fs::read(format!("/proc/{pid}/environ")).ok()?)
 }
 
@@ -75,7 +75,7 @@ pub fn is_rank_start(env: Option<&RankEnv>, parent: Option<&RankEnv>) -> bool {
 /// may be spelled otherwise than the user typed them (`python train.py` becomes
 /// `/venv/bin/python3.11 /home/u/train.py`), so each word is compared by its file name, any
 /// Python interpreter counting as one.
-pub fn same_script(a: Option<&str>, b: Option<&str>) -> bool {
+pub(crate) fn same_script(a: Option<&str>, b: Option<&str>) -> bool {
     fn words(c: &str) -> Vec<&str> {
         c.split_whitespace()
             .map(|w| {
@@ -97,7 +97,7 @@ pub fn same_script(a: Option<&str>, b: Option<&str>) -> bool {
 /// Is this command line a launcher that starts ranks and then only waits for them? Matched on
 /// the program and the module it runs: torchrun / `python -m torch.distributed.run` (and
 /// `.launch`), `accelerate launch`, `deepspeed`, `mpirun` / `mpiexec` / `orterun`, `srun`.
-pub fn is_launcher_cmd(cmd: &str) -> bool {
+pub(crate) fn is_launcher_cmd(cmd: &str) -> bool {
     let words: Vec<&str> = cmd.split_whitespace().take(8).collect();
     let base = |w: &str| w.rsplit('/').next().unwrap_or(w).to_string();
     let prog = |w: &str| {

@@ -28,7 +28,7 @@ pub struct StepMark {
 }
 
 /// CLOCK_MONOTONIC now, in nanoseconds (Python's `time.monotonic_ns()` reads the same clock).
-pub fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -45,7 +45,7 @@ fn opt_u64(w: Option<&str>) -> Option<u64> {
 }
 
 /// Parses one datagram; `now_ns` stamps steps sent with `-`.
-pub fn parse_datagram(text: &str, now_ns: u64) -> Vec<StepMark> {
+pub(crate) fn parse_datagram(text: &str, now_ns: u64) -> Vec<StepMark> {
     text.lines()
         .filter_map(|line| {
             let mut w = line.split_ascii_whitespace();
@@ -90,11 +90,11 @@ pub enum GivenSocketError {
     },
 }
 
-impl GivenSocketError {
+impl crate::exit::HasExit for GivenSocketError {
     /// A path that cannot be used is a bad option value; an OS failure to bind is too (a
     /// missing or read-only folder), as the message says what to change.
-    pub fn exit_code(&self) -> u8 {
-        crate::exit::USAGE
+    fn exit(&self) -> crate::exit::Exit {
+        crate::exit::Exit::Usage
     }
 }
 
@@ -104,7 +104,7 @@ const STALE_PREFIX: &str = "gpufeed-steps-";
 /// Removes the step-socket folders (`gpufeed-steps-PID-*` in `base`) that a gpufeed killed
 /// before it could clean up (SIGKILL) left behind: only real folders, not symlinks, owned by
 /// this user, whose PID no longer runs. Returns how many were removed.
-pub fn remove_stale(base: &Path) -> usize {
+pub(crate) fn remove_stale(base: &Path) -> usize {
     use std::os::unix::fs::MetadataExt;
     // SAFETY: getuid has no preconditions and cannot fail.
     let uid = unsafe { libc::getuid() };
@@ -161,7 +161,7 @@ impl StepSocket {
     /// earlier with `GPUFEED_STEP_SOCKET=PATH` (its probe drops markers while nobody listens).
     /// A stale socket left there (nobody bound to it) is replaced; anything else there is
     /// refused, as is a socket another process is reading. The socket is removed on drop.
-    pub fn bind_given(path: &Path) -> Result<StepSocket, GivenSocketError> {
+    pub(crate) fn bind_given(path: &Path) -> Result<StepSocket, GivenSocketError> {
         use std::os::unix::fs::FileTypeExt;
         match std::fs::symlink_metadata(path) {
             Ok(m) if m.file_type().is_socket() => {
@@ -244,7 +244,7 @@ impl StepSocket {
     }
 
     /// The steps received so far, in the order they arrived.
-    pub fn marks(&self) -> Vec<StepMark> {
+    pub(crate) fn marks(&self) -> Vec<StepMark> {
         self.marks_since(0)
     }
 
@@ -254,7 +254,7 @@ impl StepSocket {
     }
 
     /// The steps received after the first `from` (for a reader that keeps its place).
-    pub fn marks_since(&self, from: usize) -> Vec<StepMark> {
+    pub(crate) fn marks_since(&self, from: usize) -> Vec<StepMark> {
         self.marks
             .lock()
             .map(|v| v.get(from..).map(<[StepMark]>::to_vec).unwrap_or_default())
@@ -312,7 +312,7 @@ impl StepFolder {
 
     /// The totals of `marks` per rank (`None`: marks that name none), ranks with no timed step
     /// left out.
-    pub fn fold_by_rank(&mut self, marks: &[StepMark]) -> Vec<(Option<u32>, StepTotals)> {
+    pub(crate) fn fold_by_rank(&mut self, marks: &[StepMark]) -> Vec<(Option<u32>, StepTotals)> {
         let mut m = marks.to_vec();
         m.sort_by_key(|k| (k.rank, k.t_ns));
         let mut out: Vec<(Option<u32>, StepTotals)> = Vec::new();

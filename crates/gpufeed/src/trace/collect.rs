@@ -25,7 +25,7 @@ pub enum Kind {
     Other,
 }
 
-pub fn kind_of(cat: &[u8]) -> Kind {
+pub(crate) fn kind_of(cat: &[u8]) -> Kind {
     let lower: [u8; 24] = {
         let mut a = [0u8; 24];
         for (i, b) in cat.iter().take(24).enumerate() {
@@ -142,12 +142,12 @@ pub const TC_ELIGIBLE_OPS: [&str; 44] = [
     "aten::cudnn_convolution_backward",
 ];
 
-pub fn is_tc_kernel(name: &str) -> bool {
+pub(crate) fn is_tc_kernel(name: &str) -> bool {
     let l = name.to_ascii_lowercase();
     TC_KERNEL_PATTERNS.iter().any(|p| l.contains(p))
 }
 
-pub fn is_tc_eligible_op(name: &str) -> bool {
+pub(crate) fn is_tc_eligible_op(name: &str) -> bool {
     TC_ELIGIBLE_OPS.iter().any(|p| name.contains(p))
 }
 
@@ -205,7 +205,7 @@ pub enum RtClass {
     Other,
 }
 
-pub fn runtime_class(name: &str) -> RtClass {
+pub(crate) fn runtime_class(name: &str) -> RtClass {
     let n = name
         .trim_start_matches("cuda")
         .trim_start_matches("hip")
@@ -235,7 +235,7 @@ pub struct CopyClass {
     pub dst: &'static str,
 }
 
-pub fn copy_class(name: &str) -> CopyClass {
+pub(crate) fn copy_class(name: &str) -> CopyClass {
     let dir = [
         "HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "HtoA", "AtoH", "DtoA", "AtoD",
     ]

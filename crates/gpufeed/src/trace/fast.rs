@@ -6,11 +6,11 @@
 
 use std::borrow::Cow;
 
-use super::reader::{Args, Event};
+use super::event::{Args, Event};
 use crate::json::{Cursor, Number};
 
 /// A number that does not touch the end of the buffer (the buffer may end inside it): as f64,
-/// and as an id (what serde_json's visitor in [`super::reader`] makes of it).
+/// and as an id (what serde_json's visitor in [`super::serde_event`] makes of it).
 #[inline]
 fn number(c: &mut Cursor<'_>) -> Option<(f64, Option<u64>)> {
     let n = c.number()?;
@@ -28,7 +28,7 @@ fn id(c: &mut Cursor<'_>) -> Option<Option<u64>> {
     match c.peek_ws()? {
         b'"' => {
             let s = c.plain_str()?;
-            Some(super::reader::num_from_bytes(s).1)
+            Some(super::event::num_from_bytes(s).1)
         }
         b'n' => {
             c.literal(b"null")?;
@@ -102,7 +102,7 @@ mod tests {
 
     fn same(src: &str) {
         let fast = event(src.as_bytes());
-        let slow = super::super::reader::parse_event_serde(src.as_bytes());
+        let slow = super::super::serde_event::parse_event_serde(src.as_bytes());
         match (fast, slow) {
             (Some((f, n)), Some(s)) => {
                 assert_eq!(n, src.trim_end().len(), "{src}");

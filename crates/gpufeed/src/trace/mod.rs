@@ -3,6 +3,7 @@
 //! those numbers into findings.
 
 pub mod collect;
+pub mod event;
 pub mod families;
 mod fast;
 pub mod merge;
@@ -11,6 +12,7 @@ pub mod ranks;
 pub mod reader;
 pub mod report;
 pub mod rules;
+mod serde_event;
 pub mod summary;
 pub mod verdict;
 
@@ -143,13 +145,13 @@ pub(crate) fn no_events(st: &reader::ScanStats) -> TraceError {
     TraceError::NoEvents
 }
 
-pub fn analyze_path(path: &Path) -> Result<TraceSummary, TraceError> {
+pub(crate) fn analyze_path(path: &Path) -> Result<TraceSummary, TraceError> {
     let r = open(path)?;
     analyze_reader(r, &path.display().to_string())
 }
 
 /// Expands directories into their trace files (sorted); keeps files and `-` as given.
-pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>, TraceError> {
+pub(crate) fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>, TraceError> {
     let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {

@@ -22,13 +22,13 @@ pub fn merge(mut r: Vec<Range>) -> Vec<Range> {
 }
 
 /// Merges in place when a list grows large, to bound memory on huge traces.
-pub fn compact(r: &mut Vec<Range>) {
+pub(crate) fn compact(r: &mut Vec<Range>) {
     let v = std::mem::take(r);
     *r = merge(v);
 }
 
 /// Intersection of two merged lists.
-pub fn intersect(a: &[Range], b: &[Range]) -> Vec<Range> {
+pub(crate) fn intersect(a: &[Range], b: &[Range]) -> Vec<Range> {
     let (mut i, mut j) = (0, 0);
     let mut out = Vec::new();
     while i < a.len() && j < b.len() {
@@ -47,7 +47,7 @@ pub fn intersect(a: &[Range], b: &[Range]) -> Vec<Range> {
 }
 
 /// `a` minus `b`, both merged.
-pub fn subtract(a: &[Range], b: &[Range]) -> Vec<Range> {
+pub(crate) fn subtract(a: &[Range], b: &[Range]) -> Vec<Range> {
     let mut out = Vec::new();
     let mut j = 0;
     for &(s, e) in a {
@@ -75,7 +75,7 @@ pub fn total(r: &[Range]) -> f64 {
 }
 
 /// Total length of `r` inside the single window `[s, e)`; `r` merged.
-pub fn total_within(r: &[Range], s: f64, e: f64) -> f64 {
+pub(crate) fn total_within(r: &[Range], s: f64, e: f64) -> f64 {
     let start = r.partition_point(|x| x.1 <= s);
     let mut t = 0.0;
     for x in &r[start..] {

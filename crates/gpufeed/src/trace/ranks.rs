@@ -11,11 +11,10 @@
 //! The merge then names the straggler ranks (steps ≥ [`STRAGGLER_RATIO`] × the median rank's)
 //! and the communication-bound ranks, and folds each finding seen on several ranks into one.
 
-use super::report::{RankLine, Report, SCHEMA_VERSION};
+use super::report::{RankJob, RankLine, Report, SCHEMA_VERSION};
 use super::rules::{self, STRAGGLER_RATIO};
 use super::{analyze_path, TraceError, TraceSummary};
 use crate::finding::{rank as rank_findings, Finding, FindingId, Severity};
-use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -51,21 +50,6 @@ impl RankDigest {
             truncated: s.truncated,
         }
     }
-}
-
-/// The job part of a ranks report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RankJob {
-    pub world_size: u64,
-    /// Ranks given.
-    pub ranks: usize,
-    /// Ranks of the world without a trace.
-    pub missing_ranks: u64,
-    pub median_step_us: Option<f64>,
-    /// Ranks whose steps take ≥ 10% longer than the median rank's, slowest first.
-    pub stragglers: Vec<u64>,
-    /// Ranks where communication not hidden behind compute exceeds 10% of the step.
-    pub comm_bound: Vec<u64>,
 }
 
 /// `Ok(world_size)` when the traces are distinct ranks of one world, else why not.
@@ -178,19 +162,6 @@ fn r1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0 + 0.0
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
-
 fn list(ranks: &[u64]) -> String {
     const SHOW: usize = 8;
     let mut s = ranks
@@ -212,7 +183,7 @@ pub fn stragglers(times: &[(u64, f64)]) -> (Option<f64>, Vec<u64>, Option<Findin
     if valid.len() < 2 {
         return (None, Vec::new(), None);
     }
-    let med = median(valid.iter().map(|t| t.1).collect());
+    let med = crate::stats::median(&mut valid.iter().map(|t| t.1).collect::<Vec<_>>());
     let Some(m) = med else {
         return (None, Vec::new(), None);
     };
@@ -257,7 +228,7 @@ pub fn stragglers(times: &[(u64, f64)]) -> (Option<f64>, Vec<u64>, Option<Findin
 
 /// Folds the per-rank findings: one finding per id, the worst rank's, titled with how many
 /// ranks share it and listing them in `ranks`.
-pub fn merge_findings(per_rank: Vec<(u64, Vec<Finding>)>) -> Vec<Finding> {
+pub(crate) fn merge_findings(per_rank: Vec<(u64, Vec<Finding>)>) -> Vec<Finding> {
     let mut by_id: std::collections::BTreeMap<FindingId, (Finding, u64, Vec<u64>)> =
         std::collections::BTreeMap::new();
     let worse = |a: &Finding, b: &Finding| {
@@ -302,7 +273,11 @@ pub fn merge_findings(per_rank: Vec<(u64, Vec<Finding>)>) -> Vec<Finding> {
 
 /// The report over ranks of one job, from their digests and the lowest rank's full summary
 /// (whose steps, breakdown and devices the report shows).
-pub fn job_report(digests: Vec<RankDigest>, lowest: TraceSummary, world_size: u64) -> Report {
+pub(crate) fn job_report(
+    digests: Vec<RankDigest>,
+    lowest: TraceSummary,
+    world_size: u64,
+) -> Report {
     let times: Vec<(u64, f64)> = digests
         .iter()
         .filter_map(|d| Some((d.line.rank?, d.line.step_us)))
@@ -355,7 +330,7 @@ pub fn job_report(digests: Vec<RankDigest>, lowest: TraceSummary, world_size: u6
 }
 
 /// A few lines for the text report: the job, its stragglers and communication-bound ranks.
-pub fn job_text(j: &RankJob) -> String {
+pub(crate) fn job_text(j: &RankJob) -> String {
     let none = |v: &[u64]| {
         if v.is_empty() {
             "none".to_string()

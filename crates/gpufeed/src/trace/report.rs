@@ -42,7 +42,22 @@ pub struct Report {
     /// Ranks of one job only: the world, straggler and communication-bound ranks (`traces` then
     /// holds only the lowest rank's summary).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job: Option<super::ranks::RankJob>,
+    pub job: Option<RankJob>,
+}
+
+/// The job part of a ranks report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankJob {
+    pub world_size: u64,
+    /// Ranks given.
+    pub ranks: usize,
+    /// Ranks of the world without a trace.
+    pub missing_ranks: u64,
+    pub median_step_us: Option<f64>,
+    /// Ranks whose steps take ≥ 10% longer than the median rank's, slowest first.
+    pub stragglers: Vec<u64>,
+    /// Ranks where communication not hidden behind compute exceeds 10% of the step.
+    pub comm_bound: Vec<u64>,
 }
 
 impl Report {
@@ -115,7 +130,7 @@ impl Report {
 }
 
 /// The mean GPU busy share over the traces that have GPU work.
-pub fn mean_busy(lines: &[RankLine]) -> Option<f64> {
+pub(crate) fn mean_busy(lines: &[RankLine]) -> Option<f64> {
     let v: Vec<f64> = lines.iter().filter_map(|l| l.gpu_busy_pct).collect();
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
@@ -172,7 +187,7 @@ fn breakdown_line(b: &StepRow) -> String {
 }
 
 /// The measured DataLoader share, with the plugin's figure beside it and why they differ.
-pub fn dataloader_line(t: &TraceSummary) -> String {
+pub(crate) fn dataloader_line(t: &TraceSummary) -> String {
     let b = &t.breakdown;
     let plugin = pct(b.dataloader_us, b.total_us);
     let measured = t.dataloader.share_pct;
@@ -193,7 +208,7 @@ pub fn dataloader_line(t: &TraceSummary) -> String {
 }
 
 /// NCCL time not hidden behind compute, when the plugin's `communication` category misses it.
-pub fn communication_line(t: &TraceSummary) -> Option<String> {
+pub(crate) fn communication_line(t: &TraceSummary) -> Option<String> {
     let b = &t.breakdown;
     let exposed = t.communication.exposed_us_per_step;
     if t.communication.kernel_us <= 0.0 || exposed <= 0.0 {
@@ -215,7 +230,7 @@ pub fn communication_line(t: &TraceSummary) -> Option<String> {
     ))
 }
 
-pub fn steps_table(steps: &[StepRow], markdown: bool) -> String {
+pub(crate) fn steps_table(steps: &[StepRow], markdown: bool) -> String {
     let mut o = String::new();
     let head = [
         "step", "kernel", "memcpy", "memset", "comm", "runtime", "dataload", "cpu_op", "other",
@@ -256,7 +271,7 @@ pub fn steps_table(steps: &[StepRow], markdown: bool) -> String {
 
 /// The few evidence entries that decide each finding (all of them are in the JSON and with
 /// `--verbose`).
-pub fn deciding_keys(id: FindingId) -> &'static [&'static str] {
+pub(crate) fn deciding_keys(id: FindingId) -> &'static [&'static str] {
     match id {
         FindingId::InputBound => &[
             "dataloader_pct",
@@ -284,7 +299,7 @@ pub fn deciding_keys(id: FindingId) -> &'static [&'static str] {
 }
 
 /// `name=value, ...`: the deciding entries, or all of them when `all`.
-pub fn evidence_list(f: &Finding, all: bool) -> String {
+pub(crate) fn evidence_list(f: &Finding, all: bool) -> String {
     let keys = deciding_keys(f.id);
     let shown: Vec<String> = f
         .evidence

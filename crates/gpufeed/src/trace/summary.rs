@@ -492,7 +492,7 @@ pub fn breakdown(windows: &[(f64, f64, String)], roles: &[Vec<Range>; 7]) -> Vec
         .collect()
 }
 
-pub fn average(steps: &[StepRow]) -> StepRow {
+pub(crate) fn average(steps: &[StepRow]) -> StepRow {
     let n = steps.len().max(1) as f64;
     let mut a = StepRow {
         step: "average".into(),

@@ -33,7 +33,7 @@ impl Focus {
             Focus::Procs => Focus::Gpus,
         }
     }
-    pub fn prev(self) -> Focus {
+    pub(crate) fn prev(self) -> Focus {
         self.next().next()
     }
 }

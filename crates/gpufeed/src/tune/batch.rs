@@ -5,32 +5,7 @@
 use super::trial::TrialExit;
 use serde::{Deserialize, Serialize};
 
-/// Output that means the job ran out of memory (GPU or host), with a short name for each.
-pub const OOM_MARKERS: &[(&str, &str)] = &[
-    ("CUDA out of memory", "cuda_oom"),
-    ("OutOfMemoryError", "cuda_oom"),
-    (" out of memory.", "out_of_memory"),
-    ("CUBLAS_STATUS_ALLOC_FAILED", "cublas_alloc_failed"),
-    ("CUDNN_STATUS_NOT_SUPPORTED", "cudnn_not_supported"),
-    ("DefaultCPUAllocator: can't allocate memory", "host_oom"),
-    ("RESOURCE_EXHAUSTED", "jax_resource_exhausted"),
-    ("PT_DEVMEM Allocation failed", "device_alloc_failed"),
-    ("is killed by signal", "dataloader_worker_killed"),
-];
-
-/// The kind of out-of-memory a line reports, if any.
-pub fn oom_marker(line: &str) -> Option<&'static str> {
-    OOM_MARKERS.iter().find_map(|(pat, kind)| {
-        if !line.contains(pat) {
-            return None;
-        }
-        // `DataLoader worker (pid N) is killed by signal`: only that sentence, not any kill.
-        if *kind == "dataloader_worker_killed" && !line.contains("DataLoader worker") {
-            return None;
-        }
-        Some(*kind)
-    })
-}
+pub use super::oom::{oom_marker, OOM_MARKERS};
 
 /// How a trial of one batch size went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,7 +18,7 @@ pub enum Verdict {
 
 /// OOM when a failed trial printed a known message, or was SIGKILLed (the host OOM killer: gpufeed
 /// did not send that signal), or exited 137 (a shell reporting the same).
-pub fn classify(exit: &TrialExit, oom_line: Option<&str>) -> (Verdict, Option<String>) {
+pub(crate) fn classify(exit: &TrialExit, oom_line: Option<&str>) -> (Verdict, Option<String>) {
     if exit.ok() {
         return (Verdict::Ok, None);
     }
@@ -148,7 +123,7 @@ pub struct Recommendation {
 
 /// Chooses the batch to use: at most `max_batch`, with peak GPU memory at most `target` (0–1) of
 /// the total. `points` are successful trials `(batch, peak memory bytes)`.
-pub fn recommend(
+pub(crate) fn recommend(
     max_batch: u64,
     points: &[(u64, u64)],
     mem_total_bytes: Option<u64>,

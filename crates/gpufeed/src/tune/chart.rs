@@ -15,7 +15,7 @@ const GREEN: RGBColor = RGBColor(44, 160, 44);
 const GREY: RGBColor = RGBColor(153, 153, 153);
 
 /// A round tick step giving about `n` ticks up to `max`.
-pub fn nice_step(max: f64, n: f64) -> f64 {
+pub(crate) fn nice_step(max: f64, n: f64) -> f64 {
     if max.is_nan() || max <= 0.0 || !max.is_finite() {
         return 1.0;
     }

@@ -4,7 +4,7 @@
 //!
 //! - [`params`]: `-L name v1,v2` lists, their Cartesian product and `{name}` substitution.
 //! - [`progress`]: throughput from tqdm-style progress lines or a user regex.
-//! - [`steady`]: warm-up detection (MSER-5) and batch-means confidence intervals.
+//! - [`crate::stats::steady`]: warm-up detection (MSER-5) and batch-means confidence intervals.
 //! - [`trial`]: one trial: spawn, observe, stop the whole process tree, summarise.
 //! - [`sweep`]: results, the sweet spot, and the table/JSON/CSV/Markdown reports.
 //! - [`chart`]: the SVG chart of throughput and GPU utilization against the knob.
@@ -14,16 +14,16 @@
 
 pub mod batch;
 pub mod chart;
+pub mod oom;
 pub mod params;
 pub mod patch;
 pub mod plan;
 pub mod progress;
 pub mod report;
-pub mod steady;
 pub mod sweep;
 pub mod trial;
 
-/// Errors of the tuner. The command layer maps them to exit codes with [`TuneError::exit_code`].
+/// Errors of the tuner. Each says its exit code through [`crate::exit::HasExit`].
 #[derive(Debug, thiserror::Error)]
 pub enum TuneError {
     #[error("{0}")]
@@ -45,14 +45,15 @@ pub enum TuneError {
     },
 }
 
-impl TuneError {
-    pub fn exit_code(&self) -> u8 {
+impl crate::exit::HasExit for TuneError {
+    fn exit(&self) -> crate::exit::Exit {
+        use crate::exit::Exit;
         match self {
-            TuneError::Usage(_) => crate::exit::USAGE,
-            TuneError::Job(e) => e.exit_code(),
-            TuneError::Inject(e) => e.exit_code(),
-            TuneError::Record(_) | TuneError::Write { .. } => crate::exit::INPUT,
-            _ => crate::exit::FAILURE,
+            TuneError::Usage(_) => Exit::Usage,
+            TuneError::Job(e) => e.exit(),
+            TuneError::Inject(e) => e.exit(),
+            TuneError::Record(_) | TuneError::Write { .. } => Exit::Input,
+            _ => Exit::Failure,
         }
     }
 }

@@ -32,7 +32,7 @@ impl Setting {
             .join(" ")
     }
     /// Sum of list positions: how far into the lists (how costly) this setting is.
-    pub fn cost(&self) -> usize {
+    pub(crate) fn cost(&self) -> usize {
         self.positions.iter().sum()
     }
 }
@@ -44,7 +44,7 @@ fn valid_name(n: &str) -> bool {
 }
 
 /// Parses `-L` pairs (`name`, `v1,v2,...`).
-pub fn parse_knobs(pairs: &[String]) -> Result<Vec<Knob>, TuneError> {
+pub(crate) fn parse_knobs(pairs: &[String]) -> Result<Vec<Knob>, TuneError> {
     let mut knobs: Vec<Knob> = Vec::new();
     for pair in pairs.chunks(2) {
         let [name, list] = pair else {
@@ -83,7 +83,7 @@ pub fn parse_knobs(pairs: &[String]) -> Result<Vec<Knob>, TuneError> {
 }
 
 /// Parses `--env NAME=template`.
-pub fn parse_env(specs: &[String]) -> Result<Vec<(String, String)>, TuneError> {
+pub(crate) fn parse_env(specs: &[String]) -> Result<Vec<(String, String)>, TuneError> {
     specs
         .iter()
         .map(|s| {
@@ -101,7 +101,7 @@ pub fn parse_env(specs: &[String]) -> Result<Vec<(String, String)>, TuneError> {
 }
 
 /// The Cartesian product, first knob varying slowest.
-pub fn product(knobs: &[Knob]) -> Vec<Setting> {
+pub(crate) fn product(knobs: &[Knob]) -> Vec<Setting> {
     let mut out = vec![Setting {
         values: vec![],
         positions: vec![],
@@ -121,39 +121,10 @@ pub fn product(knobs: &[Knob]) -> Vec<Setting> {
     out
 }
 
-/// Replaces every `{name}` of the setting in `text`.
-pub fn substitute(text: &str, setting: &[(String, String)]) -> String {
-    // One pass over the template: a value is copied as it is, never searched for `{name}` again
-    // (`-L a '{b}' -L b X` gives `a={b}`, not `a=X`).
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(open) = rest.find('{') {
-        out.push_str(&rest[..open]);
-        let after = &rest[open + 1..];
-        let hit = after.find('}').and_then(|close| {
-            let name = &after[..close];
-            setting
-                .iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| (v, close))
-        });
-        match hit {
-            Some((v, close)) => {
-                out.push_str(v);
-                rest = &after[close + 1..];
-            }
-            None => {
-                out.push('{');
-                rest = after;
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
+pub use crate::inject::substitute;
 
 /// Checks every knob appears as `{name}` in the command or in an environment template.
-pub fn check_used(
+pub(crate) fn check_used(
     knobs: &[Knob],
     command: &[String],
     env: &[(String, String)],
@@ -173,7 +144,7 @@ pub fn check_used(
 }
 
 /// A value as JSON: a number when it reads as one, else a string.
-pub fn json_value(v: &str) -> serde_json::Value {
+pub(crate) fn json_value(v: &str) -> serde_json::Value {
     if let Ok(i) = v.parse::<i64>() {
         return i.into();
     }

@@ -111,7 +111,13 @@ fn is_literal(v: &str) -> bool {
 }
 
 /// Applies `edits` to the call of `callee` that spans `line` of `text` (`path` for the notes).
-pub fn edit_call(text: &str, path: &str, line: usize, callee: &str, edits: &[Edit]) -> SiteChange {
+pub(crate) fn edit_call(
+    text: &str,
+    path: &str,
+    line: usize,
+    callee: &str,
+    edits: &[Edit],
+) -> SiteChange {
     let mut out = SiteChange::default();
     let Some((open, close)) = call_span(text, line, callee) else {
         out.notes.push(format!(
@@ -211,7 +217,7 @@ pub fn edit_call(text: &str, path: &str, line: usize, callee: &str, edits: &[Edi
 }
 
 /// A unified diff (`a/PATH`, `b/PATH`) that `git apply` and `patch -p1` take.
-pub fn unified(path: &str, old: &str, new: &str) -> String {
+pub(crate) fn unified(path: &str, old: &str, new: &str) -> String {
     similar::TextDiff::from_lines(old, new)
         .unified_diff()
         .context_radius(3)

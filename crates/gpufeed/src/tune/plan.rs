@@ -3,8 +3,8 @@
 //! speed-up of the final interleaved re-run.
 
 use super::trial::Throughput;
-use crate::compare::{ratio_ci, Speedup};
 use crate::finding::{Finding, FindingId};
+use crate::stats::{ratio_ci, Speedup};
 use serde::{Deserialize, Serialize};
 
 /// A knob `tune` can turn with no code change (through `--dataloader` / `--torch`).
@@ -33,12 +33,12 @@ impl Knob {
     }
 
     /// A DataLoader argument (else a global torch switch).
-    pub fn is_dataloader(self) -> bool {
+    pub(crate) fn is_dataloader(self) -> bool {
         !matches!(self, Knob::MatmulPrecision | Knob::CudnnBenchmark)
     }
 
     /// A knob for an input-bound job (the loader's parallelism and prefetching).
-    pub fn is_input(self) -> bool {
+    pub(crate) fn is_input(self) -> bool {
         matches!(
             self,
             Knob::NumWorkers | Knob::PersistentWorkers | Knob::PrefetchFactor
@@ -55,7 +55,7 @@ impl Knob {
     }
 
     /// The value as Python source, for the patch.
-    pub fn python_value(self, v: &str) -> String {
+    pub(crate) fn python_value(self, v: &str) -> String {
         match (self, v) {
             (Knob::MatmulPrecision, v) => format!("\"{v}\""),
             (Knob::PersistentWorkers | Knob::PinMemory | Knob::CudnnBenchmark, "1") => {
@@ -90,7 +90,7 @@ pub const MIN_GAIN: f64 = 0.05;
 pub const MAX_WORKERS: u32 = 64;
 
 /// `num_workers` values to try: powers of two from 2 up to the cores per rank.
-pub fn worker_values(cores_per_rank: u32) -> Vec<String> {
+pub(crate) fn worker_values(cores_per_rank: u32) -> Vec<String> {
     let mut v = vec![];
     let mut w = 2u32;
     while w <= cores_per_rank.max(2) {
@@ -101,7 +101,7 @@ pub fn worker_values(cores_per_rank: u32) -> Vec<String> {
 }
 
 /// The next value of an extended `num_workers` range (`None` at the cap).
-pub fn extend_workers(last: &str) -> Option<String> {
+pub(crate) fn extend_workers(last: &str) -> Option<String> {
     let w: u32 = last.parse().ok()?;
     (w < MAX_WORKERS).then(|| (w * 2).max(2).to_string())
 }
@@ -223,13 +223,13 @@ pub fn gain(best: &Throughput, cand: &Throughput) -> Option<(f64, [f64; 2])> {
 
 /// A candidate is kept when the interval of its ratio to the best lies above 1 and it gains at
 /// least [`MIN_GAIN`].
-pub fn clears(best: &Throughput, cand: &Throughput) -> bool {
+pub(crate) fn clears(best: &Throughput, cand: &Throughput) -> bool {
     gain(best, cand).is_some_and(|(r, [lo, _])| lo > 1.0 && r >= 1.0 + MIN_GAIN)
 }
 
 /// The speed-up of the interleaved re-run: the mean of the AFTER runs over the mean of the
 /// BEFORE runs, each run's interval pooled into the mean's.
-pub fn ab_speedup(before: &[&Throughput], after: &[&Throughput]) -> Option<Speedup> {
+pub(crate) fn ab_speedup(before: &[&Throughput], after: &[&Throughput]) -> Option<Speedup> {
     let pooled = |xs: &[&Throughput]| {
         let n = xs.len() as f64;
         if xs.is_empty() || xs.iter().any(|t| t.unit != xs[0].unit) {

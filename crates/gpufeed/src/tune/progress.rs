@@ -46,7 +46,7 @@ fn rate_re() -> &'static Regex {
 }
 
 /// The multiplier of a decimal SI prefix.
-pub fn scale_of(prefix: &str) -> f64 {
+pub(crate) fn scale_of(prefix: &str) -> f64 {
     match prefix {
         "k" => 1e3,
         "M" => 1e6,
@@ -61,7 +61,7 @@ pub fn scale_of(prefix: &str) -> f64 {
 }
 
 /// Parses one tqdm-style line; `None` when it is not one.
-pub fn parse_tqdm(line: &str) -> Option<Reading> {
+pub(crate) fn parse_tqdm(line: &str) -> Option<Reading> {
     let caps = bracket_re().captures_iter(line).last()?;
     let whole = caps.get(0)?;
     let token = caps.get(1)?.as_str().trim();
@@ -180,7 +180,7 @@ pub struct LineSplitter {
 
 impl LineSplitter {
     /// Feeds bytes; calls `line` for each complete non-empty line.
-    pub fn feed(&mut self, bytes: &[u8], mut line: impl FnMut(&str)) {
+    pub(crate) fn feed(&mut self, bytes: &[u8], mut line: impl FnMut(&str)) {
         for &b in bytes {
             if b == b'\n' || b == b'\r' {
                 if !self.partial.is_empty() {

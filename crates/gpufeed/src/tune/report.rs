@@ -3,7 +3,7 @@
 
 use super::plan::{Knob, KnobPlan};
 use super::sweep::{fmt_num, TrialResult};
-use crate::compare::Speedup;
+use crate::stats::Speedup;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
@@ -127,7 +127,7 @@ fn ratio(g: Option<f64>, ci: Option<[f64; 2]>) -> String {
 }
 
 /// "2.9× faster (2.6–3.2)".
-pub fn faster_words(s: &Speedup) -> String {
+pub(crate) fn faster_words(s: &Speedup) -> String {
     let ci = s
         .ci95
         .map(|[l, h]| format!(" ({l:.2}–{h:.2})"))

@@ -147,7 +147,7 @@ impl SweepReport {
     /// Sets [`SweepReport::overrides_never_applied`] (and clears the sweet spot) when every
     /// trial that ran reported no override. `knobs_only_injected`: the knobs appear nowhere but in
     /// `--dataloader` / `--torch` values.
-    pub fn check_overrides(&mut self, knobs_only_injected: bool) {
+    pub(crate) fn check_overrides(&mut self, knobs_only_injected: bool) {
         let ran: Vec<&TrialResult> = self
             .results
             .iter()
@@ -342,7 +342,7 @@ pub const NO_RATE_HELP: &str =
 gpufeed has it) to time the training loop.";
 
 /// Three significant digits, no exponent for everyday magnitudes.
-pub fn fmt_num(x: f64) -> String {
+pub(crate) fn fmt_num(x: f64) -> String {
     let a = x.abs();
     if a >= 100.0 {
         format!("{x:.0}")
@@ -375,7 +375,7 @@ fn status_word(r: &TrialResult) -> String {
 }
 
 /// `DataLoader(num_workers=8) at train.py:42, was 0`, one per override, or why there is none.
-pub fn overridden_cell(r: &TrialResult) -> String {
+pub(crate) fn overridden_cell(r: &TrialResult) -> String {
     match &r.overrides {
         None => "-".into(),
         Some(o) if o.is_empty() => "nothing (see notes)".into(),
@@ -388,7 +388,7 @@ pub fn overridden_cell(r: &TrialResult) -> String {
 }
 
 /// What a page shows under the verdict: why overrides never applied, then every override note.
-pub fn notes_for_page(rep: &SweepReport) -> Vec<String> {
+pub(crate) fn notes_for_page(rep: &SweepReport) -> Vec<String> {
     let mut v: Vec<String> = rep
         .overrides_never_applied
         .iter()

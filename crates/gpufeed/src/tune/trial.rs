@@ -2,7 +2,6 @@
 //! whole process tree once the throughput is steady (or at `max_time`), and summarise.
 
 use super::progress::{parse_tqdm, LineSplitter, RateRegex};
-use super::steady::{estimate, from_counts, from_rates, Estimate, Interval};
 use super::TuneError;
 use crate::job::{Job, JobExit, SpawnOpts};
 use crate::record::format::{End, Line, OverridesLine};
@@ -11,6 +10,7 @@ use crate::record::recorder::{Prepared, RecorderConfig};
 use crate::record::summary::{Summary, SummaryBuilder};
 use crate::sample::steps::{monotonic_ns, StepMark, StepSocket, ENV_VAR};
 use crate::sample::GpuSample;
+use crate::stats::steady::{estimate, from_counts, from_rates, Estimate, Interval};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{Read, Write};
@@ -86,7 +86,7 @@ pub struct Throughput {
 
 impl Throughput {
     /// CI half-width relative to the value.
-    pub fn rel_half_width(&self) -> Option<f64> {
+    pub(crate) fn rel_half_width(&self) -> Option<f64> {
         match (self.ci_low, self.ci_high) {
             (Some(l), Some(h)) if self.value > 0.0 => Some((h - l) / 2.0 / self.value),
             _ => None,
@@ -207,7 +207,7 @@ impl Obs {
         if let Some(x) = regex.and_then(|re| re.rate(line)) {
             self.regex.push((t_s, x));
         }
-        if self.oom.is_none() && super::batch::oom_marker(line).is_some() {
+        if self.oom.is_none() && super::oom::oom_marker(line).is_some() {
             self.oom = Some(line.trim().to_string());
         }
         // A redrawn progress bar replaces its previous drawing.
@@ -531,7 +531,7 @@ struct Running {
 
 /// Runs one trial. `interrupt` (set by a Ctrl-C handler) stops it early; `on_tick` is called about
 /// four times a second with the live estimate.
-pub fn run_trial(
+pub(crate) fn run_trial(
     spec: &TrialSpec,
     interrupt: &AtomicBool,
     on_tick: impl FnMut(&Live),

@@ -8,7 +8,7 @@ use crate::finding::{Finding, FindingId, Severity};
 pub const IMBALANCE_PTS: f64 = 20.0;
 
 /// `gpu_imbalance`: some GPUs of the job work much less than others.
-pub fn gpu_imbalance(e: &Evidence) -> Option<Finding> {
+pub(crate) fn gpu_imbalance(e: &Evidence) -> Option<Finding> {
     let active: Vec<(u32, f64)> = e
         .measured_gpus()
         .filter_map(|g| g.util_mean_pct.map(|u| (g.index, u)))

@@ -8,7 +8,7 @@ use crate::finding::{Basis, Finding, FindingId, Severity};
 pub const IDLE_PCT: f64 = 5.0;
 
 /// `gpu_idle`: the GPUs did essentially nothing.
-pub fn gpu_idle(e: &Evidence) -> Option<Finding> {
+pub(crate) fn gpu_idle(e: &Evidence) -> Option<Finding> {
     let busy = e.busy_fraction()?;
     if busy * 100.0 >= IDLE_PCT {
         return None;
@@ -42,7 +42,7 @@ pub const SMALLEST_TRAINING_GPU_BYTES: u64 = 8 << 30;
 /// Peak memory in use as a share of the GPU's, and whether the total was assumed: measured when
 /// the total is known; else, for a small absolute use (under a quarter of the smallest training
 /// GPU's 8 GB, a wide margin), its share of 8 GB, an upper bound on the true share.
-pub fn used_fraction(e: &Evidence) -> Option<(f64, bool)> {
+pub(crate) fn used_fraction(e: &Evidence) -> Option<(f64, bool)> {
     if let Some(f) = e.mem_used_max_fraction() {
         return Some((f, false));
     }
@@ -58,7 +58,7 @@ pub fn used_fraction(e: &Evidence) -> Option<(f64, bool)> {
 
 /// Confidence that a batch or model too small for the GPU explains its low utilization, from
 /// how free memory stayed and how little the utilization looks starved.
-pub fn batch_confidence(e: &Evidence) -> Option<f64> {
+pub(crate) fn batch_confidence(e: &Evidence) -> Option<f64> {
     let (used, _) = used_fraction(e)?;
     if used >= input::MOSTLY_FREE {
         return None;

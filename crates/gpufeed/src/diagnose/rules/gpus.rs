@@ -38,7 +38,7 @@ impl GpuState {
 }
 
 /// The state of one measured GPU (`None` without utilization samples).
-pub fn gpu_state(e: &Evidence, g: &GpuEvidence) -> Option<GpuState> {
+pub(crate) fn gpu_state(e: &Evidence, g: &GpuEvidence) -> Option<GpuState> {
     let b = g.busy_fraction?;
     Some(if e.is_unused(g) {
         GpuState::Unused
@@ -107,7 +107,7 @@ pub fn gpu_unused(e: &Evidence) -> Option<Finding> {
 }
 
 /// CUDA compute capability major from a GPU's marketing name, where the name says it clearly.
-pub fn arch_major_from_name(name: &str) -> Option<u32> {
+pub(crate) fn arch_major_from_name(name: &str) -> Option<u32> {
     let n = name.to_ascii_uppercase();
     let toks: Vec<&str> = n
         .split(|c: char| c.is_whitespace() || c == '-' || c == '_')

@@ -7,8 +7,7 @@ use super::{r1, r2, r3};
 use crate::diagnose::evidence::{Evidence, Origin, SATURATED_PROC_PCT};
 use crate::finding::{Finding, FindingId, Severity};
 
-/// Busy fraction under which a starving signature matters.
-pub const STARVED_BUSY: f64 = 0.80;
+pub use super::STARVED_BUSY;
 /// Busy fraction under which host-side evidence alone is enough to call starvation.
 pub const LOW_BUSY: f64 = 0.60;
 
@@ -35,7 +34,7 @@ impl Kind {
 }
 
 /// Does the utilization itself look starved: a repeating busy/idle pattern or two levels?
-pub fn starving_signature(e: &Evidence) -> bool {
+pub(crate) fn starving_signature(e: &Evidence) -> bool {
     let busy = match e.busy_fraction() {
         Some(b) => b,
         None => return false,
@@ -44,14 +43,14 @@ pub fn starving_signature(e: &Evidence) -> bool {
 }
 
 /// The I/O side is stalling: processes in D state, io pressure, or iowait.
-pub fn io_stalled(e: &Evidence) -> bool {
+pub(crate) fn io_stalled(e: &Evidence) -> bool {
     e.job.d_state_time_fraction.is_some_and(|f| f >= 0.2)
         || e.host.psi_io_some_mean_pct.is_some_and(|p| p >= 20.0)
         || e.host.iowait_mean_pct.is_some_and(|p| p >= 20.0)
 }
 
 /// Every core is busy (or CPU pressure is high).
-pub fn cpu_full(e: &Evidence) -> bool {
+pub(crate) fn cpu_full(e: &Evidence) -> bool {
     let by_mean = e.host.cpu_mean_pct.is_some_and(|c| c >= 85.0);
     let by_cores = match (e.host.idle_cores_mean, e.host.cpu_count) {
         (Some(idle), Some(n)) if n > 1 => {
@@ -66,7 +65,7 @@ pub fn cpu_full(e: &Evidence) -> bool {
 
 /// Cores kept busy by processes outside the job, when they outweigh the job's own use
 /// (a noisy neighbour): (others' cores, the job's cores).
-pub fn other_load(e: &Evidence) -> Option<(f64, f64)> {
+pub(crate) fn other_load(e: &Evidence) -> Option<(f64, f64)> {
     if e.job.samples == 0 {
         return None;
     }
@@ -78,13 +77,13 @@ pub fn other_load(e: &Evidence) -> Option<(f64, f64)> {
 }
 
 /// The training loop's own process is pinned at a core.
-pub fn main_saturated(e: &Evidence) -> bool {
+pub(crate) fn main_saturated(e: &Evidence) -> bool {
     e.job.main_saturated_fraction.is_some_and(|f| f >= 0.6)
         || e.job.main_cpu_mean_pct.is_some_and(|c| c >= 90.0)
 }
 
 /// Workers pinned at a core while cores sit idle.
-pub fn workers_short(e: &Evidence) -> bool {
+pub(crate) fn workers_short(e: &Evidence) -> bool {
     let idle = e.host.idle_cores_mean.unwrap_or(0.0);
     let saturated = e.job.saturated_workers >= 1
         || e.job
@@ -114,7 +113,7 @@ fn kind_by_thresholds(e: &Evidence) -> Kind {
 /// When no threshold is met but host or process data exist, the kind whose figures come
 /// nearest to their threshold (each score is figure / threshold): a worker at 80% of a core
 /// beside a core that is only mostly idle is still a worker short, not "unknown".
-pub fn nearest_kind(e: &Evidence) -> Option<(Kind, f64)> {
+pub(crate) fn nearest_kind(e: &Evidence) -> Option<(Kind, f64)> {
     if !e.has_host() && !e.has_job() {
         return None;
     }
@@ -150,7 +149,7 @@ pub fn nearest_kind(e: &Evidence) -> Option<(Kind, f64)> {
 
 /// Starvation and its kind, when there is starvation. With host or process data the kind is
 /// always decided: by the thresholds, else the nearest one ([`nearest_kind`]).
-pub fn classify(e: &Evidence) -> Option<Kind> {
+pub(crate) fn classify(e: &Evidence) -> Option<Kind> {
     let busy = e.busy_fraction()?;
     // The training loop's measured wait says it is not waiting for its input: whatever starves
     // the GPU, it is not the data (see `stacks`).
@@ -175,13 +174,13 @@ pub fn classify(e: &Evidence) -> Option<Kind> {
 }
 
 /// The kind was named by a threshold (rather than as the nearest one).
-pub fn kind_is_clear(e: &Evidence) -> bool {
+pub(crate) fn kind_is_clear(e: &Evidence) -> bool {
     kind_by_thresholds(e) != Kind::Unknown
 }
 
 /// `num_workers` worth trying: enough saturated workers to keep the GPU busy, within the cores
 /// one GPU can use (leaving one for the training loop).
-pub fn recommended_workers(e: &Evidence) -> Option<(u32, u32)> {
+pub(crate) fn recommended_workers(e: &Evidence) -> Option<(u32, u32)> {
     let cores = e.cores_per_gpu()?;
     // Leave the training loop what it uses (at least a tenth of a core).
     let main = (e.job.main_cpu_mean_pct.unwrap_or(100.0) / 100.0).clamp(0.1, 1.0);
@@ -199,7 +198,7 @@ pub fn recommended_workers(e: &Evidence) -> Option<(u32, u32)> {
 }
 
 /// DataLoader workers per GPU (per rank): the job's workers split over the GPUs it drives.
-pub fn workers_per_gpu(e: &Evidence) -> u32 {
+pub(crate) fn workers_per_gpu(e: &Evidence) -> u32 {
     let gpus = e.measured_gpus().count().max(e.job.rank_pids.len()).max(1) as u32;
     e.job.workers_max.div_ceil(gpus)
 }
@@ -453,7 +452,7 @@ fn main_loading_workers(e: &Evidence) -> Option<u32> {
 
 /// Memory peaked under half of the total on the used GPUs: a batch or model far too small for
 /// the GPU is a candidate cause of low utilization.
-pub fn memory_mostly_free(e: &Evidence) -> bool {
+pub(crate) fn memory_mostly_free(e: &Evidence) -> bool {
     e.mem_used_max_fraction().is_some_and(|m| m < MOSTLY_FREE)
 }
 

@@ -51,16 +51,11 @@ pub fn sampling_factor(interval_s: Option<f64>) -> f64 {
     }
 }
 
-/// Rounds for evidence maps (keeps reports readable and snapshots stable).
-pub(crate) fn r1(x: f64) -> f64 {
-    (x * 10.0).round() / 10.0
-}
-pub(crate) fn r2(x: f64) -> f64 {
-    (x * 100.0).round() / 100.0
-}
-pub(crate) fn r3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
-}
+pub(crate) use crate::units::{r1, r2, r3};
+
+/// Busy fraction under which a starving signature matters (`input`); at or above it the GPU's
+/// busy figure is trusted over the Python stacks' (`stacks`).
+pub const STARVED_BUSY: f64 = 0.80;
 
 #[cfg(test)]
 pub(crate) mod fixtures {
@@ -113,7 +108,7 @@ pub(crate) mod fixtures {
     }
 
     /// The same evidence as an nvidia-smi log would give: GPUs only, sampled every `interval_s`.
-    pub fn as_log(mut e: Evidence, interval_s: f64) -> Evidence {
+    pub(crate) fn as_log(mut e: Evidence, interval_s: f64) -> Evidence {
         e.host = Default::default();
         e.job = Default::default();
         e.origin = Origin::GpuLog;
@@ -176,7 +171,7 @@ pub(crate) mod fixtures {
         e
     }
 
-    pub fn all_cores_busy(mut e: Evidence) -> Evidence {
+    pub(crate) fn all_cores_busy(mut e: Evidence) -> Evidence {
         e.host.cpu_mean_pct = Some(97.0);
         e.host.idle_cores_mean = Some(0.0);
         e.host.busy_cores_mean = Some(7.8);
@@ -189,7 +184,7 @@ pub(crate) mod fixtures {
         e
     }
 
-    pub fn io_stuck(mut e: Evidence) -> Evidence {
+    pub(crate) fn io_stuck(mut e: Evidence) -> Evidence {
         e.host.psi_io_some_mean_pct = Some(55.0);
         e.host.psi_io_full_mean_pct = Some(30.0);
         e.host.iowait_mean_pct = Some(25.0);

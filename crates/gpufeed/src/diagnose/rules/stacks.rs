@@ -3,7 +3,7 @@
 
 use super::{r1, r2};
 use crate::diagnose::evidence::Evidence;
-use crate::diagnose::pyloop::{Hotspot, PythonEvidence};
+use crate::diagnose::evidence::{Hotspot, PythonEvidence};
 use crate::finding::{Basis, Finding, FindingId, Severity};
 use crate::sample::pyphase::StageKind;
 
@@ -18,7 +18,7 @@ pub const NOT_WAITING_PCT: f64 = 10.0;
 pub const SYNC_PCT: f64 = 15.0;
 /// GPU busy fraction above which a measured data wait is overlapped by GPU work (the loop runs
 /// ahead of the device) rather than starving it.
-pub const GPU_BUSY_TRUSTED: f64 = super::input::STARVED_BUSY;
+pub const GPU_BUSY_TRUSTED: f64 = super::STARVED_BUSY;
 
 /// The kind of input bottleneck the stacks show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +64,7 @@ impl WaitSource {
 
 /// The measured data wait, when the stacks give one that can be judged, and its source: the
 /// probe's exact wait wins over the stacks' estimate when the job sent step markers with waits.
-pub fn data_wait_from(e: &Evidence) -> Option<(f64, WaitSource, &PythonEvidence)> {
+pub(crate) fn data_wait_from(e: &Evidence) -> Option<(f64, WaitSource, &PythonEvidence)> {
     let p = e.python.as_ref()?;
     match e.steps.as_ref().and_then(|s| s.data_wait_pct) {
         Some(w) => Some((w, WaitSource::StepProbe, p)),
@@ -78,7 +78,7 @@ pub fn data_wait(e: &Evidence) -> Option<(f64, &PythonEvidence)> {
 }
 
 /// Does GPU utilization contradict a measured wait (busy although the loop waits)?
-pub fn gpu_overlaps_wait(e: &Evidence) -> Option<f64> {
+pub(crate) fn gpu_overlaps_wait(e: &Evidence) -> Option<f64> {
     e.busy_fraction().filter(|b| *b >= GPU_BUSY_TRUSTED)
 }
 
@@ -105,7 +105,7 @@ pub const LOADING_WAITS_PCT: f64 = 50.0;
 
 /// Loading mostly waits (blocked in a read or a system call) rather than computes; the job's
 /// processes in D state a fifth of the time count as waiting too.
-pub fn loading_waits(e: &Evidence, p: &PythonEvidence) -> bool {
+pub(crate) fn loading_waits(e: &Evidence, p: &PythonEvidence) -> bool {
     p.data_io_pct.is_some_and(|x| x >= LOADING_WAITS_PCT)
         || e.job.d_state_time_fraction.is_some_and(|f| f >= 0.2)
 }
@@ -134,7 +134,7 @@ pub const WORKERS_LIMIT_BUSY_PCT: f64 = 50.0;
 /// [`WORKERS_LIMIT_BUSY_PCT`] are not the limit: the answer is `now`. An unknown busy share
 /// counts as fully busy. The machine's cores are not a cap here ([`workers_caveat`] says when
 /// the answer exceeds them).
-pub fn workers_needed(wait_pct: f64, now: u32, busy_pct: Option<f64>) -> u32 {
+pub(crate) fn workers_needed(wait_pct: f64, now: u32, busy_pct: Option<f64>) -> u32 {
     let w = (wait_pct / 100.0).clamp(0.0, 0.98);
     if now == 0 {
         return (w / (1.0 - w) - 1e-9).ceil().max(0.0) as u32 + 1;
@@ -148,7 +148,7 @@ pub fn workers_needed(wait_pct: f64, now: u32, busy_pct: Option<f64>) -> u32 {
 }
 
 /// Workers that fit beside the training loop on `cores` without sharing a core with it.
-pub fn workers_cap(cores: u32) -> u32 {
+pub(crate) fn workers_cap(cores: u32) -> u32 {
     cores.saturating_sub(1).max(1)
 }
 
@@ -167,7 +167,7 @@ fn cores_owner(cores: u32, ranks: usize) -> String {
 
 /// The caveat when `n` workers exceed what `cores` hold beside the loop: measure before trusting.
 /// `ranks`: the job's ranks on this node (0 or 1 for a single process).
-pub fn workers_caveat(n: u32, now: u32, cores: u32, ranks: usize) -> Option<String> {
+pub(crate) fn workers_caveat(n: u32, now: u32, cores: u32, ranks: usize) -> Option<String> {
     let cap = workers_cap(cores);
     (n > cap).then(|| {
         let mut vals = vec![now, cap, n];
@@ -434,7 +434,7 @@ fn fix(
 
 /// The DataLoader settings beside `num_workers` that can take effect on the recorded machine:
 /// no `pin_memory` where gpufeed knows there is no GPU (PyTorch ignores it there, with a warning).
-pub fn loader_flags(e: &Evidence) -> &'static str {
+pub(crate) fn loader_flags(e: &Evidence) -> &'static str {
     if e.no_gpu.is_some() {
         "persistent_workers=True"
     } else {
@@ -606,7 +606,7 @@ pub fn slow_rank(e: &Evidence) -> Option<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnose::pyloop::{PhasesPct, PyMain, RankLoop, SlowRank, SyncSite};
+    use crate::diagnose::evidence::{PhasesPct, PyMain, RankLoop, SlowRank, SyncSite};
     use crate::sample::pystacks::PyStatus;
 
     fn py(wait: f64) -> PythonEvidence {
@@ -680,7 +680,7 @@ mod tests {
         let f = input_bound(&e).unwrap();
         assert_eq!(f.evidence["data_wait_source"], "python_stacks");
         assert!(!f.evidence.contains_key("stacks_data_wait_pct"));
-        e.steps = Some(crate::diagnose::pyloop::StepEvidence {
+        e.steps = Some(crate::diagnose::evidence::StepEvidence {
             steps: 200,
             steps_per_s: Some(20.0),
             data_wait_pct: Some(12.0),

@@ -6,12 +6,13 @@
 //! Missing values are `N/A` or `-`. Neither prints a time by default: polls are counted, one
 //! interval apart (`-d`), unless a date/time column is present.
 
-use super::event::{Header, Line};
-use super::smi_csv::{log_header, parse_timestamp, LogError, LogInfo};
-use super::{GpuSample, GpuStatic};
+use super::smi_csv::{log_header, parse_timestamp};
+use super::{LogError, LogInfo, LogLine};
+use crate::sample::event::{Header, Line};
+use crate::sample::{GpuSample, GpuStatic};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::{BufReader, Read};
+use std::io::Read;
 
 /// Which tool wrote the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,27 +284,18 @@ pub fn read_dmon(
     mut visit: impl FnMut(&Line),
 ) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
     let interval = interval_s.unwrap_or(1.0);
-    let mut reader = BufReader::new(r);
     let mut cols: Option<Vec<Col>> = None;
     let mut info = LogInfo::default();
     let mut any = false;
     let mut acc = Acc::default();
     let mut pending_bad = false;
-    let mut buf = Vec::new();
-    loop {
-        let (n, overlong) =
-            super::read_line_capped(&mut reader, &mut buf, super::MAX_LOG_LINE_BYTES)
-                .map_err(|e| LogError::Io(e.to_string()))?;
-        if n == 0 {
-            break;
-        }
-        if overlong {
+    super::each_line(r, |line| {
+        let LogLine::Text(buf) = line else {
             any = true;
-            info.overlong += 1;
-            info.malformed += 1;
-            continue;
-        }
-        if cols.is_none() && super::looks_binary(&buf) {
+            info.overlong_line();
+            return Ok(());
+        };
+        if cols.is_none() && super::looks_binary(buf) {
             let article = if flavour == Flavour::Dcgmi { "a" } else { "an" };
             return Err(LogError::Format(super::smi_csv::not_a_log(&format!(
                 "{article} {}",
@@ -311,21 +303,21 @@ pub fn read_dmon(
             ))));
         }
         let complete = buf.last() == Some(&b'\n');
-        let text = String::from_utf8_lossy(&buf);
+        let text = String::from_utf8_lossy(buf);
         let line = text.trim();
         if line.is_empty() {
-            continue;
+            return Ok(());
         }
         any = true;
         if let Some(rest) = line.strip_prefix('#') {
             if let Some(c) = header_cols(rest, flavour) {
                 cols = Some(c);
             }
-            continue;
+            return Ok(());
         }
         let toks: Vec<&str> = line.split_whitespace().collect();
         if flavour == Flavour::Dcgmi && (toks == ["ID"] || toks[0] == "ID") {
-            continue;
+            return Ok(());
         }
         let Some(c) = cols.as_ref() else {
             return Err(LogError::Format(
@@ -340,7 +332,7 @@ pub fn read_dmon(
         let (idx, vals, c): (Option<u32>, &[&str], &[Col]) = match flavour {
             Flavour::Dcgmi => {
                 if toks[0] != "GPU" {
-                    continue;
+                    return Ok(());
                 }
                 (
                     toks.get(1).and_then(|t| t.parse().ok()),
@@ -356,18 +348,19 @@ pub fn read_dmon(
             } else {
                 info.truncated = true;
             }
-            continue;
+            return Ok(());
         }
         let row = Row::parse(c, vals, idx);
         let Some(index) = row.index else {
             pending_bad = complete;
             info.truncated |= !complete;
-            continue;
+            return Ok(());
         };
         let s = acc.take(index, row, interval);
         info.rows += 1;
         visit(&Line::Gpu(s));
-    }
+        Ok(())
+    })?;
     if pending_bad {
         info.truncated = true;
     }
@@ -435,7 +428,7 @@ mod tests {
                 rows: 2
             }
         );
-        let csv = crate::sample::smi_csv::read_smi_csv(
+        let csv = crate::import::smi_csv::read_smi_csv(
             std::io::Cursor::new("timestamp, utilization.gpu [%], memory.used [MiB]\n2026/12/02 12:00:00, [N/A], [N/A]\n2026/12/02 12:00:01, [N/A], [N/A]\n"),
             &Default::default(),
             |_| {},

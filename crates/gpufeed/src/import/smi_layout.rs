@@ -38,7 +38,7 @@ const TS_EPS_S: f64 = 0.0015;
 const AGREE: f64 = 0.8;
 
 /// The layout of rows without a GPU column, and a sentence for people on how it was found.
-pub fn detect(rows: &[Probe]) -> (Layout, String) {
+pub(crate) fn detect(rows: &[Probe]) -> (Layout, String) {
     let ts: Vec<f64> = rows.iter().filter_map(|r| r.ts).collect();
     let r = if !rows.is_empty() && ts.len() * 10 >= rows.len() * 9 {
         bursts(&ts)
@@ -87,7 +87,7 @@ fn bursts(ts: &[f64]) -> Result<(Layout, String), String> {
         let min = gaps.iter().fold(f64::INFINITY, |a, g| a.min(g.abs()));
         let note = one_gpu_note(&format!(
             "rows evenly spaced, {} apart",
-            seconds(median(&gaps))
+            seconds(abs_upper_median(&gaps))
         ));
         return Ok((
             Layout::Bursts {
@@ -131,7 +131,7 @@ fn bursts(ts: &[f64]) -> Result<(Layout, String), String> {
     let note = if n == 1 {
         one_gpu_note(&format!(
             "one row per reading, {} apart",
-            seconds(median(&between))
+            seconds(abs_upper_median(&between))
         ))
     } else {
         format!(
@@ -139,7 +139,7 @@ fn bursts(ts: &[f64]) -> Result<(Layout, String), String> {
              bursts of {n} within {} of each other, one row per GPU in order, {} between \
              bursts; {:.0}% of {} bursts hold {n} rows). GPU k is the k-th row of a burst.",
             seconds(within * (n - 1) as f64),
-            seconds(median(&between)),
+            seconds(abs_upper_median(&between)),
             share * 100.0,
             inner.len()
         )
@@ -221,10 +221,10 @@ fn mode(v: &[u32]) -> (u32, usize) {
         .unwrap_or((1, 0))
 }
 
-fn median(v: &[f64]) -> f64 {
+/// The upper median of the sizes of `v` (0 when empty): a gap the log holds, shown to people.
+fn abs_upper_median(v: &[f64]) -> f64 {
     let mut v: Vec<f64> = v.iter().map(|x| x.abs()).collect();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
+    crate::stats::upper_median(&mut v).unwrap_or(0.0)
 }
 
 fn seconds(s: f64) -> String {

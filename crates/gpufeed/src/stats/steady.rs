@@ -13,6 +13,8 @@
 //! Student's t over the block rates. A trial is steady when the interval's half-width is at most
 //! `rel_tol` (3%) of the median block rate.
 
+use super::t975;
+
 /// One interval of the throughput series.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Interval {
@@ -22,7 +24,7 @@ pub struct Interval {
 }
 
 /// Intervals from a counter: `(t_s, cumulative count)` points in time order.
-pub fn from_counts(points: &[(f64, f64)]) -> Vec<Interval> {
+pub(crate) fn from_counts(points: &[(f64, f64)]) -> Vec<Interval> {
     points
         .windows(2)
         .filter_map(|w| {
@@ -39,7 +41,7 @@ pub fn from_counts(points: &[(f64, f64)]) -> Vec<Interval> {
 
 /// Intervals from shown rates: `(t_s, rate)` readings in time order (the first one only starts
 /// the clock).
-pub fn from_rates(points: &[(f64, f64)]) -> Vec<Interval> {
+pub(crate) fn from_rates(points: &[(f64, f64)]) -> Vec<Interval> {
     points
         .windows(2)
         .filter_map(|w| {
@@ -89,7 +91,7 @@ fn weighted_mean(iv: &[Interval]) -> f64 {
 }
 
 /// MSER-5: index of the first interval of the steady part.
-pub fn warmup_cut(iv: &[Interval]) -> usize {
+pub(crate) fn warmup_cut(iv: &[Interval]) -> usize {
     let batches: Vec<f64> = iv.chunks_exact(5).map(weighted_mean).collect();
     let k = batches.len();
     if k < 4 {
@@ -107,32 +109,6 @@ pub fn warmup_cut(iv: &[Interval]) -> usize {
         }
     }
     best.1 * 5
-}
-
-/// Student's t quantile for a two-sided 95% interval.
-pub fn t975(df: usize) -> f64 {
-    const T: [f64; 30] = [
-        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-        2.052, 2.048, 2.045, 2.042,
-    ];
-    match df {
-        0 => f64::INFINITY,
-        1..=30 => T[df - 1],
-        31..=60 => 2.000,
-        61..=120 => 1.980,
-        _ => 1.960,
-    }
-}
-
-fn median(xs: &mut [f64]) -> f64 {
-    xs.sort_by(|a, b| a.total_cmp(b));
-    let n = xs.len();
-    if n % 2 == 1 {
-        xs[n / 2]
-    } else {
-        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
-    }
 }
 
 /// The estimate over `iv` (in time order); `None` with fewer than two intervals.
@@ -154,7 +130,7 @@ pub fn estimate(iv: &[Interval], rel_tol: f64) -> Option<Estimate> {
         let mean = block_rates.iter().sum::<f64>() / k as f64;
         let var = block_rates.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (k - 1) as f64;
         let hw = t975(k - 1) * (var / k as f64).sqrt();
-        let med = median(&mut block_rates);
+        let med = super::median(&mut block_rates).unwrap_or(f64::NAN);
         let rel = if med > 0.0 { hw / med } else { f64::INFINITY };
         (value - hw, value + hw, rel)
     } else {

@@ -11,219 +11,18 @@
 //! dataset's `__getitem__` or PyTorch's fetcher; each is charged to one stage by
 //! [`crate::sample::pyphase::data_stage`].
 
-use super::evidence::JobEvidence;
+pub use super::python::*;
+use super::types::{JobEvidence, BOUND_PREFIX};
 use crate::record::format::{Header, Line, PyFrameDef};
 use crate::sample::pyphase::{data_stage, FrameRef, Phase, StageKind};
 use crate::sample::pystacks::PyStatus;
 use crate::sample::ranks::RankEnv;
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
 /// Training-thread samples under which no phase split is given.
 pub const MIN_MAIN_SAMPLES: u64 = 20;
 /// Stages kept in the evidence (presenters show five).
 const HOTSPOTS_KEPT: usize = 10;
-
-/// The phase split, percent of the training thread's samples (wall time: idle samples count).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PhasesPct {
-    pub data_wait: f64,
-    pub forward: f64,
-    pub backward: f64,
-    pub optimizer: f64,
-    pub sync: f64,
-    pub checkpoint_io: f64,
-    pub other: f64,
-}
-
-impl PhasesPct {
-    pub fn get(&self, p: Phase) -> f64 {
-        match p {
-            Phase::DataWait => self.data_wait,
-            Phase::Forward => self.forward,
-            Phase::Backward => self.backward,
-            Phase::Optimizer => self.optimizer,
-            Phase::Sync => self.sync,
-            Phase::CheckpointIo => self.checkpoint_io,
-            Phase::Other => self.other,
-        }
-    }
-
-    fn from_counts(c: &[u64; 7]) -> Self {
-        let n: u64 = c.iter().sum();
-        let pct = |p: Phase| {
-            if n == 0 {
-                0.0
-            } else {
-                super::rules::r1(c[p.index()] as f64 * 100.0 / n as f64)
-            }
-        };
-        PhasesPct {
-            data_wait: pct(Phase::DataWait),
-            forward: pct(Phase::Forward),
-            backward: pct(Phase::Backward),
-            optimizer: pct(Phase::Optimizer),
-            sync: pct(Phase::Sync),
-            checkpoint_io: pct(Phase::CheckpointIo),
-            other: pct(Phase::Other),
-        }
-    }
-}
-
-/// The training thread.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PyMain {
-    pub pid: u32,
-    pub tid: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub thread_name: Option<String>,
-    pub samples: u64,
-    pub phases_pct: PhasesPct,
-}
-
-/// One data-loading stage and its share of data-loading time.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Hotspot {
-    pub function: String,
-    pub file: String,
-    /// The line of the function seen most often.
-    pub line: i32,
-    /// Share of all data-loading samples.
-    pub pct: f64,
-    /// Milliseconds per loaded sample, when the number of samples loaded is known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ms_per_sample: Option<f64>,
-    pub kind: StageKind,
-    pub samples: u64,
-    /// Seconds of work the samples stand for (each process weighted by its own reading
-    /// interval: workers are read less often than the training process).
-    #[serde(skip)]
-    pub work_s: f64,
-}
-
-/// One rank of a multi-process job: its training thread's loop (`python.ranks[]`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RankLoop {
-    /// `RANK` (else `LOCAL_RANK`) of its environment; `null` when it has none.
-    pub rank: Option<u32>,
-    pub pid: u32,
-    pub tid: u64,
-    /// Training-thread samples.
-    pub samples: u64,
-    pub phases_pct: PhasesPct,
-    pub data_wait_pct: f64,
-    /// From the rank's own step markers, when it sent some.
-    pub steps_per_s: Option<f64>,
-    /// The heaviest data stages of this rank and its DataLoader workers.
-    pub data_hotspots: Vec<Hotspot>,
-}
-
-impl RankLoop {
-    /// How the rank is named: `rank 3`, else `pid 1234`.
-    pub fn label(&self) -> String {
-        match self.rank {
-            Some(r) => format!("rank {r}"),
-            None => format!("pid {}", self.pid),
-        }
-    }
-}
-
-/// A rank whose data wait is far above the others': in synchronous training it holds them all
-/// back (they wait for it in the collective).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SlowRank {
-    pub rank: Option<u32>,
-    pub pid: u32,
-    pub data_wait_pct: f64,
-    /// The median data wait of the other ranks.
-    pub others_data_wait_pct: f64,
-}
-
-/// Points of data wait above the other ranks' median that make a rank the one that starves
-/// them, and the least data wait it must have itself.
-pub const SLOW_RANK_GAP_PCT: f64 = 15.0;
-pub const SLOW_RANK_MIN_PCT: f64 = 20.0;
-
-/// A place where the training thread synchronises with the device.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SyncSite {
-    pub function: String,
-    pub file: String,
-    pub line: i32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub code: Option<String>,
-    /// Share of the training thread's samples.
-    pub pct: f64,
-}
-
-/// What the Python stacks say (the `python` object of run/diagnose JSON).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PythonEvidence {
-    /// `ok`, `denied`, `not_python` or `unsupported_version`.
-    pub status: PyStatus,
-    pub rate_hz: Option<f64>,
-    /// Thread stacks read, over all processes.
-    pub samples: u64,
-    pub sampled_processes: u32,
-    pub main: Option<PyMain>,
-    pub data_hotspots: Vec<Hotspot>,
-    /// Share of the training thread's samples waiting for (or fetching) the next batch.
-    pub data_wait_pct: Option<f64>,
-    /// Of those, the share spent loading in the training thread itself (`num_workers=0`).
-    pub data_in_main_pct: Option<f64>,
-    /// Processes other than the training one that loaded data (DataLoader workers).
-    pub loader_processes: u32,
-    /// Mean share of their samples those processes spent loading.
-    pub loader_busy_pct: Option<f64>,
-    /// Share of data-loading samples blocked in a system call or in a file read.
-    pub data_io_pct: Option<f64>,
-    /// Where the training thread synchronises, most frequent first.
-    pub sync_sites: Vec<SyncSite>,
-    /// Each rank of a multi-process job, by rank (empty for one training process); `main` is
-    /// then the median rank's training thread (by data wait).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ranks: Vec<RankLoop>,
-    /// The rank that starves the others, when one does.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slow_rank: Option<SlowRank>,
-    /// Ranks found that are not in `ranks`: not Python, exited before the loop, too few
-    /// samples, or an earlier process of a rank that was restarted.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ranks_unread: Vec<u32>,
-    /// Why no stacks could be read, when none could.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
-}
-
-/// What the job's step markers (`GPUFEED_STEP_SOCKET`, the probe) say: the exact data wait.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct StepEvidence {
-    /// Steps timed (each from the previous step's end to its own).
-    pub steps: u64,
-    pub steps_per_s: Option<f64>,
-    /// Share of the steps' time spent waiting for the input batch, when every step reported it.
-    pub data_wait_pct: Option<f64>,
-    /// Samples in the timed steps, when every step reported its count.
-    pub items: Option<u64>,
-    pub samples_per_s: Option<f64>,
-    /// The steady rate: warm-up cut (MSER-5) and the mean over the rest, as `sweep` measures a
-    /// trial; `None` with too few step lines.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub steady_steps_per_s: Option<f64>,
-    /// 95% interval of the steady rate (batch means, Student's t).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub steady_ci95: Option<[f64; 2]>,
-    /// Seconds of warm-up cut before the steady part (from the first step line).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub warmup_s: Option<f64>,
-    /// Share of the steady part's time spent waiting for input, when every step reported it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub steady_data_wait_pct: Option<f64>,
-    /// Steps per second of each rank that sent markers with its rank (`RANK`, else its pid);
-    /// the figures above are then per rank, averaged over the ranks.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub steps_per_s_by_rank: BTreeMap<u32, f64>,
-}
 
 /// Step lines kept for the steady-state estimate; beyond it, every other one is merged into its
 /// neighbour (a long recording keeps its whole span at a coarser grain).
@@ -284,7 +83,7 @@ impl StepAcc {
 
     /// The steady part's rate, its interval, the warm-up cut and the steady data wait.
     fn steady(&self) -> (Option<f64>, Option<[f64; 2]>, Option<f64>, Option<f64>) {
-        use crate::tune::steady::{estimate, Interval};
+        use crate::stats::steady::{estimate, Interval};
         let iv: Vec<Interval> = self
             .lines
             .iter()
@@ -297,7 +96,7 @@ impl StepAcc {
             .collect();
         // a step line covers about a second: fewer than ten give no interval worth the name
         let Some(e) =
-            estimate(&iv, 0.03).filter(|_| iv.len() >= crate::tune::steady::MIN_INTERVALS)
+            estimate(&iv, 0.03).filter(|_| iv.len() >= crate::stats::steady::MIN_INTERVALS)
         else {
             return (None, None, None, None);
         };
@@ -310,16 +109,16 @@ impl StepAcc {
         let span: f64 = steady_lines.iter().map(|l| l[2]).sum();
         let wait: f64 = steady_lines.iter().map(|l| l[3]).sum();
         let wait_pct = (span > 0.0 && wait.is_finite())
-            .then(|| super::rules::r1((wait / span * 100.0).clamp(0.0, 100.0)));
+            .then(|| crate::units::r1((wait / span * 100.0).clamp(0.0, 100.0)));
         let first = self.lines.first().map(|l| l[0] - l[2]).unwrap_or(0.0);
         let ci = e
             .ci_high
             .is_finite()
-            .then(|| [super::rules::r2(e.ci_low), super::rules::r2(e.ci_high)]);
+            .then(|| [crate::units::r2(e.ci_low), crate::units::r2(e.ci_high)]);
         (
-            Some(super::rules::r2(e.value)),
+            Some(crate::units::r2(e.value)),
             ci,
-            Some(super::rules::r1((e.warmup_end_s - first).max(0.0))),
+            Some(crate::units::r1((e.warmup_end_s - first).max(0.0))),
             wait_pct,
         )
     }
@@ -329,7 +128,7 @@ impl StepAcc {
         if !self.any || self.span_s <= 0.0 {
             return None;
         }
-        let per_s = |n: f64| super::rules::r2(n / self.span_s);
+        let per_s = |n: f64| crate::units::r2(n / self.span_s);
         let (steady_steps_per_s, steady_ci95, warmup_s, steady_data_wait_pct) = self.steady();
         Some(StepEvidence {
             steady_steps_per_s,
@@ -340,21 +139,21 @@ impl StepAcc {
             steps_per_s: Some(per_s(self.steps as f64)),
             data_wait_pct: self
                 .wait_s
-                .map(|w| super::rules::r1((w / self.span_s * 100.0).clamp(0.0, 100.0))),
+                .map(|w| crate::units::r1((w / self.span_s * 100.0).clamp(0.0, 100.0))),
             items: self.items,
             samples_per_s: self.items.map(|i| per_s(i as f64)),
             steps_per_s_by_rank: self
                 .by_rank
                 .iter()
                 .filter(|(_, (_, span))| *span > 0.0)
-                .map(|(r, (n, span))| (*r, super::rules::r2(*n as f64 / span)))
+                .map(|(r, (n, span))| (*r, crate::units::r2(*n as f64 / span)))
                 .collect(),
         })
     }
 }
 
 /// Fills each rank's steps per second from its step markers (named by rank, else by pid).
-pub fn fill_rank_steps(p: &mut PythonEvidence, steps: Option<&StepEvidence>) {
+pub(crate) fn fill_rank_steps(p: &mut PythonEvidence, steps: Option<&StepEvidence>) {
     let Some(s) = steps else { return };
     for r in &mut p.ranks {
         r.steps_per_s = r
@@ -368,7 +167,7 @@ pub fn fill_rank_steps(p: &mut PythonEvidence, steps: Option<&StepEvidence>) {
 /// Fills each hot stage's milliseconds of loading work per sample loaded, from the samples the
 /// step markers counted: a stage's stack samples over all threads, each weighted by its
 /// process's reading interval, are its seconds of work, spread over the `items` loaded meanwhile.
-pub fn fill_ms_per_sample(p: &mut PythonEvidence, items: Option<u64>) {
+pub(crate) fn fill_ms_per_sample(p: &mut PythonEvidence, items: Option<u64>) {
     let Some(items) = items.filter(|i| *i > 0) else {
         return;
     };
@@ -524,18 +323,18 @@ impl PyAcc {
     }
 
     /// The warning for frames and stacks beyond the caps, if any were.
-    pub fn bound_warning(&self) -> Option<String> {
+    pub(crate) fn bound_warning(&self) -> Option<String> {
         (self.over_cap > 0).then(|| {
             format!(
                 "{}{} Python frame or stack lines and samples beyond the first {MAX_FRAMES} frames and {MAX_STACKS} stacks are counted as \"other\" (not classified, not listed as hotspots)",
-                super::evidence::BOUND_PREFIX,
+                BOUND_PREFIX,
                 self.over_cap
             )
         })
     }
 
     /// The processes recorded as starting a rank, with their rank variables.
-    pub fn rank_envs(&self) -> &BTreeMap<u32, RankEnv> {
+    pub(crate) fn rank_envs(&self) -> &BTreeMap<u32, RankEnv> {
         &self.rank_env
     }
 
@@ -607,9 +406,9 @@ impl PyAcc {
             data_in_main_pct,
             loader_processes: loaders.len() as u32,
             loader_busy_pct: (!loaders.is_empty())
-                .then(|| super::rules::r1(loaders.iter().sum::<f64>() / loaders.len() as f64)),
+                .then(|| crate::units::r1(loaders.iter().sum::<f64>() / loaders.len() as f64)),
             data_io_pct: (data.total_s > 0.0)
-                .then(|| super::rules::r1(data.io_s * 100.0 / data.total_s)),
+                .then(|| crate::units::r1(data.io_s * 100.0 / data.total_s)),
             sync_sites,
             ranks,
             slow_rank,
@@ -772,7 +571,7 @@ impl PyAcc {
                 })
                 .map(|(_, c)| c.0)
                 .sum();
-            super::rules::r1(loading as f64 * 100.0 / dw as f64)
+            crate::units::r1(loading as f64 * 100.0 / dw as f64)
         });
         Some(MainLoop {
             data_wait_pct: phases_pct.data_wait,
@@ -827,7 +626,7 @@ impl PyAcc {
                     file: f.file.clone(),
                     line: f.line,
                     code: f.src.clone(),
-                    pct: super::rules::r1(c as f64 * 100.0 / n as f64),
+                    pct: crate::units::r1(c as f64 * 100.0 / n as f64),
                 })
             })
             .collect()
@@ -891,7 +690,7 @@ impl PyAcc {
                     .max_by_key(|(l, c)| (*c, std::cmp::Reverse(*l)))
                     .map(|(l, _)| l)
                     .unwrap_or(0),
-                pct: super::rules::r1(if totals.total_s > 0.0 {
+                pct: crate::units::r1(if totals.total_s > 0.0 {
                     secs * 100.0 / totals.total_s
                 } else {
                     0.0
@@ -938,18 +737,13 @@ fn slow_rank(ranks: &[RankLoop]) -> Option<SlowRank> {
         return None;
     }
     let mut w: Vec<f64> = others.iter().map(|r| r.data_wait_pct).collect();
-    w.sort_by(f64::total_cmp);
-    let median = if w.len() % 2 == 1 {
-        w[w.len() / 2]
-    } else {
-        (w[w.len() / 2 - 1] + w[w.len() / 2]) / 2.0
-    };
+    let median = crate::stats::median(&mut w)?;
     (last.data_wait_pct >= SLOW_RANK_MIN_PCT && last.data_wait_pct - median >= SLOW_RANK_GAP_PCT)
         .then(|| SlowRank {
             rank: last.rank,
             pid: last.pid,
             data_wait_pct: last.data_wait_pct,
-            others_data_wait_pct: super::rules::r1(median),
+            others_data_wait_pct: crate::units::r1(median),
         })
 }
 

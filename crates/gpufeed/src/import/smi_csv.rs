@@ -6,45 +6,12 @@
 //! lines and a truncated last line. Without a header, fields come from `columns` or are guessed
 //! from the units in the values.
 
-use super::event::{Header, Line, SCHEMA_VERSION};
 use super::smi_layout::{Layout, Probe};
-use super::{GpuSample, GpuStatic, HostInfo};
+use super::{LogError, LogInfo, LogLine};
+use crate::sample::event::{Header, Line, SCHEMA_VERSION};
+use crate::sample::{GpuSample, GpuStatic, HostInfo};
 use std::collections::HashMap;
 use std::io::{BufReader, Read, Seek, SeekFrom};
-
-/// What a log reader found besides the lines.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct LogInfo {
-    /// Data rows accepted.
-    pub rows: u64,
-    /// Rows that could not be read (wrong field count, no usable value).
-    pub malformed: u64,
-    /// The last row was cut (killed logger): dropped.
-    pub truncated: bool,
-    /// Lines longer than [`super::MAX_LOG_LINE_BYTES`], skipped (also counted in `malformed`).
-    pub overlong: u64,
-    /// No timestamp column and no interval given: the time between readings is unknown.
-    pub interval_unknown: bool,
-    /// How the log was read, for people (runs judged, how many GPUs and how that was found).
-    pub notes: Vec<String>,
-}
-
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub enum LogError {
-    #[error("the log is empty")]
-    Empty,
-    #[error("{0}")]
-    Format(String),
-    #[error("read error: {0}")]
-    Io(String),
-    /// Rows were read but none held a utilization or memory value (every value N/A): the same
-    /// rule and message shape for every log format.
-    #[error("no {format} rows with utilization or memory values ({rows} rows, every value N/A or missing): log utilization.gpu and memory.used")]
-    NoValues { format: &'static str, rows: u64 },
-    /// Only lines too long to be log rows.
-    #[error("{0} lines longer than 64 KiB and no log rows: not a GPU log")]
-    OnlyOverlong(u64),
-}
 
 /// Options for logs that do not describe themselves.
 #[derive(Debug, Clone, Default)]
@@ -82,7 +49,7 @@ enum Field {
 }
 
 fn field_of(name: &str) -> Field {
-    use super::throttle as t;
+    use crate::sample::throttle as t;
     let n = name.trim().to_ascii_lowercase();
     let n = n.split('[').next().unwrap_or("").trim().to_string();
     match n.as_str() {
@@ -234,7 +201,7 @@ fn is_header(fields: &[&str]) -> bool {
 }
 
 /// A line that reads as an nvidia-smi CSV header, standard or a logging script's own.
-pub fn looks_like_header(line: &str) -> bool {
+pub(crate) fn looks_like_header(line: &str) -> bool {
     let fields = split(line);
     fields.len() >= 2 && is_header(&fields)
 }
@@ -290,7 +257,7 @@ fn header_unit(name: &str) -> Option<String> {
 
 /// `2026/12/02 12:00:00.123`, `2026-12-02T12:00:00.123456+01:00` or `…Z` → seconds since the
 /// Unix epoch (a zone offset is applied; without one only differences matter).
-pub fn parse_timestamp(v: &str) -> Option<f64> {
+pub(crate) fn parse_timestamp(v: &str) -> Option<f64> {
     let v = clean(v)?;
     let (date, time) = v.split_once([' ', 'T'])?;
     let mut d = date.split(['/', '-']);
@@ -334,7 +301,7 @@ pub fn parse_timestamp(v: &str) -> Option<f64> {
 
 /// A timestamp column's value: a date and time, or Unix-epoch seconds (milliseconds when the
 /// header says `ms` or the number is too large for seconds).
-pub fn parse_time_value(v: &str, unit: Option<&str>) -> Option<f64> {
+pub(crate) fn parse_time_value(v: &str, unit: Option<&str>) -> Option<f64> {
     if let Some(t) = parse_timestamp(v) {
         return Some(t);
     }
@@ -704,23 +671,16 @@ pub fn read_smi_csv<R: Read + Seek>(
     if let Some(note) = runs_note(&runs, judged) {
         st.info.notes.push(note);
     }
-    let mut reader = BufReader::new(r);
-    let mut buf = Vec::new();
-    loop {
-        let (n, overlong) =
-            super::read_line_capped(&mut reader, &mut buf, super::MAX_LOG_LINE_BYTES)
-                .map_err(io)?;
-        if n == 0 {
-            break;
-        }
+    super::each_line(r, |line| {
         st.any_line = true;
-        if overlong {
-            st.info.overlong += 1;
-            st.info.malformed += 1;
-            continue;
+        match line {
+            LogLine::Overlong => {
+                st.info.overlong_line();
+                Ok(())
+            }
+            LogLine::Text(buf) => st.line(buf, &mut visit),
         }
-        st.line(&buf, &mut visit)?;
-    }
+    })?;
     st.finish(&mut visit)
 }
 
@@ -976,7 +936,7 @@ impl<'a> CsvRead<'a> {
 
 /// The message for a file that is not a log of the expected kind at all (random bytes, binary
 /// data, prose): says which formats gpufeed reads, not how to fix a log it is not.
-pub fn not_a_log(expected: &str) -> String {
+pub(crate) fn not_a_log(expected: &str) -> String {
     format!(
         "not {expected} log, nor any format gpufeed reads (a gpufeed recording, an nvidia-smi \
          --query-gpu --format=csv log, nvidia-smi dmon or dcgmi dmon output; a PyTorch profiler \
@@ -985,7 +945,7 @@ pub fn not_a_log(expected: &str) -> String {
 }
 
 /// A header for a log that has none: no host facts, the GPUs it showed.
-pub fn log_header(gpus: Vec<GpuStatic>, interval_s: f64) -> Header {
+pub(crate) fn log_header(gpus: Vec<GpuStatic>, interval_s: f64) -> Header {
     Header {
         schema_version: SCHEMA_VERSION,
         gpufeed_version: None,

@@ -1,0 +1,208 @@
+//! What the job's Python stacks and step markers say ([`PythonEvidence`], [`StepEvidence`]):
+//! the types the Python-loop accumulators ([`super::pyloop`]) fill.
+
+use crate::sample::pyphase::{Phase, StageKind};
+use crate::sample::pystacks::PyStatus;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The phase split, percent of the training thread's samples (wall time: idle samples count).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhasesPct {
+    pub data_wait: f64,
+    pub forward: f64,
+    pub backward: f64,
+    pub optimizer: f64,
+    pub sync: f64,
+    pub checkpoint_io: f64,
+    pub other: f64,
+}
+
+impl PhasesPct {
+    pub fn get(&self, p: Phase) -> f64 {
+        match p {
+            Phase::DataWait => self.data_wait,
+            Phase::Forward => self.forward,
+            Phase::Backward => self.backward,
+            Phase::Optimizer => self.optimizer,
+            Phase::Sync => self.sync,
+            Phase::CheckpointIo => self.checkpoint_io,
+            Phase::Other => self.other,
+        }
+    }
+
+    pub(super) fn from_counts(c: &[u64; 7]) -> Self {
+        let n: u64 = c.iter().sum();
+        let pct = |p: Phase| {
+            if n == 0 {
+                0.0
+            } else {
+                crate::units::r1(c[p.index()] as f64 * 100.0 / n as f64)
+            }
+        };
+        PhasesPct {
+            data_wait: pct(Phase::DataWait),
+            forward: pct(Phase::Forward),
+            backward: pct(Phase::Backward),
+            optimizer: pct(Phase::Optimizer),
+            sync: pct(Phase::Sync),
+            checkpoint_io: pct(Phase::CheckpointIo),
+            other: pct(Phase::Other),
+        }
+    }
+}
+
+/// The training thread.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PyMain {
+    pub pid: u32,
+    pub tid: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_name: Option<String>,
+    pub samples: u64,
+    pub phases_pct: PhasesPct,
+}
+
+/// One data-loading stage and its share of data-loading time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hotspot {
+    pub function: String,
+    pub file: String,
+    /// The line of the function seen most often.
+    pub line: i32,
+    /// Share of all data-loading samples.
+    pub pct: f64,
+    /// Milliseconds per loaded sample, when the number of samples loaded is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ms_per_sample: Option<f64>,
+    pub kind: StageKind,
+    pub samples: u64,
+    /// Seconds of work the samples stand for (each process weighted by its own reading
+    /// interval: workers are read less often than the training process).
+    #[serde(skip)]
+    pub work_s: f64,
+}
+
+/// One rank of a multi-process job: its training thread's loop (`python.ranks[]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankLoop {
+    /// `RANK` (else `LOCAL_RANK`) of its environment; `null` when it has none.
+    pub rank: Option<u32>,
+    pub pid: u32,
+    pub tid: u64,
+    /// Training-thread samples.
+    pub samples: u64,
+    pub phases_pct: PhasesPct,
+    pub data_wait_pct: f64,
+    /// From the rank's own step markers, when it sent some.
+    pub steps_per_s: Option<f64>,
+    /// The heaviest data stages of this rank and its DataLoader workers.
+    pub data_hotspots: Vec<Hotspot>,
+}
+
+impl RankLoop {
+    /// How the rank is named: `rank 3`, else `pid 1234`.
+    pub fn label(&self) -> String {
+        match self.rank {
+            Some(r) => format!("rank {r}"),
+            None => format!("pid {}", self.pid),
+        }
+    }
+}
+
+/// A rank whose data wait is far above the others': in synchronous training it holds them all
+/// back (they wait for it in the collective).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SlowRank {
+    pub rank: Option<u32>,
+    pub pid: u32,
+    pub data_wait_pct: f64,
+    /// The median data wait of the other ranks.
+    pub others_data_wait_pct: f64,
+}
+
+/// Points of data wait above the other ranks' median that make a rank the one that starves
+/// them, and the least data wait it must have itself.
+pub const SLOW_RANK_GAP_PCT: f64 = 15.0;
+pub const SLOW_RANK_MIN_PCT: f64 = 20.0;
+
+/// A place where the training thread synchronises with the device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SyncSite {
+    pub function: String,
+    pub file: String,
+    pub line: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// Share of the training thread's samples.
+    pub pct: f64,
+}
+
+/// What the Python stacks say (the `python` object of run/diagnose JSON).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PythonEvidence {
+    /// `ok`, `denied`, `not_python` or `unsupported_version`.
+    pub status: PyStatus,
+    pub rate_hz: Option<f64>,
+    /// Thread stacks read, over all processes.
+    pub samples: u64,
+    pub sampled_processes: u32,
+    pub main: Option<PyMain>,
+    pub data_hotspots: Vec<Hotspot>,
+    /// Share of the training thread's samples waiting for (or fetching) the next batch.
+    pub data_wait_pct: Option<f64>,
+    /// Of those, the share spent loading in the training thread itself (`num_workers=0`).
+    pub data_in_main_pct: Option<f64>,
+    /// Processes other than the training one that loaded data (DataLoader workers).
+    pub loader_processes: u32,
+    /// Mean share of their samples those processes spent loading.
+    pub loader_busy_pct: Option<f64>,
+    /// Share of data-loading samples blocked in a system call or in a file read.
+    pub data_io_pct: Option<f64>,
+    /// Where the training thread synchronises, most frequent first.
+    pub sync_sites: Vec<SyncSite>,
+    /// Each rank of a multi-process job, by rank (empty for one training process); `main` is
+    /// then the median rank's training thread (by data wait).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<RankLoop>,
+    /// The rank that starves the others, when one does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slow_rank: Option<SlowRank>,
+    /// Ranks found that are not in `ranks`: not Python, exited before the loop, too few
+    /// samples, or an earlier process of a rank that was restarted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks_unread: Vec<u32>,
+    /// Why no stacks could be read, when none could.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// What the job's step markers (`GPUFEED_STEP_SOCKET`, the probe) say: the exact data wait.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepEvidence {
+    /// Steps timed (each from the previous step's end to its own).
+    pub steps: u64,
+    pub steps_per_s: Option<f64>,
+    /// Share of the steps' time spent waiting for the input batch, when every step reported it.
+    pub data_wait_pct: Option<f64>,
+    /// Samples in the timed steps, when every step reported its count.
+    pub items: Option<u64>,
+    pub samples_per_s: Option<f64>,
+    /// The steady rate: warm-up cut (MSER-5) and the mean over the rest, as `sweep` measures a
+    /// trial; `None` with too few step lines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_steps_per_s: Option<f64>,
+    /// 95% interval of the steady rate (batch means, Student's t).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_ci95: Option<[f64; 2]>,
+    /// Seconds of warm-up cut before the steady part (from the first step line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_s: Option<f64>,
+    /// Share of the steady part's time spent waiting for input, when every step reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_data_wait_pct: Option<f64>,
+    /// Steps per second of each rank that sent markers with its rank (`RANK`, else its pid);
+    /// the figures above are then per rank, averaged over the ranks.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub steps_per_s_by_rank: BTreeMap<u32, f64>,
+}

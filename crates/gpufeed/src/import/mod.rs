@@ -1,0 +1,174 @@
+//! Reading the GPU logs other tools wrote: `nvidia-smi --query-gpu --format=csv` ([`smi_csv`],
+//! with [`smi_layout`] telling GPUs apart in a log without an index column) and `nvidia-smi dmon`
+//! / `dcgmi dmon` ([`dcgmi`]). They sample nothing: they turn a file into the sample lines of a
+//! recording, through one read loop ([`each_line`]) that holds no line longer than
+//! [`MAX_LOG_LINE_BYTES`].
+
+pub mod dcgmi;
+pub mod smi_csv;
+pub mod smi_layout;
+
+use std::io::{BufReader, Read};
+
+/// What a log reader found besides the lines.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LogInfo {
+    /// Data rows accepted.
+    pub rows: u64,
+    /// Rows that could not be read (wrong field count, no usable value).
+    pub malformed: u64,
+    /// The last row was cut (killed logger): dropped.
+    pub truncated: bool,
+    /// Lines longer than [`MAX_LOG_LINE_BYTES`], skipped (also counted in `malformed`).
+    pub overlong: u64,
+    /// No timestamp column and no interval given: the time between readings is unknown.
+    pub interval_unknown: bool,
+    /// How the log was read, for people (runs judged, how many GPUs and how that was found).
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum LogError {
+    #[error("the log is empty")]
+    Empty,
+    #[error("{0}")]
+    Format(String),
+    #[error("read error: {0}")]
+    Io(String),
+    /// Rows were read but none held a utilization or memory value (every value N/A): the same
+    /// rule and message shape for every log format.
+    #[error("no {format} rows with utilization or memory values ({rows} rows, every value N/A or missing): log utilization.gpu and memory.used")]
+    NoValues { format: &'static str, rows: u64 },
+    /// Only lines too long to be log rows.
+    #[error("{0} lines longer than 64 KiB and no log rows: not a GPU log")]
+    OnlyOverlong(u64),
+}
+
+/// The longest line a GPU log reader holds: a full `--query-gpu` row is under 2 KiB, so anything
+/// longer is not a log row. Longer lines are skipped without being held (memory stays bounded on
+/// a 200 MB one-line file).
+pub const MAX_LOG_LINE_BYTES: usize = 64 << 10;
+
+/// Reads one line (newline included) into `buf`, holding at most `max` bytes of it: the rest of
+/// an over-long line is read and dropped. Returns the bytes consumed (0 at the end of input) and
+/// whether the line was longer than `max`.
+pub(crate) fn read_line_capped(
+    r: &mut impl std::io::BufRead,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<(usize, bool)> {
+    buf.clear();
+    let mut consumed = 0usize;
+    let mut overlong = false;
+    loop {
+        let avail = match r.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if avail.is_empty() {
+            return Ok((consumed, overlong));
+        }
+        let (take, done) = match memchr::memchr(b'\n', avail) {
+            Some(i) => (i + 1, true),
+            None => (avail.len(), false),
+        };
+        let room = max.saturating_sub(buf.len());
+        if take > room {
+            overlong = true;
+        }
+        buf.extend_from_slice(&avail[..take.min(room)]);
+        r.consume(take);
+        consumed += take;
+        if done {
+            return Ok((consumed, overlong));
+        }
+    }
+}
+
+/// Does this start of a file look like binary data rather than a text log (a NUL byte, or many
+/// control characters or invalid UTF-8 sequences)? A sequence cut at the end is not counted.
+pub(crate) fn looks_binary(head: &[u8]) -> bool {
+    if head.contains(&0) {
+        return true;
+    }
+    let text = String::from_utf8_lossy(head);
+    let odd = text
+        .chars()
+        .filter(|&c| c == '\u{FFFD}' || (c.is_control() && !matches!(c, '\n' | '\r' | '\t')))
+        .count();
+    // A few odd characters are a name in a legacy encoding; random bytes give about half.
+    odd > 8 && odd * 10 > text.chars().count()
+}
+
+impl LogInfo {
+    /// Counts a line longer than [`MAX_LOG_LINE_BYTES`]: skipped, and malformed.
+    pub fn overlong_line(&mut self) {
+        self.overlong += 1;
+        self.malformed += 1;
+    }
+}
+
+/// One line of a log as [`each_line`] hands it on.
+pub enum LogLine<'a> {
+    /// A line of at most [`MAX_LOG_LINE_BYTES`], its newline included when it has one (a line
+    /// without one was cut: the file ends there).
+    Text(&'a [u8]),
+    /// A line longer than that, its bytes dropped (count it with [`LogInfo::overlong_line`]).
+    Overlong,
+}
+
+/// The read loop of every log reader: reads `r` line by line, no line held longer than
+/// [`MAX_LOG_LINE_BYTES`], and hands each to `f` until the end or an error of `f`.
+pub fn each_line(
+    r: impl Read,
+    mut f: impl FnMut(LogLine<'_>) -> Result<(), LogError>,
+) -> Result<(), LogError> {
+    let mut reader = BufReader::new(r);
+    let mut buf = Vec::new();
+    loop {
+        let (n, overlong) = read_line_capped(&mut reader, &mut buf, MAX_LOG_LINE_BYTES)
+            .map_err(|e| LogError::Io(e.to_string()))?;
+        if n == 0 {
+            return Ok(());
+        }
+        f(if overlong {
+            LogLine::Overlong
+        } else {
+            LogLine::Text(&buf)
+        })?;
+    }
+}
+
+#[cfg(test)]
+mod line_tests {
+    use super::*;
+
+    #[test]
+    fn a_long_line_is_cut_and_the_next_one_read_whole() {
+        let mut data = vec![b'x'; 100];
+        data.extend_from_slice(b"\nshort\nlast");
+        let mut r = std::io::BufReader::with_capacity(7, &data[..]);
+        let mut buf = Vec::new();
+        assert_eq!(read_line_capped(&mut r, &mut buf, 10).unwrap(), (101, true));
+        assert_eq!(buf.len(), 10);
+        assert_eq!(read_line_capped(&mut r, &mut buf, 10).unwrap(), (6, false));
+        assert_eq!(buf, b"short\n");
+        assert_eq!(read_line_capped(&mut r, &mut buf, 10).unwrap(), (4, false));
+        assert_eq!(buf, b"last");
+        assert_eq!(read_line_capped(&mut r, &mut buf, 10).unwrap(), (0, false));
+    }
+
+    #[test]
+    fn binary_is_told_from_text() {
+        assert!(looks_binary(b"abc\0def"));
+        let random: Vec<u8> = (0u32..4096)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        assert!(looks_binary(&random));
+        assert!(!looks_binary(
+            "timestamp, name\n2026/12/02 12:00:00, Gerät Ä\n".as_bytes()
+        ));
+        assert!(!looks_binary(b"0, 87 %, caf\xe9 latin-1 name, 1024 MiB\n"));
+    }
+}

@@ -1,0 +1,315 @@
+//! The layering of the crate (see the crate's doc), as tests: which top-level module may import
+//! which ([`LAYERS`]), and no cycle between the files of a folder. Imports are read from the
+//! sources (`crate::a::…` and `super::…` paths outside comments and test modules).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Each top-level module with the top-level modules it may import, from the bottom up: a module
+/// imports only modules listed above it, so the table itself has no cycle.
+const LAYERS: &[(&str, &[&str])] = &[
+    // Beneath every layer.
+    ("units", &[]),
+    ("exit", &[]),
+    ("json", &[]),
+    ("finding", &[]),
+    ("stats", &["units"]),
+    ("outfile", &["exit"]),
+    ("job", &["exit"]),
+    // Sources and what they produce.
+    ("sample", &["exit", "outfile", "stats", "units"]),
+    ("inject", &["exit", "sample"]),
+    ("import", &["sample", "stats"]),
+    (
+        "record",
+        &["exit", "inject", "json", "outfile", "sample", "units"],
+    ),
+    ("trace", &["finding", "json", "stats", "units"]),
+    // Evidence, rules, findings.
+    (
+        "diagnose",
+        &[
+            "exit", "finding", "import", "record", "sample", "stats", "units",
+        ],
+    ),
+    ("live", &["diagnose", "finding", "record", "sample"]),
+    (
+        "tune",
+        &[
+            "diagnose", "exit", "finding", "inject", "job", "outfile", "record", "sample", "stats",
+            "units",
+        ],
+    ),
+    (
+        "compare",
+        &["diagnose", "finding", "stats", "trace", "tune", "units"],
+    ),
+    ("bench", &["exit", "outfile", "sample", "units"]),
+    ("doctor", &["bench", "exit", "outfile", "sample", "units"]),
+    // Presenters.
+    (
+        "present",
+        &[
+            "bench", "compare", "diagnose", "doctor", "finding", "inject", "live", "record",
+            "sample", "trace", "tune", "units",
+        ],
+    ),
+    ("tui", &["diagnose", "live", "present", "sample"]),
+    // The command line and the commands.
+    (
+        "cli",
+        &[
+            "bench", "diagnose", "doctor", "exit", "inject", "present", "record", "sample",
+        ],
+    ),
+    (
+        "commands",
+        &[
+            "bench", "cli", "compare", "diagnose", "doctor", "exit", "finding", "import", "inject",
+            "job", "live", "outfile", "present", "record", "sample", "stats", "trace", "tui",
+            "tune", "units",
+        ],
+    ),
+];
+
+/// Imports against the table that the move of all rendering into `present` (branch h28p of
+/// issue 28) removes: `diagnose/render.rs` and the text of `trace/report.rs` import the
+/// presenters' helpers. Empty this list when that branch is merged.
+const RENDERING_NOT_YET_IN_PRESENT: &[(&str, &str)] =
+    &[("diagnose", "present"), ("trace", "present")];
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Every `.rs` file under `dir`, with its module path (`["diagnose", "rules", "input"]`).
+fn files(dir: &Path, prefix: &[String], out: &mut Vec<(Vec<String>, String)>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let path = e.path();
+        if path.is_dir() {
+            let mut p = prefix.to_vec();
+            p.push(name);
+            files(&path, &p, out);
+        } else if let Some(stem) = name.strip_suffix(".rs") {
+            let mut p = prefix.to_vec();
+            if stem != "mod" {
+                p.push(stem.to_string());
+            }
+            if p.is_empty() || (prefix.is_empty() && ["lib", "main", "layers"].contains(&stem)) {
+                continue; // the crate root, the binary, this file
+            }
+            out.push((p, std::fs::read_to_string(&path).unwrap()));
+        }
+    }
+}
+
+/// The code of a file without its comments and its test module (by convention its last item).
+fn code(text: &str) -> String {
+    let mut out = String::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let t = line.trim_start();
+        if t.starts_with("#[cfg(test)]") {
+            let next = lines.peek().map(|l| l.trim_start()).unwrap_or("");
+            if next.starts_with("mod ") || next.starts_with("pub(crate) mod ") {
+                break;
+            }
+        }
+        if t.starts_with("//") {
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// The module paths `src` names (`crate::a::b`, `super::c`), resolved from the module `at`.
+fn references(at: &[String], src: &str) -> Vec<Vec<String>> {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = Vec::new();
+    let bytes = src.as_bytes();
+    for start in ["crate::", "super::"] {
+        let mut from = 0;
+        while let Some(i) = src[from..].find(start).map(|i| i + from) {
+            from = i + start.len();
+            if i > 0 && (ident(bytes[i - 1] as char) || bytes[i - 1] == b':') {
+                continue; // `$crate::`, `a::super::`
+            }
+            // The whole path: `super::super::a::b`.
+            let rest = &src[i..];
+            let end = rest
+                .find(|c: char| !(ident(c) || c == ':'))
+                .unwrap_or(rest.len());
+            let segs: Vec<&str> = rest[..end].split("::").filter(|s| !s.is_empty()).collect();
+            let mut path: Vec<String> = Vec::new();
+            let mut segs = segs.into_iter().peekable();
+            if start == "crate::" {
+                segs.next();
+            } else {
+                // `super` is the module above this file's (a `mod.rs` is its folder's module).
+                path = at.to_vec();
+                while segs.peek() == Some(&"super") {
+                    segs.next();
+                    path.pop();
+                }
+            }
+            path.extend(segs.map(str::to_string));
+            if !path.is_empty() {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+fn all_files() -> Vec<(Vec<String>, String)> {
+    let mut out = Vec::new();
+    files(&src(), &[], &mut out);
+    out.into_iter().map(|(p, text)| (p, code(&text))).collect()
+}
+
+#[test]
+fn top_level_modules_import_only_the_layers_beneath() {
+    let order: BTreeMap<&str, usize> = LAYERS.iter().enumerate().map(|(i, l)| (l.0, i)).collect();
+    // The table is a DAG: each module's imports are listed above it.
+    for (i, (m, deps)) in LAYERS.iter().enumerate() {
+        for d in *deps {
+            let j = order
+                .get(d)
+                .unwrap_or_else(|| panic!("{m} may import {d}, not in the table"));
+            assert!(
+                *j < i,
+                "{m} may import {d}, listed after it: the table has a cycle"
+            );
+        }
+    }
+    let files = all_files();
+    let tops: BTreeSet<&str> = files.iter().map(|(p, _)| p[0].as_str()).collect();
+    let listed: BTreeSet<&str> = order.keys().copied().collect();
+    assert_eq!(
+        tops, listed,
+        "every top-level module is in LAYERS, and only those"
+    );
+    let mut broken = BTreeSet::new();
+    for (p, code) in &files {
+        let me = p[0].as_str();
+        let allowed = LAYERS[order[me]].1;
+        for r in references(p, code) {
+            let to = r[0].as_str();
+            if to == me || !listed.contains(to) {
+                continue;
+            }
+            if !allowed.contains(&to) && !RENDERING_NOT_YET_IN_PRESENT.contains(&(me, to)) {
+                broken.insert(format!("{} imports {}", p.join("/"), r.join("::")));
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "imports against the layering (lib.rs's doc, LAYERS in layers.rs): move what both \
+         need beneath both\n{}",
+        broken.into_iter().collect::<Vec<_>>().join("\n")
+    );
+}
+
+#[test]
+fn no_folder_has_a_cycle_between_its_files() {
+    // folder -> (child -> children it imports), and one import per edge for the message.
+    let mut graphs: BTreeMap<String, BTreeMap<String, BTreeMap<String, String>>> = BTreeMap::new();
+    for (p, code) in all_files() {
+        for r in references(&p, &code) {
+            let k = p.iter().zip(&r).take_while(|(a, b)| a == b).count();
+            // Between top-level modules it is the table's business (`k == 0`).
+            if k >= 1 && k < p.len() && k < r.len() && p[k] != r[k] {
+                graphs
+                    .entry(p[..k].join("/"))
+                    .or_default()
+                    .entry(p[k].clone())
+                    .or_default()
+                    .entry(r[k].clone())
+                    .or_insert_with(|| format!("{} imports {}", p.join("/"), r.join("::")));
+            }
+        }
+    }
+    let mut cycles = Vec::new();
+    for (folder, g) in &graphs {
+        let reaches = |from: &str, to: &str| {
+            let mut seen = BTreeSet::new();
+            let mut stack = vec![from.to_string()];
+            while let Some(n) = stack.pop() {
+                for next in g.get(&n).into_iter().flat_map(|m| m.keys()) {
+                    if next == to {
+                        return true;
+                    }
+                    if seen.insert(next.clone()) {
+                        stack.push(next.clone());
+                    }
+                }
+            }
+            false
+        };
+        for (a, outs) in g {
+            for (b, why) in outs {
+                if reaches(b, a) {
+                    cycles.push(format!("{folder}/: {a} -> {b} ({why}), and {b} leads back"));
+                }
+            }
+        }
+    }
+    assert!(
+        cycles.is_empty(),
+        "files of a folder import each other: move what they share into a file beneath both\n{}",
+        cycles.join("\n")
+    );
+}
+
+fn sources(dir: &str) -> Vec<(String, String)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(dir);
+    let mut out: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "rs"))
+        .map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name, std::fs::read_to_string(e.path()).unwrap())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Layering: `cli` declares arguments and imports nothing from `commands`; a command uses
+/// only the helpers beneath it (`trials`, this module), never another command.
+#[test]
+fn cli_and_commands_import_one_way() {
+    let cli = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cli.rs");
+    let mut cli_sources = sources("cli");
+    cli_sources.push(("cli.rs".into(), std::fs::read_to_string(cli).unwrap()));
+    for (name, src) in cli_sources {
+        assert!(
+            !src.contains("crate::commands"),
+            "cli/{name} imports commands"
+        );
+    }
+    let commands = sources("commands");
+    let names: Vec<String> = commands
+        .iter()
+        .map(|(n, _)| n.trim_end_matches(".rs").to_string())
+        .filter(|n| n != "mod" && n != "trials")
+        .collect();
+    for (file, src) in &commands {
+        for other in &names {
+            for path in [format!("super::{other}::"), format!("commands::{other}::")] {
+                assert!(
+                    !src.contains(&path) || file == "mod.rs",
+                    "commands/{file} takes from commands/{other}.rs: move what they share \
+                         beneath both"
+                );
+            }
+        }
+    }
+}
