@@ -6,6 +6,7 @@
 
 pub mod dcgmi;
 pub mod event;
+pub mod figures;
 pub mod host;
 pub mod nvml;
 pub mod pyphase;
