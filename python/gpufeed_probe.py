@@ -147,10 +147,12 @@ def _await(s, path, nonce, timeout):
         if left <= 0:
             return None
         try:
-            ready, _, _ = select.select([s], [], [], left)
-        except (OSError, ValueError):
-            return None
-        if not ready:
+            # poll, not select: a job with over 1024 open files has descriptors select refuses.
+            poller = select.poll()
+            poller.register(s, select.POLLIN)
+            if not poller.poll(max(1, int(left * 1000))):
+                return None
+        except (OSError, ValueError, AttributeError):  # AttributeError: no poll (not Linux)
             return None
         try:
             data, sender = s.recvfrom(_REPLY_BYTES)

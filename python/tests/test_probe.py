@@ -240,6 +240,28 @@ class FiguresQueryTest(unittest.TestCase):
         finally:
             rx.close()
 
+    def test_a_job_with_many_open_files_is_answered(self):
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard != resource.RLIM_INFINITY and hard < 1200:
+            return sys.stderr.write("\nSKIPPED: RLIMIT_NOFILE under 1200: the many-files test did not run\n")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+        fds = []
+        a = Answerer({"steps_per_s": 3.0})
+        try:
+            while not fds or fds[-1] < 1100:  # the asking socket gets a descriptor over 1024
+                fds.append(os.dup(0))
+            os.environ[probe.ENV_VAR] = a.path
+            self.assertEqual(probe.figures(timeout=2.0)["steps_per_s"], 3.0)
+            self.assertGreater(probe._probe.ask.fileno(), 1024)
+        finally:
+            probe._probe.close()
+            for fd in fds:
+                os.close(fd)
+            a.close()
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
     def test_gone_gpufeed_never_raises(self):
         os.environ[probe.ENV_VAR] = "/nonexistent/gpufeed/s.sock"
         self.assertIsNone(probe.figures(timeout=0.01))
