@@ -20,16 +20,29 @@ or, with an explicit marker::
     for batch in probe.wrap(loader, steps=False):
         train_step(batch)
         probe.step(items=len(batch))
+
+:func:`figures` asks gpufeed for its own figures of this rank (GPU busy, the loop's phases from
+the Python stacks, steps/s and data wait from the markers), at a logging cadence: it waits at
+most ``timeout`` seconds for the answer, and returns None when there is none (not under gpufeed,
+or a gpufeed too old to answer: then it stops asking).
 """
 
+import itertools
+import json
 import os
+import select
 import socket
 import time
 
-__all__ = ["step", "wrap", "enabled", "ENV_VAR"]
+__all__ = ["step", "wrap", "figures", "enabled", "ENV_VAR"]
 __version__ = "0.1.0"
 
 ENV_VAR = "GPUFEED_STEP_SOCKET"
+
+# A gpufeed that left this many queries in a row unanswered is not asked again (an old one).
+_MAX_UNANSWERED = 2
+# The longest reply read (gpufeed keeps its replies under 4 KiB).
+_REPLY_BYTES = 65536
 
 
 class _Probe:
@@ -37,6 +50,11 @@ class _Probe:
         self.path = None
         self.sock = None
         self.pending_wait_ns = None
+        self.ask = None  # the socket queries go out on (it has an address, for the reply)
+        self.ask_path = None
+        self.ask_pid = None
+        self.unanswered = 0
+        self.nonce = itertools.count(1)
 
     def target(self):
         path = os.environ.get(ENV_VAR)
@@ -63,6 +81,45 @@ class _Probe:
             # gpufeed gone, socket buffer full, path removed: drop the marker, never the step.
             return False
 
+    def query(self, timeout):
+        """gpufeed's figures (a dict) or None; waits at most ``timeout`` seconds."""
+        path = os.environ.get(ENV_VAR)
+        if not path:
+            return None
+        if path != self.ask_path or self.ask_pid != os.getpid():
+            self.close_ask()
+            self.ask_path, self.ask_pid, self.unanswered = path, os.getpid(), 0
+        if self.unanswered >= _MAX_UNANSWERED:
+            return None
+        s = self.ask
+        if s is None:
+            try:
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                s.setblocking(False)
+                s.bind("")  # Linux: a unique abstract address, for gpufeed's reply
+            except OSError:
+                self.unanswered = _MAX_UNANSWERED  # no way to get replies here
+                return None
+            self.ask = s
+        _drain(s)  # late answers to earlier queries
+        nonce = next(self.nonce)
+        try:
+            s.sendto(("figures %d %d %d\n" % (_rank(), os.getpid(), nonce)).encode("ascii"), path)
+        except OSError:
+            return None  # gpufeed gone or busy: not a sign of an old gpufeed
+        reply = _await(s, path, nonce, timeout)
+        self.unanswered = 0 if reply is not None else self.unanswered + 1
+        return reply
+
+    def close_ask(self):
+        if self.ask is not None:
+            try:
+                self.ask.close()
+            except OSError:
+                pass
+        self.ask = None
+        self.ask_path = None
+
     def close(self):
         if self.sock is not None:
             try:
@@ -71,6 +128,48 @@ class _Probe:
                 pass
         self.sock = None
         self.path = None
+        self.close_ask()
+
+
+def _drain(s):
+    try:
+        while True:
+            s.recv(_REPLY_BYTES)
+    except OSError:  # BlockingIOError: nothing left
+        pass
+
+
+def _await(s, path, nonce, timeout):
+    """The reply to query ``nonce`` from gpufeed's socket ``path``, or None after ``timeout`` s."""
+    deadline = time.monotonic() + max(0.0, timeout)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        try:
+            # poll, not select: a job with over 1024 open files has descriptors select refuses.
+            poller = select.poll()
+            poller.register(s, select.POLLIN)
+            if not poller.poll(max(1, int(left * 1000))):
+                return None
+        except (OSError, ValueError, AttributeError):  # AttributeError: no poll (not Linux)
+            return None
+        try:
+            data, sender = s.recvfrom(_REPLY_BYTES)
+        except BlockingIOError:
+            continue
+        except OSError:
+            return None
+        if isinstance(sender, bytes):
+            sender = sender.decode("utf-8", "replace")
+        if sender != path:
+            continue  # only gpufeed's own socket answers (an abstract address is anyone's to write)
+        try:
+            reply = json.loads(data.decode("utf-8"))
+        except ValueError:
+            continue
+        if isinstance(reply, dict) and reply.get("q") == nonce:
+            return reply
 
 
 _probe = _Probe()
@@ -79,6 +178,21 @@ _probe = _Probe()
 def enabled():
     """True when running under gpufeed (``GPUFEED_STEP_SOCKET`` is set)."""
     return bool(os.environ.get(ENV_VAR))
+
+
+def figures(timeout=0.05):
+    """gpufeed's figures for this rank since its previous call, as a dict, or None.
+
+    Keys (each absent when gpufeed has not measured it): ``steps``, ``steps_per_s``,
+    ``data_wait_pct``, ``samples_per_s`` (from this rank's step markers), ``gpu_busy_pct`` and
+    ``gpus`` (``{"0": busy %}``), ``phases`` (``{"forward": %, ...}``: this process's training
+    thread, from its Python stacks), ``window_s``, ``gpufeed`` (its version). Waits at most
+    ``timeout`` seconds; call it at a logging cadence, not every step. None when not under gpufeed,
+    or when it does not answer (after two unanswered calls it is not asked again).
+    """
+    if not os.environ.get(ENV_VAR):
+        return None
+    return _probe.query(timeout)
 
 
 def _fmt(x):

@@ -11,7 +11,8 @@ Needs no import of accelerate: ``accelerator`` is only asked ``is_local_main_pro
 one process per node sends. With an ``accelerator``, ``gpufeed/data_wait_pct``,
 ``gpufeed/steps_per_s`` and ``gpufeed/samples_per_s`` over the last ``log_every`` batches go to
 ``accelerator.log`` (its trackers: TensorBoard, W&B, MLflow, ... from ``init_trackers``), with or
-without gpufeed; ``log=False`` turns that off. Without an accelerator and not under gpufeed the
+without gpufeed (under ``gpufeed run``: gpufeed's own figures where it answers, with
+``gpufeed/gpu<N>/busy_pct``); ``log=False`` turns that off. Without an accelerator and not under gpufeed the
 loader is returned unchanged.
 """
 
@@ -54,7 +55,7 @@ def _logged(loader, accelerator, count, log_every):
     seen = 0
 
     def log():
-        values = figures.take()
+        values = figures.report()
         if values and getattr(accelerator, "trackers", None):
             accelerator.log(values, step=seen)
 

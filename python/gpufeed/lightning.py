@@ -5,7 +5,8 @@ size, to gpufeed (``gpufeed run/sweep/batch-size/watch``); a no-op when not unde
 with or without gpufeed, logs ``gpufeed/data_wait_pct``, ``gpufeed/steps_per_s``,
 ``gpufeed/samples_per_s`` and the step's phases (``gpufeed/phase/<phase>_pct``: data_wait,
 forward, backward, optimizer, other) through the trainer's loggers every ``log_every_n_steps``
-batches (``log=False`` turns that off).
+batches (``log=False`` turns that off). Under ``gpufeed run`` the figures are gpufeed's own where
+it answers (and ``gpufeed/gpu<N>/busy_pct`` is added), else the callback's timing.
 Importing this module needs ``lightning`` (or the older ``pytorch_lightning``); ``import gpufeed``
 does not.
 """
@@ -71,8 +72,10 @@ class GpufeedCallback(_Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self._active(trainer):
-            self._figures_step(trainer, batch)
+            log = self._figures_step(trainer, batch)
             self._timer.end(batch)
+            if log:  # after the marker: gpufeed's figures then include this step
+                self._log(trainer)
 
     # The step's phases, from the hooks Lightning calls inside it (automatic optimization: the
     # closure runs training_step and backward, then on_before_optimizer_step, then the step).
@@ -96,15 +99,15 @@ class GpufeedCallback(_Callback):
             self._figures.idle()
 
     def _figures_step(self, trainer, batch):
+        """Adds the step to the window; True when the window is due to be logged."""
         f = self._figures
         if f is None:
-            return
+            return False
         if "optimizer_start" in self._t:
             f.phase("optimizer", time.monotonic_ns() - self._t.pop("optimizer_start"))
         count = self._timer.count if self._timer.count is not None else self._timer._count(batch)
         f.step(wait_ns=self._timer.wait_ns, items=count)
-        if f.steps >= max(1, int(getattr(trainer, "log_every_n_steps", 50) or 50)):
-            self._log(trainer)
+        return f.steps >= max(1, int(getattr(trainer, "log_every_n_steps", 50) or 50))
 
     def on_train_end(self, trainer, pl_module):
         # The last window, shorter than the cadence.
@@ -112,7 +115,7 @@ class GpufeedCallback(_Callback):
             self._log(trainer)
 
     def _log(self, trainer):
-        figures = self._figures.take()
+        figures = self._figures.report()
         if figures:
             for logger in getattr(trainer, "loggers", None) or []:
                 logger.log_metrics(figures, step=trainer.global_step)

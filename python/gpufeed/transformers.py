@@ -5,7 +5,8 @@ batches and the samples in it, to gpufeed; a no-op when not under gpufeed. And, 
 gpufeed, adds ``gpufeed/data_wait_pct``, ``gpufeed/steps_per_s``, ``gpufeed/samples_per_s`` and
 ``gpufeed/phase/optimizer_pct`` over the steps since the last log to the Trainer's ``logs``, so
 every ``report_to`` integration (TensorBoard, W&B, MLflow, ...) gets them (``log=False`` turns
-that off). Importing this module needs ``transformers``; ``import gpufeed`` does not.
+that off). Under ``gpufeed run`` the figures are gpufeed's own where it answers (with
+``gpufeed/gpu<N>/busy_pct`` and the phases from the Python stacks), else the callback's timing. Importing this module needs ``transformers``; ``import gpufeed`` does not.
 """
 
 import sys
@@ -97,7 +98,7 @@ class GpufeedTrainerCallback(_TrainerCallback):
         if self._figures is not None and isinstance(logs, dict) and self._figures.steps:
             # Training logs only (those with a loss); evaluation's own logs are left alone.
             if "loss" in logs or "train_loss" in logs:
-                logs.update(self._figures.take())
+                logs.update(self._figures.report())
         self._timer.mark_idle()
         self._idle()
 

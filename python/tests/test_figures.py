@@ -1,9 +1,14 @@
 """The figures the hooks log through the frameworks' own loggers (gpufeed/_figures.py), read
-back with the real readers: TensorBoard's EventAccumulator and MLflow's client on a local
-store (SQLite, no server). Each real-framework test skips (SKIPPED on stderr) when its packages are missing.
+back with the real readers: TensorBoard's EventAccumulator, MLflow's client on a local
+store (SQLite, no server), and W&B's offline run file (WANDB_MODE=offline, no account) through
+W&B's own record definitions. Each real-framework test skips (SKIPPED on stderr) when its
+packages are missing.
 """
 
+import glob
+import json
 import os
+import struct
 import sys
 import tempfile
 import time
@@ -14,7 +19,7 @@ if not os.environ.get("GPUFEED_TEST_INSTALLED"):
     sys.path.insert(0, SRC)
 
 import gpufeed  # noqa: E402
-from gpufeed._figures import Figures  # noqa: E402
+from gpufeed._figures import Figures, merge  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_package import importable, skipped  # noqa: E402
@@ -64,6 +69,32 @@ class FiguresTest(unittest.TestCase):
         f.idle(now_ns=500_000_000)
         f.step(wait_ns=0, now_ns=510_000_000)
         self.assertAlmostEqual(f.take()["gpufeed/steps_per_s"], 100.0)
+
+    def test_gpufeeds_figures_win_where_it_has_them(self):
+        own = {"gpufeed/steps_per_s": 5.0, "gpufeed/data_wait_pct": 30.0,
+               "gpufeed/samples_per_s": 40.0, "gpufeed/phase/forward_pct": 20.0,
+               "gpufeed/phase/other_pct": 50.0}
+        self.assertEqual(merge(own, None), own)
+        got = merge(own, {"steps": 10, "steps_per_s": 6.0, "data_wait_pct": float("nan"),
+                          "gpus": {"0": 35.0, "1": 45.0, "x/../y": 1.0},
+                          "phases": {"data_wait": 60.0, "backward": 10.0, "a/b": 1.0}})
+        self.assertEqual(got, {
+            "gpufeed/steps_per_s": 6.0,          # gpufeed's
+            "gpufeed/data_wait_pct": 30.0,       # gpufeed's is not a number: the hook's stays
+            "gpufeed/samples_per_s": 40.0,       # gpufeed did not say: the hook's
+            "gpufeed/phase/data_wait_pct": 60.0,  # gpufeed's phases replace the hook's
+            "gpufeed/phase/backward_pct": 10.0,
+            "gpufeed/gpu0/busy_pct": 35.0,
+            "gpufeed/gpu1/busy_pct": 45.0,
+        })
+
+    def test_report_without_gpufeed_is_the_hooks_own(self):
+        os.environ.pop(gpufeed.ENV_VAR, None)
+        f = Figures()
+        f.idle(now_ns=0)
+        f.step(wait_ns=1, now_ns=10)
+        self.assertEqual(set(f.report()), {"gpufeed/steps_per_s", "gpufeed/data_wait_pct"})
+        self.assertEqual(f.source, "hook")
 
 
 def _torch_data(n_batches, batch, sleep_s):
@@ -143,40 +174,44 @@ class LightningLoggerTest(unittest.TestCase):
         self.assertFalse([t for t in got if t.startswith("gpufeed/")], sorted(got))
 
 
+def _hf_train(out, report_to):
+    import torch
+    from torch.utils.data import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    from gpufeed.transformers import GpufeedTrainerCallback
+
+    class Slow(Dataset):
+        def __len__(self):
+            return 24
+
+        def __getitem__(self, i):
+            time.sleep(0.01)
+            return {"x": torch.randn(3), "labels": torch.randn(1)}
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 1)
+
+        def forward(self, x, labels):
+            return {"loss": torch.nn.functional.mse_loss(self.lin(x), labels)}
+
+    args = TrainingArguments(
+        output_dir=out, per_device_train_batch_size=4, num_train_epochs=1, use_cpu=True,
+        report_to=report_to, save_strategy="no", logging_steps=2,
+        dataloader_num_workers=0, disable_tqdm=True,
+    )
+    Trainer(model=Model(), args=args, train_dataset=Slow(),
+            callbacks=[GpufeedTrainerCallback()]).train()
+
+
 class TransformersLoggerTest(unittest.TestCase):
     def setUp(self):
         os.environ.pop(gpufeed.ENV_VAR, None)
 
     def train(self, out, report_to):
-        import torch
-        from torch.utils.data import Dataset
-        from transformers import Trainer, TrainingArguments
-
-        from gpufeed.transformers import GpufeedTrainerCallback
-
-        class Slow(Dataset):
-            def __len__(self):
-                return 24
-
-            def __getitem__(self, i):
-                time.sleep(0.01)
-                return {"x": torch.randn(3), "labels": torch.randn(1)}
-
-        class Model(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.lin = torch.nn.Linear(3, 1)
-
-            def forward(self, x, labels):
-                return {"loss": torch.nn.functional.mse_loss(self.lin(x), labels)}
-
-        args = TrainingArguments(
-            output_dir=out, per_device_train_batch_size=4, num_train_epochs=1, use_cpu=True,
-            report_to=report_to, save_strategy="no", logging_steps=2,
-            dataloader_num_workers=0, disable_tqdm=True,
-        )
-        Trainer(model=Model(), args=args, train_dataset=Slow(),
-                callbacks=[GpufeedTrainerCallback()]).train()
+        _hf_train(out, report_to)
 
     def test_hf_trainer_report_to_tensorboard(self):
         if not (importable("transformers") and importable("accelerate") and importable("tensorboard")):
@@ -219,6 +254,74 @@ class TransformersLoggerTest(unittest.TestCase):
                         os.environ[k] = v
         self.assertEqual(len(hist), 3, hist)
         self.assertTrue(all(m.value > 50 for m in hist), hist)
+
+
+def wandb_history(run_file):
+    """The ``history`` records of a W&B run file (``run-<id>.wandb``), as ``[{key: value}]``.
+
+    The file is W&B's LevelDB-style log: a 7-byte header (``:W&B``, magic, version), then 32 KiB
+    blocks of chunks (CRC32, length, type: full/first/middle/last) holding W&B ``Record``
+    protobufs, decoded with the wandb package's own definitions.
+    """
+    from wandb.proto import wandb_internal_pb2
+
+    with open(run_file, "rb") as f:
+        data = f.read()
+    if data[:4] != b":W&B":
+        raise ValueError("not a W&B run file: %r" % data[:8])
+    out, pos, block, buf = [], 7, 32768, b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # a block's tail too short for a chunk header is padding
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        chunk = data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        buf = chunk if kind in (1, 2) else buf + chunk
+        if kind in (1, 4):
+            rec = wandb_internal_pb2.Record()
+            rec.ParseFromString(buf)
+            if rec.WhichOneof("record_type") == "history":
+                out.append({(i.key or "/".join(i.nested_key)): json.loads(i.value_json)
+                            for i in rec.history.item})
+    return out
+
+
+class WandbLoggerTest(unittest.TestCase):
+    def setUp(self):
+        os.environ.pop(gpufeed.ENV_VAR, None)
+
+    def test_hf_trainer_report_to_wandb_offline(self):
+        if not (importable("transformers") and importable("accelerate") and importable("wandb")):
+            return skipped("transformers/accelerate/wandb not installed: the HF W&B test did not run")
+        import wandb
+
+        keys = ("WANDB_MODE", "WANDB_DIR", "WANDB_SILENT", "WANDB_PROJECT")
+        old = {k: os.environ.get(k) for k in keys}
+        with tempfile.TemporaryDirectory() as d:
+            os.environ.update(WANDB_MODE="offline", WANDB_DIR=d, WANDB_SILENT="true",
+                              WANDB_PROJECT="gpufeed-test")
+            try:
+                _hf_train(d, ["wandb"])
+                wandb.finish()
+                # Now, not at exit: wandb 0.31's atexit teardown passes unittest's exit status
+                # (a bool) to a protobuf int field and prints a TypeError.
+                wandb.teardown(exit_code=0)
+                files = glob.glob(os.path.join(d, "wandb", "offline-run-*", "run-*.wandb"))
+                self.assertEqual(len(files), 1, files)
+                history = wandb_history(files[0])
+            finally:
+                for k, v in old.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+        # The Trainer's W&B integration prefixes training logs with train/, as for TensorBoard.
+        wait = [h["train/gpufeed/data_wait_pct"] for h in history if "train/gpufeed/data_wait_pct" in h]
+        self.assertEqual(len(wait), 3, history)  # 6 steps, logged every 2
+        self.assertTrue(all(v > 50 for v in wait), wait)
+        self.assertTrue(any("train/gpufeed/steps_per_s" in h for h in history), history)
 
 
 class AccelerateLoggerTest(unittest.TestCase):

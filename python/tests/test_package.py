@@ -55,7 +55,8 @@ class Receiver:
         try:
             while True:
                 for line in self.sock.recv(65536).decode("ascii").splitlines():
-                    out.append(line.split())
+                    if line.startswith("step"):  # as gpufeed: `figures` queries are not marks
+                        out.append(line.split())
         except BlockingIOError:
             pass
         return out

@@ -58,6 +58,7 @@ impl LiveSampler {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
             .unwrap_or(0);
+        let lines = tee_to_board(cfg.steps.as_deref(), lines)?;
         let mut stops = Vec::new();
         let mut threads = Vec::new();
         let (mut driver, mut gpus, mut gpu_error) = (None, vec![], None);
@@ -175,6 +176,40 @@ impl Drop for LiveSampler {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Lines on their way to `out` also go to the step socket's board, so that the job's `figures`
+/// queries get GPU busy and phases ([`crate::sample::figures`]). The thread ends with the senders.
+/// Without a socket, `out` itself.
+fn tee_to_board(
+    sock: Option<&StepSocket>,
+    out: Sender<Line>,
+) -> Result<Sender<Line>, SamplerError> {
+    let Some(sock) = sock else {
+        return Ok(out);
+    };
+    let board = sock.board();
+    if let Ok(mut b) = board.lock() {
+        b.start(crate::sample::steps::monotonic_ns());
+    }
+    let (tx, rx) = mpsc::channel::<Line>();
+    std::thread::Builder::new()
+        .name("gpufeed-live-board".into())
+        .spawn(move || {
+            for line in rx {
+                if let Ok(mut b) = board.lock() {
+                    b.observe(&line);
+                }
+                if out.send(line).is_err() {
+                    return;
+                }
+            }
+        })
+        .map_err(|source| SamplerError::Thread {
+            what: "figures",
+            source,
+        })?;
+    Ok(tx)
 }
 
 fn gpu_thread(

@@ -242,6 +242,7 @@ impl Prepared {
         command: Option<Vec<String>>,
     ) -> Result<Recorder, RecordError> {
         let t0 = Instant::now();
+        let t0_ns = crate::sample::steps::monotonic_ns();
         let t0_unix_us = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
@@ -259,10 +260,15 @@ impl Prepared {
         let (file, path) = self.file.commit()?;
         let out = RecordingWriter::new(file, compression).map_err(werr)?;
 
+        // The step socket answers the job's `figures` queries from what is recorded.
+        let board = self.cfg.steps.as_ref().map(|s| s.board());
+        if let Some(mut b) = board.as_ref().and_then(|b| b.lock().ok()) {
+            b.start(t0_ns);
+        }
         let (lines_tx, lines_rx) = mpsc::channel::<Line>();
         let writer = std::thread::Builder::new()
             .name("gpufeed-writer".into())
-            .spawn(move || writer_thread(out, lines_rx))
+            .spawn(move || writer_thread(out, lines_rx, board))
             .map_err(|source| RecordError::Thread {
                 what: "writer",
                 source,
@@ -417,12 +423,16 @@ const FLUSH_BYTES: usize = 4 << 20;
 fn writer_thread(
     mut out: RecordingWriter<std::fs::File>,
     rx: Receiver<Line>,
+    board: Option<Arc<Mutex<crate::sample::figures::Board>>>,
 ) -> Result<(), String> {
     let mut last_flush = Instant::now();
     loop {
         let wait = FLUSH_EVERY.saturating_sub(last_flush.elapsed());
         match rx.recv_timeout(wait) {
             Ok(mut line) => {
+                if let Some(mut b) = board.as_ref().and_then(|b| b.lock().ok()) {
+                    b.observe(&line);
+                }
                 out.line(&mut line).map_err(|e| e.to_string())?;
                 if out.pending() >= FLUSH_BYTES {
                     out.flush().map_err(|e| e.to_string())?;

@@ -5,6 +5,7 @@
 //! Units live in the field names (`_bytes`, `_pct`, `_mhz`, `_w`, `_c`, `_s`).
 
 pub mod event;
+pub mod figures;
 pub mod host;
 pub mod nvml;
 pub mod pyphase;

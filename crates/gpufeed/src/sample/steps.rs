@@ -13,6 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::figures::{parse_query, Board, Replier};
+
 /// Name of the environment variable that carries the socket path.
 pub const ENV_VAR: &str = "GPUFEED_STEP_SOCKET";
 
@@ -132,12 +134,15 @@ pub(crate) fn remove_stale(base: &Path) -> usize {
     removed
 }
 
-/// A bound socket and the thread that collects its steps.
+/// A bound socket and the thread that collects its steps (and answers `figures` queries:
+/// [`super::figures`]).
 pub struct StepSocket {
     path: PathBuf,
     /// The private folder the socket lives in ([`StepSocket::open`]), removed on drop.
     dir: Option<tempfile::TempDir>,
     marks: Arc<Mutex<Vec<StepMark>>>,
+    /// GPU and phase readings for replies, fed by the recorder ([`StepSocket::board`]).
+    board: Arc<Mutex<Board>>,
     /// Markers dropped for a time outside [`plausible`].
     dropped: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
@@ -197,46 +202,36 @@ impl StepSocket {
     pub fn bind(path: &Path) -> std::io::Result<StepSocket> {
         let sock = UnixDatagram::bind(path)?;
         sock.set_read_timeout(Some(Duration::from_millis(100)))?;
+        // A reply to a hook that stopped reading must not hold up the markers behind it.
+        sock.set_write_timeout(Some(REPLY_TIMEOUT))?;
         let marks = Arc::new(Mutex::new(Vec::new()));
+        let board = Arc::new(Mutex::new(Board::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let dropped = Arc::new(AtomicU64::new(0));
-        let (m, s, d) = (Arc::clone(&marks), Arc::clone(&stop), Arc::clone(&dropped));
-        let bound_ns = monotonic_ns();
+        let rx = Receiver {
+            sock,
+            marks: Arc::clone(&marks),
+            board: Arc::clone(&board),
+            stop: Arc::clone(&stop),
+            dropped: Arc::clone(&dropped),
+        };
         let thread = std::thread::Builder::new()
             .name("gpufeed-steps".into())
-            .spawn(move || {
-                let mut buf = [0u8; 4096];
-                while !s.load(Ordering::Relaxed) {
-                    match sock.recv(&mut buf) {
-                        Ok(n) => {
-                            let now = monotonic_ns();
-                            let mut got = parse_datagram(&String::from_utf8_lossy(&buf[..n]), now);
-                            let before = got.len();
-                            got.retain(|k| plausible(k.t_ns, bound_ns, now));
-                            d.fetch_add((before - got.len()) as u64, Ordering::Relaxed);
-                            if let Ok(mut v) = m.lock() {
-                                v.extend(got);
-                            }
-                        }
-                        Err(e)
-                            if matches!(
-                                e.kind(),
-                                std::io::ErrorKind::WouldBlock
-                                    | std::io::ErrorKind::TimedOut
-                                    | std::io::ErrorKind::Interrupted
-                            ) => {}
-                        Err(_) => break,
-                    }
-                }
-            })?;
+            .spawn(move || rx.run())?;
         Ok(StepSocket {
             path: path.to_path_buf(),
             dir: None,
             marks,
+            board,
             dropped,
             stop,
             thread: Some(thread),
         })
+    }
+
+    /// The readings replies are made of: a recorder feeds it every line it writes.
+    pub fn board(&self) -> Arc<Mutex<Board>> {
+        Arc::clone(&self.board)
     }
 
     pub fn path(&self) -> &Path {
@@ -267,6 +262,64 @@ impl std::fmt::Debug for StepSocket {
         f.debug_struct("StepSocket")
             .field("path", &self.path)
             .finish()
+    }
+}
+
+/// Longest a reply may wait for room in the asking hook's socket (then it is dropped).
+pub const REPLY_TIMEOUT: Duration = Duration::from_millis(5);
+
+/// The socket's thread: collects markers and answers queries until told to stop.
+struct Receiver {
+    sock: UnixDatagram,
+    marks: Arc<Mutex<Vec<StepMark>>>,
+    board: Arc<Mutex<Board>>,
+    stop: Arc<AtomicBool>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl Receiver {
+    fn run(self) {
+        let bound_ns = monotonic_ns();
+        let mut replier = Replier::new(bound_ns);
+        let mut buf = [0u8; 4096];
+        while !self.stop.load(Ordering::Relaxed) {
+            match self.sock.recv_from(&mut buf) {
+                Ok((n, from)) => {
+                    let now = monotonic_ns();
+                    let text = String::from_utf8_lossy(&buf[..n]);
+                    let mut got = parse_datagram(&text, now);
+                    let before = got.len();
+                    got.retain(|k| plausible(k.t_ns, bound_ns, now));
+                    self.dropped
+                        .fetch_add((before - got.len()) as u64, Ordering::Relaxed);
+                    let Ok(mut marks) = self.marks.lock() else {
+                        continue;
+                    };
+                    marks.extend(got);
+                    // A query from a socket without an address cannot be answered.
+                    let Some(q) = parse_query(&text).filter(|_| !from.is_unnamed()) else {
+                        continue;
+                    };
+                    let reply = match self.board.lock() {
+                        Ok(b) => replier.answer(&q, now, &marks, &b),
+                        Err(_) => None,
+                    };
+                    drop(marks);
+                    if let Some(r) = reply {
+                        // Dropped when the hook is gone or its buffer is full: it falls back.
+                        let _ = self.sock.send_to_addr(r.as_bytes(), &from);
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock
+                            | std::io::ErrorKind::TimedOut
+                            | std::io::ErrorKind::Interrupted
+                    ) => {}
+                Err(_) => break,
+            }
+        }
     }
 }
 
@@ -529,6 +582,51 @@ mod tests {
         assert_eq!(b.wait_s, None);
         assert_eq!(b.items, Some(16));
         assert_eq!(f.fold(&[]), StepTotals::default());
+    }
+
+    #[test]
+    fn a_figures_query_gets_one_json_line_back_and_is_no_marker() {
+        use std::os::linux::net::SocketAddrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.sock");
+        let s = StepSocket::bind(&p).unwrap();
+        let name = format!("gpufeed-test-{}-figures", std::process::id());
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let hook = UnixDatagram::bind_addr(&addr).unwrap();
+        hook.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        // Three markers 10 ms apart, after the socket was bound and before the query.
+        std::thread::sleep(Duration::from_millis(40));
+        let t0 = monotonic_ns() - 30_000_000;
+        for i in 0..3u64 {
+            let m = format!("step {} 5000000 8 2", t0 + i * 10_000_000);
+            hook.send_to(m.as_bytes(), &p).unwrap();
+        }
+        hook.send_to(b"figures 2 4242 77\n", &p).unwrap();
+        let mut buf = [0u8; 8192];
+        let (n, from) = hook.recv_from(&mut buf).unwrap();
+        assert_eq!(from.as_pathname(), Some(p.as_path()));
+        let v: serde_json::Value = serde_json::from_slice(&buf[..n]).unwrap();
+        assert_eq!(v["q"], 77);
+        assert_eq!(v["rank"], 2);
+        assert_eq!(v["steps"], 2, "{v}");
+        assert!(
+            (v["data_wait_pct"].as_f64().unwrap() - 50.0).abs() < 1e-6,
+            "{v}"
+        );
+        // No recorder fed the board: no GPU figures rather than made-up ones.
+        assert!(v.get("gpus").is_none(), "{v}");
+        assert_eq!(s.marks().len(), 3);
+        // An unbound sender cannot be answered; nothing breaks.
+        UnixDatagram::unbound()
+            .unwrap()
+            .send_to(b"figures 2", &p)
+            .unwrap();
+        hook.send_to(b"step - 1 1 2", &p).unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while s.marks().len() < 4 && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(s.marks().len(), 4);
     }
 
     #[test]

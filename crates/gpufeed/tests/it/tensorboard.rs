@@ -2,7 +2,7 @@
 //! (`EventAccumulator`) from a Python that has the `tensorboard` package: `GPUFEED_TEST_PYTHON`,
 //! else `python3`; skipped loudly without one.
 
-use crate::{gpufeed, gpufeed_no_gpu, h100_header, run_ok, usage_error};
+use crate::{fake_gpu, gpufeed, gpufeed_no_gpu, h100_header, run_ok, usage_error};
 use gpufeed::record::format::{header_line, End, Line};
 use gpufeed::sample::event::{PySamples, PyThreadCounts, StepsLine};
 use gpufeed::sample::pyphase::Phase;
@@ -16,20 +16,26 @@ const START_US: u64 = 1_764_676_800_000_000;
 
 /// A Python that imports `tensorboard`, or `None` after saying so on stderr.
 fn tb_python(what: &str) -> Option<String> {
+    python_with("tensorboard", what)
+}
+
+/// A Python (`GPUFEED_TEST_PYTHON`, else `python3`) that imports `modules` (comma-separated), or
+/// `None` after saying so on stderr.
+fn python_with(modules: &str, what: &str) -> Option<String> {
     let candidates: Vec<String> = match std::env::var("GPUFEED_TEST_PYTHON") {
         Ok(p) => vec![p],
         Err(_) => vec!["python3".into()],
     };
     let found = candidates.into_iter().find(|p| {
         std::process::Command::new(p)
-            .args(["-c", "import tensorboard"])
+            .args(["-c", &format!("import {modules}")])
             .output()
             .is_ok_and(|o| o.status.success())
     });
     if found.is_none() {
         let _ = writeln!(
             std::io::stderr(),
-            "SKIPPED: no Python with tensorboard (set GPUFEED_TEST_PYTHON=/path/to/python): {what} did not run"
+            "SKIPPED: no Python with {modules} (set GPUFEED_TEST_PYTHON=/path/to/python): {what} did not run"
         );
     }
     found
@@ -258,6 +264,115 @@ fn run_tensorboard_writes_a_real_jobs_steps_by_step() {
         assert!((15.0..=40.0).contains(v), "{wait:?}");
     }
     assert!(got["text"]["gpufeed/verdict"].as_str().is_some(), "{got}");
+}
+
+/// One GPU busy 62% all the time (the fake NVML).
+const BUSY_62: &str = r#"{"devices":[{"name":"NVIDIA H100 80GB HBM3","memory_total_bytes":85899345920,
+    "memory_used_bytes":40000000000,"util":{"pattern":"constant","value":62}}]}"#;
+
+/// The hooks' figures under `gpufeed run` are gpufeed's (docs/step-protocol.md, the reply
+/// direction): a plain-Python loop through `gpufeed.accelerate.wrap` with a stand-in accelerator
+/// logs GPU 0's busy % (which only gpufeed knows: the fake NVML's 62%) and gpufeed's steps/s and
+/// data wait, at its logging cadence.
+#[test]
+fn run_answers_the_hooks_with_its_own_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let logged = dir.path().join("logged.json");
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python");
+    // 60 batches: 20 ms fetching each, 10 ms training on it; logged every 20 batches.
+    let job = "import json, sys, time\nsys.path.insert(0, sys.argv[1])\n\
+               from gpufeed.accelerate import wrap\n\
+               class Acc:\n    is_local_main_process = True\n    trackers = [None]\n    logged = []\n\
+               \x20   def log(self, values, step=None):\n        self.logged.append([step, values])\n\
+               def loader():\n    for i in range(60):\n        time.sleep(0.02)\n        yield [0] * 8\n\
+               acc = Acc()\nfor b in wrap(loader(), acc, log_every=20):\n    time.sleep(0.01)\n\
+               json.dump(acc.logged, open(sys.argv[2], 'w'))\n";
+    run_ok(
+        fake_gpu(&mut gpufeed(), dir.path(), BUSY_62)
+            .args(["run", "-q", "--py-stacks", "off", "-o"])
+            .arg(dir.path().join("r.ndjson"))
+            .args(["--", "python3", "-c", job])
+            .arg(&python)
+            .arg(&logged),
+    );
+    let got: Value = serde_json::from_str(&std::fs::read_to_string(&logged).unwrap()).unwrap();
+    let logs = got.as_array().unwrap();
+    assert_eq!(logs.len(), 3, "{got}");
+    for (i, l) in logs.iter().enumerate() {
+        let v = &l[1];
+        // The first log comes about 0.6 s in: on a loaded machine gpufeed may have no GPU reading
+        // yet (then it says none, never a made-up one); by the second it has.
+        match v["gpufeed/gpu0/busy_pct"].as_f64() {
+            Some(busy) => assert!((busy - 62.0).abs() < 1e-6, "{got}"),
+            None => assert_eq!(i, 0, "GPU busy from gpufeed: {got}"),
+        }
+        let sps = v["gpufeed/steps_per_s"].as_f64().unwrap();
+        assert!((10.0..=40.0).contains(&sps), "{got}");
+        let wait = v["gpufeed/data_wait_pct"].as_f64().unwrap();
+        assert!((30.0..=95.0).contains(&wait), "{got}");
+        assert!(v["gpufeed/samples_per_s"].as_f64().unwrap() > 50.0, "{got}");
+    }
+    assert_eq!(logs[2][0], 60, "{got}");
+}
+
+/// The same with real Lightning and its TensorBoard logger, read back by TensorBoard: the
+/// callback's scalars under `gpufeed run` carry gpufeed's GPU busy.
+#[test]
+fn run_gives_lightning_gpufeeds_figures_in_tensorboard() {
+    let Some(py) = python_with(
+        "torch, lightning, tensorboard",
+        "the Lightning figures under run",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("tb");
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python");
+    let job = r#"
+import sys, time
+sys.path.insert(0, sys.argv[1])
+import torch, lightning.pytorch as pl
+from lightning.pytorch.loggers import TensorBoardLogger
+from torch.utils.data import DataLoader, Dataset
+from gpufeed.lightning import GpufeedCallback
+
+class Slow(Dataset):
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        time.sleep(0.005)
+        return torch.randn(3), torch.randn(1)
+
+class Model(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 1)
+    def training_step(self, b, i):
+        return torch.nn.functional.mse_loss(self.lin(b[0]), b[1])
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+pl.Trainer(max_epochs=1, accelerator="cpu", devices=1, enable_checkpointing=False,
+           enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=4,
+           logger=TensorBoardLogger(sys.argv[2], name="run"),
+           callbacks=[GpufeedCallback()]).fit(Model(), DataLoader(Slow(), batch_size=4))
+"#;
+    run_ok(
+        fake_gpu(&mut gpufeed(), dir.path(), BUSY_62)
+            .args(["run", "-q", "-o"])
+            .arg(dir.path().join("r.ndjson"))
+            .args(["--", &py, "-c", job])
+            .arg(&python)
+            .arg(&logs),
+    );
+    let got = read_back(&py, &logs.join("run/version_0"));
+    let busy = values(&got, "gpufeed/gpu0/busy_pct");
+    assert_eq!(busy.len(), 4, "{got}"); // 16 steps, every 4
+    assert!(
+        busy.iter().all(|(_, v)| (v - 62.0).abs() < 1e-6),
+        "{busy:?}"
+    );
+    assert_eq!(values(&got, "gpufeed/steps_per_s").len(), 4, "{got}");
 }
 
 #[test]
