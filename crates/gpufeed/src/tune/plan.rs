@@ -376,6 +376,11 @@ mod tests {
         let (p, _) = plan(&f, None, 8, false, None);
         assert_eq!(p[1].values, ["2", "4", "8"]);
         assert!(p[1].extend && !p[0].extend);
+        // copies at the PCIe link's limit (a recording's sign of pageable copies): pinning
+        assert_eq!(
+            keys(&[finding(FindingId::TransferBound)], Some(0.02)),
+            ["pin_memory"]
+        );
         // no finding but the loop waits for data: the input knobs
         assert_eq!(keys(&[], Some(0.3))[0], "num_workers");
         // a compute-bound job: nothing to tune
