@@ -810,6 +810,25 @@ mod tests {
             "gpufeed run --dataloader num_workers=4 --torch matmul_precision=high -- python train.py --name 'a b'"
         );
         assert_eq!(label(&[]), "baseline");
+        // the batch knob's first value asks the job's DataLoader for a multiple of its own
+        let r = resolved(&[
+            (Knob::NumWorkers, "4".to_string()),
+            (Knob::BatchSize, plan::BATCH_DOUBLE.to_string()),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(r.dataloader["num_workers"], serde_json::json!(4));
+        assert_eq!(
+            r.dataloader["batch_size"],
+            serde_json::json!({ "times": 2.0 })
+        );
+        assert_eq!(
+            resolved(&[(Knob::BatchSize, "64".into())])
+                .unwrap()
+                .unwrap()
+                .dataloader["batch_size"],
+            serde_json::json!(64)
+        );
         assert_eq!(
             with(&set, Knob::NumWorkers, "8")[1],
             (Knob::NumWorkers, "8".to_string())
