@@ -6,13 +6,16 @@ use super::*;
 #[command(after_help = "EXAMPLES:
     gpufeed tune -- python train.py
     gpufeed tune --budget 5m --export-json tune.json -- python train.py --epochs 1
+    gpufeed tune --allow-batch -- python train.py      also search the DataLoader's batch_size
     git apply gpufeed-tune-*/fix.patch        the settings found, written into your DataLoader calls
 
 tune runs the command once as it is (the baseline, to steady throughput) and diagnoses it, then
 tries the knobs the diagnosis points at with no code change (--dataloader/--torch injection):
 num_workers (doubled past the cores while it still gains), persistent_workers, prefetch_factor
 when input-bound; pin_memory when copies come from pageable memory; matmul_precision=high and
-cudnn_benchmark=1 for fp32 matmuls on tensor cores. A value is kept only when the 95% interval
+cudnn_benchmark=1 for fp32 matmuls on tensor cores; with --allow-batch, when the batch is too
+small, batch_size last (batch-size's search from twice the job's own batch, compared in
+samples/s, with the learning-rate plan). A value is kept only when the 95% interval
 of its throughput over the best so far lies above 1 and it gains at least 5%. It stops when the
 job turns compute-bound, when every knob was tried, or when --budget is spent, then re-runs the
 baseline and the chosen setting interleaved (A/B/A/B) for the speed-up. Your files are never
@@ -24,7 +27,8 @@ pub struct TuneArgs {
     /// Stop starting search trials after this long (the final re-run comes on top)
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
     pub budget: Duration,
-    /// Also consider the batch size (it changes the optimisation; tune points to `batch-size`)
+    /// Also search the DataLoader's batch_size when the batch is too small (it changes the
+    /// optimisation: the report gives the learning-rate plan)
     #[arg(long)]
     pub allow_batch: bool,
     /// Cores per rank for the num_workers range (default: the CPUs this process may use)

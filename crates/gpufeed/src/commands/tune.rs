@@ -12,7 +12,9 @@ use crate::exit::{Exit, Failure};
 use crate::present::OutputFormat;
 use crate::tune::params::Setting;
 use crate::tune::plan::{self, Knob};
-use crate::tune::report::{self, BeforeAfter, Choice, Figures, Step, Stop, TuneReport};
+use crate::tune::report::{
+    self, BatchChange, BeforeAfter, Choice, Figures, Step, Stop, TuneReport,
+};
 use crate::tune::sweep::TrialResult;
 use crate::tune::trial::run_trial;
 use std::path::{Path, PathBuf};
@@ -30,10 +32,17 @@ struct Tuner<'a> {
     pb: indicatif::ProgressBar,
     rep: TuneReport,
     trials: usize,
+    /// The last trial's out-of-memory line, if it printed one.
+    last_oom: Option<String>,
 }
 
 fn inject_err(e: crate::inject::InjectError) -> anyhow::Error {
     Failure::from(e).into()
+}
+
+/// `x2` (the batch knob's first value): a multiple of the job's own value.
+fn times(v: &str) -> Option<f64> {
+    v.strip_prefix('x')?.parse().ok()
 }
 
 /// The injection for a setting (`None`: the job as it is).
@@ -43,12 +52,20 @@ fn resolved(set: &[(Knob, String)]) -> anyhow::Result<Option<crate::inject::Reso
     }
     let pairs = |dl: bool| -> Vec<String> {
         set.iter()
-            .filter(|(k, _)| k.is_dataloader() == dl)
+            .filter(|(k, v)| k.is_dataloader() == dl && times(v).is_none())
             .map(|(k, v)| format!("{}={v}", k.key()))
             .collect()
     };
     let spec = crate::inject::InjectSpec::parse(&pairs(true), &pairs(false)).map_err(inject_err)?;
-    spec.resolve(&[]).map(Some).map_err(inject_err)
+    let mut r = spec.resolve(&[]).map_err(inject_err)?;
+    // the sitecustomize scales the job's own value by `times` (and reports what it became)
+    for (k, v) in set {
+        if let Some(x) = times(v) {
+            r.dataloader
+                .insert(k.key().into(), serde_json::json!({ "times": x }));
+        }
+    }
+    Ok(Some(r))
 }
 
 fn label(set: &[(Knob, String)]) -> String {
@@ -96,6 +113,7 @@ impl Tuner<'_> {
         let pb = self.pb.clone();
         let outcome = run_trial(&sp, &self.interrupt, |l| pb.set_message(live_msg(&lbl, l)))
             .map_err(Failure::from)?;
+        self.last_oom = outcome.oom_line.clone();
         let setting = Setting {
             values: set
                 .iter()
@@ -148,6 +166,21 @@ fn input_keeps_up(r: &TrialResult, verdict: Option<&str>) -> bool {
 
 /// Why a knob did not reach the job (no DataLoader, no torch), when it did not.
 fn not_applied(r: &TrialResult, knob: Knob) -> Option<String> {
+    if knob == Knob::BatchSize {
+        // a failed trial may be an out-of-memory, which the batch search deals with
+        let o = r.overrides.as_ref()?;
+        if o.iter().any(|x| x.key == knob.key() && x.reason.is_none()) {
+            return None;
+        }
+        let why = r
+            .override_notes
+            .first()
+            .cloned()
+            .or_else(|| r.exit.ok().then(|| "nothing was overridden".to_string()))?;
+        return Some(format!(
+            "batch_size skipped: it never reached the job ({why})"
+        ));
+    }
     let o = r.overrides.as_ref()?;
     if !r.exit.ok()
         || o.iter()
@@ -185,6 +218,13 @@ fn search(
     let mut missing: Vec<bool> = vec![];
     for p in &plans {
         if (input_done && p.knob.is_input()) || missing.contains(&p.knob.is_dataloader()) {
+            continue;
+        }
+        if p.knob == Knob::BatchSize {
+            if let Some(stop) = batch_search(t, &mut set, &mut best, start)? {
+                t.rep.stop = Some(stop);
+                return Ok((set, best));
+            }
             continue;
         }
         let mut values: std::collections::VecDeque<String> = p.values.iter().cloned().collect();
@@ -267,6 +307,208 @@ fn search(
     Ok((set, best))
 }
 
+/// Trials of the batch search after its first out-of-memory (bisecting towards the limit).
+const BATCH_BISECT_TRIALS: usize = 2;
+
+/// What the batch search knows so far.
+#[derive(Default)]
+struct BatchState {
+    /// The job's own batch size (from the first trial's injection report).
+    from: Option<u64>,
+    search: Option<crate::tune::batch::Search>,
+    /// The batch kept, if any.
+    chosen: Option<u64>,
+}
+
+/// The batch-size search of `--allow-batch`, after the other knobs: the first trial doubles the
+/// job's own batch (the injection reports what that was), then `batch-size`'s search goes on
+/// from there, doubling while samples/s gains and bisecting below an out-of-memory. Trials are
+/// compared in samples/s, a batch kept as any other knob's value. `Some(stop)` when the budget
+/// or Ctrl-C ended it.
+fn batch_search(
+    t: &mut Tuner,
+    set: &mut Vec<(Knob, String)>,
+    best: &mut TrialResult,
+    start: Instant,
+) -> anyhow::Result<Option<Stop>> {
+    let mut st = BatchState::default();
+    let stop = batch_trials(t, set, best, start, &mut st)?;
+    if let Some(b0) = st.from {
+        let s = st.search.as_ref();
+        t.rep.batch = Some(BatchChange {
+            from: b0,
+            to: st.chosen,
+            largest_ran: s.and_then(|s| s.low_ok),
+            first_oom: s.and_then(|s| s.high_oom),
+            lr_plan: st.chosen.map(|to| crate::tune::batch::lr_plan(b0, to)),
+        });
+        t.write()?;
+    }
+    Ok(stop)
+}
+
+/// The trials of [`batch_search`], until the search ends.
+fn batch_trials(
+    t: &mut Tuner,
+    set: &mut Vec<(Knob, String)>,
+    best: &mut TrialResult,
+    start: Instant,
+    st: &mut BatchState,
+) -> anyhow::Result<Option<Stop>> {
+    let mut next = plan::BATCH_DOUBLE.to_string();
+    let mut after_oom = 0;
+    loop {
+        if t.stopped() {
+            return Ok(Some(Stop::Interrupted));
+        }
+        if start.elapsed() >= t.args.budget {
+            return Ok(Some(Stop::Budget));
+        }
+        let (r, verdict) = t.trial(&with(set, Knob::BatchSize, &next))?;
+        let Some(n) = batch_ran_at(t, &r, &next, best, st) else {
+            t.rep.steps.push(batch_step(r, next, verdict, None, false));
+            return Ok(None);
+        };
+        if !judge_batch(t, set, best, st, n, (r, verdict))? {
+            return Ok(None);
+        }
+        t.write()?;
+        let s = st.search.as_mut().expect("known once a batch ran");
+        if s.high_oom.is_some() {
+            after_oom += 1;
+            if after_oom > BATCH_BISECT_TRIALS {
+                return Ok(None);
+            }
+        }
+        match s.next() {
+            Some(b) => next = b.to_string(),
+            None => return Ok(None),
+        }
+    }
+}
+
+fn batch_step(
+    r: TrialResult,
+    value: String,
+    verdict: Option<String>,
+    gain: Option<(f64, [f64; 2])>,
+    kept: bool,
+) -> Step {
+    Step {
+        knob: Some(Knob::BatchSize),
+        value: Some(value),
+        gain: gain.map(|g| g.0),
+        gain_ci95: gain.map(|g| g.1),
+        kept,
+        verdict,
+        result: r,
+    }
+}
+
+/// The batch a trial ran at, as the injection reported it; the first time, the job's own batch
+/// too, which starts the search and turns the best so far into samples/s. `None` (with a note)
+/// when the batch never reached the job.
+fn batch_ran_at(
+    t: &mut Tuner,
+    r: &TrialResult,
+    asked: &str,
+    best: &mut TrialResult,
+    st: &mut BatchState,
+) -> Option<u64> {
+    if let Some(why) = not_applied(r, Knob::BatchSize) {
+        t.rep.notes.push(why);
+        return None;
+    }
+    let ov = r
+        .overrides
+        .iter()
+        .flatten()
+        .find(|o| o.key == "batch_size" && o.target == "DataLoader" && o.reason.is_none())
+        .map(|o| (o.value.as_u64(), o.original.as_u64()));
+    let Some((Some(n), original)) = ov else {
+        t.rep.notes.push(format!(
+            "batch_size: the job's DataLoader did not say what batch {asked} came to: the batch search stopped"
+        ));
+        return None;
+    };
+    if st.from.is_none() {
+        let Some(b0) = original else {
+            t.rep.notes.push(
+                "batch_size: the job's own batch size is not a whole number: the batch search stopped"
+                    .into(),
+            );
+            return None;
+        };
+        st.from = Some(b0);
+        // from here on trials are compared in samples/s (the best so far ran at b0)
+        best.throughput = best
+            .throughput
+            .as_ref()
+            .map(|tp| crate::tune::batch::per_sample(tp, b0));
+        let mut s = crate::tune::batch::Search::new(n, None);
+        s.record(b0, true);
+        st.search = Some(s);
+    }
+    Some(n)
+}
+
+/// Records a batch trial that ran at `n`: an out-of-memory narrows the search, a batch that
+/// gains is kept; false when the search ends here (a batch that does not gain, a failure).
+fn judge_batch(
+    t: &mut Tuner,
+    set: &mut Vec<(Knob, String)>,
+    best: &mut TrialResult,
+    st: &mut BatchState,
+    n: u64,
+    (mut r, verdict): (TrialResult, Option<String>),
+) -> anyhow::Result<bool> {
+    use crate::tune::batch::{classify, per_sample, Verdict};
+    let s = st.search.as_mut().expect("known once a batch ran");
+    let value = n.to_string();
+    match classify(&r.exit, t.last_oom.as_deref()).0 {
+        Verdict::Oom => {
+            s.record(n, false);
+            t.rep.steps.push(batch_step(r, value, verdict, None, false));
+            Ok(true)
+        }
+        Verdict::Failed => {
+            t.rep.notes.push(format!(
+                "batch_size={n} failed for a reason other than memory: the batch search stopped"
+            ));
+            t.rep.steps.push(batch_step(r, value, verdict, None, false));
+            Ok(false)
+        }
+        Verdict::Ok => {
+            s.record(n, true);
+            r.throughput = r.throughput.as_ref().map(|tp| per_sample(tp, n));
+            let pair = best.throughput.as_ref().zip(r.throughput.as_ref());
+            let g = pair.and_then(|(b, c)| plan::gain(b, c));
+            let kept = pair.is_some_and(|(b, c)| plan::clears(b, c));
+            let choice = Choice {
+                knob: Knob::BatchSize,
+                value: value.clone(),
+                gain: g.map(|x| x.0),
+                gain_ci95: g.map(|x| x.1),
+            };
+            t.rep
+                .steps
+                .push(batch_step(r.clone(), value.clone(), verdict, g, kept));
+            if !kept {
+                // a larger batch that does not gain: bigger ones will not either
+                t.rep.rejected.push(choice);
+                t.write()?;
+                return Ok(false);
+            }
+            t.rep.chosen.retain(|c| c.knob != Knob::BatchSize);
+            t.rep.chosen.push(choice);
+            *set = with(set, Knob::BatchSize, &value);
+            *best = r;
+            st.chosen = Some(n);
+            Ok(true)
+        }
+    }
+}
+
 fn figures(rs: &[(TrialResult, Option<String>)]) -> Figures {
     let mean = |f: &dyn Fn(&TrialResult) -> Option<f64>| {
         let v: Vec<f64> = rs.iter().filter_map(|(r, _)| f(r)).collect();
@@ -286,12 +528,21 @@ fn figures(rs: &[(TrialResult, Option<String>)]) -> Figures {
 /// Baseline and tuned setting, interleaved: A/B/A/B.
 fn final_rerun(t: &mut Tuner, set: &[(Knob, String)]) -> anyhow::Result<Option<BeforeAfter>> {
     let (mut a, mut b) = (vec![], vec![]);
+    // a changed batch: both sides in samples/s
+    let batches = t.rep.batch.as_ref().and_then(|b| Some((b.from, b.to?)));
     for _ in 0..t.args.final_pairs {
         for (side, s) in [(&mut a, &[][..]), (&mut b, set)] {
             if t.stopped() {
                 return Ok(None);
             }
-            let (r, v) = t.trial(s)?;
+            let (mut r, v) = t.trial(s)?;
+            if let Some((b0, b1)) = batches {
+                let n = if s.is_empty() { b0 } else { b1 };
+                r.throughput = r
+                    .throughput
+                    .as_ref()
+                    .map(|tp| crate::tune::batch::per_sample(tp, n));
+            }
             t.rep.steps.push(Step::run(r.clone(), v.clone()));
             side.push((r, v));
         }
@@ -358,6 +609,9 @@ fn write_patch(t: &mut Tuner, set: &[(Knob, String)], best: &TrialResult) -> any
             value: k.python_value(v),
         })
         .collect();
+    if let Some(p) = t.rep.batch.as_ref().and_then(|b| b.lr_plan.clone()) {
+        t.rep.patch_notes.push(p);
+    }
     for (k, v) in set.iter().filter(|(k, _)| !k.is_dataloader()) {
         let code = match k {
             Knob::MatmulPrecision => {
@@ -461,11 +715,13 @@ pub fn run(global: &GlobalOpts, args: &TuneArgs) -> anyhow::Result<u8> {
             patch: None,
             patch_notes: vec![],
             run_line: None,
+            batch: None,
             notes: vec![],
             output_dir: dir.display().to_string(),
         },
         dir,
         trials: 0,
+        last_oom: None,
     };
     let code = tune(&mut t)?;
     t.pb.finish_and_clear();
@@ -554,6 +810,25 @@ mod tests {
             "gpufeed run --dataloader num_workers=4 --torch matmul_precision=high -- python train.py --name 'a b'"
         );
         assert_eq!(label(&[]), "baseline");
+        // the batch knob's first value asks the job's DataLoader for a multiple of its own
+        let r = resolved(&[
+            (Knob::NumWorkers, "4".to_string()),
+            (Knob::BatchSize, plan::BATCH_DOUBLE.to_string()),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(r.dataloader["num_workers"], serde_json::json!(4));
+        assert_eq!(
+            r.dataloader["batch_size"],
+            serde_json::json!({ "times": 2.0 })
+        );
+        assert_eq!(
+            resolved(&[(Knob::BatchSize, "64".into())])
+                .unwrap()
+                .unwrap()
+                .dataloader["batch_size"],
+            serde_json::json!(64)
+        );
         assert_eq!(
             with(&set, Knob::NumWorkers, "8")[1],
             (Knob::NumWorkers, "8".to_string())

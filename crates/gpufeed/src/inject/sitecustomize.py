@@ -107,6 +107,13 @@ def _gpufeed_install():
                                    reason="left alone: " + why)))
             for k, v in want.items():
                 was = a.get(k, default(k))
+                if isinstance(v, dict):
+                    # gpufeed tune's first batch trial: a multiple of the job's own batch size
+                    if not isinstance(was, int) or isinstance(was, bool) or was < 1:
+                        events.append(("skip", dict(key=k, value=v, reason=(
+                            "left alone: its %s is %r, not a whole number to scale" % (k, was)))))
+                        continue
+                    v = max(1, int(was * v.get("times", 1)))
                 a[k] = v
                 events.append(("override", dict(key=k, value=v, original=was)))
             workers = a.get("num_workers", default("num_workers")) or 0

@@ -221,6 +221,41 @@ pub fn accumulation(target: u64, limit: u64) -> Option<Accumulation> {
     })
 }
 
+/// A throughput as samples/s, for comparing trials of different batch sizes: a per-step rate
+/// (step markers, a tqdm `it/s` bar) times the samples per step (the markers' own counts when
+/// they carry them, else `batch`), its interval scaled alike. A rate in other units (a
+/// `--rate-regex` figure, the GPU-busy proxy) is returned as it is.
+pub fn per_sample(t: &super::trial::Throughput, batch: u64) -> super::trial::Throughput {
+    use super::trial::Source;
+    let per_step = t.source == Source::StepSocket || (t.source == Source::Tqdm && t.unit == "it/s");
+    if !per_step || t.value <= 0.0 {
+        return t.clone();
+    }
+    let k = t.samples_per_s.map(|s| s / t.value).unwrap_or(batch as f64);
+    super::trial::Throughput {
+        value: t.value * k,
+        unit: "samples/s".into(),
+        ci_low: t.ci_low.map(|x| x * k),
+        ci_high: t.ci_high.map(|x| x * k),
+        samples_per_s: Some(t.value * k),
+        ..t.clone()
+    }
+}
+
+/// What changing the batch from `from` to `to` asks of the training: the learning-rate scaling
+/// (linear, square root for Adam-type optimizers), warm-up, BatchNorm, and where the
+/// gradient-accumulation plan comes from.
+pub fn lr_plan(from: u64, to: u64) -> String {
+    let k = to as f64 / from.max(1) as f64;
+    format!(
+        "batch_size {from} → {to} changes the optimisation: scale the learning rate by \
+         {to}/{from} = {k:.3}× (linear rule; √ = {:.3}× for Adam-type optimizers) and re-check \
+         warm-up; BatchNorm statistics see {to} samples. For an effective batch larger than fits, \
+         `gpufeed batch-size --target-batch N` plans gradient accumulation.",
+        k.sqrt()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,5 +370,41 @@ mod tests {
         assert_eq!(accumulation(96, 200).unwrap().steps, 1);
         assert_eq!(accumulation(97, 50).unwrap().micro_batch, 1);
         assert!(accumulation(0, 10).is_none());
+    }
+
+    #[test]
+    fn per_step_rates_become_samples_per_second() {
+        use crate::tune::trial::{Source, Throughput};
+        let t = Throughput {
+            value: 10.0,
+            unit: "steps/s".into(),
+            ci_low: Some(9.0),
+            ci_high: Some(11.0),
+            source: Source::StepSocket,
+            steady: true,
+            warmup_s: None,
+            intervals: 40,
+            samples_per_s: None,
+        };
+        let s = per_sample(&t, 32);
+        assert_eq!((s.value, s.unit.as_str()), (320.0, "samples/s"));
+        assert_eq!((s.ci_low, s.ci_high), (Some(288.0), Some(352.0)));
+        // the markers' own sample counts win over the batch asked for
+        let s = per_sample(
+            &Throughput {
+                samples_per_s: Some(160.0),
+                ..t.clone()
+            },
+            32,
+        );
+        assert_eq!(s.value, 160.0);
+        let r = Throughput {
+            unit: "img/s".into(),
+            source: Source::RateRegex,
+            ..t
+        };
+        assert_eq!(per_sample(&r, 32), r);
+        let n = lr_plan(8, 32);
+        assert!(n.contains("32/8 = 4.000×") && n.contains("2.000×"), "{n}");
     }
 }

@@ -17,6 +17,8 @@ pub enum Knob {
     PinMemory,
     MatmulPrecision,
     CudnnBenchmark,
+    /// The DataLoader's `batch_size` (only with `--allow-batch`: it changes the optimisation).
+    BatchSize,
 }
 
 impl Knob {
@@ -29,6 +31,7 @@ impl Knob {
             Knob::PinMemory => "pin_memory",
             Knob::MatmulPrecision => "matmul_precision",
             Knob::CudnnBenchmark => "cudnn_benchmark",
+            Knob::BatchSize => "batch_size",
         }
     }
 
@@ -79,6 +82,10 @@ pub struct KnobPlan {
     /// Whether a range whose best is its last value may be extended (doubled) while it gains.
     pub extend: bool,
 }
+
+/// The batch-size knob's first value: twice the job's own batch (which the injection reports);
+/// the search goes on from the size it turned out to be.
+pub const BATCH_DOUBLE: &str = "x2";
 
 /// Data wait share at or above which the job is taken as input-bound.
 pub const INPUT_BOUND_WAIT: f64 = 0.10;
@@ -197,11 +204,21 @@ pub fn plan(
         }
     }
     if let Some(why) = has(findings, &[FindingId::BatchTooSmall]) {
-        notes.push(if allow_batch {
-            format!("{why}: tune does not search the batch size yet; run `gpufeed batch-size -- CMD` for the search with its learning-rate plan")
+        if allow_batch {
+            // last, whatever the findings' order: it changes the optimisation, and its trials
+            // are compared in samples/s, with the other knobs already in place
+            plans.push((
+                usize::MAX,
+                KnobPlan {
+                    knob: Knob::BatchSize,
+                    values: vec![BATCH_DOUBLE.into()],
+                    why,
+                    extend: true,
+                },
+            ));
         } else {
-            format!("{why}: the batch size changes the optimisation, so it is left alone (give --allow-batch, or run `gpufeed batch-size`)")
-        });
+            notes.push(format!("{why}: the batch size changes the optimisation, so it is left alone (give --allow-batch to search it with a learning-rate plan, or run `gpufeed batch-size`)"));
+        }
     }
     plans.sort_by_key(|(at, _)| *at);
     (plans.into_iter().map(|(_, p)| p).collect(), notes)
@@ -359,6 +376,11 @@ mod tests {
         let (p, _) = plan(&f, None, 8, false, None);
         assert_eq!(p[1].values, ["2", "4", "8"]);
         assert!(p[1].extend && !p[0].extend);
+        // copies at the PCIe link's limit (a recording's sign of pageable copies): pinning
+        assert_eq!(
+            keys(&[finding(FindingId::TransferBound)], Some(0.02)),
+            ["pin_memory"]
+        );
         // no finding but the loop waits for data: the input knobs
         assert_eq!(keys(&[], Some(0.3))[0], "num_workers");
         // a compute-bound job: nothing to tune
@@ -383,12 +405,23 @@ mod tests {
             Some([9, 0]),
         );
         assert!(p.iter().all(|p| p.knob.is_input()));
-        // the batch size is never a knob, with or without --allow-batch: a note
-        let (p, notes) = plan(&[finding(FindingId::BatchTooSmall)], None, 8, true, None);
+        // the batch size: a note suggesting --allow-batch without it ...
+        let (p, notes) = plan(&[finding(FindingId::BatchTooSmall)], None, 8, false, None);
         assert!(
-            p.is_empty() && notes[0].contains("gpufeed batch-size"),
+            p.is_empty() && notes[0].contains("--allow-batch"),
             "{notes:?}"
         );
+        // ... and with it the last knob, from twice the job's own batch, extended
+        let f = [
+            finding(FindingId::BatchTooSmall),
+            finding(FindingId::AmpUnused),
+        ];
+        let (p, notes) = plan(&f, None, 8, true, None);
+        let k: Vec<&str> = p.iter().map(|p| p.knob.key()).collect();
+        assert_eq!(k, ["matmul_precision", "cudnn_benchmark", "batch_size"]);
+        assert_eq!(p[2].values, [BATCH_DOUBLE]);
+        assert!(p[2].extend && p[2].knob.is_dataloader() && !p[2].knob.is_input());
+        assert!(notes.is_empty(), "{notes:?}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `gpufeed tune`'s report: the baseline, every trial with its verdict, the settings chosen and
 //! rejected, the before → after figures of the interleaved re-run, the patch and the `run` line.
 
+use super::batch::oom_marker;
 use super::plan::{Knob, KnobPlan};
 use super::sweep::{fmt_num, TrialResult};
 use crate::stats::Speedup;
@@ -82,6 +83,21 @@ pub struct Figures {
     pub verdict: Option<String>,
 }
 
+/// The batch-size search of `--allow-batch`: the job's own batch, the one chosen (when one
+/// gained), what the search found of memory, and what the change asks of the training.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchChange {
+    /// The job's own DataLoader batch size (as the injection read it).
+    pub from: u64,
+    /// The batch chosen (`None`: no larger batch gained enough).
+    pub to: Option<u64>,
+    /// Largest batch that ran, and the smallest that ran out of memory.
+    pub largest_ran: Option<u64>,
+    pub first_oom: Option<u64>,
+    /// The learning-rate scaling / gradient-accumulation plan, when the batch changes.
+    pub lr_plan: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TuneReport {
     pub schema_version: u32,
@@ -100,6 +116,9 @@ pub struct TuneReport {
     pub patch_notes: Vec<String>,
     /// The `gpufeed run` line that reproduces the result without the patch.
     pub run_line: Option<String>,
+    /// The batch-size search (`--allow-batch`), when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<BatchChange>,
     pub notes: Vec<String>,
     pub output_dir: String,
 }
@@ -183,6 +202,33 @@ fn before_after(o: &mut String, ba: &BeforeAfter) {
     }
 }
 
+fn batch(o: &mut String, b: &BatchChange) {
+    let mem = match (b.largest_ran, b.first_oom) {
+        (Some(l), Some(f)) => format!(" (largest that ran: {l}; {f} ran out of memory)"),
+        (Some(l), None) => format!(" (largest tried: {l}, it ran)"),
+        (None, Some(f)) => format!(" ({f} ran out of memory)"),
+        (None, None) => String::new(),
+    };
+    match b.to {
+        Some(t) => {
+            let _ = writeln!(o, "\nBatch size: {} → {t}{mem}", b.from);
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "\nBatch size: {} kept: no larger batch gained enough{mem}",
+                b.from
+            );
+        }
+    }
+    if b.lr_plan.is_some() {
+        let _ = writeln!(
+            o,
+            "  the learning rate changes with it: see the by-hand note under the patch"
+        );
+    }
+}
+
 /// The terminal report.
 pub fn text(r: &TuneReport) -> String {
     let mut o = String::new();
@@ -201,6 +247,10 @@ pub fn text(r: &TuneReport) -> String {
         let mark = match (s.knob.is_some(), s.kept) {
             (false, _) => "",
             (true, true) => "  kept",
+            (true, false) if s.result.last_lines.iter().any(|l| oom_marker(l).is_some()) => {
+                "  out of memory"
+            }
+            (true, false) if !s.result.exit.ok() => "  failed",
             (true, false) if s.gain.is_none() => "  not compared",
             (true, false) => "  rejected",
         };
@@ -244,6 +294,9 @@ pub fn text(r: &TuneReport) -> String {
                 ratio(c.gain, c.gain_ci95)
             );
         }
+    }
+    if let Some(b) = &r.batch {
+        batch(&mut o, b);
     }
     if let Some(ba) = &r.before_after {
         before_after(&mut o, ba);
