@@ -1799,6 +1799,8 @@ mod tests {
                         name: None,
                         stacks,
                         phases: Default::default(),
+                        cpu_ns: None,
+                        runq_ns: None,
                     }],
                 })
             };
@@ -1883,6 +1885,8 @@ mod tests {
                     name: None,
                     stacks: vec![[1, 100, 0]],
                     phases: Default::default(),
+                    cpu_ns: None,
+                    runq_ns: None,
                 }],
             }));
         }

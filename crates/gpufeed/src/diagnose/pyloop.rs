@@ -1032,6 +1032,8 @@ mod tests {
                     name: None,
                     stacks,
                     phases: BTreeMap::new(),
+                    cpu_ns: None,
+                    runq_ns: None,
                 })
                 .collect(),
         })
