@@ -137,7 +137,16 @@ struct CpuClock {
     /// Set when a thread of the last reading has no schedstat of its own.
     whole: Option<WholeClock>,
     buf: Vec<u8>,
+    /// Checks in a row that found it ran, and readings since the last check.
+    busy: u32,
+    unchecked: u32,
 }
+
+/// A process found running at this many checks in a row is busy: it is read without a check,
+/// checked again only every [`BUSY_CHECK_EVERY`]th reading (the check would say "ran" anyway;
+/// once it goes idle, that is seen within as many readings).
+const BUSY_AFTER: u32 = 8;
+const BUSY_CHECK_EVERY: u32 = 8;
 
 /// The fallback: /proc/PID/stat and /proc/PID/schedstat.
 struct WholeClock {
@@ -165,7 +174,22 @@ impl CpuClock {
             threads: Vec::new(),
             whole: None,
             buf: vec![0; 1024],
+            busy: 0,
+            unchecked: 0,
         }
+    }
+
+    /// Did it run since the last check, as far as is worth asking: a busy process is taken to
+    /// have run, without a check, at all but every [`BUSY_CHECK_EVERY`]th reading.
+    fn ran_maybe(&mut self) -> bool {
+        if self.busy >= BUSY_AFTER && self.unchecked + 1 < BUSY_CHECK_EVERY {
+            self.unchecked += 1;
+            return true;
+        }
+        self.unchecked = 0;
+        let ran = self.ran();
+        self.busy = if ran { self.busy.saturating_add(1) } else { 0 };
+        ran
     }
 
     /// Follows the threads of a reading (their stacks' thread ids); a thread whose schedstat
@@ -222,8 +246,11 @@ impl CpuClock {
     }
 
     /// A followed thread's (on a CPU, waiting for a core) nanoseconds at the last check.
+    /// Read now (once per interval, for its `py_samples` line), whenever it was last checked.
     fn sched(&self, tid: u64) -> Option<(u64, u64)> {
-        self.threads.iter().find(|t| t.tid == tid)?.last
+        let t = self.threads.iter().find(|t| t.tid == tid)?;
+        let mut buf = [0u8; 128];
+        pread_all(&t.file, &mut buf).and_then(parse_schedstat)
     }
 }
 
@@ -514,8 +541,8 @@ impl PySampler {
         }
     }
 
-    /// A sampled thread's scheduler clock as of its process's last check: nanoseconds on a
-    /// CPU and nanoseconds runnable but waiting for a core, cumulative since it started.
+    /// A sampled thread's scheduler clock, read now: nanoseconds on a CPU and nanoseconds
+    /// runnable but waiting for a core, cumulative since it started.
     pub fn sched(&self, pid: u32, tid: u64) -> Option<(u64, u64)> {
         match self.entries.get(&pid)? {
             Entry::Spy { clock, .. } => clock.sched(tid),
@@ -555,7 +582,7 @@ fn read_spy(
         return;
     };
     // Read whatever the setting: the threads' clocks also give their run-queue wait.
-    let ran = clock.ran();
+    let ran = clock.ran_maybe();
     if idle_skip && !ran && *reused + 1 < IDLE_REREAD_EVERY && *has_last {
         // Did not run since the last reading: its threads are where they were, idle.
         *reused += 1;
@@ -783,6 +810,16 @@ mod tests {
         assert!(!idle.ran(), "a sleeping process did not run");
         assert!(!idle.ran());
         assert_eq!(idle.sched(1), None, "a thread not followed");
+        assert!(idle.sched(child.id() as u64).is_some(), "read at any time");
+        // A process busy at its last checks is read without a check, but checked again at
+        // every BUSY_CHECK_EVERY-th reading: a sleeping one is then seen idle.
+        idle.busy = BUSY_AFTER;
+        for _ in 1..BUSY_CHECK_EVERY {
+            assert!(idle.ran_maybe(), "taken as busy, unchecked");
+        }
+        assert!(!idle.ran_maybe(), "checked: it did not run");
+        assert_eq!(idle.busy, 0);
+        assert!(!idle.ran_maybe(), "idle: checked at every reading");
         let _ = child.kill();
         let _ = child.wait();
         assert!(
