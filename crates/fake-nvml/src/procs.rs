@@ -17,7 +17,49 @@ pub fn parse_stat(stat: &str) -> Option<(u32, u32)> {
 }
 
 /// Every direct child of `parent`, sorted by PID (empty when /proc cannot be read).
+///
+/// Read from the kernel's per-thread children lists (`/proc/PID/task/TID/children`): a few small
+/// files. Scanning every process's stat instead (the fallback, for kernels without those files)
+/// cost the recorder's benchmark 0.3 % of a core on a busy machine, a cost of this fake that no
+/// real driver has.
 pub fn children_of(parent: u32) -> Vec<u32> {
+    if let Some(mut out) = children_from_task_lists(parent) {
+        out.sort_unstable();
+        out.dedup();
+        return out;
+    }
+    children_by_scan(parent)
+}
+
+/// The union of `parent`'s threads' children lists; `None` when the kernel has none.
+fn children_from_task_lists(parent: u32) -> Option<Vec<u32>> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{parent}/task"))
+        .ok()?
+        .flatten()
+    {
+        let text = match std::fs::read_to_string(task.path().join("children")) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && out.is_empty() => {
+                // No such file at all (CONFIG_PROC_CHILDREN off), or the thread just ended.
+                if !std::path::Path::new(&format!("/proc/{parent}/task/{parent}/children")).exists()
+                {
+                    return None;
+                }
+                continue;
+            }
+            Err(_) => continue,
+        };
+        out.extend(
+            text.split_ascii_whitespace()
+                .filter_map(|w| w.parse::<u32>().ok()),
+        );
+    }
+    Some(out)
+}
+
+/// Every direct child of `parent`, found by reading every process's stat.
+fn children_by_scan(parent: u32) -> Vec<u32> {
     let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return out;
@@ -102,10 +144,25 @@ mod tests {
             .arg("5")
             .spawn()
             .expect("spawn sleep");
+        // From a thread other than the main one too: each thread has its own list.
+        let mut other = std::thread::spawn(|| {
+            std::process::Command::new("sleep")
+                .arg("5")
+                .spawn()
+                .expect("spawn sleep")
+        })
+        .join()
+        .unwrap();
         let kids = children_of(self_pid());
-        let _ = child.kill();
-        let _ = child.wait();
-        assert!(kids.contains(&child.id()), "{kids:?} lacks {}", child.id());
+        let scanned = children_by_scan(self_pid());
+        for c in [&mut child, &mut other] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for id in [child.id(), other.id()] {
+            assert!(kids.contains(&id), "{kids:?} lacks {id}");
+            assert!(scanned.contains(&id), "{scanned:?} lacks {id}");
+        }
     }
 
     #[test]

@@ -1004,7 +1004,12 @@ fn loop_text(p: &PythonEvidence, color: bool) -> String {
                 h.function,
                 short_at(&h.file, h.line),
                 h.ms_per_sample
-                    .map(|x| format!("  {x:.2} ms/sample"))
+                    .map(
+                        |x| match h.core_wait_ms_per_sample.filter(|w| *w >= 0.005) {
+                            Some(w) => format!("  {x:.2} ms/sample (+{w:.2} waiting for a core)"),
+                            None => format!("  {x:.2} ms/sample"),
+                        }
+                    )
                     .unwrap_or_default()
             );
         }

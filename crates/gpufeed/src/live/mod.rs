@@ -658,6 +658,8 @@ pub(crate) mod fixture {
                     name: Some("MainThread".into()),
                     stacks: vec![[0, 50, 50], [1, 25, 0], [2, 15, 0], [3, 5, 0], [4, 5, 0]],
                     phases: Default::default(),
+                    cpu_ns: None,
+                    runq_ns: None,
                 }],
             }));
             st.push(Line::Steps(StepsLine {

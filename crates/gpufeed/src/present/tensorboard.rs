@@ -493,6 +493,8 @@ mod tests {
             name: None,
             stacks: Vec::new(),
             phases: phases.iter().copied().collect(),
+            cpu_ns: None,
+            runq_ns: None,
         };
         s.line(&Line::PySamples(PySamples {
             t_s: 0.5,

@@ -268,6 +268,8 @@ mod tests {
                     name: Some("MainThread".into()),
                     stacks: vec![[0, 25, 20]],
                     phases: [(Phase::DataWait, 25)].into_iter().collect(),
+                    cpu_ns: None,
+                    runq_ns: None,
                 }],
             }),
             Line::End(End {

@@ -4,7 +4,9 @@
 
 use super::format::{Line, PyFrameDef, PySamples, PyStackDef, PyStatusLine, PyThreadCounts};
 use crate::sample::pyphase::{classify, is_library, FrameRef, Phase};
-use crate::sample::pystacks::{PyOptions, PySampler, PyStatus, RawFrame, StatusEvent, ThreadStack};
+use crate::sample::pystacks::{
+    PyOptions, PyReading, PySampler, PyStatus, RawFrame, StatusEvent, ThreadStack,
+};
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -77,6 +79,32 @@ struct ProcAcc {
     threads: BTreeMap<u64, ThreadAcc>,
 }
 
+/// One thread of a process's last reading, as interned: what an unchanged reading counts again.
+struct LastThread {
+    tid: u64,
+    name: Option<String>,
+    sid: u32,
+    phase: Phase,
+    empty: bool,
+}
+
+/// Counts one thread's stack in a process's interval.
+fn count(p: &mut ProcAcc, t: &LastThread, active: bool) {
+    let th = p.threads.entry(t.tid).or_default();
+    if t.name.is_some() && th.name != t.name {
+        th.name.clone_from(&t.name);
+    }
+    let c = th.stacks.entry(t.sid).or_default();
+    c.0 += 1;
+    if !active {
+        c.1 += 1;
+    }
+    // An empty stack (no Python running: start-up, teardown) is in no phase.
+    if !t.empty {
+        *th.phases.entry(t.phase).or_default() += 1;
+    }
+}
+
 /// Interns frames and stacks and aggregates counts per process and thread.
 ///
 /// Every frame and stack of every sample is looked up here, so the maps use a fast hash
@@ -92,6 +120,10 @@ pub struct PyAggregator {
     sources: Sources,
     /// The frame ids of the stack being added (reused).
     ids: Vec<u32>,
+    /// Each process's last reading, for [`PyAggregator::add_unchanged`].
+    last: FxHashMap<u32, Vec<LastThread>>,
+    /// Each thread's scheduler clock (on a CPU, waiting for a core) at the last flush.
+    sched_last: FxHashMap<(u32, u64), (u64, u64)>,
 }
 
 impl PyAggregator {
@@ -172,39 +204,83 @@ impl PyAggregator {
                     (sid, phase)
                 }
             };
-            acc_threads.push((t.tid, t.name, t.active, sid, phase, empty));
+            acc_threads.push((
+                LastThread {
+                    tid: t.tid,
+                    name: t.name,
+                    sid,
+                    phase,
+                    empty,
+                },
+                t.active,
+            ));
         }
         let p = self.procs.entry(pid).or_default();
         p.ticks += 1;
-        for (tid, name, active, sid, phase, empty) in acc_threads {
-            let th = p.threads.entry(tid).or_default();
-            if name.is_some() {
-                th.name = name;
-            }
-            let c = th.stacks.entry(sid).or_default();
-            c.0 += 1;
-            if !active {
-                c.1 += 1;
-            }
-            // An empty stack (no Python running: start-up, teardown) is in no phase.
-            if !empty {
-                *th.phases.entry(phase).or_default() += 1;
-            }
+        let last = self.last.entry(pid).or_default();
+        last.clear();
+        for (t, active) in acc_threads {
+            count(p, &t, active);
+            last.push(t);
         }
     }
 
-    /// Writes the interval's counts (one `py_samples` line per process read) and starts afresh.
-    pub fn flush(&mut self, t_s: f64, dt_s: f64, out: &mut Vec<Line>) {
+    /// Adds a reading of a process that did not run since its last one
+    /// ([`crate::sample::pystacks::PyReading::Unchanged`]): its last stacks again, every
+    /// thread idle. Nothing is interned or hashed again.
+    pub fn add_unchanged(&mut self, pid: u32) {
+        let Some(last) = self.last.get(&pid) else {
+            return;
+        };
+        let p = self.procs.entry(pid).or_default();
+        p.ticks += 1;
+        for t in last {
+            count(p, t, false);
+        }
+    }
+
+    /// Forgets the last readings of processes not in `pids` (sorted).
+    pub fn retain(&mut self, pids: &[u32]) {
+        self.last.retain(|p, _| pids.binary_search(p).is_ok());
+        self.sched_last
+            .retain(|(p, _), _| pids.binary_search(p).is_ok());
+    }
+
+    /// A thread's (on a CPU, waiting for a core) nanoseconds since the last flush, from its
+    /// cumulative clock `now`; `None` at its first flush, and when it neither ran nor waited.
+    fn sched_delta(
+        &mut self,
+        pid: u32,
+        tid: u64,
+        now: Option<(u64, u64)>,
+    ) -> (Option<u64>, Option<u64>) {
+        let Some(now) = now else {
+            return (None, None);
+        };
+        match self.sched_last.insert((pid, tid), now) {
+            Some(prev) if now.0 >= prev.0 && now.1 >= prev.1 && now != prev => {
+                (Some(now.0 - prev.0), Some(now.1 - prev.1))
+            }
+            _ => (None, None),
+        }
+    }
+
+    /// Writes the interval's counts (one `py_samples` line per process read) and starts afresh;
+    /// `sched` gives a thread's cumulative scheduler clock (on a CPU, waiting for a core).
+    pub fn flush(
+        &mut self,
+        t_s: f64,
+        dt_s: f64,
+        out: &mut Vec<Line>,
+        sched: impl Fn(u32, u64) -> Option<(u64, u64)>,
+    ) {
         for (pid, p) in std::mem::take(&mut self.procs) {
-            out.push(Line::PySamples(PySamples {
-                t_s,
-                dt_s,
-                pid,
-                ticks: p.ticks,
-                threads: p
-                    .threads
-                    .into_iter()
-                    .map(|(tid, t)| PyThreadCounts {
+            let threads = p
+                .threads
+                .into_iter()
+                .map(|(tid, t)| {
+                    let (cpu_ns, runq_ns) = self.sched_delta(pid, tid, sched(pid, tid));
+                    PyThreadCounts {
                         tid,
                         name: t.name,
                         stacks: t
@@ -213,8 +289,17 @@ impl PyAggregator {
                             .map(|(s, (n, idle))| [s as u64, n, idle])
                             .collect(),
                         phases: t.phases,
-                    })
-                    .collect(),
+                        cpu_ns,
+                        runq_ns,
+                    }
+                })
+                .collect();
+            out.push(Line::PySamples(PySamples {
+                t_s,
+                dt_s,
+                pid,
+                ticks: p.ticks,
+                threads,
             }));
         }
     }
@@ -279,13 +364,24 @@ pub(crate) fn py_thread(
                 }));
             }
         }
-        for (pid, stacks) in got.drain(..) {
-            agg.add(pid, stacks, &mut out);
+        for (pid, reading) in got.drain(..) {
+            match reading {
+                PyReading::Stacks(stacks) => agg.add(pid, stacks, &mut out),
+                PyReading::Unchanged => agg.add_unchanged(pid),
+            }
         }
         let now = Instant::now();
         let since = now.duration_since(last_flush);
         if since >= PY_INTERVAL {
-            agg.flush(t0.elapsed().as_secs_f64(), since.as_secs_f64(), &mut out);
+            agg.flush(
+                t0.elapsed().as_secs_f64(),
+                since.as_secs_f64(),
+                &mut out,
+                |p, t| sampler.sched(p, t),
+            );
+            let mut live = now_pids.clone();
+            live.sort_unstable();
+            agg.retain(&live);
             last_flush = now;
         }
         for l in out.drain(..) {
@@ -295,7 +391,12 @@ pub(crate) fn py_thread(
         }
         if ticker.wait(&stop) {
             let since = Instant::now().duration_since(last_flush);
-            agg.flush(t0.elapsed().as_secs_f64(), since.as_secs_f64(), &mut out);
+            agg.flush(
+                t0.elapsed().as_secs_f64(),
+                since.as_secs_f64(),
+                &mut out,
+                |p, t| sampler.sched(p, t),
+            );
             for l in out.drain(..) {
                 let _ = lines.send(l);
             }
@@ -352,7 +453,7 @@ mod tests {
         let stacks = out.iter().filter(|l| matches!(l, Line::PyStack(_))).count();
         assert_eq!((frames, stacks), (3, 2));
         out.clear();
-        agg.flush(1.0, 1.0, &mut out);
+        agg.flush(1.0, 1.0, &mut out, |_, _| None);
         let Line::PySamples(s) = &out[0] else {
             panic!()
         };
@@ -361,8 +462,55 @@ mod tests {
         assert_eq!(s.threads[0].phases[&Phase::DataWait], 7);
         assert_eq!(s.threads[0].phases[&Phase::Forward], 3);
         out.clear();
-        agg.flush(2.0, 1.0, &mut out);
+        agg.flush(2.0, 1.0, &mut out, |_, _| None);
         assert!(out.is_empty(), "nothing read, nothing written");
+    }
+
+    #[test]
+    fn an_unchanged_reading_counts_the_last_stacks_again_as_idle() {
+        let mut agg = PyAggregator::new();
+        let mut out = Vec::new();
+        let mut main = ts(
+            1,
+            true,
+            &[("<module>", "/nonexistent/t.py"), ("run", "/x.py")],
+        );
+        main.name = Some("MainThread".into());
+        agg.add(7, vec![main, ts(2, false, &[])], &mut out);
+        let defs = out.len();
+        agg.add_unchanged(7);
+        agg.add_unchanged(7);
+        agg.add_unchanged(8); // never read: nothing to count
+        assert_eq!(out.len(), defs, "nothing interned again");
+        out.clear();
+        agg.flush(1.0, 1.0, &mut out, |_, _| None);
+        assert_eq!(out.len(), 1, "{out:?}");
+        let Line::PySamples(s) = &out[0] else {
+            panic!()
+        };
+        assert_eq!((s.pid, s.ticks), (7, 3));
+        assert_eq!(s.threads[0].name.as_deref(), Some("MainThread"));
+        assert_eq!(
+            s.threads[0].stacks,
+            vec![[0, 3, 2]],
+            "read active once, idle twice"
+        );
+        assert_eq!(s.threads[0].phases.values().sum::<u64>(), 3);
+        assert_eq!(s.threads[1].stacks, vec![[1, 3, 3]]);
+        assert!(
+            s.threads[1].phases.is_empty(),
+            "an empty stack is in no phase"
+        );
+        // Still counted in the next interval; forgotten once the process is gone.
+        agg.add_unchanged(7);
+        agg.retain(&[3, 9]);
+        agg.add_unchanged(7);
+        out.clear();
+        agg.flush(2.0, 1.0, &mut out, |_, _| None);
+        let Line::PySamples(s) = &out[0] else {
+            panic!()
+        };
+        assert_eq!(s.ticks, 1);
     }
 
     #[test]

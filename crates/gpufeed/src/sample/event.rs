@@ -75,6 +75,14 @@ pub struct PyThreadCounts {
     /// Samples per training-loop phase (phases with none left out).
     #[serde(default)]
     pub phases: BTreeMap<Phase, u64>,
+    /// Nanoseconds the thread ran on a CPU over the interval (its
+    /// /proc/PID/task/TID/schedstat); absent when unknown, or when it neither ran nor waited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_ns: Option<u64>,
+    /// Nanoseconds the thread was runnable but waiting for a core (the run queue) over the
+    /// interval: samples that find it there look like work, but it was not running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runq_ns: Option<u64>,
 }
 
 /// One process's Python samples over one interval, aggregated.

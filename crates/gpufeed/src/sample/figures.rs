@@ -429,6 +429,8 @@ mod tests {
             name: None,
             stacks: Vec::new(),
             phases: phases.iter().copied().collect(),
+            cpu_ns: None,
+            runq_ns: None,
         };
         b.observe(&Line::PySamples(PySamples {
             t_s: 2.5,

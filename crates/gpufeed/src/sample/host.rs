@@ -32,14 +32,28 @@ impl ProcFile {
     }
 
     /// Reads the whole file again; `None` once it can no longer be read (process gone).
+    ///
+    /// These files are seq_files, which fill a read as far as they can: a read that returns
+    /// less than asked is the end, and no second read (which would generate the whole text
+    /// again to find its end, doubling the cost) is made.
     fn read(&mut self) -> Option<&[u8]> {
         self.buf.clear();
-        let mut chunk = [0u8; 8192];
+        if self.buf.capacity() < 4096 {
+            self.buf.reserve(4096);
+        }
         loop {
-            match self.file.read_at(&mut chunk, self.buf.len() as u64) {
-                Ok(0) => break,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            let len = self.buf.len();
+            let room = self.buf.capacity() - len;
+            self.buf.resize(len + room, 0);
+            match self.file.read_at(&mut self.buf[len..], len as u64) {
+                Ok(n) => {
+                    self.buf.truncate(len + n);
+                    if n < room {
+                        break;
+                    }
+                    self.buf.reserve(self.buf.len());
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => self.buf.truncate(len),
                 Err(_) => return None,
             }
         }
@@ -346,6 +360,49 @@ fn is_partition(name: &str) -> bool {
     std::path::Path::new(&sys).exists()
 }
 
+/// Reads /proc/PID/`name` through the file kept in `slot` (opened now if need be, and kept
+/// when `keep`) and parses it.
+fn read_kept<T>(
+    slot: &mut Option<ProcFile>,
+    keep: bool,
+    pid: u32,
+    name: &str,
+    parse: impl FnOnce(&[u8]) -> T,
+) -> Option<T> {
+    if slot.is_none() {
+        *slot = ProcFile::open(&format!("/proc/{pid}/{name}"));
+    }
+    let got = slot.as_mut()?.read().map(parse);
+    if got.is_none() || !keep {
+        *slot = None;
+    }
+    got
+}
+
+/// The value of a `key: value` line of a /proc text (`key` with its colon).
+fn proc_field(text: &[u8], key: &[u8]) -> Option<u64> {
+    let at = memchr::memmem::find_iter(text, key).find(|&i| i == 0 || text[i - 1] == b'\n')?;
+    let rest = &text[at + key.len()..];
+    let end = memchr::memchr(b'\n', rest).unwrap_or(rest.len());
+    std::str::from_utf8(&rest[..end]).ok()?.trim().parse().ok()
+}
+
+/// `read_bytes` and `write_bytes` of /proc/PID/io.
+fn parse_io(text: &[u8]) -> Option<(u64, u64)> {
+    Some((
+        proc_field(text, b"read_bytes:")?,
+        proc_field(text, b"write_bytes:")?,
+    ))
+}
+
+/// Voluntary and involuntary context switches of /proc/PID/status.
+fn parse_ctxt_switches(text: &[u8]) -> (Option<u64>, Option<u64>) {
+    (
+        proc_field(text, b"voluntary_ctxt_switches:"),
+        proc_field(text, b"nonvoluntary_ctxt_switches:"),
+    )
+}
+
 /// What changed in a job's process tree at one reading.
 #[derive(Debug, Default)]
 pub struct TreeReading {
@@ -357,6 +414,13 @@ pub struct TreeReading {
 struct Tracked {
     /// /proc/PID/stat kept open (while fewer than `MAX_OPEN` processes are tracked).
     stat: Option<ProcFile>,
+    /// /proc/PID/task/PID/children (the main thread's children), kept open likewise.
+    children: Option<ProcFile>,
+    /// /proc/PID/io and /proc/PID/status, opened at the first slow reading and kept open
+    /// likewise (`None` beyond `MAX_OPEN`: opened at each slow reading).
+    io: Option<ProcFile>,
+    status: Option<ProcFile>,
+    keep: bool,
     /// Short name as last seen: it changes when the process calls exec.
     comm: String,
     starttime: u64,
@@ -366,14 +430,20 @@ struct Tracked {
 
 /// Most /proc/PID/stat files kept open at once; beyond that they are opened at each reading.
 const MAX_OPEN: usize = 256;
+/// /proc is listed at most this often; in between, new processes are looked for in the
+/// tracked processes' main threads' children files.
+const LIST_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Follows a root process and all its descendants.
 ///
-/// Each reading lists /proc once; a pid not seen before has its stat read once to learn its
-/// parent: descendants are adopted, others are remembered as unrelated (and forgotten when they
-/// vanish). /proc is listed only when /proc/loadavg shows a pid was created since the last
+/// New processes are looked for only when /proc/loadavg shows a pid was created since the last
 /// reading, so steady-state cost is one read of /proc/loadavg plus one read of an already open
-/// /proc/PID/stat per process of the job. I/O bytes and context switches (from /proc/PID/io and
+/// /proc/PID/stat per process of the job. Then the children of each tracked process's main
+/// thread are read (`/proc/PID/task/PID/children`, kept open: DataLoader workers, subprocesses),
+/// and /proc is listed at most once per [`LIST_EVERY`] (a child started by another thread; on a
+/// busy machine pids are created all the time, and listing /proc at every reading was the
+/// recorder's largest cost). A pid not seen before has its stat read once to learn its parent:
+/// descendants are adopted, others are remembered as unrelated (and forgotten when they vanish). I/O bytes and context switches (from /proc/PID/io and
 /// /proc/PID/status, the latter costly to generate) are read only when `slow` is set.
 pub struct ProcTree {
     root: u32,
@@ -386,6 +456,9 @@ pub struct ProcTree {
     /// change, no process was created and listing /proc can be skipped.
     loadavg: Option<ProcFile>,
     last_pid_seen: Option<u64>,
+    /// When /proc was last listed, and whether a pid was created since.
+    listed_at: Option<Instant>,
+    list_pending: bool,
 }
 
 impl ProcTree {
@@ -399,6 +472,8 @@ impl ProcTree {
             last_io: HashMap::new(),
             loadavg: ProcFile::open("/proc/loadavg"),
             last_pid_seen: None,
+            listed_at: None,
+            list_pending: true,
         }
     }
 
@@ -437,8 +512,19 @@ impl ProcTree {
 
     pub fn sample(&mut self, t_s: f64, slow: bool) -> TreeReading {
         let mut reading = TreeReading::default();
-        if self.maybe_new_processes() {
+        let created = self.maybe_new_processes();
+        self.list_pending |= created;
+        let now = Instant::now();
+        if self.list_pending
+            && self
+                .listed_at
+                .is_none_or(|t| now.duration_since(t) >= LIST_EVERY)
+        {
+            self.list_pending = false;
+            self.listed_at = Some(now);
             self.discover(t_s, &mut reading);
+        } else if created {
+            self.discover_children(t_s, &mut reading);
         }
         self.read_tracked(t_s, slow, &mut reading);
         reading.samples.sort_by_key(|s| s.pid);
@@ -466,8 +552,21 @@ impl ProcTree {
                 }
             }
         }
-        // Adopt descendants: repeat until no candidate's parent is in the tree (parents may be
-        // listed after their children when pids wrap).
+        let candidates = self.adopt(t_s, candidates, reading);
+        for (pid, _, st) in candidates {
+            self.unrelated.insert(pid, st.starttime);
+        }
+        self.unrelated.retain(|pid, _| present.contains(pid));
+    }
+
+    /// Adopts the root and every candidate whose parent is in the tree (repeated until none
+    /// is: parents may be listed after their children when pids wrap); returns the others.
+    fn adopt(
+        &mut self,
+        t_s: f64,
+        mut candidates: Vec<(u32, ProcFile, StatLite)>,
+        reading: &mut TreeReading,
+    ) -> Vec<(u32, ProcFile, StatLite)> {
         let mut changed = true;
         while changed {
             changed = false;
@@ -487,6 +586,14 @@ impl ProcTree {
                         pid,
                         Tracked {
                             stat: keep.then_some(f),
+                            children: keep
+                                .then(|| {
+                                    ProcFile::open(&format!("/proc/{pid}/task/{pid}/children"))
+                                })
+                                .flatten(),
+                            io: None,
+                            status: None,
+                            keep,
                             comm: st.comm.clone(),
                             starttime: st.starttime,
                             prev_ticks: st.ticks,
@@ -500,10 +607,40 @@ impl ProcTree {
             }
             candidates = rest;
         }
-        for (pid, _, st) in candidates {
-            self.unrelated.insert(pid, st.starttime);
+        candidates
+    }
+
+    /// Looks for new processes among the children of the tracked processes' main threads.
+    fn discover_children(&mut self, t_s: f64, reading: &mut TreeReading) {
+        let mut new = Vec::new();
+        for tr in self.tracked.values_mut() {
+            let Some(b) = tr.children.as_mut().and_then(|f| f.read()) else {
+                continue;
+            };
+            let Ok(text) = std::str::from_utf8(b) else {
+                continue;
+            };
+            new.extend(
+                text.split_ascii_whitespace()
+                    .filter_map(|w| w.parse::<u32>().ok()),
+            );
         }
-        self.unrelated.retain(|pid, _| present.contains(pid));
+        new.retain(|p| !self.tracked.contains_key(p) && !self.unrelated.contains_key(p));
+        if new.is_empty() {
+            return;
+        }
+        new.sort_unstable();
+        new.dedup();
+        let candidates: Vec<(u32, ProcFile, StatLite)> = new
+            .into_iter()
+            .filter_map(|pid| {
+                let mut f = ProcFile::open(&format!("/proc/{pid}/stat"))?;
+                let st = f.read().and_then(parse_stat)?;
+                Some((pid, f, st))
+            })
+            .collect();
+        // A child whose parent is not tracked (reparented meanwhile) is left to the next listing.
+        self.adopt(t_s, candidates, reading);
     }
 
     /// Reads every tracked process; drops the ones that are gone (or whose pid was reused).
@@ -556,14 +693,14 @@ impl ProcTree {
                 ..Default::default()
             };
             if slow || just_started {
-                if let Ok(p) = Process::new(pid as i32) {
-                    if let Ok(io) = p.io() {
-                        self.last_io.insert(pid, (io.read_bytes, io.write_bytes));
-                    }
-                    if let Ok(status) = p.status() {
-                        sample.voluntary_ctxt_switches = status.voluntary_ctxt_switches;
-                        sample.nonvoluntary_ctxt_switches = status.nonvoluntary_ctxt_switches;
-                    }
+                if let Some(io) = read_kept(&mut tr.io, tr.keep, pid, "io", parse_io).flatten() {
+                    self.last_io.insert(pid, io);
+                }
+                if let Some((v, n)) =
+                    read_kept(&mut tr.status, tr.keep, pid, "status", parse_ctxt_switches)
+                {
+                    sample.voluntary_ctxt_switches = v;
+                    sample.nonvoluntary_ctxt_switches = n;
                 }
             }
             // Cumulative I/O counters: the last value read (at most a second old).
@@ -632,6 +769,63 @@ mod tests {
         let again = again.expect("announced again after exec");
         assert_eq!(again.pid, child.id());
         assert_eq!(again.cmd.as_deref(), Some("sleep 0.5"));
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn io_and_context_switches_are_read_from_their_lines() {
+        let io = b"rchar: 10\nwchar: 20\nsyscr: 1\nread_bytes: 4096\nwrite_bytes: 8192\ncancelled_write_bytes: 0\n";
+        assert_eq!(parse_io(io), Some((4096, 8192)));
+        assert_eq!(parse_io(b"rchar: 10\n"), None);
+        let status =
+            b"Name:\tpython\nvoluntary_ctxt_switches:\t150\nnonvoluntary_ctxt_switches:\t7\n";
+        assert_eq!(parse_ctxt_switches(status), (Some(150), Some(7)));
+        assert_eq!(parse_ctxt_switches(b"Name:\tx\n"), (None, None));
+        // This process's own files, through the kept-open reader (twice: read in place).
+        let me = std::process::id();
+        let mut slot = None;
+        for _ in 0..2 {
+            let (v, _) = read_kept(&mut slot, true, me, "status", parse_ctxt_switches).unwrap();
+            assert!(v.is_some());
+            assert!(slot.is_some(), "kept open");
+        }
+        let mut slot = None;
+        assert!(read_kept(&mut slot, false, me, "status", |b| b.len()).unwrap() > 0);
+        assert!(slot.is_none(), "closed when not kept");
+        let mut f = ProcFile::open(&format!("/proc/{me}/status")).unwrap();
+        let first = f.read().unwrap().len();
+        assert!(first > 100 && f.read().unwrap().starts_with(b"Name:"));
+    }
+
+    #[test]
+    fn a_new_child_is_found_without_listing_proc_again() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "read x; sleep 0.7 & wait"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut tree = ProcTree::new(child.id());
+        assert_eq!(tree.sample(0.0, false).started.len(), 1);
+        let listed = tree.listed_at.unwrap();
+        use std::io::Write;
+        child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+        // Seen as the shell between fork and exec, or at once as sleep: either way announced
+        // as sleep within the second in which /proc is not listed again.
+        let mut found = false;
+        while !found && listed.elapsed() < std::time::Duration::from_millis(900) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            let r = tree.sample(listed.elapsed().as_secs_f64(), false);
+            found = r
+                .started
+                .iter()
+                .any(|s| s.ppid == child.id() && s.cmd.as_deref() == Some("sleep 0.7"));
+        }
+        assert!(found, "the shell's child, from its children file");
+        assert_eq!(
+            tree.listed_at,
+            Some(listed),
+            "/proc not listed again within a second"
+        );
         child.wait().unwrap();
     }
 

@@ -37,6 +37,16 @@ pub struct ThreadStack {
     pub frames: Vec<RawFrame>,
 }
 
+/// One reading of one process.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PyReading {
+    /// Its stacks, as read.
+    Stacks(Vec<ThreadStack>),
+    /// It did not run since its last reading ([`PyOptions::idle_skip`]): its threads are where
+    /// they were, so its last stacks count again, every thread idle. The caller keeps them.
+    Unchanged,
+}
+
 /// What sampling one process came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -86,9 +96,10 @@ pub struct PyOptions {
     /// threads' run state, in the vendored py-spy (vendor/py-spy/PATCHES.md): a known frame
     /// then costs one read of the process's memory. Off only to measure what it saves.
     pub cache: bool,
-    /// Read a process's stacks only when its CPU time advanced since the last reading; until
-    /// then its last stacks count again, as idle (a sleeping launcher, idle helpers cost one
-    /// read of two small /proc files instead of a py-spy reading). Off only to measure it.
+    /// Read a process's stacks only when one of its Python threads ran since the last reading
+    /// (only a thread that ran can have moved its stack); until then its last stacks count
+    /// again, as idle: a sleeping launcher or idle helper costs one `pread` of a small /proc
+    /// file per Python thread instead of a py-spy reading. Off only to measure it.
     pub idle_skip: bool,
 }
 
@@ -106,47 +117,159 @@ const REOPEN_AFTER: u32 = 25;
 /// (its CPU time is counted in clock ticks: a process that runs a little may not show it).
 const IDLE_REREAD_EVERY: u32 = 100;
 
-/// A process's CPU time, to tell whether it ran since the last reading: /proc/PID/stat's
-/// utime + stime (all threads, clock ticks) and /proc/PID/schedstat's run time of its main
-/// thread (nanoseconds), files kept open and read again in place.
+/// One thread's scheduler clock: /proc/PID/task/TID/schedstat (nanoseconds on a CPU,
+/// nanoseconds runnable but waiting for one, time slices), kept open and read in place.
+struct ThreadClock {
+    tid: u64,
+    file: File,
+    /// (on a CPU, waiting for a core), cumulative nanoseconds, at the last check.
+    last: Option<(u64, u64)>,
+}
+
+/// Whether a process ran since the last check, cheaply: only a Python thread that ran can have
+/// moved its stack, so the schedstat of each Python thread of its last reading is read (one
+/// `pread` each, nanosecond resolution). Where the threads' OS ids are unknown, the whole
+/// process's /proc/PID/stat utime + stime (clock ticks) and its main thread's schedstat are read
+/// instead. The threads' clocks also give their run-queue wait for the `py_samples` lines.
 struct CpuClock {
+    pid: u32,
+    threads: Vec<ThreadClock>,
+    /// Set when a thread of the last reading has no schedstat of its own.
+    whole: Option<WholeClock>,
+    buf: Vec<u8>,
+    /// Checks in a row that found it ran, and readings since the last check.
+    busy: u32,
+    unchecked: u32,
+}
+
+/// A process found running at this many checks in a row is busy: it is read without a check,
+/// checked again only every [`BUSY_CHECK_EVERY`]th reading (the check would say "ran" anyway;
+/// once it goes idle, that is seen within as many readings).
+const BUSY_AFTER: u32 = 8;
+const BUSY_CHECK_EVERY: u32 = 8;
+
+/// The fallback: /proc/PID/stat and /proc/PID/schedstat.
+struct WholeClock {
     stat: File,
     sched: Option<File>,
     last: Option<(u64, u64)>,
-    buf: Vec<u8>,
+}
+
+/// (on a CPU, waiting for a core) of a schedstat text.
+fn parse_schedstat(b: &[u8]) -> Option<(u64, u64)> {
+    let s = std::str::from_utf8(b).ok()?;
+    let mut f = s.split_ascii_whitespace();
+    Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
+}
+
+fn pread_all<'a>(f: &File, buf: &'a mut [u8]) -> Option<&'a [u8]> {
+    let n = f.read_at(buf, 0).ok()?;
+    (n > 0).then(|| &buf[..n])
 }
 
 impl CpuClock {
-    fn open(pid: u32) -> Option<CpuClock> {
-        Some(CpuClock {
+    fn new(pid: u32) -> CpuClock {
+        CpuClock {
+            pid,
+            threads: Vec::new(),
+            whole: None,
+            buf: vec![0; 1024],
+            busy: 0,
+            unchecked: 0,
+        }
+    }
+
+    /// Did it run since the last check, as far as is worth asking: a busy process is taken to
+    /// have run, without a check, at all but every [`BUSY_CHECK_EVERY`]th reading.
+    fn ran_maybe(&mut self) -> bool {
+        if self.busy >= BUSY_AFTER && self.unchecked + 1 < BUSY_CHECK_EVERY {
+            self.unchecked += 1;
+            return true;
+        }
+        self.unchecked = 0;
+        let ran = self.ran();
+        self.busy = if ran { self.busy.saturating_add(1) } else { 0 };
+        ran
+    }
+
+    /// Follows the threads of a reading (their stacks' thread ids); a thread whose schedstat
+    /// cannot be opened (an id that is not the OS's) turns on the whole-process fallback.
+    fn follow(&mut self, stacks: &[ThreadStack]) {
+        let same = self.threads.len() == stacks.len()
+            && stacks
+                .iter()
+                .all(|s| self.threads.iter().any(|t| t.tid == s.tid));
+        if same && self.whole.is_none() {
+            return;
+        }
+        let mut old = std::mem::take(&mut self.threads);
+        let mut missing = false;
+        for s in stacks {
+            if let Some(i) = old.iter().position(|t| t.tid == s.tid) {
+                self.threads.push(old.swap_remove(i));
+                continue;
+            }
+            let file = u32::try_from(s.tid).ok().and_then(|tid| {
+                File::open(format!("/proc/{}/task/{tid}/schedstat", self.pid)).ok()
+            });
+            match file {
+                Some(file) => self.threads.push(ThreadClock {
+                    tid: s.tid,
+                    file,
+                    last: None,
+                }),
+                None => missing = true,
+            }
+        }
+        if missing || self.threads.is_empty() {
+            if self.whole.is_none() {
+                self.whole = WholeClock::open(self.pid);
+            }
+        } else {
+            self.whole = None;
+        }
+    }
+
+    /// Did any followed thread run since the last check? Unknown (unreadable, nothing followed)
+    /// counts as yes.
+    fn ran(&mut self) -> bool {
+        let mut ran = self.threads.is_empty() && self.whole.is_none();
+        for t in &mut self.threads {
+            let now = pread_all(&t.file, &mut self.buf).and_then(parse_schedstat);
+            ran |= now.is_none() || now != t.last;
+            t.last = now;
+        }
+        if let Some(w) = &mut self.whole {
+            ran |= w.ran(&mut self.buf);
+        }
+        ran
+    }
+
+    /// A followed thread's (on a CPU, waiting for a core) nanoseconds at the last check.
+    /// Read now (once per interval, for its `py_samples` line), whenever it was last checked.
+    fn sched(&self, tid: u64) -> Option<(u64, u64)> {
+        let t = self.threads.iter().find(|t| t.tid == tid)?;
+        let mut buf = [0u8; 128];
+        pread_all(&t.file, &mut buf).and_then(parse_schedstat)
+    }
+}
+
+impl WholeClock {
+    fn open(pid: u32) -> Option<WholeClock> {
+        Some(WholeClock {
             stat: File::open(format!("/proc/{pid}/stat")).ok()?,
             sched: File::open(format!("/proc/{pid}/schedstat")).ok(),
             last: None,
-            buf: vec![0; 1024],
         })
     }
 
-    fn read(&mut self) -> Option<(u64, u64)> {
-        let n = self.stat.read_at(&mut self.buf, 0).ok()?;
-        let ticks = parse_cpu_ticks(&self.buf[..n])?;
+    fn ran(&mut self, buf: &mut [u8]) -> bool {
+        let ticks = pread_all(&self.stat, buf).and_then(parse_cpu_ticks);
         let ns = match &self.sched {
-            Some(f) => {
-                let n = f.read_at(&mut self.buf, 0).ok()?;
-                std::str::from_utf8(&self.buf[..n])
-                    .ok()?
-                    .split_whitespace()
-                    .next()?
-                    .parse()
-                    .ok()?
-            }
-            None => 0,
+            Some(f) => pread_all(f, buf).and_then(parse_schedstat).map(|s| s.0),
+            None => Some(0),
         };
-        Some((ticks, ns))
-    }
-
-    /// Did the process run since the last call? Unknown (unreadable) counts as yes.
-    fn ran(&mut self) -> bool {
-        let now = self.read();
+        let now = ticks.zip(ns);
         let ran = now.is_none() || now != self.last;
         self.last = now;
         ran
@@ -171,11 +294,11 @@ enum Entry {
         skip: u32,
         /// The rank variables of its start-up environment (any process, workers too).
         env: Option<RankEnv>,
-        /// Its CPU time, when [`PyOptions::idle_skip`] is on.
-        clock: Option<CpuClock>,
-        /// The last stacks read, and readings taken from them since.
-        last: Vec<ThreadStack>,
+        /// Its Python threads' CPU clocks.
+        clock: CpuClock,
+        /// Readings in a row answered [`PyReading::Unchanged`] (the last read found a thread).
         reused: u32,
+        has_last: bool,
     },
     Waiting {
         attempts: u32,
@@ -268,7 +391,7 @@ impl PySampler {
     pub fn sample(
         &mut self,
         pids: &[u32],
-        out: &mut Vec<(u32, Vec<ThreadStack>)>,
+        out: &mut Vec<(u32, PyReading)>,
         events: &mut Vec<StatusEvent>,
     ) {
         self.entries.retain(|p, _| pids.contains(p));
@@ -281,7 +404,7 @@ impl PySampler {
             });
             match entry {
                 Entry::Spy { skip, .. } if *skip > 0 => *skip -= 1,
-                Entry::Spy { .. } => read_spy(entry, pid, now, out),
+                Entry::Spy { .. } => read_spy(entry, pid, now, self.idle_skip, out),
                 Entry::Done { .. } => recheck_done(entry, pid, now),
                 Entry::Waiting { .. } => {
                     if let Some(exe) = probe(entry, pid, now, events) {
@@ -321,7 +444,7 @@ impl PySampler {
         pid: u32,
         exe: Option<PathBuf>,
         now: Instant,
-        out: &mut Vec<(u32, Vec<ThreadStack>)>,
+        out: &mut Vec<(u32, PyReading)>,
         events: &mut Vec<StatusEvent>,
     ) {
         let (every, env, rank) = self.role(pid);
@@ -335,14 +458,9 @@ impl PySampler {
                         rank,
                     });
                     let stacks: Vec<ThreadStack> = traces.into_iter().map(convert).collect();
-                    let clock = if self.idle_skip {
-                        CpuClock::open(pid).map(|mut c| {
-                            c.ran();
-                            c
-                        })
-                    } else {
-                        None
-                    };
+                    let mut clock = CpuClock::new(pid);
+                    clock.follow(&stacks);
+                    clock.ran();
                     self.entries.insert(
                         pid,
                         Entry::Spy {
@@ -352,11 +470,11 @@ impl PySampler {
                             skip: every - 1,
                             env,
                             clock,
-                            last: stacks.clone(),
                             reused: 0,
+                            has_last: !stacks.is_empty(),
                         },
                     );
-                    out.push((pid, stacks));
+                    out.push((pid, PyReading::Stacks(stacks)));
                 }
                 Err(e) if unsupported(&e) => {
                     events.push(StatusEvent {
@@ -423,6 +541,15 @@ impl PySampler {
         }
     }
 
+    /// A sampled thread's scheduler clock, read now: nanoseconds on a CPU and nanoseconds
+    /// runnable but waiting for a core, cumulative since it started.
+    pub fn sched(&self, pid: u32, tid: u64) -> Option<(u64, u64)> {
+        match self.entries.get(&pid)? {
+            Entry::Spy { clock, .. } => clock.sched(tid),
+            _ => None,
+        }
+    }
+
     /// Processes currently being sampled.
     pub fn sampling(&self) -> usize {
         self.entries
@@ -434,30 +561,33 @@ impl PySampler {
 
 /// Reads a sampled process's stacks; after a failure, a process that is gone is done and one
 /// that failed [`REOPEN_AFTER`] times in a row is opened again.
-fn read_spy(entry: &mut Entry, pid: u32, now: Instant, out: &mut Vec<(u32, Vec<ThreadStack>)>) {
+fn read_spy(
+    entry: &mut Entry,
+    pid: u32,
+    now: Instant,
+    idle_skip: bool,
+    out: &mut Vec<(u32, PyReading)>,
+) {
     let Entry::Spy {
         spy,
         fails,
         every,
         skip,
         clock,
-        last,
         reused,
+        has_last,
         ..
     } = entry
     else {
         return;
     };
-    let ran = clock.as_mut().is_none_or(CpuClock::ran);
-    if !ran && *reused + 1 < IDLE_REREAD_EVERY && !last.is_empty() {
+    // Read whatever the setting: the threads' clocks also give their run-queue wait.
+    let ran = clock.ran_maybe();
+    if idle_skip && !ran && *reused + 1 < IDLE_REREAD_EVERY && *has_last {
         // Did not run since the last reading: its threads are where they were, idle.
         *reused += 1;
         *skip = *every - 1;
-        let mut idle = last.clone();
-        for t in &mut idle {
-            t.active = false;
-        }
-        out.push((pid, idle));
+        out.push((pid, PyReading::Unchanged));
         return;
     }
     match spy.get_stack_traces() {
@@ -466,8 +596,9 @@ fn read_spy(entry: &mut Entry, pid: u32, now: Instant, out: &mut Vec<(u32, Vec<T
             *skip = *every - 1;
             *reused = 0;
             let stacks: Vec<ThreadStack> = traces.into_iter().map(convert).collect();
-            last.clone_from(&stacks);
-            out.push((pid, stacks));
+            *has_last = !stacks.is_empty();
+            clock.follow(&stacks);
+            out.push((pid, PyReading::Stacks(stacks)));
         }
         Err(_) => {
             *fails += 1;
@@ -629,26 +760,71 @@ mod tests {
     }
 
     #[test]
+    fn schedstat_is_run_time_and_run_queue_wait() {
+        assert_eq!(parse_schedstat(b"123456 789 12\n"), Some((123456, 789)));
+        assert_eq!(parse_schedstat(b"12"), None);
+        assert_eq!(parse_schedstat(b""), None);
+    }
+
+    fn stack_of(tid: u64) -> ThreadStack {
+        ThreadStack {
+            tid,
+            name: None,
+            active: false,
+            frames: vec![],
+        }
+    }
+
+    #[test]
     fn a_process_that_runs_is_told_from_one_that_sleeps() {
-        // A sleeping child (no CPU time) against this busy test process.
+        // A sleeping child (no CPU time) against a busy thread of this test process.
         let mut child = std::process::Command::new("sleep")
             .arg("5")
             .spawn()
             .unwrap();
         std::thread::sleep(Duration::from_millis(50));
-        let mut idle = CpuClock::open(child.id()).unwrap();
-        idle.ran();
-        let mut me = CpuClock::open(std::process::id()).unwrap();
-        me.ran();
+        let mut idle = CpuClock::new(child.id());
+        idle.follow(&[stack_of(child.id() as u64)]);
+        assert!(idle.whole.is_none(), "its own thread's schedstat");
+        assert!(idle.ran(), "nothing known yet counts as ran");
+        let me = std::process::id();
+        let tid = unsafe { libc::gettid() } as u64;
+        let mut busy = CpuClock::new(me);
+        busy.follow(&[stack_of(tid)]);
+        busy.ran();
+        // A thread id that is not the OS's (py-spy's pthread id): the whole process instead.
+        let mut whole = CpuClock::new(me);
+        whole.follow(&[stack_of(u64::MAX - 1)]);
+        assert!(whole.whole.is_some());
+        whole.ran();
         let t = Instant::now();
         let mut x = 0u64;
         while t.elapsed() < Duration::from_millis(30) {
             x = x.wrapping_add(std::hint::black_box(1));
         }
         assert!(x > 0);
-        assert!(me.ran(), "30 ms of work shows");
+        assert!(busy.ran(), "30 ms of work shows");
+        assert!(whole.ran(), "and in the whole process's clock");
+        let (on_cpu, _) = busy.sched(tid).unwrap();
+        assert!(on_cpu > 0, "{on_cpu} ns on a CPU");
         assert!(!idle.ran(), "a sleeping process did not run");
+        assert!(!idle.ran());
+        assert_eq!(idle.sched(1), None, "a thread not followed");
+        assert!(idle.sched(child.id() as u64).is_some(), "read at any time");
+        // A process busy at its last checks is read without a check, but checked again at
+        // every BUSY_CHECK_EVERY-th reading: a sleeping one is then seen idle.
+        idle.busy = BUSY_AFTER;
+        for _ in 1..BUSY_CHECK_EVERY {
+            assert!(idle.ran_maybe(), "taken as busy, unchecked");
+        }
+        assert!(!idle.ran_maybe(), "checked: it did not run");
+        assert_eq!(idle.busy, 0);
+        assert!(!idle.ran_maybe(), "idle: checked at every reading");
         let _ = child.kill();
         let _ = child.wait();
+        assert!(
+            idle.ran(),
+            "a thread that is gone counts as ran (read again, then dropped)"
+        );
     }
 }

@@ -135,6 +135,8 @@ fn recording(dir: &Path) -> PathBuf {
                     phases: [(Phase::DataWait, 30), (Phase::Forward, 20)]
                         .into_iter()
                         .collect(),
+                    cpu_ns: None,
+                    runq_ns: None,
                 }],
             }));
         }

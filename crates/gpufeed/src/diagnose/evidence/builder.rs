@@ -1162,6 +1162,8 @@ mod tests {
                         name: None,
                         stacks,
                         phases: Default::default(),
+                        cpu_ns: None,
+                        runq_ns: None,
                     }],
                 })
             };
@@ -1246,6 +1248,8 @@ mod tests {
                     name: None,
                     stacks: vec![[1, 100, 0]],
                     phases: Default::default(),
+                    cpu_ns: None,
+                    runq_ns: None,
                 }],
             }));
         }

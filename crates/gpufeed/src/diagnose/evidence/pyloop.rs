@@ -172,16 +172,18 @@ pub(crate) fn fill_ms_per_sample(p: &mut PythonEvidence, items: Option<u64>) {
         return;
     };
     let rate = p.rate_hz.filter(|r| *r > 0.0);
+    let ms = |secs: f64| (secs * 1000.0 / items as f64 * 1000.0).round() / 1000.0;
     for h in &mut p.data_hotspots {
-        let secs = if h.work_s > 0.0 {
-            h.work_s
+        let (secs, runq) = if h.work_s > 0.0 {
+            (h.work_s, h.runq_s)
         } else if let Some(r) = rate {
-            h.samples as f64 / r
+            (h.samples as f64 / r, None)
         } else {
             continue;
         };
-        let ms = secs * 1000.0 / items as f64;
-        h.ms_per_sample = Some((ms * 1000.0).round() / 1000.0);
+        let runq = runq.map(|w| w.clamp(0.0, secs));
+        h.ms_per_sample = Some(ms(secs - runq.unwrap_or(0.0)));
+        h.core_wait_ms_per_sample = runq.map(ms);
     }
 }
 
@@ -189,6 +191,11 @@ pub(crate) fn fill_ms_per_sample(p: &mut PythonEvidence, items: Option<u64>) {
 struct ThreadTotals {
     name: Option<String>,
     stacks: HashMap<u32, (u64, u64)>,
+    /// Per stack: its samples that found the thread runnable but waiting for a core (each
+    /// interval's active samples times the thread's run-queue share of its busy time).
+    runq: HashMap<u32, f64>,
+    /// Some interval had the thread's scheduler clock (`cpu_ns` / `runq_ns`).
+    sched: bool,
     /// Phase counts over the loop window: from the first interval with a training-loop sample
     /// to the last one (start-up imports and teardown are not the loop).
     phases: [u64; 7],
@@ -283,6 +290,16 @@ impl PyAcc {
                     if t.name.is_some() {
                         acc.name.clone_from(&t.name);
                     }
+                    // The share of the thread's busy time (on a CPU, or runnable waiting for
+                    // one) it waited: its active samples were taken in either state alike.
+                    let runq_share = match (t.cpu_ns, t.runq_ns) {
+                        (None, None) => None,
+                        (c, w) => {
+                            let (c, w) = (c.unwrap_or(0) as f64, w.unwrap_or(0) as f64);
+                            Some(if c + w > 0.0 { w / (c + w) } else { 0.0 })
+                        }
+                    };
+                    acc.sched |= runq_share.is_some();
                     for [sid, n, idle] in &t.stacks {
                         let sid = match u32::try_from(*sid) {
                             Ok(id) if self.stacks.contains_key(&id) => id,
@@ -294,6 +311,10 @@ impl PyAcc {
                         let c = acc.stacks.entry(sid).or_default();
                         c.0 += n;
                         c.1 += idle;
+                        if let Some(f) = runq_share.filter(|f| *f > 0.0) {
+                            let active = n.saturating_sub(*idle) as f64;
+                            *acc.runq.entry(sid).or_default() += active * f;
+                        }
                     }
                     let loop_here = interval[..6].iter().any(|n| *n > 0);
                     if loop_here {
@@ -648,7 +669,7 @@ impl PyAcc {
         header: &Header,
         keep: impl Fn(u32) -> bool,
     ) -> (Vec<Hotspot>, DataTotals) {
-        type StageAcc = (StageKind, u64, HashMap<i32, u64>, f64);
+        type StageAcc = (StageKind, u64, HashMap<i32, u64>, f64, Option<f64>);
         let mut by_stage: HashMap<(String, String), StageAcc> = HashMap::new();
         let nominal_s = header
             .py_rate_hz
@@ -674,15 +695,19 @@ impl PyAcc {
                 *totals.loading_by_pid.entry(*pid).or_default() += n;
                 let e = by_stage
                     .entry((name, file))
-                    .or_insert_with(|| (kind, 0, HashMap::new(), 0.0));
+                    .or_insert_with(|| (kind, 0, HashMap::new(), 0.0, None));
                 e.1 += n;
                 *e.2.entry(line).or_default() += n;
                 e.3 += *n as f64 * w;
+                if t.sched {
+                    let waited = t.runq.get(sid).copied().unwrap_or(0.0) * w;
+                    e.4 = Some(e.4.unwrap_or(0.0) + waited);
+                }
             }
         }
         let mut hotspots: Vec<Hotspot> = by_stage
             .into_iter()
-            .map(|((function, file), (kind, n, lines, secs))| Hotspot {
+            .map(|((function, file), (kind, n, lines, secs, runq))| Hotspot {
                 function,
                 file,
                 line: lines
@@ -696,9 +721,11 @@ impl PyAcc {
                     0.0
                 }),
                 ms_per_sample: None,
+                core_wait_ms_per_sample: None,
                 kind,
                 samples: n,
                 work_s: secs,
+                runq_s: runq,
             })
             .collect();
         hotspots.sort_by(|a, b| {
@@ -826,6 +853,8 @@ mod tests {
                     name: None,
                     stacks,
                     phases: BTreeMap::new(),
+                    cpu_ns: None,
+                    runq_ns: None,
                 })
                 .collect(),
         })
@@ -953,6 +982,90 @@ mod tests {
     }
 
     #[test]
+    fn waiting_for_a_core_is_told_apart_from_a_stages_work() {
+        let mut acc = PyAcc::default();
+        for l in [
+            frame(0, "Dataset.__getitem__", "/home/u/ds.py"),
+            frame(1, "Decode.__call__", "/home/u/ds.py"),
+            frame(2, "Crop.__call__", "/home/u/ds.py"),
+            Line::PyStack(PyStackDef {
+                id: 0,
+                frames: vec![0, 1],
+            }),
+            Line::PyStack(PyStackDef {
+                id: 1,
+                frames: vec![0, 2],
+            }),
+        ] {
+            acc.push(&l);
+        }
+        // Process 20 (100 readings a second, all in Crop) had a core to itself; worker 21
+        // (25 readings, all in Decode, 5 of them blocked) ran 250 ms and waited 750 ms for a
+        // core: 3/4 of its 20 active samples were waiting, 15 x 40 ms = 0.6 s of its second.
+        let Line::PySamples(mut main) = samples(1.0, 20, vec![(20, vec![[1, 100, 0]])]) else {
+            unreachable!()
+        };
+        main.threads[0].cpu_ns = Some(1_000_000_000);
+        main.threads[0].runq_ns = None;
+        acc.push(&Line::PySamples(main));
+        let Line::PySamples(mut w) = samples(1.0, 21, vec![(21, vec![[0, 25, 5]])]) else {
+            unreachable!()
+        };
+        w.ticks = 25;
+        w.threads[0].cpu_ns = Some(250_000_000);
+        w.threads[0].runq_ns = Some(750_000_000);
+        acc.push(&Line::PySamples(w));
+        // An old recording's thread (no clocks) in the same stage: its samples all work.
+        acc.push(&samples(1.0, 22, vec![(22, vec![[1, 100, 0]])]));
+        let header: Header = serde_json::from_str(
+            r#"{"schema_version":2,"start_time":"x","start_unix_us":0,"interval_s":0.1,"host":{"cpu_count":2},"pid":10,"py_rate_hz":100.0}"#,
+        )
+        .unwrap();
+        let mut p = acc.finish(&header, &JobEvidence::default()).unwrap();
+        fill_ms_per_sample(&mut p, Some(100));
+        let got: Vec<(&str, Option<f64>, Option<f64>)> = p
+            .data_hotspots
+            .iter()
+            .map(|h| {
+                (
+                    h.function.as_str(),
+                    h.ms_per_sample,
+                    h.core_wait_ms_per_sample,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("Crop.__call__", Some(20.0), Some(0.0)),
+                ("Decode.__call__", Some(4.0), Some(6.0)),
+            ]
+        );
+        let json = serde_json::to_value(&p.data_hotspots[1]).unwrap();
+        assert_eq!(json["core_wait_ms_per_sample"], 6.0);
+
+        // Without any clock (a recording from before): as before, no core-wait figure.
+        let mut old = PyAcc::default();
+        for l in [
+            frame(0, "Dataset.__getitem__", "/home/u/ds.py"),
+            frame(1, "Decode.__call__", "/home/u/ds.py"),
+            Line::PyStack(PyStackDef {
+                id: 0,
+                frames: vec![0, 1],
+            }),
+        ] {
+            old.push(&l);
+        }
+        old.push(&samples(1.0, 21, vec![(21, vec![[0, 100, 0]])]));
+        let mut p = old.finish(&header, &JobEvidence::default()).unwrap();
+        fill_ms_per_sample(&mut p, Some(100));
+        assert_eq!(p.data_hotspots[0].ms_per_sample, Some(10.0));
+        assert_eq!(p.data_hotspots[0].core_wait_ms_per_sample, None);
+        let json = serde_json::to_value(&p.data_hotspots[0]).unwrap();
+        assert!(json.get("core_wait_ms_per_sample").is_none());
+    }
+
+    #[test]
     fn steps_fold_into_the_exact_wait_and_ms_per_sample_needs_their_items() {
         use crate::record::format::StepsLine;
         let mut acc = StepAcc::default();
@@ -1004,9 +1117,11 @@ mod tests {
                 line: 3,
                 pct: 60.0,
                 ms_per_sample: None,
+                core_wait_ms_per_sample: None,
                 kind: StageKind::Transform,
                 samples: 320,
                 work_s: 0.0,
+                runq_s: None,
             }],
             data_wait_pct: None,
             data_in_main_pct: None,

@@ -72,15 +72,27 @@ pub struct Hotspot {
     pub line: i32,
     /// Share of all data-loading samples.
     pub pct: f64,
-    /// Milliseconds per loaded sample, when the number of samples loaded is known.
+    /// Milliseconds of work per loaded sample (running, or blocked in I/O; time spent runnable
+    /// but waiting for a core left out when the recording has the threads' scheduler clocks),
+    /// when the number of samples loaded is known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ms_per_sample: Option<f64>,
+    /// Milliseconds per loaded sample the stage's threads were runnable but waiting for a core
+    /// (their run-queue wait): the part of the stage's wall time that is the machine's, not the
+    /// stage's. Given beside `ms_per_sample` when the recording has the threads' scheduler
+    /// clocks (`cpu_ns` / `runq_ns` of `py_samples`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core_wait_ms_per_sample: Option<f64>,
     pub kind: StageKind,
     pub samples: u64,
     /// Seconds of work the samples stand for (each process weighted by its own reading
     /// interval: workers are read less often than the training process).
     #[serde(skip)]
     pub work_s: f64,
+    /// Of `work_s`, the seconds its threads were waiting for a core; `None` without scheduler
+    /// clocks in the recording.
+    #[serde(skip)]
+    pub runq_s: Option<f64>,
 }
 
 /// One rank of a multi-process job: its training thread's loop (`python.ranks[]`).

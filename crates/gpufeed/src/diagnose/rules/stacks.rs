@@ -632,9 +632,11 @@ mod tests {
                 line: 300,
                 pct: 61.0,
                 ms_per_sample: None,
+                core_wait_ms_per_sample: None,
                 kind: StageKind::Decode,
                 samples: 610,
                 work_s: 6.1,
+                runq_s: None,
             }],
             data_wait_pct: Some(wait),
             data_in_main_pct: Some(95.0),
@@ -791,9 +793,11 @@ mod tests {
             line: 9,
             pct: 99.0,
             ms_per_sample: None,
+            core_wait_ms_per_sample: None,
             kind: StageKind::Getitem,
             samples: 990,
             work_s: 9.9,
+            runq_s: None,
         };
         let mut e = no_gpu(p);
         e.host.cpu_count = Some(2);
