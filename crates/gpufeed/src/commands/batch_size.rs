@@ -65,7 +65,8 @@ fn samples_per_s(t: &BatchTrial) -> Option<f64> {
     t.throughput.as_ref().and_then(|x| x.samples_per_s)
 }
 
-fn text(rep: &BatchReport) -> String {
+/// The text report (`--format text`).
+pub fn text(rep: &BatchReport) -> String {
     let mut s = String::new();
     trials_table(&mut s, rep);
     overrides_and_failures(&mut s, rep);
