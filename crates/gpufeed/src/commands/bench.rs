@@ -49,7 +49,7 @@ pub fn run(global: &GlobalOpts, args: &BenchArgs) -> anyhow::Result<u8> {
     let text = match args.format {
         OutputFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
         OutputFormat::Text | OutputFormat::Markdown | OutputFormat::Html => {
-            bench::render_text(&report)
+            crate::present::bench::text(&report)
         }
     };
     let mut out = std::io::stdout().lock();

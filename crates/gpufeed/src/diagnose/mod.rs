@@ -2,20 +2,18 @@
 //!
 //! `input` reads any supported file into one stream of recording lines; `evidence` turns the
 //! stream into statistics; `rules` turn statistics into findings; `verdict` picks the primary
-//! bottleneck; `render` presents the [`DiagnoseReport`] as text, JSON or Markdown.
+//! bottleneck; `present::diagnose` presents the [`DiagnoseReport`] as text, JSON or Markdown.
 
 pub mod evidence;
 pub mod input;
 pub mod job;
 pub mod phases;
 pub mod pyloop;
-pub mod render;
 pub mod rules;
 pub mod stats;
 pub mod verdict;
 
 pub use input::InputFormat;
-pub use render::render;
 
 use crate::finding::Finding;
 use evidence::{Evidence, GpuEvidence, HostEvidence, JobEvidence, Origin};

@@ -204,7 +204,7 @@ pub fn judge_gpus(sys: &GpuSystem) -> Check {
         Status::Pass,
         format!(
             "{}: {}",
-            crate::present::plural(sys.devices.len(), "GPU", "GPUs"),
+            crate::units::plural(sys.devices.len(), "GPU", "GPUs"),
             names.join(", ")
         ),
     )

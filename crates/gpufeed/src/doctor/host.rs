@@ -359,7 +359,7 @@ pub fn judge_cores(h: &HostFacts, gpu_count: u32) -> Check {
     let gpus = if gpu_count == 0 {
         "no GPU found, counted as one".to_string()
     } else {
-        crate::present::plural(gpu_count as usize, "GPU", "GPUs")
+        crate::units::plural(gpu_count as usize, "GPU", "GPUs")
     };
     let summary = format!(
         "{cpus:.1} usable CPUs (affinity {}{quota}) for {gpus}: {per_gpu:.1} per GPU → num_workers ≤ {ceiling} per GPU",

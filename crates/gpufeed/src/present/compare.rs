@@ -1,5 +1,6 @@
 //! Presenters for `gpufeed compare`: text, JSON, Markdown and HTML from a [`Comparison`].
 
+use super::fmt::md_cell;
 use crate::compare::{Better, Change, Comparison, Speedup};
 use std::fmt::Write as _;
 
@@ -38,7 +39,7 @@ fn num(x: Option<f64>) -> String {
     match x {
         None => "-".into(),
         Some(v) if v.fract() == 0.0 && v.abs() < 1e9 => format!("{v:.0}"),
-        Some(v) => crate::tune::sweep::fmt_num(v),
+        Some(v) => crate::units::num(v),
     }
 }
 
@@ -175,10 +176,6 @@ pub fn text(c: &Comparison) -> String {
 
 pub fn json(c: &Comparison) -> String {
     serde_json::to_string_pretty(c).unwrap_or_else(|_| "{}".into()) + "\n"
-}
-
-fn md_cell(s: &str) -> String {
-    s.replace('|', "\\|")
 }
 
 pub fn markdown(c: &Comparison) -> String {

@@ -191,7 +191,8 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     })
 }
 
-fn list(ranks: &[u64]) -> String {
+/// Rank numbers for people: the first few, then how many more.
+pub fn list(ranks: &[u64]) -> String {
     const SHOW: usize = 8;
     let mut s = ranks
         .iter()
@@ -352,33 +353,6 @@ pub fn job_report(digests: Vec<RankDigest>, lowest: TraceSummary, world_size: u6
         traces: vec![lowest],
         job: Some(job),
     }
-}
-
-/// A few lines for the text report: the job, its stragglers and communication-bound ranks.
-pub fn job_text(j: &RankJob) -> String {
-    let none = |v: &[u64]| {
-        if v.is_empty() {
-            "none".to_string()
-        } else {
-            list(v)
-        }
-    };
-    let mut s = format!(
-        "job: {} of {} ranks{}, median step {}\n  straggler ranks: {}\n  communication-bound ranks: {}\n",
-        j.ranks,
-        j.world_size,
-        if j.missing_ranks > 0 {
-            format!(" ({} without a trace)", j.missing_ranks)
-        } else {
-            String::new()
-        },
-        j.median_step_us
-            .map_or("-".into(), |u| format!("{:.1} ms", u / 1000.0)),
-        none(&j.stragglers),
-        none(&j.comm_bound),
-    );
-    s.push('\n');
-    s
 }
 
 #[cfg(test)]

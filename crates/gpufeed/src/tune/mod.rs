@@ -13,7 +13,6 @@
 //!   rules, its report, and `fix.patch`.
 
 pub mod batch;
-pub mod chart;
 pub mod params;
 pub mod patch;
 pub mod plan;

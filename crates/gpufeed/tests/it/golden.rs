@@ -5,10 +5,11 @@
 
 use crate::diagnose_cli::scenario_recordings;
 use gpufeed::compare;
-use gpufeed::diagnose::{self, input::LogOptions, job, render, DiagnoseReport, InputFormat};
+use gpufeed::diagnose::{self, input::LogOptions, job, DiagnoseReport, InputFormat};
 use gpufeed::doctor::bench::{
     self, BenchReport, CopyResult, Direction, GemmResult, HostMemory, LinkInfo,
 };
+use gpufeed::present::diagnose as render;
 use gpufeed::present::{self, OutputFormat};
 use gpufeed::trace::{self, ranks, report, TraceSummary};
 use gpufeed::tune::params::{parse_knobs, product, Setting};
@@ -162,8 +163,12 @@ fn job_reports() {
             job: job::judge(&nodes),
             nodes,
         };
-        section(&mut all, &format!("{name} text"), &job::text(&r));
-        section(&mut all, &format!("{name} markdown"), &job::markdown(&r));
+        section(&mut all, &format!("{name} text"), &present::job::text(&r));
+        section(
+            &mut all,
+            &format!("{name} markdown"),
+            &present::job::markdown(&r),
+        );
         section(
             &mut all,
             &format!("{name} json"),
@@ -297,28 +302,36 @@ fn ranked(r: u64, step: f64) -> TraceSummary {
 }
 
 fn trace_sections(all: &mut String, name: &str, rep: &report::Report) {
-    let job = rep.job.as_ref().map(ranks::job_text).unwrap_or_default();
+    let job = rep
+        .job
+        .as_ref()
+        .map(present::trace::job_text)
+        .unwrap_or_default();
     section(all, &format!("{name} job_text"), &job);
     section(
         all,
         &format!("{name} text"),
-        &report::text_with(rep, false, false),
+        &present::trace::text_with(rep, false, false),
     );
     section(
         all,
         &format!("{name} text steps verbose"),
-        &report::text_with(rep, true, true),
+        &present::trace::text_with(rep, true, true),
     );
-    section(all, &format!("{name} text steps"), &report::text(rep, true));
+    section(
+        all,
+        &format!("{name} text steps"),
+        &present::trace::text(rep, true),
+    );
     section(
         all,
         &format!("{name} markdown"),
-        &report::markdown(rep, false),
+        &present::trace::markdown(rep, false),
     );
     section(
         all,
         &format!("{name} markdown steps"),
-        &report::markdown(rep, true),
+        &present::trace::markdown(rep, true),
     );
     section(
         all,
@@ -467,22 +480,26 @@ fn sweep_reports() {
     let mut all = String::new();
     let mut charts = String::new();
     for (name, rep) in sweeps() {
-        section(&mut all, &format!("{name} text"), &sweep::text(&rep));
+        section(
+            &mut all,
+            &format!("{name} text"),
+            &present::sweep::text(&rep),
+        );
         section(
             &mut all,
             &format!("{name} markdown"),
-            &sweep::markdown(&rep),
+            &present::sweep::markdown(&rep),
         );
-        section(&mut all, &format!("{name} csv"), &sweep::csv(&rep));
+        section(&mut all, &format!("{name} csv"), &present::sweep::csv(&rep));
         section(
             &mut all,
             &format!("{name} notes_for_page"),
-            &sweep::notes_for_page(&rep).join("\n"),
+            &present::sweep::notes_for_page(&rep).join("\n"),
         );
         section(
             &mut charts,
             name,
-            &gpufeed::tune::chart::svg(&rep).unwrap_or_else(|| "(no chart)".into()),
+            &present::sweep_chart::svg(&rep).unwrap_or_else(|| "(no chart)".into()),
         );
     }
     insta::assert_snapshot!("golden_sweep", all);
@@ -611,19 +628,19 @@ fn bench_and_batch_reports() {
         ..full.clone()
     };
     let mut all = String::new();
-    section(&mut all, "bench full", &bench::render_text(&full));
-    section(&mut all, "bench bare", &bench::render_text(&bare));
+    section(&mut all, "bench full", &present::bench::text(&full));
+    section(&mut all, "bench bare", &present::bench::text(&bare));
     for (name, rep) in batch_reports() {
         section(
             &mut all,
             &format!("batch {name}"),
-            &gpufeed::commands::batch_size::text(&rep),
+            &present::batch::text(&rep),
         );
     }
     insta::assert_snapshot!("golden_bench_batch", all);
 }
 
-fn batch_reports() -> Vec<(&'static str, gpufeed::commands::batch_size::BatchReport)> {
+fn batch_reports() -> Vec<(&'static str, gpufeed::tune::batch::BatchReport)> {
     let trial = |b: u64, verdict: &str, status: &str, tput: Option<f64>, mem: Option<u64>| {
         json!({
             "batch": b, "verdict": verdict,

@@ -1,15 +1,15 @@
 //! Presenters for a [`DiagnoseReport`]: text for people (colour on a terminal, a sparkline of
 //! utilization, the top fix first), JSON (the contract) and Markdown.
 
-use super::evidence::{GpuEvidence, Role};
-use super::pyloop::{PhasesPct, PythonEvidence};
-use super::verdict::VerdictId;
-use super::DiagnoseReport;
+use super::fmt::{bytes, duration, gb_per_s, md_cell, pct, plural};
+use super::OutputFormat;
+use crate::diagnose::evidence::{GpuEvidence, Role};
+use crate::diagnose::pyloop::{PhasesPct, PythonEvidence};
+use crate::diagnose::verdict::VerdictId;
+use crate::diagnose::DiagnoseReport;
 use crate::finding::{Finding, Severity};
-use crate::present::OutputFormat;
 use crate::sample::pyphase::Phase;
 use crate::sample::pystacks::PyStatus;
-use crate::units::bytes;
 use std::fmt::Write as _;
 
 /// How the text report is laid out.
@@ -90,21 +90,6 @@ fn severity_color(s: Severity) -> &'static str {
         Severity::Critical => "31",
         Severity::Warning => "33",
         Severity::Info => "36",
-    }
-}
-
-/// Seconds as `1h 02m`, `3m 05s`, `12.5s`.
-pub fn duration(s: f64) -> String {
-    if s >= 3600.0 {
-        format!(
-            "{}h {:02}m",
-            (s / 3600.0) as u64,
-            ((s % 3600.0) / 60.0) as u64
-        )
-    } else if s >= 60.0 {
-        format!("{}m {:02}s", (s / 60.0) as u64, (s % 60.0) as u64)
-    } else {
-        format!("{s:.1} s")
     }
 }
 
@@ -213,24 +198,6 @@ fn stated_by_fix(f: &Finding) -> &'static [&'static str] {
     }
 }
 
-/// A share in percent: `33%`, `0.5%`.
-fn pct(v: f64) -> String {
-    if v != 0.0 && v.abs() < 10.0 && (v - v.round()).abs() >= 0.05 {
-        format!("{v:.1}%")
-    } else {
-        format!("{v:.0}%")
-    }
-}
-
-/// Seconds: `2.0 s`, `59.9 s`, `3m 05s`.
-fn secs(v: f64) -> String {
-    if v >= 60.0 {
-        duration(v)
-    } else {
-        format!("{v:.1} s")
-    }
-}
-
 /// The name people read for an evidence entry, and what follows its value.
 fn evidence_label(key: &str) -> (String, &'static str) {
     let known = match key {
@@ -316,13 +283,13 @@ pub fn evidence_value(key: &str, v: &serde_json::Value) -> String {
     } else if key.ends_with("_pct") {
         pct(x)
     } else if key.ends_with("_gb_per_s") {
-        crate::present::gb_per_s(x * 1e9)
+        gb_per_s(x * 1e9)
     } else if key.ends_with("_bytes_per_s") {
-        crate::present::gb_per_s(x)
+        gb_per_s(x)
     } else if key.ends_with("_bytes") {
         bytes(x.max(0.0).round() as u64)
     } else if key.ends_with("_s") {
-        secs(x)
+        duration(x)
     } else if key.ends_with("_c") {
         format!("{x:.0} °C")
     } else if key.ends_with("_w") {
@@ -363,11 +330,6 @@ fn evidence_list(f: &Finding, all: bool, skip: &[&str]) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// `1 worker`, `4 workers`.
-fn plural(n: usize, one: &str, many: &str) -> String {
-    crate::present::plural(n, one, many)
 }
 
 fn gpu_line(g: &GpuEvidence, mean_said: bool) -> String {
@@ -416,12 +378,12 @@ fn gpu_line(g: &GpuEvidence, mean_said: bool) -> String {
 fn gpu_pattern(g: &GpuEvidence, said: &Said) -> Option<String> {
     let mut parts = Vec::new();
     if let Some(p) = g.periodicity.filter(|p| p.is_strong()) {
-        if said.said_as("util_period_s", &secs(p.period_s)) {
+        if said.said_as("util_period_s", &duration(p.period_s)) {
             parts.push(format!("repeat strength {:.2}", p.strength));
         } else {
             parts.push(format!(
                 "repeats every {} (strength {:.2})",
-                secs(p.period_s),
+                duration(p.period_s),
                 p.strength
             ));
         }
@@ -494,7 +456,7 @@ fn host_line(r: &DiagnoseReport, said: &Said, after_summary: bool) -> Option<Str
         .disk_read_mean_bytes_per_s
         .filter(|_| !said.has("disk_read_mean_bytes_per_s"))
     {
-        more.push(format!("disk reads {}", crate::present::gb_per_s(d)));
+        more.push(format!("disk reads {}", gb_per_s(d)));
     }
     if !more.is_empty() {
         if !s.is_empty() {
@@ -731,7 +693,7 @@ fn gpu_text(o: &mut String, r: &DiagnoseReport, g: &GpuEvidence, opts: TextOptio
             o,
             "  {}  {}/cell",
             paint(&line, "36", color),
-            secs(per.max(g.timeline_step_s.min(r.duration_s.max(0.1))))
+            duration(per.max(g.timeline_step_s.min(r.duration_s.max(0.1))))
         );
     }
     let pattern = gpu_pattern(g, said);
@@ -742,8 +704,8 @@ fn gpu_text(o: &mut String, r: &DiagnoseReport, g: &GpuEvidence, opts: TextOptio
             o,
             "  {}  last {} at {}/cell",
             paint(&sparkline(&g.recent_pct, 60), "36", color),
-            secs(g.recent_pct.len() as f64 * g.recent_step_s),
-            secs(g.recent_step_s)
+            duration(g.recent_pct.len() as f64 * g.recent_step_s),
+            duration(g.recent_step_s)
         );
     }
     if let Some(p) = pattern {
@@ -1022,7 +984,7 @@ fn loop_markdown(p: &PythonEvidence) -> String {
             p.status.as_str(),
             p.detail
                 .as_ref()
-                .map(|d| format!(": {}", md_escape(d)))
+                .map(|d| format!(": {}", md_cell(d)))
                 .unwrap_or_default()
         );
         return o;
@@ -1051,8 +1013,8 @@ fn loop_markdown(p: &PythonEvidence) -> String {
                 o,
                 "| {:.1}% | `{}` | `{}` |",
                 h.pct,
-                md_escape(&h.function),
-                md_escape(&short_at(&h.file, h.line))
+                md_cell(&h.function),
+                md_cell(&short_at(&h.file, h.line))
             );
         }
         o.push('\n');
@@ -1071,10 +1033,6 @@ fn no_findings(r: &DiagnoseReport) -> &'static str {
     } else {
         "No findings: nothing is holding the GPU back in this recording."
     }
-}
-
-fn md_escape(s: &str) -> String {
-    s.replace('|', "\\|")
 }
 
 fn opt(v: Option<f64>, digits: usize) -> String {
@@ -1144,7 +1102,7 @@ fn findings_markdown(o: &mut String, r: &DiagnoseReport) {
                 "| {} | `{}` | {} | {} |",
                 f.severity.as_str(),
                 f.id,
-                md_escape(&f.title),
+                md_cell(&f.title),
                 f.expected_speedup
                     .map(|x| format!("{x:.2}x"))
                     .unwrap_or_else(|| "–".into())
@@ -1156,7 +1114,7 @@ fn findings_markdown(o: &mut String, r: &DiagnoseReport) {
             let _ = writeln!(o, "### `{}`\n", f.id);
             let _ = writeln!(o, "| evidence | value |\n|---|---|");
             for (k, v) in &f.evidence {
-                let _ = writeln!(o, "| {k} | {} |", md_escape(&evidence_value(k, v)));
+                let _ = writeln!(o, "| {k} | {} |", md_cell(&evidence_value(k, v)));
             }
             if i == 0 {
                 // Said once, under "Top fix".
@@ -1189,7 +1147,7 @@ fn gpus_markdown(o: &mut String, r: &DiagnoseReport) {
             o,
             "| {} | {} | {} | {} / {} / {} | {} | {} | {} |",
             g.index,
-            md_escape(g.name.as_deref().unwrap_or("–")),
+            md_cell(g.name.as_deref().unwrap_or("–")),
             opt(g.util_mean_pct, 1),
             opt(g.util_p10_pct, 0),
             opt(g.util_p50_pct, 0),
@@ -1226,7 +1184,7 @@ fn job_markdown(o: &mut String, r: &DiagnoseReport) {
                     p.role,
                     opt(p.cpu_mean_pct, 0),
                     p.rss_max_bytes.map(bytes).unwrap_or_else(|| "–".into()),
-                    md_escape(&proc_name(&p.cmd))
+                    md_cell(&proc_name(&p.cmd))
                 );
             }
             o.push('\n');
