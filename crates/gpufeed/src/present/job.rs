@@ -1,16 +1,8 @@
 //! Presenter for `gpufeed diagnose --job`: the job verdict and a table of nodes, as text and
 //! Markdown, from a [`JobReport`]; its JSON is serde's.
 
+use super::fmt::duration;
 use crate::diagnose::job::{JobReport, JobSummary, NodeSummary};
-
-fn hms(s: f64) -> String {
-    let s = s.max(0.0).round() as u64;
-    match s {
-        0..=59 => format!("{s}s"),
-        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
-        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
-    }
-}
 
 fn role(job: &JobSummary, n: &NodeSummary) -> &'static str {
     if job.starving.contains(&n.recording) {
@@ -33,7 +25,7 @@ fn rows(r: &JobReport) -> Vec<[String; 8]> {
                 n.verdict.id.to_string(),
                 n.gpu_busy_pct.map_or("-".into(), |b| format!("{b:.0}%")),
                 n.gpus.to_string(),
-                hms(n.duration_s),
+                duration(n.duration_s),
                 n.top_finding.map_or("-".into(), |f| f.to_string()),
                 role(&r.job, n).to_string(),
             ]
