@@ -15,7 +15,18 @@ use serde::{Deserialize, Serialize};
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// What both inputs are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum InputKind {
     Recording,
@@ -25,11 +36,7 @@ pub enum InputKind {
 
 impl InputKind {
     pub fn as_str(self) -> &'static str {
-        match self {
-            InputKind::Recording => "recording",
-            InputKind::Trace => "trace",
-            InputKind::Sweep => "sweep",
-        }
+        self.into()
     }
 }
 
@@ -85,7 +92,18 @@ pub struct Speedup {
 }
 
 /// Whether AFTER is better than BEFORE, in one word.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum Direction {
     Better,
@@ -95,11 +113,7 @@ pub enum Direction {
 
 impl Direction {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Direction::Better => "better",
-            Direction::Worse => "worse",
-            Direction::Same => "same",
-        }
+        self.into()
     }
 }
 

@@ -29,7 +29,20 @@ use std::time::Duration;
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// The outcome of one check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     Pass,
@@ -40,12 +53,7 @@ pub enum Status {
 
 impl Status {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Pass => "pass",
-            Status::Warn => "warn",
-            Status::Fail => "fail",
-            Status::Skip => "skip",
-        }
+        self.into()
     }
 
     /// The tag printed in text output.

@@ -5,9 +5,10 @@ use super::fmt::{bytes, duration, gb_per_s, md_cell, pct, plural};
 use super::OutputFormat;
 use crate::diagnose::evidence::{GpuEvidence, Role};
 use crate::diagnose::pyloop::{PhasesPct, PythonEvidence};
+use crate::diagnose::rules::input::Kind as InputKind;
 use crate::diagnose::verdict::VerdictId;
 use crate::diagnose::DiagnoseReport;
-use crate::finding::{Finding, Severity};
+use crate::finding::{Finding, FindingId, Kind, Severity};
 use crate::sample::pyphase::Phase;
 use crate::sample::pystacks::PyStatus;
 use std::fmt::Write as _;
@@ -120,80 +121,91 @@ impl Said {
     }
 }
 
-fn evidence_str<'a>(f: &'a Finding, key: &str) -> &'a str {
-    f.evidence.get(key).and_then(|v| v.as_str()).unwrap_or("")
-}
-
 /// The few evidence entries that decide a finding, shown beside its fix (every entry is in the
 /// JSON and, in text, with `--verbose`). Figures the verdict's sentence or the fix's own text
-/// already give are not among them (see `stated_by_fix`).
+/// already give are not among them (see `stated_by_fix`). Every id is named: a new one needs its
+/// own line here.
 pub fn deciding_keys(f: &Finding) -> &'static [&'static str] {
-    if evidence_str(f, "source") == "python_stacks" {
-        return match f.id.as_str() {
-            "sync_bound" => &["sync_site_pct"],
-            // The verdict names the slowest stage and the training-loop block its share.
-            _ => &["loading_in_main_pct", "worker_busy_pct", "idle_cores_mean"],
-        };
-    }
-    match (f.id.as_str(), evidence_str(f, "kind")) {
-        ("input_bound", "too_few_workers") => {
+    use FindingId as F;
+    match (f.id, f.kind) {
+        (F::SyncBound, Some(Kind::PythonStacks(_))) => &["sync_site_pct"],
+        // The verdict names the slowest stage and the training-loop block its share.
+        (_, Some(Kind::PythonStacks(_))) => {
+            &["loading_in_main_pct", "worker_busy_pct", "idle_cores_mean"]
+        }
+        (F::InputBound, Some(Kind::Input(InputKind::TooFewWorkers))) => {
             &["worker_cpu_mean_pct", "idle_cores_mean", "util_period_s"]
         }
-        ("input_bound", "cpu_saturated") => &[
+        (F::InputBound, Some(Kind::Input(InputKind::CpuSaturated))) => &[
             "host_cpu_mean_pct",
             "psi_cpu_some_mean_pct",
             "worker_cpu_mean_pct",
             "util_period_s",
         ],
-        ("input_bound", "io_bound") => &[
+        (F::InputBound, Some(Kind::Input(InputKind::IoBound))) => &[
             "d_state_time_fraction",
             "psi_io_some_mean_pct",
             "job_read_mean_bytes_per_s",
             "util_period_s",
         ],
-        ("input_bound", "main_process_bound") => &["main_cpu_mean_pct", "workers", "util_period_s"],
-        ("input_bound", _) => &[
+        (F::InputBound, Some(Kind::Input(InputKind::MainProcess))) => {
+            &["main_cpu_mean_pct", "workers", "util_period_s"]
+        }
+        (F::InputBound, Some(Kind::Input(InputKind::Unknown)) | None) => &[
             "util_period_s",
             "util_high_level_pct",
             "util_low_level_pct",
             "util_low_time_fraction",
         ],
-        ("main_process_bound", _) => &["main_cpu_mean_pct", "main_saturated_fraction", "workers"],
-        ("transfer_bound", _) => &[
+        (F::MainProcessBound, _) => &["main_cpu_mean_pct", "main_saturated_fraction", "workers"],
+        (F::TransferBound, _) => &[
             "rx_mean_gb_per_s",
             "link_capacity_gb_per_s",
             "rx_near_capacity_time_fraction",
         ],
-        ("pcie_link_degraded", _) => &[
+        (F::PcieLinkDegraded, _) => &[
             "link_capacity_gb_per_s",
             "link_capacity_max_gb_per_s",
             "degraded_loaded_fraction",
         ],
-        ("throttled", _) => &["temperature_mean_c", "power_mean_w"],
-        ("batch_too_small", _) => &[
+        (F::Throttled, _) => &["temperature_mean_c", "power_mean_w"],
+        (F::BatchTooSmall, _) => &[
             "mem_used_max_fraction",
             "batch_scale_headroom",
             "candidate_confidence",
         ],
-        ("gpu_imbalance", _) => &["util_max_pct", "util_min_pct"],
-        ("gpu_unused", _) => &["gpus_used", "gpus_total"],
-        ("gpu_idle", _) => &["duration_s"],
-        ("compute_bound", _) => &["compute_capability_major"],
-        _ => &[],
+        (F::GpuImbalance, _) => &["util_max_pct", "util_min_pct"],
+        (F::GpuUnused, _) => &["gpus_used", "gpus_total"],
+        (F::GpuIdle, _) => &["duration_s"],
+        (F::ComputeBound, _) => &["compute_capability_major"],
+        // Trace findings (`analyze` has its own list) and those without deciding figures: the
+        // first few entries are shown.
+        (
+            F::AmpUnused
+            | F::CommBound
+            | F::LaunchBound
+            | F::LowGpuUtil
+            | F::PageableMemcpy
+            | F::Straggler
+            | F::SyncBound,
+            _,
+        ) => &[],
     }
 }
 
 /// Evidence figures that the fix's own text states ("from 1 to 3 workers", "1.6 cores vs the
 /// job's 0.4"): never repeated beside it or in the context lines.
 fn stated_by_fix(f: &Finding) -> &'static [&'static str] {
-    match (f.id.as_str(), evidence_str(f, "kind")) {
-        ("input_bound", "too_few_workers") => &[
+    match (f.id, f.kind) {
+        (FindingId::InputBound, Some(Kind::Input(InputKind::TooFewWorkers))) => &[
             "workers",
             "workers_per_gpu",
             "recommended_num_workers",
             "max_useful_workers",
         ],
-        ("input_bound", "cpu_saturated") => &["other_processes_cores", "job_cores"],
+        (FindingId::InputBound, Some(Kind::Input(InputKind::CpuSaturated))) => {
+            &["other_processes_cores", "job_cores"]
+        }
         _ => &[],
     }
 }
@@ -1195,7 +1207,6 @@ fn job_markdown(o: &mut String, r: &DiagnoseReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::finding::FindingId;
 
     #[test]
     fn sparkline_levels_and_width() {
@@ -1251,7 +1262,7 @@ mod tests {
     #[test]
     fn deciding_figures_leave_out_what_the_fix_says() {
         let f = Finding::new(FindingId::InputBound, Severity::Critical, "t")
-            .with("kind", "too_few_workers")
+            .kind(Kind::Input(InputKind::TooFewWorkers))
             .with("workers", 1)
             .with("recommended_num_workers", 3)
             .with("worker_cpu_mean_pct", 99.0)

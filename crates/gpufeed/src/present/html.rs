@@ -259,7 +259,7 @@ of pid {} (thread {}).</p><div style=\"display:flex;height:28px;width:{WIDTH}px;
             );
         }
         s.push_str("</div><table><tr><th>phase</th><th>share</th></tr>");
-        for ph in Phase::ALL {
+        for &ph in Phase::ALL {
             let _ = write!(
                 s,
                 "<tr><td>{}</td><td>{:.1}%</td></tr>",

@@ -38,7 +38,18 @@ pub struct ThreadStack {
 }
 
 /// What sampling one process came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum PyStatus {
     Ok,
@@ -50,12 +61,7 @@ pub enum PyStatus {
 
 impl PyStatus {
     pub fn as_str(self) -> &'static str {
-        match self {
-            PyStatus::Ok => "ok",
-            PyStatus::Denied => "denied",
-            PyStatus::NotPython => "not_python",
-            PyStatus::UnsupportedVersion => "unsupported_version",
-        }
+        self.into()
     }
 }
 

@@ -92,7 +92,19 @@ pub struct CopyStat {
 }
 
 /// How the DataLoader loads: in the training process or in worker processes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum LoaderIterator {
     /// `num_workers=0`: the training process loads its own batches.
@@ -104,11 +116,7 @@ pub enum LoaderIterator {
 
 impl LoaderIterator {
     pub fn as_str(self) -> &'static str {
-        match self {
-            LoaderIterator::SingleProcess => "single_process",
-            LoaderIterator::MultiProcess => "multi_process",
-            LoaderIterator::Unknown => "unknown",
-        }
+        self.into()
     }
 }
 
@@ -119,7 +127,19 @@ impl std::fmt::Display for LoaderIterator {
 }
 
 /// Where the step boundaries came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum StepSource {
     /// `ProfilerStep#N` annotations.
@@ -135,12 +155,7 @@ pub enum StepSource {
 
 impl StepSource {
     pub fn as_str(self) -> &'static str {
-        match self {
-            StepSource::ProfilerStep => "profiler_step",
-            StepSource::OptimizerStep => "optimizer_step",
-            StepSource::Dataloader => "dataloader",
-            StepSource::WholeTrace => "whole_trace",
-        }
+        self.into()
     }
 }
 

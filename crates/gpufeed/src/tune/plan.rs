@@ -328,6 +328,7 @@ mod tests {
             recommendation: String::new(),
             expected_speedup: None,
             basis: Default::default(),
+            kind: None,
         }
     }
 

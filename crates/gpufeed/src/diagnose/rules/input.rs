@@ -5,7 +5,7 @@
 
 use super::{r1, r2, r3};
 use crate::diagnose::evidence::{Evidence, Origin, SATURATED_PROC_PCT};
-use crate::finding::{Finding, FindingId, Severity};
+use crate::finding::{Finding, FindingId, Kind as FindingKind, Severity};
 
 /// Busy fraction under which a starving signature matters.
 pub const STARVED_BUSY: f64 = 0.80;
@@ -13,24 +13,23 @@ pub const STARVED_BUSY: f64 = 0.80;
 pub const LOW_BUSY: f64 = 0.60;
 
 /// The kind of input bottleneck.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
 pub enum Kind {
     TooFewWorkers,
     CpuSaturated,
     IoBound,
+    #[strum(serialize = "main_process_bound")]
     MainProcess,
     Unknown,
 }
 
 impl Kind {
+    /// Every kind, in declaration order.
+    pub const ALL: &'static [Kind] = <Kind as strum::VariantArray>::VARIANTS;
+
     pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::TooFewWorkers => "too_few_workers",
-            Kind::CpuSaturated => "cpu_saturated",
-            Kind::IoBound => "io_bound",
-            Kind::MainProcess => "main_process_bound",
-            Kind::Unknown => "unknown",
-        }
+        self.into()
     }
 }
 
@@ -242,8 +241,8 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
     let kind = classify(e)?;
     let busy = e.busy_fraction()?;
     let title = title_of(kind, &pattern_of(e, busy));
-    let mut f =
-        Finding::new(FindingId::InputBound, Severity::Critical, title).with("kind", kind.as_str());
+    let mut f = Finding::new(FindingId::InputBound, Severity::Critical, title)
+        .kind(FindingKind::Input(kind));
     if kind != Kind::Unknown && !kind_is_clear(e) {
         // No threshold met: the kind is the nearest one, and says so.
         f = f.with("kind_basis", "nearest");
