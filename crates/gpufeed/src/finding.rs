@@ -244,6 +244,7 @@ mod tests {
         same_as_json::<crate::doctor::Status>();
         same_as_json::<crate::compare::InputKind>();
         same_as_json::<crate::compare::Direction>();
+        same_as_json::<crate::doctor::bench::Precision>();
         // Evidence strings (no serde of their own): as the evidence has always spelt them.
         let kinds: Vec<&str> = input::Kind::ALL.iter().map(|k| k.as_str()).collect();
         assert_eq!(

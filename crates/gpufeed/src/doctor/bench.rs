@@ -83,11 +83,50 @@ pub struct CopyResult {
     pub fraction_of_link: Option<f64>,
 }
 
+/// The number formats the GEMM bench measures, in the order it measures them.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum Precision {
+    Fp32,
+    Tf32,
+    Fp16,
+    Bf16,
+}
+
+impl Precision {
+    pub const ALL: &'static [Precision] = <Precision as strum::VariantArray>::VARIANTS;
+
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// fp16 and bf16: two-byte elements, the formats autocast computes in.
+    pub fn is_half(self) -> bool {
+        matches!(self, Precision::Fp16 | Precision::Bf16)
+    }
+}
+
+impl std::fmt::Display for Precision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// One GEMM measurement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GemmResult {
-    /// fp32, tf32, fp16 or bf16.
-    pub precision: String,
+    pub precision: Precision,
     pub n: usize,
     pub repetitions: u32,
     pub flops_per_s: f64,
@@ -181,14 +220,14 @@ pub fn best_bandwidth(copies: &[CopyResult]) -> BestBandwidth {
 pub fn gemm_speedups(g: &mut [GemmResult]) -> Option<f64> {
     let fp32 = g
         .iter()
-        .find(|r| r.precision == "fp32")
+        .find(|r| r.precision == Precision::Fp32)
         .map(|r| r.flops_per_s)
         .filter(|f| *f > 0.0)?;
     for r in g.iter_mut() {
         r.speedup_vs_fp32 = Some(r.flops_per_s / fp32);
     }
     g.iter()
-        .filter(|r| r.precision == "fp16" || r.precision == "bf16")
+        .filter(|r| r.precision.is_half())
         .filter_map(|r| r.speedup_vs_fp32)
         .reduce(f64::max)
 }
@@ -597,25 +636,21 @@ fn measure_copies(
 
 /// Host data for one precision: values in [-1, 1) from a fixed LCG (a 1 Mi-element pattern,
 /// repeated), as raw bytes.
-fn matrix_bytes(precision: &str, count: usize) -> Vec<u8> {
+fn matrix_bytes(precision: Precision, count: usize) -> Vec<u8> {
     let pattern = count.min(1 << 20);
     let mut state: u32 = 0x1234_5678;
     let mut next = || {
         state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
         (state >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
     };
-    let elem = if precision == "fp16" || precision == "bf16" {
-        2
-    } else {
-        4
-    };
+    let elem = if precision.is_half() { 2 } else { 4 };
     let mut out = Vec::with_capacity(count * elem);
     for _ in 0..pattern {
         let v = next();
         match precision {
-            "fp16" => out.extend_from_slice(&f32_to_f16_bits(v).to_le_bytes()),
-            "bf16" => out.extend_from_slice(&((v.to_bits() >> 16) as u16).to_le_bytes()),
-            _ => out.extend_from_slice(&v.to_le_bytes()),
+            Precision::Fp16 => out.extend_from_slice(&f32_to_f16_bits(v).to_le_bytes()),
+            Precision::Bf16 => out.extend_from_slice(&((v.to_bits() >> 16) as u16).to_le_bytes()),
+            Precision::Fp32 | Precision::Tf32 => out.extend_from_slice(&v.to_le_bytes()),
         }
     }
     let pattern_bytes = out.len();
@@ -655,24 +690,24 @@ fn measure_gemm(
     })?;
     let count = n * n;
     let mut results = Vec::new();
-    for precision in ["fp32", "tf32", "fp16", "bf16"] {
+    for &precision in Precision::ALL {
         let (dtype, compute, elem) = match precision {
-            "fp32" => (
+            Precision::Fp32 => (
                 cudaDataType::CUDA_R_32F,
                 cublasComputeType_t::CUBLAS_COMPUTE_32F,
                 4,
             ),
-            "tf32" => (
+            Precision::Tf32 => (
                 cudaDataType::CUDA_R_32F,
                 cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
                 4,
             ),
-            "fp16" => (
+            Precision::Fp16 => (
                 cudaDataType::CUDA_R_16F,
                 cublasComputeType_t::CUBLAS_COMPUTE_32F,
                 2,
             ),
-            _ => (
+            Precision::Bf16 => (
                 cudaDataType::CUDA_R_16BF,
                 cublasComputeType_t::CUBLAS_COMPUTE_32F,
                 2,
@@ -735,7 +770,7 @@ fn measure_gemm(
         }
         let secs = t0.elapsed().as_secs_f64();
         results.push(GemmResult {
-            precision: precision.to_string(),
+            precision,
             n,
             repetitions: reps,
             flops_per_s: 2.0 * (n as f64).powi(3) * reps as f64 / secs.max(1e-9),
@@ -791,22 +826,23 @@ pub(crate) mod tests {
 
     #[test]
     fn speedups() {
-        let g = |p: &str, f| GemmResult {
-            precision: p.into(),
+        use Precision::*;
+        let g = |p: Precision, f| GemmResult {
+            precision: p,
             n: 4096,
             repetitions: 5,
             flops_per_s: f,
             speedup_vs_fp32: None,
         };
         let mut v = vec![
-            g("fp32", 50e12),
-            g("tf32", 400e12),
-            g("fp16", 800e12),
-            g("bf16", 790e12),
+            g(Fp32, 50e12),
+            g(Tf32, 400e12),
+            g(Fp16, 800e12),
+            g(Bf16, 790e12),
         ];
         assert_eq!(gemm_speedups(&mut v), Some(16.0));
         assert_eq!(v[1].speedup_vs_fp32, Some(8.0));
-        let mut none = vec![g("fp16", 1.0)];
+        let mut none = vec![g(Fp16, 1.0)];
         assert_eq!(gemm_speedups(&mut none), None);
     }
 
@@ -821,9 +857,9 @@ pub(crate) mod tests {
         assert_eq!(f32_to_f16_bits(1.0), 0x3c00);
         assert_eq!(f32_to_f16_bits(-0.5), 0xb800);
         assert_eq!(f32_to_f16_bits(0.0), 0);
-        assert_eq!(matrix_bytes("fp16", 3).len(), 6);
-        assert_eq!(matrix_bytes("fp32", 3).len(), 12);
-        let big = matrix_bytes("bf16", (1 << 20) + 3);
+        assert_eq!(matrix_bytes(Precision::Fp16, 3).len(), 6);
+        assert_eq!(matrix_bytes(Precision::Fp32, 3).len(), 12);
+        let big = matrix_bytes(Precision::Bf16, (1 << 20) + 3);
         assert_eq!(big.len(), ((1 << 20) + 3) * 2);
         assert_eq!(big[(1 << 21)..], big[..6], "the pattern repeats");
     }

@@ -7,7 +7,7 @@ use crate::diagnose_cli::scenario_recordings;
 use gpufeed::compare;
 use gpufeed::diagnose::{self, input::LogOptions, job, DiagnoseReport, InputFormat};
 use gpufeed::doctor::bench::{
-    self, BenchReport, CopyResult, Direction, GemmResult, HostMemory, LinkInfo,
+    self, BenchReport, CopyResult, Direction, GemmResult, HostMemory, LinkInfo, Precision,
 };
 use gpufeed::present::diagnose as render;
 use gpufeed::present::{self, OutputFormat};
@@ -568,9 +568,9 @@ fn pcie_fraction(b: f64) -> Option<f64> {
     gpufeed::units::pcie_link_bytes_per_s(5, 16).map(|l| b / l)
 }
 
-fn gemm(p: &str, f: f64) -> GemmResult {
+fn gemm(p: Precision, f: f64) -> GemmResult {
     GemmResult {
-        precision: p.into(),
+        precision: p,
         n: 8192,
         repetitions: 10,
         flops_per_s: f,
@@ -588,10 +588,10 @@ fn bench_and_batch_reports() {
         copy(Direction::D2h, HostMemory::Pageable, 1 << 30, 9e9),
     ];
     let mut g = vec![
-        gemm("fp32", 50e12),
-        gemm("tf32", 400e12),
-        gemm("fp16", 800e12),
-        gemm("bf16", 790e12),
+        gemm(Precision::Fp32, 50e12),
+        gemm(Precision::Tf32, 400e12),
+        gemm(Precision::Fp16, 800e12),
+        gemm(Precision::Bf16, 790e12),
     ];
     let amp = bench::gemm_speedups(&mut g);
     let full = BenchReport {
