@@ -5,8 +5,9 @@
 //! ([`DiagnoseReport`]), a trace's [`TraceSummary`] (with its findings), or a sweep's
 //! [`SweepReport`]. The command (`commands::compare`) reads the files; `present::compare` renders.
 
+use crate::diagnose::verdict::VerdictId;
 use crate::diagnose::DiagnoseReport;
-use crate::finding::Finding;
+use crate::finding::{Finding, FindingId};
 use crate::trace::TraceSummary;
 use crate::tune::steady::t975;
 use crate::tune::sweep::SweepReport;
@@ -56,7 +57,7 @@ pub struct Side {
     pub path: String,
     /// Verdict id (recordings), top finding id (traces; `none` without findings) or the sweet
     /// spot's setting (sweeps).
-    pub verdict: Option<String>,
+    pub verdict: Option<SideVerdict>,
     /// One line for people: the verdict's summary or the top finding's title.
     pub verdict_summary: Option<String>,
     /// The top fix of this side, when there is one.
@@ -119,8 +120,8 @@ impl Direction {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VerdictChange {
-    pub before: Option<String>,
-    pub after: Option<String>,
+    pub before: Option<SideVerdict>,
+    pub after: Option<SideVerdict>,
     pub changed: bool,
     /// Better / worse / same: from the speed-up's 95% interval (it must clear 1), else from the
     /// speed-up itself (more than 5% either way), else from the verdicts' order of severity.
@@ -144,13 +145,71 @@ pub fn direction_of(s: &Speedup) -> Direction {
     }
 }
 
-/// Verdict ids of recordings from worst to best (a bound job is worse than a balanced one).
-fn verdict_rank(id: &str) -> Option<u8> {
-    Some(match id {
-        "input_bound" | "transfer_bound" | "throttled" | "idle" => 0,
-        "compute_bound" => 1,
-        _ => return None,
-    })
+/// What a side's verdict names, typed: a recording's verdict, a trace's top finding (`None`
+/// when no rule fired) or a sweep's chosen setting. The JSON writes it as one string
+/// (`input_bound`, `amp_unused`, `none`, `workers=4`), as before it was typed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SideVerdict {
+    Recording(VerdictId),
+    TopFinding(Option<FindingId>),
+    Setting(String),
+}
+
+impl SideVerdict {
+    pub fn as_str(&self) -> &str {
+        match self {
+            SideVerdict::Recording(v) => v.as_str(),
+            SideVerdict::TopFinding(Some(f)) => f.as_str(),
+            SideVerdict::TopFinding(None) => "none",
+            SideVerdict::Setting(s) => s,
+        }
+    }
+}
+
+impl std::fmt::Display for SideVerdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl Serialize for SideVerdict {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// The string alone does not say which input it came from (the comparison's `kind` does): a
+/// verdict id reads as a recording's, else a finding id or `none` as a trace's, else a setting.
+impl<'de> Deserialize<'de> for SideVerdict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Ok(
+            if let Some(v) = VerdictId::ALL.iter().find(|v| v.as_str() == s) {
+                SideVerdict::Recording(*v)
+            } else if let Some(f) = FindingId::ALL.iter().find(|f| f.as_str() == s) {
+                SideVerdict::TopFinding(Some(*f))
+            } else if s == "none" {
+                SideVerdict::TopFinding(None)
+            } else {
+                SideVerdict::Setting(s)
+            },
+        )
+    }
+}
+
+/// Recording verdicts from worst to best (a bound job is worse than a balanced one).
+fn verdict_rank(v: &SideVerdict) -> Option<u8> {
+    match v {
+        SideVerdict::Recording(id) => match id {
+            VerdictId::InputBound
+            | VerdictId::TransferBound
+            | VerdictId::Throttled
+            | VerdictId::Idle => Some(0),
+            VerdictId::ComputeBound => Some(1),
+            VerdictId::Unknown => None,
+        },
+        SideVerdict::TopFinding(_) | SideVerdict::Setting(_) => None,
+    }
 }
 
 /// The `--format json` document.
@@ -215,8 +274,8 @@ fn mean_se(xs: &[f64]) -> Option<(f64, Option<f64>)> {
 
 fn verdict_change(b: &Side, a: &Side, speedup: Option<&Speedup>) -> VerdictChange {
     let by_rank = || {
-        let rb = b.verdict.as_deref().and_then(verdict_rank)?;
-        let ra = a.verdict.as_deref().and_then(verdict_rank)?;
+        let rb = b.verdict.as_ref().and_then(verdict_rank)?;
+        let ra = a.verdict.as_ref().and_then(verdict_rank)?;
         Some(match ra.cmp(&rb) {
             std::cmp::Ordering::Greater => Direction::Better,
             std::cmp::Ordering::Less => Direction::Worse,
@@ -236,7 +295,7 @@ fn verdict_change(b: &Side, a: &Side, speedup: Option<&Speedup>) -> VerdictChang
 fn rec_side(r: &DiagnoseReport) -> Side {
     Side {
         path: r.source.path.clone(),
-        verdict: Some(r.verdict.id.to_string()),
+        verdict: Some(SideVerdict::Recording(r.verdict.id)),
         verdict_summary: Some(r.verdict.summary.clone()),
         top_fix: r.findings.first().map(|f| f.recommendation.clone()),
     }
@@ -545,12 +604,7 @@ fn recording_speedup(before: &DiagnoseReport, after: &DiagnoseReport) -> Option<
 fn trace_side(t: &TraceSummary, findings: &[Finding]) -> Side {
     Side {
         path: t.path.clone(),
-        verdict: Some(
-            findings
-                .first()
-                .map(|f| f.id.to_string())
-                .unwrap_or_else(|| "none".into()),
-        ),
+        verdict: Some(SideVerdict::TopFinding(findings.first().map(|f| f.id))),
         verdict_summary: Some(
             findings
                 .first()
@@ -810,7 +864,7 @@ fn sweep_side(path: &str, r: &SweepReport) -> Side {
     let pick = sweep_pick(r);
     Side {
         path: path.into(),
-        verdict: pick.map(|t| label(&t.parameters)),
+        verdict: pick.map(|t| SideVerdict::Setting(label(&t.parameters))),
         verdict_summary: r.sweet_spot.as_ref().map(|s| s.reason.clone()),
         top_fix: None,
     }
@@ -996,6 +1050,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn side_verdicts_are_one_string_in_the_json() {
+        let cases = [
+            (SideVerdict::Recording(VerdictId::InputBound), "input_bound"),
+            (
+                SideVerdict::TopFinding(Some(FindingId::AmpUnused)),
+                "amp_unused",
+            ),
+            (SideVerdict::TopFinding(None), "none"),
+            (
+                SideVerdict::Setting("workers=4 pin=true".into()),
+                "workers=4 pin=true",
+            ),
+        ];
+        for (v, s) in cases {
+            assert_eq!(serde_json::to_value(&v).unwrap(), s);
+            assert_eq!(serde_json::from_value::<SideVerdict>(s.into()).unwrap(), v);
+        }
+    }
+
+    #[test]
     fn ratio_interval_by_the_delta_method() {
         // 100 ± 1 (se) over 50 ± 1: ratio 2, relative error sqrt(1e-4 + 4e-4) = 0.02236
         let ci = ratio_ci(100.0, 1.0, 50.0, 1.0, 1.96).unwrap();
@@ -1056,7 +1130,7 @@ mod tests {
             ci[0] < s.value && s.value < ci[1] && ci[1] - ci[0] < 0.1,
             "{ci:?}"
         );
-        assert_eq!(c.verdict.before.as_deref(), Some("none"));
+        assert_eq!(c.verdict.before, Some(SideVerdict::TopFinding(None)));
         assert!(!c.verdict.changed);
         let step = c.changes.iter().find(|c| c.metric == "step_ms").unwrap();
         assert!((step.delta_pct.unwrap() - (-20.6)).abs() < 0.1, "{step:?}");
@@ -1090,7 +1164,10 @@ mod tests {
         assert_eq!(c.kind, InputKind::Sweep);
         let s = c.speedup.as_ref().unwrap();
         // sweet spots: workers=1 at 25 before, workers=1 at 45 after
-        assert_eq!(c.verdict.before.as_deref(), Some("workers=1"));
+        assert_eq!(
+            c.verdict.before,
+            Some(SideVerdict::Setting("workers=1".into()))
+        );
         assert_eq!(s.metric, "steps/s");
         assert!((s.value - 1.8).abs() < 1e-9, "{s:?}");
         let ci = s.ci95.unwrap();
