@@ -269,6 +269,23 @@ mod tests {
         );
         assert_eq!(stacks::WaitSource::PythonStacks.as_str(), "python_stacks");
         assert_eq!(stacks::WaitSource::StepProbe.as_str(), "step_probe");
+        let cats: Vec<&str> = crate::trace::summary::StepCategory::ALL
+            .iter()
+            .map(|c| c.as_str())
+            .collect();
+        assert_eq!(
+            cats,
+            [
+                "kernel",
+                "memcpy",
+                "memset",
+                "communication",
+                "runtime",
+                "dataloader",
+                "cpu_op",
+                "other"
+            ]
+        );
         assert_eq!(FindingId::ALL.len(), 17);
         assert!(FindingId::ALL
             .windows(2)

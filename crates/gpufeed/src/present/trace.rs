@@ -6,7 +6,7 @@ use std::fmt::Write;
 use crate::finding::{Finding, FindingId};
 use crate::trace::ranks::RankJob;
 use crate::trace::report::Report;
-use crate::trace::summary::{StepRow, TraceSummary, CATEGORY_NAMES};
+use crate::trace::summary::{StepCategory, StepRow, TraceSummary};
 
 /// VERDICT and TOP FIX, as `gpufeed diagnose` says them.
 fn verdict_text(o: &mut String, r: &Report) {
@@ -49,12 +49,12 @@ fn pct(part: f64, total: f64) -> f64 {
 }
 
 fn breakdown_line(b: &StepRow) -> String {
-    let v = b.values();
-    let mut parts: Vec<(usize, f64)> = (0..8).map(|i| (i, v[i])).filter(|x| x.1 > 0.0).collect();
+    let mut parts: Vec<(StepCategory, f64)> =
+        b.by_category().into_iter().filter(|x| x.1 > 0.0).collect();
     parts.sort_by(|a, b| b.1.total_cmp(&a.1));
     parts
         .iter()
-        .map(|(i, x)| format!("{} {:.0}%", CATEGORY_NAMES[*i], pct(*x, b.total_us)))
+        .map(|(c, x)| format!("{} {:.0}%", c.as_str(), pct(*x, b.total_us)))
         .collect::<Vec<_>>()
         .join(", ")
 }

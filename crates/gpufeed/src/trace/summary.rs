@@ -42,17 +42,36 @@ impl StepRow {
     }
 }
 
-pub const CATEGORY_NAMES: [&str; 9] = [
-    "kernel",
-    "memcpy",
-    "memset",
-    "communication",
-    "runtime",
-    "dataloader",
-    "cpu_op",
-    "other",
-    "total",
-];
+impl StepRow {
+    /// Each category's time, in the plugin's order (the total left out).
+    pub fn by_category(&self) -> [(StepCategory, f64); 8] {
+        let v = self.values();
+        std::array::from_fn(|i| (StepCategory::ALL[i], v[i]))
+    }
+}
+
+/// The categories of the TensorBoard plugin's step breakdown, in its order (that of
+/// [`StepRow::values`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
+pub enum StepCategory {
+    Kernel,
+    Memcpy,
+    Memset,
+    Communication,
+    Runtime,
+    Dataloader,
+    CpuOp,
+    Other,
+}
+
+impl StepCategory {
+    pub const ALL: &'static [StepCategory] = <StepCategory as strum::VariantArray>::VARIANTS;
+
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Device {
