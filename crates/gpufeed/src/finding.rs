@@ -8,7 +8,21 @@ use std::collections::BTreeMap;
 /// Every finding id, serialised to its stable snake_case string (`input_bound`, ...).
 ///
 /// Declared in alphabetical order, so the derived order is the order of the strings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum FindingId {
     AmpUnused,
@@ -32,47 +46,11 @@ pub enum FindingId {
 
 impl FindingId {
     /// Every id, in the order of their strings.
-    pub const ALL: &'static [FindingId] = &[
-        FindingId::AmpUnused,
-        FindingId::BatchTooSmall,
-        FindingId::CommBound,
-        FindingId::ComputeBound,
-        FindingId::GpuIdle,
-        FindingId::GpuImbalance,
-        FindingId::GpuUnused,
-        FindingId::InputBound,
-        FindingId::LaunchBound,
-        FindingId::LowGpuUtil,
-        FindingId::MainProcessBound,
-        FindingId::PageableMemcpy,
-        FindingId::PcieLinkDegraded,
-        FindingId::Straggler,
-        FindingId::SyncBound,
-        FindingId::Throttled,
-        FindingId::TransferBound,
-    ];
+    pub const ALL: &'static [FindingId] = <FindingId as strum::VariantArray>::VARIANTS;
 
     /// The stable string (the same as its JSON form).
     pub fn as_str(self) -> &'static str {
-        match self {
-            FindingId::AmpUnused => "amp_unused",
-            FindingId::BatchTooSmall => "batch_too_small",
-            FindingId::CommBound => "comm_bound",
-            FindingId::ComputeBound => "compute_bound",
-            FindingId::GpuIdle => "gpu_idle",
-            FindingId::GpuImbalance => "gpu_imbalance",
-            FindingId::GpuUnused => "gpu_unused",
-            FindingId::InputBound => "input_bound",
-            FindingId::LaunchBound => "launch_bound",
-            FindingId::LowGpuUtil => "low_gpu_util",
-            FindingId::MainProcessBound => "main_process_bound",
-            FindingId::PageableMemcpy => "pageable_memcpy",
-            FindingId::PcieLinkDegraded => "pcie_link_degraded",
-            FindingId::Straggler => "straggler",
-            FindingId::SyncBound => "sync_bound",
-            FindingId::Throttled => "throttled",
-            FindingId::TransferBound => "transfer_bound",
-        }
+        self.into()
     }
 }
 
@@ -83,7 +61,20 @@ impl std::fmt::Display for FindingId {
 }
 
 /// How much a finding matters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
     Info,
@@ -93,11 +84,7 @@ pub enum Severity {
 
 impl Severity {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Severity::Info => "info",
-            Severity::Warning => "warning",
-            Severity::Critical => "critical",
-        }
+        self.into()
     }
 }
 
@@ -120,6 +107,66 @@ pub struct Finding {
     /// map carries the same numbers for people and scripts.
     #[serde(skip)]
     pub basis: Basis,
+    /// What the finding is about beyond its id, typed, for the presenters (which match on
+    /// `(FindingId, Kind)`). Not serialised: the evidence carries it as `kind` and `source`.
+    #[serde(skip)]
+    pub kind: Option<Kind>,
+}
+
+/// What a finding is about beyond its id. Set with [`Finding::kind`], which also writes the
+/// evidence strings scripts read (`kind`, `source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `input_bound` judged from the samples: which part of the input is short.
+    Input(InputKind),
+    /// Measured in the training loop's Python stacks (evidence `source: python_stacks`); for
+    /// `input_bound`, which part of the loading is short.
+    PythonStacks(Option<StackKind>),
+}
+
+/// The kind of input bottleneck `input_bound` names when judged from the samples
+/// (`diagnose::rules::input::Kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
+pub enum InputKind {
+    TooFewWorkers,
+    CpuSaturated,
+    IoBound,
+    #[strum(serialize = "main_process_bound")]
+    MainProcess,
+    Unknown,
+}
+
+impl InputKind {
+    /// Every kind, in declaration order.
+    pub const ALL: &'static [InputKind] = <InputKind as strum::VariantArray>::VARIANTS;
+
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// The kind of input bottleneck the Python stacks show (`diagnose::rules::stacks::StackKind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
+pub enum StackKind {
+    /// One data-loading stage dominates.
+    SlowStage,
+    /// Workers are busy all the time and cores are idle.
+    TooFewWorkers,
+    /// `num_workers=0`: the training thread loads its own batches.
+    MainProcessLoading,
+    /// Loading waits for reads.
+    IoBound,
+}
+
+impl StackKind {
+    /// Every kind, in declaration order.
+    pub const ALL: &'static [StackKind] = <StackKind as strum::VariantArray>::VARIANTS;
+
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
 }
 
 /// Figures a finding hands on, typed, for the rules and the verdict that read them back.
@@ -152,7 +199,23 @@ impl Finding {
             recommendation: String::new(),
             expected_speedup: None,
             basis: Basis::None,
+            kind: None,
         }
+    }
+
+    /// Sets the finding's kind and the evidence strings that spell it (builder style).
+    pub fn kind(mut self, kind: Kind) -> Self {
+        match kind {
+            Kind::Input(k) => self = self.with("kind", k.as_str()),
+            Kind::PythonStacks(k) => {
+                if let Some(k) = k {
+                    self = self.with("kind", k.as_str());
+                }
+                self = self.with("source", "python_stacks");
+            }
+        }
+        self.kind = Some(kind);
+        self
     }
 
     /// Sets the typed figures later stages read back (builder style).
@@ -195,6 +258,84 @@ pub fn rank(findings: &mut [Finding]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `as_str` and `ALL` are derived (strum) and the JSON is serde's: both spell every variant
+    /// alike, so deriving them changed no string of the JSON output or of a recording.
+    fn same_as_json<T>()
+    where
+        T: Serialize + strum::VariantArray + Copy + Into<&'static str>,
+    {
+        for v in T::VARIANTS {
+            let s: &'static str = (*v).into();
+            assert_eq!(serde_json::to_value(v).unwrap(), s);
+        }
+    }
+
+    #[test]
+    fn derived_strings_are_the_wire_strings() {
+        use crate::diagnose::rules::{gpus, input, stacks};
+        same_as_json::<FindingId>();
+        same_as_json::<Severity>();
+        same_as_json::<crate::diagnose::verdict::VerdictId>();
+        same_as_json::<crate::diagnose::input::InputFormat>();
+        same_as_json::<gpus::GpuState>();
+        same_as_json::<crate::sample::pyphase::Phase>();
+        same_as_json::<crate::sample::pyphase::StageKind>();
+        same_as_json::<crate::sample::pystacks::PyStatus>();
+        same_as_json::<crate::trace::verdict::TraceVerdictId>();
+        same_as_json::<crate::trace::summary::LoaderIterator>();
+        same_as_json::<crate::trace::summary::StepSource>();
+        same_as_json::<crate::trace::families::KernelFamily>();
+        same_as_json::<crate::doctor::Status>();
+        same_as_json::<crate::compare::InputKind>();
+        same_as_json::<crate::compare::Direction>();
+        same_as_json::<crate::bench::Precision>();
+        // Evidence strings (no serde of their own): as the evidence has always spelt them.
+        let kinds: Vec<&str> = input::Kind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "too_few_workers",
+                "cpu_saturated",
+                "io_bound",
+                "main_process_bound",
+                "unknown"
+            ]
+        );
+        let kinds: Vec<&str> = stacks::StackKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "slow_stage",
+                "too_few_workers",
+                "main_process_loading",
+                "io_bound"
+            ]
+        );
+        assert_eq!(stacks::WaitSource::PythonStacks.as_str(), "python_stacks");
+        assert_eq!(stacks::WaitSource::StepProbe.as_str(), "step_probe");
+        let cats: Vec<&str> = crate::trace::summary::StepCategory::ALL
+            .iter()
+            .map(|c| c.as_str())
+            .collect();
+        assert_eq!(
+            cats,
+            [
+                "kernel",
+                "memcpy",
+                "memset",
+                "communication",
+                "runtime",
+                "dataloader",
+                "cpu_op",
+                "other"
+            ]
+        );
+        assert_eq!(FindingId::ALL.len(), 17);
+        assert!(FindingId::ALL
+            .windows(2)
+            .all(|w| w[0].as_str() < w[1].as_str()));
+    }
 
     #[test]
     fn ranking_puts_critical_and_big_gains_first() {

@@ -1,5 +1,6 @@
-//! Facts and formats shared by every layer: PCIe link bandwidth, byte counts and rates for
-//! people. One copy each, so `doctor`, `bench`, `diagnose` and the presenters agree.
+//! Facts and formats shared by every layer: PCIe link bandwidth, byte counts, rates, plain
+//! numbers, plurals and durations for people. One copy each, so `doctor`, `bench`, `diagnose`, the
+//! live view and the presenters agree; `present::fmt` re-exports them beside the presenters' own.
 
 /// Host-to-device bandwidth of one PCIe lane per direction, GB/s, by generation, after line
 /// encoding: 8b/10b for Gen1–2, 128b/130b for Gen3–5, FLIT mode (242 B of 256) for Gen6's
@@ -17,7 +18,7 @@ pub(crate) fn pcie_lane_gb_per_s(gen: u32) -> Option<f64> {
 }
 
 /// Theoretical one-direction capacity of a link in bytes/s at a generation and width.
-pub(crate) fn pcie_link_bytes_per_s(gen: u32, width: u32) -> Option<f64> {
+pub fn pcie_link_bytes_per_s(gen: u32, width: u32) -> Option<f64> {
     Some(pcie_lane_gb_per_s(gen)? * 1e9 * width as f64)
 }
 
@@ -83,6 +84,36 @@ pub fn r2(x: f64) -> f64 {
 }
 pub(crate) fn r3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
+}
+
+/// A plain number to three significant digits, without an exponent for everyday magnitudes:
+/// `1234`, `12.3`, `1.23`, `0.123`.
+pub fn num(x: f64) -> String {
+    let a = x.abs();
+    if a >= 100.0 {
+        format!("{x:.0}")
+    } else if a >= 10.0 {
+        format!("{x:.1}")
+    } else if a >= 1.0 {
+        format!("{x:.2}")
+    } else {
+        format!("{x:.3}")
+    }
+}
+
+/// Seconds as `1h 02m`, `3m 05s`, `12.5 s`: the one style of a duration gpufeed shows.
+pub fn duration(s: f64) -> String {
+    if s >= 3600.0 {
+        format!(
+            "{}h {:02}m",
+            (s / 3600.0) as u64,
+            ((s % 3600.0) / 60.0) as u64
+        )
+    } else if s >= 60.0 {
+        format!("{}m {:02}s", (s / 60.0) as u64, (s % 60.0) as u64)
+    } else {
+        format!("{s:.1} s")
+    }
 }
 
 #[cfg(test)]

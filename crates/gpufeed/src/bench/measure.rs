@@ -303,25 +303,21 @@ fn measure_copies(
 
 /// Host data for one precision: values in [-1, 1) from a fixed LCG (a 1 Mi-element pattern,
 /// repeated), as raw bytes.
-fn matrix_bytes(precision: &str, count: usize) -> Vec<u8> {
+fn matrix_bytes(precision: Precision, count: usize) -> Vec<u8> {
     let pattern = count.min(1 << 20);
     let mut state: u32 = 0x1234_5678;
     let mut next = || {
         state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
         (state >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
     };
-    let elem = if precision == "fp16" || precision == "bf16" {
-        2
-    } else {
-        4
-    };
+    let elem = if precision.is_half() { 2 } else { 4 };
     let mut out = Vec::with_capacity(count * elem);
     for _ in 0..pattern {
         let v = next();
         match precision {
-            "fp16" => out.extend_from_slice(&f32_to_f16_bits(v).to_le_bytes()),
-            "bf16" => out.extend_from_slice(&((v.to_bits() >> 16) as u16).to_le_bytes()),
-            _ => out.extend_from_slice(&v.to_le_bytes()),
+            Precision::Fp16 => out.extend_from_slice(&f32_to_f16_bits(v).to_le_bytes()),
+            Precision::Bf16 => out.extend_from_slice(&((v.to_bits() >> 16) as u16).to_le_bytes()),
+            Precision::Fp32 | Precision::Tf32 => out.extend_from_slice(&v.to_le_bytes()),
         }
     }
     let pattern_bytes = out.len();
@@ -361,24 +357,24 @@ fn measure_gemm(
     })?;
     let count = n * n;
     let mut results = Vec::new();
-    for precision in ["fp32", "tf32", "fp16", "bf16"] {
+    for &precision in Precision::ALL {
         let (dtype, compute, elem) = match precision {
-            "fp32" => (
+            Precision::Fp32 => (
                 cudaDataType::CUDA_R_32F,
                 cublasComputeType_t::CUBLAS_COMPUTE_32F,
                 4,
             ),
-            "tf32" => (
+            Precision::Tf32 => (
                 cudaDataType::CUDA_R_32F,
                 cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
                 4,
             ),
-            "fp16" => (
+            Precision::Fp16 => (
                 cudaDataType::CUDA_R_16F,
                 cublasComputeType_t::CUBLAS_COMPUTE_32F,
                 2,
             ),
-            _ => (
+            Precision::Bf16 => (
                 cudaDataType::CUDA_R_16BF,
                 cublasComputeType_t::CUBLAS_COMPUTE_32F,
                 2,
@@ -441,7 +437,7 @@ fn measure_gemm(
         }
         let secs = t0.elapsed().as_secs_f64();
         results.push(GemmResult {
-            precision: precision.to_string(),
+            precision,
             n,
             repetitions: reps,
             flops_per_s: 2.0 * (n as f64).powi(3) * reps as f64 / secs.max(1e-9),
@@ -460,9 +456,9 @@ mod tests {
         assert_eq!(f32_to_f16_bits(1.0), 0x3c00);
         assert_eq!(f32_to_f16_bits(-0.5), 0xb800);
         assert_eq!(f32_to_f16_bits(0.0), 0);
-        assert_eq!(matrix_bytes("fp16", 3).len(), 6);
-        assert_eq!(matrix_bytes("fp32", 3).len(), 12);
-        let big = matrix_bytes("bf16", (1 << 20) + 3);
+        assert_eq!(matrix_bytes(Precision::Fp16, 3).len(), 6);
+        assert_eq!(matrix_bytes(Precision::Fp32, 3).len(), 12);
+        let big = matrix_bytes(Precision::Bf16, (1 << 20) + 3);
         assert_eq!(big.len(), ((1 << 20) + 3) * 2);
         assert_eq!(big[(1 << 21)..], big[..6], "the pattern repeats");
     }

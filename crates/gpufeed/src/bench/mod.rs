@@ -7,7 +7,7 @@
 //!
 //! This module holds what a bench produces and the pure arithmetic on it; [`measure`] runs it on
 //! the GPU and [`saved`] keeps the best pinned bandwidths in `~/.cache/gpufeed/bench.json`. Its
-//! text is rendered by `doctor::bench` (to move to `present`).
+//! text is rendered by `present::bench`.
 
 pub mod measure;
 pub mod saved;
@@ -93,11 +93,50 @@ pub struct CopyResult {
     pub fraction_of_link: Option<f64>,
 }
 
+/// The number formats the GEMM bench measures, in the order it measures them.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum Precision {
+    Fp32,
+    Tf32,
+    Fp16,
+    Bf16,
+}
+
+impl Precision {
+    pub const ALL: &'static [Precision] = <Precision as strum::VariantArray>::VARIANTS;
+
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// fp16 and bf16: two-byte elements, the formats autocast computes in.
+    pub fn is_half(self) -> bool {
+        matches!(self, Precision::Fp16 | Precision::Bf16)
+    }
+}
+
+impl std::fmt::Display for Precision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// One GEMM measurement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GemmResult {
-    /// fp32, tf32, fp16 or bf16.
-    pub precision: String,
+    pub precision: Precision,
     pub n: usize,
     pub repetitions: u32,
     pub flops_per_s: f64,
@@ -164,7 +203,7 @@ pub(crate) fn repetitions(size: u64) -> u32 {
     ((1u64 << 30) / size.max(1)).clamp(3, 50) as u32
 }
 
-pub(crate) fn best_bandwidth(copies: &[CopyResult]) -> BestBandwidth {
+pub fn best_bandwidth(copies: &[CopyResult]) -> BestBandwidth {
     let best = |d: Direction, m: HostMemory| {
         copies
             .iter()
@@ -188,17 +227,17 @@ pub(crate) fn best_bandwidth(copies: &[CopyResult]) -> BestBandwidth {
 }
 
 /// Fills in each result's speed-up over fp32; returns the best of fp16/bf16.
-pub(crate) fn gemm_speedups(g: &mut [GemmResult]) -> Option<f64> {
+pub fn gemm_speedups(g: &mut [GemmResult]) -> Option<f64> {
     let fp32 = g
         .iter()
-        .find(|r| r.precision == "fp32")
+        .find(|r| r.precision == Precision::Fp32)
         .map(|r| r.flops_per_s)
         .filter(|f| *f > 0.0)?;
     for r in g.iter_mut() {
         r.speedup_vs_fp32 = Some(r.flops_per_s / fp32);
     }
     g.iter()
-        .filter(|r| r.precision == "fp16" || r.precision == "bf16")
+        .filter(|r| r.precision.is_half())
         .filter_map(|r| r.speedup_vs_fp32)
         .reduce(f64::max)
 }
@@ -217,7 +256,7 @@ pub(crate) fn format_uuid(b: &[u8; 16]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -232,7 +271,7 @@ mod tests {
         assert_eq!(repetitions(1 << 30), 3);
     }
 
-    fn copy(d: Direction, m: HostMemory, b: f64) -> CopyResult {
+    pub(crate) fn copy(d: Direction, m: HostMemory, b: f64) -> CopyResult {
         CopyResult {
             direction: d,
             memory: m,
@@ -262,22 +301,23 @@ mod tests {
 
     #[test]
     fn speedups() {
-        let g = |p: &str, f| GemmResult {
-            precision: p.into(),
+        use Precision::*;
+        let g = |p: Precision, f| GemmResult {
+            precision: p,
             n: 4096,
             repetitions: 5,
             flops_per_s: f,
             speedup_vs_fp32: None,
         };
         let mut v = vec![
-            g("fp32", 50e12),
-            g("tf32", 400e12),
-            g("fp16", 800e12),
-            g("bf16", 790e12),
+            g(Fp32, 50e12),
+            g(Tf32, 400e12),
+            g(Fp16, 800e12),
+            g(Bf16, 790e12),
         ];
         assert_eq!(gemm_speedups(&mut v), Some(16.0));
         assert_eq!(v[1].speedup_vs_fp32, Some(8.0));
-        let mut none = vec![g("fp16", 1.0)];
+        let mut none = vec![g(Fp16, 1.0)];
         assert_eq!(gemm_speedups(&mut none), None);
     }
 

@@ -26,6 +26,7 @@
 
 use crate::cli::{AnalyzeArgs, GlobalOpts};
 use crate::exit::{Exit, Failure};
+use crate::present::trace as present_trace;
 use crate::present::OutputFormat;
 use crate::trace::{self, ranks, report, TraceError};
 
@@ -146,13 +147,17 @@ fn emit(args: &AnalyzeArgs, reports: &[report::Report]) -> anyhow::Result<u8> {
         eprintln!("gpufeed: wrote {}", p.display());
     }
     let one = |rep: &report::Report| -> anyhow::Result<String> {
-        let job = rep.job.as_ref().map(ranks::job_text).unwrap_or_default();
+        let job = rep
+            .job
+            .as_ref()
+            .map(present_trace::job_text)
+            .unwrap_or_default();
         Ok(match args.format {
             OutputFormat::Json => serde_json::to_string_pretty(rep)? + "\n",
             OutputFormat::Text | OutputFormat::Html => {
-                job + &report::text_with(rep, args.steps, args.verbose)
+                job + &present_trace::text_with(rep, args.steps, args.verbose)
             }
-            OutputFormat::Markdown => report::markdown(rep, args.steps) + &job,
+            OutputFormat::Markdown => present_trace::markdown(rep, args.steps) + &job,
         })
     };
     let out = match (args.format, reports) {

@@ -42,7 +42,7 @@ pub fn run(global: &GlobalOpts, args: &BenchArgs) -> anyhow::Result<u8> {
     let text = match args.format {
         OutputFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
         OutputFormat::Text | OutputFormat::Markdown | OutputFormat::Html => {
-            crate::doctor::bench::render_text(&report)
+            crate::present::bench::text(&report)
         }
     };
     let mut out = std::io::stdout().lock();

@@ -98,10 +98,10 @@ pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
         fmt => reports
             .iter()
             .map(|r| {
-                diagnose::render::render_with(
+                crate::present::diagnose::render_with(
                     r,
                     fmt,
-                    diagnose::render::TextOptions {
+                    crate::present::diagnose::TextOptions {
                         color,
                         verbose: args.verbose,
                         after_summary: false,
@@ -135,8 +135,8 @@ fn run_job(args: &DiagnoseArgs, opts: &LogOptions) -> anyhow::Result<u8> {
     };
     let out = match args.format {
         OutputFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
-        OutputFormat::Markdown => job::markdown(&report),
-        OutputFormat::Text | OutputFormat::Html => job::text(&report),
+        OutputFormat::Markdown => crate::present::job::markdown(&report),
+        OutputFormat::Text | OutputFormat::Html => crate::present::job::text(&report),
     };
     let mut stdout = std::io::stdout().lock();
     let _ = stdout.write_all(out.as_bytes());

@@ -7,9 +7,10 @@ use super::trials::{
 };
 use crate::cli::{GlobalOpts, SweepArgs};
 use crate::exit::{Exit, Failure};
+use crate::present::sweep as report;
 use crate::present::OutputFormat;
 use crate::tune::params::{self, Setting};
-use crate::tune::sweep::{self as report, SweepReport, TrialResult, SCHEMA_VERSION};
+use crate::tune::sweep::{self, SweepReport, TrialResult, SCHEMA_VERSION};
 use crate::tune::trial::{run_trial, TrialOutcome, TrialSpec};
 use crate::tune::TuneError;
 use std::path::{Path, PathBuf};
@@ -35,7 +36,7 @@ fn write_reports(args: &SweepArgs, dir: &Path, rep: &SweepReport) -> anyhow::Res
     if let Some(p) = &args.export_markdown {
         writes.push((p.clone(), report::markdown(rep)));
     }
-    if let Some(svg) = crate::tune::chart::svg(rep) {
+    if let Some(svg) = crate::present::sweep_chart::svg(rep) {
         writes.push((dir.join("sweep.svg"), svg.clone()));
         if let Some(p) = &args.export_svg {
             writes.push((p.clone(), svg));
@@ -261,7 +262,7 @@ fn run_setting(
 /// Adds a finished trial to the report and brings the sweet spot and the flags up to date.
 fn add_result(rep: &mut SweepReport, r: TrialResult, knobs_only_injected: bool, interrupted: bool) {
     rep.results.push(r);
-    let (sw, mixed) = report::sweet_spot(&rep.results, &rep.knobs);
+    let (sw, mixed) = sweep::sweet_spot(&rep.results, &rep.knobs);
     rep.sweet_spot = sw;
     rep.mixed_units = mixed;
     rep.check_overrides(knobs_only_injected);

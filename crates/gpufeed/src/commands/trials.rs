@@ -5,9 +5,10 @@
 use crate::cli::{GlobalOpts, TrialOpts};
 use crate::exit::{Exit, Failure};
 use crate::job::SignalWatch;
+use crate::present::fmt::num as fmt_num;
 use crate::tune::params;
 use crate::tune::progress::RateRegex;
-use crate::tune::sweep::{fmt_num, TrialResult};
+use crate::tune::sweep::TrialResult;
 use crate::tune::trial::{Live, TrialSpec};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::path::{Path, PathBuf};

@@ -15,13 +15,26 @@ pub use recording::recordings;
 pub use sweep::sweeps;
 pub use trace::traces;
 
+use crate::diagnose::verdict::VerdictId;
+use crate::finding::FindingId;
 use crate::units::round;
 use serde::{Deserialize, Serialize};
 
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// What both inputs are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum InputKind {
     Recording,
@@ -31,11 +44,7 @@ pub enum InputKind {
 
 impl InputKind {
     pub fn as_str(self) -> &'static str {
-        match self {
-            InputKind::Recording => "recording",
-            InputKind::Trace => "trace",
-            InputKind::Sweep => "sweep",
-        }
+        self.into()
     }
 }
 
@@ -55,7 +64,7 @@ pub struct Side {
     pub path: String,
     /// Verdict id (recordings), top finding id (traces; `none` without findings) or the sweet
     /// spot's setting (sweeps).
-    pub verdict: Option<String>,
+    pub verdict: Option<SideVerdict>,
     /// One line for people: the verdict's summary or the top finding's title.
     pub verdict_summary: Option<String>,
     /// The top fix of this side, when there is one.
@@ -77,7 +86,18 @@ pub struct Change {
 }
 
 /// Whether AFTER is better than BEFORE, in one word.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum Direction {
     Better,
@@ -87,18 +107,14 @@ pub enum Direction {
 
 impl Direction {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Direction::Better => "better",
-            Direction::Worse => "worse",
-            Direction::Same => "same",
-        }
+        self.into()
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VerdictChange {
-    pub before: Option<String>,
-    pub after: Option<String>,
+    pub before: Option<SideVerdict>,
+    pub after: Option<SideVerdict>,
     pub changed: bool,
     /// Better / worse / same: from the speed-up's 95% interval (it must clear 1), else from the
     /// speed-up itself (more than 5% either way), else from the verdicts' order of severity.
@@ -122,13 +138,71 @@ pub(crate) fn direction_of(s: &Speedup) -> Direction {
     }
 }
 
-/// Verdict ids of recordings from worst to best (a bound job is worse than a balanced one).
-pub(super) fn verdict_rank(id: &str) -> Option<u8> {
-    Some(match id {
-        "input_bound" | "transfer_bound" | "throttled" | "idle" => 0,
-        "compute_bound" => 1,
-        _ => return None,
-    })
+/// What a side's verdict names, typed: a recording's verdict, a trace's top finding (`None`
+/// when no rule fired) or a sweep's chosen setting. The JSON writes it as one string
+/// (`input_bound`, `amp_unused`, `none`, `workers=4`), as before it was typed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SideVerdict {
+    Recording(VerdictId),
+    TopFinding(Option<FindingId>),
+    Setting(String),
+}
+
+impl SideVerdict {
+    pub fn as_str(&self) -> &str {
+        match self {
+            SideVerdict::Recording(v) => v.as_str(),
+            SideVerdict::TopFinding(Some(f)) => f.as_str(),
+            SideVerdict::TopFinding(None) => "none",
+            SideVerdict::Setting(s) => s,
+        }
+    }
+}
+
+impl std::fmt::Display for SideVerdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl Serialize for SideVerdict {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// The string alone does not say which input it came from (the comparison's `kind` does): a
+/// verdict id reads as a recording's, else a finding id or `none` as a trace's, else a setting.
+impl<'de> Deserialize<'de> for SideVerdict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Ok(
+            if let Some(v) = VerdictId::ALL.iter().find(|v| v.as_str() == s) {
+                SideVerdict::Recording(*v)
+            } else if let Some(f) = FindingId::ALL.iter().find(|f| f.as_str() == s) {
+                SideVerdict::TopFinding(Some(*f))
+            } else if s == "none" {
+                SideVerdict::TopFinding(None)
+            } else {
+                SideVerdict::Setting(s)
+            },
+        )
+    }
+}
+
+/// Recording verdicts from worst to best (a bound job is worse than a balanced one).
+pub(super) fn verdict_rank(v: &SideVerdict) -> Option<u8> {
+    match v {
+        SideVerdict::Recording(id) => match id {
+            VerdictId::InputBound
+            | VerdictId::TransferBound
+            | VerdictId::Throttled
+            | VerdictId::Idle => Some(0),
+            VerdictId::ComputeBound => Some(1),
+            VerdictId::Unknown => None,
+        },
+        SideVerdict::TopFinding(_) | SideVerdict::Setting(_) => None,
+    }
 }
 
 /// The `--format json` document.
@@ -182,8 +256,8 @@ pub(super) fn mean_se(xs: &[f64]) -> Option<(f64, Option<f64>)> {
 
 pub(super) fn verdict_change(b: &Side, a: &Side, speedup: Option<&Speedup>) -> VerdictChange {
     let by_rank = || {
-        let rb = b.verdict.as_deref().and_then(verdict_rank)?;
-        let ra = a.verdict.as_deref().and_then(verdict_rank)?;
+        let rb = b.verdict.as_ref().and_then(verdict_rank)?;
+        let ra = a.verdict.as_ref().and_then(verdict_rank)?;
         Some(match ra.cmp(&rb) {
             std::cmp::Ordering::Greater => Direction::Better,
             std::cmp::Ordering::Less => Direction::Worse,
@@ -201,6 +275,26 @@ pub(super) fn verdict_change(b: &Side, a: &Side, speedup: Option<&Speedup>) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn side_verdicts_are_one_string_in_the_json() {
+        let cases = [
+            (SideVerdict::Recording(VerdictId::InputBound), "input_bound"),
+            (
+                SideVerdict::TopFinding(Some(FindingId::AmpUnused)),
+                "amp_unused",
+            ),
+            (SideVerdict::TopFinding(None), "none"),
+            (
+                SideVerdict::Setting("workers=4 pin=true".into()),
+                "workers=4 pin=true",
+            ),
+        ];
+        for (v, s) in cases {
+            assert_eq!(serde_json::to_value(&v).unwrap(), s);
+            assert_eq!(serde_json::from_value::<SideVerdict>(s.into()).unwrap(), v);
+        }
+    }
 
     #[test]
     fn deltas() {

@@ -1,8 +1,8 @@
 //! `compare` of two recordings (their diagnoses).
 
 use super::{
-    change, ratio_ci, verdict_change, Better, Change, Comparison, InputKind, Side, Speedup,
-    SCHEMA_VERSION,
+    change, ratio_ci, verdict_change, Better, Change, Comparison, InputKind, Side, SideVerdict,
+    Speedup, SCHEMA_VERSION,
 };
 use crate::diagnose::DiagnoseReport;
 use crate::units::round;
@@ -10,7 +10,7 @@ use crate::units::round;
 fn rec_side(r: &DiagnoseReport) -> Side {
     Side {
         path: r.source.path.clone(),
-        verdict: Some(r.verdict.id.to_string()),
+        verdict: Some(SideVerdict::Recording(r.verdict.id)),
         verdict_summary: Some(r.verdict.summary.clone()),
         top_fix: r.findings.first().map(|f| f.recommendation.clone()),
     }
@@ -273,8 +273,8 @@ fn step_rate_speedup(before: &DiagnoseReport, after: &DiagnoseReport) -> Option<
         ci95: ci,
         basis: format!(
             "step rate from the step markers: {} steps/s before, {wb}; {} steps/s after, {wa}",
-            crate::tune::sweep::fmt_num(b),
-            crate::tune::sweep::fmt_num(a),
+            crate::units::num(b),
+            crate::units::num(a),
         ),
     })
 }

@@ -2,7 +2,7 @@
 
 use super::{
     change, mean_se, ratio_ci, verdict_change, Better, Change, Comparison, InputKind, Side,
-    Speedup, SCHEMA_VERSION,
+    SideVerdict, Speedup, SCHEMA_VERSION,
 };
 use crate::finding::Finding;
 use crate::stats::t975;
@@ -12,12 +12,7 @@ use crate::units::round;
 fn trace_side(t: &TraceSummary, findings: &[Finding]) -> Side {
     Side {
         path: t.path.clone(),
-        verdict: Some(
-            findings
-                .first()
-                .map(|f| f.id.to_string())
-                .unwrap_or_else(|| "none".into()),
-        ),
+        verdict: Some(SideVerdict::TopFinding(findings.first().map(|f| f.id))),
         verdict_summary: Some(
             findings
                 .first()
@@ -282,7 +277,7 @@ mod tests {
             ci[0] < s.value && s.value < ci[1] && ci[1] - ci[0] < 0.1,
             "{ci:?}"
         );
-        assert_eq!(c.verdict.before.as_deref(), Some("none"));
+        assert_eq!(c.verdict.before, Some(SideVerdict::TopFinding(None)));
         assert!(!c.verdict.changed);
         let step = c.changes.iter().find(|c| c.metric == "step_ms").unwrap();
         assert!((step.delta_pct.unwrap() - (-20.6)).abs() < 0.1, "{step:?}");

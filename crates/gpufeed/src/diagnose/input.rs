@@ -14,7 +14,20 @@ use std::io::Read;
 use std::path::Path;
 
 /// Input formats (`--input-format`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    clap::ValueEnum,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum InputFormat {
     /// Detect from the first lines
@@ -32,13 +45,7 @@ pub enum InputFormat {
 
 impl InputFormat {
     pub fn as_str(self) -> &'static str {
-        match self {
-            InputFormat::Auto => "auto",
-            InputFormat::Recording => "recording",
-            InputFormat::SmiCsv => "smi_csv",
-            InputFormat::SmiDmon => "smi_dmon",
-            InputFormat::Dcgmi => "dcgmi",
-        }
+        self.into()
     }
 }
 

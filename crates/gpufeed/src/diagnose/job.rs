@@ -15,6 +15,7 @@
 use super::verdict::VerdictId;
 use super::DiagnoseReport;
 use crate::finding::FindingId;
+use crate::units::plural;
 use serde::{Deserialize, Serialize};
 
 /// A node is a straggler when its GPU busy percentage is this many points below the median node.
@@ -124,10 +125,6 @@ fn names(nodes: &[&NodeSummary]) -> String {
     }
 }
 
-fn plural(n: usize, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
-}
-
 /// The job verdict over the nodes' summaries (pure).
 pub fn judge(nodes: &[NodeSummary]) -> JobSummary {
     let med = crate::stats::median(
@@ -232,118 +229,11 @@ pub fn judge(nodes: &[NodeSummary]) -> JobSummary {
     }
 }
 
-fn hms(s: f64) -> String {
-    let s = s.max(0.0).round() as u64;
-    match s {
-        0..=59 => format!("{s}s"),
-        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
-        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
-    }
-}
-
-fn role(job: &JobSummary, n: &NodeSummary) -> &'static str {
-    if job.starving.contains(&n.recording) {
-        "starving"
-    } else if job.stragglers.contains(&n.recording) {
-        "straggler"
-    } else {
-        ""
-    }
-}
-
-/// Rows of the per-node table: node, recording, verdict, busy, GPUs, duration, top finding, role.
-fn rows(r: &JobReport) -> Vec<[String; 8]> {
-    r.nodes
-        .iter()
-        .map(|n| {
-            [
-                n.hostname.clone().unwrap_or_else(|| "-".into()),
-                n.recording.clone(),
-                n.verdict.id.to_string(),
-                n.gpu_busy_pct.map_or("-".into(), |b| format!("{b:.0}%")),
-                n.gpus.to_string(),
-                hms(n.duration_s),
-                n.top_finding.map_or("-".into(), |f| f.to_string()),
-                role(&r.job, n).to_string(),
-            ]
-        })
-        .collect()
-}
-
-const HEADS: [&str; 8] = [
-    "NODE",
-    "RECORDING",
-    "VERDICT",
-    "GPU BUSY",
-    "GPUS",
-    "DURATION",
-    "TOP FINDING",
-    "",
-];
-
-pub fn text(r: &JobReport) -> String {
-    let j = &r.job;
-    let list = |v: &[String]| {
-        if v.is_empty() {
-            "none".to_string()
-        } else {
-            v.join(", ")
-        }
-    };
-    let mut out = format!(
-        "JOB VERDICT  {}\n  {}\n  starving:   {}\n  stragglers: {}\n\n",
-        serde_json::to_value(j.verdict)
-            .ok()
-            .and_then(|v| v.as_str().map(String::from))
-            .unwrap_or_default(),
-        j.summary,
-        list(&j.starving),
-        list(&j.stragglers),
-    );
-    let rows = rows(r);
-    let mut w: Vec<usize> = HEADS.iter().map(|h| h.len()).collect();
-    for row in &rows {
-        for (i, c) in row.iter().enumerate() {
-            w[i] = w[i].max(c.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let mut s = String::new();
-        for (i, c) in cells.iter().enumerate() {
-            s.push_str(&format!("{c:<width$}  ", width = w[i]));
-        }
-        s.trim_end().to_string() + "\n"
-    };
-    out.push_str(&line(HEADS.to_vec()));
-    for row in &rows {
-        out.push_str(&line(row.iter().map(String::as_str).collect()));
-    }
-    out
-}
-
-pub fn markdown(r: &JobReport) -> String {
-    let j = &r.job;
-    let mut out = format!(
-        "## Job verdict: `{}`\n\n{}\n\n| {} |\n|{}\n",
-        serde_json::to_value(j.verdict)
-            .ok()
-            .and_then(|v| v.as_str().map(String::from))
-            .unwrap_or_default(),
-        j.summary,
-        HEADS[..7].join(" | ") + " | role",
-        "---|".repeat(8)
-    );
-    for row in rows(r) {
-        out.push_str(&format!("| {} |\n", row.join(" | ")));
-    }
-    out
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn node(path: &str, verdict: &str, busy: Option<f64>) -> NodeSummary {
+    pub(crate) fn node(path: &str, verdict: &str, busy: Option<f64>) -> NodeSummary {
         let verdict = *VerdictId::ALL
             .iter()
             .find(|v| v.as_str() == verdict)
@@ -415,26 +305,5 @@ mod tests {
         assert_eq!(j.verdict, JobVerdict::Balanced);
         let j = judge(&[node("a", "unknown", None), node("b", "unknown", None)]);
         assert_eq!(j.verdict, JobVerdict::Unknown);
-    }
-
-    #[test]
-    fn table_has_a_row_per_node_and_marks_roles() {
-        let nodes = vec![
-            node("n1.ndjson", "compute_bound", Some(97.0)),
-            node("n2.ndjson", "input_bound", Some(30.0)),
-        ];
-        let r = JobReport {
-            schema_version: JOB_SCHEMA_VERSION,
-            job: judge(&nodes),
-            nodes,
-        };
-        let t = text(&r);
-        assert!(t.starts_with("JOB VERDICT  input_bound\n"), "{t}");
-        let row = t.lines().find(|l| l.starts_with("n2 ")).unwrap();
-        assert!(
-            row.contains("input_bound") && row.ends_with("starving"),
-            "{row}"
-        );
-        assert_eq!(markdown(&r).matches("\n| n").count(), 2);
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! `input` reads any supported file into one stream of recording lines; `evidence` turns the
 //! stream into statistics; `rules` turn statistics into findings; `verdict` picks the primary
-//! bottleneck; `render` presents the [`DiagnoseReport`] as text, JSON or Markdown.
+//! bottleneck; `present::diagnose` presents the [`DiagnoseReport`] as text, JSON or Markdown.
 
 pub mod evidence;
 pub mod input;
@@ -10,13 +10,11 @@ pub mod job;
 pub mod phases;
 /// The Python-loop evidence under its former path, for the presenters still importing it so.
 pub use evidence::pyloop;
-pub mod render;
 pub mod rules;
 pub mod stats;
 pub mod verdict;
 
 pub use input::InputFormat;
-pub use render::render;
 
 use crate::finding::Finding;
 use evidence::{Evidence, GpuEvidence, HostEvidence, JobEvidence, Origin};
@@ -101,7 +99,7 @@ pub(crate) fn report_for_recording(path: &Path) -> Result<DiagnoseReport, Diagno
 }
 
 /// Diagnoses any supported file.
-pub(crate) fn diagnose_file(
+pub fn diagnose_file(
     path: &Path,
     format: InputFormat,
     opts: &input::LogOptions,
@@ -122,7 +120,7 @@ pub(crate) fn diagnose_file_with(
 }
 
 /// One node of a job: the file is diagnosed and only its [`job::NodeSummary`] is kept.
-pub(crate) fn diagnose_node(
+pub fn diagnose_node(
     path: &Path,
     format: InputFormat,
     opts: &input::LogOptions,

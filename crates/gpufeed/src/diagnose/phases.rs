@@ -5,6 +5,7 @@
 //! Pure functions over a pooled utilization series (the busiest GPU at each poll: the job's
 //! phase is the same on all its GPUs).
 
+use crate::units::duration;
 use serde::{Deserialize, Serialize};
 
 /// Utilization (%) under which a poll counts as idle.
@@ -245,18 +246,6 @@ pub(crate) fn judged_time(phases: &[Phase], t_s: f64) -> Option<f64> {
     None
 }
 
-/// `5 h 02 min`, `12 min 30 s`, `45 s`.
-pub fn words(s: f64) -> String {
-    let s = s.max(0.0).round() as u64;
-    if s >= 3600 {
-        format!("{} h {:02} min", s / 3600, (s % 3600) / 60)
-    } else if s >= 60 {
-        format!("{} min {:02} s", s / 60, s % 60)
-    } else {
-        format!("{s} s")
-    }
-}
-
 /// One line for people about what was split off, or `None` when nothing was.
 pub(crate) fn describe(phases: &[Phase]) -> Option<String> {
     if phases.is_empty() {
@@ -267,11 +256,11 @@ pub(crate) fn describe(phases: &[Phase]) -> Option<String> {
         .filter(|p| p.kind == PhaseKind::Active)
         .map(Phase::duration_s)
         .sum();
-    let mut parts = vec![format!("Judged the {} of training", words(active))];
+    let mut parts = vec![format!("Judged the {} of training", duration(active))];
     for p in phases.iter().filter(|p| p.kind == PhaseKind::StartUp) {
         parts.push(format!(
             "start-up of {} at {:.0}% left out",
-            words(p.duration_s()),
+            duration(p.duration_s()),
             p.util_mean_pct
         ));
     }
@@ -286,8 +275,8 @@ pub(crate) fn describe(phases: &[Phase]) -> Option<String> {
             "{} eval-like stretch{} ({} in all, about {} each at {:.0}%",
             evals.len(),
             if evals.len() == 1 { "" } else { "es" },
-            words(total),
-            words(total / evals.len() as f64),
+            duration(total),
+            duration(total / evals.len() as f64),
             u
         );
         if evals.len() >= 2 {
@@ -296,7 +285,7 @@ pub(crate) fn describe(phases: &[Phase]) -> Option<String> {
                 .map(|w| w[1].start_s - w[0].start_s)
                 .collect();
             let every = gaps.iter().sum::<f64>() / gaps.len() as f64;
-            s.push_str(&format!(", every {}", words(every)));
+            s.push_str(&format!(", every {}", duration(every)));
         }
         s.push_str(&format!(
             ": {:.0}% of the training time) reported, not judged",
@@ -314,7 +303,7 @@ pub(crate) fn describe(phases: &[Phase]) -> Option<String> {
             "{} idle stretch{} inside the run ({} in all) left out",
             idles.len(),
             if idles.len() == 1 { "" } else { "es" },
-            words(total)
+            duration(total)
         ));
     }
     let mut line = parts.join("; ");
@@ -322,7 +311,7 @@ pub(crate) fn describe(phases: &[Phase]) -> Option<String> {
     if let Some(t) = phases.iter().find(|p| p.kind == PhaseKind::IdleTail) {
         line.push_str(&format!(
             " Idle for the last {}: the job had ended or hung while logging went on.",
-            words(t.duration_s())
+            duration(t.duration_s())
         ));
     }
     Some(line)
@@ -384,7 +373,7 @@ mod tests {
         let tail = p.last().unwrap();
         assert!((tail.duration_s() - 302.0 * 60.0).abs() <= 20.0, "{tail:?}");
         let line = describe(&p).unwrap();
-        assert!(line.contains("Idle for the last 5 h 0"), "{line}");
+        assert!(line.contains("Idle for the last 5h 0"), "{line}");
         assert!(line.contains("the job had ended or hung while logging went on"));
         assert!(line.contains("5 eval-like stretches"), "{line}");
         // The judged timeline: active polls map, others do not; cut time is removed.
@@ -415,12 +404,5 @@ mod tests {
             p.push(i as f64 * 0.2, 50.0);
         }
         assert_eq!(p.finish().len(), 1000);
-    }
-
-    #[test]
-    fn words_for_durations() {
-        assert_eq!(words(5.0 * 3600.0 + 120.0), "5 h 02 min");
-        assert_eq!(words(750.0), "12 min 30 s");
-        assert_eq!(words(45.0), "45 s");
     }
 }

@@ -8,7 +8,19 @@ use crate::finding::{Basis, Finding, FindingId};
 use serde::{Deserialize, Serialize};
 
 /// Verdict ids (a public contract, like finding ids), serialised to their snake_case strings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum VerdictId {
     InputBound,
@@ -22,25 +34,11 @@ pub enum VerdictId {
 
 impl VerdictId {
     /// Every verdict id, in the order the docs list them.
-    pub const ALL: &'static [VerdictId] = &[
-        VerdictId::InputBound,
-        VerdictId::ComputeBound,
-        VerdictId::TransferBound,
-        VerdictId::Throttled,
-        VerdictId::Idle,
-        VerdictId::Unknown,
-    ];
+    pub const ALL: &'static [VerdictId] = <VerdictId as strum::VariantArray>::VARIANTS;
 
     /// The stable string (the same as its JSON form).
     pub fn as_str(self) -> &'static str {
-        match self {
-            VerdictId::InputBound => "input_bound",
-            VerdictId::ComputeBound => "compute_bound",
-            VerdictId::TransferBound => "transfer_bound",
-            VerdictId::Throttled => "throttled",
-            VerdictId::Idle => "idle",
-            VerdictId::Unknown => "unknown",
-        }
+        self.into()
     }
 }
 

@@ -8,10 +8,8 @@
 //! Families: [`stack`] (driver, CUDA, nvcc, cuDNN, CUDA stack age), [`python`] (the Python/PyTorch
 //! probe), [`gpu`] (NVML: GPUs, PCIe link, persistence, ECC, throttling, MIG), [`precision`],
 //! [`host`] (/dev/shm, cores per GPU, NUMA, RAM, open files) and [`data`] (`--data`).
-//! [`mod@bench`] renders the text of `gpufeed bench`, whose measuring is [`crate::bench`] (the
-//! text is to move to `present`).
+//! `gpufeed bench` is [`crate::bench`] (measuring) and `present::bench` (its text).
 
-pub mod bench;
 pub mod data;
 pub mod gpu;
 pub mod host;
@@ -30,7 +28,20 @@ use std::time::Duration;
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// The outcome of one check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     Pass,
@@ -41,12 +52,7 @@ pub enum Status {
 
 impl Status {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Pass => "pass",
-            Status::Warn => "warn",
-            Status::Fail => "fail",
-            Status::Skip => "skip",
-        }
+        self.into()
     }
 
     /// The tag printed in text output.

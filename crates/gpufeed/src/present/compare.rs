@@ -1,6 +1,7 @@
 //! Presenters for `gpufeed compare`: text, JSON, Markdown and HTML from a [`Comparison`].
 
-use crate::compare::{Better, Change, Comparison, Speedup};
+use super::fmt::md_cell;
+use crate::compare::{Better, Change, Comparison, SideVerdict, Speedup};
 use std::fmt::Write as _;
 
 /// `1.84 ± 0.05 times faster`, `1.26 times slower`, `no change` (hyperfine's wording).
@@ -38,7 +39,7 @@ fn num(x: Option<f64>) -> String {
     match x {
         None => "-".into(),
         Some(v) if v.fract() == 0.0 && v.abs() < 1e9 => format!("{v:.0}"),
-        Some(v) => crate::tune::sweep::fmt_num(v),
+        Some(v) => crate::units::num(v),
     }
 }
 
@@ -83,7 +84,7 @@ fn metric_words(m: &str) -> String {
 }
 
 fn verdict_line(c: &Comparison) -> String {
-    let v = |x: &Option<String>| x.clone().unwrap_or_else(|| "-".into());
+    let v = |x: &Option<SideVerdict>| x.as_ref().map_or("-", SideVerdict::as_str).to_string();
     let how = c.verdict.direction.map(|d| d.as_str().to_string());
     match (c.verdict.changed, how) {
         (true, Some(d)) => format!("{d}: {} -> {}", v(&c.verdict.before), v(&c.verdict.after)),
@@ -175,10 +176,6 @@ pub fn text(c: &Comparison) -> String {
 
 pub fn json(c: &Comparison) -> String {
     serde_json::to_string_pretty(c).unwrap_or_else(|_| "{}".into()) + "\n"
-}
-
-fn md_cell(s: &str) -> String {
-    s.replace('|', "\\|")
 }
 
 pub fn markdown(c: &Comparison) -> String {
@@ -313,21 +310,25 @@ mod tests {
             kind: crate::compare::InputKind::Trace,
             before: crate::compare::Side {
                 path: "/a/before.json".into(),
-                verdict: Some("input_bound".into()),
+                verdict: Some(SideVerdict::TopFinding(Some(
+                    crate::finding::FindingId::InputBound,
+                ))),
                 verdict_summary: None,
                 top_fix: None,
             },
             after: crate::compare::Side {
                 path: "after.json".into(),
-                verdict: Some("none".into()),
+                verdict: Some(SideVerdict::TopFinding(None)),
                 verdict_summary: None,
                 top_fix: None,
             },
             speedup: Some(s(1.02, Some([0.97, 1.07]))),
             changes: vec![],
             verdict: crate::compare::VerdictChange {
-                before: Some("input_bound".into()),
-                after: Some("none".into()),
+                before: Some(SideVerdict::TopFinding(Some(
+                    crate::finding::FindingId::InputBound,
+                ))),
+                after: Some(SideVerdict::TopFinding(None)),
                 changed: true,
                 direction: Some(crate::compare::Direction::Same),
             },

@@ -95,7 +95,7 @@ fn findings_html(findings: &[Finding]) -> String {
             s.push_str("<table><tr><th>evidence</th><th>value</th></tr>");
             for (k, v) in &f.evidence {
                 // The text report's units: shares in %, rates in GB/s, times in s.
-                let v = crate::diagnose::render::evidence_value(k, v);
+                let v = crate::present::diagnose::evidence_value(k, v);
                 let _ = write!(s, "<tr><td>{}</td><td>{}</td></tr>", esc(k), esc(&v));
             }
             s.push_str("</table>");
@@ -259,7 +259,7 @@ of pid {} (thread {}).</p><div style=\"display:flex;height:28px;width:{WIDTH}px;
             );
         }
         s.push_str("</div><table><tr><th>phase</th><th>share</th></tr>");
-        for ph in Phase::ALL {
+        for &ph in Phase::ALL {
             let _ = write!(
                 s,
                 "<tr><td>{}</td><td>{:.1}%</td></tr>",
@@ -274,14 +274,14 @@ of pid {} (thread {}).</p><div style=\"display:flex;height:28px;width:{WIDTH}px;
         for h in p
             .data_hotspots
             .iter()
-            .take(crate::diagnose::render::HOTSPOTS_SHOWN)
+            .take(crate::present::diagnose::HOTSPOTS_SHOWN)
         {
             let _ = write!(
                 s,
                 "<tr><td>{:.1}%</td><td><code>{}</code></td><td><code>{}</code></td></tr>",
                 h.pct,
                 esc(&h.function),
-                esc(&crate::diagnose::render::short_at(&h.file, h.line))
+                esc(&crate::present::diagnose::short_at(&h.file, h.line))
             );
         }
         s.push_str("</table>");

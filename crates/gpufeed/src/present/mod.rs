@@ -2,18 +2,26 @@
 //! the command layer (`crate::commands`) writes what they return (the test
 //! `presenters_do_no_io` below holds every presenter module to that).
 
+pub mod batch;
+pub mod bench;
 pub mod chart;
 pub mod compare;
+pub mod diagnose;
+pub mod fmt;
 pub mod html;
+pub mod job;
 pub mod perfetto;
 pub mod prometheus;
 pub mod run;
 pub mod summary;
+pub mod sweep;
+pub mod sweep_chart;
 pub mod tensorboard;
 pub mod tfevents;
+pub mod trace;
 pub mod tune;
 
-pub use crate::units::{bytes, gb_per_s, plural};
+pub use fmt::{bytes, gb_per_s, opt, plural};
 
 /// The output formats of every `--format` option; each command takes the subset it can write
 /// (see [`OutputFormat::parser`]).
@@ -56,11 +64,6 @@ impl OutputFormat {
     }
 }
 
-/// `-` for a missing value, else the formatted one.
-pub fn opt<T>(v: Option<T>, f: impl FnOnce(T) -> String) -> String {
-    v.map(f).unwrap_or_else(|| "-".to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::OutputFormat;
@@ -93,8 +96,7 @@ mod tests {
         assert_eq!(super::plural(2, "process", "processes"), "2 processes");
     }
 
-    /// Every presenter module: this folder, the sweep's reports and chart, and the diagnose and
-    /// analyze presenters.
+    /// Every presenter module: every file of this folder.
     fn presenter_sources() -> Vec<(String, String)> {
         let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(src.join("present"))
@@ -103,14 +105,6 @@ mod tests {
             .map(|e| e.path())
             .filter(|p| p.extension().is_some_and(|x| x == "rs"))
             .collect();
-        for f in [
-            "tune/sweep.rs",
-            "tune/chart.rs",
-            "diagnose/render.rs",
-            "trace/report.rs",
-        ] {
-            files.push(src.join(f));
-        }
         files.sort();
         files
             .into_iter()
@@ -157,6 +151,50 @@ mod tests {
                         i + 1
                     );
                 }
+            }
+        }
+    }
+
+    /// Every `.rs` file under `dir` (relative to `src/`), recursively.
+    fn rust_files(src: &std::path::Path, dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                rust_files(src, &p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p.strip_prefix(src).unwrap().to_path_buf());
+            }
+        }
+    }
+
+    /// Layers import downwards only: beneath `present/` (everything but `present/`, `commands/`,
+    /// `cli` and `main.rs`) nothing takes from it. Shared formats live in `units`.
+    #[test]
+    fn lower_layers_do_not_import_present() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        rust_files(&src, &src, &mut files);
+        let above = [
+            "present/",
+            "commands/",
+            "cli/",
+            "cli.rs",
+            "main.rs",
+            "lib.rs",
+        ];
+        for f in files {
+            let name = f.display().to_string();
+            if above.iter().any(|a| name.starts_with(a)) {
+                continue;
+            }
+            let text = std::fs::read_to_string(src.join(&f)).unwrap();
+            for (i, line) in text.lines().enumerate() {
+                assert!(
+                    !line.contains("crate::present"),
+                    "src/{name}:{}: a lower layer imports present/: move the shared piece into \
+                     units (or the layer's own types)",
+                    i + 1
+                );
             }
         }
     }

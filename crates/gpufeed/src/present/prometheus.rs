@@ -301,7 +301,7 @@ fn verdict_series(reg: &mut Registry, st: &LiveState) {
         }
         if let Some(m) = r.python.as_ref().and_then(|p| p.main.as_ref()) {
             use crate::sample::pyphase::Phase;
-            for p in Phase::ALL {
+            for &p in Phase::ALL {
                 phase
                     .get_or_create(&l(&[("hostname", host), ("phase", p.as_str())]))
                     .set((m.phases_pct.get(p) / 100.0).clamp(0.0, 1.0));

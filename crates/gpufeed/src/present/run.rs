@@ -48,14 +48,14 @@ pub fn json(summary: &Summary, diagnosis: Option<&DiagnoseReport>) -> String {
 /// The summary, then the diagnosis as `gpufeed diagnose` prints it, less what the summary
 /// already says (its header, the GPU, host and job figures): each figure once.
 pub fn text(summary: &Summary, diagnosis: Option<&DiagnoseReport>, color: bool) -> String {
-    let said = diagnosis.is_some_and(diagnose::render::verdict_states_busy);
+    let said = diagnosis.is_some_and(super::diagnose::verdict_states_busy);
     let mut out = super::summary::text_with(summary, said);
     if let Some(d) = diagnosis {
         out.push('\n');
-        out.push_str(&diagnose::render::render_with(
+        out.push_str(&super::diagnose::render_with(
             d,
             OutputFormat::Text,
-            diagnose::render::TextOptions {
+            super::diagnose::TextOptions {
                 color,
                 verbose: false,
                 after_summary: true,

@@ -1,9 +1,9 @@
 //! `gpufeed tune --html FILE`: the tune report as one self-contained page (the text report's
 //! figures in tables; the patch text is handed in by the command, which read it).
 
+use super::fmt::num as fmt_num;
 use super::html::{esc, page};
 use crate::tune::report::{faster_words, TuneReport};
-use crate::tune::sweep::fmt_num;
 use std::fmt::Write as _;
 
 fn gain(g: Option<f64>, ci: Option<[f64; 2]>) -> String {

@@ -440,7 +440,7 @@ const LIST_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// reading, so steady-state cost is one read of /proc/loadavg plus one read of an already open
 /// /proc/PID/stat per process of the job. Then the children of each tracked process's main
 /// thread are read (`/proc/PID/task/PID/children`, kept open: DataLoader workers, subprocesses),
-/// and /proc is listed at most once per [`LIST_EVERY`] (a child started by another thread; on a
+/// and /proc is listed at most once per `LIST_EVERY` (a child started by another thread; on a
 /// busy machine pids are created all the time, and listing /proc at every reading was the
 /// recorder's largest cost). A pid not seen before has its stat read once to learn its parent:
 /// descendants are adopted, others are remembered as unrelated (and forgotten when they vanish). I/O bytes and context switches (from /proc/PID/io and

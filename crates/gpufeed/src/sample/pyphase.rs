@@ -25,8 +25,21 @@ pub struct FrameRef<'a> {
 
 /// Where the training thread's time goes.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    Default,
+    strum::IntoStaticStr,
+    strum::VariantArray,
 )]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Blocked in (or doing) the fetch of the next batch.
@@ -43,26 +56,10 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub const ALL: [Phase; 7] = [
-        Phase::DataWait,
-        Phase::Forward,
-        Phase::Backward,
-        Phase::Optimizer,
-        Phase::Sync,
-        Phase::CheckpointIo,
-        Phase::Other,
-    ];
+    pub const ALL: &'static [Phase] = <Phase as strum::VariantArray>::VARIANTS;
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::DataWait => "data_wait",
-            Phase::Forward => "forward",
-            Phase::Backward => "backward",
-            Phase::Optimizer => "optimizer",
-            Phase::Sync => "sync",
-            Phase::CheckpointIo => "checkpoint_io",
-            Phase::Other => "other",
-        }
+        self.into()
     }
 
     pub fn index(self) -> usize {
@@ -70,7 +67,7 @@ impl Phase {
     }
 
     pub fn parse(s: &str) -> Option<Phase> {
-        Phase::ALL.into_iter().find(|p| p.as_str() == s)
+        Phase::ALL.iter().copied().find(|p| p.as_str() == s)
     }
 }
 
@@ -238,7 +235,19 @@ pub fn is_loop_phase(p: Phase) -> bool {
 }
 
 /// What a data-loading stage is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum StageKind {
     /// A transform's `__call__` / `forward` (torchvision, albumentations, the user's own).
@@ -257,14 +266,7 @@ pub enum StageKind {
 
 impl StageKind {
     pub fn as_str(self) -> &'static str {
-        match self {
-            StageKind::Transform => "transform",
-            StageKind::Decode => "decode",
-            StageKind::Image => "image",
-            StageKind::Array => "array",
-            StageKind::Read => "read",
-            StageKind::Getitem => "getitem",
-        }
+        self.into()
     }
 }
 
@@ -484,7 +486,7 @@ mod tests {
         assert_eq!(method("A.b.c"), "c");
         assert_eq!(class("A.b.c"), Some("b"));
         assert_eq!(class("c"), None);
-        for p in Phase::ALL {
+        for &p in Phase::ALL {
             assert_eq!(Phase::parse(p.as_str()), Some(p));
             assert_eq!(Phase::ALL[p.index()], p);
         }

@@ -48,7 +48,18 @@ pub enum PyReading {
 }
 
 /// What sampling one process came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum PyStatus {
     Ok,
@@ -60,12 +71,7 @@ pub enum PyStatus {
 
 impl PyStatus {
     pub fn as_str(self) -> &'static str {
-        match self {
-            PyStatus::Ok => "ok",
-            PyStatus::Denied => "denied",
-            PyStatus::NotPython => "not_python",
-            PyStatus::UnsupportedVersion => "unsupported_version",
-        }
+        self.into()
     }
 }
 

@@ -10,7 +10,19 @@ use super::ranges::{self, Range};
 use serde::{Deserialize, Serialize};
 
 /// What a kernel does, by its name (closed set; the JSON strings are stable).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum KernelFamily {
     /// Matrix multiplies on tensor cores.
@@ -26,12 +38,7 @@ pub enum KernelFamily {
 
 impl KernelFamily {
     pub fn as_str(self) -> &'static str {
-        match self {
-            KernelFamily::TensorCoreGemm => "tensor_core_gemm",
-            KernelFamily::Attention => "attention",
-            KernelFamily::Communication => "communication",
-            KernelFamily::Other => "other",
-        }
+        self.into()
     }
 }
 

@@ -162,7 +162,8 @@ fn r1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0 + 0.0
 }
 
-fn list(ranks: &[u64]) -> String {
+/// Rank numbers for people: the first few, then how many more.
+pub(crate) fn list(ranks: &[u64]) -> String {
     const SHOW: usize = 8;
     let mut s = ranks
         .iter()
@@ -273,11 +274,7 @@ pub(crate) fn merge_findings(per_rank: Vec<(u64, Vec<Finding>)>) -> Vec<Finding>
 
 /// The report over ranks of one job, from their digests and the lowest rank's full summary
 /// (whose steps, breakdown and devices the report shows).
-pub(crate) fn job_report(
-    digests: Vec<RankDigest>,
-    lowest: TraceSummary,
-    world_size: u64,
-) -> Report {
+pub fn job_report(digests: Vec<RankDigest>, lowest: TraceSummary, world_size: u64) -> Report {
     let times: Vec<(u64, f64)> = digests
         .iter()
         .filter_map(|d| Some((d.line.rank?, d.line.step_us)))
@@ -327,33 +324,6 @@ pub(crate) fn job_report(
         traces: vec![lowest],
         job: Some(job),
     }
-}
-
-/// A few lines for the text report: the job, its stragglers and communication-bound ranks.
-pub(crate) fn job_text(j: &RankJob) -> String {
-    let none = |v: &[u64]| {
-        if v.is_empty() {
-            "none".to_string()
-        } else {
-            list(v)
-        }
-    };
-    let mut s = format!(
-        "job: {} of {} ranks{}, median step {}\n  straggler ranks: {}\n  communication-bound ranks: {}\n",
-        j.ranks,
-        j.world_size,
-        if j.missing_ranks > 0 {
-            format!(" ({} without a trace)", j.missing_ranks)
-        } else {
-            String::new()
-        },
-        j.median_step_us
-            .map_or("-".into(), |u| format!("{:.1} ms", u / 1000.0)),
-        none(&j.stragglers),
-        none(&j.comm_bound),
-    );
-    s.push('\n');
-    s
 }
 
 #[cfg(test)]

@@ -42,17 +42,36 @@ impl StepRow {
     }
 }
 
-pub const CATEGORY_NAMES: [&str; 9] = [
-    "kernel",
-    "memcpy",
-    "memset",
-    "communication",
-    "runtime",
-    "dataloader",
-    "cpu_op",
-    "other",
-    "total",
-];
+impl StepRow {
+    /// Each category's time, in the plugin's order (the total left out).
+    pub fn by_category(&self) -> [(StepCategory, f64); 8] {
+        let v = self.values();
+        std::array::from_fn(|i| (StepCategory::ALL[i], v[i]))
+    }
+}
+
+/// The categories of the TensorBoard plugin's step breakdown, in its order (that of
+/// [`StepRow::values`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
+pub enum StepCategory {
+    Kernel,
+    Memcpy,
+    Memset,
+    Communication,
+    Runtime,
+    Dataloader,
+    CpuOp,
+    Other,
+}
+
+impl StepCategory {
+    pub const ALL: &'static [StepCategory] = <StepCategory as strum::VariantArray>::VARIANTS;
+
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Device {
@@ -92,7 +111,19 @@ pub struct CopyStat {
 }
 
 /// How the DataLoader loads: in the training process or in worker processes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum LoaderIterator {
     /// `num_workers=0`: the training process loads its own batches.
@@ -104,11 +135,7 @@ pub enum LoaderIterator {
 
 impl LoaderIterator {
     pub fn as_str(self) -> &'static str {
-        match self {
-            LoaderIterator::SingleProcess => "single_process",
-            LoaderIterator::MultiProcess => "multi_process",
-            LoaderIterator::Unknown => "unknown",
-        }
+        self.into()
     }
 }
 
@@ -119,7 +146,19 @@ impl std::fmt::Display for LoaderIterator {
 }
 
 /// Where the step boundaries came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum StepSource {
     /// `ProfilerStep#N` annotations.
@@ -135,12 +174,7 @@ pub enum StepSource {
 
 impl StepSource {
     pub fn as_str(self) -> &'static str {
-        match self {
-            StepSource::ProfilerStep => "profiler_step",
-            StepSource::OptimizerStep => "optimizer_step",
-            StepSource::Dataloader => "dataloader",
-            StepSource::WholeTrace => "whole_trace",
-        }
+        self.into()
     }
 }
 

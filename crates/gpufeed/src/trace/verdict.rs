@@ -6,7 +6,18 @@ use crate::finding::{Finding, FindingId, Severity};
 use serde::{Deserialize, Serialize};
 
 /// What holds a traced job back (closed set; the JSON strings are stable).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum TraceVerdictId {
     /// The GPU is busy; the levers are on the GPU side.
@@ -25,14 +36,7 @@ pub enum TraceVerdictId {
 
 impl TraceVerdictId {
     pub fn as_str(self) -> &'static str {
-        match self {
-            TraceVerdictId::ComputeBound => "compute_bound",
-            TraceVerdictId::InputBound => "input_bound",
-            TraceVerdictId::CopyBound => "copy_bound",
-            TraceVerdictId::LaunchBound => "launch_bound",
-            TraceVerdictId::CommBound => "comm_bound",
-            TraceVerdictId::Unknown => "unknown",
-        }
+        self.into()
     }
 }
 

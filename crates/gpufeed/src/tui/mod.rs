@@ -8,8 +8,8 @@
 
 use crate::diagnose::verdict::VerdictId;
 use crate::live::{GpuLive, LiveState};
-use crate::present::bytes;
 use crate::sample::throttle;
+use crate::units::bytes;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
@@ -142,7 +142,7 @@ fn pct_color(p: f64) -> Color {
 
 fn rate(b: Option<f64>) -> String {
     match b {
-        Some(v) => crate::present::gb_per_s(v),
+        Some(v) => crate::units::gb_per_s(v),
         None => "-".into(),
     }
 }
@@ -621,7 +621,7 @@ fn draw_cpus(f: &mut Frame, area: Rect, st: &LiveState, ui: &Ui, cols: usize) {
     };
     let title = format!(
         " CPU {}, {} ",
-        crate::present::plural(h.cpu_pct.len(), "core", "cores"),
+        crate::units::plural(h.cpu_pct.len(), "core", "cores"),
         h.cpu_total_pct
             .map_or("-".into(), |c| format!("{c:.0}% mean"))
     );
@@ -651,7 +651,7 @@ fn draw_procs(f: &mut Frame, area: Rect, st: &LiveState, ui: &Ui) {
     let title = if st.header.pid.is_some() {
         format!(
             " Job: {} ({} exited) ",
-            crate::present::plural(tree.len(), "process", "processes"),
+            crate::units::plural(tree.len(), "process", "processes"),
             st.procs_exited
         )
     } else {

@@ -256,6 +256,55 @@ pub fn lr_plan(from: u64, to: u64) -> String {
     )
 }
 
+/// One tried batch size as the report keeps it (`gpufeed batch-size --format json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchTrial {
+    pub batch: u64,
+    pub verdict: Verdict,
+    /// Which out-of-memory was recognised (`cuda_oom`, `host_oom`, `killed_sigkill`, ...).
+    pub oom_kind: Option<String>,
+    pub oom_line: Option<String>,
+    pub throughput: Option<super::trial::Throughput>,
+    pub gpu_mem_max_bytes: Option<u64>,
+    pub gpu_util_mean_pct: Option<f64>,
+    pub duration_s: f64,
+    pub exit: TrialExit,
+    pub last_lines: Vec<String>,
+    pub recording: String,
+    /// What `--dataloader` / `--torch` overrode (`None`: nothing injected).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overrides: Option<Vec<crate::inject::Override>>,
+    /// Why overrides could not apply.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub override_notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchReport {
+    pub schema_version: u32,
+    pub command: Vec<String>,
+    pub param: String,
+    pub mem_target_pct: f64,
+    /// Largest batch that ran.
+    pub max_batch: Option<u64>,
+    /// Smallest batch that ran out of memory.
+    pub first_oom_batch: Option<u64>,
+    pub recommended_batch: Option<u64>,
+    pub recommendation: Option<Recommendation>,
+    /// The tried batch with the highest samples/s (bigger is not always faster).
+    pub fastest_batch: Option<u64>,
+    pub gpu_mem_total_bytes: Option<u64>,
+    pub trials: Vec<BatchTrial>,
+    pub accumulation: Option<Accumulation>,
+    /// Why the search ended early, when it did.
+    pub stopped: Option<String>,
+}
+
+/// The samples/s of a trial, when its rate had a batch size to multiply.
+pub fn samples_per_s(t: &BatchTrial) -> Option<f64> {
+    t.throughput.as_ref().and_then(|x| x.samples_per_s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,14 +6,13 @@
 //! - [`progress`]: throughput from tqdm-style progress lines or a user regex.
 //! - [`crate::stats::steady`]: warm-up detection (MSER-5) and batch-means confidence intervals.
 //! - [`trial`]: one trial: spawn, observe, stop the whole process tree, summarise.
-//! - [`sweep`]: results, the sweet spot, and the table/JSON/CSV/Markdown reports.
-//! - [`chart`]: the SVG chart of throughput and GPU utilization against the knob.
+//! - [`sweep`]: results and the sweet spot (their tables, JSON, CSV, Markdown and SVG chart are
+//!   written by `present::sweep` and `present::sweep_chart`).
 //! - [`batch`]: the batch-size search, out-of-memory recognition and the accumulation plan.
 //! - [`plan`], [`report`], [`patch`]: `gpufeed tune`'s knobs from a diagnosis and its search
 //!   rules, its report, and `fix.patch`.
 
 pub mod batch;
-pub mod chart;
 pub mod oom;
 pub mod params;
 pub mod patch;

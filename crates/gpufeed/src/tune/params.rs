@@ -44,7 +44,7 @@ fn valid_name(n: &str) -> bool {
 }
 
 /// Parses `-L` pairs (`name`, `v1,v2,...`).
-pub(crate) fn parse_knobs(pairs: &[String]) -> Result<Vec<Knob>, TuneError> {
+pub fn parse_knobs(pairs: &[String]) -> Result<Vec<Knob>, TuneError> {
     let mut knobs: Vec<Knob> = Vec::new();
     for pair in pairs.chunks(2) {
         let [name, list] = pair else {
@@ -101,7 +101,7 @@ pub(crate) fn parse_env(specs: &[String]) -> Result<Vec<(String, String)>, TuneE
 }
 
 /// The Cartesian product, first knob varying slowest.
-pub(crate) fn product(knobs: &[Knob]) -> Vec<Setting> {
+pub fn product(knobs: &[Knob]) -> Vec<Setting> {
     let mut out = vec![Setting {
         values: vec![],
         positions: vec![],

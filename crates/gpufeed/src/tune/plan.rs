@@ -345,6 +345,7 @@ mod tests {
             recommendation: String::new(),
             expected_speedup: None,
             basis: Default::default(),
+            kind: None,
         }
     }
 

@@ -390,7 +390,7 @@ proptest! {
         bytes.truncate(cut.min(bytes.len()));
         if let Ok(s) = trace::analyze_reader(&bytes[..], "fuzz") {
             let _ = rules::evaluate(&s);
-            let _ = trace::report::text(&trace::report::Report::new(vec![s]), true);
+            let _ = gpufeed::present::trace::text(&trace::report::Report::new(vec![s]), true);
         }
     }
 }
@@ -418,7 +418,7 @@ fn input_bound_from_the_measured_share_whatever_the_category_or_step_source() {
     assert_eq!(f.evidence["tb_plugin_dataloader_pct"], 0.0);
     assert!(f.title.contains("and the GPU with it"), "{}", f.title);
     let rep = trace::report::Report::new(vec![s]);
-    let text = trace::report::text(&rep, false);
+    let text = gpufeed::present::trace::text(&rep, false);
     assert!(
         text.starts_with("warning:")
             && text.contains("VERDICT  input_bound  (confidence 0.90)")
@@ -449,7 +449,7 @@ fn the_top_fix_is_said_once_with_its_deciding_numbers() {
         v100(),
     );
     let rep = trace::report::Report::new(vec![s]);
-    let t = trace::report::text(&rep, false);
+    let t = gpufeed::present::trace::text(&rep, false);
     let fix = &rep.findings[0].recommendation;
     assert_eq!(t.matches(fix.as_str()).count(), 1, "{t}");
     assert!(t.contains("because: dataloader_iterator="), "{t}");
@@ -457,7 +457,7 @@ fn the_top_fix_is_said_once_with_its_deciding_numbers() {
     // The title and its gain are not repeated in the numbered list either.
     assert_eq!(t.matches(rep.findings[0].title.as_str()).count(), 1, "{t}");
     assert!(!t.contains("step_source="), "not a deciding number: {t}");
-    let v = trace::report::text_with(&rep, false, true);
+    let v = gpufeed::present::trace::text_with(&rep, false, true);
     assert!(v.contains("step_source="), "--verbose lists all: {v}");
 }
 
@@ -514,7 +514,7 @@ fn modern_kernels_are_classified_by_family_beside_the_plugin_figures() {
     // DeepEP counts as communication in gpufeed's own figures (was 0 µs).
     assert_eq!(s.communication.kernel_us, 500.0);
     let rep = trace::report::Report::new(vec![s]);
-    let text = trace::report::text(&rep, false);
+    let text = gpufeed::present::trace::text(&rep, false);
     assert!(
         text.contains("tensor-core GEMM and attention 45% of kernel time")
             && text.contains("communication 50% (20% overlapped by compute)"),

@@ -790,8 +790,8 @@ fn a_profiler_trace_given_to_diagnose_points_at_analyze() {
         .stderr(predicate::str::contains("use gpufeed analyze"));
 }
 
-/// The text report of each class of recording, as a new user reads it.
-fn scenario_texts(dir: &Path) -> Vec<(&'static str, String)> {
+/// One recording of each class, written into `dir` (also the golden files' inputs).
+pub(crate) fn scenario_recordings(dir: &Path) -> Vec<(&'static str, PathBuf)> {
     let shapes: Vec<(&'static str, Shape)> = vec![
         ("healthy", healthy()),
         ("too_few_workers", one_pinned_worker()),
@@ -832,8 +832,15 @@ fn scenario_texts(dir: &Path) -> Vec<(&'static str, String)> {
     ];
     shapes
         .into_iter()
-        .map(|(name, s)| {
-            let p = write_recording(dir, &format!("{name}.ndjson"), &s);
+        .map(|(name, s)| (name, write_recording(dir, &format!("{name}.ndjson"), &s)))
+        .collect()
+}
+
+/// The text report of each class of recording, as a new user reads it.
+fn scenario_texts(dir: &Path) -> Vec<(&'static str, String)> {
+    scenario_recordings(dir)
+        .into_iter()
+        .map(|(name, p)| {
             let out = gpufeed()
                 .args(["diagnose", "--color", "never"])
                 .arg(&p)

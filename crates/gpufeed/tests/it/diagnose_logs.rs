@@ -353,9 +353,8 @@ fn a_long_log_is_split_into_phases_and_the_active_part_judged() {
     // Judged on training: busy, not idle or unknown.
     assert_eq!(r.verdict.id.as_str(), "compute_bound", "{:#?}", r.verdict);
     assert!(
-        r.notes.iter().any(|n| n.contains(
-            "Idle for the last 5 h 02 min: the job had ended or hung while logging went on"
-        )),
+        r.notes.iter().any(|n| n
+            .contains("Idle for the last 5h 02m: the job had ended or hung while logging went on")),
         "{:#?}",
         r.notes
     );

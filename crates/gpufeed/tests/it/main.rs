@@ -20,6 +20,7 @@ mod diagnose_logs;
 mod diagnose_scenarios;
 mod doctor;
 mod fleet_prometheus;
+mod golden;
 mod inject;
 mod outputs;
 mod processes;

@@ -728,11 +728,15 @@ impl PyAcc {
                 runq_s: runq,
             })
             .collect();
+        // Work summed in hash-map order differs in its last bits from run to run: compared to the
+        // microsecond, stages of equal work keep one order (samples, then name) in every run.
+        let work_us = |h: &Hotspot| (h.work_s * 1e6).round();
         hotspots.sort_by(|a, b| {
-            b.work_s
-                .total_cmp(&a.work_s)
+            work_us(b)
+                .total_cmp(&work_us(a))
                 .then(b.samples.cmp(&a.samples))
                 .then(a.function.cmp(&b.function))
+                .then(a.file.cmp(&b.file))
         });
         hotspots.truncate(HOTSPOTS_KEPT);
         (hotspots, totals)

@@ -10,7 +10,18 @@ use serde::{Deserialize, Serialize};
 pub const BUSY: f64 = 0.80;
 
 /// What one GPU did over the judged span.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum GpuState {
     /// Steadily busy (≥ 80 % without a busy/starved pattern): compute-bound.
@@ -27,13 +38,7 @@ pub enum GpuState {
 
 impl GpuState {
     pub fn as_str(self) -> &'static str {
-        match self {
-            GpuState::Busy => "busy",
-            GpuState::Starving => "starving",
-            GpuState::Underused => "underused",
-            GpuState::Idle => "idle",
-            GpuState::Unused => "unused",
-        }
+        self.into()
     }
 }
 

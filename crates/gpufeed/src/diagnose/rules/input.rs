@@ -5,33 +5,15 @@
 
 use super::{r1, r2, r3};
 use crate::diagnose::evidence::{Evidence, Origin, SATURATED_PROC_PCT};
-use crate::finding::{Finding, FindingId, Severity};
+use crate::finding::{Finding, FindingId, Kind as FindingKind, Severity};
 
 pub use super::STARVED_BUSY;
 /// Busy fraction under which host-side evidence alone is enough to call starvation.
 pub const LOW_BUSY: f64 = 0.60;
 
-/// The kind of input bottleneck.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    TooFewWorkers,
-    CpuSaturated,
-    IoBound,
-    MainProcess,
-    Unknown,
-}
-
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::TooFewWorkers => "too_few_workers",
-            Kind::CpuSaturated => "cpu_saturated",
-            Kind::IoBound => "io_bound",
-            Kind::MainProcess => "main_process_bound",
-            Kind::Unknown => "unknown",
-        }
-    }
-}
+/// The kind of input bottleneck (defined in [`crate::finding`], beside the finding that carries
+/// it).
+pub use crate::finding::InputKind as Kind;
 
 /// Does the utilization itself look starved: a repeating busy/idle pattern or two levels?
 pub(crate) fn starving_signature(e: &Evidence) -> bool {
@@ -241,8 +223,8 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
     let kind = classify(e)?;
     let busy = e.busy_fraction()?;
     let title = title_of(kind, &pattern_of(e, busy));
-    let mut f =
-        Finding::new(FindingId::InputBound, Severity::Critical, title).with("kind", kind.as_str());
+    let mut f = Finding::new(FindingId::InputBound, Severity::Critical, title)
+        .kind(FindingKind::Input(kind));
     if kind != Kind::Unknown && !kind_is_clear(e) {
         // No threshold met: the kind is the nearest one, and says so.
         f = f.with("kind_basis", "nearest");

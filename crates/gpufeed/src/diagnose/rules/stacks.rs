@@ -4,7 +4,7 @@
 use super::{r1, r2};
 use crate::diagnose::evidence::Evidence;
 use crate::diagnose::evidence::{Hotspot, PythonEvidence};
-use crate::finding::{Basis, Finding, FindingId, Severity};
+use crate::finding::{Basis, Finding, FindingId, Kind as FindingKind, Severity};
 use crate::sample::pyphase::StageKind;
 
 /// Share of the training thread's time waiting for data from which the loop is input-bound.
@@ -20,32 +20,13 @@ pub const SYNC_PCT: f64 = 15.0;
 /// ahead of the device) rather than starving it.
 pub const GPU_BUSY_TRUSTED: f64 = super::STARVED_BUSY;
 
-/// The kind of input bottleneck the stacks show.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StackKind {
-    /// One data-loading stage dominates.
-    SlowStage,
-    /// Workers are busy all the time and cores are idle.
-    TooFewWorkers,
-    /// `num_workers=0`: the training thread loads its own batches.
-    MainProcessLoading,
-    /// Loading waits for reads.
-    IoBound,
-}
-
-impl StackKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StackKind::SlowStage => "slow_stage",
-            StackKind::TooFewWorkers => "too_few_workers",
-            StackKind::MainProcessLoading => "main_process_loading",
-            StackKind::IoBound => "io_bound",
-        }
-    }
-}
+/// The kind of input bottleneck the stacks show (defined in [`crate::finding`], beside the
+/// finding that carries it).
+pub use crate::finding::StackKind;
 
 /// Where the judged data wait comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
 pub enum WaitSource {
     /// The job's step markers (the probe): each step's exact wait.
     StepProbe,
@@ -55,10 +36,7 @@ pub enum WaitSource {
 
 impl WaitSource {
     pub fn as_str(self) -> &'static str {
-        match self {
-            WaitSource::StepProbe => "step_probe",
-            WaitSource::PythonStacks => "python_stacks",
-        }
+        self.into()
     }
 }
 
@@ -261,8 +239,7 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
         severity,
         title(k, wait, hot, workers),
     )
-    .with("kind", k.as_str())
-    .with("source", "python_stacks")
+    .kind(FindingKind::PythonStacks(Some(k)))
     .with("data_wait_pct", r1(wait))
     .with("data_wait_source", source.as_str())
     .basis(Basis::PythonStacks {
@@ -545,7 +522,7 @@ pub fn sync_bound(e: &Evidence) -> Option<Finding> {
             code.as_ref().map(|c| format!(" (`{c}`)")).unwrap_or_default()
         ),
         )
-        .with("source", "python_stacks")
+        .kind(FindingKind::PythonStacks(None))
         .with("sync_pct", r1(share))
         .with("sync_at", where_.as_str());
     if let Some(s) = site {
@@ -578,7 +555,7 @@ pub fn slow_rank(e: &Evidence) -> Option<Finding> {
             s.data_wait_pct, s.others_data_wait_pct
         ),
     )
-    .with("source", "python_stacks")
+    .kind(FindingKind::PythonStacks(None))
     .with("straggler_pid", s.pid)
     .with("data_wait_pct", s.data_wait_pct)
     .with("others_data_wait_pct", s.others_data_wait_pct);

@@ -2,7 +2,8 @@
 //! utilization (or, without a GPU, the data-wait fraction) on a second axis. Drawn with plotters'
 //! SVG backend like the other charts (it escapes the text).
 
-use super::sweep::{fmt_num, SweepReport, TrialResult};
+use super::fmt::num;
+use crate::tune::sweep::{SweepReport, TrialResult};
 use plotters::chart::DualCoordChartContext;
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
@@ -119,7 +120,7 @@ fn draw(rep: &SweepReport, unit: &str) -> Result<String, String> {
                 String::new()
             }
         };
-        let y_fmt = |v: &f64| if *v == 0.0 { "0".into() } else { fmt_num(*v) };
+        let y_fmt = |v: &f64| if *v == 0.0 { "0".into() } else { num(*v) };
         chart
             .configure_mesh()
             .disable_x_mesh()

@@ -1,15 +1,16 @@
 //! Presenters for a [`DiagnoseReport`]: text for people (colour on a terminal, a sparkline of
 //! utilization, the top fix first), JSON (the contract) and Markdown.
 
-use super::evidence::{GpuEvidence, Role};
-use super::pyloop::{PhasesPct, PythonEvidence};
-use super::verdict::VerdictId;
-use super::DiagnoseReport;
-use crate::finding::{Finding, Severity};
-use crate::present::OutputFormat;
+use super::fmt::{bytes, duration, gb_per_s, md_cell, pct, plural};
+use super::OutputFormat;
+use crate::diagnose::evidence::{GpuEvidence, Role};
+use crate::diagnose::pyloop::{PhasesPct, PythonEvidence};
+use crate::diagnose::rules::input::Kind as InputKind;
+use crate::diagnose::verdict::VerdictId;
+use crate::diagnose::DiagnoseReport;
+use crate::finding::{Finding, FindingId, Kind, Severity};
 use crate::sample::pyphase::Phase;
 use crate::sample::pystacks::PyStatus;
-use crate::units::bytes;
 use std::fmt::Write as _;
 
 /// How the text report is laid out.
@@ -38,11 +39,7 @@ pub fn render(report: &DiagnoseReport, format: OutputFormat, color: bool) -> Str
 }
 
 /// Renders a report with the text layout's options.
-pub(crate) fn render_with(
-    report: &DiagnoseReport,
-    format: OutputFormat,
-    opts: TextOptions,
-) -> String {
+pub fn render_with(report: &DiagnoseReport, format: OutputFormat, opts: TextOptions) -> String {
     match format {
         OutputFormat::Text | OutputFormat::Html => text(report, opts),
         OutputFormat::Json => {
@@ -97,21 +94,6 @@ fn severity_color(s: Severity) -> &'static str {
     }
 }
 
-/// Seconds as `1h 02m`, `3m 05s`, `12.5s`.
-pub fn duration(s: f64) -> String {
-    if s >= 3600.0 {
-        format!(
-            "{}h {:02}m",
-            (s / 3600.0) as u64,
-            ((s % 3600.0) / 60.0) as u64
-        )
-    } else if s >= 60.0 {
-        format!("{}m {:02}s", (s / 60.0) as u64, (s % 60.0) as u64)
-    } else {
-        format!("{s:.1} s")
-    }
-}
-
 /// Evidence a text report has already stated (beside a fix, in a verdict), with the value as
 /// it was written: the lines of measured context leave those figures out, so that each number
 /// is said once.
@@ -139,99 +121,92 @@ impl Said {
     }
 }
 
-fn evidence_str<'a>(f: &'a Finding, key: &str) -> &'a str {
-    f.evidence.get(key).and_then(|v| v.as_str()).unwrap_or("")
-}
-
 /// The few evidence entries that decide a finding, shown beside its fix (every entry is in the
 /// JSON and, in text, with `--verbose`). Figures the verdict's sentence or the fix's own text
-/// already give are not among them (see `stated_by_fix`).
-pub(crate) fn deciding_keys(f: &Finding) -> &'static [&'static str] {
-    if evidence_str(f, "source") == "python_stacks" {
-        return match f.id.as_str() {
-            "sync_bound" => &["sync_site_pct"],
-            // The verdict names the slowest stage and the training-loop block its share.
-            _ => &["loading_in_main_pct", "worker_busy_pct", "idle_cores_mean"],
-        };
-    }
-    match (f.id.as_str(), evidence_str(f, "kind")) {
-        ("input_bound", "too_few_workers") => {
+/// already give are not among them (see `stated_by_fix`). Every id is named: a new one needs its
+/// own line here.
+pub fn deciding_keys(f: &Finding) -> &'static [&'static str] {
+    use FindingId as F;
+    match (f.id, f.kind) {
+        (F::SyncBound, Some(Kind::PythonStacks(_))) => &["sync_site_pct"],
+        // The verdict names the slowest stage and the training-loop block its share.
+        (_, Some(Kind::PythonStacks(_))) => {
+            &["loading_in_main_pct", "worker_busy_pct", "idle_cores_mean"]
+        }
+        (F::InputBound, Some(Kind::Input(InputKind::TooFewWorkers))) => {
             &["worker_cpu_mean_pct", "idle_cores_mean", "util_period_s"]
         }
-        ("input_bound", "cpu_saturated") => &[
+        (F::InputBound, Some(Kind::Input(InputKind::CpuSaturated))) => &[
             "host_cpu_mean_pct",
             "psi_cpu_some_mean_pct",
             "worker_cpu_mean_pct",
             "util_period_s",
         ],
-        ("input_bound", "io_bound") => &[
+        (F::InputBound, Some(Kind::Input(InputKind::IoBound))) => &[
             "d_state_time_fraction",
             "psi_io_some_mean_pct",
             "job_read_mean_bytes_per_s",
             "util_period_s",
         ],
-        ("input_bound", "main_process_bound") => &["main_cpu_mean_pct", "workers", "util_period_s"],
-        ("input_bound", _) => &[
+        (F::InputBound, Some(Kind::Input(InputKind::MainProcess))) => {
+            &["main_cpu_mean_pct", "workers", "util_period_s"]
+        }
+        (F::InputBound, Some(Kind::Input(InputKind::Unknown)) | None) => &[
             "util_period_s",
             "util_high_level_pct",
             "util_low_level_pct",
             "util_low_time_fraction",
         ],
-        ("main_process_bound", _) => &["main_cpu_mean_pct", "main_saturated_fraction", "workers"],
-        ("transfer_bound", _) => &[
+        (F::MainProcessBound, _) => &["main_cpu_mean_pct", "main_saturated_fraction", "workers"],
+        (F::TransferBound, _) => &[
             "rx_mean_gb_per_s",
             "link_capacity_gb_per_s",
             "rx_near_capacity_time_fraction",
         ],
-        ("pcie_link_degraded", _) => &[
+        (F::PcieLinkDegraded, _) => &[
             "link_capacity_gb_per_s",
             "link_capacity_max_gb_per_s",
             "degraded_loaded_fraction",
         ],
-        ("throttled", _) => &["temperature_mean_c", "power_mean_w"],
-        ("batch_too_small", _) => &[
+        (F::Throttled, _) => &["temperature_mean_c", "power_mean_w"],
+        (F::BatchTooSmall, _) => &[
             "mem_used_max_fraction",
             "batch_scale_headroom",
             "candidate_confidence",
         ],
-        ("gpu_imbalance", _) => &["util_max_pct", "util_min_pct"],
-        ("gpu_unused", _) => &["gpus_used", "gpus_total"],
-        ("gpu_idle", _) => &["duration_s"],
-        ("compute_bound", _) => &["compute_capability_major"],
-        _ => &[],
+        (F::GpuImbalance, _) => &["util_max_pct", "util_min_pct"],
+        (F::GpuUnused, _) => &["gpus_used", "gpus_total"],
+        (F::GpuIdle, _) => &["duration_s"],
+        (F::ComputeBound, _) => &["compute_capability_major"],
+        // Trace findings (`analyze` has its own list) and those without deciding figures: the
+        // first few entries are shown.
+        (
+            F::AmpUnused
+            | F::CommBound
+            | F::LaunchBound
+            | F::LowGpuUtil
+            | F::PageableMemcpy
+            | F::Straggler
+            | F::SyncBound,
+            _,
+        ) => &[],
     }
 }
 
 /// Evidence figures that the fix's own text states ("from 1 to 3 workers", "1.6 cores vs the
 /// job's 0.4"): never repeated beside it or in the context lines.
 fn stated_by_fix(f: &Finding) -> &'static [&'static str] {
-    match (f.id.as_str(), evidence_str(f, "kind")) {
-        ("input_bound", "too_few_workers") => &[
+    match (f.id, f.kind) {
+        (FindingId::InputBound, Some(Kind::Input(InputKind::TooFewWorkers))) => &[
             "workers",
             "workers_per_gpu",
             "recommended_num_workers",
             "max_useful_workers",
         ],
-        ("input_bound", "cpu_saturated") => &["other_processes_cores", "job_cores"],
+        (FindingId::InputBound, Some(Kind::Input(InputKind::CpuSaturated))) => {
+            &["other_processes_cores", "job_cores"]
+        }
         _ => &[],
-    }
-}
-
-/// A share in percent: `33%`, `0.5%`.
-fn pct(v: f64) -> String {
-    if v != 0.0 && v.abs() < 10.0 && (v - v.round()).abs() >= 0.05 {
-        format!("{v:.1}%")
-    } else {
-        format!("{v:.0}%")
-    }
-}
-
-/// Seconds: `2.0 s`, `59.9 s`, `3m 05s`.
-fn secs(v: f64) -> String {
-    if v >= 60.0 {
-        duration(v)
-    } else {
-        format!("{v:.1} s")
     }
 }
 
@@ -320,13 +295,13 @@ pub(crate) fn evidence_value(key: &str, v: &serde_json::Value) -> String {
     } else if key.ends_with("_pct") {
         pct(x)
     } else if key.ends_with("_gb_per_s") {
-        crate::present::gb_per_s(x * 1e9)
+        gb_per_s(x * 1e9)
     } else if key.ends_with("_bytes_per_s") {
-        crate::present::gb_per_s(x)
+        gb_per_s(x)
     } else if key.ends_with("_bytes") {
         bytes(x.max(0.0).round() as u64)
     } else if key.ends_with("_s") {
-        secs(x)
+        duration(x)
     } else if key.ends_with("_c") {
         format!("{x:.0} °C")
     } else if key.ends_with("_w") {
@@ -367,11 +342,6 @@ fn evidence_list(f: &Finding, all: bool, skip: &[&str]) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// `1 worker`, `4 workers`.
-fn plural(n: usize, one: &str, many: &str) -> String {
-    crate::present::plural(n, one, many)
 }
 
 fn gpu_line(g: &GpuEvidence, mean_said: bool) -> String {
@@ -420,12 +390,12 @@ fn gpu_line(g: &GpuEvidence, mean_said: bool) -> String {
 fn gpu_pattern(g: &GpuEvidence, said: &Said) -> Option<String> {
     let mut parts = Vec::new();
     if let Some(p) = g.periodicity.filter(|p| p.is_strong()) {
-        if said.said_as("util_period_s", &secs(p.period_s)) {
+        if said.said_as("util_period_s", &duration(p.period_s)) {
             parts.push(format!("repeat strength {:.2}", p.strength));
         } else {
             parts.push(format!(
                 "repeats every {} (strength {:.2})",
-                secs(p.period_s),
+                duration(p.period_s),
                 p.strength
             ));
         }
@@ -498,7 +468,7 @@ fn host_line(r: &DiagnoseReport, said: &Said, after_summary: bool) -> Option<Str
         .disk_read_mean_bytes_per_s
         .filter(|_| !said.has("disk_read_mean_bytes_per_s"))
     {
-        more.push(format!("disk reads {}", crate::present::gb_per_s(d)));
+        more.push(format!("disk reads {}", gb_per_s(d)));
     }
     if !more.is_empty() {
         if !s.is_empty() {
@@ -735,7 +705,7 @@ fn gpu_text(o: &mut String, r: &DiagnoseReport, g: &GpuEvidence, opts: TextOptio
             o,
             "  {}  {}/cell",
             paint(&line, "36", color),
-            secs(per.max(g.timeline_step_s.min(r.duration_s.max(0.1))))
+            duration(per.max(g.timeline_step_s.min(r.duration_s.max(0.1))))
         );
     }
     let pattern = gpu_pattern(g, said);
@@ -746,8 +716,8 @@ fn gpu_text(o: &mut String, r: &DiagnoseReport, g: &GpuEvidence, opts: TextOptio
             o,
             "  {}  last {} at {}/cell",
             paint(&sparkline(&g.recent_pct, 60), "36", color),
-            secs(g.recent_pct.len() as f64 * g.recent_step_s),
-            secs(g.recent_step_s)
+            duration(g.recent_pct.len() as f64 * g.recent_step_s),
+            duration(g.recent_step_s)
         );
     }
     if let Some(p) = pattern {
@@ -1031,7 +1001,7 @@ fn loop_markdown(p: &PythonEvidence) -> String {
             p.status.as_str(),
             p.detail
                 .as_ref()
-                .map(|d| format!(": {}", md_escape(d)))
+                .map(|d| format!(": {}", md_cell(d)))
                 .unwrap_or_default()
         );
         return o;
@@ -1060,8 +1030,8 @@ fn loop_markdown(p: &PythonEvidence) -> String {
                 o,
                 "| {:.1}% | `{}` | `{}` |",
                 h.pct,
-                md_escape(&h.function),
-                md_escape(&short_at(&h.file, h.line))
+                md_cell(&h.function),
+                md_cell(&short_at(&h.file, h.line))
             );
         }
         o.push('\n');
@@ -1080,10 +1050,6 @@ fn no_findings(r: &DiagnoseReport) -> &'static str {
     } else {
         "No findings: nothing is holding the GPU back in this recording."
     }
-}
-
-fn md_escape(s: &str) -> String {
-    s.replace('|', "\\|")
 }
 
 fn opt(v: Option<f64>, digits: usize) -> String {
@@ -1153,7 +1119,7 @@ fn findings_markdown(o: &mut String, r: &DiagnoseReport) {
                 "| {} | `{}` | {} | {} |",
                 f.severity.as_str(),
                 f.id,
-                md_escape(&f.title),
+                md_cell(&f.title),
                 f.expected_speedup
                     .map(|x| format!("{x:.2}x"))
                     .unwrap_or_else(|| "–".into())
@@ -1165,7 +1131,7 @@ fn findings_markdown(o: &mut String, r: &DiagnoseReport) {
             let _ = writeln!(o, "### `{}`\n", f.id);
             let _ = writeln!(o, "| evidence | value |\n|---|---|");
             for (k, v) in &f.evidence {
-                let _ = writeln!(o, "| {k} | {} |", md_escape(&evidence_value(k, v)));
+                let _ = writeln!(o, "| {k} | {} |", md_cell(&evidence_value(k, v)));
             }
             if i == 0 {
                 // Said once, under "Top fix".
@@ -1198,7 +1164,7 @@ fn gpus_markdown(o: &mut String, r: &DiagnoseReport) {
             o,
             "| {} | {} | {} | {} / {} / {} | {} | {} | {} |",
             g.index,
-            md_escape(g.name.as_deref().unwrap_or("–")),
+            md_cell(g.name.as_deref().unwrap_or("–")),
             opt(g.util_mean_pct, 1),
             opt(g.util_p10_pct, 0),
             opt(g.util_p50_pct, 0),
@@ -1235,7 +1201,7 @@ fn job_markdown(o: &mut String, r: &DiagnoseReport) {
                     p.role,
                     opt(p.cpu_mean_pct, 0),
                     p.rss_max_bytes.map(bytes).unwrap_or_else(|| "–".into()),
-                    md_escape(&proc_name(&p.cmd))
+                    md_cell(&proc_name(&p.cmd))
                 );
             }
             o.push('\n');
@@ -1246,7 +1212,6 @@ fn job_markdown(o: &mut String, r: &DiagnoseReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::finding::FindingId;
 
     #[test]
     fn sparkline_levels_and_width() {
@@ -1302,7 +1267,7 @@ mod tests {
     #[test]
     fn deciding_figures_leave_out_what_the_fix_says() {
         let f = Finding::new(FindingId::InputBound, Severity::Critical, "t")
-            .with("kind", "too_few_workers")
+            .kind(Kind::Input(InputKind::TooFewWorkers))
             .with("workers", 1)
             .with("recommended_num_workers", 3)
             .with("worker_cpu_mean_pct", 99.0)

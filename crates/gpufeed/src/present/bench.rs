@@ -1,11 +1,13 @@
-//! The text of `gpufeed bench` (the bench itself is [`crate::bench`]).
+//! Presenter for `gpufeed bench`: the GPU and its link, the copy bandwidths against the link, the
+//! GEMM throughputs and the mixed-precision speed-up, from a [`BenchReport`]; its JSON is serde's.
 
 use crate::bench::{BenchReport, Direction, HostMemory};
 use crate::units::bytes as human_bytes;
 use crate::units::gb_per_s;
 use std::fmt::Write as _;
 
-pub(crate) fn render_text(r: &BenchReport) -> String {
+/// The text report (`--format text`).
+pub fn text(r: &BenchReport) -> String {
     let mut o = String::new();
     gpu_text(&mut o, r);
     copies_text(&mut o, r);
@@ -137,19 +139,9 @@ fn gemm_text(o: &mut String, r: &BenchReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::*;
+    use crate::bench::tests::copy;
+    use crate::bench::{best_bandwidth, LinkInfo, SCHEMA_VERSION};
     use crate::units::pcie_link_bytes_per_s;
-
-    fn copy(d: Direction, m: HostMemory, b: f64) -> CopyResult {
-        CopyResult {
-            direction: d,
-            memory: m,
-            size_bytes: 1 << 20,
-            repetitions: 3,
-            bytes_per_s: b,
-            fraction_of_link: None,
-        }
-    }
 
     #[test]
     fn renders_a_table() {
@@ -179,7 +171,7 @@ mod tests {
             expected_amp_speedup: None,
             saved_to: None,
         };
-        let t = render_text(&r);
+        let t = text(&r);
         assert!(t.contains("50.0 GB/s"), "{t}");
         assert!(t.contains("skipped: cuBLAS not found"), "{t}");
         assert!(t.contains("4.2x faster"), "{t}");
