@@ -13,7 +13,7 @@
 
 use super::event::Line;
 use super::pyphase::Phase;
-use super::steps::{StepMark, StepTotals, MARK_SKEW_NS};
+use super::stepmark::{StepMark, StepTotals, MARK_SKEW_NS};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, VecDeque};
 

@@ -11,6 +11,7 @@ pub mod nvml;
 pub mod pyphase;
 pub mod pystacks;
 pub mod ranks;
+pub mod stepmark;
 pub mod steps;
 
 use serde::{Deserialize, Serialize};

@@ -18,16 +18,7 @@ use super::figures::{parse_query, Board, Replier};
 /// Name of the environment variable that carries the socket path.
 pub const ENV_VAR: &str = "GPUFEED_STEP_SOCKET";
 
-/// One step as reported by the job.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StepMark {
-    /// CLOCK_MONOTONIC nanoseconds at the end of the step.
-    pub t_ns: u64,
-    pub wait_ns: Option<u64>,
-    pub items: Option<u64>,
-    /// The sender's rank (`RANK`, else its pid), when it said.
-    pub rank: Option<u32>,
-}
+pub use super::stepmark::{StepMark, StepTotals, MARK_SKEW_NS};
 
 /// CLOCK_MONOTONIC now, in nanoseconds (Python's `time.monotonic_ns()` reads the same clock).
 pub(crate) fn monotonic_ns() -> u64 {
@@ -65,10 +56,6 @@ pub(crate) fn parse_datagram(text: &str, now_ns: u64) -> Vec<StepMark> {
         })
         .collect()
 }
-
-/// How far a marker's time may lie outside the socket's life (clock reads of the job and of
-/// gpufeed race by microseconds; a probe may batch a few markers into one datagram).
-pub const MARK_SKEW_NS: u64 = 1_000_000_000;
 
 /// A marker is plausible when it ended after the socket was bound (before the job could send
 /// anything) and not after its receipt, each give or take [`MARK_SKEW_NS`]. Anything else (a
@@ -321,19 +308,6 @@ impl Receiver {
             }
         }
     }
-}
-
-/// Steps aggregated over one interval of a recording (the `steps` line).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct StepTotals {
-    /// Steps whose start is known (the one before them was seen).
-    pub steps: u64,
-    /// Seconds those steps took, end to end.
-    pub span_s: f64,
-    /// Seconds of it spent waiting for input; `None` unless every step reported its wait.
-    pub wait_s: Option<f64>,
-    /// Samples in those steps; `None` unless every step reported its count.
-    pub items: Option<u64>,
 }
 
 /// Folds step marks into interval totals. A step runs from the previous mark of the same rank
