@@ -1,11 +1,12 @@
 //! Small hand-written traces for each rule's edge cases, and a property test that the reader never
-//! panics on arbitrary or truncated input.
+//! panics on arbitrary or truncated input. The event builders are shared with the golden
+//! snapshots (golden.rs).
 
 use gpufeed::trace::{self, rules, TraceSummary};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
-fn summarize(events: Vec<Value>, extra: Value) -> TraceSummary {
+pub(crate) fn summarize(events: Vec<Value>, extra: Value) -> TraceSummary {
     let mut doc = json!({"schemaVersion": 1, "traceEvents": events});
     if let (Some(d), Some(e)) = (doc.as_object_mut(), extra.as_object()) {
         for (k, v) in e {
@@ -16,16 +17,16 @@ fn summarize(events: Vec<Value>, extra: Value) -> TraceSummary {
     trace::analyze_reader(&bytes[..], "test").unwrap()
 }
 
-fn x(cat: &str, name: &str, ts: f64, dur: f64, args: Value) -> Value {
+pub(crate) fn x(cat: &str, name: &str, ts: f64, dur: f64, args: Value) -> Value {
     json!({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": args})
 }
 
-fn kernel(name: &str, ts: f64, dur: f64, corr: u64) -> Value {
+pub(crate) fn kernel(name: &str, ts: f64, dur: f64, corr: u64) -> Value {
     json!({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
            "args": {"device": 0, "stream": 7, "correlation": corr, "External id": corr}})
 }
 
-fn launch(ts: f64, corr: u64) -> Value {
+pub(crate) fn launch(ts: f64, corr: u64) -> Value {
     x(
         "cuda_runtime",
         "cudaLaunchKernel",
@@ -35,7 +36,7 @@ fn launch(ts: f64, corr: u64) -> Value {
     )
 }
 
-fn v100() -> Value {
+pub(crate) fn v100() -> Value {
     json!({"deviceProperties": [{"id": 0, "name": "Tesla V100", "computeMajor": 7, "computeMinor": 0}]})
 }
 

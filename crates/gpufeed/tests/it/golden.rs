@@ -11,7 +11,7 @@ use gpufeed::compare;
 use gpufeed::diagnose::{self, input::LogOptions, job, DiagnoseReport, InputFormat};
 use gpufeed::present::diagnose as render;
 use gpufeed::present::{self, OutputFormat};
-use gpufeed::trace::{self, ranks, report, TraceSummary};
+use gpufeed::trace::{ranks, report, TraceSummary};
 use gpufeed::tune::params::{parse_knobs, product, Setting};
 use gpufeed::tune::sweep::{self, SweepReport, TrialResult};
 use gpufeed::tune::trial::{Source, Status, Throughput, TrialExit, TrialOutcome, WaitSource};
@@ -182,39 +182,7 @@ fn job_reports() {
 
 // ---- traces (the same hand-written events as analyze_rules) ----
 
-fn summarize(events: Vec<Value>, extra: Value) -> TraceSummary {
-    let mut doc = json!({"schemaVersion": 1, "traceEvents": events});
-    if let (Some(d), Some(e)) = (doc.as_object_mut(), extra.as_object()) {
-        for (k, v) in e {
-            d.insert(k.clone(), v.clone());
-        }
-    }
-    let bytes = serde_json::to_vec(&doc).unwrap();
-    trace::analyze_reader(&bytes[..], "test").unwrap()
-}
-
-fn x(cat: &str, name: &str, ts: f64, dur: f64, args: Value) -> Value {
-    json!({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": args})
-}
-
-fn kernel(name: &str, ts: f64, dur: f64, corr: u64) -> Value {
-    json!({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
-           "args": {"device": 0, "stream": 7, "correlation": corr, "External id": corr}})
-}
-
-fn launch(ts: f64, corr: u64) -> Value {
-    x(
-        "cuda_runtime",
-        "cudaLaunchKernel",
-        ts,
-        3.0,
-        json!({"correlation": corr, "External id": corr}),
-    )
-}
-
-fn v100() -> Value {
-    json!({"deviceProperties": [{"id": 0, "name": "Tesla V100", "computeMajor": 7, "computeMinor": 0}]})
-}
+use crate::analyze_rules::{kernel, launch, summarize, v100, x};
 
 fn steps(n: usize, step_us: f64, dl_us: f64, iter: &str, kernel_name: &str) -> Vec<Value> {
     let mut ev = Vec::new();

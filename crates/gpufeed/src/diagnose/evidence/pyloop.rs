@@ -939,8 +939,9 @@ mod tests {
         assert_eq!(p.samples, 500);
     }
 
-    #[test]
-    fn workers_read_less_often_are_weighted_by_their_own_interval() {
+    /// An accumulator that knows two data stages: stack 0 is `__getitem__` → Decode, stack 1
+    /// `__getitem__` → Crop.
+    fn decode_and_crop() -> PyAcc {
         let mut acc = PyAcc::default();
         for l in [
             frame(0, "Dataset.__getitem__", "/home/u/ds.py"),
@@ -957,6 +958,12 @@ mod tests {
         ] {
             acc.push(&l);
         }
+        acc
+    }
+
+    #[test]
+    fn workers_read_less_often_are_weighted_by_their_own_interval() {
+        let mut acc = decode_and_crop();
         // Process 20 read 100 times a second, all in Crop; process 21 read 25 times a second
         // (a quarter rate), all in Decode: each of its samples stands for 40 ms, not 10.
         acc.push(&samples(1.0, 20, vec![(20, vec![[1, 100, 0]])]));
@@ -987,22 +994,7 @@ mod tests {
 
     #[test]
     fn waiting_for_a_core_is_told_apart_from_a_stages_work() {
-        let mut acc = PyAcc::default();
-        for l in [
-            frame(0, "Dataset.__getitem__", "/home/u/ds.py"),
-            frame(1, "Decode.__call__", "/home/u/ds.py"),
-            frame(2, "Crop.__call__", "/home/u/ds.py"),
-            Line::PyStack(PyStackDef {
-                id: 0,
-                frames: vec![0, 1],
-            }),
-            Line::PyStack(PyStackDef {
-                id: 1,
-                frames: vec![0, 2],
-            }),
-        ] {
-            acc.push(&l);
-        }
+        let mut acc = decode_and_crop();
         // Process 20 (100 readings a second, all in Crop) had a core to itself; worker 21
         // (25 readings, all in Decode, 5 of them blocked) ran 250 ms and waited 750 ms for a
         // core: 3/4 of its 20 active samples were waiting, 15 x 40 ms = 0.6 s of its second.
