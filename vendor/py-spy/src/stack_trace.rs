@@ -201,6 +201,12 @@ pub struct FrameCache {
     next_thread_addr: usize,
     /// The head of the thread list at the last sample (its thread state is read with the head).
     last_head: usize,
+    /// gpufeed patch 9: the addresses of the thread states after the head's at the last walk
+    /// (read with the head, [`threads_head_and_gil_holder`]), the states so read one after
+    /// another, and per state its address while it is there to take (0: not read, or taken).
+    chain: Vec<usize>,
+    chain_states: Vec<u8>,
+    chain_ready: Vec<usize>,
     /// Frames room to allocate per stack: the deepest seen, up to `MAX_DEPTH_HINT`.
     depth_hint: usize,
 }
@@ -225,6 +231,8 @@ impl FrameCache {
     pub const MAX_LINES: usize = 65536;
     /// Most frames room allocated ahead per stack.
     pub const MAX_DEPTH_HINT: usize = 256;
+    /// Most thread states read with the head besides the head's (gpufeed patch 9).
+    pub const MAX_CHAIN: usize = 63;
 
     pub fn new(max_age: std::time::Duration, max_codes: usize, max_lines: usize) -> FrameCache {
         FrameCache {
@@ -240,6 +248,9 @@ impl FrameCache {
             next_thread: Vec::new(),
             next_thread_addr: 0,
             last_head: 0,
+            chain: Vec::new(),
+            chain_states: Vec::new(),
+            chain_ready: Vec::new(),
             depth_hint: 0,
         }
     }
@@ -275,16 +286,36 @@ impl FrameCache {
             && self.next_thread.len() == std::mem::size_of::<T>();
         self.next_thread_addr = 0;
         if !ok {
-            return None;
+            return self.take_from_chain(addr);
         }
         self.stats.threads_read_ahead += 1;
         // SAFETY: T is a plain C struct of integers and pointers, read from bytes of its size.
         Some(unsafe { std::ptr::read_unaligned(self.next_thread.as_ptr() as *const T) })
     }
 
+    /// gpufeed patch 9: the thread state at `addr` if it was read with the head, once.
+    fn take_from_chain<T: Copy>(&mut self, addr: usize) -> Option<T> {
+        let size = std::mem::size_of::<T>();
+        let i = self.chain_ready.iter().position(|&a| a == addr && a != 0)?;
+        let bytes = self.chain_states.get(i * size..(i + 1) * size)?;
+        self.chain_ready[i] = 0;
+        self.stats.threads_read_ahead += 1;
+        // SAFETY: T is a plain C struct of integers and pointers, read from bytes of its size.
+        Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const T) })
+    }
+
+    /// gpufeed patch 9: the addresses of the thread states a walk visited after the head's,
+    /// to read with the head at the next sample (at most [`FrameCache::MAX_CHAIN`]).
+    pub fn note_chain(&mut self, after_head: &[usize]) {
+        self.chain.clear();
+        self.chain
+            .extend(after_head.iter().take(Self::MAX_CHAIN).copied());
+    }
+
     /// Drops a thread state read ahead (call before a new walk of the thread list).
     pub fn forget_read_ahead(&mut self) {
         self.next_thread_addr = 0;
+        self.chain_ready.clear();
     }
 
     pub fn stats(&self) -> FrameCacheStats {
@@ -918,23 +949,34 @@ pub fn threads_head_and_gil_holder<I: InterpreterState, P: ProcessMemory + ReadP
     } else {
         std::mem::size_of::<usize>()
     };
+    let size = std::mem::size_of::<I::ThreadState>();
     let mut cache = cache;
     let guess = cache.as_ref().map_or(0, |c| c.last_head);
-    let mut first = match cache.as_mut() {
-        Some(c) => std::mem::take(&mut c.next_thread),
-        None => Vec::new(),
+    let (mut first, chain, mut states) = match cache.as_mut() {
+        Some(c) => (
+            std::mem::take(&mut c.next_thread),
+            std::mem::take(&mut c.chain),
+            std::mem::take(&mut c.chain_states),
+        ),
+        None => (Vec::new(), Vec::new(), Vec::new()),
     };
     // During initialization (no threadstate address yet) nobody holds the GIL.
     let whole = if threadstate_address == 0 {
         process.read_parts(&mut [(head_addr, &mut head[..])]) + 1
     } else if guess != 0 {
         first.clear();
-        first.resize(std::mem::size_of::<I::ThreadState>(), 0);
-        process.read_parts(&mut [
-            (head_addr, &mut head[..]),
-            (threadstate_address, &mut gil[..gil_len]),
-            (guess, &mut first[..]),
-        ])
+        first.resize(size, 0);
+        // gpufeed patch 9: the other thread states of the last walk in the same read.
+        states.clear();
+        states.resize(size * chain.len(), 0);
+        let mut parts: Vec<(usize, &mut [u8])> = Vec::with_capacity(3 + chain.len());
+        parts.push((head_addr, &mut head[..]));
+        parts.push((threadstate_address, &mut gil[..gil_len]));
+        parts.push((guess, &mut first[..]));
+        for (addr, buf) in chain.iter().zip(states.chunks_mut(size.max(1))) {
+            parts.push((*addr, buf));
+        }
+        process.read_parts(&mut parts)
     } else {
         process.read_parts(&mut [
             (head_addr, &mut head[..]),
@@ -946,6 +988,17 @@ pub fn threads_head_and_gil_holder<I: InterpreterState, P: ProcessMemory + ReadP
         c.next_thread = first;
         c.next_thread_addr = if whole >= 3 && head == guess { guess } else { 0 };
         c.last_head = if whole >= 1 { head } else { 0 };
+        c.chain_ready.clear();
+        if head == guess && guess != 0 {
+            c.chain_ready.extend(
+                chain
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &a)| if 3 + i < whole { a } else { 0 }),
+            );
+        }
+        c.chain = chain;
+        c.chain_states = states;
     }
     if whole < 1 {
         return Err(format_err!("Failed to copy PyThreadState head pointer"));
@@ -1645,5 +1698,67 @@ mod tests {
         assert_eq!(sample(&interp, &mut cache), None);
         assert_eq!(sample(&interp, &mut cache), Some(8));
         assert_eq!(cache.stats().threads_read_ahead, 3);
+    }
+
+    /// gpufeed patch 9: the thread states after the head's at the last walk come in the same
+    /// read, each taken once, and only while the head is where it was.
+    #[test]
+    fn the_last_walks_thread_states_come_with_the_head() {
+        use crate::python_bindings::v3_11_0::{PyInterpreterState, PyThreadState};
+        let mut third = Box::new(PyThreadState {
+            thread_id: 9,
+            ..Default::default()
+        });
+        let mut second = Box::new(PyThreadState {
+            thread_id: 8,
+            next: &mut *third as *mut PyThreadState,
+            ..Default::default()
+        });
+        let mut first = Box::new(PyThreadState {
+            thread_id: 7,
+            next: &mut *second as *mut PyThreadState,
+            ..Default::default()
+        });
+        let (a1, a2, a3) = (
+            &*first as *const PyThreadState as usize,
+            &*second as *const PyThreadState as usize,
+            &*third as *const PyThreadState as usize,
+        );
+        let mut interp = Box::<PyInterpreterState>::default();
+        interp.threads.head = a1 as *mut PyThreadState;
+        let current: usize = 0;
+        let mut cache = FrameCache::default();
+        let head_read = |interp: &PyInterpreterState, cache: &mut FrameCache| {
+            cache.forget_read_ahead();
+            threads_head_and_gil_holder::<PyInterpreterState, _>(
+                interp as *const _ as usize,
+                &current as *const usize as usize,
+                &LocalProcess,
+                Some(cache),
+            )
+            .unwrap();
+        };
+        head_read(&interp, &mut cache);
+        cache.note_chain(&[a2, a3]);
+        assert!(cache.take_read_ahead::<PyThreadState>(a2).is_none(), "not read yet");
+        second.thread_id = 80;
+        head_read(&interp, &mut cache);
+        assert_eq!(cache.take_read_ahead::<PyThreadState>(a1).map(|t| t.thread_id), Some(7));
+        // Any order, each once, as they are now.
+        let t3 = cache.take_read_ahead::<PyThreadState>(a3).unwrap();
+        assert_eq!(t3.thread_id, 9);
+        let t2 = cache.take_read_ahead::<PyThreadState>(a2).unwrap();
+        assert_eq!((t2.thread_id, t2.next as usize), (80, a3));
+        assert!(cache.take_read_ahead::<PyThreadState>(a2).is_none(), "once");
+        // A new walk forgets what was not taken.
+        head_read(&interp, &mut cache);
+        cache.forget_read_ahead();
+        assert!(cache.take_read_ahead::<PyThreadState>(a3).is_none());
+        // The head moved: the chain read with it is not offered.
+        interp.threads.head = a2 as *mut PyThreadState;
+        head_read(&interp, &mut cache);
+        assert!(cache.take_read_ahead::<PyThreadState>(a3).is_none());
+        assert!(cache.take_read_ahead::<PyThreadState>(a2).is_none());
+        drop(first);
     }
 }
