@@ -16,6 +16,9 @@ use std::time::{Duration, Instant};
 
 /// How often aggregated counts are written.
 pub const PY_INTERVAL: Duration = Duration::from_secs(1);
+/// Most ticks the sampler sleeps through while every process is long idle (see
+/// [`PySampler::quiet_ticks`]); also bounded by the long-idle check period.
+const MAX_QUIET_TICKS: u32 = 32;
 /// Distinct frames and stacks kept before new ones are folded into a catch-all (a bound on
 /// memory and file size for pathological programs).
 const MAX_FRAMES: usize = 200_000;
@@ -154,9 +157,18 @@ impl PyAggregator {
     }
 
     /// Adds one reading of one process; new frame and stack definitions go to `out` at once.
+    /// A thread passed over ([`ThreadStack::reused`]) counts its last stack again, idle.
     pub fn add(&mut self, pid: u32, threads: Vec<ThreadStack>, out: &mut Vec<Line>) {
         let mut acc_threads = Vec::with_capacity(threads.len());
+        let mut before = self.last.remove(&pid).unwrap_or_default();
         for t in threads {
+            if t.reused {
+                // Its last stack, unless it had none (then it is not counted).
+                if let Some(i) = before.iter().position(|b| b.tid == t.tid) {
+                    acc_threads.push((before.swap_remove(i), false));
+                }
+                continue;
+            }
             let mut frames = t.frames;
             if frames.len() > MAX_DEPTH {
                 let tail = frames.split_off(frames.len() - MAX_DEPTH / 2);
@@ -217,8 +229,9 @@ impl PyAggregator {
         }
         let p = self.procs.entry(pid).or_default();
         p.ticks += 1;
-        let last = self.last.entry(pid).or_default();
-        last.clear();
+        // The vector of the last reading is reused for this one.
+        before.clear();
+        let last = self.last.entry(pid).or_insert(before);
         for (t, active) in acc_threads {
             count(p, &t, active);
             last.push(t);
@@ -339,6 +352,10 @@ pub(crate) fn py_thread(
     let mut sampler = PySampler::new(cfg.opts);
     let mut agg = PyAggregator::new();
     let every = Duration::from_secs_f64(1.0 / cfg.rate_hz.clamp(0.1, 1000.0));
+    sampler.set_interval(every);
+    // Ticks passed over while every process was long idle: their readings are made (without
+    // reading anything) at the next wake-up.
+    let mut quiet = 0u32;
     let mut ticker = super::ticker::Ticker::new(t0, every);
     let mut last_flush = t0;
     let mut out = Vec::new();
@@ -349,7 +366,9 @@ pub(crate) fn py_thread(
         let now_pids = pids.lock().map(|p| p.clone()).unwrap_or_default();
         got.clear();
         events.clear();
-        sampler.sample(&now_pids, &mut got, &mut events);
+        for _ in 0..=quiet {
+            sampler.sample(&now_pids, &mut got, &mut events);
+        }
         for ev in events.drain(..) {
             if cfg.notes {
                 note(&ev, &mut told_denied, &mut told_version);
@@ -389,7 +408,8 @@ pub(crate) fn py_thread(
                 return;
             }
         }
-        if ticker.wait(&stop) {
+        quiet = sampler.quiet_ticks(&now_pids, every, MAX_QUIET_TICKS);
+        if ticker.wait_ticks(quiet + 1, &stop) {
             let since = Instant::now().duration_since(last_flush);
             agg.flush(
                 t0.elapsed().as_secs_f64(),
@@ -414,6 +434,7 @@ mod tests {
             tid,
             name: None,
             active,
+            reused: false,
             frames: frames
                 .iter()
                 .map(|(n, f)| RawFrame {
@@ -511,6 +532,63 @@ mod tests {
             panic!()
         };
         assert_eq!(s.ticks, 1);
+    }
+
+    #[test]
+    fn a_thread_passed_over_counts_its_last_stack_again_as_idle() {
+        let mut agg = PyAggregator::new();
+        let mut out = Vec::new();
+        let mut feeder = ts(2, false, &[("_feed", "/q.py"), ("wait", "/t.py")]);
+        feeder.name = Some("QueueFeederThread".into());
+        agg.add(
+            7,
+            vec![ts(1, true, &[("step", "/nonexistent/t.py")]), feeder],
+            &mut out,
+        );
+        let passed = |tid| ThreadStack {
+            tid,
+            name: None,
+            active: false,
+            frames: vec![],
+            reused: true,
+        };
+        // The loop moved on; the feeder (and a thread never read) were passed over.
+        agg.add(
+            7,
+            vec![
+                ts(1, true, &[("fwd", "/nonexistent/t.py")]),
+                passed(2),
+                passed(3),
+            ],
+            &mut out,
+        );
+        agg.add(
+            7,
+            vec![ts(1, false, &[("fwd", "/nonexistent/t.py")]), passed(2)],
+            &mut out,
+        );
+        out.clear();
+        agg.flush(1.0, 1.0, &mut out, |_, _| None);
+        let Line::PySamples(s) = &out[0] else {
+            panic!()
+        };
+        assert_eq!(s.ticks, 3);
+        assert_eq!(s.threads.len(), 2, "no thread 3: it had no stack to count");
+        assert_eq!(s.threads[0].stacks, vec![[0, 1, 0], [2, 2, 1]]);
+        assert_eq!(s.threads[1].name.as_deref(), Some("QueueFeederThread"));
+        assert_eq!(
+            s.threads[1].stacks,
+            vec![[1, 3, 3]],
+            "its one stack, three times, idle"
+        );
+        // And an unchanged reading after it still has the feeder's stack.
+        agg.add_unchanged(7);
+        out.clear();
+        agg.flush(2.0, 1.0, &mut out, |_, _| None);
+        let Line::PySamples(s) = &out[0] else {
+            panic!()
+        };
+        assert_eq!(s.threads[1].stacks, vec![[1, 1, 1]]);
     }
 
     #[test]

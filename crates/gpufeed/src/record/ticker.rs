@@ -40,7 +40,13 @@ impl Ticker {
 
     /// Sleeps until the next reading or a stop message; true when asked to stop.
     pub(crate) fn wait(&mut self, stop: &Receiver<()>) -> bool {
-        self.next += self.every;
+        self.wait_ticks(1, stop)
+    }
+
+    /// Sleeps until the `n`th reading from now (`n` ≥ 1; the ones between are passed over by a
+    /// caller that has nothing to read at them) or a stop message; true when asked to stop.
+    pub(crate) fn wait_ticks(&mut self, n: u32, stop: &Receiver<()>) -> bool {
+        self.next += self.every * n.max(1);
         let now = Instant::now();
         if self.next < now {
             self.next = now + self.every;

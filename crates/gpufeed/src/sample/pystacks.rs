@@ -35,6 +35,9 @@ pub struct ThreadStack {
     pub active: bool,
     /// Outermost first.
     pub frames: Vec<RawFrame>,
+    /// Not read: the thread did not run since the last reading, so its stack is where it was
+    /// (the caller counts its last stack again, idle); `frames` is empty and `name` `None`.
+    pub reused: bool,
 }
 
 /// One reading of one process.
@@ -130,11 +133,16 @@ struct ThreadClock {
     file: File,
     /// (on a CPU, waiting for a core), cumulative nanoseconds, at the last check.
     last: Option<(u64, u64)>,
+    /// Whether it ran since the reading before (checked, or taken as busy).
+    moved: bool,
+    /// Checks in a row that found it ran.
+    busy: u32,
 }
 
 /// Whether a process ran since the last check, cheaply: only a Python thread that ran can have
 /// moved its stack, so the schedstat of each Python thread of its last reading is read (one
-/// `pread` each, nanosecond resolution). Where the threads' OS ids are unknown, the whole
+/// `pread` each, nanosecond resolution), and the threads that did not run are not read again
+/// (py-spy passes over them, [`PythonSpy::get_stack_traces_skipping`]). Where the threads' OS ids are unknown, the whole
 /// process's /proc/PID/stat utime + stime (clock ticks) and its main thread's schedstat are read
 /// instead. The threads' clocks also give their run-queue wait for the `py_samples` lines.
 struct CpuClock {
@@ -143,16 +151,28 @@ struct CpuClock {
     /// Set when a thread of the last reading has no schedstat of its own.
     whole: Option<WholeClock>,
     buf: Vec<u8>,
-    /// Checks in a row that found it ran, and readings since the last check.
-    busy: u32,
-    unchecked: u32,
+    /// Readings so far (every [`BUSY_CHECK_EVERY`]th checks the busy threads).
+    readings: u32,
+    /// Checks in a row that found no thread ran.
+    idle: u32,
+    /// Set when a long-idle process was found to have run ([`CpuClock::wake_check`]) or is
+    /// due to be read again: its next reading reads every thread.
+    woke: bool,
 }
 
-/// A process found running at this many checks in a row is busy: it is read without a check,
-/// checked again only every [`BUSY_CHECK_EVERY`]th reading (the check would say "ran" anyway;
-/// once it goes idle, that is seen within as many readings).
+/// A thread found running at this many checks in a row is busy: it is taken to have run
+/// without a check, and checked again only at every [`BUSY_CHECK_EVERY`]th reading (the check
+/// would say "ran" anyway; once it goes idle, that is seen within as many readings).
 const BUSY_AFTER: u32 = 8;
 const BUSY_CHECK_EVERY: u32 = 8;
+/// A process none of whose threads ran at this many checks in a row (a launcher, an idle
+/// helper; a training thread waiting for data wakes far more often) is long idle: its readings
+/// count its last stacks without a check, and it is checked only every [`IDLE_CHECK_PERIOD`],
+/// all long-idle processes at the same tick, so that a sampler with nothing else to do sleeps
+/// in between ([`PySampler::quiet_ticks`]). Its readings resume within that period once it
+/// runs again.
+const IDLE_AFTER: u32 = 100;
+pub const IDLE_CHECK_PERIOD: Duration = Duration::from_millis(160);
 
 /// The fallback: /proc/PID/stat and /proc/PID/schedstat.
 struct WholeClock {
@@ -180,22 +200,54 @@ impl CpuClock {
             threads: Vec::new(),
             whole: None,
             buf: vec![0; 1024],
-            busy: 0,
-            unchecked: 0,
+            readings: 0,
+            idle: 0,
+            woke: false,
         }
     }
 
-    /// Did it run since the last check, as far as is worth asking: a busy process is taken to
-    /// have run, without a check, at all but every [`BUSY_CHECK_EVERY`]th reading.
+    /// Long idle: see [`IDLE_AFTER`].
+    fn long_idle(&self) -> bool {
+        self.idle >= IDLE_AFTER
+    }
+
+    /// Did it run since the last reading, as far as is worth asking: a busy thread is taken to
+    /// have run, without a check, at all but every [`BUSY_CHECK_EVERY`]th reading; a long-idle
+    /// process is taken not to have run (it is checked apart, [`CpuClock::wake_check`]).
     fn ran_maybe(&mut self) -> bool {
-        if self.busy >= BUSY_AFTER && self.unchecked + 1 < BUSY_CHECK_EVERY {
-            self.unchecked += 1;
+        self.readings = self.readings.wrapping_add(1);
+        if std::mem::take(&mut self.woke) {
+            for t in &mut self.threads {
+                t.moved = true;
+            }
             return true;
         }
-        self.unchecked = 0;
-        let ran = self.ran();
-        self.busy = if ran { self.busy.saturating_add(1) } else { 0 };
+        if self.long_idle() {
+            return false;
+        }
+        let check_busy = self.readings % BUSY_CHECK_EVERY == 0;
+        let ran = self.check(check_busy);
+        self.idle = if ran { 0 } else { self.idle.saturating_add(1) };
         ran
+    }
+
+    /// A long-idle process's check: when it ran, its next reading reads it (and it is no
+    /// longer long idle).
+    fn wake_check(&mut self) {
+        if self.check(true) {
+            self.woke = true;
+            self.idle = 0;
+        }
+    }
+
+    /// The followed threads that did not run since the last reading (valid after a
+    /// [`CpuClock::ran_maybe`] that said the process ran): their stacks have not moved. None
+    /// where the whole-process fallback is on (the threads' ids are not the OS's).
+    fn unmoved(&self, out: &mut Vec<u64>) {
+        out.clear();
+        if self.whole.is_none() {
+            out.extend(self.threads.iter().filter(|t| !t.moved).map(|t| t.tid));
+        }
     }
 
     /// Follows the threads of a reading (their stacks' thread ids); a thread whose schedstat
@@ -223,6 +275,8 @@ impl CpuClock {
                     tid: s.tid,
                     file,
                     last: None,
+                    moved: true,
+                    busy: 0,
                 }),
                 None => missing = true,
             }
@@ -239,10 +293,22 @@ impl CpuClock {
     /// Did any followed thread run since the last check? Unknown (unreadable, nothing followed)
     /// counts as yes.
     fn ran(&mut self) -> bool {
+        self.check(true)
+    }
+
+    /// [`CpuClock::ran`], but a busy thread is read only when `check_busy`.
+    fn check(&mut self, check_busy: bool) -> bool {
         let mut ran = self.threads.is_empty() && self.whole.is_none();
         for t in &mut self.threads {
+            if t.busy >= BUSY_AFTER && !check_busy {
+                t.moved = true;
+                ran = true;
+                continue;
+            }
             let now = pread_all(&t.file, &mut self.buf).and_then(parse_schedstat);
-            ran |= now.is_none() || now != t.last;
+            t.moved = now.is_none() || now != t.last;
+            t.busy = if t.moved { t.busy.saturating_add(1) } else { 0 };
+            ran |= t.moved;
             t.last = now;
         }
         if let Some(w) = &mut self.whole {
@@ -325,6 +391,10 @@ pub struct PySampler {
     child_every: u32,
     idle_skip: bool,
     entries: HashMap<u32, Entry>,
+    /// Calls of [`PySampler::sample`] so far, and every how many of them the long-idle
+    /// processes are checked ([`IDLE_CHECK_PERIOD`] in ticks).
+    tick: u64,
+    idle_check_ticks: u64,
 }
 
 /// The parent pid of a process (field 4 of /proc/PID/stat).
@@ -389,7 +459,61 @@ impl PySampler {
             child_every: opts.child_every.max(1),
             idle_skip: opts.idle_skip,
             entries: HashMap::new(),
+            tick: 0,
+            idle_check_ticks: 1,
         }
+    }
+
+    /// The interval between two calls of [`PySampler::sample`] (the sampling rate's): sets how
+    /// many ticks apart the long-idle processes are checked.
+    pub fn set_interval(&mut self, every: Duration) {
+        let ticks = IDLE_CHECK_PERIOD.as_secs_f64() / every.as_secs_f64().max(1e-6);
+        self.idle_check_ticks = (ticks.round() as u64).max(1);
+    }
+
+    /// How many of the coming calls of [`PySampler::sample`] (for these `pids`) will read
+    /// nothing, at most `max`: every process is either not due or long idle, and no check of
+    /// the long-idle ones is due. The caller may sleep through them and make the calls late,
+    /// back to back (they count the idle processes' readings; `every` is the interval between
+    /// calls, for the processes whose next look is set in time).
+    pub fn quiet_ticks(&self, pids: &[u32], every: Duration, max: u32) -> u32 {
+        if !self.idle_skip
+            || pids.len() != self.entries.len()
+            || pids.iter().any(|p| !self.entries.contains_key(p))
+        {
+            return 0;
+        }
+        let n = self.idle_check_ticks;
+        // The coming calls are ticks self.tick + 1, + 2, ...; the first check tick is quiet no more.
+        let to_check = n - 1 - (self.tick % n);
+        let mut q = u64::from(max).min(to_check);
+        let now = Instant::now();
+        let ticks_until = |t: Instant| {
+            let left = t.saturating_duration_since(now).as_secs_f64();
+            (left / every.as_secs_f64().max(1e-6)).floor() as u64
+        };
+        for e in self.entries.values() {
+            let left = match e {
+                Entry::Spy {
+                    skip,
+                    clock,
+                    has_last,
+                    ..
+                } => {
+                    if clock.long_idle() && !clock.woke && *has_last {
+                        continue;
+                    }
+                    u64::from(*skip)
+                }
+                Entry::Waiting { next, .. } => ticks_until(*next),
+                Entry::Done { checked, .. } => ticks_until(*checked + RETRY_EVERY * 4),
+            };
+            q = q.min(left);
+            if q == 0 {
+                break;
+            }
+        }
+        q as u32
     }
 
     /// Reads every Python process among `pids` once: stacks per process, and the statuses
@@ -402,12 +526,24 @@ impl PySampler {
     ) {
         self.entries.retain(|p, _| pids.contains(p));
         let now = Instant::now();
+        self.tick += 1;
+        let idle_check = self.tick % self.idle_check_ticks == 0;
         for &pid in pids {
             let entry = self.entries.entry(pid).or_insert(Entry::Waiting {
                 attempts: 0,
                 next: now,
                 exe: None,
             });
+            if let Entry::Spy { clock, reused, .. } = entry {
+                if idle_check && clock.long_idle() {
+                    if *reused + 1 >= IDLE_REREAD_EVERY {
+                        // Read again anyway now and then (see IDLE_REREAD_EVERY).
+                        clock.woke = true;
+                    } else {
+                        clock.wake_check();
+                    }
+                }
+            }
             match entry {
                 Entry::Spy { skip, .. } if *skip > 0 => *skip -= 1,
                 Entry::Spy { .. } => read_spy(entry, pid, now, self.idle_skip, out),
@@ -589,19 +725,43 @@ fn read_spy(
     };
     // Read whatever the setting: the threads' clocks also give their run-queue wait.
     let ran = clock.ran_maybe();
-    if idle_skip && !ran && *reused + 1 < IDLE_REREAD_EVERY && *has_last {
+    // A long-idle process is read again now and then at its checks (PySampler::sample).
+    if idle_skip && !ran && *has_last && (*reused + 1 < IDLE_REREAD_EVERY || clock.long_idle()) {
         // Did not run since the last reading: its threads are where they were, idle.
-        *reused += 1;
+        *reused = reused.saturating_add(1);
         *skip = *every - 1;
         out.push((pid, PyReading::Unchanged));
         return;
     }
-    match spy.get_stack_traces() {
+    // The threads that did not run are passed over (their last stacks count again, idle),
+    // unless a re-read of everything is due.
+    let mut unmoved = Vec::new();
+    if idle_skip && *reused + 1 < IDLE_REREAD_EVERY && *has_last {
+        clock.unmoved(&mut unmoved);
+    }
+    let read = if unmoved.is_empty() {
+        spy.get_stack_traces()
+    } else {
+        spy.get_stack_traces_skipping(&unmoved)
+    };
+    match read {
         Ok(traces) => {
             *fails = 0;
             *skip = *every - 1;
-            *reused = 0;
-            let stacks: Vec<ThreadStack> = traces.into_iter().map(convert).collect();
+            let passed_over = spy.skipped();
+            *reused = if passed_over.is_empty() {
+                0
+            } else {
+                *reused + 1
+            };
+            let mut stacks: Vec<ThreadStack> = traces.into_iter().map(convert).collect();
+            stacks.extend(passed_over.iter().map(|&tid| ThreadStack {
+                tid,
+                name: None,
+                active: false,
+                frames: Vec::new(),
+                reused: true,
+            }));
             *has_last = !stacks.is_empty();
             clock.follow(&stacks);
             out.push((pid, PyReading::Stacks(stacks)));
@@ -731,6 +891,7 @@ fn convert(t: py_spy::StackTrace) -> ThreadStack {
         name: t.thread_name,
         active: t.active,
         frames,
+        reused: false,
     }
 }
 
@@ -778,7 +939,46 @@ mod tests {
             name: None,
             active: false,
             frames: vec![],
+            reused: false,
         }
+    }
+
+    #[test]
+    fn the_threads_that_did_not_run_are_the_ones_to_pass_over() {
+        // This test's thread spins; a second thread of the process sleeps.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let sleeper = std::thread::spawn(move || {
+            tx.send(unsafe { libc::gettid() } as u64).unwrap();
+            let _ = stop_rx.recv();
+        });
+        let sleeping = rx.recv().unwrap();
+        let me = unsafe { libc::gettid() } as u64;
+        let mut clock = CpuClock::new(std::process::id());
+        clock.follow(&[stack_of(me), stack_of(sleeping)]);
+        clock.ran();
+        std::thread::sleep(Duration::from_millis(20));
+        let t = Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(30) {
+            x = x.wrapping_add(std::hint::black_box(1));
+        }
+        assert!(x > 0);
+        assert!(clock.ran_maybe(), "one thread ran");
+        let mut unmoved = Vec::new();
+        clock.unmoved(&mut unmoved);
+        assert_eq!(
+            unmoved,
+            vec![sleeping],
+            "only the sleeping thread is passed over"
+        );
+        // Where the threads' ids are not the OS's, nothing is passed over.
+        clock.follow(&[stack_of(me), stack_of(u64::MAX - 1)]);
+        assert!(clock.whole.is_some());
+        clock.unmoved(&mut unmoved);
+        assert!(unmoved.is_empty());
+        stop_tx.send(()).unwrap();
+        sleeper.join().unwrap();
     }
 
     #[test]
@@ -817,15 +1017,33 @@ mod tests {
         assert!(!idle.ran());
         assert_eq!(idle.sched(1), None, "a thread not followed");
         assert!(idle.sched(child.id() as u64).is_some(), "read at any time");
-        // A process busy at its last checks is read without a check, but checked again at
-        // every BUSY_CHECK_EVERY-th reading: a sleeping one is then seen idle.
-        idle.busy = BUSY_AFTER;
+        // A thread busy at its last checks is taken to have run without a check, but checked
+        // again at every BUSY_CHECK_EVERY-th reading: a sleeping one is then seen idle.
+        idle.threads[0].busy = BUSY_AFTER;
+        idle.readings = 0;
         for _ in 1..BUSY_CHECK_EVERY {
             assert!(idle.ran_maybe(), "taken as busy, unchecked");
         }
         assert!(!idle.ran_maybe(), "checked: it did not run");
-        assert_eq!(idle.busy, 0);
+        assert_eq!(idle.threads[0].busy, 0);
         assert!(!idle.ran_maybe(), "idle: checked at every reading");
+        // Idle at IDLE_AFTER checks in a row: its readings are not checked, its wake check is.
+        idle.idle = IDLE_AFTER;
+        idle.threads[0].last = None; // a check now would say "ran"
+        for _ in 0..10 {
+            assert!(!idle.ran_maybe(), "long idle: taken as not run, unchecked");
+        }
+        idle.wake_check();
+        assert!(idle.woke && idle.idle == 0, "it ran: no longer long idle");
+        assert!(idle.ran_maybe(), "its next reading reads it");
+        assert!(!idle.woke);
+        assert!(!idle.ran_maybe(), "then checked at every reading");
+        idle.idle = IDLE_AFTER;
+        idle.wake_check();
+        assert!(
+            !idle.woke && idle.long_idle(),
+            "did not run: still long idle"
+        );
         let _ = child.kill();
         let _ = child.wait();
         assert!(

@@ -556,6 +556,160 @@ fn the_frame_cache_reads_the_same_stacks_and_idle_flags_as_without_it() {
     }
 }
 
+/// The vendored py-spy's patch 9: a thread named to pass over is not read (left out, listed as
+/// skipped), the others read as ever; a thread id it does not know is read anyway.
+#[test]
+fn py_spy_passes_over_the_threads_it_is_told_did_not_run() {
+    use std::io::BufRead;
+    let Some(py) = python3() else {
+        return;
+    };
+    let mut job = std::process::Command::new(py)
+        .arg("-c")
+        .arg(
+            "import threading, time\n\
+             def spin():\n    while True: pass\n\
+             def sleeper():\n    time.sleep(60)\n\
+             threading.Thread(target=spin, daemon=True).start()\n\
+             print('ready', flush=True)\n\
+             sleeper()\n",
+        )
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(job.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    let config = py_spy::Config {
+        blocking: py_spy::config::LockingStrategy::NonBlocking,
+        ..Default::default()
+    };
+    let mut spy = py_spy::PythonSpy::retry_new(job.id() as py_spy::Pid, &config, 20).unwrap();
+    let all = spy.get_stack_traces().unwrap();
+    assert_eq!(all.len(), 2);
+    if (spy.version.major, spy.version.minor) < (3, 11) {
+        // No OS thread id in the thread state: nothing can be passed over.
+        let _ = job.kill();
+        let _ = job.wait();
+        return;
+    }
+    let main = all
+        .iter()
+        .find(|t| t.frames.iter().any(|f| f.name == "sleeper"))
+        .and_then(|t| t.os_thread_id)
+        .unwrap();
+    for _ in 0..10 {
+        let traces = spy.get_stack_traces_skipping(&[main, 999_999_999]).unwrap();
+        assert_eq!(spy.skipped(), &[main][..]);
+        assert_eq!(traces.len(), 1, "the spinner only");
+        assert!(traces[0].frames.iter().any(|f| f.name == "spin"));
+        assert_ne!(traces[0].os_thread_id, Some(main));
+        // Without a list, every thread again, and nothing skipped.
+        let traces = spy.get_stack_traces().unwrap();
+        assert_eq!(traces.len(), 2);
+        assert!(spy.skipped().is_empty());
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let _ = job.kill();
+    let _ = job.wait();
+}
+
+/// A recording of a loop thread and three sleeping threads: the sleepers, passed over after
+/// their first reading, are counted at every reading with the stack they sleep in, idle,
+/// exactly as when every thread is read (`GPUFEED_PY_IDLE_SKIP=0`).
+#[test]
+fn sleeping_threads_passed_over_are_counted_as_when_read() {
+    let Some(py) = python3() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("threads.py");
+    std::fs::write(
+        &script,
+        "import threading, time\n\
+         def sleeper():\n    time.sleep(60)\n\
+         for i in range(3):\n    threading.Thread(target=sleeper, name='sleeper%d' % i, daemon=True).start()\n\
+         t = time.time()\n\
+         while time.time() - t < 2.5:\n    sum(range(1000))\n",
+    )
+    .unwrap();
+    for skip in ["1", "0"] {
+        let out = dir.path().join(format!("rec{skip}.ndjson"));
+        gpufeed()
+            .env("GPUFEED_PY_IDLE_SKIP", skip)
+            .args(["run", "--format", "json", "--py-rate", "50", "-o"])
+            .arg(&out)
+            .arg("--")
+            .arg(py)
+            .arg(&script)
+            .assert()
+            .success();
+        let text = std::fs::read_to_string(&out).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        let stacks: std::collections::HashMap<u64, Vec<u64>> = lines
+            .iter()
+            .filter(|l| l["type"] == "py_stack")
+            .map(|l| {
+                let frames = l["frames"].as_array().unwrap();
+                (
+                    l["id"].as_u64().unwrap(),
+                    frames.iter().map(|f| f.as_u64().unwrap()).collect(),
+                )
+            })
+            .collect();
+        let frame_names: std::collections::HashMap<u64, String> = lines
+            .iter()
+            .filter(|l| l["type"] == "py_frame")
+            .map(|l| {
+                (
+                    l["id"].as_u64().unwrap(),
+                    l["name"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        // Per sleeper: (readings, idle readings, whether every one is in `sleeper`).
+        let mut sleepers: std::collections::BTreeMap<String, (u64, u64, bool)> = Default::default();
+        let mut ticks = 0;
+        for l in lines.iter().filter(|l| l["type"] == "py_samples") {
+            ticks += l["ticks"].as_u64().unwrap();
+            for t in l["threads"].as_array().unwrap() {
+                let Some(name) = t["name"].as_str().filter(|n| n.starts_with("sleeper")) else {
+                    continue;
+                };
+                let e = sleepers.entry(name.to_string()).or_insert((0, 0, true));
+                for s in t["stacks"].as_array().unwrap() {
+                    let (id, n, idle) = (
+                        s[0].as_u64().unwrap(),
+                        s[1].as_u64().unwrap(),
+                        s[2].as_u64().unwrap(),
+                    );
+                    e.0 += n;
+                    e.1 += idle;
+                    e.2 &= stacks[&id].iter().any(|f| frame_names[f] == "sleeper");
+                }
+            }
+        }
+        assert!(ticks >= 40, "GPUFEED_PY_IDLE_SKIP={skip}: {ticks} readings");
+        assert_eq!(
+            sleepers.len(),
+            3,
+            "GPUFEED_PY_IDLE_SKIP={skip}: {sleepers:?}"
+        );
+        for (name, (n, idle, in_sleeper)) in &sleepers {
+            assert!(*in_sleeper, "{name} always in sleeper()");
+            assert_eq!(n, idle, "{name} idle at every reading (skip={skip})");
+            // Counted at (nearly) every reading of the process: a thread started after the
+            // first readings misses those.
+            assert!(*n + 5 >= ticks, "{name}: {n} of {ticks} (skip={skip})");
+        }
+    }
+}
+
 /// A job started earlier with GPUFEED_STEP_SOCKET=PATH (its probe drops markers while nobody
 /// listens) gets its steps recorded once `record --pid --step-socket PATH` attaches.
 #[test]
