@@ -237,7 +237,7 @@ pub fn run(opts: &Options) -> Report {
 }
 
 /// Text for people: grouped, a status tag per check, the fix underneath.
-pub(crate) fn render_text(r: &Report) -> String {
+pub fn render_text(r: &Report) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let width = r.checks.iter().map(|c| c.id.len()).max().unwrap_or(0);
