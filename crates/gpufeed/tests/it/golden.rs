@@ -711,12 +711,12 @@ fn doctor_reports() {
     section(
         &mut all,
         "doctor full",
-        &gpufeed::doctor::render_text(&doctor_report()),
+        &present::doctor::text(&doctor_report()),
     );
     section(
         &mut all,
         "doctor empty",
-        &gpufeed::doctor::render_text(&gpufeed::doctor::Report::new(vec![])),
+        &present::doctor::text(&gpufeed::doctor::Report::new(vec![])),
     );
     insta::assert_snapshot!("golden_doctor", all);
 }
