@@ -922,7 +922,7 @@ fn tune_reports_text_and_html() {
         section(
             &mut all,
             &format!("tune {name} text"),
-            &gpufeed::tune::report::text(&rep),
+            &present::tune::text(&rep),
         );
         if !matches!(name, "full" | "nothing") {
             continue; // the page's frame is the same for every report
