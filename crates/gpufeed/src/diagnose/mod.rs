@@ -84,6 +84,12 @@ pub enum DiagnoseError {
     UnknownFormat { path: PathBuf },
     #[error("{path}: {detail}")]
     Bad { path: PathBuf, detail: String },
+    /// A GPU log its reader refused or could not read: the reader's error is the cause.
+    #[error("{path}: {source}")]
+    Log {
+        path: PathBuf,
+        source: crate::import::LogError,
+    },
 }
 
 /// A file that cannot be diagnosed is bad input, whatever is wrong with it.
