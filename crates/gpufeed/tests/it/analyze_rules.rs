@@ -297,6 +297,15 @@ fn straggler_across_ranks() {
     let f = rules::straggler(&uneven).unwrap();
     assert_eq!(f.evidence["straggler_rank"], "1");
     assert!(rules::straggler(&uneven[..1]).is_none());
+    // An even count: the median rank is the lower of the two middle ones (1040, not 1070).
+    let four = vec![
+        rank(0, 1000.0),
+        rank(1, 1040.0),
+        rank(2, 1100.0),
+        rank(3, 1600.0),
+    ];
+    let f = rules::straggler(&four).unwrap();
+    assert_eq!(f.evidence["median_step_us"], 1040.0);
 }
 
 #[test]
