@@ -104,6 +104,12 @@ pub(crate) fn report_for_recording(path: &Path) -> Result<DiagnoseReport, Diagno
     diagnose_file(path, InputFormat::Recording, &input::LogOptions::default())
 }
 
+/// The evidence of a gpufeed recording, without the rules and verdict a diagnosis adds (a tune
+/// trial needs one figure of it: the Python stacks' data wait).
+pub(crate) fn evidence_for_recording(path: &Path) -> Result<Evidence, DiagnoseError> {
+    input::read(path, InputFormat::Recording, &input::LogOptions::default()).map(|r| r.evidence)
+}
+
 /// Diagnoses any supported file.
 pub fn diagnose_file(
     path: &Path,
@@ -355,4 +361,24 @@ pub(crate) fn sampling_note(e: &Evidence) -> Option<String> {
          plus host and processes).",
         verdict::sampling_factor(Some(i))
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_evidence_alone_holds_the_data_wait_a_diagnosis_shows() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pystacks");
+        for name in ["plain0.ndjson", "hf_trainer.ndjson", "lightning.ndjson"] {
+            let p = dir.join(name);
+            let wait = evidence_for_recording(&p)
+                .unwrap()
+                .python
+                .map(|p| p.data_wait_pct);
+            let report = report_for_recording(&p).unwrap();
+            assert_eq!(wait, report.python.map(|p| p.data_wait_pct), "{name}");
+            assert!(wait.is_some_and(|w| w.is_some()), "{name}: no data wait");
+        }
+    }
 }
