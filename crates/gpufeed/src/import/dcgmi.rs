@@ -6,7 +6,7 @@
 //! Missing values are `N/A` or `-`. Neither prints a time by default: polls are counted, one
 //! interval apart (`-d`), unless a date/time column is present.
 
-use super::smi_csv::{log_header, parse_timestamp};
+use super::smi_csv::{log_header, parse_timestamp, ImpossibleTime};
 use super::{LogError, LogInfo, LogLine};
 use crate::sample::event::{Header, Line};
 use crate::sample::{GpuSample, GpuStatic};
@@ -151,6 +151,8 @@ struct Row {
     sample: GpuSample,
     index: Option<u32>,
     ts: Option<f64>,
+    /// The date and time name no moment (20240230): the row is malformed.
+    impossible_time: bool,
     /// SMACT, SMOCC, TENSO, DRAMA in percent.
     prof: [Option<f64>; 4],
 }
@@ -188,16 +190,20 @@ impl Row {
         if s.util_pct.is_none() {
             s.util_pct = gract;
         }
-        let ts = match (date, time) {
-            (Some(d), Some(t)) if d.len() == 8 => {
-                parse_timestamp(&format!("{}/{}/{} {}", &d[..4], &d[4..6], &d[6..], t))
+        let (ts, impossible_time) = match (date, time) {
+            (Some(d), Some(t)) if d.len() == 8 && d.is_ascii() => {
+                match parse_timestamp(&format!("{}/{}/{} {}", &d[..4], &d[4..6], &d[6..], t)) {
+                    Ok(ts) => (ts, false),
+                    Err(ImpossibleTime) => (None, true),
+                }
             }
-            _ => None,
+            _ => (None, false),
         };
         Row {
             sample: s,
             index,
             ts,
+            impossible_time,
             prof: p,
         }
     }
@@ -351,7 +357,7 @@ pub fn read_dmon(
             return Ok(());
         }
         let row = Row::parse(c, vals, idx);
-        let Some(index) = row.index else {
+        let Some(index) = row.index.filter(|_| !row.impossible_time) else {
             pending_bad = complete;
             info.truncated |= !complete;
             return Ok(());
@@ -529,6 +535,27 @@ GPU 1     9      409";
         let (_, _, _, s) = read(text, Flavour::SmiDmon).unwrap();
         assert_eq!(s[1].t_s, 5.0);
         assert_eq!(s[0].pcie_rx_bytes_per_s, Some(9e9));
+    }
+
+    #[test]
+    fn a_row_on_a_date_that_never_was_is_malformed() {
+        let text = "\
+#Date       Time        gpu     sm    mem
+ 20240228   12:00:00      0     80     30
+ 20240230   12:00:01      0     90     30
+ 20240228   12:00:02      0     10     30
+";
+        let (_, info, _, s) = read(text, Flavour::SmiDmon).unwrap();
+        assert_eq!((s.len(), info.malformed), (2, 1));
+        assert_eq!(s[1].t_s, 2.0);
+    }
+
+    #[test]
+    fn a_date_of_eight_bytes_but_not_eight_digits_is_no_time() {
+        // `é` straddles byte 4: the date is not sliced into year, month and day.
+        let text = "#Date       Time        gpu     sm    mem\n 202\u{e9}xyz   12:00:00      0     80     30\n";
+        let (_, _, _, s) = read(text, Flavour::SmiDmon).unwrap();
+        assert_eq!(s.len(), 1);
     }
 
     #[test]
