@@ -146,24 +146,17 @@ pub fn text(r: &TuneReport) -> String {
     if let Some(stop) = r.stop {
         let _ = writeln!(o, "\nStopped: {}.", stop_words(stop));
     }
-    if !r.chosen.is_empty() {
-        let _ = writeln!(o, "\nSettings chosen:");
-        for c in &r.chosen {
-            let _ = writeln!(
-                o,
-                "  {}={}  {}",
-                c.knob.key(),
-                c.value,
-                gain(c.gain, c.gain_ci95)
-            );
+    for (title, list) in [
+        ("\nSettings chosen:", &r.chosen),
+        (
+            "Tried and rejected (no gain whose interval clears the best):",
+            &r.rejected,
+        ),
+    ] {
+        if !list.is_empty() {
+            let _ = writeln!(o, "{title}");
         }
-    }
-    if !r.rejected.is_empty() {
-        let _ = writeln!(
-            o,
-            "Tried and rejected (no gain whose interval clears the best):"
-        );
-        for c in &r.rejected {
+        for c in list {
             let _ = writeln!(
                 o,
                 "  {}={}  {}",
