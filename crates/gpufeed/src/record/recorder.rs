@@ -683,20 +683,24 @@ mod tests {
         assert!(text.starts_with(b"{\"type\":\"header\""));
     }
 
-    /// Records a short job to `name`; checks what the reader sees and returns the file's bytes.
-    fn record_a_job(name: &str) -> Vec<u8> {
-        let dir = tempfile::tempdir().unwrap();
-        let out = dir.path().join(name);
-        let prepared = Prepared::new(RecorderConfig {
-            output: out.clone(),
+    /// A recording to `out` every 50 ms without GPUs, with the steps of `steps`.
+    fn no_gpu(out: &Path, steps: Option<Arc<StepSocket>>) -> RecorderConfig {
+        RecorderConfig {
+            output: out.to_path_buf(),
             interval: Duration::from_millis(50),
             nvml_lib: None,
             no_gpu: true,
             clobber: Clobber::Refuse,
             py: None,
-            steps: None,
-        })
-        .unwrap();
+            steps,
+        }
+    }
+
+    /// Records a short job to `name`; checks what the reader sees and returns the file's bytes.
+    fn record_a_job(name: &str) -> Vec<u8> {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join(name);
+        let prepared = Prepared::new(no_gpu(&out, None)).unwrap();
         let mut child = std::process::Command::new("sh")
             .args(["-c", "sleep 0.4"])
             .spawn()
@@ -733,16 +737,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("r.ndjson");
         let sock = Arc::new(StepSocket::open().unwrap());
-        let prepared = Prepared::new(RecorderConfig {
-            output: out.clone(),
-            interval: Duration::from_millis(50),
-            nvml_lib: None,
-            no_gpu: true,
-            clobber: Clobber::Refuse,
-            py: None,
-            steps: Some(Arc::clone(&sock)),
-        })
-        .unwrap();
+        let prepared = Prepared::new(no_gpu(&out, Some(Arc::clone(&sock)))).unwrap();
         let rec = prepared.start(None, None).unwrap();
         let tx = std::os::unix::net::UnixDatagram::unbound().unwrap();
         // Steps of 100 ms, 30 of them waiting, 4 samples each (ended just now), and one marker
