@@ -15,7 +15,7 @@ use gpufeed::trace::{ranks, report, TraceSummary};
 use gpufeed::tune::params::{parse_knobs, product, Setting};
 use gpufeed::tune::sweep::{self, SweepReport, TrialResult};
 use gpufeed::tune::trial::{Source, Status, Throughput, TrialExit, TrialOutcome, WaitSource};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -182,36 +182,7 @@ fn job_reports() {
 
 // ---- traces (the same hand-written events as analyze_rules) ----
 
-use crate::analyze_rules::{kernel, launch, summarize, v100, x};
-
-fn steps(n: usize, step_us: f64, dl_us: f64, iter: &str, kernel_name: &str) -> Vec<Value> {
-    let mut ev = Vec::new();
-    for i in 0..n {
-        let t0 = i as f64 * step_us;
-        ev.push(x(
-            "user_annotation",
-            &format!("ProfilerStep#{i}"),
-            t0,
-            step_us,
-            json!({}),
-        ));
-        ev.push(x(
-            "cpu_op",
-            &format!("enumerate(DataLoader)#{iter}.__next__"),
-            t0,
-            dl_us,
-            json!({}),
-        ));
-        ev.push(launch(t0 + dl_us, i as u64 + 1));
-        ev.push(kernel(
-            kernel_name,
-            t0 + dl_us + 5.0,
-            step_us - dl_us - 10.0,
-            i as u64 + 1,
-        ));
-    }
-    ev
-}
+use crate::analyze_rules::{kernel, steps_with_kernel as steps, summarize, v100, x};
 
 fn traces() -> Vec<(&'static str, TraceSummary)> {
     let single = "_SingleProcessDataLoaderIter";
