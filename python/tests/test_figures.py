@@ -22,7 +22,7 @@ import gpufeed  # noqa: E402
 from gpufeed._figures import Figures, merge  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_package import importable, skipped  # noqa: E402
+from test_package import hf_toys, importable, skipped  # noqa: E402
 
 
 def scalars(logdir):
@@ -175,34 +175,17 @@ class LightningLoggerTest(unittest.TestCase):
 
 
 def _hf_train(out, report_to):
-    import torch
-    from torch.utils.data import Dataset
     from transformers import Trainer, TrainingArguments
 
     from gpufeed.transformers import GpufeedTrainerCallback
-
-    class Slow(Dataset):
-        def __len__(self):
-            return 24
-
-        def __getitem__(self, i):
-            time.sleep(0.01)
-            return {"x": torch.randn(3), "labels": torch.randn(1)}
-
-    class Model(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = torch.nn.Linear(3, 1)
-
-        def forward(self, x, labels):
-            return {"loss": torch.nn.functional.mse_loss(self.lin(x), labels)}
 
     args = TrainingArguments(
         output_dir=out, per_device_train_batch_size=4, num_train_epochs=1, use_cpu=True,
         report_to=report_to, save_strategy="no", logging_steps=2,
         dataloader_num_workers=0, disable_tqdm=True,
     )
-    Trainer(model=Model(), args=args, train_dataset=Slow(),
+    model, data = hf_toys(24)
+    Trainer(model=model, args=args, train_dataset=data,
             callbacks=[GpufeedTrainerCallback()]).train()
 
 
