@@ -147,13 +147,21 @@ class LightningLoggerTest(unittest.TestCase):
         data = DataLoader(_torch_data(12, 4, 0.01), batch_size=4, num_workers=0)
         trainer.fit(Model(), data)
 
-    def test_lightning_tensorboard_logger_gets_the_figures(self):
+    def logged(self, log, what):
+        """The scalars of a fit with ``GpufeedCallback(log=log)``; ``None``, after saying that
+        ``what`` did not run, without Lightning and TensorBoard."""
         if not ((importable("lightning.pytorch") or importable("pytorch_lightning"))
                 and importable("tensorboard")):
-            return skipped("lightning or tensorboard not installed: the Lightning logger test did not run")
+            skipped("lightning or tensorboard not installed: %s did not run" % what)
+            return None
         with tempfile.TemporaryDirectory() as d:
-            self.fit(d, log=True)
-            got = scalars(d)
+            self.fit(d, log=log)
+            return scalars(d)
+
+    def test_lightning_tensorboard_logger_gets_the_figures(self):
+        got = self.logged(True, "the Lightning logger test")
+        if got is None:
+            return
         wait = got.get("gpufeed/data_wait_pct")
         self.assertTrue(wait, sorted(got))
         # 12 batches of 4 samples at 10 ms each, a tiny model: the loop mostly waits for data.
@@ -165,12 +173,9 @@ class LightningLoggerTest(unittest.TestCase):
         self.assertEqual([s for s, _ in wait], [4, 8, 12])
 
     def test_lightning_opt_out(self):
-        if not ((importable("lightning.pytorch") or importable("pytorch_lightning"))
-                and importable("tensorboard")):
-            return skipped("lightning or tensorboard not installed: the Lightning opt-out test did not run")
-        with tempfile.TemporaryDirectory() as d:
-            self.fit(d, log=False)
-            got = scalars(d)
+        got = self.logged(False, "the Lightning opt-out test")
+        if got is None:
+            return
         self.assertFalse([t for t in got if t.startswith("gpufeed/")], sorted(got))
 
 
