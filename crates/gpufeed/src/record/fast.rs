@@ -76,23 +76,28 @@ trait Nullable {
     fn opt_u32(&mut self) -> Option<Option<u32>>;
 }
 
+/// `null` (`Some(None)`), else the value `read` reads.
+#[inline]
+fn nullable<'a, T>(
+    c: &mut Cursor<'a>,
+    read: impl FnOnce(&mut Cursor<'a>) -> Option<T>,
+) -> Option<Option<T>> {
+    if c.null() {
+        Some(None)
+    } else {
+        read(c).map(Some)
+    }
+}
+
 impl Nullable for Cursor<'_> {
     #[inline]
     fn opt_f64(&mut self) -> Option<Option<f64>> {
-        if self.null() {
-            Some(None)
-        } else {
-            self.f64().map(Some)
-        }
+        nullable(self, Cursor::f64)
     }
 
     #[inline]
     fn opt_u64(&mut self) -> Option<Option<u64>> {
-        if self.null() {
-            Some(None)
-        } else {
-            self.u64().map(Some)
-        }
+        nullable(self, Cursor::u64)
     }
 
     #[inline]
