@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 import unittest
+from unittest import mock
 
 SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 if not os.environ.get("GPUFEED_TEST_INSTALLED"):
@@ -225,21 +226,13 @@ class TransformersLoggerTest(unittest.TestCase):
             # A local store, no server: SQLite (MLflow 3 refuses its file store unless told
             # MLFLOW_ALLOW_FILE_STORE=true, and calls it deprecated).
             uri = "sqlite:///" + d + "/mlflow.db"
-            old = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME")}
-            os.environ["MLFLOW_TRACKING_URI"] = uri
-            os.environ["MLFLOW_EXPERIMENT_NAME"] = "gpufeed-test"
-            try:
+            with mock.patch.dict(os.environ, MLFLOW_TRACKING_URI=uri,
+                                 MLFLOW_EXPERIMENT_NAME="gpufeed-test"):
                 self.train(d, ["mlflow"])
                 client = mlflow.tracking.MlflowClient(tracking_uri=uri)
                 exp = client.get_experiment_by_name("gpufeed-test")
                 run = client.search_runs([exp.experiment_id])[0]
                 hist = client.get_metric_history(run.info.run_id, "gpufeed/data_wait_pct")
-            finally:
-                for k, v in old.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
         self.assertEqual(len(hist), 3, hist)
         self.assertTrue(all(m.value > 50 for m in hist), hist)
 
@@ -285,26 +278,18 @@ class WandbLoggerTest(unittest.TestCase):
             return skipped("transformers/accelerate/wandb not installed: the HF W&B test did not run")
         import wandb
 
-        keys = ("WANDB_MODE", "WANDB_DIR", "WANDB_SILENT", "WANDB_PROJECT")
-        old = {k: os.environ.get(k) for k in keys}
-        with tempfile.TemporaryDirectory() as d:
-            os.environ.update(WANDB_MODE="offline", WANDB_DIR=d, WANDB_SILENT="true",
-                              WANDB_PROJECT="gpufeed-test")
-            try:
-                _hf_train(d, ["wandb"])
-                wandb.finish()
-                # Now, not at exit: wandb 0.31's atexit teardown passes unittest's exit status
-                # (a bool) to a protobuf int field and prints a TypeError.
-                wandb.teardown(exit_code=0)
-                files = glob.glob(os.path.join(d, "wandb", "offline-run-*", "run-*.wandb"))
-                self.assertEqual(len(files), 1, files)
-                history = wandb_history(files[0])
-            finally:
-                for k, v in old.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
+        with tempfile.TemporaryDirectory() as d, mock.patch.dict(
+            os.environ, WANDB_MODE="offline", WANDB_DIR=d, WANDB_SILENT="true",
+            WANDB_PROJECT="gpufeed-test",
+        ):
+            _hf_train(d, ["wandb"])
+            wandb.finish()
+            # Now, not at exit: wandb 0.31's atexit teardown passes unittest's exit status
+            # (a bool) to a protobuf int field and prints a TypeError.
+            wandb.teardown(exit_code=0)
+            files = glob.glob(os.path.join(d, "wandb", "offline-run-*", "run-*.wandb"))
+            self.assertEqual(len(files), 1, files)
+            history = wandb_history(files[0])
         # The Trainer's W&B integration prefixes training logs with train/, as for TensorBoard.
         wait = [h["train/gpufeed/data_wait_pct"] for h in history if "train/gpufeed/data_wait_pct" in h]
         self.assertEqual(len(wait), 3, history)  # 6 steps, logged every 2
