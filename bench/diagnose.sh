@@ -20,11 +20,8 @@ DIR=${GPUFEED_BENCH_DIR:-/tmp/gpufeed-bench-diagnose}
 mkdir -p "$DIR"
 cargo build --release -p gpufeed >/dev/null
 BIN=target/release/gpufeed
-gen() { # hours file
-  if [ ! -s "$2" ]; then
-    echo "generating $1 h x $GPUS GPUs at 10 Hz into $2 ..." >&2
-    python3 bench/diagnose_gen.py "$2" --hours "$1" --gpus "$GPUS"
-  fi
+gen() { # hours file: generated once, then reused
+  python3 bench/diagnose_gen.py "$2" --hours "$1" --gpus "$GPUS" --reuse
 }
 LONG="$DIR/rec-${HOURS}h-${GPUS}gpu.ndjson"
 SHORT="$DIR/rec-1h-${GPUS}gpu.ndjson"

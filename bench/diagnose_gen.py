@@ -3,7 +3,9 @@
 10 Hz (each GPU line carries the driver's 1/6 s utilization samples, PCIe counters, the link
 state once a second), host lines at 10 Hz and the job's process lines at 10 Hz.
 
-Usage: diagnose_gen.py OUT [--hours 24] [--gpus 8] [--hz 10] [--cpus 64] [--procs 17]
+Usage: diagnose_gen.py OUT [--hours 24] [--gpus 8] [--hz 10] [--cpus 64] [--procs 17] [--reuse]
+
+With --reuse an OUT that exists and is not empty is kept (the benchmarks generate each file once).
 
 The utilization is the "starving" signature (85% then 10% every 2 s) on every GPU, so the
 diagnosis has real work to do (periodicity, bimodality, a worker split).
@@ -11,6 +13,7 @@ Lines are formatted from templates (not json.dumps) so 24 hours take minutes, no
 """
 import argparse
 import json
+import os
 import sys
 
 
@@ -23,7 +26,13 @@ def main():
     ap.add_argument("--cpus", type=int, default=64)
     ap.add_argument("--procs", type=int, default=17,
                     help="processes in the job tree (1 main + workers)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep OUT when it exists and is not empty")
     a = ap.parse_args()
+    if a.reuse and os.path.isfile(a.out) and os.path.getsize(a.out) > 0:
+        return
+    print("generating %g h x %d GPUs at %g Hz into %s ..." % (a.hours, a.gpus, a.hz, a.out),
+          file=sys.stderr)
 
     header = {
         "type": "header", "schema_version": 1, "gpufeed_version": "0.1.0",

@@ -52,11 +52,8 @@ else
   cp "$DIR/target-old/release/gpufeed" "$OLD"
 fi
 
-gen() { # hours file
-  if [ ! -s "$2" ]; then
-    echo "generating $1 h x $GPUS GPUs at 10 Hz into $2 ..." >&2
-    python3 bench/diagnose_gen.py "$2" --hours "$1" --gpus "$GPUS"
-  fi
+gen() { # hours file: generated once, then reused
+  python3 bench/diagnose_gen.py "$2" --hours "$1" --gpus "$GPUS" --reuse
 }
 LONG="$DIR/rec-${HOURS}h-${GPUS}gpu.ndjson"
 SHORT="$DIR/rec-${EXPORT_HOURS}h-${GPUS}gpu.ndjson"

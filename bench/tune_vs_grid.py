@@ -32,20 +32,9 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from common import ROOT, find_gpufeed
+
 JOB = os.path.join(ROOT, "bench", "tune_job.py")
-
-
-def find_gpufeed(explicit):
-    if explicit:
-        return explicit
-    tdir = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-    for prof in ("release", "debug"):
-        p = os.path.join(tdir, prof, "gpufeed")
-        if os.path.exists(p):
-            return p
-    subprocess.run(["cargo", "build", "--release", "-p", "gpufeed"], cwd=ROOT, check=True)
-    return os.path.join(tdir, "release", "gpufeed")
 
 
 def find_python(explicit):

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 import unittest
+from unittest import mock
 
 SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 if not os.environ.get("GPUFEED_TEST_INSTALLED"):
@@ -22,7 +23,7 @@ import gpufeed  # noqa: E402
 from gpufeed._figures import Figures, merge  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_package import importable, skipped  # noqa: E402
+from test_package import hf_toys, importable, skipped  # noqa: E402
 
 
 def scalars(logdir):
@@ -147,13 +148,21 @@ class LightningLoggerTest(unittest.TestCase):
         data = DataLoader(_torch_data(12, 4, 0.01), batch_size=4, num_workers=0)
         trainer.fit(Model(), data)
 
-    def test_lightning_tensorboard_logger_gets_the_figures(self):
+    def logged(self, log, what):
+        """The scalars of a fit with ``GpufeedCallback(log=log)``; ``None``, after saying that
+        ``what`` did not run, without Lightning and TensorBoard."""
         if not ((importable("lightning.pytorch") or importable("pytorch_lightning"))
                 and importable("tensorboard")):
-            return skipped("lightning or tensorboard not installed: the Lightning logger test did not run")
+            skipped("lightning or tensorboard not installed: %s did not run" % what)
+            return None
         with tempfile.TemporaryDirectory() as d:
-            self.fit(d, log=True)
-            got = scalars(d)
+            self.fit(d, log=log)
+            return scalars(d)
+
+    def test_lightning_tensorboard_logger_gets_the_figures(self):
+        got = self.logged(True, "the Lightning logger test")
+        if got is None:
+            return
         wait = got.get("gpufeed/data_wait_pct")
         self.assertTrue(wait, sorted(got))
         # 12 batches of 4 samples at 10 ms each, a tiny model: the loop mostly waits for data.
@@ -165,44 +174,24 @@ class LightningLoggerTest(unittest.TestCase):
         self.assertEqual([s for s, _ in wait], [4, 8, 12])
 
     def test_lightning_opt_out(self):
-        if not ((importable("lightning.pytorch") or importable("pytorch_lightning"))
-                and importable("tensorboard")):
-            return skipped("lightning or tensorboard not installed: the Lightning opt-out test did not run")
-        with tempfile.TemporaryDirectory() as d:
-            self.fit(d, log=False)
-            got = scalars(d)
+        got = self.logged(False, "the Lightning opt-out test")
+        if got is None:
+            return
         self.assertFalse([t for t in got if t.startswith("gpufeed/")], sorted(got))
 
 
 def _hf_train(out, report_to):
-    import torch
-    from torch.utils.data import Dataset
     from transformers import Trainer, TrainingArguments
 
     from gpufeed.transformers import GpufeedTrainerCallback
-
-    class Slow(Dataset):
-        def __len__(self):
-            return 24
-
-        def __getitem__(self, i):
-            time.sleep(0.01)
-            return {"x": torch.randn(3), "labels": torch.randn(1)}
-
-    class Model(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = torch.nn.Linear(3, 1)
-
-        def forward(self, x, labels):
-            return {"loss": torch.nn.functional.mse_loss(self.lin(x), labels)}
 
     args = TrainingArguments(
         output_dir=out, per_device_train_batch_size=4, num_train_epochs=1, use_cpu=True,
         report_to=report_to, save_strategy="no", logging_steps=2,
         dataloader_num_workers=0, disable_tqdm=True,
     )
-    Trainer(model=Model(), args=args, train_dataset=Slow(),
+    model, data = hf_toys(24)
+    Trainer(model=model, args=args, train_dataset=data,
             callbacks=[GpufeedTrainerCallback()]).train()
 
 
@@ -237,21 +226,13 @@ class TransformersLoggerTest(unittest.TestCase):
             # A local store, no server: SQLite (MLflow 3 refuses its file store unless told
             # MLFLOW_ALLOW_FILE_STORE=true, and calls it deprecated).
             uri = "sqlite:///" + d + "/mlflow.db"
-            old = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME")}
-            os.environ["MLFLOW_TRACKING_URI"] = uri
-            os.environ["MLFLOW_EXPERIMENT_NAME"] = "gpufeed-test"
-            try:
+            with mock.patch.dict(os.environ, MLFLOW_TRACKING_URI=uri,
+                                 MLFLOW_EXPERIMENT_NAME="gpufeed-test"):
                 self.train(d, ["mlflow"])
                 client = mlflow.tracking.MlflowClient(tracking_uri=uri)
                 exp = client.get_experiment_by_name("gpufeed-test")
                 run = client.search_runs([exp.experiment_id])[0]
                 hist = client.get_metric_history(run.info.run_id, "gpufeed/data_wait_pct")
-            finally:
-                for k, v in old.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
         self.assertEqual(len(hist), 3, hist)
         self.assertTrue(all(m.value > 50 for m in hist), hist)
 
@@ -297,26 +278,18 @@ class WandbLoggerTest(unittest.TestCase):
             return skipped("transformers/accelerate/wandb not installed: the HF W&B test did not run")
         import wandb
 
-        keys = ("WANDB_MODE", "WANDB_DIR", "WANDB_SILENT", "WANDB_PROJECT")
-        old = {k: os.environ.get(k) for k in keys}
-        with tempfile.TemporaryDirectory() as d:
-            os.environ.update(WANDB_MODE="offline", WANDB_DIR=d, WANDB_SILENT="true",
-                              WANDB_PROJECT="gpufeed-test")
-            try:
-                _hf_train(d, ["wandb"])
-                wandb.finish()
-                # Now, not at exit: wandb 0.31's atexit teardown passes unittest's exit status
-                # (a bool) to a protobuf int field and prints a TypeError.
-                wandb.teardown(exit_code=0)
-                files = glob.glob(os.path.join(d, "wandb", "offline-run-*", "run-*.wandb"))
-                self.assertEqual(len(files), 1, files)
-                history = wandb_history(files[0])
-            finally:
-                for k, v in old.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
+        with tempfile.TemporaryDirectory() as d, mock.patch.dict(
+            os.environ, WANDB_MODE="offline", WANDB_DIR=d, WANDB_SILENT="true",
+            WANDB_PROJECT="gpufeed-test",
+        ):
+            _hf_train(d, ["wandb"])
+            wandb.finish()
+            # Now, not at exit: wandb 0.31's atexit teardown passes unittest's exit status
+            # (a bool) to a protobuf int field and prints a TypeError.
+            wandb.teardown(exit_code=0)
+            files = glob.glob(os.path.join(d, "wandb", "offline-run-*", "run-*.wandb"))
+            self.assertEqual(len(files), 1, files)
+            history = wandb_history(files[0])
         # The Trainer's W&B integration prefixes training logs with train/, as for TensorBoard.
         wait = [h["train/gpufeed/data_wait_pct"] for h in history if "train/gpufeed/data_wait_pct" in h]
         self.assertEqual(len(wait), 3, history)  # 6 steps, logged every 2

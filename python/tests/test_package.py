@@ -9,7 +9,6 @@ fresh venv), else the source tree's python/.
 
 import importlib
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,9 @@ import gpufeed  # noqa: E402
 import gpufeed_probe  # noqa: E402
 from gpufeed import _find, _steps  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import stepsock  # noqa: E402
+
 
 def skipped(what):
     sys.stderr.write("\nSKIPPED: %s\n" % what)
@@ -40,15 +42,8 @@ def importable(name):
         return False
 
 
-class Receiver:
-    """The gpufeed end of the step socket."""
-
-    def __init__(self):
-        self.dir = tempfile.TemporaryDirectory()
-        self.path = os.path.join(self.dir.name, "s.sock")
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(self.path)
-        self.sock.setblocking(False)
+class Receiver(stepsock.Receiver):
+    """The gpufeed end of the step socket, read without waiting."""
 
     def marks(self):
         out = []
@@ -61,9 +56,30 @@ class Receiver:
             pass
         return out
 
-    def close(self):
-        self.sock.close()
-        self.dir.cleanup()
+
+def hf_toys(n):
+    """A model and a dataset of ``n`` samples, 10 ms each to fetch, in the dict form a Hugging
+    Face Trainer takes (``x`` and ``labels``; the model returns ``loss``)."""
+    import torch
+    from torch.utils.data import Dataset
+
+    class Slow(Dataset):
+        def __len__(self):
+            return n
+
+        def __getitem__(self, i):
+            time.sleep(0.01)
+            return {"x": torch.randn(3), "labels": torch.randn(1)}
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 1)
+
+        def forward(self, x, labels):
+            return {"loss": torch.nn.functional.mse_loss(self.lin(x), labels)}
+
+    return Model(), Slow()
 
 
 class WithSocket(unittest.TestCase):
@@ -313,27 +329,9 @@ class TransformersTest(WithSocket):
                 "transformers + torch + accelerate not installed (torch is too big for CI): "
                 "GpufeedTrainerCallback tested only against a stand-in TrainerCallback"
             )
-        import torch
-        from torch.utils.data import Dataset
         from transformers import Trainer, TrainingArguments
 
         from gpufeed.transformers import GpufeedTrainerCallback
-
-        class Slow(Dataset):
-            def __len__(self):
-                return 5 * 4
-
-            def __getitem__(self, i):
-                time.sleep(0.01)
-                return {"x": torch.randn(3), "labels": torch.randn(1)}
-
-        class Model(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.lin = torch.nn.Linear(3, 1)
-
-            def forward(self, x, labels):
-                return {"loss": torch.nn.functional.mse_loss(self.lin(x), labels)}
 
         with tempfile.TemporaryDirectory() as out:
             args = TrainingArguments(
@@ -341,7 +339,8 @@ class TransformersTest(WithSocket):
                 num_train_epochs=1, use_cpu=True, report_to=[], save_strategy="no",
                 logging_strategy="no", dataloader_num_workers=0, disable_tqdm=True,
             )
-            Trainer(model=Model(), args=args, train_dataset=Slow(),
+            model, data = hf_toys(5 * 4)
+            Trainer(model=model, args=args, train_dataset=data,
                     callbacks=[GpufeedTrainerCallback()]).train()
         # 20 samples, 2 per batch, 2 batches per optimizer step: 5 steps of 4 samples. The
         # bounds are what the dataset's sleeps take at the least (time.sleep never returns

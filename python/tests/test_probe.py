@@ -2,7 +2,6 @@ import json
 import os
 import socket
 import sys
-import tempfile
 import threading
 import time
 import unittest
@@ -11,14 +10,13 @@ if not os.environ.get("GPUFEED_TEST_INSTALLED"):  # else: the installed wheel's 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import gpufeed_probe as probe  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import stepsock  # noqa: E402
 
-class Receiver:
+
+class Receiver(stepsock.Receiver):
     def __init__(self):
-        self.dir = tempfile.TemporaryDirectory()
-        self.path = os.path.join(self.dir.name, "s.sock")
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(self.path)
-        self.sock.settimeout(2.0)
+        super().__init__(timeout=2.0)
 
     def recv(self):
         return self.sock.recv(4096).decode("ascii")
@@ -33,10 +31,6 @@ class Receiver:
             pass
         self.sock.settimeout(2.0)
         return out
-
-    def close(self):
-        self.sock.close()
-        self.dir.cleanup()
 
 
 class ProbeTest(unittest.TestCase):

@@ -51,7 +51,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "present",
         &[
             "bench", "compare", "diagnose", "doctor", "finding", "inject", "live", "record",
-            "sample", "trace", "tune", "units",
+            "sample", "stats", "trace", "tune", "units",
         ],
     ),
     ("tui", &["diagnose", "live", "present", "sample", "units"]),

@@ -28,7 +28,7 @@ pub fn run(global: &GlobalOpts, args: &DoctorArgs) -> anyhow::Result<u8> {
             s
         }
         OutputFormat::Text | OutputFormat::Markdown | OutputFormat::Html => {
-            doctor::render_text(&report)
+            crate::present::doctor::text(&report)
         }
     };
     let mut out = std::io::stdout().lock();

@@ -683,7 +683,7 @@ fn present(t: &Tuner) -> anyhow::Result<()> {
                 .and_then(|p| std::fs::read_to_string(p).ok());
             print!("{}", crate::present::tune::html(&t.rep, patch.as_deref()));
         }
-        _ => print!("{}", report::text(&t.rep)),
+        _ => print!("{}", crate::present::tune::text(&t.rep)),
     }
     if !t.args.trial.quiet {
         eprintln!("gpufeed: recordings and tune.json in {}", t.dir.display());

@@ -161,9 +161,9 @@ fn bad(path: &Path, e: LogError) -> DiagnoseError {
         LogError::Empty => DiagnoseError::Empty {
             path: path.to_path_buf(),
         },
-        other => DiagnoseError::Bad {
+        source => DiagnoseError::Log {
             path: path.to_path_buf(),
-            detail: other.to_string(),
+            source,
         },
     }
 }

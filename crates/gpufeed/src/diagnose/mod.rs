@@ -84,6 +84,12 @@ pub enum DiagnoseError {
     UnknownFormat { path: PathBuf },
     #[error("{path}: {detail}")]
     Bad { path: PathBuf, detail: String },
+    /// A GPU log its reader refused or could not read: the reader's error is the cause.
+    #[error("{path}: {source}")]
+    Log {
+        path: PathBuf,
+        source: crate::import::LogError,
+    },
 }
 
 /// A file that cannot be diagnosed is bad input, whatever is wrong with it.
@@ -96,6 +102,12 @@ impl crate::exit::HasExit for DiagnoseError {
 /// Diagnoses a gpufeed recording (what `gpufeed run` calls when the job ends).
 pub(crate) fn report_for_recording(path: &Path) -> Result<DiagnoseReport, DiagnoseError> {
     diagnose_file(path, InputFormat::Recording, &input::LogOptions::default())
+}
+
+/// The evidence of a gpufeed recording, without the rules and verdict a diagnosis adds (a tune
+/// trial needs one figure of it: the Python stacks' data wait).
+pub(crate) fn evidence_for_recording(path: &Path) -> Result<Evidence, DiagnoseError> {
+    input::read(path, InputFormat::Recording, &input::LogOptions::default()).map(|r| r.evidence)
 }
 
 /// Diagnoses any supported file.
@@ -349,4 +361,24 @@ pub(crate) fn sampling_note(e: &Evidence) -> Option<String> {
          plus host and processes).",
         verdict::sampling_factor(Some(i))
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_evidence_alone_holds_the_data_wait_a_diagnosis_shows() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pystacks");
+        for name in ["plain0.ndjson", "hf_trainer.ndjson", "lightning.ndjson"] {
+            let p = dir.join(name);
+            let wait = evidence_for_recording(&p)
+                .unwrap()
+                .python
+                .map(|p| p.data_wait_pct);
+            let report = report_for_recording(&p).unwrap();
+            assert_eq!(wait, report.python.map(|p| p.data_wait_pct), "{name}");
+            assert!(wait.is_some_and(|w| w.is_some()), "{name}: no data wait");
+        }
+    }
 }

@@ -8,7 +8,8 @@
 //! Families: [`stack`] (driver, CUDA, nvcc, cuDNN, CUDA stack age), [`python`] (the Python/PyTorch
 //! probe), [`gpu`] (NVML: GPUs, PCIe link, persistence, ECC, throttling, MIG), [`precision`],
 //! [`host`] (/dev/shm, cores per GPU, NUMA, RAM, open files) and [`data`] (`--data`).
-//! `gpufeed bench` is [`crate::bench`] (measuring) and `present::bench` (its text).
+//! Its text is `present::doctor`'s; `gpufeed bench` is [`crate::bench`] (measuring) and
+//! `present::bench` (its text).
 
 pub mod data;
 pub mod gpu;
@@ -54,19 +55,9 @@ impl Status {
     pub fn as_str(self) -> &'static str {
         self.into()
     }
-
-    /// The tag printed in text output.
-    fn tag(self) -> &'static str {
-        match self {
-            Status::Pass => "[ ok ]",
-            Status::Warn => "[warn]",
-            Status::Fail => "[FAIL]",
-            Status::Skip => "[skip]",
-        }
-    }
 }
 
-/// Which heading a check is printed under.
+/// Which heading a check is printed under (in this order; `present::doctor` names them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Group {
@@ -75,18 +66,6 @@ pub enum Group {
     Gpu,
     Host,
     Data,
-}
-
-impl Group {
-    fn title(self) -> &'static str {
-        match self {
-            Group::Driver => "Driver and CUDA",
-            Group::Python => "Python and PyTorch",
-            Group::Gpu => "GPU",
-            Group::Host => "Host",
-            Group::Data => "Data",
-        }
-    }
 }
 
 /// One check: a stable snake_case id, its status, one line for people, the facts it rests on
@@ -236,49 +215,6 @@ pub fn run(opts: &Options) -> Report {
     Report::new(checks)
 }
 
-/// Text for people: grouped, a status tag per check, the fix underneath.
-pub(crate) fn render_text(r: &Report) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::new();
-    let width = r.checks.iter().map(|c| c.id.len()).max().unwrap_or(0);
-    let mut groups: Vec<Group> = r.checks.iter().map(|c| c.group).collect();
-    groups.sort();
-    groups.dedup();
-    for g in groups {
-        let _ = writeln!(out, "{}", g.title());
-        for c in r.checks.iter().filter(|c| c.group == g) {
-            let id = match c.gpu {
-                Some(i) => format!("{} (GPU {i})", c.id),
-                None => c.id.clone(),
-            };
-            let _ = writeln!(
-                out,
-                "  {} {:<w$}  {}",
-                c.status.tag(),
-                id,
-                c.summary,
-                w = width + 8
-            );
-            if let Some(fix) = &c.fix {
-                let label = if c.status == Status::Pass {
-                    "tip"
-                } else {
-                    "fix"
-                };
-                let _ = writeln!(out, "         {label}: {fix}");
-            }
-        }
-        out.push('\n');
-    }
-    let n = &r.counts;
-    let _ = writeln!(
-        out,
-        "{} passed, {} warnings, {} failed, {} skipped",
-        n.pass, n.warn, n.fail, n.skip
-    );
-    out
-}
-
 /// Parses a size: a plain number of bytes or one with a K, M, G or T suffix (binary: 1K = 1024),
 /// optionally followed by `B` or `iB` (`64M`, `1.5GiB`, `150MB`).
 /// The largest size any option takes (1 PiB).
@@ -343,10 +279,6 @@ mod tests {
         assert_eq!(r.counts.fail, 1);
         assert_eq!(r.counts.skip, 1);
         assert!(r.any_failed());
-        let text = render_text(&r);
-        assert!(text.contains("[FAIL] b"), "{text}");
-        assert!(text.contains("fix: do x"), "{text}");
-        assert!(text.find("GPU\n").unwrap() < text.find("Host\n").unwrap());
     }
 
     #[test]

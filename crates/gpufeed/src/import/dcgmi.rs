@@ -6,7 +6,7 @@
 //! Missing values are `N/A` or `-`. Neither prints a time by default: polls are counted, one
 //! interval apart (`-d`), unless a date/time column is present.
 
-use super::smi_csv::{log_header, parse_timestamp};
+use super::smi_csv::{log_header, parse_timestamp, ImpossibleTime};
 use super::{LogError, LogInfo, LogLine};
 use crate::sample::event::{Header, Line};
 use crate::sample::{GpuSample, GpuStatic};
@@ -151,6 +151,8 @@ struct Row {
     sample: GpuSample,
     index: Option<u32>,
     ts: Option<f64>,
+    /// The date and time name no moment (20240230): the row is malformed.
+    impossible_time: bool,
     /// SMACT, SMOCC, TENSO, DRAMA in percent.
     prof: [Option<f64>; 4],
 }
@@ -188,16 +190,20 @@ impl Row {
         if s.util_pct.is_none() {
             s.util_pct = gract;
         }
-        let ts = match (date, time) {
-            (Some(d), Some(t)) if d.len() == 8 => {
-                parse_timestamp(&format!("{}/{}/{} {}", &d[..4], &d[4..6], &d[6..], t))
+        let (ts, impossible_time) = match (date, time) {
+            (Some(d), Some(t)) if d.len() == 8 && d.is_ascii() => {
+                match parse_timestamp(&format!("{}/{}/{} {}", &d[..4], &d[4..6], &d[6..], t)) {
+                    Ok(ts) => (ts, false),
+                    Err(ImpossibleTime) => (None, true),
+                }
             }
-            _ => None,
+            _ => (None, false),
         };
         Row {
             sample: s,
             index,
             ts,
+            impossible_time,
             prof: p,
         }
     }
@@ -351,7 +357,7 @@ pub fn read_dmon(
             return Ok(());
         }
         let row = Row::parse(c, vals, idx);
-        let Some(index) = row.index else {
+        let Some(index) = row.index.filter(|_| !row.impossible_time) else {
             pending_bad = complete;
             info.truncated |= !complete;
             return Ok(());
@@ -421,12 +427,15 @@ mod tests {
     fn all_na_rows_are_refused_as_the_csv_reader_refuses_them() {
         let text = "#Entity   GPUTL  FBUSD\nID\nGPU 0     N/A    N/A\nGPU 0     N/A    N/A\n";
         let e = read(text, Flavour::Dcgmi).unwrap_err();
-        assert_eq!(
-            e,
-            LogError::NoValues {
-                format: "dcgmi dmon",
-                rows: 2
-            }
+        assert!(
+            matches!(
+                e,
+                LogError::NoValues {
+                    format: "dcgmi dmon",
+                    rows: 2
+                }
+            ),
+            "{e:?}"
         );
         let csv = crate::import::smi_csv::read_smi_csv(
             std::io::Cursor::new("timestamp, utilization.gpu [%], memory.used [MiB]\n2026/12/02 12:00:00, [N/A], [N/A]\n2026/12/02 12:00:01, [N/A], [N/A]\n"),
@@ -445,10 +454,10 @@ mod tests {
         let (_, info, _, s) = read(&text, Flavour::SmiDmon).unwrap();
         assert_eq!((info.overlong, info.malformed, s.len()), (1, 1, 1));
         let only = format!("# gpu sm\n{}\n", "x".repeat(100_000));
-        assert_eq!(
+        assert!(matches!(
             read(&only, Flavour::SmiDmon).unwrap_err(),
             LogError::OnlyOverlong(1)
-        );
+        ));
         let e = read(
             "\u{1}\u{2}\u{3}\u{4}\u{5}\u{6}\u{7}\u{8}\u{e}\u{f}\u{10}\n",
             Flavour::Dcgmi,
@@ -529,8 +538,32 @@ GPU 1     9      409";
     }
 
     #[test]
+    fn a_row_on_a_date_that_never_was_is_malformed() {
+        let text = "\
+#Date       Time        gpu     sm    mem
+ 20240228   12:00:00      0     80     30
+ 20240230   12:00:01      0     90     30
+ 20240228   12:00:02      0     10     30
+";
+        let (_, info, _, s) = read(text, Flavour::SmiDmon).unwrap();
+        assert_eq!((s.len(), info.malformed), (2, 1));
+        assert_eq!(s[1].t_s, 2.0);
+    }
+
+    #[test]
+    fn a_date_of_eight_bytes_but_not_eight_digits_is_no_time() {
+        // `é` straddles byte 4: the date is not sliced into year, month and day.
+        let text = "#Date       Time        gpu     sm    mem\n 202\u{e9}xyz   12:00:00      0     80     30\n";
+        let (_, _, _, s) = read(text, Flavour::SmiDmon).unwrap();
+        assert_eq!(s.len(), 1);
+    }
+
+    #[test]
     fn no_header_or_empty() {
-        assert_eq!(read("", Flavour::Dcgmi).unwrap_err(), LogError::Empty);
+        assert!(matches!(
+            read("", Flavour::Dcgmi).unwrap_err(),
+            LogError::Empty
+        ));
         assert!(read("    0 1 2\n", Flavour::SmiDmon).is_err());
     }
 }

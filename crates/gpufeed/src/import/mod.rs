@@ -27,14 +27,15 @@ pub struct LogInfo {
     pub notes: Vec<String>,
 }
 
-#[derive(Debug, thiserror::Error, PartialEq)]
+#[derive(Debug, thiserror::Error)]
 pub enum LogError {
     #[error("the log is empty")]
     Empty,
     #[error("{0}")]
     Format(String),
+    /// The file could not be read: the I/O error itself is the cause (`source()`).
     #[error("read error: {0}")]
-    Io(String),
+    Io(#[from] std::io::Error),
     /// Rows were read but none held a utilization or memory value (every value N/A): the same
     /// rule and message shape for every log format.
     #[error("no {format} rows with utilization or memory values ({rows} rows, every value N/A or missing): log utilization.gpu and memory.used")]
@@ -127,8 +128,7 @@ pub fn each_line(
     let mut reader = BufReader::new(r);
     let mut buf = Vec::new();
     loop {
-        let (n, overlong) = read_line_capped(&mut reader, &mut buf, MAX_LOG_LINE_BYTES)
-            .map_err(|e| LogError::Io(e.to_string()))?;
+        let (n, overlong) = read_line_capped(&mut reader, &mut buf, MAX_LOG_LINE_BYTES)?;
         if n == 0 {
             return Ok(());
         }
@@ -157,6 +157,20 @@ mod line_tests {
         assert_eq!(read_line_capped(&mut r, &mut buf, 10).unwrap(), (4, false));
         assert_eq!(buf, b"last");
         assert_eq!(read_line_capped(&mut r, &mut buf, 10).unwrap(), (0, false));
+    }
+
+    #[test]
+    fn a_read_error_keeps_its_cause() {
+        struct Broken;
+        impl Read for Broken {
+            fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::other("disk on fire"))
+            }
+        }
+        let e = each_line(Broken, |_| Ok(())).unwrap_err();
+        assert_eq!(e.to_string(), "read error: disk on fire");
+        let cause = std::error::Error::source(&e).expect("the I/O error is the source");
+        assert_eq!(cause.to_string(), "disk on fire");
     }
 
     #[test]

@@ -255,76 +255,78 @@ fn header_unit(name: &str) -> Option<String> {
     Some(name[open + 1..close].trim().to_string())
 }
 
+/// A timestamp of the shape of a date and time that names no moment (`2024/02/30 12:00:00`,
+/// `25:00:00`): the line it is on is malformed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ImpossibleTime;
+
+/// The date-and-time layouts a timestamp may have: nvidia-smi's `2026/12/02 12:00:00.123`, and
+/// ISO 8601 with `-` and `T` (or either separator with the other); fractional seconds optional.
+const TIME_FORMATS: [&str; 4] = [
+    "%Y/%m/%d %H:%M:%S%.f",
+    "%Y-%m-%dT%H:%M:%S%.f",
+    "%Y-%m-%d %H:%M:%S%.f",
+    "%Y/%m/%dT%H:%M:%S%.f",
+];
+
 /// `2026/12/02 12:00:00.123`, `2026-12-02T12:00:00.123456+01:00` or `…Z` → seconds since the
-/// Unix epoch (a zone offset is applied; without one only differences matter).
-pub(crate) fn parse_timestamp(v: &str) -> Option<f64> {
-    let v = clean(v)?;
-    let (date, time) = v.split_once([' ', 'T'])?;
-    let mut d = date.split(['/', '-']);
-    let y: i64 = d.next()?.parse().ok()?;
-    let mo: i64 = d.next()?.parse().ok()?;
-    let da: i64 = d.next()?.parse().ok()?;
-    let time = time.trim();
-    // A zone: `Z`, or `+HH:MM` / `-HH:MM` / `+HHMM` after the seconds.
-    let (clock, offset_s) = match time.find(['+', '-', 'Z']) {
-        Some(i) => {
-            let (c, z) = time.split_at(i);
-            let off = if z == "Z" {
-                0.0
-            } else {
-                let sign = if z.starts_with('-') { -1.0 } else { 1.0 };
-                let digits: String = z[1..].chars().filter(|c| c.is_ascii_digit()).collect();
-                if digits.len() != 4 && digits.len() != 2 {
-                    return None;
-                }
-                let h: f64 = digits[..2].parse().ok()?;
-                let m: f64 = if digits.len() == 4 {
-                    digits[2..].parse().ok()?
-                } else {
-                    0.0
-                };
-                sign * (h * 3600.0 + m * 60.0)
-            };
-            (c, off)
-        }
-        None => (time, 0.0),
+/// Unix epoch (a zone offset `Z`, `±HH:MM`, `±HHMM` or `±HH` right after the seconds is applied;
+/// without one only differences matter). `Ok(None)` for what is not a date and time (`[N/A]`, a
+/// number); [`ImpossibleTime`] for one that names no moment.
+pub(crate) fn parse_timestamp(v: &str) -> Result<Option<f64>, ImpossibleTime> {
+    use chrono::format::{ParseErrorKind, Parsed, StrftimeItems};
+    let Some(v) = clean(v) else {
+        return Ok(None);
     };
-    let mut t = clock.split(':');
-    let h: f64 = t.next()?.parse().ok()?;
-    let mi: f64 = t.next()?.parse().ok()?;
-    let s: f64 = t.next()?.parse().ok()?;
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&da) {
-        return None;
+    let mut impossible = false;
+    for f in TIME_FORMATS {
+        let (t, zone) = match chrono::NaiveDateTime::parse_and_remainder(v, f) {
+            Ok(x) => x,
+            Err(e) => {
+                impossible |= e.kind() == ParseErrorKind::OutOfRange;
+                continue;
+            }
+        };
+        let offset_s = if zone.is_empty() {
+            0
+        } else if zone.starts_with(['+', '-', 'Z']) {
+            let mut p = Parsed::new();
+            let zone_ok = chrono::format::parse(&mut p, zone, StrftimeItems::new("%#z")).is_ok();
+            match p.offset.filter(|_| zone_ok) {
+                Some(o) => o,
+                None => return Ok(None),
+            }
+        } else {
+            return Ok(None);
+        };
+        let t = t.and_utc();
+        let s = t.timestamp() - i64::from(offset_s);
+        return Ok(Some(s as f64 + f64::from(t.timestamp_subsec_nanos()) / 1e9));
     }
-    Some(days_from_civil(y, mo, da) as f64 * 86400.0 + h * 3600.0 + mi * 60.0 + s - offset_s)
+    if impossible {
+        Err(ImpossibleTime)
+    } else {
+        Ok(None)
+    }
 }
 
 /// A timestamp column's value: a date and time, or Unix-epoch seconds (milliseconds when the
 /// header says `ms` or the number is too large for seconds).
-pub(crate) fn parse_time_value(v: &str, unit: Option<&str>) -> Option<f64> {
-    if let Some(t) = parse_timestamp(v) {
-        return Some(t);
+pub(crate) fn parse_time_value(v: &str, unit: Option<&str>) -> Result<Option<f64>, ImpossibleTime> {
+    if let Some(t) = parse_timestamp(v)? {
+        return Ok(Some(t));
     }
-    let x: f64 = clean(v)?.parse().ok()?;
+    let Some(x) = clean(v).and_then(|v| v.parse::<f64>().ok()) else {
+        return Ok(None);
+    };
     if !x.is_finite() || x < 0.0 {
-        return None;
+        return Ok(None);
     }
-    Some(if unit == Some("ms") || x >= 1e11 {
+    Ok(Some(if unit == Some("ms") || x >= 1e11 {
         x / 1000.0
     } else {
         x
-    })
-}
-
-/// Days since 1970-01-01 (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146097 + doe - 719468
+    }))
 }
 
 fn split(line: &str) -> Vec<&str> {
@@ -338,7 +340,7 @@ fn guess_columns(values: &[&str]) -> Option<Vec<String>> {
     let mut mib = Vec::new();
     for (i, v) in values.iter().enumerate() {
         let v = v.trim();
-        if parse_timestamp(v).is_some() {
+        if parse_timestamp(v) != Ok(None) {
             out[i] = "timestamp".into();
         } else if v.ends_with('%') {
             pct.push(i);
@@ -420,6 +422,8 @@ impl Columns {
 struct Row {
     sample: GpuSample,
     ts: Option<f64>,
+    /// The timestamp names no moment (2024/02/30): the row is malformed.
+    impossible_time: bool,
     /// UUID or PCI bus id, when there is no index column.
     id_key: Option<String>,
     index: Option<u32>,
@@ -439,7 +443,10 @@ impl Row {
         for ((f, unit), v) in c.fields.iter().zip(&c.units).zip(fields) {
             let u = unit.as_deref();
             match f {
-                Field::Timestamp => r.ts = parse_time_value(v, u),
+                Field::Timestamp => match parse_time_value(v, u) {
+                    Ok(t) => r.ts = t,
+                    Err(ImpossibleTime) => r.impossible_time = true,
+                },
                 Field::Index => r.index = clean(v).and_then(|v| v.parse().ok()),
                 Field::Uuid | Field::BusId => {
                     if r.id_key.is_none() {
@@ -663,10 +670,9 @@ pub fn read_smi_csv<R: Read + Seek>(
     opts: &CsvOptions,
     mut visit: impl FnMut(&Line),
 ) -> Result<(Header, LogInfo), LogError> {
-    let io = |e: std::io::Error| LogError::Io(e.to_string());
-    let runs = scan_runs(&mut r).map_err(io)?;
+    let runs = scan_runs(&mut r)?;
     let judged = runs.iter().rposition(|run| run.rows > 0).unwrap_or(0);
-    r.seek(SeekFrom::Start(runs[judged].offset)).map_err(io)?;
+    r.seek(SeekFrom::Start(runs[judged].offset))?;
     let mut st = CsvRead::new(opts);
     if let Some(note) = runs_note(&runs, judged) {
         st.info.notes.push(note);
@@ -737,7 +743,7 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<Vec<Run>> {
         }
         if let Some(prev) = before.take() {
             let after = fields.get(ts_col.unwrap_or(usize::MAX));
-            let after = after.and_then(|v| parse_time_value(v, None));
+            let after = after.and_then(|v| parse_time_value(v, None).ok().flatten());
             if let (Some(a), Some(b)) = (prev, after) {
                 if (0.0..=60.0).contains(&(b - a)) {
                     runs.pop();
@@ -759,7 +765,7 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<Vec<Run>> {
 fn ts_at(line: &[u8], col: Option<usize>) -> Option<f64> {
     let text = String::from_utf8_lossy(line);
     let v = *split(text.trim()).get(col?)?;
-    parse_time_value(v, None)
+    parse_time_value(v, None).ok().flatten()
 }
 
 /// What people are told when a log holds several runs: which one was judged.
@@ -837,7 +843,9 @@ impl<'a> CsvRead<'a> {
             self.cols = Some(guessed_columns(buf, line, &fields)?);
         }
         let c = self.cols.as_ref().expect("columns set above");
-        let row = (fields.len() == c.fields.len()).then(|| Row::parse(c, &fields));
+        let row = (fields.len() == c.fields.len())
+            .then(|| Row::parse(c, &fields))
+            .filter(|r| !r.impossible_time);
         let parsed = row.is_some();
         let Some(row) = row.filter(Row::has_values) else {
             if parsed && fields.iter().skip(1).any(|v| clean(v).is_none()) {
@@ -1203,6 +1211,17 @@ mod tests {
     }
 
     #[test]
+    fn a_row_on_a_date_that_never_was_is_malformed() {
+        let text = "timestamp, index, utilization.gpu [%]\n\
+                    2024/02/28 12:00:00.000, 0, 10 %\n\
+                    2024/02/30 12:00:01.000, 0, 50 %\n\
+                    2024/02/28 12:00:02.000, 0, 11 %\n";
+        let (_, info, s) = read(text, &CsvOptions::default()).unwrap();
+        assert_eq!((s.len(), info.malformed), (2, 1));
+        assert_eq!(s[1].t_s, 2.0);
+    }
+
+    #[test]
     fn garbage_in_the_middle_is_counted() {
         let text = "index, utilization.gpu [%]\n0, 50 %\n0, 1, 2\n0, 60 %\n";
         let (_, info, s) = read(text, &CsvOptions::default()).unwrap();
@@ -1253,10 +1272,10 @@ mod tests {
 
     #[test]
     fn empty_and_headers_only() {
-        assert_eq!(
+        assert!(matches!(
             read("", &CsvOptions::default()).unwrap_err(),
             LogError::Empty
-        );
+        ));
         assert!(matches!(
             read("index, utilization.gpu [%]\n", &CsvOptions::default()).unwrap_err(),
             LogError::Format(_)
@@ -1351,15 +1370,42 @@ mod tests {
     fn timestamps() {
         assert_eq!(
             parse_timestamp("1970-01-01T01:00:10+01:00"),
-            Some(10.0),
+            Ok(Some(10.0)),
             "the zone offset is applied"
         );
-        assert_eq!(parse_timestamp("1970-01-01T00:00:10Z"), Some(10.0));
-        assert_eq!(parse_time_value("1764676800.5", None), Some(1764676800.5));
-        let a = parse_timestamp("2026/12/02 12:00:00.500").unwrap();
-        let b = parse_timestamp("2026/12/03 12:00:01.000").unwrap();
+        assert_eq!(parse_timestamp("1970-01-01T00:00:10Z"), Ok(Some(10.0)));
+        assert_eq!(parse_timestamp("1970-01-01T01:00:10+0100"), Ok(Some(10.0)));
+        assert_eq!(parse_timestamp("1970-01-01T00:00:10-01"), Ok(Some(3610.0)));
+        assert_eq!(
+            parse_time_value("1764676800.5", None),
+            Ok(Some(1764676800.5))
+        );
+        let a = parse_timestamp("2026/12/02 12:00:00.500").unwrap().unwrap();
+        let b = parse_timestamp("2026/12/03 12:00:01.000").unwrap().unwrap();
         assert!((b - a - 86400.5).abs() < 1e-6);
-        assert_eq!(parse_timestamp("1970/01/01 00:00:10"), Some(10.0));
-        assert_eq!(parse_timestamp("[N/A]"), None);
+        assert_eq!(parse_timestamp("1970/01/01 00:00:10"), Ok(Some(10.0)));
+        assert_eq!(parse_timestamp("1970/1/1 0:0:10.25"), Ok(Some(10.25)));
+        assert_eq!(parse_timestamp("[N/A]"), Ok(None));
+        // What is no date and time, or whose zone is not right after the seconds.
+        for v in [
+            "1764676800",
+            "12:00:00",
+            "2026/12/02",
+            "2026/12/02 12:00:00 +01:00",
+        ] {
+            assert_eq!(parse_timestamp(v), Ok(None), "{v}");
+        }
+        // Dates and times that name no moment.
+        for v in [
+            "2024/02/30 12:00:00",
+            "2026-13-01T00:00:00Z",
+            "2026/12/02 25:00:00",
+        ] {
+            assert_eq!(parse_timestamp(v), Err(ImpossibleTime), "{v}");
+        }
+        assert_eq!(
+            parse_timestamp("2024/02/29 12:00:00").map(|t| t.is_some()),
+            Ok(true)
+        );
     }
 }

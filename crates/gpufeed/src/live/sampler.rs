@@ -85,7 +85,7 @@ impl LiveSampler {
                     threads.push(th);
                 }
                 Ok(Err(e)) => {
-                    gpu_error = Some(e);
+                    gpu_error = Some(e.to_string());
                     let _ = th.join();
                 }
                 Err(_) => {

@@ -11,6 +11,7 @@ use crate::record::format::Line;
 use crate::record::reader::Sink;
 use crate::sample::{GpuSample, HostSample, ProcSample};
 use crate::trace::report::Report as TraceReport;
+use crate::trace::summary::StepCategory;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -610,17 +611,6 @@ pub(crate) fn diagnose_html(
     Ok(diagnose_page(&sections))
 }
 
-const STEP_CATEGORIES: [&str; 8] = [
-    "kernel",
-    "memcpy",
-    "memset",
-    "communication",
-    "runtime",
-    "dataloader",
-    "cpu_op",
-    "other",
-];
-
 /// The page for `analyze --html`: per-step stacked breakdown, devices and findings.
 pub(crate) fn trace_page(rep: &TraceReport) -> Result<String, HtmlError> {
     let mut s = String::new();
@@ -632,23 +622,13 @@ pub(crate) fn trace_page(rep: &TraceReport) -> Result<String, HtmlError> {
         rep.steps.len(),
         esc(rep.step_source.as_str())
     );
+    let categories: Vec<&str> = StepCategory::ALL.iter().map(|c| c.as_str()).collect();
     let bars: Vec<(String, Vec<f64>)> = rep
         .steps
         .iter()
         .map(|r| {
-            (
-                r.step.clone(),
-                vec![
-                    r.kernel_us / 1e3,
-                    r.memcpy_us / 1e3,
-                    r.memset_us / 1e3,
-                    r.communication_us / 1e3,
-                    r.runtime_us / 1e3,
-                    r.dataloader_us / 1e3,
-                    r.cpu_op_us / 1e3,
-                    r.other_us / 1e3,
-                ],
-            )
+            let ms = r.by_category().iter().map(|(_, us)| us / 1e3).collect();
+            (r.step.clone(), ms)
         })
         .collect();
     s.push_str("<h2>Step time breakdown</h2>");
@@ -659,7 +639,7 @@ pub(crate) fn trace_page(rep: &TraceReport) -> Result<String, HtmlError> {
         s.push_str(&chart::stacked_bars(
             "Time per step by category (ms)",
             "ms",
-            &STEP_CATEGORIES,
+            &categories,
             &bars,
             (WIDTH, 380),
         )?);
@@ -667,19 +647,11 @@ pub(crate) fn trace_page(rep: &TraceReport) -> Result<String, HtmlError> {
         let b = &rep.breakdown;
         let total = b.total_us.max(1e-9);
         s.push_str("<table><tr><th>category (mean per step)</th><th>ms</th><th>share</th></tr>");
-        for (name, v) in [
-            ("kernel", b.kernel_us),
-            ("memcpy", b.memcpy_us),
-            ("memset", b.memset_us),
-            ("communication", b.communication_us),
-            ("runtime", b.runtime_us),
-            ("dataloader", b.dataloader_us),
-            ("cpu_op", b.cpu_op_us),
-            ("other", b.other_us),
-        ] {
+        for (category, v) in b.by_category() {
             let _ = write!(
                 s,
-                "<tr><td>{name}</td><td>{:.2}</td><td>{:.1}%</td></tr>",
+                "<tr><td>{}</td><td>{:.2}</td><td>{:.1}%</td></tr>",
+                category.as_str(),
                 v / 1e3,
                 100.0 * v / total
             );

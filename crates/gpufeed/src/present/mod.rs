@@ -7,6 +7,7 @@ pub mod bench;
 pub mod chart;
 pub mod compare;
 pub mod diagnose;
+pub mod doctor;
 pub mod fmt;
 pub mod html;
 pub mod job;

@@ -488,14 +488,7 @@ mod tests {
     #[test]
     fn phases_of_the_training_thread() {
         let mut s = TbSeries::default();
-        let th = |tid, phases: &[(Phase, u64)]| PyThreadCounts {
-            tid,
-            name: None,
-            stacks: Vec::new(),
-            phases: phases.iter().copied().collect(),
-            cpu_ns: None,
-            runq_ns: None,
-        };
+        let th = PyThreadCounts::with_phases;
         s.line(&Line::PySamples(PySamples {
             t_s: 0.5,
             dt_s: 0.5,

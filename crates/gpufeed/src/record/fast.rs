@@ -76,23 +76,28 @@ trait Nullable {
     fn opt_u32(&mut self) -> Option<Option<u32>>;
 }
 
+/// `null` (`Some(None)`), else the value `read` reads.
+#[inline]
+fn nullable<'a, T>(
+    c: &mut Cursor<'a>,
+    read: impl FnOnce(&mut Cursor<'a>) -> Option<T>,
+) -> Option<Option<T>> {
+    if c.null() {
+        Some(None)
+    } else {
+        read(c).map(Some)
+    }
+}
+
 impl Nullable for Cursor<'_> {
     #[inline]
     fn opt_f64(&mut self) -> Option<Option<f64>> {
-        if self.null() {
-            Some(None)
-        } else {
-            self.f64().map(Some)
-        }
+        nullable(self, Cursor::f64)
     }
 
     #[inline]
     fn opt_u64(&mut self) -> Option<Option<u64>> {
-        if self.null() {
-            Some(None)
-        } else {
-            self.u64().map(Some)
-        }
+        nullable(self, Cursor::u64)
     }
 
     #[inline]
@@ -608,6 +613,22 @@ mod tests {
         }
     }
 
+    /// `v` as the recorder writes it in `line`, read back whole by each path alone (a field the
+    /// in-order path does not know would make it give up on every line the recorder writes, which
+    /// the fallback would hide but for this) and by the fast reader `fast`.
+    fn reads_back<T: Clone + Default + PartialEq + std::fmt::Debug>(
+        line: &Line,
+        v: &T,
+        paths: fn(&str) -> [Option<T>; 2],
+        fast: fn(&[u8], &mut T) -> Option<()>,
+    ) {
+        let line = serde_json::to_string(line).unwrap();
+        assert_eq!(paths(&line), [Some(v.clone()), Some(v.clone())], "{line}");
+        let mut out = T::default();
+        fast(line.as_bytes(), &mut out).unwrap_or_else(|| panic!("gave up on {line}"));
+        assert_eq!(&out, v);
+    }
+
     /// Every field set, each struct written out in full (no `..Default`): a field added to a
     /// sample type fails to compile here until it is added, and then fails this test until the
     /// fast path reads it (its key table would otherwise go stale silently).
@@ -636,17 +657,7 @@ mod tests {
                 sm_util_pct: Some(40),
             }]),
         };
-        // Each path alone: a field the in-order path does not know would make it give up on
-        // every line the recorder writes, which the fallback would hide but for this.
-        let line = serde_json::to_string(&Line::Gpu(g.clone())).unwrap();
-        assert_eq!(
-            gpu_paths(&line),
-            [Some(g.clone()), Some(g.clone())],
-            "{line}"
-        );
-        let mut out = GpuSample::default();
-        gpu(line.as_bytes(), &mut out).unwrap_or_else(|| panic!("gave up on {line}"));
-        assert_eq!(out, g);
+        reads_back(&Line::Gpu(g.clone()), &g, gpu_paths, gpu);
 
         let h = HostSample {
             t_s: 2.0,
@@ -669,15 +680,7 @@ mod tests {
                 write_bytes_per_s: 2e6,
             }],
         };
-        let line = serde_json::to_string(&Line::Host(h.clone())).unwrap();
-        assert_eq!(
-            host_paths(&line),
-            [Some(h.clone()), Some(h.clone())],
-            "{line}"
-        );
-        let mut out = HostSample::default();
-        host(line.as_bytes(), &mut out).unwrap_or_else(|| panic!("gave up on {line}"));
-        assert_eq!(out, h);
+        reads_back(&Line::Host(h.clone()), &h, host_paths, host);
 
         let p = ProcSample {
             pid: 9,

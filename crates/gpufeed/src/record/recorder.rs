@@ -8,7 +8,7 @@ use super::ticker::Ticker;
 use super::writer::{Compression, RecordingWriter};
 use crate::outfile::{Clobber, OutputError, Pending};
 use crate::sample::host::{host_info, HostSampler, ProcTree};
-use crate::sample::nvml::{self, NvmlSource};
+use crate::sample::nvml::{self, NvmlOpenError, NvmlSource};
 use crate::sample::steps::{StepFolder, StepSocket};
 use crate::sample::{DriverInfo, GpuSource, GpuStatic};
 use std::path::{Path, PathBuf};
@@ -37,8 +37,17 @@ pub enum RecordError {
         what: &'static str,
         source: std::io::Error,
     },
-    #[error("writing {path} failed: {detail}")]
-    Write { path: PathBuf, detail: String },
+    #[error("writing {path} failed: {source}")]
+    Write { path: PathBuf, source: WriteError },
+}
+
+/// Why the recording stopped being written: the writer's I/O error, or the writer thread's end.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error("the writer thread panicked")]
+    Panicked,
 }
 
 /// An existing output without `--force` is a bad command line; any other failure to record is
@@ -87,7 +96,7 @@ pub struct GpuSetup {
 }
 
 /// What the GPU thread answers once NVML is open: the driver and devices, or why there are none.
-pub(crate) type GpuReply = Result<(DriverInfo, Vec<GpuStatic>), String>;
+pub(crate) type GpuReply = Result<(DriverInfo, Vec<GpuStatic>), NvmlOpenError>;
 
 /// A recorder whose GPU side is initialised and whose file is created, waiting for `start`.
 pub struct Prepared {
@@ -116,7 +125,7 @@ pub struct Recorder {
     stop_txs: Vec<Sender<()>>,
     samplers: Vec<JoinHandle<()>>,
     lines: Option<Sender<Line>>,
-    writer: Option<JoinHandle<Result<(), String>>>,
+    writer: Option<JoinHandle<Result<(), WriteError>>>,
     tree_pids: Arc<Mutex<Vec<u32>>>,
     /// The step-marker socket, for the count of markers it dropped (in the `end` line).
     steps: Option<Arc<StepSocket>>,
@@ -162,7 +171,7 @@ impl Prepared {
             Ok(Err(e)) => GpuSetup {
                 driver: None,
                 gpus: vec![],
-                error: Some(e),
+                error: Some(e.to_string()),
             },
             Err(_) => GpuSetup {
                 driver: None,
@@ -251,7 +260,7 @@ impl Prepared {
         let compression = Compression::for_path(&self.cfg.output);
         let werr = |e: std::io::Error| RecordError::Write {
             path: self.cfg.output.clone(),
-            detail: e.to_string(),
+            source: e.into(),
         };
         let mut out = RecordingWriter::new(self.file.file(), compression).map_err(werr)?;
         out.header(&header);
@@ -391,16 +400,16 @@ impl Recorder {
         if let Some(w) = self.writer.take() {
             match w.join() {
                 Ok(Ok(())) => {}
-                Ok(Err(detail)) => {
+                Ok(Err(source)) => {
                     return Err(RecordError::Write {
                         path: self.path.clone(),
-                        detail,
+                        source,
                     })
                 }
                 Err(_) => {
                     return Err(RecordError::Write {
                         path: self.path.clone(),
-                        detail: "the writer thread panicked".into(),
+                        source: WriteError::Panicked,
                     })
                 }
             }
@@ -424,7 +433,7 @@ fn writer_thread(
     mut out: RecordingWriter<std::fs::File>,
     rx: Receiver<Line>,
     board: Option<Arc<Mutex<crate::sample::figures::Board>>>,
-) -> Result<(), String> {
+) -> Result<(), WriteError> {
     let mut last_flush = Instant::now();
     loop {
         let wait = FLUSH_EVERY.saturating_sub(last_flush.elapsed());
@@ -433,20 +442,20 @@ fn writer_thread(
                 if let Some(mut b) = board.as_ref().and_then(|b| b.lock().ok()) {
                     b.observe(&line);
                 }
-                out.line(&mut line).map_err(|e| e.to_string())?;
+                out.line(&mut line)?;
                 if out.pending() >= FLUSH_BYTES {
-                    out.flush().map_err(|e| e.to_string())?;
+                    out.flush()?;
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
         if last_flush.elapsed() >= FLUSH_EVERY {
-            out.flush().map_err(|e| e.to_string())?;
+            out.flush()?;
             last_flush = Instant::now();
         }
     }
-    out.flush().map_err(|e| e.to_string())?;
+    out.flush()?;
     out.get_ref().sync_data().ok();
     Ok(())
 }
@@ -505,14 +514,14 @@ pub(crate) fn with_gpu_source(
     let nvml = match nvml::open(lib.as_deref()) {
         Ok(n) => n,
         Err(e) => {
-            let _ = reply.send(Err(e.to_string()));
+            let _ = reply.send(Err(e));
             return;
         }
     };
     let mut source = match NvmlSource::new(&nvml) {
         Ok(s) => s,
         Err(e) => {
-            let _ = reply.send(Err(e.to_string()));
+            let _ = reply.send(Err(e));
             return;
         }
     };
@@ -625,6 +634,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_failed_write_keeps_the_io_error() {
+        // Every write to /dev/full fails with "no space left on device".
+        let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+            return;
+        };
+        let out = RecordingWriter::new(full, Compression::None).unwrap();
+        let (tx, rx) = mpsc::channel();
+        tx.send(Line::ProcExit { t_s: 0.0, pid: 1 }).unwrap();
+        drop(tx);
+        let err = writer_thread(out, rx, None).unwrap_err();
+        let WriteError::Io(io) = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(io.raw_os_error(), Some(libc::ENOSPC));
+        let e = RecordError::Write {
+            path: "r.ndjson".into(),
+            source: err,
+        };
+        assert!(
+            e.to_string()
+                .starts_with("writing r.ndjson failed: No space left"),
+            "{e}"
+        );
+        assert!(std::error::Error::source(&e).is_some());
+    }
+
+    #[test]
     fn default_name_is_timestamped() {
         let t = UNIX_EPOCH + Duration::from_secs(1_764_676_800); // 2025-12-02T12:00:00Z
         assert_eq!(
@@ -647,20 +683,24 @@ mod tests {
         assert!(text.starts_with(b"{\"type\":\"header\""));
     }
 
-    /// Records a short job to `name`; checks what the reader sees and returns the file's bytes.
-    fn record_a_job(name: &str) -> Vec<u8> {
-        let dir = tempfile::tempdir().unwrap();
-        let out = dir.path().join(name);
-        let prepared = Prepared::new(RecorderConfig {
-            output: out.clone(),
+    /// A recording to `out` every 50 ms without GPUs, with the steps of `steps`.
+    fn no_gpu(out: &Path, steps: Option<Arc<StepSocket>>) -> RecorderConfig {
+        RecorderConfig {
+            output: out.to_path_buf(),
             interval: Duration::from_millis(50),
             nvml_lib: None,
             no_gpu: true,
             clobber: Clobber::Refuse,
             py: None,
-            steps: None,
-        })
-        .unwrap();
+            steps,
+        }
+    }
+
+    /// Records a short job to `name`; checks what the reader sees and returns the file's bytes.
+    fn record_a_job(name: &str) -> Vec<u8> {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join(name);
+        let prepared = Prepared::new(no_gpu(&out, None)).unwrap();
         let mut child = std::process::Command::new("sh")
             .args(["-c", "sleep 0.4"])
             .spawn()
@@ -697,16 +737,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("r.ndjson");
         let sock = Arc::new(StepSocket::open().unwrap());
-        let prepared = Prepared::new(RecorderConfig {
-            output: out.clone(),
-            interval: Duration::from_millis(50),
-            nvml_lib: None,
-            no_gpu: true,
-            clobber: Clobber::Refuse,
-            py: None,
-            steps: Some(Arc::clone(&sock)),
-        })
-        .unwrap();
+        let prepared = Prepared::new(no_gpu(&out, Some(Arc::clone(&sock)))).unwrap();
         let rec = prepared.start(None, None).unwrap();
         let tx = std::os::unix::net::UnixDatagram::unbound().unwrap();
         // Steps of 100 ms, 30 of them waiting, 4 samples each (ended just now), and one marker

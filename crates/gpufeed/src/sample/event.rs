@@ -85,6 +85,21 @@ pub struct PyThreadCounts {
     pub runq_ns: Option<u64>,
 }
 
+#[cfg(test)]
+impl PyThreadCounts {
+    /// A thread of these phase counts and nothing else (for tests of what reads the phases).
+    pub(crate) fn with_phases(tid: u64, phases: &[(Phase, u64)]) -> Self {
+        PyThreadCounts {
+            tid,
+            name: None,
+            stacks: Vec::new(),
+            phases: phases.iter().copied().collect(),
+            cpu_ns: None,
+            runq_ns: None,
+        }
+    }
+}
+
 /// One process's Python samples over one interval, aggregated.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PySamples {

@@ -87,22 +87,11 @@ pub fn window_totals(
         }
     }
     inside.sort_by_key(|k| k.t_ns);
-    let mut t = StepTotals {
-        wait_s: Some(0.0),
-        items: Some(0),
-        ..Default::default()
-    };
+    let mut t = StepTotals::empty();
     let mut prev = before;
     for k in inside {
         if let Some(p) = prev {
-            let dur_s = (k.t_ns - p) as f64 / 1e9;
-            t.steps += 1;
-            t.span_s += dur_s;
-            t.wait_s = t
-                .wait_s
-                .zip(k.wait_ns)
-                .map(|(a, w)| a + (w as f64 / 1e9).min(dur_s));
-            t.items = t.items.zip(k.items).map(|(a, b)| a.saturating_add(b));
+            t.add(p, k);
         }
         prev = Some(k.t_ns);
     }
@@ -424,14 +413,7 @@ mod tests {
                 }));
             }
         }
-        let th = |tid, phases: &[(Phase, u64)]| PyThreadCounts {
-            tid,
-            name: None,
-            stacks: Vec::new(),
-            phases: phases.iter().copied().collect(),
-            cpu_ns: None,
-            runq_ns: None,
-        };
+        let th = PyThreadCounts::with_phases;
         b.observe(&Line::PySamples(PySamples {
             t_s: 2.5,
             dt_s: 0.5,

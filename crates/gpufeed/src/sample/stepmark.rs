@@ -28,3 +28,26 @@ pub struct StepTotals {
     /// Samples in those steps; `None` unless every step reported its count.
     pub items: Option<u64>,
 }
+
+impl StepTotals {
+    /// No step yet: the wait and the item count are known (zero) until a step lacks them.
+    pub(crate) fn empty() -> Self {
+        StepTotals {
+            wait_s: Some(0.0),
+            items: Some(0),
+            ..Default::default()
+        }
+    }
+
+    /// Counts the step that `k` ends, begun when the marker before it (at `prev_ns`) was sent.
+    pub(crate) fn add(&mut self, prev_ns: u64, k: &StepMark) {
+        let dur_s = (k.t_ns - prev_ns) as f64 / 1e9;
+        self.steps += 1;
+        self.span_s += dur_s;
+        self.wait_s = self
+            .wait_s
+            .zip(k.wait_ns)
+            .map(|(a, w)| a + (w as f64 / 1e9).min(dur_s));
+        self.items = self.items.zip(k.items).map(|(a, b)| a.saturating_add(b));
+    }
+}

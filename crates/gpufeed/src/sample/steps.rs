@@ -345,26 +345,12 @@ impl StepFolder {
         let mut out: Vec<(Option<u32>, StepTotals)> = Vec::new();
         for k in m {
             if out.last().is_none_or(|(r, _)| *r != k.rank) {
-                out.push((
-                    k.rank,
-                    StepTotals {
-                        wait_s: Some(0.0),
-                        items: Some(0),
-                        ..Default::default()
-                    },
-                ));
+                out.push((k.rank, StepTotals::empty()));
             }
             let t = &mut out.last_mut().expect("pushed above").1;
             let last = self.last_ns.get(&k.rank).copied();
             if let Some(prev) = last.filter(|p| k.t_ns >= *p) {
-                let dur_s = (k.t_ns - prev) as f64 / 1e9;
-                t.steps += 1;
-                t.span_s += dur_s;
-                t.wait_s = t
-                    .wait_s
-                    .zip(k.wait_ns)
-                    .map(|(a, w)| a + (w as f64 / 1e9).min(dur_s));
-                t.items = t.items.zip(k.items).map(|(a, b)| a.saturating_add(b));
+                t.add(prev, &k);
             }
             self.last_ns
                 .insert(k.rank, last.map_or(k.t_ns, |p| p.max(k.t_ns)));

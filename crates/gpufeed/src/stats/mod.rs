@@ -32,6 +32,17 @@ pub(crate) fn upper_median(v: &mut [f64]) -> Option<f64> {
     Some(v[v.len() / 2])
 }
 
+/// The lower median of `v` (sorted in place): the middle value, or the lower of the two middle
+/// values of an even count; `None` when empty. For a threshold that an even count must not
+/// lower by averaging in a larger value (the straggler rank's, against the median rank).
+pub(crate) fn lower_median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(v[(v.len() - 1) / 2])
+}
+
 /// Student's t quantile for a two-sided 95% interval.
 pub(crate) fn t975(df: usize) -> f64 {
     const T: [f64; 30] = [
@@ -104,5 +115,8 @@ mod tests {
         assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), Some(2.5));
         assert_eq!(upper_median(&mut [4.0, 1.0, 3.0, 2.0]), Some(3.0));
         assert_eq!(upper_median(&mut [3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(lower_median(&mut [4.0, 1.0, 3.0, 2.0]), Some(2.0));
+        assert_eq!(lower_median(&mut [3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(lower_median(&mut []), None);
     }
 }

@@ -2,6 +2,7 @@
 //! most one finding with its evidence, a concrete fix and, where it can be bounded, a speed-up.
 
 use crate::finding::{Finding, FindingId, Severity};
+use crate::stats::lower_median;
 use serde_json::json;
 
 use super::summary::{LoaderIterator, TraceSummary};
@@ -346,7 +347,7 @@ pub fn straggler(ranks: &[TraceSummary]) -> Option<Finding> {
         return None;
     }
     times.sort_by(|a, b| a.1.total_cmp(&b.1));
-    let median = times[times.len() / 2].1.min(times[(times.len() - 1) / 2].1);
+    let median = lower_median(&mut times.iter().map(|t| t.1).collect::<Vec<_>>())?;
     let (slow_rank, slow) = times.last()?.clone();
     if slow < median * STRAGGLER_RATIO {
         return None;

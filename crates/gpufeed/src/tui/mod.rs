@@ -370,6 +370,14 @@ fn history(st: &LiveState, n: usize) -> Vec<Option<f64>> {
         .collect()
 }
 
+/// A utilization series (0-100 %) as a sparkline, the same in every view.
+fn util_sparkline<'a>(data: &'a [u64], ui: &Ui) -> Sparkline<'a> {
+    Sparkline::default()
+        .data(data)
+        .max(100)
+        .style(ui.style(Color::Green))
+}
+
 fn draw_history(f: &mut Frame, area: Rect, st: &LiveState, ui: &Ui) {
     let b = Block::default()
         .borders(Borders::ALL)
@@ -388,13 +396,7 @@ fn draw_history(f: &mut Frame, area: Rect, st: &LiveState, ui: &Ui) {
     let label_h = u16::from(inner.height > 2);
     let [spark, label] =
         Layout::vertical([Constraint::Min(1), Constraint::Length(label_h)]).areas(inner);
-    f.render_widget(
-        Sparkline::default()
-            .data(&data)
-            .max(100)
-            .style(ui.style(Color::Green)),
-        spark,
-    );
+    f.render_widget(util_sparkline(&data, ui), spark);
     if label_h > 0 && !seen.is_empty() {
         let mean = seen.iter().sum::<f64>() / seen.len() as f64;
         f.render_widget(
@@ -539,13 +541,7 @@ fn draw_gpu(f: &mut Frame, area: Rect, st: &LiveState, g: &GpuLive, ui: &Ui) {
         .skip(g.util.len().saturating_sub(w))
         .map(|(_, u)| u.clamp(0.0, 100.0).round() as u64)
         .collect();
-    f.render_widget(
-        Sparkline::default()
-            .data(&data)
-            .max(100)
-            .style(ui.style(Color::Green)),
-        spark,
-    );
+    f.render_widget(util_sparkline(&data, ui), spark);
     let (line2, line3) = gpu_detail(g, &name, ui);
     f.render_widget(
         Paragraph::new(vec![line2, line3]),

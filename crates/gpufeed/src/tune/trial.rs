@@ -756,9 +756,9 @@ fn throughput_and_wait(
     let (wait, source) = match probe_wait {
         Some(w) => (Some(w), Some(WaitSource::StepProbe)),
         None if spec.py.is_some() => {
-            let w = crate::diagnose::report_for_recording(recording)
+            let w = crate::diagnose::evidence_for_recording(recording)
                 .ok()
-                .and_then(|r| r.python?.data_wait_pct)
+                .and_then(|e| e.python?.data_wait_pct)
                 .map(|p| (p / 100.0).clamp(0.0, 1.0));
             (w, w.map(|_| WaitSource::PythonStacks))
         }

@@ -42,6 +42,17 @@ pub(crate) fn v100() -> Value {
 
 /// `n` steps of `step_us`, each with a DataLoader call of `dl_us` then one kernel filling the rest.
 fn steps_with_dataloader(n: usize, step_us: f64, dl_us: f64, iter: &str) -> Vec<Value> {
+    steps_with_kernel(n, step_us, dl_us, iter, "volta_sgemm_128x64_nn")
+}
+
+/// As [`steps_with_dataloader`], the kernel named `kernel_name`.
+pub(crate) fn steps_with_kernel(
+    n: usize,
+    step_us: f64,
+    dl_us: f64,
+    iter: &str,
+    kernel_name: &str,
+) -> Vec<Value> {
     let mut ev = Vec::new();
     for i in 0..n {
         let t0 = i as f64 * step_us;
@@ -61,7 +72,7 @@ fn steps_with_dataloader(n: usize, step_us: f64, dl_us: f64, iter: &str) -> Vec<
         ));
         ev.push(launch(t0 + dl_us, i as u64 + 1));
         ev.push(kernel(
-            "volta_sgemm_128x64_nn",
+            kernel_name,
             t0 + dl_us + 5.0,
             step_us - dl_us - 10.0,
             i as u64 + 1,
@@ -165,26 +176,21 @@ fn sync_bound_counts_blocking_calls() {
     ));
     let s = summarize(ev.clone(), json!({}));
     assert!(rules::sync_bound(&s).is_none(), "2.5% is fine");
-    ev.push(x(
+    let device_sync = x(
         "cuda_runtime",
         "cudaDeviceSynchronize",
         1200.0,
         400.0,
         json!({"correlation": 91}),
-    ));
+    );
+    ev.push(device_sync.clone());
     let s = summarize(ev, json!({}));
     let f = rules::sync_bound(&s).unwrap();
     assert_eq!(f.evidence["sync_calls"], 2);
     assert_eq!(f.evidence["top_call"], "cudaDeviceSynchronize");
     // the same blocking with a GPU that is busy anyway is harmless
     let mut ev = steps_with_dataloader(2, 1000.0, 10.0, "_MultiProcessingDataLoaderIter");
-    ev.push(x(
-        "cuda_runtime",
-        "cudaDeviceSynchronize",
-        1200.0,
-        400.0,
-        json!({"correlation": 91}),
-    ));
+    ev.push(device_sync);
     assert!(rules::sync_bound(&summarize(ev, json!({}))).is_none());
 }
 
@@ -297,6 +303,15 @@ fn straggler_across_ranks() {
     let f = rules::straggler(&uneven).unwrap();
     assert_eq!(f.evidence["straggler_rank"], "1");
     assert!(rules::straggler(&uneven[..1]).is_none());
+    // An even count: the median rank is the lower of the two middle ones (1040, not 1070).
+    let four = vec![
+        rank(0, 1000.0),
+        rank(1, 1040.0),
+        rank(2, 1100.0),
+        rank(3, 1600.0),
+    ];
+    let f = rules::straggler(&four).unwrap();
+    assert_eq!(f.evidence["median_step_us"], 1040.0);
 }
 
 #[test]

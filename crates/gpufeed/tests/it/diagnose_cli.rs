@@ -11,6 +11,7 @@ use gpufeed::diagnose::DiagnoseReport;
 use gpufeed::record::format::{header_line, End, Line};
 use gpufeed::sample::{DiskRate, GpuSample, HostSample, ProcSample, ProcStart};
 use predicates::prelude::*;
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 fn data(name: &str) -> PathBuf {
@@ -577,24 +578,46 @@ fn json_contract_top_level_keys() {
     }
 }
 
-#[test]
-fn compare_two_recordings_side_by_side() {
-    let dir = tempfile::tempdir().unwrap();
-    let before = write_recording(dir.path(), "before.ndjson", &one_pinned_worker());
+/// BEFORE: a job starving on one pinned worker; AFTER: a healthy one of `after_s` seconds.
+fn before_and_after(dir: &Path, after_s: f64) -> (PathBuf, PathBuf) {
+    let before = write_recording(dir, "before.ndjson", &one_pinned_worker());
     let after = write_recording(
-        dir.path(),
+        dir,
         "after.ndjson",
         &Shape {
-            seconds: 30.0,
+            seconds: after_s,
             ..healthy()
         },
     );
-    let v = json_ok(
+    (before, after)
+}
+
+/// `gpufeed compare --format json BEFORE AFTER`.
+fn compare_json(before: &Path, after: &Path) -> Value {
+    json_ok(
         gpufeed()
             .args(["compare", "--format", "json"])
-            .arg(&before)
-            .arg(&after),
-    );
+            .arg(before)
+            .arg(after),
+    )
+}
+
+/// `gpufeed compare BEFORE AFTER`'s text.
+fn compare_text(before: &Path, after: &Path) -> String {
+    let out = gpufeed()
+        .arg("compare")
+        .arg(before)
+        .arg(after)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn compare_two_recordings_side_by_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let (before, after) = before_and_after(dir.path(), 30.0);
+    let v = compare_json(&before, &after);
     for k in ["before", "after", "speedup", "changes", "verdict"] {
         assert!(v.get(k).is_some(), "missing {k}: {v}");
     }
@@ -616,13 +639,7 @@ fn compare_two_recordings_side_by_side() {
         }
     }
     // text, markdown and html
-    let text = gpufeed()
-        .arg("compare")
-        .arg(&before)
-        .arg(&after)
-        .output()
-        .unwrap();
-    let t = String::from_utf8_lossy(&text.stdout);
+    let t = compare_text(&before, &after);
     assert!(
         t.starts_with("AFTER ran 2.00 times faster than BEFORE, by the job's wall time"),
         "{t}"
@@ -686,23 +703,10 @@ fn with_steps(path: &Path, rate: f64, wait: f64, seconds: f64) {
 #[test]
 fn compare_recordings_with_step_markers_uses_the_steady_step_rate() {
     let dir = tempfile::tempdir().unwrap();
-    let before = write_recording(dir.path(), "before.ndjson", &one_pinned_worker());
-    let after = write_recording(
-        dir.path(),
-        "after.ndjson",
-        &Shape {
-            seconds: 50.0,
-            ..healthy()
-        },
-    );
+    let (before, after) = before_and_after(dir.path(), 50.0);
     with_steps(&before, 20.0, 0.7, 40.0);
     with_steps(&after, 40.0, 0.1, 40.0);
-    let v = json_ok(
-        gpufeed()
-            .args(["compare", "--format", "json"])
-            .arg(&before)
-            .arg(&after),
-    );
+    let v = compare_json(&before, &after);
     let s = &v["speedup"];
     assert_eq!(s["metric"], "steps/s", "{v}");
     let x = s["value"].as_f64().unwrap();
@@ -722,13 +726,7 @@ fn compare_recordings_with_step_markers_uses_the_steady_step_rate() {
         "{rate}"
     );
     assert_eq!(v["verdict"]["direction"], "better", "{v}");
-    let text = gpufeed()
-        .arg("compare")
-        .arg(&before)
-        .arg(&after)
-        .output()
-        .unwrap();
-    let t = String::from_utf8_lossy(&text.stdout);
+    let t = compare_text(&before, &after);
     assert!(
         t.starts_with("AFTER ran 2.0") && t.contains("by the step markers' rate (steps/s)"),
         "{t}"
@@ -739,12 +737,7 @@ fn compare_recordings_with_step_markers_uses_the_steady_step_rate() {
     );
     assert!(t.contains("waiting for data %"), "{t}");
     // the same recording on both sides: same
-    let v = json_ok(
-        gpufeed()
-            .args(["compare", "--format", "json"])
-            .arg(&after)
-            .arg(&after),
-    );
+    let v = compare_json(&after, &after);
     assert_eq!(v["verdict"]["direction"], "same", "{v}");
 }
 

@@ -15,7 +15,7 @@ use gpufeed::trace::{ranks, report, TraceSummary};
 use gpufeed::tune::params::{parse_knobs, product, Setting};
 use gpufeed::tune::sweep::{self, SweepReport, TrialResult};
 use gpufeed::tune::trial::{Source, Status, Throughput, TrialExit, TrialOutcome, WaitSource};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -182,36 +182,7 @@ fn job_reports() {
 
 // ---- traces (the same hand-written events as analyze_rules) ----
 
-use crate::analyze_rules::{kernel, launch, summarize, v100, x};
-
-fn steps(n: usize, step_us: f64, dl_us: f64, iter: &str, kernel_name: &str) -> Vec<Value> {
-    let mut ev = Vec::new();
-    for i in 0..n {
-        let t0 = i as f64 * step_us;
-        ev.push(x(
-            "user_annotation",
-            &format!("ProfilerStep#{i}"),
-            t0,
-            step_us,
-            json!({}),
-        ));
-        ev.push(x(
-            "cpu_op",
-            &format!("enumerate(DataLoader)#{iter}.__next__"),
-            t0,
-            dl_us,
-            json!({}),
-        ));
-        ev.push(launch(t0 + dl_us, i as u64 + 1));
-        ev.push(kernel(
-            kernel_name,
-            t0 + dl_us + 5.0,
-            step_us - dl_us - 10.0,
-            i as u64 + 1,
-        ));
-    }
-    ev
-}
+use crate::analyze_rules::{kernel, steps_with_kernel as steps, summarize, v100, x};
 
 fn traces() -> Vec<(&'static str, TraceSummary)> {
     let single = "_SingleProcessDataLoaderIter";
@@ -658,4 +629,284 @@ fn batch_reports() -> Vec<(&'static str, gpufeed::tune::batch::BatchReport)> {
         ("full", serde_json::from_value(full).unwrap()),
         ("nothing_ran", serde_json::from_value(none).unwrap()),
     ]
+}
+
+// ---- doctor ----
+
+fn doctor_report() -> gpufeed::doctor::Report {
+    use gpufeed::doctor::{Check, Group, Report, Status};
+    Report::new(vec![
+        Check::new(
+            "driver_version",
+            Group::Driver,
+            Status::Pass,
+            "driver 550.54.15, CUDA 12.4",
+        )
+        .with("driver_version", "550.54.15"),
+        Check::new(
+            "shm_size",
+            Group::Host,
+            Status::Warn,
+            "/dev/shm is 64 MiB: workers need 2.0 GiB",
+        )
+        .fix("docker run --shm-size=8g (or --ipc=host)"),
+        Check::new(
+            "pcie_link",
+            Group::Gpu,
+            Status::Fail,
+            "PCIe Gen3 x8 of Gen5 x16",
+        )
+        .gpu(1)
+        .fix("reseat the card or move it to a x16 slot"),
+        Check::new("pcie_link", Group::Gpu, Status::Pass, "PCIe Gen5 x16").gpu(0),
+        Check::new(
+            "persistence_mode",
+            Group::Gpu,
+            Status::Pass,
+            "persistence mode on",
+        )
+        .fix("keep it on: nvidia-smi -pm 1"),
+        Check::skip("torch_cuda", Group::Python, "python3 not found on PATH"),
+        Check::new(
+            "data_read_throughput",
+            Group::Data,
+            Status::Pass,
+            "1.2 GB/s from /data",
+        ),
+    ])
+}
+
+#[test]
+fn doctor_reports() {
+    let mut all = String::new();
+    section(
+        &mut all,
+        "doctor full",
+        &present::doctor::text(&doctor_report()),
+    );
+    section(
+        &mut all,
+        "doctor empty",
+        &present::doctor::text(&gpufeed::doctor::Report::new(vec![])),
+    );
+    insta::assert_snapshot!("golden_doctor", all);
+}
+
+// ---- tune ----
+
+fn tune_step(
+    knob: Option<(gpufeed::tune::plan::Knob, &str)>,
+    tput: Option<f64>,
+    status: Status,
+    kept: bool,
+    gain: Option<f64>,
+) -> gpufeed::tune::report::Step {
+    let setting = Setting {
+        values: knob
+            .map(|(k, v)| vec![(k.key().to_string(), v.to_string())])
+            .unwrap_or_default(),
+        positions: vec![0],
+    };
+    let mut result = trial(&setting, tput, status, tput.map(|t| 0.5 / t));
+    if knob.is_none() {
+        result.label = "baseline".into();
+    }
+    gpufeed::tune::report::Step {
+        knob: knob.map(|(k, _)| k),
+        value: knob.map(|(_, v)| v.to_string()),
+        gain,
+        gain_ci95: gain.map(|g| [g * 0.9, g * 1.1]),
+        kept,
+        verdict: Some(if kept { "compute_bound" } else { "input_bound" }.into()),
+        result,
+    }
+}
+
+fn tune_reports() -> Vec<(&'static str, gpufeed::tune::report::TuneReport)> {
+    use gpufeed::stats::Speedup;
+    use gpufeed::tune::plan::{Knob, KnobPlan};
+    use gpufeed::tune::report::{BatchChange, BeforeAfter, Choice, Figures, Stop, TuneReport};
+    use Status::*;
+    let mut oom = tune_step(Some((Knob::PrefetchFactor, "8")), None, Failed, false, None);
+    oom.result.last_lines = vec!["torch.OutOfMemoryError: CUDA out of memory.".into()];
+    let choice = |knob, value: &str, gain: Option<f64>| Choice {
+        knob,
+        value: value.into(),
+        gain,
+        gain_ci95: gain.map(|g| [g - 0.2, g + 0.2]),
+    };
+    let figures = |t: f64, busy: f64, wait: f64, verdict: &str| Figures {
+        throughput: Some(t),
+        unit: Some("steps/s".into()),
+        gpu_util_mean_pct: Some(busy),
+        data_wait_pct: Some(wait),
+        verdict: Some(verdict.into()),
+    };
+    let full = TuneReport {
+        schema_version: gpufeed::tune::report::SCHEMA_VERSION,
+        command: vec![
+            "python".into(),
+            "train.py".into(),
+            "--epochs".into(),
+            "1".into(),
+        ],
+        cores_per_rank: 8,
+        budget_s: 600.0,
+        plan: vec![KnobPlan {
+            knob: Knob::NumWorkers,
+            values: vec!["4".into(), "8".into()],
+            why: "input_bound".into(),
+            extend: true,
+        }],
+        steps: vec![
+            tune_step(None, Some(2.5), Steady, false, None),
+            tune_step(
+                Some((Knob::NumWorkers, "4")),
+                Some(6.1),
+                Steady,
+                true,
+                Some(2.44),
+            ),
+            tune_step(
+                Some((Knob::NumWorkers, "8")),
+                Some(6.3),
+                Steady,
+                false,
+                Some(1.03),
+            ),
+            oom,
+            tune_step(Some((Knob::PinMemory, "true")), None, Failed, false, None),
+            tune_step(
+                Some((Knob::PersistentWorkers, "true")),
+                Some(6.2),
+                MaxTime,
+                false,
+                None,
+            ),
+            tune_step(
+                Some((Knob::BatchSize, "64")),
+                Some(3.4),
+                Steady,
+                true,
+                Some(1.1),
+            ),
+            tune_step(None, Some(2.4), Steady, false, None),
+        ],
+        chosen: vec![
+            choice(Knob::NumWorkers, "4", Some(2.44)),
+            choice(Knob::BatchSize, "64", None),
+        ],
+        rejected: vec![choice(Knob::NumWorkers, "8", Some(1.03))],
+        before_after: Some(BeforeAfter {
+            speedup: Some(Speedup {
+                value: 2.5,
+                metric: "steps/s".into(),
+                ci95: Some([2.3, 2.7]),
+                basis: "3 interleaved runs of each".into(),
+            }),
+            before: figures(2.45, 38.0, 61.0, "input_bound"),
+            after: Figures {
+                unit: None,
+                ..figures(6.05, 96.4, 2.0, "compute_bound")
+            },
+        }),
+        stop: Some(Stop::ComputeBound),
+        patch: Some("out/fix.patch".into()),
+        patch_notes: vec!["num_workers in train.py:40 is not a literal".into()],
+        run_line: Some("gpufeed run --dataloader num_workers=4 -- python train.py".into()),
+        batch: Some(BatchChange {
+            from: 32,
+            to: Some(64),
+            largest_ran: Some(64),
+            first_oom: Some(128),
+            lr_plan: Some("scale the learning rate by 2".into()),
+        }),
+        notes: vec!["the job ran on 1 of 2 GPUs".into()],
+        output_dir: "out".into(),
+    };
+    let slower = TuneReport {
+        steps: full.steps[..3].to_vec(),
+        chosen: vec![],
+        before_after: Some(BeforeAfter {
+            speedup: Some(Speedup {
+                value: 0.8,
+                metric: "steps/s".into(),
+                ci95: None,
+                basis: "1 run of each".into(),
+            }),
+            before: Figures::default(),
+            after: Figures::default(),
+        }),
+        stop: Some(Stop::Budget),
+        patch: None,
+        patch_notes: vec![],
+        run_line: None,
+        batch: Some(BatchChange {
+            from: 32,
+            to: None,
+            largest_ran: None,
+            first_oom: Some(64),
+            lr_plan: None,
+        }),
+        notes: vec![],
+        ..full.clone()
+    };
+    let nothing = TuneReport {
+        steps: vec![tune_step(None, None, Failed, false, None)],
+        rejected: vec![],
+        before_after: None,
+        stop: Some(Stop::NothingToTune),
+        batch: None,
+        ..slower.clone()
+    };
+    let mut others = Vec::new();
+    for (i, (stop, batch)) in [
+        (Stop::PlanDone, (Some(64), None)),
+        (Stop::Interrupted, (None, None)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        others.push(TuneReport {
+            stop: Some(stop),
+            before_after: None,
+            batch: Some(BatchChange {
+                from: 16,
+                to: None,
+                largest_ran: batch.0,
+                first_oom: batch.1,
+                lr_plan: None,
+            }),
+            command: vec![format!("job{i}")],
+            ..nothing.clone()
+        });
+    }
+    let mut v = vec![("full", full), ("slower", slower), ("nothing", nothing)];
+    v.extend(["plan_done", "interrupted"].into_iter().zip(others));
+    v
+}
+
+#[test]
+fn tune_reports_text_and_html() {
+    let mut all = String::new();
+    for (name, rep) in tune_reports() {
+        section(
+            &mut all,
+            &format!("tune {name} text"),
+            &present::tune::text(&rep),
+        );
+        if !matches!(name, "full" | "nothing") {
+            continue; // the page's frame is the same for every report
+        }
+        let patch = rep
+            .patch
+            .as_ref()
+            .map(|_| "--- a/train.py\n+++ b/train.py\n<&>\n");
+        section(
+            &mut all,
+            &format!("tune {name} html"),
+            &present::tune::html(&rep, patch),
+        );
+    }
+    insta::assert_snapshot!("golden_tune", all);
 }

@@ -4,6 +4,7 @@
 //! (`GPUFEED_TEST_PYTHON=/path/to/python`, else `python3` if it can `import torch`) and skips loudly
 //! otherwise.
 
+pub(crate) use crate::common::torch_python;
 use crate::{read_json, run_ok};
 use assert_cmd::Command;
 use serde_json::Value;
@@ -546,20 +547,6 @@ fn batch_size_searches_an_injected_batch_size() {
         )),
         "{text}"
     );
-}
-
-/// A Python with real PyTorch: `GPUFEED_TEST_PYTHON`, else `python3` when it imports torch.
-pub(crate) fn torch_python() -> Option<String> {
-    let candidates: Vec<String> = match std::env::var("GPUFEED_TEST_PYTHON") {
-        Ok(p) => vec![p],
-        Err(_) => vec!["python3".into()],
-    };
-    candidates.into_iter().find(|p| {
-        std::process::Command::new(p)
-            .args(["-c", "import torch"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    })
 }
 
 /// Children of the recording's root process seen in it.

@@ -1,5 +1,6 @@
 //! The integration tests: one binary (ripgrep's layout), one module per area. Each runs the
-//! real `gpufeed` binary as a child process (assert_cmd); `common_fake` builds the fake NVML.
+//! real `gpufeed` binary as a child process (assert_cmd); `common_fake` builds the fake NVML,
+//! `common` finds the Python the real-framework tests run.
 
 // The 100-line rule (clippy.toml) is for the library: a scenario test and the bad-input corpus
 // read best top to bottom.
@@ -10,6 +11,7 @@ mod analyze_rules;
 mod analyze_traces;
 mod bad_inputs;
 mod cli_limits;
+mod common;
 mod common_fake;
 mod completions_man;
 mod dashboard;

@@ -2,6 +2,7 @@
 //! (`EventAccumulator`) from a Python that has the `tensorboard` package: `GPUFEED_TEST_PYTHON`,
 //! else `python3`; skipped loudly without one.
 
+use crate::common::python_with;
 use crate::{fake_gpu, gpufeed, gpufeed_no_gpu, h100_header, run_ok, usage_error};
 use gpufeed::record::format::{header_line, End, Line};
 use gpufeed::sample::event::{PySamples, PyThreadCounts, StepsLine};
@@ -17,28 +18,6 @@ const START_US: u64 = 1_764_676_800_000_000;
 /// A Python that imports `tensorboard`, or `None` after saying so on stderr.
 fn tb_python(what: &str) -> Option<String> {
     python_with("tensorboard", what)
-}
-
-/// A Python (`GPUFEED_TEST_PYTHON`, else `python3`) that imports `modules` (comma-separated), or
-/// `None` after saying so on stderr.
-fn python_with(modules: &str, what: &str) -> Option<String> {
-    let candidates: Vec<String> = match std::env::var("GPUFEED_TEST_PYTHON") {
-        Ok(p) => vec![p],
-        Err(_) => vec!["python3".into()],
-    };
-    let found = candidates.into_iter().find(|p| {
-        std::process::Command::new(p)
-            .args(["-c", &format!("import {modules}")])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    if found.is_none() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: no Python with {modules} (set GPUFEED_TEST_PYTHON=/path/to/python): {what} did not run"
-        );
-    }
-    found
 }
 
 /// What TensorBoard's `EventAccumulator` reads from `dir`: `{"scalars": {tag: [[step, value,

@@ -2,19 +2,10 @@
 //! without it): an input-bound script comes out with workers, a measured speed-up and a patch
 //! that applies; a compute-bound one stops after the baseline with nothing to tune.
 
+use crate::common::torch_python;
 use assert_cmd::Command;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-
-fn torch_python() -> Option<String> {
-    let p = std::env::var("GPUFEED_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-    std::process::Command::new(&p)
-        .args(["-c", "import torch"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|_| p)
-}
 
 fn data() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data")

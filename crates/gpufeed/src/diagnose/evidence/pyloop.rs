@@ -801,6 +801,21 @@ mod tests {
     use super::*;
     use crate::record::format::{PySamples, PyStackDef, PyThreadCounts};
 
+    fn stack(id: u32, frames: &[u32]) -> Line {
+        Line::PyStack(PyStackDef {
+            id,
+            frames: frames.to_vec(),
+        })
+    }
+
+    /// The recording header of these tests: the job's main process is pid 10, stacks at 100 Hz.
+    fn header() -> Header {
+        serde_json::from_str(
+            r#"{"schema_version":2,"start_time":"x","start_unix_us":0,"interval_s":0.1,"host":{"cpu_count":2},"pid":10,"py_rate_hz":100.0}"#,
+        )
+        .unwrap()
+    }
+
     fn frame(id: u32, name: &str, file: &str) -> Line {
         Line::PyFrame(PyFrameDef {
             id,
@@ -878,26 +893,11 @@ mod tests {
                 "Queue._feed",
                 "/usr/lib/python3.11/multiprocessing/queues.py",
             ),
-            Line::PyStack(PyStackDef {
-                id: 0,
-                frames: vec![0, 1],
-            }),
-            Line::PyStack(PyStackDef {
-                id: 1,
-                frames: vec![0, 2],
-            }),
-            Line::PyStack(PyStackDef {
-                id: 2,
-                frames: vec![0, 3],
-            }),
-            Line::PyStack(PyStackDef {
-                id: 3,
-                frames: vec![4],
-            }),
-            Line::PyStack(PyStackDef {
-                id: 4,
-                frames: vec![],
-            }),
+            stack(0, &[0, 1]),
+            stack(1, &[0, 2]),
+            stack(2, &[0, 3]),
+            stack(3, &[4]),
+            stack(4, &[]),
         ] {
             acc.push(&l);
         }
@@ -918,10 +918,7 @@ mod tests {
         ));
         // Teardown after the loop: not in the split.
         acc.push(&samples(4.0, 10, vec![(10, vec![[4, 100, 100]])]));
-        let header: Header = serde_json::from_str(
-            r#"{"schema_version":2,"start_time":"x","start_unix_us":0,"interval_s":0.1,"host":{"cpu_count":2},"pid":10,"py_rate_hz":100.0}"#,
-        )
-        .unwrap();
+        let header = header();
         let job = JobEvidence {
             main_pid: Some(10),
             ..Default::default()
@@ -947,14 +944,8 @@ mod tests {
             frame(0, "Dataset.__getitem__", "/home/u/ds.py"),
             frame(1, "Decode.__call__", "/home/u/ds.py"),
             frame(2, "Crop.__call__", "/home/u/ds.py"),
-            Line::PyStack(PyStackDef {
-                id: 0,
-                frames: vec![0, 1],
-            }),
-            Line::PyStack(PyStackDef {
-                id: 1,
-                frames: vec![0, 2],
-            }),
+            stack(0, &[0, 1]),
+            stack(1, &[0, 2]),
         ] {
             acc.push(&l);
         }
@@ -972,10 +963,7 @@ mod tests {
         };
         w.ticks = 25;
         acc.push(&Line::PySamples(w));
-        let header: Header = serde_json::from_str(
-            r#"{"schema_version":2,"start_time":"x","start_unix_us":0,"interval_s":0.1,"host":{"cpu_count":2},"pid":10,"py_rate_hz":100.0}"#,
-        )
-        .unwrap();
+        let header = header();
         let mut p = acc.finish(&header, &JobEvidence::default()).unwrap();
         let h: Vec<(&str, f64, u64)> = p
             .data_hotspots
@@ -1013,10 +1001,7 @@ mod tests {
         acc.push(&Line::PySamples(w));
         // An old recording's thread (no clocks) in the same stage: its samples all work.
         acc.push(&samples(1.0, 22, vec![(22, vec![[1, 100, 0]])]));
-        let header: Header = serde_json::from_str(
-            r#"{"schema_version":2,"start_time":"x","start_unix_us":0,"interval_s":0.1,"host":{"cpu_count":2},"pid":10,"py_rate_hz":100.0}"#,
-        )
-        .unwrap();
+        let header = header();
         let mut p = acc.finish(&header, &JobEvidence::default()).unwrap();
         fill_ms_per_sample(&mut p, Some(100));
         let got: Vec<(&str, Option<f64>, Option<f64>)> = p
@@ -1045,10 +1030,7 @@ mod tests {
         for l in [
             frame(0, "Dataset.__getitem__", "/home/u/ds.py"),
             frame(1, "Decode.__call__", "/home/u/ds.py"),
-            Line::PyStack(PyStackDef {
-                id: 0,
-                frames: vec![0, 1],
-            }),
+            stack(0, &[0, 1]),
         ] {
             old.push(&l);
         }

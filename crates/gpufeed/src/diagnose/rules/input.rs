@@ -606,11 +606,7 @@ mod tests {
         // The CPU detail is input_bound's own evidence: one finding for one cause.
         assert_eq!(f.evidence["host_cpu_mean_pct"], 97.0);
         assert_eq!(f.evidence["psi_cpu_some_mean_pct"], 45.0);
-        let ids: Vec<FindingId> = crate::diagnose::rules::evaluate(&e)
-            .into_iter()
-            .map(|f| f.id)
-            .collect();
-        assert_eq!(ids, [FindingId::InputBound]);
+        assert_eq!(finding_ids(&e), [FindingId::InputBound]);
     }
 
     #[test]
@@ -645,11 +641,7 @@ mod tests {
             "{}",
             f.recommendation
         );
-        let ids: Vec<FindingId> = crate::diagnose::rules::evaluate(&e)
-            .into_iter()
-            .map(|f| f.id)
-            .collect();
-        assert_eq!(ids, [FindingId::InputBound]);
+        assert_eq!(finding_ids(&e), [FindingId::InputBound]);
     }
 
     #[test]

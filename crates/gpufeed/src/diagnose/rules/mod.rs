@@ -63,6 +63,11 @@ pub(crate) mod fixtures {
     use crate::diagnose::evidence::*;
     use crate::diagnose::stats::{PeriodicityResult, Split};
 
+    /// The ids of every finding the rules make of `e`.
+    pub fn finding_ids(e: &Evidence) -> Vec<crate::finding::FindingId> {
+        super::evaluate(e).into_iter().map(|f| f.id).collect()
+    }
+
     /// One GPU, steadily busy at `util` %, 8 CPUs, a main process with `workers` idle workers.
     pub fn base(util: f64) -> Evidence {
         Evidence {
