@@ -17,3 +17,17 @@ def find_gpufeed(explicit):
             return p
     subprocess.run(["cargo", "build", "--release", "-p", "gpufeed"], cwd=ROOT, check=True)
     return os.path.join(tdir, "release", "gpufeed")
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid):
+    """utime + stime of a live process, in seconds (fields 14 and 15 of /proc/PID/stat);
+    None once it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+        return (int(rest[11]) + int(rest[12])) / TICK
+    except (OSError, IndexError, ValueError):
+        return None

@@ -38,6 +38,8 @@ import sys
 import threading
 import time
 
+from common import cpu_s
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -55,16 +57,6 @@ def main():
                     help="comma-separated; none and py-off are always run (the baselines)")
     a = ap.parse_args()
     load_start = os.getloadavg()
-    tick = os.sysconf("SC_CLK_TCK")
-
-    def cpu_s(pid):
-        # utime + stime of a live process, in seconds (fields 14 and 15 of /proc/PID/stat).
-        try:
-            with open("/proc/%d/stat" % pid) as f:
-                rest = f.read().rsplit(")", 1)[1].split()
-            return (int(rest[11]) + int(rest[12])) / tick
-        except (OSError, IndexError, ValueError):
-            return None
 
     job = subprocess.Popen(
         [sys.executable, os.path.join(ROOT, "examples/starving_pipeline.py"),

@@ -41,9 +41,10 @@ import tempfile
 import threading
 import time
 
+from common import cpu_s
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-TICK = os.sysconf("SC_CLK_TCK")
 
 IDLE_CHILD = "import time\nwhile True: time.sleep(3600)\n"
 IDLE_PARENT = (
@@ -73,16 +74,6 @@ for r in range(n):
 for p in ranks:
     p.wait()
 '''
-
-
-def cpu_s(pid):
-    """utime + stime of a live process, in seconds (fields 14 and 15 of /proc/PID/stat)."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            rest = f.read().rsplit(")", 1)[1].split()
-        return (int(rest[11]) + int(rest[12])) / TICK
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 class Window:

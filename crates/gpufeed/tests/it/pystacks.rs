@@ -461,16 +461,10 @@ fn text_and_markdown_show_the_training_loop_block() {
     assert!(md.contains("| data_wait | 58.6% |"), "{md}");
 }
 
-/// The vendored py-spy's frame cache, data-stack reads and Python-threads-only run-state scan
-/// (issue 10, vendor/py-spy/PATCHES.md) give the same stacks and idle flags as py-spy without
-/// them, on a real CPython with a spinning thread and a sleeping main thread, and hit in the
-/// steady state.
-#[test]
-fn the_frame_cache_reads_the_same_stacks_and_idle_flags_as_without_it() {
+/// A Python process with a thread that spins and a main thread asleep in `sleeper()`, once
+/// both are under way.
+fn spinner_and_sleeper(py: &str) -> std::process::Child {
     use std::io::BufRead;
-    let Some(py) = python3() else {
-        return;
-    };
     let mut job = std::process::Command::new(py)
         .arg("-c")
         .arg(
@@ -489,6 +483,19 @@ fn the_frame_cache_reads_the_same_stacks_and_idle_flags_as_without_it() {
         .read_line(&mut line)
         .unwrap();
     assert_eq!(line.trim(), "ready");
+    job
+}
+
+/// The vendored py-spy's frame cache, data-stack reads and Python-threads-only run-state scan
+/// (issue 10, vendor/py-spy/PATCHES.md) give the same stacks and idle flags as py-spy without
+/// them, on a real CPython with a spinning thread and a sleeping main thread, and hit in the
+/// steady state.
+#[test]
+fn the_frame_cache_reads_the_same_stacks_and_idle_flags_as_without_it() {
+    let Some(py) = python3() else {
+        return;
+    };
+    let mut job = spinner_and_sleeper(py);
     let spy = |cache: bool| {
         let config = py_spy::Config {
             blocking: py_spy::config::LockingStrategy::NonBlocking,
@@ -560,28 +567,10 @@ fn the_frame_cache_reads_the_same_stacks_and_idle_flags_as_without_it() {
 /// skipped), the others read as ever; a thread id it does not know is read anyway.
 #[test]
 fn py_spy_passes_over_the_threads_it_is_told_did_not_run() {
-    use std::io::BufRead;
     let Some(py) = python3() else {
         return;
     };
-    let mut job = std::process::Command::new(py)
-        .arg("-c")
-        .arg(
-            "import threading, time\n\
-             def spin():\n    while True: pass\n\
-             def sleeper():\n    time.sleep(60)\n\
-             threading.Thread(target=spin, daemon=True).start()\n\
-             print('ready', flush=True)\n\
-             sleeper()\n",
-        )
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(job.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line.trim(), "ready");
+    let mut job = spinner_and_sleeper(py);
     let config = py_spy::Config {
         blocking: py_spy::config::LockingStrategy::NonBlocking,
         ..Default::default()
