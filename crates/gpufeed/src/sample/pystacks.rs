@@ -956,8 +956,9 @@ mod tests {
         let me = unsafe { libc::gettid() } as u64;
         let mut clock = CpuClock::new(std::process::id());
         clock.follow(&[stack_of(me), stack_of(sleeping)]);
-        clock.ran();
+        // The baseline once the sleeper is surely blocked (it still runs after sending its id).
         std::thread::sleep(Duration::from_millis(20));
+        clock.ran();
         let t = Instant::now();
         let mut x = 0u64;
         while t.elapsed() < Duration::from_millis(30) {
