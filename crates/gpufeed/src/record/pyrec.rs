@@ -408,7 +408,7 @@ pub(crate) fn py_thread(
                 return;
             }
         }
-        quiet = sampler.quiet_ticks(&now_pids, every, MAX_QUIET_TICKS);
+        quiet = sampler.quiet_ticks(&now_pids, MAX_QUIET_TICKS);
         if ticker.wait_ticks(quiet + 1, &stop) {
             let since = Instant::now().duration_since(last_flush);
             agg.flush(

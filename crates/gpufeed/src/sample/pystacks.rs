@@ -395,6 +395,8 @@ pub struct PySampler {
     /// processes are checked ([`IDLE_CHECK_PERIOD`] in ticks).
     tick: u64,
     idle_check_ticks: u64,
+    /// The interval between two calls ([`PySampler::set_interval`]).
+    every: Duration,
 }
 
 /// The parent pid of a process (field 4 of /proc/PID/stat).
@@ -461,6 +463,7 @@ impl PySampler {
             entries: HashMap::new(),
             tick: 0,
             idle_check_ticks: 1,
+            every: IDLE_CHECK_PERIOD,
         }
     }
 
@@ -469,14 +472,14 @@ impl PySampler {
     pub fn set_interval(&mut self, every: Duration) {
         let ticks = IDLE_CHECK_PERIOD.as_secs_f64() / every.as_secs_f64().max(1e-6);
         self.idle_check_ticks = (ticks.round() as u64).max(1);
+        self.every = every;
     }
 
     /// How many of the coming calls of [`PySampler::sample`] (for these `pids`) will read
     /// nothing, at most `max`: every process is either not due or long idle, and no check of
     /// the long-idle ones is due. The caller may sleep through them and make the calls late,
-    /// back to back (they count the idle processes' readings; `every` is the interval between
-    /// calls, for the processes whose next look is set in time).
-    pub fn quiet_ticks(&self, pids: &[u32], every: Duration, max: u32) -> u32 {
+    /// back to back (they count the idle processes' readings).
+    pub fn quiet_ticks(&self, pids: &[u32], max: u32) -> u32 {
         if !self.idle_skip
             || pids.len() != self.entries.len()
             || pids.iter().any(|p| !self.entries.contains_key(p))
@@ -490,7 +493,7 @@ impl PySampler {
         let now = Instant::now();
         let ticks_until = |t: Instant| {
             let left = t.saturating_duration_since(now).as_secs_f64();
-            (left / every.as_secs_f64().max(1e-6)).floor() as u64
+            (left / self.every.as_secs_f64().max(1e-6)).floor() as u64
         };
         for e in self.entries.values() {
             let left = match e {
