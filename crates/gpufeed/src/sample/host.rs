@@ -423,6 +423,10 @@ struct Tracked {
     keep: bool,
     /// Short name as last seen: it changes when the process calls exec.
     comm: String,
+    /// Command line as last announced. exec replaces the command line before the short name,
+    /// so a process read in between is announced with its new command line and its old name;
+    /// when the name catches up, the command line is the same and it is not announced again.
+    cmd: Option<String>,
     starttime: u64,
     prev_ticks: u64,
     prev_at: Instant,
@@ -578,7 +582,7 @@ impl ProcTree {
                         t_s,
                         pid,
                         ppid: st.ppid,
-                        cmd,
+                        cmd: cmd.clone(),
                         comm: Some(st.comm.clone()),
                     });
                     let keep = self.tracked.len() < MAX_OPEN;
@@ -595,6 +599,7 @@ impl ProcTree {
                             status: None,
                             keep,
                             comm: st.comm.clone(),
+                            cmd,
                             starttime: st.starttime,
                             prev_ticks: st.ticks,
                             prev_at: Instant::now(),
@@ -669,14 +674,20 @@ impl ProcTree {
             let just_started = reading.started.iter().any(|s| s.pid == pid);
             if st.comm != tr.comm {
                 // The process called exec after it was first seen (its command line may have
-                // been read between fork and exec): announce it again with the new command.
-                reading.started.push(ProcStart {
-                    t_s,
-                    pid,
-                    ppid: st.ppid,
-                    cmd: read_cmdline(pid),
-                    comm: Some(st.comm.clone()),
-                });
+                // been read between fork and exec): announce it again with the new command,
+                // unless that command line was already announced (read between the two steps
+                // of one exec, see `Tracked::cmd`).
+                let cmd = read_cmdline(pid);
+                if cmd != tr.cmd {
+                    reading.started.push(ProcStart {
+                        t_s,
+                        pid,
+                        ppid: st.ppid,
+                        cmd: cmd.clone(),
+                        comm: Some(st.comm.clone()),
+                    });
+                    tr.cmd = cmd;
+                }
                 tr.comm = st.comm.clone();
             }
             let cpu_pct = (dt > 0.0 && !just_started).then(|| {
@@ -769,6 +780,51 @@ mod tests {
         let again = again.expect("announced again after exec");
         assert_eq!(again.pid, child.id());
         assert_eq!(again.cmd.as_deref(), Some("sleep 0.5"));
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_new_name_with_the_command_line_already_announced_is_not_announced_again() {
+        // exec writes the new command line before the new name: a process read in between is
+        // announced with its new command line, and must not be announced again when the name
+        // follows. prctl(PR_SET_NAME) makes the same change (the name alone) at a known time.
+        if std::process::Command::new("python3")
+            .arg("-V")
+            .output()
+            .is_err()
+        {
+            eprintln!("SKIPPED: no python3 to rename itself");
+            return;
+        }
+        use std::io::{BufRead, Write};
+        let script = "import ctypes, sys\n\
+                      print('ready', flush=True); sys.stdin.readline()\n\
+                      ctypes.CDLL(None).prctl(15, b'renamed', 0, 0, 0)\n\
+                      print('renamed', flush=True); sys.stdin.readline()\n";
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "ready\n");
+        let pid = child.id();
+        let mut tree = ProcTree::new(pid);
+        let first = tree.sample(0.0, false);
+        assert_eq!(first.started.len(), 1, "{:?}", first.started);
+        let cmd = first.started[0].cmd.clone();
+        assert!(cmd.as_deref().unwrap().contains("prctl"), "{cmd:?}");
+        child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "renamed\n");
+        let r = tree.sample(0.1, false);
+        assert_eq!(tree.tracked[&pid].comm, "renamed", "the new name was read");
+        assert!(r.started.is_empty(), "announced again: {:?}", r.started);
+        child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
         child.wait().unwrap();
     }
 

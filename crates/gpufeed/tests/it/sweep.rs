@@ -128,13 +128,19 @@ fn workers_sweep_rises_then_plateaus_and_leaves_no_process() {
     let (w0, w1, w2, w3) = (tput(&res[0]), tput(&res[1]), tput(&res[2]), tput(&res[3]));
     // Rises: workers take the batch work off the training loop...
     assert!(w2 > 1.3 * w0, "w0 {w0} w1 {w1} w2 {w2} w3 {w3}\n{stdout}");
-    // ...then plateaus: a third worker on two cores adds nothing much.
-    assert!(w3 < 1.25 * w2, "w0 {w0} w1 {w1} w2 {w2} w3 {w3}\n{stdout}");
+    // Whether a third worker adds much depends on the machine's cores and load (CI once saw a
+    // slow workers=2 trial next to a fast workers=3 one), so the test does not ask for a plateau:
+    // it asks that the sweet spot follow from the figures whatever they are: the fewest workers
+    // within 5% of the fastest trial.
+    let all = [w0, w1, w2, w3];
+    let best = all.iter().cloned().fold(f64::MIN, f64::max);
+    let expected = all.iter().position(|&v| v >= 0.95 * best).unwrap() as i64;
     // The main loop waited on data far more without workers.
     let wait = |r: &Value| r["data_wait_fraction"].as_f64().unwrap();
     assert!(wait(&res[0]) > wait(&res[2]) + 0.15, "{stdout}");
     let sweet = rep["sweet_spot"]["parameters"]["workers"].as_i64().unwrap();
     assert!(sweet >= 1, "{stdout}");
+    assert_eq!(sweet, expected, "w0 {w0} w1 {w1} w2 {w2} w3 {w3}\n{stdout}");
     assert_eq!(csv_lines(&csv), 5);
     let svg = std::fs::read_to_string(dir.path().join("out/sweep.svg")).unwrap();
     assert!(svg.contains("steps/s vs workers"), "{svg}");
