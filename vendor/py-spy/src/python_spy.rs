@@ -51,6 +51,10 @@ pub struct PythonSpy {
     skip: Vec<u64>,
     skipped: Vec<u64>,
     chain: Vec<usize>,
+    /// gpufeed patch 11: the OS ids of `chain`'s thread states (0: unknown), and the ids
+    /// passed over this sample that are known Python threads.
+    chain_tids: Vec<u64>,
+    plan: Vec<u64>,
     /// gpufeed patch 10: whether the threads' run state is read from `wchan`.
     wchan: Wchan,
 }
@@ -216,6 +220,8 @@ impl PythonSpy {
             skip: Vec::new(),
             skipped: Vec::new(),
             chain: Vec::new(),
+            chain_tids: Vec::new(),
+            plan: Vec::new(),
             wchan: Wchan::Unknown(0),
         })
     }
@@ -335,6 +341,14 @@ impl PythonSpy {
         &self.skipped
     }
 
+    /// gpufeed patch 12: gives back a stack's frame vector once its frames were taken; the
+    /// next stacks are read into it (without the frame cache it is dropped).
+    pub fn recycle_frames(&mut self, frames: Vec<crate::stack_trace::Frame>) {
+        if let Some(c) = self.frame_cache.as_mut() {
+            c.recycle_frames(frames);
+        }
+    }
+
     /// Counters of the frame cache (gpufeed patch), `None` when `config.frame_cache` is off.
     pub fn frame_cache_stats(&self) -> Option<FrameCacheStats> {
         self.frame_cache.as_ref().map(|c| c.stats())
@@ -390,6 +404,18 @@ impl PythonSpy {
         if let Some(cache) = self.frame_cache.as_mut() {
             cache.expire(Instant::now());
             cache.forget_read_ahead();
+            // gpufeed patch 11: the known Python threads passed over are left out of the
+            // head's read.
+            if !self.config.gil_only {
+                self.plan.clear();
+                self.plan.extend(
+                    self.skip
+                        .iter()
+                        .filter(|&&t| thread_activity.contains_key(&(t as Tid))),
+                );
+                cache.plan_skip(&self.plan);
+            }
+            cache.begin_walk();
         }
         // gpufeed patch (PATCHES.md): with the frame cache on, the head, the GIL holder's
         // address and the first thread state (at the head's last address) come in one read,
@@ -429,6 +455,8 @@ impl PythonSpy {
         // gpufeed patch 9: the thread states' addresses, read with the head next time.
         let mut chain = std::mem::take(&mut self.chain);
         chain.clear();
+        let mut chain_tids = std::mem::take(&mut self.chain_tids);
+        chain_tids.clear();
         while !threads.is_null() {
             visited += 1;
             // This seems to happen occasionally when scanning BSS addresses for valid interpreters
@@ -439,6 +467,24 @@ impl PythonSpy {
             // Get the stack trace of the python thread
             let thread_addr = threads as usize;
             chain.push(thread_addr);
+            // gpufeed patch 11: a thread state the head's read left out (a thread passed over,
+            // the list as it was): stepped over by the last walk's next address.
+            if let Some((tid, next)) = self
+                .frame_cache
+                .as_ref()
+                .and_then(|c| c.left_out(thread_addr))
+            {
+                if let Some(seen) = seen_tids.as_mut() {
+                    seen.push(tid as Tid);
+                }
+                chain_tids.push(tid);
+                self.skipped.push(tid);
+                if let Some(c) = self.frame_cache.as_mut() {
+                    c.keep_window(thread_addr);
+                }
+                threads = next as *const I::ThreadState;
+                continue;
+            }
             // gpufeed patch (PATCHES.md): read ahead with the previous thread's frames.
             let ahead = self
                 .frame_cache
@@ -452,6 +498,7 @@ impl PythonSpy {
                     .context("Failed to copy PyThreadState")?,
             };
             threads = thread.next();
+            chain_tids.push(thread.native_thread_id().unwrap_or(0));
 
             let python_thread_id = thread.thread_id();
             let owns_gil = match gil_holder {
@@ -472,6 +519,9 @@ impl PythonSpy {
                             seen.push(id as Tid);
                         }
                         self.skipped.push(id);
+                        if let Some(c) = self.frame_cache.as_mut() {
+                            c.keep_window(thread_addr);
+                        }
                         continue;
                     }
                 }
@@ -483,6 +533,7 @@ impl PythonSpy {
                 self.config.dump_locals > 0,
                 self.config.lineno,
                 self.frame_cache.as_mut(),
+                thread_addr,
             )
             .with_context(|| {
                 format!(
@@ -595,9 +646,15 @@ impl PythonSpy {
         if let Some(cache) = self.frame_cache.as_mut() {
             if !self.config.gil_only {
                 cache.note_chain(chain.get(1..).unwrap_or_default());
+                cache.note_tids(
+                    chain_tids.first().copied().unwrap_or(0),
+                    chain_tids.get(1..).unwrap_or_default(),
+                );
             }
+            cache.end_walk();
         }
         self.chain = chain;
+        self.chain_tids = chain_tids;
         // gpufeed patch: a full scan learns the Python threads; a thread that was not among
         // them (a new one), or one that is gone, makes the next sample scan them all.
         if self.config.scan_python_threads_only && !self.config.gil_only {

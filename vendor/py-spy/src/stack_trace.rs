@@ -120,7 +120,7 @@ where
     T: ThreadState,
     P: ProcessMemory,
 {
-    get_stack_trace_cached(thread, &OneByOne(process), copy_locals, lineno, None)
+    get_stack_trace_cached(thread, &OneByOne(process), copy_locals, lineno, None, 0)
 }
 
 /// What is kept of one code object (gpufeed patch, PATCHES.md).
@@ -172,6 +172,40 @@ pub struct FrameCacheStats {
     pub stack_frames: u64,
     /// Thread states taken from the read of the previous thread's frames.
     pub threads_read_ahead: u64,
+    /// gpufeed patch 11: data-stack chunks taken from the head's read (counted in
+    /// `stack_reads` too), and thread states passed over without being read.
+    pub stacks_with_head: u64,
+    pub threads_left_out: u64,
+}
+
+/// gpufeed patch 11: what a thread's last stack read took, to read with the head next time.
+#[derive(Debug, Clone, Copy)]
+struct NotedWindow {
+    /// The thread state's address.
+    thread: usize,
+    /// Where its frame pointer was read (`cframe->current_frame`, 3.11 and 3.12; 0: none), at
+    /// its last reads, the latest first: the `cframe` sits on the thread's C stack, deeper
+    /// each time the interpreter is entered again from C, so it takes a few places in turn.
+    slots: [usize; 4],
+    /// The data-stack range read, and the end of its chunk.
+    base: usize,
+    end: usize,
+    limit: usize,
+    /// Visited by the current walk (read or passed over); the others are dropped after it.
+    seen: bool,
+}
+
+/// gpufeed patch 11: a [`NotedWindow`] as read with the head.
+#[derive(Debug, Default)]
+struct PreRead {
+    thread: usize,
+    /// The page(s) of the C stack around its recent frame-pointer places.
+    slot_base: usize,
+    slot_buf: Vec<u8>,
+    slot_ok: bool,
+    base: usize,
+    buf: Vec<u8>,
+    ok: bool,
 }
 
 /// Per-process cache of what [`get_stack_trace_cached`] reads from code objects, keyed by the
@@ -185,8 +219,10 @@ pub struct FrameCacheStats {
 /// afresh); the cache is emptied when it would grow past its caps, which bounds its memory.
 #[derive(Debug)]
 pub struct FrameCache {
-    codes: std::collections::HashMap<usize, CodeEntry>,
-    lines: std::collections::HashMap<(usize, i32), i32>,
+    // gpufeed patch 12: FxHash (keys are addresses read from the target, looked up for every
+    // frame of every sample; SipHash's flood resistance buys nothing here).
+    codes: rustc_hash::FxHashMap<usize, CodeEntry>,
+    lines: rustc_hash::FxHashMap<(usize, i32), i32>,
     max_age: std::time::Duration,
     max_codes: usize,
     max_lines: usize,
@@ -209,6 +245,24 @@ pub struct FrameCache {
     chain_ready: Vec<usize>,
     /// Frames room to allocate per stack: the deepest seen, up to `MAX_DEPTH_HINT`.
     depth_hint: usize,
+    /// gpufeed patch 11: the OS ids (0: unknown) of the head's thread state and of `chain`'s
+    /// at the last walk; the ids the caller passes over this sample ([`FrameCache::plan_skip`]);
+    /// the thread states so left out of the head's read, as (address, OS id, the next address
+    /// at the last walk), valid while the head is where it was.
+    head_tid: u64,
+    chain_tids: Vec<u64>,
+    plan_skip: Vec<u64>,
+    left_out: Vec<(usize, u64, usize)>,
+    /// gpufeed patch 11: each thread's last stack read ([`NotedWindow`]), and the same ranges
+    /// read with the head this sample.
+    windows: Vec<NotedWindow>,
+    pre: Vec<PreRead>,
+    /// The address of the thread state the walk took last, when it came with the head's read
+    /// (0 otherwise), and whether `next_thread` did.
+    with_head: usize,
+    next_from_head: bool,
+    /// gpufeed patch 12: emptied frame vectors given back ([`FrameCache::recycle_frames`]).
+    spare_frames: Vec<Vec<Frame>>,
 }
 
 impl Default for FrameCache {
@@ -233,11 +287,13 @@ impl FrameCache {
     pub const MAX_DEPTH_HINT: usize = 256;
     /// Most thread states read with the head besides the head's (gpufeed patch 9).
     pub const MAX_CHAIN: usize = 63;
+    /// Most frame vectors kept for reuse (gpufeed patch 12).
+    pub const MAX_SPARE_FRAMES: usize = 64;
 
     pub fn new(max_age: std::time::Duration, max_codes: usize, max_lines: usize) -> FrameCache {
         FrameCache {
-            codes: std::collections::HashMap::new(),
-            lines: std::collections::HashMap::new(),
+            codes: Default::default(),
+            lines: Default::default(),
             max_age,
             max_codes: max_codes.max(1),
             max_lines: max_lines.max(1),
@@ -252,6 +308,15 @@ impl FrameCache {
             chain_states: Vec::new(),
             chain_ready: Vec::new(),
             depth_hint: 0,
+            head_tid: 0,
+            chain_tids: Vec::new(),
+            plan_skip: Vec::new(),
+            left_out: Vec::new(),
+            windows: Vec::new(),
+            pre: Vec::new(),
+            with_head: 0,
+            next_from_head: false,
+            spare_frames: Vec::new(),
         }
     }
 
@@ -288,6 +353,7 @@ impl FrameCache {
         if !ok {
             return self.take_from_chain(addr);
         }
+        self.with_head = if self.next_from_head { addr } else { 0 };
         self.stats.threads_read_ahead += 1;
         // SAFETY: T is a plain C struct of integers and pointers, read from bytes of its size.
         Some(unsafe { std::ptr::read_unaligned(self.next_thread.as_ptr() as *const T) })
@@ -295,10 +361,12 @@ impl FrameCache {
 
     /// gpufeed patch 9: the thread state at `addr` if it was read with the head, once.
     fn take_from_chain<T: Copy>(&mut self, addr: usize) -> Option<T> {
+        self.with_head = 0;
         let size = std::mem::size_of::<T>();
         let i = self.chain_ready.iter().position(|&a| a == addr && a != 0)?;
         let bytes = self.chain_states.get(i * size..(i + 1) * size)?;
         self.chain_ready[i] = 0;
+        self.with_head = addr;
         self.stats.threads_read_ahead += 1;
         // SAFETY: T is a plain C struct of integers and pointers, read from bytes of its size.
         Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const T) })
@@ -316,6 +384,82 @@ impl FrameCache {
     pub fn forget_read_ahead(&mut self) {
         self.next_thread_addr = 0;
         self.chain_ready.clear();
+        self.left_out.clear();
+        self.with_head = 0;
+    }
+
+    /// gpufeed patch 12: a stack's frame vector, once its frames were taken: the next stack
+    /// is read into it instead of a new one (an allocation of `depth_hint` frames each).
+    pub fn recycle_frames(&mut self, mut frames: Vec<Frame>) {
+        frames.clear();
+        if self.spare_frames.len() < Self::MAX_SPARE_FRAMES && frames.capacity() > 0 {
+            self.spare_frames.push(frames);
+        }
+    }
+
+    /// gpufeed patch 11: the OS ids of the thread states a walk visited (the head's first, as
+    /// [`FrameCache::note_chain`]'s addresses after it; 0 where unknown).
+    pub fn note_tids(&mut self, head: u64, after_head: &[u64]) {
+        self.head_tid = head;
+        self.chain_tids.clear();
+        self.chain_tids
+            .extend(after_head.iter().take(Self::MAX_CHAIN).copied());
+    }
+
+    /// gpufeed patch 11: the OS ids of the threads the caller passes over at this sample
+    /// (known Python threads that did not run): the head's read leaves their thread states out
+    /// while the head is where it was, see [`FrameCache::left_out`]. Call before
+    /// [`threads_head_and_gil_holder`].
+    pub fn plan_skip(&mut self, tids: &[u64]) {
+        self.plan_skip.clear();
+        self.plan_skip.extend_from_slice(tids);
+    }
+
+    /// gpufeed patch 11: a thread state the head's read left out (its thread did not run, and
+    /// the head is where it was, so the list is as it was): its OS id and the next address.
+    pub fn left_out(&self, addr: usize) -> Option<(u64, usize)> {
+        self.left_out
+            .iter()
+            .find(|l| l.0 == addr && addr != 0)
+            .map(|l| (l.1, l.2))
+    }
+
+    /// gpufeed patch 11: starts a walk: the windows of the threads it does not visit are
+    /// dropped at [`FrameCache::end_walk`].
+    pub fn begin_walk(&mut self) {
+        for w in &mut self.windows {
+            w.seen = false;
+        }
+    }
+
+    /// gpufeed patch 11: a thread passed over keeps its window.
+    pub fn keep_window(&mut self, thread: usize) {
+        if let Some(w) = self.windows.iter_mut().find(|w| w.thread == thread) {
+            w.seen = true;
+        }
+    }
+
+    pub fn end_walk(&mut self) {
+        self.windows.retain(|w| w.seen);
+    }
+
+    fn note_window(&mut self, mut w: NotedWindow) {
+        if w.thread == 0 {
+            return;
+        }
+        if let Some(x) = self.windows.iter_mut().find(|x| x.thread == w.thread) {
+            // The latest place first, then the others seen lately.
+            let mut k = 1;
+            for &a in &x.slots {
+                if k < w.slots.len() && a != 0 && a != w.slots[0] {
+                    w.slots[k] = a;
+                    k += 1;
+                }
+            }
+            *x = w;
+        } else if self.windows.len() <= Self::MAX_CHAIN {
+            self.windows.push(w);
+        }
     }
 
     pub fn stats(&self) -> FrameCacheStats {
@@ -500,6 +644,13 @@ impl<P: ProcessMemory> ReadParts for OneByOne<'_, P> {
 /// Most bytes of a thread's data-stack chunk read in one piece (gpufeed patch, PATCHES.md):
 /// CPython's chunks are 16 KiB unless one frame needs more.
 pub const MAX_STACK_READ: usize = 64 * 1024;
+/// gpufeed patch 11: a data stack read with the head goes this far past where the thread's
+/// last read ended (frames pushed since), rounded up to the end of a page (pinning a page
+/// costs the kernel the same whatever is read of it); all such reads of one sample together
+/// at most `PRE_READ_MAX` bytes.
+const PRE_READ_SLACK: usize = 512;
+const PRE_READ_PAGE: usize = 4096;
+const PRE_READ_MAX: usize = 256 * 1024;
 
 /// The live part of a thread's current data-stack chunk (CPython 3.11+), copied with one read
 /// (gpufeed patch, PATCHES.md): `[chunk, top)` and one frame's size more (a frame pushed since
@@ -534,6 +685,7 @@ pub fn get_stack_trace_cached<T, P>(
     copy_locals: bool,
     lineno: LineNo,
     cache: Option<&mut FrameCache>,
+    thread_addr: usize,
 ) -> Result<StackTrace, Error>
 where
     T: ThreadState,
@@ -541,8 +693,12 @@ where
 {
     let mut cache = if copy_locals { None } else { cache };
     // TODO: just return frames here? everything else probably should be returned out of scope
-    // gpufeed patch (PATCHES.md): room for the deepest stack seen so far (no regrowth).
-    let mut frames = Vec::with_capacity(cache.as_ref().map_or(0, |c| c.depth_hint));
+    // gpufeed patch (PATCHES.md): room for the deepest stack seen so far (no regrowth), in a
+    // vector given back by the caller when there is one (patch 12).
+    let mut frames = match cache.as_deref_mut().and_then(|c| c.spare_frames.pop()) {
+        Some(v) => v,
+        None => Vec::with_capacity(cache.as_ref().map_or(0, |c| c.depth_hint)),
+    };
 
     // python 3.11+ has an extra level of indirection to get the Frame from the threadstate
     let mut frame_address = thread.frame_address();
@@ -551,16 +707,60 @@ where
     // the live part of the thread's data-stack chunk (3.11+: the frames are taken from the copy)
     // and the next thread state of the interpreter's list (taken by the caller's walk).
     let mut window = None;
+    // gpufeed patch 11: the window taken from the head's read (its buffer goes back there).
+    let mut window_pre = None;
     let mut resolved = frame_address.is_none();
     if let Some(c) = cache.as_deref_mut() {
-        let stack = thread
+        let chunk = thread
             .datastack()
-            .filter(|&(chunk, top, limit)| chunk != 0 && chunk < top && top <= limit)
-            .map(|(chunk, top, limit)| {
-                let end = limit.min(top.saturating_add(std::mem::size_of::<T::FrameObject>()));
-                (chunk.max(end.saturating_sub(MAX_STACK_READ)), end)
-            });
+            .filter(|&(chunk, top, limit)| chunk != 0 && chunk < top && top <= limit);
+        let stack = chunk.map(|(chunk, top, limit)| {
+            let end = limit.min(top.saturating_add(std::mem::size_of::<T::FrameObject>()));
+            (chunk.max(end.saturating_sub(MAX_STACK_READ)), end)
+        });
         let next = thread.next() as usize;
+        // gpufeed patch 11: what came with the head's read (this thread state did too, so
+        // they are one snapshot): the frame pointer, where it was read at the same address,
+        // and the data stack, where the range read covers the one needed now.
+        let slot_addr = frame_address.unwrap_or(0);
+        let pre = if thread_addr != 0 && c.with_head == thread_addr {
+            c.pre.iter().position(|p| p.thread == thread_addr)
+        } else {
+            None
+        };
+        if let Some(i) = pre {
+            let p = &mut c.pre[i];
+            const W: usize = std::mem::size_of::<usize>();
+            let at = slot_addr.wrapping_sub(p.slot_base);
+            if p.slot_ok && slot_addr != 0 && slot_addr >= p.slot_base && at + W <= p.slot_buf.len()
+            {
+                let mut bytes = [0u8; W];
+                bytes.copy_from_slice(&p.slot_buf[at..at + W]);
+                frame_address = Some(usize::from_ne_bytes(bytes));
+                resolved = true;
+            }
+            if let Some((base, end)) = stack {
+                if p.ok && p.base <= base && end <= p.base + p.buf.len() {
+                    c.stats.stack_reads += 1;
+                    c.stats.stacks_with_head += 1;
+                    window = Some(StackWindow {
+                        base: p.base,
+                        buf: std::mem::take(&mut p.buf),
+                    });
+                    window_pre = Some(i);
+                }
+            }
+        }
+        if let (Some((base, end)), Some((_, _, limit))) = (stack, chunk) {
+            c.note_window(NotedWindow {
+                thread: thread_addr,
+                slots: [slot_addr, 0, 0, 0],
+                base,
+                end,
+                limit,
+                seen: true,
+            });
+        }
         let mut slot = [0u8; std::mem::size_of::<usize>()];
         let mut buf = std::mem::take(&mut c.stack_buf);
         let mut next_buf = std::mem::take(&mut c.next_thread);
@@ -569,20 +769,20 @@ where
         let mut parts: [(usize, &mut [u8]); 3] = [(0, &mut []), (0, &mut []), (0, &mut [])];
         let mut kinds = [0u8; 3];
         let mut n = 0;
-        if let Some(addr) = frame_address {
+        if let (Some(addr), false) = (frame_address, resolved) {
             parts[n] = (addr, &mut slot[..]);
             kinds[n] = 0;
             n += 1;
         }
-        if let Some((base, end)) = stack {
-            buf.clear();
+        let stack_to_read = stack.filter(|_| window.is_none());
+        if let Some((base, end)) = stack_to_read {
             buf.resize(end - base, 0);
             parts[n] = (base, &mut buf[..]);
             kinds[n] = 1;
             n += 1;
         }
-        if next != 0 {
-            next_buf.clear();
+        // gpufeed patch 11: not when the head's read brought it or left it out.
+        if next != 0 && !c.chain_ready.contains(&next) && c.left_out(next).is_none() {
             next_buf.resize(std::mem::size_of::<T>(), 0);
             parts[n] = (next, &mut next_buf[..]);
             kinds[n] = 2;
@@ -598,7 +798,7 @@ where
             frame_address = Some(usize::from_ne_bytes(slot));
             resolved = true;
         }
-        match stack {
+        match stack_to_read {
             Some((base, _)) if read(1) => {
                 c.stats.stack_reads += 1;
                 window = Some(StackWindow { base, buf });
@@ -607,6 +807,7 @@ where
         }
         if read(2) {
             c.next_thread_addr = next;
+            c.next_from_head = false;
         }
         c.next_thread = next_buf;
     }
@@ -805,7 +1006,10 @@ where
     if let Some(c) = cache {
         c.depth_hint = c.depth_hint.max(frames.len()).min(FrameCache::MAX_DEPTH_HINT);
         if let Some(w) = window {
-            c.stack_buf = w.buf;
+            match window_pre.and_then(|i| c.pre.get_mut(i)) {
+                Some(p) => p.buf = w.buf,
+                None => c.stack_buf = w.buf,
+            }
         }
     }
 
@@ -952,29 +1156,131 @@ pub fn threads_head_and_gil_holder<I: InterpreterState, P: ProcessMemory + ReadP
     let size = std::mem::size_of::<I::ThreadState>();
     let mut cache = cache;
     let guess = cache.as_ref().map_or(0, |c| c.last_head);
-    let (mut first, chain, mut states) = match cache.as_mut() {
-        Some(c) => (
-            std::mem::take(&mut c.next_thread),
-            std::mem::take(&mut c.chain),
-            std::mem::take(&mut c.chain_states),
-        ),
-        None => (Vec::new(), Vec::new(), Vec::new()),
-    };
+    let head_tid = cache.as_ref().map_or(0, |c| c.head_tid);
+    let complete = cache
+        .as_ref()
+        .is_some_and(|c| c.chain_tids.len() == c.chain.len());
+    type Taken = (Vec<u8>, Vec<usize>, Vec<u8>, Vec<u64>, Vec<u64>, Vec<NotedWindow>, Vec<PreRead>);
+    let (mut first, chain, mut states, chain_tids, plan, windows, mut pre): Taken =
+        match cache.as_mut() {
+            Some(c) => (
+                std::mem::take(&mut c.next_thread),
+                std::mem::take(&mut c.chain),
+                std::mem::take(&mut c.chain_states),
+                std::mem::take(&mut c.chain_tids),
+                std::mem::take(&mut c.plan_skip),
+                std::mem::take(&mut c.windows),
+                std::mem::take(&mut c.pre),
+            ),
+            None => Default::default(),
+        };
+    for p in &mut pre {
+        p.ok = false;
+        p.slot_ok = false;
+    }
+    // gpufeed patch 11: a thread the caller passes over is left out of the read, when the
+    // last walk is known whole (its OS ids with it) -- the walk steps over it by the last
+    // walk's next address while the head is where it was.
+    let complete = complete && chain.len() < FrameCache::MAX_CHAIN;
+    let passed_over = |tid: u64| complete && tid != 0 && plan.contains(&tid);
+    const NOT_READ: usize = usize::MAX;
+    let mut first_at = NOT_READ;
+    let mut chain_at: Vec<usize> = Vec::new();
+    let mut pre_at: Vec<(usize, usize)> = Vec::new();
     // During initialization (no threadstate address yet) nobody holds the GIL.
     let whole = if threadstate_address == 0 {
         process.read_parts(&mut [(head_addr, &mut head[..])]) + 1
     } else if guess != 0 {
-        first.clear();
         first.resize(size, 0);
         // gpufeed patch 9: the other thread states of the last walk in the same read.
-        states.clear();
         states.resize(size * chain.len(), 0);
-        let mut parts: Vec<(usize, &mut [u8])> = Vec::with_capacity(3 + chain.len());
+        let head_read = !passed_over(head_tid);
+        let chain_read: Vec<bool> = (0..chain.len())
+            .map(|i| !passed_over(chain_tids.get(i).copied().unwrap_or(0)))
+            .collect();
+        // gpufeed patch 11: the frame pointer and data stack of each thread read, where its
+        // last read took them (to the end of that page and a little more, for frames pushed
+        // since; never past its chunk).
+        let mut n_pre = 0;
+        let mut total = 0;
+        for w in &windows {
+            let read = (w.thread == guess && head_read)
+                || chain
+                    .iter()
+                    .zip(&chain_read)
+                    .any(|(&a, &r)| r && a == w.thread);
+            let end = w
+                .limit
+                .min((w.end + PRE_READ_SLACK).next_multiple_of(PRE_READ_PAGE))
+                .max(w.end);
+            let len = end - w.base;
+            if !read || total + len > PRE_READ_MAX {
+                continue;
+            }
+            total += len;
+            if pre.len() <= n_pre {
+                pre.push(PreRead::default());
+            }
+            let p = &mut pre[n_pre];
+            p.thread = w.thread;
+            p.base = w.base;
+            p.buf.resize(len, 0);
+            // The page(s) of its recent frame-pointer places (one thread's C stack, mapped
+            // whole between them), or only the latest's page when they lie far apart.
+            let (lo, hi) = if w.slots[0] == 0 {
+                (0, 0)
+            } else {
+                let placed = w.slots.iter().filter(|&&a| a != 0);
+                let lo = placed.clone().min().copied().unwrap_or(0) / PRE_READ_PAGE;
+                let hi = placed.max().copied().unwrap_or(0) / PRE_READ_PAGE + 1;
+                if hi - lo <= 2 {
+                    (lo * PRE_READ_PAGE, hi * PRE_READ_PAGE)
+                } else {
+                    let at = w.slots[0] / PRE_READ_PAGE * PRE_READ_PAGE;
+                    (at, at + PRE_READ_PAGE)
+                }
+            };
+            p.slot_base = lo;
+            p.slot_buf.resize(hi - lo, 0);
+            n_pre += 1;
+        }
+        pre.truncate(n_pre);
+        let mut parts: Vec<(usize, &mut [u8])> =
+            Vec::with_capacity(3 + chain.len() + 2 * pre.len());
         parts.push((head_addr, &mut head[..]));
         parts.push((threadstate_address, &mut gil[..gil_len]));
-        parts.push((guess, &mut first[..]));
-        for (addr, buf) in chain.iter().zip(states.chunks_mut(size.max(1))) {
-            parts.push((*addr, buf));
+        if head_read {
+            first_at = parts.len();
+            parts.push((guess, &mut first[..]));
+        }
+        for ((addr, buf), read) in chain
+            .iter()
+            .zip(states.chunks_mut(size.max(1)))
+            .zip(&chain_read)
+        {
+            if *read {
+                chain_at.push(parts.len());
+                parts.push((*addr, buf));
+            } else {
+                chain_at.push(NOT_READ);
+            }
+        }
+        for p in pre.iter_mut() {
+            let PreRead {
+                slot_base,
+                slot_buf,
+                base,
+                buf,
+                ..
+            } = p;
+            let slot_at = if *slot_base != 0 {
+                parts.push((*slot_base, &mut slot_buf[..]));
+                parts.len() - 1
+            } else {
+                NOT_READ
+            };
+            parts.push((*base, &mut buf[..]));
+            pre_at.push((slot_at, parts.len() - 1));
         }
         process.read_parts(&mut parts)
     } else {
@@ -983,22 +1289,46 @@ pub fn threads_head_and_gil_holder<I: InterpreterState, P: ProcessMemory + ReadP
             (threadstate_address, &mut gil[..gil_len]),
         ])
     };
+    for (p, &(slot_at, buf_at)) in pre.iter_mut().zip(&pre_at) {
+        p.slot_ok = slot_at != NOT_READ && slot_at < whole;
+        p.ok = buf_at < whole;
+    }
     if let Some(c) = cache {
         let head = usize::from_ne_bytes(head);
+        let same = head == guess && guess != 0;
         c.next_thread = first;
-        c.next_thread_addr = if whole >= 3 && head == guess { guess } else { 0 };
+        c.next_thread_addr = if same && first_at < whole { guess } else { 0 };
+        c.next_from_head = true;
         c.last_head = if whole >= 1 { head } else { 0 };
         c.chain_ready.clear();
-        if head == guess && guess != 0 {
+        c.left_out.clear();
+        if same {
             c.chain_ready.extend(
                 chain
                     .iter()
-                    .enumerate()
-                    .map(|(i, &a)| if 3 + i < whole { a } else { 0 }),
+                    .zip(&chain_at)
+                    .map(|(&a, &at)| if at < whole { a } else { 0 }),
             );
+            // gpufeed patch 11: the thread states left out, with where the walk goes on.
+            if first_at == NOT_READ {
+                c.left_out
+                    .push((guess, head_tid, chain.first().copied().unwrap_or(0)));
+            }
+            for (i, (&a, &at)) in chain.iter().zip(&chain_at).enumerate() {
+                if at == NOT_READ {
+                    let next = chain.get(i + 1).copied().unwrap_or(0);
+                    c.left_out.push((a, chain_tids[i], next));
+                }
+            }
+            c.stats.threads_left_out += c.left_out.len() as u64;
         }
         c.chain = chain;
         c.chain_states = states;
+        c.chain_tids = chain_tids;
+        c.plan_skip = plan;
+        c.plan_skip.clear();
+        c.windows = windows;
+        c.pre = pre;
     }
     if whole < 1 {
         return Err(format_err!("Failed to copy PyThreadState head pointer"));
@@ -1192,7 +1522,7 @@ mod tests {
                 reads: Cell::new(0),
             };
             let trace =
-                get_stack_trace_cached(&t.thread, &mem, false, LineNo::LastInstruction, cache)
+                get_stack_trace_cached(&t.thread, &mem, false, LineNo::LastInstruction, cache, 0)
                     .unwrap();
             let frames = trace
                 .frames
@@ -1494,7 +1824,7 @@ mod tests {
                 reads: Cell::new(0),
             };
             let trace =
-                get_stack_trace_cached(&t.thread, &mem, false, LineNo::First, cache).unwrap();
+                get_stack_trace_cached(&t.thread, &mem, false, LineNo::First, cache, 0).unwrap();
             let frames = trace
                 .frames
                 .iter()
@@ -1526,6 +1856,96 @@ mod tests {
             }
             let stats = cache.stats();
             assert_eq!((stats.stack_reads, stats.stack_frames), (4, 8));
+        }
+
+        /// gpufeed patch 11: once a walk is known, a sample is one read: the head, the thread
+        /// states of the threads read and their frame pointers and data stacks; a thread the
+        /// caller passes over is left out of it (stepped over by the last walk's next address)
+        /// while the head is where it was.
+        #[test]
+        fn a_known_walk_is_one_read_and_a_thread_passed_over_is_left_out() {
+            use crate::python_bindings::v3_11_0::PyInterpreterState;
+            let t = Box::new(fake_thread(false));
+            let first_addr = &t.thread as *const PyThreadState as usize;
+            let second_addr = &*t.next as *const PyThreadState as usize;
+            // SAFETY: the test owns the second thread state; nothing else reads it now.
+            unsafe { (*(second_addr as *mut PyThreadState)).native_thread_id = 22 };
+            let mut interp = Box::<PyInterpreterState>::default();
+            interp.threads.head = first_addr as *mut PyThreadState;
+            let current: usize = 0;
+            let mem = Counting {
+                reads: Cell::new(0),
+            };
+            let mut cache = FrameCache::default();
+            // One sample as python_spy's walk takes it, the second thread passed over when
+            // `skip`: (frames of the first thread, reads, the second left out).
+            let mut walk = |cache: &mut FrameCache, interp: &PyInterpreterState, skip: &[u64]| {
+                mem.reads.set(0);
+                cache.forget_read_ahead();
+                cache.plan_skip(skip);
+                cache.begin_walk();
+                threads_head_and_gil_holder::<PyInterpreterState, _>(
+                    interp as *const _ as usize,
+                    &current as *const usize as usize,
+                    &mem,
+                    Some(cache),
+                )
+                .unwrap();
+                let head = interp.threads.head as usize;
+                let thread = cache
+                    .take_read_ahead::<PyThreadState>(head)
+                    .unwrap_or_else(|| LocalProcess.copy_struct(head).unwrap());
+                let trace = get_stack_trace_cached(
+                    &thread,
+                    &mem,
+                    false,
+                    LineNo::First,
+                    Some(cache),
+                    head,
+                )
+                .unwrap();
+                let left = cache.left_out(thread.next as usize);
+                if left.is_none() {
+                    // Read (its stack is not: it has no frames to walk in this fake).
+                    let next = cache.take_read_ahead::<PyThreadState>(thread.next as usize);
+                    assert!(next.is_none_or(|n| n.native_thread_id == 22));
+                } else {
+                    cache.keep_window(thread.next as usize);
+                }
+                cache.note_chain(&[second_addr]);
+                cache.note_tids(11, &[22]);
+                cache.end_walk();
+                let frames: Vec<(String, i32)> = trace
+                    .frames
+                    .iter()
+                    .map(|f| (format!("{}:{}", f.filename, f.name), f.line))
+                    .collect();
+                (frames, mem.reads.get(), left)
+            };
+            let (frames, _, left) = walk(&mut cache, &interp, &[]);
+            assert_eq!((frames, left), (expected(), None), "the first walk learns");
+            let (frames, reads, left) = walk(&mut cache, &interp, &[]);
+            assert_eq!((frames, reads, left), (expected(), 1, None), "one read in all");
+            let (frames, reads, left) = walk(&mut cache, &interp, &[22]);
+            assert_eq!(frames, expected());
+            assert_eq!(reads, 1);
+            assert_eq!(left, Some((22, 0)), "the second thread state was not read");
+            let stats = cache.stats();
+            assert_eq!((stats.stacks_with_head, stats.threads_left_out), (2, 1));
+            // The head moved (a thread started): nothing is left out, the stack is read apart.
+            interp.threads.head = second_addr as *mut PyThreadState;
+            cache.forget_read_ahead();
+            cache.plan_skip(&[22]);
+            threads_head_and_gil_holder::<PyInterpreterState, _>(
+                &*interp as *const _ as usize,
+                &current as *const usize as usize,
+                &mem,
+                Some(&mut cache),
+            )
+            .unwrap();
+            assert_eq!(cache.left_out(second_addr), None);
+            assert!(cache.take_read_ahead::<PyThreadState>(first_addr).is_none());
+            drop(t);
         }
 
         #[test]

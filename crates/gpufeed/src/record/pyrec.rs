@@ -158,10 +158,12 @@ impl PyAggregator {
 
     /// Adds one reading of one process; new frame and stack definitions go to `out` at once.
     /// A thread passed over ([`ThreadStack::reused`]) counts its last stack again, idle.
-    pub fn add(&mut self, pid: u32, threads: Vec<ThreadStack>, out: &mut Vec<Line>) {
+    /// The frames are taken out of `threads` (their vectors are left empty, to be used again:
+    /// [`PySampler::recycle`]).
+    pub fn add(&mut self, pid: u32, threads: &mut [ThreadStack], out: &mut Vec<Line>) {
         let mut acc_threads = Vec::with_capacity(threads.len());
         let mut before = self.last.remove(&pid).unwrap_or_default();
-        for t in threads {
+        for t in threads.iter_mut() {
             if t.reused {
                 // Its last stack, unless it had none (then it is not counted).
                 if let Some(i) = before.iter().position(|b| b.tid == t.tid) {
@@ -169,16 +171,15 @@ impl PyAggregator {
                 }
                 continue;
             }
-            let mut frames = t.frames;
+            let frames = &mut t.frames;
             if frames.len() > MAX_DEPTH {
-                let tail = frames.split_off(frames.len() - MAX_DEPTH / 2);
-                frames.truncate(MAX_DEPTH / 2);
-                frames.extend(tail);
+                // The outermost and innermost halves.
+                frames.drain(MAX_DEPTH / 2..frames.len() - MAX_DEPTH / 2);
             }
             let empty = frames.is_empty();
             let mut ids = std::mem::take(&mut self.ids);
             ids.clear();
-            for f in frames {
+            for f in frames.drain(..) {
                 let id = self.frame_id(pid, f, out);
                 if id != u32::MAX {
                     ids.push(id);
@@ -219,7 +220,7 @@ impl PyAggregator {
             acc_threads.push((
                 LastThread {
                     tid: t.tid,
-                    name: t.name,
+                    name: t.name.take(),
                     sid,
                     phase,
                     empty,
@@ -385,7 +386,10 @@ pub(crate) fn py_thread(
         }
         for (pid, reading) in got.drain(..) {
             match reading {
-                PyReading::Stacks(stacks) => agg.add(pid, stacks, &mut out),
+                PyReading::Stacks(mut stacks) => {
+                    agg.add(pid, &mut stacks, &mut out);
+                    sampler.recycle(stacks);
+                }
                 PyReading::Unchanged => agg.add_unchanged(pid),
             }
         }
@@ -468,7 +472,7 @@ mod tests {
                     ],
                 )
             };
-            agg.add(1, vec![main], &mut out);
+            agg.add(1, &mut [main], &mut out);
         }
         let frames = out.iter().filter(|l| matches!(l, Line::PyFrame(_))).count();
         let stacks = out.iter().filter(|l| matches!(l, Line::PyStack(_))).count();
@@ -497,7 +501,7 @@ mod tests {
             &[("<module>", "/nonexistent/t.py"), ("run", "/x.py")],
         );
         main.name = Some("MainThread".into());
-        agg.add(7, vec![main, ts(2, false, &[])], &mut out);
+        agg.add(7, &mut [main, ts(2, false, &[])], &mut out);
         let defs = out.len();
         agg.add_unchanged(7);
         agg.add_unchanged(7);
@@ -542,7 +546,7 @@ mod tests {
         feeder.name = Some("QueueFeederThread".into());
         agg.add(
             7,
-            vec![ts(1, true, &[("step", "/nonexistent/t.py")]), feeder],
+            &mut [ts(1, true, &[("step", "/nonexistent/t.py")]), feeder],
             &mut out,
         );
         let passed = |tid| ThreadStack {
@@ -555,7 +559,7 @@ mod tests {
         // The loop moved on; the feeder (and a thread never read) were passed over.
         agg.add(
             7,
-            vec![
+            &mut [
                 ts(1, true, &[("fwd", "/nonexistent/t.py")]),
                 passed(2),
                 passed(3),
@@ -564,7 +568,7 @@ mod tests {
         );
         agg.add(
             7,
-            vec![ts(1, false, &[("fwd", "/nonexistent/t.py")]), passed(2)],
+            &mut [ts(1, false, &[("fwd", "/nonexistent/t.py")]), passed(2)],
             &mut out,
         );
         out.clear();

@@ -137,6 +137,10 @@ struct ThreadClock {
     moved: bool,
     /// Checks in a row that found it ran.
     busy: u32,
+    /// Readings in a row that found it idle (read blocked, or passed over); see [`QUIET_AFTER`].
+    quiet: u32,
+    /// Its process's main thread (never taken for quiet: the training loop runs there).
+    main: bool,
 }
 
 /// Whether a process ran since the last check, cheaply: only a Python thread that ran can have
@@ -165,6 +169,15 @@ struct CpuClock {
 /// would say "ran" anyway; once it goes idle, that is seen within as many readings).
 const BUSY_AFTER: u32 = 8;
 const BUSY_CHECK_EVERY: u32 = 8;
+/// A helper thread (not its process's main thread) found idle at this many readings in a row
+/// is quiet: a DataLoader queue's feeder thread, a relay or heartbeat thread, which wakes for
+/// a moment many times a second (so it often "ran" since the last check) and is found blocked
+/// at nearly every reading. It is checked (and read, when it ran) only at every
+/// [`QUIET_CHECK_EVERY`]th reading; in between its last stack counts again, idle. It is no
+/// longer quiet once a reading finds it running. The main thread, where the training loop
+/// runs, is never quiet: a loop waiting for data most of the time keeps its full rate.
+const QUIET_AFTER: u32 = 32;
+const QUIET_CHECK_EVERY: u32 = 4;
 /// A process none of whose threads ran at this many checks in a row (a launcher, an idle
 /// helper; a training thread waiting for data wakes far more often) is long idle: its readings
 /// count its last stacks without a check, and it is checked only every [`IDLE_CHECK_PERIOD`],
@@ -225,8 +238,7 @@ impl CpuClock {
         if self.long_idle() {
             return false;
         }
-        let check_busy = self.readings % BUSY_CHECK_EVERY == 0;
-        let ran = self.check(check_busy);
+        let ran = self.check(Some(self.readings));
         self.idle = if ran { 0 } else { self.idle.saturating_add(1) };
         ran
     }
@@ -234,7 +246,7 @@ impl CpuClock {
     /// A long-idle process's check: when it ran, its next reading reads it (and it is no
     /// longer long idle).
     fn wake_check(&mut self) {
-        if self.check(true) {
+        if self.check(None) {
             self.woke = true;
             self.idle = 0;
         }
@@ -253,10 +265,16 @@ impl CpuClock {
     /// Follows the threads of a reading (their stacks' thread ids); a thread whose schedstat
     /// cannot be opened (an id that is not the OS's) turns on the whole-process fallback.
     fn follow(&mut self, stacks: &[ThreadStack]) {
-        let same = self.threads.len() == stacks.len()
-            && stacks
-                .iter()
-                .all(|s| self.threads.iter().any(|t| t.tid == s.tid));
+        let mut same = self.threads.len() == stacks.len();
+        for s in stacks {
+            match self.threads.iter_mut().find(|t| t.tid == s.tid) {
+                Some(t) if !t.main && (s.reused || !s.active) => {
+                    t.quiet = t.quiet.saturating_add(1)
+                }
+                Some(t) => t.quiet = 0,
+                None => same = false,
+            }
+        }
         if same && self.whole.is_none() {
             return;
         }
@@ -277,6 +295,8 @@ impl CpuClock {
                     last: None,
                     moved: true,
                     busy: 0,
+                    quiet: 0,
+                    main: s.tid == u64::from(self.pid),
                 }),
                 None => missing = true,
             }
@@ -293,13 +313,21 @@ impl CpuClock {
     /// Did any followed thread run since the last check? Unknown (unreadable, nothing followed)
     /// counts as yes.
     fn ran(&mut self) -> bool {
-        self.check(true)
+        self.check(None)
     }
 
-    /// [`CpuClock::ran`], but a busy thread is read only when `check_busy`.
-    fn check(&mut self, check_busy: bool) -> bool {
+    /// [`CpuClock::ran`] at the `reading`th reading (`None`: every thread): a quiet thread is
+    /// checked only at every [`QUIET_CHECK_EVERY`]th reading (taken not to have run in
+    /// between), a busy one at every [`BUSY_CHECK_EVERY`]th (taken to have run).
+    fn check(&mut self, reading: Option<u32>) -> bool {
         let mut ran = self.threads.is_empty() && self.whole.is_none();
+        let check_quiet = reading.is_none_or(|r| r % QUIET_CHECK_EVERY == 0);
+        let check_busy = reading.is_none_or(|r| r % BUSY_CHECK_EVERY == 0);
         for t in &mut self.threads {
+            if t.quiet >= QUIET_AFTER && !check_quiet {
+                t.moved = false;
+                continue;
+            }
             if t.busy >= BUSY_AFTER && !check_busy {
                 t.moved = true;
                 ran = true;
@@ -397,7 +425,14 @@ pub struct PySampler {
     idle_check_ticks: u64,
     /// The interval between two calls ([`PySampler::set_interval`]).
     every: Duration,
+    /// Frame vectors given back ([`PySampler::recycle`]), to convert the next stacks into:
+    /// a new vector a stack cost an allocation over 1 KiB, and glibc consolidated its fast
+    /// bins at each one (5% of the sampler's CPU).
+    spare: Vec<Vec<RawFrame>>,
 }
+
+/// Most frame vectors kept for reuse.
+const MAX_SPARE: usize = 64;
 
 /// The parent pid of a process (field 4 of /proc/PID/stat).
 fn ppid_of(pid: u32) -> Option<u32> {
@@ -464,6 +499,19 @@ impl PySampler {
             tick: 0,
             idle_check_ticks: 1,
             every: IDLE_CHECK_PERIOD,
+            spare: Vec::new(),
+        }
+    }
+
+    /// Gives back the frame vectors of a reading once its frames were taken (emptied or not):
+    /// the next readings convert their stacks into them.
+    pub fn recycle(&mut self, stacks: Vec<ThreadStack>) {
+        for t in stacks {
+            if self.spare.len() < MAX_SPARE && t.frames.capacity() > 0 {
+                let mut v = t.frames;
+                v.clear();
+                self.spare.push(v);
+            }
         }
     }
 
@@ -549,7 +597,9 @@ impl PySampler {
             }
             match entry {
                 Entry::Spy { skip, .. } if *skip > 0 => *skip -= 1,
-                Entry::Spy { .. } => read_spy(entry, pid, now, self.idle_skip, out),
+                Entry::Spy { .. } => {
+                    read_spy(entry, pid, now, self.idle_skip, &mut self.spare, out)
+                }
                 Entry::Done { .. } => recheck_done(entry, pid, now),
                 Entry::Waiting { .. } => {
                     if let Some(exe) = probe(entry, pid, now, events) {
@@ -602,7 +652,10 @@ impl PySampler {
                         detail: Some(spy.version.to_string()),
                         rank,
                     });
-                    let stacks: Vec<ThreadStack> = traces.into_iter().map(convert).collect();
+                    let stacks: Vec<ThreadStack> = traces
+                        .into_iter()
+                        .map(|t| convert(t, &mut self.spare, &mut spy))
+                        .collect();
                     let mut clock = CpuClock::new(pid);
                     clock.follow(&stacks);
                     clock.ran();
@@ -711,6 +764,7 @@ fn read_spy(
     pid: u32,
     now: Instant,
     idle_skip: bool,
+    spare: &mut Vec<Vec<RawFrame>>,
     out: &mut Vec<(u32, PyReading)>,
 ) {
     let Entry::Spy {
@@ -751,13 +805,14 @@ fn read_spy(
         Ok(traces) => {
             *fails = 0;
             *skip = *every - 1;
+            let mut stacks: Vec<ThreadStack> =
+                traces.into_iter().map(|t| convert(t, spare, spy)).collect();
             let passed_over = spy.skipped();
             *reused = if passed_over.is_empty() {
                 0
             } else {
                 *reused + 1
             };
-            let mut stacks: Vec<ThreadStack> = traces.into_iter().map(convert).collect();
             stacks.extend(passed_over.iter().map(|&tid| ThreadStack {
                 tid,
                 name: None,
@@ -877,18 +932,22 @@ fn probe(
     Some(cur_exe)
 }
 
-fn convert(t: py_spy::StackTrace) -> ThreadStack {
-    let mut frames: Vec<RawFrame> = t
-        .frames
-        .into_iter()
-        .map(|f| RawFrame {
-            name: f.name,
-            file: f.filename,
-            line: f.line,
-        })
-        .collect();
+/// One of py-spy's stacks as gpufeed's, in a vector from `spare` when there is one; py-spy's
+/// vector goes back to it for its next stack (an allocation less each, on either side).
+fn convert(
+    mut t: py_spy::StackTrace,
+    spare: &mut Vec<Vec<RawFrame>>,
+    spy: &mut py_spy::PythonSpy,
+) -> ThreadStack {
+    let mut frames = spare.pop().unwrap_or_default();
+    frames.clear();
     // py-spy gives the innermost frame first.
-    frames.reverse();
+    frames.extend(t.frames.drain(..).rev().map(|f| RawFrame {
+        name: f.name,
+        file: f.filename,
+        line: f.line,
+    }));
+    spy.recycle_frames(t.frames);
     ThreadStack {
         tid: t.os_thread_id.unwrap_or(t.thread_id),
         name: t.thread_name,
@@ -983,6 +1042,89 @@ mod tests {
         assert!(unmoved.is_empty());
         stop_tx.send(()).unwrap();
         sleeper.join().unwrap();
+    }
+
+    #[test]
+    fn frame_vectors_given_back_are_kept_empty_for_the_next_stacks() {
+        let mut sampler = PySampler::new(PyOptions {
+            blocking: false,
+            child_every: 1,
+            cache: true,
+            idle_skip: true,
+        });
+        let frame = RawFrame {
+            name: "step".into(),
+            file: "t.py".into(),
+            line: 3,
+        };
+        let stacks: Vec<ThreadStack> = (0..MAX_SPARE as u64 + 5)
+            .map(|tid| ThreadStack {
+                frames: vec![frame.clone(); 40],
+                ..stack_of(tid)
+            })
+            .chain([stack_of(1000)]) // no frames, no room: not kept
+            .collect();
+        sampler.recycle(stacks);
+        assert_eq!(sampler.spare.len(), MAX_SPARE);
+        assert!(sampler
+            .spare
+            .iter()
+            .all(|v| v.is_empty() && v.capacity() >= 40));
+    }
+
+    #[test]
+    fn a_helper_thread_idle_at_every_reading_is_checked_only_now_and_then() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let helper = std::thread::spawn(move || {
+            tx.send(unsafe { libc::gettid() } as u64).unwrap();
+            let _ = stop_rx.recv();
+        });
+        let tid = rx.recv().unwrap();
+        let pid = std::process::id();
+        let main = u64::from(pid);
+        let mut clock = CpuClock::new(pid);
+        let idle = |t: u64| stack_of(t);
+        let running = |t: u64| ThreadStack {
+            active: true,
+            ..stack_of(t)
+        };
+        clock.follow(&[idle(main), idle(tid)]);
+        for _ in 0..QUIET_AFTER {
+            clock.follow(&[idle(main), idle(tid)]);
+        }
+        let q = |c: &CpuClock, t: u64| c.threads.iter().find(|x| x.tid == t).unwrap().quiet;
+        assert_eq!(q(&clock, tid), QUIET_AFTER, "the helper is quiet");
+        assert_eq!(q(&clock, main), 0, "the main thread never is");
+        // A check of the helper would now say it ran: it is checked only at every
+        // QUIET_CHECK_EVERY-th reading, and passed over in between.
+        fn forget(c: &mut CpuClock, tid: u64) {
+            c.threads.iter_mut().find(|x| x.tid == tid).unwrap().last = None;
+        }
+        forget(&mut clock, tid);
+        clock.readings = 0;
+        let mut unmoved = Vec::new();
+        for _ in 1..QUIET_CHECK_EVERY {
+            clock.ran_maybe();
+            clock.unmoved(&mut unmoved);
+            assert!(unmoved.contains(&tid), "not checked: passed over");
+            // Passed over, it stays quiet.
+            let reused = ThreadStack {
+                reused: true,
+                ..stack_of(tid)
+            };
+            clock.follow(&[idle(main), reused]);
+        }
+        assert!(clock.ran_maybe(), "checked: it ran");
+        clock.unmoved(&mut unmoved);
+        assert!(!unmoved.contains(&tid), "read at this reading");
+        // Read running: no longer quiet, checked at every reading again.
+        clock.follow(&[idle(main), running(tid)]);
+        assert_eq!(q(&clock, tid), 0);
+        forget(&mut clock, tid);
+        assert!(clock.ran_maybe(), "checked at once");
+        stop_tx.send(()).unwrap();
+        helper.join().unwrap();
     }
 
     #[test]
