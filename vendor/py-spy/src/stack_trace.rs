@@ -1185,6 +1185,8 @@ pub fn threads_head_and_gil_holder<I: InterpreterState, P: ProcessMemory + ReadP
     let passed_over = |tid: u64| complete && tid != 0 && plan.contains(&tid);
     const NOT_READ: usize = usize::MAX;
     let mut first_at = NOT_READ;
+    // Whether the head's own thread state was left out (passed over), not merely not read.
+    let mut head_left_out = false;
     let mut chain_at: Vec<usize> = Vec::new();
     let mut pre_at: Vec<(usize, usize)> = Vec::new();
     // During initialization (no threadstate address yet) nobody holds the GIL.
@@ -1195,6 +1197,7 @@ pub fn threads_head_and_gil_holder<I: InterpreterState, P: ProcessMemory + ReadP
         // gpufeed patch 9: the other thread states of the last walk in the same read.
         states.resize(size * chain.len(), 0);
         let head_read = !passed_over(head_tid);
+        head_left_out = !head_read;
         let chain_read: Vec<bool> = (0..chain.len())
             .map(|i| !passed_over(chain_tids.get(i).copied().unwrap_or(0)))
             .collect();
@@ -1310,7 +1313,7 @@ pub fn threads_head_and_gil_holder<I: InterpreterState, P: ProcessMemory + ReadP
                     .map(|(&a, &at)| if at < whole { a } else { 0 }),
             );
             // gpufeed patch 11: the thread states left out, with where the walk goes on.
-            if first_at == NOT_READ {
+            if head_left_out {
                 c.left_out
                     .push((guess, head_tid, chain.first().copied().unwrap_or(0)));
             }
@@ -1945,6 +1948,25 @@ mod tests {
             .unwrap();
             assert_eq!(cache.left_out(second_addr), None);
             assert!(cache.take_read_ahead::<PyThreadState>(first_addr).is_none());
+            // Interpreter starting (no thread state address yet): nothing is left out, even
+            // a thread the caller passes over, and the head stays where it is.
+            interp.threads.head = first_addr as *mut PyThreadState;
+            cache.forget_read_ahead();
+            cache.note_chain(&[second_addr]);
+            cache.note_tids(11, &[22]);
+            for _ in 0..2 {
+                cache.forget_read_ahead();
+                cache.plan_skip(&[11, 22]);
+                threads_head_and_gil_holder::<PyInterpreterState, _>(
+                    &*interp as *const _ as usize,
+                    0,
+                    &mem,
+                    Some(&mut cache),
+                )
+                .unwrap();
+                assert_eq!(cache.left_out(first_addr), None);
+                assert_eq!(cache.left_out(second_addr), None);
+            }
             drop(t);
         }
 
