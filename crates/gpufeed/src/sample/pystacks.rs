@@ -138,9 +138,8 @@ struct ThreadClock {
     /// Checks in a row that found it ran.
     busy: u32,
     /// Readings in a row that found it idle (read blocked, or passed over); see [`QUIET_AFTER`].
+    /// Never counted for its process's main thread (tid = pid), where the training loop runs.
     quiet: u32,
-    /// Its process's main thread (never taken for quiet: the training loop runs there).
-    main: bool,
 }
 
 /// Whether a process ran since the last check, cheaply: only a Python thread that ran can have
@@ -266,9 +265,10 @@ impl CpuClock {
     /// cannot be opened (an id that is not the OS's) turns on the whole-process fallback.
     fn follow(&mut self, stacks: &[ThreadStack]) {
         let mut same = self.threads.len() == stacks.len();
+        let main = u64::from(self.pid);
         for s in stacks {
             match self.threads.iter_mut().find(|t| t.tid == s.tid) {
-                Some(t) if !t.main && (s.reused || !s.active) => {
+                Some(t) if t.tid != main && (s.reused || !s.active) => {
                     t.quiet = t.quiet.saturating_add(1)
                 }
                 Some(t) => t.quiet = 0,
@@ -296,7 +296,6 @@ impl CpuClock {
                     moved: true,
                     busy: 0,
                     quiet: 0,
-                    main: s.tid == u64::from(self.pid),
                 }),
                 None => missing = true,
             }
