@@ -37,6 +37,13 @@ pub struct Config {
     /// and a string copy per frame per sample.
     pub short_filenames: bool,
 
+    /// gpufeed patch 13 (PATCHES.md): with the frame cache, a frame's `name` and `filename`
+    /// are copied into it (upstream). Off: they are left empty for every frame whose code object
+    /// is in the cache, and the frame carries the code object's serial ([`Frame::code`]); each
+    /// code object's names are given once, when first read ([`PythonSpy::take_new_codes`]).
+    /// Spares two string copies per frame per sample.
+    pub frame_names: bool,
+
     // The following config options only apply when using py-spy as an application
     #[doc(hidden)]
     pub command: String,
@@ -145,6 +152,7 @@ impl Default for Config {
             frame_cache: true,
             scan_python_threads_only: true,
             short_filenames: true,
+            frame_names: true,
             gil_only: false,
             include_idle: false,
             include_thread_ids: false,

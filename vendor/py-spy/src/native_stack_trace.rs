@@ -154,6 +154,7 @@ impl NativeStack {
                         locals: None,
                         is_entry: true,
                         is_shim_entry: true,
+                        code: 0,
                     });
                 });
 
@@ -296,6 +297,7 @@ impl NativeStack {
                     locals: None,
                     is_entry: true,
                     is_shim_entry: true,
+                    code: 0,
                 })
             }
             None => Some(Frame {
@@ -307,6 +309,7 @@ impl NativeStack {
                 module: Some(frame.module.clone()),
                 is_entry: true,
                 is_shim_entry: true,
+                code: 0,
             }),
         }
     }

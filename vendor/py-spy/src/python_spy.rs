@@ -215,7 +215,11 @@ impl PythonSpy {
             python_thread_ids: HashMap::new(),
             python_thread_names: HashMap::new(),
             thread_name_lookup_time: Instant::now(),
-            frame_cache: config.frame_cache.then(FrameCache::default),
+            frame_cache: config.frame_cache.then(|| {
+                let mut c = FrameCache::default();
+                c.frame_names = config.frame_names;
+                c
+            }),
             python_threads: Vec::new(),
             skip: Vec::new(),
             skipped: Vec::new(),
@@ -346,6 +350,15 @@ impl PythonSpy {
     pub fn recycle_frames(&mut self, frames: Vec<crate::stack_trace::Frame>) {
         if let Some(c) = self.frame_cache.as_mut() {
             c.recycle_frames(frames);
+        }
+    }
+
+    /// gpufeed patch 13: with `config.frame_names` off, moves the code objects read since the
+    /// last call to `out` as (serial, function name, file name): the names of the frames that
+    /// carry that serial ([`crate::stack_trace::Frame::code`]). Each is given once.
+    pub fn take_new_codes(&mut self, out: &mut Vec<(u64, String, String)>) {
+        if let Some(c) = self.frame_cache.as_mut() {
+            c.take_new_codes(out);
         }
     }
 
@@ -679,13 +692,14 @@ impl PythonSpy {
             false
         } else {
             let frame = &frames[0];
-            (frame.name == "wait" && frame.filename.ends_with("threading.py"))
-                || (frame.name == "select" && frame.filename.ends_with("selectors.py"))
-                || (frame.name == "poll"
-                    && (frame.filename.ends_with("asyncore.py")
-                        || frame.filename.contains("zmq")
-                        || frame.filename.contains("gevent")
-                        || frame.filename.contains("tornado")))
+            // gpufeed patch 13: a frame that carries only its code's serial is looked up.
+            if frame.code != 0 && frame.filename.is_empty() {
+                return self
+                    .frame_cache
+                    .as_ref()
+                    .is_some_and(|c| c.idle_code(frame.code));
+            }
+            crate::stack_trace::idle_function(&frame.name, &frame.filename)
         }
     }
 

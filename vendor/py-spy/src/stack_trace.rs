@@ -51,6 +51,12 @@ pub struct Frame {
     pub is_entry: bool,
     /// If the last frame was a shim. This is used in Python 3.12+ to detect entry frames.
     pub is_shim_entry: bool,
+    /// gpufeed patch 13: the serial of the frame's code object in the frame cache (unique in
+    /// this program's life: never given to another code object), 0 without it. When
+    /// `Config::frame_names` is off, `name` and `filename` are empty where this is not 0; the
+    /// names are given with the serial by [`crate::PythonSpy::take_new_codes`].
+    #[serde(skip)]
+    pub code: u64,
 }
 
 #[derive(Debug, Hash, Eq, PartialEq, Ord, PartialOrd, Clone, Serialize)]
@@ -137,6 +143,42 @@ struct CodeEntry {
     fingerprint: [usize; 5],
     /// The cache's generation when this was last read or checked.
     generation: u64,
+    /// gpufeed patch 13: this entry's serial ([`Frame::code`]), from [`next_code_serial`].
+    serial: u64,
+}
+
+/// Whether a function is one a thread waits in (py-spy's idle heuristic, for threads whose run
+/// state the OS does not tell; moved here by gpufeed patch 13 to be applied to cached code).
+pub(crate) fn idle_function(name: &str, filename: &str) -> bool {
+    (name == "wait" && filename.ends_with("threading.py"))
+        || (name == "select" && filename.ends_with("selectors.py"))
+        || (name == "poll"
+            && (filename.ends_with("asyncore.py")
+                || filename.contains("zmq")
+                || filename.contains("gevent")
+                || filename.contains("tornado")))
+}
+
+/// gpufeed patch 13: a serial for a code object read, unique among every spy of this program
+/// (a spy opened again for the same process must not give an old serial other names).
+fn next_code_serial() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// gpufeed patch 13: what a frame takes from its code object's entry: its serial, first line,
+/// whether it is a shim (no file name, or `<shim>`), and (when frames carry them) the names.
+type CodeView = (u64, i32, bool, Option<(String, String)>);
+
+impl CodeEntry {
+    fn view(&self, names: bool) -> CodeView {
+        (
+            self.serial,
+            self.first_lineno,
+            self.filename.is_empty() || self.filename == "<shim>",
+            names.then(|| (self.filename.clone(), self.name.clone())),
+        )
+    }
 }
 
 fn fingerprint<C: CodeObject>(code: &C) -> [usize; 5] {
@@ -245,6 +287,14 @@ pub struct FrameCache {
     chain_ready: Vec<usize>,
     /// Frames room to allocate per stack: the deepest seen, up to `MAX_DEPTH_HINT`.
     depth_hint: usize,
+    /// gpufeed patch 13: frames carry their names (upstream) or only their code's serial; in
+    /// the latter case, the code objects read since the caller last took them, as (serial,
+    /// function name, file name).
+    pub(crate) frame_names: bool,
+    new_codes: Vec<(u64, String, String)>,
+    /// gpufeed patch 13: the serials of the code objects read that are [`idle_function`]s
+    /// (a handful; kept across clears: a serial is never reused).
+    idle_codes: Vec<u64>,
     /// gpufeed patch 11: the OS ids (0: unknown) of the head's thread state and of `chain`'s
     /// at the last walk; the ids the caller passes over this sample ([`FrameCache::plan_skip`]);
     /// the thread states so left out of the head's read, as (address, OS id, the next address
@@ -308,6 +358,9 @@ impl FrameCache {
             chain_states: Vec::new(),
             chain_ready: Vec::new(),
             depth_hint: 0,
+            frame_names: true,
+            new_codes: Vec::new(),
+            idle_codes: Vec::new(),
             head_tid: 0,
             chain_tids: Vec::new(),
             plan_skip: Vec::new(),
@@ -331,6 +384,18 @@ impl FrameCache {
     }
 
     /// Empties the cache.
+    /// gpufeed patch 13: moves the code objects read since the last call (when frames carry
+    /// only their serial, `Config::frame_names` off) to `out`, as (serial, function name, file
+    /// name). Kept across failed samples: a serial is never given without its names.
+    pub fn take_new_codes(&mut self, out: &mut Vec<(u64, String, String)>) {
+        out.append(&mut self.new_codes);
+    }
+
+    /// gpufeed patch 13: whether the code object of this serial is an [`idle_function`].
+    pub(crate) fn idle_code(&self, serial: u64) -> bool {
+        self.idle_codes.contains(&serial)
+    }
+
     pub fn clear(&mut self) {
         self.clear_at(std::time::Instant::now());
     }
@@ -858,23 +923,35 @@ where
         let mut code_read = None;
         let known = match cache.as_deref_mut() {
             None => None,
-            Some(c) => match c.code(code_addr) {
-                Ok(entry) => entry.map(|e| (e.filename.clone(), e.name.clone(), e.first_lineno)),
-                // Older than MAX_AGE: one read of the code object checks it (a read that fails
-                // is retried below, with upstream's error).
-                Err(()) => match process.copy_pointer(frame.code()) {
-                    Ok(read) => {
-                        code_read = Some(read);
-                        c.check(code_addr, fingerprint(&read))
-                            .map(|e| (e.filename.clone(), e.name.clone(), e.first_lineno))
-                    }
-                    Err(_) => None,
-                },
-            },
+            Some(c) => {
+                let names = c.frame_names;
+                match c.code(code_addr) {
+                    Ok(entry) => entry.map(|e| e.view(names)),
+                    // Older than MAX_AGE: one read of the code object checks it (a read that
+                    // fails is retried below, with upstream's error).
+                    Err(()) => match process.copy_pointer(frame.code()) {
+                        Ok(read) => {
+                            code_read = Some(read);
+                            c.check(code_addr, fingerprint(&read))
+                                .map(|e| e.view(names))
+                        }
+                        Err(_) => None,
+                    },
+                }
+            }
         };
 
-        let (filename, name, first_lineno, mut code) = match known {
-            Some((filename, name, first_lineno)) => (filename, name, first_lineno, code_read),
+        let (serial, filename, name, first_lineno, mut code) = match known {
+            // A shim (3.13+: no file or function name) is passed over below.
+            Some((_, _, true, _)) => {
+                frame_ptr = frame.back();
+                set_last_frame_as_shim_entry(&mut frames);
+                continue;
+            }
+            Some((serial, first_lineno, false, names)) => {
+                let (filename, name) = names.unwrap_or_default();
+                (serial, filename, name, first_lineno, code_read)
+            }
             None => {
                 let code = match code_read {
                     Some(code) => code,
@@ -901,9 +978,11 @@ where
                     set_last_frame_as_shim_entry(&mut frames);
                     continue;
                 }
-                let filename = filename?;
-                let name = name?;
+                let mut filename = filename?;
+                let mut name = name?;
+                let mut serial = 0;
                 if let Some(c) = cache.as_deref_mut() {
+                    serial = next_code_serial();
                     c.insert_code(
                         code_addr,
                         CodeEntry {
@@ -913,16 +992,36 @@ where
                             line_table: None,
                             fingerprint: fingerprint(&code),
                             generation: c.generation,
+                            serial,
                         },
                     );
+                    let shim = filename.is_empty() || filename == "<shim>";
+                    if idle_function(&name, &filename) && c.idle_codes.len() < 4096 {
+                        c.idle_codes.push(serial);
+                    }
+                    if !c.frame_names && !shim {
+                        // Given once, with the serial; the frame carries only the serial.
+                        c.new_codes.push((
+                            serial,
+                            std::mem::take(&mut name),
+                            std::mem::take(&mut filename),
+                        ));
+                    }
+                    if shim {
+                        frame_ptr = frame.back();
+                        set_last_frame_as_shim_entry(&mut frames);
+                        continue;
+                    }
                 }
-                (filename, name, code.first_lineno(), Some(code))
+                (serial, filename, name, code.first_lineno(), Some(code))
             }
         };
 
         // skip <shim> entries in python 3.13+
         // Unset file/function name in py3.13 means this is a shim.
-        if filename.is_empty() || filename == "<shim>" {
+        // gpufeed patch 13: with the frame cache, shims were passed over above (a frame may
+        // carry only its code's serial: no names here).
+        if serial == 0 && (filename.is_empty() || filename == "<shim>") {
             frame_ptr = frame.back();
             set_last_frame_as_shim_entry(&mut frames);
             continue;
@@ -957,8 +1056,8 @@ where
                                 // Rather than fail set the linenumber to 0. This is used by the native extensions
                                 // to indicate that we can't load a line number and it should be handled gracefully
                                 warn!(
-                                    "Failed to get line number from {}.{}: {}",
-                                    filename, name, e
+                                    "Failed to get line number from {}.{} (code {}): {}",
+                                    filename, name, serial, e
                                 );
                                 0
                             }
@@ -995,6 +1094,7 @@ where
             locals,
             is_entry,
             is_shim_entry: false,
+            code: serial,
         });
 
         frame_ptr = frame.back();
@@ -1403,6 +1503,7 @@ impl ProcessInfo {
             locals: None,
             is_entry: true,
             is_shim_entry: true,
+            code: 0,
         }
     }
 }
@@ -1637,6 +1738,76 @@ mod tests {
                 2,
                 "only `main` was unchanged, at both checks"
             );
+        }
+
+        /// gpufeed patch 13: with `frame_names` off, what the frames carry (serial, line) and
+        /// the names given with the serials.
+        fn sample_lean(t: &FakeThread, cache: &mut FrameCache) -> Vec<(u64, String, i32)> {
+            let trace = get_stack_trace_cached(
+                &t.thread,
+                &LocalProcess,
+                false,
+                LineNo::LastInstruction,
+                Some(cache),
+                0,
+            )
+            .unwrap();
+            trace
+                .frames
+                .iter()
+                .map(|f| (f.code, format!("{}{}", f.filename, f.name), f.line))
+                .collect()
+        }
+
+        #[test]
+        fn lean_frames_carry_their_code_serial_and_the_names_come_once() {
+            let mut t = fake_thread();
+            let mut cache = FrameCache::default();
+            cache.frame_names = false;
+            let first = sample_lean(&t, &mut cache);
+            let mut codes = Vec::new();
+            cache.take_new_codes(&mut codes);
+            let (step, main) = (first[0].0, first[1].0);
+            assert!(step != 0 && main != 0 && step != main);
+            assert_eq!(
+                first,
+                vec![(step, String::new(), 7), (main, String::new(), 4)],
+                "no names in the frames, the same lines"
+            );
+            assert_eq!(
+                codes,
+                vec![
+                    (step, "step".to_string(), "train.py".to_string()),
+                    (main, "main".to_string(), "train.py".to_string())
+                ]
+            );
+            assert_eq!(sample_lean(&t, &mut cache), first);
+            cache.take_new_codes(&mut codes);
+            assert_eq!(codes.len(), 2, "known code objects are not given again");
+            // A new code object at a known address (seen at the check): a new serial, its
+            // names given; the unchanged one keeps its serial.
+            let mut other = Box::new(to_asciiobject("wait"));
+            let mut file = Box::new(to_asciiobject("/usr/lib/python3.12/threading.py"));
+            t.codes[1].code.co_name = &mut other.base.ob_base as *mut PyObject;
+            t.codes[1].code.co_filename = &mut file.base.ob_base as *mut PyObject;
+            cache.expire(Instant::now() + FrameCache::MAX_AGE);
+            let again = sample_lean(&t, &mut cache);
+            assert!(again[0].0 > main, "a serial never given before");
+            assert_eq!(again[1].0, main);
+            codes.clear();
+            cache.take_new_codes(&mut codes);
+            assert_eq!(codes.len(), 1);
+            assert_eq!(codes[0].1, "wait");
+            assert!(
+                cache.idle_code(again[0].0),
+                "py-spy's idle heuristic still applies"
+            );
+            assert!(!cache.idle_code(main));
+            // Another cache (a spy opened again) never gives the same serials.
+            let mut other_cache = FrameCache::default();
+            other_cache.frame_names = false;
+            let fresh = sample_lean(&t, &mut other_cache);
+            assert!(fresh.iter().all(|f| f.0 > again[0].0));
         }
 
         #[test]

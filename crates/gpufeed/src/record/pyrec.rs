@@ -5,7 +5,7 @@
 use super::format::{Line, PyFrameDef, PySamples, PyStackDef, PyStatusLine, PyThreadCounts};
 use crate::sample::pyphase::{classify, is_library, FrameRef, Phase};
 use crate::sample::pystacks::{
-    PyOptions, PyReading, PySampler, PyStatus, RawFrame, StatusEvent, ThreadStack,
+    CodeNames, PyOptions, PyReading, PySampler, PyStatus, RawFrame, StatusEvent, ThreadStack,
 };
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap};
@@ -23,6 +23,11 @@ const MAX_QUIET_TICKS: u32 = 32;
 /// memory and file size for pathological programs).
 const MAX_FRAMES: usize = 200_000;
 const MAX_STACKS: usize = 200_000;
+/// Code objects whose names are kept, and (process, code object, line) triples kept with their
+/// frame ids; past these, a new code object's frames are left out like frames past
+/// `MAX_FRAMES`, and new triples are looked up by their names each time.
+const MAX_CODES: usize = 200_000;
+const MAX_BY_CODE: usize = 400_000;
 /// Stacks deeper than this keep their outermost and innermost frames.
 const MAX_DEPTH: usize = 128;
 
@@ -116,6 +121,11 @@ fn count(p: &mut ProcAcc, t: &LastThread, active: bool) {
 #[derive(Default)]
 pub struct PyAggregator {
     frames: FxHashMap<(String, String, i32), u32>,
+    /// Per (process, code object serial): its function and file names, given once
+    /// ([`CodeNames`]); and per (process, code object, line), its frame id: most frames read
+    /// are found here by three integers, with no string hashed or compared.
+    code_names: FxHashMap<(u32, u64), (String, String)>,
+    by_code: FxHashMap<(u32, u64, i32), u32>,
     /// Per frame id: the source line, for classification.
     frame_src: Vec<(String, String, Option<String>)>,
     stacks: FxHashMap<Vec<u32>, (u32, Phase)>,
@@ -134,8 +144,36 @@ impl PyAggregator {
         Self::default()
     }
 
+    /// Learns the names of code objects met for the first time by a reading of `pid`.
+    fn learn(&mut self, pid: u32, codes: Vec<CodeNames>) {
+        for c in codes {
+            if self.code_names.len() < MAX_CODES {
+                self.code_names.insert((pid, c.code), (c.name, c.file));
+            }
+        }
+    }
+
     fn frame_id(&mut self, pid: u32, f: RawFrame, out: &mut Vec<Line>) -> u32 {
-        let key = (f.name, f.file, f.line);
+        if f.code == 0 {
+            return self.named_frame_id(pid, (f.name, f.file, f.line), out);
+        }
+        let key = (pid, f.code, f.line);
+        if let Some(id) = self.by_code.get(&key) {
+            return *id;
+        }
+        let Some((name, file)) = self.code_names.get(&(pid, f.code)) else {
+            // Names not kept (past MAX_CODES): left out, as a frame past MAX_FRAMES.
+            return u32::MAX;
+        };
+        let named = (name.clone(), file.clone(), f.line);
+        let id = self.named_frame_id(pid, named, out);
+        if id != u32::MAX && self.by_code.len() < MAX_BY_CODE {
+            self.by_code.insert(key, id);
+        }
+        id
+    }
+
+    fn named_frame_id(&mut self, pid: u32, key: (String, String, i32), out: &mut Vec<Line>) -> u32 {
         if let Some(id) = self.frames.get(&key) {
             return *id;
         }
@@ -160,7 +198,15 @@ impl PyAggregator {
     /// A thread passed over ([`ThreadStack::reused`]) counts its last stack again, idle.
     /// The frames are taken out of `threads` (their vectors are left empty, to be used again:
     /// [`PySampler::recycle`]).
-    pub fn add(&mut self, pid: u32, threads: &mut [ThreadStack], out: &mut Vec<Line>) {
+    /// `codes` names the code objects this reading met first (its frames carry their serials).
+    pub fn add(
+        &mut self,
+        pid: u32,
+        threads: &mut [ThreadStack],
+        codes: Vec<CodeNames>,
+        out: &mut Vec<Line>,
+    ) {
+        self.learn(pid, codes);
         let mut acc_threads = Vec::with_capacity(threads.len());
         let mut before = self.last.remove(&pid).unwrap_or_default();
         for t in threads.iter_mut() {
@@ -256,6 +302,10 @@ impl PyAggregator {
     /// Forgets the last readings of processes not in `pids` (sorted).
     pub fn retain(&mut self, pids: &[u32]) {
         self.last.retain(|p, _| pids.binary_search(p).is_ok());
+        self.code_names
+            .retain(|(p, _), _| pids.binary_search(p).is_ok());
+        self.by_code
+            .retain(|(p, _, _), _| pids.binary_search(p).is_ok());
         self.sched_last
             .retain(|(p, _), _| pids.binary_search(p).is_ok());
     }
@@ -386,8 +436,8 @@ pub(crate) fn py_thread(
         }
         for (pid, reading) in got.drain(..) {
             match reading {
-                PyReading::Stacks(mut stacks) => {
-                    agg.add(pid, &mut stacks, &mut out);
+                PyReading::Stacks { mut stacks, codes } => {
+                    agg.add(pid, &mut stacks, codes, &mut out);
                     sampler.recycle(stacks);
                 }
                 PyReading::Unchanged => agg.add_unchanged(pid),
@@ -445,6 +495,7 @@ mod tests {
                     name: n.to_string(),
                     file: f.to_string(),
                     line: 1,
+                    code: 0,
                 })
                 .collect(),
         }
@@ -472,7 +523,7 @@ mod tests {
                     ],
                 )
             };
-            agg.add(1, &mut [main], &mut out);
+            agg.add(1, &mut [main], Vec::new(), &mut out);
         }
         let frames = out.iter().filter(|l| matches!(l, Line::PyFrame(_))).count();
         let stacks = out.iter().filter(|l| matches!(l, Line::PyStack(_))).count();
@@ -501,7 +552,7 @@ mod tests {
             &[("<module>", "/nonexistent/t.py"), ("run", "/x.py")],
         );
         main.name = Some("MainThread".into());
-        agg.add(7, &mut [main, ts(2, false, &[])], &mut out);
+        agg.add(7, &mut [main, ts(2, false, &[])], Vec::new(), &mut out);
         let defs = out.len();
         agg.add_unchanged(7);
         agg.add_unchanged(7);
@@ -547,6 +598,7 @@ mod tests {
         agg.add(
             7,
             &mut [ts(1, true, &[("step", "/nonexistent/t.py")]), feeder],
+            Vec::new(),
             &mut out,
         );
         let passed = |tid| ThreadStack {
@@ -564,11 +616,13 @@ mod tests {
                 passed(2),
                 passed(3),
             ],
+            Vec::new(),
             &mut out,
         );
         agg.add(
             7,
             &mut [ts(1, false, &[("fwd", "/nonexistent/t.py")]), passed(2)],
+            Vec::new(),
             &mut out,
         );
         out.clear();
@@ -593,6 +647,116 @@ mod tests {
             panic!()
         };
         assert_eq!(s.threads[1].stacks, vec![[1, 1, 1]]);
+    }
+
+    /// A stack of frames that carry their code object's serial (py-spy patch 13).
+    fn coded(tid: u64, frames: &[(u64, i32)]) -> ThreadStack {
+        ThreadStack {
+            tid,
+            name: None,
+            active: true,
+            reused: false,
+            frames: frames
+                .iter()
+                .map(|&(code, line)| RawFrame {
+                    name: String::new(),
+                    file: String::new(),
+                    line,
+                    code,
+                })
+                .collect(),
+        }
+    }
+
+    fn names(code: u64, name: &str, file: &str) -> CodeNames {
+        CodeNames {
+            code,
+            name: name.into(),
+            file: file.into(),
+        }
+    }
+
+    #[test]
+    fn frames_carrying_code_serials_are_named_from_the_codes_given_once() {
+        let dl = "/v/site-packages/torch/utils/data/dataloader.py";
+        let mut agg = PyAggregator::new();
+        let mut out = Vec::new();
+        // Process 7 gives its code objects' names with its first reading only.
+        agg.add(
+            7,
+            &mut [coded(1, &[(11, 4), (12, 9)])],
+            vec![
+                names(11, "<module>", "/nonexistent/t.py"),
+                names(12, "_next_data", dl),
+            ],
+            &mut out,
+        );
+        agg.add(
+            7,
+            &mut [coded(1, &[(11, 4), (12, 9)])],
+            Vec::new(),
+            &mut out,
+        );
+        // Another line of a known code object is a new frame of the same names.
+        agg.add(7, &mut [coded(1, &[(11, 5)])], Vec::new(), &mut out);
+        // Process 8 (its own serials) reaches the same frame: one frame, one stack.
+        agg.add(
+            8,
+            &mut [coded(1, &[(21, 4), (22, 9)])],
+            vec![
+                names(21, "<module>", "/nonexistent/t.py"),
+                names(22, "_next_data", dl),
+            ],
+            &mut out,
+        );
+        // A frame whose names were never given is left out (never named wrongly).
+        agg.add(
+            8,
+            &mut [coded(2, &[(21, 4), (99, 1)])],
+            Vec::new(),
+            &mut out,
+        );
+        let frames: Vec<(String, i32)> = out
+            .iter()
+            .filter_map(|l| match l {
+                Line::PyFrame(f) => Some((f.name.clone(), f.line)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            frames,
+            vec![
+                ("<module>".to_string(), 4),
+                ("_next_data".to_string(), 9),
+                ("<module>".to_string(), 5)
+            ]
+        );
+        let stacks: Vec<Vec<u32>> = out
+            .iter()
+            .filter_map(|l| match l {
+                Line::PyStack(s) => Some(s.frames.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(stacks, vec![vec![0, 1], vec![2], vec![0]]);
+        out.clear();
+        agg.flush(1.0, 1.0, &mut out, |_, _| None);
+        let counts: Vec<(u32, Vec<[u64; 3]>)> = out
+            .iter()
+            .filter_map(|l| match l {
+                Line::PySamples(s) => Some((s.pid, s.threads[0].stacks.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            counts,
+            vec![(7, vec![[0, 2, 0], [1, 1, 0]]), (8, vec![[0, 1, 0]])]
+        );
+        // A process gone takes its code objects' names along.
+        agg.retain(&[8]);
+        assert!(agg.code_names.keys().all(|(p, _)| *p == 8));
+        assert!(agg.by_code.keys().all(|(p, _, _)| *p == 8));
+        assert_eq!(agg.code_names.len(), 2);
     }
 
     #[test]

@@ -17,12 +17,25 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// One frame, as read.
+/// One frame, as read: its code object's serial, or (without py-spy's frame cache) its names.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RawFrame {
+    /// Empty when `code` is not 0.
     pub name: String,
     pub file: String,
     pub line: i32,
+    /// The serial of the frame's code object (unique in gpufeed's life, never reused for other
+    /// code): its names were given once, in the [`CodeNames`] of the reading that first met it
+    /// or of an earlier one of the same process. 0: the names are in this frame.
+    pub code: u64,
+}
+
+/// The names of a code object, given once with its serial ([`RawFrame::code`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodeNames {
+    pub code: u64,
+    pub name: String,
+    pub file: String,
 }
 
 /// One thread's stack at one instant.
@@ -43,8 +56,12 @@ pub struct ThreadStack {
 /// One reading of one process.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PyReading {
-    /// Its stacks, as read.
-    Stacks(Vec<ThreadStack>),
+    /// Its stacks, as read, and the code objects met for the first time (their frames carry
+    /// only the serial).
+    Stacks {
+        stacks: Vec<ThreadStack>,
+        codes: Vec<CodeNames>,
+    },
     /// It did not run since its last reading ([`PyOptions::idle_skip`]): its threads are where
     /// they were, so its last stacks count again, every thread idle. The caller keeps them.
     Unchanged,
@@ -488,6 +505,9 @@ impl PySampler {
             // gpufeed never shows py-spy's short file names; with the patches off (to measure
             // what they save) py-spy does all its upstream work, these included.
             short_filenames: !opts.cache,
+            // Frames carry their code object's serial; names come once per code object
+            // (vendored py-spy patch 13: no two strings copied per frame per reading).
+            frame_names: !opts.cache,
             ..Default::default()
         };
         PySampler {
@@ -655,6 +675,7 @@ impl PySampler {
                         .into_iter()
                         .map(|t| convert(t, &mut self.spare, &mut spy))
                         .collect();
+                    let codes = new_codes(&mut spy);
                     let mut clock = CpuClock::new(pid);
                     clock.follow(&stacks);
                     clock.ran();
@@ -671,7 +692,7 @@ impl PySampler {
                             has_last: !stacks.is_empty(),
                         },
                     );
-                    out.push((pid, PyReading::Stacks(stacks)));
+                    out.push((pid, PyReading::Stacks { stacks, codes }));
                 }
                 Err(e) if unsupported(&e) => {
                     events.push(StatusEvent {
@@ -821,7 +842,8 @@ fn read_spy(
             }));
             *has_last = !stacks.is_empty();
             clock.follow(&stacks);
-            out.push((pid, PyReading::Stacks(stacks)));
+            let codes = new_codes(spy);
+            out.push((pid, PyReading::Stacks { stacks, codes }));
         }
         Err(_) => {
             *fails += 1;
@@ -931,6 +953,15 @@ fn probe(
     Some(cur_exe)
 }
 
+/// The code objects a spy met since it was last asked (nothing allocated when none).
+fn new_codes(spy: &mut py_spy::PythonSpy) -> Vec<CodeNames> {
+    let mut got = Vec::new();
+    spy.take_new_codes(&mut got);
+    got.into_iter()
+        .map(|(code, name, file)| CodeNames { code, name, file })
+        .collect()
+}
+
 /// One of py-spy's stacks as gpufeed's, in a vector from `spare` when there is one; py-spy's
 /// vector goes back to it for its next stack (an allocation less each, on either side).
 fn convert(
@@ -945,6 +976,7 @@ fn convert(
         name: f.name,
         file: f.filename,
         line: f.line,
+        code: f.code,
     }));
     spy.recycle_frames(t.frames);
     ThreadStack {
@@ -1055,6 +1087,7 @@ mod tests {
             name: "step".into(),
             file: "t.py".into(),
             line: 3,
+            code: 0,
         };
         let stacks: Vec<ThreadStack> = (0..MAX_SPARE as u64 + 5)
             .map(|tid| ThreadStack {

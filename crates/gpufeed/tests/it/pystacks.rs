@@ -6,6 +6,7 @@ use crate::run_ok;
 use crate::PHASES;
 use assert_cmd::Command;
 use serde_json::Value;
+use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -496,31 +497,46 @@ fn the_frame_cache_reads_the_same_stacks_and_idle_flags_as_without_it() {
         return;
     };
     let mut job = spinner_and_sleeper(py);
-    let spy = |cache: bool| {
+    let spy = |cache: bool, frame_names: bool| {
         let config = py_spy::Config {
             blocking: py_spy::config::LockingStrategy::NonBlocking,
             frame_cache: cache,
             scan_python_threads_only: cache,
+            frame_names,
             ..Default::default()
         };
         py_spy::PythonSpy::retry_new(job.id() as py_spy::Pid, &config, 20).unwrap()
     };
-    let (mut on, mut off) = (spy(true), spy(false));
+    // Cached, uncached, and cached with frames that carry only their code's serial (patch 13,
+    // as gpufeed reads): named here from the codes given once.
+    let (mut on, mut off, mut lean) = (spy(true, true), spy(false, true), spy(true, false));
     assert!(off.frame_cache_stats().is_none());
+    let mut codes: HashMap<u64, (String, String)> = HashMap::new();
+    let mut given = Vec::new();
     // Per sampler: (samples where the main thread was idle, where the spinner was active).
-    let mut flags = [(0, 0), (0, 0)];
+    let mut flags = [(0, 0), (0, 0), (0, 0)];
     let samples = 30;
     for _ in 0..samples {
         let mut got = Vec::new();
-        for (k, s) in [&mut on, &mut off].into_iter().enumerate() {
+        for (k, s) in [&mut on, &mut off, &mut lean].into_iter().enumerate() {
             let mut traces = s.get_stack_traces().unwrap();
+            s.take_new_codes(&mut given);
+            for (code, name, file) in given.drain(..) {
+                assert!(codes.insert(code, (name, file)).is_none(), "given once");
+            }
             traces.sort_by_key(|t| t.os_thread_id);
             let mut stacks = Vec::new();
             for t in &traces {
                 let names: Vec<String> = t
                     .frames
                     .iter()
-                    .map(|f| format!("{}:{}:{}", f.filename, f.name, f.line))
+                    .map(|f| match codes.get(&f.code) {
+                        Some((name, file)) if k == 2 => {
+                            assert!(f.name.is_empty() && f.filename.is_empty());
+                            format!("{file}:{name}:{}", f.line)
+                        }
+                        _ => format!("{}:{}:{}", f.filename, f.name, f.line),
+                    })
                     .collect();
                 if names.iter().any(|n| n.contains(":sleeper:")) && !t.active {
                     flags[k].0 += 1;
@@ -533,6 +549,7 @@ fn the_frame_cache_reads_the_same_stacks_and_idle_flags_as_without_it() {
             got.push(stacks);
         }
         assert_eq!(got[0], got[1], "cache on (left) and off (right)");
+        assert_eq!(got[0], got[2], "names (left) and serials (right)");
         assert_eq!(got[0].len(), 2, "{:?}", got[0]);
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
@@ -549,6 +566,9 @@ fn the_frame_cache_reads_the_same_stacks_and_idle_flags_as_without_it() {
     // The spinner is runnable all the time; it may be caught between states now and then.
     assert!(flags[0].1 >= samples * 2 / 3, "{flags:?}");
     assert!(flags[1].1 >= samples * 2 / 3, "{flags:?}");
+    assert_eq!(flags[2].0, samples, "serials: {flags:?}");
+    assert!(flags[2].1 >= samples * 2 / 3, "{flags:?}");
+    assert!(!codes.is_empty());
     let stats = on.frame_cache_stats().unwrap();
     // About 6 distinct frames; a clear (every 3 s) would read them again.
     assert!(stats.code_misses <= 20, "{stats:?}");
