@@ -338,6 +338,7 @@ pub fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
         }
     }
     let started = Instant::now();
+    let watched = args.pid.map(crate::sample::host::PidWatch::new);
     let reason = loop {
         std::thread::sleep(Duration::from_millis(50));
         if got_signal.load(Ordering::SeqCst) != 0 {
@@ -346,10 +347,8 @@ pub fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
         if args.duration.is_some_and(|d| started.elapsed() >= d) {
             break "duration";
         }
-        if let Some(pid) = args.pid {
-            if !pid_alive(pid) {
-                break "attached_exited";
-            }
+        if watched.as_ref().is_some_and(|w| !w.alive()) {
+            break "attached_exited";
         }
     };
     drop(watch);
