@@ -133,6 +133,24 @@ pub struct PyOptions {
 /// bench/pystacks_overhead.py).
 pub const CHILD_EVERY: u32 = 4;
 
+/// The children of one process (its DataLoader workers) share a budget: together they are read
+/// at most once every this many ticks on average, so each is read every
+/// `max(child_every, CHILD_SHARE_TICKS × children)` ticks (at 100 Hz: 25 Hz each for one or
+/// two workers, 12.5 Hz for four, 6.25 Hz for eight). What the workers' stacks tell (the
+/// shares of the data stages, their time per sample) comes from their pooled samples, 50 a
+/// second per training process at 100 Hz however many workers it has; the cost stops growing
+/// with `num_workers` (8 ranks × 8 workers at 25 Hz each would be 1,600 readings a second).
+/// Not applied when `child_every` is 1 (every process at the full rate, to measure).
+pub const CHILD_SHARE_TICKS: u32 = 2;
+
+/// Every how many ticks a child with `siblings` (itself included) is read ([`CHILD_SHARE_TICKS`]).
+fn shared_every(child_every: u32, siblings: u32) -> u32 {
+    if child_every <= 1 {
+        return 1;
+    }
+    child_every.max(CHILD_SHARE_TICKS.saturating_mul(siblings))
+}
+
 /// Retries of a process that looks like Python but whose interpreter is not ready yet (it has
 /// just started or exec'd).
 const MAX_ATTEMPTS: u32 = 12;
@@ -408,6 +426,9 @@ enum Entry {
         /// Read once every `every` ticks; `skip` ticks to go before the next read.
         every: u32,
         skip: u32,
+        /// Its parent process (none for a rank): while the parent is sampled too, it is read
+        /// at the children's rate ([`CHILD_SHARE_TICKS`]), else at the full rate.
+        parent: Option<u32>,
         /// The rank variables of its start-up environment (any process, workers too).
         env: Option<RankEnv>,
         /// Its Python threads' CPU clocks.
@@ -445,6 +466,10 @@ pub struct PySampler {
     /// a new vector a stack cost an allocation over 1 KiB, and glibc consolidated its fast
     /// bins at each one (5% of the sampler's CPU).
     spare: Vec<Vec<RawFrame>>,
+    /// Per parent pid, its children read at the children's rate (reused; [`CHILD_SHARE_TICKS`]).
+    children: HashMap<u32, u32>,
+    /// A process was attached since the budget was last spread.
+    children_changed: bool,
 }
 
 /// Most frame vectors kept for reuse.
@@ -519,6 +544,49 @@ impl PySampler {
             idle_check_ticks: 1,
             every: IDLE_CHECK_PERIOD,
             spare: Vec::new(),
+            children: HashMap::new(),
+            children_changed: false,
+        }
+    }
+
+    /// Spreads each parent's budget over its children ([`CHILD_SHARE_TICKS`]): a child's
+    /// interval follows the number of its siblings (new workers, workers gone).
+    fn share_children(&mut self) {
+        if self.child_every <= 1 {
+            return;
+        }
+        self.children.clear();
+        let sampled = |p: &u32| matches!(self.entries.get(p), Some(Entry::Spy { .. }));
+        for e in self.entries.values() {
+            if let Entry::Spy {
+                parent: Some(p), ..
+            } = e
+            {
+                if sampled(p) {
+                    *self.children.entry(*p).or_default() += 1;
+                }
+            }
+        }
+        // Siblings' readings are spread over the ticks (not all at one), each child's first
+        // reading at its place in that order.
+        let mut placed: HashMap<u32, u32> = HashMap::new();
+        for e in self.entries.values_mut() {
+            if let Entry::Spy {
+                parent: Some(p),
+                every,
+                skip,
+                ..
+            } = e
+            {
+                // A child whose parent is not (or no longer) sampled: the full rate.
+                *every = match self.children.get(p) {
+                    Some(&n) => shared_every(self.child_every, n),
+                    None => 1,
+                };
+                let i = placed.entry(*p).or_default();
+                *skip = i.saturating_mul(CHILD_SHARE_TICKS) % *every;
+                *i += 1;
+            }
         }
     }
 
@@ -594,7 +662,11 @@ impl PySampler {
         out: &mut Vec<(u32, PyReading)>,
         events: &mut Vec<StatusEvent>,
     ) {
+        let before = self.entries.len();
         self.entries.retain(|p, _| pids.contains(p));
+        if self.entries.len() != before || std::mem::take(&mut self.children_changed) {
+            self.share_children();
+        }
         let now = Instant::now();
         self.tick += 1;
         let idle_check = self.tick % self.idle_check_ticks == 0;
@@ -629,10 +701,11 @@ impl PySampler {
         }
     }
 
-    /// How often to read a process that just turned out to be Python, and the rank it starts:
-    /// a rank (see [`super::ranks`]) at the full rate, a child of a sampled Python process (a
-    /// DataLoader worker) at [`PyOptions::child_every`], anything else at the full rate.
-    fn role(&self, pid: u32) -> (u32, Option<RankEnv>, Option<RankEnv>) {
+    /// How often to read a process that just turned out to be Python, the parent whose budget
+    /// it shares, and the rank it starts: a rank (see [`super::ranks`]) at the full rate, a
+    /// child of a sampled Python process (a DataLoader worker) at [`PyOptions::child_every`]
+    /// or less often ([`CHILD_SHARE_TICKS`]), anything else at the full rate.
+    fn role(&self, pid: u32) -> (u32, Option<u32>, Option<RankEnv>, Option<RankEnv>) {
         let env = rank_env_of(pid);
         let ppid = ppid_of(pid);
         let parent = ppid.and_then(|pp| self.entries.get(&pp));
@@ -641,14 +714,16 @@ impl PySampler {
             _ => ppid.and_then(rank_env_of),
         };
         if is_rank_start(env.as_ref(), parent_env.as_ref()) {
-            return (1, env, env);
+            return (1, None, env, env);
         }
         let every = if matches!(parent, Some(Entry::Spy { .. })) {
             self.child_every
         } else {
             1
         };
-        (every, env, None)
+        // Its interval then follows its parent's sampling and its siblings' number (a child
+        // found before its parent is known as Python: PySampler::share_children).
+        (every, ppid, env, None)
     }
 
     /// Opens py-spy on a process that maps a Python interpreter (or whose maps cannot be read)
@@ -661,7 +736,8 @@ impl PySampler {
         out: &mut Vec<(u32, PyReading)>,
         events: &mut Vec<StatusEvent>,
     ) {
-        let (every, env, rank) = self.role(pid);
+        let (every, parent, env, rank) = self.role(pid);
+        self.children_changed = true;
         match py_spy::PythonSpy::new(pid as py_spy::Pid, &self.config) {
             Ok(mut spy) => match spy.get_stack_traces() {
                 Ok(traces) => {
@@ -686,6 +762,7 @@ impl PySampler {
                             fails: 0,
                             every,
                             skip: every - 1,
+                            parent,
                             env,
                             clock,
                             reused: 0,
@@ -1157,6 +1234,19 @@ mod tests {
         assert!(clock.ran_maybe(), "checked at once");
         stop_tx.send(()).unwrap();
         helper.join().unwrap();
+    }
+
+    #[test]
+    fn the_workers_of_one_process_share_its_budget() {
+        // At 100 Hz with the default quarter rate: 25 Hz each for one or two workers, then
+        // the pair's 50 readings a second spread over all of them.
+        let hz = |siblings| 100.0 / shared_every(CHILD_EVERY, siblings) as f64;
+        assert_eq!([hz(1), hz(2), hz(4), hz(8)], [25.0, 25.0, 12.5, 6.25]);
+        for n in 2..64 {
+            assert!(n * 100 <= 50 * shared_every(CHILD_EVERY, n), "{n} workers");
+        }
+        // Workers at the full rate (to measure) stay there.
+        assert_eq!(shared_every(1, 8), 1);
     }
 
     #[test]

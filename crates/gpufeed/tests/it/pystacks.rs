@@ -583,6 +583,60 @@ fn the_frame_cache_reads_the_same_stacks_and_idle_flags_as_without_it() {
     }
 }
 
+/// Workers share their parent's budget (issue 24 item 5): with 4 busy children each is read
+/// about an eighth as often as the parent (a quarter with 1 or 2), so their cost does not grow
+/// with `num_workers`; the recording's readings per process say so.
+#[test]
+fn four_workers_share_their_parents_reading_budget() {
+    let Some(py) = python3() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("kids.py");
+    std::fs::write(
+        &script,
+        "import subprocess, sys, time\n\
+         busy = 'import time\\nt = time.time()\\nwhile time.time() - t < 4: sum(range(1000))\\n'\n\
+         kids = [subprocess.Popen([sys.executable, '-c', busy]) for _ in range(4)]\n\
+         t = time.time()\n\
+         while time.time() - t < 4: sum(range(1000))\n\
+         for k in kids: k.wait()\n",
+    )
+    .unwrap();
+    let out = dir.path().join("rec.ndjson");
+    gpufeed()
+        .args(["run", "--format", "json", "--py-rate", "100", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(py)
+        .arg(&script)
+        .assert()
+        .success();
+    let text = std::fs::read_to_string(&out).unwrap();
+    let mut ticks: std::collections::BTreeMap<u64, u64> = Default::default();
+    for l in text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    {
+        if l["type"] == "py_samples" {
+            *ticks.entry(l["pid"].as_u64().unwrap()).or_default() += l["ticks"].as_u64().unwrap();
+        }
+    }
+    assert_eq!(ticks.len(), 5, "{ticks:?}");
+    let (&parent, &n_parent) = ticks.iter().max_by_key(|(_, n)| **n).unwrap();
+    let kids: Vec<u64> = ticks
+        .iter()
+        .filter(|(p, _)| **p != parent)
+        .map(|(_, n)| *n)
+        .collect();
+    let sum: u64 = kids.iter().sum();
+    // An eighth each (a quarter until all four are found): the four together about half.
+    assert!(
+        sum * 10 <= n_parent * 7 && sum * 10 >= n_parent * 3,
+        "parent {n_parent}, workers {kids:?}"
+    );
+}
+
 /// The vendored py-spy's patch 9: a thread named to pass over is not read (left out, listed as
 /// skipped), the others read as ever; a thread id it does not know is read anyway.
 #[test]
