@@ -134,8 +134,12 @@ pub(crate) fn nearest_kind(e: &Evidence) -> Option<(Kind, f64)> {
 pub(crate) fn classify(e: &Evidence) -> Option<Kind> {
     let busy = e.busy_fraction()?;
     // The training loop's measured wait says it is not waiting for its input: whatever starves
-    // the GPU, it is not the data (see `stacks`).
-    if super::stacks::data_wait(e).is_some_and(|(w, _)| w < super::stacks::NOT_WAITING_PCT) {
+    // the GPU, it is not the data (see `stacks`). The step markers' wait counts on its own: a
+    // short trial (tune's baseline) may end before the stacks are read, and a busy host must
+    // not then outvote the loop's exact measure.
+    let step_wait = e.steps.as_ref().and_then(|s| s.data_wait_pct);
+    let wait = step_wait.or_else(|| super::stacks::data_wait(e).map(|(w, _)| w));
+    if wait.is_some_and(|w| w < super::stacks::NOT_WAITING_PCT) {
         return None;
     }
     let host_known = e.has_host() || e.has_job();
@@ -594,6 +598,25 @@ mod tests {
         assert!(f.expected_speedup.unwrap() >= 1.0);
         e.job.workers_max = 0;
         assert_eq!(recommended_workers(&e), Some((3, 3)));
+    }
+
+    #[test]
+    fn a_loop_whose_step_markers_say_it_does_not_wait_is_not_starving_without_stacks() {
+        // A busy host and a GPU 30 % busy would say cpu_saturated; the loop's own markers
+        // (every step timed, 1 % waiting for its batch) say the input keeps up, stacks or not.
+        let mut e = all_cores_busy(starving(base(30.0)));
+        assert!(classify(&e).is_some());
+        e.steps = Some(crate::diagnose::evidence::StepEvidence {
+            steps: 80,
+            data_wait_pct: Some(1.0),
+            ..Default::default()
+        });
+        assert_eq!(e.python, None);
+        assert_eq!(classify(&e), None);
+        assert!(input_bound(&e).is_none());
+        // A loop that does wait is still judged by the host's figures.
+        e.steps.as_mut().unwrap().data_wait_pct = Some(40.0);
+        assert!(classify(&e).is_some());
     }
 
     #[test]
