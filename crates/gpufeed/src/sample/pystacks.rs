@@ -567,7 +567,7 @@ impl PySampler {
                 }
             }
         }
-        // Siblings' readings are spread over the ticks (not all at one), each child's first
+        // Siblings' readings are spread over the ticks (not all at one), each child's next
         // reading at its place in that order.
         let mut placed: HashMap<u32, u32> = HashMap::new();
         for e in self.entries.values_mut() {
@@ -579,12 +579,17 @@ impl PySampler {
             } = e
             {
                 // A child whose parent is not (or no longer) sampled: the full rate.
-                *every = match self.children.get(p) {
+                let now = match self.children.get(p) {
                     Some(&n) => shared_every(self.child_every, n),
                     None => 1,
                 };
                 let i = placed.entry(*p).or_default();
-                *skip = i.saturating_mul(CHILD_SHARE_TICKS) % *every;
+                // Placed again only when its interval changes (processes coming and going
+                // elsewhere in the tree must not move it).
+                if now != *every {
+                    *every = now;
+                    *skip = i.saturating_mul(CHILD_SHARE_TICKS) % now;
+                }
                 *i += 1;
             }
         }
