@@ -137,9 +137,7 @@ pub(crate) fn classify(e: &Evidence) -> Option<Kind> {
     // the GPU, it is not the data (see `stacks`). The step markers' wait counts on its own: a
     // short trial (tune's baseline) may end before the stacks are read, and a busy host must
     // not then outvote the loop's exact measure.
-    let step_wait = e.steps.as_ref().and_then(|s| s.data_wait_pct);
-    let wait = step_wait.or_else(|| super::stacks::data_wait(e).map(|(w, _)| w));
-    if wait.is_some_and(|w| w < super::stacks::NOT_WAITING_PCT) {
+    if super::stacks::loop_wait_pct(e).is_some_and(|w| w < super::stacks::NOT_WAITING_PCT) {
         return None;
     }
     let host_known = e.has_host() || e.has_job();

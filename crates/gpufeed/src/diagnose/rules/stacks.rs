@@ -40,19 +40,25 @@ impl WaitSource {
     }
 }
 
+/// The wait the job's step markers measured (exact, every step timed), if they sent waits.
+fn step_wait(e: &Evidence) -> Option<f64> {
+    e.steps.as_ref().and_then(|s| s.data_wait_pct)
+}
+
 /// The measured data wait, when the stacks give one that can be judged, and its source: the
 /// probe's exact wait wins over the stacks' estimate when the job sent step markers with waits.
 pub(crate) fn data_wait_from(e: &Evidence) -> Option<(f64, WaitSource, &PythonEvidence)> {
     let p = e.python.as_ref()?;
-    match e.steps.as_ref().and_then(|s| s.data_wait_pct) {
+    match step_wait(e) {
         Some(w) => Some((w, WaitSource::StepProbe, p)),
         None => Some((p.data_wait_pct?, WaitSource::PythonStacks, p)),
     }
 }
 
-/// The measured data wait, when the stacks give one that can be judged.
-pub fn data_wait(e: &Evidence) -> Option<(f64, &PythonEvidence)> {
-    data_wait_from(e).map(|(w, _, p)| (w, p))
+/// The training loop's measured data wait, stacks or not: the step markers' wait (a short run
+/// may end before any stack is read), else the stacks' estimate.
+pub(crate) fn loop_wait_pct(e: &Evidence) -> Option<f64> {
+    step_wait(e).or_else(|| e.python.as_ref()?.data_wait_pct)
 }
 
 /// Does GPU utilization contradict a measured wait (busy although the loop waits)?
