@@ -466,8 +466,6 @@ pub struct PySampler {
     /// a new vector a stack cost an allocation over 1 KiB, and glibc consolidated its fast
     /// bins at each one (5% of the sampler's CPU).
     spare: Vec<Vec<RawFrame>>,
-    /// Per parent pid, its children read at the children's rate (reused; [`CHILD_SHARE_TICKS`]).
-    children: HashMap<u32, u32>,
     /// A process was attached since the budget was last spread.
     children_changed: bool,
 }
@@ -544,18 +542,19 @@ impl PySampler {
             idle_check_ticks: 1,
             every: IDLE_CHECK_PERIOD,
             spare: Vec::new(),
-            children: HashMap::new(),
             children_changed: false,
         }
     }
 
-    /// Spreads each parent's budget over its children ([`CHILD_SHARE_TICKS`]): a child's
-    /// interval follows the number of its siblings (new workers, workers gone).
+    /// Sets every sampled process's interval from its parent (run once a process was attached
+    /// or the tree changed): a child of a sampled process shares its parent's budget with its
+    /// siblings ([`CHILD_SHARE_TICKS`]); any other process, or every process when
+    /// `child_every` is 1, keeps the full rate it was attached with.
     fn share_children(&mut self) {
         if self.child_every <= 1 {
             return;
         }
-        self.children.clear();
+        let mut children: HashMap<u32, u32> = HashMap::new();
         let sampled = |p: &u32| matches!(self.entries.get(p), Some(Entry::Spy { .. }));
         for e in self.entries.values() {
             if let Entry::Spy {
@@ -563,7 +562,7 @@ impl PySampler {
             } = e
             {
                 if sampled(p) {
-                    *self.children.entry(*p).or_default() += 1;
+                    *children.entry(*p).or_default() += 1;
                 }
             }
         }
@@ -579,7 +578,7 @@ impl PySampler {
             } = e
             {
                 // A child whose parent is not (or no longer) sampled: the full rate.
-                let now = match self.children.get(p) {
+                let now = match children.get(p) {
                     Some(&n) => shared_every(self.child_every, n),
                     None => 1,
                 };
@@ -706,11 +705,11 @@ impl PySampler {
         }
     }
 
-    /// How often to read a process that just turned out to be Python, the parent whose budget
-    /// it shares, and the rank it starts: a rank (see [`super::ranks`]) at the full rate, a
-    /// child of a sampled Python process (a DataLoader worker) at [`PyOptions::child_every`]
-    /// or less often ([`CHILD_SHARE_TICKS`]), anything else at the full rate.
-    fn role(&self, pid: u32) -> (u32, Option<u32>, Option<RankEnv>, Option<RankEnv>) {
+    /// Of a process that just turned out to be Python: its parent (none for a rank, which is
+    /// read at the full rate whatever its parent; a child of a sampled process shares its
+    /// parent's budget, see [`PySampler::share_children`]), its rank variables, and the rank
+    /// it starts (see [`super::ranks`]).
+    fn role(&self, pid: u32) -> (Option<u32>, Option<RankEnv>, Option<RankEnv>) {
         let env = rank_env_of(pid);
         let ppid = ppid_of(pid);
         let parent = ppid.and_then(|pp| self.entries.get(&pp));
@@ -719,16 +718,9 @@ impl PySampler {
             _ => ppid.and_then(rank_env_of),
         };
         if is_rank_start(env.as_ref(), parent_env.as_ref()) {
-            return (1, None, env, env);
+            return (None, env, env);
         }
-        let every = if matches!(parent, Some(Entry::Spy { .. })) {
-            self.child_every
-        } else {
-            1
-        };
-        // Its interval then follows its parent's sampling and its siblings' number (a child
-        // found before its parent is known as Python: PySampler::share_children).
-        (every, ppid, env, None)
+        (ppid, env, None)
     }
 
     /// Opens py-spy on a process that maps a Python interpreter (or whose maps cannot be read)
@@ -741,7 +733,7 @@ impl PySampler {
         out: &mut Vec<(u32, PyReading)>,
         events: &mut Vec<StatusEvent>,
     ) {
-        let (every, parent, env, rank) = self.role(pid);
+        let (parent, env, rank) = self.role(pid);
         self.children_changed = true;
         match py_spy::PythonSpy::new(pid as py_spy::Pid, &self.config) {
             Ok(mut spy) => match spy.get_stack_traces() {
@@ -765,8 +757,10 @@ impl PySampler {
                         Entry::Spy {
                             spy: Box::new(spy),
                             fails: 0,
-                            every,
-                            skip: every - 1,
+                            // The full rate until the next sample spreads the budget
+                            // (share_children).
+                            every: 1,
+                            skip: 0,
                             parent,
                             env,
                             clock,
