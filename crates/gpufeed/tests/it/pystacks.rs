@@ -583,6 +583,31 @@ fn the_frame_cache_reads_the_same_stacks_and_idle_flags_as_without_it() {
     }
 }
 
+/// Records `script` under `gpufeed run` with Python stacks at `rate` Hz into `out` (with `env`
+/// set) and gives the recording's lines.
+fn record_script(
+    py: &str,
+    script: &Path,
+    rate: &str,
+    env: &[(&str, &str)],
+    out: &Path,
+) -> Vec<Value> {
+    gpufeed()
+        .envs(env.iter().copied())
+        .args(["run", "--format", "json", "--py-rate", rate, "-o"])
+        .arg(out)
+        .arg("--")
+        .arg(py)
+        .arg(script)
+        .assert()
+        .success();
+    std::fs::read_to_string(out)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
 /// Workers share their parent's budget (issue 24 item 5): with 4 busy children each is read
 /// about an eighth as often as the parent (a quarter with 1 or 2), so their cost does not grow
 /// with `num_workers`; the recording's readings per process say so.
@@ -603,21 +628,9 @@ fn four_workers_share_their_parents_reading_budget() {
          for k in kids: k.wait()\n",
     )
     .unwrap();
-    let out = dir.path().join("rec.ndjson");
-    gpufeed()
-        .args(["run", "--format", "json", "--py-rate", "100", "-o"])
-        .arg(&out)
-        .arg("--")
-        .arg(py)
-        .arg(&script)
-        .assert()
-        .success();
-    let text = std::fs::read_to_string(&out).unwrap();
+    let lines = record_script(py, &script, "100", &[], &dir.path().join("rec.ndjson"));
     let mut ticks: std::collections::BTreeMap<u64, u64> = Default::default();
-    for l in text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-    {
+    for l in lines {
         if l["type"] == "py_samples" {
             *ticks.entry(l["pid"].as_u64().unwrap()).or_default() += l["ticks"].as_u64().unwrap();
         }
@@ -700,20 +713,7 @@ fn sleeping_threads_passed_over_are_counted_as_when_read() {
     .unwrap();
     for skip in ["1", "0"] {
         let out = dir.path().join(format!("rec{skip}.ndjson"));
-        gpufeed()
-            .env("GPUFEED_PY_IDLE_SKIP", skip)
-            .args(["run", "--format", "json", "--py-rate", "50", "-o"])
-            .arg(&out)
-            .arg("--")
-            .arg(py)
-            .arg(&script)
-            .assert()
-            .success();
-        let text = std::fs::read_to_string(&out).unwrap();
-        let lines: Vec<Value> = text
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect();
+        let lines = record_script(py, &script, "50", &[("GPUFEED_PY_IDLE_SKIP", skip)], &out);
         let stacks: std::collections::HashMap<u64, Vec<u64>> = lines
             .iter()
             .filter(|l| l["type"] == "py_stack")
