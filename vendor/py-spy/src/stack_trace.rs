@@ -941,16 +941,10 @@ where
             }
         };
 
-        let (serial, filename, name, first_lineno, mut code) = match known {
-            // A shim (3.13+: no file or function name) is passed over below.
-            Some((_, _, true, _)) => {
-                frame_ptr = frame.back();
-                set_last_frame_as_shim_entry(&mut frames);
-                continue;
-            }
-            Some((serial, first_lineno, false, names)) => {
+        let (serial, filename, name, first_lineno, shim, mut code) = match known {
+            Some((serial, first_lineno, shim, names)) => {
                 let (filename, name) = names.unwrap_or_default();
-                (serial, filename, name, first_lineno, code_read)
+                (serial, filename, name, first_lineno, shim, code_read)
             }
             None => {
                 let code = match code_read {
@@ -980,6 +974,7 @@ where
                 }
                 let mut filename = filename?;
                 let mut name = name?;
+                let shim = filename.is_empty() || filename == "<shim>";
                 let mut serial = 0;
                 if let Some(c) = cache.as_deref_mut() {
                     serial = next_code_serial();
@@ -995,7 +990,6 @@ where
                             serial,
                         },
                     );
-                    let shim = filename.is_empty() || filename == "<shim>";
                     if idle_function(&name, &filename) && c.idle_codes.len() < 4096 {
                         c.idle_codes.push(serial);
                     }
@@ -1007,21 +1001,22 @@ where
                             std::mem::take(&mut filename),
                         ));
                     }
-                    if shim {
-                        frame_ptr = frame.back();
-                        set_last_frame_as_shim_entry(&mut frames);
-                        continue;
-                    }
                 }
-                (serial, filename, name, code.first_lineno(), Some(code))
+                (
+                    serial,
+                    filename,
+                    name,
+                    code.first_lineno(),
+                    shim,
+                    Some(code),
+                )
             }
         };
 
         // skip <shim> entries in python 3.13+
         // Unset file/function name in py3.13 means this is a shim.
-        // gpufeed patch 13: with the frame cache, shims were passed over above (a frame may
-        // carry only its code's serial: no names here).
-        if serial == 0 && (filename.is_empty() || filename == "<shim>") {
+        // gpufeed patch 13: told before the names may have left the frame (`shim`).
+        if shim {
             frame_ptr = frame.back();
             set_last_frame_as_shim_entry(&mut frames);
             continue;
