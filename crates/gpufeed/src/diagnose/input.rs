@@ -41,6 +41,16 @@ pub enum InputFormat {
     SmiDmon,
     /// dcgmi dmon output
     Dcgmi,
+    /// Another tool's CSV: DCGM (EntityId,GRACT,…), W&B or MLflow export, Grafana, rocm-smi, amd-smi
+    Csv,
+    /// W&B system metrics (wandb-events.jsonl)
+    Wandb,
+    /// Prometheus text scrapes (dcgm-exporter, nvidia_gpu_exporter)
+    Prometheus,
+    /// Prometheus HTTP API query result (/api/v1/query_range JSON)
+    PrometheusJson,
+    /// MLflow run folder (metrics/system/gpu_0_utilization_percentage)
+    Mlflow,
 }
 
 impl InputFormat {
@@ -85,8 +95,29 @@ pub(crate) fn detect(head: &str) -> Option<InputFormat> {
         .take(20)
         .collect();
     let first = lines.first()?;
-    if first.starts_with('{') {
-        return Some(InputFormat::Recording);
+    if first.starts_with('{') || first.starts_with('[') {
+        if head.contains("\"resultType\"") || head.contains("\"__name__\"") {
+            return Some(InputFormat::PrometheusJson);
+        }
+        if first.contains("\"system.") || first.contains("\"_wandb\"") {
+            return Some(InputFormat::Wandb);
+        }
+        return first.starts_with('{').then_some(InputFormat::Recording);
+    }
+    let prom_sample = |l: &str| {
+        let name_end = l.find('{').unwrap_or(0);
+        name_end > 0
+            && l[..name_end]
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+            && l.contains('}')
+    };
+    if lines
+        .iter()
+        .any(|l| l.starts_with("# TYPE ") || l.starts_with("# HELP "))
+        || lines.iter().filter(|l| prom_sample(l)).count() * 2 > lines.len()
+    {
+        return Some(InputFormat::Prometheus);
     }
     for l in &lines {
         if let Some(rest) = l.strip_prefix('#') {
@@ -114,6 +145,13 @@ pub(crate) fn detect(head: &str) -> Option<InputFormat> {
         }
     }
     let csv_like = lines.iter().filter(|l| l.contains(',')).count();
+    if csv_like * 2 >= lines.len()
+        && lines
+            .iter()
+            .any(|l| crate::import::csv_table::is_other_tools_header(l))
+    {
+        return Some(InputFormat::Csv);
+    }
     if csv_like * 2 >= lines.len() {
         let known = [
             "utilization.gpu",
@@ -205,7 +243,7 @@ pub(crate) fn other_command(head: &[u8], path: &Path) -> Option<String> {
 const HEAD_BYTES: usize = 8192;
 
 /// What diagnose reads, for messages about a file it cannot.
-const FORMATS: &str = "gpufeed diagnose reads gpufeed recordings, nvidia-smi --query-gpu --format=csv logs, nvidia-smi dmon and dcgmi dmon output (PyTorch profiler traces: gpufeed analyze)";
+const FORMATS: &str = "gpufeed diagnose reads gpufeed recordings, nvidia-smi --query-gpu --format=csv logs, nvidia-smi dmon and dcgmi dmon output, DCGM, Grafana, W&B, MLflow, rocm-smi and amd-smi CSVs, wandb-events.jsonl, MLflow run folders and Prometheus scrapes or query results (PyTorch profiler traces: gpufeed analyze)";
 
 /// Reads `path` in `format` (detecting it for `Auto`) into evidence.
 pub fn read(
@@ -224,6 +262,21 @@ pub(crate) fn read_with(
     opts: &LogOptions,
     extra: &mut dyn Sink,
 ) -> Result<ReadOutcome, DiagnoseError> {
+    if path.is_dir() {
+        if let Some(dir) = crate::import::mlflow::system_dir(path) {
+            let source = Source {
+                path: path.display().to_string(),
+                format: InputFormat::Mlflow,
+                lines: 0,
+                malformed: 0,
+                truncated: false,
+                unfinished: false,
+                bad_time: None,
+                long_strings: None,
+            };
+            return read_log_evidence(&dir, InputFormat::Mlflow, opts, source);
+        }
+    }
     // The first bytes decide, whatever the format: a trace or a sweep report goes to another
     // command, and binary data or blank space is no log, even with --columns or --input-format.
     let mut head = Vec::with_capacity(HEAD_BYTES);
@@ -242,7 +295,14 @@ pub(crate) fn read_with(
     }
     let format = match format {
         InputFormat::Auto if zstd => InputFormat::Recording,
-        InputFormat::Auto if opts.columns.is_some() => InputFormat::SmiCsv,
+        InputFormat::Auto
+            if opts
+                .columns
+                .as_ref()
+                .is_some_and(|c| c.iter().all(|n| !n.contains('='))) =>
+        {
+            InputFormat::SmiCsv
+        }
         InputFormat::Auto => {
             detect(&String::from_utf8_lossy(&head)).ok_or_else(|| DiagnoseError::UnknownFormat {
                 path: path.to_path_buf(),
@@ -283,6 +343,12 @@ fn check_head(path: &Path, head: &[u8]) -> Result<(), DiagnoseError> {
                 "its first {} KiB are blank (spaces, newlines): not a format gpufeed reads; {FORMATS}",
                 HEAD_BYTES >> 10
             ),
+        });
+    }
+    if head.starts_with(b":W&B") || path.extension().is_some_and(|e| e == "wandb") {
+        return Err(DiagnoseError::Bad {
+            path: path.to_path_buf(),
+            detail: crate::import::wandb::binary_run_file_message(&path.display().to_string()),
         });
     }
     if let Some(detail) = other_command(head, path) {
@@ -416,8 +482,27 @@ fn read_log(
     opts: &LogOptions,
     visit: impl FnMut(&Line),
 ) -> Result<(Header, LogInfo, Vec<(u32, dcgmi::ProfilingMeans)>), DiagnoseError> {
+    use crate::import::{csv_table, mlflow, prom, wandb};
+    let collect = |r: Result<_, LogError>| {
+        r.map(
+            |(h, i, p): (Header, LogInfo, std::collections::BTreeMap<u32, _>)| {
+                (h, i, p.into_iter().collect())
+            },
+        )
+        .map_err(|e| bad(path, e))
+    };
+    if format == InputFormat::Mlflow {
+        return collect(mlflow::read_run(path, opts.interval_s, visit));
+    }
     let file = open(path)?;
     match format {
+        InputFormat::Csv => {
+            let cols = opts.columns.clone().unwrap_or_default();
+            collect(csv_table::read_csv(file, &cols, opts.interval_s, visit))
+        }
+        InputFormat::Wandb => collect(wandb::read_events(file, opts.interval_s, visit)),
+        InputFormat::Prometheus => collect(prom::read_text(file, opts.interval_s, visit)),
+        InputFormat::PrometheusJson => collect(prom::read_json(file, opts.interval_s, visit)),
         InputFormat::SmiCsv => {
             let o = CsvOptions {
                 columns: opts.columns.clone(),

@@ -7,6 +7,7 @@
 //! interval apart (`-d`), unless a date/time column is present.
 
 use super::smi_csv::{log_header, parse_timestamp, ImpossibleTime};
+use super::vocab::Metric;
 use super::{LogError, LogInfo, LogLine};
 use crate::sample::event::{Header, Line};
 use crate::sample::{GpuSample, GpuStatic};
@@ -32,6 +33,13 @@ pub struct ProfilingMeans {
     pub tensor_active_pct: Option<f64>,
     /// DRAM active (DRAMA), percent.
     pub dram_active_pct: Option<f64>,
+    /// Graphics engine active (GRACT), percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gr_active_pct: Option<f64>,
+    /// Utilization (GPUTL, nvidia-smi's), percent: beside SM active, it tells a GPU running
+    /// tiny kernels (utilization high, SM active low) from an unused one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub util_pct: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -60,21 +68,22 @@ enum Col {
 }
 
 fn col_of(name: &str, flavour: Flavour) -> Col {
+    use super::vocab::{lookup, Family};
     match flavour {
-        Flavour::Dcgmi => match name.to_ascii_uppercase().as_str() {
-            "GPUTL" => Col::Util,
-            "GRACT" => Col::GrAct,
-            "MCUTL" => Col::MemUtil,
-            "FBUSD" => Col::FbUsedMib,
-            "POWER" => Col::PowerW,
-            "TMPTR" | "TEMP" | "GPUTEMP" => Col::TempC,
-            "SMCLK" => Col::SmClock,
-            "PCIRX" => Col::RxBytesS,
-            "PCITX" => Col::TxBytesS,
-            "SMACT" => Col::SmAct,
-            "SMOCC" => Col::SmOcc,
-            "TENSO" => Col::Tensor,
-            "DRAMA" => Col::DramAct,
+        Flavour::Dcgmi => match lookup(name).map(|f| (f.term.metric, f.term.family)) {
+            Some((Metric::UtilPct, _)) => Col::Util,
+            Some((Metric::GrActivePct, _)) => Col::GrAct,
+            Some((Metric::MemUtilPct, _)) => Col::MemUtil,
+            Some((Metric::MemUsedBytes, Family::Dcgmi)) => Col::FbUsedMib,
+            Some((Metric::PowerW, _)) => Col::PowerW,
+            Some((Metric::TemperatureC, _)) => Col::TempC,
+            Some((Metric::SmClockMhz, _)) => Col::SmClock,
+            Some((Metric::PcieRxBytesPerS, _)) => Col::RxBytesS,
+            Some((Metric::PcieTxBytesPerS, _)) => Col::TxBytesS,
+            Some((Metric::SmActivePct, _)) => Col::SmAct,
+            Some((Metric::SmOccupancyPct, _)) => Col::SmOcc,
+            Some((Metric::TensorActivePct, _)) => Col::Tensor,
+            Some((Metric::DramActivePct, _)) => Col::DramAct,
             _ => Col::Other,
         },
         Flavour::SmiDmon => match name.to_ascii_lowercase().as_str() {
@@ -153,8 +162,8 @@ struct Row {
     ts: Option<f64>,
     /// The date and time name no moment (20240230): the row is malformed.
     impossible_time: bool,
-    /// SMACT, SMOCC, TENSO, DRAMA in percent.
-    prof: [Option<f64>; 4],
+    /// SMACT, SMOCC, TENSO, DRAMA, GRACT, GPUTL in percent.
+    prof: [Option<f64>; 6],
 }
 
 impl Row {
@@ -162,15 +171,14 @@ impl Row {
         let mut s = GpuSample::default();
         let mut index = index;
         let (mut date, mut time) = (None, None);
-        let mut gract = None;
-        let mut p = [None; 4];
+        let mut p = [None; 6];
         for (col, v) in cols.iter().zip(vals) {
             match col {
                 Col::Index => index = v.trim().parse().ok(),
                 Col::Date => date = Some(*v),
                 Col::Time => time = Some(*v),
                 Col::Util => s.util_pct = value(v),
-                Col::GrAct => gract = value(v).map(|x| x * 100.0),
+                Col::GrAct => p[4] = value(v).map(|x| x * 100.0),
                 Col::MemUtil => s.mem_util_pct = value(v),
                 Col::FbUsedMib => s.mem_used_bytes = value(v).map(|x| (x * 1048576.0) as u64),
                 Col::PowerW => s.power_w = value(v),
@@ -187,8 +195,15 @@ impl Row {
                 Col::Other => {}
             }
         }
-        if s.util_pct.is_none() {
-            s.util_pct = gract;
+        // The busy measure is the best column the header names (SM active, else graphics
+        // engine active, else utilization), even where this row's value of it is N/A.
+        if cols.contains(&Col::Util) {
+            p[5] = s.util_pct;
+        }
+        if cols.contains(&Col::SmAct) {
+            s.util_pct = p[0];
+        } else if cols.contains(&Col::GrAct) {
+            s.util_pct = p[4];
         }
         let (ts, impossible_time) = match (date, time) {
             (Some(d), Some(t)) if d.len() == 8 && d.is_ascii() => {
@@ -216,7 +231,7 @@ struct Acc {
     seen: Vec<u32>,
     t0: Option<f64>,
     gpus: Vec<u32>,
-    prof: BTreeMap<u32, [Sum; 4]>,
+    prof: BTreeMap<u32, [Sum; 6]>,
     /// Rows with a utilization, memory or profiling value.
     with_values: u64,
 }
@@ -239,7 +254,7 @@ impl Acc {
             self.gpus.push(index);
         }
         let p = row.prof;
-        if p.iter().any(Option::is_some) {
+        if p[..5].iter().any(Option::is_some) {
             let e = self.prof.entry(index).or_default();
             for (acc, v) in e.iter_mut().zip(p) {
                 acc.add(v);
@@ -273,6 +288,8 @@ impl Acc {
                         sm_occupancy_pct: s[1].mean(),
                         tensor_active_pct: s[2].mean(),
                         dram_active_pct: s[3].mean(),
+                        gr_active_pct: s[4].mean(),
+                        util_pct: s[5].mean(),
                     },
                 )
             })
@@ -295,6 +312,7 @@ pub fn read_dmon(
     let mut any = false;
     let mut acc = Acc::default();
     let mut pending_bad = false;
+    let mut busy: Option<Metric> = None;
     super::each_line(r, |line| {
         let LogLine::Text(buf) = line else {
             any = true;
@@ -317,6 +335,13 @@ pub fn read_dmon(
         any = true;
         if let Some(rest) = line.strip_prefix('#') {
             if let Some(c) = header_cols(rest, flavour) {
+                busy = if c.contains(&Col::SmAct) {
+                    Some(Metric::SmActivePct)
+                } else if c.contains(&Col::GrAct) {
+                    Some(Metric::GrActivePct)
+                } else {
+                    busy.or(c.contains(&Col::Util).then_some(Metric::UtilPct))
+                };
                 cols = Some(c);
             }
             return Ok(());
@@ -371,6 +396,13 @@ pub fn read_dmon(
         info.truncated = true;
     }
     refuse_empty(&info, any, acc.with_values, flavour)?;
+    if let Some(m) = busy.filter(|m| *m != Metric::UtilPct) {
+        info.notes.push(format!(
+            "Busy is {}, the best measure this log holds (utilization, where logged, is kept \
+             beside it).",
+            m.busy_label()
+        ));
+    }
     let (statics, means) = acc.finish();
     Ok((log_header(statics, interval), info, means))
 }
@@ -486,7 +518,8 @@ GPU 1     9      409";
         assert_eq!(info.rows, 5);
         assert!(info.truncated);
         assert_eq!(h.gpus.len(), 2);
-        assert_eq!(s[0].util_pct, Some(85.0));
+        // SM active is the busy measure where the header names it; GPUTL is kept beside it.
+        assert!((s[0].util_pct.unwrap() - 81.2).abs() < 1e-9);
         assert_eq!(s[0].mem_used_bytes, Some(40960 << 20));
         assert_eq!(s[0].pcie_rx_bytes_per_s, Some(2e9));
         let t: Vec<f64> = s.iter().filter(|x| x.index == 0).map(|x| x.t_s).collect();
@@ -494,11 +527,17 @@ GPU 1     9      409";
         let p0 = &prof[&0];
         assert!((p0.sm_active_pct.unwrap() - 56.73).abs() < 0.01, "{p0:?}");
         assert!((prof[&1].sm_occupancy_pct.unwrap() - 2.0).abs() < 1e-9);
+        assert!((prof[&0].util_pct.unwrap() - 59.0).abs() < 1e-9, "{p0:?}");
     }
 
     #[test]
-    fn dcgmi_gract_stands_in_for_gputl() {
-        let text = "#Entity GRACT SMACT\nID\nGPU 0 0.5 0.4\n";
+    fn the_best_busy_measure_is_taken() {
+        let text = "#Entity GRACT SMACT\nID\nGPU 0 0.5 0.4\nGPU 0 0.5 N/A\n";
+        let (_, _, p, s) = read(text, Flavour::Dcgmi).unwrap();
+        assert_eq!(s[0].util_pct, Some(40.0));
+        assert_eq!(s[1].util_pct, None, "no other measure stands in for an N/A");
+        assert_eq!(p[&0].gr_active_pct, Some(50.0));
+        let text = "#Entity GPUTL GRACT\nID\nGPU 0 90 0.5\n";
         let (_, _, _, s) = read(text, Flavour::Dcgmi).unwrap();
         assert_eq!(s[0].util_pct, Some(50.0));
     }

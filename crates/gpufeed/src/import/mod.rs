@@ -1,12 +1,21 @@
-//! Reading the GPU logs other tools wrote: `nvidia-smi --query-gpu --format=csv` ([`smi_csv`],
-//! with [`smi_layout`] telling GPUs apart in a log without an index column) and `nvidia-smi dmon`
-//! / `dcgmi dmon` ([`dcgmi`]). They sample nothing: they turn a file into the sample lines of a
-//! recording, through one read loop ([`each_line`]) that holds no line longer than
-//! [`MAX_LOG_LINE_BYTES`].
+//! Reading the GPU telemetry other tools wrote: `nvidia-smi --query-gpu --format=csv`
+//! ([`smi_csv`], with [`smi_layout`] telling GPUs apart in a log without an index column),
+//! `nvidia-smi dmon` / `dcgmi dmon` ([`dcgmi`]), and through one vocabulary of names
+//! ([`vocab`]) into one table of readings ([`table`]): other tools' CSVs ([`csv_table`]: DCGM,
+//! W&B and MLflow exports, Grafana, rocm-smi, amd-smi), W&B events ([`wandb`]), Prometheus
+//! scrapes and query results ([`prom`]) and MLflow runs ([`mlflow`]). They sample nothing: they
+//! turn a file into the sample lines of a recording, through one read loop ([`each_line`]) that
+//! holds no line longer than [`MAX_LOG_LINE_BYTES`].
 
+pub mod csv_table;
 pub mod dcgmi;
+pub mod mlflow;
+pub mod prom;
 pub mod smi_csv;
 pub mod smi_layout;
+pub mod table;
+pub mod vocab;
+pub mod wandb;
 
 use std::io::{BufReader, Read};
 

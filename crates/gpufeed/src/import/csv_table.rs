@@ -1,0 +1,395 @@
+//! Any CSV whose header names columns the vocabulary ([`super::vocab`]) knows, other than an
+//! nvidia-smi `--query-gpu` log ([`super::smi_csv`] reads those): DCGM CSVs that scripts write
+//! (`EntityId,GRACT,FBUSD,TimeStamp`), W&B and MLflow exports (`system/gpu.0.gpu`,
+//! `system/gpu_0_utilization_percentage`, one column per GPU), Grafana panel exports (a column per
+//! series `DCGM_FI_DEV_GPU_UTIL{gpu="0",…}`, or `Series,Time,Value` rows), `rocm-smi --csv`
+//! and `amd-smi metric --csv` logs and the scripts around them.
+//!
+//! Lines are read through [`super::each_line`] (none held past 64 KiB) and split with the `csv`
+//! crate (quoted fields, doubled quotes). A line equal to the header is skipped; a different
+//! header line starts a new column set (runs appended to one file).
+
+use super::dcgmi::ProfilingMeans;
+use super::table::{Table, When};
+use super::vocab::{self, Family, Metric};
+use super::{LogError, LogInfo, LogLine};
+use crate::sample::event::{Header, Line};
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+
+/// How one column is read.
+#[derive(Debug, Clone, PartialEq)]
+enum Col {
+    /// Known and not judged (a step count, `__MIN`/`__MAX` of a W&B export, NVLink).
+    Skip,
+    Unknown,
+    /// Date and time, or epoch seconds (`ms`: milliseconds).
+    Time {
+        ms: bool,
+    },
+    Relative,
+    Gpu,
+    Host,
+    Name,
+    Uuid,
+    Value {
+        metric: Metric,
+        scale: f64,
+        /// The GPU the column's own name gives (`system/gpu.3.gpu`, a series' labels).
+        entity: Option<(Option<String>, String)>,
+    },
+    /// Grafana's long export: each row names its series.
+    Series,
+    SeriesValue,
+}
+
+/// How a column name reads (after `--columns NAME=KNOWN` renames).
+fn column(raw: &str, renames: &HashMap<String, String>) -> Col {
+    let raw = raw.trim().trim_matches('"');
+    let name = renames.get(raw).map_or(raw, String::as_str);
+    // A W&B export names a column `<run> - system/gpu.0.gpu`, with `__MIN` / `__MAX` beside.
+    let name = name.rsplit(" - ").next().unwrap_or(name).trim();
+    if name.ends_with("__MIN") || name.ends_with("__MAX") || name.eq_ignore_ascii_case("step") {
+        return Col::Skip;
+    }
+    match name.to_ascii_lowercase().as_str() {
+        "series" | "metric" => return Col::Series,
+        "value" => return Col::SeriesValue,
+        _ => {}
+    }
+    if name.contains('{') {
+        let (n, labels) = super::prom::parse_series(name);
+        let Some(f) = vocab::lookup(&n) else {
+            return Col::Unknown;
+        };
+        let g = super::prom::series_gpu(&labels);
+        return value_col(f, Some((g.host.map(str::to_string), g.id)));
+    }
+    let Some(f) = vocab::lookup(name) else {
+        return Col::Unknown;
+    };
+    let entity = f.gpu.map(|g| (None, g.to_string()));
+    value_col(f, entity)
+}
+
+fn value_col(f: vocab::Found, entity: Option<(Option<String>, String)>) -> Col {
+    match f.term.metric {
+        Metric::Time => Col::Time { ms: f.scale < 1.0 },
+        Metric::RelativeS => Col::Relative,
+        Metric::Gpu => Col::Gpu,
+        Metric::Host => Col::Host,
+        Metric::Name => Col::Name,
+        Metric::Uuid | Metric::BusId => Col::Uuid,
+        Metric::Ignored => Col::Skip,
+        metric => Col::Value {
+            metric,
+            scale: f.scale,
+            entity,
+        },
+    }
+}
+
+fn fields(line: &[u8]) -> Vec<String> {
+    let mut r = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .buffer_capacity(line.len().max(64))
+        .from_reader(line);
+    let mut rec = csv::StringRecord::new();
+    match r.read_record(&mut rec) {
+        Ok(true) => rec.iter().map(|f| f.trim().to_string()).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Is this row a header: every field a name (none a number), one a value column gpufeed knows?
+fn header_cols(f: &[String], renames: &HashMap<String, String>) -> Option<Vec<Col>> {
+    if f.len() < 2 || f.iter().any(|v| super::table::number(v).is_some()) {
+        return None;
+    }
+    let cols: Vec<Col> = f.iter().map(|n| column(n, renames)).collect();
+    let values = cols.iter().any(|c| matches!(c, Col::Value { .. }))
+        || (cols.contains(&Col::Series) && cols.contains(&Col::SeriesValue));
+    values.then_some(cols)
+}
+
+/// Does this line read as the header of a CSV this reader is for (rather than an nvidia-smi
+/// `--query-gpu` log)? One column of another tool's vocabulary, or a Grafana series, decides.
+pub(crate) fn is_other_tools_header(line: &str) -> bool {
+    let f = fields(line.as_bytes());
+    if f.len() < 2 || f.iter().any(|v| super::table::number(v).is_some()) {
+        return false;
+    }
+    let other = f.iter().any(|n| {
+        let n = n.rsplit(" - ").next().unwrap_or(n);
+        let base = super::prom::parse_series(n).0;
+        n.contains('{') && vocab::lookup(&base).is_some()
+            || vocab::lookup(n).is_some_and(|v| {
+                !matches!(v.term.family, Family::SmiQuery | Family::Common)
+                    || v.gpu.is_some()
+                    || n.eq_ignore_ascii_case("entityid")
+            })
+    });
+    let grafana = f.iter().any(|n| n.eq_ignore_ascii_case("series"))
+        && f.iter().any(|n| n.eq_ignore_ascii_case("value"));
+    other || grafana
+}
+
+/// Reads the CSV; `columns` are `NAME=KNOWN` renames (`gpu_busy=utilization.gpu`).
+pub fn read_csv(
+    r: impl Read,
+    columns: &[String],
+    interval_s: Option<f64>,
+    visit: impl FnMut(&Line),
+) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+    let renames: HashMap<String, String> = columns
+        .iter()
+        .filter_map(|c| {
+            let (a, b) = c.split_once('=')?;
+            Some((a.trim().to_string(), b.trim().to_string()))
+        })
+        .collect();
+    let mut t = Table::new();
+    let mut header: Option<(Vec<String>, Vec<Col>)> = None;
+    let mut any = false;
+    let mut first_names: Option<Vec<String>> = None;
+    super::each_line(r, |line| {
+        let LogLine::Text(buf) = line else {
+            t.info.overlong_line();
+            return Ok(());
+        };
+        if header.is_none() && super::looks_binary(buf) {
+            return Err(LogError::Format(super::smi_csv::not_a_log("a CSV")));
+        }
+        let complete = buf.last() == Some(&b'\n');
+        let f = fields(buf);
+        if f.iter().all(String::is_empty) {
+            return Ok(());
+        }
+        any = true;
+        if header.as_ref().is_some_and(|(h, _)| *h == f) {
+            return Ok(());
+        }
+        if let Some(cols) = header_cols(&f, &renames) {
+            for (name, c) in f.iter().zip(&cols) {
+                if *c == Col::Unknown {
+                    t.unknown(name);
+                }
+            }
+            header = Some((f, cols));
+            return Ok(());
+        }
+        let Some((_, cols)) = header.as_ref() else {
+            first_names.get_or_insert(f);
+            return Ok(());
+        };
+        if f.len() != cols.len() {
+            if complete {
+                t.info.malformed += 1;
+            } else {
+                t.info.truncated = true;
+            }
+            return Ok(());
+        }
+        if row(&mut t, cols, &f) {
+            t.info.rows += 1;
+        } else {
+            t.info.malformed += 1;
+        }
+        Ok(())
+    })?;
+    if !any {
+        return Err(LogError::Empty);
+    }
+    if header.is_none() {
+        let names = first_names
+            .map(|n| n.join(", "))
+            .unwrap_or_default()
+            .chars()
+            .take(200)
+            .collect::<String>();
+        return Err(LogError::Format(format!(
+            "no header line naming a GPU column gpufeed knows (the first line has: {names}); \
+             name yours with --columns NAME=utilization.gpu (docs/diagnose.md, \"What gpufeed \
+             reads\")"
+        )));
+    }
+    t.finish("a CSV", interval_s, visit)
+}
+
+/// Puts one data row's values; false when it held none.
+fn row(t: &mut Table, cols: &[Col], f: &[String]) -> bool {
+    let mut time: Option<f64> = None;
+    let mut rel: Option<f64> = None;
+    let (mut gpu, mut host, mut name, mut uuid) = (None, None, None, None);
+    let mut series: Option<&str> = None;
+    let mut series_value: Option<&str> = None;
+    for (c, v) in cols.iter().zip(f) {
+        match c {
+            Col::Time { ms } => {
+                time = super::smi_csv::parse_time_value(v, ms.then_some("ms"))
+                    .ok()
+                    .flatten()
+            }
+            Col::Relative => rel = super::table::number(v).map(|x| x.0),
+            Col::Gpu => gpu = Some(v.as_str()).filter(|v| !v.is_empty()),
+            Col::Host => host = Some(v.as_str()).filter(|v| !v.is_empty()),
+            Col::Name => name = Some(v.as_str()),
+            Col::Uuid => uuid = Some(v.as_str()),
+            Col::Series => series = Some(v.as_str()),
+            Col::SeriesValue => series_value = Some(v.as_str()),
+            _ => {}
+        }
+    }
+    let at = time.or(rel);
+    if let (Some(s), Some(v)) = (series, series_value) {
+        return super::prom::put_series(t, s, at, v);
+    }
+    // A row that names a GPU column but leaves it empty holds no reading (rocm-smi's blank
+    // line under a script's timestamp).
+    if cols.contains(&Col::Gpu) && gpu.is_none() {
+        return false;
+    }
+    let mut whens: Vec<(u32, When)> = Vec::new();
+    let mut any = false;
+    for (c, v) in cols.iter().zip(f) {
+        let Col::Value {
+            metric,
+            scale,
+            entity,
+        } = c
+        else {
+            continue;
+        };
+        let Some((x, bytes)) = super::table::number(v) else {
+            continue;
+        };
+        let e = match entity {
+            Some((h, id)) => t.entity(h.as_deref().or(host), id),
+            None => t.entity(host, gpu.unwrap_or("0")),
+        };
+        let Some(e) = e else { continue };
+        if entity.is_none() {
+            t.describe(e, name, uuid);
+        }
+        let when = match whens.iter().find(|(x, _)| *x == e) {
+            Some(&(_, w)) => w,
+            None => {
+                let w = at.map_or_else(|| t.next_nth(e), When::At);
+                whens.push((e, w));
+                w
+            }
+        };
+        let is_bytes = matches!(
+            metric,
+            Metric::MemUsedBytes | Metric::MemTotalBytes | Metric::MemFreeBytes
+        );
+        t.put(
+            e,
+            when,
+            *metric,
+            if bytes && is_bytes { x } else { x * scale },
+        );
+        any = true;
+    }
+    any
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sample::GpuSample;
+
+    fn read(text: &str, columns: &[&str]) -> Result<(Header, LogInfo, Vec<GpuSample>), LogError> {
+        let mut out = Vec::new();
+        let cols: Vec<String> = columns.iter().map(|s| s.to_string()).collect();
+        let (h, i, _) = read_csv(text.as_bytes(), &cols, None, |l| {
+            if let Line::Gpu(g) = l {
+                out.push(g.clone())
+            }
+        })?;
+        Ok((h, i, out))
+    }
+
+    #[test]
+    fn a_dcgm_csv_with_runs_appended() {
+        let text = "EntityId,GRACT,FBUSD,TimeStamp\n0,0.000,9,1657283672\n0,0.741,2687,1657283673\n\
+                    EntityId,GRACT,FBUSD,TimeStamp\n0,0.8,2687,1657283700\n1,0.1,2687,1657283700\n0,0.79";
+        let (h, info, s) = read(text, &[]).unwrap();
+        assert_eq!(h.gpus.len(), 2);
+        assert_eq!(s.len(), 4);
+        assert!((s[1].util_pct.unwrap() - 74.1).abs() < 1e-3);
+        assert_eq!(s[1].mem_used_bytes, Some(2687 << 20));
+        assert_eq!(s[2].t_s, 28.0);
+        assert!(info.truncated);
+        assert!(
+            info.notes[0].contains("graphics engine active"),
+            "{:?}",
+            info.notes
+        );
+    }
+
+    #[test]
+    fn a_wandb_export_one_column_per_gpu() {
+        let text = "\"Relative Time (Process)\",\"run-a - system/gpu.0.gpu\",\"run-a - system/gpu.0.gpu__MIN\",\"run-a - system/gpu.1.gpu\"\n\
+                    30,95,90,0\n60,97,91,0\n";
+        let (h, _, s) = read(text, &[]).unwrap();
+        assert_eq!(h.gpus.len(), 2);
+        assert_eq!(s.len(), 4);
+        assert_eq!(s[2].t_s, 30.0);
+        assert_eq!(s[2].util_pct, Some(97.0));
+    }
+
+    #[test]
+    fn grafana_series_columns_and_rows() {
+        let text = "\"Time\",\"DCGM_FI_DEV_GPU_UTIL{gpu=\"\"0\"\", Hostname=\"\"n1\"\"}\",\"DCGM_FI_DEV_GPU_UTIL{gpu=\"\"1\"\", Hostname=\"\"n1\"\"}\"\n\
+                    2024-05-01 10:00:00,90,1\n2024-05-01 10:00:15,91,2\n";
+        let (h, _, s) = read(text, &[]).unwrap();
+        assert_eq!(h.gpus.len(), 2);
+        assert_eq!(s[3].t_s, 15.0);
+        let long = "Series,Time,Value\n\"DCGM_FI_DEV_GPU_UTIL{gpu=\"\"0\"\"}\",1700000000000,50\n\"DCGM_FI_DEV_GPU_UTIL{gpu=\"\"1\"\"}\",1700000000000,5\n";
+        let (h, _, s) = read(long, &[]).unwrap();
+        assert_eq!((h.gpus.len(), s.len()), (2, 2));
+    }
+
+    #[test]
+    fn a_rocm_script_log_with_blank_rows_and_a_counter() {
+        let text =
+            "timestamp,device,gpu_use_percent,gfx_activity,vram_total_bytes,vram_used_bytes\n\
+                    1754586812,card0,0,110778690,206141652992,297771008\n\
+                    1754586812,card1,0,62280730,206141652992,297771008\n1754586812,\n\
+                    1754586817,card0,88,110778699,206141652992,297771008\n";
+        let (h, info, s) = read(text, &[]).unwrap();
+        assert_eq!(h.gpus.len(), 2);
+        assert_eq!(s[2].util_pct, Some(88.0));
+        assert_eq!(s[2].t_s, 5.0);
+        assert_eq!(info.malformed, 1);
+        assert!(
+            info.notes.iter().any(|n| n.contains("outside its range")),
+            "{:?}",
+            info.notes
+        );
+    }
+
+    #[test]
+    fn columns_rename_unknown_names() {
+        let text = "when,busy,vram\n1700000000,50,10\n";
+        let e = read(text, &[]).unwrap_err().to_string();
+        assert!(e.contains("--columns"), "{e}");
+        let (_, _, s) = read(text, &["busy=utilization.gpu", "when=timestamp"]).unwrap();
+        assert_eq!(s[0].util_pct, Some(50.0));
+    }
+
+    #[test]
+    fn detection_of_other_tools_headers() {
+        assert!(is_other_tools_header("EntityId,GRACT,FBUSD,TimeStamp"));
+        assert!(is_other_tools_header("Step,system/gpu.0.gpu"));
+        assert!(is_other_tools_header(
+            "device,GPU use (%),GPU memory use (%)"
+        ));
+        assert!(!is_other_tools_header(
+            "timestamp, utilization.gpu [%], memory.used [MiB]"
+        ));
+        assert!(!is_other_tools_header("0, 87 %, 1024 MiB"));
+    }
+}

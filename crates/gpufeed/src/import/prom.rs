@@ -1,0 +1,318 @@
+//! Prometheus series → samples: saved text scrapes (`DCGM_FI_DEV_GPU_UTIL{gpu="0",…} 87
+//! [ms]`, one scrape after another), HTTP API query results (`/api/v1/query_range` and
+//! `/api/v1/query` JSON), and the series names Grafana writes in its CSV exports.
+//!
+//! A series' GPU comes from its labels (`gpu`, `GPU_I_ID` for a MIG instance, `minor_number`,
+//! else `uuid`/`UUID`, else `device`), its machine from `Hostname` (dcgm-exporter), else
+//! `instance`, else `node`.
+
+use super::dcgmi::ProfilingMeans;
+use super::table::{Table, When};
+use super::vocab::{self, Metric};
+use super::{LogError, LogInfo, LogLine};
+use crate::sample::event::{Header, Line};
+use std::collections::BTreeMap;
+use std::io::Read;
+
+/// A series name and its labels: `name{a="x",b="y"}` (quotes may be doubled, as in CSVs).
+pub fn parse_series(s: &str) -> (String, Vec<(String, String)>) {
+    let s = s.trim();
+    let Some(open) = s.find('{') else {
+        return (s.to_string(), Vec::new());
+    };
+    let name = s[..open].trim().to_string();
+    let body = s[open + 1..].trim_end().trim_end_matches('}');
+    let mut labels = Vec::new();
+    let mut rest = body;
+    while let Some(eq) = rest.find('=') {
+        let key = rest[..eq].trim().trim_start_matches(',').trim().to_string();
+        let after = rest[eq + 1..].trim_start();
+        let after = after.trim_start_matches('"');
+        // The value runs to the next quote (a doubled quote in a CSV counts as one).
+        let end = after.find('"').unwrap_or(after.len());
+        labels.push((key, after[..end].to_string()));
+        rest = after[end..].trim_start_matches('"');
+    }
+    (name, labels)
+}
+
+/// The machine and GPU a series' labels name, and the GPU's model name and uuid.
+pub struct SeriesGpu<'a> {
+    pub host: Option<&'a str>,
+    pub id: String,
+    pub name: Option<&'a str>,
+    pub uuid: Option<&'a str>,
+}
+
+pub fn series_gpu(labels: &[(String, String)]) -> SeriesGpu<'_> {
+    let get = |keys: &[&str]| {
+        keys.iter()
+            .find_map(|k| labels.iter().find(|(l, _)| l == k).map(|(_, v)| v.as_str()))
+    };
+    let uuid = get(&["UUID", "uuid", "gpu_uuid"]);
+    let mut id = get(&["gpu", "minor_number", "gpu_id", "GPU", "index"])
+        .map(str::to_string)
+        .or_else(|| uuid.map(str::to_string))
+        .or_else(|| get(&["device"]).map(str::to_string))
+        .unwrap_or_else(|| "0".to_string());
+    if let Some(mig) = get(&["GPU_I_ID"]).filter(|v| !v.is_empty()) {
+        id = format!("{id} GPU-I {mig}");
+    }
+    SeriesGpu {
+        host: get(&[
+            "Hostname",
+            "hostname",
+            "instance",
+            "node",
+            "kubernetes_node",
+        ]),
+        id,
+        name: get(&["modelName", "name", "model_name"]),
+        uuid,
+    }
+}
+
+/// Puts one value of a named series into `t` (unknown names noted).
+pub fn put_series(t: &mut Table, series: &str, when: Option<f64>, value: &str) -> bool {
+    let (name, labels) = parse_series(series);
+    put_parsed(t, &name, &labels, when, value)
+}
+
+fn put_parsed(
+    t: &mut Table,
+    name: &str,
+    labels: &[(String, String)],
+    when: Option<f64>,
+    value: &str,
+) -> bool {
+    let Some(found) = vocab::lookup(name) else {
+        t.unknown(name);
+        return false;
+    };
+    let metric = found.term.metric;
+    if metric == Metric::Ignored {
+        return false;
+    }
+    let Some((x, _)) = super::table::number(value) else {
+        return false;
+    };
+    let g = series_gpu(labels);
+    let Some(e) = t.entity(g.host, &g.id) else {
+        return false;
+    };
+    t.describe(e, g.name, g.uuid);
+    let w = match when {
+        Some(s) => When::At(s),
+        None => t.next_nth_of(e, metric),
+    };
+    t.put(e, w, metric, x * found.scale);
+    true
+}
+
+/// Reads saved Prometheus text scrapes (the exposition format, `# HELP`/`# TYPE` lines,
+/// optional millisecond timestamps). Scrapes without timestamps are counted one interval apart.
+pub fn read_text(
+    r: impl Read,
+    interval_s: Option<f64>,
+    visit: impl FnMut(&Line),
+) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+    let mut t = Table::new();
+    let mut any = false;
+    super::each_line(r, |line| {
+        let LogLine::Text(buf) = line else {
+            t.info.overlong_line();
+            return Ok(());
+        };
+        let text = String::from_utf8_lossy(buf);
+        let l = text.trim();
+        if l.is_empty() || l.starts_with('#') {
+            return Ok(());
+        }
+        any = true;
+        // `name{labels} value [timestamp_ms]`: the labels may hold spaces.
+        let after_labels = l.rfind('}').map_or(0, |i| i + 1);
+        let (series, rest) = match l[after_labels..].find(char::is_whitespace) {
+            Some(i) => l.split_at(after_labels + i),
+            None => {
+                t.info.malformed += 1;
+                return Ok(());
+            }
+        };
+        let mut vals = rest.split_whitespace();
+        let (Some(v), ts) = (vals.next(), vals.next()) else {
+            t.info.malformed += 1;
+            return Ok(());
+        };
+        let when = ts.and_then(|s| s.parse::<f64>().ok()).map(|ms| ms / 1000.0);
+        put_series(&mut t, series, when, v);
+        Ok(())
+    })?;
+    if !any {
+        return Err(LogError::Empty);
+    }
+    t.finish("a Prometheus text scrape", interval_s, visit)
+}
+
+/// The most bytes of a Prometheus JSON result read (it is parsed whole).
+pub const MAX_JSON_BYTES: u64 = 64 << 20;
+
+/// Reads a Prometheus HTTP API answer (`{"status":"success","data":{"resultType":"matrix",
+/// "result":[{"metric":{…},"values":[[t,"v"],…]}]}}`, or `vector` with one `value`), or a list
+/// of such answers.
+pub fn read_json(
+    r: impl Read,
+    interval_s: Option<f64>,
+    visit: impl FnMut(&Line),
+) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+    let mut buf = Vec::new();
+    r.take(MAX_JSON_BYTES + 1).read_to_end(&mut buf)?;
+    if buf.len() as u64 > MAX_JSON_BYTES {
+        return Err(LogError::Format(format!(
+            "a Prometheus JSON answer over {} MiB: query a shorter range or a larger step",
+            MAX_JSON_BYTES >> 20
+        )));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&buf).map_err(|e| {
+        LogError::Format(format!(
+            "not a whole Prometheus JSON answer ({e}): save the full /api/v1/query_range reply"
+        ))
+    })?;
+    let mut t = Table::new();
+    let answers: Vec<&serde_json::Value> = match &v {
+        serde_json::Value::Array(a) => a.iter().collect(),
+        one => vec![one],
+    };
+    let mut series_n = 0u64;
+    for a in answers {
+        let result = a
+            .pointer("/data/result")
+            .or_else(|| a.get("result"))
+            .and_then(|r| r.as_array());
+        for s in result.into_iter().flatten() {
+            series_n += 1;
+            let labels: Vec<(String, String)> = s
+                .get("metric")
+                .and_then(|m| m.as_object())
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let name = labels
+                .iter()
+                .find(|(k, _)| k == "__name__")
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            let points = s
+                .get("values")
+                .and_then(|v| v.as_array())
+                .map(|v| v.iter().collect::<Vec<_>>())
+                .or_else(|| s.get("value").map(|v| vec![v]))
+                .unwrap_or_default();
+            for p in points {
+                let (Some(ts), Some(val)) = (
+                    p.get(0).and_then(|x| x.as_f64()),
+                    p.get(1).and_then(|x| x.as_str()),
+                ) else {
+                    t.info.malformed += 1;
+                    continue;
+                };
+                t.info.rows += 1;
+                put_parsed(&mut t, &name, &labels, Some(ts), val);
+            }
+        }
+    }
+    if series_n == 0 {
+        return Err(LogError::Format(
+            "a JSON answer with no series (data.result is empty or missing): \
+             the query matched nothing"
+                .into(),
+        ));
+    }
+    t.finish("a Prometheus query result", interval_s, visit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(
+        f: impl Fn(&[u8], &mut dyn FnMut(&Line)) -> Result<(Header, LogInfo), LogError>,
+        text: &str,
+    ) -> (Header, LogInfo, Vec<crate::sample::GpuSample>) {
+        let mut out = Vec::new();
+        let (h, i) = f(text.as_bytes(), &mut |l: &Line| {
+            if let Line::Gpu(g) = l {
+                out.push(g.clone())
+            }
+        })
+        .unwrap();
+        (h, i, out)
+    }
+
+    fn text(b: &[u8], v: &mut dyn FnMut(&Line)) -> Result<(Header, LogInfo), LogError> {
+        read_text(b, None, v).map(|(h, i, _)| (h, i))
+    }
+
+    fn json(b: &[u8], v: &mut dyn FnMut(&Line)) -> Result<(Header, LogInfo), LogError> {
+        read_json(b, None, v).map(|(h, i, _)| (h, i))
+    }
+
+    #[test]
+    fn labels_are_parsed() {
+        let (n, l) = parse_series(
+            r#"DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-ab",device="nvidia1",modelName="NVIDIA A100-SXM4-80GB",Hostname="node 7"}"#,
+        );
+        assert_eq!(n, "DCGM_FI_DEV_GPU_UTIL");
+        let g = series_gpu(&l);
+        assert_eq!((g.host, g.id.as_str()), (Some("node 7"), "1"));
+        assert_eq!(g.name, Some("NVIDIA A100-SXM4-80GB"));
+        let (_, l) = parse_series(r#"X{gpu=""0"",GPU_I_ID=""3""}"#);
+        assert_eq!(series_gpu(&l).id, "0 GPU-I 3");
+    }
+
+    #[test]
+    fn scrapes_one_after_another() {
+        let s = "\
+# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).
+# TYPE DCGM_FI_DEV_GPU_UTIL gauge
+DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",Hostname=\"a\"} 90
+DCGM_FI_DEV_GPU_UTIL{gpu=\"1\",Hostname=\"a\"} 0
+DCGM_FI_DEV_FB_USED{gpu=\"0\",Hostname=\"a\"} 30000
+DCGM_FI_DEV_FB_USED{gpu=\"1\",Hostname=\"a\"} 0
+DCGM_FI_DEV_SOMETHING_NEW{gpu=\"0\"} 1
+DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",Hostname=\"a\"} 80
+DCGM_FI_DEV_GPU_UTIL{gpu=\"1\",Hostname=\"a\"} 0
+";
+        let (h, info, s) = read(text, s);
+        assert_eq!(h.gpus.len(), 2);
+        assert_eq!(s.iter().filter(|g| g.index == 0).count(), 2);
+        assert_eq!(s[0].mem_used_bytes, Some(30000 << 20));
+        assert!(info.interval_unknown);
+        assert!(
+            info.notes
+                .iter()
+                .any(|n| n.contains("DCGM_FI_DEV_SOMETHING_NEW")),
+            "{:?}",
+            info.notes
+        );
+    }
+
+    #[test]
+    fn a_range_query() {
+        let j = r#"{"status":"success","data":{"resultType":"matrix","result":[
+          {"metric":{"__name__":"DCGM_FI_PROF_SM_ACTIVE","gpu":"0","Hostname":"n1"},"values":[[1700000000,"0.9"],[1700000015,"0.8"]]},
+          {"metric":{"__name__":"DCGM_FI_PROF_SM_ACTIVE","gpu":"1","Hostname":"n1"},"values":[[1700000000,"0.006"],[1700000015,"0.004"]]},
+          {"metric":{"__name__":"DCGM_FI_DEV_GPU_UTIL","gpu":"1","Hostname":"n1"},"values":[[1700000000,"100"],[1700000015,"100"]]}]}}"#;
+        let (h, info, s) = read(json, j);
+        assert_eq!(h.gpus.len(), 2);
+        assert_eq!(s.len(), 4);
+        assert_eq!(s[3].t_s, 15.0);
+        assert!((s[0].util_pct.unwrap() - 90.0).abs() < 1e-3);
+        assert!(info.notes[0].contains("SM active"), "{:?}", info.notes);
+        assert!(json(b"{\"data\":{\"result\":[]}}", &mut |_| {}).is_err());
+        let e = json(b"{\"data\":{\"res", &mut |_| {}).unwrap_err();
+        assert!(e.to_string().contains("not a whole Prometheus JSON"), "{e}");
+    }
+}

@@ -1,0 +1,543 @@
+//! One vocabulary for every GPU log gpufeed reads: a column, key or series name → the metric it
+//! holds and the factor that brings its values to the metric's unit.
+//!
+//! Every reader of other tools' telemetry looks names up here ([`lookup`]): nvidia-smi
+//! `--query-gpu` names, `dcgmi dmon` short names, DCGM field names (dcgm-exporter, Prometheus,
+//! Grafana), nvidia_gpu_exporter series, W&B and MLflow system metrics, `rocm-smi` and `amd-smi`
+//! columns. docs/diagnose.md lists the same table ("What gpufeed reads"); a test holds the two
+//! together.
+//!
+//! Names that carry a GPU number (`system.gpu.3.gpu`, `system/gpu_3_utilization_percentage`)
+//! are looked up with the number taken out (`{}` in [`TERMS`]) and the number handed back.
+
+/// What a column holds, in the unit its name says.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, strum::IntoStaticStr, strum::EnumIter,
+)]
+#[strum(serialize_all = "snake_case")]
+pub enum Metric {
+    /// When the reading was taken (a date and time, or epoch seconds / milliseconds).
+    Time,
+    /// Seconds since the run started.
+    RelativeS,
+    /// Which GPU (an index, `GPU 3`, `card0`, a MIG instance).
+    Gpu,
+    Uuid,
+    BusId,
+    Name,
+    /// The machine (a multi-node export).
+    Host,
+    /// SM active: share of time at least one warp was resident on an SM, averaged over SMs
+    /// (DCGM profiling). The best busy measure.
+    SmActivePct,
+    /// Graphics engine active: share of time any kernel ran (DCGM profiling).
+    GrActivePct,
+    /// nvidia-smi's utilization: share of the sample period a kernel ran (one tiny kernel
+    /// counts as busy). AMD's GFX activity.
+    UtilPct,
+    SmOccupancyPct,
+    TensorActivePct,
+    DramActivePct,
+    /// Known, read, not judged (FP16/FP32/FP64 pipes, NVLink, memory clock, …).
+    Ignored,
+    /// Share of time device memory was read or written.
+    MemUtilPct,
+    MemUsedBytes,
+    MemTotalBytes,
+    MemFreeBytes,
+    /// Memory in use as a percent of the total (W&B `memoryAllocated`, MLflow).
+    MemUsedPctOfTotal,
+    PowerW,
+    TemperatureC,
+    SmClockMhz,
+    PcieRxBytesPerS,
+    PcieTxBytesPerS,
+}
+
+impl Metric {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// The busy measures, best first: a file is judged by the best it holds.
+    pub const BUSY: [Metric; 3] = [Metric::SmActivePct, Metric::GrActivePct, Metric::UtilPct];
+
+    /// How a report names a busy measure.
+    pub fn busy_label(self) -> &'static str {
+        match self {
+            Metric::SmActivePct => "SM active (DCGM SMACT / DCGM_FI_PROF_SM_ACTIVE)",
+            Metric::GrActivePct => {
+                "graphics engine active (DCGM GRACT / DCGM_FI_PROF_GR_ENGINE_ACTIVE)"
+            }
+            _ => "utilization (share of time a kernel ran)",
+        }
+    }
+}
+
+/// Which tool writes a name (for the docs and the notes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::EnumIter)]
+pub enum Family {
+    #[strum(serialize = "nvidia-smi --query-gpu")]
+    SmiQuery,
+    #[strum(serialize = "dcgmi dmon")]
+    Dcgmi,
+    #[strum(serialize = "DCGM fields (dcgm-exporter, Prometheus, Grafana, DCGM CSVs)")]
+    DcgmField,
+    #[strum(serialize = "nvidia_gpu_exporter (Prometheus)")]
+    SmiExporter,
+    #[strum(serialize = "W&B system metrics")]
+    Wandb,
+    #[strum(serialize = "MLflow system metrics")]
+    Mlflow,
+    #[strum(serialize = "rocm-smi --csv")]
+    RocmSmi,
+    #[strum(serialize = "amd-smi metric --csv")]
+    AmdSmi,
+    #[strum(serialize = "time, GPU and host columns")]
+    Common,
+}
+
+impl Family {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// One name of the vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Term {
+    /// Lower case; `{}` stands for a GPU number.
+    pub name: &'static str,
+    pub metric: Metric,
+    /// Multiply a value by this to get the metric's unit (a fraction × 100 = percent, MiB ×
+    /// 1,048,576 = bytes).
+    pub scale: f64,
+    /// The unit values are in, for the docs.
+    pub unit: &'static str,
+    pub family: Family,
+}
+
+const MIB: f64 = 1_048_576.0;
+
+macro_rules! t {
+    ($name:literal, $m:ident, $scale:expr, $unit:literal, $fam:ident) => {
+        Term {
+            name: $name,
+            metric: Metric::$m,
+            scale: $scale,
+            unit: $unit,
+            family: Family::$fam,
+        }
+    };
+}
+
+/// The vocabulary. Names are matched lower-cased, with a `[unit]` suffix and a leading
+/// `system/` or `system.` taken off when the whole name is not found.
+#[rustfmt::skip]
+pub const TERMS: &[Term] = &[
+    // nvidia-smi --query-gpu (units also read from the header `[MiB]` or the values `1024 MiB`).
+    t!("utilization.gpu", UtilPct, 1.0, "%", SmiQuery),
+    t!("utilization.memory", MemUtilPct, 1.0, "%", SmiQuery),
+    t!("memory.used", MemUsedBytes, MIB, "MiB", SmiQuery),
+    t!("memory.total", MemTotalBytes, MIB, "MiB", SmiQuery),
+    t!("memory.free", MemFreeBytes, MIB, "MiB", SmiQuery),
+    t!("power.draw", PowerW, 1.0, "W", SmiQuery),
+    t!("temperature.gpu", TemperatureC, 1.0, "C", SmiQuery),
+    t!("clocks.sm", SmClockMhz, 1.0, "MHz", SmiQuery),
+    t!("clocks.current.sm", SmClockMhz, 1.0, "MHz", SmiQuery),
+    t!("index", Gpu, 1.0, "", SmiQuery),
+    t!("uuid", Uuid, 1.0, "", SmiQuery),
+    t!("pci.bus_id", BusId, 1.0, "", SmiQuery),
+    t!("name", Name, 1.0, "", SmiQuery),
+    // dcgmi dmon short names (profiling fields are fractions 0-1).
+    t!("gputl", UtilPct, 1.0, "%", Dcgmi),
+    t!("gract", GrActivePct, 100.0, "fraction", Dcgmi),
+    t!("smact", SmActivePct, 100.0, "fraction", Dcgmi),
+    t!("smocc", SmOccupancyPct, 100.0, "fraction", Dcgmi),
+    t!("tenso", TensorActivePct, 100.0, "fraction", Dcgmi),
+    t!("drama", DramActivePct, 100.0, "fraction", Dcgmi),
+    t!("fp16a", Ignored, 1.0, "fraction", Dcgmi),
+    t!("fp32a", Ignored, 1.0, "fraction", Dcgmi),
+    t!("fp64a", Ignored, 1.0, "fraction", Dcgmi),
+    t!("mcutl", MemUtilPct, 1.0, "%", Dcgmi),
+    t!("fbusd", MemUsedBytes, MIB, "MiB", Dcgmi),
+    t!("fbfre", MemFreeBytes, MIB, "MiB", Dcgmi),
+    t!("fbttl", MemTotalBytes, MIB, "MiB", Dcgmi),
+    t!("power", PowerW, 1.0, "W", Dcgmi),
+    t!("tmptr", TemperatureC, 1.0, "C", Dcgmi),
+    t!("gtemp", TemperatureC, 1.0, "C", Dcgmi),
+    t!("smclk", SmClockMhz, 1.0, "MHz", Dcgmi),
+    t!("mmclk", Ignored, 1.0, "MHz", Dcgmi),
+    t!("pcitx", PcieTxBytesPerS, 1.0, "B/s", Dcgmi),
+    t!("pcirx", PcieRxBytesPerS, 1.0, "B/s", Dcgmi),
+    t!("nvltx", Ignored, 1.0, "B/s", Dcgmi),
+    t!("nvlrx", Ignored, 1.0, "B/s", Dcgmi),
+    // DCGM field names (dcgm-exporter series, DCGM CSVs, Grafana).
+    t!("dcgm_fi_dev_gpu_util", UtilPct, 1.0, "%", DcgmField),
+    t!("dcgm_fi_prof_sm_active", SmActivePct, 100.0, "fraction", DcgmField),
+    t!("dcgm_fi_prof_gr_engine_active", GrActivePct, 100.0, "fraction", DcgmField),
+    t!("dcgm_fi_prof_sm_occupancy", SmOccupancyPct, 100.0, "fraction", DcgmField),
+    t!("dcgm_fi_prof_pipe_tensor_active", TensorActivePct, 100.0, "fraction", DcgmField),
+    t!("dcgm_fi_prof_dram_active", DramActivePct, 100.0, "fraction", DcgmField),
+    t!("dcgm_fi_prof_pipe_fp16_active", Ignored, 1.0, "fraction", DcgmField),
+    t!("dcgm_fi_prof_pipe_fp32_active", Ignored, 1.0, "fraction", DcgmField),
+    t!("dcgm_fi_prof_pipe_fp64_active", Ignored, 1.0, "fraction", DcgmField),
+    t!("dcgm_fi_dev_mem_copy_util", MemUtilPct, 1.0, "%", DcgmField),
+    t!("dcgm_fi_dev_fb_used", MemUsedBytes, MIB, "MiB", DcgmField),
+    t!("dcgm_fi_dev_fb_free", MemFreeBytes, MIB, "MiB", DcgmField),
+    t!("dcgm_fi_dev_fb_total", MemTotalBytes, MIB, "MiB", DcgmField),
+    t!("dcgm_fi_dev_power_usage", PowerW, 1.0, "W", DcgmField),
+    t!("dcgm_fi_dev_gpu_temp", TemperatureC, 1.0, "C", DcgmField),
+    t!("dcgm_fi_dev_sm_clock", SmClockMhz, 1.0, "MHz", DcgmField),
+    t!("dcgm_fi_dev_mem_clock", Ignored, 1.0, "MHz", DcgmField),
+    t!("dcgm_fi_prof_pcie_rx_bytes", PcieRxBytesPerS, 1.0, "B/s", DcgmField),
+    t!("dcgm_fi_prof_pcie_tx_bytes", PcieTxBytesPerS, 1.0, "B/s", DcgmField),
+    t!("dcgm_fi_prof_nvlink_rx_bytes", Ignored, 1.0, "B/s", DcgmField),
+    t!("dcgm_fi_prof_nvlink_tx_bytes", Ignored, 1.0, "B/s", DcgmField),
+    t!("dcgm_fi_dev_total_energy_consumption", Ignored, 1.0, "mJ", DcgmField),
+    t!("dcgm_fi_dev_memory_temp", Ignored, 1.0, "C", DcgmField),
+    t!("dcgm_fi_dev_enc_util", Ignored, 1.0, "%", DcgmField),
+    t!("dcgm_fi_dev_dec_util", Ignored, 1.0, "%", DcgmField),
+    t!("dcgm_fi_dev_xid_errors", Ignored, 1.0, "", DcgmField),
+    t!("dcgm_fi_dev_pcie_replay_counter", Ignored, 1.0, "", DcgmField),
+    t!("dcgm_fi_dev_nvlink_bandwidth_total", Ignored, 1.0, "", DcgmField),
+    t!("dcgm_fi_dev_vgpu_license_status", Ignored, 1.0, "", DcgmField),
+    t!("dcgm_fi_dev_uncorrectable_remapped_rows", Ignored, 1.0, "", DcgmField),
+    t!("dcgm_fi_dev_correctable_remapped_rows", Ignored, 1.0, "", DcgmField),
+    t!("dcgm_fi_dev_row_remap_failure", Ignored, 1.0, "", DcgmField),
+    t!("dcgm_fi_dev_clock_throttle_reasons", Ignored, 1.0, "", DcgmField),
+    t!("entityid", Gpu, 1.0, "", DcgmField),
+    // nvidia_gpu_exporter (ratios 0-1, bytes).
+    t!("nvidia_smi_utilization_gpu_ratio", UtilPct, 100.0, "fraction", SmiExporter),
+    t!("nvidia_smi_utilization_memory_ratio", MemUtilPct, 100.0, "fraction", SmiExporter),
+    t!("nvidia_smi_memory_used_bytes", MemUsedBytes, 1.0, "B", SmiExporter),
+    t!("nvidia_smi_memory_total_bytes", MemTotalBytes, 1.0, "B", SmiExporter),
+    t!("nvidia_smi_memory_free_bytes", MemFreeBytes, 1.0, "B", SmiExporter),
+    t!("nvidia_smi_power_draw_watts", PowerW, 1.0, "W", SmiExporter),
+    t!("nvidia_smi_temperature_gpu", TemperatureC, 1.0, "C", SmiExporter),
+    t!("nvidia_smi_clocks_current_sm_clock_hz", SmClockMhz, 1e-6, "Hz", SmiExporter),
+    // W&B system metrics (`system.gpu.0.gpu` in wandb-events.jsonl, `system/gpu.0.gpu` in CSVs).
+    t!("gpu.{}.gpu", UtilPct, 1.0, "%", Wandb),
+    t!("gpu.{}.memory", MemUtilPct, 1.0, "%", Wandb),
+    t!("gpu.{}.memoryallocated", MemUsedPctOfTotal, 1.0, "%", Wandb),
+    t!("gpu.{}.memory_allocated", MemUsedPctOfTotal, 1.0, "%", Wandb),
+    t!("gpu.{}.memoryallocatedbytes", MemUsedBytes, 1.0, "B", Wandb),
+    t!("gpu.{}.temp", TemperatureC, 1.0, "C", Wandb),
+    t!("gpu.{}.powerwatts", PowerW, 1.0, "W", Wandb),
+    t!("gpu.{}.smclock", SmClockMhz, 1.0, "MHz", Wandb),
+    t!("gpu.{}.powerpercent", Ignored, 1.0, "%", Wandb),
+    t!("gpu.{}.memoryclock", Ignored, 1.0, "MHz", Wandb),
+    t!("gpu.{}.enforcedpowerlimitwatts", Ignored, 1.0, "W", Wandb),
+    t!("gpu.{}.correctedmemoryerrors", Ignored, 1.0, "", Wandb),
+    t!("gpu.{}.uncorrectedmemoryerrors", Ignored, 1.0, "", Wandb),
+    t!("gpu.{}.graphicsclock", Ignored, 1.0, "MHz", Wandb),
+    t!("gpu.{}.pciegen", Ignored, 1.0, "", Wandb),
+    t!("gpu.{}.pcielinkwidth", Ignored, 1.0, "", Wandb),
+    t!("gpu.{}.powercapwatts", Ignored, 1.0, "W", Wandb),
+    t!("_timestamp", Time, 1.0, "s", Wandb),
+    t!("_runtime", RelativeS, 1.0, "s", Wandb),
+    // MLflow system metrics (`system/gpu_0_utilization_percentage`).
+    t!("gpu_{}_utilization_percentage", UtilPct, 1.0, "%", Mlflow),
+    t!("gpu_{}_memory_usage_percentage", MemUsedPctOfTotal, 1.0, "%", Mlflow),
+    t!("gpu_{}_memory_usage_megabytes", MemUsedBytes, 1e6, "MB", Mlflow),
+    t!("gpu_{}_power_usage_watts", PowerW, 1.0, "W", Mlflow),
+    t!("gpu_{}_power_usage_percentage", Ignored, 1.0, "%", Mlflow),
+    t!("gpu_{}_temperature_celsius", TemperatureC, 1.0, "C", Mlflow),
+    // rocm-smi --csv (older and newer column names).
+    t!("device", Gpu, 1.0, "", RocmSmi),
+    t!("gpu use (%)", UtilPct, 1.0, "%", RocmSmi),
+    t!("gpu memory use (%)", MemUtilPct, 1.0, "%", RocmSmi),
+    t!("gpu memory read/write activity (%)", MemUtilPct, 1.0, "%", RocmSmi),
+    t!("gpu memory allocated (vram%)", MemUsedPctOfTotal, 1.0, "%", RocmSmi),
+    t!("vram total used memory (b)", MemUsedBytes, 1.0, "B", RocmSmi),
+    t!("vram total memory (b)", MemTotalBytes, 1.0, "B", RocmSmi),
+    t!("temperature (sensor edge) (c)", TemperatureC, 1.0, "C", RocmSmi),
+    t!("temperature (sensor junction) (c)", Ignored, 1.0, "C", RocmSmi),
+    t!("temperature (sensor memory) (c)", Ignored, 1.0, "C", RocmSmi),
+    t!("average graphics package power (w)", PowerW, 1.0, "W", RocmSmi),
+    t!("current socket graphics package power (w)", PowerW, 1.0, "W", RocmSmi),
+    t!("sclk clock speed:", Ignored, 1.0, "", RocmSmi),
+    // amd-smi metric --csv.
+    t!("gfx_activity", UtilPct, 1.0, "%", AmdSmi),
+    t!("gfx_usage", UtilPct, 1.0, "%", AmdSmi),
+    t!("umc_activity", MemUtilPct, 1.0, "%", AmdSmi),
+    t!("mm_activity", Ignored, 1.0, "%", AmdSmi),
+    t!("socket_power", PowerW, 1.0, "W", AmdSmi),
+    t!("hotspot", TemperatureC, 1.0, "C", AmdSmi),
+    t!("edge", Ignored, 1.0, "C", AmdSmi),
+    t!("vram_used", MemUsedBytes, MIB, "MB", AmdSmi),
+    t!("vram_total", MemTotalBytes, MIB, "MB", AmdSmi),
+    t!("gfx_0_clk", SmClockMhz, 1.0, "MHz", AmdSmi),
+    // Time, GPU and host columns of exports and scripts.
+    t!("timestamp", Time, 1.0, "date/epoch", Common),
+    t!("time", Time, 1.0, "date/epoch", Common),
+    t!("date", Time, 1.0, "date", Common),
+    t!("datetime", Time, 1.0, "date/epoch", Common),
+    t!("gpu", Gpu, 1.0, "", Common),
+    t!("gpu_id", Gpu, 1.0, "", Common),
+    t!("gpu_index", Gpu, 1.0, "", Common),
+    t!("entity", Gpu, 1.0, "", Common),
+    t!("minor_number", Gpu, 1.0, "", Common),
+    t!("hostname", Host, 1.0, "", Common),
+    t!("host", Host, 1.0, "", Common),
+    t!("instance", Host, 1.0, "", Common),
+    t!("node", Host, 1.0, "", Common),
+    t!("relative time (process)", RelativeS, 1.0, "s", Common),
+    t!("relative time (wall)", RelativeS, 1.0, "s", Common),
+];
+
+/// A name found in the vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Found {
+    pub term: &'static Term,
+    /// The GPU number the name carried (`system.gpu.3.gpu` → 3).
+    pub gpu: Option<u32>,
+    /// Multiply a value by this to get the metric's unit (the term's, or what a script name's
+    /// unit suffix says: `mem_used_bytes` is in bytes).
+    pub scale: f64,
+}
+
+/// Lower case, runs of white space as one space, trimmed.
+fn normalize(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for w in name.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(&w.to_lowercase());
+    }
+    out.trim_matches(|c| c == '"' || c == '\'').to_string()
+}
+
+/// `gpu.3.gpu` → (`gpu.{}.gpu`, 3); `gpu_3_utilization_percentage` → (`gpu_{}_…`, 3).
+fn template(name: &str) -> Option<(String, u32)> {
+    let at = name.find("gpu")?;
+    let rest = &name[at + 3..];
+    let sep = rest.chars().next().filter(|c| matches!(c, '.' | '_'))?;
+    let digits: String = rest[1..].chars().take_while(char::is_ascii_digit).collect();
+    if digits.is_empty() || digits.len() > 4 {
+        return None;
+    }
+    let after = &rest[1 + digits.len()..];
+    if !after.starts_with(sep) {
+        return None;
+    }
+    Some((
+        format!("{}gpu{sep}{{}}{after}", &name[..at]),
+        digits.parse().ok()?,
+    ))
+}
+
+fn exact(name: &str) -> Option<&'static Term> {
+    TERMS.iter().find(|t| t.name == name)
+}
+
+/// Looks a column, key or series name up.
+pub fn lookup(raw: &str) -> Option<Found> {
+    let n = normalize(raw);
+    let mut tries = vec![n.clone()];
+    // `utilization.gpu [%]`: the unit goes.
+    if let Some(i) = n.find(" [").or_else(|| n.find('[')) {
+        tries.push(n[..i].trim().to_string());
+    }
+    for prefix in ["system/", "system."] {
+        if let Some(r) = n.strip_prefix(prefix) {
+            tries.push(r.to_string());
+        }
+    }
+    for t in &tries {
+        if let Some(term) = exact(t) {
+            return Some(Found {
+                term,
+                gpu: None,
+                scale: term.scale,
+            });
+        }
+        if let Some((tpl, gpu)) = template(t) {
+            if let Some(term) = exact(&tpl) {
+                return Some(Found {
+                    term,
+                    gpu: Some(gpu),
+                    scale: term.scale,
+                });
+            }
+        }
+    }
+    script_name(&n)
+}
+
+/// A name from a logging script's own header (`gpu_util_percent`, `mem_used_mib`,
+/// `vram_used_bytes`, `temperature_C`) that clearly means one metric, its unit from the suffix.
+/// Names that could mean several things map to nothing.
+fn script_name(n: &str) -> Option<Found> {
+    let mut s: String = n
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '%' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    while s.contains("__") {
+        s = s.replace("__", "_");
+    }
+    let s = s.trim_matches('_');
+    let mut unit = "";
+    let mut base = s;
+    for (suffix, u) in [
+        ("_percent", "%"),
+        ("_pct", "%"),
+        ("_%", "%"),
+        ("_celsius", "C"),
+        ("_c", "C"),
+        ("_watts", "W"),
+        ("_w", "W"),
+        ("_mib", "MiB"),
+        ("_mb", "MB"),
+        ("_gib", "GiB"),
+        ("_gb", "GB"),
+        ("_kib", "KiB"),
+        ("_bytes", "B"),
+        ("_mhz", "MHz"),
+        ("_s", "s"),
+        ("_ms", "ms"),
+    ] {
+        if let Some(b) = s.strip_suffix(suffix) {
+            base = b;
+            unit = u;
+            break;
+        }
+    }
+    let term = SCRIPT_TERMS
+        .iter()
+        .find(|t| t.name == base && (unit.is_empty() || unit_fits(t.metric, unit)))?;
+    // The suffix's unit decides the scale where it names one.
+    let scale = match unit {
+        "MiB" => MIB,
+        "GiB" => MIB * 1024.0,
+        "KiB" => 1024.0,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "ms" => 1e-3,
+        "B" => 1.0,
+        _ => term.scale,
+    };
+    Some(Found {
+        term,
+        gpu: None,
+        scale,
+    })
+}
+
+fn unit_fits(m: Metric, unit: &str) -> bool {
+    match m {
+        Metric::UtilPct | Metric::MemUtilPct | Metric::MemUsedPctOfTotal => unit == "%",
+        Metric::MemUsedBytes | Metric::MemTotalBytes | Metric::MemFreeBytes => {
+            matches!(unit, "MiB" | "GiB" | "KiB" | "MB" | "GB" | "B")
+        }
+        Metric::TemperatureC => unit == "C",
+        Metric::PowerW => unit == "W",
+        Metric::SmClockMhz => unit == "MHz",
+        Metric::Time | Metric::RelativeS => unit == "s" || unit == "ms",
+        _ => false,
+    }
+}
+
+/// Script names (no unit suffix: memory in MiB as nvidia-smi writes it).
+#[rustfmt::skip]
+const SCRIPT_TERMS: &[Term] = &[
+    t!("timestamp", Time, 1.0, "", Common), t!("time", Time, 1.0, "", Common),
+    t!("ts", Time, 1.0, "", Common), t!("epoch", Time, 1.0, "", Common),
+    t!("unix_time", Time, 1.0, "", Common), t!("elapsed", RelativeS, 1.0, "s", Common),
+    t!("gpu_index", Gpu, 1.0, "", Common), t!("gpu_idx", Gpu, 1.0, "", Common),
+    t!("device_index", Gpu, 1.0, "", Common), t!("device_id", Gpu, 1.0, "", Common),
+    t!("gpu_uuid", Uuid, 1.0, "", Common), t!("gpu_name", Name, 1.0, "", Common),
+    t!("utilization_gpu", UtilPct, 1.0, "%", Common), t!("gpu_utilization", UtilPct, 1.0, "%", Common),
+    t!("gpu_util", UtilPct, 1.0, "%", Common), t!("util", UtilPct, 1.0, "%", Common),
+    t!("gpu_use", UtilPct, 1.0, "%", Common), t!("gpu_usage", UtilPct, 1.0, "%", Common),
+    t!("gpu_busy", UtilPct, 1.0, "%", Common), t!("utilization", UtilPct, 1.0, "%", Common),
+    t!("utilization_memory", MemUtilPct, 1.0, "%", Common), t!("mem_util", MemUtilPct, 1.0, "%", Common),
+    t!("memory_utilization", MemUtilPct, 1.0, "%", Common),
+    t!("memory_used", MemUsedBytes, MIB, "MiB", Common), t!("mem_used", MemUsedBytes, MIB, "MiB", Common),
+    t!("vram_used", MemUsedBytes, MIB, "MiB", Common), t!("gpu_memory_used", MemUsedBytes, MIB, "MiB", Common),
+    t!("fb_used", MemUsedBytes, MIB, "MiB", Common),
+    t!("memory_total", MemTotalBytes, MIB, "MiB", Common), t!("mem_total", MemTotalBytes, MIB, "MiB", Common),
+    t!("vram_total", MemTotalBytes, MIB, "MiB", Common),
+    t!("memory_free", MemFreeBytes, MIB, "MiB", Common), t!("mem_free", MemFreeBytes, MIB, "MiB", Common),
+    t!("temperature", TemperatureC, 1.0, "C", Common), t!("temp", TemperatureC, 1.0, "C", Common),
+    t!("gpu_temp", TemperatureC, 1.0, "C", Common), t!("power_draw", PowerW, 1.0, "W", Common),
+    t!("power_usage", PowerW, 1.0, "W", Common), t!("gpu_power", PowerW, 1.0, "W", Common),
+    t!("sm_clock", SmClockMhz, 1.0, "MHz", Common), t!("clocks_sm", SmClockMhz, 1.0, "MHz", Common),
+];
+/// The busy measure a set of metrics is judged by: the best one present.
+pub fn best_busy(present: impl Fn(Metric) -> bool) -> Option<Metric> {
+    Metric::BUSY.into_iter().find(|&m| present(m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(name: &str) -> Option<(Metric, Option<u32>, f64)> {
+        lookup(name).map(|f| (f.term.metric, f.gpu, f.scale))
+    }
+
+    #[test]
+    fn names_of_every_family() {
+        assert_eq!(m("utilization.gpu [%]"), Some((Metric::UtilPct, None, 1.0)));
+        assert_eq!(m("SMACT"), Some((Metric::SmActivePct, None, 100.0)));
+        assert_eq!(
+            m("DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
+            Some((Metric::GrActivePct, None, 100.0))
+        );
+        assert_eq!(m("system.gpu.3.gpu"), Some((Metric::UtilPct, Some(3), 1.0)));
+        assert_eq!(
+            m("system/gpu.12.memoryAllocated"),
+            Some((Metric::MemUsedPctOfTotal, Some(12), 1.0))
+        );
+        assert_eq!(
+            m("system/gpu_1_utilization_percentage"),
+            Some((Metric::UtilPct, Some(1), 1.0))
+        );
+        assert_eq!(
+            m("gpu_0_memory_usage_megabytes"),
+            Some((Metric::MemUsedBytes, Some(0), 1e6))
+        );
+        assert_eq!(m("GPU use (%)"), Some((Metric::UtilPct, None, 1.0)));
+        assert_eq!(m("EntityId"), Some((Metric::Gpu, None, 1.0)));
+        assert_eq!(m("TimeStamp"), Some((Metric::Time, None, 1.0)));
+        assert_eq!(m("system.gpu.process.0.gpu"), None);
+        assert_eq!(m("system.cpu"), None);
+        assert_eq!(m("gpu_use_percent"), Some((Metric::UtilPct, None, 1.0)));
+        assert_eq!(
+            m("vram_used_bytes"),
+            Some((Metric::MemUsedBytes, None, 1.0))
+        );
+        assert_eq!(m("mem_used_mib"), Some((Metric::MemUsedBytes, None, MIB)));
+        assert_eq!(m("gpu_util_watts"), None, "a unit that does not fit");
+        assert_eq!(m("loss"), None);
+    }
+
+    #[test]
+    fn every_term_is_lower_case_and_found_by_its_own_name() {
+        for t in TERMS {
+            assert_eq!(t.name, t.name.to_lowercase(), "{}", t.name);
+            let probe = t.name.replace("{}", "7");
+            let f = lookup(&probe).unwrap_or_else(|| panic!("{probe}"));
+            assert_eq!(f.term.name, t.name, "{probe} found as another term");
+            assert_eq!(f.gpu, t.name.contains("{}").then_some(7), "{probe}");
+        }
+    }
+
+    #[test]
+    fn best_busy_prefers_sm_active() {
+        assert_eq!(
+            best_busy(|m| matches!(m, Metric::UtilPct | Metric::SmActivePct)),
+            Some(Metric::SmActivePct)
+        );
+        assert_eq!(best_busy(|m| m == Metric::UtilPct), Some(Metric::UtilPct));
+        assert_eq!(best_busy(|_| false), None);
+    }
+}
