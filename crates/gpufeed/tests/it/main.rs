@@ -28,6 +28,7 @@ mod outputs;
 mod processes;
 mod pystacks;
 mod ranks;
+mod real_corpus;
 mod record;
 mod reports;
 mod serve;

@@ -1,0 +1,189 @@
+//! The corpus of real telemetry files (tests/data/real/SOURCES.md): every file diagnosed, its GPU
+//! count and verdict checked against what a careful engineer reads from it, the score printed.
+//!
+//! The files come from other public repositories and are not committed here: they are read from
+//! `../shared/telemetry/`, else from `tests/data/real/files/` (ignored by git;
+//! `scripts/corpus-extract.sh` fills it from the repositories' history). Without either the test
+//! says so and checks nothing.
+//!
+//! A file in [`KNOWN_MISSES`] may be judged wrong (its row says why it is still open); any other
+//! miss fails the test, and so does a known miss that is now right (take it off the list).
+
+use crate::gpufeed;
+use serde_json::Value;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Files gpufeed does not yet judge as their row says, with why.
+const KNOWN_MISSES: &[(&str, &str)] = &[];
+
+struct Row {
+    file: String,
+    gpus: Option<u64>,
+    verdict: String,
+}
+
+fn rows() -> Vec<Row> {
+    let text = include_str!("../data/real/SOURCES.md");
+    let mut lines = text.lines().filter(|l| l.starts_with('|'));
+    let header: Vec<String> = lines
+        .next()
+        .expect("a table")
+        .split('|')
+        .map(|c| c.trim().to_string())
+        .collect();
+    let col = |name: &str| header.iter().position(|h| h == name).expect(name);
+    let (f, g, v) = (col("file"), col("gpus"), col("verdict"));
+    lines
+        .skip(1)
+        .map(|l| {
+            let c: Vec<&str> = l.split('|').map(str::trim).collect();
+            Row {
+                file: c[f].to_string(),
+                gpus: c[g]
+                    .split(|ch: char| !ch.is_ascii_digit())
+                    .next()
+                    .and_then(|n| n.parse().ok()),
+                verdict: c[v].to_string(),
+            }
+        })
+        .collect()
+}
+
+fn corpus_dir() -> Option<PathBuf> {
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    [
+        here.join("../../../shared/telemetry"),
+        here.join("tests/data/real/files"),
+    ]
+    .into_iter()
+    .find(|d| d.is_dir())
+}
+
+/// What gpufeed said of one file.
+enum Said {
+    Refused(String),
+    Report(Value),
+}
+
+fn diagnose(p: &Path) -> Said {
+    let out = gpufeed()
+        .args(["diagnose", "--format", "json"])
+        .arg(p)
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Said::Report(serde_json::from_slice(&out.stdout).unwrap())
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        assert_eq!(
+            out.status.code(),
+            Some(3),
+            "{}: a refusal is exit 3 with one line, got {:?}: {err}",
+            p.display(),
+            out.status
+        );
+        assert_eq!(err.lines().count(), 1, "{}: {err}", p.display());
+        Said::Refused(err)
+    }
+}
+
+/// Does the report match the row? `Err` says how it does not.
+fn judge(row: &Row, said: &Said) -> Result<String, String> {
+    let r = match said {
+        Said::Refused(e) if row.verdict == "unclear" => return Ok(format!("refused: {e}")),
+        Said::Refused(e) => return Err(format!("refused: {e}")),
+        Said::Report(r) => r,
+    };
+    let v = &r["verdict"];
+    let id = v["id"].as_str().unwrap_or_default();
+    let states: Vec<&str> = v["gpus"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g["state"].as_str())
+        .collect();
+    let gpus = r["gpus"].as_array().map_or(0, Vec::len) as u64;
+    let busy = v["gpu_busy_fraction"].as_f64();
+    let got = format!("{id} ({gpus} GPUs: {})", states.join(" "));
+    if let Some(n) = row.gpus.filter(|&n| n != gpus) {
+        return Err(format!("{n} GPUs expected, read {got}"));
+    }
+    let worked = |s: &&str| matches!(*s, "busy" | "starving" | "underused" | "tiny_kernels");
+    let rested = |s: &&str| matches!(*s, "unused" | "idle");
+    let ok = match row.verdict.as_str() {
+        "busy" => matches!(id, "compute_bound" | "throttled"),
+        "starved" => {
+            matches!(id, "input_bound" | "unknown" | "idle")
+                && busy.is_none_or(|b| b < 0.6)
+                && !states.contains(&"busy")
+        }
+        "idle" => id == "idle",
+        "mixed" => states.iter().any(worked) && states.iter().any(rested),
+        "unclear" => matches!(id, "unknown" | "idle"),
+        other => panic!("{}: no such expected verdict {other}", row.file),
+    };
+    if ok {
+        Ok(got)
+    } else {
+        Err(got)
+    }
+}
+
+#[test]
+fn every_real_file_is_read_as_a_careful_engineer_reads_it() {
+    let Some(dir) = corpus_dir() else {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: no real telemetry corpus (../shared/telemetry or tests/data/real/files; \
+             scripts/corpus-extract.sh fills it): the corpus test did not run"
+        );
+        return;
+    };
+    let rows = rows();
+    assert!(rows.len() >= 40, "{} rows", rows.len());
+    let mut right = 0;
+    let mut absent = 0;
+    let mut wrong = Vec::new();
+    let mut report = String::new();
+    for row in &rows {
+        let p = dir.join(&row.file);
+        if !p.exists() {
+            absent += 1;
+            continue;
+        }
+        let known = KNOWN_MISSES.iter().find(|(f, _)| *f == row.file);
+        let verdict = judge(row, &diagnose(&p));
+        let mark = match (&verdict, known) {
+            (Ok(_), None) => {
+                right += 1;
+                "ok  "
+            }
+            (Ok(_), Some(_)) => {
+                right += 1;
+                wrong.push(format!("{}: now right, take it off KNOWN_MISSES", row.file));
+                "NOW"
+            }
+            (Err(_), Some(_)) => "known",
+            (Err(e), None) => {
+                wrong.push(format!("{}: expected {}, {e}", row.file, row.verdict));
+                "MISS"
+            }
+        };
+        let said = verdict.unwrap_or_else(|e| e);
+        report.push_str(&format!(
+            "  {mark:5} {:60.60}  expected {:8} {}\n",
+            row.file,
+            row.verdict,
+            said.chars().take(110).collect::<String>()
+        ));
+    }
+    let present = rows.len() - absent;
+    let _ = writeln!(
+        std::io::stderr(),
+        "real telemetry corpus ({}): {right} of {present} files read right ({absent} absent)\n{report}",
+        dir.display()
+    );
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
