@@ -197,6 +197,7 @@ pub(super) fn verdict_rank(v: &SideVerdict) -> Option<u8> {
             VerdictId::InputBound
             | VerdictId::TransferBound
             | VerdictId::Throttled
+            | VerdictId::LaunchBound
             | VerdictId::Idle => Some(0),
             VerdictId::ComputeBound => Some(1),
             VerdictId::Unknown => None,

@@ -88,10 +88,12 @@ pub(crate) fn detect(head: &str) -> Option<InputFormat> {
     // A UTF-8 byte-order mark says nothing of the format (issue 27: a recording starting with
     // one was taken for an nvidia-smi CSV).
     let head = head.strip_prefix('\u{feff}').unwrap_or(head);
+    // A plain `nvidia-smi` table dumped before a log (job scripts often do) says nothing of the
+    // log's format: its box lines are passed over.
     let lines: Vec<&str> = head
         .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
+        .map(|l| l.trim_matches(|c: char| c.is_whitespace() || c == '\0'))
+        .filter(|l| !l.is_empty() && !is_smi_table_line(l))
         .take(20)
         .collect();
     let first = lines.first()?;
@@ -145,12 +147,19 @@ pub(crate) fn detect(head: &str) -> Option<InputFormat> {
         }
     }
     let csv_like = lines.iter().filter(|l| l.contains(',')).count();
-    if csv_like * 2 >= lines.len()
-        && lines
-            .iter()
-            .any(|l| crate::import::csv_table::is_other_tools_header(l))
+    if lines
+        .iter()
+        .any(|l| crate::import::csv_table::is_other_tools_header(l))
     {
         return Some(InputFormat::Csv);
+    }
+    // `nvidia-smi --query-gpu=utilization.gpu --format=csv` run in a loop: one field, its header
+    // before every value.
+    if lines
+        .iter()
+        .any(|l| !l.contains(',') && smi_csv::looks_like_header(l))
+    {
+        return Some(InputFormat::SmiCsv);
     }
     if csv_like * 2 >= lines.len() {
         let known = [
@@ -178,6 +187,11 @@ pub(crate) fn detect(head: &str) -> Option<InputFormat> {
         }
     }
     None
+}
+
+/// A line of `nvidia-smi`'s own table (`+---…`, `| GPU  Name …|`, `|===…`).
+pub(crate) fn is_smi_table_line(l: &str) -> bool {
+    l.starts_with('|') || l.starts_with("+-") || l.starts_with("+=")
 }
 
 fn open(path: &Path) -> Result<std::fs::File, DiagnoseError> {
@@ -578,5 +592,25 @@ mod tests {
             "a logging script's own header"
         );
         assert_eq!(detect(""), None);
+        assert_eq!(
+            detect("utilization.gpu [%]\n95 %\nutilization.gpu [%]\n97 %\n"),
+            Some(InputFormat::SmiCsv)
+        );
+        assert_eq!(
+            detect("EntityId,GRACT,FBUSD,TimeStamp\n0,0.5,9,1657283672\n"),
+            Some(InputFormat::Csv)
+        );
+        assert_eq!(
+            detect("{\"system.gpu.0.gpu\": 4.07, \"_timestamp\": 1582070941}\n"),
+            Some(InputFormat::Wandb)
+        );
+        assert_eq!(
+            detect("# TYPE DCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 5\n"),
+            Some(InputFormat::Prometheus)
+        );
+        assert_eq!(
+            detect("{\"status\":\"success\",\"data\":{\"resultType\":\"matrix\"}}"),
+            Some(InputFormat::PrometheusJson)
+        );
     }
 }

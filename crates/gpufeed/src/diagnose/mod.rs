@@ -183,6 +183,7 @@ fn what_holds(v: &Verdict) -> String {
         VerdictId::TransferBound => "host-to-device copies are (see transfer_bound)".into(),
         VerdictId::Throttled => "clock throttling is (see throttled)".into(),
         VerdictId::Idle => "the GPU sat idle".into(),
+        VerdictId::LaunchBound => "kernels too small to fill the GPU are (see launch_bound)".into(),
         VerdictId::ComputeBound | VerdictId::Unknown => {
             "utilization is what to follow (see the verdict)".into()
         }

@@ -111,9 +111,11 @@ pub(crate) fn segment(series: &[(f64, f64)]) -> Vec<Phase> {
     let mut out = Vec::new();
     let min_stretch = MIN_STRETCH_S.max(3.0 * interval);
     let min_tail = MIN_TAIL_S.max(3.0 * interval);
-    // Start-up: idle polls before the first busy one.
+    // Start-up: idle polls before the first busy one (in a short log, a tenth of it is worth
+    // splitting off: 5 s of loading in a 25 s excerpt reads as a starved level otherwise).
     let mut active_from = 0;
-    if series[first].0 - t0 >= min_stretch {
+    let min_start = min_stretch.min((0.1 * (t_end - t0)).max(3.0 * interval));
+    if series[first].0 - t0 >= min_start {
         out.push(Phase {
             kind: PhaseKind::StartUp,
             start_s: 0.0,

@@ -29,6 +29,9 @@ pub enum VerdictId {
     TransferBound,
     Throttled,
     Idle,
+    /// A GPU always has a kernel running but its SMs stay almost empty (DCGM SM activity):
+    /// kernels too small to fill it.
+    LaunchBound,
     Unknown,
 }
 
@@ -175,6 +178,32 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
         return from_loop(&m, e, findings).unwrap_or_else(|| no_utilization(&m, e));
     };
     let pct = b * 100.0;
+    if let Some(f) = has(findings, FindingId::LaunchBound) {
+        let busy_others: Vec<String> = m
+            .gpus
+            .iter()
+            .filter(|g| g.state != gpus::GpuState::TinyKernels)
+            .filter_map(|g| {
+                Some(format!(
+                    "GPU {} {} ({:.0}% busy)",
+                    g.index,
+                    g.state.as_str(),
+                    g.busy_fraction? * 100.0
+                ))
+            })
+            .collect();
+        let others = if busy_others.is_empty() {
+            String::new()
+        } else {
+            format!(" Beside it: {}.", busy_others.join(", "))
+        };
+        return m.mk(
+            VerdictId::LaunchBound,
+            0.7,
+            format!("{}.{others}", f.title),
+            Some(FindingId::LaunchBound),
+        );
+    }
     if has(findings, FindingId::GpuIdle).is_some() {
         return m.mk(
             VerdictId::Idle,

@@ -23,9 +23,9 @@ enum Col {
     /// Known and not judged (a step count, `__MIN`/`__MAX` of a W&B export, NVLink).
     Skip,
     Unknown,
-    /// Date and time, or epoch seconds (`ms`: milliseconds).
+    /// Date and time, or epoch seconds (times `scale`: 1e-3 for a name ending `_ms`).
     Time {
-        ms: bool,
+        scale: f64,
     },
     Relative,
     Gpu,
@@ -53,8 +53,10 @@ fn column(raw: &str, renames: &HashMap<String, String>) -> Col {
         return Col::Skip;
     }
     match name.to_ascii_lowercase().as_str() {
-        "series" | "metric" => return Col::Series,
-        "value" => return Col::SeriesValue,
+        "series" | "metric" | "metric_name" | "__name__" | "field" | "field_name" => {
+            return Col::Series
+        }
+        "value" | "values" => return Col::SeriesValue,
         _ => {}
     }
     if name.contains('{') {
@@ -74,7 +76,7 @@ fn column(raw: &str, renames: &HashMap<String, String>) -> Col {
 
 fn value_col(f: vocab::Found, entity: Option<(Option<String>, String)>) -> Col {
     match f.term.metric {
-        Metric::Time => Col::Time { ms: f.scale < 1.0 },
+        Metric::Time => Col::Time { scale: f.scale },
         Metric::RelativeS => Col::Relative,
         Metric::Gpu => Col::Gpu,
         Metric::Host => Col::Host,
@@ -87,6 +89,18 @@ fn value_col(f: vocab::Found, entity: Option<(Option<String>, String)>) -> Col {
             entity,
         },
     }
+}
+
+/// A line's fields: comma-separated (quotes as CSV has them), or, in a table whose header has no
+/// comma, separated by white space.
+fn split_line(line: &[u8], spaced: bool) -> Vec<String> {
+    if spaced {
+        return String::from_utf8_lossy(line)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+    }
+    fields(line)
 }
 
 fn fields(line: &[u8]) -> Vec<String> {
@@ -116,23 +130,32 @@ fn header_cols(f: &[String], renames: &HashMap<String, String>) -> Option<Vec<Co
 /// Does this line read as the header of a CSV this reader is for (rather than an nvidia-smi
 /// `--query-gpu` log)? One column of another tool's vocabulary, or a Grafana series, decides.
 pub(crate) fn is_other_tools_header(line: &str) -> bool {
-    let f = fields(line.as_bytes());
+    let f = split_line(line.as_bytes(), !line.contains(','));
     if f.len() < 2 || f.iter().any(|v| super::table::number(v).is_some()) {
         return false;
     }
-    let other = f.iter().any(|n| {
-        let n = n.rsplit(" - ").next().unwrap_or(n);
-        let base = super::prom::parse_series(n).0;
-        n.contains('{') && vocab::lookup(&base).is_some()
-            || vocab::lookup(n).is_some_and(|v| {
-                !matches!(v.term.family, Family::SmiQuery | Family::Common)
-                    || v.gpu.is_some()
-                    || n.eq_ignore_ascii_case("entityid")
-            })
-    });
-    let grafana = f.iter().any(|n| n.eq_ignore_ascii_case("series"))
-        && f.iter().any(|n| n.eq_ignore_ascii_case("value"));
-    other || grafana
+    let cols: Vec<Col> = f.iter().map(|n| column(n, &HashMap::new())).collect();
+    let values = cols.iter().any(|c| matches!(c, Col::Value { .. }));
+    let other = values
+        && f.iter().any(|n| {
+            let n = n.rsplit(" - ").next().unwrap_or(n);
+            let base = super::prom::parse_series(n).0;
+            n.contains('{') && vocab::lookup(&base).is_some()
+                || vocab::lookup(n).is_some_and(|v| {
+                    !matches!(v.term.family, Family::SmiQuery | Family::Common)
+                        || v.gpu.is_some()
+                        || n.eq_ignore_ascii_case("entityid")
+                })
+        });
+    // A table separated by spaces is another tool's when a value column is known at all (an
+    // nvidia-smi CSV always has commas).
+    let spaced = !line.contains(',')
+        && values
+        && !f
+            .iter()
+            .any(|n| n.starts_with('[') || n.contains('|') || n.starts_with('+'));
+    let long = cols.contains(&Col::Series) && cols.contains(&Col::SeriesValue);
+    other || long || spaced
 }
 
 /// Reads the CSV; `columns` are `NAME=KNOWN` renames (`gpu_busy=utilization.gpu`).
@@ -153,6 +176,7 @@ pub fn read_csv(
     let mut header: Option<(Vec<String>, Vec<Col>)> = None;
     let mut any = false;
     let mut first_names: Option<Vec<String>> = None;
+    let mut spaced = false;
     super::each_line(r, |line| {
         let LogLine::Text(buf) = line else {
             t.info.overlong_line();
@@ -162,7 +186,10 @@ pub fn read_csv(
             return Err(LogError::Format(super::smi_csv::not_a_log("a CSV")));
         }
         let complete = buf.last() == Some(&b'\n');
-        let f = fields(buf);
+        if header.is_none() {
+            spaced = !buf.contains(&b',');
+        }
+        let f = split_line(buf, spaced);
         if f.iter().all(String::is_empty) {
             return Ok(());
         }
@@ -217,6 +244,27 @@ pub fn read_csv(
     t.finish("a CSV", interval_s, visit)
 }
 
+/// A time column's value in seconds: a date and time, or an epoch number (its name's unit, else
+/// its size: milliseconds from 1e11, microseconds from 1e14, nanoseconds from 1e17).
+fn time_value(v: &str, scale: f64) -> Option<f64> {
+    if let Ok(Some(t)) = super::smi_csv::parse_timestamp(v) {
+        return Some(t);
+    }
+    let x: f64 = v.trim().trim_matches('"').parse().ok()?;
+    if !x.is_finite() || x < 0.0 {
+        return None;
+    }
+    if scale != 1.0 {
+        return Some(x * scale);
+    }
+    Some(match x {
+        x if x >= 1e17 => x / 1e9,
+        x if x >= 1e14 => x / 1e6,
+        x if x >= 1e11 => x / 1e3,
+        x => x,
+    })
+}
+
 /// Puts one data row's values; false when it held none.
 fn row(t: &mut Table, cols: &[Col], f: &[String]) -> bool {
     let mut time: Option<f64> = None;
@@ -226,13 +274,9 @@ fn row(t: &mut Table, cols: &[Col], f: &[String]) -> bool {
     let mut series_value: Option<&str> = None;
     for (c, v) in cols.iter().zip(f) {
         match c {
-            Col::Time { ms } => {
-                time = super::smi_csv::parse_time_value(v, ms.then_some("ms"))
-                    .ok()
-                    .flatten()
-            }
+            Col::Time { scale } => time = time_value(v, *scale),
             Col::Relative => rel = super::table::number(v).map(|x| x.0),
-            Col::Gpu => gpu = Some(v.as_str()).filter(|v| !v.is_empty()),
+            Col::Gpu => gpu = gpu.or(Some(v.as_str()).filter(|v| !v.is_empty())),
             Col::Host => host = Some(v.as_str()).filter(|v| !v.is_empty()),
             Col::Name => name = Some(v.as_str()),
             Col::Uuid => uuid = Some(v.as_str()),
@@ -243,7 +287,8 @@ fn row(t: &mut Table, cols: &[Col], f: &[String]) -> bool {
     }
     let at = time.or(rel);
     if let (Some(s), Some(v)) = (series, series_value) {
-        return super::prom::put_series(t, s, at, v);
+        let row_gpu = gpu.map(|g| (host, g, name, uuid));
+        return super::prom::put_series(t, s, at, v, row_gpu);
     }
     // A row that names a GPU column but leaves it empty holds no reading (rocm-smi's blank
     // line under a script's timestamp).
@@ -266,7 +311,7 @@ fn row(t: &mut Table, cols: &[Col], f: &[String]) -> bool {
         };
         let e = match entity {
             Some((h, id)) => t.entity(h.as_deref().or(host), id),
-            None => t.entity(host, gpu.unwrap_or("0")),
+            None => t.entity(host, gpu.or(uuid).unwrap_or("0")),
         };
         let Some(e) = e else { continue };
         if entity.is_none() {
@@ -347,6 +392,12 @@ mod tests {
         let (h, _, s) = read(text, &[]).unwrap();
         assert_eq!(h.gpus.len(), 2);
         assert_eq!(s[3].t_s, 15.0);
+        let prom = "timestamp,metric_name,gpu_id,Hostname,value\n\
+                    2025-07-18T20:42:34Z,DCGM_FI_DEV_GPU_UTIL,0,h1,0\n\
+                    2025-07-18T20:42:34Z,DCGM_FI_DEV_GPU_UTIL,1,h1,100\n";
+        let (h, _, s) = read(prom, &[]).unwrap();
+        assert_eq!((h.gpus.len(), s.len()), (2, 2));
+        assert_eq!(s[1].util_pct, Some(100.0));
         let long = "Series,Time,Value\n\"DCGM_FI_DEV_GPU_UTIL{gpu=\"\"0\"\"}\",1700000000000,50\n\"DCGM_FI_DEV_GPU_UTIL{gpu=\"\"1\"\"}\",1700000000000,5\n";
         let (h, _, s) = read(long, &[]).unwrap();
         assert_eq!((h.gpus.len(), s.len()), (2, 2));
@@ -381,6 +432,18 @@ mod tests {
     }
 
     #[test]
+    fn a_table_separated_by_spaces() {
+        let text = "timestamp dev_uuid dev_util_pc dev_mem_used_mb\n\
+                    2023-10-03T16:22:09Z  GPU-3416c700 0 4\n2023-10-03T16:22:09Z  GPU-b44b346d 4 4\n\
+                    2023-10-03T16:22:10Z  GPU-3416c700 99 440\n";
+        let (h, _, s) = read(text, &[]).unwrap();
+        assert_eq!(h.gpus.len(), 2);
+        assert_eq!(s[2].util_pct, Some(99.0));
+        assert_eq!(s[2].mem_used_bytes, Some(440_000_000));
+        assert_eq!(h.gpus[0].uuid.as_deref(), Some("GPU-3416c700"));
+    }
+
+    #[test]
     fn detection_of_other_tools_headers() {
         assert!(is_other_tools_header("EntityId,GRACT,FBUSD,TimeStamp"));
         assert!(is_other_tools_header("Step,system/gpu.0.gpu"));
@@ -391,5 +454,13 @@ mod tests {
             "timestamp, utilization.gpu [%], memory.used [MiB]"
         ));
         assert!(!is_other_tools_header("0, 87 %, 1024 MiB"));
+        assert!(is_other_tools_header(
+            "timestamp dev_uuid dev_util_pc dev_mem_used_mb"
+        ));
+        assert!(!is_other_tools_header("the gpu device was busy"));
+        assert!(!is_other_tools_header(
+            "| GPU  Name        Persistence-M| Bus-Id        Disp.A | Volatile Uncorr. ECC |"
+        ));
+        assert!(is_other_tools_header("GPUId,TimeStampUs,Field,Values"));
     }
 }

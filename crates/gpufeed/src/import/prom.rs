@@ -72,9 +72,29 @@ pub fn series_gpu(labels: &[(String, String)]) -> SeriesGpu<'_> {
     }
 }
 
-/// Puts one value of a named series into `t` (unknown names noted).
-pub fn put_series(t: &mut Table, series: &str, when: Option<f64>, value: &str) -> bool {
-    let (name, labels) = parse_series(series);
+/// The host, GPU id, model name and uuid a row gives beside a series name without labels.
+pub type RowGpu<'a> = (Option<&'a str>, &'a str, Option<&'a str>, Option<&'a str>);
+
+/// Puts one value of a named series into `t` (unknown names noted). A series without labels
+/// takes its GPU from `row` (an export with the labels in columns of their own).
+pub fn put_series(
+    t: &mut Table,
+    series: &str,
+    when: Option<f64>,
+    value: &str,
+    row: Option<RowGpu<'_>>,
+) -> bool {
+    let (name, mut labels) = parse_series(series);
+    if labels.is_empty() {
+        if let Some((host, id, model, uuid)) = row {
+            labels.push(("gpu".into(), id.to_string()));
+            for (k, v) in [("Hostname", host), ("modelName", model), ("UUID", uuid)] {
+                if let Some(v) = v {
+                    labels.push((k.into(), v.to_string()));
+                }
+            }
+        }
+    }
     put_parsed(t, &name, &labels, when, value)
 }
 
@@ -144,7 +164,7 @@ pub fn read_text(
             return Ok(());
         };
         let when = ts.and_then(|s| s.parse::<f64>().ok()).map(|ms| ms / 1000.0);
-        put_series(&mut t, series, when, v);
+        put_series(&mut t, series, when, v, None);
         Ok(())
     })?;
     if !any {

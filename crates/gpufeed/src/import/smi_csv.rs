@@ -200,10 +200,17 @@ fn is_header(fields: &[&str]) -> bool {
     names_only && fields.iter().any(|f| field_of(f) != Field::Other)
 }
 
-/// A line that reads as an nvidia-smi CSV header, standard or a logging script's own.
+/// A line that reads as an nvidia-smi CSV header, standard or a logging script's own (one
+/// field when it is an nvidia-smi name: `utilization.gpu [%]` from a loop that queries it alone).
 pub(crate) fn looks_like_header(line: &str) -> bool {
     let fields = split(line);
-    fields.len() >= 2 && is_header(&fields)
+    let lone_smi_name = fields.len() == 1
+        && fields[0].contains('.')
+        && !matches!(
+            field_of(fields[0]),
+            Field::Other | Field::Index | Field::Timestamp
+        );
+    (fields.len() >= 2 || lone_smi_name) && is_header(&fields)
 }
 
 /// A value without padding and unit; `None` for `[N/A]`, `[Not Supported]`, `N/A`, empty.
@@ -398,7 +405,16 @@ struct Columns {
 
 impl Columns {
     fn new(names: &[String]) -> Self {
-        let fields: Vec<Field> = names.iter().map(|n| field_of(n)).collect();
+        let mut fields: Vec<Field> = names.iter().map(|n| field_of(n)).collect();
+        // Two columns naming the GPU (`gpu` and `index` in one script's header): the first wins,
+        // the other is not read as one.
+        if let Some(first) = fields.iter().position(|f| *f == Field::Index) {
+            for f in fields.iter_mut().skip(first + 1) {
+                if *f == Field::Index {
+                    *f = Field::Other;
+                }
+            }
+        }
         let units = names
             .iter()
             .zip(&fields)

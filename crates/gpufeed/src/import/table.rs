@@ -316,18 +316,22 @@ impl Table {
             return (own.into_iter().flatten().collect(), None);
         }
         let mut order: Vec<usize> = (0..self.entities.len()).collect();
+        // `GPU 3`, `card3`, `nvidia3`, `GPU-I 3`: by that number; uuids and the like: in the
+        // order the file first names them, after the numbered ones.
         let num = |s: &str| -> u64 {
-            let d: String = s
+            let digits = s.trim_start_matches(|c: char| !c.is_ascii_digit());
+            let prefix_ok = s[..s.len() - digits.len()]
                 .chars()
-                .skip_while(|c| !c.is_ascii_digit())
-                .take_while(char::is_ascii_digit)
-                .take(9)
-                .collect();
-            d.parse().unwrap_or(u64::MAX)
+                .all(|c| c.is_ascii_alphabetic() || matches!(c, ' ' | '-' | '_'));
+            if prefix_ok && !digits.is_empty() && digits.len() <= 9 {
+                digits.parse().unwrap_or(u64::MAX)
+            } else {
+                u64::MAX
+            }
         };
         order.sort_by(|&a, &b| {
             let (x, y) = (&self.entities[a], &self.entities[b]);
-            (&x.host, num(&x.id), &x.id).cmp(&(&y.host, num(&y.id), &y.id))
+            (&x.host, num(&x.id), a).cmp(&(&y.host, num(&y.id), b))
         });
         let mut idx = vec![0u32; self.entities.len()];
         let mut shown = Vec::new();
@@ -502,7 +506,7 @@ impl Table {
             format!(" (it has {})", seen.join(", "))
         };
         format!(
-            "no column of this {format} holds a GPU busy or memory value gpufeed knows{seen}; \
+            "no column of {format} holds a GPU busy or memory value gpufeed knows{seen}; \
              it knows utilization.gpu, SMACT, GRACT, DCGM_FI_DEV_GPU_UTIL, \
              DCGM_FI_PROF_SM_ACTIVE, system.gpu.N.gpu, gpu_N_utilization_percentage, \
              GPU use (%), gfx_activity and more (docs/diagnose.md, \"What gpufeed reads\"); \

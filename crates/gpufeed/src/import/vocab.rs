@@ -403,6 +403,9 @@ fn script_name(n: &str) -> Option<Found> {
         ("_mhz", "MHz"),
         ("_s", "s"),
         ("_ms", "ms"),
+        ("_pc", "%"),
+        ("_deg_c", "C"),
+        ("_us", "us"),
     ] {
         if let Some(b) = s.strip_suffix(suffix) {
             base = b;
@@ -421,6 +424,7 @@ fn script_name(n: &str) -> Option<Found> {
         "MB" => 1e6,
         "GB" => 1e9,
         "ms" => 1e-3,
+        "us" => 1e-6,
         "B" => 1.0,
         _ => term.scale,
     };
@@ -440,7 +444,7 @@ fn unit_fits(m: Metric, unit: &str) -> bool {
         Metric::TemperatureC => unit == "C",
         Metric::PowerW => unit == "W",
         Metric::SmClockMhz => unit == "MHz",
-        Metric::Time | Metric::RelativeS => unit == "s" || unit == "ms",
+        Metric::Time | Metric::RelativeS => matches!(unit, "s" | "ms" | "us"),
         _ => false,
     }
 }
@@ -470,6 +474,19 @@ const SCRIPT_TERMS: &[Term] = &[
     t!("gpu_temp", TemperatureC, 1.0, "C", Common), t!("power_draw", PowerW, 1.0, "W", Common),
     t!("power_usage", PowerW, 1.0, "W", Common), t!("gpu_power", PowerW, 1.0, "W", Common),
     t!("sm_clock", SmClockMhz, 1.0, "MHz", Common), t!("clocks_sm", SmClockMhz, 1.0, "MHz", Common),
+    t!("power", PowerW, 1.0, "W", Common), t!("gpu_id", Gpu, 1.0, "", Common),
+    t!("gpuid", Gpu, 1.0, "", Common), t!("timestampus", Time, 1e-6, "us", Common), t!("modelname", Name, 1.0, "", Common),
+    // DCGM profiling fields under a script's own names (fractions, as DCGM gives them).
+    t!("sm_active", SmActivePct, 100.0, "fraction", DcgmField),
+    t!("gr_active", GrActivePct, 100.0, "fraction", DcgmField),
+    t!("graphics_active", GrActivePct, 100.0, "fraction", DcgmField),
+    t!("sm_occupancy", SmOccupancyPct, 100.0, "fraction", DcgmField),
+    t!("tensor_active", TensorActivePct, 100.0, "fraction", DcgmField),
+    t!("dram_active", DramActivePct, 100.0, "fraction", DcgmField),
+    // gpuutiliz (NVML, one row per device uuid).
+    t!("dev_uuid", Uuid, 1.0, "", Common), t!("dev_util", UtilPct, 1.0, "%", Common),
+    t!("dev_mem_used", MemUsedBytes, MIB, "MiB", Common), t!("dev_mem_io", MemUtilPct, 1.0, "%", Common),
+    t!("dev_temp", TemperatureC, 1.0, "C", Common), t!("dev_power", PowerW, 1.0, "W", Common),
 ];
 /// The busy measure a set of metrics is judged by: the best one present.
 pub fn best_busy(present: impl Fn(Metric) -> bool) -> Option<Metric> {
@@ -539,5 +556,19 @@ mod tests {
         );
         assert_eq!(best_busy(|m| m == Metric::UtilPct), Some(Metric::UtilPct));
         assert_eq!(best_busy(|_| false), None);
+    }
+}
+
+#[cfg(test)]
+mod doc_tests {
+    use super::TERMS;
+
+    #[test]
+    fn every_name_is_in_the_docs() {
+        let docs = include_str!("../../../../docs/diagnose.md");
+        for t in TERMS {
+            let shown = format!("`{}`", t.name.replace("{}", "N"));
+            assert!(docs.contains(&shown), "docs/diagnose.md lacks {shown}");
+        }
     }
 }

@@ -120,6 +120,7 @@ fn judge(row: &Row, said: &Said) -> Result<String, String> {
                 && !states.contains(&"busy")
         }
         "idle" => id == "idle",
+        "tiny" => id == "launch_bound",
         "mixed" => states.iter().any(worked) && states.iter().any(rested),
         "unclear" => matches!(id, "unknown" | "idle"),
         other => panic!("{}: no such expected verdict {other}", row.file),

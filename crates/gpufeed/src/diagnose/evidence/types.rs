@@ -120,6 +120,9 @@ impl Evidence {
     /// Is this measured GPU unused while another one works (0% and no more than a context's
     /// memory)? Such a GPU is judged on its own (`gpu_unused`) and kept out of pooled figures.
     pub(crate) fn is_unused(&self, g: &GpuEvidence) -> bool {
+        if g.tiny_kernels().is_some() {
+            return false;
+        }
         let idle = g.util_mean_pct.is_some_and(|u| u < UNUSED_PCT)
             && g.util_p90_pct.is_none_or(|p| p < 5.0)
             && g.mem_used_max_bytes.is_none_or(|m| m <= UNUSED_MEM_BYTES);
@@ -142,13 +145,14 @@ impl Evidence {
     /// Strongest periodicity among the used GPUs.
     pub(crate) fn strongest_period(&self) -> Option<PeriodicityResult> {
         self.used_gpus()
+            .filter(|g| g.shape_readable())
             .filter_map(|g| g.periodicity)
             .max_by(|a, b| a.strength.total_cmp(&b.strength))
     }
 
     /// Any used GPU whose utilization sits at two separated levels.
     pub(crate) fn any_bimodal(&self) -> bool {
-        self.used_gpus().any(|g| g.bimodal)
+        self.used_gpus().any(|g| g.bimodal && g.shape_readable())
     }
 
     /// Logical CPUs per GPU (the CPUs this job may use, divided by the GPUs it drives).
@@ -235,6 +239,31 @@ pub struct GpuEvidence {
     /// The end of the run at full resolution (up to 60 resampled values) for a zoomed sparkline.
     pub recent_step_s: f64,
     pub recent_pct: Vec<f64>,
+}
+
+/// SM active (%) under which a GPU that always has a kernel running is running tiny kernels.
+pub const TINY_SM_ACTIVE_PCT: f64 = 20.0;
+/// Engine activity (%) from which a GPU counts as always having a kernel running.
+pub const QUEUED_PCT: f64 = 60.0;
+
+/// Fewest utilization readings in which a repeating pattern or two levels mean anything (ten
+/// readings of a log show neither).
+pub const MIN_SHAPE_SAMPLES: u64 = 30;
+
+impl GpuEvidence {
+    /// Are there readings enough to read a shape (a period, two levels) from?
+    pub(crate) fn shape_readable(&self) -> bool {
+        self.util_samples >= MIN_SHAPE_SAMPLES
+    }
+
+    /// SM active and the engine's activity (graphics engine active, else utilization) of a GPU
+    /// that always has a kernel running but almost no SM in use: kernels too small to fill it.
+    pub(crate) fn tiny_kernels(&self) -> Option<(f64, f64)> {
+        let p = self.profiling.as_ref()?;
+        let sm = p.sm_active_pct?;
+        let engine = p.gr_active_pct.or(p.util_pct)?;
+        (sm < TINY_SM_ACTIVE_PCT && engine >= QUEUED_PCT).then_some((sm, engine))
+    }
 }
 
 /// Host-to-device PCIe traffic against the link's capacity.

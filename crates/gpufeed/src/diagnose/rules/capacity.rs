@@ -10,7 +10,11 @@ pub const IDLE_PCT: f64 = 5.0;
 /// `gpu_idle`: the GPUs did essentially nothing.
 pub(crate) fn gpu_idle(e: &Evidence) -> Option<Finding> {
     let busy = e.busy_fraction()?;
-    if busy * 100.0 >= IDLE_PCT {
+    // A GPU that always has a kernel running but few SMs in use is not idle (tiny kernels).
+    if busy * 100.0 >= IDLE_PCT
+        || e.measured_gpus()
+            .any(|g| super::gpus::tiny_kernels(g).is_some())
+    {
         return None;
     }
     let mut f = Finding::new(

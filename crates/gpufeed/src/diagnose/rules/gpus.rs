@@ -34,6 +34,57 @@ pub enum GpuState {
     Idle,
     /// 0 % with no more than a CUDA context's memory while another GPU works.
     Unused,
+    /// A kernel runs nearly all the time (graphics engine active or utilization high) but its
+    /// SMs are almost empty (SM active low): kernels too small to fill the GPU (batch too small,
+    /// launch-bound). Seen only where the input has DCGM's SM activity.
+    TinyKernels,
+}
+
+pub use crate::diagnose::evidence::{QUEUED_PCT, TINY_SM_ACTIVE_PCT};
+
+/// SM active and engine activity of a GPU running tiny kernels ([`GpuEvidence::tiny_kernels`]).
+pub(crate) fn tiny_kernels(g: &GpuEvidence) -> Option<(f64, f64)> {
+    g.tiny_kernels()
+}
+
+/// `launch_bound` from DCGM's profiling fields: a GPU that is never without a kernel while its
+/// SMs stay almost empty. Not an unused or idle GPU: the work per launch is too small.
+pub fn tiny_kernel_gpus(e: &Evidence) -> Option<Finding> {
+    let tiny: Vec<(u32, f64, f64)> = e
+        .measured_gpus()
+        .filter_map(|g| tiny_kernels(g).map(|(s, a)| (g.index, s, a)))
+        .collect();
+    let &(_, sm, engine) = tiny.first()?;
+    let list = tiny
+        .iter()
+        .map(|t| t.0.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (plural, verb) = if tiny.len() == 1 {
+        ("", "has")
+    } else {
+        ("s", "have")
+    };
+    Some(
+        Finding::new(
+            FindingId::LaunchBound,
+            Severity::Warning,
+            format!(
+                "GPU{plural} {list} {verb} a kernel running {engine:.0}% of the time but only \
+                 {sm:.1}% SM activity: kernels too small to fill the GPU (batch too small or \
+                 launch-bound), not an idle GPU"
+            ),
+        )
+        .with("gpus", tiny.iter().map(|t| t.0).collect::<Vec<_>>())
+        .with("sm_active_pct", r1(sm))
+        .with("engine_active_pct", r1(engine))
+        .recommend(
+            "Give each kernel more work: raise the batch size (or the sequence length per \
+             step), fuse small operations (torch.compile, CUDA graphs to cut launch overhead), \
+             and avoid per-sample Python loops on the GPU; a PyTorch profiler trace \
+             (`gpufeed analyze TRACE`) names the small kernels.",
+        ),
+    )
 }
 
 impl GpuState {
@@ -45,11 +96,15 @@ impl GpuState {
 /// The state of one measured GPU (`None` without utilization samples).
 pub(crate) fn gpu_state(e: &Evidence, g: &GpuEvidence) -> Option<GpuState> {
     let b = g.busy_fraction?;
-    Some(if e.is_unused(g) {
+    Some(if tiny_kernels(g).is_some() {
+        GpuState::TinyKernels
+    } else if e.is_unused(g) {
         GpuState::Unused
     } else if b * 100.0 < IDLE_PCT {
         GpuState::Idle
-    } else if b < input::STARVED_BUSY && (g.periodicity.is_some_and(|p| p.is_strong()) || g.bimodal)
+    } else if b < input::STARVED_BUSY
+        && g.shape_readable()
+        && (g.periodicity.is_some_and(|p| p.is_strong()) || g.bimodal)
     {
         GpuState::Starving
     } else if b >= BUSY {
@@ -258,6 +313,48 @@ pub fn compute_bound(e: &Evidence) -> Option<Finding> {
 mod tests {
     use super::*;
     use crate::diagnose::rules::fixtures::*;
+    use crate::diagnose::verdict::{decide, VerdictId};
+    use crate::import::dcgmi::ProfilingMeans;
+
+    fn profiled(mut g: GpuEvidence, sm: f64, gract: f64) -> GpuEvidence {
+        g.profiling = Some(ProfilingMeans {
+            sm_active_pct: Some(sm),
+            gr_active_pct: Some(gract),
+            ..Default::default()
+        });
+        g
+    }
+
+    #[test]
+    fn a_gpu_always_running_tiny_kernels_is_not_idle_or_unused() {
+        // The issue's case: SMACT 0.9 beside 0.006 with a kernel queued all the time.
+        let mut e = base(90.0);
+        e.gpus[0] = profiled(e.gpus[0].clone(), 90.0, 99.0);
+        let mut g1 = profiled(gpu(1, 0.6), 0.6, 97.0);
+        g1.mem_used_max_bytes = Some(15 << 20);
+        g1.util_p90_pct = Some(1.0);
+        e.gpus.push(g1);
+        assert_eq!(gpu_state(&e, &e.gpus[1]), Some(GpuState::TinyKernels));
+        assert!(!e.is_unused(&e.gpus[1]));
+        let f = tiny_kernel_gpus(&e).unwrap();
+        assert_eq!(f.id, FindingId::LaunchBound);
+        assert!(
+            f.title.starts_with("GPU 1 has a kernel running 97%"),
+            "{}",
+            f.title
+        );
+        let findings = crate::diagnose::rules::evaluate(&e);
+        assert!(!findings.iter().any(|f| f.id == FindingId::GpuUnused));
+        let v = decide(&e, &findings);
+        assert_eq!(v.id, VerdictId::LaunchBound);
+        assert!(v.summary.contains("GPU 0 busy (90% busy)"), "{}", v.summary);
+        // Without the engine's activity, a low SM activity says nothing of queued work.
+        e.gpus[1].profiling.as_mut().unwrap().gr_active_pct = None;
+        assert!(tiny_kernel_gpus(&e).is_none());
+        // Nor when the engine itself is mostly idle.
+        e.gpus[1].profiling.as_mut().unwrap().gr_active_pct = Some(10.0);
+        assert!(tiny_kernel_gpus(&e).is_none());
+    }
 
     #[test]
     fn states_of_each_gpu() {

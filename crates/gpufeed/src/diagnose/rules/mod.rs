@@ -32,6 +32,7 @@ pub const ALL: &[Rule] = &[
     stacks::slow_rank,
     gpus::gpu_unused,
     gpus::compute_bound,
+    gpus::tiny_kernel_gpus,
 ];
 
 /// Runs every rule and ranks what they found.
