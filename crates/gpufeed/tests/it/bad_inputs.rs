@@ -812,20 +812,27 @@ fn repeated_body_zst(path: &Path, n: usize, body: &[u8], line: impl Fn(usize) ->
     std::fs::write(path, out).unwrap();
 }
 
-/// Runs gpufeed and returns its exit code, stdout and its peak RSS (VmHWM, read until it exits).
+/// Runs gpufeed and returns its exit code, stdout then stderr, and its peak RSS (VmHWM, read
+/// until it exits).
 fn run_peak_rss(args: &[&std::ffi::OsStr]) -> (Option<i32>, String, u64) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_gpufeed"))
         .args(args)
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
     let reader = std::thread::spawn(move || {
         let mut s = String::new();
         std::io::Read::read_to_string(&mut out, &mut s).ok();
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut err, &mut s).ok();
         s
     });
     let (mut peak_kb, start) = (0u64, Instant::now());
@@ -851,7 +858,7 @@ fn run_peak_rss(args: &[&std::ffi::OsStr]) -> (Option<i32>, String, u64) {
     };
     (
         status.and_then(|s| s.code()),
-        reader.join().unwrap(),
+        reader.join().unwrap() + &err_reader.join().unwrap(),
         peak_kb << 10,
     )
 }
@@ -1090,4 +1097,111 @@ fn fifo_and_pipe_inputs_are_refused_by_readers_that_read_twice_never_hang() {
     assert_eq!(c.wait().unwrap().code(), Some(2), "{err}");
     assert!(err.contains("is a pipe or a socket"), "{err}");
     assert!(!out.exists());
+}
+
+/// Telemetry of other tools at its worst (issue 35): a million distinct GPU ids, a 100 MB line,
+/// a header repeated 100,000 times, time going backwards, a thousand GPUs on one row, a `.wandb`
+/// run file cut mid-record, an MLflow run of garbage. Each is read with a note or refused in one
+/// line, no panic, peak RSS under 200 MB.
+#[test]
+fn other_tools_telemetry_at_its_worst_stays_bounded() {
+    use std::fmt::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut cases: Vec<(&str, std::path::PathBuf, &[i32], Option<&str>)> = Vec::new();
+
+    let mut uuids = String::with_capacity(70 << 20);
+    for i in 0..1_000_000u32 {
+        let _ = writeln!(
+            uuids,
+            "nvidia_smi_utilization_gpu_ratio{{uuid=\"GPU-{i:08x}\"}} 0.5"
+        );
+    }
+    let p = d.join("uuids.prom");
+    std::fs::write(&p, &uuids).unwrap();
+    drop(uuids);
+    cases.push(("a million uuids", p, &[0], Some("More than 1024 GPUs")));
+
+    let mut ids = String::from("EntityId,GRACT,FBUSD,TimeStamp\n");
+    for i in 0..1_000_000u32 {
+        let _ = writeln!(ids, "{i},0.5,100,{}", 1_700_000_000 + i / 1000);
+    }
+    let p = d.join("entities.csv");
+    std::fs::write(&p, &ids).unwrap();
+    drop(ids);
+    cases.push(("a million entity ids", p, &[0], Some("More than 1024 GPUs")));
+
+    let mut long = b"EntityId,GRACT,TimeStamp\n0,0.5,1700000000\n".to_vec();
+    long.extend(std::iter::repeat_n(b'9', 100 << 20));
+    long.extend(b"\n0,0.6,1700000001\n");
+    let p = d.join("long_line.csv");
+    std::fs::write(&p, &long).unwrap();
+    drop(long);
+    cases.push(("a 100 MB line", p, &[0], None));
+
+    let mut headers = String::new();
+    for i in 0..100_000u32 {
+        headers.push_str("EntityId,GRACT,FBUSD,TimeStamp\n");
+        if i % 1000 == 0 {
+            let _ = writeln!(headers, "0,0.5,100,{}", 1_700_000_000 + i);
+        }
+    }
+    let p = d.join("headers.csv");
+    std::fs::write(&p, &headers).unwrap();
+    cases.push(("a header 100,000 times", p, &[0], None));
+
+    let mut back = String::new();
+    for i in 0..500u32 {
+        let _ = writeln!(
+            back,
+            "{{\"system.gpu.0.gpu\": {}, \"_timestamp\": {}}}",
+            i % 100,
+            1_700_000_000 - i * 30
+        );
+    }
+    let p = d.join("backwards.jsonl");
+    std::fs::write(&p, &back).unwrap();
+    cases.push(("time going backwards", p, &[0], None));
+
+    let mut row = String::from("{");
+    for g in 0..2000 {
+        let _ = write!(row, "\"system.gpu.{g}.gpu\": 50, ");
+    }
+    row.push_str("\"_timestamp\": 1700000000}\n");
+    let p = d.join("one_row.jsonl");
+    std::fs::write(&p, row.repeat(20)).unwrap();
+    cases.push(("every GPU on one row", p, &[0], Some("More than 1024 GPUs")));
+
+    let mut wandb = b":W&B\x00\x01\x00\x00".to_vec();
+    wandb.extend(random_bytes(10_000, 7));
+    let p = d.join("run-abc.wandb");
+    std::fs::write(&p, &wandb).unwrap();
+    cases.push(("a .wandb cut mid-record", p, &[3], Some("W&B run file")));
+
+    let run = d.join("mlruns/0/abc/metrics/system");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(
+        run.join("gpu_0_utilization_percentage"),
+        random_bytes(5000, 3),
+    )
+    .unwrap();
+    cases.push((
+        "an MLflow run of garbage",
+        d.join("mlruns/0/abc"),
+        &[3],
+        None,
+    ));
+
+    for (what, path, codes, says) in cases {
+        let (code, stdout, peak) = run_peak_rss(&["diagnose".as_ref(), path.as_os_str()]);
+        eprintln!("{what}: exit {code:?}, peak RSS {} MB", peak >> 20);
+        assert!(
+            code.is_some_and(|c| codes.contains(&c)),
+            "{what}: exit {code:?}: {stdout}"
+        );
+        assert!(peak < 200 << 20, "{what}: peak RSS {} MB", peak >> 20);
+        if let Some(says) = says {
+            assert!(stdout.contains(says), "{what}: {stdout}");
+        }
+    }
 }
