@@ -6,7 +6,7 @@
 //! lines and a truncated last line. Without a header, fields come from `columns` or are guessed
 //! from the units in the values.
 
-use super::smi_layout::{Layout, Probe};
+use super::smi_layout::{Layout, PollCursor, Probe};
 use super::{LogError, LogInfo, LogLine};
 use crate::sample::event::{Header, Line, SCHEMA_VERSION};
 use crate::sample::{GpuSample, GpuStatic, HostInfo};
@@ -521,8 +521,7 @@ struct Polls {
     t0: Option<f64>,
     rows: u64,
     poll: u64,
-    pos_in_burst: u32,
-    last_ts: Option<f64>,
+    cursor: PollCursor,
     seen_in_poll: Vec<u32>,
 }
 
@@ -534,8 +533,7 @@ impl Default for Polls {
             t0: None,
             rows: 0,
             poll: 0,
-            pos_in_burst: 0,
-            last_ts: None,
+            cursor: PollCursor::default(),
             seen_in_poll: Vec::new(),
         }
     }
@@ -552,16 +550,7 @@ impl Polls {
                 *self.ids.entry(k.clone()).or_insert(next)
             }
             (None, None, Layout::Bursts { n, gap_s }) => {
-                let new_burst = match (ts, self.last_ts) {
-                    (Some(a), Some(b)) => (a - b).abs() > *gap_s,
-                    _ => true,
-                };
-                if new_burst {
-                    self.pos_in_burst = 0;
-                }
-                let i = self.pos_in_burst % n.max(&1);
-                self.pos_in_burst += 1;
-                i
+                self.cursor.place(*n, *gap_s, &row.probe()).0
             }
             (None, None, Layout::Cycle { n }) => (self.rows % u64::from(*n.max(&1))) as u32,
             (None, None, Layout::Pooled | Layout::Column) => 0,
@@ -572,7 +561,6 @@ impl Polls {
             self.seen_in_poll.clear();
         }
         self.seen_in_poll.push(idx);
-        self.last_ts = ts.or(self.last_ts);
         let t_s = match ts {
             Some(t) => t - *self.t0.get_or_insert(t),
             None => self.poll as f64 * interval_s,
@@ -1132,6 +1120,49 @@ mod tests {
             // Readings 100 ms apart, rows a few ms apart: time is the reading's.
             let last = s.last().unwrap();
             assert!((last.t_s - 29.9).abs() < 0.05, "{}", last.t_s);
+        }
+    }
+
+    /// A log with the timing of real `nvidia-smi -lms 100` logs (see
+    /// [`super::super::smi_layout::jitter`]): 3 % of in-poll gaps 5-90 ms, 2 % of waits
+    /// 200-1,500 ms; GPU 0 busy at 30 GB, the others idle at 4 MiB.
+    fn jittered_log(n: u32, polls: u32, seed: u64) -> String {
+        use super::super::smi_layout::jitter;
+        let ms = jitter::stamps_ms(n, polls, 100.0, 0.03, seed);
+        let mut rng = jitter::Rng::new(seed);
+        let mut out =
+            String::from("timestamp, utilization.gpu [%], memory.used [MiB], power.draw [W]\n");
+        for (i, t) in ms.iter().enumerate() {
+            let (k, g) = (i as u32 / n, i as u32 % n);
+            let mem = jitter::mem_mib(g, k, &[0], &mut rng);
+            let (util, w) = if g == 0 { (90, 250.0) } else { (0, 61.5) };
+            out.push_str(&format!(
+                "2026/12/02 12:{:02}:{:02}.{:03}, {util} %, {mem:.0} MiB, {w:.2} W\n",
+                t / 60000 % 60,
+                t / 1000 % 60,
+                t % 1000
+            ));
+        }
+        out
+    }
+
+    #[test]
+    fn jittered_logs_without_index_keep_each_gpu_apart() {
+        for (n, seed) in [(2u32, 1u64), (2, 2), (8, 3)] {
+            // More rows than the layout window: the rows after it are placed the same way.
+            let text = jittered_log(n, 6000 / n, seed);
+            let (h, info, s) = read(&text, &CsvOptions::default()).unwrap();
+            assert_eq!(h.gpus.len(), n as usize, "{:?}", info.notes);
+            let note = info.notes.join(" ");
+            assert!(note.contains(&format!("{n} GPUs were found")), "{note}");
+            // No busy row lands on an idle GPU nor the reverse, late rows included.
+            for x in &s {
+                assert_eq!(x.util_pct == Some(90.0), x.index == 0, "{x:?}");
+            }
+            let per: Vec<usize> = (0..n)
+                .map(|g| s.iter().filter(|x| x.index == g).count())
+                .collect();
+            assert!(per.iter().all(|&c| c == per[0]), "{per:?}");
         }
     }
 
