@@ -114,6 +114,9 @@ pub(crate) fn detect(head: &str) -> Option<InputFormat> {
         }
     }
     let csv_like = lines.iter().filter(|l| l.contains(',')).count();
+    if csv_like == 0 && one_field_query(&lines) {
+        return Some(InputFormat::SmiCsv);
+    }
     if csv_like * 2 >= lines.len() {
         let known = [
             "utilization.gpu",
@@ -140,6 +143,34 @@ pub(crate) fn detect(head: &str) -> Option<InputFormat> {
         }
     }
     None
+}
+
+/// A query of one field (`--query-gpu=utilization.gpu --format=csv`, often in a loop that writes
+/// the header before every reading): no commas, only the field's header and values with its unit.
+fn one_field_query(lines: &[&str]) -> bool {
+    // `utilization.gpu [%]`: a field name and at most its unit.
+    let header = |l: &str| {
+        let l = l.to_ascii_lowercase();
+        let mut t = l.split_whitespace();
+        t.next().is_some_and(|f| {
+            ["utilization.", "memory.", "power.draw", "temperature.gpu"]
+                .iter()
+                .any(|k| f.starts_with(k))
+        }) && t
+            .next()
+            .is_none_or(|u| u.starts_with('[') && u.ends_with(']'))
+            && t.next().is_none()
+    };
+    let value = |l: &str| {
+        let mut t = l.split_whitespace();
+        t.next().is_some_and(|v| v.parse::<f64>().is_ok())
+            && t.next()
+                .is_some_and(|u| ["%", "MiB", "W", "C"].contains(&u))
+            && t.next().is_none()
+    };
+    lines.iter().any(|l| header(l))
+        && lines.iter().any(|l| value(l))
+        && lines.iter().all(|l| header(l) || value(l))
 }
 
 fn open(path: &Path) -> Result<std::fs::File, DiagnoseError> {
@@ -487,6 +518,12 @@ mod tests {
         assert_eq!(detect("hello world\n"), None);
         assert_eq!(detect("a,b\nx,y\n"), None);
         assert_eq!(detect("97, 40211, 81920\n"), Some(InputFormat::SmiCsv));
+        // One field, its header written before every reading by a loop.
+        assert_eq!(
+            detect("utilization.gpu [%]\n85 %\nutilization.gpu [%]\n100 %\n"),
+            Some(InputFormat::SmiCsv)
+        );
+        assert_eq!(detect("utilization.gpu is high\n85 %\n"), None);
         assert_eq!(
             detect("time,gpu_util,mem_used_mib\n2026-12-02T12:00:00Z,50,1024\n"),
             Some(InputFormat::SmiCsv),
