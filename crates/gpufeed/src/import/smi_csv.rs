@@ -658,10 +658,11 @@ pub fn read_smi_csv<R: Read + Seek>(
     opts: &CsvOptions,
     mut visit: impl FnMut(&Line),
 ) -> Result<(Header, LogInfo), LogError> {
-    let runs = scan_runs(&mut r)?;
+    let (runs, per_reading) = scan_runs(&mut r)?;
     let judged = runs.iter().rposition(|run| run.rows > 0).unwrap_or(0);
     r.seek(SeekFrom::Start(runs[judged].offset))?;
     let mut st = CsvRead::new(opts);
+    st.per_reading = per_reading;
     if let Some(note) = runs_note(&runs, judged) {
         st.info.notes.push(note);
     }
@@ -691,7 +692,8 @@ struct Run {
 
 /// Finds the runs of a log and rewinds it. A header after data rows starts a new run unless the
 /// timestamps carry on across it (0-60 s later: the same logger writing its header again).
-fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<Vec<Run>> {
+/// Also gives the rows of one reading when the header comes before every reading.
+fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<(Vec<Run>, Option<u32>)> {
     let mut runs = vec![Run {
         offset: 0,
         line: 1,
@@ -703,6 +705,7 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<Vec<Run>> {
     let mut ts_col: Option<usize> = None;
     // The time of the last row before a repeated header, to compare with the first after it.
     let mut before: Option<Option<f64>> = None;
+    let (mut header, mut same_header): (Option<String>, bool) = (None, true);
     loop {
         let (n, overlong) = super::read_line_capped(&mut br, &mut buf, super::MAX_LOG_LINE_BYTES)?;
         if n == 0 {
@@ -718,6 +721,10 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<Vec<Run>> {
         }
         let fields = split(line);
         if line.as_bytes()[0].is_ascii_alphabetic() && is_header(&fields) {
+            match &header {
+                None => header = Some(line.to_string()),
+                Some(h) => same_header &= h == line,
+            }
             if runs[runs.len() - 1].rows > 0 {
                 before = Some(ts_at(&last_data, ts_col));
                 runs.push(Run {
@@ -746,7 +753,25 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<Vec<Run>> {
     }
     drop(br);
     r.seek(SeekFrom::Start(0))?;
-    Ok(runs)
+    // The header before every reading (a loop calling nvidia-smi once per reading, `>>` to one
+    // file): runs of one poll each, all alike, are one log.
+    let sizes: Vec<u64> = runs.iter().map(|r| r.rows).collect();
+    if let [first, .., _] = sizes[..] {
+        let per_reading = sizes.len() >= 3
+            && (1..=u64::from(super::smi_layout::MAX_GPUS)).contains(&first)
+            && sizes[..sizes.len() - 1].iter().all(|&s| s == first)
+            && (1..=first).contains(&sizes[sizes.len() - 1])
+            && same_header;
+        if per_reading {
+            let run = Run {
+                offset: 0,
+                line: 1,
+                rows: sizes.iter().sum(),
+            };
+            return Ok((vec![run], Some(first as u32)));
+        }
+    }
+    Ok((runs, None))
 }
 
 /// The time in a data line's timestamp column.
@@ -787,6 +812,8 @@ struct CsvRead<'a> {
     na_rows: u64,
     /// Rows held until the layout is decided (`None` once it is).
     held: Option<Vec<Row>>,
+    /// Rows of one reading, when the header comes before every reading.
+    per_reading: Option<u32>,
 }
 
 impl<'a> CsvRead<'a> {
@@ -803,6 +830,7 @@ impl<'a> CsvRead<'a> {
             pending_bad: false,
             na_rows: 0,
             held: Some(Vec::new()),
+            per_reading: None,
         }
     }
 
@@ -876,8 +904,23 @@ impl<'a> CsvRead<'a> {
             (Layout::Column, Some(note))
         } else {
             let probes: Vec<Probe> = held.iter().map(Row::probe).collect();
-            let (l, n) = super::smi_layout::detect(&probes);
-            (l, Some(n))
+            if let Some(n) = self.per_reading {
+                let note = if n == 1 {
+                    "This log has no index column: the header comes before every row (one \
+                     nvidia-smi call per reading), so it holds 1 GPU."
+                        .to_string()
+                } else {
+                    format!(
+                        "This log has no index column: the header comes before every {n} rows \
+                         (one nvidia-smi call per reading), so it holds {n} GPUs; row k of a \
+                         reading is GPU k."
+                    )
+                };
+                (Layout::Cycle { n }, Some(note))
+            } else {
+                let (l, n) = super::smi_layout::detect(&probes);
+                (l, Some(n))
+            }
         };
         self.info.notes.extend(note);
         if !has(Field::Timestamp) && self.opts.interval_s.is_none() && !held.is_empty() {
@@ -1164,6 +1207,36 @@ mod tests {
                 .collect();
             assert!(per.iter().all(|&c| c == per[0]), "{per:?}");
         }
+    }
+
+    #[test]
+    fn a_header_before_every_reading_is_one_log() {
+        // `while true; do nvidia-smi --query-gpu=utilization.gpu --format=csv >> f; done`.
+        let text = "utilization.gpu [%]\n85 %\n".repeat(3) + "utilization.gpu [%]\n100 %\n";
+        let (h, info, s) = read(&text, &CsvOptions::default()).unwrap();
+        assert_eq!(info.rows, 4, "{:?}", info.notes);
+        assert_eq!((h.gpus.len(), s[3].util_pct), (1, Some(100.0)));
+        assert!(
+            !info.notes.iter().any(|n| n.contains("runs")),
+            "{:?}",
+            info.notes
+        );
+        assert!(
+            info.notes[0].contains("so it holds 1 GPU."),
+            "{:?}",
+            info.notes
+        );
+        // Two GPUs per call: rows alternate.
+        let text = "utilization.gpu [%]\n85 %\n3 %\n".repeat(4);
+        let (h, info, s) = read(&text, &CsvOptions::default()).unwrap();
+        assert_eq!(h.gpus.len(), 2, "{:?}", info.notes);
+        assert!(s
+            .iter()
+            .all(|x| (x.index == 1) == (x.util_pct == Some(3.0))));
+        // Runs of many rows are runs still.
+        let run = "utilization.gpu [%]\n".to_string() + &"85 %\n".repeat(100);
+        let (_, info, _) = read(&run.repeat(3), &CsvOptions::default()).unwrap();
+        assert_eq!(info.rows, 100);
     }
 
     #[test]
