@@ -78,10 +78,11 @@ pub(crate) fn detect(head: &str) -> Option<InputFormat> {
     // A UTF-8 byte-order mark says nothing of the format (issue 27: a recording starting with
     // one was taken for an nvidia-smi CSV).
     let head = head.strip_prefix('\u{feff}').unwrap_or(head);
+    // A job script may print nvidia-smi's table before its log: its `|`/`+` lines say nothing.
     let lines: Vec<&str> = head
         .lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty())
+        .filter(|l| !l.is_empty() && !l.starts_with('|') && !l.starts_with('+'))
         .take(20)
         .collect();
     let first = lines.first()?;
@@ -524,6 +525,14 @@ mod tests {
             Some(InputFormat::SmiCsv)
         );
         assert_eq!(detect("utilization.gpu is high\n85 %\n"), None);
+        // nvidia-smi's table before the log (an LSF job script printing both to one file).
+        let table = "+---+\n| NVIDIA-SMI 495.44  Driver Version: 495.44 |\n|---+\n".repeat(7);
+        assert_eq!(
+            detect(&format!(
+                "Thu Dec  9 11:19:15 2021\n{table}index, name, utilization.gpu [%]\n0, V100, 0 %\n"
+            )),
+            Some(InputFormat::SmiCsv)
+        );
         assert_eq!(
             detect("time,gpu_util,mem_used_mib\n2026-12-02T12:00:00Z,50,1024\n"),
             Some(InputFormat::SmiCsv),

@@ -87,13 +87,29 @@ pub(crate) fn read_line_capped(
     }
 }
 
+/// The fewest NUL bytes in a row that are a hole in a text log rather than binary data.
+const NUL_HOLE: usize = 64;
+
 /// Does this start of a file look like binary data rather than a text log (a NUL byte, or many
 /// control characters or invalid UTF-8 sequences)? A sequence cut at the end is not counted.
 pub(crate) fn looks_binary(head: &[u8]) -> bool {
-    if head.contains(&0) {
-        return true;
+    // A text log truncated by another process while its writer kept its offset has a hole of
+    // NUL bytes; NULs anywhere else are binary data.
+    let mut kept = Vec::with_capacity(head.len());
+    let mut i = 0;
+    while i < head.len() {
+        if head[i] != 0 {
+            kept.push(head[i]);
+            i += 1;
+            continue;
+        }
+        let run = head[i..].iter().take_while(|&&b| b == 0).count();
+        if run < NUL_HOLE && i + run < head.len() {
+            return true;
+        }
+        i += run;
     }
-    let text = String::from_utf8_lossy(head);
+    let text = String::from_utf8_lossy(&kept);
     let odd = text
         .chars()
         .filter(|&c| c == '\u{FFFD}' || (c.is_control() && !matches!(c, '\n' | '\r' | '\t')))
@@ -176,6 +192,13 @@ mod line_tests {
     #[test]
     fn binary_is_told_from_text() {
         assert!(looks_binary(b"abc\0def"));
+        // A hole of NULs a truncating process left in a text log is no binary data.
+        let mut holed = b"0, 87 %\n".to_vec();
+        holed.extend([0u8; 200]);
+        holed.extend(b"7 %\n0, 88 %\n");
+        assert!(!looks_binary(&holed));
+        assert!(!looks_binary(&holed[..100]));
+        assert!(looks_binary(b"0, 87 %\n\0\0\0\0\n0, 88 %\n"));
         let random: Vec<u8> = (0u32..4096)
             .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
             .collect();
