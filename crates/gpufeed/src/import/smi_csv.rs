@@ -722,7 +722,14 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<(Vec<Run>, Option<u32
         let fields = split(line);
         if line.as_bytes()[0].is_ascii_alphabetic() && is_header(&fields) {
             match &header {
-                None => header = Some(line.to_string()),
+                None => {
+                    header = Some(line.to_string());
+                    // Text before it was no rows: the log starts here.
+                    if runs[0].rows == 0 {
+                        runs[0].offset = start;
+                        runs[0].line = line_no;
+                    }
+                }
                 Some(h) => same_header &= h == line,
             }
             if runs[runs.len() - 1].rows > 0 {
@@ -744,6 +751,11 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<(Vec<Run>, Option<u32
                     runs.pop();
                 }
             }
+        }
+        // Text before the first header without a comma (a date, nvidia-smi's table printed by
+        // the job script) is no row of a headerless log.
+        if header.is_none() && !line.contains(',') {
+            continue;
         }
         let last = runs.len() - 1;
         runs[last].rows += 1;
@@ -1207,6 +1219,27 @@ mod tests {
                 .collect();
             assert!(per.iter().all(|&c| c == per[0]), "{per:?}");
         }
+    }
+
+    #[test]
+    fn a_table_before_the_log_and_a_hole_of_nuls_in_it() {
+        // An LSF job script prints nvidia-smi's table, then appends `--query-gpu ... -l 10` to
+        // the same file; another job truncating the file left a hole of NULs mid-line.
+        let mut text = "Thu Dec  9 11:19:15 2021\n+------+\n| NVIDIA-SMI 495.44 |\n+------+\n\
+                        index, name, utilization.gpu [%]\n0, Tesla V100, 0 %\n0, Tesla V100, 0 %\n"
+            .to_string();
+        text.push_str(&"\0".repeat(500));
+        text.push_str("la V100, 92 %\n");
+        text.push_str(&"0, Tesla V100, 95 %\n".repeat(5));
+        let (h, info, s) = read(&text, &CsvOptions::default()).unwrap();
+        assert_eq!((info.rows, h.gpus.len()), (7, 1), "{:?}", info.notes);
+        assert_eq!(info.malformed, 1);
+        assert_eq!(s[6].util_pct, Some(95.0));
+        assert!(
+            !info.notes.iter().any(|n| n.contains("runs")),
+            "{:?}",
+            info.notes
+        );
     }
 
     #[test]
