@@ -153,12 +153,7 @@ pub(crate) fn detect(head: &str) -> Option<InputFormat> {
     {
         return Some(InputFormat::Csv);
     }
-    // `nvidia-smi --query-gpu=utilization.gpu --format=csv` run in a loop: one field, its header
-    // before every value.
-    if lines
-        .iter()
-        .any(|l| !l.contains(',') && smi_csv::looks_like_header(l))
-    {
+    if csv_like == 0 && one_field_query(&lines) {
         return Some(InputFormat::SmiCsv);
     }
     if csv_like * 2 >= lines.len() {
@@ -192,6 +187,34 @@ pub(crate) fn detect(head: &str) -> Option<InputFormat> {
 /// A line of `nvidia-smi`'s own table (`+---…`, `| GPU  Name …|`, `|===…`).
 pub(crate) fn is_smi_table_line(l: &str) -> bool {
     l.starts_with('|') || l.starts_with("+-") || l.starts_with("+=")
+}
+
+/// A query of one field (`--query-gpu=utilization.gpu --format=csv`, often in a loop that writes
+/// the header before every reading): no commas, only the field's header and values with its unit.
+fn one_field_query(lines: &[&str]) -> bool {
+    // `utilization.gpu [%]`: a field name and at most its unit.
+    let header = |l: &str| {
+        let l = l.to_ascii_lowercase();
+        let mut t = l.split_whitespace();
+        t.next().is_some_and(|f| {
+            ["utilization.", "memory.", "power.draw", "temperature.gpu"]
+                .iter()
+                .any(|k| f.starts_with(k))
+        }) && t
+            .next()
+            .is_none_or(|u| u.starts_with('[') && u.ends_with(']'))
+            && t.next().is_none()
+    };
+    let value = |l: &str| {
+        let mut t = l.split_whitespace();
+        t.next().is_some_and(|v| v.parse::<f64>().is_ok())
+            && t.next()
+                .is_some_and(|u| ["%", "MiB", "W", "C"].contains(&u))
+            && t.next().is_none()
+    };
+    lines.iter().any(|l| header(l))
+        && lines.iter().any(|l| value(l))
+        && lines.iter().all(|l| header(l) || value(l))
 }
 
 fn open(path: &Path) -> Result<std::fs::File, DiagnoseError> {
@@ -586,6 +609,20 @@ mod tests {
         assert_eq!(detect("hello world\n"), None);
         assert_eq!(detect("a,b\nx,y\n"), None);
         assert_eq!(detect("97, 40211, 81920\n"), Some(InputFormat::SmiCsv));
+        // One field, its header written before every reading by a loop.
+        assert_eq!(
+            detect("utilization.gpu [%]\n85 %\nutilization.gpu [%]\n100 %\n"),
+            Some(InputFormat::SmiCsv)
+        );
+        assert_eq!(detect("utilization.gpu is high\n85 %\n"), None);
+        // nvidia-smi's table before the log (an LSF job script printing both to one file).
+        let table = "+---+\n| NVIDIA-SMI 495.44  Driver Version: 495.44 |\n|---+\n".repeat(7);
+        assert_eq!(
+            detect(&format!(
+                "Thu Dec  9 11:19:15 2021\n{table}index, name, utilization.gpu [%]\n0, V100, 0 %\n"
+            )),
+            Some(InputFormat::SmiCsv)
+        );
         assert_eq!(
             detect("time,gpu_util,mem_used_mib\n2026-12-02T12:00:00Z,50,1024\n"),
             Some(InputFormat::SmiCsv),

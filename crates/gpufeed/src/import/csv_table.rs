@@ -155,10 +155,13 @@ pub(crate) fn is_other_tools_header(line: &str) -> bool {
                         || n.eq_ignore_ascii_case("entityid")
                 })
         });
-    // A table separated by spaces is another tool's when a value column is known at all (an
-    // nvidia-smi CSV always has commas).
+    // A table separated by spaces (an nvidia-smi CSV always has commas) is another tool's when
+    // most of its names, two at least, are known, one of them a value.
+    let known = cols.iter().filter(|c| **c != Col::Unknown).count();
     let spaced = !line.contains(',')
         && values
+        && known >= 2
+        && known * 2 >= cols.len()
         && !f
             .iter()
             .any(|n| n.starts_with('[') || n.contains('|') || n.starts_with('+'));

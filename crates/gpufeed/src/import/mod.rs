@@ -87,8 +87,8 @@ pub(crate) fn read_line_capped(
         if take > room {
             overlong = true;
         }
-        // NUL bytes are no part of a text line: a hole a network file system left where a
-        // writer crashed, or the high bytes of UTF-16. They are dropped, not held.
+        // NUL bytes are no part of a text line (a hole a truncating process left in the log):
+        // they are dropped, not held.
         let part = &avail[..take.min(room)];
         if memchr::memchr(0, part).is_some() {
             buf.extend(part.iter().copied().filter(|&b| b != 0));
@@ -103,21 +103,32 @@ pub(crate) fn read_line_capped(
     }
 }
 
+/// The fewest NUL bytes in a row that are a hole in a text log rather than binary data.
+const NUL_HOLE: usize = 64;
+
 /// Does this start of a file look like binary data rather than a text log (a NUL byte, or many
 /// control characters or invalid UTF-8 sequences)? A sequence cut at the end is not counted.
 pub(crate) fn looks_binary(head: &[u8]) -> bool {
-    // NUL runs in a text log (a file system's hole, UTF-16) are read past; what is left decides.
-    let kept: Vec<u8>;
-    let head = if head.contains(&0) {
-        kept = head.iter().copied().filter(|&b| b != 0).collect();
-        if kept.len() * 4 < head.len() && !kept.contains(&b'\n') || kept.is_empty() {
+    // A text log truncated by another process while its writer kept its offset has a hole of
+    // NUL bytes; NULs anywhere else are binary data.
+    let mut kept = Vec::with_capacity(head.len());
+    let mut i = 0;
+    while i < head.len() {
+        if head[i] != 0 {
+            kept.push(head[i]);
+            i += 1;
+            continue;
+        }
+        let run = head[i..].iter().take_while(|&&b| b == 0).count();
+        if run < NUL_HOLE && i + run < head.len() {
             return true;
         }
-        &kept[..]
-    } else {
-        head
-    };
-    let text = String::from_utf8_lossy(head);
+        i += run;
+    }
+    if kept.is_empty() && !head.is_empty() {
+        return true;
+    }
+    let text = String::from_utf8_lossy(&kept);
     let odd = text
         .chars()
         .filter(|&c| c == '\u{FFFD}' || (c.is_control() && !matches!(c, '\n' | '\r' | '\t')))
@@ -200,24 +211,14 @@ mod line_tests {
     #[test]
     fn binary_is_told_from_text() {
         assert!(looks_binary(&[0u8; 64]));
-        let with_nuls: Vec<u8> = (0u32..4096)
-            .map(|i| {
-                if i % 3 == 0 {
-                    0
-                } else {
-                    (i.wrapping_mul(2654435761) >> 13) as u8
-                }
-            })
-            .collect();
-        assert!(looks_binary(&with_nuls));
-        // A hole of NULs between text lines (a crashed writer on a network file system) and
-        // UTF-16 text are text.
-        let mut holed = b"timestamp, utilization.gpu [%]\n".to_vec();
-        holed.extend([0u8; 500]);
-        holed.extend(b"2021/12/09 11:19:15.000, 5 %\n");
+        assert!(looks_binary(b"abc\0def"));
+        // A hole of NULs a truncating process left in a text log is no binary data.
+        let mut holed = b"0, 87 %\n".to_vec();
+        holed.extend([0u8; 200]);
+        holed.extend(b"7 %\n0, 88 %\n");
         assert!(!looks_binary(&holed));
-        let utf16: Vec<u8> = "# gpu sm\n 0 5\n".bytes().flat_map(|b| [b, 0]).collect();
-        assert!(!looks_binary(&utf16));
+        assert!(!looks_binary(&holed[..100]));
+        assert!(looks_binary(b"0, 87 %\n\0\0\0\0\n0, 88 %\n"));
         let random: Vec<u8> = (0u32..4096)
             .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
             .collect();

@@ -6,7 +6,7 @@
 //! lines and a truncated last line. Without a header, fields come from `columns` or are guessed
 //! from the units in the values.
 
-use super::smi_layout::{Layout, Probe};
+use super::smi_layout::{Layout, PollCursor, Probe};
 use super::{LogError, LogInfo, LogLine};
 use crate::sample::event::{Header, Line, SCHEMA_VERSION};
 use crate::sample::{GpuSample, GpuStatic, HostInfo};
@@ -537,8 +537,7 @@ struct Polls {
     t0: Option<f64>,
     rows: u64,
     poll: u64,
-    pos_in_burst: u32,
-    last_ts: Option<f64>,
+    cursor: PollCursor,
     seen_in_poll: Vec<u32>,
 }
 
@@ -550,8 +549,7 @@ impl Default for Polls {
             t0: None,
             rows: 0,
             poll: 0,
-            pos_in_burst: 0,
-            last_ts: None,
+            cursor: PollCursor::default(),
             seen_in_poll: Vec::new(),
         }
     }
@@ -568,16 +566,7 @@ impl Polls {
                 *self.ids.entry(k.clone()).or_insert(next)
             }
             (None, None, Layout::Bursts { n, gap_s }) => {
-                let new_burst = match (ts, self.last_ts) {
-                    (Some(a), Some(b)) => (a - b).abs() > *gap_s,
-                    _ => true,
-                };
-                if new_burst {
-                    self.pos_in_burst = 0;
-                }
-                let i = self.pos_in_burst % n.max(&1);
-                self.pos_in_burst += 1;
-                i
+                self.cursor.place(*n, *gap_s, &row.probe()).0
             }
             (None, None, Layout::Cycle { n }) => (self.rows % u64::from(*n.max(&1))) as u32,
             (None, None, Layout::Pooled | Layout::Column) => 0,
@@ -588,7 +577,6 @@ impl Polls {
             self.seen_in_poll.clear();
         }
         self.seen_in_poll.push(idx);
-        self.last_ts = ts.or(self.last_ts);
         let t_s = match ts {
             Some(t) => t - *self.t0.get_or_insert(t),
             None => self.poll as f64 * interval_s,
@@ -686,10 +674,11 @@ pub fn read_smi_csv<R: Read + Seek>(
     opts: &CsvOptions,
     mut visit: impl FnMut(&Line),
 ) -> Result<(Header, LogInfo), LogError> {
-    let runs = scan_runs(&mut r)?;
+    let (runs, per_reading) = scan_runs(&mut r)?;
     let judged = runs.iter().rposition(|run| run.rows > 0).unwrap_or(0);
     r.seek(SeekFrom::Start(runs[judged].offset))?;
     let mut st = CsvRead::new(opts);
+    st.per_reading = per_reading;
     if let Some(note) = runs_note(&runs, judged) {
         st.info.notes.push(note);
     }
@@ -719,7 +708,8 @@ struct Run {
 
 /// Finds the runs of a log and rewinds it. A header after data rows starts a new run unless the
 /// timestamps carry on across it (0-60 s later: the same logger writing its header again).
-fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<Vec<Run>> {
+/// Also gives the rows of one reading when the header comes before every reading.
+fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<(Vec<Run>, Option<u32>)> {
     let mut runs = vec![Run {
         offset: 0,
         line: 1,
@@ -731,6 +721,7 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<Vec<Run>> {
     let mut ts_col: Option<usize> = None;
     // The time of the last row before a repeated header, to compare with the first after it.
     let mut before: Option<Option<f64>> = None;
+    let (mut header, mut same_header): (Option<String>, bool) = (None, true);
     loop {
         let (n, overlong) = super::read_line_capped(&mut br, &mut buf, super::MAX_LOG_LINE_BYTES)?;
         if n == 0 {
@@ -746,6 +737,17 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<Vec<Run>> {
         }
         let fields = split(line);
         if line.as_bytes()[0].is_ascii_alphabetic() && is_header(&fields) {
+            match &header {
+                None => {
+                    header = Some(line.to_string());
+                    // Text before it was no rows: the log starts here.
+                    if runs[0].rows == 0 {
+                        runs[0].offset = start;
+                        runs[0].line = line_no;
+                    }
+                }
+                Some(h) => same_header &= h == line,
+            }
             if runs[runs.len() - 1].rows > 0 {
                 before = Some(ts_at(&last_data, ts_col));
                 runs.push(Run {
@@ -766,6 +768,11 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<Vec<Run>> {
                 }
             }
         }
+        // Text before the first header without a comma (a date, nvidia-smi's table printed by
+        // the job script) is no row of a headerless log.
+        if header.is_none() && !line.contains(',') {
+            continue;
+        }
         let last = runs.len() - 1;
         runs[last].rows += 1;
         drop(fields);
@@ -774,7 +781,25 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<Vec<Run>> {
     }
     drop(br);
     r.seek(SeekFrom::Start(0))?;
-    Ok(runs)
+    // The header before every reading (a loop calling nvidia-smi once per reading, `>>` to one
+    // file): runs of one poll each, all alike, are one log.
+    let sizes: Vec<u64> = runs.iter().map(|r| r.rows).collect();
+    if let [first, .., _] = sizes[..] {
+        let per_reading = sizes.len() >= 3
+            && (1..=u64::from(super::smi_layout::MAX_GPUS)).contains(&first)
+            && sizes[..sizes.len() - 1].iter().all(|&s| s == first)
+            && (1..=first).contains(&sizes[sizes.len() - 1])
+            && same_header;
+        if per_reading {
+            let run = Run {
+                offset: 0,
+                line: 1,
+                rows: sizes.iter().sum(),
+            };
+            return Ok((vec![run], Some(first as u32)));
+        }
+    }
+    Ok((runs, None))
 }
 
 /// The time in a data line's timestamp column.
@@ -815,6 +840,8 @@ struct CsvRead<'a> {
     na_rows: u64,
     /// Rows held until the layout is decided (`None` once it is).
     held: Option<Vec<Row>>,
+    /// Rows of one reading, when the header comes before every reading.
+    per_reading: Option<u32>,
 }
 
 impl<'a> CsvRead<'a> {
@@ -831,6 +858,7 @@ impl<'a> CsvRead<'a> {
             pending_bad: false,
             na_rows: 0,
             held: Some(Vec::new()),
+            per_reading: None,
         }
     }
 
@@ -904,8 +932,23 @@ impl<'a> CsvRead<'a> {
             (Layout::Column, Some(note))
         } else {
             let probes: Vec<Probe> = held.iter().map(Row::probe).collect();
-            let (l, n) = super::smi_layout::detect(&probes);
-            (l, Some(n))
+            if let Some(n) = self.per_reading {
+                let note = if n == 1 {
+                    "This log has no index column: the header comes before every row (one \
+                     nvidia-smi call per reading), so it holds 1 GPU."
+                        .to_string()
+                } else {
+                    format!(
+                        "This log has no index column: the header comes before every {n} rows \
+                         (one nvidia-smi call per reading), so it holds {n} GPUs; row k of a \
+                         reading is GPU k."
+                    )
+                };
+                (Layout::Cycle { n }, Some(note))
+            } else {
+                let (l, n) = super::smi_layout::detect(&probes);
+                (l, Some(n))
+            }
         };
         self.info.notes.extend(note);
         if !has(Field::Timestamp) && self.opts.interval_s.is_none() && !held.is_empty() {
@@ -1149,6 +1192,100 @@ mod tests {
             let last = s.last().unwrap();
             assert!((last.t_s - 29.9).abs() < 0.05, "{}", last.t_s);
         }
+    }
+
+    /// A log with the timing of real `nvidia-smi -lms 100` logs (see
+    /// [`super::super::smi_layout::jitter`]): 3 % of in-poll gaps 5-90 ms, 2 % of waits
+    /// 200-1,500 ms; GPU 0 busy at 30 GB, the others idle at 4 MiB.
+    fn jittered_log(n: u32, polls: u32, seed: u64) -> String {
+        use super::super::smi_layout::jitter;
+        let ms = jitter::stamps_ms(n, polls, 100.0, 0.03, seed);
+        let mut rng = jitter::Rng::new(seed);
+        let mut out =
+            String::from("timestamp, utilization.gpu [%], memory.used [MiB], power.draw [W]\n");
+        for (i, t) in ms.iter().enumerate() {
+            let (k, g) = (i as u32 / n, i as u32 % n);
+            let mem = jitter::mem_mib(g, k, &[0], &mut rng);
+            let (util, w) = if g == 0 { (90, 250.0) } else { (0, 61.5) };
+            out.push_str(&format!(
+                "2026/12/02 12:{:02}:{:02}.{:03}, {util} %, {mem:.0} MiB, {w:.2} W\n",
+                t / 60000 % 60,
+                t / 1000 % 60,
+                t % 1000
+            ));
+        }
+        out
+    }
+
+    #[test]
+    fn jittered_logs_without_index_keep_each_gpu_apart() {
+        for (n, seed) in [(2u32, 1u64), (2, 2), (8, 3)] {
+            // More rows than the layout window: the rows after it are placed the same way.
+            let text = jittered_log(n, 6000 / n, seed);
+            let (h, info, s) = read(&text, &CsvOptions::default()).unwrap();
+            assert_eq!(h.gpus.len(), n as usize, "{:?}", info.notes);
+            let note = info.notes.join(" ");
+            assert!(note.contains(&format!("{n} GPUs were found")), "{note}");
+            // No busy row lands on an idle GPU nor the reverse, late rows included.
+            for x in &s {
+                assert_eq!(x.util_pct == Some(90.0), x.index == 0, "{x:?}");
+            }
+            let per: Vec<usize> = (0..n)
+                .map(|g| s.iter().filter(|x| x.index == g).count())
+                .collect();
+            assert!(per.iter().all(|&c| c == per[0]), "{per:?}");
+        }
+    }
+
+    #[test]
+    fn a_table_before_the_log_and_a_hole_of_nuls_in_it() {
+        // An LSF job script prints nvidia-smi's table, then appends `--query-gpu ... -l 10` to
+        // the same file; another job truncating the file left a hole of NULs mid-line.
+        let mut text = "Thu Dec  9 11:19:15 2021\n+------+\n| NVIDIA-SMI 495.44 |\n+------+\n\
+                        index, name, utilization.gpu [%]\n0, Tesla V100, 0 %\n0, Tesla V100, 0 %\n"
+            .to_string();
+        text.push_str(&"\0".repeat(500));
+        text.push_str("la V100, 92 %\n");
+        text.push_str(&"0, Tesla V100, 95 %\n".repeat(5));
+        let (h, info, s) = read(&text, &CsvOptions::default()).unwrap();
+        assert_eq!((info.rows, h.gpus.len()), (7, 1), "{:?}", info.notes);
+        assert_eq!(info.malformed, 1);
+        assert_eq!(s[6].util_pct, Some(95.0));
+        assert!(
+            !info.notes.iter().any(|n| n.contains("runs")),
+            "{:?}",
+            info.notes
+        );
+    }
+
+    #[test]
+    fn a_header_before_every_reading_is_one_log() {
+        // `while true; do nvidia-smi --query-gpu=utilization.gpu --format=csv >> f; done`.
+        let text = "utilization.gpu [%]\n85 %\n".repeat(3) + "utilization.gpu [%]\n100 %\n";
+        let (h, info, s) = read(&text, &CsvOptions::default()).unwrap();
+        assert_eq!(info.rows, 4, "{:?}", info.notes);
+        assert_eq!((h.gpus.len(), s[3].util_pct), (1, Some(100.0)));
+        assert!(
+            !info.notes.iter().any(|n| n.contains("runs")),
+            "{:?}",
+            info.notes
+        );
+        assert!(
+            info.notes[0].contains("so it holds 1 GPU."),
+            "{:?}",
+            info.notes
+        );
+        // Two GPUs per call: rows alternate.
+        let text = "utilization.gpu [%]\n85 %\n3 %\n".repeat(4);
+        let (h, info, s) = read(&text, &CsvOptions::default()).unwrap();
+        assert_eq!(h.gpus.len(), 2, "{:?}", info.notes);
+        assert!(s
+            .iter()
+            .all(|x| (x.index == 1) == (x.util_pct == Some(3.0))));
+        // Runs of many rows are runs still.
+        let run = "utilization.gpu [%]\n".to_string() + &"85 %\n".repeat(100);
+        let (_, info, _) = read(&run.repeat(3), &CsvOptions::default()).unwrap();
+        assert_eq!(info.rows, 100);
     }
 
     #[test]

@@ -281,12 +281,17 @@ fn trace_text(o: &mut String, r: &Report, i: usize, t: &TraceSummary, show_steps
         );
     }
     if t.kernels.count > 0 {
+        let f = &t.kernels.families;
         let _ = writeln!(
             o,
-            "kernels: {} ({:.0}% under 10 µs), tensor cores {:.0}% of kernel time, tensor-core-eligible ops {:.0}%",
-            t.kernels.count, t.kernels.short_kernel_pct, t.kernels.tensor_core_pct, t.kernels.tc_eligible_pct
+            "kernels: {} ({:.0}% under 10 µs), tensor cores {:.0}% of kernel time (tensor-core GEMM {} ms, attention {} ms), tensor-core-eligible ops {:.0}%",
+            t.kernels.count,
+            t.kernels.short_kernel_pct,
+            t.kernels.tensor_core_pct,
+            ms(f.tensor_core_gemm_us),
+            ms(f.attention_us),
+            t.kernels.tc_eligible_pct
         );
-        let f = &t.kernels.families;
         let overlap = if f.communication_us > 0.0 {
             format!(
                 " ({:.0}% overlapped by compute)",
@@ -297,12 +302,9 @@ fn trace_text(o: &mut String, r: &Report, i: usize, t: &TraceSummary, show_steps
         };
         let _ = writeln!(
             o,
-            "kernel families (by name, beside the plugin's figures): tensor-core GEMM and attention \
-             {:.0}% of kernel time (GEMM {} ms, attention {} ms), communication {:.0}%{overlap}",
-            f.tensor_core_pct,
-            ms(f.tensor_core_gemm_us),
-            ms(f.attention_us),
-            f.communication_pct
+            "communication kernels {:.0}% of kernel time{overlap}; TensorBoard plugin's tensor-core \
+             figure (its kernel-name list only) {:.0}%",
+            f.communication_pct, t.kernels.tb_plugin_tensor_core_pct
         );
     }
     if t.sync.calls > 0 || t.sync.cuda_sync_events > 0 {

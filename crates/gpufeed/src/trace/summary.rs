@@ -211,7 +211,15 @@ pub struct KernelStat {
     pub time_us: f64,
     pub short_kernel_pct: f64,
     pub median_us: f64,
+    /// Share of kernel time on tensor cores: every kernel of the tensor-core GEMM and attention
+    /// families (the same figure as `families.tensor_core_pct`; `top[].tensor_core` marks the
+    /// same kernels).
     pub tensor_core_pct: f64,
+    /// The TensorBoard profiler plugin's narrower figure: only kernels on its name list
+    /// (`h884gemm`, `xmma`, `wgrad`...), as the plugin books it. Newer tensor-core kernels
+    /// (nvjet, CUTLASS `device_kernel`, flash attention) are not on it.
+    #[serde(default)]
+    pub tb_plugin_tensor_core_pct: f64,
     /// Share of kernel time launched by operators that could use tensor cores (conv, matmul...).
     pub tc_eligible_pct: f64,
     pub top: Vec<TopKernel>,
@@ -226,7 +234,8 @@ pub struct TopKernel {
     pub name: String,
     pub count: u64,
     pub time_us: f64,
-    /// Runs on tensor cores: by the plugin's name list or by its family.
+    /// Runs on tensor cores: its family is tensor-core GEMM or attention (what
+    /// `tensor_core_pct` counts; the plugin's name list is part of the GEMM family).
     pub tensor_core: bool,
     #[serde(default)]
     pub family: KernelFamily,
@@ -906,15 +915,19 @@ fn kernels(c: &Collected, s: &mut TraceSummary) {
             name: c.kernel_names[i].clone(),
             count: c.kernel_agg[i].count,
             time_us: c.kernel_agg[i].total_us,
-            tensor_core: tc_flags[i]
-                || matches!(
-                    fams[i],
-                    KernelFamily::TensorCoreGemm | KernelFamily::Attention
-                ),
+            tensor_core: matches!(
+                fams[i],
+                KernelFamily::TensorCoreGemm | KernelFamily::Attention
+            ),
             family: fams[i],
         })
         .collect();
     let pct = |x: f64| if total > 0.0 { 100.0 * x / total } else { 0.0 };
+    let families = families::stat(
+        c.kernels
+            .iter()
+            .map(|k| ((k.ts, k.te), fams[k.tag as usize])),
+    );
     s.kernels = KernelStat {
         count,
         time_us: total,
@@ -924,14 +937,11 @@ fn kernels(c: &Collected, s: &mut TraceSummary) {
             0.0
         },
         median_us: median,
-        tensor_core_pct: pct(tc_time),
+        tensor_core_pct: families.tensor_core_pct,
+        tb_plugin_tensor_core_pct: pct(tc_time),
         tc_eligible_pct: pct(eligible),
         top,
-        families: families::stat(
-            c.kernels
-                .iter()
-                .map(|k| ((k.ts, k.te), fams[k.tag as usize])),
-        ),
+        families,
     };
 }
 

@@ -2,7 +2,7 @@
 //! panics on arbitrary or truncated input. The event builders are shared with the golden
 //! snapshots (golden.rs).
 
-use gpufeed::trace::{self, rules, TraceSummary};
+use gpufeed::trace::{self, families::KernelFamily, rules, TraceSummary};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -151,6 +151,16 @@ fn amp_unused_needs_tensor_core_gpu_eligible_ops_and_no_tc_kernels() {
     assert!(rules::amp_unused(&s).is_some());
     // already on tensor cores
     let s = summarize(mk("volta_h884gemm_64x64_nn", "aten::addmm"), v100());
+    assert!(rules::amp_unused(&s).is_none());
+    // on tensor cores by a kernel the plugin's name list does not know (cuBLAS nvjet on H100):
+    // not "tensor cores idle"
+    let h100 = json!({"deviceProperties": [{"id": 0, "name": "NVIDIA H100", "computeMajor": 9, "computeMinor": 0}]});
+    let s = summarize(
+        mk("nvjet_hsh_192x192_64x4_2x1_v_bz_coopA_NTN", "aten::addmm"),
+        h100,
+    );
+    assert_eq!(s.kernels.tb_plugin_tensor_core_pct, 0.0);
+    assert!(s.kernels.tensor_core_pct > 99.0);
     assert!(rules::amp_unused(&s).is_none());
     // no eligible op
     let s = summarize(mk("volta_sgemm_128x64_nn", "aten::relu"), v100());
@@ -529,11 +539,30 @@ fn modern_kernels_are_classified_by_family_beside_the_plugin_figures() {
     assert!(gemm.is_some_and(|t| t.tensor_core), "{:?}", s.kernels.top);
     // DeepEP counts as communication in gpufeed's own figures (was 0 µs).
     assert_eq!(s.communication.kernel_us, 500.0);
-    let rep = trace::report::Report::new(vec![s]);
+    let rep = trace::report::Report::new(vec![s.clone()]);
     let text = gpufeed::present::trace::text(&rep, false);
+    // One figure: the families' share is the kernels' share, and every kernel it counts is
+    // marked in top[]; the plugin's name list knows only the flash attention kernels.
+    assert_eq!(s.kernels.tensor_core_pct, 45.0);
+    assert_eq!(s.kernels.tb_plugin_tensor_core_pct, 20.0);
+    for t in &s.kernels.top {
+        assert_eq!(
+            t.tensor_core,
+            matches!(
+                t.family,
+                KernelFamily::TensorCoreGemm | KernelFamily::Attention
+            ),
+            "{t:?}"
+        );
+    }
     assert!(
-        text.contains("tensor-core GEMM and attention 45% of kernel time")
-            && text.contains("communication 50% (20% overlapped by compute)"),
+        text.contains(
+            "tensor cores 45% of kernel time (tensor-core GEMM 0.2 ms, attention 0.2 ms)"
+        ) && text.contains("communication kernels 50% of kernel time (20% overlapped by compute)")
+            && text.contains(
+                "TensorBoard plugin's tensor-core figure (its kernel-name list only) 20%"
+            )
+            && !text.contains("tensor-core GEMM and attention"),
         "{text}"
     );
     let v = serde_json::to_value(&rep).unwrap();

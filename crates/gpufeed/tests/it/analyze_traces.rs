@@ -146,6 +146,43 @@ fn gpu_utilization_close_to_tb_plugin() {
 }
 
 #[test]
+fn tensor_core_figures_match_tb_plugin_goldens_under_their_names() {
+    let Some(d) = traces_dir() else { return };
+    let mut checked = 0;
+    for (n, s) in all() {
+        let g = d.join("golden").join(n.replace(".json.gz", ".golden.json"));
+        let Ok(text) = std::fs::read_to_string(&g) else {
+            continue;
+        };
+        let golden: serde_json::Value = serde_json::from_str(&text).unwrap();
+        // The plugin's tc_ratio is per device: compare where one device has a figure.
+        let Some(ratios) = golden["tb_plugin"]["tc_ratio"].as_array() else {
+            continue;
+        };
+        let set: Vec<f64> = ratios.iter().filter_map(|v| v.as_f64()).collect();
+        let k = &s.kernels;
+        if let [r] = set[..] {
+            assert!(
+                (k.tb_plugin_tensor_core_pct - r * 100.0).abs() < 1.0,
+                "{n}: plugin's figure {} vs golden {}",
+                k.tb_plugin_tensor_core_pct,
+                r * 100.0
+            );
+            checked += 1;
+        }
+        // gpufeed's own figure is the families' and counts at least the plugin's kernels.
+        assert_eq!(k.tensor_core_pct, k.families.tensor_core_pct, "{n}");
+        assert!(
+            k.tensor_core_pct + 0.1 >= k.tb_plugin_tensor_core_pct,
+            "{n}: {} < plugin's {}",
+            k.tensor_core_pct,
+            k.tb_plugin_tensor_core_pct
+        );
+    }
+    assert!(checked >= 2, "only {checked} goldens with a tc_ratio");
+}
+
+#[test]
 fn idle_breakdown_close_to_hta() {
     let Some(d) = traces_dir() else { return };
     for n in [
