@@ -457,12 +457,13 @@ fn read_log_evidence(
         if let Line::Gpu(g) = l {
             t_range = Some(t_range.map_or((g.t_s, g.t_s), |(a, z)| (a.min(g.t_s), z.max(g.t_s))));
             if let Some(u) = g.util_pct {
-                pooler.push(g.t_s, u);
+                pooler.push_with_memory(g.t_s, u, g.mem_used_bytes);
             }
         }
     })?;
     let total_s = t_range.map_or(0.0, |(a, z)| z - a);
-    let phases = phases::segment(&pooler.finish());
+    let (series, released) = pooler.finish_with_released();
+    let phases = phases::segment(&series, &released);
     let mut b = EvidenceBuilder::new();
     let (header, info, prof) = read_log(path, format, opts, |l| match l {
         Line::Gpu(g) if !phases.is_empty() => {

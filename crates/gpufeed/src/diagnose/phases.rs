@@ -29,6 +29,10 @@ pub enum PhaseKind {
     EvalLike,
     /// A stretch at idle inside the active span (a pause, a checkpoint written by the CPU).
     Idle,
+    /// Idle with the GPUs' memory released (no more than a CUDA context's on any GPU) between
+    /// busy stretches: one run ended and the next had not started (benchmarks and sweeps that
+    /// append their runs to one log). Split off however short (three polls at least).
+    BetweenRuns,
     /// Idle after the last busy poll up to the end of the log: the job ended or hung while the
     /// logger went on.
     IdleTail,
@@ -61,23 +65,52 @@ pub const POOL_S: f64 = 0.5;
 #[derive(Debug, Default)]
 pub struct Pooler {
     points: Vec<(f64, f64)>,
+    /// Per point: the most memory any GPU held (`None`: none said).
+    mem: Vec<Option<u64>>,
 }
+
+/// Memory (bytes) up to which a GPU holds no job: a CUDA context's worth.
+pub const RELEASED_BYTES: u64 = 1 << 30;
 
 impl Pooler {
     pub fn push(&mut self, t_s: f64, util_pct: f64) {
+        self.push_with_memory(t_s, util_pct, None);
+    }
+
+    /// As [`Pooler::push`], with the GPU's memory in use at that reading.
+    pub fn push_with_memory(&mut self, t_s: f64, util_pct: f64, mem_bytes: Option<u64>) {
         if !(t_s.is_finite() && util_pct.is_finite()) {
             return;
         }
-        match self.points.last_mut() {
-            Some(last) if t_s >= last.0 && t_s - last.0 < POOL_S => last.1 = last.1.max(util_pct),
-            _ => self.points.push((t_s, util_pct)),
+        match (self.points.last_mut(), self.mem.last_mut()) {
+            (Some(last), Some(m)) if t_s >= last.0 && t_s - last.0 < POOL_S => {
+                last.1 = last.1.max(util_pct);
+                *m = match (*m, mem_bytes) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+            _ => {
+                self.points.push((t_s, util_pct));
+                self.mem.push(mem_bytes);
+            }
         }
     }
 
     /// The pooled series, sorted by time.
-    pub fn finish(mut self) -> Vec<(f64, f64)> {
-        self.points.sort_by(|a, b| a.0.total_cmp(&b.0));
-        self.points
+    pub fn finish(self) -> Vec<(f64, f64)> {
+        self.finish_with_released().0
+    }
+
+    /// The pooled series, sorted by time, and for each point whether every GPU's memory was
+    /// released (known, and no more than [`RELEASED_BYTES`]).
+    pub fn finish_with_released(self) -> (Vec<(f64, f64)>, Vec<bool>) {
+        let mut both: Vec<((f64, f64), Option<u64>)> =
+            self.points.into_iter().zip(self.mem).collect();
+        both.sort_by(|a, b| a.0 .0.total_cmp(&b.0 .0));
+        both.into_iter()
+            .map(|(p, m)| (p, m.is_some_and(|b| b <= RELEASED_BYTES)))
+            .unzip()
     }
 }
 
@@ -91,7 +124,8 @@ fn mean(s: &[(f64, f64)]) -> f64 {
 
 /// Splits a pooled series into phases covering it from its first to its last poll. Returns an
 /// empty list when there is nothing to split (too short, never busy, or one active block).
-pub(crate) fn segment(series: &[(f64, f64)]) -> Vec<Phase> {
+/// `released[i]` says the GPUs' memory was released at point `i` (may be empty: not known).
+pub(crate) fn segment(series: &[(f64, f64)], released: &[bool]) -> Vec<Phase> {
     if series.len() < 10 {
         return Vec::new();
     }
@@ -126,6 +160,8 @@ pub(crate) fn segment(series: &[(f64, f64)]) -> Vec<Phase> {
     }
     // Idle tail: idle polls after the last busy one.
     let mut active_to = series.len() - 1;
+    // As for the start-up, a tenth of a short log is an idle tail worth splitting off.
+    let min_tail = min_tail.min((0.1 * (t_end - t0)).max(3.0 * interval));
     let tail =
         (last + 1 < series.len() && t_end - series[last + 1].0 + interval >= min_tail).then(|| {
             Phase {
@@ -150,6 +186,7 @@ pub(crate) fn segment(series: &[(f64, f64)]) -> Vec<Phase> {
     // Start of the last active stretch.
     let cursor = low_stretches(
         series,
+        released,
         (active_from, active_to),
         low,
         (min_stretch, interval),
@@ -180,6 +217,7 @@ pub(crate) fn segment(series: &[(f64, f64)]) -> Vec<Phase> {
 /// after the active stretch before it. Returns where the last active stretch starts.
 fn low_stretches(
     series: &[(f64, f64)],
+    released: &[bool],
     (active_from, active_to): (usize, usize),
     low: f64,
     (min_stretch, interval): (f64, f64),
@@ -205,7 +243,13 @@ fn low_stretches(
             series[active_to].0 + interval
         };
         let dur = end_t - series[a].0;
-        if dur >= min_stretch && a > active_from && i <= active_to {
+        // Memory released for most of it (a run's end and the next one's loading hold some): a
+        // gap between runs, split off however short.
+        let freed = released
+            .get(a..i)
+            .map_or(0, |r| r.iter().filter(|&&x| x).count());
+        let between = freed >= 3 && freed * 2 >= i - a;
+        if (dur >= min_stretch || between) && a > active_from && i <= active_to {
             let m = mean(&series[a..i]);
             if a > cursor {
                 out.push(Phase {
@@ -216,7 +260,9 @@ fn low_stretches(
                 });
             }
             out.push(Phase {
-                kind: if m < IDLE_PCT {
+                kind: if between {
+                    PhaseKind::BetweenRuns
+                } else if m < IDLE_PCT {
                     PhaseKind::Idle
                 } else {
                     PhaseKind::EvalLike
@@ -308,6 +354,19 @@ pub(crate) fn describe(phases: &[Phase]) -> Option<String> {
             duration(total)
         ));
     }
+    let gaps: Vec<&Phase> = phases
+        .iter()
+        .filter(|p| p.kind == PhaseKind::BetweenRuns)
+        .collect();
+    if !gaps.is_empty() {
+        let total: f64 = gaps.iter().map(|p| p.duration_s()).sum();
+        parts.push(format!(
+            "{} gap{} between runs (memory released, {} in all) left out",
+            gaps.len(),
+            if gaps.len() == 1 { "" } else { "s" },
+            duration(total)
+        ));
+    }
     let mut line = parts.join("; ");
     line.push('.');
     if let Some(t) = phases.iter().find(|p| p.kind == PhaseKind::IdleTail) {
@@ -331,7 +390,7 @@ mod tests {
 
     #[test]
     fn one_active_block_is_not_split() {
-        assert!(segment(&series(3600.0, 1.0, |_| 90.0)).is_empty());
+        assert!(segment(&series(3600.0, 1.0, |_| 90.0), &[]).is_empty());
         // A starving square wave (lows of a few seconds) stays one block.
         let s = series(3600.0, 1.0, |t| {
             if (t / 10.0).fract() < 0.3 {
@@ -340,9 +399,26 @@ mod tests {
                 10.0
             }
         });
-        assert!(segment(&s).is_empty());
+        assert!(segment(&s, &[]).is_empty());
+        // Runs appended to one log: 10 s gaps with the memory released are split off, the same
+        // gaps with memory held are part of the run.
+        let runs: Vec<(f64, f64)> = (0..300)
+            .map(|i| (i as f64, if i % 60 < 50 { 80.0 } else { 0.0 }))
+            .collect();
+        let released: Vec<bool> = runs.iter().map(|p| p.1 == 0.0).collect();
+        let p = segment(&runs, &released);
+        let gaps = p
+            .iter()
+            .filter(|x| x.kind == PhaseKind::BetweenRuns)
+            .count();
+        assert_eq!(gaps, 4, "{p:?}");
         assert!(
-            segment(&series(3600.0, 1.0, |_| 0.0)).is_empty(),
+            describe(&p).unwrap().contains("4 gaps between runs"),
+            "{p:?}"
+        );
+        assert!(segment(&runs, &vec![false; runs.len()]).is_empty());
+        assert!(
+            segment(&series(3600.0, 1.0, |_| 0.0), &[]).is_empty(),
             "never busy"
         );
     }
@@ -366,7 +442,7 @@ mod tests {
             }
         };
         let total = 180.0 + 86.0 * 60.0 + 302.0 * 60.0;
-        let p = segment(&series(total, 10.0, f));
+        let p = segment(&series(total, 10.0, f), &[]);
         let kinds: Vec<PhaseKind> = p.iter().map(|p| p.kind).collect();
         assert_eq!(kinds[0], PhaseKind::StartUp);
         assert_eq!(*kinds.last().unwrap(), PhaseKind::IdleTail);

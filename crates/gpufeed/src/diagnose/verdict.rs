@@ -347,7 +347,26 @@ fn from_loop(m: &Maker, e: &Evidence, findings: &[Finding]) -> Option<Verdict> {
 }
 
 /// No utilization at all: say how to get it.
+use crate::diagnose::evidence::UNUSED_MEM_BYTES;
+
 fn no_utilization(m: &Maker, e: &Evidence) -> Verdict {
+    // Memory alone can still say nothing ran: no GPU held more than a CUDA context's worth.
+    let mems: Vec<u64> = e.gpus.iter().filter_map(|g| g.mem_used_max_bytes).collect();
+    if !mems.is_empty() && mems.len() == e.gpus.len() && mems.iter().all(|&b| b <= UNUSED_MEM_BYTES)
+    {
+        let most = mems.iter().max().copied().unwrap_or(0);
+        return m.mk(
+            VerdictId::Idle,
+            0.6,
+            format!(
+                "No utilization in this input, but no GPU held more than {} of memory: nothing \
+                 ran on {}.",
+                crate::units::bytes(most),
+                if mems.len() == 1 { "it" } else { "them" }
+            ),
+            None,
+        );
+    }
     let how = match e.origin {
         Origin::GpuLog => {
             "log utilization.gpu too (nvidia-smi --query-gpu=timestamp,index,utilization.gpu,\
