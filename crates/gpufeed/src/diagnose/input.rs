@@ -51,6 +51,8 @@ pub enum InputFormat {
     PrometheusJson,
     /// MLflow run folder (metrics/system/gpu_0_utilization_percentage)
     Mlflow,
+    /// rocm-smi's concise table (Device … VRAM% GPU%), as job logs hold it
+    RocmSmi,
 }
 
 impl InputFormat {
@@ -97,6 +99,9 @@ pub(crate) fn detect(head: &str) -> Option<InputFormat> {
         .take(20)
         .collect();
     let first = lines.first()?;
+    if crate::import::rocm_table::holds_table(head) {
+        return Some(InputFormat::RocmSmi);
+    }
     if first.starts_with('{') || first.starts_with('[') {
         if head.contains("\"resultType\"") || head.contains("\"__name__\"") {
             return Some(InputFormat::PrometheusJson);
@@ -520,7 +525,7 @@ fn read_log(
     opts: &LogOptions,
     visit: impl FnMut(&Line),
 ) -> Result<(Header, LogInfo, Vec<(u32, dcgmi::ProfilingMeans)>), DiagnoseError> {
-    use crate::import::{csv_table, mlflow, prom, wandb};
+    use crate::import::{csv_table, mlflow, prom, rocm_table, wandb};
     let collect = |r: Result<_, LogError>| {
         r.map(
             |(h, i, p): (Header, LogInfo, std::collections::BTreeMap<u32, _>)| {
@@ -539,6 +544,7 @@ fn read_log(
             collect(csv_table::read_csv(file, &cols, opts.interval_s, visit))
         }
         InputFormat::Wandb => collect(wandb::read_events(file, opts.interval_s, visit)),
+        InputFormat::RocmSmi => collect(rocm_table::read(file, opts.interval_s, visit)),
         InputFormat::Prometheus => collect(prom::read_text(file, opts.interval_s, visit)),
         InputFormat::PrometheusJson => collect(prom::read_json(file, opts.interval_s, visit)),
         InputFormat::SmiCsv => {

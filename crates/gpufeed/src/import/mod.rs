@@ -3,14 +3,16 @@
 //! `nvidia-smi dmon` / `dcgmi dmon` ([`dcgmi`]), and through one vocabulary of names
 //! ([`vocab`]) into one table of readings ([`table`]): other tools' CSVs ([`csv_table`]: DCGM,
 //! W&B and MLflow exports, Grafana, rocm-smi, amd-smi), W&B events ([`wandb`]), Prometheus
-//! scrapes and query results ([`prom`]) and MLflow runs ([`mlflow`]). They sample nothing: they
-//! turn a file into the sample lines of a recording, through one read loop ([`each_line`]) that
-//! holds no line longer than [`MAX_LOG_LINE_BYTES`].
+//! scrapes and query results ([`prom`]), MLflow runs ([`mlflow`]) and rocm-smi's own table
+//! ([`rocm_table`]). They sample nothing: they turn a file into the sample lines of a
+//! recording, through one read loop ([`each_line`]) that holds no line longer than
+//! [`MAX_LOG_LINE_BYTES`].
 
 pub mod csv_table;
 pub mod dcgmi;
 pub mod mlflow;
 pub mod prom;
+pub mod rocm_table;
 pub mod smi_csv;
 pub mod smi_layout;
 pub mod table;
