@@ -116,6 +116,25 @@ pub fn duration(s: f64) -> String {
     }
 }
 
+/// `0-7, 9, 11-12` from sorted indices.
+pub fn index_ranges(idx: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < idx.len() {
+        let mut j = i;
+        while j + 1 < idx.len() && idx[j + 1] == idx[j] + 1 {
+            j += 1;
+        }
+        out.push(if j > i {
+            format!("{}-{}", idx[i], idx[j])
+        } else {
+            idx[i].to_string()
+        });
+        i = j + 1;
+    }
+    out.join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -92,6 +92,41 @@ pub struct GpuJudgement {
     pub busy_fraction: Option<f64>,
 }
 
+/// Each GPU's state in words: `GPU 0 busy, GPU 1 unused`, or past 8 GPUs grouped by state
+/// (`busy: GPUs 0-7, 9 (9); unused: GPUs 8, 10-31 (23)`), so a fleet's export stays readable.
+pub fn states_line(gpus: &[GpuJudgement]) -> String {
+    if gpus.len() <= 8 {
+        return gpus
+            .iter()
+            .map(|g| format!("GPU {} {}", g.index, g.state.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ");
+    }
+    let mut order: Vec<GpuState> = Vec::new();
+    for g in gpus {
+        if !order.contains(&g.state) {
+            order.push(g.state);
+        }
+    }
+    order
+        .iter()
+        .map(|&st| {
+            let idx: Vec<u32> = gpus
+                .iter()
+                .filter(|g| g.state == st)
+                .map(|g| g.index)
+                .collect();
+            format!(
+                "{}: GPUs {} ({})",
+                st.as_str(),
+                crate::units::index_ranges(&idx),
+                idx.len()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 fn has(findings: &[Finding], id: FindingId) -> Option<&Finding> {
     findings.iter().find(|f| f.id == id)
 }
@@ -515,13 +550,9 @@ fn unexplained(m: &Maker, e: &Evidence, pct: f64) -> Verdict {
     // Several GPUs in different states: say so rather than one pooled figure.
     let gpus = &m.gpus;
     let who = if gpus.len() > 1 && gpus.windows(2).any(|w| w[0].state != w[1].state) {
-        let states: Vec<String> = gpus
-            .iter()
-            .map(|g| format!("GPU {} {}", g.index, g.state.as_str()))
-            .collect();
         format!(
             "The GPUs are busy {pct:.0}% of the time on average ({})",
-            states.join(", ")
+            states_line(gpus)
         )
     } else {
         format!("The GPU is busy {pct:.0}% of the time")
@@ -602,6 +633,33 @@ mod tests {
         assert_eq!(v.id, VerdictId::ComputeBound, "{v:?}");
         assert!(v.confidence >= 0.6);
         assert_eq!(v.gpus[0].state, GpuState::Busy);
+    }
+
+    #[test]
+    fn many_gpus_are_grouped_by_state() {
+        let g = |index, state| GpuJudgement {
+            index,
+            state,
+            busy_fraction: None,
+        };
+        let two = [g(0, GpuState::Busy), g(1, GpuState::Unused)];
+        assert_eq!(states_line(&two), "GPU 0 busy, GPU 1 unused");
+        let many: Vec<GpuJudgement> = (0..32)
+            .map(|i| {
+                g(
+                    i,
+                    if i < 8 || i == 9 {
+                        GpuState::Busy
+                    } else {
+                        GpuState::Unused
+                    },
+                )
+            })
+            .collect();
+        assert_eq!(
+            states_line(&many),
+            "busy: GPUs 0-7, 9 (9); unused: GPUs 8, 10-31 (23)"
+        );
     }
 
     #[test]

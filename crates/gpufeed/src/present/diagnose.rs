@@ -641,13 +641,11 @@ fn verdict_text(o: &mut String, r: &DiagnoseReport, color: bool) {
     let _ = writeln!(o, "         {}", r.verdict.summary);
     // Every GPU judged: a pooled verdict never hides one GPU's state.
     if r.verdict.gpus.len() > 1 {
-        let states: Vec<String> = r
-            .verdict
-            .gpus
-            .iter()
-            .map(|g| format!("GPU {} {}", g.index, g.state.as_str()))
-            .collect();
-        let _ = writeln!(o, "         {}", states.join(", "));
+        let _ = writeln!(
+            o,
+            "         {}",
+            crate::diagnose::verdict::states_line(&r.verdict.gpus)
+        );
     }
 }
 

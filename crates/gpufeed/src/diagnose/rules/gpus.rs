@@ -6,6 +6,9 @@ use crate::diagnose::evidence::{Evidence, GpuEvidence};
 use crate::finding::{Finding, FindingId, Severity};
 use serde::{Deserialize, Serialize};
 
+/// The most GPUs one machine holds (an HGX/DGX board has 8, the largest nodes 16).
+pub const MAX_GPUS_PER_NODE: usize = 16;
+
 /// Busy fraction from which a GPU without a starving pattern counts as steadily busy.
 pub const BUSY: f64 = 0.80;
 
@@ -122,11 +125,7 @@ pub fn gpu_unused(e: &Evidence) -> Option<Finding> {
     }
     let total = e.measured_gpus().count();
     let used: Vec<u32> = e.used_gpus().map(|g| g.index).collect();
-    let idle_list = unused
-        .iter()
-        .map(|g| g.index.to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
+    let idle_list = crate::units::index_ranges(&unused.iter().map(|g| g.index).collect::<Vec<_>>());
     let mem = unused
         .iter()
         .filter_map(|g| g.mem_used_max_bytes)
@@ -153,16 +152,27 @@ pub fn gpu_unused(e: &Evidence) -> Option<Finding> {
         .map(|i| i.to_string())
         .collect::<Vec<_>>()
         .join(",");
-    Some(
-        f.recommend(format!(
+    // More GPUs than one machine holds (a fleet's export): no one command line fits them.
+    let rec = if total > MAX_GPUS_PER_NODE {
+        format!(
+            "{} of {total} GPUs did no work: more GPUs than one machine holds, so this is a \
+             fleet; give the idle ones work (more ranks, another job) or free them for others, \
+             machine by machine.",
+            total - used.len()
+        )
+    } else {
+        format!(
             "The job uses {} of {total} GPUs: start it with torchrun / DDP, or free the GPU for \
              others. To use them all: torchrun --nproc-per-node={total} train.py, with \
              DistributedDataParallel and a DistributedSampler; to leave the rest to others: \
              CUDA_VISIBLE_DEVICES={visible}.",
             used.len()
-        ))
-        // Data-parallel over every GPU: at most total / used times the throughput.
-        .speedup((!used.is_empty()).then(|| r2(total as f64 / used.len() as f64))),
+        )
+    };
+    Some(
+        f.recommend(rec)
+            // Data-parallel over every GPU: at most total / used times the throughput.
+            .speedup((!used.is_empty()).then(|| r2(total as f64 / used.len() as f64))),
     )
 }
 
