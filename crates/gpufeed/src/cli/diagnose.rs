@@ -14,7 +14,8 @@ pub struct DiagnoseArgs {
     /// Input format; auto detects it from the first lines
     #[arg(long, value_enum, default_value_t = InputFormat::Auto)]
     pub input_format: InputFormat,
-    /// Field names of a header-less nvidia-smi CSV log, as given to --query-gpu
+    /// Field names of a header-less nvidia-smi CSV log, as given to --query-gpu; or, for another
+    /// tool's CSV, NAME=KNOWN renames of columns gpufeed does not know (gpu_busy=utilization.gpu)
     #[arg(long, value_name = "FIELDS", value_delimiter = ',')]
     pub columns: Option<Vec<String>>,
     /// Seconds between polls, for logs without timestamps (nvidia-smi -l N, dmon -d N) [default: 1]

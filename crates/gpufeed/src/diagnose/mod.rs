@@ -80,7 +80,7 @@ pub enum DiagnoseError {
     Open { path: PathBuf, reason: String },
     #[error("{path} is empty: nothing to diagnose")]
     Empty { path: PathBuf },
-    #[error("{path}: unrecognized format (expected a gpufeed recording, an nvidia-smi --format=csv log, or nvidia-smi/dcgmi dmon output); force one with --input-format")]
+    #[error("{path}: unrecognized format (expected a gpufeed recording, an nvidia-smi --format=csv log, nvidia-smi/dcgmi dmon output, a DCGM, Grafana, W&B, MLflow or rocm-smi CSV, wandb-events.jsonl, a Prometheus scrape or query result, or an MLflow run folder); force one with --input-format, or name a CSV's columns with --columns NAME=utilization.gpu")]
     UnknownFormat { path: PathBuf },
     #[error("{path}: {detail}")]
     Bad { path: PathBuf, detail: String },

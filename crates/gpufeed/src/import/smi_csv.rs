@@ -1006,8 +1006,9 @@ impl<'a> CsvRead<'a> {
 pub(crate) fn not_a_log(expected: &str) -> String {
     format!(
         "not {expected} log, nor any format gpufeed reads (a gpufeed recording, an nvidia-smi \
-         --query-gpu --format=csv log, nvidia-smi dmon or dcgmi dmon output; a PyTorch profiler \
-         trace goes to gpufeed analyze)"
+         --query-gpu --format=csv log, nvidia-smi dmon or dcgmi dmon output, another tool's GPU \
+         CSV, W&B events, a Prometheus scrape, an MLflow run; a PyTorch profiler trace goes to \
+         gpufeed analyze)"
     )
 }
 

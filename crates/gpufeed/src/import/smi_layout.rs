@@ -17,7 +17,7 @@
 pub enum Layout {
     /// Each row names its GPU (an index, uuid or pci.bus_id column).
     Column,
-    /// Rows come in polls of `n`, one per GPU in order (see [`PollCursor`]): a gap of at most
+    /// Rows come in polls of `n`, one per GPU in order (see `PollCursor`): a gap of at most
     /// `gap_s` (half the modal wait between polls) keeps a row in the poll while it holds fewer
     /// than `n` rows; a full poll starts the next; after a longer gap the row's values, else
     /// the gap against the modal wait, say which.
