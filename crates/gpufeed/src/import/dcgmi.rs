@@ -228,9 +228,11 @@ impl Row {
 #[derive(Default)]
 struct Acc {
     poll: u64,
-    seen: Vec<u32>,
+    seen: std::collections::HashSet<u32>,
     t0: Option<f64>,
-    gpus: Vec<u32>,
+    gpus: std::collections::BTreeSet<u32>,
+    /// Rows of GPUs past [`super::MAX_GPUS`], left out.
+    over_cap: u64,
     prof: BTreeMap<u32, [Sum; 6]>,
     /// Rows with a utilization, memory or profiling value.
     with_values: u64,
@@ -238,21 +240,23 @@ struct Acc {
 
 impl Acc {
     /// The row's sample, placed in time (its timestamp, else its poll).
-    fn take(&mut self, index: u32, row: Row, interval_s: f64) -> GpuSample {
+    fn take(&mut self, index: u32, row: Row, interval_s: f64) -> Option<GpuSample> {
+        if !self.gpus.contains(&index) && self.gpus.len() >= super::MAX_GPUS {
+            self.over_cap += 1;
+            return None;
+        }
         let mut s = row.sample;
         if self.seen.contains(&index) {
             self.poll += 1;
             self.seen.clear();
         }
-        self.seen.push(index);
+        self.seen.insert(index);
         s.index = index;
         s.t_s = match row.ts {
             Some(t) => t - *self.t0.get_or_insert(t),
             None => self.poll as f64 * interval_s,
         };
-        if !self.gpus.contains(&index) {
-            self.gpus.push(index);
-        }
+        self.gpus.insert(index);
         let p = row.prof;
         if p[..5].iter().any(Option::is_some) {
             let e = self.prof.entry(index).or_default();
@@ -263,12 +267,11 @@ impl Acc {
         if s.util_pct.is_some() || s.mem_used_bytes.is_some() || p.iter().any(Option::is_some) {
             self.with_values += 1;
         }
-        s
+        Some(s)
     }
 
     /// The header's GPUs and each one's profiling means.
-    fn finish(mut self) -> (Vec<GpuStatic>, BTreeMap<u32, ProfilingMeans>) {
-        self.gpus.sort_unstable();
+    fn finish(self) -> (Vec<GpuStatic>, BTreeMap<u32, ProfilingMeans>) {
         let statics = self
             .gpus
             .into_iter()
@@ -387,15 +390,19 @@ pub fn read_dmon(
             info.truncated |= !complete;
             return Ok(());
         };
-        let s = acc.take(index, row, interval);
-        info.rows += 1;
-        visit(&Line::Gpu(s));
+        if let Some(s) = acc.take(index, row, interval) {
+            info.rows += 1;
+            visit(&Line::Gpu(s));
+        }
         Ok(())
     })?;
     if pending_bad {
         info.truncated = true;
     }
     refuse_empty(&info, any, acc.with_values, flavour)?;
+    if acc.over_cap > 0 {
+        info.notes.push(super::gpus_over_cap_note(acc.over_cap));
+    }
     if let Some(m) = busy.filter(|m| *m != Metric::UtilPct) {
         info.notes.push(format!(
             "Busy is {}, the best measure this log holds (utilization, where logged, is kept \

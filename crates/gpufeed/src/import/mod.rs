@@ -21,6 +21,19 @@ pub mod wandb;
 
 use std::io::{BufReader, Read};
 
+/// The most GPUs one log is read apart (a node holds a few dozen, a fleet's export a few
+/// hundred): rows of GPUs past them are counted in a note, not followed (each followed GPU
+/// costs its figures: 40,000 distinct indices took 440 MB).
+pub const MAX_GPUS: usize = 1024;
+
+/// The note for rows of GPUs past [`MAX_GPUS`].
+pub(crate) fn gpus_over_cap_note(rows: u64) -> String {
+    format!(
+        "More than {MAX_GPUS} GPUs named: the {rows} rows of the others were left out (a node \
+         holds a few dozen: check the log's GPU column)."
+    )
+}
+
 /// What a log reader found besides the lines.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LogInfo {

@@ -586,17 +586,14 @@ impl Polls {
 }
 
 /// Keeps the first name and id and the latest totals and limits the log showed for a GPU.
-fn merge_static(gpus: &mut Vec<GpuStatic>, idx: u32, row: Row) {
-    let p = match gpus.iter().position(|g| g.index == idx) {
-        Some(p) => p,
-        None => {
-            gpus.push(GpuStatic {
-                index: idx,
-                ..Default::default()
-            });
-            gpus.len() - 1
-        }
-    };
+fn merge_static(gpus: &mut Vec<GpuStatic>, pos: &mut HashMap<u32, usize>, idx: u32, row: Row) {
+    let p = *pos.entry(idx).or_insert_with(|| {
+        gpus.push(GpuStatic {
+            index: idx,
+            ..Default::default()
+        });
+        gpus.len() - 1
+    });
     let st = &mut gpus[p];
     st.name = st.name.take().or(row.name);
     st.memory_total_bytes = row.mem_total.or(st.memory_total_bytes);
@@ -831,6 +828,10 @@ struct CsvRead<'a> {
     info: LogInfo,
     cols: Option<Columns>,
     gpus: Vec<GpuStatic>,
+    /// Where each GPU index sits in `gpus`.
+    gpu_pos: HashMap<u32, usize>,
+    /// Rows of GPUs past [`super::MAX_GPUS`], left out.
+    over_cap: u64,
     polls: Polls,
     interval: f64,
     any_line: bool,
@@ -851,6 +852,8 @@ impl<'a> CsvRead<'a> {
             info: LogInfo::default(),
             cols: opts.columns.as_ref().map(|c| Columns::new(c)),
             gpus: Vec::new(),
+            gpu_pos: HashMap::new(),
+            over_cap: 0,
             polls: Polls::default(),
             interval: opts.interval_s.unwrap_or(1.0),
             any_line: false,
@@ -969,10 +972,14 @@ impl<'a> CsvRead<'a> {
 
     fn emit(&mut self, mut row: Row, visit: &mut impl FnMut(&Line)) {
         let (idx, t_s) = self.polls.place(&row, self.interval);
+        if !self.gpu_pos.contains_key(&idx) && self.gpus.len() >= super::MAX_GPUS {
+            self.over_cap += 1;
+            return;
+        }
         let mut s = std::mem::take(&mut row.sample);
         s.index = idx;
         s.t_s = t_s;
-        merge_static(&mut self.gpus, idx, row);
+        merge_static(&mut self.gpus, &mut self.gpu_pos, idx, row);
         self.info.rows += 1;
         visit(&Line::Gpu(s));
     }
@@ -995,6 +1002,11 @@ impl<'a> CsvRead<'a> {
                 self.any_data_line,
                 self.na_rows,
             ));
+        }
+        if self.over_cap > 0 {
+            self.info
+                .notes
+                .push(super::gpus_over_cap_note(self.over_cap));
         }
         self.gpus.sort_by_key(|g| g.index);
         Ok((log_header(self.gpus, self.interval), self.info))

@@ -16,7 +16,7 @@ use crate::sample::{GpuSample, GpuStatic};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The most GPUs (entities) one file is read as; more are counted and left out.
-pub const MAX_ENTITIES: usize = 1024;
+pub const MAX_ENTITIES: usize = super::MAX_GPUS;
 /// The most GPU moments held; a longer file is read up to there and says so (about 90 MB).
 pub const MAX_POINTS: usize = 500_000;
 /// Unknown names listed in the note.

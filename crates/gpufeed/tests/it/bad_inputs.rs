@@ -1131,6 +1131,40 @@ fn other_tools_telemetry_at_its_worst_stays_bounded() {
     drop(ids);
     cases.push(("a million entity ids", p, &[0], Some("More than 1024 GPUs")));
 
+    // Issue 39 item 7: 40,000 distinct indices took 440 MB and 6 s (quadratic); GPUs past the
+    // 1024th are counted, not followed.
+    let mut idx = String::from("timestamp, index, utilization.gpu [%], memory.used [MiB]\n");
+    for i in 0..200_000u32 {
+        let _ = writeln!(
+            idx,
+            "2026/12/02 12:{:02}:{:02}.000, {i}, 50 %, 1000 MiB",
+            i / 3600 % 60,
+            i / 60 % 60
+        );
+    }
+    let p = d.join("indices.csv");
+    std::fs::write(&p, &idx).unwrap();
+    drop(idx);
+    cases.push((
+        "200,000 distinct nvidia-smi indices",
+        p,
+        &[0],
+        Some("More than 1024 GPUs"),
+    ));
+    let mut ent = String::from("#Entity   GPUTL  FBUSD\nID\n");
+    for i in 0..200_000u32 {
+        let _ = writeln!(ent, "GPU {i}     50     1000");
+    }
+    let p = d.join("entities.dcgmi");
+    std::fs::write(&p, &ent).unwrap();
+    drop(ent);
+    cases.push((
+        "200,000 dcgmi entities",
+        p,
+        &[0],
+        Some("More than 1024 GPUs"),
+    ));
+
     let mut long = b"EntityId,GRACT,TimeStamp\n0,0.5,1700000000\n".to_vec();
     long.extend(std::iter::repeat_n(b'9', 100 << 20));
     long.extend(b"\n0,0.6,1700000001\n");

@@ -18,7 +18,11 @@ pub(super) struct Impossible {
     pub(super) steps_dropped: u64,
     /// Processes beyond [`MAX_PROCESSES`].
     pub(super) procs_over_cap: u64,
+    /// GPU samples of GPUs beyond the first [`MAX_GPUS`].
+    pub(super) gpus_over_cap: u64,
 }
+
+pub use crate::import::MAX_GPUS;
 
 impl Impossible {
     pub(super) fn warnings(&self, span_s: f64) -> Vec<String> {
@@ -51,6 +55,13 @@ impl Impossible {
             out.push(format!(
                 "{BOUND_PREFIX}{} process lines and readings beyond the first {MAX_PROCESSES} processes count in the job's totals only, not one by one",
                 self.procs_over_cap
+            ));
+        }
+        if self.gpus_over_cap > 0 {
+            out.push(format!(
+                "{BOUND_PREFIX}{} readings of GPUs beyond the first {MAX_GPUS} were left out (more \
+                 GPUs than any node holds: check the log's GPU column)",
+                self.gpus_over_cap
             ));
         }
         if self.steps_dropped > 0 {
