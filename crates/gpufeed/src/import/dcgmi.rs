@@ -400,18 +400,25 @@ pub fn read_dmon(
         info.truncated = true;
     }
     refuse_empty(&info, any, acc.with_values, flavour)?;
-    if acc.over_cap > 0 {
-        info.notes.push(super::gpus_over_cap_note(acc.over_cap));
+    info.notes.extend(read_notes(acc.over_cap, busy));
+    let (statics, means) = acc.finish();
+    Ok((log_header(statics, interval), info, means))
+}
+
+/// What a reader's notes say of a read dmon log: GPUs left out, the busy measure used.
+fn read_notes(over_cap: u64, busy: Option<Metric>) -> Vec<String> {
+    let mut notes = Vec::new();
+    if over_cap > 0 {
+        notes.push(super::gpus_over_cap_note(over_cap));
     }
     if let Some(m) = busy.filter(|m| *m != Metric::UtilPct) {
-        info.notes.push(format!(
+        notes.push(format!(
             "Busy is {}, the best measure this log holds (utilization, where logged, is kept \
              beside it).",
             m.busy_label()
         ));
     }
-    let (statics, means) = acc.finish();
-    Ok((log_header(statics, interval), info, means))
+    notes
 }
 
 /// A log with no line, only overlong lines, no GPU row, or no value in any row is refused.

@@ -128,6 +128,11 @@ impl EvidenceBuilder {
     /// Takes one GPU sample; impossible values in it are dropped and counted (see
     /// [`Evidence::warnings`]), never averaged in.
     pub(crate) fn push_gpu(&mut self, s: &GpuSample) {
+        // A node holds a few dozen GPUs: past MAX_GPUS a new one is counted, not followed.
+        if !self.gpu_pos.contains_key(&s.index) && self.gpus.len() >= MAX_GPUS {
+            self.impossible.gpus_over_cap += 1;
+            return;
+        }
         if !s.t_s.is_finite() {
             self.impossible.time_not_finite += 1;
             return;
@@ -172,12 +177,6 @@ impl EvidenceBuilder {
     }
 
     fn push_gpu_checked(&mut self, s: &GpuSample) {
-        // A node holds a few dozen GPUs: past MAX_GPUS a new one is counted, not followed (each
-        // followed GPU keeps about 11 KB of figures: 40,000 of them took 440 MB).
-        if !self.gpu_pos.contains_key(&s.index) && self.gpus.len() >= MAX_GPUS {
-            self.impossible.gpus_over_cap += 1;
-            return;
-        }
         if self
             .gpu_pos
             .get(&s.index)
