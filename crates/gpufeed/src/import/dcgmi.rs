@@ -64,6 +64,8 @@ enum Col {
     SmOcc,
     Tensor,
     DramAct,
+    /// `nvidia-smi pmon`: the process a row is about.
+    Pid,
     Other,
 }
 
@@ -88,6 +90,7 @@ fn col_of(name: &str, flavour: Flavour) -> Col {
         },
         Flavour::SmiDmon => match name.to_ascii_lowercase().as_str() {
             "gpu" | "idx" => Col::Index,
+            "pid" => Col::Pid,
             "date" => Col::Date,
             "time" => Col::Time,
             "sm" => Col::Util,
@@ -189,6 +192,7 @@ impl Row {
                 Col::RxBytesS => s.pcie_rx_bytes_per_s = value(v),
                 Col::TxBytesS => s.pcie_tx_bytes_per_s = value(v),
                 Col::SmAct => p[0] = value(v).map(|x| x * 100.0),
+                Col::Pid => {}
                 Col::SmOcc => p[1] = value(v).map(|x| x * 100.0),
                 Col::Tensor => p[2] = value(v).map(|x| x * 100.0),
                 Col::DramAct => p[3] = value(v).map(|x| x * 100.0),
@@ -316,6 +320,7 @@ pub fn read_dmon(
     let mut acc = Acc::default();
     let mut pending_bad = false;
     let mut busy: Option<Metric> = None;
+    let mut pmon = Pmon::default();
     super::each_line(r, |line| {
         let LogLine::Text(buf) = line else {
             any = true;
@@ -338,13 +343,7 @@ pub fn read_dmon(
         any = true;
         if let Some(rest) = line.strip_prefix('#') {
             if let Some(c) = header_cols(rest, flavour) {
-                busy = if c.contains(&Col::SmAct) {
-                    Some(Metric::SmActivePct)
-                } else if c.contains(&Col::GrAct) {
-                    Some(Metric::GrActivePct)
-                } else {
-                    busy.or(c.contains(&Col::Util).then_some(Metric::UtilPct))
-                };
+                busy = busy_of(&c).or(busy);
                 cols = Some(c);
             }
             return Ok(());
@@ -390,12 +389,16 @@ pub fn read_dmon(
             info.truncated |= !complete;
             return Ok(());
         };
-        if let Some(s) = acc.take(index, row, interval) {
-            info.rows += 1;
-            visit(&Line::Gpu(s));
+        // pmon: a GPU's processes are summed into one reading of it.
+        let pid = c.iter().position(|x| *x == Col::Pid).map(|i| vals[i]);
+        for row in pmon.push(index, pid, row) {
+            info.rows += u64::from(acc.emit(row, interval, &mut visit));
         }
         Ok(())
     })?;
+    for row in pmon.flush() {
+        info.rows += u64::from(acc.emit(row, interval, &mut visit));
+    }
     if pending_bad {
         info.truncated = true;
     }
@@ -403,6 +406,90 @@ pub fn read_dmon(
     info.notes.extend(read_notes(acc.over_cap, busy));
     let (statics, means) = acc.finish();
     Ok((log_header(statics, interval), info, means))
+}
+
+/// The busy measure a header's columns give: SM active, else graphics engine active, else
+/// utilization.
+fn busy_of(c: &[Col]) -> Option<Metric> {
+    if c.contains(&Col::SmAct) {
+        Some(Metric::SmActivePct)
+    } else if c.contains(&Col::GrAct) {
+        Some(Metric::GrActivePct)
+    } else {
+        c.contains(&Col::Util).then_some(Metric::UtilPct)
+    }
+}
+
+impl Acc {
+    /// Takes a row and hands its sample on; false for a GPU past the cap.
+    fn emit(
+        &mut self,
+        index_row: (u32, Row),
+        interval_s: f64,
+        visit: &mut impl FnMut(&Line),
+    ) -> bool {
+        let (index, row) = index_row;
+        match self.take(index, row, interval_s) {
+            Some(s) => {
+                visit(&Line::Gpu(s));
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// `nvidia-smi pmon` rows of one GPU in one poll (one per process, `-` for none), summed into
+/// one reading: the GPU's SM and memory share taken by the processes it ran. Rows of dmon (no
+/// pid column) pass straight through.
+#[derive(Default)]
+struct Pmon {
+    group: Option<(u32, Row)>,
+    pids: Vec<String>,
+}
+
+impl Pmon {
+    /// The rows ready to be read after this one.
+    fn push(&mut self, index: u32, pid: Option<&str>, row: Row) -> Vec<(u32, Row)> {
+        let Some(pid) = pid else {
+            return vec![(index, row)];
+        };
+        // Same GPU, same time, a process not yet seen: one more process of this reading (a
+        // `-` row, no process, is a reading of its own).
+        let same = self.group.as_ref().is_some_and(|(i, g)| {
+            *i == index
+                && g.ts == row.ts
+                && pid != "-"
+                && !self.pids.iter().any(|p| p == pid || p == "-")
+        });
+        if same {
+            if let Some((_, g)) = self.group.as_mut() {
+                let add = |a: Option<f64>, b: Option<f64>| match (a, b) {
+                    (Some(x), Some(y)) => Some(x + y),
+                    (x, y) => x.or(y),
+                };
+                g.sample.util_pct = add(g.sample.util_pct, row.sample.util_pct);
+                g.sample.mem_util_pct = add(g.sample.mem_util_pct, row.sample.mem_util_pct);
+            }
+            self.pids.push(pid.to_string());
+            return Vec::new();
+        }
+        let done = self.flush();
+        // A GPU with no process at all: nothing of it ran (`-` reads as 0 %).
+        let mut row = row;
+        if pid == "-" {
+            row.sample.util_pct = Some(0.0);
+            row.sample.mem_util_pct = Some(0.0);
+        }
+        self.group = Some((index, row));
+        self.pids = vec![pid.to_string()];
+        done
+    }
+
+    fn flush(&mut self) -> Vec<(u32, Row)> {
+        self.pids.clear();
+        self.group.take().into_iter().collect()
+    }
 }
 
 /// What a reader's notes say of a read dmon log: GPUs left out, the busy measure used.
@@ -575,6 +662,34 @@ GPU 1     9      409";
         assert_eq!(s[1].util_pct, None);
         assert_eq!(s[0].sm_clock_mhz, Some(1980));
         assert_eq!(s[2].t_s, 1.0);
+    }
+
+    #[test]
+    fn smi_pmon_sums_a_gpus_processes_per_reading() {
+        let text = "\
+# gpu         pid  type    sm    mem    enc    dec    command
+# Idx           #   C/G     %      %      %      %    name
+    0       12345     C    45     20      -      -    python
+    0       12346     C    30     10      -      -    python
+    1           -     -     -      -      -      -    -
+    0       12345     C    40     20      -      -    python
+    0       12346     C     -      5      -      -    python
+    1           -     -     -      -      -      -    -
+    1           -     -     -      -      -      -    -
+";
+        let (h, info, _, s) = read(text, Flavour::SmiDmon).unwrap();
+        assert_eq!(h.gpus.len(), 2);
+        assert_eq!(info.rows, 5, "{s:?}");
+        let g0: Vec<Option<f64>> = s
+            .iter()
+            .filter(|x| x.index == 0)
+            .map(|x| x.util_pct)
+            .collect();
+        assert_eq!(g0, [Some(75.0), Some(40.0)]);
+        assert_eq!(s[0].mem_util_pct, Some(30.0));
+        let g1: Vec<f64> = s.iter().filter(|x| x.index == 1).map(|x| x.t_s).collect();
+        assert_eq!(g1, [0.0, 1.0, 2.0]);
+        assert_eq!(s[1].util_pct, Some(0.0));
     }
 
     #[test]
