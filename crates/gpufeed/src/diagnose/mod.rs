@@ -149,9 +149,14 @@ pub fn diagnose_node(
 
 /// Rules, verdict and notes over what was read.
 pub(crate) fn build_report(read: input::ReadOutcome) -> DiagnoseReport {
-    let e = read.evidence;
+    let mut e = read.evidence;
     let findings = rules::evaluate(&e);
     let verdict = verdict::decide(&e, &findings);
+    for j in &verdict.gpus {
+        if let Some(g) = e.gpus.iter_mut().find(|g| g.index == j.index) {
+            g.verdict = Some(rules::gpus::gpu_verdict(g, j.state));
+        }
+    }
     let mut notes = notes(&e, &read.source, &verdict);
     if let Some(line) = phases::describe(&read.phases) {
         notes.insert(0, line);

@@ -150,6 +150,17 @@ fn missing_data(e: &Evidence) -> &'static str {
     }
 }
 
+/// The verdict names the GPU it is about rather than pooling several: `GPU 2 is` when the job
+/// used one GPU of several, `the GPUs are` for several, `the GPU is` for one.
+fn subject(e: &Evidence) -> String {
+    let used: Vec<u32> = e.used_gpus().map(|g| g.index).collect();
+    match (used.as_slice(), e.measured_gpus().count()) {
+        ([one], n) if n > 1 => format!("GPU {one} is"),
+        (u, _) if u.len() > 1 => "the GPUs are".into(),
+        _ => "the GPU is".into(),
+    }
+}
+
 fn input_confidence(e: &Evidence) -> f64 {
     let mut c: f64 = 0.5;
     if e.strongest_period().is_some_and(|p| p.is_strong()) {
@@ -168,6 +179,9 @@ fn input_confidence(e: &Evidence) -> f64 {
 struct Maker {
     busy: Option<f64>,
     gpus: Vec<GpuJudgement>,
+    /// What the summary says is busy: `the GPU is`, `GPU 2 is` (the one GPU the job used of
+    /// several), `the GPUs are` (pooled over the ones it used).
+    subject: String,
 }
 
 impl Maker {
@@ -203,6 +217,7 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
                 })
             })
             .collect(),
+        subject: subject(e),
     };
     // The training loop's measured data wait: a verdict with or without GPU data. A rank that
     // starves the others sets the pace of the whole job, whatever the median rank shows.
@@ -451,10 +466,11 @@ fn from_input(
             VerdictId::Unknown,
             c.max(bc),
             format!(
-                "Undecided: the GPU is busy only {pct:.0}% of the time, either because \
+                "Undecided: {} busy only {pct:.0}% of the time, either because \
                  the input cannot keep up (input_bound, confidence {c:.2}) or because \
                  the batch or model is far too small for it (batch_too_small, {bc:.2}). \
                  {}",
+                m.subject,
                 missing_data(e)
             ),
             None,
@@ -465,7 +481,10 @@ fn from_input(
     let mut v = m.mk(
         VerdictId::InputBound,
         c,
-        format!("Input-bound: the GPU is busy only {pct:.0}% of the time because {what}."),
+        format!(
+            "Input-bound: {} busy only {pct:.0}% of the time because {what}.",
+            m.subject
+        ),
         Some(FindingId::InputBound),
     );
     v.candidates = candidates;
@@ -503,7 +522,10 @@ fn from_gpu_side(
         return m.mk(
             VerdictId::ComputeBound,
             c.min(0.95),
-            format!("Compute-bound: the GPU is busy {pct:.0}% of the time; the input keeps up."),
+            format!(
+                "Compute-bound: {} busy {pct:.0}% of the time; the input keeps up.",
+                m.subject
+            ),
             Some(FindingId::ComputeBound),
         );
     }

@@ -640,11 +640,26 @@ fn verdict_text(o: &mut String, r: &DiagnoseReport, color: bool) {
     );
     let _ = writeln!(o, "         {}", r.verdict.summary);
     // Every GPU judged: a pooled verdict never hides one GPU's state.
-    if r.verdict.gpus.len() > 1 {
+    let states = &r.verdict.gpus;
+    let differ = states.windows(2).any(|w| w[0].state != w[1].state);
+    if differ && states.len() <= 16 {
+        // GPUs that differ get a verdict each, one row per GPU.
+        for g in r.gpus.iter() {
+            if let Some(v) = &g.verdict {
+                let _ = writeln!(
+                    o,
+                    "         GPU {:<3} {:<13} {}",
+                    g.index,
+                    v.state.as_str(),
+                    v.summary
+                );
+            }
+        }
+    } else if states.len() > 1 {
         let _ = writeln!(
             o,
             "         {}",
-            crate::diagnose::verdict::states_line(&r.verdict.gpus)
+            crate::diagnose::verdict::states_line(states)
         );
     }
 }

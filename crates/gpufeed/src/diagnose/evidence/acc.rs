@@ -224,6 +224,7 @@ pub(super) fn finish_gpu(
         timeline_pct,
         recent_step_s,
         recent_pct,
+        verdict: None,
     }
 }
 

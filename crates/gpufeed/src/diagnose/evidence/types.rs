@@ -239,6 +239,47 @@ pub struct GpuEvidence {
     /// The end of the run at full resolution (up to 60 resampled values) for a zoomed sparkline.
     pub recent_step_s: f64,
     pub recent_pct: Vec<f64>,
+    /// This GPU judged on its own, set with the verdict (`None` in evidence not yet judged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<GpuVerdict>,
+}
+
+/// One GPU's own verdict: its state and a line on it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuVerdict {
+    pub state: GpuState,
+    pub summary: String,
+}
+
+/// What one GPU did over the judged span.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
+pub enum GpuState {
+    /// Steadily busy (≥ 80 % without a busy/starved pattern): compute-bound.
+    Busy,
+    /// Busy and starved in turn (a repeating pattern or two levels, < 80 % busy).
+    Starving,
+    /// Neither busy nor starving: a flat, partial utilization.
+    Underused,
+    /// Under 5 % busy.
+    Idle,
+    /// 0 % with no more than a CUDA context's memory while another GPU works.
+    Unused,
+    /// A kernel runs nearly all the time (graphics engine active or utilization high) but its
+    /// SMs are almost empty (SM active low): kernels too small to fill the GPU (batch too small,
+    /// launch-bound). Seen only where the input has DCGM's SM activity.
+    TinyKernels,
 }
 
 /// SM active (%) under which a GPU that always has a kernel running is running tiny kernels.

@@ -4,7 +4,6 @@
 use super::{capacity::IDLE_PCT, input, pcie, r1, r2, r3};
 use crate::diagnose::evidence::{Evidence, GpuEvidence};
 use crate::finding::{Finding, FindingId, Severity};
-use serde::{Deserialize, Serialize};
 
 /// The most GPUs one machine holds (an HGX/DGX board has 8, the largest nodes 16).
 pub const MAX_GPUS_PER_NODE: usize = 16;
@@ -12,36 +11,7 @@ pub const MAX_GPUS_PER_NODE: usize = 16;
 /// Busy fraction from which a GPU without a starving pattern counts as steadily busy.
 pub const BUSY: f64 = 0.80;
 
-/// What one GPU did over the judged span.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-)]
-#[strum(serialize_all = "snake_case")]
-#[serde(rename_all = "snake_case")]
-pub enum GpuState {
-    /// Steadily busy (≥ 80 % without a busy/starved pattern): compute-bound.
-    Busy,
-    /// Busy and starved in turn (a repeating pattern or two levels, < 80 % busy).
-    Starving,
-    /// Neither busy nor starving: a flat, partial utilization.
-    Underused,
-    /// Under 5 % busy.
-    Idle,
-    /// 0 % with no more than a CUDA context's memory while another GPU works.
-    Unused,
-    /// A kernel runs nearly all the time (graphics engine active or utilization high) but its
-    /// SMs are almost empty (SM active low): kernels too small to fill the GPU (batch too small,
-    /// launch-bound). Seen only where the input has DCGM's SM activity.
-    TinyKernels,
-}
+pub use crate::diagnose::evidence::{GpuState, GpuVerdict};
 
 pub use crate::diagnose::evidence::{QUEUED_PCT, TINY_SM_ACTIVE_PCT};
 
@@ -94,6 +64,35 @@ impl GpuState {
     pub fn as_str(self) -> &'static str {
         self.into()
     }
+}
+
+/// One GPU's own verdict: its state and a line saying what it did and what that means.
+pub(crate) fn gpu_verdict(g: &GpuEvidence, state: GpuState) -> GpuVerdict {
+    let busy = g
+        .busy_fraction
+        .map_or(String::new(), |b| format!("{:.0}% busy", b * 100.0));
+    let mem = g.mem_used_max_bytes.map_or(String::new(), |b| {
+        format!(", {} used", crate::units::bytes(b))
+    });
+    let summary = match state {
+        GpuState::Busy => format!("{busy}{mem}: kept fed, compute-bound"),
+        GpuState::Starving => {
+            format!("{busy}{mem}: busy and starved in turn, the input does not keep up")
+        }
+        GpuState::Underused => {
+            format!("{busy}{mem}: a flat, partial load with no starving pattern")
+        }
+        GpuState::Idle => format!("{busy}{mem}: idle while the job ran"),
+        GpuState::Unused => format!("{busy}{mem}: never used by the job"),
+        GpuState::TinyKernels => match g.tiny_kernels() {
+            Some((sm, engine)) => format!(
+                "a kernel running {engine:.0}% of the time at {sm:.1}% SM activity: kernels too \
+                 small to fill it"
+            ),
+            None => busy,
+        },
+    };
+    GpuVerdict { state, summary }
 }
 
 /// The state of one measured GPU (`None` without utilization samples).
