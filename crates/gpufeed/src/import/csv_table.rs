@@ -266,12 +266,14 @@ pub fn read_csv(
         return Err(LogError::Empty);
     }
     if header.is_none() {
-        let names = first_names
-            .map(|n| n.join(", "))
-            .unwrap_or_default()
-            .chars()
-            .take(200)
-            .collect::<String>();
+        let names = super::printable(
+            &first_names
+                .map(|n| n.join(", "))
+                .unwrap_or_default()
+                .chars()
+                .take(200)
+                .collect::<String>(),
+        );
         return Err(LogError::Format(format!(
             "no header line naming a GPU column gpufeed knows (the first line has: {names}); \
              name yours with --columns NAME=utilization.gpu (docs/diagnose.md, \"What gpufeed \

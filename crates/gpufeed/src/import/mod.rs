@@ -26,6 +26,24 @@ use std::io::{BufReader, Read};
 /// costs its figures: 40,000 distinct indices took 440 MB).
 pub const MAX_GPUS: usize = 1024;
 
+/// A name from a file as reports may show it: control characters (an escape sequence, a bell,
+/// a carriage return that would let a forged line overwrite the report in a terminal) are
+/// written as `\x1b`-style escapes.
+pub fn printable(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_string();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                format!("\\x{:02x}", u32::from(c))
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// The note for rows of GPUs past [`MAX_GPUS`].
 pub(crate) fn gpus_over_cap_note(rows: u64) -> String {
     format!(
@@ -221,6 +239,15 @@ mod line_tests {
         assert_eq!(e.to_string(), "read error: disk on fire");
         let cause = std::error::Error::source(&e).expect("the I/O error is the source");
         assert_eq!(cause.to_string(), "disk on fire");
+    }
+
+    #[test]
+    fn names_from_files_print_without_control_characters() {
+        assert_eq!(printable("GPU 0"), "GPU 0");
+        assert_eq!(
+            printable("A100\u{1b}]0;pwned\u{7}\r\nVERDICT"),
+            "A100\\x1b]0;pwned\\x07\\x0d\\x0aVERDICT"
+        );
     }
 
     #[test]

@@ -187,7 +187,7 @@ impl Table {
     /// The entity for a host and an id as the file writes them (`GPU 0`, `0`, `card1`, a uuid);
     /// `None` past [`MAX_ENTITIES`].
     pub fn entity(&mut self, host: Option<&str>, id: &str) -> Option<u32> {
-        let key = (host.map(str::to_string), id.trim().to_string());
+        let key = (host.map(super::printable), super::printable(id.trim()));
         if let Some(&e) = self.by_key.get(&key) {
             return Some(e);
         }
@@ -224,10 +224,10 @@ impl Table {
     pub fn describe(&mut self, e: u32, name: Option<&str>, uuid: Option<&str>) {
         let ent = &mut self.entities[e as usize];
         if let Some(n) = name.filter(|n| !n.is_empty()) {
-            ent.name.get_or_insert_with(|| n.to_string());
+            ent.name.get_or_insert_with(|| super::printable(n));
         }
         if let Some(u) = uuid.filter(|u| !u.is_empty()) {
-            ent.uuid.get_or_insert_with(|| u.to_string());
+            ent.uuid.get_or_insert_with(|| super::printable(u));
         }
     }
 
@@ -280,10 +280,11 @@ impl Table {
         if name.is_empty() {
             return;
         }
-        if let Some(n) = self.unknown.get_mut(name) {
+        let key = super::printable(&name.chars().take(80).collect::<String>());
+        if let Some(n) = self.unknown.get_mut(&key) {
             *n += 1;
         } else if self.unknown.len() < MAX_UNKNOWN_KEPT {
-            self.unknown.insert(name.chars().take(80).collect(), 1);
+            self.unknown.insert(key, 1);
         } else {
             self.unknown_more += 1;
         }
