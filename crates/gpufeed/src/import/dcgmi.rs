@@ -114,23 +114,6 @@ fn value(v: &str) -> Option<f64> {
     v.parse().ok().filter(|x: &f64| x.is_finite())
 }
 
-#[derive(Default, Clone, Copy)]
-struct Sum {
-    n: u64,
-    s: f64,
-}
-impl Sum {
-    fn add(&mut self, v: Option<f64>) {
-        if let Some(v) = v {
-            self.n += 1;
-            self.s += v;
-        }
-    }
-    fn mean(&self) -> Option<f64> {
-        (self.n > 0).then(|| self.s / self.n as f64)
-    }
-}
-
 impl Flavour {
     /// The tool's log, as messages name it.
     fn log_name(self) -> &'static str {
@@ -237,7 +220,7 @@ struct Acc {
     gpus: std::collections::BTreeSet<u32>,
     /// Rows of GPUs past [`super::MAX_GPUS`], left out.
     over_cap: u64,
-    prof: BTreeMap<u32, [Sum; 6]>,
+    prof: BTreeMap<u32, [super::Mean; 6]>,
     /// Rows with a utilization, memory or profiling value.
     with_values: u64,
 }

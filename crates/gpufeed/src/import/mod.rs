@@ -44,6 +44,26 @@ pub fn printable(s: &str) -> String {
         .collect()
 }
 
+/// A running mean of the values that were read (`None` for none).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Mean {
+    n: u64,
+    sum: f64,
+}
+
+impl Mean {
+    pub(crate) fn add(&mut self, v: Option<f64>) {
+        if let Some(v) = v {
+            self.n += 1;
+            self.sum += v;
+        }
+    }
+
+    pub(crate) fn mean(&self) -> Option<f64> {
+        (self.n > 0).then(|| self.sum / self.n as f64)
+    }
+}
+
 /// The note for rows of GPUs past [`MAX_GPUS`].
 pub(crate) fn gpus_over_cap_note(rows: u64) -> String {
     format!(

@@ -99,22 +99,8 @@ fn field_of(name: &str) -> Field {
 /// `temperature_C`, `power_W`, `mem_used_mib`) that clearly means an nvidia-smi field, with the
 /// unit its suffix names. Names that could mean several things map to nothing.
 fn custom_field(name: &str) -> Option<(Field, Option<&'static str>)> {
-    let mut n: String = name
-        .trim()
-        .to_ascii_lowercase()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '%' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    while n.contains("__") {
-        n = n.replace("__", "_");
-    }
-    let n = n.trim_matches('_');
+    let n = super::vocab::snake(name);
+    let n = n.as_str();
     let mut unit = None;
     let mut base = n;
     for (suffix, u) in [

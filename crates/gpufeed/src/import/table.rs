@@ -92,7 +92,7 @@ impl Point {
 
 /// Running means of one GPU's activity measures.
 #[derive(Debug, Default)]
-struct Means([Sum; 6]);
+struct Means([super::Mean; 6]);
 
 const MEANS_OF: [Metric; 6] = [
     Metric::SmActivePct,
@@ -513,24 +513,6 @@ impl Table {
              GPU use (%), gfx_activity and more (docs/diagnose.md, \"What gpufeed reads\"); \
              name yours with --columns NAME=utilization.gpu"
         )
-    }
-}
-
-#[derive(Debug, Default, Clone, Copy)]
-struct Sum {
-    n: u64,
-    s: f64,
-}
-
-impl Sum {
-    fn add(&mut self, v: Option<f64>) {
-        if let Some(v) = v {
-            self.n += 1;
-            self.s += v;
-        }
-    }
-    fn mean(&self) -> Option<f64> {
-        (self.n > 0).then(|| self.s / self.n as f64)
     }
 }
 

@@ -366,24 +366,29 @@ pub fn lookup(raw: &str) -> Option<Found> {
     script_name(&n)
 }
 
+/// A script's column name in one spelling: lower case, every run of other characters than
+/// letters, digits and `%` one `_`, none at either end (`Temperature (C)` → `temperature_c`).
+pub(crate) fn snake(name: &str) -> String {
+    let mut s = String::with_capacity(name.len());
+    for c in name.trim().chars() {
+        let c = if c.is_ascii_alphanumeric() || c == '%' {
+            c.to_ascii_lowercase()
+        } else {
+            '_'
+        };
+        if !(c == '_' && s.ends_with('_')) {
+            s.push(c);
+        }
+    }
+    s.trim_matches('_').to_string()
+}
+
 /// A name from a logging script's own header (`gpu_util_percent`, `mem_used_mib`,
 /// `vram_used_bytes`, `temperature_C`) that clearly means one metric, its unit from the suffix.
 /// Names that could mean several things map to nothing.
 fn script_name(n: &str) -> Option<Found> {
-    let mut s: String = n
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '%' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    while s.contains("__") {
-        s = s.replace("__", "_");
-    }
-    let s = s.trim_matches('_');
+    let s = snake(n);
+    let s = s.as_str();
     let mut unit = "";
     let mut base = s;
     for (suffix, u) in [
