@@ -209,6 +209,16 @@ pub(crate) fn segment(series: &[(f64, f64)], released: &[bool]) -> Vec<Phase> {
     if out.len() == 1 && out[0].kind == PhaseKind::Active {
         return Vec::new();
     }
+    // A log that hovers at the idle line (a GPU flat at 4-6 % for hours) has no start-up to cut:
+    // judging the sliver above the line would judge nothing. Under a tenth left, it is one block.
+    let active: f64 = out
+        .iter()
+        .filter(|p| p.kind == PhaseKind::Active)
+        .map(Phase::duration_s)
+        .sum();
+    if active < 0.1 * (t_end - t0) {
+        return Vec::new();
+    }
     out
 }
 
@@ -417,6 +427,12 @@ mod tests {
             "{p:?}"
         );
         assert!(segment(&runs, &vec![false; runs.len()]).is_empty());
+        // Hovering at the idle line for an hour, above it only at the end: one block, not a
+        // start-up of 59 minutes and a minute judged.
+        let flat: Vec<(f64, f64)> = (0..3600)
+            .map(|i| (i as f64, if i < 3550 { 4.0 } else { 6.0 }))
+            .collect();
+        assert!(segment(&flat, &[]).is_empty());
         assert!(
             segment(&series(3600.0, 1.0, |_| 0.0), &[]).is_empty(),
             "never busy"

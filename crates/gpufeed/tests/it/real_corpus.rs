@@ -37,6 +37,12 @@ const KNOWN_MISSES: &[(&str, &str)] = &[
         "power only (card0 324 W, the others at an idle 145 W): refused, no busy figure",
     ),
     (
+        "wandb-events__MoonBlvd-mil_ucf_cvpr2018__run-20191205_171425-uezx3fqj-wandb-events.jsonl",
+        "GPU 0 holds the job at 4% busy for 2 hours beside three GPUs at 0%: all four read as \
+         idle (under 5%); W&B gives memory as a percent with no total, so the memory that would \
+         tell the job's GPU from the others is not weighed",
+    ),
+    (
         "smi-query__grantwilkins-training_profile__power-trace_2gpu_2025-12-05-19-21-36.csv",
         "70% busy with a 2-3 s dip to 8% every 13.6 s (the script's periodic checkpoints): read \
          as input_bound; a log alone cannot tell a checkpoint stall from a data stall",
