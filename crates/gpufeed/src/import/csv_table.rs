@@ -194,6 +194,25 @@ pub(crate) fn is_other_tools_header(line: &str) -> bool {
     other || long || spaced
 }
 
+/// Marks a value column of a metric (of one GPU) an earlier column already holds as skipped, and
+/// returns the skipped columns' names: the first is read, not silently the last.
+fn skip_duplicates(cols: &mut [Col], names: &[String]) -> Vec<String> {
+    let mut dups = Vec::new();
+    for i in 0..cols.len() {
+        let Col::Value { metric, entity, .. } = &cols[i] else {
+            continue;
+        };
+        let seen = cols[..i].iter().any(
+            |c| matches!(c, Col::Value { metric: m, entity: e, .. } if m == metric && e == entity),
+        );
+        if seen {
+            cols[i] = Col::Skip;
+            dups.push(names[i].clone());
+        }
+    }
+    dups
+}
+
 /// Reads the CSV; `columns` are `NAME=KNOWN` renames (`gpu_busy=utilization.gpu`).
 pub fn read_csv(
     r: impl Read,
@@ -233,10 +252,20 @@ pub fn read_csv(
         if header.as_ref().is_some_and(|(h, _)| *h == f) {
             return Ok(());
         }
-        if let Some(cols) = header_cols(&f, &renames) {
+        if let Some(mut cols) = header_cols(&f, &renames) {
             for (name, c) in f.iter().zip(&cols) {
                 if *c == Col::Unknown {
                     t.unknown(name);
+                }
+            }
+            let dups = skip_duplicates(&mut cols, &f);
+            if !dups.is_empty() {
+                let note = format!(
+                    "Columns of a metric already read were not read (the first of each is): {}.",
+                    super::printable(&dups.join(", "))
+                );
+                if !t.info.notes.contains(&note) {
+                    t.info.notes.push(note);
                 }
             }
             header = Some((f, cols));
@@ -434,6 +463,20 @@ mod tests {
     }
 
     #[test]
+    fn a_metric_in_two_columns_is_read_from_the_first() {
+        let text = "EntityId,GRACT,GRACT,TimeStamp\n0,0.9,0.1,1700000000\n";
+        let (_, info, s) = read(text, &[]).unwrap();
+        assert!((s[0].util_pct.unwrap() - 90.0).abs() < 1e-9);
+        assert!(
+            info.notes
+                .iter()
+                .any(|n| n.contains("were not read") && n.ends_with(": GRACT.")),
+            "{:?}",
+            info.notes
+        );
+    }
+
+    #[test]
     fn a_wandb_export_one_column_per_gpu() {
         let text = "\"Relative Time (Process)\",\"run-a - system/gpu.0.gpu\",\"run-a - system/gpu.0.gpu__MIN\",\"run-a - system/gpu.1.gpu\"\n\
                     30,95,90,0\n60,97,91,0\n";
@@ -474,6 +517,20 @@ mod tests {
         assert_eq!(s[2].util_pct, Some(88.0));
         assert_eq!(s[2].t_s, 5.0);
         assert_eq!(info.malformed, 1);
+        // gfx_activity (a counter here) is a second utilization column: not read.
+        assert!(
+            info.notes.iter().any(|n| n.ends_with(": gfx_activity.")),
+            "{:?}",
+            info.notes
+        );
+        // Alone, the counter under a percent's name is left out value by value, with a note.
+        let alone = "timestamp,device,gfx_activity\n1754586812,card0,110778690\n\
+                     1754586817,card0,55\n";
+        let (_, info, s) = read(alone, &[]).unwrap();
+        assert_eq!(
+            s.iter().filter_map(|x| x.util_pct).collect::<Vec<_>>(),
+            [55.0]
+        );
         assert!(
             info.notes.iter().any(|n| n.contains("outside its range")),
             "{:?}",

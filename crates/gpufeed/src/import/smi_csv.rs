@@ -387,18 +387,20 @@ fn guess_columns(values: &[&str]) -> Option<Vec<String>> {
 struct Columns {
     fields: Vec<Field>,
     units: Vec<Option<String>>,
+    /// Names of columns whose field an earlier column already holds (not read).
+    duplicates: Vec<String>,
 }
 
 impl Columns {
     fn new(names: &[String]) -> Self {
         let mut fields: Vec<Field> = names.iter().map(|n| field_of(n)).collect();
-        // Two columns naming the GPU (`gpu` and `index` in one script's header): the first wins,
-        // the other is not read as one.
-        if let Some(first) = fields.iter().position(|f| *f == Field::Index) {
-            for f in fields.iter_mut().skip(first + 1) {
-                if *f == Field::Index {
-                    *f = Field::Other;
-                }
+        // Two columns of one field (`gpu` and `index` in one script's header, a field queried
+        // twice): the first is read, the others are not, and a note says so.
+        let mut duplicates = Vec::new();
+        for i in 0..fields.len() {
+            if fields[i] != Field::Other && fields[..i].contains(&fields[i]) {
+                fields[i] = Field::Other;
+                duplicates.push(names[i].trim().to_string());
             }
         }
         let units = names
@@ -415,7 +417,11 @@ impl Columns {
                     })
             })
             .collect();
-        Columns { fields, units }
+        Columns {
+            fields,
+            units,
+            duplicates,
+        }
     }
 }
 
@@ -864,7 +870,18 @@ impl<'a> CsvRead<'a> {
             // Fields given with --columns win over the file's own header.
             if self.opts.columns.is_none() {
                 let names: Vec<String> = fields.iter().map(|s| s.to_string()).collect();
-                self.cols = Some(Columns::new(&names));
+                let cols = Columns::new(&names);
+                if !cols.duplicates.is_empty() {
+                    let note = format!(
+                        "Columns of a field already read were not read (the first of each is): \
+                         {}.",
+                        super::printable(&cols.duplicates.join(", "))
+                    );
+                    if !self.info.notes.contains(&note) {
+                        self.info.notes.push(note);
+                    }
+                }
+                self.cols = Some(cols);
             }
             return Ok(());
         }
@@ -1467,6 +1484,23 @@ mod tests {
         let text = "time_ms,gpu_util\n1764676800250,25\n1764676801250,27\n";
         let (_, _, s) = read(text, &CsvOptions::default()).unwrap();
         assert!((s[1].t_s - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_field_in_two_columns_is_read_from_the_first_with_a_note() {
+        let text = "timestamp, utilization.gpu [%], utilization.gpu [%], memory.used [MiB]\n\
+                    2026/12/02 12:00:00.000, 90 %, 10 %, 1000 MiB\n\
+                    2026/12/02 12:00:01.000, 80 %, 20 %, 1000 MiB\n";
+        let (_, info, s) = read(text, &CsvOptions::default()).unwrap();
+        assert_eq!(s[0].util_pct, Some(90.0));
+        assert_eq!(s[1].util_pct, Some(80.0));
+        assert!(
+            info.notes
+                .iter()
+                .any(|n| n.contains("not read") && n.contains("utilization.gpu [%]")),
+            "{:?}",
+            info.notes
+        );
     }
 
     #[test]
