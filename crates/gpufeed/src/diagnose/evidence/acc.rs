@@ -66,7 +66,7 @@ impl Impossible {
         }
         if self.steps_dropped > 0 {
             out.push(format!(
-                "{} step markers with a time outside the job's run were dropped by the recorder (the job's step clock is not CLOCK_MONOTONIC, or a marker is corrupt)",
+                "{} step markers with a time outside the job's run or more than a billion samples in one step were dropped by the recorder (the job's step clock is not CLOCK_MONOTONIC, or a marker is corrupt)",
                 self.steps_dropped
             ));
         }
