@@ -12,7 +12,7 @@
 use super::dcgmi::ProfilingMeans;
 use super::table::{Table, When};
 use super::vocab::{self, Family, Metric};
-use super::{LogError, LogInfo, LogLine};
+use super::{LogError, LogInfo};
 use crate::sample::event::{Header, Line};
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
@@ -232,11 +232,7 @@ pub fn read_csv(
     let mut any = false;
     let mut first_names: Option<Vec<String>> = None;
     let mut spaced = false;
-    super::each_line(r, |line| {
-        let LogLine::Text(buf) = line else {
-            t.info.overlong_line();
-            return Ok(());
-        };
+    t.each_line(r, |t, buf| {
         if header.is_none() && super::looks_binary(buf) {
             return Err(LogError::Format(super::smi_csv::not_a_log("a CSV")));
         }
@@ -283,7 +279,7 @@ pub fn read_csv(
             }
             return Ok(());
         }
-        match row(&mut t, cols, &f) {
+        match row(t, cols, &f) {
             Put::Values => t.info.rows += 1,
             // A GPU past the most one file is read as: counted in the table's note.
             Put::LeftOut => {}

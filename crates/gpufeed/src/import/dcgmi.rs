@@ -374,12 +374,12 @@ pub fn read_dmon(
         };
         // pmon: a GPU's processes are summed into one reading of it.
         let pid = c.iter().position(|x| *x == Col::Pid).map(|i| vals[i]);
-        for row in pmon.push(index, pid, row) {
+        if let Some(row) = pmon.push(index, pid, row) {
             info.rows += u64::from(acc.emit(row, interval, &mut visit));
         }
         Ok(())
     })?;
-    for row in pmon.flush() {
+    if let Some(row) = pmon.flush() {
         info.rows += u64::from(acc.emit(row, interval, &mut visit));
     }
     if pending_bad {
@@ -432,10 +432,11 @@ struct Pmon {
 }
 
 impl Pmon {
-    /// The rows ready to be read after this one.
-    fn push(&mut self, index: u32, pid: Option<&str>, row: Row) -> Vec<(u32, Row)> {
+    /// The row ready to be read after this one (a dmon row itself; for pmon, a GPU's reading
+    /// once its next one begins).
+    fn push(&mut self, index: u32, pid: Option<&str>, row: Row) -> Option<(u32, Row)> {
         let Some(pid) = pid else {
-            return vec![(index, row)];
+            return Some((index, row));
         };
         // Same GPU, same time, a process not yet seen: one more process of this reading (a
         // `-` row, no process, is a reading of its own).
@@ -455,7 +456,7 @@ impl Pmon {
                 g.sample.mem_util_pct = add(g.sample.mem_util_pct, row.sample.mem_util_pct);
             }
             self.pids.push(pid.to_string());
-            return Vec::new();
+            return None;
         }
         let done = self.flush();
         // A GPU with no process at all: nothing of it ran (`-` reads as 0 %).
@@ -469,9 +470,9 @@ impl Pmon {
         done
     }
 
-    fn flush(&mut self) -> Vec<(u32, Row)> {
+    fn flush(&mut self) -> Option<(u32, Row)> {
         self.pids.clear();
-        self.group.take().into_iter().collect()
+        self.group.take()
     }
 }
 

@@ -4,7 +4,7 @@
 use super::dcgmi::ProfilingMeans;
 use super::table::{Table, When};
 use super::vocab::{self, Metric};
-use super::{LogError, LogInfo, LogLine};
+use super::{LogError, LogInfo};
 use crate::sample::event::{Header, Line};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -59,11 +59,7 @@ pub fn read_run(
             continue;
         };
         let file = std::fs::File::open(&p)?;
-        super::each_line(file, |line| {
-            let LogLine::Text(buf) = line else {
-                t.info.overlong_line();
-                return Ok(());
-            };
+        t.each_line(file, |t, buf| {
             let text = String::from_utf8_lossy(buf);
             let mut it = text.split_whitespace();
             match (

@@ -9,7 +9,7 @@
 use super::dcgmi::ProfilingMeans;
 use super::table::{Table, When};
 use super::vocab::{self, Metric};
-use super::{LogError, LogInfo, LogLine};
+use super::{LogError, LogInfo};
 use crate::sample::event::{Header, Line};
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -138,11 +138,7 @@ pub fn read_text(
 ) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
     let mut t = Table::new();
     let mut any = false;
-    super::each_line(r, |line| {
-        let LogLine::Text(buf) = line else {
-            t.info.overlong_line();
-            return Ok(());
-        };
+    t.each_line(r, |t, buf| {
         let text = String::from_utf8_lossy(buf);
         let l = text.trim();
         if l.is_empty() || l.starts_with('#') {
@@ -164,7 +160,7 @@ pub fn read_text(
             return Ok(());
         };
         let when = ts.and_then(|s| s.parse::<f64>().ok()).map(|ms| ms / 1000.0);
-        put_series(&mut t, series, when, v, None);
+        put_series(t, series, when, v, None);
         Ok(())
     })?;
     if !any {

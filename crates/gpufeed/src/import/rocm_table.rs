@@ -9,7 +9,7 @@
 use super::dcgmi::ProfilingMeans;
 use super::table::Table;
 use super::vocab::Metric;
-use super::{LogError, LogInfo, LogLine};
+use super::{LogError, LogInfo};
 use crate::sample::event::{Header, Line};
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -39,11 +39,7 @@ pub fn read(
     let mut vram_last = false;
     // `====` rules seen since the header: the first opens the rows, the second closes them.
     let mut rules = 0;
-    super::each_line(r, |line| {
-        let LogLine::Text(buf) = line else {
-            t.info.overlong_line();
-            return Ok(());
-        };
+    t.each_line(r, |t, buf| {
         let text = String::from_utf8_lossy(buf);
         let l = text.trim();
         if is_header(l) {

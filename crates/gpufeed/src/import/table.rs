@@ -290,6 +290,22 @@ impl Table {
         }
     }
 
+    /// Reads `r` line by line ([`super::each_line`]), handing each line to `f` with the table;
+    /// a line too long to be a row is counted as such and passed over.
+    pub fn each_line(
+        &mut self,
+        r: impl std::io::Read,
+        mut f: impl FnMut(&mut Table, &[u8]) -> Result<(), LogError>,
+    ) -> Result<(), LogError> {
+        super::each_line(r, |line| match line {
+            super::LogLine::Text(buf) => f(self, buf),
+            super::LogLine::Overlong => {
+                self.info.overlong_line();
+                Ok(())
+            }
+        })
+    }
+
     /// Has any value been put?
     pub fn is_empty(&self) -> bool {
         self.points.is_empty()

@@ -6,7 +6,7 @@
 use super::dcgmi::ProfilingMeans;
 use super::table::{Table, When};
 use super::vocab::{self, Metric};
-use super::{LogError, LogInfo, LogLine};
+use super::{LogError, LogInfo};
 use crate::sample::event::{Header, Line};
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -19,11 +19,7 @@ pub fn read_events(
 ) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
     let mut t = Table::new();
     let mut any = false;
-    super::each_line(r, |line| {
-        let LogLine::Text(buf) = line else {
-            t.info.overlong_line();
-            return Ok(());
-        };
+    t.each_line(r, |t, buf| {
         if buf.iter().all(u8::is_ascii_whitespace) {
             return Ok(());
         }
