@@ -19,13 +19,18 @@ pub fn read_events(
 ) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
     let mut t = Table::new();
     let mut any = false;
+    // Some line was a JSON object (else the file is no W&B events file at all).
+    let mut objects = false;
     t.each_line(r, |t, buf| {
         if buf.iter().all(u8::is_ascii_whitespace) {
             return Ok(());
         }
         any = true;
         let obj: serde_json::Map<String, serde_json::Value> = match serde_json::from_slice(buf) {
-            Ok(o) => o,
+            Ok(o) => {
+                objects = true;
+                o
+            }
             Err(_) => {
                 if buf.last() == Some(&b'\n') {
                     t.info.malformed += 1;
@@ -73,6 +78,13 @@ pub fn read_events(
     })?;
     if !any {
         return Err(LogError::Empty);
+    }
+    if !objects {
+        return Err(LogError::Format(
+            "not W&B events: no line is a JSON object (wandb-events.jsonl has one a line); \
+             without --input-format the format is detected"
+                .into(),
+        ));
     }
     if t.is_empty() && t.info.rows == 0 {
         return Err(LogError::Format(
@@ -132,5 +144,13 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("no system.gpu"), "{e}");
+        let e = read_events(
+            &b"timestamp, utilization.gpu [%]\n0, 5 %\n"[..],
+            None,
+            |_| {},
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("not W&B events"), "{e}");
     }
 }
