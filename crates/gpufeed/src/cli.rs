@@ -239,6 +239,10 @@ pub struct RunArgs {
     /// file in DIR (created if absent): point `tensorboard --logdir` at it
     #[arg(long, value_name = "DIR")]
     pub tensorboard: Option<PathBuf>,
+    /// Do not time the job's torch DataLoader batches as steps (on by default: exact steps/s and
+    /// data wait with no code change; the job's own step markers win when it sends any)
+    #[arg(long)]
+    pub no_auto_steps: bool,
     /// The command to run, after `--` (passed as it is, bytes that are not UTF-8 included)
     #[arg(
         required = true,

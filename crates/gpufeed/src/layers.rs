@@ -18,7 +18,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("job", &["exit"]),
     // Sources and what they produce.
     ("sample", &["exit", "outfile", "stats", "units"]),
-    ("inject", &["exit", "sample"]),
+    ("inject", &["exit", "outfile", "sample"]),
     ("import", &["sample", "stats"]),
     (
         "record",

@@ -310,6 +310,66 @@ pub(crate) fn private_dir(prefix: &str) -> io::Result<tempfile::TempDir> {
         .tempdir_in(private_base())
 }
 
+/// The file that marks a private folder as gpufeed's own: only folders holding it are ever
+/// removed as stale (a folder of someone else's that happens to match the name is left alone).
+const OWNED_MARK: &str = ".gpufeed-owned";
+
+/// A private folder (see [`private_dir`]) named `{kind}{pid}-…` and marked as gpufeed's; the
+/// folders of the same kind that a gpufeed killed before it could clean up (SIGKILL) left behind
+/// are removed first.
+pub(crate) fn owned_private_dir(kind: &str) -> io::Result<tempfile::TempDir> {
+    let base = private_base();
+    remove_stale(&base, kind);
+    let d = private_dir(&format!("{kind}{}-", std::process::id()))?;
+    std::fs::write(d.path().join(OWNED_MARK), b"")?;
+    Ok(d)
+}
+
+/// Removes the folders `{kind}PID-*` in `base` that gpufeed made ([`OWNED_MARK`]) and left
+/// behind: only real folders, not symlinks, owned by this user, whose PID no longer runs.
+/// Returns how many were removed.
+pub(crate) fn remove_stale(base: &Path, kind: &str) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(kind))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // symlink_metadata: a symlink planted under our name is left alone, never followed.
+        let ours = std::fs::symlink_metadata(e.path())
+            .is_ok_and(|m| m.file_type().is_dir() && m.uid() == uid)
+            && std::fs::symlink_metadata(e.path().join(OWNED_MARK))
+                .is_ok_and(|m| m.file_type().is_file());
+        if ours && !pid_alive(pid) && std::fs::remove_dir_all(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// Whether a process with this pid runs (a zombie does not); read from /proc, as
+/// `sample::host::pid_alive` does, which this low layer cannot import.
+fn pid_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let (_, rest) = s.rsplit_once(')')?;
+            rest.trim_start().chars().next()
+        })
+        .is_some_and(|state| state != 'Z' && state != 'X')
+}
+
 /// The folder [`private_dir`] creates its folders in: the temporary directory, or `/tmp` when
 /// that path is too long for a socket inside it.
 pub(crate) fn private_base() -> PathBuf {
@@ -431,6 +491,40 @@ mod tests {
         assert!(same_file(&d.path().join("n"), &d.path().join("./n")));
         assert!(!same_file(&a, &d.path().join("n")));
         assert!(refuse_same_as_input("--html", &hard, [a.as_path()]).is_err());
+    }
+
+    #[test]
+    fn stale_folders_of_gone_gpufeeds_are_removed_and_nothing_else() {
+        let base = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        child.wait().unwrap();
+        let gone = child.id();
+        let me = std::process::id();
+        let mk = |n: &str, owned: bool| {
+            let d = base.path().join(n);
+            std::fs::create_dir(&d).unwrap();
+            std::fs::write(d.join("step.sock"), "").unwrap();
+            if owned {
+                std::fs::write(d.join(OWNED_MARK), "").unwrap();
+            }
+            d
+        };
+        let stale = mk(&format!("gpufeed-steps-{gone}-abc"), true);
+        let live = mk(&format!("gpufeed-steps-{me}-abc"), true);
+        let other = mk("gpufeed-steps-xyz", true);
+        // Named like ours, pid gone, but gpufeed never made it: left alone.
+        let foreign = mk(&format!("gpufeed-steps-{gone}-foreign"), false);
+        let other_kind = mk(&format!("gpufeed-inject-{gone}-abc"), true);
+        let target = mk("elsewhere", true);
+        let link = base.path().join(format!("gpufeed-steps-{gone}-lnk"));
+        symlink(&target, &link).unwrap();
+        assert_eq!(remove_stale(base.path(), "gpufeed-steps-"), 1);
+        assert!(!stale.exists());
+        assert!(live.exists() && other.exists() && foreign.exists() && other_kind.exists());
+        assert!(target.join("step.sock").exists());
+        assert!(std::fs::symlink_metadata(&link).is_ok());
+        assert_eq!(remove_stale(base.path(), "gpufeed-inject-"), 1);
+        assert!(!other_kind.exists());
     }
 
     #[test]

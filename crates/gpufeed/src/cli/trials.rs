@@ -43,6 +43,10 @@ pub struct TrialOpts {
     pub quiet: bool,
     #[command(flatten)]
     pub py: crate::cli::PyStackOpts,
+    /// Do not time the job's torch DataLoader batches as steps (on by default: exact steps/s and
+    /// data wait with no code change; the job's own step markers win when it sends any)
+    #[arg(long)]
+    pub no_auto_steps: bool,
 }
 
 /// `3%`, `0.03` or `3` (percent when above 1).

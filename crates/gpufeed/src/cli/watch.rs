@@ -20,6 +20,10 @@ pub struct WatchArgs {
     pub step_socket: Option<PathBuf>,
     #[command(flatten)]
     pub inject: crate::cli::InjectOpts,
+    /// Do not time the job's torch DataLoader batches as steps (on by default for a job started
+    /// here; the job's own step markers win when it sends any)
+    #[arg(long)]
+    pub no_auto_steps: bool,
     #[command(flatten)]
     pub py: crate::cli::PyStackOpts,
     /// Where the job's stdout and stderr go while the screen is in use

@@ -156,6 +156,7 @@ fn check_run_args(args: &RunArgs) -> anyhow::Result<Option<crate::inject::Inject
     let inject = args
         .inject
         .spec()
+        .map(|s| s.with_auto_steps(!args.no_auto_steps))
         .and_then(|s| crate::inject::for_setting(&s, &[]))
         .map_err(Failure::from)?;
     if let (Some(h), Some(o)) = (&args.html, &args.rec.output) {
@@ -216,6 +217,7 @@ fn report_overrides(i: &crate::inject::Injection, recorder: Option<&Recorder>, q
             t_s: r.elapsed_s(),
             overrides: rep.overrides,
             notes: rep.notes,
+            loader_notes: rep.loader_notes,
         })),
         None if !quiet => eprint!(
             "{}",

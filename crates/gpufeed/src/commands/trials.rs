@@ -148,6 +148,7 @@ pub fn spec(
         py: t.py.config(false),
         grace: t.grace,
         inject: None,
+        auto_steps: !t.no_auto_steps,
     }
 }
 

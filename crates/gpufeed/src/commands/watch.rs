@@ -179,6 +179,8 @@ pub fn run(global: &GlobalOpts, args: &WatchArgs) -> anyhow::Result<u8> {
         )
         .into());
     }
+    // Step markers from the DataLoader of a job started here (a `--pid` job cannot be reached).
+    let inject = inject.with_auto_steps(!args.no_auto_steps && !args.command.is_empty());
     let injection = crate::inject::for_setting(&inject, &[]).map_err(Failure::from)?;
     let mut env: Vec<(String, String)> = injection.iter().map(|i| i.env_var(&[])).collect();
     // Step markers from a job started here (`--pid` jobs were started without the variable).
@@ -229,10 +231,10 @@ pub fn run(global: &GlobalOpts, args: &WatchArgs) -> anyhow::Result<u8> {
     // The screen is gone: say what --dataloader/--torch changed.
     if let Some(i) = &injection {
         let rep = i.read();
-        eprint!(
-            "gpufeed: {}",
-            crate::present::summary::overrides_text(&rep.overrides, &rep.notes).trim_start()
-        );
+        let text = crate::present::summary::overrides_text(&rep.overrides, &rep.notes);
+        if !text.is_empty() {
+            eprint!("gpufeed: {}", text.trim_start());
+        }
     }
     code
 }

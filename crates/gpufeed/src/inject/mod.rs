@@ -129,6 +129,8 @@ impl Flag {
 pub struct InjectSpec {
     dataloader: Vec<(String, String)>,
     torch: Vec<(String, String)>,
+    /// Step markers from every torch DataLoader (on unless `--no-auto-steps`).
+    auto_steps: bool,
 }
 
 fn parse_pairs(flag: Flag, specs: &[String]) -> Result<Vec<(String, String)>, InjectError> {
@@ -210,9 +212,17 @@ impl InjectSpec {
         Ok(InjectSpec {
             dataloader: parse_pairs(Flag::DataLoader, dataloader)?,
             torch: parse_pairs(Flag::Torch, torch)?,
+            auto_steps: false,
         })
     }
 
+    /// Also time every torch DataLoader's batches as step markers (see [`Resolved::auto_steps`]).
+    pub fn with_auto_steps(mut self, on: bool) -> InjectSpec {
+        self.auto_steps = on;
+        self
+    }
+
+    /// No override asked for (the DataLoader step markers aside).
     pub fn is_empty(&self) -> bool {
         self.dataloader.is_empty() && self.torch.is_empty()
     }
@@ -245,6 +255,7 @@ impl InjectSpec {
         Ok(Resolved {
             dataloader: one(Flag::DataLoader, &self.dataloader)?,
             torch: one(Flag::Torch, &self.torch)?,
+            auto_steps: self.auto_steps,
         })
     }
 }
@@ -254,9 +265,22 @@ impl InjectSpec {
 pub struct Resolved {
     pub dataloader: BTreeMap<String, serde_json::Value>,
     pub torch: BTreeMap<String, serde_json::Value>,
+    /// Every `next()` on a torch DataLoader iterator sends a step marker (with its wait and batch
+    /// size) to the job's step socket, marked as gpufeed's own so the job's markers win.
+    #[serde(rename = "steps")]
+    pub auto_steps: bool,
 }
 
 impl Resolved {
+    /// Step markers from the DataLoader and nothing else.
+    pub fn auto_steps_only() -> Resolved {
+        Resolved {
+            auto_steps: true,
+            ..Default::default()
+        }
+    }
+
+    /// No override (the DataLoader step markers aside).
     pub fn is_empty(&self) -> bool {
         self.dataloader.is_empty() && self.torch.is_empty()
     }
@@ -271,6 +295,10 @@ pub struct InjectReport {
     pub overrides: Vec<Override>,
     /// Overrides that could not apply, and why (never a crash of the job).
     pub notes: Vec<String>,
+    /// What the DataLoader step hook timed: the training loader, loaders left out, and why it
+    /// could not tell them apart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loader_notes: Vec<String>,
 }
 
 impl InjectReport {
@@ -300,6 +328,14 @@ struct Event {
     reason: Option<String>,
     #[serde(default)]
     detail: Option<String>,
+    /// `loader` events: `train`, `other` or `unknown`.
+    #[serde(default)]
+    role: Option<String>,
+    /// `loader` events: batches taken from it so far.
+    #[serde(default)]
+    batches: Option<u64>,
+    #[serde(default)]
+    rank: Option<u64>,
 }
 
 /// Most lines read from the side channel (a job creating a DataLoader per step writes many).
@@ -353,6 +389,7 @@ pub(crate) fn aggregate_from(input: impl std::io::BufRead, wanted: &Resolved) ->
         ));
     }
     rep.nothing_changed(wanted, &seen);
+    rep.loader_notes(&seen);
     rep
 }
 
@@ -362,6 +399,8 @@ struct Seen {
     python: bool,
     torch: bool,
     loader: bool,
+    /// The DataLoader step hook's loaders: (role, site) → batches per rank (the latest count).
+    loaders: BTreeMap<(String, String), BTreeMap<u64, u64>>,
 }
 
 impl InjectReport {
@@ -416,12 +455,32 @@ impl InjectReport {
                     e.reason.unwrap_or_default()
                 ));
             }
+            "note" if key == "steps" => {
+                let n = match &e.site {
+                    Some(s) => format!(
+                        "{} (first seen at the DataLoader created at {s})",
+                        e.detail.unwrap_or_default()
+                    ),
+                    None => e.detail.unwrap_or_default(),
+                };
+                if !self.loader_notes.contains(&n) {
+                    self.loader_notes.push(n);
+                }
+            }
             "note" => {
                 seen.loader |= target == "DataLoader";
                 self.note(format!(
                     "{target}{at}: {key}: {}",
                     e.detail.unwrap_or_default()
                 ));
+            }
+            "loader" => {
+                if let (Some(role), Some(n)) = (e.role, e.batches) {
+                    let site = e.site.unwrap_or_else(|| "an unknown line".into());
+                    let per_rank = seen.loaders.entry((role, site)).or_default();
+                    let c = per_rank.entry(e.rank.unwrap_or(0)).or_default();
+                    *c = (*c).max(n);
+                }
             }
             "reverted" => self.note(format!(
                 "{target}.{key}={} was set back to {} by the job's own code after gpufeed set it",
@@ -436,8 +495,38 @@ impl InjectReport {
         }
     }
 
+    /// Which DataLoader the step markers timed, and which loaders were left out of the step rate
+    /// (the training loader first).
+    fn loader_notes(&mut self, seen: &Seen) {
+        let mut loaders: Vec<_> = seen.loaders.iter().collect();
+        loaders.sort_by_key(|((role, _), _)| role.as_str() != "train");
+        for ((role, site), per_rank) in loaders {
+            let batches: u64 = per_rank.values().sum();
+            let ranks = if per_rank.len() > 1 {
+                format!(" over {} ranks", per_rank.len())
+            } else {
+                String::new()
+            };
+            let n = match role.as_str() {
+                "train" => format!(
+                    "timed at each batch of the training loader, the DataLoader created at \
+                     {site} ({batches} batches{ranks}), unless the job sent step markers of its own"
+                ),
+                "other" => format!(
+                    "the DataLoader created at {site} gave {batches} batches{ranks} with no \
+                     optimizer step (validation or evaluation): left out of the step rate"
+                ),
+                _ => continue,
+            };
+            self.loader_notes.push(n);
+        }
+    }
+
     /// Says why the flags changed nothing: no Python, no torch, or no DataLoader.
     fn nothing_changed(&mut self, wanted: &Resolved, seen: &Seen) {
+        if wanted.is_empty() {
+            return; // only step markers were asked for: nothing to change
+        }
         let flags = match (wanted.dataloader.is_empty(), wanted.torch.is_empty()) {
             (false, false) => "--dataloader and --torch",
             (false, true) => "--dataloader",
@@ -467,12 +556,13 @@ pub struct Injection {
     wanted: Resolved,
 }
 
-/// The injection for one job with `setting`'s knob values, or `None` when nothing is overridden.
+/// The injection for one job with `setting`'s knob values, or `None` when nothing is overridden
+/// and no step markers are wanted from the DataLoader.
 pub(crate) fn for_setting(
     spec: &InjectSpec,
     setting: &[(String, String)],
 ) -> Result<Option<Injection>, InjectError> {
-    if spec.is_empty() {
+    if spec.is_empty() && !spec.auto_steps {
         return Ok(None);
     }
     Injection::prepare(&spec.resolve(setting)?).map(Some)
@@ -481,14 +571,8 @@ pub(crate) fn for_setting(
 impl Injection {
     /// Writes `sitecustomize.py` and the settings into a new private temporary directory.
     pub(crate) fn prepare(wanted: &Resolved) -> Result<Injection, InjectError> {
-        let dir = tempfile::Builder::new()
-            .prefix("gpufeed-inject-")
-            .tempdir()?;
-        // tempfile creates the directory 0700; say so rather than rely on it.
-        std::fs::set_permissions(
-            dir.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o700),
-        )?;
+        // A folder left by a gpufeed that was killed (SIGKILL) is removed by the next one.
+        let dir = crate::outfile::owned_private_dir("gpufeed-inject-")?;
         std::fs::write(dir.path().join("sitecustomize.py"), SITECUSTOMIZE)?;
         let cfg = serde_json::to_string(wanted).map_err(std::io::Error::other)?;
         std::fs::write(dir.path().join("config.json"), cfg)?;
@@ -522,10 +606,38 @@ impl Injection {
         ("PYTHONPATH".into(), self.pythonpath(current.as_deref()))
     }
 
-    /// What the job reported so far (call after it ended).
+    /// What the job reported so far (call after it ended). The job can write into this folder:
+    /// the side channel is opened without blocking and without following a link, and anything
+    /// but a regular file (a FIFO would block `run` forever) is ignored with a note.
     pub fn read(&self) -> InjectReport {
-        match std::fs::File::open(self.dir.path().join("report.ndjson")) {
-            Ok(f) => aggregate_from(std::io::BufReader::new(f), &self.wanted),
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.dir.path().join("report.ndjson");
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+            .open(&path);
+        match opened {
+            Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => {
+                aggregate_from(std::io::BufReader::new(f), &self.wanted)
+            }
+            Ok(_) => {
+                let mut rep = aggregate("", &self.wanted);
+                rep.note(
+                    "the job replaced gpufeed's override report with something that is not a \
+                     file: what the overrides did is unknown"
+                        .into(),
+                );
+                rep
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                let mut rep = aggregate("", &self.wanted);
+                rep.note(
+                    "the job replaced gpufeed's override report with a link: it was not \
+                     followed, and what the overrides did is unknown"
+                        .into(),
+                );
+                rep
+            }
             Err(_) => aggregate("", &self.wanted),
         }
     }
@@ -683,5 +795,64 @@ not json
         let dir = inj.dir().to_path_buf();
         drop(inj);
         assert!(!dir.exists());
+    }
+
+    #[test]
+    fn the_step_hooks_loader_events_become_loader_notes() {
+        let text = r#"{"event":"python","pid":1}
+{"event":"torch","pid":1}
+{"event":"loader","target":"DataLoader","site":"train.py:9","role":"train","batches":12,"rank":0}
+{"event":"loader","target":"DataLoader","site":"train.py:9","role":"train","batches":40,"rank":0}
+{"event":"loader","target":"DataLoader","site":"train.py:9","role":"train","batches":38,"rank":1}
+{"event":"loader","target":"DataLoader","site":"train.py:12","role":"other","batches":6,"rank":0}
+{"event":"loader","target":"DataLoader","site":"train.py:14","role":"unknown","batches":3,"rank":0}
+{"event":"note","target":"DataLoader","key":"steps","site":"train.py:12","detail":"DataLoaders are iterated from more than one thread"}
+"#;
+        let rep = aggregate(text, &Resolved::auto_steps_only());
+        assert!(
+            rep.notes.is_empty(),
+            "no override was asked for: {:?}",
+            rep.notes
+        );
+        assert!(rep.overrides.is_empty());
+        assert_eq!(rep.loader_notes.len(), 3, "{:?}", rep.loader_notes);
+        assert!(rep.loader_notes[0].starts_with("DataLoaders are iterated from more than one thread (first seen at the DataLoader created at train.py:12)"), "{:?}", rep.loader_notes);
+        // The training loader first: its latest count per rank, summed over the ranks.
+        assert!(
+            rep.loader_notes[1].contains(
+                "training loader, the DataLoader created at train.py:9 (78 batches over 2 ranks)"
+            ),
+            "{:?}",
+            rep.loader_notes
+        );
+        assert!(
+            rep.loader_notes[2].contains("train.py:12 gave 6 batches"),
+            "{:?}",
+            rep.loader_notes
+        );
+    }
+
+    #[test]
+    fn a_fifo_or_a_link_in_place_of_the_report_never_blocks_the_read() {
+        let inj = Injection::prepare(&Resolved::auto_steps_only()).unwrap();
+        let report = inj.dir().join("report.ndjson");
+        let c = std::ffi::CString::new(report.to_str().unwrap()).unwrap();
+        // SAFETY: a valid C string; mkfifo only creates the node.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let t = std::time::Instant::now();
+        let rep = inj.read();
+        assert!(t.elapsed() < std::time::Duration::from_secs(2));
+        assert!(rep.notes[0].contains("not a file"), "{:?}", rep.notes);
+        std::fs::remove_file(&report).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &report).unwrap();
+        let rep = inj.read();
+        assert!(rep.notes[0].contains("a link"), "{:?}", rep.notes);
+        // The folder is marked as gpufeed's own, and named for this gpufeed's pid.
+        assert!(inj.dir().join(".gpufeed-owned").is_file());
+        let name = inj.dir().file_name().unwrap().to_str().unwrap().to_string();
+        assert!(
+            name.starts_with(&format!("gpufeed-inject-{}-", std::process::id())),
+            "{name}"
+        );
     }
 }

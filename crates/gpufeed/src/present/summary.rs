@@ -52,6 +52,7 @@ pub fn text_with(s: &Summary, util_mean_said: bool) -> String {
         job_text(&mut o, j);
     }
     o.push_str(&overrides_text(&s.overrides, &s.override_notes));
+    o.push_str(&loader_text(&s.loader_notes));
     if let Some(n) = s.steps_dropped {
         let _ = writeln!(
             o,
@@ -164,6 +165,15 @@ pub(crate) fn overrides_text(overrides: &[crate::inject::Override], notes: &[Str
     o
 }
 
+/// What gpufeed's DataLoader step hook timed, one line each.
+pub(crate) fn loader_text(notes: &[String]) -> String {
+    let mut o = String::new();
+    for n in notes {
+        let _ = writeln!(o, "  steps  {n}");
+    }
+    o
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,6 +244,7 @@ mod tests {
             truncated: false,
             overrides: vec![],
             override_notes: vec![],
+            loader_notes: vec![],
             steps_dropped: None,
         }
     }

@@ -36,6 +36,9 @@ pub struct Summary {
     /// Overrides that could not apply, and why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub override_notes: Vec<String>,
+    /// What gpufeed's DataLoader step hook timed: the training loader, loaders left out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loader_notes: Vec<String>,
     /// Step markers dropped for a time outside the job's run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps_dropped: Option<u64>,
@@ -397,6 +400,7 @@ impl SummaryBuilder {
             truncated,
             overrides: overrides.overrides,
             override_notes: overrides.notes,
+            loader_notes: overrides.loader_notes,
         }
     }
 }

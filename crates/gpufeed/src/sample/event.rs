@@ -174,6 +174,9 @@ pub struct OverridesLine {
     pub overrides: Vec<Override>,
     #[serde(default)]
     pub notes: Vec<String>,
+    /// What gpufeed's DataLoader step hook timed (`InjectReport::loader_notes`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loader_notes: Vec<String>,
 }
 
 /// Every line after the header.

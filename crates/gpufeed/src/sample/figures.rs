@@ -83,6 +83,7 @@ pub fn window_totals(
         if k.t_ns > from_ns {
             inside.push(k);
         } else {
+            // An idle mark before the window restarts the clock as a step would.
             before = Some(before.map_or(k.t_ns, |b| b.max(k.t_ns)));
         }
     }
@@ -90,7 +91,7 @@ pub fn window_totals(
     let mut t = StepTotals::empty();
     let mut prev = before;
     for k in inside {
-        if let Some(p) = prev {
+        if let Some(p) = prev.filter(|_| k.is_step()) {
             t.add(p, k);
         }
         prev = Some(k.t_ns);
@@ -353,6 +354,7 @@ mod tests {
             wait_ns: Some(S / 4),
             items: Some(8),
             rank,
+            ..Default::default()
         }
     }
 

@@ -2,14 +2,46 @@
 //! figures it answers (`figures`) both use, in a file beneath both so neither imports the other.
 
 /// One step as reported by the job.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StepMark {
-    /// CLOCK_MONOTONIC nanoseconds at the end of the step.
+    /// CLOCK_MONOTONIC nanoseconds at the end of the step (of an [`MarkKind::Idle`] mark: when
+    /// the rank's step clock restarts).
     pub t_ns: u64,
     pub wait_ns: Option<u64>,
     pub items: Option<u64>,
     /// The sender's rank (`RANK`, else its pid), when it said.
     pub rank: Option<u32>,
+    pub kind: MarkKind,
+    pub source: MarkSource,
+}
+
+impl StepMark {
+    /// A step that ended: not an idle mark.
+    pub fn is_step(&self) -> bool {
+        self.kind == MarkKind::Step
+    }
+}
+
+/// What a marker says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MarkKind {
+    /// `step`: a training step ended at `t_ns`.
+    #[default]
+    Step,
+    /// `idle`: the rank did no training step since its previous marker (an epoch ended,
+    /// validation ran): its next step is timed from `t_ns`, not from that marker.
+    Idle,
+}
+
+/// Who sent a marker.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MarkSource {
+    /// The job itself: `gpufeed_probe`, the framework hooks, its own sender.
+    #[default]
+    Job,
+    /// gpufeed's own DataLoader hook (trailing word `auto`): dropped once the job sends markers
+    /// of its own, so no step is counted twice.
+    Loader,
 }
 
 /// How far a marker's time may lie outside the socket's life (clock reads of the job and of

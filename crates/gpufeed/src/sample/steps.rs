@@ -18,7 +18,7 @@ use super::figures::{parse_query, Board, Replier};
 /// Name of the environment variable that carries the socket path.
 pub const ENV_VAR: &str = "GPUFEED_STEP_SOCKET";
 
-pub use super::stepmark::{StepMark, StepTotals, MARK_SKEW_NS};
+pub use super::stepmark::{MarkKind, MarkSource, StepMark, StepTotals, MARK_SKEW_NS};
 
 /// CLOCK_MONOTONIC now, in nanoseconds (Python's `time.monotonic_ns()` reads the same clock).
 pub(crate) fn monotonic_ns() -> u64 {
@@ -37,21 +37,36 @@ fn opt_u64(w: Option<&str>) -> Option<u64> {
     w.filter(|w| *w != "-").and_then(|w| w.parse().ok())
 }
 
-/// Parses one datagram; `now_ns` stamps steps sent with `-`.
+/// Parses one datagram; `now_ns` stamps markers sent with `-`. Lines: `step <t_ns> [<wait_ns>
+/// [<items> [<rank> [auto]]]]` and `idle <t_ns> [<rank> [auto]]`; `auto` marks gpufeed's own
+/// DataLoader hook as the sender.
 pub(crate) fn parse_datagram(text: &str, now_ns: u64) -> Vec<StepMark> {
     text.lines()
         .filter_map(|line| {
             let mut w = line.split_ascii_whitespace();
-            if w.next()? != "step" {
-                return None;
-            }
+            let kind = match w.next()? {
+                "step" => MarkKind::Step,
+                "idle" => MarkKind::Idle,
+                _ => return None,
+            };
             let t = w.next()?;
             let t_ns = if t == "-" { now_ns } else { t.parse().ok()? };
+            let (wait_ns, items) = match kind {
+                MarkKind::Step => (opt_u64(w.next()), opt_u64(w.next())),
+                MarkKind::Idle => (None, None),
+            };
+            let rank = opt_u64(w.next()).and_then(|r| u32::try_from(r).ok());
+            let source = match w.next() {
+                Some("auto") => MarkSource::Loader,
+                _ => MarkSource::Job,
+            };
             Some(StepMark {
                 t_ns,
-                wait_ns: opt_u64(w.next()),
-                items: opt_u64(w.next()),
-                rank: opt_u64(w.next()).and_then(|r| u32::try_from(r).ok()),
+                wait_ns,
+                items,
+                rank,
+                kind,
+                source,
             })
         })
         .collect()
@@ -100,37 +115,6 @@ impl crate::exit::HasExit for GivenSocketError {
 /// The name of a step-socket folder starts with this and the pid of the gpufeed that made it.
 const STALE_PREFIX: &str = "gpufeed-steps-";
 
-/// Removes the step-socket folders (`gpufeed-steps-PID-*` in `base`) that a gpufeed killed
-/// before it could clean up (SIGKILL) left behind: only real folders, not symlinks, owned by
-/// this user, whose PID no longer runs. Returns how many were removed.
-pub(crate) fn remove_stale(base: &Path) -> usize {
-    use std::os::unix::fs::MetadataExt;
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
-    let Ok(entries) = std::fs::read_dir(base) else {
-        return 0;
-    };
-    let mut removed = 0;
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(STALE_PREFIX))
-            .and_then(|rest| rest.split_once('-'))
-            .and_then(|(pid, _)| pid.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        // symlink_metadata: a symlink planted under our name is left alone, never followed.
-        let ours = std::fs::symlink_metadata(e.path())
-            .is_ok_and(|m| m.file_type().is_dir() && m.uid() == uid);
-        if ours && !super::host::pid_alive(pid) && std::fs::remove_dir_all(e.path()).is_ok() {
-            removed += 1;
-        }
-    }
-    removed
-}
-
 /// A bound socket and the thread that collects its steps (and answers `figures` queries:
 /// [`super::figures`]).
 pub struct StepSocket {
@@ -152,9 +136,7 @@ impl StepSocket {
     /// directory) and starts collecting: the way to get a step socket. Hand the job
     /// [`StepSocket::path`] in [`ENV_VAR`]. The folder and the socket go when this is dropped.
     pub fn open() -> std::io::Result<StepSocket> {
-        let base = crate::outfile::private_base();
-        remove_stale(&base);
-        let dir = crate::outfile::private_dir(&format!("{STALE_PREFIX}{}-", std::process::id()))?;
+        let dir = crate::outfile::owned_private_dir(STALE_PREFIX)?;
         let mut s = Self::bind(&dir.path().join("step.sock"))?;
         s.dir = Some(dir);
         Ok(s)
@@ -280,6 +262,9 @@ impl Receiver {
         let bound_ns = monotonic_ns();
         let mut replier = Replier::new(bound_ns);
         let mut buf = [0u8; 4096];
+        // Once the job sends markers of its own, gpufeed's DataLoader markers are left out: the
+        // job knows its steps best, and a step must not count twice.
+        let mut own_seen = false;
         while !self.stop.load(Ordering::Relaxed) {
             match self.sock.recv_from(&mut buf) {
                 Ok((n, from)) => {
@@ -290,6 +275,10 @@ impl Receiver {
                     got.retain(|k| plausible_mark(k, bound_ns, now));
                     self.dropped
                         .fetch_add((before - got.len()) as u64, Ordering::Relaxed);
+                    own_seen |= got.iter().any(|k| k.source == MarkSource::Job);
+                    if own_seen {
+                        got.retain(|k| k.source == MarkSource::Job);
+                    }
                     let Ok(mut marks) = self.marks.lock() else {
                         continue;
                     };
@@ -360,7 +349,7 @@ impl StepFolder {
             }
             let t = &mut out.last_mut().expect("pushed above").1;
             let last = self.last_ns.get(&k.rank).copied();
-            if let Some(prev) = last.filter(|p| k.t_ns >= *p) {
+            if let Some(prev) = last.filter(|p| k.t_ns >= *p && k.is_step()) {
                 t.add(prev, &k);
             }
             self.last_ns
@@ -440,33 +429,9 @@ mod tests {
             wait_ns: None,
             items: Some(u64::MAX),
             rank: None,
+            ..Default::default()
         };
         assert_eq!(f.fold(&[big(1), big(2), big(3)]).items, Some(u64::MAX));
-    }
-
-    #[test]
-    fn stale_folders_of_gone_gpufeeds_are_removed_and_nothing_else() {
-        let base = tempfile::tempdir().unwrap();
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        child.wait().unwrap();
-        let gone = child.id();
-        let me = std::process::id();
-        let mk = |n: &str| {
-            let d = base.path().join(n);
-            std::fs::create_dir(&d).unwrap();
-            std::fs::write(d.join("step.sock"), "").unwrap();
-            d
-        };
-        let stale = mk(&format!("gpufeed-steps-{gone}-abc"));
-        let live = mk(&format!("gpufeed-steps-{me}-abc"));
-        let other = mk("gpufeed-steps-xyz");
-        let target = mk("elsewhere");
-        let link = base.path().join(format!("gpufeed-steps-{gone}-lnk"));
-        std::os::unix::fs::symlink(&target, &link).unwrap();
-        assert_eq!(remove_stale(base.path()), 1);
-        assert!(!stale.exists());
-        assert!(live.exists() && other.exists() && target.join("step.sock").exists());
-        assert!(std::fs::symlink_metadata(&link).is_ok());
     }
 
     #[test]
@@ -478,19 +443,22 @@ mod tests {
                     t_ns: 100,
                     wait_ns: Some(20),
                     items: Some(32),
-                    rank: None
+                    rank: None,
+                    ..Default::default()
                 },
                 StepMark {
                     t_ns: 7,
                     wait_ns: None,
                     items: Some(32),
-                    rank: None
+                    rank: None,
+                    ..Default::default()
                 },
                 StepMark {
                     t_ns: 5,
                     wait_ns: None,
                     items: None,
-                    rank: None
+                    rank: None,
+                    ..Default::default()
                 },
             ]
         );
@@ -503,6 +471,7 @@ mod tests {
             wait_ns: Some(100_000_000),
             items: Some(8),
             rank: Some(rank),
+            ..Default::default()
         };
         let got = parse_datagram("step 5 6 7 3\nstep 5 6 7", 0);
         assert_eq!((got[0].rank, got[1].rank), (Some(3), None));
@@ -528,6 +497,7 @@ mod tests {
             wait_ns,
             items,
             rank: None,
+            ..Default::default()
         }
     }
 
@@ -634,5 +604,96 @@ mod tests {
         assert!(s.marks_since(9).is_empty());
         drop(s);
         assert!(!p.exists());
+    }
+
+    #[test]
+    fn idle_lines_and_the_loader_hooks_mark_are_read() {
+        let got = parse_datagram(
+            "idle 50 3 auto\nstep 90 10 8 3 auto\nidle 95\nstep 99 1 2 3 x",
+            0,
+        );
+        assert_eq!(got.len(), 4);
+        assert_eq!(
+            (got[0].kind, got[0].source, got[0].rank, got[0].t_ns),
+            (MarkKind::Idle, MarkSource::Loader, Some(3), 50)
+        );
+        assert_eq!((got[0].wait_ns, got[0].items), (None, None));
+        assert_eq!(
+            (got[1].kind, got[1].source, got[1].wait_ns, got[1].items),
+            (MarkKind::Step, MarkSource::Loader, Some(10), Some(8))
+        );
+        assert_eq!(
+            (got[2].kind, got[2].rank, got[2].source),
+            (MarkKind::Idle, None, MarkSource::Job)
+        );
+        // An unknown trailing word is room to grow: the job's own marker.
+        assert_eq!(got[3].source, MarkSource::Job);
+    }
+
+    #[test]
+    fn an_idle_mark_restarts_the_step_clock() {
+        const S: u64 = 1_000_000_000;
+        let step = |t| StepMark {
+            t_ns: t,
+            wait_ns: Some(S / 10),
+            items: Some(8),
+            ..Default::default()
+        };
+        let idle = |t| StepMark {
+            t_ns: t,
+            kind: MarkKind::Idle,
+            ..Default::default()
+        };
+        // Two steps of 1 s, a 10 s pause (validation) ended by an idle mark, one step of 1 s.
+        let marks = [step(0), step(S), step(2 * S), idle(12 * S), step(13 * S)];
+        let t = StepFolder::default().fold(&marks);
+        assert_eq!(t.steps, 3);
+        assert!((t.span_s - 3.0).abs() < 1e-9, "{t:?}");
+        assert_eq!(t.items, Some(24));
+        // Without the idle mark the pause would be one 11 s step.
+        let t = StepFolder::default().fold(&[step(0), step(S), step(2 * S), step(13 * S)]);
+        assert!((t.span_s - 13.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_jobs_own_markers_win_over_the_loader_hooks() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.sock");
+        let s = StepSocket::bind(&p).unwrap();
+        let tx = UnixDatagram::unbound().unwrap();
+        let t0 = monotonic_ns();
+        // The hook marks two steps; then the job's own markers start: from then on the hook's
+        // markers are left out, so no step is counted twice.
+        for (i, line) in [
+            "step {} 1 8 7 auto",
+            "step {} 1 8 7 auto",
+            "step {} 1 8 7",
+            "step {} 1 8 7 auto",
+            "idle {} 7 auto",
+            "step {} 1 8 7",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let m = line.replace("{}", &(t0 + i as u64).to_string());
+            tx.send_to(m.as_bytes(), &p).unwrap();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while s.marks().len() < 4 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let m = s.marks();
+        let sources: Vec<MarkSource> = m.iter().map(|k| k.source).collect();
+        assert_eq!(
+            sources,
+            [
+                MarkSource::Loader,
+                MarkSource::Loader,
+                MarkSource::Job,
+                MarkSource::Job
+            ]
+        );
+        assert_eq!(s.dropped(), 0, "left out is not dropped as implausible");
     }
 }

@@ -334,11 +334,12 @@ fn evidence(results: &[TrialResult], pick: &TrialResult) -> String {
 
 /// How to give sweep a rate to measure, when it found none.
 pub const NO_RATE_HELP: &str =
-    "To measure one, give the job a rate gpufeed can read: a tqdm progress bar \
-(`for batch in tqdm(loader)`), --rate-regex 'REGEX' with one number group matched on its output \
-(e.g. --rate-regex '([0-9.]+) it/s'), step markers from python/gpufeed_probe.py \
-(`probe.step()` once per step; it reads GPUFEED_STEP_SOCKET), or Python stack sampling (where this \
-gpufeed has it) to time the training loop.";
+    "A PyTorch job is timed at its torch DataLoader with no code change; this one sent no step \
+from one (it iterates no torch DataLoader, or ran with --no-auto-steps, or python -E/-I/-S \
+or a replaced PYTHONPATH kept gpufeed's hook out). Give it a rate gpufeed can read: \
+--rate-regex 'REGEX' with one number group matched on its output (e.g. --rate-regex \
+'([0-9.]+) it/s'), step markers from python/gpufeed_probe.py (`probe.step()` once per step, or \
+`for batch in probe.wrap(loader)`), or a tqdm progress bar.";
 
 /// The plain-number format of every sweep figure (one copy, in [`crate::units`]).
 pub use crate::units::num as fmt_num;

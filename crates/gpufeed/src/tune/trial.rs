@@ -8,7 +8,7 @@ use crate::record::format::{End, Line, OverridesLine};
 use crate::record::reader::{read_path, Sink};
 use crate::record::recorder::{Prepared, RecorderConfig};
 use crate::record::summary::{Summary, SummaryBuilder};
-use crate::sample::steps::{monotonic_ns, StepMark, StepSocket, ENV_VAR};
+use crate::sample::steps::{monotonic_ns, MarkSource, StepMark, StepSocket, ENV_VAR};
 use crate::sample::GpuSample;
 use crate::stats::steady::{estimate, from_counts, from_rates, Estimate, Interval};
 use serde::{Deserialize, Serialize};
@@ -46,8 +46,10 @@ pub struct TrialSpec {
     pub py: Option<crate::record::pyrec::PyConfig>,
     /// How long each of SIGINT and SIGTERM is given before the next signal.
     pub grace: Duration,
-    /// `--dataloader` / `--torch` values for this trial (`None`: nothing injected).
+    /// `--dataloader` / `--torch` values for this trial (`None`: nothing overridden).
     pub inject: Option<crate::inject::Resolved>,
+    /// Time the job's torch DataLoader batches as step markers (`--no-auto-steps` turns it off).
+    pub auto_steps: bool,
 }
 
 /// Where a throughput figure came from.
@@ -247,10 +249,15 @@ fn pick_series(
     let mut m: Vec<StepMark> = marks
         .iter()
         .copied()
-        .filter(|m| to_s(m.t_ns) <= t_stop)
+        .filter(|m| m.is_step() && to_s(m.t_ns) <= t_stop)
         .collect();
     m.sort_by_key(|m| m.t_ns);
-    if m.len() >= 3 {
+    // `--rate-regex` is the user's explicit choice: it beats the markers gpufeed takes from the
+    // DataLoader by itself (not the job's own), so every trial of a sweep has the same source.
+    let auto_only = m.iter().all(|k| k.source == MarkSource::Loader);
+    let regex_first =
+        auto_only && spec.rate_regex.is_some() && until(&obs.regex, t_stop).len() >= 3;
+    if m.len() >= 3 && !regex_first {
         let pts: Vec<(f64, f64)> = m
             .iter()
             .enumerate()
@@ -547,7 +554,16 @@ pub(crate) fn run_trial(
         steps: Some(Arc::clone(&socket)),
     })?;
     let gpu_error = gpu_error(&prepared);
-    let injection = match &spec.inject {
+    let wanted = match &spec.inject {
+        Some(r) => Some(crate::inject::Resolved {
+            auto_steps: spec.auto_steps,
+            ..r.clone()
+        }),
+        None => spec
+            .auto_steps
+            .then(crate::inject::Resolved::auto_steps_only),
+    };
+    let injection = match &wanted {
         Some(r) => Some(crate::inject::Injection::prepare(r).map_err(TuneError::Inject)?),
         None => None,
     };
@@ -572,6 +588,7 @@ pub(crate) fn run_trial(
             t_s: run.recorder.elapsed_s(),
             overrides: o.overrides.clone(),
             notes: o.notes.clone(),
+            loader_notes: o.loader_notes.clone(),
         }));
     }
     let path = run.recorder.finish(End {
@@ -789,6 +806,7 @@ mod tests {
             py: None,
             grace: Duration::from_millis(500),
             inject: None,
+            auto_steps: false,
         }
     }
 
@@ -839,6 +857,7 @@ mod tests {
                 wait_ns: Some(10_000_000),
                 items: Some(4),
                 rank: None,
+                ..Default::default()
             })
             .collect();
         let s = pick_series(&sp, &marks, 0, &o2, &[], 1.0).unwrap();

@@ -605,7 +605,11 @@ fn real_pytorch_sweep_over_num_workers_finds_workers_faster() {
         child_processes(&rec(1)) >= 2,
         "two DataLoader workers in the recording"
     );
-    assert_eq!(rep["sweet_spot"]["parameters"]["w"], 2);
+    assert_eq!(
+        rep["sweet_spot"]["parameters"]["w"], 2,
+        "{:#}",
+        rep["sweet_spot"]
+    );
 }
 
 #[test]

@@ -9,6 +9,7 @@
 mod analyze_ranks;
 mod analyze_rules;
 mod analyze_traces;
+mod auto_steps;
 mod bad_inputs;
 mod cli_limits;
 mod common;

@@ -141,6 +141,13 @@ fn torchrun_two_ranks_on_cpu_names_the_rank_that_starves_the_other() {
     cmd.extend(["--nproc_per_node", "2", "ddp_train.py"].map(String::from));
     let v = run_job(dir.path(), &cmd);
     assert_ranks(&v, "torch");
+    // The script sends no step marker: each rank's DataLoader gives its own steps.
+    let by_rank = v["steps"]["steps_per_s_by_rank"]
+        .as_object()
+        .unwrap_or_else(|| panic!("steps per rank: {:#}", v["steps"]));
+    let mut ranks: Vec<&String> = by_rank.keys().collect();
+    ranks.sort();
+    assert_eq!(ranks, ["0", "1"], "{:#}", v["steps"]);
     // The recording holds each rank's environment.
     let rec = std::fs::read_to_string(dir.path().join("rec.ndjson")).unwrap();
     let ranked = rec

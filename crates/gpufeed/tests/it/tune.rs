@@ -12,7 +12,7 @@ fn data() -> PathBuf {
 }
 
 /// A git work tree holding `script` (as train.py) and the step probe.
-fn project(script: &str) -> tempfile::TempDir {
+pub(crate) fn project(script: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(data().join(script), dir.path().join("train.py")).unwrap();
     std::fs::copy(
