@@ -278,6 +278,7 @@ mod tests {
                 signal: None,
                 reason: Some("job_exited".into()),
                 steps_dropped: None,
+                steps_flooded: None,
             }),
         ]
     }

@@ -379,6 +379,9 @@ impl Recorder {
         if let Some(n) = self.steps.as_ref().map(|s| s.dropped()).filter(|&n| n > 0) {
             end.steps_dropped = Some(n);
         }
+        if let Some(n) = self.steps.as_ref().map(|s| s.flooded()).filter(|&n| n > 0) {
+            end.steps_flooded = Some(n);
+        }
         if let Some(tx) = self.lines.take() {
             let _ = tx.send(Line::End(end));
         }
@@ -479,8 +482,8 @@ pub(crate) fn steps_thread(
             stop.recv_timeout(STEPS_EVERY),
             Err(RecvTimeoutError::Timeout)
         );
-        let marks = sock.marks_since(seen);
-        seen += marks.len();
+        let (marks, next) = sock.marks_since(seen);
+        seen = next;
         let now = Instant::now();
         for (rank, tot) in folder.fold_by_rank(&marks) {
             let line = Line::Steps(super::format::StepsLine {

@@ -164,6 +164,10 @@ pub struct End {
     /// Step markers dropped for a time outside the job's run (see `sample::steps::plausible`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps_dropped: Option<u64>,
+    /// Step markers let go unread under a flood (more than `sample::steps::MAX_KEPT_MARKS`
+    /// waiting at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps_flooded: Option<u64>,
 }
 
 /// The `overrides` line: values gpufeed put in place of the job's own, and why others could not be.

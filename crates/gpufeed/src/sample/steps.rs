@@ -115,18 +115,61 @@ impl crate::exit::HasExit for GivenSocketError {
 /// The name of a step-socket folder starts with this and the pid of the gpufeed that made it.
 const STALE_PREFIX: &str = "gpufeed-steps-";
 
+/// The most markers kept at once (about 30 MB). A job flooding the socket (5.5 M markers in 20 s,
+/// or datagrams of hundreds of lines) took `run` to 4.9 GB when every marker was kept; past this
+/// the oldest half is let go. The recorder folds them into its `steps` lines every second, so
+/// only markers it had not read yet are lost, and those are counted ([`StepSocket::flooded`]).
+pub const MAX_KEPT_MARKS: usize = 500_000;
+
+/// The markers received, the oldest let go past [`MAX_KEPT_MARKS`]: `base` of them are gone.
+#[derive(Debug, Default)]
+pub struct Marks {
+    /// Markers let go from the front.
+    base: usize,
+    kept: Vec<StepMark>,
+    /// How far [`StepSocket::marks_since`] has read (an absolute position).
+    read_upto: usize,
+    /// Markers let go before anyone read them.
+    flooded: u64,
+}
+
+impl Marks {
+    /// All markers received so far (absolute count).
+    fn total(&self) -> usize {
+        self.base + self.kept.len()
+    }
+
+    fn extend(&mut self, got: Vec<StepMark>) {
+        self.kept.extend(got);
+        if self.kept.len() > MAX_KEPT_MARKS {
+            let gone = self.kept.len() - MAX_KEPT_MARKS / 2;
+            let unread = (self.base + gone).saturating_sub(self.read_upto.max(self.base));
+            self.flooded = self.flooded.saturating_add(unread as u64);
+            self.kept.drain(..gone);
+            self.base += gone;
+        }
+    }
+
+    /// The markers kept, oldest first.
+    pub fn kept(&self) -> &[StepMark] {
+        &self.kept
+    }
+}
+
 /// A bound socket and the thread that collects its steps (and answers `figures` queries:
 /// [`super::figures`]).
 pub struct StepSocket {
     path: PathBuf,
     /// The private folder the socket lives in ([`StepSocket::open`]), removed on drop.
     dir: Option<tempfile::TempDir>,
-    marks: Arc<Mutex<Vec<StepMark>>>,
+    marks: Arc<Mutex<Marks>>,
     /// GPU and phase readings for replies, fed by the recorder ([`StepSocket::board`]).
     board: Arc<Mutex<Board>>,
     /// Markers dropped for a time outside [`plausible`] or an absurd item count
     /// ([`plausible_mark`]).
     dropped: Arc<AtomicU64>,
+    /// `figures` replies not sent because the asker's buffer was full.
+    replies_dropped: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -184,16 +227,19 @@ impl StepSocket {
         sock.set_read_timeout(Some(Duration::from_millis(100)))?;
         // A reply to a hook that stopped reading must not hold up the markers behind it.
         sock.set_write_timeout(Some(REPLY_TIMEOUT))?;
-        let marks = Arc::new(Mutex::new(Vec::new()));
+        // (Replies are sent without blocking at all: Receiver::reply.)
+        let marks = Arc::new(Mutex::new(Marks::default()));
         let board = Arc::new(Mutex::new(Board::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let dropped = Arc::new(AtomicU64::new(0));
+        let replies_dropped = Arc::new(AtomicU64::new(0));
         let rx = Receiver {
             sock,
             marks: Arc::clone(&marks),
             board: Arc::clone(&board),
             stop: Arc::clone(&stop),
             dropped: Arc::clone(&dropped),
+            replies_dropped: Arc::clone(&replies_dropped),
         };
         let thread = std::thread::Builder::new()
             .name("gpufeed-steps".into())
@@ -204,6 +250,7 @@ impl StepSocket {
             marks,
             board,
             dropped,
+            replies_dropped,
             stop,
             thread: Some(thread),
         })
@@ -218,9 +265,12 @@ impl StepSocket {
         &self.path
     }
 
-    /// The steps received so far, in the order they arrived.
+    /// The steps received so far and still kept ([`MAX_KEPT_MARKS`]), in the order they arrived.
     pub(crate) fn marks(&self) -> Vec<StepMark> {
-        self.marks_since(0)
+        self.marks
+            .lock()
+            .map(|m| m.kept.clone())
+            .unwrap_or_default()
     }
 
     /// Markers dropped so far for an implausible time (see [`plausible`]).
@@ -228,12 +278,31 @@ impl StepSocket {
         self.dropped.load(Ordering::Relaxed)
     }
 
-    /// The steps received after the first `from` (for a reader that keeps its place).
-    pub(crate) fn marks_since(&self, from: usize) -> Vec<StepMark> {
-        self.marks
-            .lock()
-            .map(|v| v.get(from..).map(<[StepMark]>::to_vec).unwrap_or_default())
-            .unwrap_or_default()
+    /// `figures` replies not sent because the asker was not reading them.
+    pub fn replies_dropped(&self) -> u64 {
+        self.replies_dropped.load(Ordering::Relaxed)
+    }
+
+    /// Markers let go unread under a flood (more than [`MAX_KEPT_MARKS`] waiting at once).
+    pub fn flooded(&self) -> u64 {
+        self.marks.lock().map(|m| m.flooded).unwrap_or(0)
+    }
+
+    /// The steps received from absolute position `from` on (those let go under a flood
+    /// skipped), and the position to ask from next time: for a reader that keeps its place.
+    pub(crate) fn marks_since(&self, from: usize) -> (Vec<StepMark>, usize) {
+        let Ok(mut m) = self.marks.lock() else {
+            return (Vec::new(), from);
+        };
+        let start = from.max(m.base) - m.base;
+        let got = m
+            .kept
+            .get(start..)
+            .map(<[StepMark]>::to_vec)
+            .unwrap_or_default();
+        let next = m.total();
+        m.read_upto = m.read_upto.max(next);
+        (got, next)
     }
 }
 
@@ -251,13 +320,26 @@ pub const REPLY_TIMEOUT: Duration = Duration::from_millis(5);
 /// The socket's thread: collects markers and answers queries until told to stop.
 struct Receiver {
     sock: UnixDatagram,
-    marks: Arc<Mutex<Vec<StepMark>>>,
+    marks: Arc<Mutex<Marks>>,
     board: Arc<Mutex<Board>>,
     stop: Arc<AtomicBool>,
     dropped: Arc<AtomicU64>,
+    replies_dropped: Arc<AtomicU64>,
 }
 
 impl Receiver {
+    /// Sends a reply without ever waiting: an asker that does not read its replies (its buffer
+    /// full) must not hold up the one thread that receives every rank's markers (one reply
+    /// blocking 5 ms each lost 13,435 of 20,097 markers). Dropped and counted when it cannot go.
+    fn reply(&self, bytes: &[u8], to: &std::os::unix::net::SocketAddr) {
+        let sent =
+            self.sock.set_nonblocking(true).is_ok() && self.sock.send_to_addr(bytes, to).is_ok();
+        let _ = self.sock.set_nonblocking(false);
+        if !sent {
+            self.replies_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     fn run(self) {
         let bound_ns = monotonic_ns();
         let mut replier = Replier::new(bound_ns);
@@ -288,13 +370,12 @@ impl Receiver {
                         continue;
                     };
                     let reply = match self.board.lock() {
-                        Ok(b) => replier.answer(&q, now, &marks, &b),
+                        Ok(b) => replier.answer(&q, now, marks.kept(), &b),
                         Err(_) => None,
                     };
                     drop(marks);
                     if let Some(r) = reply {
-                        // Dropped when the hook is gone or its buffer is full: it falls back.
-                        let _ = self.sock.send_to_addr(r.as_bytes(), &from);
+                        self.reply(r.as_bytes(), &from);
                     }
                 }
                 Err(e)
@@ -600,8 +681,9 @@ mod tests {
         assert_eq!(m.len(), 5);
         assert_eq!(m[4].t_ns, t0 + 4);
         assert_eq!(s.dropped(), 5);
-        assert_eq!(s.marks_since(3).len(), 2);
-        assert!(s.marks_since(9).is_empty());
+        assert_eq!(s.marks_since(3).0.len(), 2);
+        assert_eq!(s.marks_since(3).1, 5);
+        assert!(s.marks_since(9).0.is_empty());
         drop(s);
         assert!(!p.exists());
     }
@@ -695,5 +777,54 @@ mod tests {
             ]
         );
         assert_eq!(s.dropped(), 0, "left out is not dropped as implausible");
+    }
+
+    #[test]
+    fn a_flood_keeps_memory_bounded_and_counts_what_it_let_go() {
+        let mut m = Marks::default();
+        let mk = |t| StepMark {
+            t_ns: t,
+            ..Default::default()
+        };
+        m.extend((0..MAX_KEPT_MARKS as u64).map(mk).collect());
+        m.read_upto = 100; // a reader took the first 100
+        m.extend(vec![mk(1)]);
+        assert_eq!(m.kept.len(), MAX_KEPT_MARKS / 2);
+        assert_eq!(m.total(), MAX_KEPT_MARKS + 1);
+        // Those let go unread are counted; those read before are not lost.
+        assert_eq!(m.flooded, (MAX_KEPT_MARKS / 2 + 1 - 100) as u64);
+        for _ in 0..4 {
+            m.extend((0..MAX_KEPT_MARKS as u64).map(mk).collect());
+            assert!(m.kept.len() <= MAX_KEPT_MARKS);
+        }
+    }
+
+    #[test]
+    fn an_asker_that_never_reads_its_replies_cannot_hold_up_the_markers() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.sock");
+        let s = StepSocket::bind(&p).unwrap();
+        let asker = UnixDatagram::bind(dir.path().join("ask.sock")).unwrap();
+        let tx = UnixDatagram::unbound().unwrap();
+        let t0 = monotonic_ns();
+        // 300 queries never read: the asker's queue fills after a few replies. Before, each
+        // further reply blocked the receiving thread for 5 ms (1.5 s in all).
+        let start = std::time::Instant::now();
+        for i in 0..300u64 {
+            tx.send_to(format!("step {} 1 8", t0 + i).as_bytes(), &p)
+                .unwrap();
+            asker.send_to(b"figures 0 1 1", &p).unwrap();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while s.marks().len() < 300 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(s.marks().len(), 300);
+        assert!(s.replies_dropped() > 0, "the asker's queue filled");
+        assert!(
+            start.elapsed() < Duration::from_millis(1000),
+            "replies waited: {:?}",
+            start.elapsed()
+        );
     }
 }

@@ -16,6 +16,8 @@ pub(super) struct Impossible {
     pub(super) time_not_finite: u64,
     pub(super) backwards: u64,
     pub(super) steps_dropped: u64,
+    /// Step markers let go unread under a flood.
+    pub(super) steps_flooded: u64,
     /// Processes beyond [`MAX_PROCESSES`].
     pub(super) procs_over_cap: u64,
     /// GPU samples of GPUs beyond the first [`MAX_GPUS`].
@@ -68,6 +70,13 @@ impl Impossible {
             out.push(format!(
                 "{} step markers with a time outside the job's run or more than a billion samples in one step were dropped by the recorder (the job's step clock is not CLOCK_MONOTONIC, or a marker is corrupt)",
                 self.steps_dropped
+            ));
+        }
+        if self.steps_flooded > 0 {
+            out.push(format!(
+                "{} step markers arrived faster than the recorder could fold them (a flood: more than {} waiting at once) and were not counted: the step rate covers the rest",
+                self.steps_flooded,
+                crate::sample::steps::MAX_KEPT_MARKS
             ));
         }
         if self.backwards > 0 {

@@ -91,6 +91,8 @@ impl EvidenceBuilder {
                 self.end = Some((e.exit_code, e.signal));
                 self.impossible.steps_dropped =
                     (self.impossible.steps_dropped).saturating_add(e.steps_dropped.unwrap_or(0));
+                self.impossible.steps_flooded =
+                    (self.impossible.steps_flooded).saturating_add(e.steps_flooded.unwrap_or(0));
             }
             Line::PyStatus(_) | Line::PyFrame(_) | Line::PyStack(_) => self.py.push(line),
             Line::PySamples(s) => {
