@@ -591,7 +591,7 @@ fn run_line(set: &[(Knob, String)], cmd: &[String]) -> String {
 
 /// `fix.patch` from the DataLoader call sites the chosen trial's injection saw.
 fn write_patch(t: &mut Tuner, set: &[(Knob, String)], best: &TrialResult) -> anyhow::Result<()> {
-    use crate::tune::patch::{edit_call, unified, Edit};
+    use crate::tune::patch::{patch_sites, Edit};
     let mut sites: Vec<String> = best
         .overrides
         .iter()
@@ -623,39 +623,23 @@ fn write_patch(t: &mut Tuner, set: &[(Knob, String)], best: &TrialResult) -> any
             "add `{code}` after `import torch` in your training script"
         ));
     }
-    let mut files: std::collections::BTreeMap<String, (String, String)> = Default::default();
-    for site in &sites {
-        let Some((path, line)) = site
-            .rsplit_once(':')
-            .and_then(|(p, l)| Some((p.to_string(), l.parse::<usize>().ok()?)))
-        else {
-            continue;
-        };
-        if Path::new(&path).is_absolute() || path.starts_with("..") {
-            t.rep.patch_notes.push(format!("{site} is outside this folder (a library?): set {} where its DataLoader's arguments come from", edits.iter().map(|e| format!("{}={}", e.key, e.value)).collect::<Vec<_>>().join(", ")));
-            continue;
-        }
-        let entry = match files.get(&path) {
-            Some(e) => e.clone(),
-            None => match std::fs::read_to_string(&path) {
-                Ok(s) => (s.clone(), s),
-                Err(e) => {
-                    t.rep
-                        .patch_notes
-                        .push(format!("{site}: cannot read {path} ({e})"));
-                    continue;
-                }
-            },
-        };
-        let c = edit_call(&entry.1, &path, line, "DataLoader", &edits);
-        t.rep.patch_notes.extend(c.notes);
-        files.insert(path, (entry.0, c.new_text.unwrap_or(entry.1)));
-    }
-    let diff: String = files
-        .iter()
-        .filter(|(_, (old, new))| old != new)
-        .map(|(p, (old, new))| unified(p, old, new))
-        .collect();
+    // the job's own Python checks the changed files (parsed; each call bound to torch's
+    // DataLoader where torch imports), else python3 on the PATH, else the scanner's own check
+    let python = t
+        .args
+        .command
+        .first()
+        .filter(|c| {
+            Path::new(c)
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("python"))
+        })
+        .map_or_else(
+            || std::path::PathBuf::from("python3"),
+            std::path::PathBuf::from,
+        );
+    let (diff, notes) = patch_sites(Path::new("."), &sites, &edits, Some(&python));
+    t.rep.patch_notes.extend(notes);
     if !diff.is_empty() {
         let p = t.dir.join("fix.patch");
         super::write_report(&p, diff)?;
