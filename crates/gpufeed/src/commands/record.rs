@@ -47,6 +47,18 @@ fn prepare(
         )
         .into());
     }
+    // `--force` never renames a recording over a device, FIFO or socket (`/dev/null`): a bad
+    // value, exit 2 before the job starts, as the README says (it was exit 3).
+    if let Some(o) = opts.output.as_ref().filter(|o| crate::outfile::special(o)) {
+        return Err(Failure::new(
+            Exit::Usage,
+            format!(
+                "--output {} is a device, FIFO or socket, not a file: a recording is written to a file; give a file name",
+                o.display()
+            ),
+        )
+        .into());
+    }
     let (output, clobber) = match &opts.output {
         Some(o) if opts.force => (o.clone(), Clobber::Replace),
         Some(o) => (o.clone(), Clobber::Refuse),

@@ -459,3 +459,25 @@ fn two_outputs_at_one_path_are_refused_by_every_command() {
         .unwrap();
     assert_ne!(o.status.code(), Some(2), "{o:?}");
 }
+
+/// Issue 39 item 11: `run -o /dev/null --force` exited 3 (an input error) where the README says
+/// 2: a device as the recording is a bad option value, refused before the job starts.
+#[test]
+fn a_device_as_the_recording_is_a_usage_error_before_the_job_starts() {
+    let d = tempfile::tempdir().unwrap();
+    for force in [true, false] {
+        let mut c = gpufeed_no_gpu();
+        c.current_dir(d.path())
+            .args(["run", "-q", "-o", "/dev/null"]);
+        if force {
+            c.arg("--force");
+        }
+        c.args(["--", "sh", "-c", "touch ran"])
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(
+                "is a device, FIFO or socket, not a file",
+            ));
+        assert!(!d.path().join("ran").exists(), "the job never started");
+    }
+}
