@@ -107,7 +107,7 @@ fn print_summary(
     .with_context(|| format!("summarising {}", path.display()))?;
     let summary = summary.finish(path, diagnosis.source.truncated);
     if let (Some(dir), Some(tb)) = (tensorboard, &tb) {
-        match super::write_tensorboard(dir, tb, &diagnosis) {
+        match super::write_tensorboard(dir, tb, &diagnosis, false) {
             Ok(p) => eprintln!("gpufeed: wrote {}", p.display()),
             Err(e) => eprintln!("gpufeed: TensorBoard: {e}"),
         }
@@ -183,6 +183,9 @@ fn check_run_args(args: &RunArgs) -> anyhow::Result<Option<crate::inject::Inject
     .filter_map(|(o, p)| Some(Output::new(o, p.as_deref()?)))
     .collect();
     crate::outfile::refuse_shared_outputs(&outputs)?;
+    if let Some(dir) = &args.tensorboard {
+        super::check_tensorboard_dir(dir)?;
+    }
     Ok(inject)
 }
 
