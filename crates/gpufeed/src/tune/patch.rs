@@ -502,7 +502,10 @@ pub(crate) fn check_calls(
 /// importable, each changed `DataLoader` call (by the lines of its `(`, argv[1]) binds to
 /// `DataLoader`'s signature. Prints the one reason and exits 1 when not.
 const PY_CHECK: &str = r#"
-import ast, sys
+import sys
+# the job's folder is not searched: a file of its own (inspect.py, torch.py) shadows nothing
+sys.path[:] = [p for p in sys.path if p not in ("", ".")]
+import ast
 src = sys.stdin.read()
 lines = [int(x) for x in sys.argv[1].split(",") if x]
 try:
@@ -544,7 +547,7 @@ pub(crate) fn python_check(python: &Path, text: &str, lines: &[usize]) -> Option
         .collect::<Vec<_>>()
         .join(",");
     let mut child = Command::new(python)
-        .args(["-I", "-c", PY_CHECK, &arg])
+        .args(["-c", PY_CHECK, &arg])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
