@@ -167,11 +167,21 @@ fn arguments(code: &[u8], open: usize, close: usize) -> Vec<(Arg, usize, usize)>
     let mut spans = Vec::new();
     let mut depth = 0i32;
     let mut start = open + 1;
+    // in a lambda's parameters (`lambda a, b: ...`), whose commas separate no arguments
+    let mut lambda = false;
     for (i, &c) in code.iter().enumerate().take(close).skip(open + 1) {
         match c {
             b'(' | b'[' | b'{' => depth += 1,
             b')' | b']' | b'}' => depth -= 1,
-            b',' if depth == 0 => {
+            b'l' if depth == 0
+                && code[i..].starts_with(b"lambda")
+                && !is_ident(code[i - 1])
+                && !code.get(i + 6).copied().is_some_and(is_ident) =>
+            {
+                lambda = true;
+            }
+            b':' if depth == 0 => lambda = false,
+            b',' if depth == 0 && !lambda => {
                 spans.push((start, i));
                 start = i + 1;
             }
@@ -305,13 +315,18 @@ fn edit_one(
         missing.push(e);
     }
     if !missing.is_empty() {
-        replace.push(insertion(text, open, close, &missing));
+        replace.push(insertion(text, code, (open, close), &missing));
     }
     replace
 }
 
 /// Where and what to insert to add the `missing` keyword arguments before `close`.
-fn insertion(text: &str, open: usize, close: usize, missing: &[&Edit]) -> (usize, usize, String) {
+fn insertion(
+    text: &str,
+    code: &[u8],
+    (open, close): (usize, usize),
+    missing: &[&Edit],
+) -> (usize, usize, String) {
     let add: Vec<String> = missing
         .iter()
         .map(|e| format!("{}={}", e.key, e.value))
@@ -319,8 +334,14 @@ fn insertion(text: &str, open: usize, close: usize, missing: &[&Edit]) -> (usize
     let before_close = &text[open + 1..close];
     let multiline =
         before_close.contains('\n') && text[..close].trim_end_matches([' ', '\t']).ends_with('\n');
-    let body = before_close.trim_end();
-    let end = open + 1 + body.len();
+    // the arguments end at the last byte of code: a comment after them stays after them
+    let end = open
+        + 1
+        + code[open + 1..close]
+            .iter()
+            .rposition(|c| !c.is_ascii_whitespace())
+            .map_or(0, |i| i + 1);
+    let body = &text[open + 1..end];
     if multiline {
         // `)` on its own line: one argument per line, indented like the last one
         let last_line = body.rsplit('\n').next().unwrap_or("");
@@ -985,6 +1006,33 @@ mod tests {
         assert!(
             notes[0].starts_with("t.py: the change would break the code (line "),
             "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn a_comment_after_the_last_argument_and_a_lambda_with_two_parameters() {
+        let src = "dl = DataLoader(\n    ds,\n    batch_size=8  # the batch, for now\n)\n";
+        let c = one(src, &[e("num_workers", "4")]);
+        let t = c.new_text.unwrap();
+        assert_eq!(
+            t,
+            "dl = DataLoader(\n    ds,\n    batch_size=8,\n    num_workers=4,  # the batch, for now\n)\n"
+        );
+        assert_eq!(
+            check_calls(&t, &c.calls, "DataLoader", &[e("num_workers", "4")]),
+            None
+        );
+        let src = "dl = DataLoader(ds, 8, False, None, None, 0, lambda b, n=0: b)\n";
+        let c = one(src, &[e("num_workers", "4"), e("pin_memory", "True")]);
+        assert_eq!(
+            c.new_text.unwrap(),
+            "dl = DataLoader(ds, 8, False, None, None, 4, lambda b, n=0: b, pin_memory=True)\n"
+        );
+        let src = "dl = DataLoader(ds, collate_fn=lambda b, n=0: b, num_workers=0)\n";
+        let c = one(src, &[e("num_workers", "4")]);
+        assert_eq!(
+            c.new_text.unwrap(),
+            "dl = DataLoader(ds, collate_fn=lambda b, n=0: b, num_workers=4)\n"
         );
     }
 }
