@@ -132,14 +132,20 @@ where
     T: serde::Serialize + serde::de::DeserializeOwned,
     F: FnOnce(&T) -> String,
 {
-    let clean: Option<T> = serde_json::to_value(report).ok().and_then(|mut v| {
-        if escape_strings(&mut v) {
-            serde_json::from_value(v).ok()
-        } else {
-            None
-        }
-    });
-    printable_lines(&render(clean.as_ref().unwrap_or(report)), color)
+    let mut v = match serde_json::to_value(report) {
+        Ok(v) => v,
+        // cannot happen for the reports (plain data); never raw bytes on the terminal anyway
+        Err(_) => return printable(&render(report)) + "\n",
+    };
+    if !escape_strings(&mut v) {
+        return printable_lines(&render(report), color);
+    }
+    match serde_json::from_value::<T>(v) {
+        Ok(clean) => printable_lines(&render(&clean), color),
+        // A report that does not come back from JSON (a NaN where a number must be): its text,
+        // line feeds included, is escaped whole. One long line, but no forged one.
+        Err(_) => printable(&render(report)) + "\n",
+    }
 }
 
 #[cfg(test)]
@@ -192,6 +198,11 @@ mod printable_tests {
             "\u{1b}[1;31mx\u{1b}[0m\n"
         );
         assert_eq!(printable_lines("\u{1b}", true), "\\x1b");
+        // a report JSON cannot carry back (NaN): escaped whole, no line can be forged
+        let nan = R { n: f64::NAN, ..r };
+        let out = terminal_safe(&nan, false, |r| format!("HOST {}\nok\n", r.host));
+        assert_eq!(out.lines().count(), 1, "{out}");
+        assert!(out.starts_with("HOST node\\x0d\\x0aVERDICT"), "{out}");
         assert_eq!(printable_lines("\u{1b}[é\u{1b}[", true), "\\x1b[é\\x1b[");
     }
 }
