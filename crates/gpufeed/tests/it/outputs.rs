@@ -426,6 +426,14 @@ fn two_outputs_at_one_path_are_refused_by_every_command() {
             "--html".as_ref(),
             tune_json.as_ref(),
         ],
+        vec![
+            "export".as_ref(),
+            "--perfetto".as_ref(),
+            x.as_ref(),
+            "--tensorboard".as_ref(),
+            x.as_ref(),
+            r.as_ref(),
+        ],
     ];
     for mut args in cases {
         let is_job = matches!(args[0].to_str(), Some("run" | "sweep" | "tune"));
