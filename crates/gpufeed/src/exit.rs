@@ -66,7 +66,8 @@ impl Exit {
             Exit::Failure => "unexpected error",
             Exit::Usage => {
                 "bad command line (unknown option or bad value, a value out of bounds, an \
-                 existing `--output` without `--force`, an output that is an input)"
+                 existing `--output` without `--force`, an output that is an input or another \
+                 output)"
             }
             Exit::Input => "bad input: missing, unreadable, empty or malformed file; no such pid",
             Exit::CheckFailed => "a check failed (doctor)",

@@ -19,7 +19,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Sources and what they produce.
     ("sample", &["exit", "outfile", "stats", "units"]),
     ("inject", &["exit", "outfile", "sample"]),
-    ("import", &["sample", "stats"]),
+    ("import", &["sample", "stats", "units"]),
     (
         "record",
         &["exit", "inject", "json", "outfile", "sample", "units"],

@@ -279,6 +279,53 @@ pub(crate) fn refuse_same_as_input<'a>(
     Ok(())
 }
 
+/// One output a command writes: the option that names it (or what it is, for a file in the
+/// output folder), its path, and what it holds: two outputs holding the same bytes (`tune.json`
+/// and `--export-json`) may share a path.
+pub(crate) struct Output<'a> {
+    pub option: &'a str,
+    pub path: &'a Path,
+    pub content: &'a str,
+}
+
+impl<'a> Output<'a> {
+    pub(crate) fn new(option: &'a str, path: &'a Path) -> Self {
+        Output {
+            option,
+            path,
+            content: option,
+        }
+    }
+}
+
+/// `/dev/null`, `/dev/stdout` on a terminal: written to, never replaced, so two outputs may share it.
+fn is_char_device(p: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(p).is_ok_and(|m| m.file_type().is_char_device())
+}
+
+/// Refuses (exit 2) two outputs of one command that are the same file: one would silently
+/// overwrite the other (issue 39 item 9).
+pub(crate) fn refuse_shared_outputs(outputs: &[Output<'_>]) -> Result<(), crate::exit::Failure> {
+    for (i, a) in outputs.iter().enumerate() {
+        for b in &outputs[i + 1..] {
+            if a.content != b.content && same_file(a.path, b.path) && !is_char_device(a.path) {
+                return Err(crate::exit::Failure::new(
+                    crate::exit::Exit::Usage,
+                    format!(
+                        "{} {} and {} {} are the same file: one would overwrite the other; give each its own name",
+                        a.option,
+                        a.path.display(),
+                        b.option,
+                        b.path.display()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Creates a new folder at `base`, or at `base-2`, `base-3`, ... when taken; returns its path.
 pub(crate) fn create_dir_unique(base: &Path) -> io::Result<PathBuf> {
     for n in 1..10_000u32 {
@@ -525,6 +572,39 @@ mod tests {
         assert!(std::fs::symlink_metadata(&link).is_ok());
         assert_eq!(remove_stale(base.path(), "gpufeed-inject-"), 1);
         assert!(!other_kind.exists());
+    }
+
+    #[test]
+    fn two_outputs_at_one_path_are_refused_unless_they_hold_the_same_bytes() {
+        let d = tempfile::tempdir().unwrap();
+        let j = d.path().join("r.json");
+        let h = d.path().join("./r.json");
+        let e =
+            refuse_shared_outputs(&[Output::new("--export-json", &j), Output::new("--html", &h)])
+                .unwrap_err();
+        assert_eq!(e.exit, crate::exit::Exit::Usage);
+        assert!(
+            e.to_string().contains("--export-json") && e.to_string().contains("--html"),
+            "{e}"
+        );
+        let folder = Output {
+            option: "the output folder's tune.json",
+            path: &j,
+            content: "--export-json",
+        };
+        refuse_shared_outputs(&[Output::new("--export-json", &j), folder]).unwrap();
+        refuse_shared_outputs(&[
+            Output::new("--export-json", &j),
+            Output::new("--html", &d.path().join("r.html")),
+        ])
+        .unwrap();
+        // a device is written to, never replaced: nothing is lost
+        let null = Path::new("/dev/null");
+        refuse_shared_outputs(&[
+            Output::new("--export-json", null),
+            Output::new("--html", null),
+        ])
+        .unwrap();
     }
 
     #[test]

@@ -135,6 +135,26 @@ pub fn index_ranges(idx: &[u32]) -> String {
     out.join(", ")
 }
 
+/// Text from a file or a job as reports may show it (a hostname, a command line, a GPU's or a
+/// process's name): control characters (an escape sequence, a bell, a carriage return or a line
+/// feed that would let a forged line overwrite or follow the report in a terminal) are written
+/// as `\x1b`-style escapes. The one escape every text presenter uses (`present::fmt` re-exports
+/// it; `present::printable_report` applies it to every string of a report).
+pub fn printable(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_string();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                format!("\\x{:02x}", u32::from(c))
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

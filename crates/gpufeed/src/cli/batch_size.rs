@@ -3,6 +3,10 @@
 use super::*;
 
 #[derive(Debug, Clone, Args)]
+#[command(mut_arg("output_dir", |a| a.help(
+    "Where each trial's recording and batch-size.json go [default: a new \
+     gpufeed-batch-size-YYYYMMDD-HHMMSS-mmm folder]"
+)))]
 #[command(after_help = "EXAMPLES:
     gpufeed batch-size --param bs --start 64 -- python train.py --batch-size {bs}
     gpufeed batch-size --param bs --start 32 --max 1024 --mem-target 85% --target-batch 2048 -- python train.py --bs {bs}

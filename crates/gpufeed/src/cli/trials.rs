@@ -32,7 +32,7 @@ pub struct TrialOpts {
     /// How long SIGINT and then SIGTERM are given to stop a trial before the next signal
     #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration)]
     pub grace: Duration,
-    /// Where each trial's recording goes [default: gpufeed-sweep-YYYYMMDD-HHMMSS]
+    /// Where each trial's recording goes [default: a new gpufeed-sweep-YYYYMMDD-HHMMSS-mmm folder]
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
     /// Report format on stdout

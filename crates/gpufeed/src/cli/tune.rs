@@ -3,6 +3,10 @@
 use super::*;
 
 #[derive(Debug, Clone, Args)]
+#[command(mut_arg("output_dir", |a| a.help(
+    "Where each trial's recording, tune.json and fix.patch go [default: a new \
+     gpufeed-tune-YYYYMMDD-HHMMSS-mmm folder]"
+)))]
 #[command(after_help = "EXAMPLES:
     gpufeed tune -- python train.py
     gpufeed tune --budget 5m --export-json tune.json -- python train.py --epochs 1

@@ -26,6 +26,7 @@
 
 use crate::cli::{AnalyzeArgs, GlobalOpts};
 use crate::exit::{Exit, Failure};
+use crate::outfile::Output;
 use crate::present::trace as present_trace;
 use crate::present::OutputFormat;
 use crate::trace::{self, ranks, report, TraceError};
@@ -58,6 +59,11 @@ pub fn run(_global: &GlobalOpts, args: &AnalyzeArgs) -> anyhow::Result<u8> {
             paths.iter().map(|p| p.as_path()),
         )?;
     }
+    let outputs: Vec<Output> = [("--html", &args.html), ("--export-json", &args.export_json)]
+        .into_iter()
+        .filter_map(|(o, p)| Some(Output::new(o, p.as_deref()?)))
+        .collect();
+    crate::outfile::refuse_shared_outputs(&outputs)?;
     if paths.len() == 1 {
         let t = trace::analyze_path(&paths[0]).map_err(input_error)?;
         return emit(args, &[report::Report::new(vec![t])]);

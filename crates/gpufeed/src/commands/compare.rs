@@ -9,6 +9,7 @@ use crate::cli::{CompareArgs, GlobalOpts};
 use crate::compare::{self, Comparison, InputKind};
 use crate::diagnose::{self, input::LogOptions, InputFormat};
 use crate::exit::{Exit, Failure};
+use crate::outfile::Output;
 use crate::present;
 use crate::present::OutputFormat;
 use crate::trace;
@@ -127,6 +128,11 @@ pub fn run(_global: &GlobalOpts, args: &CompareArgs) -> anyhow::Result<u8> {
             )?;
         }
     }
+    let outputs: Vec<Output> = [("--html", &args.html), ("--export-json", &args.export_json)]
+        .into_iter()
+        .filter_map(|(o, p)| Some(Output::new(o, p.as_deref()?)))
+        .collect();
+    crate::outfile::refuse_shared_outputs(&outputs)?;
     let c = build(&args.before, &args.after)?;
     if let Some(p) = &args.export_json {
         super::write_report(p, present::compare::json(&c))?;

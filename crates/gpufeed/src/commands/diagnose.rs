@@ -4,6 +4,7 @@ use crate::cli::{ColorChoice, DiagnoseArgs, GlobalOpts};
 use crate::diagnose;
 use crate::diagnose::input::LogOptions;
 use crate::exit::{Exit, Failure};
+use crate::outfile::Output;
 use crate::present::html::RecordingSeries;
 use crate::present::OutputFormat;
 use std::io::{IsTerminal, Write};
@@ -17,22 +18,12 @@ fn check_outputs(args: &DiagnoseArgs) -> Result<(), Failure> {
     }
     if let Some(j) = &args.export_json {
         crate::outfile::refuse_same_as_input("--export-json", j, inputs())?;
-        if let Some(h) = args
-            .html
-            .as_ref()
-            .filter(|h| crate::outfile::same_file(h, j))
-        {
-            return Err(Failure::new(
-                Exit::Usage,
-                format!(
-                    "--html {} and --export-json {} are the same file: one would overwrite the other; give each its own name",
-                    h.display(),
-                    j.display()
-                ),
-            ));
-        }
     }
-    Ok(())
+    let outputs: Vec<Output> = [("--html", &args.html), ("--export-json", &args.export_json)]
+        .into_iter()
+        .filter_map(|(o, p)| Some(Output::new(o, p.as_deref()?)))
+        .collect();
+    crate::outfile::refuse_shared_outputs(&outputs)
 }
 
 /// Turns a diagnose error into the input-error exit code with its one clear line.

@@ -23,6 +23,17 @@ pub fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
             std::iter::once(args.recording.as_path()).chain(args.merge.as_deref()),
         )?;
     }
+    if let Some(dir) = &args.tensorboard {
+        super::refuse_symlinked_tensorboard(dir)?;
+    }
+    let outputs: Vec<crate::outfile::Output> = [
+        ("--perfetto", &args.perfetto),
+        ("--tensorboard", &args.tensorboard),
+    ]
+    .into_iter()
+    .filter_map(|(o, p)| Some(crate::outfile::Output::new(o, p.as_deref()?)))
+    .collect();
+    crate::outfile::refuse_shared_outputs(&outputs)?;
     // A file that is not a recording is refused from its first bytes, before anything is written.
     reader::read_header(&args.recording).map_err(|e| Failure::with(Exit::Input, e))?;
     if let Some(out) = &args.perfetto {
@@ -37,7 +48,7 @@ pub fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
             &mut series,
         )
         .map_err(super::diagnose_failure)?;
-        let path = super::write_tensorboard(dir, &series, &report)?;
+        let path = super::write_tensorboard(dir, &series, &report, true)?;
         eprintln!(
             "gpufeed: wrote {}; view it with tensorboard --logdir {}",
             path.display(),

@@ -5,7 +5,7 @@ use crate::diagnose::input::LogOptions;
 use crate::diagnose::InputFormat;
 use crate::exit::{Exit, Failure, HasExit};
 use crate::job::{signal_all, Job, Received, SignalWatch};
-use crate::outfile::{refuse_same_as_input, Clobber};
+use crate::outfile::{refuse_same_as_input, Clobber, Output};
 use crate::present;
 use crate::present::html::RecordingSeries;
 use crate::present::tensorboard::TbSeries;
@@ -42,6 +42,18 @@ fn prepare(
             format!(
                 "--output {} is a folder: a recording is a file; give a file name (e.g. {}/run.ndjson)",
                 o.display(),
+                o.display()
+            ),
+        )
+        .into());
+    }
+    // `--force` never renames a recording over a device, FIFO or socket (`/dev/null`): a bad
+    // value, exit 2 before the job starts, as the README says (it was exit 3).
+    if let Some(o) = opts.output.as_ref().filter(|o| crate::outfile::special(o)) {
+        return Err(Failure::new(
+            Exit::Usage,
+            format!(
+                "--output {} is a device, FIFO or socket, not a file: a recording is written to a file; give a file name",
                 o.display()
             ),
         )
@@ -95,7 +107,7 @@ fn print_summary(
     .with_context(|| format!("summarising {}", path.display()))?;
     let summary = summary.finish(path, diagnosis.source.truncated);
     if let (Some(dir), Some(tb)) = (tensorboard, &tb) {
-        match super::write_tensorboard(dir, tb, &diagnosis) {
+        match super::write_tensorboard(dir, tb, &diagnosis, false) {
             Ok(p) => eprintln!("gpufeed: wrote {}", p.display()),
             Err(e) => eprintln!("gpufeed: TensorBoard: {e}"),
         }
@@ -161,6 +173,19 @@ fn check_run_args(args: &RunArgs) -> anyhow::Result<Option<crate::inject::Inject
         .map_err(Failure::from)?;
     if let (Some(h), Some(o)) = (&args.html, &args.rec.output) {
         refuse_same_as_input("--html", h, [o.as_path()])?;
+    }
+    let outputs: Vec<Output> = [
+        ("--output", &args.rec.output),
+        ("--export-json", &args.rec.export_json),
+        ("--html", &args.html),
+        ("--tensorboard", &args.tensorboard),
+    ]
+    .into_iter()
+    .filter_map(|(o, p)| Some(Output::new(o, p.as_deref()?)))
+    .collect();
+    crate::outfile::refuse_shared_outputs(&outputs)?;
+    if let Some(dir) = &args.tensorboard {
+        super::check_tensorboard_dir(dir)?;
     }
     Ok(inject)
 }

@@ -24,6 +24,40 @@ fn tune_err(e: TuneError) -> anyhow::Error {
     Failure::from(e).into()
 }
 
+/// Refuses (exit 2) two outputs at one path, the folder's sweep.json and sweep.svg included
+/// (each may share its path with the option that writes the same bytes).
+fn check_outputs(args: &SweepArgs) -> Result<(), Failure> {
+    use crate::outfile::Output;
+    let dir = args.trial.output_dir.as_deref();
+    let (json, svg) = (
+        dir.map(|d| d.join("sweep.json")),
+        dir.map(|d| d.join("sweep.svg")),
+    );
+    let mut outputs: Vec<Output> = [
+        ("--export-json", &args.export_json),
+        ("--export-csv", &args.export_csv),
+        ("--export-markdown", &args.export_markdown),
+        ("--export-svg", &args.export_svg),
+        ("--html", &args.html),
+    ]
+    .into_iter()
+    .filter_map(|(o, p)| Some(Output::new(o, p.as_deref()?)))
+    .collect();
+    for (what, p, content) in [
+        ("the output folder's sweep.json", &json, "--export-json"),
+        ("the output folder's sweep.svg", &svg, "--export-svg"),
+    ] {
+        if let Some(path) = p {
+            outputs.push(Output {
+                option: what,
+                path,
+                content,
+            });
+        }
+    }
+    crate::outfile::refuse_shared_outputs(&outputs)
+}
+
 fn write_reports(args: &SweepArgs, dir: &Path, rep: &SweepReport) -> anyhow::Result<()> {
     let json = serde_json::to_string_pretty(rep)?;
     let mut writes: Vec<(PathBuf, String)> = vec![(dir.join("sweep.json"), json.clone())];
@@ -296,6 +330,7 @@ fn exit_code(rep: &SweepReport) -> u8 {
 
 pub fn run(global: &GlobalOpts, args: &SweepArgs) -> anyhow::Result<u8> {
     let plan = plan(args)?;
+    check_outputs(args)?;
     let dir = output_dir(&args.trial, "gpufeed-sweep")?;
     let (interrupt, _watch) = interrupt_flag()?;
     let quiet = args.trial.quiet;

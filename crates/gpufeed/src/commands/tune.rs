@@ -591,7 +591,7 @@ fn run_line(set: &[(Knob, String)], cmd: &[String]) -> String {
 
 /// `fix.patch` from the DataLoader call sites the chosen trial's injection saw.
 fn write_patch(t: &mut Tuner, set: &[(Knob, String)], best: &TrialResult) -> anyhow::Result<()> {
-    use crate::tune::patch::{edit_call, unified, Edit};
+    use crate::tune::patch::{patch_sites, Edit};
     let mut sites: Vec<String> = best
         .overrides
         .iter()
@@ -623,39 +623,23 @@ fn write_patch(t: &mut Tuner, set: &[(Knob, String)], best: &TrialResult) -> any
             "add `{code}` after `import torch` in your training script"
         ));
     }
-    let mut files: std::collections::BTreeMap<String, (String, String)> = Default::default();
-    for site in &sites {
-        let Some((path, line)) = site
-            .rsplit_once(':')
-            .and_then(|(p, l)| Some((p.to_string(), l.parse::<usize>().ok()?)))
-        else {
-            continue;
-        };
-        if Path::new(&path).is_absolute() || path.starts_with("..") {
-            t.rep.patch_notes.push(format!("{site} is outside this folder (a library?): set {} where its DataLoader's arguments come from", edits.iter().map(|e| format!("{}={}", e.key, e.value)).collect::<Vec<_>>().join(", ")));
-            continue;
-        }
-        let entry = match files.get(&path) {
-            Some(e) => e.clone(),
-            None => match std::fs::read_to_string(&path) {
-                Ok(s) => (s.clone(), s),
-                Err(e) => {
-                    t.rep
-                        .patch_notes
-                        .push(format!("{site}: cannot read {path} ({e})"));
-                    continue;
-                }
-            },
-        };
-        let c = edit_call(&entry.1, &path, line, "DataLoader", &edits);
-        t.rep.patch_notes.extend(c.notes);
-        files.insert(path, (entry.0, c.new_text.unwrap_or(entry.1)));
-    }
-    let diff: String = files
-        .iter()
-        .filter(|(_, (old, new))| old != new)
-        .map(|(p, (old, new))| unified(p, old, new))
-        .collect();
+    // the job's own Python checks the changed files (parsed; each call bound to torch's
+    // DataLoader where torch imports), else python3 on the PATH, else the scanner's own check
+    let python = t
+        .args
+        .command
+        .first()
+        .filter(|c| {
+            Path::new(c)
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("python"))
+        })
+        .map_or_else(
+            || std::path::PathBuf::from("python3"),
+            std::path::PathBuf::from,
+        );
+    let (diff, notes) = patch_sites(Path::new("."), &sites, &edits, Some(&python));
+    t.rep.patch_notes.extend(notes);
     if !diff.is_empty() {
         let p = t.dir.join("fix.patch");
         super::write_report(&p, diff)?;
@@ -691,8 +675,37 @@ fn present(t: &Tuner) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Refuses (exit 2) two outputs at one path, the folder's tune.json and fix.patch included
+/// (`--export-json` may be the folder's tune.json: the same bytes).
+fn check_outputs(args: &TuneArgs) -> Result<(), crate::exit::Failure> {
+    use crate::outfile::Output;
+    let dir = args.trial.output_dir.as_deref();
+    let (json, patch) = (
+        dir.map(|d| d.join("tune.json")),
+        dir.map(|d| d.join("fix.patch")),
+    );
+    let mut outputs: Vec<Output> = [("--export-json", &args.export_json), ("--html", &args.html)]
+        .into_iter()
+        .filter_map(|(o, p)| Some(Output::new(o, p.as_deref()?)))
+        .collect();
+    for (what, p, content) in [
+        ("the output folder's tune.json", &json, "--export-json"),
+        ("the output folder's fix.patch", &patch, "fix.patch"),
+    ] {
+        if let Some(path) = p {
+            outputs.push(Output {
+                option: what,
+                path,
+                content,
+            });
+        }
+    }
+    crate::outfile::refuse_shared_outputs(&outputs)
+}
+
 pub fn run(global: &GlobalOpts, args: &TuneArgs) -> anyhow::Result<u8> {
     let regex = check_trial_opts(&args.trial, &args.command)?;
+    check_outputs(args)?;
     let dir = output_dir(&args.trial, "gpufeed-tune")?;
     let (interrupt, _watch) = interrupt_flag()?;
     let mut t = Tuner {

@@ -26,23 +26,7 @@ use std::io::{BufReader, Read};
 /// costs its figures: 40,000 distinct indices took 440 MB).
 pub const MAX_GPUS: usize = 1024;
 
-/// A name from a file as reports may show it: control characters (an escape sequence, a bell,
-/// a carriage return that would let a forged line overwrite the report in a terminal) are
-/// written as `\x1b`-style escapes.
-pub fn printable(s: &str) -> String {
-    if !s.chars().any(char::is_control) {
-        return s.to_string();
-    }
-    s.chars()
-        .map(|c| {
-            if c.is_control() {
-                format!("\\x{:02x}", u32::from(c))
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
+pub use crate::units::printable;
 
 /// A running mean of the values that were read (`None` for none).
 #[derive(Debug, Default, Clone, Copy)]

@@ -8,6 +8,10 @@ use std::fmt::Write as _;
 
 /// The text report (`--format text`).
 pub fn text(rep: &BatchReport) -> String {
+    super::fmt::terminal_safe(rep, false, text_raw)
+}
+
+fn text_raw(rep: &BatchReport) -> String {
     let mut s = String::new();
     trials_table(&mut s, rep);
     overrides_and_failures(&mut s, rep);

@@ -120,6 +120,10 @@ fn column_names(c: &Comparison) -> (String, String) {
 
 /// The terminal report.
 pub fn text(c: &Comparison) -> String {
+    super::fmt::terminal_safe(c, false, text_raw)
+}
+
+fn text_raw(c: &Comparison) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "{}", headline(c));
     if let Some(s) = &c.speedup {
@@ -179,6 +183,10 @@ pub fn json(c: &Comparison) -> String {
 }
 
 pub fn markdown(c: &Comparison) -> String {
+    super::fmt::terminal_safe(c, false, markdown_raw)
+}
+
+fn markdown_raw(c: &Comparison) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "# gpufeed compare\n");
     let _ = writeln!(o, "**{}**\n", md_cell(&headline(c)));

@@ -41,13 +41,15 @@ pub fn render(report: &DiagnoseReport, format: OutputFormat, color: bool) -> Str
 /// Renders a report with the text layout's options.
 pub fn render_with(report: &DiagnoseReport, format: OutputFormat, opts: TextOptions) -> String {
     match format {
-        OutputFormat::Text | OutputFormat::Html => text(report, opts),
+        OutputFormat::Text | OutputFormat::Html => {
+            super::fmt::terminal_safe(report, opts.color, |r| text(r, opts))
+        }
         OutputFormat::Json => {
             let mut s = serde_json::to_string_pretty(report).expect("report serializes");
             s.push('\n');
             s
         }
-        OutputFormat::Markdown => markdown(report),
+        OutputFormat::Markdown => super::fmt::terminal_safe(report, false, markdown),
     }
 }
 

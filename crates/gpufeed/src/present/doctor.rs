@@ -27,6 +27,10 @@ fn title(g: Group) -> &'static str {
 
 /// The text report (`--format text`): grouped, a status tag per check, the fix underneath.
 pub fn text(r: &Report) -> String {
+    super::fmt::terminal_safe(r, false, text_raw)
+}
+
+fn text_raw(r: &Report) -> String {
     let mut out = String::new();
     let width = r.checks.iter().map(|c| c.id.len()).max().unwrap_or(0);
     let mut groups: Vec<Group> = r.checks.iter().map(|c| c.group).collect();

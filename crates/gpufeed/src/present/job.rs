@@ -44,7 +44,12 @@ const HEADS: [&str; 8] = [
     "",
 ];
 
+/// The text report, safe for a terminal ([`super::fmt::terminal_safe`]).
 pub fn text(r: &JobReport) -> String {
+    super::fmt::terminal_safe(r, false, text_raw)
+}
+
+fn text_raw(r: &JobReport) -> String {
     let j = &r.job;
     let list = |v: &[String]| {
         if v.is_empty() {
@@ -84,7 +89,12 @@ pub fn text(r: &JobReport) -> String {
     out
 }
 
+/// The Markdown report, safe for a terminal ([`super::fmt::terminal_safe`]).
 pub fn markdown(r: &JobReport) -> String {
+    super::fmt::terminal_safe(r, false, markdown_raw)
+}
+
+fn markdown_raw(r: &JobReport) -> String {
     let j = &r.job;
     let mut out = format!(
         "## Job verdict: `{}`\n\n{}\n\n| {} |\n|{}\n",

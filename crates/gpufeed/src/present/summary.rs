@@ -18,6 +18,10 @@ pub fn text(s: &Summary) -> String {
 /// The summary; with `util_mean_said` (a one-GPU recording whose verdict, printed next, gives
 /// the busy share) the GPU line leaves its mean utilization out: each figure once.
 pub fn text_with(s: &Summary, util_mean_said: bool) -> String {
+    super::fmt::terminal_safe(s, false, |s| text_raw(s, util_mean_said))
+}
+
+fn text_raw(s: &Summary, util_mean_said: bool) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,

@@ -150,6 +150,10 @@ fn rows(rep: &SweepReport) -> Vec<Vec<String>> {
 
 /// The tuning table and the sweet spot, for a terminal.
 pub fn text(rep: &SweepReport) -> String {
+    super::fmt::terminal_safe(rep, false, text_raw)
+}
+
+fn text_raw(rep: &SweepReport) -> String {
     let rows = rows(rep);
     let widths: Vec<usize> = (0..rows[0].len())
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
@@ -250,6 +254,10 @@ fn label_of(p: &BTreeMap<String, serde_json::Value>, knobs: &[(String, Vec<Strin
 }
 
 pub fn markdown(rep: &SweepReport) -> String {
+    super::fmt::terminal_safe(rep, false, markdown_raw)
+}
+
+fn markdown_raw(rep: &SweepReport) -> String {
     let rows = rows(rep);
     let mut s = String::new();
     for (i, row) in rows.iter().enumerate() {

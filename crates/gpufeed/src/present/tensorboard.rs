@@ -381,7 +381,9 @@ pub fn event_file(series: &TbSeries, report: &DiagnoseReport) -> Vec<u8> {
 }
 
 /// The file's name in the directory: TensorBoard reads every file whose name holds `tfevents`.
-/// Named after the recording's start, so exporting the same recording again replaces its file.
+/// Named after the recording's host and start to the microsecond, so exporting the same
+/// recording again replaces its file, and two runs started in the same second each get their
+/// own (one run's scalars were lost).
 pub fn file_name(series: &TbSeries) -> String {
     let host: String = series
         .hostname
@@ -396,10 +398,12 @@ pub fn file_name(series: &TbSeries) -> String {
             }
         })
         .collect();
+    let us = (series.start_unix_s * 1e6).round().max(0.0) as u64;
     format!(
-        "events.out.tfevents.{}.{}.gpufeed",
-        series.start_unix_s.floor() as u64,
-        if host.is_empty() { "host" } else { &host }
+        "events.out.tfevents.{}.{}.{:06}.gpufeed",
+        us / 1_000_000,
+        if host.is_empty() { "host" } else { &host },
+        us % 1_000_000
     )
 }
 
@@ -533,7 +537,14 @@ mod tests {
         };
         assert_eq!(
             file_name(&s),
-            "events.out.tfevents.1700000000.node_1_x.gpufeed"
+            "events.out.tfevents.1700000000.node_1_x.700000.gpufeed"
         );
+        // two recordings started in the same second: two files
+        let t = TbSeries {
+            start_unix_s: 1_700_000_000.700_001,
+            hostname: Some("node/1 x".into()),
+            ..Default::default()
+        };
+        assert_ne!(file_name(&s), file_name(&t));
     }
 }

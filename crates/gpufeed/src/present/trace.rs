@@ -194,6 +194,10 @@ pub fn text(r: &Report, show_steps: bool) -> String {
 
 /// The text report; `verbose` lists every evidence entry.
 pub fn text_with(r: &Report, show_steps: bool, verbose: bool) -> String {
+    super::fmt::terminal_safe(r, false, |r| text_raw(r, show_steps, verbose))
+}
+
+fn text_raw(r: &Report, show_steps: bool, verbose: bool) -> String {
     let mut o = String::new();
     for w in &r.warnings {
         let _ = writeln!(o, "warning: {w}");
@@ -384,6 +388,10 @@ fn findings_text(o: &mut String, r: &Report, verbose: bool) {
 }
 
 pub fn markdown(r: &Report, show_steps: bool) -> String {
+    super::fmt::terminal_safe(r, false, |r| markdown_raw(r, show_steps))
+}
+
+fn markdown_raw(r: &Report, show_steps: bool) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "# gpufeed analyze\n");
     for w in &r.warnings {
@@ -460,6 +468,10 @@ pub fn markdown(r: &Report, show_steps: bool) -> String {
 
 /// A few lines for the text report: the job, its stragglers and communication-bound ranks.
 pub fn job_text(j: &RankJob) -> String {
+    super::fmt::terminal_safe(j, false, job_text_raw)
+}
+
+fn job_text_raw(j: &RankJob) -> String {
     let none = |v: &[u64]| {
         if v.is_empty() {
             "none".to_string()

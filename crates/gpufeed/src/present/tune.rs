@@ -109,6 +109,10 @@ fn batch_text(o: &mut String, b: &BatchChange) {
 
 /// The terminal report.
 pub fn text(r: &TuneReport) -> String {
+    super::fmt::terminal_safe(r, false, text_raw)
+}
+
+fn text_raw(r: &TuneReport) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "gpufeed tune: {}", r.command.join(" "));
     for s in &r.steps {

@@ -57,6 +57,18 @@ pub fn read_path(path: &Path, sink: impl Sink) -> Result<(Header, ReadStats), Re
     read_from(path, f, sink)
 }
 
+/// What a zstd frame whose window is over the decoder's limit (128 MiB) is said to be: it was
+/// read as the end of the input, and a recording of one such frame was called empty.
+const WINDOW_TOO_LARGE: &str = "a zstd frame in it needs a decoding window over 128 MiB (written \
+with zstd --long or a large --zstd=wlog): decompress it first (zstd -d --long=31 FILE) and read \
+the plain file";
+
+/// True for the zstd error of a frame whose window is over the decoder's limit (zstd's own
+/// words, as the zstd crate passes them on).
+fn is_window_too_large(e: &std::io::Error) -> bool {
+    e.to_string().contains("Frame requires too much memory")
+}
+
 /// True when `head` (the first bytes of a file) starts a zstd frame.
 pub(crate) fn is_zstd(head: &[u8]) -> bool {
     head.starts_with(&ZSTD_MAGIC)
@@ -363,6 +375,10 @@ impl<R: Read> Lines<R> {
                     return Ok(true);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // not a cut: the frame is whole but asks for more memory than is allowed
+                Err(e) if self.lenient && is_window_too_large(&e) => {
+                    return Err(std::io::Error::new(e.kind(), WINDOW_TOO_LARGE));
+                }
                 Err(_) if self.lenient => {
                     self.eof = true;
                     self.cut = true;
@@ -502,6 +518,29 @@ mod tests {
         let mut got = Collect::default();
         let (_, st) = read_from(Path::new("t"), b, &mut got)?;
         Ok((st, got.0))
+    }
+
+    /// Issue 39 item 11: a zstd frame with a 2 GiB window was read as the end of the input and
+    /// the recording called empty; the real reason is said.
+    #[test]
+    fn a_zstd_frame_with_a_window_over_the_limit_is_said_to_be_one() {
+        let content = b"{\"schema_version\":1}\n";
+        // magic, frame header (no single segment), window descriptor 2^(10+21) = 2 GiB, then one
+        // raw last block holding the content
+        let mut f = ZSTD_MAGIC.to_vec();
+        f.extend([0x00, 21 << 3]);
+        f.extend(&((content.len() as u32) << 3 | 1).to_le_bytes()[..3]);
+        f.extend(content);
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("big-window.ndjson.zst");
+        std::fs::write(&p, &f).unwrap();
+        let e = read_header(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("decoding window over 128 MiB") && !e.contains("empty"),
+            "{e}"
+        );
+        let e = read_path(&p, Collect::default()).unwrap_err().to_string();
+        assert!(e.contains("decoding window over 128 MiB"), "{e}");
     }
 
     #[test]

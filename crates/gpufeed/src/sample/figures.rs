@@ -45,16 +45,22 @@ pub struct Query {
     pub nonce: Option<u64>,
 }
 
-/// The first `figures` line of a datagram, if any (one reply per datagram).
+/// The first `figures` line of a datagram, if any (one reply per datagram). A line whose rank
+/// is missing or neither `-` nor a rank (`figures x`, `figures -1`, `figures 4294967296`) is no
+/// query: it gets no answer (it was answered with the figures of the markers without a rank).
 pub fn parse_query(text: &str) -> Option<Query> {
     text.lines().find_map(|line| {
         let mut w = line.split_ascii_whitespace();
         if w.next()? != "figures" {
             return None;
         }
+        let rank = match w.next()? {
+            "-" => None,
+            r => Some(r.parse::<u32>().ok()?),
+        };
         let num = |w: Option<&str>| w.filter(|w| *w != "-").and_then(|w| w.parse::<u64>().ok());
         Some(Query {
-            rank: num(w.next()).and_then(|r| u32::try_from(r).ok()),
+            rank,
             pid: num(w.next()).and_then(|p| u32::try_from(p).ok()),
             nonce: num(w.next()),
         })
@@ -377,6 +383,17 @@ mod tests {
             })
         );
         assert_eq!(parse_query("step 1\nfigure 3"), None);
+        // a rank that is no rank is no query (it was answered as the markers without one)
+        for bad in [
+            "figures x",
+            "figures -1",
+            "figures 4294967296",
+            "figures",
+            "figures 1.5 7",
+        ] {
+            assert_eq!(parse_query(bad), None, "{bad}");
+        }
+        assert_eq!(parse_query("figures bad\nfigures 4").unwrap().rank, Some(4));
     }
 
     #[test]

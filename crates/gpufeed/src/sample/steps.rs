@@ -214,10 +214,44 @@ impl StepSocket {
                 })
             }
         }
-        Self::bind(path).map_err(|source| GivenSocketError::Io {
+        Self::bind_private(path).map_err(|source| GivenSocketError::Io {
             path: path.to_path_buf(),
             source,
         })
+    }
+
+    /// [`StepSocket::bind`] at `path` with mode 0600 whatever the umask (under umask 000 the
+    /// socket was world-writable: anyone could send markers): bound in a new 0700 folder beside
+    /// `path`, narrowed, then linked into place (`link(2)` never replaces what appeared there
+    /// meanwhile), so no other user can ever connect to it.
+    fn bind_private(path: &Path) -> std::io::Result<StepSocket> {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let staging = tempfile::Builder::new()
+            .prefix(".gpufeed-step-socket-")
+            .tempdir_in(parent)?;
+        std::fs::set_permissions(staging.path(), std::fs::Permissions::from_mode(0o700))?;
+        let staged = staging.path().join("s");
+        let mut s = Self::bind(&staged)?;
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))?;
+        match std::fs::hard_link(&staged, path) {
+            Ok(()) => {
+                let _ = std::fs::remove_file(&staged);
+            }
+            // a file system without hard links: renamed, if nothing appeared there meanwhile
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                if std::fs::symlink_metadata(path).is_ok() {
+                    return Err(e);
+                }
+                std::fs::rename(&staged, path)?;
+            }
+            Err(e) => return Err(e),
+        }
+        s.path = path.to_path_buf();
+        Ok(s)
     }
 
     /// Binds a socket at `path` (which must not exist: nothing there is removed) and starts
@@ -492,6 +526,33 @@ mod tests {
         // No folder: a clear error.
         let e = StepSocket::bind_given(&dir.path().join("nope/s.sock")).unwrap_err();
         assert!(e.to_string().contains("folder exists"), "{e}");
+    }
+
+    /// Issue 39 item 11: the socket at a given path is the user's alone, whatever the umask (a
+    /// test cannot set the umask without racing the other tests' files: the mode is checked
+    /// here, and under `umask 000` by `tests/it/record.rs`).
+    #[test]
+    fn a_given_path_is_bound_with_mode_0600_and_no_staging_folder_is_left() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("steps.sock");
+        let s = StepSocket::bind_given(&path).unwrap();
+        let m = std::fs::symlink_metadata(&path).unwrap();
+        assert_eq!(m.permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "only the socket"
+        );
+        let tx = UnixDatagram::unbound().unwrap();
+        tx.send_to(b"step - 1 2", &path).unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while s.marks().is_empty() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(s.marks().len(), 1, "markers reach it at its final path");
+        drop(s);
+        assert!(!path.exists());
     }
 
     #[test]

@@ -162,3 +162,32 @@ fn man_subcommand_page_and_unknown_name() {
         "{err}"
     );
 }
+
+/// Issue 39 item 11: `tune --help` named its folder `gpufeed-sweep-…` (the help of the options
+/// sweep, tune and batch-size share); each names the folder it really makes.
+#[test]
+fn each_command_names_its_own_output_folder() {
+    for (cmd, prefix) in [
+        ("sweep", "gpufeed-sweep-"),
+        ("tune", "gpufeed-tune-"),
+        ("batch-size", "gpufeed-batch-size-"),
+    ] {
+        let out = crate::run_ok(crate::gpufeed().args([cmd, "--help"]));
+        let help = String::from_utf8(out.stdout).unwrap();
+        let line = help
+            .split("--output-dir")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{cmd}: no --output-dir in\n{help}"));
+        let line: String = line
+            .split("\n      -")
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(line.contains(prefix), "{cmd}: {line}");
+        for other in ["gpufeed-sweep-", "gpufeed-tune-", "gpufeed-batch-size-"] {
+            assert!(other == prefix || !line.contains(other), "{cmd}: {line}");
+        }
+    }
+}

@@ -218,3 +218,62 @@ fn memory_does_not_grow_with_the_number_of_nodes() {
         "4 nodes {small} KiB, 128 nodes {large} KiB"
     );
 }
+
+/// Issue 39 item 6: a hostname and a command line with an OSC title sequence, a bell, a CSI and
+/// CR-LF (a forged `VERDICT compute_bound` line) reach the terminal escaped through every text
+/// presenter of `diagnose` and `diagnose --job`: nothing but line feeds is a control character.
+#[test]
+fn control_characters_from_a_recording_never_reach_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let evil = "node\u{1b}]0;pwned\u{7}\r\nVERDICT  compute_bound\u{9b}2J";
+    let a = node(dir.path(), evil, starving, 0);
+    let b = node(dir.path(), "node2", busy, 0);
+    // the job's command line too
+    let text = std::fs::read_to_string(&a).unwrap();
+    let (head, rest) = text.split_once('\n').unwrap();
+    let mut h: serde_json::Value = serde_json::from_str(head).unwrap();
+    h["command"] = serde_json::json!([
+        "python",
+        "train.py\u{1b}[2J\u{1b}]2;x\u{7}\r\nVERDICT  idle"
+    ]);
+    std::fs::write(&a, format!("{h}\n{rest}")).unwrap();
+    let check = |args: &[&str], files: &[&PathBuf]| {
+        let out = gpufeed().args(args).args(files).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        let s = String::from_utf8(out.stdout).unwrap();
+        // gpufeed's own colours aside (`ESC [ 1 ; 31 m`)
+        let mut plain = s.clone();
+        for code in [
+            "0", "1", "2", "33", "36", "1;31", "1;32", "1;33", "31", "32",
+        ] {
+            plain = plain.replace(&format!("\u{1b}[{code}m"), "");
+        }
+        assert!(
+            !plain.chars().any(|c| c.is_control() && c != '\n'),
+            "{args:?}: a control character reached the terminal:\n{s:?}"
+        );
+        assert!(
+            !s.lines()
+                .any(|l| l.starts_with("VERDICT  compute_bound") || l.starts_with("VERDICT  idle")),
+            "{args:?}: a forged line:\n{s}"
+        );
+        assert!(
+            s.contains("\\x1b]0;pwned\\x07\\x0d\\x0aVERDICT"),
+            "{args:?}: the name is shown escaped:\n{s}"
+        );
+    };
+    check(&["diagnose", "--color", "always"], &[&a]);
+    check(&["diagnose", "--color", "never", "--verbose"], &[&a]);
+    check(&["diagnose", "--format", "markdown"], &[&a]);
+    check(&["diagnose", "--job"], &[&a, &b]);
+    check(&["diagnose", "--job", "--format", "markdown"], &[&a, &b]);
+    // JSON keeps the bytes (escaped by JSON itself)
+    let j = json_ok(gpufeed().args(["diagnose", "--format", "json"]).arg(&a));
+    assert!(
+        j["source"]["path"]
+            .as_str()
+            .unwrap()
+            .contains("\u{1b}]0;pwned\u{7}\r\n"),
+        "{j}"
+    );
+}

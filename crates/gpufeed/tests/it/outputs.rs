@@ -2,7 +2,7 @@
 //! without `--force`, no symlink followed, no output written over an input, unique default names,
 //! unfinished recordings labelled.
 
-use crate::gpufeed;
+use crate::{gpufeed, gpufeed_no_gpu};
 use predicates::prelude::*;
 use std::os::unix::fs::symlink;
 use std::path::Path;
@@ -189,7 +189,7 @@ fn an_output_that_is_an_input_is_refused() {
             .args(["--", "true"])
             .assert()
             .code(2)
-            .stderr(predicate::str::contains("same file as the input"));
+            .stderr(predicate::str::contains("the same file"));
         assert!(!o.exists(), "{flag}");
     }
 }
@@ -331,4 +331,161 @@ fn a_folder_as_output_and_a_symlinked_output_dir_are_refused_before_the_job_star
         .stderr(predicate::str::contains("is a symlink"));
     assert!(!ran.exists());
     assert_eq!(std::fs::read_dir(&real).unwrap().count(), 0);
+}
+
+/// Issue 39 item 9: two outputs of one command at one path are refused (exit 2) before anything
+/// is written or run, by every command, as `diagnose` did; an output folder's own report may share
+/// its path with the option that writes the same bytes.
+#[test]
+fn two_outputs_at_one_path_are_refused_by_every_command() {
+    let d = tempfile::tempdir().unwrap();
+    let r = d.path().join("r.ndjson");
+    record(&r);
+    let t = d.path().join("t.json");
+    std::fs::write(&t, "{}").unwrap();
+    let x = d.path().join("x.out");
+    let out = d.path().join("out");
+    let tune_json = out.join("tune.json");
+    let sweep_json = out.join("sweep.json");
+    let job = ["--", "sh", "-c", "touch ran # {w}"];
+    let cases: Vec<Vec<&std::ffi::OsStr>> = vec![
+        vec![
+            "analyze".as_ref(),
+            "--html".as_ref(),
+            x.as_ref(),
+            "--export-json".as_ref(),
+            x.as_ref(),
+            t.as_ref(),
+        ],
+        vec![
+            "compare".as_ref(),
+            "--html".as_ref(),
+            x.as_ref(),
+            "--export-json".as_ref(),
+            x.as_ref(),
+            r.as_ref(),
+            r.as_ref(),
+        ],
+        vec![
+            "run".as_ref(),
+            "-q".as_ref(),
+            "--html".as_ref(),
+            x.as_ref(),
+            "--export-json".as_ref(),
+            x.as_ref(),
+        ],
+        vec![
+            "run".as_ref(),
+            "-q".as_ref(),
+            "--tensorboard".as_ref(),
+            x.as_ref(),
+            "-o".as_ref(),
+            x.as_ref(),
+        ],
+        vec![
+            "sweep".as_ref(),
+            "-L".as_ref(),
+            "w".as_ref(),
+            "1".as_ref(),
+            "--export-csv".as_ref(),
+            x.as_ref(),
+            "--export-json".as_ref(),
+            x.as_ref(),
+        ],
+        vec![
+            "sweep".as_ref(),
+            "-L".as_ref(),
+            "w".as_ref(),
+            "1".as_ref(),
+            "--export-markdown".as_ref(),
+            x.as_ref(),
+            "--html".as_ref(),
+            x.as_ref(),
+        ],
+        vec![
+            "sweep".as_ref(),
+            "-L".as_ref(),
+            "w".as_ref(),
+            "1".as_ref(),
+            "--output-dir".as_ref(),
+            out.as_ref(),
+            "--export-csv".as_ref(),
+            sweep_json.as_ref(),
+        ],
+        vec![
+            "tune".as_ref(),
+            "--html".as_ref(),
+            x.as_ref(),
+            "--export-json".as_ref(),
+            x.as_ref(),
+        ],
+        vec![
+            "tune".as_ref(),
+            "--output-dir".as_ref(),
+            out.as_ref(),
+            "--html".as_ref(),
+            tune_json.as_ref(),
+        ],
+        vec![
+            "export".as_ref(),
+            "--perfetto".as_ref(),
+            x.as_ref(),
+            "--tensorboard".as_ref(),
+            x.as_ref(),
+            r.as_ref(),
+        ],
+    ];
+    for mut args in cases {
+        let is_job = matches!(args[0].to_str(), Some("run" | "sweep" | "tune"));
+        if is_job {
+            args.extend(job.iter().map(std::ffi::OsStr::new));
+        }
+        gpufeed_no_gpu()
+            .current_dir(d.path())
+            .args(&args)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(
+                "are the same file: one would overwrite the other",
+            ));
+        assert!(!x.exists() && !out.exists(), "{args:?}");
+        assert!(
+            !d.path().join("ran").exists(),
+            "the job never started: {args:?}"
+        );
+    }
+    // the folder's tune.json and --export-json hold the same bytes: not refused (the baseline
+    // fails at once: exit 1, not 2)
+    let o = gpufeed_no_gpu()
+        .current_dir(d.path())
+        .args(["tune", "-q", "--output-dir"])
+        .arg(&out)
+        .arg("--export-json")
+        .arg(&tune_json)
+        .args(["--", "false"])
+        .output()
+        .unwrap();
+    assert_ne!(o.status.code(), Some(2), "{o:?}");
+}
+
+/// Issue 39 item 11: `run -o /dev/null --force` exited 3 (an input error) where the README says
+/// 2: a device as the recording is a bad option value, refused before the job starts.
+#[test]
+fn a_device_as_the_recording_is_a_usage_error_before_the_job_starts() {
+    let d = tempfile::tempdir().unwrap();
+    for force in [true, false] {
+        let mut c = gpufeed_no_gpu();
+        c.current_dir(d.path())
+            .args(["run", "-q", "-o", "/dev/null"]);
+        if force {
+            c.arg("--force");
+        }
+        c.args(["--", "sh", "-c", "touch ran"])
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(
+                "is a device, FIFO or socket, not a file",
+            ));
+        assert!(!d.path().join("ran").exists(), "the job never started");
+    }
 }

@@ -461,3 +461,44 @@ fn export_json_keeps_stdout_for_the_job_alone() {
     assert!(v.get("verdict").is_some() && v.get("job").is_some(), "{v}");
     assert_eq!(v["job"]["end_reason"], "job_exited");
 }
+
+/// Issue 39 item 11: under `umask 000`, `--step-socket PATH` made a world-writable socket
+/// (anyone on the machine could send markers); it is 0600 whatever the umask.
+#[test]
+fn a_step_socket_is_the_users_alone_under_umask_000() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("steps.sock");
+    let bin = assert_cmd::cargo::cargo_bin("gpufeed");
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", "umask 000; exec \"$0\" \"$@\""])
+        .arg(&bin)
+        .args([
+            "--nvml-lib",
+            "/nonexistent/libnvidia-ml.so.1",
+            "record",
+            "-q",
+        ])
+        .args(["--duration", "3s", "--py-stacks", "off", "--step-socket"])
+        .arg(&sock)
+        .arg("-o")
+        .arg(dir.path().join("r.ndjson"))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while !sock.exists() && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mode = std::fs::symlink_metadata(&sock).map(|m| m.permissions().mode() & 0o777);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert_eq!(mode.ok(), Some(0o600), "the socket's mode");
+    assert!(!sock.exists(), "removed at exit");
+    // the recording is the only thing left beside it (no staging folder)
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["r.ndjson"], "{names:?}");
+}

@@ -158,7 +158,7 @@ fn export_tensorboard_is_read_back_by_tensorboard_step_aligned() {
     let files: Vec<_> = std::fs::read_dir(&tb).unwrap().flatten().collect();
     assert_eq!(files.len(), 1);
     let name = files[0].file_name().to_string_lossy().into_owned();
-    assert_eq!(name, "events.out.tfevents.1764676800.node1.gpufeed");
+    assert_eq!(name, "events.out.tfevents.1764676800.node1.000000.gpufeed");
 
     let got = read_back(&py, &tb);
     // Steps: 5 per 0.5 s from 2.5 s to 20 s, 180 timed (181 markers: the first starts the
@@ -489,4 +489,87 @@ fn tensorboard_serves_the_export_and_its_page_renders() {
     // A page with charts, not a blank or an error page (those are a few KB).
     let size = std::fs::metadata(&png).unwrap().len();
     assert!(size > 40_000, "{size} bytes");
+}
+
+/// Issue 39 item 10: `run --tensorboard` with a file, a folder that cannot be written or a
+/// symlink there is refused (exit 2) before the job starts; it was found out after the job ended
+/// (and the symlink was followed).
+#[test]
+fn run_checks_its_tensorboard_folder_before_the_job_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, "x").unwrap();
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    // /proc takes no files, not even from root; a 0555 folder stops everyone else
+    let mut cases: Vec<(PathBuf, &str)> = vec![
+        (file.clone(), "it is a file, not a folder"),
+        (link, "is a symlink"),
+        (PathBuf::from("/proc"), "cannot write in it"),
+    ];
+    let ro = dir.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    }
+    if tempfile::tempfile_in(&ro).is_err() {
+        cases.push((ro, "cannot write in it"));
+    }
+    for (tb, why) in cases {
+        gpufeed_no_gpu()
+            .current_dir(dir.path())
+            .args(["run", "-q", "-o", "r.ndjson", "--tensorboard"])
+            .arg(&tb)
+            .args(["--", "sh", "-c", "touch ran"])
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(why));
+        assert!(
+            !dir.path().join("ran").exists(),
+            "{tb:?}: the job never started"
+        );
+        assert!(!dir.path().join("r.ndjson").exists(), "{tb:?}");
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
+    assert_eq!(
+        std::fs::read_dir(&real).unwrap().count(),
+        0,
+        "nothing through the symlink"
+    );
+}
+
+/// Issue 39 item 10: two runs writing to one `--tensorboard DIR` in the same second each keep
+/// their own event file (they shared one name and one run's scalars were lost).
+#[test]
+fn two_runs_in_the_same_second_write_two_event_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let tb = dir.path().join("tb");
+    let start = |n: &str| {
+        std::process::Command::new(assert_cmd::cargo::cargo_bin("gpufeed"))
+            .args([
+                "--nvml-lib",
+                "/nonexistent/libnvidia-ml.so.1",
+                "run",
+                "-q",
+                "-o",
+            ])
+            .arg(dir.path().join(n))
+            .arg("--tensorboard")
+            .arg(&tb)
+            .args(["--", "sleep", "0.3"])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let (mut a, mut b) = (start("a.ndjson"), start("b.ndjson"));
+    assert!(a.wait().unwrap().success() && b.wait().unwrap().success());
+    let names: Vec<String> = std::fs::read_dir(&tb)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.iter().all(|n| n.contains("tfevents")), "{names:?}");
 }

@@ -111,7 +111,7 @@ pub(super) struct GpuAcc {
     pub(super) last_t: Option<f64>,
     pub(super) last_rx: Option<(f64, u64)>,
     pub(super) last_util: Option<f64>,
-    /// Time of the last utilization sample, and the first spacings between samples.
+    /// Time of the latest utilization sample, and the first spacings between samples.
     pub(super) last_util_t: Option<f64>,
     pub(super) spacings: Vec<f64>,
     pub(super) rx_rate: Moments,
@@ -136,13 +136,21 @@ pub(super) struct GpuAcc {
 pub(super) const SPACINGS: usize = 257;
 
 impl GpuAcc {
+    /// A sample at `t`: its spacing from the latest one before it counts when time moved
+    /// forward past every sample so far. A sample back in time is no spacing, and neither is the
+    /// way forward again (a log alternating between 12:00:00 and 11:00:01 was read as "sampled
+    /// every 3599 s", issue 39 item 11).
     pub(super) fn spacing(&mut self, t: f64) {
-        if let Some(l) = self.last_util_t {
-            if t > l && self.spacings.len() < SPACINGS {
-                self.spacings.push(t - l);
+        match self.last_util_t {
+            Some(l) if t > l => {
+                if self.spacings.len() < SPACINGS {
+                    self.spacings.push(t - l);
+                }
+                self.last_util_t = Some(t);
             }
+            Some(_) => {}
+            None => self.last_util_t = Some(t),
         }
-        self.last_util_t = Some(t);
     }
 
     pub(super) fn sample_interval_s(&self) -> Option<f64> {
@@ -301,5 +309,35 @@ pub(super) fn throttle_evidence(g: &GpuAcc) -> ThrottleEvidence {
         slowing_fraction: (g.throttle_observed > 0.0)
             .then(|| g.throttle_slowing / g.throttle_observed),
         by_reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_running_backwards_gives_no_sampling_interval() {
+        let interval = |ts: &[f64]| {
+            let mut g = GpuAcc::default();
+            for &t in ts {
+                g.spacing(t);
+            }
+            g.sample_interval_s()
+        };
+        assert_eq!(interval(&[0.0, 1.0, 2.0, 3.0]), Some(1.0));
+        // alternating between two clocks an hour apart: no interval, not 3599 s
+        let alternating: Vec<f64> = (0..200)
+            .map(|i| if i % 2 == 0 { 0.0 } else { -3599.0 })
+            .collect();
+        assert_eq!(interval(&alternating), None);
+        // a log written backwards
+        let reversed: Vec<f64> = (0..100).map(|i| -f64::from(i)).collect();
+        assert_eq!(interval(&reversed), None);
+        // one clock step back: the spacings either side of it still count, the step does not
+        assert_eq!(
+            interval(&[0.0, 2.0, 4.0, -3600.0, 6.0, 8.0, 10.0]),
+            Some(2.0)
+        );
     }
 }
