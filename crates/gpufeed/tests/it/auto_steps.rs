@@ -119,7 +119,7 @@ fn a_plain_script_gets_exact_steps_and_its_validation_loader_is_left_out() {
     let ns = notes(&v);
     assert!(
         ns.contains("training loader, the DataLoader created at")
-            && ns.contains("plain_imagefolder.py:53"),
+            && ns.contains("plain_imagefolder.py:62"),
         "{ns}"
     );
     assert!(ns.contains("left out of the step rate"), "{ns}");
@@ -215,10 +215,6 @@ fn tune_fixes_a_plain_script_with_no_tqdm_and_no_markers() {
         "tune on a plain script: num_workers={workers}, {} ({lo}..{})",
         s["value"], s["ci95"][1]
     );
-    // Decoding is CPU work: on a 2-core machine two workers share the cores with the loop, so
-    // the gain is real but modest (1.3-1.7x measured); the interval is what tune promises.
-    assert!(
-        s["value"].as_f64().unwrap() > 1.0 && s["ci95"][1].as_f64().unwrap() > lo,
-        "{s}"
-    );
+    // Loading waits on storage (4 ms a file) more than it decodes: workers overlap it.
+    assert!(lo > 1.2, "{s}");
 }
