@@ -14,7 +14,7 @@
 pub use super::python::*;
 use super::types::{JobEvidence, BOUND_PREFIX};
 use crate::record::format::{Header, Line, PyFrameDef};
-use crate::sample::pyphase::{data_stage, FrameRef, Phase, StageKind};
+use crate::sample::pyphase::{data_stage, is_loader_plumbing, FrameRef, Phase, StageKind};
 use crate::sample::pystacks::PyStatus;
 use crate::sample::ranks::RankEnv;
 use std::collections::{BTreeMap, HashMap};
@@ -572,7 +572,8 @@ impl PyAcc {
             return None;
         }
         let phases_pct = PhasesPct::from_counts(&t.phases);
-        // Loading in the training thread itself: data_wait stacks with a data stage.
+        // Loading in the training thread itself: data_wait stacks with a data stage, other than
+        // the sampler (which stays in the training process whatever num_workers is).
         // (Both over the whole recording: the stack counts are not windowed.)
         let is_wait = |sid: &u32| self.phase_of.get(sid) == Some(&Some(Phase::DataWait));
         let dw: u64 = t
@@ -587,8 +588,9 @@ impl PyAcc {
                 .iter()
                 .filter(|(sid, _)| is_wait(sid))
                 .filter(|(sid, _)| {
-                    self.frame_refs(**sid)
-                        .is_some_and(|f| data_stage(&f).is_some())
+                    self.frame_refs(**sid).is_some_and(|f| {
+                        data_stage(&f).is_some_and(|(_, k)| k != StageKind::Sampler)
+                    })
                 })
                 .map(|(_, c)| c.0)
                 .sum();
@@ -676,23 +678,35 @@ impl PyAcc {
             .filter(|r| *r > 0.0)
             .map_or(0.01, |r| 1.0 / r);
         let mut totals = DataTotals::default();
-        let mut stage_cache: HashMap<u32, Option<(String, String, i32, StageKind)>> =
-            HashMap::new();
+        type StageOf = (String, String, i32, StageKind, bool);
+        let mut stage_cache: HashMap<u32, Option<StageOf>> = HashMap::new();
         for ((pid, _), t) in self.threads.iter().filter(|((p, _), _)| keep(*p)) {
             for (sid, (n, idle)) in &t.stacks {
                 let stage = stage_cache.entry(*sid).or_insert_with(|| {
                     let refs = self.frame_refs(*sid)?;
                     let (i, k) = data_stage(&refs)?;
                     let line = self.frames[&self.stacks[sid][i]].line;
-                    Some((refs[i].name.to_string(), refs[i].file.to_string(), line, k))
+                    let plumbing = is_loader_plumbing(&refs[i]);
+                    Some((
+                        refs[i].name.to_string(),
+                        refs[i].file.to_string(),
+                        line,
+                        k,
+                        plumbing,
+                    ))
                 });
-                let Some((name, file, line, kind)) = stage.clone() else {
+                let Some((name, file, line, kind, plumbing)) = stage.clone() else {
                     continue;
                 };
                 let w = self.period_s(*pid, nominal_s);
                 totals.total_s += *n as f64 * w;
                 totals.io_s += if kind == StageKind::Read { *n } else { *idle } as f64 * w;
                 *totals.loading_by_pid.entry(*pid).or_default() += n;
+                if plumbing {
+                    // Loading time, but no stage: the DataLoader's own frame with nothing of the
+                    // user's or a library's beneath it (a call in flight, a C `__getitem__`).
+                    continue;
+                }
                 let e = by_stage
                     .entry((name, file))
                     .or_insert_with(|| (kind, 0, HashMap::new(), 0.0, None));

@@ -223,6 +223,35 @@ fn stage_advice(h: &Hotspot, waits: bool) -> String {
             h.function,
             at(h)
         ),
+        StageKind::Collate if h.function == "default_collate" => format!(
+            "PyTorch's default_collate ({}) is the slow stage: it walks each sample's nested \
+             Python structures (lists, dicts, numbers) one element at a time; return tensors or \
+             numpy arrays from __getitem__ instead of lists, or give the DataLoader a collate_fn \
+             that builds the batch at once",
+            at(h)
+        ),
+        StageKind::Collate => format!(
+            "the collate function {} ({}) is the slow stage: it runs once per batch; build the \
+             batch with tensor operations (torch.nn.utils.rnn.pad_sequence, torch.stack, a \
+             preallocated torch.full and slice assignment) instead of Python loops over \
+             elements, or pad and bucket the data once offline",
+            h.function,
+            at(h)
+        ),
+        StageKind::Sampler => format!(
+            "the sampler {} ({}) is the slow stage: it runs in the training process whatever \
+             num_workers is, so more workers cannot hide it; draw each epoch's indices at once \
+             with tensor operations (torch.randperm, torch.multinomial) or precompute them",
+            h.function,
+            at(h)
+        ),
+        StageKind::PinMemory => format!(
+            "copying batches into pinned memory ({} at {}) is the slow stage: send smaller \
+             batches to the pin-memory thread (uint8 images, not float32; convert on the GPU), \
+             or measure with pin_memory=False",
+            h.function,
+            at(h)
+        ),
     }
 }
 
