@@ -820,6 +820,7 @@ mod tests {
             loader_busy_pct: Some(20.0),
             data_io_pct: Some(1.0),
             sync_sites: vec![],
+            worker_start_stop: None,
             detail: None,
             ranks: vec![],
             slow_rank: None,

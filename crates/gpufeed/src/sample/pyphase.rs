@@ -303,6 +303,19 @@ fn is_dataset_getitem(f: &FrameRef) -> bool {
             || has(f.file, "torch/utils/data/dataset.py"))
 }
 
+/// A stack of the training thread starting or stopping DataLoader worker processes: creating the
+/// multi-process iterator (`_MultiProcessingDataLoaderIter.__init__`: forking the workers,
+/// their queues and threads) or shutting them down (`_shutdown_workers`: joining them). With
+/// `persistent_workers=False` both happen every epoch; with `True`, once.
+pub fn starts_or_stops_workers(frames: &[FrameRef]) -> bool {
+    frames.iter().any(|f| {
+        let m = method(f.name);
+        has(f.file, "torch/utils/data/dataloader.py")
+            && (m == "_shutdown_workers"
+                || m == "__init__" && class(f.name).is_none_or(|c| c.contains("MultiProcessing")))
+    })
+}
+
 /// A frame that starts loading data, and what kind of start it is.
 fn data_root(f: &FrameRef) -> Option<Root> {
     let m = method(f.name);
@@ -757,6 +770,56 @@ mod tests {
         assert_eq!((i, k), (4, StageKind::PinMemory));
         // The pin-memory thread waiting for a batch is not loading.
         assert_eq!(stage(&s[..4]), None);
+    }
+
+    /// Stacks of a real job's training thread (torch 2.15, `persistent_workers=False`).
+    #[test]
+    fn starting_and_stopping_workers_is_told_apart_from_waiting_for_them() {
+        let base = [
+            ("<module>", "/home/u/train.py"),
+            ("DataLoader.__iter__", DL),
+            ("DataLoader._get_iterator", DL),
+        ];
+        let mut start = base.to_vec();
+        start.extend([
+            ("_MultiProcessingDataLoaderIter.__init__", DL),
+            (
+                "BaseProcess.start",
+                "/usr/lib/python3.11/multiprocessing/process.py",
+            ),
+        ]);
+        assert!(starts_or_stops_workers(&st(&start)));
+        let stop = [
+            ("<module>", "/home/u/train.py"),
+            ("_BaseDataLoaderIter.__next__", DL),
+            ("_MultiProcessingDataLoaderIter._next_data", DL),
+            ("_MultiProcessingDataLoaderIter._shutdown_workers", DL),
+            (
+                "BaseProcess.join",
+                "/usr/lib/python3.11/multiprocessing/process.py",
+            ),
+        ];
+        assert!(starts_or_stops_workers(&st(&stop)));
+        let wait = [
+            ("<module>", "/home/u/train.py"),
+            ("_BaseDataLoaderIter.__next__", DL),
+            ("_MultiProcessingDataLoaderIter._next_data", DL),
+            ("_MultiProcessingDataLoaderIter._get_data", DL),
+            ("Queue.get", "/usr/lib/python3.11/multiprocessing/queues.py"),
+        ];
+        assert!(!starts_or_stops_workers(&st(&wait)));
+        // Building the DataLoader itself, or a single-process iterator, starts nothing.
+        let mut single = base.to_vec();
+        single.push(("_SingleProcessDataLoaderIter.__init__", DL));
+        assert!(!starts_or_stops_workers(&st(&single)));
+        let build = [
+            ("<module>", "/home/u/train.py"),
+            ("DataLoader.__init__", DL),
+        ];
+        assert!(!starts_or_stops_workers(&st(&build)));
+        // Python before 3.11 names no class: the iterator's __init__ in dataloader.py counts.
+        let old = [("<module>", "/home/u/train.py"), ("__init__", DL)];
+        assert!(starts_or_stops_workers(&st(&old)));
     }
 
     #[test]

@@ -48,23 +48,27 @@ fn line_of(script: &str, needle: &str) -> usize {
     script.lines().position(|l| l.contains(needle)).unwrap() + 1
 }
 
-/// `run --format json` of `script` (written as `train.py`) with `args`, no GPU library loaded.
-fn run_script(py: &str, script: &str, args: &[&str]) -> Value {
+/// `run --format json` of `script` (written as `train.py`) with `args`, no GPU library loaded,
+/// and `diagnose --format json` of its recording (which has the job's evidence).
+fn run_script(py: &str, script: &str, args: &[&str]) -> (Value, Value) {
     let dir = tempfile::tempdir().unwrap();
     let job = dir.path().join("train.py");
     std::fs::write(&job, script).unwrap();
+    let rec = dir.path().join("r.ndjson");
     let out = run_ok(
         gpufeed()
             .env("GPUFEED_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
             .args(["run", "--format", "json", "-o"])
-            .arg(dir.path().join("r.ndjson"))
+            .arg(&rec)
             .args(["--", py])
             .arg(&job)
             .args(args),
     );
     let text = String::from_utf8_lossy(&out.stdout);
     let last = text.lines().last().expect("a JSON line");
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("bad JSON {e}: {last}"))
+    let run = serde_json::from_str(last).unwrap_or_else(|e| panic!("bad JSON {e}: {last}"));
+    let diagnose = crate::json_ok(gpufeed().args(["diagnose", "--format", "json"]).arg(&rec));
+    (run, diagnose)
 }
 
 /// Issue 37 item 1: the slow stage is the user's `pad_collate` with its file:line, not
@@ -75,7 +79,7 @@ fn real_torch_custom_collate_fn_is_named_not_the_fetcher() {
     let Some(py) = crate::common::python_with("torch", "the real-PyTorch pad_collate job") else {
         return;
     };
-    let j = run_script(&py, PAD_COLLATE, &["300"]);
+    let (j, _) = run_script(&py, PAD_COLLATE, &["300"]);
     let hot = j["python"]["data_hotspots"].as_array().unwrap();
     let h = &hot[0];
     assert_eq!(h["function"], "pad_collate", "{hot:?}");
@@ -121,4 +125,78 @@ fn real_torch_custom_collate_fn_is_named_not_the_fetcher() {
         "{}",
         j["verdict"]
     );
+}
+
+/// An ImageFolder-like job (a CPU "decode" per sample) with `num_workers=2` and short epochs
+/// (12 batches), for `argv[1]` seconds; `argv[2]` is `persistent_workers`.
+const SHORT_EPOCHS: &str = r#"
+import sys, time, torch
+from torch.utils.data import Dataset, DataLoader
+
+class Images(Dataset):
+    def __len__(self):
+        return 12 * 16
+    def __getitem__(self, i):
+        x = torch.randn(3, 64, 64)
+        for _ in range(4):
+            x = torch.nn.functional.avg_pool2d(x.unsqueeze(0), 3, 1, 1)[0]
+        return x, i % 10
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    seconds, persistent = float(sys.argv[1]), sys.argv[2] == "1"
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 64 * 64, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(Images(), batch_size=16, num_workers=2, shuffle=True,
+                        persistent_workers=persistent)
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad(); loss.backward(); opt.step()
+"#;
+
+/// Issue 37 item 5: two workers started anew every epoch are two workers, not every pid the run
+/// had ("The workers (36) cannot keep up"); the restart is named and `persistent_workers=True`
+/// is the fix, with the time it saves. With persistent workers the same job has no restart.
+#[test]
+fn real_torch_workers_started_every_epoch_get_persistent_workers() {
+    let Some(py) = crate::common::python_with("torch", "the real-PyTorch short-epochs job") else {
+        return;
+    };
+    let (run, j) = run_script(&py, SHORT_EPOCHS, &["6", "0"]);
+    assert_eq!(j["job"]["workers_max"], 2, "{}", j["job"]["workers_max"]);
+    let seen = j["job"]["workers_seen"].as_u64().unwrap();
+    assert!(seen >= 6, "workers started anew every epoch: {seen}");
+    for j in [&run, &j] {
+        let ss = &j["python"]["worker_start_stop"];
+        assert!(ss["loop_pct"].as_f64().unwrap() >= 10.0, "{ss}");
+        let f = &j["findings"][0];
+        assert_eq!(f["id"], "input_bound", "{f}");
+        let ev = &f["evidence"];
+        assert_eq!(ev["kind"], "workers_restarted", "{f}");
+        assert_eq!(ev["workers"], 2, "alive at once: {f}");
+        assert_eq!(ev["workers_started"].as_u64(), Some(seen), "{f}");
+        assert!(
+            ev["persistent_workers_saves_s"].as_f64().unwrap() > 0.0,
+            "{f}"
+        );
+        let r = f["recommendation"].as_str().unwrap();
+        assert!(
+            r.starts_with(
+                "Keep the workers between epochs: DataLoader(dataset, batch_size=..., \
+                 num_workers=2, persistent_workers=True). Today they are started anew every \
+                 epoch: "
+            ),
+            "{r}"
+        );
+        assert!(r.contains("2 alive at once"), "{r}");
+        assert!(!r.contains(&format!("({seen})")), "{r}");
+    }
+
+    let (_, j) = run_script(&py, SHORT_EPOCHS, &["6", "1"]);
+    assert_eq!(j["job"]["workers_seen"], 2, "{}", j["job"]);
+    let f = j["findings"].to_string();
+    assert!(!f.contains("workers_restarted"), "{f}");
+    assert!(!f.contains("started anew"), "{f}");
 }
