@@ -191,6 +191,11 @@ fn real_torch_workers_started_every_epoch_get_persistent_workers() {
             "{r}"
         );
         assert!(r.contains("2 alive at once"), "{r}");
+        let v = j["verdict"]["summary"].as_str().unwrap();
+        assert!(
+            v.contains("its DataLoader workers are started anew every epoch"),
+            "{v}"
+        );
         assert!(!r.contains(&format!("({seen})")), "{r}");
     }
 
