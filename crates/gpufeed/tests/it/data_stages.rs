@@ -49,8 +49,8 @@ fn line_of(script: &str, needle: &str) -> usize {
 }
 
 /// `run --format json` of `script` (written as `train.py`) with `args`, no GPU library loaded,
-/// and `diagnose --format json` of its recording (which has the job's evidence).
-fn run_script(py: &str, script: &str, args: &[&str]) -> (Value, Value) {
+/// and `diagnose --format json` and text of its recording (which have the job's evidence).
+fn run_script(py: &str, script: &str, args: &[&str]) -> (Value, Value, String) {
     let dir = tempfile::tempdir().unwrap();
     let job = dir.path().join("train.py");
     std::fs::write(&job, script).unwrap();
@@ -68,7 +68,8 @@ fn run_script(py: &str, script: &str, args: &[&str]) -> (Value, Value) {
     let last = text.lines().last().expect("a JSON line");
     let run = serde_json::from_str(last).unwrap_or_else(|e| panic!("bad JSON {e}: {last}"));
     let diagnose = crate::json_ok(gpufeed().args(["diagnose", "--format", "json"]).arg(&rec));
-    (run, diagnose)
+    let text = run_ok(gpufeed().arg("diagnose").arg(&rec)).stdout;
+    (run, diagnose, String::from_utf8_lossy(&text).into_owned())
 }
 
 /// Issue 37 item 1: the slow stage is the user's `pad_collate` with its file:line, not
@@ -79,7 +80,11 @@ fn real_torch_custom_collate_fn_is_named_not_the_fetcher() {
     let Some(py) = crate::common::python_with("torch", "the real-PyTorch pad_collate job") else {
         return;
     };
-    let (j, _) = run_script(&py, PAD_COLLATE, &["300"]);
+    let (j, _, text) = run_script(&py, PAD_COLLATE, &["300"]);
+    assert!(
+        text.contains("slowest data-loading stages (1 process, share of loading time)"),
+        "{text}"
+    );
     let hot = j["python"]["data_hotspots"].as_array().unwrap();
     let h = &hot[0];
     assert_eq!(h["function"], "pad_collate", "{hot:?}");
@@ -164,7 +169,11 @@ fn real_torch_workers_started_every_epoch_get_persistent_workers() {
     let Some(py) = crate::common::python_with("torch", "the real-PyTorch short-epochs job") else {
         return;
     };
-    let (run, j) = run_script(&py, SHORT_EPOCHS, &["6", "0"]);
+    let (run, j, text) = run_script(&py, SHORT_EPOCHS, &["6", "0"]);
+    assert!(
+        text.contains("processes over the run, at most 2 at once; share of loading time)"),
+        "{text}"
+    );
     assert_eq!(j["job"]["workers_max"], 2, "{}", j["job"]["workers_max"]);
     let seen = j["job"]["workers_seen"].as_u64().unwrap();
     assert!(seen >= 6, "workers started anew every epoch: {seen}");
@@ -199,7 +208,11 @@ fn real_torch_workers_started_every_epoch_get_persistent_workers() {
         assert!(!r.contains(&format!("({seen})")), "{r}");
     }
 
-    let (_, j) = run_script(&py, SHORT_EPOCHS, &["6", "1"]);
+    let (_, j, text) = run_script(&py, SHORT_EPOCHS, &["6", "1"]);
+    assert!(
+        text.contains("stages (2 processes, share of loading time)"),
+        "{text}"
+    );
     assert_eq!(j["job"]["workers_seen"], 2, "{}", j["job"]);
     let f = j["findings"].to_string();
     assert!(!f.contains("workers_restarted"), "{f}");
