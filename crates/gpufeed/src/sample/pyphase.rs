@@ -271,6 +271,9 @@ pub enum StageKind {
     Sampler,
     /// Copying a batch into page-locked memory (`pin_memory=True`; the pin-memory thread).
     PinMemory,
+    /// A tokenizer's call: Hugging Face `transformers` tokenizers (`PreTrainedTokenizerBase.
+    /// __call__`, `encode`, ...) and the `tokenizers` library's Python wrappers.
+    Tokenize,
 }
 
 impl StageKind {
@@ -389,6 +392,13 @@ fn stage_of(f: &FrameRef) -> Option<StageKind> {
     if m == "default_collate" && has(file, "torch/utils/data/_utils/collate.py") {
         return Some(StageKind::Collate);
     }
+    // Before `__call__`: a tokenizer is called like a transform, but is none.
+    if has(file, "transformers/tokenization_")
+        || has(file, "transformers/models/") && has(file, "/tokenization_")
+        || has(file, "site-packages/tokenizers/")
+    {
+        return Some(StageKind::Tokenize);
+    }
     if has(file, "/PIL/") {
         if m == "load"
             && (class(f.name).is_some_and(|c| c.ends_with("ImageFile"))
@@ -436,6 +446,10 @@ fn stage_of(f: &FrameRef) -> Option<StageKind> {
             if src.contains("open(") || src.contains(".read(") || src.contains("read_bytes(") {
                 return Some(StageKind::Read);
             }
+            // The `tokenizers` library's Rust calls have no Python frame.
+            if src.contains("encode_batch(") {
+                return Some(StageKind::Tokenize);
+            }
         }
     }
     None
@@ -479,6 +493,8 @@ pub fn data_stage(frames: &[FrameRef]) -> Option<(usize, StageKind)> {
         if at_plumbing {
             let kind = match r {
                 Root::Sampler => StageKind::Sampler,
+                // `collate_fn=tokenizer`: a tokenizer is what it is, wherever it is called from.
+                _ if stage_of(f) == Some(StageKind::Tokenize) => StageKind::Tokenize,
                 _ => fetch_callee_kind(&frames[root], f),
             };
             cur = (i, kind);
@@ -495,6 +511,8 @@ pub fn data_stage(frames: &[FrameRef]) -> Option<(usize, StageKind)> {
         let same_lib = |a: &str| has(cur_file, a) && has(f.file, a);
         let keep = match k {
             StageKind::Decode => false,
+            // The tokenizer's call the caller made, not its private helpers.
+            StageKind::Tokenize => cur.1 == StageKind::Tokenize,
             _ if same_lib("/PIL/") => true,
             StageKind::Array | StageKind::Read if same_lib("/numpy/") || same_lib("/cv2/") => true,
             _ => false,
@@ -820,6 +838,49 @@ mod tests {
         // Python before 3.11 names no class: the iterator's __init__ in dataloader.py counts.
         let old = [("<module>", "/home/u/train.py"), ("__init__", DL)];
         assert!(starts_or_stops_workers(&st(&old)));
+    }
+
+    /// Issue 37 item 2 (tokenizers): stacks of a real job (transformers 5, a WordLevel tokenizer
+    /// built locally), tokenizing one text per `__getitem__` or a batch in the `collate_fn`.
+    #[test]
+    fn a_tokenizers_call_is_its_own_stage_not_a_transform() {
+        const BASE: &str = "/v/site-packages/transformers/tokenization_utils_base.py";
+        const RUST: &str = "/v/site-packages/transformers/tokenization_utils_tokenizers.py";
+        let s = fetched(&[
+            ("<listcomp>", FETCH),
+            ("Texts.__getitem__", "/home/u/train.py"),
+            ("PreTrainedTokenizerBase.__call__", BASE),
+            ("TokenizersBackend._encode_plus", RUST),
+        ]);
+        assert_eq!(
+            stage(&s),
+            Some(("PreTrainedTokenizerBase.__call__", StageKind::Tokenize))
+        );
+        let s = fetched(&[
+            ("collate", "/home/u/train.py"),
+            ("PreTrainedTokenizerBase.__call__", BASE),
+            ("TokenizersBackend._encode_plus", RUST),
+        ]);
+        assert_eq!(
+            stage(&s),
+            Some(("PreTrainedTokenizerBase.__call__", StageKind::Tokenize))
+        );
+        let s = fetched(&[(
+            "BertTokenizer.tokenize",
+            "/v/site-packages/transformers/models/bert/tokenization_bert.py",
+        )]);
+        assert_eq!(stage(&s).unwrap().1, StageKind::Tokenize);
+        // The `tokenizers` library called directly: Rust, no frame; the user's line says it.
+        let mut s = fetched(&[("collate", "/home/u/train.py")]);
+        s[4].src = Some("enc = tok.encode_batch(texts)");
+        // The collate function is the stage the fetcher called, at its line calling the tokenizer.
+        assert_eq!(stage(&s), Some(("collate", StageKind::Tokenize)));
+        let mut s = fetched(&[
+            ("Texts.__getitem__", "/home/u/train.py"),
+            ("Texts._ids", "/home/u/train.py"),
+        ]);
+        s[5].src = Some("return self.tok.encode_batch([t])[0].ids");
+        assert_eq!(stage(&s), Some(("Texts._ids", StageKind::Tokenize)));
     }
 
     #[test]

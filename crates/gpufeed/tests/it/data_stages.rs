@@ -218,3 +218,70 @@ fn real_torch_workers_started_every_epoch_get_persistent_workers() {
     assert!(!f.contains("workers_restarted"), "{f}");
     assert!(!f.contains("started anew"), "{f}");
 }
+
+/// A text pipeline that tokenizes one text per `__getitem__` with a Hugging Face fast tokenizer
+/// built locally (a `tokenizers` WordLevel model trained on generated words: no download).
+const TOKENIZE_PER_SAMPLE: &str = r#"
+import sys, random, torch
+from torch.utils.data import Dataset, DataLoader
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+rng = random.Random(0)
+WORDS = ["w%d" % i for i in range(2000)]
+TEXTS = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(20, 200))) for _ in range(4096)]
+
+def local_tokenizer():
+    t = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    t.pre_tokenizer = pre_tokenizers.Whitespace()
+    t.train_from_iterator(TEXTS, trainers.WordLevelTrainer(special_tokens=["[PAD]", "[UNK]"]))
+    return PreTrainedTokenizerFast(tokenizer_object=t, pad_token="[PAD]", unk_token="[UNK]")
+
+class Texts(Dataset):
+    def __init__(self, tok):
+        self.tok = tok
+    def __len__(self):
+        return len(TEXTS) * 64
+    def __getitem__(self, i):
+        return self.tok(TEXTS[i % len(TEXTS)], truncation=True, max_length=256)["input_ids"]
+
+def pad(batch):
+    w = max(len(b) for b in batch)
+    return torch.tensor([b + [0] * (w - len(b)) for b in batch])
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    steps = int(sys.argv[1])
+    model = torch.nn.Sequential(torch.nn.Embedding(2100, 32))
+    loader = DataLoader(Texts(local_tokenizer()), batch_size=32, num_workers=0, collate_fn=pad)
+    for step, x in enumerate(loader):
+        model(x.clamp(max=2099)).sum().backward()
+        if step + 1 >= steps:
+            break
+"#;
+
+/// Issue 37 item 2 (tokenizers, first part): the tokenizer's call is the stage, kind `tokenize`,
+/// with a fix in tokenizer terms (batched calls, a fast tokenizer, pre-tokenizing once), not the
+/// transform advice (GPU, kornia) it got as a `__call__`.
+#[test]
+fn real_tokenizer_in_getitem_is_a_tokenize_stage() {
+    let Some(py) = crate::common::python_with(
+        "torch, tokenizers, transformers",
+        "the real tokenizer-per-sample job",
+    ) else {
+        return;
+    };
+    let (j, _, _) = run_script(&py, TOKENIZE_PER_SAMPLE, &["300"]);
+    let h = &j["python"]["data_hotspots"][0];
+    assert_eq!(h["kind"], "tokenize", "{}", j["python"]["data_hotspots"]);
+    assert_eq!(h["function"], "PreTrainedTokenizerBase.__call__", "{h}");
+    let f = &j["findings"][0];
+    assert_eq!(f["evidence"]["hot_stage_kind"], "tokenize", "{f}");
+    let r = f["recommendation"].as_str().unwrap();
+    assert!(
+        r.contains("tokenizing (PreTrainedTokenizerBase.__call__ at tokenization_utils_base.py:"),
+        "{r}"
+    );
+    assert!(r.contains("batched=True"), "{r}");
+    assert!(!r.contains("kornia"), "not a transform: {r}");
+}

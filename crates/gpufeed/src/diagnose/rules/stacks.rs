@@ -296,6 +296,16 @@ fn stage_advice(h: &Hotspot, waits: bool) -> String {
             h.function,
             at(h)
         ),
+        StageKind::Tokenize => format!(
+            "tokenizing ({} at {}) is the slow stage: tokenize a whole batch in one call in the \
+             collate_fn (tokenizer(texts, padding=True, truncation=True, \
+             return_tensors=\"pt\")) rather than one text per __getitem__, use a fast (Rust) \
+             tokenizer (AutoTokenizer.from_pretrained(..., use_fast=True)), or tokenize the \
+             dataset once ahead of training (datasets' .map(tokenize, batched=True, \
+             num_proc=N)) and load token ids",
+            h.function,
+            at(h)
+        ),
         StageKind::PinMemory => format!(
             "copying batches into pinned memory ({} at {}) is the slow stage: send smaller \
              batches to the pin-memory thread (uint8 images, not float32; convert on the GPU), \
