@@ -158,6 +158,9 @@ pub enum StackKind {
     MainProcessLoading,
     /// Loading waits for reads.
     IoBound,
+    /// The DataLoader's worker processes are started anew every epoch
+    /// (`persistent_workers=False`), and starting and stopping them is a large part of the loop.
+    WorkersRestarted,
 }
 
 impl StackKind {
@@ -309,7 +312,8 @@ mod tests {
                 "slow_stage",
                 "too_few_workers",
                 "main_process_loading",
-                "io_bound"
+                "io_bound",
+                "workers_restarted"
             ]
         );
         assert_eq!(stacks::WaitSource::PythonStacks.as_str(), "python_stacks");

@@ -35,9 +35,15 @@ pub fn recordings(before: &DiagnoseReport, after: &DiagnoseReport) -> Comparison
         ));
     }
     let speedup = recording_speedup(before, after);
+    if speedup.as_ref().is_none_or(|s| s.metric != "steps/s") {
+        notes.extend(wall_time_note(before, after));
+    }
     if speedup.is_none() {
-        notes
-            .push("No speed-up: neither a step rate nor GPU utilization is in both inputs.".into());
+        notes.push(
+            "No speed-up: neither a step rate, the training loop's phases nor GPU utilization is \
+             in both inputs."
+                .into(),
+        );
     }
     let (b, a) = (rec_side(before), rec_side(after));
     Comparison {
@@ -279,37 +285,148 @@ fn step_rate_speedup(before: &DiagnoseReport, after: &DiagnoseReport) -> Option<
     })
 }
 
-/// The steady step rates' ratio when both have step markers, else the whole job's wall time
-/// ratio when both ran to completion, else the GPU busy share's.
+/// The steady step rates' ratio when both have step markers; else the training loop's own
+/// estimate from its phases when both have them (Python stacks); else the GPU busy share's.
+///
+/// Never the jobs' wall times: without step markers nothing says that both runs did the same
+/// work (a run of fixed length does more steps when it is faster: the same job before and after
+/// `num_workers` 0 → 2, each running 20 s, read "1.40 times faster, by the job's wall time").
 fn recording_speedup(before: &DiagnoseReport, after: &DiagnoseReport) -> Option<Speedup> {
     if let Some(s) = step_rate_speedup(before, after) {
         return Some(s);
     }
-    // A speed-up needs a rate of work. Without step markers the whole job's wall time stands in when both recordings are of jobs that ran to completion (same work assumed);
-    // failing that, the GPU's busy share (a proxy, said so).
-    let whole = |r: &DiagnoseReport| r.job.exit_code == Some(0) && r.duration_s > 0.0;
-    if whole(before) && whole(after) {
-        Some(Speedup {
-            value: round(before.duration_s / after.duration_s, 3),
-            metric: "job_duration".into(),
+    if let Some(s) = loop_estimate(before, after) {
+        return Some(s);
+    }
+    match (busy_pct(before), busy_pct(after)) {
+        (Some(b), Some(a)) if b > 0.0 && a > 0.0 => Some(Speedup {
+            value: round(a / b, 3),
+            metric: "gpu_busy_pct".into(),
             ci95: None,
             basis: format!(
-                "job wall time {:.1} s before, {:.1} s after; assumes both runs did the same work",
-                before.duration_s, after.duration_s
+                "GPU busy {b:.1}% before, {a:.1}% after: a proxy for throughput (no step rate in the recordings); \
+                 it holds when the GPU work per step is unchanged. {MEASURE}"
             ),
+        }),
+        _ => None,
+    }
+}
+
+/// How to measure a step rate where the recordings have none.
+const MEASURE: &str = "Measure it: send step markers in both runs (`for batch in \
+    gpufeed.wrap(loader)`, docs/step-protocol.md), or let `gpufeed sweep` run each setting (it \
+    reads a tqdm bar too).";
+
+/// The step rate's ratio estimated from the training loop's phases (Python stacks): a loop that
+/// waits `w` of its time for data and does the same work per step otherwise runs at a rate
+/// proportional to `1 - w`, so AFTER's rate is `(1 - w_after) / (1 - w_before)` of BEFORE's.
+fn loop_estimate(before: &DiagnoseReport, after: &DiagnoseReport) -> Option<Speedup> {
+    let wait = |r: &DiagnoseReport| r.python.as_ref()?.data_wait_pct;
+    let (b, a) = (wait(before)?, wait(after)?);
+    // A loop never waits all of its time; 2% of work keeps the ratio finite.
+    let (rb, ra) = ((100.0 - b).max(2.0), (100.0 - a).max(2.0));
+    let value = round(ra / rb, 3);
+    // Busy cores slow the loop's own work (more workers take cores from it on a small machine):
+    // the estimate cannot see that.
+    let busy = [("after", after), ("before", before)]
+        .into_iter()
+        .find_map(|(side, r)| {
+            let c = r
+                .host
+                .cpu_mean_pct
+                .filter(|c| *c >= LOOP_ESTIMATE_CPU_PCT)?;
+            Some(format!(
+                " The machine's CPU was {c:.0}% busy {side}: the loop's compute may have slowed \
+                 (workers taking cores from it), which this estimate cannot see."
+            ))
         })
-    } else {
-        match (busy_pct(before), busy_pct(after)) {
-            (Some(b), Some(a)) if b > 0.0 && a > 0.0 => Some(Speedup {
-                value: round(a / b, 3),
-                metric: "gpu_busy_pct".into(),
-                ci95: None,
-                basis: format!(
-                    "GPU busy {b:.1}% before, {a:.1}% after: a proxy for throughput (no step rate in the recordings); \
-                     it holds when the GPU work per step is unchanged"
-                ),
-            }),
-            _ => None,
+        .unwrap_or_default();
+    Some(Speedup {
+        value,
+        metric: "loop_estimate".into(),
+        ci95: None,
+        basis: format!(
+            "an estimate from each training loop's phases (Python stacks), not a measured rate: \
+             data wait {b:.1}% before, {a:.1}% after; with the same work per step outside the \
+             wait, the step rate is (100 - {a:.1}) / (100 - {b:.1}) = {value:.2} times \
+             BEFORE's.{busy} {MEASURE}"
+        ),
+    })
+}
+
+/// Machine CPU (mean, % of all cores) from which the loop estimate says that the loop's own
+/// compute may have slowed.
+const LOOP_ESTIMATE_CPU_PCT: f64 = 85.0;
+
+/// The jobs' wall times, said and not compared, when the speed-up is no measured step rate.
+fn wall_time_note(before: &DiagnoseReport, after: &DiagnoseReport) -> Option<String> {
+    let whole = |r: &DiagnoseReport| r.job.exit_code == Some(0) && r.duration_s > 0.0;
+    (whole(before) && whole(after)).then(|| {
+        format!(
+            "The jobs' wall times ({:.1} s before, {:.1} s after) are not compared: without step \
+             markers gpufeed cannot tell that both runs did the same work (a run of fixed length \
+             does more steps when it is faster).",
+            before.duration_s, after.duration_s
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A real PyTorch run without step markers (tests/fixtures/pystacks): `num_workers` 0 or 2.
+    fn fixture(name: &str) -> DiagnoseReport {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/pystacks")
+            .join(name);
+        crate::diagnose::report_for_recording(&p).unwrap()
+    }
+
+    #[test]
+    fn without_step_markers_the_loops_phases_give_an_estimate_never_the_wall_time() {
+        let (mut b, mut a) = (fixture("plain0.ndjson"), fixture("plain2.ndjson"));
+        let s = recording_speedup(&b, &a).unwrap();
+        assert_eq!(s.metric, "loop_estimate");
+        let (wb, wa) = (
+            b.python.as_ref().unwrap().data_wait_pct.unwrap(),
+            a.python.as_ref().unwrap().data_wait_pct.unwrap(),
+        );
+        assert_eq!(s.value, round((100.0 - wa) / (100.0 - wb), 3));
+        assert!(s.basis.contains("not a measured rate"), "{}", s.basis);
+        assert!(!s.basis.contains("CPU was"), "{}", s.basis);
+        // A busy machine: the loop's compute may have slowed, which the estimate cannot see.
+        a.host.cpu_mean_pct = Some(96.1);
+        let s = recording_speedup(&b, &a).unwrap();
+        assert!(
+            s.basis.contains(
+                "The machine's CPU was 96% busy after: the loop's compute may have slowed"
+            ),
+            "{}",
+            s.basis
+        );
+        // The wall times are said, not compared, when both jobs ran to completion.
+        for r in [&mut b, &mut a] {
+            r.job.exit_code = Some(0);
         }
+        let c = recordings(&b, &a);
+        assert!(
+            c.notes
+                .iter()
+                .any(|n| n.starts_with("The jobs' wall times (")),
+            "{:?}",
+            c.notes
+        );
+        // Neither stacks nor a GPU: no speed-up at all, never the wall time.
+        for r in [&mut b, &mut a] {
+            r.python = None;
+        }
+        assert_eq!(recording_speedup(&b, &a), None);
+        let c = recordings(&b, &a);
+        assert!(
+            c.notes.iter().any(|n| n.starts_with("No speed-up")),
+            "{:?}",
+            c.notes
+        );
     }
 }

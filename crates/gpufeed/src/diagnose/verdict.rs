@@ -287,18 +287,32 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
 
 /// `input_bound` measured in the Python stacks, when a finding says so.
 fn from_stacks(m: &Maker, findings: &[Finding]) -> Option<Verdict> {
-    let Some(Basis::PythonStacks {
+    let f = has(findings, FindingId::InputBound)?;
+    let Basis::PythonStacks {
         data_wait_pct: wait,
         hot_stage,
-    }) = has(findings, FindingId::InputBound).map(|f| &f.basis)
+    } = &f.basis
     else {
         return None;
     };
     let wait = *wait;
+    let restarted = (f.kind
+        == Some(crate::finding::Kind::PythonStacks(Some(
+            crate::finding::StackKind::WorkersRestarted,
+        ))))
+    .then(|| f.evidence.get("worker_start_stop_pct")?.as_f64())
+    .flatten()
+    .map(|p| {
+        format!(
+            "; its DataLoader workers are started anew every epoch ({p:.0}% of the loop starts \
+             and stops them)"
+        )
+    })
+    .unwrap_or_default();
     let stage = hot_stage
         .as_deref()
-        .map(|s| format!("; the slowest data stage is {s}"))
-        .unwrap_or_default();
+        .map(|s| format!("{restarted}; the slowest data stage is {s}"))
+        .unwrap_or(restarted);
     let gpu = m
         .busy
         .map(|b| format!(" (the GPU is busy {:.0}% of the time)", b * 100.0))
@@ -820,12 +834,41 @@ mod tests {
             loader_busy_pct: Some(20.0),
             data_io_pct: Some(1.0),
             sync_sites: vec![],
+            worker_start_stop: None,
             detail: None,
             ranks: vec![],
             slow_rank: None,
             ranks_unread: vec![],
         });
         e
+    }
+
+    /// Issue 37 item 5: the verdict says the workers are started anew every epoch when that is
+    /// the finding's kind.
+    #[test]
+    fn workers_started_every_epoch_are_said_in_the_verdict() {
+        let mut e = loop_only(88.0, 5.0, 5.0, 0.0);
+        e.job.workers_max = 2;
+        e.job.workers_seen = 80;
+        e.python.as_mut().unwrap().worker_start_stop =
+            Some(crate::diagnose::evidence::WorkerStartStop {
+                loop_pct: 50.0,
+                seconds: 8.2,
+                loop_seconds: 16.5,
+            });
+        let v = verdict(&e);
+        assert_eq!(v.id, VerdictId::InputBound, "{v:?}");
+        assert!(
+            v.summary.starts_with(
+                "Input-bound: the training loop waits for data 88% of its time; its DataLoader \
+                 workers are started anew every epoch (50% of the loop starts and stops them)"
+            ),
+            "{}",
+            v.summary
+        );
+        e.job.workers_seen = 2;
+        let v = verdict(&e);
+        assert!(!v.summary.contains("anew"), "{}", v.summary);
     }
 
     #[test]

@@ -61,6 +61,10 @@ fn delta(c: &Change) -> String {
 
 fn headline(c: &Comparison) -> String {
     match &c.speedup {
+        Some(s) if s.metric == "loop_estimate" => format!(
+            "AFTER runs about {}, estimated from the training loop's phases (no step markers)",
+            speedup_words(s)
+        ),
         Some(s) => {
             let mut o = format!("AFTER ran {}", speedup_words(s));
             let _ = write!(o, ", {}", metric_words(&s.metric));
@@ -78,6 +82,7 @@ fn metric_words(m: &str) -> String {
         "mean_step_time" => "by mean step time".into(),
         "job_duration" => "by the job's wall time".into(),
         "gpu_busy_pct" => "by GPU busy time, a proxy".into(),
+        "loop_estimate" => "estimated from the training loop's phases".into(),
         "steps/s" => "by the step markers' rate (steps/s)".into(),
         u => format!("by {u}"),
     }

@@ -3,7 +3,7 @@
 
 use super::fmt::{bytes, duration, gb_per_s, md_cell, pct, plural};
 use super::OutputFormat;
-use crate::diagnose::evidence::{GpuEvidence, Role};
+use crate::diagnose::evidence::{GpuEvidence, JobEvidence, Role};
 use crate::diagnose::pyloop::{PhasesPct, PythonEvidence};
 use crate::diagnose::rules::input::Kind as InputKind;
 use crate::diagnose::verdict::VerdictId;
@@ -592,7 +592,7 @@ fn text(r: &DiagnoseReport, opts: TextOptions) -> String {
         }
     }
     if let Some(p) = &r.python {
-        let block = loop_text(p, opts.color);
+        let block = loop_text(p, &r.job, opts.color);
         if !block.is_empty() {
             o.push('\n');
             o.push_str(&block);
@@ -924,7 +924,7 @@ fn ranks_text(p: &PythonEvidence) -> String {
 }
 
 /// The "training loop" block of the text report.
-fn loop_text(p: &PythonEvidence, color: bool) -> String {
+fn loop_text(p: &PythonEvidence, job: &JobEvidence, color: bool) -> String {
     let mut o = String::new();
     match p.status {
         PyStatus::Ok => {}
@@ -975,9 +975,16 @@ fn loop_text(p: &PythonEvidence, color: bool) -> String {
     );
     o.push_str(&ranks_text(p));
     if !p.data_hotspots.is_empty() {
+        // Workers that come and go (started anew every epoch) are many processes over the run,
+        // few at once.
+        let at_once = if job.workers_max > 0 && p.loader_processes > job.workers_max {
+            format!(" over the run, at most {} at once;", job.workers_max)
+        } else {
+            ",".into()
+        };
         let _ = writeln!(
             o,
-            "  slowest data-loading stages ({} process{}, share of loading time):",
+            "  slowest data-loading stages ({} process{}{at_once} share of loading time):",
             p.loader_processes.max(1),
             if p.loader_processes > 1 { "es" } else { "" }
         );

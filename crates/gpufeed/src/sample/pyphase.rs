@@ -260,8 +260,20 @@ pub enum StageKind {
     Array,
     /// File reads (`open`/`read`, `torch.load`, `np.load`).
     Read,
-    /// The dataset's own `__getitem__` (its self time and calls not named above).
+    /// The dataset's own `__getitem__` (its self time and calls not named above), or the
+    /// generator of an `IterableDataset`.
     Getitem,
+    /// The batch's collate function: the `collate_fn` the user gave the DataLoader (a function,
+    /// a lambda, a class's `__call__`), or PyTorch's `default_collate` with its recursion.
+    Collate,
+    /// The sampler the DataLoader draws indices from (PyTorch's or the user's), which runs in
+    /// the training process whatever `num_workers` is.
+    Sampler,
+    /// Copying a batch into page-locked memory (`pin_memory=True`; the pin-memory thread).
+    PinMemory,
+    /// A tokenizer's call: Hugging Face `transformers` tokenizers (`PreTrainedTokenizerBase.
+    /// __call__`, `encode`, ...) and the `tokenizers` library's Python wrappers.
+    Tokenize,
 }
 
 impl StageKind {
@@ -270,20 +282,105 @@ impl StageKind {
     }
 }
 
-/// A frame that starts loading one sample: the dataset's `__getitem__` (the user's, a
-/// torchvision or Hugging Face dataset) or PyTorch's fetcher.
-fn is_data_root(f: &FrameRef) -> bool {
-    let m = method(f.name);
-    if m == "fetch" && has(f.file, "torch/utils/data/_utils/fetch.py") {
-        return true;
-    }
-    if m == "__getitem__" || m == "__getitems__" {
-        return !is_library(f.file)
+/// Where data loading enters a stack: the frame that starts it and what it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Root {
+    /// PyTorch's fetcher (`_MapDatasetFetcher.fetch`, `_IterableDatasetFetcher.fetch`): it
+    /// calls the dataset and then the collate function.
+    Fetch,
+    /// The DataLoader iterator asking its sampler for the next indices (`_next_index`).
+    Sampler,
+    /// PyTorch's `pin_memory` (the pin-memory thread, or the loop with `num_workers=0`).
+    PinMemory,
+    /// A dataset's `__getitem__` / `__getitems__` reached without PyTorch's fetcher.
+    Dataset,
+}
+
+/// The dataset's own `__getitem__` / `__getitems__`: the user's, a torchvision or Hugging Face
+/// dataset, or PyTorch's dataset wrappers (`Subset`, `ConcatDataset`, `TensorDataset`).
+fn is_dataset_getitem(f: &FrameRef) -> bool {
+    matches!(method(f.name), "__getitem__" | "__getitems__")
+        && (!is_library(f.file)
             || has(f.file, "torchvision/datasets/")
             || has(f.file, "datasets/arrow_dataset.py")
-            || has(f.file, "torch/utils/data/dataset.py");
+            || has(f.file, "torch/utils/data/dataset.py"))
+}
+
+/// A stack of the training thread starting or stopping DataLoader worker processes: creating the
+/// multi-process iterator (`_MultiProcessingDataLoaderIter.__init__`: forking the workers,
+/// their queues and threads) or shutting them down (`_shutdown_workers`: joining them). With
+/// `persistent_workers=False` both happen every epoch; with `True`, once.
+pub fn starts_or_stops_workers(frames: &[FrameRef]) -> bool {
+    frames.iter().any(|f| {
+        let m = method(f.name);
+        has(f.file, "torch/utils/data/dataloader.py")
+            && (m == "_shutdown_workers"
+                || m == "__init__" && class(f.name).is_none_or(|c| c.contains("MultiProcessing")))
+    })
+}
+
+/// A frame that starts loading data, and what kind of start it is.
+fn data_root(f: &FrameRef) -> Option<Root> {
+    let m = method(f.name);
+    if m == "fetch" && has(f.file, "torch/utils/data/_utils/fetch.py") {
+        return Some(Root::Fetch);
     }
-    false
+    if m == "_next_index" && has(f.file, "torch/utils/data/dataloader.py") {
+        return Some(Root::Sampler);
+    }
+    if m == "pin_memory" && has(f.file, "torch/utils/data/_utils/pin_memory.py") {
+        return Some(Root::PinMemory);
+    }
+    is_dataset_getitem(f).then_some(Root::Dataset)
+}
+
+/// PyTorch's DataLoader machinery that only hands work on: the iterators, the fetchers, the
+/// worker loop, `default_collate`'s recursion, `BatchSampler` (which batches the real sampler's
+/// indices), the pin-memory loop. Never a stage: its time is charged to the user's or library's
+/// function it calls. Not plumbing: the datasets of `dataset.py`, the samplers, `default_collate`
+/// and `default_convert` themselves, `pin_memory` itself.
+pub fn is_loader_plumbing(f: &FrameRef) -> bool {
+    if !has(f.file, "torch/utils/data/") {
+        return false;
+    }
+    let m = method(f.name);
+    if has(f.file, "_utils/collate.py") {
+        return !matches!(m, "default_collate" | "default_convert");
+    }
+    if has(f.file, "torch/utils/data/sampler.py") || has(f.file, "torch/utils/data/distributed.py")
+    {
+        return class(f.name) == Some("BatchSampler");
+    }
+    if has(f.file, "torch/utils/data/dataset.py") {
+        return false;
+    }
+    if has(f.file, "_utils/pin_memory.py") {
+        return m != "pin_memory";
+    }
+    true
+}
+
+/// A lambda (`collate_fn=lambda b: ...`): named by where it is defined, or by the function it
+/// hands the work to.
+fn is_lambda(f: &FrameRef) -> bool {
+    method(f.name) == "<lambda>"
+}
+
+/// What the fetcher `fetch` called when it called `f` (not a dataset's `__getitem__`): the
+/// collate function, or, for an `IterableDataset`'s fetcher, the dataset's generator unless
+/// the function is named as a collate.
+fn fetch_callee_kind(fetch: &FrameRef, f: &FrameRef) -> StageKind {
+    let iterable = class(fetch.name).is_some_and(|c| c.contains("Iterable"));
+    let m = method(f.name);
+    let collate_named = m.to_ascii_lowercase().contains("collate");
+    if collate_named || is_lambda(f) {
+        return StageKind::Collate;
+    }
+    if iterable || matches!(m, "__iter__" | "__next__" | "__getitem__" | "__getitems__") {
+        StageKind::Getitem
+    } else {
+        StageKind::Collate
+    }
 }
 
 const PIL_DECODE: [&str; 2] = ["load", "open"];
@@ -292,6 +389,16 @@ const PIL_IMAGE: [&str; 4] = ["resize", "convert", "thumbnail", "reduce"];
 fn stage_of(f: &FrameRef) -> Option<StageKind> {
     let m = method(f.name);
     let file = f.file;
+    if m == "default_collate" && has(file, "torch/utils/data/_utils/collate.py") {
+        return Some(StageKind::Collate);
+    }
+    // Before `__call__`: a tokenizer is called like a transform, but is none.
+    if has(file, "transformers/tokenization_")
+        || has(file, "transformers/models/") && has(file, "/tokenization_")
+        || has(file, "site-packages/tokenizers/")
+    {
+        return Some(StageKind::Tokenize);
+    }
     if has(file, "/PIL/") {
         if m == "load"
             && (class(f.name).is_some_and(|c| c.ends_with("ImageFile"))
@@ -339,6 +446,10 @@ fn stage_of(f: &FrameRef) -> Option<StageKind> {
             if src.contains("open(") || src.contains(".read(") || src.contains("read_bytes(") {
                 return Some(StageKind::Read);
             }
+            // The `tokenizers` library's Rust calls have no Python frame.
+            if src.contains("encode_batch(") {
+                return Some(StageKind::Tokenize);
+            }
         }
     }
     None
@@ -347,17 +458,52 @@ fn stage_of(f: &FrameRef) -> Option<StageKind> {
 /// The stage of a data-loading stack: the index of the frame to charge and its kind, or `None`
 /// when the stack is not loading data.
 ///
-/// Walking inwards from the dataset's `__getitem__`, the innermost named stage wins, except that
-/// inside one library the frame the caller entered by is kept (`np.stack`, not numpy's private
-/// helper beneath it), and PIL's `ImageFile.load` (the JPEG decode) beats the `convert` or
-/// `resize` that triggered it. Frames between stages are charged to the stage around them.
+/// Stages are the user's code or a library's public step, never PyTorch's DataLoader plumbing
+/// ([`is_loader_plumbing`]): a stack under the fetcher is charged to the function the fetcher
+/// called (the dataset's `__getitem__`/`__getitems__`, the `collate_fn`, an `IterableDataset`'s
+/// generator), a stack under `_next_index` to the sampler, a stack under `pin_memory` to it. A
+/// lambda hands its stage on to the user's function it calls. Walking inwards from there, the
+/// innermost named stage wins, except that inside one library the frame the caller entered by
+/// is kept (`np.stack`, not numpy's private helper beneath it), and PIL's `ImageFile.load` (the
+/// JPEG decode) beats the `convert` or `resize` that triggered it. Frames between stages are
+/// charged to the stage around them.
 pub fn data_stage(frames: &[FrameRef]) -> Option<(usize, StageKind)> {
-    let root = frames.iter().position(is_data_root)?;
-    // The innermost __getitem__ at or below the root is the dataset's.
-    let mut cur = (root, StageKind::Getitem);
+    let (root, r) = frames
+        .iter()
+        .enumerate()
+        .find_map(|(i, f)| data_root(f).map(|r| (i, r)))?;
+    let mut cur = match r {
+        Root::Sampler => (root, StageKind::Sampler),
+        Root::PinMemory => (root, StageKind::PinMemory),
+        Root::Fetch | Root::Dataset => (root, StageKind::Getitem),
+    };
+    // Still at the DataLoader's own frame: the next frame that is not plumbing is the user's or
+    // library's function it called.
+    let mut at_plumbing = matches!(r, Root::Fetch | Root::Sampler);
     for (i, f) in frames.iter().enumerate().skip(root + 1) {
-        if method(f.name) == "__getitem__" && is_data_root(f) {
+        if is_loader_plumbing(f) {
+            continue;
+        }
+        if is_dataset_getitem(f) {
+            // The innermost __getitem__ at or below the root is the dataset's.
             cur = (i, StageKind::Getitem);
+            at_plumbing = false;
+            continue;
+        }
+        if at_plumbing {
+            let kind = match r {
+                Root::Sampler => StageKind::Sampler,
+                // `collate_fn=tokenizer`: a tokenizer is what it is, wherever it is called from.
+                _ if stage_of(f) == Some(StageKind::Tokenize) => StageKind::Tokenize,
+                _ => fetch_callee_kind(&frames[root], f),
+            };
+            cur = (i, kind);
+            at_plumbing = false;
+            continue;
+        }
+        if is_lambda(&frames[cur.0]) && !is_library(f.file) {
+            // `collate_fn=lambda b: pad(b, 0)`: the work is `pad`'s.
+            cur = (i, cur.1);
             continue;
         }
         let Some(k) = stage_of(f) else { continue };
@@ -365,6 +511,8 @@ pub fn data_stage(frames: &[FrameRef]) -> Option<(usize, StageKind)> {
         let same_lib = |a: &str| has(cur_file, a) && has(f.file, a);
         let keep = match k {
             StageKind::Decode => false,
+            // The tokenizer's call the caller made, not its private helpers.
+            StageKind::Tokenize => cur.1 == StageKind::Tokenize,
             _ if same_lib("/PIL/") => true,
             StageKind::Array | StageKind::Read if same_lib("/numpy/") || same_lib("/cv2/") => true,
             _ => false,
@@ -373,7 +521,7 @@ pub fn data_stage(frames: &[FrameRef]) -> Option<(usize, StageKind)> {
             cur = (i, k);
         }
     }
-    // A fetch root with nothing below it (collation, sampler) is charged to fetch itself.
+    // A fetch with nothing below it that is not plumbing is charged to fetch itself.
     Some(cur)
 }
 
@@ -467,6 +615,272 @@ mod tests {
         assert_eq!((s[i].name, k), ("Image.convert", StageKind::Image));
         let (i, k) = data_stage(&s[..3]).unwrap();
         assert_eq!((s[i].name, k), ("Jpegs.__getitem__", StageKind::Getitem));
+    }
+
+    const FETCH: &str = "/v/lib/python3.11/site-packages/torch/utils/data/_utils/fetch.py";
+    const COLLATE: &str = "/v/lib/python3.11/site-packages/torch/utils/data/_utils/collate.py";
+    const SAMPLER: &str = "/v/lib/python3.11/site-packages/torch/utils/data/sampler.py";
+    const PIN: &str = "/v/lib/python3.11/site-packages/torch/utils/data/_utils/pin_memory.py";
+    const WORKER: &str = "/v/lib/python3.11/site-packages/torch/utils/data/_utils/worker.py";
+
+    /// The stage's function and kind.
+    fn stage(s: &[FrameRef<'static>]) -> Option<(&'static str, StageKind)> {
+        data_stage(s).map(|(i, k)| (s[i].name, k))
+    }
+
+    /// The loop with `num_workers=0` under the map-style fetcher, then `tail`.
+    fn fetched(tail: &[(&'static str, &'static str)]) -> Vec<FrameRef<'static>> {
+        let mut v = vec![
+            ("<module>", "/home/u/train.py"),
+            ("_BaseDataLoaderIter.__next__", DL),
+            ("_SingleProcessDataLoaderIter._next_data", DL),
+            ("_MapDatasetFetcher.fetch", FETCH),
+        ];
+        v.extend_from_slice(tail);
+        st(&v)
+    }
+
+    /// Issue 37 item 1: the user's `collate_fn` is the stage, not the fetcher line that calls it
+    /// (the stack of a real `pad_collate` job, Python 3.11, torch 2.15).
+    #[test]
+    fn a_custom_collate_fn_is_the_stage_not_the_fetcher() {
+        let s = fetched(&[("pad_collate", "/home/u/train.py")]);
+        assert_eq!(stage(&s), Some(("pad_collate", StageKind::Collate)));
+        // Its own list comprehension is its work too.
+        let s = fetched(&[
+            ("pad_collate", "/home/u/train.py"),
+            ("<listcomp>", "/home/u/train.py"),
+        ]);
+        assert_eq!(stage(&s), Some(("pad_collate", StageKind::Collate)));
+        // A collate object's __call__ is the collate function, not a transform.
+        let s = fetched(&[("PadCollate.__call__", "/home/u/train.py")]);
+        assert_eq!(stage(&s), Some(("PadCollate.__call__", StageKind::Collate)));
+        // functools.partial(pad_collate, value=0) is C: its function is the frame.
+        let s = fetched(&[("pad_collate", "/home/u/train.py")]);
+        assert_eq!(stage(&s).unwrap().0, "pad_collate");
+        // The dataset below the fetcher's list comprehension (3.11) stays the dataset's.
+        let s = fetched(&[
+            ("<listcomp>", FETCH),
+            ("Tokens.__getitem__", "/home/u/train.py"),
+        ]);
+        assert_eq!(stage(&s), Some(("Tokens.__getitem__", StageKind::Getitem)));
+        let s = fetched(&[("Tokens.__getitems__", "/home/u/train.py")]);
+        assert_eq!(stage(&s), Some(("Tokens.__getitems__", StageKind::Getitem)));
+        // A library's dataset not known by its path is still the dataset, not a collate.
+        let s = fetched(&[("Shards.__getitem__", "/v/site-packages/somelib/data.py")]);
+        assert_eq!(stage(&s), Some(("Shards.__getitem__", StageKind::Getitem)));
+        // Only a fetcher with nothing beneath it is charged to the fetcher.
+        let s = fetched(&[]);
+        assert_eq!(
+            stage(&s),
+            Some(("_MapDatasetFetcher.fetch", StageKind::Getitem))
+        );
+    }
+
+    #[test]
+    fn default_collate_is_a_stage_and_its_recursion_is_its_own() {
+        let s = fetched(&[
+            ("default_collate", COLLATE),
+            ("collate", COLLATE),
+            ("<listcomp>", COLLATE),
+            ("collate", COLLATE),
+            ("collate_tensor_fn", COLLATE),
+        ]);
+        assert_eq!(stage(&s), Some(("default_collate", StageKind::Collate)));
+        // The user's collate handing the batch to default_collate: the cost is default_collate's.
+        let s = fetched(&[
+            ("skip_none", "/home/u/train.py"),
+            ("default_collate", COLLATE),
+            ("collate", COLLATE),
+        ]);
+        assert_eq!(stage(&s), Some(("default_collate", StageKind::Collate)));
+        let s = fetched(&[("skip_none", "/home/u/train.py")]);
+        assert_eq!(stage(&s), Some(("skip_none", StageKind::Collate)));
+    }
+
+    #[test]
+    fn a_lambda_collate_is_named_where_it_is_defined_or_by_what_it_calls() {
+        let s = fetched(&[("<lambda>", "/home/u/train.py")]);
+        let (i, k) = data_stage(&s).unwrap();
+        assert_eq!(
+            (s[i].name, s[i].file, k),
+            ("<lambda>", "/home/u/train.py", StageKind::Collate)
+        );
+        let s = fetched(&[("main.<locals>.<lambda>", "/home/u/train.py")]);
+        assert_eq!(
+            stage(&s),
+            Some(("main.<locals>.<lambda>", StageKind::Collate))
+        );
+        // `lambda b: pad(b, 0)`: the work is pad's.
+        let s = fetched(&[("<lambda>", "/home/u/train.py"), ("pad", "/home/u/util.py")]);
+        assert_eq!(stage(&s), Some(("pad", StageKind::Collate)));
+        // `lambda b: default_collate(b)`.
+        let s = fetched(&[
+            ("<lambda>", "/home/u/train.py"),
+            ("default_collate", COLLATE),
+        ]);
+        assert_eq!(stage(&s), Some(("default_collate", StageKind::Collate)));
+    }
+
+    #[test]
+    fn an_iterable_datasets_generator_is_its_stage() {
+        let s = st(&[
+            ("_worker_loop", WORKER),
+            ("_IterableDatasetFetcher.fetch", FETCH),
+            ("Stream.__iter__", "/home/u/train.py"),
+        ]);
+        assert_eq!(stage(&s), Some(("Stream.__iter__", StageKind::Getitem)));
+        let s = st(&[
+            ("_worker_loop", WORKER),
+            ("_IterableDatasetFetcher.fetch", FETCH),
+            ("lines", "/home/u/train.py"),
+        ]);
+        assert_eq!(stage(&s), Some(("lines", StageKind::Getitem)));
+        let s = st(&[
+            ("_worker_loop", WORKER),
+            ("_IterableDatasetFetcher.fetch", FETCH),
+            ("pad_collate", "/home/u/train.py"),
+        ]);
+        assert_eq!(stage(&s), Some(("pad_collate", StageKind::Collate)));
+        // The worker loop waiting for its next indices is not loading.
+        let s = st(&[
+            ("_worker_loop", WORKER),
+            ("Queue.get", "/usr/lib/python3.11/multiprocessing/queues.py"),
+        ]);
+        assert_eq!(stage(&s), None);
+    }
+
+    #[test]
+    fn the_sampler_and_the_pin_memory_thread_are_stages() {
+        let s = st(&[
+            ("<module>", "/home/u/train.py"),
+            ("_SingleProcessDataLoaderIter._next_data", DL),
+            ("_BaseDataLoaderIter._next_index", DL),
+            ("BatchSampler.__iter__", SAMPLER),
+            ("WeightedRandomSampler.__iter__", SAMPLER),
+        ]);
+        assert_eq!(
+            stage(&s),
+            Some(("WeightedRandomSampler.__iter__", StageKind::Sampler))
+        );
+        let s = st(&[
+            ("<module>", "/home/u/train.py"),
+            ("_MultiProcessingDataLoaderIter._try_put_index", DL),
+            ("_BaseDataLoaderIter._next_index", DL),
+            ("BatchSampler.__iter__", SAMPLER),
+            ("BucketSampler.__iter__", "/home/u/train.py"),
+            ("<listcomp>", "/home/u/train.py"),
+        ]);
+        assert_eq!(
+            stage(&s),
+            Some(("BucketSampler.__iter__", StageKind::Sampler))
+        );
+        let s = st(&[
+            ("Thread._bootstrap", "/usr/lib/python3.11/threading.py"),
+            ("Thread.run", "/usr/lib/python3.11/threading.py"),
+            ("_pin_memory_loop", PIN),
+            ("_pin_memory_loop.<locals>.do_one_step", PIN),
+            ("pin_memory", PIN),
+            ("<listcomp>", PIN),
+            ("pin_memory", PIN),
+        ]);
+        let (i, k) = data_stage(&s).unwrap();
+        assert_eq!((i, k), (4, StageKind::PinMemory));
+        // The pin-memory thread waiting for a batch is not loading.
+        assert_eq!(stage(&s[..4]), None);
+    }
+
+    /// Stacks of a real job's training thread (torch 2.15, `persistent_workers=False`).
+    #[test]
+    fn starting_and_stopping_workers_is_told_apart_from_waiting_for_them() {
+        let base = [
+            ("<module>", "/home/u/train.py"),
+            ("DataLoader.__iter__", DL),
+            ("DataLoader._get_iterator", DL),
+        ];
+        let mut start = base.to_vec();
+        start.extend([
+            ("_MultiProcessingDataLoaderIter.__init__", DL),
+            (
+                "BaseProcess.start",
+                "/usr/lib/python3.11/multiprocessing/process.py",
+            ),
+        ]);
+        assert!(starts_or_stops_workers(&st(&start)));
+        let stop = [
+            ("<module>", "/home/u/train.py"),
+            ("_BaseDataLoaderIter.__next__", DL),
+            ("_MultiProcessingDataLoaderIter._next_data", DL),
+            ("_MultiProcessingDataLoaderIter._shutdown_workers", DL),
+            (
+                "BaseProcess.join",
+                "/usr/lib/python3.11/multiprocessing/process.py",
+            ),
+        ];
+        assert!(starts_or_stops_workers(&st(&stop)));
+        let wait = [
+            ("<module>", "/home/u/train.py"),
+            ("_BaseDataLoaderIter.__next__", DL),
+            ("_MultiProcessingDataLoaderIter._next_data", DL),
+            ("_MultiProcessingDataLoaderIter._get_data", DL),
+            ("Queue.get", "/usr/lib/python3.11/multiprocessing/queues.py"),
+        ];
+        assert!(!starts_or_stops_workers(&st(&wait)));
+        // Building the DataLoader itself, or a single-process iterator, starts nothing.
+        let mut single = base.to_vec();
+        single.push(("_SingleProcessDataLoaderIter.__init__", DL));
+        assert!(!starts_or_stops_workers(&st(&single)));
+        let build = [
+            ("<module>", "/home/u/train.py"),
+            ("DataLoader.__init__", DL),
+        ];
+        assert!(!starts_or_stops_workers(&st(&build)));
+        // Python before 3.11 names no class: the iterator's __init__ in dataloader.py counts.
+        let old = [("<module>", "/home/u/train.py"), ("__init__", DL)];
+        assert!(starts_or_stops_workers(&st(&old)));
+    }
+
+    /// Issue 37 item 2 (tokenizers): stacks of a real job (transformers 5, a WordLevel tokenizer
+    /// built locally), tokenizing one text per `__getitem__` or a batch in the `collate_fn`.
+    #[test]
+    fn a_tokenizers_call_is_its_own_stage_not_a_transform() {
+        const BASE: &str = "/v/site-packages/transformers/tokenization_utils_base.py";
+        const RUST: &str = "/v/site-packages/transformers/tokenization_utils_tokenizers.py";
+        let s = fetched(&[
+            ("<listcomp>", FETCH),
+            ("Texts.__getitem__", "/home/u/train.py"),
+            ("PreTrainedTokenizerBase.__call__", BASE),
+            ("TokenizersBackend._encode_plus", RUST),
+        ]);
+        assert_eq!(
+            stage(&s),
+            Some(("PreTrainedTokenizerBase.__call__", StageKind::Tokenize))
+        );
+        let s = fetched(&[
+            ("collate", "/home/u/train.py"),
+            ("PreTrainedTokenizerBase.__call__", BASE),
+            ("TokenizersBackend._encode_plus", RUST),
+        ]);
+        assert_eq!(
+            stage(&s),
+            Some(("PreTrainedTokenizerBase.__call__", StageKind::Tokenize))
+        );
+        let s = fetched(&[(
+            "BertTokenizer.tokenize",
+            "/v/site-packages/transformers/models/bert/tokenization_bert.py",
+        )]);
+        assert_eq!(stage(&s).unwrap().1, StageKind::Tokenize);
+        // The `tokenizers` library called directly: Rust, no frame; the user's line says it.
+        let mut s = fetched(&[("collate", "/home/u/train.py")]);
+        s[4].src = Some("enc = tok.encode_batch(texts)");
+        // The collate function is the stage the fetcher called, at its line calling the tokenizer.
+        assert_eq!(stage(&s), Some(("collate", StageKind::Tokenize)));
+        let mut s = fetched(&[
+            ("Texts.__getitem__", "/home/u/train.py"),
+            ("Texts._ids", "/home/u/train.py"),
+        ]);
+        s[5].src = Some("return self.tok.encode_batch([t])[0].ids");
+        assert_eq!(stage(&s), Some(("Texts._ids", StageKind::Tokenize)));
     }
 
     #[test]

@@ -64,7 +64,9 @@ pub(crate) fn t975(df: usize) -> f64 {
 pub struct Speedup {
     pub value: f64,
     /// What the ratio is of: `mean_step_time` (traces), a throughput unit such as `steps/s`
-    /// (sweeps), `gpu_busy_pct` (a proxy) or `job_duration` (recordings of whole runs).
+    /// (sweeps), `loop_estimate` (recordings without step markers: from the training loop's
+    /// phases) or `gpu_busy_pct` (a proxy). `job_duration` (the jobs' wall times) is no longer
+    /// written: without step markers the runs' work cannot be told equal.
     pub metric: String,
     /// 95% interval `[low, high]`, where both inputs carry their spread.
     #[serde(default, skip_serializing_if = "Option::is_none")]

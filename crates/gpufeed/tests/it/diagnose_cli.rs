@@ -624,13 +624,23 @@ fn compare_two_recordings_side_by_side() {
     assert_eq!(v["kind"], "recording");
     assert_eq!(v["verdict"]["before"], "input_bound");
     assert_eq!(v["verdict"]["after"], "compute_bound");
-    // both jobs ran to completion: the wall-time ratio, 60 s over 30 s
-    assert_eq!(v["speedup"]["metric"], "job_duration");
+    // No step markers, no stacks: the GPU busy share's ratio, a proxy. Both jobs ran to
+    // completion (60 s, 30 s), but their wall times are no speed-up: nothing says that both did
+    // the same work (issue 37 item 6).
+    assert_eq!(v["speedup"]["metric"], "gpu_busy_pct", "{v}");
+    let busy = find_by(&v["changes"], "metric", "gpu_busy_pct").unwrap();
+    let ratio = busy["after"].as_f64().unwrap() / busy["before"].as_f64().unwrap();
     assert!(
-        (v["speedup"]["value"].as_f64().unwrap() - 2.0).abs() < 0.01,
+        (v["speedup"]["value"].as_f64().unwrap() - ratio).abs() < 0.01,
         "{v}"
     );
-    let busy = find_by(&v["changes"], "metric", "gpu_busy_pct").unwrap();
+    assert!(
+        v["notes"].to_string().contains(
+            "The jobs' wall times (60.0 s before, 30.0 s after) are not compared: without step markers"
+        ),
+        "{}",
+        v["notes"]
+    );
     assert!(busy["after"].as_f64().unwrap() > busy["before"].as_f64().unwrap());
     assert!(busy["delta_pct"].as_f64().unwrap() > 100.0, "{busy}");
     for c in v["changes"].as_array().unwrap() {
@@ -640,10 +650,15 @@ fn compare_two_recordings_side_by_side() {
     }
     // text, markdown and html
     let t = compare_text(&before, &after);
+    assert!(t.starts_with("AFTER ran "), "{t}");
     assert!(
-        t.starts_with("AFTER ran 2.00 times faster than BEFORE, by the job's wall time"),
+        t.lines()
+            .next()
+            .unwrap()
+            .ends_with("times faster than BEFORE, by GPU busy time, a proxy"),
         "{t}"
     );
+    assert!(!t.contains("by the job's wall time"), "{t}");
     assert!(
         t.contains("verdict: better: input_bound -> compute_bound"),
         "{t}"
@@ -739,6 +754,51 @@ fn compare_recordings_with_step_markers_uses_the_steady_step_rate() {
     // the same recording on both sides: same
     let v = compare_json(&after, &after);
     assert_eq!(v["verdict"]["direction"], "same", "{v}");
+}
+
+/// Issue 37 item 6: two real PyTorch runs without step markers (tests/fixtures/pystacks:
+/// `num_workers` 0, then 2) did not do the same work, and their wall times say nothing of their
+/// speed: the headline is the training loop's own estimate from its phases, said to be one, with
+/// how to measure it; the wall times are a note.
+#[test]
+fn compare_without_step_markers_estimates_from_the_loops_phases_not_wall_time() {
+    let fx = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pystacks");
+    let (before, after) = (fx.join("plain0.ndjson"), fx.join("plain2.ndjson"));
+    let v = compare_json(&before, &after);
+    let s = &v["speedup"];
+    assert_eq!(s["metric"], "loop_estimate", "{v}");
+    let wait = find_by(&v["changes"], "metric", "data_wait_pct").unwrap();
+    let (b, a) = (
+        wait["before"].as_f64().unwrap(),
+        wait["after"].as_f64().unwrap(),
+    );
+    assert!(b > 50.0 && a < 40.0, "{wait}");
+    let x = s["value"].as_f64().unwrap();
+    assert!(((100.0 - a) / (100.0 - b) - x).abs() < 0.01, "{s}");
+    assert!(s.get("ci95").is_none(), "an estimate has no interval: {s}");
+    let basis = s["basis"].as_str().unwrap();
+    assert!(
+        basis.starts_with("an estimate from each training loop's phases"),
+        "{basis}"
+    );
+    assert!(basis.contains("gpufeed.wrap(loader)"), "{basis}");
+    assert!(
+        v["notes"]
+            .to_string()
+            .contains("wall times (128.4 s before, 179.6 s after) are not compared"),
+        "{}",
+        v["notes"]
+    );
+    assert_eq!(v["verdict"]["direction"], "better", "{v}");
+    let t = compare_text(&before, &after);
+    assert!(
+        t.starts_with(&format!(
+            "AFTER runs about {x:.2} times faster than BEFORE, estimated from the training loop's \
+             phases (no step markers)\n"
+        )),
+        "{t}"
+    );
+    assert!(!t.contains("by the job's wall time"), "{t}");
 }
 
 #[test]

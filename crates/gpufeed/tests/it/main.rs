@@ -16,6 +16,7 @@ mod common;
 mod common_fake;
 mod completions_man;
 mod dashboard;
+mod data_stages;
 mod deploy_files;
 mod diagnose_cli;
 mod diagnose_job;

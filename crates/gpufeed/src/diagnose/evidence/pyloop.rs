@@ -14,7 +14,9 @@
 pub use super::python::*;
 use super::types::{JobEvidence, BOUND_PREFIX};
 use crate::record::format::{Header, Line, PyFrameDef};
-use crate::sample::pyphase::{data_stage, FrameRef, Phase, StageKind};
+use crate::sample::pyphase::{
+    data_stage, is_loader_plumbing, starts_or_stops_workers, FrameRef, Phase, StageKind,
+};
 use crate::sample::pystacks::PyStatus;
 use crate::sample::ranks::RankEnv;
 use std::collections::{BTreeMap, HashMap};
@@ -202,6 +204,8 @@ struct ThreadTotals {
     /// Counts of intervals after the last one with a loop sample, added once another comes.
     pending: [u64; 7],
     in_loop: bool,
+    /// The loop window's wall time: the start of its first interval and the end of its last.
+    loop_span: Option<(f64, f64)>,
 }
 
 /// Streams a recording's Python lines; bounded by the distinct frames and stacks.
@@ -323,6 +327,15 @@ impl PyAcc {
                         }
                         acc.pending = [0; 7];
                         acc.in_loop = true;
+                        if s.t_s.is_finite() {
+                            let dt = if s.dt_s.is_finite() {
+                                s.dt_s.max(0.0)
+                            } else {
+                                0.0
+                            };
+                            let first = acc.loop_span.map_or(s.t_s - dt, |(a, _)| a);
+                            acc.loop_span = Some((first, s.t_s));
+                        }
                     } else if acc.in_loop {
                         for (p, n) in acc.pending.iter_mut().zip(interval) {
                             *p += n;
@@ -407,6 +420,14 @@ impl PyAcc {
                 (ticks > 0).then(|| (*n as f64 / ticks as f64).min(1.0) * 100.0)
             })
             .collect();
+        let nominal_s = header
+            .py_rate_hz
+            .filter(|r| *r > 0.0)
+            .map_or(0.01, |r| 1.0 / r);
+        let worker_start_stop = main.as_ref().and_then(|m| {
+            let key = (m.main.pid, m.main.tid);
+            self.worker_start_stop(key, &self.threads[&key], m.main.samples, nominal_s)
+        });
         let (main, data_wait_pct, data_in_main_pct, sync_sites) = match main {
             Some(m) => (
                 Some(m.main),
@@ -431,6 +452,7 @@ impl PyAcc {
             data_io_pct: (data.total_s > 0.0)
                 .then(|| crate::units::r1(data.io_s * 100.0 / data.total_s)),
             sync_sites,
+            worker_start_stop,
             ranks,
             slow_rank,
             ranks_unread,
@@ -572,7 +594,8 @@ impl PyAcc {
             return None;
         }
         let phases_pct = PhasesPct::from_counts(&t.phases);
-        // Loading in the training thread itself: data_wait stacks with a data stage.
+        // Loading in the training thread itself: data_wait stacks with a data stage, other than
+        // the sampler (which stays in the training process whatever num_workers is).
         // (Both over the whole recording: the stack counts are not windowed.)
         let is_wait = |sid: &u32| self.phase_of.get(sid) == Some(&Some(Phase::DataWait));
         let dw: u64 = t
@@ -587,8 +610,9 @@ impl PyAcc {
                 .iter()
                 .filter(|(sid, _)| is_wait(sid))
                 .filter(|(sid, _)| {
-                    self.frame_refs(**sid)
-                        .is_some_and(|f| data_stage(&f).is_some())
+                    self.frame_refs(**sid).is_some_and(|f| {
+                        data_stage(&f).is_some_and(|(_, k)| k != StageKind::Sampler)
+                    })
                 })
                 .map(|(_, c)| c.0)
                 .sum();
@@ -605,6 +629,40 @@ impl PyAcc {
                 samples: n,
                 phases_pct,
             },
+        })
+    }
+
+    /// The training thread's samples starting or stopping DataLoader workers, of its `n` loop
+    /// samples; `None` when it was never seen doing so.
+    fn worker_start_stop(
+        &self,
+        (pid, _): (u32, u64),
+        t: &ThreadTotals,
+        n: u64,
+        nominal_s: f64,
+    ) -> Option<WorkerStartStop> {
+        let c: u64 = t
+            .stacks
+            .iter()
+            .filter(|(sid, _)| {
+                self.frame_refs(**sid)
+                    .is_some_and(|f| starts_or_stops_workers(&f))
+            })
+            .map(|(_, c)| c.0)
+            .sum();
+        // Sampled in the loop window (they are data_wait stacks), counted over the recording.
+        let c = c.min(n);
+        // The loop's wall time; without interval times, its samples at the reading interval.
+        let loop_s = t
+            .loop_span
+            .map(|(a, b)| b - a)
+            .filter(|s| *s > 0.0)
+            .unwrap_or_else(|| n as f64 * self.period_s(pid, nominal_s));
+        let share = c as f64 / n.max(1) as f64;
+        (c > 0 && n > 0).then(|| WorkerStartStop {
+            loop_pct: crate::units::r1(share * 100.0),
+            seconds: crate::units::r1(share * loop_s),
+            loop_seconds: crate::units::r1(loop_s),
         })
     }
 
@@ -676,23 +734,35 @@ impl PyAcc {
             .filter(|r| *r > 0.0)
             .map_or(0.01, |r| 1.0 / r);
         let mut totals = DataTotals::default();
-        let mut stage_cache: HashMap<u32, Option<(String, String, i32, StageKind)>> =
-            HashMap::new();
+        type StageOf = (String, String, i32, StageKind, bool);
+        let mut stage_cache: HashMap<u32, Option<StageOf>> = HashMap::new();
         for ((pid, _), t) in self.threads.iter().filter(|((p, _), _)| keep(*p)) {
             for (sid, (n, idle)) in &t.stacks {
                 let stage = stage_cache.entry(*sid).or_insert_with(|| {
                     let refs = self.frame_refs(*sid)?;
                     let (i, k) = data_stage(&refs)?;
                     let line = self.frames[&self.stacks[sid][i]].line;
-                    Some((refs[i].name.to_string(), refs[i].file.to_string(), line, k))
+                    let plumbing = is_loader_plumbing(&refs[i]);
+                    Some((
+                        refs[i].name.to_string(),
+                        refs[i].file.to_string(),
+                        line,
+                        k,
+                        plumbing,
+                    ))
                 });
-                let Some((name, file, line, kind)) = stage.clone() else {
+                let Some((name, file, line, kind, plumbing)) = stage.clone() else {
                     continue;
                 };
                 let w = self.period_s(*pid, nominal_s);
                 totals.total_s += *n as f64 * w;
                 totals.io_s += if kind == StageKind::Read { *n } else { *idle } as f64 * w;
                 *totals.loading_by_pid.entry(*pid).or_default() += n;
+                if plumbing {
+                    // Loading time, but no stage: the DataLoader's own frame with nothing of the
+                    // user's or a library's beneath it (a call in flight, a C `__getitem__`).
+                    continue;
+                }
                 let e = by_stage
                     .entry((name, file))
                     .or_insert_with(|| (kind, 0, HashMap::new(), 0.0, None));
@@ -936,6 +1006,65 @@ mod tests {
         assert_eq!(p.samples, 500);
     }
 
+    /// Issue 37 item 5: the training thread's time starting and stopping workers (every epoch
+    /// with `persistent_workers=False`), as a share of the loop and of its wall time; absent
+    /// where it was never seen.
+    #[test]
+    fn the_loop_starting_and_stopping_workers_is_measured() {
+        let dl = "/v/site-packages/torch/utils/data/dataloader.py";
+        let mut acc = PyAcc::default();
+        for l in [
+            frame(0, "<module>", "/home/u/t.py"),
+            frame(1, "_MultiProcessingDataLoaderIter._get_data", dl),
+            frame(2, "_MultiProcessingDataLoaderIter.__init__", dl),
+            frame(3, "_MultiProcessingDataLoaderIter._shutdown_workers", dl),
+            frame(4, "Net.forward", "/home/u/t.py"),
+            stack(0, &[0, 1]),
+            stack(1, &[0, 2]),
+            stack(2, &[0, 3]),
+            stack(3, &[0, 4]),
+        ] {
+            acc.push(&l);
+        }
+        // Two seconds of loop: 100 samples waiting, 30 starting, 20 stopping, 50 computing.
+        acc.push(&samples(
+            1.0,
+            10,
+            vec![(10, vec![[0, 50, 50], [1, 30, 0], [3, 20, 0]])],
+        ));
+        acc.push(&samples(
+            2.0,
+            10,
+            vec![(10, vec![[0, 50, 50], [2, 20, 20], [3, 30, 0]])],
+        ));
+        let job = JobEvidence {
+            main_pid: Some(10),
+            ..Default::default()
+        };
+        let p = acc.finish(&header(), &job).unwrap();
+        let w = p.worker_start_stop.unwrap();
+        assert_eq!(w.loop_pct, 25.0);
+        assert_eq!(w.loop_seconds, 2.0);
+        assert_eq!(w.seconds, 0.5);
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!(json["worker_start_stop"]["loop_pct"], 25.0);
+
+        // A loop that never started a worker has none, not 0.
+        let mut acc = PyAcc::default();
+        for l in [
+            frame(0, "<module>", "/home/u/t.py"),
+            frame(1, "_MultiProcessingDataLoaderIter._get_data", dl),
+            stack(0, &[0, 1]),
+        ] {
+            acc.push(&l);
+        }
+        acc.push(&samples(1.0, 10, vec![(10, vec![[0, 100, 100]])]));
+        let p = acc.finish(&header(), &job).unwrap();
+        assert_eq!(p.worker_start_stop, None);
+        let json = serde_json::to_value(&p).unwrap();
+        assert!(json.get("worker_start_stop").is_none(), "{json}");
+    }
+
     /// An accumulator that knows two data stages: stack 0 is `__getitem__` → Decode, stack 1
     /// `__getitem__` → Crop.
     fn decode_and_crop() -> PyAcc {
@@ -1107,6 +1236,7 @@ mod tests {
             loader_busy_pct: None,
             data_io_pct: None,
             sync_sites: vec![],
+            worker_start_stop: None,
             ranks: vec![],
             slow_rank: None,
             ranks_unread: vec![],

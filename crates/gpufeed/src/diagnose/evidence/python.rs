@@ -150,6 +150,19 @@ pub struct SyncSite {
     pub pct: f64,
 }
 
+/// The training thread starting DataLoader workers (creating the multi-process iterator) and
+/// stopping them (`_shutdown_workers`): every epoch with `persistent_workers=False`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct WorkerStartStop {
+    /// Share of the training thread's loop samples.
+    pub loop_pct: f64,
+    /// Seconds of the loop's wall time they stand for (`loop_pct` of `loop_seconds`).
+    pub seconds: f64,
+    /// Wall time of the training loop, from the interval of its first loop sample to that of
+    /// its last (the samples at their reading interval where the recording has no times).
+    pub loop_seconds: f64,
+}
+
 /// What the Python stacks say (the `python` object of run/diagnose JSON).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PythonEvidence {
@@ -173,6 +186,10 @@ pub struct PythonEvidence {
     pub data_io_pct: Option<f64>,
     /// Where the training thread synchronises, most frequent first.
     pub sync_sites: Vec<SyncSite>,
+    /// The training thread's time starting and stopping DataLoader worker processes, when it
+    /// was seen doing so (absent otherwise: a loop without workers, or none caught).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_start_stop: Option<WorkerStartStop>,
     /// Each rank of a multi-process job, by rank (empty for one training process); `main` is
     /// then the median rank's training thread (by data wait).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -66,11 +66,62 @@ pub(crate) fn gpu_overlaps_wait(e: &Evidence) -> Option<f64> {
     e.busy_fraction().filter(|b| *b >= GPU_BUSY_TRUSTED)
 }
 
+/// Share of the training loop spent starting and stopping DataLoader workers from which their
+/// restart every epoch is the first fix.
+pub const WORKER_RESTART_PCT: f64 = 10.0;
+/// Generations of workers (worker processes seen ÷ the most alive at once) from which they are
+/// taken to be started anew every epoch.
+pub const WORKER_GENERATIONS: u32 = 3;
+
+/// The DataLoader workers alive at once. Every worker process the job had counts only when they
+/// did not come and go: where more were seen than were ever alive at once (workers started anew
+/// every epoch), the count at once.
+pub(crate) fn workers_at_once(e: &Evidence, p: &PythonEvidence) -> u32 {
+    if e.job.workers_max > 0 && e.job.workers_seen > e.job.workers_max {
+        e.job.workers_max
+    } else {
+        p.loader_processes.max(e.job.workers_max)
+    }
+}
+
+/// Workers started anew every epoch (`persistent_workers=False` with short epochs), when
+/// starting and stopping them is a large part of the loop.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Restarts {
+    /// Worker processes started over the recording.
+    pub started: u32,
+    /// The most alive at once (`num_workers`, summed over ranks).
+    pub at_once: u32,
+    /// Generations of workers: about the epochs begun.
+    pub epochs: u32,
+    pub start_stop: crate::diagnose::evidence::WorkerStartStop,
+}
+
+pub(crate) fn restarts(e: &Evidence, p: &PythonEvidence) -> Option<Restarts> {
+    let at_once = e.job.workers_max;
+    let ss = p.worker_start_stop?;
+    if at_once == 0
+        || e.job.workers_seen < WORKER_GENERATIONS * at_once
+        || ss.loop_pct < WORKER_RESTART_PCT
+    {
+        return None;
+    }
+    Some(Restarts {
+        started: e.job.workers_seen,
+        at_once,
+        epochs: (e.job.workers_seen as f64 / at_once as f64).round() as u32,
+        start_stop: ss,
+    })
+}
+
 /// The kind. Loading in the training process comes first, whatever its slow stage (CPU work,
-/// I/O waits, the dataset's own code): worker processes are its first fix.
+/// I/O waits, the dataset's own code): worker processes are its first fix. Workers started anew
+/// every epoch come next: keeping them is a one-word fix.
 pub fn kind(e: &Evidence, p: &PythonEvidence) -> StackKind {
     if p.data_in_main_pct.is_some_and(|x| x >= 50.0) {
         StackKind::MainProcessLoading
+    } else if restarts(e, p).is_some() {
+        StackKind::WorkersRestarted
     } else if loading_waits(e, p) {
         StackKind::IoBound
     } else if p.loader_processes > 0
@@ -223,6 +274,45 @@ fn stage_advice(h: &Hotspot, waits: bool) -> String {
             h.function,
             at(h)
         ),
+        StageKind::Collate if h.function == "default_collate" => format!(
+            "PyTorch's default_collate ({}) is the slow stage: it walks each sample's nested \
+             Python structures (lists, dicts, numbers) one element at a time; return tensors or \
+             numpy arrays from __getitem__ instead of lists, or give the DataLoader a collate_fn \
+             that builds the batch at once",
+            at(h)
+        ),
+        StageKind::Collate => format!(
+            "the collate function {} ({}) is the slow stage: it runs once per batch; build the \
+             batch with tensor operations (torch.nn.utils.rnn.pad_sequence, torch.stack, a \
+             preallocated torch.full and slice assignment) instead of Python loops over \
+             elements, or pad and bucket the data once offline",
+            h.function,
+            at(h)
+        ),
+        StageKind::Sampler => format!(
+            "the sampler {} ({}) is the slow stage: it runs in the training process whatever \
+             num_workers is, so more workers cannot hide it; draw each epoch's indices at once \
+             with tensor operations (torch.randperm, torch.multinomial) or precompute them",
+            h.function,
+            at(h)
+        ),
+        StageKind::Tokenize => format!(
+            "tokenizing ({} at {}) is the slow stage: tokenize a whole batch in one call in the \
+             collate_fn (tokenizer(texts, padding=True, truncation=True, \
+             return_tensors=\"pt\")) rather than one text per __getitem__, use a fast (Rust) \
+             tokenizer (AutoTokenizer.from_pretrained(..., use_fast=True)), or tokenize the \
+             dataset once ahead of training (datasets' .map(tokenize, batched=True, \
+             num_proc=N)) and load token ids",
+            h.function,
+            at(h)
+        ),
+        StageKind::PinMemory => format!(
+            "copying batches into pinned memory ({} at {}) is the slow stage: send smaller \
+             batches to the pin-memory thread (uint8 images, not float32; convert on the GPU), \
+             or measure with pin_memory=False",
+            h.function,
+            at(h)
+        ),
     }
 }
 
@@ -234,7 +324,7 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
     }
     let k = kind(e, p);
     let hot = p.data_hotspots.first();
-    let workers = p.loader_processes.max(e.job.workers_max);
+    let workers = workers_at_once(e, p);
     let severity = if wait >= DATA_WAIT_CRITICAL_PCT {
         Severity::Critical
     } else {
@@ -280,6 +370,10 @@ fn title(k: StackKind, wait: f64, hot: Option<&Hotspot>, workers: u32) -> String
             "Input-bound: reading data is the bottleneck: the training loop waits for data \
              {wait:.0}% of its time{named}"
         ),
+        StackKind::WorkersRestarted => format!(
+            "Input-bound: the DataLoader's workers are started anew every epoch: the training \
+             loop waits for data {wait:.0}% of its time{named}"
+        ),
         StackKind::SlowStage => {
             format!("Input-bound: the training loop waits for data {wait:.0}% of its time{named}")
         }
@@ -312,6 +406,13 @@ fn with_loading_figures(
             .with("hot_stage_kind", h.kind.as_str());
     }
     f = f.with("workers", workers);
+    if let Some(r) = restarts(e, p) {
+        f = f
+            .with("workers_started", r.started)
+            .with("worker_generations", r.epochs)
+            .with("worker_start_stop_pct", r1(r.start_stop.loop_pct))
+            .with("worker_start_stop_s", r1(r.start_stop.seconds));
+    }
     if let Some(b) = p.loader_busy_pct {
         f = f.with("worker_busy_pct", r1(b));
     }
@@ -359,6 +460,29 @@ fn fix(
                 loader_flags(e),
                 count(n, "worker", "workers"),
                 cores_note(n, 0, cr, waits, p.data_io_pct, loading_work(wait, 0, None)),
+                stage
+                    .map(|s| format!(" Then, if it still waits: {s}."))
+                    .unwrap_or_default()
+            )
+        }
+        StackKind::WorkersRestarted => {
+            let r = restarts(e, p).expect("the kind says so");
+            let ss = r.start_stop;
+            f = f.with("persistent_workers_saves_s", r1(ss.seconds));
+            format!(
+                "Keep the workers between epochs: DataLoader(dataset, batch_size=..., \
+                 num_workers={workers}, persistent_workers=True). Today they are started anew \
+                 every epoch: {} started, {} alive at once ({} generations, about one per \
+                 epoch), and starting and stopping them takes {:.0}% of the training loop \
+                 ({} of {}, about {:.0} ms an epoch), which persistent workers save, besides part \
+                 of the wait for each epoch's first batches.{}",
+                count(r.started, "worker process", "worker processes"),
+                r.at_once,
+                r.epochs,
+                ss.loop_pct,
+                crate::units::duration(r1(ss.seconds)),
+                crate::units::duration(r1(ss.loop_seconds)),
+                ss.seconds * 1000.0 / f64::from(r.epochs.max(1)),
                 stage
                     .map(|s| format!(" Then, if it still waits: {s}."))
                     .unwrap_or_default()
@@ -627,6 +751,7 @@ mod tests {
             loader_busy_pct: None,
             data_io_pct: Some(2.0),
             sync_sites: vec![],
+            worker_start_stop: None,
             ranks: vec![],
             slow_rank: None,
             ranks_unread: vec![],
@@ -657,6 +782,88 @@ mod tests {
         );
         assert!(f.recommendation.contains("decod"), "{}", f.recommendation);
         assert!(!f.evidence.contains_key("agreement"));
+    }
+
+    /// Issue 37 item 5: a real ImageFolder-like job with `num_workers=2` and short epochs
+    /// started 80 worker processes in 40 epochs, 2 alive at once; the fix counted all 80.
+    fn restarted(start_stop_pct: f64) -> Evidence {
+        let mut p = py(88.0);
+        p.data_in_main_pct = Some(0.0);
+        p.loader_processes = 24;
+        p.loader_busy_pct = Some(81.0);
+        p.data_hotspots[0].kind = StageKind::Getitem;
+        p.data_hotspots[0].function = "Images.__getitem__".into();
+        p.data_hotspots[0].file = "/home/u/train.py".into();
+        p.data_hotspots[0].line = 11;
+        p.worker_start_stop = Some(crate::diagnose::evidence::WorkerStartStop {
+            loop_pct: start_stop_pct,
+            seconds: 16.5 * start_stop_pct / 100.0,
+            loop_seconds: 16.5,
+        });
+        let mut e = no_gpu(p);
+        e.job.workers_max = 2;
+        e.job.workers_seen = 80;
+        e.host.idle_cores_mean = Some(0.0);
+        e
+    }
+
+    #[test]
+    fn workers_started_every_epoch_get_persistent_workers_with_the_time_it_saves() {
+        let e = restarted(50.0);
+        let f = input_bound(&e).unwrap();
+        assert_eq!(f.evidence["kind"], "workers_restarted");
+        assert_eq!(f.evidence["workers"], 2, "alive at once, not the 80 seen");
+        assert_eq!(f.evidence["workers_started"], 80);
+        assert_eq!(f.evidence["worker_generations"], 40);
+        assert_eq!(f.evidence["worker_start_stop_pct"], 50.0);
+        assert_eq!(f.evidence["persistent_workers_saves_s"], 8.3);
+        let r = &f.recommendation;
+        assert!(
+            r.starts_with(
+                "Keep the workers between epochs: DataLoader(dataset, batch_size=..., \
+                 num_workers=2, persistent_workers=True). Today they are started anew every \
+                 epoch: 80 worker processes started, 2 alive at once (40 generations"
+            ),
+            "{r}"
+        );
+        assert!(
+            r.contains("takes 50% of the training loop (8.3 s of 16.5 s, about 206 ms an epoch)"),
+            "{r}"
+        );
+        assert!(
+            r.contains("Then, if it still waits: the dataset's own code (Images.__getitem__ at train.py:11)"),
+            "{r}"
+        );
+        assert!(f.title.contains("started anew every epoch"), "{}", f.title);
+    }
+
+    #[test]
+    fn workers_that_come_and_go_are_counted_at_once() {
+        // Start and stop are a small part of the loop: the stage is the fix, with the workers
+        // alive at once.
+        let e = restarted(4.0);
+        let f = input_bound(&e).unwrap();
+        assert_eq!(f.evidence["kind"], "slow_stage");
+        assert_eq!(f.evidence["workers"], 2);
+        assert!(!f.evidence.contains_key("workers_started"));
+        assert!(
+            f.recommendation.contains("The workers (2) cannot keep up"),
+            "{}",
+            f.recommendation
+        );
+        // Two generations are no per-epoch restart.
+        let mut e = restarted(50.0);
+        e.job.workers_seen = 4;
+        let f = input_bound(&e).unwrap();
+        assert_ne!(f.evidence["kind"], "workers_restarted");
+        // Workers that all ran at once: every loader process counts (a recording without the
+        // job's process tree has only the stacks' count).
+        let mut e = restarted(50.0);
+        e.job.workers_seen = 2;
+        e.job.workers_max = 0;
+        let p = e.python.as_mut().unwrap();
+        p.loader_processes = 3;
+        assert_eq!(workers_at_once(&e, e.python.as_ref().unwrap()), 3);
     }
 
     #[test]
