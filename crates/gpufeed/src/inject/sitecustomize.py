@@ -322,6 +322,8 @@ class _AutoSteps(object):
     HOLD = 16
     MAX_LOADERS = 64
     MAX_THREADS = 8
+    FLUSH_NS = 20_000_000
+    FLUSH_LINES = 64  # under 4 KiB, gpufeed's datagram buffer
 
     def __init__(self, emit):
         import threading
@@ -333,6 +335,8 @@ class _AutoSteps(object):
         self.emit = emit
         self.pid = None
         self.sock = None
+        self.out = []
+        self.last_flush_ns = 0
         self.path = _os.environ.get("GPUFEED_STEP_SOCKET")
         self.rank = None
         # Per thread: (loader state, wait_ns, items, the thread's optimizer steps before) of the
@@ -354,6 +358,7 @@ class _AutoSteps(object):
         if pid != self.pid:
             self.pid = pid
             self.sock = None
+            self.out = []
             self.pending = {}
             self.first_thread = None
             self.train_thread = None
@@ -367,6 +372,20 @@ class _AutoSteps(object):
                 self.rank = pid
 
     def _send(self, text):
+        """Queues a line; the queue goes out as one datagram every FLUSH_NS or FLUSH_LINES lines
+        (a sendto costs microseconds, a fast loop's step may not), and at an epoch's end and
+        exit. Markers carry their own time, so a late datagram changes nothing."""
+        self.out.append(text)
+        now = self.now_ns()
+        if len(self.out) >= self.FLUSH_LINES or now - self.last_flush_ns >= self.FLUSH_NS:
+            self.flush(now)
+
+    def flush(self, now=None):
+        self.last_flush_ns = self.now_ns() if now is None else now
+        if not self.out:
+            return
+        text = "".join(self.out)
+        self.out = []
         try:
             if self.sock is None:
                 import socket
@@ -376,7 +395,7 @@ class _AutoSteps(object):
                 self.sock = s
             self.sock.sendto(text.encode("ascii"), self.path)
         except Exception:
-            pass  # gpufeed gone or its buffer full: the marker is dropped, the job goes on
+            pass  # gpufeed gone or its buffer full: the markers are dropped, the job goes on
 
     def note(self, key, detail, site=None):
         if key in self.noted:
@@ -452,6 +471,7 @@ class _AutoSteps(object):
             # A loop cut short (break) never reached its epoch's end: give the final counts.
             if _os.getpid() != main_pid:
                 return
+            self.flush()
             for ls in self.loaders:
                 if ls.batches and ls.role:
                     self.emit("loader", target="DataLoader", site=ls.site, role=ls.role,
@@ -522,6 +542,7 @@ class _AutoSteps(object):
         return self.train_thread is None or self.train_thread == tid
 
     def epoch_end(self, ls):
+        self.flush()
         ls.epochs += 1
         self.emit("loader", target="DataLoader", site=ls.site, role=ls.role or "unknown",
                   batches=ls.batches, epochs=ls.epochs, rank=self.rank)
