@@ -506,6 +506,12 @@ pub fn data_stage(frames: &[FrameRef]) -> Option<(usize, StageKind)> {
             cur = (i, cur.1);
             continue;
         }
+        if cur.1 == StageKind::Getitem && is_library(frames[cur.0].file) && !is_library(f.file) {
+            // A library's dataset calling the user's code (`ImageFolder(loader=open_slowly)`, a
+            // `target_transform` function): the user's function is what they can change.
+            cur = (i, StageKind::Getitem);
+            continue;
+        }
         let Some(k) = stage_of(f) else { continue };
         let cur_file = frames[cur.0].file;
         let same_lib = |a: &str| has(cur_file, a) && has(f.file, a);
@@ -669,6 +675,21 @@ mod tests {
         // A library's dataset not known by its path is still the dataset, not a collate.
         let s = fetched(&[("Shards.__getitem__", "/v/site-packages/somelib/data.py")]);
         assert_eq!(stage(&s), Some(("Shards.__getitem__", StageKind::Getitem)));
+        // A library's dataset calling the user's function (ImageFolder's `loader=`): the
+        // user's function, which the user can change; a decode inside it is still the decode.
+        let folder = "/v/site-packages/torchvision/datasets/folder.py";
+        let s = fetched(&[
+            ("DatasetFolder.__getitem__", folder),
+            ("open_slowly", "/home/u/train.py"),
+        ]);
+        assert_eq!(stage(&s), Some(("open_slowly", StageKind::Getitem)));
+        let s = fetched(&[
+            ("DatasetFolder.__getitem__", folder),
+            ("open_slowly", "/home/u/train.py"),
+            ("default_loader", folder),
+            ("ImageFile.load", "/v/site-packages/PIL/ImageFile.py"),
+        ]);
+        assert_eq!(stage(&s), Some(("ImageFile.load", StageKind::Decode)));
         // Only a fetcher with nothing beneath it is charged to the fetcher.
         let s = fetched(&[]);
         assert_eq!(
