@@ -347,6 +347,8 @@ class _AutoSteps(object):
         self.opt_steps = {}  # optimizer steps per thread
         self.opt_total = 0
         self.opt_hook = False
+        self.opt_thread = None  # the thread whose optimizer steps are counted as steps
+        self.opt_marking = False
         self.no_optimizer = False
         self.installed = False
         self.noted = set()
@@ -362,6 +364,7 @@ class _AutoSteps(object):
             self.pending = {}
             self.first_thread = None
             self.train_thread = None
+            self.opt_thread = None
             self.rank = None
             for var in ("RANK", "LOCAL_RANK"):
                 v = _os.environ.get(var, "")
@@ -496,6 +499,10 @@ class _AutoSteps(object):
             tid = self.ident()
             self.opt_steps[tid] = self.opt_steps.get(tid, 0) + 1
             self.opt_total += 1
+            try:
+                self.optimizer_step(tid)
+            except Exception:
+                pass
 
         try:
             reg(hook)
@@ -533,6 +540,26 @@ class _AutoSteps(object):
         t1 = self.now_ns()
         tid = self.ident()
         self.pending[tid] = (ls, t1 - t0, _batch_size(batch), self.opt_steps.get(tid, 0))
+
+    def optimizer_step(self, tid):
+        """A loop no torch DataLoader feeds (a hand-written batch loop, a generator) is still
+        stepped by a torch optimizer: each `optimizer.step()` then ends a step (no data wait is
+        known). Not while a DataLoader's batch is being trained on, nor once a training loader
+        is known: its markers are the steps."""
+        if self.pid != _os.getpid():
+            self._reset_after_fork()
+        if self.train_thread is not None or tid in self.pending:
+            return
+        if self.opt_thread is None:
+            self.opt_thread = tid
+        elif self.opt_thread != tid:
+            return
+        if not self.opt_marking:
+            self.opt_marking = True
+            self.note("optimizer-steps", "no torch DataLoader feeds the training loop: steps are "
+                      "counted at each optimizer.step() (exact steps, no data wait; send markers "
+                      "with gpufeed.wrap(batches) for the wait)")
+        self._send("step %d - - %d auto\n" % (self.now_ns(), self.rank))
 
     def may_send(self, tid):
         """Markers go out from one thread only: the training thread once known (the first

@@ -334,9 +334,9 @@ fn evidence(results: &[TrialResult], pick: &TrialResult) -> String {
 
 /// How to give sweep a rate to measure, when it found none.
 pub const NO_RATE_HELP: &str =
-    "A PyTorch job is timed at its torch DataLoader with no code change; this one sent no step \
-from one (it iterates no torch DataLoader, or ran with --no-auto-steps, or python -E/-I/-S \
-or a replaced PYTHONPATH kept gpufeed's hook out). Give it a rate gpufeed can read: \
+    "A PyTorch job is timed at its torch DataLoader or optimizer with no code change; this one \
+sent no step (it iterates no torch DataLoader and steps no torch optimizer, or ran with \
+--no-auto-steps, or python -E/-I/-S or a replaced PYTHONPATH kept gpufeed's hook out). Give it a rate gpufeed can read: \
 --rate-regex 'REGEX' with one number group matched on its output (e.g. --rate-regex \
 '([0-9.]+) it/s'), step markers from python/gpufeed_probe.py (`probe.step()` once per step, or \
 `for batch in probe.wrap(loader)`), or a tqdm progress bar.";

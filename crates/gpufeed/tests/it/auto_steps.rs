@@ -218,3 +218,76 @@ fn tune_fixes_a_plain_script_with_no_tqdm_and_no_markers() {
     // Loading waits on storage (4 ms a file) more than it decodes: workers overlap it.
     assert!(lo > 1.2, "{s}");
 }
+
+#[test]
+fn a_loop_with_no_dataloader_is_counted_at_its_optimizer_steps() {
+    let Some(python) = python_with("torch", "the optimizer-step counting test") else {
+        return;
+    };
+    let _g = crate::sweep::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let job = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/plain_batch_loop.py");
+    let out = gpufeed_no_gpu()
+        .current_dir(dir.path())
+        .env_remove("GPUFEED_STEP_SOCKET")
+        .args([
+            "run",
+            "-q",
+            "--export-json",
+            "run.json",
+            "-o",
+            "rec.ndjson",
+            "--",
+        ])
+        .arg(&python)
+        .arg(&job)
+        .args(["20", "5"])
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let done = done_steps(&String::from_utf8_lossy(&out.stdout));
+    let v = read_json(&dir.path().join("run.json"));
+    let n = steps(&v);
+    assert!(n + 2 >= done && n <= done, "{n} steps counted, {done} run");
+    assert!(
+        v["steps"]["data_wait_pct"].is_null(),
+        "no wait is known: {:#}",
+        v["steps"]
+    );
+    let rec = std::fs::read_to_string(dir.path().join("rec.ndjson")).unwrap();
+    assert!(
+        rec.contains("counted at each optimizer.step()"),
+        "a note says how"
+    );
+    // A sweep over its load gets a rate per trial from the same source.
+    let out = gpufeed_no_gpu()
+        .current_dir(dir.path())
+        .env_remove("GPUFEED_STEP_SOCKET")
+        .args([
+            "sweep",
+            "-L",
+            "load",
+            "40,5",
+            "--min-time",
+            "2s",
+            "--max-time",
+            "30s",
+        ])
+        .args(["--format", "json", "--output-dir", "sw", "--"])
+        .arg(&python)
+        .arg(&job)
+        .arg("{load}")
+        .timeout(std::time::Duration::from_secs(200))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let rep: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = rep["results"].as_array().unwrap();
+    let rate = |i: usize| {
+        assert_eq!(r[i]["throughput"]["source"], "step_socket", "{}", r[i]);
+        r[i]["throughput"]["value"].as_f64().unwrap()
+    };
+    // About 62 ms a step against 27: 2.3x.
+    assert!(rate(1) / rate(0) > 1.6, "{} vs {}", rate(0), rate(1));
+}
