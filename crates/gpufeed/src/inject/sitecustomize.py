@@ -645,8 +645,11 @@ def _gpufeed_chain():
             _sys.modules["sitecustomize"] = ours
 
 
-try:
-    _gpufeed_install()
-except Exception:
-    pass
-_gpufeed_chain()
+# Imported under another name (gpufeed.profile's copy, python/gpufeed/_autosteps.py), only the
+# classes above are wanted: nothing is installed or chained.
+if __name__ == "sitecustomize":
+    try:
+        _gpufeed_install()
+    except Exception:
+        pass
+    _gpufeed_chain()
