@@ -119,6 +119,12 @@ def _steps_class():
                 self.handle = None
                 self.opt_hook = False
             self.path = None  # a loader iterator made inside the block sends nothing more
+            if self.sock is not None:
+                try:
+                    self.sock.close()
+                except Exception:
+                    pass
+                self.sock = None
 
     return Steps
 

@@ -331,6 +331,11 @@ class Profile(object):
                 _ptracer[0] = 0
                 _set_ptracer(0)
                 _active[0] = None
+            if b"Python stacks could not be read" in self._log_bytes():
+                self._note("this process's Python stacks could not be read (ptrace refused: "
+                           "kernel.yama.ptrace_scope = %s): the report has no loop phases or slow "
+                           "stages, only CPU, GPU and step times; `gpufeed run -- python "
+                           "train.py` from a terminal has them" % _ptrace_scope())
             self._diagnose()
             self.report_seconds = time.monotonic() - end
         return self
