@@ -7,7 +7,8 @@ The kernel inherits this process's environment (PYTHONPATH with gpufeed's packag
 Scenarios: "train" (a %%gpufeed cell that waits for a JPEG decode, then a gpufeed.profile() block
 with two workers), "bad" (a cell that raises, a killed recorder, nested %%gpufeed, a cell with no
 training loop), "interrupt" (Kernel -> Interrupt during a %%gpufeed cell), "restart" (the kernel
-restarted while %gpufeed start records), "cost" (steps/s with and without %%gpufeed).
+restarted while %gpufeed start records), "cost" (the bundled example's steps/s with and without
+%%gpufeed, and the time from the cell's end to the report; bench/README.md).
 """
 
 import json
@@ -136,13 +137,16 @@ def scenario_cells(name):
             cell("import gpufeed._profile as gp\nprint('RECORDER=%d' % gp._active[0]._proc.pid)"),
         ]
     if name == "cost":
-        run = "train(DataLoader(Photos(), batch_size=16, num_workers=0), 0, 2, seconds=%s)"
-        secs = os.environ.get("COST_SECONDS", "8")
-        cells = head
-        for _ in range(2):
-            cells = cells + [cell(run % secs), cell("%%gpufeed\n" + run % secs),
-                             cell("print('REPORT_S=%.3f' % _gpufeed.report_seconds)")]
-        return cells
+        # The bundled example (examples/starving_pipeline.py) in the kernel, without and with
+        # %%gpufeed, in the order A B B A so that a drift of the machine cancels out.
+        example = os.environ.get("GPUFEED_EXAMPLE") or os.path.join(
+            os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "examples",
+            "starving_pipeline.py")
+        run = "%%run %s --workers 0 --seconds %s" % (example, os.environ.get("COST_SECONDS", "10"))
+        plain = cell(run)
+        magic = [cell("%%gpufeed\n" + run),
+                 cell("print('REPORT_S=%.3f' % _gpufeed.report_seconds)")]
+        return head + [plain] + magic + magic + [cell(run)]
     raise SystemExit("unknown scenario %r" % name)
 
 
