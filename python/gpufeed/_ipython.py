@@ -8,10 +8,9 @@ report and then raised again, unchanged.
 """
 
 import ast
-import html as _html
 import sys
 
-from gpufeed._profile import GpufeedError, Profile, _active
+from gpufeed._profile import GpufeedError, Profile, _active, iframe
 
 _USAGE = "usage: %%gpufeed [--interval 100ms] [--no-py-stacks] [-o FILE] on a cell, or %gpufeed start|stop"
 
@@ -56,10 +55,7 @@ def show(p):
         return
     bundle = {"text/plain": text.rstrip("\n") or "(gpufeed: no text report)"}
     if page:
-        bundle["text/html"] = (
-            '<iframe class="gpufeed-report" title="gpufeed report" srcdoc="%s" '
-            'style="width:100%%;height:900px;border:1px solid #ddd;border-radius:4px" '
-            'sandbox="allow-scripts"></iframe>' % _html.escape(page, quote=True))
+        bundle["text/html"] = iframe(page)
     try:
         from IPython.display import display
 
@@ -69,9 +65,10 @@ def show(p):
         sys.stdout.flush()
 
 
-def _run_cell_code(shell, cell):
-    """Runs the cell's code as IPython would (its magics and `!` lines transformed); returns the
-    value of its last line when that is an expression, as a cell's Out."""
+def _compile_cell(shell, cell):
+    """The cell's code as IPython would run it (its magics and `!` lines transformed), compiled:
+    a function that runs it and returns the value of its last line when that is an expression
+    (the cell's Out). A SyntaxError is raised here, before anything is recorded."""
     src = shell.transform_cell(cell)
     tree = shell.compile.ast_parse(src)
     tree = shell.transform_ast(tree)
@@ -79,16 +76,26 @@ def _run_cell_code(shell, cell):
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         last = ast.Expression(tree.body[-1].value)
         tree = ast.Module(tree.body[:-1], [])
+    # A file name of its own in linecache: tracebacks and gpufeed's stages show the code.
     try:
-        # A file name of its own in linecache: tracebacks and gpufeed's stages show the code.
         filename = shell.compile.cache(src, shell.execution_count, raw_code=cell)
+    except TypeError:  # IPython < 8.5
+        filename = shell.compile.cache(src, shell.execution_count)
     except Exception:
         filename = "<gpufeed cell>"
+    body = shell.compile(tree, filename, "exec")
+    value = shell.compile(last, filename, "eval") if last is not None else None
     ns = shell.user_ns
-    exec(shell.compile(tree, filename, "exec"), ns)
-    if last is not None:
-        return eval(shell.compile(last, filename, "eval"), ns)
-    return None
+
+    def run():
+        exec(body, ns)
+        return eval(value, ns) if value is not None else None
+
+    return run
+
+
+def _run_cell_code(shell, cell):
+    return _compile_cell(shell, cell)()
 
 
 def _magic(line, cell=None):
@@ -107,14 +114,15 @@ def _magic(line, cell=None):
         _say("note: gpufeed is already recording this kernel (a %%gpufeed inside another, or "
              "after %gpufeed start): the cell runs, and the recording under way covers it")
         return _run_cell_code(shell, cell)
+    run = _compile_cell(shell, cell)  # a cell that does not compile records nothing
     p = Profile(**opts)
     try:
         p.start()
     except GpufeedError as e:
         _say("%s; the cell runs without gpufeed" % e)
-        return _run_cell_code(shell, cell)
+        return run()
     try:
-        value = _run_cell_code(shell, cell)
+        value = run()
     except BaseException:
         # The report first, then the cell's own exception, unchanged (KeyboardInterrupt too).
         p.stop()

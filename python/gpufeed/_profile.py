@@ -34,6 +34,15 @@ _fork_hook = [False]
 _active = [None]
 
 
+def iframe(page):
+    """The HTML report in a frame of its own, so that its styles and the notebook's do not mix."""
+    import html
+
+    return ('<iframe class="gpufeed-report" title="gpufeed report" srcdoc="%s" '
+            'style="width:100%%;height:900px;border:1px solid #ddd;border-radius:4px" '
+            'sandbox="allow-scripts"></iframe>' % html.escape(page, quote=True))
+
+
 class GpufeedError(RuntimeError):
     """gpufeed could not start or finish recording; the message says what to do."""
 
@@ -159,7 +168,8 @@ class Profile(object):
             return None
 
     def _repr_html_(self):
-        return self.html()
+        page = self.html()
+        return iframe(page) if page else None
 
     def __repr__(self):
         if self.report is not None:

@@ -124,6 +124,14 @@ def scenario_cells(name):
             # 7: no training loop at all
             cell("%%gpufeed\nx = sum(range(1000))\nx"),
             cell("print('RECORDERS=%s' % recorders())\nprint('ALIVE')"),
+            # 9: a cell that does not compile: nothing recorded
+            cell("%%gpufeed\nx = (\n"),
+            # 10, 11: no binary: the cell runs without gpufeed
+            cell("_saved_bin = os.environ['GPUFEED_BIN']\n"
+                 "os.environ['GPUFEED_BIN'] = '/nonexistent/gpufeed'"),
+            cell("%%gpufeed\nprint('RAN WITHOUT')"),
+            cell("os.environ['GPUFEED_BIN'] = _saved_bin\n"
+                 "print('RECORDERS=%s' % recorders())\nprint('ALIVE')"),
         ]
     if name == "interrupt":
         return head + [

@@ -136,7 +136,8 @@ fn real_notebook_magic_and_profile_show_the_verdict_in_the_cell() {
 /// Bad input in one kernel: a cell that raises shows the report and then its own exception,
 /// unchanged; the recorder killed mid-cell is a note and the cell's value is still its Out;
 /// a nested %%gpufeed is a note and no second recorder; a cell with no training loop gets a
-/// report too. After each, no recorder is left and the kernel works.
+/// report too; a cell that does not compile records nothing; without the binary the cell runs
+/// after one line saying what to do. After each, no recorder is left and the kernel works.
 #[test]
 fn real_notebook_bad_cells_leave_a_note_and_a_working_kernel() {
     let Some(py) = notebook_python("the real-notebook bad-input test") else {
@@ -191,6 +192,27 @@ fn real_notebook_bad_cells_leave_a_note_and_a_working_kernel() {
     assert!(
         last.contains("RECORDERS=[]") && last.contains("ALIVE"),
         "{last}"
+    );
+
+    // A cell that does not compile: its SyntaxError, and nothing recorded or shown.
+    assert_eq!(kinds(&nb, 9), ["error"], "{}", cell_text(&nb, 9));
+    assert_eq!(nb["cells"][9][0]["ename"], "SyntaxError");
+
+    // No binary: one line saying what to do, and the cell runs without gpufeed.
+    let without = cell_text(&nb, 11);
+    assert!(
+        without.contains(
+            "gpufeed: GPUFEED_BIN=/nonexistent/gpufeed is not an executable file: point it at \
+             the gpufeed binary, or unset it; the cell runs without gpufeed"
+        ),
+        "{without}"
+    );
+    assert!(without.contains("RAN WITHOUT"), "{without}");
+    assert!(!without.contains("VERDICT"), "{without}");
+    let end = cell_text(&nb, 12);
+    assert!(
+        end.contains("RECORDERS=[]") && end.contains("ALIVE"),
+        "{end}"
     );
 }
 
