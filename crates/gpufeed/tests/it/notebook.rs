@@ -122,6 +122,8 @@ fn real_notebook_magic_and_profile_show_the_verdict_in_the_cell() {
         "data wait: the loop's clock {loop_wait}%, gpufeed {report_wait}%"
     );
 
+    render_cell(&nb, 2);
+
     let workers = cell_text(&nb, 4);
     assert!(!workers.contains("VERDICT2=input_bound"), "{workers}");
     assert!(workers.contains("VERDICT2="), "{workers}");
@@ -254,4 +256,40 @@ fn real_notebook_kernel_restart_ends_the_recorder() {
         extra["recorder_gone_after_s"].as_f64().unwrap() < 5.0,
         "{extra}"
     );
+}
+
+/// Renders cell `i`'s outputs as a notebook shows them (its stream text, then its HTML) with
+/// headless Chromium, when there is one: the framed report must render. With
+/// `GPUFEED_NOTEBOOK_PNG=PATH` the picture is kept there (docs/notebooks.md's screenshot).
+fn render_cell(nb: &Value, i: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut page = String::from(
+        "<!doctype html><meta charset=utf-8><body style=\"font-family:sans-serif;max-width:980px\">",
+    );
+    for o in nb["cells"][i].as_array().unwrap() {
+        if let Some(t) = o["text"].as_str() {
+            page.push_str("<pre style=\"margin:4px 0\">");
+            page.push_str(&t.replace('&', "&amp;").replace('<', "&lt;"));
+            page.push_str("</pre>");
+        } else if let Some(h) = o["data"]["text/html"].as_str() {
+            page.push_str(h);
+        }
+    }
+    let html = dir.path().join("cell.html");
+    std::fs::write(&html, page).unwrap();
+    let png = std::env::var_os("GPUFEED_NOTEBOOK_PNG")
+        .map_or_else(|| dir.path().join("cell.png"), std::path::PathBuf::from);
+    // Headless Chromium's --screenshot may be taken before a srcdoc frame has painted (a blank
+    // frame, about 8-15 KB, one time in three here): a few tries.
+    let mut sizes = Vec::new();
+    for _ in 0..5 {
+        let Some(bytes) = crate::reports::render_png(&html, &png) else {
+            return;
+        };
+        sizes.push(bytes);
+        if bytes > 40_000 {
+            return;
+        }
+    }
+    panic!("the framed report never rendered (PNG sizes {sizes:?}: blank pages)");
 }
