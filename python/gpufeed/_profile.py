@@ -199,11 +199,15 @@ class Profile(object):
                        "adds nothing; the outer one's report covers it")
             return self
         exe = find_binary()
+        if self.output and os.path.lexists(self.output):
+            raise GpufeedError("%s already exists: choose another output (gpufeed never replaces "
+                               "a recording)" % self.output)
         self._dir = tempfile.mkdtemp(prefix="gpufeed-nb-")
         self.recording = os.path.abspath(self.output) if self.output else os.path.join(
             self._dir, "recording.ndjson")
         sock = os.path.join(self._dir, "steps.sock")
-        argv = [exe, "record", "--pid", str(os.getpid()), "-o", self.recording, "--force",
+        # No --force: an output the user named that exists is refused, as gpufeed always does.
+        argv = [exe, "record", "--pid", str(os.getpid()), "-o", self.recording,
                 "--step-socket", sock]
         if self.interval is not None:
             argv += ["--interval", str(self.interval)]
@@ -282,7 +286,13 @@ class Profile(object):
     def _log_tail(self):
         lines = [ln.strip() for ln in self._log_bytes().decode("utf-8", "replace").splitlines()
                  if ln.strip()]
-        return lines[-1] if lines else "no message (see %s)" % self._log
+        if not lines:
+            return "no message (see %s)" % self._log
+        last = lines[-1]
+        for prefix in ("gpufeed: error: ", "gpufeed: "):
+            if last.startswith(prefix):
+                return last[len(prefix):]
+        return last
 
     def _kill(self):
         p = self._proc

@@ -134,6 +134,22 @@ class Recording(unittest.TestCase):
         self.assertIn("VERDICT", p.text)
         self.assertGreater(p.report["steps"]["steps"], 20, p.report["steps"])
 
+    def test_an_existing_output_is_refused_and_left_alone(self):
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "mine.ndjson")
+            with open(path, "w") as f:
+                f.write("keep me")
+            with Env(GPUFEED_BIN=self.bin):
+                with self.assertRaises(gpufeed.GpufeedError) as cm:
+                    gpufeed.profile(output=path).start()
+            self.assertEqual(str(cm.exception), "%s already exists: choose another output "
+                             "(gpufeed never replaces a recording)" % path)
+            with open(path) as f:
+                self.assertEqual(f.read(), "keep me")
+        self.assertEqual(children_named("gpufeed"), [])
+
     def test_the_block_exception_goes_on_unchanged(self):
         boom = ValueError("the block's own")
         with Env(GPUFEED_BIN=self.bin, GPUFEED_NVML_LIB="/nonexistent/libnvidia-ml.so.1"):
