@@ -181,7 +181,7 @@ class Recording(unittest.TestCase):
                     opt.step()
         self.assertEqual((base.__dict__["__init__"], base.__dict__["__next__"]), before)
         self.assertEqual(len(sys.modules["torch.optim.optimizer"]._global_optimizer_post_hooks), opt_hooks)
-        self.assertGreaterEqual(p.report["steps"]["steps"], 60, p.report["steps"])
+        self.assertGreaterEqual(p.report["steps"]["steps"], 50, p.report["steps"])  # of 64 batches
 
 
 if __name__ == "__main__":
