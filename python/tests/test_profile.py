@@ -179,9 +179,12 @@ class Recording(unittest.TestCase):
                 for (x,) in torch.utils.data.DataLoader(data, batch_size=4):
                     model(x).sum().backward()
                     opt.step()
+                    # A step of a few ms, as real ones are: markers sent back to back faster
+                    # than the recorder reads them overflow the socket's queue and are dropped.
+                    time.sleep(0.003)
         self.assertEqual((base.__dict__["__init__"], base.__dict__["__next__"]), before)
         self.assertEqual(len(sys.modules["torch.optim.optimizer"]._global_optimizer_post_hooks), opt_hooks)
-        self.assertGreaterEqual(p.report["steps"]["steps"], 50, p.report["steps"])  # of 64 batches
+        self.assertGreaterEqual(p.report["steps"]["steps"], 60, p.report["steps"])  # of 64 batches
 
 
 if __name__ == "__main__":
