@@ -15,11 +15,31 @@ Framework hooks (imported only when used, so none of these frameworks is a depen
 * ``gpufeed.lightning.GpufeedCallback``             -- ``Trainer(callbacks=[GpufeedCallback()])``
 * ``gpufeed.transformers.GpufeedTrainerCallback``   -- ``Trainer(..., callbacks=[...])``
 * ``gpufeed.accelerate.wrap(loader, accelerator)``  -- in a hand-written accelerate loop
+
+In a notebook or script, ``with gpufeed.profile() as p:`` records this very process and fills
+``p.verdict``, ``p.findings``, ``p.report``; ``%load_ext gpufeed`` gives ``%%gpufeed`` on a cell
+(docs/notebooks.md).
 """
 
 from gpufeed_probe import ENV_VAR, enabled, step, wrap
 
-__all__ = ["ENV_VAR", "enabled", "step", "wrap", "__version__"]
+from gpufeed._profile import GpufeedError, Profile, profile
+
+__all__ = ["ENV_VAR", "GpufeedError", "Profile", "enabled", "profile", "step", "wrap",
+           "__version__"]
+
+
+def load_ipython_extension(ipython):
+    """``%load_ext gpufeed``: the ``%%gpufeed`` cell magic and ``%gpufeed start|stop``."""
+    from gpufeed._ipython import load_ipython_extension as load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython):
+    from gpufeed._ipython import unload_ipython_extension as unload
+
+    unload(ipython)
 
 
 def _version():

@@ -652,6 +652,18 @@ mod tests {
         v.iter().map(|x| x.to_string()).collect()
     }
 
+    /// `gpufeed.profile()` times DataLoader batches in the notebook kernel with this same code,
+    /// shipped in the wheel as `gpufeed/_autosteps.py`: the two copies must not drift apart.
+    #[test]
+    fn the_python_package_ships_the_same_hook() {
+        let copy = include_str!("../../../../python/gpufeed/_autosteps.py");
+        assert!(
+            copy == SITECUSTOMIZE,
+            "python/gpufeed/_autosteps.py differs from crates/gpufeed/src/inject/sitecustomize.py: \
+             copy the latter over the former"
+        );
+    }
+
     #[test]
     fn keys_and_values_are_checked() {
         let spec = InjectSpec::parse(

@@ -347,6 +347,7 @@ class _AutoSteps(object):
         self.opt_steps = {}  # optimizer steps per thread
         self.opt_total = 0
         self.opt_hook = False
+        self.opt_handle = None  # torch's handle of the optimizer hook (gpufeed.profile removes it)
         self.opt_thread = None  # the thread whose optimizer steps are counted as steps
         self.opt_marking = False
         self.no_optimizer = False
@@ -505,7 +506,7 @@ class _AutoSteps(object):
                 pass
 
         try:
-            reg(hook)
+            self.opt_handle = reg(hook)
             self.opt_hook = True
         except Exception as e:
             self.no_optimizer = True
@@ -693,8 +694,11 @@ def _gpufeed_chain():
             _sys.modules["sitecustomize"] = ours
 
 
-try:
-    _gpufeed_install()
-except Exception:
-    pass
-_gpufeed_chain()
+# Imported under another name (gpufeed.profile's copy, python/gpufeed/_autosteps.py), only the
+# classes above are wanted: nothing is installed or chained.
+if __name__ == "sitecustomize":
+    try:
+        _gpufeed_install()
+    except Exception:
+        pass
+    _gpufeed_chain()

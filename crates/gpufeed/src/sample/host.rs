@@ -613,12 +613,15 @@ impl ProcTree {
         mut candidates: Vec<(u32, ProcFile, StatLite)>,
         reading: &mut TreeReading,
     ) -> Vec<(u32, ProcFile, StatLite)> {
+        // gpufeed itself is never the job's: `record --pid` of the process that started it (a
+        // notebook kernel's `gpufeed.profile()`) would count the recorder as a worker.
+        let me = std::process::id();
         let mut changed = true;
         while changed {
             changed = false;
             let mut rest = Vec::with_capacity(candidates.len());
             for (pid, f, st) in candidates.drain(..) {
-                if pid == self.root || self.tracked.contains_key(&st.ppid) {
+                if pid != me && (pid == self.root || self.tracked.contains_key(&st.ppid)) {
                     let cmd = read_cmdline(pid);
                     reading.started.push(ProcStart {
                         t_s,

@@ -107,7 +107,7 @@ fn chromium() -> Option<PathBuf> {
 }
 
 /// Renders `html` to a PNG with headless Chromium (flags from notes/services.md); None if absent.
-fn render_png(html: &Path, png: &Path) -> Option<u64> {
+pub(crate) fn render_png(html: &Path, png: &Path) -> Option<u64> {
     let Some(c) = chromium() else {
         let _ = writeln!(std::io::stderr(), "SKIPPED rendering {}: chromium is not installed (apt-get install chromium; .ci/run does)", html.display());
         return None;
