@@ -780,6 +780,8 @@ fn tune(t: &mut Tuner) -> anyhow::Result<u8> {
         t.args.allow_batch,
         tf32,
     );
+    let hot = diag.python.as_ref().and_then(|p| p.data_hotspots.first());
+    t.rep.notes.extend(plan::code_edit_note(&plans, hot));
     t.rep.plan = plans;
     t.rep.notes.extend(notes);
     if t.rep.plan.is_empty() {

@@ -467,6 +467,20 @@ impl InjectReport {
                     self.loader_notes.push(n);
                 }
             }
+            "note" if key == "shards" || key == "worker-split" => {
+                // A loader that reads samples twice or leaves workers idle: said beside what
+                // the step hook timed, where the user reads about their DataLoaders.
+                let n = match &e.site {
+                    Some(s) => format!(
+                        "the DataLoader created at {s}: {}",
+                        e.detail.unwrap_or_default()
+                    ),
+                    None => e.detail.unwrap_or_default(),
+                };
+                if !self.loader_notes.contains(&n) {
+                    self.loader_notes.push(n);
+                }
+            }
             "note" => {
                 seen.loader |= target == "DataLoader";
                 self.note(format!(
@@ -807,6 +821,25 @@ not json
         let dir = inj.dir().to_path_buf();
         drop(inj);
         assert!(!dir.exists());
+    }
+
+    /// Loaders that waste their workers (sitecustomize's `_PipelineCheck`) are said once each,
+    /// with their site, beside what the step hook timed; not as override notes.
+    #[test]
+    fn pipeline_notes_become_loader_notes_once() {
+        let text = r#"{"event":"note","target":"DataLoader","key":"shards","site":"train.py:41","detail":"the webdataset has 2 shards for 4 workers"}
+{"event":"note","target":"DataLoader","key":"worker-split","site":"train.py:21","detail":"each of the 2 workers iterates Lines's whole stream"}
+{"event":"note","target":"DataLoader","key":"worker-split","site":"train.py:21","detail":"each of the 2 workers iterates Lines's whole stream"}
+"#;
+        let rep = aggregate(text, &Resolved::auto_steps_only());
+        assert!(rep.notes.is_empty(), "{:?}", rep.notes);
+        assert_eq!(
+            rep.loader_notes,
+            [
+                "the DataLoader created at train.py:41: the webdataset has 2 shards for 4 workers",
+                "the DataLoader created at train.py:21: each of the 2 workers iterates Lines's whole stream"
+            ]
+        );
     }
 
     #[test]

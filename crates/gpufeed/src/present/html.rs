@@ -398,7 +398,7 @@ pub(crate) fn diagnose_section(
     if let Some(o) = series.and_then(|se| se.overrides.as_ref()) {
         s.push_str(&overrides_html(&o.overrides, &o.notes));
         if !o.loader_notes.is_empty() {
-            s.push_str("<h2>Steps</h2><ul class=\"notes\">");
+            s.push_str("<h2>DataLoaders</h2><ul class=\"notes\">");
             for n in &o.loader_notes {
                 s.push_str(&format!("<li>{}</li>", esc(n)));
             }

@@ -169,11 +169,12 @@ pub(crate) fn overrides_text(overrides: &[crate::inject::Override], notes: &[Str
     o
 }
 
-/// What gpufeed's DataLoader step hook timed, one line each.
+/// What gpufeed's DataLoader hook saw (the loader it timed, loaders left out, loaders that read
+/// samples twice or leave workers idle), one line each.
 pub(crate) fn loader_text(notes: &[String]) -> String {
     let mut o = String::new();
     for n in notes {
-        let _ = writeln!(o, "  steps  {n}");
+        let _ = writeln!(o, "  loader  {n}");
     }
     o
 }

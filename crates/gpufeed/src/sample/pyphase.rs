@@ -274,6 +274,37 @@ pub enum StageKind {
     /// A tokenizer's call: Hugging Face `transformers` tokenizers (`PreTrainedTokenizerBase.
     /// __call__`, `encode`, ...) and the `tokenizers` library's Python wrappers.
     Tokenize,
+    /// Hugging Face `datasets` turning Arrow rows into Python objects or tensors as they are
+    /// read (its formatting: `format_table`, the python/numpy/torch formatters).
+    ArrowFormat,
+    /// The user's function a dataset library runs on every read: Hugging Face `datasets`'
+    /// `set_transform` / `with_transform` (named as the user wrote it, with its line).
+    OnTheFly,
+}
+
+/// The data-loading library a stage runs under, when it is one whose fix is said in its own
+/// terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
+pub enum DataLibrary {
+    /// Hugging Face `datasets` (Arrow tables, `map`, `set_transform`).
+    Datasets,
+    /// `webdataset` (tar shards streamed through a pipeline of generators).
+    Webdataset,
+}
+
+/// The library the loading stack `frames` runs under (its dataset or pipeline), if any.
+pub fn data_library(frames: &[FrameRef]) -> Option<DataLibrary> {
+    frames.iter().find_map(|f| {
+        if has(f.file, "-packages/webdataset/") {
+            Some(DataLibrary::Webdataset)
+        } else if has(f.file, "-packages/datasets/") {
+            Some(DataLibrary::Datasets)
+        } else {
+            None
+        }
+    })
 }
 
 impl StageKind {
@@ -392,6 +423,14 @@ fn stage_of(f: &FrameRef) -> Option<StageKind> {
     if m == "default_collate" && has(file, "torch/utils/data/_utils/collate.py") {
         return Some(StageKind::Collate);
     }
+    // Before `__call__`: datasets' formatters are called like transforms, but are none.
+    if has(file, "-packages/datasets/formatting/") {
+        return Some(StageKind::ArrowFormat);
+    }
+    // webdataset's `.decode(...)` (its handlers call PIL, whose decode is the innermost stage).
+    if has(file, "-packages/webdataset/autodecode.py") {
+        return Some(StageKind::Decode);
+    }
     // Before `__call__`: a tokenizer is called like a transform, but is none.
     if has(file, "transformers/tokenization_")
         || has(file, "transformers/models/") && has(file, "/tokenization_")
@@ -506,6 +545,12 @@ pub fn data_stage(frames: &[FrameRef]) -> Option<(usize, StageKind)> {
             cur = (i, cur.1);
             continue;
         }
+        if cur.1 == StageKind::ArrowFormat && !is_library(f.file) {
+            // datasets' formatting calling the user's code: the transform given to
+            // `set_transform` / `with_transform`, run on every read.
+            cur = (i, StageKind::OnTheFly);
+            continue;
+        }
         if cur.1 == StageKind::Getitem && is_library(frames[cur.0].file) && !is_library(f.file) {
             // A library's dataset calling the user's code (`ImageFolder(loader=open_slowly)`, a
             // `target_transform` function): the user's function is what they can change.
@@ -519,6 +564,8 @@ pub fn data_stage(frames: &[FrameRef]) -> Option<(usize, StageKind)> {
             StageKind::Decode => false,
             // The tokenizer's call the caller made, not its private helpers.
             StageKind::Tokenize => cur.1 == StageKind::Tokenize,
+            // The formatting entry point datasets called, not its helpers.
+            StageKind::ArrowFormat => cur.1 == StageKind::ArrowFormat,
             _ if same_lib("/PIL/") => true,
             StageKind::Array | StageKind::Read if same_lib("/numpy/") || same_lib("/cv2/") => true,
             _ => false,
@@ -902,6 +949,79 @@ mod tests {
         ]);
         s[5].src = Some("return self.tok.encode_batch([t])[0].ids");
         assert_eq!(stage(&s), Some(("Texts._ids", StageKind::Tokenize)));
+    }
+
+    /// Issue 37 item 2 (Hugging Face datasets): stacks of a real job (datasets 5) whose
+    /// `set_transform(normalize)` runs per batch under the DataLoader's `__getitems__`.
+    #[test]
+    fn datasets_formatting_is_arrow_format_and_set_transform_names_the_users_function() {
+        const AD: &str = "/v/site-packages/datasets/arrow_dataset.py";
+        const FMT: &str = "/v/site-packages/datasets/formatting/formatting.py";
+        let s = fetched(&[
+            ("Dataset.__getitems__", AD),
+            ("Dataset.__getitem__", AD),
+            ("Dataset._getitem", AD),
+            ("format_table", FMT),
+            ("Formatter.__call__", FMT),
+            ("CustomFormatter.format_batch", FMT),
+            ("normalize", "/home/u/train.py"),
+            ("normalize.<locals>.<listcomp>", "/home/u/train.py"),
+        ]);
+        assert_eq!(stage(&s), Some(("normalize", StageKind::OnTheFly)));
+        assert_eq!(data_library(&s), Some(DataLibrary::Datasets));
+        // No transform: the Arrow -> tensor conversion, at the entry datasets called.
+        let s = fetched(&[
+            ("Dataset.__getitems__", AD),
+            ("Dataset._getitem", AD),
+            ("format_table", FMT),
+            ("Formatter.__call__", FMT),
+            (
+                "TorchFormatter.format_batch",
+                "/v/site-packages/datasets/formatting/torch_formatter.py",
+            ),
+            (
+                "TorchFormatter._tensorize",
+                "/v/site-packages/datasets/formatting/torch_formatter.py",
+            ),
+        ]);
+        assert_eq!(stage(&s), Some(("format_table", StageKind::ArrowFormat)));
+        // A torchvision dataset is not Hugging Face's.
+        let s = fetched(&[(
+            "CIFAR10.__getitem__",
+            "/v/site-packages/torchvision/datasets/cifar.py",
+        )]);
+        assert_eq!(data_library(&s), None);
+    }
+
+    /// Issue 37 item 2 (webdataset): a real job's stack (webdataset 1.0, `.decode("pil")`).
+    #[test]
+    fn webdataset_stages_are_their_pil_steps_under_the_webdataset_library() {
+        const WDS: &str = "/v/site-packages/webdataset/";
+        let f =
+            |p: &'static str| -> &'static str { Box::leak(format!("{WDS}{p}").into_boxed_str()) };
+        let mut s = st(&[
+            (
+                "_worker_loop",
+                "/v/site-packages/torch/utils/data/_utils/worker.py",
+            ),
+            (
+                "_IterableDatasetFetcher.fetch",
+                "/v/site-packages/torch/utils/data/_utils/fetch.py",
+            ),
+            ("DataPipeline.iterator", f("pipeline.py")),
+            ("_map_tuple", f("filters.py")),
+            ("_map", f("filters.py")),
+            ("Decoder.__call__", f("autodecode.py")),
+            ("ImageHandler.__call__", f("autodecode.py")),
+            ("ImageFile.load", "/v/site-packages/PIL/ImageFile.py"),
+        ]);
+        assert_eq!(stage(&s), Some(("ImageFile.load", StageKind::Decode)));
+        assert_eq!(data_library(&s), Some(DataLibrary::Webdataset));
+        s.truncate(5);
+        assert_eq!(
+            stage(&s),
+            Some(("DataPipeline.iterator", StageKind::Getitem))
+        );
     }
 
     #[test]

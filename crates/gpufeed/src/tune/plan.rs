@@ -3,7 +3,9 @@
 //! speed-up of the final interleaved re-run.
 
 use super::trial::Throughput;
+use crate::diagnose::evidence::Hotspot;
 use crate::finding::{Finding, FindingId};
+use crate::sample::pyphase::StageKind;
 use crate::stats::{ratio_ci, Speedup};
 use serde::{Deserialize, Serialize};
 
@@ -119,6 +121,50 @@ fn has(findings: &[Finding], ids: &[FindingId]) -> Option<String> {
         .iter()
         .find(|f| ids.contains(&f.id))
         .map(|f| format!("{}: {}", f.id.as_str(), f.title))
+}
+
+/// Share of loading (%) from which the slowest stage is said to need a code edit.
+const CODE_STAGE_PCT: f64 = 25.0;
+
+/// What the knobs cannot change: where the plan turns the loader's knobs and the input's
+/// slowest stage (`hot`, the diagnosis's first data hotspot) is code (a collate function, a
+/// transform, a dataset library's per-read transform), `tune` can spread it over worker
+/// processes but not make it cheaper; the note points at its line. `None` when no stage stands
+/// out or the stage is one a knob sets (`pin_memory`).
+pub fn code_edit_note(plans: &[KnobPlan], hot: Option<&Hotspot>) -> Option<String> {
+    let h = hot?;
+    if !plans.iter().any(|p| p.knob.is_input()) || h.pct < CODE_STAGE_PCT {
+        return None;
+    }
+    let (what, knobs) = match h.kind {
+        StageKind::PinMemory => return None,
+        StageKind::Sampler => (
+            "the sampler runs in the training process",
+            "no DataLoader knob moves it off the training loop",
+        ),
+        StageKind::Collate => (
+            "the collate function runs once per batch",
+            "num_workers spreads it over worker processes but cannot make it cheaper",
+        ),
+        StageKind::OnTheFly => (
+            "Hugging Face datasets runs it on every read (set_transform / with_transform)",
+            "num_workers spreads it over worker processes but cannot make it cheaper or run it once",
+        ),
+        _ => (
+            "it runs for every sample",
+            "num_workers spreads it over worker processes but cannot make it cheaper",
+        ),
+    };
+    let file = std::path::Path::new(&h.file)
+        .file_name()
+        .map_or_else(|| h.file.clone(), |f| f.to_string_lossy().into_owned());
+    let at = format!("{file}:{}", h.line);
+    Some(format!(
+        "the slowest loading stage is {} ({at}, {:.0}% of loading): {what}; {knobs}. Making it \
+         cheaper takes a code edit at {at}, which tune does not make (the diagnosis's fix says \
+         how)",
+        h.function, h.pct
+    ))
 }
 
 /// The knobs to try, from the baseline's diagnosis and measured data wait, most promising first
@@ -347,6 +393,40 @@ mod tests {
             basis: Default::default(),
             kind: None,
         }
+    }
+
+    /// Issue 37 item 4: a collate function (or any code stage) that dominates loading is named
+    /// with its line as what only a code edit changes, where the plan turns the loader's knobs.
+    #[test]
+    fn a_code_stage_is_said_as_what_only_an_edit_changes() {
+        let (plans, _) = plan(&[finding(FindingId::InputBound)], Some(0.8), 8, false, None);
+        let hot = |kind, pct| Hotspot {
+            function: "pad_collate".into(),
+            file: "/home/u/train.py".into(),
+            line: 22,
+            pct,
+            ms_per_sample: None,
+            core_wait_ms_per_sample: None,
+            kind,
+            library: None,
+            samples: 100,
+            work_s: 1.0,
+            runq_s: None,
+        };
+        let note = code_edit_note(&plans, Some(&hot(StageKind::Collate, 97.4))).unwrap();
+        assert!(
+            note.starts_with("the slowest loading stage is pad_collate (train.py:22, 97% of loading): the collate function runs once per batch;")
+                && note.contains("code edit at train.py:22"),
+            "{note}"
+        );
+        let sampler = code_edit_note(&plans, Some(&hot(StageKind::Sampler, 60.0))).unwrap();
+        assert!(sampler.contains("no DataLoader knob"), "{sampler}");
+        assert!(code_edit_note(&plans, Some(&hot(StageKind::Collate, 10.0))).is_none());
+        assert!(code_edit_note(&plans, Some(&hot(StageKind::PinMemory, 90.0))).is_none());
+        assert!(code_edit_note(&plans, None).is_none());
+        // No loader knob in the plan (pinned memory only): nothing to say.
+        let (pin, _) = plan(&[finding(FindingId::PageableMemcpy)], None, 8, false, None);
+        assert!(code_edit_note(&pin, Some(&hot(StageKind::Collate, 97.4))).is_none());
     }
 
     #[test]

@@ -285,3 +285,126 @@ fn real_tokenizer_in_getitem_is_a_tokenize_stage() {
     assert!(r.contains("batched=True"), "{r}");
     assert!(!r.contains("kornia"), "not a transform: {r}");
 }
+
+/// `run_script` of a job kept under tests/data.
+fn run_data_job(py: &str, name: &str, args: &[&str]) -> (Value, Value, String) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name);
+    run_script(py, &std::fs::read_to_string(path).unwrap(), args)
+}
+
+/// Issue 37 item 2 (Hugging Face datasets): the function given to `set_transform` is the stage,
+/// named as the user wrote it with its line, not datasets' `Formatter.__call__` (a `__call__`
+/// that was taken for a transform); the fix is said in datasets' terms (`.map` once, batched,
+/// `with_format("torch")`).
+#[test]
+fn real_datasets_set_transform_names_the_users_function() {
+    let Some(py) = crate::common::python_with("torch, datasets", "the real datasets job") else {
+        return;
+    };
+    let (j, _, text) = run_data_job(&py, "hf_set_transform.py", &["300"]);
+    let h = &j["python"]["data_hotspots"][0];
+    assert_eq!(h["kind"], "on_the_fly", "{}", j["python"]["data_hotspots"]);
+    assert_eq!(h["function"], "normalize", "{h}");
+    assert_eq!(h["library"], "datasets", "{h}");
+    let script = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/hf_set_transform.py"),
+    )
+    .unwrap();
+    let body = line_of(&script, "def normalize") as i64;
+    let line = h["line"].as_i64().unwrap();
+    assert!(line > body && line <= body + 6, "{h} (normalize at {body})");
+    let f = &j["findings"][0];
+    assert_eq!(f["id"], "input_bound", "{f}");
+    let r = f["recommendation"].as_str().unwrap();
+    assert!(r.contains("normalize (train.py:"), "{r}");
+    assert!(r.contains("ds.map(normalize, batched=True"), "{r}");
+    assert!(r.contains("with_format(\"torch\")"), "{r}");
+    assert!(!r.contains("kornia"), "not a transform: {r}");
+    assert!(!text.contains("Formatter.__call__"), "{text}");
+}
+
+/// Issue 37 item 2 (webdataset): JPEG images in tar shards decoded by webdataset's
+/// `.decode("pil")`: the slow stage is PIL's (decode or resize) under the webdataset pipeline and
+/// its fix speaks of the shards (resize when writing them) and of decoding on the GPU; with more
+/// workers than shards, the idle workers are said.
+#[test]
+fn real_webdataset_stage_is_fixed_in_shards_and_too_few_shards_are_said() {
+    let Some(py) = crate::common::python_with(
+        "torch, torchvision, webdataset, PIL",
+        "the real webdataset job",
+    ) else {
+        return;
+    };
+    let shards = tempfile::tempdir().unwrap();
+    let dir = shards.path().to_str().unwrap();
+    let (j, _, _) = run_data_job(&py, "webdataset_job.py", &["120", "0", dir]);
+    let hot = &j["python"]["data_hotspots"];
+    let h = &hot[0];
+    assert!(
+        matches!(h["kind"].as_str(), Some("decode" | "image")),
+        "a PIL stage: {hot}"
+    );
+    assert_eq!(h["library"], "webdataset", "{h}");
+    let f = &j["findings"][0];
+    let r = f["recommendation"].as_str().unwrap();
+    assert!(r.contains("webdataset pipeline"), "{r}");
+    assert!(r.contains("wds.ShardWriter"), "{r}");
+
+    // 2 shards, 4 workers: 2 workers get no shard.
+    let (j, _, _) = run_data_job(&py, "webdataset_job.py", &["20", "4", dir, "2"]);
+    let notes = j["loader_notes"].to_string();
+    assert!(
+        notes.contains("the webdataset has 2 shards for 4 workers")
+            && notes.contains("2 workers get none")
+            && notes.contains("train.py:"),
+        "{notes}"
+    );
+}
+
+/// Issue 37 item 2 (IterableDataset streams): a stream whose `__iter__` never asks which worker
+/// it runs in is read whole by each of its 2 workers; the report says so (every sample loaded
+/// twice) and how to split it. The same stream split by worker gets no such line.
+#[test]
+fn real_iterable_dataset_read_whole_by_every_worker_is_named() {
+    let Some(py) = crate::common::python_with("torch", "the real IterableDataset job") else {
+        return;
+    };
+    const STREAM: &str = r#"
+import sys, torch
+from torch.utils.data import IterableDataset, DataLoader, get_worker_info
+
+class Lines(IterableDataset):
+    def __init__(self, split):
+        self.split = split
+    def __iter__(self):
+        items = range(20000)
+        if self.split:
+            info = get_worker_info()
+            if info is not None:
+                items = items[info.id::info.num_workers]
+        for i in items:
+            yield torch.full((64,), float(i))
+
+if __name__ == "__main__":
+    steps, split = int(sys.argv[1]), sys.argv[2] == "split"
+    model = torch.nn.Linear(64, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step, x in enumerate(DataLoader(Lines(split), batch_size=32, num_workers=2)):
+        loss = model(x).square().mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+        if step + 1 >= steps:
+            break
+"#;
+    let (j, _, _) = run_script(&py, STREAM, &["60", "whole"]);
+    let notes = j["loader_notes"].to_string();
+    assert!(
+        notes.contains("each of the 2 workers iterates Lines's whole stream")
+            && notes.contains("train.py:"),
+        "{notes}"
+    );
+    let (j, _, _) = run_script(&py, STREAM, &["60", "split"]);
+    let notes = j["loader_notes"].to_string();
+    assert!(!notes.contains("whole stream"), "{notes}");
+}

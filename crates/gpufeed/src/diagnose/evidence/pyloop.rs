@@ -15,7 +15,8 @@ pub use super::python::*;
 use super::types::{JobEvidence, BOUND_PREFIX};
 use crate::record::format::{Header, Line, PyFrameDef};
 use crate::sample::pyphase::{
-    data_stage, is_loader_plumbing, starts_or_stops_workers, FrameRef, Phase, StageKind,
+    data_library, data_stage, is_loader_plumbing, starts_or_stops_workers, DataLibrary, FrameRef,
+    Phase, StageKind,
 };
 use crate::sample::pystacks::PyStatus;
 use crate::sample::ranks::RankEnv;
@@ -727,14 +728,21 @@ impl PyAcc {
         header: &Header,
         keep: impl Fn(u32) -> bool,
     ) -> (Vec<Hotspot>, DataTotals) {
-        type StageAcc = (StageKind, u64, HashMap<i32, u64>, f64, Option<f64>);
+        type StageAcc = (
+            StageKind,
+            u64,
+            HashMap<i32, u64>,
+            f64,
+            Option<f64>,
+            Option<DataLibrary>,
+        );
         let mut by_stage: HashMap<(String, String), StageAcc> = HashMap::new();
         let nominal_s = header
             .py_rate_hz
             .filter(|r| *r > 0.0)
             .map_or(0.01, |r| 1.0 / r);
         let mut totals = DataTotals::default();
-        type StageOf = (String, String, i32, StageKind, bool);
+        type StageOf = (String, String, i32, StageKind, bool, Option<DataLibrary>);
         let mut stage_cache: HashMap<u32, Option<StageOf>> = HashMap::new();
         for ((pid, _), t) in self.threads.iter().filter(|((p, _), _)| keep(*p)) {
             for (sid, (n, idle)) in &t.stacks {
@@ -749,9 +757,10 @@ impl PyAcc {
                         line,
                         k,
                         plumbing,
+                        data_library(&refs),
                     ))
                 });
-                let Some((name, file, line, kind, plumbing)) = stage.clone() else {
+                let Some((name, file, line, kind, plumbing, library)) = stage.clone() else {
                     continue;
                 };
                 let w = self.period_s(*pid, nominal_s);
@@ -765,7 +774,7 @@ impl PyAcc {
                 }
                 let e = by_stage
                     .entry((name, file))
-                    .or_insert_with(|| (kind, 0, HashMap::new(), 0.0, None));
+                    .or_insert_with(|| (kind, 0, HashMap::new(), 0.0, None, library));
                 e.1 += n;
                 *e.2.entry(line).or_default() += n;
                 e.3 += *n as f64 * w;
@@ -777,26 +786,29 @@ impl PyAcc {
         }
         let mut hotspots: Vec<Hotspot> = by_stage
             .into_iter()
-            .map(|((function, file), (kind, n, lines, secs, runq))| Hotspot {
-                function,
-                file,
-                line: lines
-                    .into_iter()
-                    .max_by_key(|(l, c)| (*c, std::cmp::Reverse(*l)))
-                    .map(|(l, _)| l)
-                    .unwrap_or(0),
-                pct: crate::units::r1(if totals.total_s > 0.0 {
-                    secs * 100.0 / totals.total_s
-                } else {
-                    0.0
-                }),
-                ms_per_sample: None,
-                core_wait_ms_per_sample: None,
-                kind,
-                samples: n,
-                work_s: secs,
-                runq_s: runq,
-            })
+            .map(
+                |((function, file), (kind, n, lines, secs, runq, library))| Hotspot {
+                    function,
+                    file,
+                    line: lines
+                        .into_iter()
+                        .max_by_key(|(l, c)| (*c, std::cmp::Reverse(*l)))
+                        .map(|(l, _)| l)
+                        .unwrap_or(0),
+                    pct: crate::units::r1(if totals.total_s > 0.0 {
+                        secs * 100.0 / totals.total_s
+                    } else {
+                        0.0
+                    }),
+                    ms_per_sample: None,
+                    core_wait_ms_per_sample: None,
+                    kind,
+                    library,
+                    samples: n,
+                    work_s: secs,
+                    runq_s: runq,
+                },
+            )
             .collect();
         // Work summed in hash-map order differs in its last bits from run to run: compared to the
         // microsecond, stages of equal work keep one order (samples, then name) in every run.
@@ -1226,6 +1238,7 @@ mod tests {
                 ms_per_sample: None,
                 core_wait_ms_per_sample: None,
                 kind: StageKind::Transform,
+                library: None,
                 samples: 320,
                 work_s: 0.0,
                 runq_s: None,

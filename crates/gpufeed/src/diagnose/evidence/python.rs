@@ -1,7 +1,7 @@
 //! What the job's Python stacks and step markers say ([`PythonEvidence`], [`StepEvidence`]):
 //! the types the Python-loop accumulators ([`super::pyloop`]) fill.
 
-use crate::sample::pyphase::{Phase, StageKind};
+use crate::sample::pyphase::{DataLibrary, Phase, StageKind};
 use crate::sample::pystacks::PyStatus;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -84,6 +84,10 @@ pub struct Hotspot {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub core_wait_ms_per_sample: Option<f64>,
     pub kind: StageKind,
+    /// The data-loading library the stage runs under (Hugging Face datasets, webdataset), whose
+    /// terms the fix is said in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub library: Option<DataLibrary>,
     pub samples: u64,
     /// Seconds of work the samples stand for (each process weighted by its own reading
     /// interval: workers are read less often than the training process).

@@ -5,7 +5,7 @@ use super::{r1, r2};
 use crate::diagnose::evidence::Evidence;
 use crate::diagnose::evidence::{Hotspot, PythonEvidence};
 use crate::finding::{Basis, Finding, FindingId, Kind as FindingKind, Severity};
-use crate::sample::pyphase::StageKind;
+use crate::sample::pyphase::{DataLibrary, StageKind};
 
 /// Share of the training thread's time waiting for data from which the loop is input-bound.
 pub const DATA_WAIT_PCT: f64 = 20.0;
@@ -228,8 +228,70 @@ fn at(h: &Hotspot) -> String {
     format!("{file}:{}", h.line)
 }
 
+/// The slow stage of a webdataset pipeline, in webdataset's terms: its shards and its
+/// `.decode(...)`; `None` for stages whose fix is the same whatever the library.
+fn webdataset_advice(h: &Hotspot) -> Option<String> {
+    Some(match h.kind {
+        StageKind::Decode => format!(
+            "decoding images in the webdataset pipeline ({} at {}) is the slow stage: write the \
+             shards with images already resized to the training size (wds.ShardWriter), or \
+             leave .decode() out for the images and decode whole batches on the GPU \
+             (torchvision.io.decode_jpeg(list_of_tensors, device='cuda')); with workers, \
+             .decode(\"torchrgb8\") and uint8 batches keep the copy small",
+            h.function,
+            at(h)
+        ),
+        StageKind::Image => format!(
+            "{} ({}) on every sample of the webdataset pipeline is the slow stage: resize once \
+             when writing the shards (wds.ShardWriter), so that the pipeline only decodes, or \
+             resize uint8 batches on the GPU (torchvision.transforms.v2)",
+            h.function,
+            at(h)
+        ),
+        StageKind::Read => format!(
+            "reading the tar shards ({} at {}) is the slow stage: keep the shards on local NVMe \
+             or in RAM, write at least as many shards as workers (times ranks) so that each \
+             worker streams its own, and use more workers to overlap the reads",
+            h.function,
+            at(h)
+        ),
+        _ => return None,
+    })
+}
+
+/// The slow stages Hugging Face datasets adds, in its terms (`map` once, `with_format`).
+fn datasets_advice(h: &Hotspot) -> String {
+    match h.kind {
+        StageKind::ArrowFormat => format!(
+            "converting Arrow rows to Python objects and tensors (Hugging Face datasets' {} at \
+             {}) is the slow stage: ask for the columns as tensors at once \
+             (ds.with_format(\"torch\", columns=[...]) with only the columns the model reads), \
+             store fixed-size values as arrays (an Array2D/Array3D feature) rather than nested \
+             lists, and let the DataLoader read whole batches (datasets >= 2.14 gives it \
+             __getitems__)",
+            h.function,
+            at(h)
+        ),
+        _ => format!(
+            "{} ({}) runs on every batch as it is read (Hugging Face datasets' set_transform / \
+             with_transform) and is the slow stage: where its result is the same every epoch, \
+             run it once ahead of training with ds.map({}, batched=True, num_proc=N) (then \
+             ds.save_to_disk) and train on ds.with_format(\"torch\"); keep only random \
+             augmentation per batch, on tensors rather than Python loops",
+            h.function,
+            at(h),
+            h.function
+        ),
+    }
+}
+
 /// What to do about the slow stage; `waits`: loading mostly waits (reads, system calls).
 fn stage_advice(h: &Hotspot, waits: bool) -> String {
+    if h.library == Some(DataLibrary::Webdataset) {
+        if let Some(a) = webdataset_advice(h) {
+            return a;
+        }
+    }
     match h.kind {
         StageKind::Getitem if waits => format!(
             "the dataset's own code ({} at {}) is the slow stage and mostly waits: find what it \
@@ -306,6 +368,7 @@ fn stage_advice(h: &Hotspot, waits: bool) -> String {
             h.function,
             at(h)
         ),
+        StageKind::ArrowFormat | StageKind::OnTheFly => datasets_advice(h),
         StageKind::PinMemory => format!(
             "copying batches into pinned memory ({} at {}) is the slow stage: send smaller \
              batches to the pin-memory thread (uint8 images, not float32; convert on the GPU), \
@@ -741,6 +804,7 @@ mod tests {
                 ms_per_sample: None,
                 core_wait_ms_per_sample: None,
                 kind: StageKind::Decode,
+                library: None,
                 samples: 610,
                 work_s: 6.1,
                 runq_s: None,
@@ -985,6 +1049,7 @@ mod tests {
             ms_per_sample: None,
             core_wait_ms_per_sample: None,
             kind: StageKind::Getitem,
+            library: None,
             samples: 990,
             work_s: 9.9,
             runq_s: None,
