@@ -467,6 +467,14 @@ fn stage_of(f: &FrameRef) -> Option<StageKind> {
     {
         return Some(StageKind::Read);
     }
+    // torchvision v2: every transform's `forward` is the base class's (`Transform.forward`);
+    // the concrete one shows as the `transform` method it calls (`ColorJitter.transform`).
+    if has(file, "torchvision/transforms/v2/")
+        && matches!(m, "transform" | "_transform")
+        && class(f.name).is_some_and(|c| c != "Transform")
+    {
+        return Some(StageKind::Transform);
+    }
     if matches!(m, "__call__" | "forward") {
         let c = class(f.name).unwrap_or("");
         // Containers that only call the real transforms.
@@ -991,6 +999,35 @@ mod tests {
             "/v/site-packages/torchvision/datasets/cifar.py",
         )]);
         assert_eq!(data_library(&s), None);
+    }
+
+    /// Issue 37 item 2 (torchvision v2): the concrete transform is named, not the base class's
+    /// `Transform.forward` that every v2 transform runs through (a real job's stack).
+    #[test]
+    fn a_torchvision_v2_transform_is_named_by_its_class() {
+        const V2: &str = "/v/site-packages/torchvision/transforms/v2/_transform.py";
+        let s = fetched(&[
+            ("Frames.__getitem__", "/home/u/train.py"),
+            (
+                "Compose.forward",
+                "/v/site-packages/torchvision/transforms/v2/_container.py",
+            ),
+            ("Transform.forward", V2),
+            ("Transform.forward.<locals>.<listcomp>", V2),
+            (
+                "ColorJitter.transform",
+                "/v/site-packages/torchvision/transforms/v2/_color.py",
+            ),
+            ("Transform._call_kernel", V2),
+            (
+                "adjust_brightness_image",
+                "/v/site-packages/torchvision/transforms/v2/functional/_color.py",
+            ),
+        ]);
+        assert_eq!(
+            stage(&s),
+            Some(("ColorJitter.transform", StageKind::Transform))
+        );
     }
 
     /// Issue 37 item 2 (webdataset): a real job's stack (webdataset 1.0, `.decode("pil")`).

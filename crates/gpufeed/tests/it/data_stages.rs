@@ -408,3 +408,28 @@ if __name__ == "__main__":
     let notes = j["loader_notes"].to_string();
     assert!(!notes.contains("whole stream"), "{notes}");
 }
+
+/// Issue 37 item 2 (torchvision v1 vs v2): every v2 transform runs through the base class's
+/// `Transform.forward`; the stage is the concrete transform (`ColorJitter.transform`,
+/// `RandomResizedCrop.transform`), and since v2 already works on tensors the fix is the GPU, not
+/// "use v2".
+#[test]
+fn real_torchvision_v2_transform_is_named_and_sent_to_the_gpu() {
+    let Some(py) = crate::common::python_with("torch, torchvision", "the real torchvision v2 job")
+    else {
+        return;
+    };
+    let (j, _, _) = run_data_job(&py, "torchvision_v2_job.py", &["60"]);
+    let hot = &j["python"]["data_hotspots"];
+    let h = &hot[0];
+    assert_eq!(h["kind"], "transform", "{hot}");
+    let name = h["function"].as_str().unwrap();
+    assert!(
+        name.ends_with(".transform") && name != "Transform.forward",
+        "{hot}"
+    );
+    let r = j["findings"][0]["recommendation"].as_str().unwrap();
+    assert!(r.contains("torchvision v2 transform"), "{r}");
+    assert!(r.contains("already works on tensors"), "{r}");
+    assert!(!r.contains("kornia"), "{r}");
+}

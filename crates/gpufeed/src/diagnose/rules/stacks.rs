@@ -285,6 +285,36 @@ fn datasets_advice(h: &Hotspot) -> String {
     }
 }
 
+/// A transform stage's fix: torchvision v2 (on tensors: the GPU), v1 (on PIL images: v2), any
+/// other.
+fn transform_advice(h: &Hotspot) -> String {
+    match () {
+        _ if h.file.contains("torchvision/transforms/v2/") => format!(
+            "the torchvision v2 transform {} ({}) is the slow stage: it already works on tensors, \
+             so move it to the GPU: send the uint8 batch to the device first and apply the v2 \
+             transforms there (to the whole batch, or per sample on the GPU), decoding with \
+             torchvision.io.decode_jpeg(..., device='cuda'); on the CPU, keep images uint8 until \
+             the last step (v2.ToDtype at the end)",
+            h.function,
+            at(h)
+        ),
+        _ if h.file.contains("torchvision/transforms/transforms.py") => format!(
+            "the torchvision v1 transform {} ({}) is the slow stage: v1 transforms work on one PIL \
+             image at a time; switch to torchvision.transforms.v2 on uint8 tensors \
+             (torchvision.io.decode_image, then the same transforms from v2): faster on the CPU, \
+             and they run on the GPU on whole batches",
+            h.function,
+            at(h)
+        ),
+        _ => format!(
+            "the transform {} is the slow stage: run it on the GPU on batched tensors \
+             (torchvision.transforms.v2 / kornia / DALI), cache its output if it is deterministic, \
+             or make it cheaper",
+            h.function
+        ),
+    }
+}
+
 /// What to do about the slow stage; `waits`: loading mostly waits (reads, system calls).
 fn stage_advice(h: &Hotspot, waits: bool) -> String {
     if h.library == Some(DataLibrary::Webdataset) {
@@ -312,12 +342,7 @@ fn stage_advice(h: &Hotspot, waits: bool) -> String {
             h.function,
             at(h)
         ),
-        StageKind::Transform => format!(
-            "the transform {} is the slow stage: run it on the GPU on batched tensors \
-             (torchvision.transforms.v2 / kornia / DALI), cache its output if it is deterministic, \
-             or make it cheaper",
-            h.function
-        ),
+        StageKind::Transform => transform_advice(h),
         StageKind::Array => format!(
             "array work in {} ({}) is the slow stage: vectorise it, avoid per-sample copies and \
              dtype conversions, or move it to the GPU",
