@@ -59,7 +59,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "cli",
         &[
-            "bench", "diagnose", "doctor", "exit", "inject", "present", "record", "sample",
+            "bench", "diagnose", "doctor", "exit", "inject", "present", "record", "sample", "tune",
         ],
     ),
     (

@@ -215,6 +215,15 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_atomic_with(path, |w| w.write_all(bytes))
 }
 
+/// Writes a report file (`--html`, `--export-*`, a sweep's own files) whole or not at all: through
+/// a temporary file and a rename ([`write_atomic`]), so a reader or a crash never sees half a
+/// report and a symlink at `path` is never followed. Presenters only make the bytes; this is
+/// where they reach the disk. The error names the file (bad input or output, exit 3).
+pub fn write_report(path: &Path, bytes: impl AsRef<[u8]>) -> Result<(), crate::exit::Failure> {
+    write_atomic(path, bytes.as_ref())
+        .map_err(|e| crate::exit::Failure::input(format!("cannot write {}: {e}", path.display())))
+}
+
 /// True when `a` and `b` name the same file: the same inode when both exist, else the same
 /// folder (symlinks resolved) and the same name.
 pub(crate) fn same_file(a: &Path, b: &Path) -> bool {

@@ -141,7 +141,7 @@ fn emit(args: &AnalyzeArgs, reports: &[report::Report]) -> anyhow::Result<u8> {
     if let (Some(h), [rep]) = (&args.html, reports) {
         let page = crate::present::html::trace_page(rep)
             .map_err(|e| anyhow::Error::new(Failure::with(Exit::Input, e)))?;
-        super::write_report(h, page)?;
+        crate::outfile::write_report(h, page)?;
         eprintln!("gpufeed: wrote {}", h.display());
     }
     if let Some(p) = &args.export_json {
@@ -149,7 +149,7 @@ fn emit(args: &AnalyzeArgs, reports: &[report::Report]) -> anyhow::Result<u8> {
             [rep] => serde_json::to_string_pretty(rep)?,
             _ => serde_json::to_string_pretty(reports)?,
         };
-        super::write_report(p, json + "\n")?;
+        crate::outfile::write_report(p, json + "\n")?;
         eprintln!("gpufeed: wrote {}", p.display());
     }
     let one = |rep: &report::Report| -> anyhow::Result<String> {

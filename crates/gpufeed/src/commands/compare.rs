@@ -135,11 +135,11 @@ pub fn run(_global: &GlobalOpts, args: &CompareArgs) -> anyhow::Result<u8> {
     crate::outfile::refuse_shared_outputs(&outputs)?;
     let c = build(&args.before, &args.after)?;
     if let Some(p) = &args.export_json {
-        super::write_report(p, present::compare::json(&c))?;
+        crate::outfile::write_report(p, present::compare::json(&c))?;
         eprintln!("gpufeed: wrote {}", p.display());
     }
     if let Some(h) = &args.html {
-        super::write_report(h, present::compare::html(&c))?;
+        crate::outfile::write_report(h, present::compare::html(&c))?;
         eprintln!("gpufeed: wrote {}", h.display());
     }
     let out = match args.format {

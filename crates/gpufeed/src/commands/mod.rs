@@ -1,5 +1,6 @@
 //! One module per subcommand: each turns parsed arguments into work and a process exit code;
-//! `trials` holds what `sweep` and `batch-size` share.
+//! the work itself lives in the layers below (the trial runner `sweep`, `batch-size` and `tune`
+//! share is `tune::trials`).
 
 pub mod analyze;
 pub mod batch_size;
@@ -13,7 +14,6 @@ pub mod man;
 pub mod record;
 pub mod serve;
 pub mod sweep;
-pub mod trials;
 pub mod tune;
 pub mod watch;
 
@@ -43,18 +43,6 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
 /// A file `diagnose` could not read: bad input (exit 3). Shared by `diagnose` and `compare`.
 pub(crate) fn diagnose_failure(e: crate::diagnose::DiagnoseError) -> anyhow::Error {
     anyhow::Error::new(crate::exit::Failure::from(e))
-}
-
-/// Writes a report file (`--html`, `--export-*`, a sweep's own files) whole or not at all: through
-/// a temporary file and a rename ([`crate::outfile::write_atomic`]), so a reader or a crash never
-/// sees half a report and a symlink at `path` is never followed. Presenters only make the bytes;
-/// this is where they reach the disk. The error names the file (bad input or output, exit 3).
-pub(crate) fn write_report(
-    path: &std::path::Path,
-    bytes: impl AsRef<[u8]>,
-) -> Result<(), crate::exit::Failure> {
-    crate::outfile::write_atomic(path, bytes.as_ref())
-        .map_err(|e| crate::exit::Failure::input(format!("cannot write {}: {e}", path.display())))
 }
 
 /// Refuses (exit 2) a `--tensorboard DIR` that is a symlink: no output follows one.
@@ -118,7 +106,7 @@ pub(crate) fn write_tensorboard(
     let path = dir.join(crate::present::tensorboard::file_name(series));
     let bytes = crate::present::tensorboard::event_file(series, report);
     if replace {
-        write_report(&path, bytes)?;
+        crate::outfile::write_report(&path, bytes)?;
         return Ok(path);
     }
     let cannot = |e: &dyn std::fmt::Display| {

@@ -115,7 +115,7 @@ fn print_summary(
     if let Some(h) = html {
         match present::html::diagnose_html(&[(&diagnosis, series.as_ref())])
             .map_err(|e| e.to_string())
-            .and_then(|page| super::write_report(h, page).map_err(|e| e.to_string()))
+            .and_then(|page| crate::outfile::write_report(h, page).map_err(|e| e.to_string()))
         {
             Ok(()) => eprintln!("gpufeed: wrote {}", h.display()),
             Err(e) => eprintln!("gpufeed: HTML report: {e}"),

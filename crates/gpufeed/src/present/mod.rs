@@ -148,7 +148,7 @@ mod tests {
                     assert!(
                         !line.contains(bad),
                         "src/{name}:{}: a presenter uses `{bad}`: return the bytes and let the \
-                         command write them (commands::write_report)",
+                         command write them (outfile::write_report)",
                         i + 1
                     );
                 }

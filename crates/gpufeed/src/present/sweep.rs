@@ -362,6 +362,54 @@ pub fn csv(rep: &SweepReport) -> String {
     s
 }
 
+/// The sweep as an HTML page: one point per trial, in the order tried.
+pub fn html(rep: &SweepReport) -> Result<String, super::html::HtmlError> {
+    let label = |p: &std::collections::BTreeMap<String, serde_json::Value>| {
+        p.iter()
+            .map(|(k, v)| match v {
+                serde_json::Value::String(s) => format!("{k}={s}"),
+                v => format!("{k}={v}"),
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let points: Vec<super::html::SweepPoint> = rep
+        .results
+        .iter()
+        .map(|r| super::html::SweepPoint {
+            label: label(&r.parameters),
+            throughput: r.throughput.as_ref().map(|t| t.value),
+            gpu_util_mean_pct: r.gpu_util_mean_pct,
+            data_wait_fraction: r.data_wait_fraction,
+            failed: r.throughput.is_none(),
+            overridden: r.overrides.is_some().then(|| overridden_cell(r)),
+        })
+        .collect();
+    let unit = rep
+        .results
+        .iter()
+        .find_map(|r| r.throughput.as_ref().map(|t| t.unit.clone()))
+        .unwrap_or_default();
+    let spot = rep
+        .sweet_spot
+        .as_ref()
+        .map(|s| (label(&s.parameters), s.reason.clone()));
+    let knob = rep
+        .knobs
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    super::html::sweep_page(
+        &rep.command.join(" "),
+        &knob,
+        &unit,
+        &points,
+        spot.as_ref().map(|(l, r)| (l.as_str(), r.as_str())),
+        &notes_for_page(rep),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,14 +13,18 @@
 //!   rules, its report, and `fix.patch`.
 
 pub mod batch;
+pub mod batch_run;
 pub mod oom;
 pub mod params;
 pub mod patch;
 pub mod plan;
 pub mod progress;
 pub mod report;
+pub mod search;
 pub mod sweep;
+pub mod sweep_run;
 pub mod trial;
+pub mod trials;
 
 /// Errors of the tuner. Each says its exit code through [`crate::exit::HasExit`].
 #[derive(Debug, thiserror::Error)]

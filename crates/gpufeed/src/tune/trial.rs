@@ -53,8 +53,9 @@ pub struct TrialSpec {
 }
 
 /// Where a throughput figure came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Source {
     /// Step markers on `GPUFEED_STEP_SOCKET`.
     StepSocket,
@@ -64,6 +65,13 @@ pub enum Source {
     Tqdm,
     /// Mean GPU utilization: a proxy, not a throughput.
     GpuBusyProxy,
+}
+
+impl Source {
+    /// The wire name (the JSON's).
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
 }
 
 /// A measured throughput.
@@ -97,8 +105,9 @@ impl Throughput {
 }
 
 /// Where a trial's data-wait figure came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum WaitSource {
     /// Step markers with their waits: exact, over the steady steps.
     StepProbe,
@@ -107,9 +116,17 @@ pub enum WaitSource {
     PythonStacks,
 }
 
+impl WaitSource {
+    /// The wire name (the JSON's).
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
 /// How a trial ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Status {
     /// Throughput became steady; gpufeed stopped the job.
     Steady,
@@ -121,6 +138,13 @@ pub enum Status {
     Failed,
     /// gpufeed was interrupted (Ctrl-C) during the trial.
     Interrupted,
+}
+
+impl Status {
+    /// The wire name (the JSON's).
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
