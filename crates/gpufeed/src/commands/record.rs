@@ -12,6 +12,7 @@ use crate::present::tensorboard::TbSeries;
 use crate::record::format::{End, Line, OverridesLine};
 use crate::record::recorder::{default_output_name, Prepared, Recorder, RecorderConfig};
 use crate::record::summary::SummaryBuilder;
+use crate::sample::event::EndReason;
 use crate::sample::host::pid_alive;
 use crate::sample::steps::{StepSocket, ENV_VAR as STEP_ENV};
 use anyhow::Context;
@@ -216,14 +217,14 @@ fn job_end(status: Result<crate::job::JobExit, crate::job::JobError>) -> (End, u
             End {
                 exit_code: st.code(),
                 signal: st.signal(),
-                reason: Some("job_exited".into()),
+                reason: Some(EndReason::JobExited),
                 ..Default::default()
             },
             st.shell_code(),
         ),
         Err(e) => (
             End {
-                reason: Some("lost_job".into()),
+                reason: Some(EndReason::LostJob),
                 ..Default::default()
             },
             {
@@ -369,19 +370,19 @@ pub fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
     let reason = loop {
         std::thread::sleep(Duration::from_millis(50));
         if got_signal.load(Ordering::SeqCst) != 0 {
-            break "interrupted";
+            break EndReason::Interrupted;
         }
         if args.duration.is_some_and(|d| started.elapsed() >= d) {
-            break "duration";
+            break EndReason::Duration;
         }
         if watched.as_ref().is_some_and(|w| !w.alive()) {
-            break "attached_exited";
+            break EndReason::AttachedExited;
         }
     };
     drop(watch);
     let path = recorder
         .finish(End {
-            reason: Some(reason.into()),
+            reason: Some(reason),
             ..Default::default()
         })
         .context("finishing the recording")?;

@@ -66,7 +66,7 @@ impl Recording {
     fn finish(mut self, t_s: f64) -> std::io::Result<PathBuf> {
         self.write(&Line::End(End {
             t_s,
-            reason: Some("watch_stopped".into()),
+            reason: Some(crate::sample::event::EndReason::WatchStopped),
             ..Default::default()
         }))?;
         self.out.flush()?;

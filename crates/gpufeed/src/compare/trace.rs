@@ -6,6 +6,7 @@ use super::{
 };
 use crate::finding::Finding;
 use crate::stats::t975;
+use crate::stats::SpeedupMetric;
 use crate::trace::TraceSummary;
 use crate::units::round;
 
@@ -193,7 +194,7 @@ fn step_speedup(before: &TraceSummary, after: &TraceSummary) -> Option<Speedup> 
             };
             Some(Speedup {
                 value: round(mb / ma, 3),
-                metric: "mean_step_time".into(),
+                metric: SpeedupMetric::MeanStepTime,
                 ci95: ci,
                 basis: format!(
                     "mean step time {:.1} ms over {} steps before, {:.1} ms over {} steps after",
@@ -266,7 +267,7 @@ mod tests {
         let a = trace_with_steps(&[141_000.0, 140_000.0, 142_000.0, 141_500.0]);
         let c = traces(&b, &[], &a, &[]);
         let s = c.speedup.unwrap();
-        assert_eq!(s.metric, "mean_step_time");
+        assert_eq!(s.metric, SpeedupMetric::MeanStepTime);
         assert!(
             (s.value - 177_750.0 / 141_125.0).abs() < 1e-3,
             "{}",

@@ -308,15 +308,12 @@ fn process_table(r: &DiagnoseReport) -> String {
         super::plural(procs.len(), "process", "processes")
     );
     for p in sorted.iter().take(64) {
-        let role = serde_json::to_value(p.role)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
+        let role = p.role.as_str();
         let _ = write!(
             s,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td style=\"text-align:left\">{}</td></tr>",
             p.pid,
-            esc(&role),
+            esc(role),
             super::opt(p.cpu_mean_pct, |v| format!("{v:.0}%")),
             super::opt(p.cpu_max_pct, |v| format!("{v:.0}%")),
             super::opt(p.rss_max_bytes, super::bytes),

@@ -98,15 +98,20 @@ fn gpu_text(o: &mut String, s: &Summary, g: &GpuSummary, util_mean_said: bool) {
 
 /// How the job ended, its totals, and its busiest processes.
 fn job_text(o: &mut String, j: &JobSummary) {
-    let how = match (j.exit_code, j.signal, j.end_reason.as_deref()) {
+    use crate::sample::event::EndReason;
+    let how = match (j.exit_code, j.signal, j.end_reason) {
         (Some(c), _, _) => format!("exited with code {c}"),
         (None, Some(sig), _) => format!("killed by signal {sig}"),
-        (_, _, Some("attached_exited")) => {
+        (_, _, Some(EndReason::AttachedExited)) => {
             "exited, which ended the recording (attached with --pid: its exit code cannot be read)"
                 .to_string()
         }
-        (_, _, Some("duration")) => "still running when --duration ended the recording".into(),
-        (_, _, Some("interrupted")) => "still running when the recording was interrupted".into(),
+        (_, _, Some(EndReason::Duration)) => {
+            "still running when --duration ended the recording".into()
+        }
+        (_, _, Some(EndReason::Interrupted)) => {
+            "still running when the recording was interrupted".into()
+        }
         _ => "not seen to end (the recording has no end line)".to_string(),
     };
     let _ = writeln!(
@@ -221,7 +226,7 @@ mod tests {
                 cpu_max_pct: Some(260.0),
                 rss_max_bytes: Some(3 << 30),
                 processes_max: 3,
-                end_reason: Some("job_exited".into()),
+                end_reason: Some(crate::sample::event::EndReason::JobExited),
                 processes: vec![
                     ProcessSummary {
                         pid: 4242,
@@ -296,13 +301,13 @@ mod tests {
         let mut s = sample();
         let j = s.job.as_mut().unwrap();
         j.exit_code = None;
-        j.end_reason = Some("attached_exited".into());
+        j.end_reason = Some(crate::sample::event::EndReason::AttachedExited);
         j.processes.truncate(1);
         let t = text(&s);
         assert!(t.contains("exited, which ended the recording"), "{t}");
         assert!(!t.contains("still running"), "{t}");
         assert!(t.contains("; 1 process (at most"), "{t}");
-        s.job.as_mut().unwrap().end_reason = Some("duration".into());
+        s.job.as_mut().unwrap().end_reason = Some(crate::sample::event::EndReason::Duration);
         assert!(text(&s).contains("still running when --duration ended"));
     }
 

@@ -276,7 +276,7 @@ mod tests {
                 t_s: 0.3,
                 exit_code: Some(0),
                 signal: None,
-                reason: Some("job_exited".into()),
+                reason: Some(crate::sample::event::EndReason::JobExited),
                 steps_dropped: None,
                 steps_flooded: None,
             }),

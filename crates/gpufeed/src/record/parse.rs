@@ -185,7 +185,6 @@ fn cap_strings(l: &mut Line) -> bool {
             f.src.iter_mut().for_each(&mut cap);
         }
         Line::PyStatus(p) => p.detail.iter_mut().for_each(&mut cap),
-        Line::End(e) => e.reason.iter_mut().for_each(&mut cap),
         _ => {}
     }
     all

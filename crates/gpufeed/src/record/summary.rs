@@ -87,10 +87,9 @@ pub struct JobSummary {
     /// Most processes alive at once.
     pub processes_max: u32,
     pub processes: Vec<ProcessSummary>,
-    /// Why the recording ended (`job_exited`, `attached_exited`, `duration`, `interrupted`), from
-    /// its `end` line; `None` for a recording without one.
+    /// Why the recording ended, from its `end` line; `None` for a recording without one.
     #[serde(default)]
-    pub end_reason: Option<String>,
+    pub end_reason: Option<crate::sample::event::EndReason>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -358,7 +357,7 @@ impl SummaryBuilder {
             pid,
             exit_code: end.as_ref().and_then(|e| e.exit_code),
             signal: end.as_ref().and_then(|e| e.signal),
-            end_reason: end.as_ref().and_then(|e| e.reason.clone()),
+            end_reason: end.as_ref().and_then(|e| e.reason),
             cpu_mean_pct: job_cpu.get(),
             cpu_max_pct: job_cpu_max,
             rss_max_bytes: job_rss_max,

@@ -8,6 +8,7 @@ use crate::record::format::{End, Line, OverridesLine};
 use crate::record::reader::{read_path, Sink};
 use crate::record::recorder::{Prepared, RecorderConfig};
 use crate::record::summary::{Summary, SummaryBuilder};
+use crate::sample::event::EndReason;
 use crate::sample::steps::{monotonic_ns, MarkSource, StepMark, StepSocket, ENV_VAR};
 use crate::sample::GpuSample;
 use crate::stats::steady::{estimate, from_counts, from_rates, Estimate, Interval};
@@ -518,12 +519,12 @@ fn join_readers(readers: Vec<std::thread::JoinHandle<()>>) {
 }
 
 /// The recording's end reason for how the trial stopped.
-fn end_reason(status: Status) -> &'static str {
+fn end_reason(status: Status) -> EndReason {
     match status {
-        Status::Exited | Status::Failed => "job_exited",
-        Status::Interrupted => "interrupted",
-        Status::Steady => "steady",
-        Status::MaxTime => "max_time",
+        Status::Exited | Status::Failed => EndReason::JobExited,
+        Status::Interrupted => EndReason::Interrupted,
+        Status::Steady => EndReason::Steady,
+        Status::MaxTime => EndReason::MaxTime,
     }
 }
 
@@ -618,7 +619,7 @@ pub(crate) fn run_trial(
     let path = run.recorder.finish(End {
         exit_code: exit.code(),
         signal: exit.signal(),
-        reason: Some(end_reason(status).into()),
+        reason: Some(end_reason(status)),
         ..Default::default()
     })?;
     let (summary, gpu) = trial_figures(&path, run.has_gpu);

@@ -164,7 +164,7 @@ fn write_recording(dir: &Path, name: &str, s: &Shape) -> PathBuf {
         t_s: s.seconds,
         exit_code: Some(0),
         signal: None,
-        reason: Some("job_exited".into()),
+        reason: Some(gpufeed::sample::event::EndReason::JobExited),
         ..Default::default()
     }));
     let p = dir.join(name);

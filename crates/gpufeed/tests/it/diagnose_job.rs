@@ -46,7 +46,7 @@ fn node(dir: &Path, host: &str, util: fn(f64) -> f64, throttle: u64) -> PathBuf 
         t_s: 60.0,
         exit_code: Some(0),
         signal: None,
-        reason: Some("job_exited".into()),
+        reason: Some(gpufeed::sample::event::EndReason::JobExited),
         ..Default::default()
     });
     out.push_str(&serde_json::to_string(&l).unwrap());

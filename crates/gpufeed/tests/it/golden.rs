@@ -800,7 +800,7 @@ fn tune_reports() -> Vec<(&'static str, gpufeed::tune::report::TuneReport)> {
         before_after: Some(BeforeAfter {
             speedup: Some(Speedup {
                 value: 2.5,
-                metric: "steps/s".into(),
+                metric: gpufeed::stats::SpeedupMetric::Throughput("steps/s".into()),
                 ci95: Some([2.3, 2.7]),
                 basis: "3 interleaved runs of each".into(),
             }),
@@ -830,7 +830,7 @@ fn tune_reports() -> Vec<(&'static str, gpufeed::tune::report::TuneReport)> {
         before_after: Some(BeforeAfter {
             speedup: Some(Speedup {
                 value: 0.8,
-                metric: "steps/s".into(),
+                metric: gpufeed::stats::SpeedupMetric::Throughput("steps/s".into()),
                 ci95: None,
                 basis: "1 run of each".into(),
             }),

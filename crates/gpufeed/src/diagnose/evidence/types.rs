@@ -368,8 +368,9 @@ pub struct HostEvidence {
 }
 
 /// Role of a process in the job's tree.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Role {
     /// The training loop (the root, or the first busy process under a launcher).
     Main,
@@ -377,6 +378,13 @@ pub enum Role {
     Worker,
     /// Launchers and anything else in the tree.
     Other,
+}
+
+impl Role {
+    /// The wire name (the JSON's).
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
 }
 
 /// One process of the job.
