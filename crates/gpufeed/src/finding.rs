@@ -185,6 +185,9 @@ pub enum Basis {
         /// The slowest data stage, when one stands out.
         hot_stage: Option<String>,
     },
+    /// `input_bound` judged from the samples: whether a threshold named its kind (`false`: the
+    /// kind is the nearest one, or unknown).
+    Input { kind_is_clear: bool },
     /// A cause named as a candidate (`batch_too_small`), with how likely it is.
     Candidate { confidence: f64 },
     /// `throttled`: share of the observed time with clocks held down (rounded as in the

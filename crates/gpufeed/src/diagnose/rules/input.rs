@@ -5,7 +5,7 @@
 
 use super::{r1, r2, r3};
 use crate::diagnose::evidence::{Evidence, Origin, SATURATED_PROC_PCT};
-use crate::finding::{Finding, FindingId, Kind as FindingKind, Severity};
+use crate::finding::{Basis, Finding, FindingId, Kind as FindingKind, Severity};
 
 pub use super::STARVED_BUSY;
 /// Busy fraction under which host-side evidence alone is enough to call starvation.
@@ -227,10 +227,14 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
     let title = title_of(kind, &pattern_of(e, busy));
     let mut f = Finding::new(FindingId::InputBound, Severity::Critical, title)
         .kind(FindingKind::Input(kind));
-    if kind != Kind::Unknown && !kind_is_clear(e) {
+    let clear = kind_is_clear(e);
+    if kind != Kind::Unknown && !clear {
         // No threshold met: the kind is the nearest one, and says so.
         f = f.with("kind_basis", "nearest");
     }
+    f = f.basis(Basis::Input {
+        kind_is_clear: clear,
+    });
     f = with_job_figures(f, e);
     // One finding per cause: the host-side detail of the kind lives here, not in a second finding.
     match kind {
