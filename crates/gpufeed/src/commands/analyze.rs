@@ -27,7 +27,6 @@
 use crate::cli::{AnalyzeArgs, GlobalOpts};
 use crate::exit::{Exit, Failure};
 use crate::outfile::Output;
-use crate::present::trace as present_trace;
 use crate::present::OutputFormat;
 use crate::trace::{self, ranks, report, TraceError};
 
@@ -156,14 +155,14 @@ fn emit(args: &AnalyzeArgs, reports: &[report::Report]) -> anyhow::Result<u8> {
         let job = rep
             .job
             .as_ref()
-            .map(present_trace::job_text)
+            .map(crate::present::trace::job_text)
             .unwrap_or_default();
         Ok(match args.format {
             OutputFormat::Json => serde_json::to_string_pretty(rep)? + "\n",
             OutputFormat::Text | OutputFormat::Html => {
-                job + &present_trace::text_with(rep, args.steps, args.verbose)
+                job + &crate::present::trace::text_with(rep, args.steps, args.verbose)
             }
-            OutputFormat::Markdown => present_trace::markdown(rep, args.steps) + &job,
+            OutputFormat::Markdown => crate::present::trace::markdown(rep, args.steps) + &job,
         })
     };
     let out = match (args.format, reports) {

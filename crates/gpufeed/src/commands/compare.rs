@@ -7,7 +7,8 @@
 
 use crate::cli::{CompareArgs, GlobalOpts};
 use crate::compare::{self, Comparison, InputKind};
-use crate::diagnose::{self, input::LogOptions, InputFormat};
+use crate::diagnose::input::InputFormat;
+use crate::diagnose::{self, input::LogOptions};
 use crate::exit::{Exit, Failure};
 use crate::outfile::Output;
 use crate::present;
@@ -72,7 +73,9 @@ fn read_sweep(path: &Path) -> anyhow::Result<SweepReport> {
     })
 }
 
-fn read_trace(path: &Path) -> anyhow::Result<(trace::TraceSummary, Vec<crate::finding::Finding>)> {
+fn read_trace(
+    path: &Path,
+) -> anyhow::Result<(trace::summary::TraceSummary, Vec<crate::finding::Finding>)> {
     let s = trace::analyze_path(path).map_err(|e| input(format!("{}: {e}", path.display())))?;
     let mut f = trace::rules::evaluate(&s);
     crate::finding::rank(&mut f);

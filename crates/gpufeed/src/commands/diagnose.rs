@@ -58,7 +58,7 @@ pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
         let mut s = args.html.as_ref().map(|_| RecordingSeries::default());
         let r = diagnose::diagnose_file_with(f, args.input_format, &opts, &mut s)
             .map_err(super::diagnose_failure)?;
-        series.push(s.filter(|_| r.source.format == diagnose::InputFormat::Recording));
+        series.push(s.filter(|_| r.source.format == diagnose::input::InputFormat::Recording));
         reports.push(r);
     }
     if let Some(h) = &args.html {

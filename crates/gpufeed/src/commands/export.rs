@@ -2,8 +2,8 @@
 //! `gpufeed export --tensorboard DIR RECORDING`.
 
 use crate::cli::{ExportArgs, GlobalOpts};
+use crate::diagnose::input::InputFormat;
 use crate::diagnose::input::LogOptions;
-use crate::diagnose::InputFormat;
 use crate::exit::{Exit, Failure};
 use crate::present::perfetto;
 use crate::present::tensorboard::TbSeries;

@@ -1,18 +1,19 @@
 //! `gpufeed run` and `gpufeed record`.
 
-use crate::cli::{GlobalOpts, OutputFormat, RecordArgs, RecordingOpts, RunArgs};
+use crate::cli::{GlobalOpts, RecordArgs, RecordingOpts, RunArgs};
+use crate::diagnose::input::InputFormat;
 use crate::diagnose::input::LogOptions;
-use crate::diagnose::InputFormat;
 use crate::exit::{Exit, Failure, HasExit};
 use crate::job::{signal_all, Job, Received, SignalWatch};
 use crate::outfile::{refuse_same_as_input, Clobber, Output};
 use crate::present;
 use crate::present::html::RecordingSeries;
 use crate::present::tensorboard::TbSeries;
-use crate::record::format::{End, Line, OverridesLine};
+use crate::present::OutputFormat;
 use crate::record::recorder::{default_output_name, Prepared, Recorder, RecorderConfig};
 use crate::record::summary::SummaryBuilder;
 use crate::sample::event::EndReason;
+use crate::sample::event::{End, Line, OverridesLine};
 use crate::sample::host::pid_alive;
 use crate::sample::steps::{StepSocket, ENV_VAR as STEP_ENV};
 use anyhow::Context;

@@ -3,7 +3,6 @@
 
 use crate::cli::{GlobalOpts, SweepArgs};
 use crate::exit::Failure;
-use crate::present::sweep as report;
 use crate::present::OutputFormat;
 use crate::tune::sweep::SweepReport;
 use crate::tune::sweep_run::{self, Setup};
@@ -51,10 +50,10 @@ fn write_reports(args: &SweepArgs, dir: &Path, rep: &SweepReport) -> anyhow::Res
         writes.push((p.clone(), json));
     }
     if let Some(p) = &args.export_csv {
-        writes.push((p.clone(), report::csv(rep)));
+        writes.push((p.clone(), crate::present::sweep::csv(rep)));
     }
     if let Some(p) = &args.export_markdown {
-        writes.push((p.clone(), report::markdown(rep)));
+        writes.push((p.clone(), crate::present::sweep::markdown(rep)));
     }
     if let Some(svg) = crate::present::sweep_chart::svg(rep) {
         writes.push((dir.join("sweep.svg"), svg.clone()));
@@ -63,7 +62,7 @@ fn write_reports(args: &SweepArgs, dir: &Path, rep: &SweepReport) -> anyhow::Res
         }
     }
     if let Some(p) = &args.html {
-        let page = report::html(rep)
+        let page = crate::present::sweep::html(rep)
             .map_err(|e| Failure::input(format!("cannot build the HTML page: {e}")))?;
         writes.push((p.clone(), page));
     }
@@ -76,9 +75,9 @@ fn write_reports(args: &SweepArgs, dir: &Path, rep: &SweepReport) -> anyhow::Res
 /// The report on stdout in the chosen format, and where the files are.
 fn present(args: &SweepArgs, rep: &SweepReport, dir: &Path) -> anyhow::Result<()> {
     match args.trial.format {
-        OutputFormat::Text | OutputFormat::Html => print!("{}", report::text(rep)),
+        OutputFormat::Text | OutputFormat::Html => print!("{}", crate::present::sweep::text(rep)),
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(rep)?),
-        OutputFormat::Markdown => print!("{}", report::markdown(rep)),
+        OutputFormat::Markdown => print!("{}", crate::present::sweep::markdown(rep)),
     }
     if !args.trial.quiet {
         eprintln!("gpufeed: recordings and sweep.json in {}", dir.display());

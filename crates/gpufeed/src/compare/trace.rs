@@ -7,7 +7,7 @@ use super::{
 use crate::finding::Finding;
 use crate::stats::t975;
 use crate::stats::SpeedupMetric;
-use crate::trace::TraceSummary;
+use crate::trace::summary::TraceSummary;
 use crate::units::round;
 
 fn trace_side(t: &TraceSummary, findings: &[Finding]) -> Side {
@@ -251,7 +251,7 @@ mod tests {
         };
         t.steps = step_us
             .iter()
-            .map(|x| crate::trace::StepRow {
+            .map(|x| crate::trace::summary::StepRow {
                 total_us: *x,
                 kernel_us: x / 2.0,
                 ..Default::default()

@@ -8,13 +8,11 @@ pub mod evidence;
 pub mod input;
 pub mod job;
 pub mod phases;
-/// The Python-loop evidence under its former path, for the presenters still importing it so.
-pub use evidence::pyloop;
 pub mod rules;
 pub mod stats;
 pub mod verdict;
 
-pub use input::InputFormat;
+use input::InputFormat;
 
 use crate::finding::Finding;
 use evidence::{Evidence, GpuEvidence, HostEvidence, JobEvidence, Origin};
@@ -365,7 +363,7 @@ pub(crate) fn sampling_note(e: &Evidence) -> Option<String> {
          --query-gpu=timestamp,index,utilization.gpu,memory.used,memory.total --format=csv -lms \
          200 -f gpu.csv`, or record with `gpufeed record` (every driver sample, about 6 a second, \
          plus host and processes).",
-        verdict::sampling_factor(Some(i))
+        rules::sampling_factor(Some(i))
     ))
 }
 
@@ -383,10 +381,10 @@ pub struct RunReport {
     pub notes: Vec<String>,
     /// The training loop seen through its Python stacks, when they were sampled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub python: Option<pyloop::PythonEvidence>,
+    pub python: Option<evidence::PythonEvidence>,
     /// The job's step markers (`GPUFEED_STEP_SOCKET`), when it sent any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub steps: Option<pyloop::StepEvidence>,
+    pub steps: Option<evidence::StepEvidence>,
 }
 
 impl RunReport {

@@ -1,9 +1,10 @@
 //! The verdict: one primary bottleneck, with a confidence, chosen from the evidence and findings.
 
+use super::evidence::GpuState;
 use super::evidence::{Evidence, Origin};
-use super::rules::gpus::{self, GpuState};
+use super::rules::gpus;
 use super::rules::r2;
-pub use super::rules::sampling_factor;
+use super::rules::sampling_factor;
 use crate::finding::{Basis, Finding, FindingId, InputKind, Kind};
 use serde::{Deserialize, Serialize};
 
@@ -232,7 +233,7 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
         let busy_others: Vec<String> = m
             .gpus
             .iter()
-            .filter(|g| g.state != gpus::GpuState::TinyKernels)
+            .filter(|g| g.state != GpuState::TinyKernels)
             .filter_map(|g| {
                 Some(format!(
                     "GPU {} {} ({:.0}% busy)",

@@ -12,7 +12,7 @@ pub mod sampler;
 use crate::diagnose::evidence::{EvidenceBuilder, GpuEvidence};
 use crate::diagnose::{rules, verdict};
 use crate::finding::Finding;
-use crate::record::format::{Header, Line};
+use crate::sample::event::{Header, Line};
 use crate::sample::{throttle, GpuSample, HostSample, ProcStart};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -619,7 +619,7 @@ pub(crate) mod fixture {
     /// data_wait 50%, forward 25%, backward 15%, optimizer 5%, other 5%; and step markers
     /// saying the loop waits 46% of each step.
     pub(crate) fn state_with_loop(gpus: u32, secs: u32) -> LiveState {
-        use crate::record::format::{PyFrameDef, PySamples, PyStackDef, PyThreadCounts, StepsLine};
+        use crate::sample::event::{PyFrameDef, PySamples, PyStackDef, PyThreadCounts, StepsLine};
         let mut st = state(gpus, secs);
         let frames = [
             ("<module>", "/home/u/train.py"),
@@ -681,7 +681,7 @@ pub(crate) mod fixture {
     /// data far longer (the per-rank split itself is unit-tested in `diagnose::pyloop`).
     pub(crate) fn state_with_ranks(gpus: u32, secs: u32) -> LiveState {
         use crate::diagnose::evidence::RankLoop;
-        use crate::record::format::StepsLine;
+        use crate::sample::event::StepsLine;
         let mut st = state_with_loop(gpus, secs);
         for t in 1..=secs {
             for (rank, steps) in [(0, 10), (1, 8)] {

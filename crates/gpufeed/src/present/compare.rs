@@ -1,7 +1,8 @@
 //! Presenters for `gpufeed compare`: text, JSON, Markdown and HTML from a [`Comparison`].
 
 use super::fmt::md_cell;
-use crate::compare::{Better, Change, Comparison, SideVerdict, Speedup};
+use crate::compare::{Better, Change, Comparison, SideVerdict};
+use crate::stats::Speedup;
 use crate::stats::SpeedupMetric;
 use std::fmt::Write as _;
 

@@ -1,6 +1,6 @@
 //! The end-of-recording summary, as text for people or one JSON line for programs.
 
-use super::{bytes, opt};
+use super::fmt::{bytes, opt};
 use crate::record::summary::{GpuSummary, JobSummary, Summary};
 use std::fmt::Write;
 
@@ -91,7 +91,7 @@ fn gpu_text(o: &mut String, s: &Summary, g: &GpuSummary, util_mean_said: bool) {
         opt(g.power_mean_w, |w| format!("{w:.0} W")),
         opt(g.temperature_max_c, |c| format!("{c} °C")),
         opt(g.sm_clock_mean_mhz, |c| format!("{c:.0} MHz")),
-        opt(g.pcie_rx_mean_bytes_per_s, super::gb_per_s),
+        opt(g.pcie_rx_mean_bytes_per_s, super::fmt::gb_per_s),
         opt(g.throttled_pct, |p| format!("{p:.0}% of readings")),
     );
 }
@@ -121,7 +121,7 @@ fn job_text(o: &mut String, j: &JobSummary) {
         opt(j.cpu_mean_pct, |v| format!("{v:.0}%")),
         opt(j.cpu_max_pct, |v| format!("{v:.0}%")),
         opt(j.rss_max_bytes, bytes),
-        super::plural(j.processes.len(), "process", "processes"),
+        super::fmt::plural(j.processes.len(), "process", "processes"),
         j.processes_max,
     );
     let mut procs: Vec<_> = j.processes.iter().collect();
@@ -156,7 +156,10 @@ fn job_text(o: &mut String, j: &JobSummary) {
 }
 
 /// The `--dataloader` / `--torch` lines: what was overridden, then what could not be.
-pub(crate) fn overrides_text(overrides: &[crate::inject::Override], notes: &[String]) -> String {
+pub(crate) fn overrides_text(
+    overrides: &[crate::sample::event::Override],
+    notes: &[String],
+) -> String {
     let mut o = String::new();
     if overrides.is_empty() && notes.is_empty() {
         return o;
@@ -267,7 +270,7 @@ mod tests {
     fn overrides_are_listed_with_their_site() {
         let mut s = sample();
         assert!(!text(&s).contains("overridden"));
-        s.overrides.push(crate::inject::Override {
+        s.overrides.push(crate::sample::event::Override {
             target: "DataLoader".into(),
             key: "num_workers".into(),
             value: 8.into(),

@@ -448,7 +448,7 @@ mod tests {
         use Status::*;
         let mut rep = report(&[(Some(10.0), Steady), (Some(10.2), Steady)]);
         for (r, w) in rep.results.iter_mut().zip([0, 1]) {
-            r.overrides = Some(vec![crate::inject::Override {
+            r.overrides = Some(vec![crate::sample::event::Override {
                 target: "DataLoader".into(),
                 key: "num_workers".into(),
                 value: w.into(),

@@ -4,7 +4,8 @@
 //! ([`Tally`]).
 
 use super::fast;
-use super::format::{Header, Line, ReadStats};
+use crate::record::format::ReadStats;
+use crate::sample::event::{Header, Line};
 use crate::sample::{GpuSample, HostSample, ProcSample};
 
 /// Longest line read; longer ones are skipped and counted as malformed. The longest real lines

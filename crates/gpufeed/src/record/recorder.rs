@@ -3,10 +3,10 @@
 //! frame per flush: [`super::writer`]) and flushes at least every `FLUSH_EVERY`, so a killed
 //! gpufeed or a crashed job loses at most the last second.
 
-use super::format::{End, Header, Line, SCHEMA_VERSION};
 use super::ticker::Ticker;
 use super::writer::{Compression, RecordingWriter};
 use crate::outfile::{Clobber, OutputError, Pending};
+use crate::sample::event::{End, Header, Line, SCHEMA_VERSION};
 use crate::sample::host::{host_info, HostSampler, ProcTree};
 use crate::sample::nvml::{self, NvmlOpenError, NvmlSource};
 use crate::sample::steps::{StepFolder, StepSocket};
@@ -19,7 +19,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Longest time a recorded sample may sit in memory before reaching the file.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(500);
-pub use super::ticker::SLOW_EVERY;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -486,7 +485,7 @@ pub(crate) fn steps_thread(
         seen = next;
         let now = Instant::now();
         for (rank, tot) in folder.fold_by_rank(&marks) {
-            let line = Line::Steps(super::format::StepsLine {
+            let line = Line::Steps(crate::sample::event::StepsLine {
                 t_s: now.duration_since(t0).as_secs_f64(),
                 dt_s: now.duration_since(last).as_secs_f64(),
                 steps: tot.steps,

@@ -2,8 +2,9 @@
 //! computed by streaming the recording file: memory grows with the number of GPUs and
 //! processes, never with the recording's length.
 
-use super::format::{End, Header, Line, OverridesLine, ReadError, ReadStats};
 use super::reader::{read_path, Sink};
+use crate::record::format::{ReadError, ReadStats};
+use crate::sample::event::{End, Header, Line, OverridesLine};
 use crate::sample::{throttle, GpuSample, HostSample, ProcSample};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -32,7 +33,7 @@ pub struct Summary {
     pub truncated: bool,
     /// Values `--dataloader` / `--torch` put in place of the job's own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub overrides: Vec<crate::inject::Override>,
+    pub overrides: Vec<crate::sample::event::Override>,
     /// Overrides that could not apply, and why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub override_notes: Vec<String>,

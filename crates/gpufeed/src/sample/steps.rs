@@ -18,7 +18,7 @@ use super::figures::{parse_query, Board, Replier};
 /// Name of the environment variable that carries the socket path.
 pub const ENV_VAR: &str = "GPUFEED_STEP_SOCKET";
 
-pub use super::stepmark::{MarkKind, MarkSource, StepMark, StepTotals, MARK_SKEW_NS};
+use super::stepmark::{MarkKind, MarkSource, StepMark, StepTotals, MARK_SKEW_NS};
 
 /// CLOCK_MONOTONIC now, in nanoseconds (Python's `time.monotonic_ns()` reads the same clock).
 pub(crate) fn monotonic_ns() -> u64 {

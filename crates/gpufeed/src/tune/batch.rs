@@ -5,7 +5,7 @@
 use super::trial::TrialExit;
 use serde::{Deserialize, Serialize};
 
-pub use super::oom::{oom_marker, OOM_MARKERS};
+use super::oom::oom_marker;
 
 /// How a trial of one batch size went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -110,7 +110,17 @@ impl Search {
 }
 
 /// How the recommended batch was chosen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
 pub enum Basis {
@@ -290,7 +300,7 @@ pub struct BatchTrial {
     pub recording: String,
     /// What `--dataloader` / `--torch` overrode (`None`: nothing injected).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub overrides: Option<Vec<crate::inject::Override>>,
+    pub overrides: Option<Vec<crate::sample::event::Override>>,
     /// Why overrides could not apply.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub override_notes: Vec<String>,

@@ -93,7 +93,7 @@ impl Setup {
         let argv: Vec<String> = self
             .command
             .iter()
-            .map(|a| params::substitute(a, &values))
+            .map(|a| crate::inject::substitute(a, &values))
             .collect();
         let label = format!("{}={bs}", self.param);
         let recording = dir.join(format!("trial-{n:02}-{}.ndjson", file_safe(&label)));

@@ -117,12 +117,12 @@ fn trial_spec(args: &Setup, plan: &Plan, i: usize, dir: &Path) -> (TrialSpec, Ve
     let argv: Vec<String> = args
         .command
         .iter()
-        .map(|a| params::substitute(a, &setting.values))
+        .map(|a| crate::inject::substitute(a, &setting.values))
         .collect();
     let env: Vec<(String, String)> = plan
         .env_t
         .iter()
-        .map(|(k, v)| (k.clone(), params::substitute(v, &setting.values)))
+        .map(|(k, v)| (k.clone(), crate::inject::substitute(v, &setting.values)))
         .collect();
     let recording = dir.join(format!(
         "trial-{:02}-{}.ndjson",

@@ -4,12 +4,13 @@
 use super::progress::{parse_tqdm, LineSplitter, RateRegex};
 use super::TuneError;
 use crate::job::{Job, JobExit, SpawnOpts};
-use crate::record::format::{End, Line, OverridesLine};
 use crate::record::reader::{read_path, Sink};
 use crate::record::recorder::{Prepared, RecorderConfig};
 use crate::record::summary::{Summary, SummaryBuilder};
 use crate::sample::event::EndReason;
-use crate::sample::steps::{monotonic_ns, MarkSource, StepMark, StepSocket, ENV_VAR};
+use crate::sample::event::{End, Line, OverridesLine};
+use crate::sample::stepmark::{MarkSource, StepMark};
+use crate::sample::steps::{monotonic_ns, StepSocket, ENV_VAR};
 use crate::sample::GpuSample;
 use crate::stats::steady::{estimate, from_counts, from_rates, Estimate, Interval};
 use serde::{Deserialize, Serialize};
@@ -54,7 +55,17 @@ pub struct TrialSpec {
 }
 
 /// Where a throughput figure came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
 pub enum Source {
@@ -106,7 +117,17 @@ impl Throughput {
 }
 
 /// Where a trial's data-wait figure came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
 pub enum WaitSource {
@@ -125,7 +146,17 @@ impl WaitSource {
 }
 
 /// How a trial ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
 pub enum Status {

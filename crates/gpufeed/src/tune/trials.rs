@@ -4,7 +4,6 @@
 
 use crate::exit::{Exit, Failure};
 use crate::job::SignalWatch;
-use crate::tune::params;
 use crate::tune::progress::RateRegex;
 use crate::tune::sweep::TrialResult;
 use crate::tune::trial::{run_trial, Live, Status, TrialOutcome, TrialSpec};
@@ -75,7 +74,7 @@ impl TrialConfig {
         let Some(tpl) = &self.batch else {
             return Ok(None);
         };
-        let s = params::substitute(tpl, values);
+        let s = crate::inject::substitute(tpl, values);
         match s.trim().parse::<f64>() {
             Ok(b) if b > 0.0 && b.is_finite() => Ok(Some(b)),
             _ => Err(usage(format!(

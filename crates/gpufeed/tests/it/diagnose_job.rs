@@ -6,7 +6,8 @@ use crate::gpufeed;
 use crate::h100_header;
 use crate::json_ok;
 use gpufeed::diagnose::job::{JobReport, JobVerdict};
-use gpufeed::record::format::{header_line, End, Line};
+use gpufeed::record::format::header_line;
+use gpufeed::sample::event::{End, Line};
 use gpufeed::sample::{GpuSample, HostSample};
 use std::path::{Path, PathBuf};
 

@@ -8,10 +8,12 @@ use gpufeed::bench::{
     self, BenchReport, CopyResult, Direction, GemmResult, HostMemory, LinkInfo, Precision,
 };
 use gpufeed::compare;
-use gpufeed::diagnose::{self, input::LogOptions, job, DiagnoseReport, InputFormat};
+use gpufeed::diagnose::input::InputFormat;
+use gpufeed::diagnose::{self, input::LogOptions, job, DiagnoseReport};
 use gpufeed::present::diagnose as render;
 use gpufeed::present::{self, OutputFormat};
-use gpufeed::trace::{ranks, report, TraceSummary};
+use gpufeed::trace::summary::TraceSummary;
+use gpufeed::trace::{ranks, report};
 use gpufeed::tune::params::{parse_knobs, product, Setting};
 use gpufeed::tune::sweep::{self, SweepReport, TrialResult};
 use gpufeed::tune::trial::{Source, Status, Throughput, TrialExit, TrialOutcome, WaitSource};

@@ -22,7 +22,7 @@ pub const GPU_BUSY_TRUSTED: f64 = super::STARVED_BUSY;
 
 /// The kind of input bottleneck the stacks show (defined in [`crate::finding`], beside the
 /// finding that carries it).
-pub use crate::finding::StackKind;
+use crate::finding::StackKind;
 
 /// Where the judged data wait comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
