@@ -24,7 +24,7 @@ pub fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
         )?;
     }
     if let Some(dir) = &args.tensorboard {
-        super::refuse_symlinked_tensorboard(dir)?;
+        crate::outfile::refuse_symlinked_tensorboard(dir)?;
     }
     let outputs: Vec<crate::outfile::Output> = [
         ("--perfetto", &args.perfetto),

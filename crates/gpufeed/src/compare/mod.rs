@@ -6,6 +6,7 @@
 //! [`crate::tune::sweep::SweepReport`], each in its own file ([`recording`], [`trace`], [`sweep`]). The command
 //! (`commands::compare`) reads the files; `present::compare` renders.
 
+pub mod files;
 pub mod recording;
 pub mod sweep;
 pub mod trace;

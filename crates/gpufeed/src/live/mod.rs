@@ -8,6 +8,7 @@
 
 pub mod http;
 pub mod sampler;
+pub mod shared;
 
 use crate::diagnose::evidence::{EvidenceBuilder, GpuEvidence};
 use crate::diagnose::{rules, verdict};
