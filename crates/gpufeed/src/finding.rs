@@ -124,8 +124,8 @@ pub enum Kind {
     PythonStacks(Option<StackKind>),
 }
 
-/// The kind of input bottleneck `input_bound` names when judged from the samples
-/// (`diagnose::rules::input::Kind`).
+/// The kind of input bottleneck `input_bound` names when judged from the samples (in
+/// `diagnose::rules::input`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum InputKind {

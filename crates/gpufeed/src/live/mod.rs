@@ -679,7 +679,7 @@ pub(crate) mod fixture {
 
     /// [`state_with_loop`] for a two-rank job: each rank sends its step markers (rank 0 at 10
     /// steps/s, rank 1 at 8) and the window's loops are those of two ranks, rank 1 waiting for
-    /// data far longer (the per-rank split itself is unit-tested in `diagnose::pyloop`).
+    /// data far longer (the per-rank split itself is unit-tested in `diagnose::evidence::pyloop`).
     pub(crate) fn state_with_ranks(gpus: u32, secs: u32) -> LiveState {
         use crate::diagnose::evidence::RankLoop;
         use crate::sample::event::StepsLine;
