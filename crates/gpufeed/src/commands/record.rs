@@ -15,7 +15,7 @@ use crate::record::summary::SummaryBuilder;
 use crate::sample::event::EndReason;
 use crate::sample::event::{End, Line, OverridesLine};
 use crate::sample::host::pid_alive;
-use crate::sample::steps::{StepSocket, ENV_VAR as STEP_ENV};
+use crate::sample::steps::{StepSocket, ENV_VAR};
 use anyhow::Context;
 use std::io::IsTerminal;
 use std::path::Path;
@@ -220,7 +220,7 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
         crate::sample::steps::for_job(None, Some("recorded"))?,
     )?;
     if let Some(s) = prepared.steps() {
-        env.push((STEP_ENV.into(), s.path().display().to_string()));
+        env.push((ENV_VAR.into(), s.path().display().to_string()));
     }
     let (watch, early_signal) = crate::job::forward_signals(prepared.tree_pids())?;
     // The recording has no name until it starts: dropping it leaves nothing behind, and an
@@ -315,10 +315,10 @@ pub fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
         );
         if let Some(p) = &step_path {
             if args.step_socket.is_some() {
-                eprintln!("gpufeed: step markers: reading {p} (the job's {STEP_ENV})");
+                eprintln!("gpufeed: step markers: reading {p} (the job's {ENV_VAR})");
             } else {
                 // A job started now (not one already running) can send its steps here.
-                eprintln!("gpufeed: step markers: start the job with {STEP_ENV}={p}");
+                eprintln!("gpufeed: step markers: start the job with {ENV_VAR}={p}");
             }
         }
     }

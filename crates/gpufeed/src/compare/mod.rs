@@ -7,9 +7,9 @@
 //! (`commands::compare`) reads the files; `present::compare` renders.
 
 pub mod files;
-pub mod recording;
-pub mod sweep;
-pub mod trace;
+mod recording;
+mod sweep;
+mod trace;
 
 use crate::stats::ratio_ci;
 use crate::stats::Speedup;

@@ -10,7 +10,7 @@ use crate::finding::{Finding, Severity};
 use crate::record::reader::Sink;
 use crate::sample::event::Line;
 use crate::sample::{GpuSample, HostSample, ProcSample};
-use crate::trace::report::Report as TraceReport;
+use crate::trace::report;
 use crate::trace::summary::StepCategory;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -619,7 +619,7 @@ pub(crate) fn diagnose_html(
 }
 
 /// The page for `analyze --html`: per-step stacked breakdown, devices and findings.
-pub(crate) fn trace_page(rep: &TraceReport) -> Result<String, HtmlError> {
+pub(crate) fn trace_page(rep: &report::Report) -> Result<String, HtmlError> {
     let mut s = String::new();
     let names: Vec<String> = rep.traces.iter().map(|t| t.path.clone()).collect();
     let _ = write!(

@@ -15,7 +15,7 @@ use super::report::{RankJob, RankLine, Report, SCHEMA_VERSION};
 use super::rules::{self, STRAGGLER_RATIO};
 use super::{analyze_path, TraceError, TraceSummary};
 use crate::exit::{Exit, Failure};
-use crate::finding::{rank as rank_findings, Finding, FindingId, Severity};
+use crate::finding::{self, Finding, FindingId, Severity};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -300,7 +300,7 @@ pub fn job_report(digests: Vec<RankDigest>, lowest: TraceSummary, world_size: u6
     lines.sort_by_key(|l| l.rank);
     let mut findings = merge_findings(per_rank);
     findings.extend(straggler);
-    rank_findings(&mut findings);
+    finding::rank(&mut findings);
     let verdict = super::verdict::decide(&findings, super::report::mean_busy(&lines));
     let job = RankJob {
         world_size,
