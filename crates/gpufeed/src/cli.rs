@@ -125,7 +125,7 @@ pub enum Command {
     Man(ManArgs),
 }
 
-pub use crate::present::OutputFormat;
+use crate::present::OutputFormat;
 
 /// On or off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]

@@ -124,8 +124,8 @@ pub enum Kind {
     PythonStacks(Option<StackKind>),
 }
 
-/// The kind of input bottleneck `input_bound` names when judged from the samples
-/// (`diagnose::rules::input::Kind`).
+/// The kind of input bottleneck `input_bound` names when judged from the samples (in
+/// `diagnose::rules::input`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum InputKind {
@@ -185,6 +185,9 @@ pub enum Basis {
         /// The slowest data stage, when one stands out.
         hot_stage: Option<String>,
     },
+    /// `input_bound` judged from the samples: whether a threshold named its kind (`false`: the
+    /// kind is the nearest one, or unknown).
+    Input { kind_is_clear: bool },
     /// A cause named as a candidate (`batch_too_small`), with how likely it is.
     Candidate { confidence: f64 },
     /// `throttled`: share of the observed time with clocks held down (rounded as in the
@@ -276,12 +279,18 @@ mod tests {
 
     #[test]
     fn derived_strings_are_the_wire_strings() {
-        use crate::diagnose::rules::{gpus, input, stacks};
         same_as_json::<FindingId>();
         same_as_json::<Severity>();
         same_as_json::<crate::diagnose::verdict::VerdictId>();
         same_as_json::<crate::diagnose::input::InputFormat>();
-        same_as_json::<gpus::GpuState>();
+        same_as_json::<crate::diagnose::evidence::GpuState>();
+        same_as_json::<crate::diagnose::evidence::Role>();
+        same_as_json::<crate::diagnose::job::JobVerdict>();
+        same_as_json::<crate::sample::event::EndReason>();
+        same_as_json::<crate::tune::trial::Status>();
+        same_as_json::<crate::tune::trial::Source>();
+        same_as_json::<crate::tune::trial::WaitSource>();
+        same_as_json::<crate::tune::batch::Basis>();
         same_as_json::<crate::sample::pyphase::Phase>();
         same_as_json::<crate::sample::pyphase::StageKind>();
         same_as_json::<crate::sample::pystacks::PyStatus>();
@@ -294,7 +303,7 @@ mod tests {
         same_as_json::<crate::compare::Direction>();
         same_as_json::<crate::bench::Precision>();
         // Evidence strings (no serde of their own): as the evidence has always spelt them.
-        let kinds: Vec<&str> = input::Kind::ALL.iter().map(|k| k.as_str()).collect();
+        let kinds: Vec<&str> = InputKind::ALL.iter().map(|k| k.as_str()).collect();
         assert_eq!(
             kinds,
             [
@@ -305,7 +314,7 @@ mod tests {
                 "unknown"
             ]
         );
-        let kinds: Vec<&str> = stacks::StackKind::ALL.iter().map(|k| k.as_str()).collect();
+        let kinds: Vec<&str> = StackKind::ALL.iter().map(|k| k.as_str()).collect();
         assert_eq!(
             kinds,
             [
@@ -316,8 +325,14 @@ mod tests {
                 "workers_restarted"
             ]
         );
-        assert_eq!(stacks::WaitSource::PythonStacks.as_str(), "python_stacks");
-        assert_eq!(stacks::WaitSource::StepProbe.as_str(), "step_probe");
+        assert_eq!(
+            crate::diagnose::rules::stacks::WaitSource::PythonStacks.as_str(),
+            "python_stacks"
+        );
+        assert_eq!(
+            crate::diagnose::rules::stacks::WaitSource::StepProbe.as_str(),
+            "step_probe"
+        );
         let cats: Vec<&str> = crate::trace::summary::StepCategory::ALL
             .iter()
             .map(|c| c.as_str())

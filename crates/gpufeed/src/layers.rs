@@ -15,16 +15,18 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("finding", &[]),
     ("stats", &["units"]),
     ("outfile", &["exit"]),
-    ("job", &["exit"]),
+    ("job", &["exit", "outfile"]),
     // Sources and what they produce.
     ("sample", &["exit", "outfile", "stats", "units"]),
     ("inject", &["exit", "outfile", "sample"]),
     ("import", &["sample", "stats", "units"]),
     (
         "record",
-        &["exit", "inject", "json", "outfile", "sample", "units"],
+        &[
+            "exit", "inject", "job", "json", "outfile", "sample", "units",
+        ],
     ),
-    ("trace", &["finding", "json", "stats", "units"]),
+    ("trace", &["exit", "finding", "json", "stats", "units"]),
     // Evidence, rules, findings.
     (
         "diagnose",
@@ -32,7 +34,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "exit", "finding", "import", "record", "sample", "stats", "units",
         ],
     ),
-    ("live", &["diagnose", "finding", "record", "sample"]),
+    ("live", &["diagnose", "exit", "finding", "record", "sample"]),
     (
         "tune",
         &[
@@ -42,7 +44,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "compare",
-        &["diagnose", "finding", "stats", "trace", "tune", "units"],
+        &[
+            "diagnose", "exit", "finding", "stats", "trace", "tune", "units",
+        ],
     ),
     ("bench", &["exit", "outfile", "sample", "units"]),
     ("doctor", &["bench", "exit", "outfile", "sample", "units"]),
@@ -59,7 +63,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "cli",
         &[
-            "bench", "diagnose", "doctor", "exit", "inject", "present", "record", "sample",
+            "bench", "diagnose", "doctor", "exit", "inject", "present", "record", "sample", "tune",
         ],
     ),
     (
@@ -277,7 +281,7 @@ fn sources(dir: &str) -> Vec<(String, String)> {
 }
 
 /// Layering: `cli` declares arguments and imports nothing from `commands`; a command uses
-/// only the helpers beneath it (`trials`, this module), never another command.
+/// only the helpers of `commands/mod.rs` beneath it, never another command.
 #[test]
 fn cli_and_commands_import_one_way() {
     let cli = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cli.rs");
@@ -293,7 +297,7 @@ fn cli_and_commands_import_one_way() {
     let names: Vec<String> = commands
         .iter()
         .map(|(n, _)| n.trim_end_matches(".rs").to_string())
-        .filter(|n| n != "mod" && n != "trials")
+        .filter(|n| n != "mod")
         .collect();
     for (file, src) in &commands {
         for other in &names {
@@ -304,6 +308,41 @@ fn cli_and_commands_import_one_way() {
                          beneath both"
                 );
             }
+        }
+    }
+}
+
+/// The most lines of code (no blank lines, comments or test modules) `commands/` may hold: it only
+/// parses arguments, calls the layers beneath and exits. A command that grows past it has logic
+/// that belongs beneath (the searches in `tune`, the trace grouping in `trace::ranks`, ...).
+const COMMANDS_MAX_LINES: usize = 1500;
+
+#[test]
+fn commands_stay_thin() {
+    let lines: usize = all_files()
+        .iter()
+        .filter(|(p, _)| p.first().is_some_and(|m| m == "commands"))
+        .map(|(_, code)| code.lines().filter(|l| !l.trim().is_empty()).count())
+        .sum();
+    assert!(
+        lines <= COMMANDS_MAX_LINES,
+        "commands/ holds {lines} lines of code, more than {COMMANDS_MAX_LINES}: move the logic \
+         into the layer it belongs to"
+    );
+}
+
+/// One path per item: no glob re-export (`pub use a::*`) and no re-export under another name
+/// (`pub use a::B as C`), so a type is named where it is defined or through one explicit list.
+#[test]
+fn no_glob_or_renaming_re_exports() {
+    for (path, code) in all_files() {
+        for line in code.lines().map(str::trim) {
+            let re_export = line.starts_with("pub use ") || line.starts_with("pub(crate) use ");
+            assert!(
+                !(re_export && (line.ends_with("::*;") || line.contains(" as "))),
+                "{}: `{line}`: re-export each item once, under its own name",
+                path.join("::")
+            );
         }
     }
 }

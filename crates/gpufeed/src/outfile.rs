@@ -215,6 +215,15 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_atomic_with(path, |w| w.write_all(bytes))
 }
 
+/// Writes a report file (`--html`, `--export-*`, a sweep's own files) whole or not at all: through
+/// a temporary file and a rename ([`write_atomic`]), so a reader or a crash never sees half a
+/// report and a symlink at `path` is never followed. Presenters only make the bytes; this is
+/// where they reach the disk. The error names the file (bad input or output, exit 3).
+pub fn write_report(path: &Path, bytes: impl AsRef<[u8]>) -> Result<(), crate::exit::Failure> {
+    write_atomic(path, bytes.as_ref())
+        .map_err(|e| crate::exit::Failure::input(format!("cannot write {}: {e}", path.display())))
+}
+
 /// True when `a` and `b` name the same file: the same inode when both exist, else the same
 /// folder (symlinks resolved) and the same name.
 pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
@@ -425,6 +434,85 @@ pub(crate) fn private_base() -> PathBuf {
         tmp
     } else {
         PathBuf::from("/tmp")
+    }
+}
+
+/// Refuses (exit 2) a `--tensorboard DIR` that is a symlink: no output follows one.
+pub fn refuse_symlinked_tensorboard(dir: &Path) -> Result<(), crate::exit::Failure> {
+    if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(crate::exit::Failure::new(
+            crate::exit::Exit::Usage,
+            format!(
+                "--tensorboard {} is a symlink: give the real folder it points to, or another folder",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `run --tensorboard DIR`, before the job starts (else a file there or a folder that cannot
+/// be written would be found out only after the job ended): DIR is no symlink, is a
+/// folder or can be made one, and a file can be created in it. Exit 2 otherwise.
+pub fn check_tensorboard_dir(dir: &Path) -> Result<(), crate::exit::Failure> {
+    refuse_symlinked_tensorboard(dir)?;
+    let bad = |why: String| {
+        crate::exit::Failure::new(
+            crate::exit::Exit::Usage,
+            format!(
+                "--tensorboard {}: {why}; choose another folder",
+                dir.display()
+            ),
+        )
+    };
+    if std::fs::symlink_metadata(dir).is_ok_and(|m| !m.is_dir()) {
+        return Err(bad("it is a file, not a folder".into()));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| bad(format!("cannot create the folder ({e})")))?;
+    tempfile::Builder::new()
+        .prefix(".gpufeed-write-check-")
+        .tempfile_in(dir)
+        .map(drop)
+        .map_err(|e| bad(format!("cannot write in it ({e})")))
+}
+
+/// Writes `bytes` as `name` into the `--tensorboard` folder `dir` (created if absent) and returns
+/// its path. `replace`: a file of that name is replaced (`export` again); else a name taken
+/// meanwhile gets a suffix (`run`: never another run's scalars).
+pub fn write_into_tensorboard_dir(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    replace: bool,
+) -> Result<PathBuf, crate::exit::Failure> {
+    refuse_symlinked_tensorboard(dir)?;
+    std::fs::create_dir_all(dir).map_err(|e| {
+        crate::exit::Failure::input(format!(
+            "cannot create the TensorBoard directory {}: {e}",
+            dir.display()
+        ))
+    })?;
+    let path = dir.join(name);
+    if replace {
+        write_report(&path, bytes)?;
+        return Ok(path);
+    }
+    let cannot = |e: &dyn std::fmt::Display| {
+        crate::exit::Failure::input(format!("cannot write {}: {e}", path.display()))
+    };
+    let pending = Pending::new(&path, Clobber::Suffix).map_err(|e| cannot(&e))?;
+    pending.file().write_all(bytes).map_err(|e| cannot(&e))?;
+    let (_, name) = pending.commit().map_err(|e| cannot(&e))?;
+    Ok(name)
+}
+
+/// Writes generated text to stdout; a closed pipe (`| head`) is not an error.
+pub fn print_stdout(bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut so = std::io::stdout().lock();
+    match so.write_all(bytes).and_then(|()| so.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r,
     }
 }
 

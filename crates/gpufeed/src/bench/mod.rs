@@ -9,8 +9,8 @@
 //! the GPU and [`saved`] keeps the best pinned bandwidths in `~/.cache/gpufeed/bench.json`. Its
 //! text is rendered by `present::bench`.
 
-pub mod measure;
-pub mod saved;
+mod measure;
+mod saved;
 
 pub use measure::{cuda_driver_present, run};
 pub use saved::{default_saved_path, saved_entry, SavedBench, SavedGpu};

@@ -1,7 +1,7 @@
 //! Arguments of `gpufeed diagnose`.
 
 use super::*;
-use crate::diagnose::InputFormat;
+use crate::diagnose::input::InputFormat;
 
 #[derive(Debug, Clone, Args)]
 pub struct DiagnoseArgs {

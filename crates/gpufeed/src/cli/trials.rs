@@ -49,6 +49,28 @@ pub struct TrialOpts {
     pub no_auto_steps: bool,
 }
 
+impl TrialOpts {
+    /// The options as the trial runner takes them.
+    pub fn config(&self, global: &crate::cli::GlobalOpts) -> crate::tune::trials::TrialConfig {
+        crate::tune::trials::TrialConfig {
+            min_time: self.min_time,
+            max_time: self.max_time,
+            tolerance: self.tolerance,
+            rate_regex: self.rate_regex.clone(),
+            rate_unit: self.rate_unit.clone(),
+            batch: self.batch.clone(),
+            show_output: self.show_output,
+            interval: self.interval,
+            grace: self.grace,
+            output_dir: self.output_dir.clone(),
+            quiet: self.quiet,
+            py: self.py.config(false),
+            auto_steps: !self.no_auto_steps,
+            nvml_lib: global.nvml_lib.clone(),
+        }
+    }
+}
+
 /// `3%`, `0.03` or `3` (percent when above 1).
 pub fn parse_fraction(s: &str) -> Result<f64, String> {
     let t = s.trim();

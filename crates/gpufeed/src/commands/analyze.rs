@@ -27,28 +27,11 @@
 use crate::cli::{AnalyzeArgs, GlobalOpts};
 use crate::exit::{Exit, Failure};
 use crate::outfile::Output;
-use crate::present::trace as present_trace;
 use crate::present::OutputFormat;
-use crate::trace::{self, ranks, report, TraceError};
-
-fn input_error(e: TraceError) -> anyhow::Error {
-    let hint = match &e {
-        TraceError::Io { .. } => "check the path",
-        TraceError::Empty | TraceError::NoEvents | TraceError::NoUsableEvents(_) => {
-            "export one with torch.profiler ... on_trace_ready=tensorboard_trace_handler(dir)"
-        }
-        TraceError::NotATrace(_) => "pass a .json or .json.gz file written by the PyTorch profiler",
-        TraceError::EmptyDir(_) => "pass the directory tensorboard_trace_handler wrote to",
-    };
-    anyhow::Error::new(Failure::input(format!("{e}; {hint}")))
-}
-
-/// Up to this many traces keep their full summaries while they are classified (ranks of one job
-/// or not); more are re-read one at a time when they turn out to be unrelated traces.
-const KEEP_FULL: usize = 16;
+use crate::trace::{self, ranks, report};
 
 pub fn run(_global: &GlobalOpts, args: &AnalyzeArgs) -> anyhow::Result<u8> {
-    let paths = trace::expand_paths(&args.paths).map_err(input_error)?;
+    let paths = trace::expand_paths(&args.paths).map_err(ranks::input_error)?;
     if let Some(h) = &args.html {
         crate::outfile::refuse_same_as_input("--html", h, paths.iter().map(|p| p.as_path()))?;
     }
@@ -64,71 +47,18 @@ pub fn run(_global: &GlobalOpts, args: &AnalyzeArgs) -> anyhow::Result<u8> {
         .filter_map(|(o, p)| Some(Output::new(o, p.as_deref()?)))
         .collect();
     crate::outfile::refuse_shared_outputs(&outputs)?;
-    if paths.len() == 1 {
-        let t = trace::analyze_path(&paths[0]).map_err(input_error)?;
-        return emit(args, &[report::Report::new(vec![t])]);
-    }
-    if paths.iter().any(|p| p.as_os_str() == "-") {
-        return Err(anyhow::Error::new(Failure::new(
-            Exit::Usage,
-            "- (stdin) is one trace: pass it alone, or pass files",
-        )));
-    }
-    let keep_full = paths.len() <= KEEP_FULL;
-    let a = ranks::analyze_all(&paths, keep_full, None);
-    let mut digests = Vec::new();
-    let mut ok = Vec::new();
-    for (i, (p, r)) in paths.iter().zip(a.digests).enumerate() {
-        match r {
-            Ok(d) => {
-                digests.push(d);
-                ok.push(i);
-            }
-            Err(e) => eprintln!("gpufeed: warning: skipping {}: {e}", p.display()),
-        }
-    }
-    if digests.is_empty() {
-        return Err(anyhow::Error::new(Failure::input(
-            "none of the traces could be read; see the warnings above",
-        )));
-    }
-    let ids: Vec<(Option<u64>, Option<u64>)> = digests
-        .iter()
-        .map(|d| (d.line.rank, d.world_size))
-        .collect();
-    match ranks::one_job(&ids) {
-        Ok(world) if digests.len() > 1 => {
-            let lowest = a.lowest.unwrap_or_default();
-            emit(args, &[ranks::job_report(digests, lowest, world)])
-        }
-        Ok(_) => {
-            // One readable trace left: analyzed alone.
-            let t = match a.full.into_iter().nth(ok[0]).flatten() {
-                Some(t) => t,
-                None => trace::analyze_path(&paths[ok[0]]).map_err(input_error)?,
-            };
-            emit(args, &[report::Report::new(vec![t])])
-        }
-        Err(why) => {
+    match ranks::group(&paths)? {
+        ranks::Grouped::One(r) => emit(args, &[*r]),
+        ranks::Grouped::Unrelated { reports, why, n } => {
             eprintln!(
-                "gpufeed: these {} traces are not ranks of one job ({why}): each is analyzed on its \
-                 own; to measure a change between two of them, run `gpufeed compare BEFORE AFTER`",
-                digests.len()
+                "gpufeed: these {n} traces are not ranks of one job ({why}): each is analyzed on its \
+                 own; to measure a change between two of them, run `gpufeed compare BEFORE AFTER`"
             );
             if args.html.is_some() {
                 return Err(anyhow::Error::new(Failure::new(
                     Exit::Usage,
                     "--html takes one trace or the ranks of one job; run analyze --html on each trace",
                 )));
-            }
-            let mut full = a.full;
-            let mut reports = Vec::with_capacity(ok.len());
-            for i in ok {
-                let t = match full.get_mut(i).and_then(Option::take) {
-                    Some(t) => t,
-                    None => trace::analyze_path(&paths[i]).map_err(input_error)?,
-                };
-                reports.push(report::Report::new(vec![t]));
             }
             emit(args, &reports)
         }
@@ -141,7 +71,7 @@ fn emit(args: &AnalyzeArgs, reports: &[report::Report]) -> anyhow::Result<u8> {
     if let (Some(h), [rep]) = (&args.html, reports) {
         let page = crate::present::html::trace_page(rep)
             .map_err(|e| anyhow::Error::new(Failure::with(Exit::Input, e)))?;
-        super::write_report(h, page)?;
+        crate::outfile::write_report(h, page)?;
         eprintln!("gpufeed: wrote {}", h.display());
     }
     if let Some(p) = &args.export_json {
@@ -149,21 +79,21 @@ fn emit(args: &AnalyzeArgs, reports: &[report::Report]) -> anyhow::Result<u8> {
             [rep] => serde_json::to_string_pretty(rep)?,
             _ => serde_json::to_string_pretty(reports)?,
         };
-        super::write_report(p, json + "\n")?;
+        crate::outfile::write_report(p, json + "\n")?;
         eprintln!("gpufeed: wrote {}", p.display());
     }
     let one = |rep: &report::Report| -> anyhow::Result<String> {
         let job = rep
             .job
             .as_ref()
-            .map(present_trace::job_text)
+            .map(crate::present::trace::job_text)
             .unwrap_or_default();
         Ok(match args.format {
             OutputFormat::Json => serde_json::to_string_pretty(rep)? + "\n",
             OutputFormat::Text | OutputFormat::Html => {
-                job + &present_trace::text_with(rep, args.steps, args.verbose)
+                job + &crate::present::trace::text_with(rep, args.steps, args.verbose)
             }
-            OutputFormat::Markdown => present_trace::markdown(rep, args.steps) + &job,
+            OutputFormat::Markdown => crate::present::trace::markdown(rep, args.steps) + &job,
         })
     };
     let out = match (args.format, reports) {

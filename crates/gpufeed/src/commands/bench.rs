@@ -1,8 +1,9 @@
 //! `gpufeed bench`: copy bandwidth and GEMM throughput on the GPU; exit 5 without one.
 
 use crate::bench::{self, BenchOptions, SavedBench};
-use crate::cli::{BenchArgs, GlobalOpts, OutputFormat};
+use crate::cli::{BenchArgs, GlobalOpts};
 use crate::exit::{Exit, Failure};
+use crate::present::OutputFormat;
 use std::io::Write;
 
 pub fn run(global: &GlobalOpts, args: &BenchArgs) -> anyhow::Result<u8> {

@@ -18,7 +18,7 @@ pub fn write(shell: Shell, out: &mut dyn Write) {
 pub fn run(_global: &GlobalOpts, args: &CompletionsArgs) -> anyhow::Result<u8> {
     let mut buf = Vec::new();
     write(args.shell, &mut buf);
-    super::print_stdout(&buf)?;
+    crate::outfile::print_stdout(&buf)?;
     Ok(Exit::Ok.code())
 }
 

@@ -58,7 +58,7 @@ pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
         let mut s = args.html.as_ref().map(|_| RecordingSeries::default());
         let r = diagnose::diagnose_file_with(f, args.input_format, &opts, &mut s)
             .map_err(super::diagnose_failure)?;
-        series.push(s.filter(|_| r.source.format == diagnose::InputFormat::Recording));
+        series.push(s.filter(|_| r.source.format == diagnose::input::InputFormat::Recording));
         reports.push(r);
     }
     if let Some(h) = &args.html {
@@ -68,7 +68,7 @@ pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
             .collect();
         let page = crate::present::html::diagnose_html(&pages)
             .map_err(|e| anyhow::Error::new(Failure::with(Exit::Input, e)))?;
-        super::write_report(h, page)?;
+        crate::outfile::write_report(h, page)?;
         eprintln!("gpufeed: wrote {}", h.display());
     }
     if let Some(p) = &args.export_json {
@@ -77,7 +77,7 @@ pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
         } else {
             serde_json::to_string_pretty(&reports)?
         } + "\n";
-        super::write_report(p, json)?;
+        crate::outfile::write_report(p, json)?;
         eprintln!("gpufeed: wrote {}", p.display());
     }
     let out = match args.format {

@@ -1,8 +1,9 @@
 //! `gpufeed doctor`: check the machine and its software stack; exit 4 when a check fails.
 
-use crate::cli::{DoctorArgs, GlobalOpts, OutputFormat};
+use crate::cli::{DoctorArgs, GlobalOpts};
 use crate::doctor::{self, Options, Workload};
 use crate::exit::Exit;
+use crate::present::OutputFormat;
 use std::io::Write;
 
 pub fn run(global: &GlobalOpts, args: &DoctorArgs) -> anyhow::Result<u8> {

@@ -2,8 +2,8 @@
 //! `gpufeed export --tensorboard DIR RECORDING`.
 
 use crate::cli::{ExportArgs, GlobalOpts};
+use crate::diagnose::input::InputFormat;
 use crate::diagnose::input::LogOptions;
-use crate::diagnose::InputFormat;
 use crate::exit::{Exit, Failure};
 use crate::present::perfetto;
 use crate::present::tensorboard::TbSeries;
@@ -24,7 +24,7 @@ pub fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
         )?;
     }
     if let Some(dir) = &args.tensorboard {
-        super::refuse_symlinked_tensorboard(dir)?;
+        crate::outfile::refuse_symlinked_tensorboard(dir)?;
     }
     let outputs: Vec<crate::outfile::Output> = [
         ("--perfetto", &args.perfetto),

@@ -45,7 +45,7 @@ pub fn render(command: Option<&str>) -> Result<Vec<u8>, Failure> {
 
 pub fn run(_global: &GlobalOpts, args: &ManArgs) -> anyhow::Result<u8> {
     let page = render(args.command.as_deref())?;
-    super::print_stdout(&page).context("writing the man page")?;
+    crate::outfile::print_stdout(&page).context("writing the man page")?;
     Ok(Exit::Ok.code())
 }
 

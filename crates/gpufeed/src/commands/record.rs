@@ -1,19 +1,21 @@
 //! `gpufeed run` and `gpufeed record`.
 
-use crate::cli::{GlobalOpts, OutputFormat, RecordArgs, RecordingOpts, RunArgs};
+use crate::cli::{GlobalOpts, RecordArgs, RecordingOpts, RunArgs};
+use crate::diagnose::input::InputFormat;
 use crate::diagnose::input::LogOptions;
-use crate::diagnose::InputFormat;
-use crate::exit::{Exit, Failure, HasExit};
-use crate::job::{signal_all, Job, Received, SignalWatch};
+use crate::exit::{Exit, Failure};
+use crate::job::{Job, SignalWatch};
 use crate::outfile::{refuse_same_as_input, Clobber, Output};
 use crate::present;
 use crate::present::html::RecordingSeries;
 use crate::present::tensorboard::TbSeries;
-use crate::record::format::{End, Line, OverridesLine};
+use crate::present::OutputFormat;
 use crate::record::recorder::{default_output_name, Prepared, Recorder, RecorderConfig};
 use crate::record::summary::SummaryBuilder;
+use crate::sample::event::EndReason;
+use crate::sample::event::{End, Line, OverridesLine};
 use crate::sample::host::pid_alive;
-use crate::sample::steps::{StepSocket, ENV_VAR as STEP_ENV};
+use crate::sample::steps::{StepSocket, ENV_VAR};
 use anyhow::Context;
 use std::io::IsTerminal;
 use std::path::Path;
@@ -115,7 +117,7 @@ fn print_summary(
     if let Some(h) = html {
         match present::html::diagnose_html(&[(&diagnosis, series.as_ref())])
             .map_err(|e| e.to_string())
-            .and_then(|page| super::write_report(h, page).map_err(|e| e.to_string()))
+            .and_then(|page| crate::outfile::write_report(h, page).map_err(|e| e.to_string()))
         {
             Ok(()) => eprintln!("gpufeed: wrote {}", h.display()),
             Err(e) => eprintln!("gpufeed: HTML report: {e}"),
@@ -185,53 +187,9 @@ fn check_run_args(args: &RunArgs) -> anyhow::Result<Option<crate::inject::Inject
     .collect();
     crate::outfile::refuse_shared_outputs(&outputs)?;
     if let Some(dir) = &args.tensorboard {
-        super::check_tensorboard_dir(dir)?;
+        crate::outfile::check_tensorboard_dir(dir)?;
     }
     Ok(inject)
-}
-
-/// Signals: one from the terminal reached the whole foreground group, the job included; one
-/// sent to gpufeed alone (kill, a scheduler) is forwarded to every process of the job. Installed
-/// before the job starts, so no signal can kill gpufeed and orphan the job. Returns the watch
-/// and the last signal received (0: none).
-fn forward_signals(prepared: &Prepared) -> anyhow::Result<(SignalWatch, Arc<AtomicI32>)> {
-    let pids = prepared.tree_pids();
-    let early_signal = Arc::new(AtomicI32::new(0));
-    let early = Arc::clone(&early_signal);
-    let watch = SignalWatch::start(move |r: Received| {
-        early.store(r.signal, Ordering::SeqCst);
-        if !r.from_terminal {
-            let targets = pids.lock().map(|p| p.clone()).unwrap_or_default();
-            signal_all(&targets, r.signal);
-        }
-    })
-    .map_err(Failure::from)?;
-    Ok((watch, early_signal))
-}
-
-/// How the job ended, for the recording's end line, and gpufeed's exit code (the shell's).
-fn job_end(status: Result<crate::job::JobExit, crate::job::JobError>) -> (End, u8) {
-    match status {
-        Ok(st) => (
-            End {
-                exit_code: st.code(),
-                signal: st.signal(),
-                reason: Some("job_exited".into()),
-                ..Default::default()
-            },
-            st.shell_code(),
-        ),
-        Err(e) => (
-            End {
-                reason: Some("lost_job".into()),
-                ..Default::default()
-            },
-            {
-                eprintln!("gpufeed: {e}");
-                e.exit().code()
-            },
-        ),
-    }
 }
 
 /// What the overrides did: into the recording, or (unrecorded job) on stderr.
@@ -259,12 +217,12 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
     let prepared = prepare(
         global,
         &args.rec,
-        super::step_socket(None, Some("recorded"))?,
+        crate::sample::steps::for_job(None, Some("recorded"))?,
     )?;
     if let Some(s) = prepared.steps() {
-        env.push((STEP_ENV.into(), s.path().display().to_string()));
+        env.push((ENV_VAR.into(), s.path().display().to_string()));
     }
-    let (watch, early_signal) = forward_signals(&prepared)?;
+    let (watch, early_signal) = crate::job::forward_signals(prepared.tree_pids())?;
     // The recording has no name until it starts: dropping it leaves nothing behind, and an
     // existing file at --output (with --force) is untouched.
     let cleanup = drop::<Prepared>;
@@ -303,7 +261,7 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
 
     let status = job.wait();
     drop(watch);
-    let (end, code) = job_end(status);
+    let (end, code) = crate::record::recorder::job_end(status);
     if let Some(i) = &inject {
         report_overrides(i, recorder.as_ref(), args.rec.quiet);
     }
@@ -335,7 +293,7 @@ pub fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
             .into());
         }
     }
-    let steps = super::step_socket(args.step_socket.as_deref(), Some("recorded"))?;
+    let steps = crate::sample::steps::for_job(args.step_socket.as_deref(), Some("recorded"))?;
     let prepared = prepare(global, &args.rec, steps)?;
     let step_path = prepared.steps().map(|s| s.path().display().to_string());
     let recorder = prepared
@@ -357,10 +315,10 @@ pub fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
         );
         if let Some(p) = &step_path {
             if args.step_socket.is_some() {
-                eprintln!("gpufeed: step markers: reading {p} (the job's {STEP_ENV})");
+                eprintln!("gpufeed: step markers: reading {p} (the job's {ENV_VAR})");
             } else {
                 // A job started now (not one already running) can send its steps here.
-                eprintln!("gpufeed: step markers: start the job with {STEP_ENV}={p}");
+                eprintln!("gpufeed: step markers: start the job with {ENV_VAR}={p}");
             }
         }
     }
@@ -369,19 +327,19 @@ pub fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
     let reason = loop {
         std::thread::sleep(Duration::from_millis(50));
         if got_signal.load(Ordering::SeqCst) != 0 {
-            break "interrupted";
+            break EndReason::Interrupted;
         }
         if args.duration.is_some_and(|d| started.elapsed() >= d) {
-            break "duration";
+            break EndReason::Duration;
         }
         if watched.as_ref().is_some_and(|w| !w.alive()) {
-            break "attached_exited";
+            break EndReason::AttachedExited;
         }
     };
     drop(watch);
     let path = recorder
         .finish(End {
-            reason: Some(reason.into()),
+            reason: Some(reason),
             ..Default::default()
         })
         .context("finishing the recording")?;

@@ -8,137 +8,16 @@ use crate::cli::{GlobalOpts, WatchArgs};
 use crate::exit::{Exit, Failure};
 use crate::live::sampler::{LiveSampler, SamplerConfig};
 use crate::live::{LiveState, DEFAULT_WINDOW_S};
-use crate::record::format::{End, Header, Line};
-use crate::record::recorder::default_output_name;
-use crate::record::writer::{Compression, RecordingWriter};
-use crate::tui::{self, Action, Key, Ui};
-use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
-use ratatui::crossterm::{execute, terminal};
+use crate::record::recorder::LiveRecording;
+use crate::sample::event::Line;
+use crate::tui::{self, Action, Ui};
+use ratatui::crossterm::event::{self, Event, KeyEventKind};
 use std::io::IsTerminal;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
-
-/// The recording started with `r`.
-struct Recording {
-    path: PathBuf,
-    out: RecordingWriter<std::fs::File>,
-}
-
-/// Bytes held before they are written (one zstd frame each).
-const WATCH_FLUSH_BYTES: usize = 128 * 1024;
-
-impl Recording {
-    /// `defs`: the Python frame and stack definitions seen so far (each is sent once, so a
-    /// recording started later needs them written first).
-    fn start<'a>(
-        header: &Header,
-        defs: impl Iterator<Item = &'a Line>,
-    ) -> std::io::Result<Recording> {
-        // A new file under a unique default name (suffixed when taken): nothing is overwritten.
-        let pending = crate::outfile::Pending::new(
-            &default_output_name(SystemTime::now()),
-            crate::outfile::Clobber::Suffix,
-        )
-        .map_err(std::io::Error::other)?;
-        let compression = Compression::for_path(pending.target());
-        let mut first = RecordingWriter::new(pending.file(), compression)?;
-        first.header(header);
-        first.flush()?;
-        let (file, path) = pending.commit().map_err(std::io::Error::other)?;
-        let out = RecordingWriter::new(file, compression)?;
-        let mut r = Recording { path, out };
-        for d in defs {
-            r.write(d)?;
-        }
-        Ok(r)
-    }
-    fn write(&mut self, l: &Line) -> std::io::Result<()> {
-        self.out.line(&mut l.clone())?;
-        if self.out.pending() >= WATCH_FLUSH_BYTES {
-            self.out.flush()?;
-        }
-        Ok(())
-    }
-    fn finish(mut self, t_s: f64) -> std::io::Result<PathBuf> {
-        self.write(&Line::End(End {
-            t_s,
-            reason: Some("watch_stopped".into()),
-            ..Default::default()
-        }))?;
-        self.out.flush()?;
-        Ok(self.path)
-    }
-}
-
-/// Puts the terminal back however `watch` ends (error, panic).
-struct TermGuard;
-impl TermGuard {
-    fn enter() -> std::io::Result<TermGuard> {
-        terminal::enable_raw_mode()?;
-        let g = TermGuard;
-        execute!(std::io::stdout(), terminal::EnterAlternateScreen)?;
-        Ok(g)
-    }
-}
-impl Drop for TermGuard {
-    fn drop(&mut self) {
-        let _ = execute!(std::io::stdout(), terminal::LeaveAlternateScreen);
-        let _ = terminal::disable_raw_mode();
-    }
-}
-
-fn key_of(code: KeyCode, mods: KeyModifiers) -> Key {
-    match code {
-        KeyCode::Char('q') | KeyCode::Esc => Key::Quit,
-        KeyCode::Char('c') if mods.contains(KeyModifiers::CONTROL) => Key::Quit,
-        KeyCode::Char('p') | KeyCode::Char(' ') => Key::Pause,
-        KeyCode::Char('r') => Key::Record,
-        KeyCode::Tab | KeyCode::Right => Key::Tab,
-        KeyCode::BackTab | KeyCode::Left => Key::BackTab,
-        KeyCode::Up | KeyCode::Char('k') => Key::Up,
-        KeyCode::Down | KeyCode::Char('j') => Key::Down,
-        _ => Key::Other,
-    }
-}
-
-fn spawn_job(args: &WatchArgs, env: &[(String, String)]) -> anyhow::Result<Child> {
-    // The log replaces an earlier one by rename (a symlink there is replaced, never followed).
-    let log = crate::outfile::Pending::new(&args.job_log, crate::outfile::Clobber::Replace)
-        .and_then(|p| p.commit())
-        .map(|(f, _)| f)
-        .map_err(|e| {
-            Failure::input(format!(
-                "cannot create the job's log {}: {e} (choose another with --job-log)",
-                args.job_log.display()
-            ))
-        })?;
-    let err = log
-        .try_clone()
-        .map_err(|e| Failure::with(Exit::Failure, e))?;
-    let (prog, rest) = args
-        .command
-        .split_first()
-        .ok_or_else(|| Failure::new(Exit::Usage, "no command given"))?;
-    Command::new(prog)
-        .args(rest)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(err)
-        .spawn()
-        .map_err(|e| {
-            let exit = match e.kind() {
-                std::io::ErrorKind::NotFound => Exit::NotFound,
-                std::io::ErrorKind::PermissionDenied => Exit::CannotExecute,
-                _ => Exit::Failure,
-            };
-            anyhow::Error::new(Failure::new(exit, format!("cannot start {prog}: {e}")))
-        })
-}
+use std::time::{Duration, Instant};
 
 pub fn run(global: &GlobalOpts, args: &WatchArgs) -> anyhow::Result<u8> {
     if args.refresh > Duration::from_millis(500) || args.refresh < Duration::from_millis(20) {
@@ -187,7 +66,7 @@ pub fn run(global: &GlobalOpts, args: &WatchArgs) -> anyhow::Result<u8> {
     let steps = if args.step_socket.is_none() && args.command.is_empty() {
         None
     } else {
-        super::step_socket(args.step_socket.as_deref(), None)?
+        crate::sample::steps::for_job(args.step_socket.as_deref(), None)?
     };
     if let Some(s) = &steps {
         env.push((
@@ -198,7 +77,11 @@ pub fn run(global: &GlobalOpts, args: &WatchArgs) -> anyhow::Result<u8> {
     let mut job = if args.command.is_empty() {
         None
     } else {
-        Some(spawn_job(args, &env)?)
+        Some(crate::job::spawn_logged(
+            &args.command,
+            &env,
+            &args.job_log,
+        )?)
     };
     let root = job.as_ref().map(|c| c.id()).or(args.pid);
     // The UI thread owns the state; collection runs on the sampler's threads.
@@ -250,7 +133,7 @@ fn ui_loop(
         color: std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
         ..Default::default()
     };
-    let guard = TermGuard::enter()
+    let guard = tui::TermGuard::enter()
         .map_err(|e| Failure::new(Exit::Failure, format!("cannot set up the terminal: {e}")))?;
     let backend = ratatui::backend::CrosstermBackend::new(std::io::stdout());
     let mut term = ratatui::Terminal::new(backend)?;
@@ -261,7 +144,7 @@ fn ui_loop(
     let flag = Arc::clone(&stop);
     let _signals = crate::job::SignalWatch::start(move |_| flag.store(true, Ordering::SeqCst))
         .map_err(Failure::from)?;
-    let mut recording: Option<Recording> = None;
+    let mut recording: Option<LiveRecording> = None;
     let mut job_code: Option<u8> = None;
     let mut next_draw = Instant::now();
     let mut dirty = true;
@@ -273,7 +156,7 @@ fn ui_loop(
         if job_code.is_none() {
             if let Some(j) = job.as_mut() {
                 if let Ok(Some(st)) = j.try_wait() {
-                    let c = shell_code(st);
+                    let c = crate::job::shell_code(st);
                     job_code = Some(c);
                     ui.message = Some(format!("job exited ({c}); q quits"));
                     dirty = true;
@@ -294,7 +177,7 @@ fn ui_loop(
                 Event::Key(k) if k.kind != KeyEventKind::Release => {
                     dirty = true;
                     next_draw = Instant::now();
-                    match ui.key(key_of(k.code, k.modifiers), &state) {
+                    match ui.key(tui::key_of(k.code, k.modifiers), &state) {
                         Action::Quit => return Ok(()),
                         Action::ToggleRecording => {
                             toggle_recording(&mut recording, &mut ui, &state)
@@ -322,27 +205,23 @@ fn ui_loop(
     result?;
     if let Some(j) = job {
         if job_code.is_none() {
-            return Ok(stop_job(j, &state, args));
+            let code = crate::job::stop_tree(j, state.procs.keys().copied().collect());
+            eprintln!(
+                "gpufeed: the job was stopped when watch quit; its output is in {}",
+                args.job_log.display()
+            );
+            return Ok(code);
         }
         return Ok(job_code.unwrap_or(0));
     }
     Ok(Exit::Ok.code())
 }
 
-/// A finished job's exit code as a shell gives it (128+N for signal N; 1 when neither is known).
-fn shell_code(st: std::process::ExitStatus) -> u8 {
-    use std::os::unix::process::ExitStatusExt;
-    st.code()
-        .map(|c| c as u8)
-        .or(st.signal().map(Exit::signal))
-        .unwrap_or(1)
-}
-
 /// Takes the samples the sampler has sent into the view, and into the recording if one runs
 /// (a recording that cannot be written stops, and the view says so).
 fn take_lines(
     rx: &Receiver<Line>,
-    recording: &mut Option<Recording>,
+    recording: &mut Option<LiveRecording>,
     ui: &mut Ui,
     state: &mut LiveState,
 ) {
@@ -359,7 +238,7 @@ fn take_lines(
 }
 
 /// `r`: saves the running recording, or starts one.
-fn toggle_recording(recording: &mut Option<Recording>, ui: &mut Ui, state: &LiveState) {
+fn toggle_recording(recording: &mut Option<LiveRecording>, ui: &mut Ui, state: &LiveState) {
     match recording.take() {
         Some(r) => {
             ui.recording = None;
@@ -368,7 +247,7 @@ fn toggle_recording(recording: &mut Option<Recording>, ui: &mut Ui, state: &Live
                 Err(e) => format!("recording failed: {e}"),
             });
         }
-        None => match Recording::start(&state.header, state.py_defs()) {
+        None => match LiveRecording::start(&state.header, state.py_defs()) {
             Ok(r) => {
                 ui.recording = Some(r.path.display().to_string());
                 ui.message = None;
@@ -377,28 +256,4 @@ fn toggle_recording(recording: &mut Option<Recording>, ui: &mut Ui, state: &Live
             Err(e) => ui.message = Some(format!("cannot record: {e}")),
         },
     }
-}
-
-/// Quitting the view ends the job it started: SIGTERM to its tree, then SIGKILL after 5 s.
-/// Returns the job's exit code.
-fn stop_job(j: &mut Child, state: &LiveState, args: &WatchArgs) -> u8 {
-    let mut pids: Vec<u32> = state.procs.keys().copied().collect();
-    pids.push(j.id());
-    crate::job::signal_all(&pids, libc::SIGTERM);
-    let until = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < until {
-        if let Ok(Some(_)) = j.try_wait() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    if !matches!(j.try_wait(), Ok(Some(_))) {
-        crate::job::signal_all(&pids, libc::SIGKILL);
-    }
-    let st = j.wait();
-    eprintln!(
-        "gpufeed: the job was stopped when watch quit; its output is in {}",
-        args.job_log.display()
-    );
-    st.ok().map(shell_code).unwrap_or(1)
 }

@@ -2,15 +2,17 @@
 //! speed-up (with a 95% interval where the inputs allow one) and the change of verdict.
 //!
 //! Pure functions over what the existing readers produce: a recording's diagnosis
-//! ([`crate::diagnose::DiagnoseReport`]), a trace's [`crate::trace::TraceSummary`] (with its findings), or a sweep's
+//! ([`crate::diagnose::DiagnoseReport`]), a trace's [`crate::trace::summary::TraceSummary`] (with its findings), or a sweep's
 //! [`crate::tune::sweep::SweepReport`], each in its own file ([`recording`], [`trace`], [`sweep`]). The command
 //! (`commands::compare`) reads the files; `present::compare` renders.
 
-pub mod recording;
-pub mod sweep;
-pub mod trace;
+pub mod files;
+mod recording;
+mod sweep;
+mod trace;
 
-pub use crate::stats::{ratio_ci, Speedup};
+use crate::stats::ratio_ci;
+use crate::stats::Speedup;
 pub use recording::recordings;
 pub use sweep::sweeps;
 pub use trace::traces;

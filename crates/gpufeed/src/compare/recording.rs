@@ -5,6 +5,7 @@ use super::{
     Speedup, SCHEMA_VERSION,
 };
 use crate::diagnose::DiagnoseReport;
+use crate::stats::SpeedupMetric;
 use crate::units::round;
 
 fn rec_side(r: &DiagnoseReport) -> Side {
@@ -35,7 +36,10 @@ pub fn recordings(before: &DiagnoseReport, after: &DiagnoseReport) -> Comparison
         ));
     }
     let speedup = recording_speedup(before, after);
-    if speedup.as_ref().is_none_or(|s| s.metric != "steps/s") {
+    if speedup
+        .as_ref()
+        .is_none_or(|s| s.metric != SpeedupMetric::Throughput("steps/s".into()))
+    {
         notes.extend(wall_time_note(before, after));
     }
     if speedup.is_none() {
@@ -275,7 +279,7 @@ fn step_rate_speedup(before: &DiagnoseReport, after: &DiagnoseReport) -> Option<
     let ci = seb.zip(sea).and_then(|(x, y)| ratio_ci(a, y, b, x, 1.96));
     Some(Speedup {
         value: round(a / b, 3),
-        metric: "steps/s".into(),
+        metric: SpeedupMetric::Throughput("steps/s".into()),
         ci95: ci,
         basis: format!(
             "step rate from the step markers: {} steps/s before, {wb}; {} steps/s after, {wa}",
@@ -301,7 +305,7 @@ fn recording_speedup(before: &DiagnoseReport, after: &DiagnoseReport) -> Option<
     match (busy_pct(before), busy_pct(after)) {
         (Some(b), Some(a)) if b > 0.0 && a > 0.0 => Some(Speedup {
             value: round(a / b, 3),
-            metric: "gpu_busy_pct".into(),
+            metric: SpeedupMetric::GpuBusyPct,
             ci95: None,
             basis: format!(
                 "GPU busy {b:.1}% before, {a:.1}% after: a proxy for throughput (no step rate in the recordings); \
@@ -343,7 +347,7 @@ fn loop_estimate(before: &DiagnoseReport, after: &DiagnoseReport) -> Option<Spee
         .unwrap_or_default();
     Some(Speedup {
         value,
-        metric: "loop_estimate".into(),
+        metric: SpeedupMetric::LoopEstimate,
         ci95: None,
         basis: format!(
             "an estimate from each training loop's phases (Python stacks), not a measured rate: \
@@ -387,7 +391,7 @@ mod tests {
     fn without_step_markers_the_loops_phases_give_an_estimate_never_the_wall_time() {
         let (mut b, mut a) = (fixture("plain0.ndjson"), fixture("plain2.ndjson"));
         let s = recording_speedup(&b, &a).unwrap();
-        assert_eq!(s.metric, "loop_estimate");
+        assert_eq!(s.metric, SpeedupMetric::LoopEstimate);
         let (wb, wa) = (
             b.python.as_ref().unwrap().data_wait_pct.unwrap(),
             a.python.as_ref().unwrap().data_wait_pct.unwrap(),

@@ -4,6 +4,7 @@ use super::{
     change, ratio_ci, verdict_change, Better, Change, Comparison, InputKind, Side, SideVerdict,
     Speedup, SCHEMA_VERSION,
 };
+use crate::stats::SpeedupMetric;
 use crate::tune::sweep::SweepReport;
 use crate::units::round;
 
@@ -193,7 +194,7 @@ fn sweep_speedup(
             }
             Some(Speedup {
                 value: round(y.value / x.value, 3),
-                metric: x.unit.clone(),
+                metric: SpeedupMetric::Throughput(x.unit.clone()),
                 ci95: ci,
                 basis: format!(
                     "{} {} at {} before, {} {} at {} after",
@@ -246,7 +247,7 @@ mod tests {
             c.verdict.before,
             Some(SideVerdict::Setting("workers=1".into()))
         );
-        assert_eq!(s.metric, "steps/s");
+        assert_eq!(s.metric.as_str(), "steps/s");
         assert!((s.value - 1.8).abs() < 1e-9, "{s:?}");
         let ci = s.ci95.unwrap();
         assert!(ci[0] < 1.8 && 1.8 < ci[1] && ci[1] - ci[0] < 0.15, "{ci:?}");

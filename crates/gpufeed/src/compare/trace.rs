@@ -6,7 +6,8 @@ use super::{
 };
 use crate::finding::Finding;
 use crate::stats::t975;
-use crate::trace::TraceSummary;
+use crate::stats::SpeedupMetric;
+use crate::trace::summary::TraceSummary;
 use crate::units::round;
 
 fn trace_side(t: &TraceSummary, findings: &[Finding]) -> Side {
@@ -193,7 +194,7 @@ fn step_speedup(before: &TraceSummary, after: &TraceSummary) -> Option<Speedup> 
             };
             Some(Speedup {
                 value: round(mb / ma, 3),
-                metric: "mean_step_time".into(),
+                metric: SpeedupMetric::MeanStepTime,
                 ci95: ci,
                 basis: format!(
                     "mean step time {:.1} ms over {} steps before, {:.1} ms over {} steps after",
@@ -250,7 +251,7 @@ mod tests {
         };
         t.steps = step_us
             .iter()
-            .map(|x| crate::trace::StepRow {
+            .map(|x| crate::trace::summary::StepRow {
                 total_us: *x,
                 kernel_us: x / 2.0,
                 ..Default::default()
@@ -266,7 +267,7 @@ mod tests {
         let a = trace_with_steps(&[141_000.0, 140_000.0, 142_000.0, 141_500.0]);
         let c = traces(&b, &[], &a, &[]);
         let s = c.speedup.unwrap();
-        assert_eq!(s.metric, "mean_step_time");
+        assert_eq!(s.metric, SpeedupMetric::MeanStepTime);
         assert!(
             (s.value - 177_750.0 / 141_125.0).abs() < 1e-3,
             "{}",

@@ -80,8 +80,19 @@ impl NodeSummary {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum JobVerdict {
     /// At least one node starves for data.
     InputBound,
@@ -91,6 +102,13 @@ pub enum JobVerdict {
     Balanced,
     /// No node had GPU utilization to judge.
     Unknown,
+}
+
+impl JobVerdict {
+    /// The wire name (the JSON's).
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -8,13 +8,11 @@ pub mod evidence;
 pub mod input;
 pub mod job;
 pub mod phases;
-/// The Python-loop evidence under its former path, for the presenters still importing it so.
-pub use evidence::pyloop;
 pub mod rules;
 pub mod stats;
 pub mod verdict;
 
-pub use input::InputFormat;
+use input::InputFormat;
 
 use crate::finding::Finding;
 use evidence::{Evidence, GpuEvidence, HostEvidence, JobEvidence, Origin};
@@ -365,8 +363,44 @@ pub(crate) fn sampling_note(e: &Evidence) -> Option<String> {
          --query-gpu=timestamp,index,utilization.gpu,memory.used,memory.total --format=csv -lms \
          200 -f gpu.csv`, or record with `gpufeed record` (every driver sample, about 6 a second, \
          plus host and processes).",
-        verdict::sampling_factor(Some(i))
+        rules::sampling_factor(Some(i))
     ))
+}
+
+/// The JSON printed by `run --format json`: the summary's fields plus `verdict`, `findings` and
+/// `notes` from the diagnosis (absent when the recording could not be diagnosed).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    #[serde(flatten)]
+    pub summary: crate::record::summary::Summary,
+    #[serde(default)]
+    pub verdict: Option<Verdict>,
+    #[serde(default)]
+    pub findings: Vec<Finding>,
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// The training loop seen through its Python stacks, when they were sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<evidence::PythonEvidence>,
+    /// The job's step markers (`GPUFEED_STEP_SOCKET`), when it sent any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<evidence::StepEvidence>,
+}
+
+impl RunReport {
+    pub fn new(
+        summary: crate::record::summary::Summary,
+        diagnosis: Option<&DiagnoseReport>,
+    ) -> Self {
+        RunReport {
+            summary,
+            verdict: diagnosis.map(|d| d.verdict.clone()),
+            findings: diagnosis.map(|d| d.findings.clone()).unwrap_or_default(),
+            notes: diagnosis.map(|d| d.notes.clone()).unwrap_or_default(),
+            python: diagnosis.and_then(|d| d.python.clone()),
+            steps: diagnosis.and_then(|d| d.steps.clone()),
+        }
+    }
 }
 
 #[cfg(test)]

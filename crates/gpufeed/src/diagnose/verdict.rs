@@ -1,10 +1,11 @@
 //! The verdict: one primary bottleneck, with a confidence, chosen from the evidence and findings.
 
+use super::evidence::GpuState;
 use super::evidence::{Evidence, Origin};
-use super::rules::gpus::{self, GpuState};
-pub use super::rules::sampling_factor;
-use super::rules::{input, r2};
-use crate::finding::{Basis, Finding, FindingId};
+use super::rules::gpus;
+use super::rules::r2;
+use super::rules::sampling_factor;
+use crate::finding::{Basis, Finding, FindingId, InputKind, Kind};
 use serde::{Deserialize, Serialize};
 
 /// Verdict ids (a public contract, like finding ids), serialised to their snake_case strings.
@@ -161,7 +162,7 @@ fn subject(e: &Evidence) -> String {
     }
 }
 
-fn input_confidence(e: &Evidence) -> f64 {
+fn input_confidence(e: &Evidence, kind_is_clear: bool) -> f64 {
     let mut c: f64 = 0.5;
     if e.strongest_period().is_some_and(|p| p.is_strong()) {
         c += 0.2;
@@ -170,7 +171,7 @@ fn input_confidence(e: &Evidence) -> f64 {
         c += 0.1;
     }
     if e.has_host() || e.has_job() {
-        c += if input::kind_is_clear(e) { 0.15 } else { 0.05 };
+        c += if kind_is_clear { 0.15 } else { 0.05 };
     }
     (c * sampling_factor(e.sample_interval_s())).min(0.95)
 }
@@ -232,7 +233,7 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
         let busy_others: Vec<String> = m
             .gpus
             .iter()
-            .filter(|g| g.state != gpus::GpuState::TinyKernels)
+            .filter(|g| g.state != GpuState::TinyKernels)
             .filter_map(|g| {
                 Some(format!(
                     "GPU {} {} ({:.0}% busy)",
@@ -267,9 +268,14 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
         Basis::Candidate { confidence } => Some(confidence),
         _ => None,
     });
-    if let Some(kind) = input::classify(e) {
-        if !(transfer.is_some() && kind == input::Kind::Unknown) {
-            return from_input(&m, e, kind, pct, batch_c);
+    // The samples' input_bound, with its kind as the rule named it.
+    let input = has(findings, FindingId::InputBound).and_then(|f| match (f.kind, &f.basis) {
+        (Some(Kind::Input(k)), Basis::Input { kind_is_clear }) => Some((k, *kind_is_clear)),
+        _ => None,
+    });
+    if let Some((kind, clear)) = input {
+        if !(transfer.is_some() && kind == InputKind::Unknown) {
+            return from_input(&m, e, (kind, clear), pct, batch_c);
         }
     }
     if transfer.is_some() {
@@ -453,17 +459,17 @@ fn no_utilization(m: &Maker, e: &Evidence) -> Verdict {
 fn from_input(
     m: &Maker,
     e: &Evidence,
-    kind: input::Kind,
+    (kind, kind_is_clear): (InputKind, bool),
     pct: f64,
     batch_c: Option<f64>,
 ) -> Verdict {
-    let c = input_confidence(e);
+    let c = input_confidence(e, kind_is_clear);
     let what = match kind {
-        input::Kind::TooFewWorkers => "there are too few DataLoader workers",
-        input::Kind::CpuSaturated => "the CPU is saturated",
-        input::Kind::IoBound => "reading data is too slow",
-        input::Kind::MainProcess => "the training loop's process is pinned at a core",
-        input::Kind::Unknown => "the data supply cannot keep up",
+        InputKind::TooFewWorkers => "there are too few DataLoader workers",
+        InputKind::CpuSaturated => "the CPU is saturated",
+        InputKind::IoBound => "reading data is too slow",
+        InputKind::MainProcess => "the training loop's process is pinned at a core",
+        InputKind::Unknown => "the data supply cannot keep up",
     };
     let mut candidates = Vec::new();
     if let Some(bc) = batch_c {

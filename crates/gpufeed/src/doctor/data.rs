@@ -2,7 +2,7 @@
 //! whether the disk under it rotates, and a short read-throughput sample.
 
 use super::{Check, Group, Status};
-use crate::units::bytes as human_bytes;
+use crate::units;
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -304,14 +304,14 @@ pub(crate) fn judge_throughput(path: &str, s: Option<ReadSample>) -> Check {
     };
     let summary = format!(
         "read {} from {} in {:.2} s: {}/s",
-        human_bytes(s.bytes),
+        units::bytes(s.bytes),
         if s.files == 1 {
             "1 file".to_string()
         } else {
             format!("{} files", s.files)
         },
         s.seconds,
-        human_bytes(rate as u64)
+        units::bytes(rate as u64)
     );
     if rate < SLOW_READ_BYTES_PER_S {
         c(Status::Warn, format!("{summary}: slow for feeding GPUs"))

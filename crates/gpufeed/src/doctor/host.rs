@@ -4,7 +4,7 @@
 
 use super::gpu::{GpuProbeError, GpuSystem};
 use super::{Check, Group, Status, Workload};
-use crate::units::bytes as human_bytes;
+use crate::units;
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
@@ -269,7 +269,7 @@ pub(crate) fn judge_shm(h: &HostFacts, w: &Workload, gpu_count: u32) -> Check {
         "{} workers × prefetch {} × {} batches{}",
         w.num_workers,
         w.prefetch_factor,
-        human_bytes(w.batch_bytes),
+        units::bytes(w.batch_bytes),
         if gpu_count > 1 {
             format!(" × {gpu_count} GPUs")
         } else {
@@ -286,8 +286,8 @@ pub(crate) fn judge_shm(h: &HostFacts, w: &Workload, gpu_count: u32) -> Check {
             Status::Fail,
             format!(
                 "{shm} is {}{small}, but {workload} need {}: workers die with \"bus error\"",
-                human_bytes(total),
-                human_bytes(need)
+                units::bytes(total),
+                units::bytes(need)
             ),
         )
         .fix(fix);
@@ -297,9 +297,9 @@ pub(crate) fn judge_shm(h: &HostFacts, w: &Workload, gpu_count: u32) -> Check {
             Status::Warn,
             format!(
                 "{shm} is {} but only {} is free; {workload} need {}",
-                human_bytes(total),
-                human_bytes(a),
-                human_bytes(need)
+                units::bytes(total),
+                units::bytes(a),
+                units::bytes(need)
             ),
         )
         .fix(format!(
@@ -310,9 +310,9 @@ pub(crate) fn judge_shm(h: &HostFacts, w: &Workload, gpu_count: u32) -> Check {
         Status::Pass,
         format!(
             "{shm} is {} ({} free): enough for {workload} ({})",
-            human_bytes(total),
-            avail.map_or("?".into(), human_bytes),
-            human_bytes(need)
+            units::bytes(total),
+            avail.map_or("?".into(), units::bytes),
+            units::bytes(need)
         ),
     )
 }
@@ -447,12 +447,12 @@ pub(crate) fn judge_ram(total: Option<u64>, available: Option<u64>, gpu_mem: Opt
     match gpu_mem {
         Some(g) if total < g => c(
             Status::Warn,
-            format!("{} of RAM for {} of GPU memory: pinned buffers, dataset caching and checkpoint loading will press on host memory", human_bytes(total), human_bytes(g)),
+            format!("{} of RAM for {} of GPU memory: pinned buffers, dataset caching and checkpoint loading will press on host memory", units::bytes(total), units::bytes(g)),
         )
         .fix("at least as much RAM as GPU memory (twice is comfortable); meanwhile keep pin_memory buffers and prefetch_factor small"),
         _ => c(
             Status::Pass,
-            format!("{} of RAM ({} available)", human_bytes(total), available.map_or("?".into(), human_bytes)),
+            format!("{} of RAM ({} available)", units::bytes(total), available.map_or("?".into(), units::bytes)),
         ),
     }
 }

@@ -26,7 +26,7 @@ use std::io::{BufReader, Read};
 /// costs its figures: 40,000 distinct indices took 440 MB).
 pub const MAX_GPUS: usize = 1024;
 
-pub use crate::units::printable;
+use crate::units::printable;
 
 /// A running mean of the values that were read (`None` for none).
 #[derive(Debug, Default, Clone, Copy)]

@@ -287,7 +287,7 @@ impl Resolved {
 }
 
 use crate::sample::event::py;
-pub use crate::sample::event::Override;
+use crate::sample::event::Override;
 
 /// What the job's Python processes reported.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

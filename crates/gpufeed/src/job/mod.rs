@@ -3,6 +3,7 @@
 
 pub mod watchdog;
 
+use crate::exit::{Exit, Failure};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
@@ -424,6 +425,92 @@ pub(crate) fn signal_all(pids: &[u32], signal: i32) {
             }
         }
     }
+}
+
+/// Starts `command` with its output (stdout and stderr) in the file `log`, replaced by rename
+/// (`watch -- CMD`: the terminal belongs to the view).
+pub fn spawn_logged(
+    command: &[String],
+    env: &[(String, String)],
+    log_path: &std::path::Path,
+) -> Result<Child, Failure> {
+    // The log replaces an earlier one by rename (a symlink there is replaced, never followed).
+    let log = crate::outfile::Pending::new(log_path, crate::outfile::Clobber::Replace)
+        .and_then(|p| p.commit())
+        .map(|(f, _)| f)
+        .map_err(|e| {
+            Failure::input(format!(
+                "cannot create the job's log {}: {e} (choose another with --job-log)",
+                log_path.display()
+            ))
+        })?;
+    let err = log
+        .try_clone()
+        .map_err(|e| Failure::with(Exit::Failure, e))?;
+    let (prog, rest) = command
+        .split_first()
+        .ok_or_else(|| Failure::new(Exit::Usage, "no command given"))?;
+    Command::new(prog)
+        .args(rest)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| {
+            let exit = match e.kind() {
+                std::io::ErrorKind::NotFound => Exit::NotFound,
+                std::io::ErrorKind::PermissionDenied => Exit::CannotExecute,
+                _ => Exit::Failure,
+            };
+            Failure::new(exit, format!("cannot start {prog}: {e}"))
+        })
+}
+
+/// A finished job's exit code as a shell gives it (128+N for signal N; 1 when neither is known).
+pub fn shell_code(st: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    st.code()
+        .map(|c| c as u8)
+        .or(st.signal().map(crate::exit::Exit::signal))
+        .unwrap_or(1)
+}
+
+/// Ends a job gpufeed started and the processes of its tree (`pids`): SIGTERM, then SIGKILL
+/// after 5 s. Returns the job's exit code as a shell gives it.
+pub fn stop_tree(j: &mut Child, mut pids: Vec<u32>) -> u8 {
+    pids.push(j.id());
+    signal_all(&pids, libc::SIGTERM);
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        if let Ok(Some(_)) = j.try_wait() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if !matches!(j.try_wait(), Ok(Some(_))) {
+        signal_all(&pids, libc::SIGKILL);
+    }
+    j.wait().ok().map(shell_code).unwrap_or(1)
+}
+
+/// Signals: one from the terminal reached the whole foreground group, the job included; one
+/// sent to gpufeed alone (kill, a scheduler) is forwarded to every process of the job. Installed
+/// before the job starts, so no signal can kill gpufeed and orphan the job. Returns the watch
+/// and the last signal received (0: none). `pids`: the job's tree, filled in once it runs.
+pub fn forward_signals(
+    pids: std::sync::Arc<std::sync::Mutex<Vec<u32>>>,
+) -> Result<(SignalWatch, std::sync::Arc<std::sync::atomic::AtomicI32>), Failure> {
+    let early_signal = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let early = std::sync::Arc::clone(&early_signal);
+    let watch = SignalWatch::start(move |r: Received| {
+        early.store(r.signal, std::sync::atomic::Ordering::SeqCst);
+        if !r.from_terminal {
+            let targets = pids.lock().map(|p| p.clone()).unwrap_or_default();
+            signal_all(&targets, r.signal);
+        }
+    })?;
+    Ok((watch, early_signal))
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@
 //! Descriptors stay bounded: the cap, plus at most [`EVICT_SLACK`] closing at any moment (one
 //! more is then accepted and closed at once).
 
+use crate::exit::{Exit, Failure};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use hyper::{Method, Request, StatusCode};
@@ -303,6 +304,62 @@ fn plain(status: u16, text: &'static str) -> hyper::Response<Body> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     resp
+}
+
+/// Serves `/metrics` (and a link to it at `/`) from a thread of its own: `encode` of the state,
+/// encoded again only when `generation` has moved.
+pub fn spawn_metrics(
+    listener: TcpListener,
+    state: Arc<Mutex<super::LiveState>>,
+    generation: Arc<AtomicU64>,
+    content_type: &'static str,
+    encode: impl Fn(&super::LiveState) -> String + Send + Sync + 'static,
+) -> Result<(), Failure> {
+    // The last exposition and the state generation it was encoded from: scrapes between two
+    // samples share one encoding instead of each taking the state's lock to encode it again.
+    let cache: Mutex<(u64, Bytes)> = Mutex::new((u64::MAX, Bytes::new()));
+    let metrics = move || -> Bytes {
+        let Ok(mut c) = cache.lock() else {
+            return Bytes::from_static(b"# EOF\n");
+        };
+        let now = generation.load(Ordering::Acquire);
+        if c.0 != now {
+            let body = match state.lock() {
+                Ok(s) => Bytes::from(encode(&s)),
+                Err(_) => Bytes::from_static(b"# EOF\n"),
+            };
+            *c = (now, body);
+        }
+        c.1.clone()
+    };
+    std::thread::Builder::new()
+        .name("gpufeed-http".into())
+        .spawn(move || {
+            let served = serve(listener, Limits::default(), move |path| match path {
+                "/metrics" => Response {
+                    status: 200,
+                    content_type,
+                    body: metrics(),
+                },
+                "/" => Response {
+                    status: 200,
+                    content_type: "text/html; charset=utf-8",
+                    body: Bytes::from_static(
+                        b"<html><body><a href=\"/metrics\">/metrics</a></body></html>\n",
+                    ),
+                },
+                _ => Response {
+                    status: 404,
+                    content_type: "text/plain; charset=utf-8",
+                    body: Bytes::from_static(b"not found: try /metrics\n"),
+                },
+            });
+            if let Err(e) = served {
+                eprintln!("gpufeed: {e}");
+            }
+        })
+        .map_err(|e| Failure::new(Exit::Failure, format!("cannot start a thread: {e}")))?;
+    Ok(())
 }
 
 #[cfg(test)]

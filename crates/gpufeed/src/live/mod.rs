@@ -8,11 +8,12 @@
 
 pub mod http;
 pub mod sampler;
+pub mod shared;
 
 use crate::diagnose::evidence::{EvidenceBuilder, GpuEvidence};
 use crate::diagnose::{rules, verdict};
 use crate::finding::Finding;
-use crate::record::format::{Header, Line};
+use crate::sample::event::{Header, Line};
 use crate::sample::{throttle, GpuSample, HostSample, ProcStart};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -619,7 +620,7 @@ pub(crate) mod fixture {
     /// data_wait 50%, forward 25%, backward 15%, optimizer 5%, other 5%; and step markers
     /// saying the loop waits 46% of each step.
     pub(crate) fn state_with_loop(gpus: u32, secs: u32) -> LiveState {
-        use crate::record::format::{PyFrameDef, PySamples, PyStackDef, PyThreadCounts, StepsLine};
+        use crate::sample::event::{PyFrameDef, PySamples, PyStackDef, PyThreadCounts, StepsLine};
         let mut st = state(gpus, secs);
         let frames = [
             ("<module>", "/home/u/train.py"),
@@ -678,10 +679,10 @@ pub(crate) mod fixture {
 
     /// [`state_with_loop`] for a two-rank job: each rank sends its step markers (rank 0 at 10
     /// steps/s, rank 1 at 8) and the window's loops are those of two ranks, rank 1 waiting for
-    /// data far longer (the per-rank split itself is unit-tested in `diagnose::pyloop`).
+    /// data far longer (the per-rank split itself is unit-tested in `diagnose::evidence::pyloop`).
     pub(crate) fn state_with_ranks(gpus: u32, secs: u32) -> LiveState {
         use crate::diagnose::evidence::RankLoop;
-        use crate::record::format::StepsLine;
+        use crate::sample::event::StepsLine;
         let mut st = state_with_loop(gpus, secs);
         for t in 1..=secs {
             for (rank, steps) in [(0, 10), (1, 8)] {

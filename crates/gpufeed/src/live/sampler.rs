@@ -6,9 +6,9 @@
 //! because it owns a file and an `end` line; here a recording is optional and started later
 //! (`watch`'s `r` key writes the same lines with [`LiveSampler::header`]).
 
-use crate::record::format::{Header, Line, SCHEMA_VERSION};
 use crate::record::recorder::{host_thread, with_gpu_source, GpuReply};
 use crate::record::ticker::Ticker;
+use crate::sample::event::{Header, Line, SCHEMA_VERSION};
 use crate::sample::host::host_info;
 use crate::sample::steps::StepSocket;
 use crate::sample::GpuSource;

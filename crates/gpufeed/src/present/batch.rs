@@ -116,19 +116,20 @@ fn largest_batch(s: &mut String, rep: &BatchReport) {
 /// and why the search stopped early.
 fn recommendation(s: &mut String, rep: &BatchReport) {
     if let (Some(b), Some(r)) = (rep.recommended_batch, &rep.recommendation) {
-        let why = match r.basis.as_str() {
-            "memory_fit" => format!(
+        use crate::tune::batch::Basis;
+        let why = match r.basis {
+            Basis::MemoryFit => format!(
                 "peak GPU memory, fitted against batch size, stays under {:.0}% of the total (predicted {})",
                 rep.mem_target_pct,
                 r.predicted_mem_bytes
                     .map(|b| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64))
                     .unwrap_or_default()
             ),
-            "memory_measured" => format!(
+            Basis::MemoryMeasured => format!(
                 "the largest tried batch whose peak GPU memory stayed under {:.0}%",
                 rep.mem_target_pct
             ),
-            _ => format!(
+            Basis::Margin => format!(
                 "{:.0}% of the largest batch: no GPU memory figures, so the target is kept as a margin against later OOMs (evaluation, fragmentation)",
                 rep.mem_target_pct
             ),

@@ -2,7 +2,7 @@
 //! GEMM throughputs and the mixed-precision speed-up, from a [`BenchReport`]; its JSON is serde's.
 
 use crate::bench::{BenchReport, Direction, HostMemory};
-use crate::units::bytes as human_bytes;
+use crate::units;
 use crate::units::gb_per_s;
 use std::fmt::Write as _;
 
@@ -74,7 +74,7 @@ fn copies_text(o: &mut String, r: &BenchReport) {
         let _ = writeln!(
             o,
             "  {:>9}  {:>12} {:>12}  {:>12} {:>12}",
-            human_bytes(s),
+            units::bytes(s),
             cell(Direction::H2d, HostMemory::Pinned),
             cell(Direction::H2d, HostMemory::Pageable),
             cell(Direction::D2h, HostMemory::Pinned),

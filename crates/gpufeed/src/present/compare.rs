@@ -1,7 +1,9 @@
 //! Presenters for `gpufeed compare`: text, JSON, Markdown and HTML from a [`Comparison`].
 
 use super::fmt::md_cell;
-use crate::compare::{Better, Change, Comparison, SideVerdict, Speedup};
+use crate::compare::{Better, Change, Comparison, SideVerdict};
+use crate::stats::Speedup;
+use crate::stats::SpeedupMetric;
 use std::fmt::Write as _;
 
 /// `1.84 ± 0.05 times faster`, `1.26 times slower`, `no change` (hyperfine's wording).
@@ -61,7 +63,7 @@ fn delta(c: &Change) -> String {
 
 fn headline(c: &Comparison) -> String {
     match &c.speedup {
-        Some(s) if s.metric == "loop_estimate" => format!(
+        Some(s) if s.metric == SpeedupMetric::LoopEstimate => format!(
             "AFTER runs about {}, estimated from the training loop's phases (no step markers)",
             speedup_words(s)
         ),
@@ -77,14 +79,16 @@ fn headline(c: &Comparison) -> String {
     }
 }
 
-fn metric_words(m: &str) -> String {
+fn metric_words(m: &SpeedupMetric) -> String {
     match m {
-        "mean_step_time" => "by mean step time".into(),
-        "job_duration" => "by the job's wall time".into(),
-        "gpu_busy_pct" => "by GPU busy time, a proxy".into(),
-        "loop_estimate" => "estimated from the training loop's phases".into(),
-        "steps/s" => "by the step markers' rate (steps/s)".into(),
-        u => format!("by {u}"),
+        SpeedupMetric::MeanStepTime => "by mean step time".into(),
+        SpeedupMetric::JobDuration => "by the job's wall time".into(),
+        SpeedupMetric::GpuBusyPct => "by GPU busy time, a proxy".into(),
+        SpeedupMetric::LoopEstimate => "estimated from the training loop's phases".into(),
+        SpeedupMetric::Throughput(u) if u == "steps/s" => {
+            "by the step markers' rate (steps/s)".into()
+        }
+        SpeedupMetric::Throughput(u) => format!("by {u}"),
     }
 }
 
@@ -293,7 +297,7 @@ mod tests {
     fn s(value: f64, ci: Option<[f64; 2]>) -> Speedup {
         Speedup {
             value,
-            metric: "mean_step_time".into(),
+            metric: SpeedupMetric::MeanStepTime,
             ci95: ci,
             basis: String::new(),
         }

@@ -4,11 +4,10 @@
 use super::fmt::{bytes, duration, gb_per_s, md_cell, pct, plural};
 use super::OutputFormat;
 use crate::diagnose::evidence::{GpuEvidence, JobEvidence, Role};
-use crate::diagnose::pyloop::{PhasesPct, PythonEvidence};
-use crate::diagnose::rules::input::Kind as InputKind;
+use crate::diagnose::evidence::{PhasesPct, PythonEvidence};
 use crate::diagnose::verdict::VerdictId;
 use crate::diagnose::DiagnoseReport;
-use crate::finding::{Finding, FindingId, Kind, Severity};
+use crate::finding::{Finding, FindingId, InputKind, Kind, Severity};
 use crate::sample::pyphase::Phase;
 use crate::sample::pystacks::PyStatus;
 use std::fmt::Write as _;

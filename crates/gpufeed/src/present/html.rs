@@ -7,10 +7,10 @@ use super::chart::{self, Buckets, ChartError};
 use crate::diagnose::verdict::VerdictId;
 use crate::diagnose::DiagnoseReport;
 use crate::finding::{Finding, Severity};
-use crate::record::format::Line;
 use crate::record::reader::Sink;
+use crate::sample::event::Line;
 use crate::sample::{GpuSample, HostSample, ProcSample};
-use crate::trace::report::Report as TraceReport;
+use crate::trace::report;
 use crate::trace::summary::StepCategory;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -116,7 +116,7 @@ pub struct RecordingSeries {
     pub gpu_mem_gib: BTreeMap<u32, Buckets>,
     pub cpu_cores: Vec<Buckets>,
     /// What `--dataloader` / `--torch` changed in the job.
-    pub overrides: Option<crate::record::format::OverridesLine>,
+    pub overrides: Option<crate::sample::event::OverridesLine>,
     /// Busy cores: the whole machine, and the job's processes alone.
     pub host_cores_busy: Buckets,
     pub job_cores_busy: Buckets,
@@ -213,7 +213,7 @@ impl Sink for RecordingSeries {
 
 /// The "training loop" panel: the training thread's phase split as a stacked bar, and the
 /// slowest data-loading stages.
-fn loop_html(p: &crate::diagnose::pyloop::PythonEvidence) -> String {
+fn loop_html(p: &crate::diagnose::evidence::PythonEvidence) -> String {
     use crate::sample::pyphase::Phase;
     use crate::sample::pystacks::PyStatus;
     let mut s = String::new();
@@ -305,22 +305,19 @@ fn process_table(r: &DiagnoseReport) -> String {
     let mut s = format!(
         "<h2>The job's processes</h2><p class=\"meta\">{}, most CPU first; CPU in percent of one core.</p>\
 <table><tr><th>pid</th><th>role</th><th>CPU mean</th><th>CPU max</th><th>RSS peak</th><th>in D state</th><th>command</th></tr>",
-        super::plural(procs.len(), "process", "processes")
+        super::fmt::plural(procs.len(), "process", "processes")
     );
     for p in sorted.iter().take(64) {
-        let role = serde_json::to_value(p.role)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
+        let role = p.role.as_str();
         let _ = write!(
             s,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td style=\"text-align:left\">{}</td></tr>",
             p.pid,
-            esc(&role),
-            super::opt(p.cpu_mean_pct, |v| format!("{v:.0}%")),
-            super::opt(p.cpu_max_pct, |v| format!("{v:.0}%")),
-            super::opt(p.rss_max_bytes, super::bytes),
-            super::opt(p.d_state_fraction, |v| format!("{:.0}%", v * 100.0)),
+            esc(role),
+            super::fmt::opt(p.cpu_mean_pct, |v| format!("{v:.0}%")),
+            super::fmt::opt(p.cpu_max_pct, |v| format!("{v:.0}%")),
+            super::fmt::opt(p.rss_max_bytes, super::fmt::bytes),
+            super::fmt::opt(p.d_state_fraction, |v| format!("{:.0}%", v * 100.0)),
             esc(p.cmd.as_deref().unwrap_or("?"))
         );
     }
@@ -358,7 +355,7 @@ pub(crate) fn diagnose_section(
         esc(&r.source.path),
         esc(r.source.format.as_str()),
         r.duration_s,
-        super::plural(r.gpus.len(), "GPU", "GPUs"),
+        super::fmt::plural(r.gpus.len(), "GPU", "GPUs"),
         verdict_class(r.verdict.id),
         esc(r.verdict.id.as_str()),
         r.verdict.confidence * 100.0,
@@ -587,7 +584,10 @@ fn pcie_chart(
 }
 
 /// What `--dataloader` / `--torch` overrode (and could not), as a list.
-pub(crate) fn overrides_html(overrides: &[crate::inject::Override], notes: &[String]) -> String {
+pub(crate) fn overrides_html(
+    overrides: &[crate::sample::event::Override],
+    notes: &[String],
+) -> String {
     let mut s = String::from("<h2>Overridden with --dataloader / --torch</h2><ul class=\"notes\">");
     if overrides.is_empty() {
         s.push_str("<li>nothing</li>");
@@ -619,7 +619,7 @@ pub(crate) fn diagnose_html(
 }
 
 /// The page for `analyze --html`: per-step stacked breakdown, devices and findings.
-pub(crate) fn trace_page(rep: &TraceReport) -> Result<String, HtmlError> {
+pub(crate) fn trace_page(rep: &report::Report) -> Result<String, HtmlError> {
     let mut s = String::new();
     let names: Vec<String> = rep.traces.iter().map(|t| t.path.clone()).collect();
     let _ = write!(

@@ -60,10 +60,7 @@ fn text_raw(r: &JobReport) -> String {
     };
     let mut out = format!(
         "JOB VERDICT  {}\n  {}\n  starving:   {}\n  stragglers: {}\n\n",
-        serde_json::to_value(j.verdict)
-            .ok()
-            .and_then(|v| v.as_str().map(String::from))
-            .unwrap_or_default(),
+        j.verdict.as_str(),
         j.summary,
         list(&j.starving),
         list(&j.stragglers),
@@ -98,10 +95,7 @@ fn markdown_raw(r: &JobReport) -> String {
     let j = &r.job;
     let mut out = format!(
         "## Job verdict: `{}`\n\n{}\n\n| {} |\n|{}\n",
-        serde_json::to_value(j.verdict)
-            .ok()
-            .and_then(|v| v.as_str().map(String::from))
-            .unwrap_or_default(),
+        j.verdict.as_str(),
         j.summary,
         HEADS[..7].join(" | ") + " | role",
         "---|".repeat(8)

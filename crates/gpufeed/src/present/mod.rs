@@ -22,8 +22,6 @@ pub mod tfevents;
 pub mod trace;
 pub mod tune;
 
-pub use fmt::{bytes, gb_per_s, opt, plural};
-
 /// The output formats of every `--format` option; each command takes the subset it can write
 /// (see [`OutputFormat::parser`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -93,8 +91,8 @@ mod tests {
 
     #[test]
     fn byte_units() {
-        assert_eq!(super::plural(1, "process", "processes"), "1 process");
-        assert_eq!(super::plural(2, "process", "processes"), "2 processes");
+        assert_eq!(super::fmt::plural(1, "process", "processes"), "1 process");
+        assert_eq!(super::fmt::plural(2, "process", "processes"), "2 processes");
     }
 
     /// Every presenter module: every file of this folder.
@@ -148,7 +146,7 @@ mod tests {
                     assert!(
                         !line.contains(bad),
                         "src/{name}:{}: a presenter uses `{bad}`: return the bytes and let the \
-                         command write them (commands::write_report)",
+                         command write them (outfile::write_report)",
                         i + 1
                     );
                 }

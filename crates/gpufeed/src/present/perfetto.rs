@@ -7,8 +7,8 @@
 //! memory, PCIe), one for the host (CPU per core), and a `cpu_pct` counter on each job process's
 //! own pid, so in a merged view a DataLoader worker's CPU sits next to its operators.
 
-use crate::record::format::{Header, Line};
 use crate::record::reader::Sink;
+use crate::sample::event::{Header, Line};
 use crate::sample::{GpuSample, HostSample, ProcSample};
 use crate::trace::merge::{MergeHead, MergeTrace};
 use crate::trace::TraceError;

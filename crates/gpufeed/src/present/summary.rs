@@ -1,6 +1,6 @@
 //! The end-of-recording summary, as text for people or one JSON line for programs.
 
-use super::{bytes, opt};
+use super::fmt::{bytes, opt};
 use crate::record::summary::{GpuSummary, JobSummary, Summary};
 use std::fmt::Write;
 
@@ -91,22 +91,27 @@ fn gpu_text(o: &mut String, s: &Summary, g: &GpuSummary, util_mean_said: bool) {
         opt(g.power_mean_w, |w| format!("{w:.0} W")),
         opt(g.temperature_max_c, |c| format!("{c} °C")),
         opt(g.sm_clock_mean_mhz, |c| format!("{c:.0} MHz")),
-        opt(g.pcie_rx_mean_bytes_per_s, super::gb_per_s),
+        opt(g.pcie_rx_mean_bytes_per_s, super::fmt::gb_per_s),
         opt(g.throttled_pct, |p| format!("{p:.0}% of readings")),
     );
 }
 
 /// How the job ended, its totals, and its busiest processes.
 fn job_text(o: &mut String, j: &JobSummary) {
-    let how = match (j.exit_code, j.signal, j.end_reason.as_deref()) {
+    use crate::sample::event::EndReason;
+    let how = match (j.exit_code, j.signal, j.end_reason) {
         (Some(c), _, _) => format!("exited with code {c}"),
         (None, Some(sig), _) => format!("killed by signal {sig}"),
-        (_, _, Some("attached_exited")) => {
+        (_, _, Some(EndReason::AttachedExited)) => {
             "exited, which ended the recording (attached with --pid: its exit code cannot be read)"
                 .to_string()
         }
-        (_, _, Some("duration")) => "still running when --duration ended the recording".into(),
-        (_, _, Some("interrupted")) => "still running when the recording was interrupted".into(),
+        (_, _, Some(EndReason::Duration)) => {
+            "still running when --duration ended the recording".into()
+        }
+        (_, _, Some(EndReason::Interrupted)) => {
+            "still running when the recording was interrupted".into()
+        }
         _ => "not seen to end (the recording has no end line)".to_string(),
     };
     let _ = writeln!(
@@ -116,7 +121,7 @@ fn job_text(o: &mut String, j: &JobSummary) {
         opt(j.cpu_mean_pct, |v| format!("{v:.0}%")),
         opt(j.cpu_max_pct, |v| format!("{v:.0}%")),
         opt(j.rss_max_bytes, bytes),
-        super::plural(j.processes.len(), "process", "processes"),
+        super::fmt::plural(j.processes.len(), "process", "processes"),
         j.processes_max,
     );
     let mut procs: Vec<_> = j.processes.iter().collect();
@@ -151,7 +156,10 @@ fn job_text(o: &mut String, j: &JobSummary) {
 }
 
 /// The `--dataloader` / `--torch` lines: what was overridden, then what could not be.
-pub(crate) fn overrides_text(overrides: &[crate::inject::Override], notes: &[String]) -> String {
+pub(crate) fn overrides_text(
+    overrides: &[crate::sample::event::Override],
+    notes: &[String],
+) -> String {
     let mut o = String::new();
     if overrides.is_empty() && notes.is_empty() {
         return o;
@@ -222,7 +230,7 @@ mod tests {
                 cpu_max_pct: Some(260.0),
                 rss_max_bytes: Some(3 << 30),
                 processes_max: 3,
-                end_reason: Some("job_exited".into()),
+                end_reason: Some(crate::sample::event::EndReason::JobExited),
                 processes: vec![
                     ProcessSummary {
                         pid: 4242,
@@ -263,7 +271,7 @@ mod tests {
     fn overrides_are_listed_with_their_site() {
         let mut s = sample();
         assert!(!text(&s).contains("overridden"));
-        s.overrides.push(crate::inject::Override {
+        s.overrides.push(crate::sample::event::Override {
             target: "DataLoader".into(),
             key: "num_workers".into(),
             value: 8.into(),
@@ -297,13 +305,13 @@ mod tests {
         let mut s = sample();
         let j = s.job.as_mut().unwrap();
         j.exit_code = None;
-        j.end_reason = Some("attached_exited".into());
+        j.end_reason = Some(crate::sample::event::EndReason::AttachedExited);
         j.processes.truncate(1);
         let t = text(&s);
         assert!(t.contains("exited, which ended the recording"), "{t}");
         assert!(!t.contains("still running"), "{t}");
         assert!(t.contains("; 1 process (at most"), "{t}");
-        s.job.as_mut().unwrap().end_reason = Some("duration".into());
+        s.job.as_mut().unwrap().end_reason = Some(crate::sample::event::EndReason::Duration);
         assert!(text(&s).contains("still running when --duration ended"));
     }
 

@@ -3,21 +3,15 @@
 
 use super::fmt::{csv_cell, md_cell, num, opt};
 use crate::tune::sweep::{SweepReport, TrialResult, NO_RATE_HELP};
+use crate::tune::trial::Status;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 fn status_word(r: &TrialResult) -> String {
-    use crate::tune::trial::Status::*;
-    match r.exit.status {
-        Steady => "steady".into(),
-        MaxTime => "max-time".into(),
-        Exited => "exited".into(),
-        Interrupted => "interrupted".into(),
-        Failed => match (r.exit.code, r.exit.signal) {
-            (Some(c), _) => format!("failed (exit {c})"),
-            (_, Some(s)) => format!("failed (signal {s})"),
-            _ => "failed".into(),
-        },
+    match (r.exit.status, r.exit.code, r.exit.signal) {
+        (Status::Failed, Some(c), _) => format!("failed (exit {c})"),
+        (Status::Failed, _, Some(s)) => format!("failed (signal {s})"),
+        (st, _, _) => st.as_str().into(),
     }
 }
 
@@ -332,15 +326,7 @@ pub fn csv(rep: &SweepReport) -> String {
         row.push(t.map(|t| csv_cell(&t.unit)).unwrap_or_default());
         row.push(f(t.and_then(|t| t.ci_low)));
         row.push(f(t.and_then(|t| t.ci_high)));
-        row.push(
-            t.map(|t| {
-                serde_json::to_value(t.source)
-                    .ok()
-                    .and_then(|v| v.as_str().map(String::from))
-                    .unwrap_or_default()
-            })
-            .unwrap_or_default(),
-        );
+        row.push(t.map(|t| t.source.as_str().to_string()).unwrap_or_default());
         row.push(f(t.and_then(|t| t.samples_per_s)));
         row.push(f(r.gpu_util_mean_pct));
         row.push(u(r.gpu_mem_max_bytes));
@@ -348,18 +334,61 @@ pub fn csv(rep: &SweepReport) -> String {
         row.push(f(r.job_cpu_mean_pct));
         row.push(u(r.job_rss_max_bytes));
         row.push(format!("{:.3}", r.duration_s));
-        row.push(
-            serde_json::to_value(r.exit.status)
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default(),
-        );
+        row.push(r.exit.status.as_str().to_string());
         row.push(r.exit.code.map(|c| c.to_string()).unwrap_or_default());
         row.push(r.exit.signal.map(|c| c.to_string()).unwrap_or_default());
         s.push_str(&row.join(","));
         s.push('\n');
     }
     s
+}
+
+/// The sweep as an HTML page: one point per trial, in the order tried.
+pub fn html(rep: &SweepReport) -> Result<String, super::html::HtmlError> {
+    let label = |p: &std::collections::BTreeMap<String, serde_json::Value>| {
+        p.iter()
+            .map(|(k, v)| match v {
+                serde_json::Value::String(s) => format!("{k}={s}"),
+                v => format!("{k}={v}"),
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let points: Vec<super::html::SweepPoint> = rep
+        .results
+        .iter()
+        .map(|r| super::html::SweepPoint {
+            label: label(&r.parameters),
+            throughput: r.throughput.as_ref().map(|t| t.value),
+            gpu_util_mean_pct: r.gpu_util_mean_pct,
+            data_wait_fraction: r.data_wait_fraction,
+            failed: r.throughput.is_none(),
+            overridden: r.overrides.is_some().then(|| overridden_cell(r)),
+        })
+        .collect();
+    let unit = rep
+        .results
+        .iter()
+        .find_map(|r| r.throughput.as_ref().map(|t| t.unit.clone()))
+        .unwrap_or_default();
+    let spot = rep
+        .sweet_spot
+        .as_ref()
+        .map(|s| (label(&s.parameters), s.reason.clone()));
+    let knob = rep
+        .knobs
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    super::html::sweep_page(
+        &rep.command.join(" "),
+        &knob,
+        &unit,
+        &points,
+        spot.as_ref().map(|(l, r)| (l.as_str(), r.as_str())),
+        &notes_for_page(rep),
+    )
 }
 
 #[cfg(test)]
@@ -419,7 +448,7 @@ mod tests {
         use Status::*;
         let mut rep = report(&[(Some(10.0), Steady), (Some(10.2), Steady)]);
         for (r, w) in rep.results.iter_mut().zip([0, 1]) {
-            r.overrides = Some(vec![crate::inject::Override {
+            r.overrides = Some(vec![crate::sample::event::Override {
                 target: "DataLoader".into(),
                 key: "num_workers".into(),
                 value: w.into(),

@@ -16,8 +16,8 @@
 use super::tfevents::{self, Event, EventKind, Value};
 use crate::diagnose::evidence::Role;
 use crate::diagnose::DiagnoseReport;
-use crate::record::format::{Header, Line};
 use crate::record::reader::Sink;
+use crate::sample::event::{Header, Line};
 use crate::sample::pyphase::Phase;
 use crate::sample::{GpuSample, ProcSample};
 use std::collections::BTreeMap;

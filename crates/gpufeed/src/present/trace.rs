@@ -279,7 +279,7 @@ fn trace_text(o: &mut String, r: &Report, i: usize, t: &TraceSummary, show_steps
             c.src,
             c.dst,
             c.count,
-            crate::present::bytes(c.bytes.max(0.0) as u64),
+            crate::present::fmt::bytes(c.bytes.max(0.0) as u64),
             ms(c.time_us),
             c.bandwidth_gbps
         );

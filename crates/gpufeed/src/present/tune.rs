@@ -2,7 +2,7 @@
 //! figures as one self-contained page ([`html`]; the patch text is handed in by the command,
 //! which read it); its JSON is serde's.
 
-use super::fmt::{num as fmt_num, opt};
+use super::fmt::opt;
 use super::html::{esc, page};
 use crate::stats::Speedup;
 use crate::tune::oom::oom_marker;
@@ -54,7 +54,7 @@ fn before_after_text(o: &mut String, ba: &BeforeAfter) {
         .or_else(|| a.unit.clone())
         .unwrap_or_default();
     let _ = writeln!(o, "\nBefore → after (interleaved re-run):");
-    let num = |x: Option<f64>| opt(x, fmt_num);
+    let num = |x: Option<f64>| opt(x, super::fmt::num);
     let _ = writeln!(
         o,
         "  throughput   {} → {} {unit}",
@@ -124,7 +124,7 @@ fn text_raw(r: &TuneReport) -> String {
             .result
             .throughput
             .as_ref()
-            .map(|t| format!("{} {}", fmt_num(t.value), t.unit))
+            .map(|t| format!("{} {}", super::fmt::num(t.value), t.unit))
             .unwrap_or_else(|| "no throughput".into());
         let mark = match (s.knob.is_some(), s.kept) {
             (false, _) => "",
@@ -203,8 +203,8 @@ fn before_after(b: &mut String, r: &TuneReport) {
         let rows = [
             (
                 "throughput",
-                opt(ba.before.throughput, fmt_num),
-                opt(ba.after.throughput, fmt_num),
+                opt(ba.before.throughput, super::fmt::num),
+                opt(ba.after.throughput, super::fmt::num),
             ),
             (
                 "GPU busy %",
@@ -242,7 +242,7 @@ fn trials(b: &mut String, r: &TuneReport) {
             .result
             .throughput
             .as_ref()
-            .map(|t| format!("{} {}", fmt_num(t.value), t.unit))
+            .map(|t| format!("{} {}", super::fmt::num(t.value), t.unit))
             .unwrap_or_else(|| "-".into());
         let _ = write!(
             b,

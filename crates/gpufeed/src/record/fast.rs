@@ -555,7 +555,7 @@ fn procs_keyed(line: &[u8], out: &mut Vec<ProcSample>) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::format::Line;
+    use crate::sample::event::Line;
 
     fn serde_gpu(l: &str) -> GpuSample {
         match serde_json::from_str::<Line>(l).unwrap() {
@@ -768,7 +768,7 @@ mod tests {
     mod props {
         use super::super::*;
         use super::{gpu_paths, host_paths, procs_paths};
-        use crate::record::format::Line;
+        use crate::sample::event::Line;
         use proptest::prelude::*;
 
         fn f() -> impl Strategy<Value = f64> {

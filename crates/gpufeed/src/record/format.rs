@@ -14,10 +14,7 @@
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-pub use crate::sample::event::{
-    End, Header, Line, OverridesLine, PyFrameDef, PySamples, PyStackDef, PyStatusLine,
-    PyThreadCounts, StepsLine, SCHEMA_VERSION,
-};
+use crate::sample::event::{Header, Line, SCHEMA_VERSION};
 
 /// Rounds `x` to `dp` decimal places.
 fn round_dp(x: f64, dp: i32) -> f64 {
@@ -187,6 +184,9 @@ pub(crate) fn parse_header(path: &Path, line: &str) -> Result<Header, ReadError>
 mod tests {
     use super::*;
     use crate::record::reader::{read_from, Collect};
+    use crate::sample::event::{
+        End, PyFrameDef, PySamples, PyStackDef, PyStatusLine, PyThreadCounts,
+    };
     use crate::sample::pyphase::Phase;
     use crate::sample::pystacks::PyStatus;
     use crate::sample::{GpuSample, GpuStatic, HostInfo, HostSample, ProcSample, ProcStart};
@@ -276,7 +276,7 @@ mod tests {
                 t_s: 0.3,
                 exit_code: Some(0),
                 signal: None,
-                reason: Some("job_exited".into()),
+                reason: Some(crate::sample::event::EndReason::JobExited),
                 steps_dropped: None,
                 steps_flooded: None,
             }),

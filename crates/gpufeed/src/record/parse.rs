@@ -4,7 +4,8 @@
 //! ([`Tally`]).
 
 use super::fast;
-use super::format::{Header, Line, ReadStats};
+use crate::record::format::ReadStats;
+use crate::sample::event::{Header, Line};
 use crate::sample::{GpuSample, HostSample, ProcSample};
 
 /// Longest line read; longer ones are skipped and counted as malformed. The longest real lines
@@ -185,7 +186,6 @@ fn cap_strings(l: &mut Line) -> bool {
             f.src.iter_mut().for_each(&mut cap);
         }
         Line::PyStatus(p) => p.detail.iter_mut().for_each(&mut cap),
-        Line::End(e) => e.reason.iter_mut().for_each(&mut cap),
         _ => {}
     }
     all

@@ -13,8 +13,9 @@
 //! - An input that is one batch never comes here: [`super::reader`] parses it on the calling
 //!   thread (threads would gain nothing, and each one started leaves a malloc arena behind).
 
-use super::format::{Line, ReadError, ReadStats};
 use super::parse::{parse_line, trim, Parsed, Sink, Tally, MAX_LINE_BYTES};
+use crate::record::format::{ReadError, ReadStats};
+use crate::sample::event::Line;
 use crate::sample::{GpuSample, HostSample, ProcSample};
 use std::io::{ErrorKind, Read};
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! and stacks (each written once, as `py_frame` / `py_stack` lines) and writes one `py_samples`
 //! line per process per interval with its stack counts and the phase counts of each thread.
 
-use super::format::{Line, PyFrameDef, PySamples, PyStackDef, PyStatusLine, PyThreadCounts};
+use crate::sample::event::{Line, PyFrameDef, PySamples, PyStackDef, PyStatusLine, PyThreadCounts};
 use crate::sample::pyphase::{classify, is_library, FrameRef, Phase};
 use crate::sample::pystacks::{
     CodeNames, PyOptions, PyReading, PySampler, PyStatus, RawFrame, StatusEvent, ThreadStack,

@@ -10,9 +10,10 @@
 //! - Memory is bounded: a line longer than [`MAX_LINE_BYTES`] is skipped (and counted) without
 //!   being held whole, and input whose first bytes cannot start a recording is refused at once.
 
-use super::format::{parse_header, Header, Line, ReadError, ReadStats};
 use super::parse::{parse_line, trim, Parsed, Tally};
 pub use super::parse::{Sink, MAX_LINE_BYTES, MAX_STRING_BYTES, MAX_TIME_S};
+use crate::record::format::{parse_header, ReadError, ReadStats};
+use crate::sample::event::{Header, Line};
 use crate::sample::{GpuSample, HostSample, ProcSample};
 use std::io::Read;
 use std::path::Path;
@@ -460,13 +461,13 @@ impl<R: Read> Lines<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::format::End;
     use crate::record::writer::{Compression, RecordingWriter};
+    use crate::sample::event::End;
     use crate::sample::HostInfo;
 
     fn header() -> Header {
         Header {
-            schema_version: crate::record::format::SCHEMA_VERSION,
+            schema_version: crate::sample::event::SCHEMA_VERSION,
             gpufeed_version: None,
             start_time: "2026-12-03T00:00:00Z".into(),
             start_unix_us: 0,

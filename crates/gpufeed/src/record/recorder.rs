@@ -3,10 +3,10 @@
 //! frame per flush: [`super::writer`]) and flushes at least every `FLUSH_EVERY`, so a killed
 //! gpufeed or a crashed job loses at most the last second.
 
-use super::format::{End, Header, Line, SCHEMA_VERSION};
 use super::ticker::Ticker;
 use super::writer::{Compression, RecordingWriter};
 use crate::outfile::{Clobber, OutputError, Pending};
+use crate::sample::event::{End, EndReason, Header, Line, SCHEMA_VERSION};
 use crate::sample::host::{host_info, HostSampler, ProcTree};
 use crate::sample::nvml::{self, NvmlOpenError, NvmlSource};
 use crate::sample::steps::{StepFolder, StepSocket};
@@ -19,7 +19,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Longest time a recorded sample may sit in memory before reaching the file.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(500);
-pub use super::ticker::SLOW_EVERY;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -486,7 +485,7 @@ pub(crate) fn steps_thread(
         seen = next;
         let now = Instant::now();
         for (rank, tot) in folder.fold_by_rank(&marks) {
-            let line = Line::Steps(super::format::StepsLine {
+            let line = Line::Steps(crate::sample::event::StepsLine {
                 t_s: now.duration_since(t0).as_secs_f64(),
                 dt_s: now.duration_since(last).as_secs_f64(),
                 steps: tot.steps,
@@ -632,6 +631,83 @@ pub(crate) fn default_stamp(prefix: &str, now: SystemTime) -> String {
     format!("{prefix}-{date}-{time}-{ms}")
 }
 
+/// How the job ended, for the recording's end line, and gpufeed's exit code (the shell's).
+pub fn job_end(status: Result<crate::job::JobExit, crate::job::JobError>) -> (End, u8) {
+    match status {
+        Ok(st) => (
+            End {
+                exit_code: st.code(),
+                signal: st.signal(),
+                reason: Some(EndReason::JobExited),
+                ..Default::default()
+            },
+            st.shell_code(),
+        ),
+        Err(e) => (
+            End {
+                reason: Some(EndReason::LostJob),
+                ..Default::default()
+            },
+            {
+                eprintln!("gpufeed: {e}");
+                crate::exit::HasExit::exit(&e).code()
+            },
+        ),
+    }
+}
+
+/// A recording started from a live view (`watch`'s `r`): a new file under a unique default
+/// name, written as lines arrive.
+pub struct LiveRecording {
+    pub path: PathBuf,
+    out: RecordingWriter<std::fs::File>,
+}
+
+/// Bytes held before they are written (one zstd frame each).
+const WATCH_FLUSH_BYTES: usize = 128 * 1024;
+
+impl LiveRecording {
+    /// `defs`: the Python frame and stack definitions seen so far (each is sent once, so a
+    /// recording started later needs them written first).
+    pub fn start<'a>(
+        header: &Header,
+        defs: impl Iterator<Item = &'a Line>,
+    ) -> std::io::Result<LiveRecording> {
+        // A new file under a unique default name (suffixed when taken): nothing is overwritten.
+        let pending = crate::outfile::Pending::new(
+            &default_output_name(std::time::SystemTime::now()),
+            crate::outfile::Clobber::Suffix,
+        )
+        .map_err(std::io::Error::other)?;
+        let compression = Compression::for_path(pending.target());
+        let mut first = RecordingWriter::new(pending.file(), compression)?;
+        first.header(header);
+        first.flush()?;
+        let (file, path) = pending.commit().map_err(std::io::Error::other)?;
+        let out = RecordingWriter::new(file, compression)?;
+        let mut r = LiveRecording { path, out };
+        for d in defs {
+            r.write(d)?;
+        }
+        Ok(r)
+    }
+    pub fn write(&mut self, l: &Line) -> std::io::Result<()> {
+        self.out.line(&mut l.clone())?;
+        if self.out.pending() >= WATCH_FLUSH_BYTES {
+            self.out.flush()?;
+        }
+        Ok(())
+    }
+    pub fn finish(mut self, t_s: f64) -> std::io::Result<PathBuf> {
+        self.write(&Line::End(crate::sample::event::End {
+            t_s,
+            reason: Some(crate::sample::event::EndReason::WatchStopped),
+            ..Default::default()
+        }))?;
+        self.out.flush()?;
+        Ok(self.path)
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;

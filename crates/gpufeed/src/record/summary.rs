@@ -2,8 +2,9 @@
 //! computed by streaming the recording file: memory grows with the number of GPUs and
 //! processes, never with the recording's length.
 
-use super::format::{End, Header, Line, OverridesLine, ReadError, ReadStats};
 use super::reader::{read_path, Sink};
+use crate::record::format::{ReadError, ReadStats};
+use crate::sample::event::{End, Header, Line, OverridesLine};
 use crate::sample::{throttle, GpuSample, HostSample, ProcSample};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -32,7 +33,7 @@ pub struct Summary {
     pub truncated: bool,
     /// Values `--dataloader` / `--torch` put in place of the job's own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub overrides: Vec<crate::inject::Override>,
+    pub overrides: Vec<crate::sample::event::Override>,
     /// Overrides that could not apply, and why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub override_notes: Vec<String>,
@@ -87,10 +88,9 @@ pub struct JobSummary {
     /// Most processes alive at once.
     pub processes_max: u32,
     pub processes: Vec<ProcessSummary>,
-    /// Why the recording ended (`job_exited`, `attached_exited`, `duration`, `interrupted`), from
-    /// its `end` line; `None` for a recording without one.
+    /// Why the recording ended, from its `end` line; `None` for a recording without one.
     #[serde(default)]
-    pub end_reason: Option<String>,
+    pub end_reason: Option<crate::sample::event::EndReason>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -358,7 +358,7 @@ impl SummaryBuilder {
             pid,
             exit_code: end.as_ref().and_then(|e| e.exit_code),
             signal: end.as_ref().and_then(|e| e.signal),
-            end_reason: end.as_ref().and_then(|e| e.reason.clone()),
+            end_reason: end.as_ref().and_then(|e| e.reason),
             cpu_mean_pct: job_cpu.get(),
             cpu_max_pct: job_cpu_max,
             rss_max_bytes: job_rss_max,

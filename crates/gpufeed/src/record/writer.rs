@@ -6,7 +6,8 @@
 //! decompresses the file by hand. The reader ([`super::reader`]) tells the two apart by the
 //! first bytes.
 
-use super::format::{header_line, Header, Line};
+use crate::record::format::header_line;
+use crate::sample::event::{Header, Line};
 use std::io::{self, Write};
 use std::path::Path;
 

@@ -148,6 +148,49 @@ pub struct StepsLine {
     pub rank: Option<u32>,
 }
 
+/// Why a recording stopped (its `end` line's `reason`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum EndReason {
+    /// The job gpufeed started exited.
+    JobExited,
+    /// `--duration` ran out.
+    Duration,
+    /// gpufeed was interrupted (Ctrl-C, SIGTERM).
+    Interrupted,
+    /// The job attached with `--pid` exited.
+    AttachedExited,
+    /// gpufeed lost track of the job it started (waiting for it failed).
+    LostJob,
+    /// A trial: its throughput became steady and gpufeed stopped the job.
+    Steady,
+    /// A trial: `--max-time` was reached.
+    MaxTime,
+    /// `watch --record` stopped (the view was closed or interrupted).
+    WatchStopped,
+    /// A reason this version does not know (a newer or foreign recording).
+    #[serde(other)]
+    Unknown,
+}
+
+impl EndReason {
+    /// The wire name (the recording's).
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
 /// How a recording ended.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct End {
@@ -158,9 +201,9 @@ pub struct End {
     /// The signal that killed the job, when one did.
     #[serde(default)]
     pub signal: Option<i32>,
-    /// Why the recording stopped: "job_exited", "duration", "interrupted", "attached_exited".
+    /// Why the recording stopped.
     #[serde(default)]
-    pub reason: Option<String>,
+    pub reason: Option<EndReason>,
     /// Step markers dropped for a time outside the job's run (see `sample::steps::plausible`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps_dropped: Option<u64>,

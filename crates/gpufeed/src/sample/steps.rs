@@ -18,7 +18,7 @@ use super::figures::{parse_query, Board, Replier};
 /// Name of the environment variable that carries the socket path.
 pub const ENV_VAR: &str = "GPUFEED_STEP_SOCKET";
 
-pub use super::stepmark::{MarkKind, MarkSource, StepMark, StepTotals, MARK_SKEW_NS};
+use super::stepmark::{MarkKind, MarkSource, StepMark, StepTotals, MARK_SKEW_NS};
 
 /// CLOCK_MONOTONIC now, in nanoseconds (Python's `time.monotonic_ns()` reads the same clock).
 pub(crate) fn monotonic_ns() -> u64 {
@@ -487,6 +487,32 @@ impl Drop for StepSocket {
             let _ = d.close();
         }
     }
+}
+
+/// The step-marker socket: the path `--step-socket` names (a job already running was started
+/// with it), else a private one for a job gpufeed starts. A `--step-socket` that cannot be bound
+/// is an error; a private socket that cannot be opened is only a note (`note_unread`: what is
+/// then missed; `None`: say nothing).
+pub fn for_job(
+    given: Option<&std::path::Path>,
+    note_unread: Option<&str>,
+) -> Result<Option<std::sync::Arc<crate::sample::steps::StepSocket>>, crate::exit::Failure> {
+    if let Some(p) = given {
+        return StepSocket::bind_given(p)
+            .map(|s| Some(std::sync::Arc::new(s)))
+            .map_err(crate::exit::Failure::from);
+    }
+    Ok(match StepSocket::open() {
+        Ok(s) => Some(std::sync::Arc::new(s)),
+        Err(e) => {
+            if let Some(what) = note_unread {
+                eprintln!(
+                    "gpufeed: note: no step-marker socket ({e}): step markers are not {what}"
+                );
+            }
+            None
+        }
+    })
 }
 
 #[cfg(test)]

@@ -59,15 +59,65 @@ pub(crate) fn t975(df: usize) -> f64 {
     }
 }
 
+/// What a speed-up is the ratio of. On the wire a string: the name of a fixed metric, else the
+/// throughput's unit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum SpeedupMetric {
+    /// `mean_step_time`: traces.
+    MeanStepTime,
+    /// `loop_estimate`: recordings without step markers, from the training loop's phases.
+    LoopEstimate,
+    /// `gpu_busy_pct`: GPU busy time, a proxy.
+    GpuBusyPct,
+    /// `job_duration`: the jobs' wall times; no longer written (without step markers the runs'
+    /// work cannot be told equal), still read.
+    JobDuration,
+    /// A throughput in this unit (`steps/s` from step markers, a sweep's `samples/s`).
+    Throughput(String),
+}
+
+impl SpeedupMetric {
+    const NAMED: [(SpeedupMetric, &'static str); 4] = [
+        (SpeedupMetric::MeanStepTime, "mean_step_time"),
+        (SpeedupMetric::LoopEstimate, "loop_estimate"),
+        (SpeedupMetric::GpuBusyPct, "gpu_busy_pct"),
+        (SpeedupMetric::JobDuration, "job_duration"),
+    ];
+
+    /// The wire string.
+    pub fn as_str(&self) -> &str {
+        match self {
+            SpeedupMetric::Throughput(unit) => unit,
+            m => Self::NAMED
+                .iter()
+                .find(|(n, _)| n == m)
+                .map_or("", |(_, s)| s),
+        }
+    }
+}
+
+impl From<String> for SpeedupMetric {
+    fn from(s: String) -> SpeedupMetric {
+        Self::NAMED
+            .iter()
+            .find(|(_, n)| *n == s)
+            .map_or(SpeedupMetric::Throughput(s), |(m, _)| m.clone())
+    }
+}
+
+impl From<SpeedupMetric> for String {
+    fn from(m: SpeedupMetric) -> String {
+        m.as_str().to_string()
+    }
+}
+
 /// How much faster AFTER is: `value` > 1 is faster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Speedup {
     pub value: f64,
-    /// What the ratio is of: `mean_step_time` (traces), a throughput unit such as `steps/s`
-    /// (sweeps), `loop_estimate` (recordings without step markers: from the training loop's
-    /// phases) or `gpu_busy_pct` (a proxy). `job_duration` (the jobs' wall times) is no longer
-    /// written: without step markers the runs' work cannot be told equal.
-    pub metric: String,
+    /// What the ratio is of.
+    pub metric: SpeedupMetric,
     /// 95% interval `[low, high]`, where both inputs carry their spread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ci95: Option<[f64; 2]>,

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::ranges::{self, Range};
-use super::reader::{Event, EventSink};
+use crate::trace::event::{Event, EventSink};
 
 /// Category of an `X` event, both Kineto schemas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

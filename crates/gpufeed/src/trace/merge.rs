@@ -5,8 +5,9 @@
 //! Two passes over the file: the first finds the top-level fields (which may follow the events)
 //! and checks that there are events; the second hands each event's JSON text to the writer.
 
-use super::reader::{self, Event, EventSink, ScanStats};
 use super::TraceError;
+use crate::trace::event::{Event, EventSink, ScanStats};
+use crate::trace::reader::{self};
 use std::path::{Path, PathBuf};
 
 /// What the first pass found.

@@ -16,10 +16,10 @@ mod serde_event;
 pub mod summary;
 pub mod verdict;
 
+use summary::{StepSource, TraceSummary};
+
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-
-pub use summary::{StepRow, StepSource, TraceSummary};
 
 /// What can go wrong reading a trace.
 #[derive(Debug, thiserror::Error)]
@@ -120,7 +120,7 @@ pub fn analyze_reader(r: impl Read, name: &str) -> Result<TraceSummary, TraceErr
 
 /// More events undecodable than decoded (and at least 10): not a trace to judge, as a mostly
 /// unreadable GPU log is not (one rule for `analyze` and `export --merge`).
-pub(crate) fn mostly_unreadable(st: &reader::ScanStats) -> Option<TraceError> {
+pub(crate) fn mostly_unreadable(st: &event::ScanStats) -> Option<TraceError> {
     (st.bad_events >= 10 && st.bad_events > st.events).then(|| {
         TraceError::NotATrace(format!(
             "mostly unreadable: {} of {} events could not be decoded",
@@ -132,7 +132,7 @@ pub(crate) fn mostly_unreadable(st: &reader::ScanStats) -> Option<TraceError> {
 
 /// Why a trace without a complete (`ph: X`) event cannot be used: one rule for `analyze` and
 /// `export --merge`.
-pub(crate) fn no_events(st: &reader::ScanStats) -> TraceError {
+pub(crate) fn no_events(st: &event::ScanStats) -> TraceError {
     if st.truncated {
         return TraceError::NotATrace(format!(
             "it ends before any complete event: {}",

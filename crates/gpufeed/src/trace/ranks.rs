@@ -14,7 +14,8 @@
 use super::report::{RankJob, RankLine, Report, SCHEMA_VERSION};
 use super::rules::{self, STRAGGLER_RATIO};
 use super::{analyze_path, TraceError, TraceSummary};
-use crate::finding::{rank as rank_findings, Finding, FindingId, Severity};
+use crate::exit::{Exit, Failure};
+use crate::finding::{self, Finding, FindingId, Severity};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -299,7 +300,7 @@ pub fn job_report(digests: Vec<RankDigest>, lowest: TraceSummary, world_size: u6
     lines.sort_by_key(|l| l.rank);
     let mut findings = merge_findings(per_rank);
     findings.extend(straggler);
-    rank_findings(&mut findings);
+    finding::rank(&mut findings);
     let verdict = super::verdict::decide(&findings, super::report::mean_busy(&lines));
     let job = RankJob {
         world_size,
@@ -323,6 +324,99 @@ pub fn job_report(digests: Vec<RankDigest>, lowest: TraceSummary, world_size: u6
         ranks: lines,
         traces: vec![lowest],
         job: Some(job),
+    }
+}
+
+/// What `analyze` was given, read: one report (a single trace, or the ranks of one job), or
+/// unrelated traces' reports each on its own.
+pub enum Grouped {
+    One(Box<Report>),
+    Unrelated {
+        reports: Vec<Report>,
+        /// Why they are not ranks of one job.
+        why: String,
+        /// How many traces could be read.
+        n: usize,
+    },
+}
+
+/// A trace that cannot be read, with what to do about it (bad input, exit 3).
+pub fn input_error(e: TraceError) -> Failure {
+    let hint = match &e {
+        TraceError::Io { .. } => "check the path",
+        TraceError::Empty | TraceError::NoEvents | TraceError::NoUsableEvents(_) => {
+            "export one with torch.profiler ... on_trace_ready=tensorboard_trace_handler(dir)"
+        }
+        TraceError::NotATrace(_) => "pass a .json or .json.gz file written by the PyTorch profiler",
+        TraceError::EmptyDir(_) => "pass the directory tensorboard_trace_handler wrote to",
+    };
+    Failure::input(format!("{e}; {hint}"))
+}
+
+/// Up to this many traces keep their full summaries while they are classified (ranks of one job
+/// or not); more are re-read one at a time when they turn out to be unrelated traces.
+const KEEP_FULL: usize = 16;
+
+/// Reads `paths` (expanded) as `analyze` does: ranks of one job become one report.
+pub fn group(paths: &[std::path::PathBuf]) -> Result<Grouped, Failure> {
+    if paths.len() == 1 {
+        let t = super::analyze_path(&paths[0]).map_err(input_error)?;
+        return Ok(Grouped::One(Box::new(Report::new(vec![t]))));
+    }
+    if paths.iter().any(|p| p.as_os_str() == "-") {
+        return Err(Failure::new(
+            Exit::Usage,
+            "- (stdin) is one trace: pass it alone, or pass files",
+        ));
+    }
+    let keep_full = paths.len() <= KEEP_FULL;
+    let a = analyze_all(paths, keep_full, None);
+    let mut digests = Vec::new();
+    let mut ok = Vec::new();
+    for (i, (p, r)) in paths.iter().zip(a.digests).enumerate() {
+        match r {
+            Ok(d) => {
+                digests.push(d);
+                ok.push(i);
+            }
+            Err(e) => eprintln!("gpufeed: warning: skipping {}: {e}", p.display()),
+        }
+    }
+    if digests.is_empty() {
+        return Err(Failure::input(
+            "none of the traces could be read; see the warnings above",
+        ));
+    }
+    let ids: Vec<(Option<u64>, Option<u64>)> = digests
+        .iter()
+        .map(|d| (d.line.rank, d.world_size))
+        .collect();
+    match one_job(&ids) {
+        Ok(world) if digests.len() > 1 => {
+            let lowest = a.lowest.unwrap_or_default();
+            Ok(Grouped::One(Box::new(job_report(digests, lowest, world))))
+        }
+        Ok(_) => {
+            // One readable trace left: analyzed alone.
+            let t = match a.full.into_iter().nth(ok[0]).flatten() {
+                Some(t) => t,
+                None => super::analyze_path(&paths[ok[0]]).map_err(input_error)?,
+            };
+            Ok(Grouped::One(Box::new(Report::new(vec![t]))))
+        }
+        Err(why) => {
+            let n = digests.len();
+            let mut full = a.full;
+            let mut reports = Vec::with_capacity(ok.len());
+            for i in ok {
+                let t = match full.get_mut(i).and_then(Option::take) {
+                    Some(t) => t,
+                    None => super::analyze_path(&paths[i]).map_err(input_error)?,
+                };
+                reports.push(Report::new(vec![t]));
+            }
+            Ok(Grouped::Unrelated { reports, why, n })
+        }
     }
 }
 

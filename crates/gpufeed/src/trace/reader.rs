@@ -15,9 +15,7 @@
 use std::io::Read;
 
 use super::event::check_event;
-pub use super::event::{
-    Args, Event, EventSink, ScanStats, MAX_NAME_BYTES, MAX_PLAUSIBLE_SPAN_US, MAX_VALUE_BYTES,
-};
+use super::event::{EventSink, ScanStats, MAX_NAME_BYTES, MAX_PLAUSIBLE_SPAN_US, MAX_VALUE_BYTES};
 use super::serde_event::EventDe;
 use super::TraceError;
 use crate::json;
@@ -508,6 +506,7 @@ fn resync<R: Read>(buf: &mut Buf<R>) -> Result<bool, Stop> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trace::event::Event;
 
     #[derive(Default)]
     struct Collect {

@@ -10,6 +10,8 @@ use crate::diagnose::verdict::VerdictId;
 use crate::live::{GpuLive, LiveState};
 use crate::sample::throttle;
 use crate::units::bytes;
+use ratatui::crossterm::event::{KeyCode, KeyModifiers};
+use ratatui::crossterm::{execute, terminal};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
@@ -687,6 +689,38 @@ fn draw_procs(f: &mut Frame, area: Rect, st: &LiveState, ui: &Ui) {
         })
         .collect();
     f.render_widget(Paragraph::new(lines), inner);
+}
+
+/// Puts the terminal back however `watch` ends (error, panic).
+pub struct TermGuard;
+impl TermGuard {
+    pub fn enter() -> std::io::Result<TermGuard> {
+        terminal::enable_raw_mode()?;
+        let g = TermGuard;
+        execute!(std::io::stdout(), terminal::EnterAlternateScreen)?;
+        Ok(g)
+    }
+}
+impl Drop for TermGuard {
+    fn drop(&mut self) {
+        let _ = execute!(std::io::stdout(), terminal::LeaveAlternateScreen);
+        let _ = terminal::disable_raw_mode();
+    }
+}
+
+/// The view's key for a terminal key press.
+pub fn key_of(code: KeyCode, mods: KeyModifiers) -> Key {
+    match code {
+        KeyCode::Char('q') | KeyCode::Esc => Key::Quit,
+        KeyCode::Char('c') if mods.contains(KeyModifiers::CONTROL) => Key::Quit,
+        KeyCode::Char('p') | KeyCode::Char(' ') => Key::Pause,
+        KeyCode::Char('r') => Key::Record,
+        KeyCode::Tab | KeyCode::Right => Key::Tab,
+        KeyCode::BackTab | KeyCode::Left => Key::BackTab,
+        KeyCode::Up | KeyCode::Char('k') => Key::Up,
+        KeyCode::Down | KeyCode::Char('j') => Key::Down,
+        _ => Key::Other,
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 use super::trial::TrialExit;
 use serde::{Deserialize, Serialize};
 
-pub use super::oom::{oom_marker, OOM_MARKERS};
+use super::oom::oom_marker;
 
 /// How a trial of one batch size went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,14 +109,41 @@ impl Search {
     }
 }
 
+/// How the recommended batch was chosen.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum Basis {
+    /// Peak GPU memory, fitted linearly in the batch size, meets the target.
+    MemoryFit,
+    /// The largest tried size under the target (too few points to fit).
+    MemoryMeasured,
+    /// No GPU memory figures, so the target fraction is applied to the largest batch.
+    Margin,
+}
+
+impl Basis {
+    /// The wire name (the JSON's).
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
 /// The recommended batch and how it was chosen.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Recommendation {
     pub batch: u64,
-    /// `memory_fit`: peak GPU memory, fitted linearly in the batch size, meets the target;
-    /// `memory_measured`: the largest tried size under the target (too few points to fit);
-    /// `margin`: no GPU memory figures, so the target fraction is applied to the largest batch.
-    pub basis: String,
+    pub basis: Basis,
     /// Predicted peak GPU memory at the recommended batch, in bytes.
     pub predicted_mem_bytes: Option<u64>,
 }
@@ -132,14 +159,14 @@ pub(crate) fn recommend(
     let Some(total) = mem_total_bytes.filter(|t| *t > 0) else {
         return Recommendation {
             batch: ((max_batch as f64 * target).floor() as u64).clamp(1, max_batch.max(1)),
-            basis: "margin".into(),
+            basis: Basis::Margin,
             predicted_mem_bytes: None,
         };
     };
     if points.is_empty() {
         return Recommendation {
             batch: ((max_batch as f64 * target).floor() as u64).clamp(1, max_batch.max(1)),
-            basis: "margin".into(),
+            basis: Basis::Margin,
             predicted_mem_bytes: None,
         };
     }
@@ -164,7 +191,7 @@ pub(crate) fn recommend(
         };
         return Recommendation {
             batch,
-            basis: "memory_fit".into(),
+            basis: Basis::MemoryFit,
             predicted_mem_bytes: Some((a + b * batch as f64).max(0.0) as u64),
         };
     }
@@ -175,12 +202,12 @@ pub(crate) fn recommend(
     match best {
         Some(p) => Recommendation {
             batch: p.0,
-            basis: "memory_measured".into(),
+            basis: Basis::MemoryMeasured,
             predicted_mem_bytes: Some(p.1),
         },
         None => Recommendation {
             batch: points.iter().map(|p| p.0).min().unwrap_or(1),
-            basis: "memory_measured".into(),
+            basis: Basis::MemoryMeasured,
             predicted_mem_bytes: points.iter().map(|p| p.1).min(),
         },
     }
@@ -273,7 +300,7 @@ pub struct BatchTrial {
     pub recording: String,
     /// What `--dataloader` / `--torch` overrode (`None`: nothing injected).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub overrides: Option<Vec<crate::inject::Override>>,
+    pub overrides: Option<Vec<crate::sample::event::Override>>,
     /// Why overrides could not apply.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub override_notes: Vec<String>,
@@ -402,13 +429,13 @@ mod tests {
             .map(|&b| (b, 10 * G + b * G / 4))
             .collect();
         let r = recommend(280, &pts, Some(80 * G), 0.9);
-        assert_eq!((r.batch, r.basis.as_str()), (248, "memory_fit"));
+        assert_eq!((r.batch, r.basis), (248, Basis::MemoryFit));
         let r = recommend(200, &pts, Some(80 * G), 0.9);
         assert_eq!(r.batch, 200, "never above the largest batch that ran");
         let r = recommend(300, &[], None, 0.9);
-        assert_eq!((r.batch, r.basis.as_str()), (270, "margin"));
+        assert_eq!((r.batch, r.basis), (270, Basis::Margin));
         let r = recommend(300, &pts[..1], Some(80 * G), 0.9);
-        assert_eq!((r.batch, r.basis.as_str()), (64, "memory_measured"));
+        assert_eq!((r.batch, r.basis), (64, Basis::MemoryMeasured));
     }
 
     #[test]

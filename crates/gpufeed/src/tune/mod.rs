@@ -11,16 +11,23 @@
 //! - [`batch`]: the batch-size search, out-of-memory recognition and the accumulation plan.
 //! - [`plan`], [`report`], [`patch`]: `gpufeed tune`'s knobs from a diagnosis and its search
 //!   rules, its report, and `fix.patch`.
+//! - [`trials`]: the trial runner the three commands share (options, checks, output folder,
+//!   progress bar, Ctrl-C); [`sweep_run`], [`batch_run`] and [`search`]: the searches of
+//!   `sweep`, `batch-size` and `tune`.
 
 pub mod batch;
+pub mod batch_run;
 pub mod oom;
 pub mod params;
 pub mod patch;
 pub mod plan;
 pub mod progress;
 pub mod report;
+pub mod search;
 pub mod sweep;
+pub mod sweep_run;
 pub mod trial;
+pub mod trials;
 
 /// Errors of the tuner. Each says its exit code through [`crate::exit::HasExit`].
 #[derive(Debug, thiserror::Error)]

@@ -121,8 +121,6 @@ pub fn product(knobs: &[Knob]) -> Vec<Setting> {
     out
 }
 
-pub use crate::inject::substitute;
-
 /// Checks every knob appears as `{name}` in the command or in an environment template.
 pub(crate) fn check_used(
     knobs: &[Knob],
@@ -157,6 +155,7 @@ pub(crate) fn json_value(v: &str) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inject::substitute;
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()

@@ -318,12 +318,12 @@ pub(crate) fn ab_speedup(before: &[&Throughput], after: &[&Throughput]) -> Optio
     }
     Some(Speedup {
         value: (a / b * 1000.0).round() / 1000.0,
-        metric: unit.clone(),
+        metric: crate::stats::SpeedupMetric::Throughput(unit.clone()),
         ci95: ratio_ci(a, sea, b, seb, 1.96),
         basis: format!(
             "interleaved re-run (baseline, tuned, baseline, tuned): {} {unit} before, {} {unit} after",
-            super::sweep::fmt_num(b),
-            super::sweep::fmt_num(a)
+            crate::units::num(b),
+            crate::units::num(a)
         ),
     })
 }

@@ -33,7 +33,7 @@ pub struct TrialResult {
     /// What `--dataloader` / `--torch` put in place of the job's own values (`None` when nothing
     /// was to be injected; an empty list when nothing could be).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub overrides: Option<Vec<crate::inject::Override>>,
+    pub overrides: Option<Vec<crate::sample::event::Override>>,
     /// Why overrides could not apply in this trial.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub override_notes: Vec<String>,
@@ -216,10 +216,10 @@ pub fn sweet_spot(
             Some((r, rv)) => format!(
                 "{} is the fastest ({} {unit}) and no cheaper setting comes within {:.0}% of it (next best: {} at {} {unit}, {:.0}% of it)",
                 pick.label,
-                fmt_num(v),
+                crate::units::num(v),
                 WITHIN_OF_BEST * 100.0,
                 r.label,
-                fmt_num(*rv),
+                crate::units::num(*rv),
                 rv / best_v * 100.0
             ),
             None => format!("{} is the only setting measured", pick.label),
@@ -228,10 +228,10 @@ pub fn sweet_spot(
         format!(
             "{} reaches {} {unit}, {:.1}% of the best ({} at {} {unit}): within {:.0}%, and larger settings cost more (RAM and /dev/shm for more workers) for at most {:.1}% more throughput",
             pick.label,
-            fmt_num(v),
+            crate::units::num(v),
             frac * 100.0,
             best.label,
-            fmt_num(best_v),
+            crate::units::num(best_v),
             WITHIN_OF_BEST * 100.0,
             (best_v / v - 1.0) * 100.0
         )
@@ -340,9 +340,6 @@ sent no step (it iterates no torch DataLoader and steps no torch optimizer, or r
 --rate-regex 'REGEX' with one number group matched on its output (e.g. --rate-regex \
 '([0-9.]+) it/s'), step markers from python/gpufeed_probe.py (`probe.step()` once per step, or \
 `for batch in probe.wrap(loader)`), or a tqdm progress bar.";
-
-/// The plain-number format of every sweep figure (one copy, in [`crate::units`]).
-pub use crate::units::num as fmt_num;
 
 #[cfg(test)]
 pub(crate) mod tests {

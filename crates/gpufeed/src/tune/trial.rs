@@ -4,11 +4,13 @@
 use super::progress::{parse_tqdm, LineSplitter, RateRegex};
 use super::TuneError;
 use crate::job::{Job, JobExit, SpawnOpts};
-use crate::record::format::{End, Line, OverridesLine};
 use crate::record::reader::{read_path, Sink};
 use crate::record::recorder::{Prepared, RecorderConfig};
 use crate::record::summary::{Summary, SummaryBuilder};
-use crate::sample::steps::{monotonic_ns, MarkSource, StepMark, StepSocket, ENV_VAR};
+use crate::sample::event::EndReason;
+use crate::sample::event::{End, Line, OverridesLine};
+use crate::sample::stepmark::{MarkSource, StepMark};
+use crate::sample::steps::{monotonic_ns, StepSocket, ENV_VAR};
 use crate::sample::GpuSample;
 use crate::stats::steady::{estimate, from_counts, from_rates, Estimate, Interval};
 use serde::{Deserialize, Serialize};
@@ -53,8 +55,19 @@ pub struct TrialSpec {
 }
 
 /// Where a throughput figure came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Source {
     /// Step markers on `GPUFEED_STEP_SOCKET`.
     StepSocket,
@@ -64,6 +77,13 @@ pub enum Source {
     Tqdm,
     /// Mean GPU utilization: a proxy, not a throughput.
     GpuBusyProxy,
+}
+
+impl Source {
+    /// The wire name (the JSON's).
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
 }
 
 /// A measured throughput.
@@ -97,8 +117,19 @@ impl Throughput {
 }
 
 /// Where a trial's data-wait figure came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum WaitSource {
     /// Step markers with their waits: exact, over the steady steps.
     StepProbe,
@@ -107,9 +138,27 @@ pub enum WaitSource {
     PythonStacks,
 }
 
+impl WaitSource {
+    /// The wire name (the JSON's).
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
 /// How a trial ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Status {
     /// Throughput became steady; gpufeed stopped the job.
     Steady,
@@ -121,6 +170,13 @@ pub enum Status {
     Failed,
     /// gpufeed was interrupted (Ctrl-C) during the trial.
     Interrupted,
+}
+
+impl Status {
+    /// The wire name (the JSON's).
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -494,12 +550,12 @@ fn join_readers(readers: Vec<std::thread::JoinHandle<()>>) {
 }
 
 /// The recording's end reason for how the trial stopped.
-fn end_reason(status: Status) -> &'static str {
+fn end_reason(status: Status) -> EndReason {
     match status {
-        Status::Exited | Status::Failed => "job_exited",
-        Status::Interrupted => "interrupted",
-        Status::Steady => "steady",
-        Status::MaxTime => "max_time",
+        Status::Exited | Status::Failed => EndReason::JobExited,
+        Status::Interrupted => EndReason::Interrupted,
+        Status::Steady => EndReason::Steady,
+        Status::MaxTime => EndReason::MaxTime,
     }
 }
 
@@ -594,7 +650,7 @@ pub(crate) fn run_trial(
     let path = run.recorder.finish(End {
         exit_code: exit.code(),
         signal: exit.signal(),
-        reason: Some(end_reason(status).into()),
+        reason: Some(end_reason(status)),
         ..Default::default()
     })?;
     let (summary, gpu) = trial_figures(&path, run.has_gpu);

@@ -2,7 +2,8 @@
 //! panics on arbitrary or truncated input. The event builders are shared with the golden
 //! snapshots (golden.rs).
 
-use gpufeed::trace::{self, families::KernelFamily, rules, TraceSummary};
+use gpufeed::trace::summary::TraceSummary;
+use gpufeed::trace::{self, families::KernelFamily, rules};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 

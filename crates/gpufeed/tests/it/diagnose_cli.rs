@@ -8,7 +8,8 @@ use crate::gpufeed;
 use crate::h100_header;
 use crate::json_ok;
 use gpufeed::diagnose::DiagnoseReport;
-use gpufeed::record::format::{header_line, End, Line};
+use gpufeed::record::format::header_line;
+use gpufeed::sample::event::{End, Line};
 use gpufeed::sample::{DiskRate, GpuSample, HostSample, ProcSample, ProcStart};
 use predicates::prelude::*;
 use serde_json::Value;
@@ -164,7 +165,7 @@ fn write_recording(dir: &Path, name: &str, s: &Shape) -> PathBuf {
         t_s: s.seconds,
         exit_code: Some(0),
         signal: None,
-        reason: Some("job_exited".into()),
+        reason: Some(gpufeed::sample::event::EndReason::JobExited),
         ..Default::default()
     }));
     let p = dir.join(name);

@@ -8,10 +8,12 @@ use gpufeed::bench::{
     self, BenchReport, CopyResult, Direction, GemmResult, HostMemory, LinkInfo, Precision,
 };
 use gpufeed::compare;
-use gpufeed::diagnose::{self, input::LogOptions, job, DiagnoseReport, InputFormat};
+use gpufeed::diagnose::input::InputFormat;
+use gpufeed::diagnose::{self, input::LogOptions, job, DiagnoseReport};
 use gpufeed::present::diagnose as render;
 use gpufeed::present::{self, OutputFormat};
-use gpufeed::trace::{ranks, report, TraceSummary};
+use gpufeed::trace::summary::TraceSummary;
+use gpufeed::trace::{ranks, report};
 use gpufeed::tune::params::{parse_knobs, product, Setting};
 use gpufeed::tune::sweep::{self, SweepReport, TrialResult};
 use gpufeed::tune::trial::{Source, Status, Throughput, TrialExit, TrialOutcome, WaitSource};
@@ -800,7 +802,7 @@ fn tune_reports() -> Vec<(&'static str, gpufeed::tune::report::TuneReport)> {
         before_after: Some(BeforeAfter {
             speedup: Some(Speedup {
                 value: 2.5,
-                metric: "steps/s".into(),
+                metric: gpufeed::stats::SpeedupMetric::Throughput("steps/s".into()),
                 ci95: Some([2.3, 2.7]),
                 basis: "3 interleaved runs of each".into(),
             }),
@@ -830,7 +832,7 @@ fn tune_reports() -> Vec<(&'static str, gpufeed::tune::report::TuneReport)> {
         before_after: Some(BeforeAfter {
             speedup: Some(Speedup {
                 value: 0.8,
-                metric: "steps/s".into(),
+                metric: gpufeed::stats::SpeedupMetric::Throughput("steps/s".into()),
                 ci95: None,
                 basis: "1 run of each".into(),
             }),

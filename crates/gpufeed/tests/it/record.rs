@@ -5,9 +5,10 @@ use crate::common_fake;
 
 use crate::{gpufeed, gpufeed_no_gpu, read_json, usage_error};
 use common_fake::{fake_nvml, scenario};
-use gpufeed::record::format::{Header, Line, ReadError, ReadStats};
+use gpufeed::record::format::{ReadError, ReadStats};
 use gpufeed::record::reader::{read_path, Collect};
 use gpufeed::record::summary::{summarize, Summary};
+use gpufeed::sample::event::{Header, Line};
 use predicates::prelude::*;
 use std::path::Path;
 use std::time::Duration;
@@ -220,7 +221,7 @@ fn fake_driver_square_wave_keeps_every_driver_sample() {
     let period = g.util_sample_period_s.unwrap();
     assert!((period - 1.0 / 6.0).abs() < 0.03, "driver period {period}");
     // The same run's diagnosis rides along: a 2 s square wave of busy and starved.
-    let report: gpufeed::present::run::RunReport = serde_json::from_str(
+    let report: gpufeed::diagnose::RunReport = serde_json::from_str(
         String::from_utf8_lossy(&a.get_output().stdout)
             .lines()
             .last()

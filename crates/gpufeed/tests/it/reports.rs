@@ -4,7 +4,8 @@
 use crate::gpufeed;
 use crate::h100_header;
 use crate::read_json;
-use gpufeed::record::format::{header_line, End, Line};
+use gpufeed::record::format::header_line;
+use gpufeed::sample::event::{End, Line};
 use gpufeed::sample::{GpuSample, HostSample, ProcSample, ProcStart};
 use predicates::prelude::*;
 use std::io::Write;

@@ -6,6 +6,7 @@ use crate::units::pcie_link_bytes_per_s;
 use std::collections::{BTreeMap, HashMap};
 
 use super::types::*;
+use crate::import::dcgmi::ProfilingMeans;
 
 /// Impossible values seen while building evidence.
 #[derive(Debug, Default, Clone, Copy)]
@@ -24,7 +25,7 @@ pub(super) struct Impossible {
     pub(super) gpus_over_cap: u64,
 }
 
-pub use crate::import::MAX_GPUS;
+use crate::import::MAX_GPUS;
 
 impl Impossible {
     pub(super) fn warnings(&self, span_s: f64) -> Vec<String> {

@@ -6,7 +6,9 @@
 //! an [`Evidence`] that the rules read.
 
 use crate::diagnose::stats::Moments;
-use crate::record::format::{Header, Line};
+use crate::import::dcgmi::ProfilingMeans;
+use crate::import::MAX_GPUS;
+use crate::sample::event::{Header, Line};
 use crate::sample::{throttle, GpuSample, HostSample, ProcSample, ProcStart};
 use crate::units::pcie_link_bytes_per_s;
 use rustc_hash::FxHashMap;
@@ -733,7 +735,7 @@ impl EvidenceBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::format::End;
+    use crate::sample::event::End;
     use crate::sample::{DiskRate, GpuStatic, HostInfo};
 
     fn header(cpus: u32, pid: Option<u32>) -> Header {
@@ -1090,7 +1092,7 @@ mod tests {
 
     /// torchrun with three ranks, one of them C++, and rank 1 waiting for its data.
     fn torchrun_job() -> EvidenceBuilder {
-        use crate::record::format::{PyFrameDef, PySamples, PyStackDef, PyStatusLine};
+        use crate::sample::event::{PyFrameDef, PySamples, PyStackDef, PyStatusLine};
         use crate::sample::pystacks::PyStatus;
         use crate::sample::ranks::RankEnv;
         let mut b = EvidenceBuilder::new();
@@ -1166,7 +1168,7 @@ mod tests {
                     dt_s: 1.0,
                     pid,
                     ticks: 100,
-                    threads: vec![crate::record::format::PyThreadCounts {
+                    threads: vec![crate::sample::event::PyThreadCounts {
                         tid: pid as u64,
                         name: None,
                         stacks,
@@ -1231,7 +1233,7 @@ mod tests {
 
     #[test]
     fn a_restarted_rank_is_one_rank_and_its_first_process_is_reported() {
-        use crate::record::format::{PySamples, PyStatusLine, PyThreadCounts};
+        use crate::sample::event::{PySamples, PyStatusLine, PyThreadCounts};
         let mut b = torchrun_job();
         // torchrun restarted rank 1 early on: pid 15 lived 2 s, before pid 12 took over.
         b.push(&start(15, 10, "/v/bin/python3 -u train.py"));

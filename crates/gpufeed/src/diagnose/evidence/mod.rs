@@ -4,14 +4,24 @@
 //! histograms and fixed-size buffers ([`acc`], and [`pyloop`] for the Python stacks and step
 //! markers), so memory does not grow with the recording's length (per-process state grows with
 //! the number of processes, not with time). [`EvidenceBuilder::finish`] turns them into an
-//! [`Evidence`] ([`types`], [`python`]) that the rules read.
+//! [`Evidence`] (its types in `types.rs` and `python.rs`) that the rules read. Every type is
+//! reached by one path: `diagnose::evidence::X` (the files are private modules).
 
 pub mod acc;
-pub mod builder;
+mod builder;
 pub mod pyloop;
-pub mod python;
-pub mod types;
+mod python;
+mod types;
 
 pub use builder::EvidenceBuilder;
-pub use python::*;
-pub use types::*;
+pub use python::{
+    Hotspot, PhasesPct, PyMain, PythonEvidence, RankLoop, SlowRank, StepEvidence, SyncSite,
+    WorkerStartStop, SLOW_RANK_GAP_PCT, SLOW_RANK_MIN_PCT,
+};
+pub use types::{
+    Evidence, GpuEvidence, GpuState, GpuVerdict, HostEvidence, JobEvidence, NoGpu, Origin,
+    PcieEvidence, ProcEvidence, Role, ThrottleEvidence, BOUND_PREFIX, BUSY_CORE_PCT, IDLE_CORE_PCT,
+    LOADED_PCT, MAX_PLAUSIBLE_MEM_BYTES, MAX_PLAUSIBLE_POWER_W, MAX_PLAUSIBLE_SPAN_S,
+    MAX_PROCESSES, MIN_SHAPE_SAMPLES, QUEUED_PCT, SATURATED_PROC_PCT, TINY_SM_ACTIVE_PCT,
+    UNUSED_MEM_BYTES, UNUSED_PCT,
+};

@@ -11,9 +11,9 @@
 //! dataset's `__getitem__` or PyTorch's fetcher; each is charged to one stage by
 //! [`crate::sample::pyphase::data_stage`].
 
-pub use super::python::*;
+use super::python::*;
 use super::types::{JobEvidence, BOUND_PREFIX};
-use crate::record::format::{Header, Line, PyFrameDef};
+use crate::sample::event::{Header, Line, PyFrameDef};
 use crate::sample::pyphase::{
     data_library, data_stage, is_loader_plumbing, starts_or_stops_workers, DataLibrary, FrameRef,
     Phase, StageKind,
@@ -881,7 +881,7 @@ struct DataTotals {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::format::{PySamples, PyStackDef, PyThreadCounts};
+    use crate::sample::event::{PySamples, PyStackDef, PyThreadCounts};
 
     fn stack(id: u32, frames: &[u32]) -> Line {
         Line::PyStack(PyStackDef {
@@ -1186,7 +1186,7 @@ mod tests {
 
     #[test]
     fn steps_fold_into_the_exact_wait_and_ms_per_sample_needs_their_items() {
-        use crate::record::format::StepsLine;
+        use crate::sample::event::StepsLine;
         let mut acc = StepAcc::default();
         assert_eq!(StepAcc::default().finish(), None);
         // Two ranks' lines over the same second: figures per rank, averaged.
@@ -1269,7 +1269,7 @@ mod tests {
         )
         .unwrap();
         let mut acc = PyAcc::default();
-        acc.push(&Line::PyStatus(crate::record::format::PyStatusLine {
+        acc.push(&Line::PyStatus(crate::sample::event::PyStatusLine {
             t_s: 0.1,
             pid: 3,
             status: PyStatus::Denied,

@@ -2,7 +2,7 @@
 
 use super::python::{PythonEvidence, StepEvidence};
 use crate::diagnose::stats::{PeriodicityResult, Split};
-use crate::record::format::Header;
+use crate::sample::event::Header;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -14,7 +14,7 @@ pub const BUSY_CORE_PCT: f64 = 90.0;
 /// A process whose mean CPU is at least this (percent of one core) is pinned on a core.
 pub const SATURATED_PROC_PCT: f64 = 85.0;
 
-pub use crate::import::dcgmi::ProfilingMeans;
+use crate::import::dcgmi::ProfilingMeans;
 
 /// What kind of input the evidence came from (what it can and cannot contain).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -368,8 +368,19 @@ pub struct HostEvidence {
 }
 
 /// Role of a process in the job's tree.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Role {
     /// The training loop (the root, or the first busy process under a launcher).
     Main,
@@ -377,6 +388,13 @@ pub enum Role {
     Worker,
     /// Launchers and anything else in the tree.
     Other,
+}
+
+impl Role {
+    /// The wire name (the JSON's).
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
 }
 
 /// One process of the job.

@@ -11,9 +11,7 @@ pub const MAX_GPUS_PER_NODE: usize = 16;
 /// Busy fraction from which a GPU without a starving pattern counts as steadily busy.
 pub const BUSY: f64 = 0.80;
 
-pub use crate::diagnose::evidence::{GpuState, GpuVerdict};
-
-pub use crate::diagnose::evidence::{QUEUED_PCT, TINY_SM_ACTIVE_PCT};
+use crate::diagnose::evidence::{GpuState, GpuVerdict};
 
 /// SM active and engine activity of a GPU running tiny kernels ([`GpuEvidence::tiny_kernels`]).
 pub(crate) fn tiny_kernels(g: &GpuEvidence) -> Option<(f64, f64)> {
@@ -104,7 +102,7 @@ pub(crate) fn gpu_state(e: &Evidence, g: &GpuEvidence) -> Option<GpuState> {
         GpuState::Unused
     } else if b * 100.0 < IDLE_PCT {
         GpuState::Idle
-    } else if b < input::STARVED_BUSY
+    } else if b < super::STARVED_BUSY
         && g.shape_readable()
         && (g.periodicity.is_some_and(|p| p.is_strong()) || g.bimodal)
     {

@@ -5,15 +5,11 @@
 
 use super::{r1, r2, r3};
 use crate::diagnose::evidence::{Evidence, Origin, SATURATED_PROC_PCT};
-use crate::finding::{Finding, FindingId, Kind as FindingKind, Severity};
+use crate::finding::{self, Basis, Finding, FindingId, InputKind, Severity};
 
-pub use super::STARVED_BUSY;
+use super::STARVED_BUSY;
 /// Busy fraction under which host-side evidence alone is enough to call starvation.
 pub const LOW_BUSY: f64 = 0.60;
-
-/// The kind of input bottleneck (defined in [`crate::finding`], beside the finding that carries
-/// it).
-pub use crate::finding::InputKind as Kind;
 
 /// Does the utilization itself look starved: a repeating busy/idle pattern or two levels?
 pub(crate) fn starving_signature(e: &Evidence) -> bool {
@@ -75,27 +71,27 @@ pub(crate) fn workers_short(e: &Evidence) -> bool {
 }
 
 /// The kind the host and process data name by their thresholds, `Unknown` when none is met.
-fn kind_by_thresholds(e: &Evidence) -> Kind {
+fn kind_by_thresholds(e: &Evidence) -> InputKind {
     if io_stalled(e) {
-        Kind::IoBound
+        InputKind::IoBound
     } else if cpu_full(e) {
-        Kind::CpuSaturated
+        InputKind::CpuSaturated
     } else if main_saturated(e) && e.job.workers_max == 0 {
         // num_workers=0: the loading happens in the main process.
-        Kind::MainProcess
+        InputKind::MainProcess
     } else if workers_short(e) {
-        Kind::TooFewWorkers
+        InputKind::TooFewWorkers
     } else if main_saturated(e) {
-        Kind::MainProcess
+        InputKind::MainProcess
     } else {
-        Kind::Unknown
+        InputKind::Unknown
     }
 }
 
 /// When no threshold is met but host or process data exist, the kind whose figures come
 /// nearest to their threshold (each score is figure / threshold): a worker at 80% of a core
 /// beside a core that is only mostly idle is still a worker short, not "unknown".
-pub(crate) fn nearest_kind(e: &Evidence) -> Option<(Kind, f64)> {
+pub(crate) fn nearest_kind(e: &Evidence) -> Option<(InputKind, f64)> {
     if !e.has_host() && !e.has_job() {
         return None;
     }
@@ -118,10 +114,10 @@ pub(crate) fn nearest_kind(e: &Evidence) -> Option<(Kind, f64)> {
     };
     // Without workers the main process does the loading: its score stands for the loader's.
     let scored = [
-        (Kind::IoBound, io),
-        (Kind::CpuSaturated, cpu),
-        (Kind::TooFewWorkers, workers),
-        (Kind::MainProcess, main),
+        (InputKind::IoBound, io),
+        (InputKind::CpuSaturated, cpu),
+        (InputKind::TooFewWorkers, workers),
+        (InputKind::MainProcess, main),
     ];
     scored
         .into_iter()
@@ -131,7 +127,7 @@ pub(crate) fn nearest_kind(e: &Evidence) -> Option<(Kind, f64)> {
 
 /// Starvation and its kind, when there is starvation. With host or process data the kind is
 /// always decided: by the thresholds, else the nearest one ([`nearest_kind`]).
-pub(crate) fn classify(e: &Evidence) -> Option<Kind> {
+pub(crate) fn classify(e: &Evidence) -> Option<InputKind> {
     let busy = e.busy_fraction()?;
     // The training loop's measured wait says it is not waiting for its input: whatever starves
     // the GPU, it is not the data (see `stacks`). The step markers' wait counts on its own: a
@@ -143,13 +139,13 @@ pub(crate) fn classify(e: &Evidence) -> Option<Kind> {
     let host_known = e.has_host() || e.has_job();
     let sig = starving_signature(e);
     let kind = kind_by_thresholds(e);
-    let host_says = kind != Kind::Unknown;
+    let host_says = kind != InputKind::Unknown;
     let starving =
         (sig && (host_says || !host_known || busy < LOW_BUSY)) || (host_says && busy < LOW_BUSY);
     if !starving {
         return None;
     }
-    if kind == Kind::Unknown {
+    if kind == InputKind::Unknown {
         if let Some((k, _)) = nearest_kind(e) {
             return Some(k);
         }
@@ -159,7 +155,7 @@ pub(crate) fn classify(e: &Evidence) -> Option<Kind> {
 
 /// The kind was named by a threshold (rather than as the nearest one).
 pub(crate) fn kind_is_clear(e: &Evidence) -> bool {
-    kind_by_thresholds(e) != Kind::Unknown
+    kind_by_thresholds(e) != InputKind::Unknown
 }
 
 /// `num_workers` worth trying: enough saturated workers to keep the GPU busy, within the cores
@@ -226,16 +222,20 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
     let busy = e.busy_fraction()?;
     let title = title_of(kind, &pattern_of(e, busy));
     let mut f = Finding::new(FindingId::InputBound, Severity::Critical, title)
-        .kind(FindingKind::Input(kind));
-    if kind != Kind::Unknown && !kind_is_clear(e) {
+        .kind(finding::Kind::Input(kind));
+    let clear = kind_is_clear(e);
+    if kind != InputKind::Unknown && !clear {
         // No threshold met: the kind is the nearest one, and says so.
         f = f.with("kind_basis", "nearest");
     }
+    f = f.basis(Basis::Input {
+        kind_is_clear: clear,
+    });
     f = with_job_figures(f, e);
     // One finding per cause: the host-side detail of the kind lives here, not in a second finding.
     match kind {
-        Kind::CpuSaturated => f = with_cpu_detail(f, e),
-        Kind::IoBound => f = with_io_detail(f, e),
+        InputKind::CpuSaturated => f = with_cpu_detail(f, e),
+        InputKind::IoBound => f = with_io_detail(f, e),
         _ => {}
     }
     // Without host data the cause is not established when a batch too small for the GPU
@@ -262,15 +262,15 @@ fn pattern_of(e: &Evidence, busy: f64) -> String {
     }
 }
 
-fn title_of(kind: Kind, pattern: &str) -> String {
+fn title_of(kind: InputKind, pattern: &str) -> String {
     match kind {
-        Kind::TooFewWorkers => format!("Input-bound: too few DataLoader workers ({pattern})"),
-        Kind::CpuSaturated => format!("Input-bound: the CPU is saturated ({pattern})"),
-        Kind::IoBound => format!("Input-bound: reading data is the bottleneck ({pattern})"),
-        Kind::MainProcess => {
+        InputKind::TooFewWorkers => format!("Input-bound: too few DataLoader workers ({pattern})"),
+        InputKind::CpuSaturated => format!("Input-bound: the CPU is saturated ({pattern})"),
+        InputKind::IoBound => format!("Input-bound: reading data is the bottleneck ({pattern})"),
+        InputKind::MainProcess => {
             format!("Input-bound: the main process is pinned at a core ({pattern})")
         }
-        Kind::Unknown => format!("Input-bound: the GPU waits for data ({pattern})"),
+        InputKind::Unknown => format!("Input-bound: the GPU waits for data ({pattern})"),
     }
 }
 
@@ -299,26 +299,26 @@ fn with_job_figures(mut f: Finding, e: &Evidence) -> Finding {
 
 /// The fix for the kind, with what it adds to the finding and to the speed-up bound.
 fn fix(
-    kind: Kind,
+    kind: InputKind,
     e: &Evidence,
     f: Finding,
     speedup: Option<f64>,
 ) -> (Finding, Option<f64>, String) {
     match kind {
-        Kind::TooFewWorkers | Kind::MainProcess
-            if e.job.workers_max == 0 || kind == Kind::TooFewWorkers =>
+        InputKind::TooFewWorkers | InputKind::MainProcess
+            if e.job.workers_max == 0 || kind == InputKind::TooFewWorkers =>
         {
             workers_fix(e, f, speedup)
         }
         _ => {
             let mut f = f;
             let rec = match kind {
-            Kind::TooFewWorkers | Kind::MainProcess => "The training loop's own process is pinned at a core: move per-sample \
+            InputKind::TooFewWorkers | InputKind::MainProcess => "The training loop's own process is pinned at a core: move per-sample \
                 work (decoding, augmentation, collation) into DataLoader workers, avoid per-step host \
                 syncs (.item(), .cpu(), printing tensors), and consider CUDA graphs or torch.compile to \
                 cut Python overhead per step."
                 .to_string(),
-            Kind::CpuSaturated => match other_load(e) {
+            InputKind::CpuSaturated => match other_load(e) {
                 Some((others, job)) => {
                     f = f
                         .with("other_processes_cores", r1(others))
@@ -336,7 +336,7 @@ fn fix(
                     Pillow-SIMD or decode at reduced size."
                     .to_string(),
             },
-            Kind::IoBound => {
+            InputKind::IoBound => {
                 let storage = "copy the dataset to local SSD or /dev/shm, use larger shards \
                     (WebDataset / TFRecord-style tar shards of 100 MB–1 GB instead of many small \
                     files), leave RAM for the page cache, and raise prefetch_factor so reads \
@@ -359,7 +359,7 @@ fn fix(
                 }
             }
             // Only reached without host and process data (with them the kind is always decided).
-            Kind::Unknown => match e.origin {
+            InputKind::Unknown => match e.origin {
                 Origin::GpuLog => format!(
                     "The GPU waits for data between steps. This log has no host or process data: \
                      record the job with `gpufeed run -- <your command>` (or attach with `gpufeed \
@@ -487,7 +487,7 @@ fn with_io_detail(mut f: Finding, e: &Evidence) -> Finding {
 pub fn main_process_bound(e: &Evidence) -> Option<Finding> {
     let kind = classify(e)?;
     // One finding per cause: a main-process kind is input_bound's own.
-    if !main_saturated(e) || matches!(kind, Kind::IoBound | Kind::MainProcess) {
+    if !main_saturated(e) || matches!(kind, InputKind::IoBound | InputKind::MainProcess) {
         return None;
     }
     let mut f = Finding::new(

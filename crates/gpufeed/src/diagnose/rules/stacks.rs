@@ -4,7 +4,7 @@
 use super::{r1, r2};
 use crate::diagnose::evidence::Evidence;
 use crate::diagnose::evidence::{Hotspot, PythonEvidence};
-use crate::finding::{Basis, Finding, FindingId, Kind as FindingKind, Severity};
+use crate::finding::{Basis, Finding, FindingId, Kind, Severity};
 use crate::sample::pyphase::{DataLibrary, StageKind};
 
 /// Share of the training thread's time waiting for data from which the loop is input-bound.
@@ -22,7 +22,7 @@ pub const GPU_BUSY_TRUSTED: f64 = super::STARVED_BUSY;
 
 /// The kind of input bottleneck the stacks show (defined in [`crate::finding`], beside the
 /// finding that carries it).
-pub use crate::finding::StackKind;
+use crate::finding::StackKind;
 
 /// Where the judged data wait comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
@@ -423,7 +423,7 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
         severity,
         title(k, wait, hot, workers),
     )
-    .kind(FindingKind::PythonStacks(Some(k)))
+    .kind(Kind::PythonStacks(Some(k)))
     .with("data_wait_pct", r1(wait))
     .with("data_wait_source", source.as_str())
     .basis(Basis::PythonStacks {
@@ -740,7 +740,7 @@ pub fn sync_bound(e: &Evidence) -> Option<Finding> {
             code.as_ref().map(|c| format!(" (`{c}`)")).unwrap_or_default()
         ),
         )
-        .kind(FindingKind::PythonStacks(None))
+        .kind(Kind::PythonStacks(None))
         .with("sync_pct", r1(share))
         .with("sync_at", where_.as_str());
     if let Some(s) = site {
@@ -773,7 +773,7 @@ pub fn slow_rank(e: &Evidence) -> Option<Finding> {
             s.data_wait_pct, s.others_data_wait_pct
         ),
     )
-    .kind(FindingKind::PythonStacks(None))
+    .kind(Kind::PythonStacks(None))
     .with("straggler_pid", s.pid)
     .with("data_wait_pct", s.data_wait_pct)
     .with("others_data_wait_pct", s.others_data_wait_pct);
