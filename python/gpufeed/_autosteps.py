@@ -753,7 +753,7 @@ class _LoaderState(object):
 
 def _batch_size(batch):
     """Samples in a batch: the first dimension of its first tensor or sequence; None if unknown
-    (the same guess as the framework hooks' gpufeed._steps.batch_size)."""
+    (also the framework hooks' gpufeed._steps.batch_size)."""
     for _ in range(8):  # nested containers, bounded
         shape = getattr(batch, "shape", None)
         if shape is not None:

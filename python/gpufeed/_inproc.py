@@ -1,7 +1,7 @@
 """Step markers from torch DataLoaders in this very process, for ``gpufeed.profile()``.
 
-The same timing ``gpufeed run`` injects into a job it starts (``_autosteps.py`` is a copy of
-crates/gpufeed/src/inject/sitecustomize.py, kept identical by a test), installed here while a
+The same timing ``gpufeed run`` injects into a job it starts (``_autosteps.py`` is the very file
+``gpufeed`` writes into the job as ``sitecustomize.py``), installed here while a
 profile runs and taken off afterwards: DataLoader iterators are as they were, and the optimizer
 hook is removed. torch is never imported here; when the block imports it, it is hooked then.
 """
