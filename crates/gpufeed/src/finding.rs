@@ -3,7 +3,21 @@
 //! Ids are snake_case and stable (they are a public contract: scripts match on them).
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+
+mod evidence;
+pub use evidence::{Item, ItemKey, Items, Unit};
+
+/// One evidence item's value, typed: `evidence_of!(f.evidence, DataWaitPct)` is the
+/// `Option<&f64>` of that finding's `data_wait_pct`.
+macro_rules! evidence_of {
+    ($items:expr, $var:ident) => {
+        $items.iter().find_map(|i| match i {
+            $crate::finding::Item::$var(v) => Some(v),
+            _ => None,
+        })
+    };
+}
+pub(crate) use evidence_of;
 
 /// Every finding id, serialised to its stable snake_case string (`input_bound`, ...).
 ///
@@ -96,15 +110,16 @@ pub struct Finding {
     pub severity: Severity,
     /// One line for people.
     pub title: String,
-    /// The numbers the finding rests on; units live in the names (`_pct`, `_us`, `_bytes`).
-    pub evidence: BTreeMap<String, serde_json::Value>,
+    /// The figures the finding rests on, each typed with its wire name, label and unit
+    /// (`finding/evidence.rs`); written as `{name: value, ...}`.
+    pub evidence: Items,
     /// Concrete code or configuration to change.
     pub recommendation: String,
     /// Upper bound on the speed-up if the finding is fixed (e.g. 2.5 = 2.5x), where computable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_speedup: Option<f64>,
     /// The typed figures a later stage (the verdict) reads back. Not serialised: the evidence
-    /// map carries the same numbers for people and scripts.
+    /// carries the same numbers for people and scripts.
     #[serde(skip)]
     pub basis: Basis,
     /// What the finding is about beyond its id, typed, for the presenters (which match on
@@ -201,7 +216,7 @@ impl Finding {
             id,
             severity,
             title: title.into(),
-            evidence: BTreeMap::new(),
+            evidence: Items::default(),
             recommendation: String::new(),
             expected_speedup: None,
             basis: Basis::None,
@@ -212,12 +227,12 @@ impl Finding {
     /// Sets the finding's kind and the evidence strings that spell it (builder style).
     pub fn kind(mut self, kind: Kind) -> Self {
         match kind {
-            Kind::Input(k) => self = self.with("kind", k.as_str()),
+            Kind::Input(k) => self = self.with(Item::Kind(k.as_str().into())),
             Kind::PythonStacks(k) => {
                 if let Some(k) = k {
-                    self = self.with("kind", k.as_str());
+                    self = self.with(Item::Kind(k.as_str().into()));
                 }
-                self = self.with("source", "python_stacks");
+                self = self.with(Item::Source("python_stacks".into()));
             }
         }
         self.kind = Some(kind);
@@ -230,9 +245,9 @@ impl Finding {
         self
     }
 
-    /// Adds one piece of evidence (builder style).
-    pub fn with(mut self, name: &str, value: impl Into<serde_json::Value>) -> Self {
-        self.evidence.insert(name.to_string(), value.into());
+    /// Adds one piece of evidence (builder style), replacing one of the same wire name.
+    pub fn with(mut self, item: Item) -> Self {
+        self.evidence.insert(item);
         self
     }
 
@@ -409,10 +424,11 @@ mod tests {
 
     #[test]
     fn serializes_snake_case_severity_and_skips_missing_gain() {
-        let f = Finding::new(FindingId::InputBound, Severity::Critical, "t").with("x_pct", 12.5);
+        let f = Finding::new(FindingId::InputBound, Severity::Critical, "t")
+            .with(Item::DataWaitPct(12.5));
         let s = serde_json::to_string(&f).unwrap();
         assert!(s.contains("\"severity\":\"critical\""));
         assert!(!s.contains("expected_speedup"));
-        assert!(s.contains("\"x_pct\":12.5"));
+        assert!(s.contains("\"evidence\":{\"data_wait_pct\":12.5}"));
     }
 }

@@ -5,7 +5,7 @@ use super::evidence::{Evidence, Origin};
 use super::rules::gpus;
 use super::rules::r2;
 use super::rules::sampling_factor;
-use crate::finding::{Basis, Finding, FindingId, InputKind, Kind};
+use crate::finding::{evidence_of, Basis, Finding, FindingId, InputKind, Kind};
 use serde::{Deserialize, Serialize};
 
 /// Verdict ids (a public contract, like finding ids), serialised to their snake_case strings.
@@ -306,7 +306,11 @@ fn from_stacks(m: &Maker, findings: &[Finding]) -> Option<Verdict> {
         == Some(crate::finding::Kind::PythonStacks(Some(
             crate::finding::StackKind::WorkersRestarted,
         ))))
-    .then(|| f.evidence.get("worker_start_stop_pct")?.as_f64())
+    .then(|| {
+        evidence_of!(f.evidence, WorkerStartStopPct)
+            .copied()
+            .filter(|x| x.is_finite())
+    })
     .flatten()
     .map(|p| {
         format!(
@@ -338,17 +342,18 @@ fn from_stacks(m: &Maker, findings: &[Finding]) -> Option<Verdict> {
 /// backward or sync, not data wait): the job runs at the pace of that rank's input pipeline.
 fn from_straggler(m: &Maker, findings: &[Finding]) -> Option<Verdict> {
     let f = has(findings, FindingId::Straggler)?;
-    let num = |k: &str| f.evidence.get(k).and_then(serde_json::Value::as_f64);
-    let wait = num("data_wait_pct")?;
-    let others = num("others_data_wait_pct")?;
-    let who = match f.evidence.get("straggler_rank").and_then(|v| v.as_u64()) {
+    // A share that is not a number is no evidence (it reads `null` in the JSON).
+    let wait = evidence_of!(f.evidence, DataWaitPct)
+        .copied()
+        .filter(|x| x.is_finite())?;
+    let others = evidence_of!(f.evidence, OthersDataWaitPct)
+        .copied()
+        .filter(|x| x.is_finite())?;
+    let who = match evidence_of!(f.evidence, StragglerRank) {
         Some(r) => format!("rank {r}"),
-        None => format!("pid {}", f.evidence.get("straggler_pid")?),
+        None => format!("pid {}", evidence_of!(f.evidence, StragglerPid)?),
     };
-    let stage = f
-        .evidence
-        .get("slowest_stage")
-        .and_then(|v| v.as_str())
+    let stage = evidence_of!(f.evidence, SlowestStage)
         .map(|s| format!("; its slowest data stage is {s}"))
         .unwrap_or_default();
     Some(m.mk(
