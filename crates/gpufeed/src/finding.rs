@@ -118,8 +118,7 @@ pub struct Finding {
     /// Upper bound on the speed-up if the finding is fixed (e.g. 2.5 = 2.5x), where computable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_speedup: Option<f64>,
-    /// The typed figures a later stage (the verdict) reads back. Not serialised: the evidence
-    /// carries the same numbers for people and scripts.
+    /// What the verdict reads back beyond the evidence. Not serialised.
     #[serde(skip)]
     pub basis: Basis,
     /// What the finding is about beyond its id, typed, for the presenters (which match on
@@ -187,27 +186,16 @@ impl StackKind {
     }
 }
 
-/// Figures a finding hands on, typed, for the rules and the verdict that read them back.
+/// What a finding hands on to the verdict that its evidence does not carry. (Its figures the
+/// verdict reads from the typed evidence itself: `evidence_of!`.)
 #[derive(Debug, Clone, PartialEq, Default)]
 pub enum Basis {
     /// Nothing is read back.
     #[default]
     None,
-    /// `input_bound` measured in the training loop's Python stacks.
-    PythonStacks {
-        /// Share of the loop's time spent waiting for data (rounded as in the evidence).
-        data_wait_pct: f64,
-        /// The slowest data stage, when one stands out.
-        hot_stage: Option<String>,
-    },
     /// `input_bound` judged from the samples: whether a threshold named its kind (`false`: the
     /// kind is the nearest one, or unknown).
     Input { kind_is_clear: bool },
-    /// A cause named as a candidate (`batch_too_small`), with how likely it is.
-    Candidate { confidence: f64 },
-    /// `throttled`: share of the observed time with clocks held down (rounded as in the
-    /// evidence).
-    Throttled { time_fraction: f64 },
 }
 
 impl Finding {

@@ -264,10 +264,8 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
         );
     }
     let transfer = has(findings, FindingId::TransferBound);
-    let batch_c = has(findings, FindingId::BatchTooSmall).and_then(|f| match f.basis {
-        Basis::Candidate { confidence } => Some(confidence),
-        _ => None,
-    });
+    let batch_c = has(findings, FindingId::BatchTooSmall)
+        .and_then(|f| evidence_of!(f.evidence, CandidateConfidence).copied());
     // The samples' input_bound, with its kind as the rule named it.
     let input = has(findings, FindingId::InputBound).and_then(|f| match (f.kind, &f.basis) {
         (Some(Kind::Input(k)), Basis::Input { kind_is_clear }) => Some((k, *kind_is_clear)),
@@ -294,14 +292,11 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
 /// `input_bound` measured in the Python stacks, when a finding says so.
 fn from_stacks(m: &Maker, findings: &[Finding]) -> Option<Verdict> {
     let f = has(findings, FindingId::InputBound)?;
-    let Basis::PythonStacks {
-        data_wait_pct: wait,
-        hot_stage,
-    } = &f.basis
-    else {
+    if !matches!(f.kind, Some(Kind::PythonStacks(_))) {
         return None;
-    };
-    let wait = *wait;
+    }
+    let wait = *evidence_of!(f.evidence, DataWaitPct)?;
+    let hot_stage = evidence_of!(f.evidence, HotStage);
     let restarted = (f.kind
         == Some(crate::finding::Kind::PythonStacks(Some(
             crate::finding::StackKind::WorkersRestarted,
@@ -320,7 +315,6 @@ fn from_stacks(m: &Maker, findings: &[Finding]) -> Option<Verdict> {
     })
     .unwrap_or_default();
     let stage = hot_stage
-        .as_deref()
         .map(|s| format!("{restarted}; the slowest data stage is {s}"))
         .unwrap_or(restarted);
     let gpu = m
@@ -527,10 +521,9 @@ fn from_gpu_side(
 ) -> Verdict {
     let pct = b * 100.0;
     let throttled = has(findings, FindingId::Throttled);
-    let thr_frac = match throttled.map(|f| &f.basis) {
-        Some(Basis::Throttled { time_fraction }) => *time_fraction,
-        _ => 0.0,
-    };
+    let thr_frac = throttled
+        .and_then(|f| evidence_of!(f.evidence, ThrottledTimeFraction).copied())
+        .unwrap_or(0.0);
     if throttled.is_some() && thr_frac >= 0.2 {
         return m.mk(
             VerdictId::Throttled,

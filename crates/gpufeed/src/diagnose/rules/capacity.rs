@@ -2,7 +2,7 @@
 
 use super::{input, r1, r2, r3};
 use crate::diagnose::evidence::Evidence;
-use crate::finding::{Basis, Finding, FindingId, Item, Severity};
+use crate::finding::{Finding, FindingId, Item, Severity};
 
 /// Mean utilization under which a GPU counts as idle.
 pub const IDLE_PCT: f64 = 5.0;
@@ -141,7 +141,6 @@ pub fn batch_too_small(e: &Evidence) -> Option<Finding> {
             .with(Item::BatchScaleHeadroom(headroom))
             .with(Item::MemTotalAssumed(assumed))
             .with(Item::CandidateConfidence(confidence))
-            .basis(Basis::Candidate { confidence })
             .recommend(rec)
             .speedup(host.then(|| r2((1.0 / busy).min(headroom)))),
     )

@@ -4,7 +4,7 @@
 use super::{r1, r2};
 use crate::diagnose::evidence::Evidence;
 use crate::diagnose::evidence::{Hotspot, PythonEvidence};
-use crate::finding::{Basis, Finding, FindingId, Item, Kind, Severity};
+use crate::finding::{Finding, FindingId, Item, Kind, Severity};
 use crate::sample::pyphase::{DataLibrary, StageKind};
 
 /// Share of the training thread's time waiting for data from which the loop is input-bound.
@@ -425,11 +425,7 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
     )
     .kind(Kind::PythonStacks(Some(k)))
     .with(Item::DataWaitPct(r1(wait)))
-    .with(Item::DataWaitSource(source.as_str().into()))
-    .basis(Basis::PythonStacks {
-        data_wait_pct: r1(wait),
-        hot_stage: hot.map(|h| h.function.clone()),
-    });
+    .with(Item::DataWaitSource(source.as_str().into()));
     let f = with_loading_figures(f, e, p, source, workers);
     let (f, rec) = fix(k, f, e, p, wait, workers);
     let speedup = r2((100.0 / (100.0 - wait).max(2.0)).min(50.0));

@@ -2,7 +2,7 @@
 
 use super::{r2, r3};
 use crate::diagnose::evidence::Evidence;
-use crate::finding::{Basis, Finding, FindingId, Item, Severity};
+use crate::finding::{Finding, FindingId, Item, Severity};
 
 /// Share of observed time with slowing reasons from which a finding is raised.
 pub const THROTTLED_FRACTION: f64 = 0.05;
@@ -62,9 +62,6 @@ pub fn throttled(e: &Evidence) -> Option<Finding> {
     )
     .with(Item::GpuIndex(g.index))
     .with(Item::ThrottledTimeFraction(r3(frac)))
-    .basis(Basis::Throttled {
-        time_fraction: r3(frac),
-    })
     .with(Item::ObservedS(r2(g.throttle.observed_s)));
     for (k, v) in &reasons {
         let share = r3(**v);
