@@ -3,7 +3,21 @@
 //! Ids are snake_case and stable (they are a public contract: scripts match on them).
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+
+mod evidence;
+pub use evidence::{Item, ItemKey, Items, Unit};
+
+/// One evidence item's value, typed: `evidence_of!(f.evidence, DataWaitPct)` is the
+/// `Option<&f64>` of that finding's `data_wait_pct`.
+macro_rules! evidence_of {
+    ($items:expr, $var:ident) => {
+        $items.iter().find_map(|i| match i {
+            $crate::finding::Item::$var(v) => Some(v),
+            _ => None,
+        })
+    };
+}
+pub(crate) use evidence_of;
 
 /// Every finding id, serialised to its stable snake_case string (`input_bound`, ...).
 ///
@@ -96,15 +110,15 @@ pub struct Finding {
     pub severity: Severity,
     /// One line for people.
     pub title: String,
-    /// The numbers the finding rests on; units live in the names (`_pct`, `_us`, `_bytes`).
-    pub evidence: BTreeMap<String, serde_json::Value>,
+    /// The figures the finding rests on, each typed with its wire name, label and unit
+    /// (`finding/evidence.rs`); written as `{name: value, ...}`.
+    pub evidence: Items,
     /// Concrete code or configuration to change.
     pub recommendation: String,
     /// Upper bound on the speed-up if the finding is fixed (e.g. 2.5 = 2.5x), where computable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_speedup: Option<f64>,
-    /// The typed figures a later stage (the verdict) reads back. Not serialised: the evidence
-    /// map carries the same numbers for people and scripts.
+    /// What the verdict reads back beyond the evidence. Not serialised.
     #[serde(skip)]
     pub basis: Basis,
     /// What the finding is about beyond its id, typed, for the presenters (which match on
@@ -172,27 +186,16 @@ impl StackKind {
     }
 }
 
-/// Figures a finding hands on, typed, for the rules and the verdict that read them back.
+/// What a finding hands on to the verdict that its evidence does not carry. (Its figures the
+/// verdict reads from the typed evidence itself: `evidence_of!`.)
 #[derive(Debug, Clone, PartialEq, Default)]
 pub enum Basis {
     /// Nothing is read back.
     #[default]
     None,
-    /// `input_bound` measured in the training loop's Python stacks.
-    PythonStacks {
-        /// Share of the loop's time spent waiting for data (rounded as in the evidence).
-        data_wait_pct: f64,
-        /// The slowest data stage, when one stands out.
-        hot_stage: Option<String>,
-    },
     /// `input_bound` judged from the samples: whether a threshold named its kind (`false`: the
     /// kind is the nearest one, or unknown).
     Input { kind_is_clear: bool },
-    /// A cause named as a candidate (`batch_too_small`), with how likely it is.
-    Candidate { confidence: f64 },
-    /// `throttled`: share of the observed time with clocks held down (rounded as in the
-    /// evidence).
-    Throttled { time_fraction: f64 },
 }
 
 impl Finding {
@@ -201,7 +204,7 @@ impl Finding {
             id,
             severity,
             title: title.into(),
-            evidence: BTreeMap::new(),
+            evidence: Items::default(),
             recommendation: String::new(),
             expected_speedup: None,
             basis: Basis::None,
@@ -212,12 +215,12 @@ impl Finding {
     /// Sets the finding's kind and the evidence strings that spell it (builder style).
     pub fn kind(mut self, kind: Kind) -> Self {
         match kind {
-            Kind::Input(k) => self = self.with("kind", k.as_str()),
+            Kind::Input(k) => self = self.with(Item::Kind(k.as_str().into())),
             Kind::PythonStacks(k) => {
                 if let Some(k) = k {
-                    self = self.with("kind", k.as_str());
+                    self = self.with(Item::Kind(k.as_str().into()));
                 }
-                self = self.with("source", "python_stacks");
+                self = self.with(Item::Source("python_stacks".into()));
             }
         }
         self.kind = Some(kind);
@@ -230,9 +233,9 @@ impl Finding {
         self
     }
 
-    /// Adds one piece of evidence (builder style).
-    pub fn with(mut self, name: &str, value: impl Into<serde_json::Value>) -> Self {
-        self.evidence.insert(name.to_string(), value.into());
+    /// Adds one piece of evidence (builder style), replacing one of the same wire name.
+    pub fn with(mut self, item: Item) -> Self {
+        self.evidence.insert(item);
         self
     }
 
@@ -409,10 +412,11 @@ mod tests {
 
     #[test]
     fn serializes_snake_case_severity_and_skips_missing_gain() {
-        let f = Finding::new(FindingId::InputBound, Severity::Critical, "t").with("x_pct", 12.5);
+        let f = Finding::new(FindingId::InputBound, Severity::Critical, "t")
+            .with(Item::DataWaitPct(12.5));
         let s = serde_json::to_string(&f).unwrap();
         assert!(s.contains("\"severity\":\"critical\""));
         assert!(!s.contains("expected_speedup"));
-        assert!(s.contains("\"x_pct\":12.5"));
+        assert!(s.contains("\"evidence\":{\"data_wait_pct\":12.5}"));
     }
 }

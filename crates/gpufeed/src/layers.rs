@@ -346,3 +346,69 @@ fn no_glob_or_renaming_re_exports() {
         }
     }
 }
+
+/// A finding's evidence is typed where a rule makes it (`finding/evidence.rs`: each item's wire
+/// name, label and unit in one table), not a map of names to JSON values; and what reads it
+/// (the presenters, the verdict, the live view) names items by type, never by a key string, so
+/// renaming a key cannot silently change a report.
+#[test]
+fn evidence_is_typed_and_read_by_type() {
+    let files = all_files();
+    let text = |m: &[&str]| {
+        let (_, t) = files
+            .iter()
+            .find(|(p, _)| p.iter().map(String::as_str).eq(m.iter().copied()))
+            .unwrap_or_else(|| panic!("no {m:?}"));
+        code(t).split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    let finding = text(&["finding"]);
+    let items = text(&["finding", "evidence"]);
+    assert!(
+        finding.contains("pub evidence: Items,"),
+        "Finding.evidence is `Items`"
+    );
+    assert!(items.contains("pub struct Items(Vec<Item>);"));
+    for (name, t) in [("finding.rs", &finding), ("finding/evidence.rs", &items)] {
+        for untyped in [
+            "BTreeMap<String, serde_json::Value>",
+            "BTreeMap<String, Value>",
+            "HashMap<String, serde_json::Value>",
+        ] {
+            assert!(!t.contains(untyped), "{name} holds evidence as `{untyped}`");
+        }
+    }
+    // The readers: every presenter, the verdict, the live view and its terminal UI that handles
+    // findings (a file that never sees one may name its own columns as it likes).
+    let readers: Vec<&(Vec<String>, String)> = files
+        .iter()
+        .filter(|(p, t)| {
+            (matches!(p[0].as_str(), "present" | "live" | "tui")
+                || p.iter().map(String::as_str).eq(["diagnose", "verdict"]))
+                && (t.contains("finding") || t.contains("Finding"))
+        })
+        .collect();
+    assert!(readers.len() >= 8, "{}", readers.len());
+    // Names so common that a reader uses them for other things (a JSON field, a label).
+    let common = [
+        "gpu", "gpus", "kind", "source", "trace", "rank", "ranks", "bytes", "workers",
+    ];
+    let mut found = Vec::new();
+    for (path, t) in &readers {
+        let c = code(t);
+        for pat in ["evidence.get(\"", "evidence[\"", "evidence.contains_key(\""] {
+            if c.contains(pat) {
+                found.push(format!("{}: `{pat}`", path.join("::")));
+            }
+        }
+        for k in crate::finding::ItemKey::ALL {
+            let name = k.as_str();
+            if !common.contains(&name) && c.contains(&format!("\"{name}\"")) {
+                found.push(format!("{}: \"{name}\"", path.join("::")));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "read evidence by its type (`ItemKey`, `evidence_of!`), not by key string: {found:#?}"
+    );
+}

@@ -5,7 +5,7 @@ use super::evidence::{Evidence, Origin};
 use super::rules::gpus;
 use super::rules::r2;
 use super::rules::sampling_factor;
-use crate::finding::{Basis, Finding, FindingId, InputKind, Kind};
+use crate::finding::{evidence_of, Basis, Finding, FindingId, InputKind, Kind};
 use serde::{Deserialize, Serialize};
 
 /// Verdict ids (a public contract, like finding ids), serialised to their snake_case strings.
@@ -264,10 +264,8 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
         );
     }
     let transfer = has(findings, FindingId::TransferBound);
-    let batch_c = has(findings, FindingId::BatchTooSmall).and_then(|f| match f.basis {
-        Basis::Candidate { confidence } => Some(confidence),
-        _ => None,
-    });
+    let batch_c = has(findings, FindingId::BatchTooSmall)
+        .and_then(|f| evidence_of!(f.evidence, CandidateConfidence).copied());
     // The samples' input_bound, with its kind as the rule named it.
     let input = has(findings, FindingId::InputBound).and_then(|f| match (f.kind, &f.basis) {
         (Some(Kind::Input(k)), Basis::Input { kind_is_clear }) => Some((k, *kind_is_clear)),
@@ -294,19 +292,20 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
 /// `input_bound` measured in the Python stacks, when a finding says so.
 fn from_stacks(m: &Maker, findings: &[Finding]) -> Option<Verdict> {
     let f = has(findings, FindingId::InputBound)?;
-    let Basis::PythonStacks {
-        data_wait_pct: wait,
-        hot_stage,
-    } = &f.basis
-    else {
+    if !matches!(f.kind, Some(Kind::PythonStacks(_))) {
         return None;
-    };
-    let wait = *wait;
+    }
+    let wait = *evidence_of!(f.evidence, DataWaitPct)?;
+    let hot_stage = evidence_of!(f.evidence, HotStage);
     let restarted = (f.kind
         == Some(crate::finding::Kind::PythonStacks(Some(
             crate::finding::StackKind::WorkersRestarted,
         ))))
-    .then(|| f.evidence.get("worker_start_stop_pct")?.as_f64())
+    .then(|| {
+        evidence_of!(f.evidence, WorkerStartStopPct)
+            .copied()
+            .filter(|x| x.is_finite())
+    })
     .flatten()
     .map(|p| {
         format!(
@@ -316,7 +315,6 @@ fn from_stacks(m: &Maker, findings: &[Finding]) -> Option<Verdict> {
     })
     .unwrap_or_default();
     let stage = hot_stage
-        .as_deref()
         .map(|s| format!("{restarted}; the slowest data stage is {s}"))
         .unwrap_or(restarted);
     let gpu = m
@@ -338,17 +336,18 @@ fn from_stacks(m: &Maker, findings: &[Finding]) -> Option<Verdict> {
 /// backward or sync, not data wait): the job runs at the pace of that rank's input pipeline.
 fn from_straggler(m: &Maker, findings: &[Finding]) -> Option<Verdict> {
     let f = has(findings, FindingId::Straggler)?;
-    let num = |k: &str| f.evidence.get(k).and_then(serde_json::Value::as_f64);
-    let wait = num("data_wait_pct")?;
-    let others = num("others_data_wait_pct")?;
-    let who = match f.evidence.get("straggler_rank").and_then(|v| v.as_u64()) {
+    // A share that is not a number is no evidence (it reads `null` in the JSON).
+    let wait = evidence_of!(f.evidence, DataWaitPct)
+        .copied()
+        .filter(|x| x.is_finite())?;
+    let others = evidence_of!(f.evidence, OthersDataWaitPct)
+        .copied()
+        .filter(|x| x.is_finite())?;
+    let who = match evidence_of!(f.evidence, StragglerRank) {
         Some(r) => format!("rank {r}"),
-        None => format!("pid {}", f.evidence.get("straggler_pid")?),
+        None => format!("pid {}", evidence_of!(f.evidence, StragglerPid)?),
     };
-    let stage = f
-        .evidence
-        .get("slowest_stage")
-        .and_then(|v| v.as_str())
+    let stage = evidence_of!(f.evidence, SlowestStage)
         .map(|s| format!("; its slowest data stage is {s}"))
         .unwrap_or_default();
     Some(m.mk(
@@ -522,10 +521,9 @@ fn from_gpu_side(
 ) -> Verdict {
     let pct = b * 100.0;
     let throttled = has(findings, FindingId::Throttled);
-    let thr_frac = match throttled.map(|f| &f.basis) {
-        Some(Basis::Throttled { time_fraction }) => *time_fraction,
-        _ => 0.0,
-    };
+    let thr_frac = throttled
+        .and_then(|f| evidence_of!(f.evidence, ThrottledTimeFraction).copied())
+        .unwrap_or(0.0);
     if throttled.is_some() && thr_frac >= 0.2 {
         return m.mk(
             VerdictId::Throttled,

@@ -7,7 +7,7 @@ use crate::diagnose::evidence::{GpuEvidence, JobEvidence, Role};
 use crate::diagnose::evidence::{PhasesPct, PythonEvidence};
 use crate::diagnose::verdict::VerdictId;
 use crate::diagnose::DiagnoseReport;
-use crate::finding::{Finding, FindingId, InputKind, Kind, Severity};
+use crate::finding::{Finding, FindingId, InputKind, Item, ItemKey, Kind, Severity, Unit};
 use crate::sample::pyphase::Phase;
 use crate::sample::pystacks::PyStatus;
 use std::fmt::Write as _;
@@ -100,23 +100,23 @@ fn severity_color(s: Severity) -> &'static str {
 /// is said once.
 #[derive(Debug, Default)]
 struct Said {
-    keys: std::collections::BTreeMap<String, String>,
+    keys: std::collections::BTreeMap<ItemKey, String>,
     /// The pooled GPU busy share as the verdict's sentence gives it (`33%`).
     busy: Option<String>,
 }
 
 impl Said {
-    fn has(&self, key: &str) -> bool {
-        self.keys.contains_key(key)
+    fn has(&self, key: ItemKey) -> bool {
+        self.keys.contains_key(&key)
     }
     /// Whether `key` was said with this very value (a per-GPU figure equal to the pooled one).
-    fn said_as(&self, key: &str, value: &str) -> bool {
-        self.keys.get(key).is_some_and(|v| v == value)
+    fn said_as(&self, key: ItemKey, value: &str) -> bool {
+        self.keys.get(&key).is_some_and(|v| v == value)
     }
-    fn add(&mut self, f: &Finding, keys: &[&str]) {
+    fn add(&mut self, f: &Finding, keys: &[ItemKey]) {
         for k in keys {
-            if let Some(v) = f.evidence.get(*k) {
-                self.keys.insert((*k).to_string(), evidence_value(k, v));
+            if let Some(i) = f.evidence.get(*k) {
+                self.keys.insert(*k, evidence_value(i));
             }
         }
     }
@@ -126,59 +126,69 @@ impl Said {
 /// JSON and, in text, with `--verbose`). Figures the verdict's sentence or the fix's own text
 /// already give are not among them (see `stated_by_fix`). Every id is named: a new one needs its
 /// own line here.
-pub fn deciding_keys(f: &Finding) -> &'static [&'static str] {
+pub fn deciding_keys(f: &Finding) -> &'static [ItemKey] {
     use FindingId as F;
     match (f.id, f.kind) {
-        (F::SyncBound, Some(Kind::PythonStacks(_))) => &["sync_site_pct"],
+        (F::SyncBound, Some(Kind::PythonStacks(_))) => &[ItemKey::SyncSitePct],
         // The verdict names the slowest stage and the training-loop block its share.
-        (_, Some(Kind::PythonStacks(_))) => {
-            &["loading_in_main_pct", "worker_busy_pct", "idle_cores_mean"]
-        }
-        (F::InputBound, Some(Kind::Input(InputKind::TooFewWorkers))) => {
-            &["worker_cpu_mean_pct", "idle_cores_mean", "util_period_s"]
-        }
+        (_, Some(Kind::PythonStacks(_))) => &[
+            ItemKey::LoadingInMainPct,
+            ItemKey::WorkerBusyPct,
+            ItemKey::IdleCoresMean,
+        ],
+        (F::InputBound, Some(Kind::Input(InputKind::TooFewWorkers))) => &[
+            ItemKey::WorkerCpuMeanPct,
+            ItemKey::IdleCoresMean,
+            ItemKey::UtilPeriodS,
+        ],
         (F::InputBound, Some(Kind::Input(InputKind::CpuSaturated))) => &[
-            "host_cpu_mean_pct",
-            "psi_cpu_some_mean_pct",
-            "worker_cpu_mean_pct",
-            "util_period_s",
+            ItemKey::HostCpuMeanPct,
+            ItemKey::PsiCpuSomeMeanPct,
+            ItemKey::WorkerCpuMeanPct,
+            ItemKey::UtilPeriodS,
         ],
         (F::InputBound, Some(Kind::Input(InputKind::IoBound))) => &[
-            "d_state_time_fraction",
-            "psi_io_some_mean_pct",
-            "job_read_mean_bytes_per_s",
-            "util_period_s",
+            ItemKey::DStateTimeFraction,
+            ItemKey::PsiIoSomeMeanPct,
+            ItemKey::JobReadMeanBytesPerS,
+            ItemKey::UtilPeriodS,
         ],
-        (F::InputBound, Some(Kind::Input(InputKind::MainProcess))) => {
-            &["main_cpu_mean_pct", "workers", "util_period_s"]
-        }
+        (F::InputBound, Some(Kind::Input(InputKind::MainProcess))) => &[
+            ItemKey::MainCpuMeanPct,
+            ItemKey::Workers,
+            ItemKey::UtilPeriodS,
+        ],
         (F::InputBound, Some(Kind::Input(InputKind::Unknown)) | None) => &[
-            "util_period_s",
-            "util_high_level_pct",
-            "util_low_level_pct",
-            "util_low_time_fraction",
+            ItemKey::UtilPeriodS,
+            ItemKey::UtilHighLevelPct,
+            ItemKey::UtilLowLevelPct,
+            ItemKey::UtilLowTimeFraction,
         ],
-        (F::MainProcessBound, _) => &["main_cpu_mean_pct", "main_saturated_fraction", "workers"],
+        (F::MainProcessBound, _) => &[
+            ItemKey::MainCpuMeanPct,
+            ItemKey::MainSaturatedFraction,
+            ItemKey::Workers,
+        ],
         (F::TransferBound, _) => &[
-            "rx_mean_gb_per_s",
-            "link_capacity_gb_per_s",
-            "rx_near_capacity_time_fraction",
+            ItemKey::RxMeanGbPerS,
+            ItemKey::LinkCapacityGbPerS,
+            ItemKey::RxNearCapacityTimeFraction,
         ],
         (F::PcieLinkDegraded, _) => &[
-            "link_capacity_gb_per_s",
-            "link_capacity_max_gb_per_s",
-            "degraded_loaded_fraction",
+            ItemKey::LinkCapacityGbPerS,
+            ItemKey::LinkCapacityMaxGbPerS,
+            ItemKey::DegradedLoadedFraction,
         ],
-        (F::Throttled, _) => &["temperature_mean_c", "power_mean_w"],
+        (F::Throttled, _) => &[ItemKey::TemperatureMeanC, ItemKey::PowerMeanW],
         (F::BatchTooSmall, _) => &[
-            "mem_used_max_fraction",
-            "batch_scale_headroom",
-            "candidate_confidence",
+            ItemKey::MemUsedMaxFraction,
+            ItemKey::BatchScaleHeadroom,
+            ItemKey::CandidateConfidence,
         ],
-        (F::GpuImbalance, _) => &["util_max_pct", "util_min_pct"],
-        (F::GpuUnused, _) => &["gpus_used", "gpus_total"],
-        (F::GpuIdle, _) => &["duration_s"],
-        (F::ComputeBound, _) => &["compute_capability_major"],
+        (F::GpuImbalance, _) => &[ItemKey::UtilMaxPct, ItemKey::UtilMinPct],
+        (F::GpuUnused, _) => &[ItemKey::GpusUsed, ItemKey::GpusTotal],
+        (F::GpuIdle, _) => &[ItemKey::DurationS],
+        (F::ComputeBound, _) => &[ItemKey::ComputeCapabilityMajor],
         // Trace findings (`analyze` has its own list) and those without deciding figures: the
         // first few entries are shown.
         (
@@ -196,149 +206,66 @@ pub fn deciding_keys(f: &Finding) -> &'static [&'static str] {
 
 /// Evidence figures that the fix's own text states ("from 1 to 3 workers", "1.6 cores vs the
 /// job's 0.4"): never repeated beside it or in the context lines.
-fn stated_by_fix(f: &Finding) -> &'static [&'static str] {
+fn stated_by_fix(f: &Finding) -> &'static [ItemKey] {
     match (f.id, f.kind) {
         (FindingId::InputBound, Some(Kind::Input(InputKind::TooFewWorkers))) => &[
-            "workers",
-            "workers_per_gpu",
-            "recommended_num_workers",
-            "max_useful_workers",
+            ItemKey::Workers,
+            ItemKey::WorkersPerGpu,
+            ItemKey::RecommendedNumWorkers,
+            ItemKey::MaxUsefulWorkers,
         ],
         (FindingId::InputBound, Some(Kind::Input(InputKind::CpuSaturated))) => {
-            &["other_processes_cores", "job_cores"]
+            &[ItemKey::OtherProcessesCores, ItemKey::JobCores]
         }
         _ => &[],
     }
 }
 
-/// The name people read for an evidence entry, and what follows its value.
-fn evidence_label(key: &str) -> (String, &'static str) {
-    let known = match key {
-        "gpu_busy_fraction" => Some("GPU busy"),
-        "worker_cpu_mean_pct" => Some("worker CPU"),
-        "main_cpu_mean_pct" => Some("main process CPU"),
-        "worker_busy_pct" => Some("workers busy"),
-        "idle_cores_mean" => Some("idle cores"),
-        "busy_cores_mean" => Some("busy cores"),
-        "util_period_s" => Some("utilization repeats every"),
-        "util_period_strength" => Some("repeat strength"),
-        "util_high_level_pct" => Some("busy level"),
-        "util_low_level_pct" => Some("starved level"),
-        "util_low_time_fraction" => Some("time starved"),
-        "host_cpu_mean_pct" => Some("host CPU busy"),
-        "psi_cpu_some_mean_pct" => Some("CPU pressure"),
-        "psi_io_some_mean_pct" => Some("I/O pressure"),
-        "psi_io_full_mean_pct" => Some("I/O pressure (full)"),
-        "d_state_time_fraction" => Some("time with a reader in D state"),
-        "job_read_mean_bytes_per_s" => Some("job reads"),
-        "disk_read_mean_bytes_per_s" => Some("disk reads"),
-        "rx_mean_gb_per_s" => Some("host-to-device"),
-        "link_capacity_gb_per_s" => Some("link capacity"),
-        "link_capacity_max_gb_per_s" => Some("full link capacity"),
-        "rx_near_capacity_time_fraction" => Some("time near capacity"),
-        "rx_capacity_p90_fraction" => Some("p90 of capacity"),
-        "degraded_loaded_fraction" => Some("time degraded under load"),
-        "capacity_lost_fraction" => Some("capacity lost"),
-        "temperature_mean_c" => Some("temperature"),
-        "power_mean_w" => Some("power"),
-        "mem_used_max_fraction" => Some("memory used at peak"),
-        "compute_capability_major" => Some("compute capability"),
-        "batch_scale_headroom" => Some("batch could grow"),
-        "hot_stage" => Some("slowest stage"),
-        "hot_stage_pct" => Some("its share of loading"),
-        "loading_in_main_pct" => Some("loading in the training process"),
-        "sync_site_pct" => Some("at that line"),
-        "util_max_pct" => Some("busiest GPU"),
-        "util_min_pct" => Some("idlest GPU"),
-        "gpus_used" => Some("GPUs used"),
-        "gpus_total" => Some("GPUs"),
-        "duration_s" => Some("for"),
-        _ => None,
-    };
-    let tail = match key {
-        "worker_cpu_mean_pct" | "main_cpu_mean_pct" => " of a core",
-        "batch_scale_headroom" => "x",
-        _ => "",
-    };
-    let name = known.map(str::to_string).unwrap_or_else(|| {
-        let mut k = key;
-        for suffix in [
-            "_bytes_per_s",
-            "_gb_per_s",
-            "_fraction",
-            "_bytes",
-            "_pct",
-            "_s",
-            "_c",
-            "_w",
-        ] {
-            if let Some(stripped) = k.strip_suffix(suffix) {
-                k = stripped;
-                break;
-            }
-        }
-        k.trim_end_matches("_mean").replace('_', " ")
-    });
-    (name, tail)
-}
-
 /// An evidence value in the report's units: shares in %, rates in GB/s (decimal, as PCIe link
-/// capacities are given), sizes in GiB/MiB, times in s.
-pub(crate) fn evidence_value(key: &str, v: &serde_json::Value) -> String {
-    let Some(x) = v.as_f64() else {
-        return match v {
-            serde_json::Value::String(s) => s.clone(),
+/// capacities are given), times in s; names and counts as they are.
+pub(crate) fn evidence_value(i: &Item) -> String {
+    let Some(x) = i.number() else {
+        return match i.json() {
+            serde_json::Value::String(s) => s,
             other => other.to_string(),
         };
     };
-    if key.ends_with("_fraction") {
-        pct(x * 100.0)
-    } else if key.ends_with("_pct") {
-        pct(x)
-    } else if key.ends_with("_gb_per_s") {
-        gb_per_s(x * 1e9)
-    } else if key.ends_with("_bytes_per_s") {
-        gb_per_s(x)
-    } else if key.ends_with("_bytes") {
-        bytes(x.max(0.0).round() as u64)
-    } else if key.ends_with("_s") {
-        duration(x)
-    } else if key.ends_with("_c") {
-        format!("{x:.0} °C")
-    } else if key.ends_with("_w") {
-        format!("{x:.0} W")
-    } else {
-        v.to_string()
+    match i.unit() {
+        Unit::Fraction => pct(x * 100.0),
+        Unit::Pct | Unit::PctOfCore => pct(x),
+        Unit::GbPerS => gb_per_s(x * 1e9),
+        Unit::BytesPerS => gb_per_s(x),
+        Unit::Seconds => duration(x),
+        Unit::Celsius => format!("{x:.0} °C"),
+        Unit::Watts => format!("{x:.0} W"),
+        Unit::Factor | Unit::Plain => i.json().to_string(),
     }
 }
 
 /// One evidence entry for people: `worker CPU 99% of a core`.
-pub(crate) fn evidence_item(key: &str, v: &serde_json::Value) -> String {
-    let (name, tail) = evidence_label(key);
-    format!("{name} {}{tail}", evidence_value(key, v))
+pub(crate) fn evidence_item(i: &Item) -> String {
+    format!("{} {}{}", i.label(), evidence_value(i), i.unit().tail())
 }
 
 /// The deciding entries of a finding as a short named list, or all of them with `all`; keys in
 /// `skip` (already said) are left out.
-fn evidence_list(f: &Finding, all: bool, skip: &[&str]) -> String {
+fn evidence_list(f: &Finding, all: bool, skip: &[ItemKey]) -> String {
     let keys = deciding_keys(f);
-    let chosen: Vec<(&String, &serde_json::Value)> = if all {
+    let chosen: Vec<&Item> = if all {
         f.evidence.iter().collect()
     } else if keys.is_empty() {
         f.evidence.iter().take(4).collect()
     } else {
-        keys.iter()
-            .filter_map(|k| f.evidence.get_key_value(*k))
-            .collect()
+        keys.iter().filter_map(|k| f.evidence.get(*k)).collect()
     };
     chosen
         .into_iter()
-        .filter(|(k, _)| all || !skip.contains(&k.as_str()))
-        .map(|(k, v)| {
+        .filter(|i| all || !skip.contains(&i.key()))
+        .map(|i| {
             if all {
-                format!("{k}={}", evidence_value(k, v))
+                format!("{}={}", i.name(), evidence_value(i))
             } else {
-                evidence_item(k, v)
+                evidence_item(i)
             }
         })
         .collect::<Vec<_>>()
@@ -391,7 +318,7 @@ fn gpu_line(g: &GpuEvidence, mean_said: bool) -> String {
 fn gpu_pattern(g: &GpuEvidence, said: &Said) -> Option<String> {
     let mut parts = Vec::new();
     if let Some(p) = g.periodicity.filter(|p| p.is_strong()) {
-        if said.said_as("util_period_s", &duration(p.period_s)) {
+        if said.said_as(ItemKey::UtilPeriodS, &duration(p.period_s)) {
             parts.push(format!("repeat strength {:.2}", p.strength));
         } else {
             parts.push(format!(
@@ -402,10 +329,10 @@ fn gpu_pattern(g: &GpuEvidence, said: &Said) -> Option<String> {
         }
     }
     if let Some(sp) = g.util_split.filter(|s| s.is_bimodal()) {
-        let levels_said = said.said_as("util_high_level_pct", &pct(sp.high_mean_pct))
-            && said.said_as("util_low_level_pct", &pct(sp.low_mean_pct));
+        let levels_said = said.said_as(ItemKey::UtilHighLevelPct, &pct(sp.high_mean_pct))
+            && said.said_as(ItemKey::UtilLowLevelPct, &pct(sp.low_mean_pct));
         let low = pct(sp.low_weight * 100.0);
-        let low_said = said.said_as("util_low_time_fraction", &low);
+        let low_said = said.said_as(ItemKey::UtilLowTimeFraction, &low);
         if levels_said && !low_said {
             parts.push(format!("starved {low} of the time"));
         } else if !levels_said {
@@ -444,21 +371,36 @@ fn host_line(r: &DiagnoseReport, said: &Said, after_summary: bool) -> Option<Str
         if let Some(n) = h.cpu_count {
             parts.push(plural(n as usize, "CPU", "CPUs"));
         }
-        if let Some(c) = h.cpu_mean_pct.filter(|_| !said.has("host_cpu_mean_pct")) {
+        if let Some(c) = h
+            .cpu_mean_pct
+            .filter(|_| !said.has(ItemKey::HostCpuMeanPct))
+        {
             parts.push(format!("{} busy", pct(c)));
         }
     }
-    if let Some(i) = h.idle_cores_mean.filter(|_| !said.has("idle_cores_mean")) {
+    if let Some(i) = h
+        .idle_cores_mean
+        .filter(|_| !said.has(ItemKey::IdleCoresMean))
+    {
         parts.push(format!("{i:.1} cores idle on average"));
     }
     let mut s = parts.join(", ");
     let psi: Vec<String> = [
-        ("cpu", h.psi_cpu_some_mean_pct, "psi_cpu_some_mean_pct"),
-        ("io", h.psi_io_some_mean_pct, "psi_io_some_mean_pct"),
-        ("memory", h.psi_mem_some_mean_pct, "psi_mem_some_mean_pct"),
+        (
+            "cpu",
+            h.psi_cpu_some_mean_pct,
+            Some(ItemKey::PsiCpuSomeMeanPct),
+        ),
+        (
+            "io",
+            h.psi_io_some_mean_pct,
+            Some(ItemKey::PsiIoSomeMeanPct),
+        ),
+        // No finding gives memory pressure.
+        ("memory", h.psi_mem_some_mean_pct, None),
     ]
     .iter()
-    .filter(|(_, _, k)| !said.has(k))
+    .filter(|(_, _, k)| !k.is_some_and(|k| said.has(k)))
     .filter_map(|(n, v, _)| v.map(|v| format!("{n} {}", pct(v))))
     .collect();
     let mut more = Vec::new();
@@ -467,7 +409,7 @@ fn host_line(r: &DiagnoseReport, said: &Said, after_summary: bool) -> Option<Str
     }
     if let Some(d) = h
         .disk_read_mean_bytes_per_s
-        .filter(|_| !said.has("disk_read_mean_bytes_per_s"))
+        .filter(|_| !said.has(ItemKey::DiskReadMeanBytesPerS))
     {
         more.push(format!("disk reads {}", gb_per_s(d)));
     }
@@ -491,12 +433,12 @@ fn job_line(r: &DiagnoseReport, said: &Said) -> Option<String> {
     }
     if let Some(c) = j
         .main_cpu_mean_pct
-        .filter(|_| !said.has("main_cpu_mean_pct"))
+        .filter(|_| !said.has(ItemKey::MainCpuMeanPct))
     {
         let _ = write!(s, " at {} of a core", pct(c));
     }
-    let count_said = said.has("workers");
-    let cpu_said = said.has("worker_cpu_mean_pct");
+    let count_said = said.has(ItemKey::Workers);
+    let cpu_said = said.has(ItemKey::WorkerCpuMeanPct);
     if j.workers_max > 0 {
         match (count_said, j.worker_cpu_mean_pct.filter(|_| !cpu_said)) {
             (false, Some(w)) if j.workers_max == 1 => {
@@ -527,7 +469,7 @@ fn job_line(r: &DiagnoseReport, said: &Said) -> Option<String> {
     }
     if let Some(d) = j
         .d_state_time_fraction
-        .filter(|d| *d > 0.0 && !said.has("d_state_time_fraction"))
+        .filter(|d| *d > 0.0 && !said.has(ItemKey::DStateTimeFraction))
     {
         let _ = write!(s, "; D state {} of the time", pct(d * 100.0));
     }
@@ -574,7 +516,7 @@ fn text(r: &DiagnoseReport, opts: TextOptions) -> String {
         r.findings.get(1..).unwrap_or(&[])
     };
     // What the top fix's line said is not said again under another finding.
-    let said_by_top: Vec<String> = said.keys.keys().cloned().collect();
+    let said_by_top: Vec<ItemKey> = said.keys.keys().copied().collect();
     for f in rest {
         said.add(f, deciding_keys(f));
     }
@@ -601,8 +543,7 @@ fn text(r: &DiagnoseReport, opts: TextOptions) -> String {
         o.push('\n');
         let _ = writeln!(o, "{}", no_findings(r));
     } else if !rest.is_empty() {
-        let skip: Vec<&str> = said_by_top.iter().map(String::as_str).collect();
-        findings_text(&mut o, r, rest, opts, &skip);
+        findings_text(&mut o, r, rest, opts, &said_by_top);
     }
     notes_text(&mut o, r, opts);
     o
@@ -705,7 +646,7 @@ fn gpu_text(o: &mut String, r: &DiagnoseReport, g: &GpuEvidence, opts: TextOptio
     let color = opts.color;
     let mean = g.util_mean_pct.map(|m| format!("{m:.0}%"));
     let mean_said = mean.is_some()
-        && (said.busy == mean || said.keys.get("gpu_busy_fraction") == mean.as_ref());
+        && (said.busy == mean || said.keys.get(&ItemKey::GpuBusyFraction) == mean.as_ref());
     if !opts.after_summary {
         let _ = writeln!(o, "{}", gpu_line(g, mean_said));
     } else if !g.timeline_pct.is_empty() {
@@ -746,7 +687,7 @@ fn findings_text(
     r: &DiagnoseReport,
     rest: &[Finding],
     opts: TextOptions,
-    skip: &[&str],
+    skip: &[ItemKey],
 ) {
     let color = opts.color;
     o.push('\n');
@@ -1151,8 +1092,8 @@ fn findings_markdown(o: &mut String, r: &DiagnoseReport) {
             // The title is in the table above.
             let _ = writeln!(o, "### `{}`\n", f.id);
             let _ = writeln!(o, "| evidence | value |\n|---|---|");
-            for (k, v) in &f.evidence {
-                let _ = writeln!(o, "| {k} | {} |", md_cell(&evidence_value(k, v)));
+            for i in &f.evidence {
+                let _ = writeln!(o, "| {} | {} |", i.name(), md_cell(&evidence_value(i)));
             }
             if i == 0 {
                 // Said once, under "Top fix".
@@ -1248,53 +1189,59 @@ mod tests {
 
     #[test]
     fn evidence_in_the_users_units() {
-        use serde_json::json;
+        assert_eq!(evidence_item(&Item::GpuBusyFraction(0.333)), "GPU busy 33%");
         assert_eq!(
-            evidence_item("gpu_busy_fraction", &json!(0.333)),
-            "GPU busy 33%"
-        );
-        assert_eq!(
-            evidence_item("worker_cpu_mean_pct", &json!(99.0)),
+            evidence_item(&Item::WorkerCpuMeanPct(99.0)),
             "worker CPU 99% of a core"
         );
         assert_eq!(
-            evidence_item("util_period_s", &json!(2.0)),
+            evidence_item(&Item::UtilPeriodS(2.0)),
             "utilization repeats every 2.0 s"
         );
         assert_eq!(
-            evidence_item("psi_io_some_mean_pct", &json!(0.5)),
+            evidence_item(&Item::PsiIoSomeMeanPct(0.5)),
             "I/O pressure 0.5%"
         );
         assert_eq!(
-            evidence_item("job_read_mean_bytes_per_s", &json!(2.0e6)),
+            evidence_item(&Item::JobReadMeanBytesPerS(2.0e6)),
             "job reads 2.0 MB/s"
         );
         assert_eq!(
-            evidence_item("link_capacity_gb_per_s", &json!(31.5)),
+            evidence_item(&Item::LinkCapacityGbPerS(31.5)),
             "link capacity 31.5 GB/s"
         );
         assert_eq!(
-            evidence_item("temperature_mean_c", &json!(70.0)),
+            evidence_item(&Item::TemperatureMeanC(70.0)),
             "temperature 70 °C"
         );
-        // Names without a label of their own lose their unit suffix, never their meaning.
         assert_eq!(
-            evidence_item("rss_max_bytes", &json!(1u64 << 30)),
-            "rss max 1.0 GiB"
+            evidence_item(&Item::BatchScaleHeadroom(4.0)),
+            "batch could grow 4.0x"
         );
-        assert_eq!(evidence_item("kind", &json!("io_bound")), "kind io_bound");
+        assert_eq!(
+            evidence_item(&Item::PsiIoFullMeanPct(1.0)),
+            "I/O pressure (full) 1%"
+        );
+        assert_eq!(
+            evidence_item(&Item::Kind("io_bound".into())),
+            "kind io_bound"
+        );
+        assert_eq!(
+            evidence_item(&Item::UnusedGpus(vec![1, 2])),
+            "unused gpus [1,2]"
+        );
     }
 
     #[test]
     fn deciding_figures_leave_out_what_the_fix_says() {
         let f = Finding::new(FindingId::InputBound, Severity::Critical, "t")
             .kind(Kind::Input(InputKind::TooFewWorkers))
-            .with("workers", 1)
-            .with("recommended_num_workers", 3)
-            .with("worker_cpu_mean_pct", 99.0)
-            .with("idle_cores_mean", 6.0)
-            .with("util_period_s", 2.0)
-            .with("gpu_busy_fraction", 0.33);
+            .with(Item::Workers(1))
+            .with(Item::RecommendedNumWorkers(3))
+            .with(Item::WorkerCpuMeanPct(99.0))
+            .with(Item::IdleCoresMean(6.0))
+            .with(Item::UtilPeriodS(2.0))
+            .with(Item::GpuBusyFraction(0.33));
         let short = evidence_list(&f, false, stated_by_fix(&f));
         assert_eq!(
             short,
@@ -1303,8 +1250,9 @@ mod tests {
         let all = evidence_list(&f, true, &[]);
         assert_eq!(all.matches('=').count(), f.evidence.len(), "{all}");
         // An id without a deciding list shows its first entries, not nothing.
-        let other = Finding::new(FindingId::Straggler, Severity::Info, "t").with("a_pct", 5.0);
-        assert_eq!(evidence_list(&other, false, &[]), "a 5%");
+        let other =
+            Finding::new(FindingId::Straggler, Severity::Info, "t").with(Item::DataWaitPct(5.0));
+        assert_eq!(evidence_list(&other, false, &[]), "data wait 5%");
     }
 
     #[test]
@@ -1317,18 +1265,9 @@ mod tests {
 
     #[test]
     fn human_units() {
-        assert_eq!(
-            evidence_value("rss_max_bytes", &(80u64 << 30).into()),
-            "80.0 GiB"
-        );
-        assert_eq!(
-            evidence_value("rss_max_bytes", &(512u64 << 20).into()),
-            "512 MiB"
-        );
-        assert_eq!(
-            evidence_value("rss_max_bytes", &(64u64 << 20).into()),
-            "64.0 MiB"
-        );
+        assert_eq!(bytes(80u64 << 30), "80.0 GiB");
+        assert_eq!(bytes(512u64 << 20), "512 MiB");
+        assert_eq!(bytes(64u64 << 20), "64.0 MiB");
         assert_eq!(duration(3725.0), "1h 02m");
         assert_eq!(duration(185.0), "3m 05s");
         assert_eq!(duration(12.5), "12.5 s");

@@ -94,10 +94,10 @@ fn findings_html(findings: &[Finding]) -> String {
         }
         if !f.evidence.is_empty() {
             s.push_str("<table><tr><th>evidence</th><th>value</th></tr>");
-            for (k, v) in &f.evidence {
+            for i in &f.evidence {
                 // The text report's units: shares in %, rates in GB/s, times in s.
-                let v = crate::present::diagnose::evidence_value(k, v);
-                let _ = write!(s, "<tr><td>{}</td><td>{}</td></tr>", esc(k), esc(&v));
+                let v = crate::present::diagnose::evidence_value(i);
+                let _ = write!(s, "<tr><td>{}</td><td>{}</td></tr>", esc(i.name()), esc(&v));
             }
             s.push_str("</table>");
         }
@@ -822,12 +822,12 @@ mod tests {
             Severity::Critical,
             "GPU <starving>",
         )
-        .with("busy_pct", 35.5)
+        .with(crate::finding::Item::GpuBusyPct(35.5))
         .recommend("num_workers=8");
         let h = findings_html(&[f]);
         assert!(h.contains("GPU &lt;starving&gt;"));
         assert!(h.contains("<b>Fix:</b> num_workers=8"));
-        assert!(h.contains("<td>busy_pct</td><td>36%</td>"), "{h}");
+        assert!(h.contains("<td>gpu_busy_pct</td><td>36%</td>"), "{h}");
     }
 
     #[test]

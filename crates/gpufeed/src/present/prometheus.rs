@@ -291,7 +291,7 @@ fn verdict_series(reg: &mut Registry, st: &LiveState) {
         let finding = r
             .findings
             .iter()
-            .filter_map(|f| f.evidence.get("data_wait_pct")?.as_f64())
+            .filter_map(|f| crate::finding::evidence_of!(f.evidence, DataWaitPct).copied())
             .filter(|v| v.is_finite())
             .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
         // One series whatever the source, so alerts over time see one series.

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::finding::{Finding, FindingId};
+use crate::finding::{Finding, FindingId, ItemKey};
 use crate::trace::report::RankJob;
 use crate::trace::report::Report;
 use crate::trace::summary::{StepCategory, StepRow, TraceSummary};
@@ -144,29 +144,38 @@ pub fn steps_table(steps: &[StepRow], markdown: bool) -> String {
 
 /// The few evidence entries that decide each finding (all of them are in the JSON and with
 /// `--verbose`).
-pub fn deciding_keys(id: FindingId) -> &'static [&'static str] {
+pub fn deciding_keys(id: FindingId) -> &'static [ItemKey] {
     match id {
         FindingId::InputBound => &[
-            "dataloader_pct",
-            "dataloader_us_per_step",
-            "step_us",
-            "dataloader_iterator",
+            ItemKey::DataloaderPct,
+            ItemKey::DataloaderUsPerStep,
+            ItemKey::StepUs,
+            ItemKey::DataloaderIterator,
         ],
-        FindingId::PageableMemcpy => &["copies", "bytes", "copy_pct_of_step", "bandwidth_gbps"],
-        FindingId::AmpUnused => &["tc_eligible_pct", "tensor_core_pct", "gpu"],
-        FindingId::SyncBound => &["sync_pct", "sync_calls", "top_call"],
+        FindingId::PageableMemcpy => &[
+            ItemKey::Copies,
+            ItemKey::Bytes,
+            ItemKey::CopyPctOfStep,
+            ItemKey::BandwidthGbps,
+        ],
+        FindingId::AmpUnused => &[ItemKey::TcEligiblePct, ItemKey::TensorCorePct, ItemKey::Gpu],
+        FindingId::SyncBound => &[ItemKey::SyncPct, ItemKey::SyncCalls, ItemKey::TopCall],
         FindingId::LaunchBound => &[
-            "short_kernel_pct",
-            "host_wait_pct",
-            "launch_idle_pct_of_step",
+            ItemKey::ShortKernelPct,
+            ItemKey::HostWaitPct,
+            ItemKey::LaunchIdlePctOfStep,
         ],
         FindingId::CommBound => &[
-            "communication_pct",
-            "comm_overlap_pct",
-            "tb_plugin_communication_pct",
+            ItemKey::CommunicationPct,
+            ItemKey::CommOverlapPct,
+            ItemKey::TbPluginCommunicationPct,
         ],
-        FindingId::LowGpuUtil => &["gpu_busy_pct"],
-        FindingId::Straggler => &["straggler_rank", "step_us", "median_step_us"],
+        FindingId::LowGpuUtil => &[ItemKey::GpuBusyPct],
+        FindingId::Straggler => &[
+            ItemKey::TraceStragglerRank,
+            ItemKey::StepUs,
+            ItemKey::MedianStepUs,
+        ],
         _ => &[],
     }
 }
@@ -177,8 +186,8 @@ pub fn evidence_list(f: &Finding, all: bool) -> String {
     let shown: Vec<String> = f
         .evidence
         .iter()
-        .filter(|(k, _)| all || keys.is_empty() || keys.contains(&k.as_str()))
-        .map(|(k, v)| format!("{k}={v}"))
+        .filter(|i| all || keys.is_empty() || keys.contains(&i.key()))
+        .map(|i| format!("{}={}", i.name(), i.json()))
         .collect();
     let hidden = f.evidence.len() - shown.len();
     if hidden > 0 {
@@ -421,8 +430,8 @@ fn markdown_raw(r: &Report, show_steps: bool) -> String {
             f.severity.as_str(),
             f.title
         );
-        for (k, v) in &f.evidence {
-            let _ = writeln!(o, "- `{k}`: {v}");
+        for i in &f.evidence {
+            let _ = writeln!(o, "- `{}`: {}", i.name(), i.json());
         }
         let _ = writeln!(o, "\n**Fix:** {}\n", f.recommendation);
     }

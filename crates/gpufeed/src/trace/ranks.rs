@@ -15,7 +15,7 @@ use super::report::{RankJob, RankLine, Report, SCHEMA_VERSION};
 use super::rules::{self, STRAGGLER_RATIO};
 use super::{analyze_path, TraceError, TraceSummary};
 use crate::exit::{Exit, Failure};
-use crate::finding::{self, Finding, FindingId, Severity};
+use crate::finding::{self, Finding, FindingId, Item, Severity};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -213,10 +213,10 @@ pub fn stragglers(times: &[(u64, f64)]) -> (Option<f64>, Vec<u64>, Option<Findin
     };
     let saved = worst_us - m;
     let f = Finding::new(FindingId::Straggler, Severity::Warning, title)
-        .with("straggler_rank", worst.to_string())
-        .with("straggler_ranks", ranks.clone())
-        .with("step_us", r1(worst_us))
-        .with("median_step_us", r1(m))
+        .with(Item::TraceStragglerRank(worst.to_string()))
+        .with(Item::StragglerRanks(ranks.clone()))
+        .with(Item::StepUs(r1(worst_us)))
+        .with(Item::MedianStepUs(r1(m)))
         .recommend(
             "Find what differs on those ranks: their findings (input pipeline, throttling, a noisy neighbour), \
              uneven data shards (use DistributedSampler with drop_last=True), or uneven work per rank; the other \
@@ -268,7 +268,7 @@ pub(crate) fn merge_findings(per_rank: Vec<(u64, Vec<Finding>)>) -> Vec<Finding>
                     f.title
                 )
             };
-            f.with("rank", worst).with("ranks", ranks)
+            f.with(Item::Rank(worst)).with(Item::Ranks(ranks))
         })
         .collect()
 }
@@ -458,7 +458,7 @@ mod tests {
             "{}",
             f.title
         );
-        assert_eq!(f.evidence["straggler_rank"], "3");
+        assert_eq!(f.evidence.to_json()["straggler_rank"], "3");
         let even: Vec<(u64, f64)> = (0..4).map(|r| (r, 1000.0)).collect();
         assert!(stragglers(&even).1.is_empty());
     }
@@ -486,7 +486,7 @@ mod tests {
             .find(|f| f.id == FindingId::CommBound)
             .unwrap();
         assert_eq!(c.severity, Severity::Critical);
-        assert_eq!(c.evidence["ranks"], serde_json::json!([0, 1, 3]));
+        assert_eq!(c.evidence.to_json()["ranks"], serde_json::json!([0, 1, 3]));
         assert!(
             c.title.starts_with("[3 ranks: 0, 1, 3; worst rank 1]"),
             "{}",

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::summary::{StepRow, StepSource, TraceSummary};
 use super::verdict::{decide, TraceVerdict};
-use crate::finding::{rank, Finding};
+use crate::finding::{rank, Finding, Item};
 
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -77,7 +77,7 @@ impl Report {
                         .map(|r| format!("rank {r}"))
                         .unwrap_or_else(|| t.path.clone());
                     f.title = format!("[{who}] {}", f.title);
-                    f = f.with("trace", t.path.clone());
+                    f = f.with(Item::Trace(t.path.clone()));
                 }
                 findings.push(f);
             }

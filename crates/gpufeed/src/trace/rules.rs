@@ -1,9 +1,8 @@
 //! Rules: each a pure function of a [`TraceSummary`] (or of several ranks' summaries) returning at
 //! most one finding with its evidence, a concrete fix and, where it can be bounded, a speed-up.
 
-use crate::finding::{Finding, FindingId, Severity};
+use crate::finding::{Finding, FindingId, Item, Severity};
 use crate::stats::lower_median;
-use serde_json::json;
 
 use super::summary::{LoaderIterator, TraceSummary};
 
@@ -58,18 +57,19 @@ pub fn input_bound(s: &TraceSummary) -> Option<Finding> {
         format!("Input-bound: the training loop waits for the DataLoader {pct:.0}% of each step")
     };
     let mut f = Finding::new(FindingId::InputBound, sev, title)
-        .with("dataloader_pct", r1(pct))
-        .with("dataloader_us_per_step", r1(s.dataloader.per_step_us))
-        .with("step_us", r1(b.total_us))
-        .with(
-            "tb_plugin_dataloader_pct",
-            r1(100.0 * b.dataloader_us / b.total_us.max(1e-9)),
-        )
-        .with("step_source", s.step_source.as_str())
-        .with("dataloader_iterator", s.dataloader.iterator.as_str());
+        .with(Item::DataloaderPct(r1(pct)))
+        .with(Item::DataloaderUsPerStep(r1(s.dataloader.per_step_us)))
+        .with(Item::StepUs(r1(b.total_us)))
+        .with(Item::TbPluginDataloaderPct(r1(
+            100.0 * b.dataloader_us / b.total_us.max(1e-9)
+        )))
+        .with(Item::StepSource(s.step_source.as_str().into()))
+        .with(Item::DataloaderIterator(
+            s.dataloader.iterator.as_str().into(),
+        ));
     let single = s.dataloader.iterator == LoaderIterator::SingleProcess;
     if single {
-        f = f.with("num_workers", 0);
+        f = f.with(Item::NumWorkers(0));
     }
     let rec = if single {
         "The DataLoader runs in the training process (_SingleProcessDataLoaderIter: num_workers=0). Load in \
@@ -130,12 +130,12 @@ pub fn pageable_memcpy(s: &TraceSummary) -> Option<Finding> {
                 if count == 1 { "it is" } else { "they are" }
             ),
         )
-        .with("copies", count)
-        .with("bytes", bytes)
-        .with("copy_us", r1(time))
-        .with("copy_us_per_step", r1(per_step))
-        .with("copy_pct_of_step", r1(share))
-        .with("bandwidth_gbps", r1(bw))
+        .with(Item::Copies(count))
+        .with(Item::Bytes(bytes))
+        .with(Item::CopyUs(r1(time)))
+        .with(Item::CopyUsPerStep(r1(per_step)))
+        .with(Item::CopyPctOfStep(r1(share)))
+        .with(Item::BandwidthGbps(r1(bw)))
         .recommend(
             "Use pinned host memory and asynchronous copies: DataLoader(..., pin_memory=True) and \
              batch.to(device, non_blocking=True); for your own tensors, tensor.pin_memory() once.",
@@ -174,10 +174,10 @@ pub fn amp_unused(s: &TraceSummary) -> Option<Finding> {
                 k.tc_eligible_pct
             ),
         )
-        .with("tc_eligible_pct", r1(k.tc_eligible_pct))
-        .with("tensor_core_pct", r1(k.tensor_core_pct))
-        .with("compute_capability_major", cc_major)
-        .with("gpu", gpu_name)
+        .with(Item::TcEligiblePct(r1(k.tc_eligible_pct)))
+        .with(Item::TensorCorePct(r1(k.tensor_core_pct)))
+        .with(Item::ComputeCapabilityMajor(cc_major))
+        .with(Item::Gpu(gpu_name))
         .recommend(if cc_major >= 8 {
             "Enable automatic mixed precision in bf16: with torch.autocast(device_type=\"cuda\", \
              dtype=torch.bfloat16): loss = model(x); at the very least allow TF32: \
@@ -218,11 +218,11 @@ pub fn sync_bound(s: &TraceSummary) -> Option<Finding> {
             if sy.share_pct > 30.0 { Severity::Critical } else { Severity::Warning },
             format!("The CPU blocks on the GPU {:.0}% of the time ({} synchronising calls, mostly {top})", sy.share_pct, sy.calls),
         )
-        .with("sync_calls", sy.calls)
-        .with("sync_us", r1(sy.time_us))
-        .with("sync_us_per_step", r1(sy.per_step_us))
-        .with("sync_pct", r1(sy.share_pct))
-        .with("top_call", top)
+        .with(Item::SyncCalls(sy.calls))
+        .with(Item::SyncUs(r1(sy.time_us)))
+        .with(Item::SyncUsPerStep(r1(sy.per_step_us)))
+        .with(Item::SyncPct(r1(sy.share_pct)))
+        .with(Item::TopCall(top))
         .recommend(
             "Remove host-device synchronisation from the training loop: no loss.item(), tensor.cpu(), print(tensor) \
              or torch.cuda.synchronize() every step (accumulate on the GPU and read every N steps); avoid \
@@ -255,13 +255,13 @@ pub fn launch_bound(s: &TraceSummary) -> Option<Finding> {
                 k.short_kernel_pct, l.host_wait_pct
             ),
         )
-        .with("short_kernel_pct", r1(k.short_kernel_pct))
-        .with("median_kernel_us", r1(k.median_us))
-        .with("host_wait_pct", r1(l.host_wait_pct))
-        .with("launch_calls", l.launch_calls)
-        .with("stretches", l.stretches)
-        .with("longest_stretch_us", r1(l.longest_stretch_us))
-        .with("launch_idle_pct_of_step", r1(idle_pct))
+        .with(Item::ShortKernelPct(r1(k.short_kernel_pct)))
+        .with(Item::MedianKernelUs(r1(k.median_us)))
+        .with(Item::HostWaitPct(r1(l.host_wait_pct)))
+        .with(Item::LaunchCalls(l.launch_calls))
+        .with(Item::Stretches(l.stretches))
+        .with(Item::LongestStretchUs(r1(l.longest_stretch_us)))
+        .with(Item::LaunchIdlePctOfStep(r1(idle_pct)))
         .recommend(
             "Launch fewer, larger kernels: model = torch.compile(model) (fuses elementwise ops), \
              torch.compile(model, mode=\"reduce-overhead\") or CUDA graphs for static shapes, fused optimizers \
@@ -286,17 +286,11 @@ pub fn comm_bound(s: &TraceSummary) -> Option<Finding> {
             if pct > 30.0 { Severity::Critical } else { Severity::Warning },
             format!("Communication takes {pct:.0}% of each step without overlapping compute"),
         )
-        .with("communication_pct", r1(pct))
-        .with("communication_us_per_step", r1(comm_us))
-        .with(
-            "tb_plugin_communication_pct",
-            r1(100.0 * b.communication_us / b.total_us.max(1e-9)),
-        )
-        .with(
-            "exposed_nccl_pct",
-            r1(100.0 * s.communication.exposed_us_per_step / b.total_us.max(1e-9)),
-        )
-        .with("comm_overlap_pct", r1(s.communication.overlap_pct))
+        .with(Item::CommunicationPct(r1(pct)))
+        .with(Item::CommunicationUsPerStep(r1(comm_us)))
+        .with(Item::TbPluginCommunicationPct(r1(100.0 * b.communication_us / b.total_us.max(1e-9))))
+        .with(Item::ExposedNcclPct(r1(100.0 * s.communication.exposed_us_per_step / b.total_us.max(1e-9))))
+        .with(Item::CommOverlapPct(r1(s.communication.overlap_pct)))
         .recommend(
             "Overlap and shrink gradient communication: DDP(model, bucket_cap_mb=50, gradient_as_bucket_view=True), \
              gradient accumulation with model.no_sync() on all but the last micro-batch, a bigger batch per step, or \
@@ -317,7 +311,7 @@ pub fn low_gpu_util(s: &TraceSummary) -> Option<Finding> {
             if busy < 20.0 { Severity::Warning } else { Severity::Info },
             format!("The GPU runs kernels only {busy:.0}% of the profiled steps"),
         )
-        .with("gpu_busy_pct", r1(busy))
+        .with(Item::GpuBusyPct(r1(busy)))
         .recommend(
             "Give the GPU more work per launch: increase the batch size (scale the learning rate), and fix the \
              other findings first: they say where the idle time goes.",
@@ -352,20 +346,18 @@ pub fn straggler(ranks: &[TraceSummary]) -> Option<Finding> {
     if slow < median * STRAGGLER_RATIO {
         return None;
     }
-    let per_rank: serde_json::Map<String, serde_json::Value> = times
-        .iter()
-        .map(|(r, t)| (r.clone(), json!(r1(*t))))
-        .collect();
+    let per_rank: std::collections::BTreeMap<String, f64> =
+        times.iter().map(|(r, t)| (r.clone(), r1(*t))).collect();
     Some(
         Finding::new(
             FindingId::Straggler,
             Severity::Warning,
             format!("Rank {slow_rank} is a straggler: its steps take {:.0}% longer than the median rank's", 100.0 * (slow / median - 1.0)),
         )
-        .with("straggler_rank", slow_rank)
-        .with("step_us", r1(slow))
-        .with("median_step_us", r1(median))
-        .with("step_us_by_rank", serde_json::Value::Object(per_rank))
+        .with(Item::TraceStragglerRank(slow_rank))
+        .with(Item::StepUs(r1(slow)))
+        .with(Item::MedianStepUs(r1(median)))
+        .with(Item::StepUsByRank(per_rank))
         .recommend(
             "Find what differs on that rank: its findings above (input pipeline, throttling, a noisy neighbour), \
              uneven data shards (use DistributedSampler with drop_last=True), or uneven work per rank; the other \

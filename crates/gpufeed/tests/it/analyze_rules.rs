@@ -96,8 +96,8 @@ fn input_bound_threshold_and_num_workers_evidence() {
         json!({}),
     );
     let f = rules::input_bound(&s).expect("30% dataloader is input-bound");
-    assert_eq!(f.evidence["num_workers"], 0);
-    assert!((f.evidence["dataloader_pct"].as_f64().unwrap() - 30.0).abs() < 0.5);
+    assert_eq!(f.evidence.to_json()["num_workers"], 0);
+    assert!((f.evidence.to_json()["dataloader_pct"].as_f64().unwrap() - 30.0).abs() < 0.5);
     assert!(f.expected_speedup.unwrap() > 1.3);
     // multi-process iterator: still input-bound but no num_workers=0 evidence
     let s = summarize(
@@ -107,6 +107,7 @@ fn input_bound_threshold_and_num_workers_evidence() {
     assert!(!rules::input_bound(&s)
         .unwrap()
         .evidence
+        .to_json()
         .contains_key("num_workers"));
     // just under 5%: not input-bound
     let s = summarize(
@@ -130,8 +131,11 @@ fn pageable_memcpy_only_for_pageable_host_copies() {
     ev.push(copy("Memcpy HtoD (Pageable -> Device)", 1100.0));
     let s = summarize(ev, json!({}));
     let f = rules::pageable_memcpy(&s).unwrap();
-    assert_eq!(f.evidence["copies"], 1);
-    assert_eq!(f.evidence["bandwidth_gbps"].as_f64().unwrap(), 10.0);
+    assert_eq!(f.evidence.to_json()["copies"], 1);
+    assert_eq!(
+        f.evidence.to_json()["bandwidth_gbps"].as_f64().unwrap(),
+        10.0
+    );
     // a tiny pageable copy (scalars) is not worth a finding
     let mut ev = steps_with_dataloader(2, 100_000.0, 10.0, "_MultiProcessingDataLoaderIter");
     ev.push(json!({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "pid": 0, "tid": 7,
@@ -197,8 +201,8 @@ fn sync_bound_counts_blocking_calls() {
     ev.push(device_sync.clone());
     let s = summarize(ev, json!({}));
     let f = rules::sync_bound(&s).unwrap();
-    assert_eq!(f.evidence["sync_calls"], 2);
-    assert_eq!(f.evidence["top_call"], "cudaDeviceSynchronize");
+    assert_eq!(f.evidence.to_json()["sync_calls"], 2);
+    assert_eq!(f.evidence.to_json()["top_call"], "cudaDeviceSynchronize");
     // the same blocking with a GPU that is busy anyway is harmless
     let mut ev = steps_with_dataloader(2, 1000.0, 10.0, "_MultiProcessingDataLoaderIter");
     ev.push(device_sync);
@@ -222,7 +226,7 @@ fn launch_bound_many_tiny_kernels_waiting_for_launches() {
     let s = summarize(ev, json!({}));
     assert!(s.launch.stretches >= 1);
     let f = rules::launch_bound(&s).expect("launch-bound");
-    assert!(f.evidence["short_kernel_pct"].as_f64().unwrap() > 99.0);
+    assert!(f.evidence.to_json()["short_kernel_pct"].as_f64().unwrap() > 99.0);
     // the same number of long kernels is not launch-bound
     let mut ev = vec![first_step(40_000.0)];
     for i in 0..400u64 {
@@ -260,7 +264,7 @@ fn comm_bound_from_nccl_annotations_and_kernels() {
     let s = summarize(ev, json!({}));
     assert!((s.breakdown.communication_us - 400.0).abs() < 1e-6);
     let f = rules::comm_bound(&s).unwrap();
-    assert!((f.evidence["communication_pct"].as_f64().unwrap() - 40.0).abs() < 0.1);
+    assert!((f.evidence.to_json()["communication_pct"].as_f64().unwrap() - 40.0).abs() < 0.1);
     assert!(s.communication.kernel_us >= 400.0);
     // NCCL kernels not linked to a CPU collective still count when they are exposed
     let mut ev = vec![first_step(1000.0)];
@@ -312,7 +316,7 @@ fn straggler_across_ranks() {
     assert!(rules::straggler(&even).is_none());
     let uneven = vec![rank(0, 1000.0), rank(1, 1500.0), rank(2, 990.0)];
     let f = rules::straggler(&uneven).unwrap();
-    assert_eq!(f.evidence["straggler_rank"], "1");
+    assert_eq!(f.evidence.to_json()["straggler_rank"], "1");
     assert!(rules::straggler(&uneven[..1]).is_none());
     // An even count: the median rank is the lower of the two middle ones (1040, not 1070).
     let four = vec![
@@ -322,7 +326,7 @@ fn straggler_across_ranks() {
         rank(3, 1600.0),
     ];
     let f = rules::straggler(&four).unwrap();
-    assert_eq!(f.evidence["median_step_us"], 1040.0);
+    assert_eq!(f.evidence.to_json()["median_step_us"], 1040.0);
 }
 
 #[test]
@@ -439,10 +443,10 @@ fn input_bound_from_the_measured_share_whatever_the_category_or_step_source() {
     assert!(s.breakdown.dataloader_us < 1.0, "plugin category: none");
     let f = rules::input_bound(&s).expect("68% measured DataLoader share is input-bound");
     assert!(
-        (f.evidence["dataloader_pct"].as_f64().unwrap() - 68.0).abs() < 1.0,
+        (f.evidence.to_json()["dataloader_pct"].as_f64().unwrap() - 68.0).abs() < 1.0,
         "{f:?}"
     );
-    assert_eq!(f.evidence["tb_plugin_dataloader_pct"], 0.0);
+    assert_eq!(f.evidence.to_json()["tb_plugin_dataloader_pct"], 0.0);
     assert!(f.title.contains("and the GPU with it"), "{}", f.title);
     let rep = trace::report::Report::new(vec![s]);
     let text = gpufeed::present::trace::text(&rep, false);

@@ -238,7 +238,7 @@ fn resnet_workers0_is_input_bound_with_pageable_copies_and_no_amp() {
         assert!(ids.contains(&want), "missing {want} in {ids:?}");
     }
     let ib = f.iter().find(|x| x.id.as_str() == "input_bound").unwrap();
-    assert_eq!(ib.evidence["num_workers"], 0);
+    assert_eq!(ib.evidence.to_json()["num_workers"], 0);
     assert_eq!(s.dataloader.iterator.as_str(), "single_process");
     assert!(
         (s.kernels.tc_eligible_pct - 67.6).abs() < 1.0,

@@ -231,10 +231,10 @@ fn one_pinned_worker_with_idle_cores_is_input_bound_too_few_workers() {
     assert!(r.verdict.confidence >= 0.9);
     let f = &r.findings[0];
     assert_eq!(f.id.as_str(), "input_bound");
-    assert_eq!(f.evidence["kind"], "too_few_workers");
-    assert_eq!(f.evidence["recommended_num_workers"], 3);
+    assert_eq!(f.evidence.to_json()["kind"], "too_few_workers");
+    assert_eq!(f.evidence.to_json()["recommended_num_workers"], 3);
     assert!(f.recommendation.contains("num_workers=3"));
-    let period = f.evidence["util_period_s"].as_f64().unwrap();
+    let period = f.evidence.to_json()["util_period_s"].as_f64().unwrap();
     assert!((period - 2.0).abs() < 0.2, "{period}");
     assert!(f.expected_speedup.unwrap() > 2.0);
     assert!(!ids(&r).contains(&"cpu_saturated"));
@@ -257,8 +257,8 @@ fn a_worker_beside_a_core_that_is_not_quite_idle_still_decides_the_kind() {
     let r = diagnose_json(&p, &[]);
     assert_eq!(r.verdict.id.as_str(), "input_bound");
     let f = &r.findings[0];
-    assert_eq!(f.evidence["kind"], "too_few_workers", "{f:#?}");
-    assert_eq!(f.evidence["kind_basis"], "nearest");
+    assert_eq!(f.evidence.to_json()["kind"], "too_few_workers", "{f:#?}");
+    assert_eq!(f.evidence.to_json()["kind_basis"], "nearest");
     // A fix never asks for what the input already has.
     for f in &r.findings {
         assert!(!f.recommendation.contains("gpufeed run"), "{f:#?}");
@@ -280,8 +280,8 @@ fn all_cores_busy_is_input_bound_cpu_saturated() {
     assert_eq!(r.verdict.id.as_str(), "input_bound");
     // One finding per cause: the CPU detail is input_bound's evidence.
     assert_eq!(ids(&r), ["input_bound"]);
-    assert_eq!(r.findings[0].evidence["kind"], "cpu_saturated");
-    assert_eq!(r.findings[0].evidence["host_cpu_mean_pct"], 100.0);
+    assert_eq!(r.findings[0].evidence.to_json()["kind"], "cpu_saturated");
+    assert_eq!(r.findings[0].evidence.to_json()["host_cpu_mean_pct"], 100.0);
 }
 
 #[test]
@@ -300,9 +300,14 @@ fn readers_stuck_in_io_are_input_bound_io_bound() {
     assert_eq!(r.verdict.id.as_str(), "input_bound");
     assert_eq!(ids(&r), ["input_bound"]);
     let io = &r.findings[0];
-    assert_eq!(io.evidence["kind"], "io_bound");
-    assert!(io.evidence["d_state_time_fraction"].as_f64().unwrap() > 0.5);
-    assert_eq!(io.evidence["psi_io_some_mean_pct"], 45.0);
+    assert_eq!(io.evidence.to_json()["kind"], "io_bound");
+    assert!(
+        io.evidence.to_json()["d_state_time_fraction"]
+            .as_f64()
+            .unwrap()
+            > 0.5
+    );
+    assert_eq!(io.evidence.to_json()["psi_io_some_mean_pct"], 45.0);
     assert!(io.recommendation.contains("shards"));
 }
 
@@ -323,8 +328,8 @@ fn degraded_saturated_link_is_transfer_bound() {
         .iter()
         .find(|f| f.id.as_str() == "pcie_link_degraded")
         .unwrap();
-    assert_eq!(link.evidence["pcie_gen"], 2);
-    assert_eq!(link.evidence["pcie_width"], 4);
+    assert_eq!(link.evidence.to_json()["pcie_gen"], 2);
+    assert_eq!(link.evidence.to_json()["pcie_width"], 4);
     assert_eq!(link.expected_speedup, Some(15.8));
 }
 
@@ -341,6 +346,7 @@ fn thermal_throttling_is_throttled() {
     assert_eq!(ids(&r), ["throttled"]);
     assert!(r.findings[0]
         .evidence
+        .to_json()
         .contains_key("hw_thermal_time_fraction"));
 }
 
@@ -383,7 +389,7 @@ fn smi_csv_log_with_two_gpus_repeated_header_and_cut_end() {
     let p = r.gpus[0].periodicity.unwrap();
     assert!((p.period_s - 10.0).abs() < 0.5, "{p:?}");
     assert_eq!(r.verdict.id.as_str(), "input_bound");
-    assert_eq!(r.findings[0].evidence["kind"], "unknown");
+    assert_eq!(r.findings[0].evidence.to_json()["kind"], "unknown");
     assert!(r
         .notes
         .iter()
@@ -1013,7 +1019,7 @@ fn text_reports_say_each_thing_once() {
         .unwrap();
     let v = String::from_utf8(out.stdout).unwrap();
     let r = diagnose_json(&p, &[]);
-    for k in r.findings[0].evidence.keys() {
+    for k in r.findings[0].evidence.to_json().keys() {
         assert!(
             v.contains(&format!("{k}=")),
             "{k} missing from --verbose:\n{v}"

@@ -74,13 +74,13 @@ fn one_pinned_worker_and_a_square_wave_gpu_is_input_bound() {
     assert_eq!(r.verdict.id.as_str(), "input_bound", "{:#?}", r.verdict);
     let f = &r.findings[0];
     assert_eq!(f.id.as_str(), "input_bound", "{:?}", ids(&r));
-    let period = f.evidence["util_period_s"].as_f64().unwrap();
+    let period = f.evidence.to_json()["util_period_s"].as_f64().unwrap();
     assert!((period - 2.0).abs() < 0.3, "period {period}");
     assert_eq!(r.job.workers_max, 1, "{:#?}", r.job.processes);
     assert_eq!(r.job.workers_seen, 1, "the `sleep` helper is not a worker");
     // A gpufeed recording has host and process data: the kind is always decided, and the fix
     // never asks to record the host.
-    assert_ne!(f.evidence["kind"], "unknown", "{f:#?}");
+    assert_ne!(f.evidence.to_json()["kind"], "unknown", "{f:#?}");
     assert!(!f.recommendation.contains("Record the host"), "{f:#?}");
     // Other builds may share this machine's cores (then the worker gets less than a core and
     // the CPU is the limit); when the host stayed quiet, the worker is pinned and the kind must
@@ -89,12 +89,12 @@ fn one_pinned_worker_and_a_square_wave_gpu_is_input_bound() {
     let busy = r.host.cpu_mean_pct.unwrap_or(100.0);
     if idle >= 1.0 && busy < 70.0 && r.job.worker_cpu_mean_pct.unwrap_or(0.0) >= 85.0 {
         assert!(r.job.saturated_workers >= 1, "{:#?}", r.job);
-        assert_eq!(f.evidence["kind"], "too_few_workers", "{f:#?}");
+        assert_eq!(f.evidence.to_json()["kind"], "too_few_workers", "{f:#?}");
         assert!(f.recommendation.contains("num_workers="));
     } else {
         eprintln!(
             "host busy ({busy:.0}%, {idle:.1} idle cores): kind {}",
-            f.evidence["kind"]
+            f.evidence.to_json()["kind"]
         );
     }
 }
@@ -105,7 +105,8 @@ fn every_core_busy_is_input_bound_cpu_saturated() {
     let r = run_and_diagnose(SQUARE, &busy_workers(cpus + 1, 6));
     assert_eq!(r.verdict.id.as_str(), "input_bound", "{:#?}", r.verdict);
     assert_eq!(
-        r.findings[0].evidence["kind"], "cpu_saturated",
+        r.findings[0].evidence.to_json()["kind"],
+        "cpu_saturated",
         "{:#?}",
         r.host
     );
@@ -149,8 +150,8 @@ fn degraded_link_at_its_limit_is_transfer_bound() {
         .iter()
         .find(|f| f.id.as_str() == "pcie_link_degraded")
         .unwrap_or_else(|| panic!("{:?}", ids(&r)));
-    assert_eq!(link.evidence["pcie_gen"], 1);
-    assert_eq!(link.evidence["pcie_width_max"], 16);
+    assert_eq!(link.evidence.to_json()["pcie_gen"], 1);
+    assert_eq!(link.evidence.to_json()["pcie_width_max"], 16);
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use super::r1;
 use crate::diagnose::evidence::Evidence;
-use crate::finding::{Finding, FindingId, Severity};
+use crate::finding::{Finding, FindingId, Item, Severity};
 
 /// Spread of mean utilization (points) from which GPUs count as imbalanced.
 pub const IMBALANCE_PTS: f64 = 20.0;
@@ -27,11 +27,11 @@ pub(crate) fn gpu_imbalance(e: &Evidence) -> Option<Finding> {
         Severity::Warning,
         format!("GPUs are unevenly used: GPU {hi_i} at {hi:.0}%, GPU {lo_i} at {lo:.0}%"),
     )
-    .with("util_max_pct", r1(hi))
-    .with("util_min_pct", r1(lo))
-    .with("busiest_gpu", hi_i)
-    .with("idlest_gpu", lo_i)
-    .with("spread_pct", r1(hi - lo));
+    .with(Item::UtilMaxPct(r1(hi)))
+    .with(Item::UtilMinPct(r1(lo)))
+    .with(Item::BusiestGpu(hi_i))
+    .with(Item::IdlestGpu(lo_i))
+    .with(Item::SpreadPct(r1(hi - lo)));
     Some(f.recommend(
         "In data-parallel training every rank waits for the slowest: check that each rank gets \
          the same batch size and data (DistributedSampler, drop_last=True), that per-rank input \
@@ -52,8 +52,8 @@ mod tests {
         assert!(gpu_imbalance(&e).is_none());
         e.gpus.push(gpu(2, 40.0));
         let f = gpu_imbalance(&e).unwrap();
-        assert_eq!(f.evidence["idlest_gpu"], 2);
-        assert_eq!(f.evidence["spread_pct"], 50.0);
+        assert_eq!(f.evidence.to_json()["idlest_gpu"], 2);
+        assert_eq!(f.evidence.to_json()["spread_pct"], 50.0);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use super::{input, r1, r2, r3};
 use crate::diagnose::evidence::Evidence;
-use crate::finding::{Basis, Finding, FindingId, Severity};
+use crate::finding::{Finding, FindingId, Item, Severity};
 
 /// Mean utilization under which a GPU counts as idle.
 pub const IDLE_PCT: f64 = 5.0;
@@ -22,15 +22,15 @@ pub(crate) fn gpu_idle(e: &Evidence) -> Option<Finding> {
         Severity::Warning,
         format!("The GPU was idle ({:.1}% utilization)", busy * 100.0),
     )
-    .with("gpu_busy_fraction", r3(busy))
-    .with("duration_s", r1(e.duration_s));
+    .with(Item::GpuBusyFraction(r3(busy)))
+    .with(Item::DurationS(r1(e.duration_s)));
     if let Some(m) = e
         .gpus
         .iter()
         .filter_map(|g| g.mem_used_max_fraction)
         .reduce(f64::max)
     {
-        f = f.with("mem_used_max_fraction", r2(m));
+        f = f.with(Item::MemUsedMaxFraction(r2(m)));
     }
     Some(f.recommend(
         "Check that the job uses the GPU at all (model and tensors moved with .to('cuda'), \
@@ -136,12 +136,11 @@ pub fn batch_too_small(e: &Evidence) -> Option<Finding> {
     }
     Some(
         Finding::new(FindingId::BatchTooSmall, Severity::Warning, title)
-            .with("gpu_busy_fraction", r3(busy))
-            .with("mem_used_max_fraction", r2(used))
-            .with("batch_scale_headroom", headroom)
-            .with("mem_total_assumed", assumed)
-            .with("candidate_confidence", confidence)
-            .basis(Basis::Candidate { confidence })
+            .with(Item::GpuBusyFraction(r3(busy)))
+            .with(Item::MemUsedMaxFraction(r2(used)))
+            .with(Item::BatchScaleHeadroom(headroom))
+            .with(Item::MemTotalAssumed(assumed))
+            .with(Item::CandidateConfidence(confidence))
             .recommend(rec)
             .speedup(host.then(|| r2((1.0 / busy).min(headroom)))),
     )
@@ -156,7 +155,7 @@ mod tests {
     fn idle_gpu() {
         let e = base(1.0);
         let f = gpu_idle(&e).unwrap();
-        assert_eq!(f.evidence["gpu_busy_fraction"], 0.01);
+        assert_eq!(f.evidence.to_json()["gpu_busy_fraction"], 0.01);
         assert!(gpu_idle(&base(50.0)).is_none());
     }
 
@@ -166,7 +165,7 @@ mod tests {
         assert!(batch_too_small(&e).is_none(), "memory is 87% used");
         e.gpus[0].mem_used_max_fraction = Some(0.2);
         let f = batch_too_small(&e).unwrap();
-        assert_eq!(f.evidence["batch_scale_headroom"], 4.0);
+        assert_eq!(f.evidence.to_json()["batch_scale_headroom"], 4.0);
         assert_eq!(f.expected_speedup, Some(2.5));
         let starving = too_few_workers(starving(e.clone()));
         assert!(batch_too_small(&starving).is_none());
@@ -181,12 +180,22 @@ mod tests {
         e.gpus[0].mem_used_max_fraction = Some(472.0 / 32768.0);
         let f = batch_too_small(&e).unwrap();
         assert_eq!(f.expected_speedup, None, "the cause is not established");
-        assert!(f.evidence["candidate_confidence"].as_f64().unwrap() >= 0.5);
+        assert!(
+            f.evidence.to_json()["candidate_confidence"]
+                .as_f64()
+                .unwrap()
+                >= 0.5
+        );
         assert!(f.recommendation.contains("gpufeed run"));
         // A square wave makes it a weaker candidate, still named.
         let s = as_log(starving(e.clone()), 1.0);
         let f = batch_too_small(&s).unwrap();
-        assert!(f.evidence["candidate_confidence"].as_f64().unwrap() < 0.35);
+        assert!(
+            f.evidence.to_json()["candidate_confidence"]
+                .as_f64()
+                .unwrap()
+                < 0.35
+        );
     }
 
     #[test]
@@ -199,7 +208,7 @@ mod tests {
         e.gpus[0].mem_used_max_bytes = Some(512 << 20);
         assert_eq!(used_fraction(&e), Some((1.0 / 16.0, true)));
         let f = batch_too_small(&e).expect("a candidate, not nothing");
-        assert_eq!(f.evidence["mem_total_assumed"], true);
+        assert_eq!(f.evidence.to_json()["mem_total_assumed"], true);
         assert!(f.title.contains("512 MiB of memory in use"), "{}", f.title);
         assert!(
             f.title.contains("at most 6% of even an 8 GB GPU"),

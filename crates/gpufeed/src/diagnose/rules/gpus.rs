@@ -3,7 +3,7 @@
 
 use super::{capacity::IDLE_PCT, input, pcie, r1, r2, r3};
 use crate::diagnose::evidence::{Evidence, GpuEvidence};
-use crate::finding::{Finding, FindingId, Severity};
+use crate::finding::{Finding, FindingId, Item, Severity};
 
 /// The most GPUs one machine holds (an HGX/DGX board has 8, the largest nodes 16).
 pub const MAX_GPUS_PER_NODE: usize = 16;
@@ -46,9 +46,9 @@ pub fn tiny_kernel_gpus(e: &Evidence) -> Option<Finding> {
                  launch-bound), not an idle GPU"
             ),
         )
-        .with("gpus", tiny.iter().map(|t| t.0).collect::<Vec<_>>())
-        .with("sm_active_pct", r1(sm))
-        .with("engine_active_pct", r1(engine))
+        .with(Item::Gpus(tiny.iter().map(|t| t.0).collect::<Vec<_>>()))
+        .with(Item::SmActivePct(r1(sm)))
+        .with(Item::EngineActivePct(r1(engine)))
         .recommend(
             "Give each kernel more work: raise the batch size (or the sequence length per \
              step), fuse small operations (torch.compile, CUDA graphs to cut launch overhead), \
@@ -138,12 +138,11 @@ pub fn gpu_unused(e: &Evidence) -> Option<Finding> {
             used.len()
         ),
     )
-    .with("gpus_used", used.len())
-    .with("gpus_total", total)
-    .with(
-        "unused_gpus",
+    .with(Item::GpusUsed(used.len()))
+    .with(Item::GpusTotal(total))
+    .with(Item::UnusedGpus(
         unused.iter().map(|g| g.index).collect::<Vec<_>>(),
-    );
+    ));
     let visible = used
         .iter()
         .map(|i| i.to_string())
@@ -286,19 +285,19 @@ pub fn compute_bound(e: &Evidence) -> Option<Finding> {
             ),
         },
     )
-    .with("gpu_busy_fraction", r3(busy));
+    .with(Item::GpuBusyFraction(r3(busy)));
     if let Some(p) = p50 {
-        f = f.with("util_p50_pct", r1(p));
+        f = f.with(Item::UtilP50Pct(r1(p)));
     }
     if let Some(m) = major {
-        f = f.with("compute_capability_major", m);
+        f = f.with(Item::ComputeCapabilityMajor(m));
     }
     let mut levers = vec![precision_lever(major).to_string()];
     if let Some(used) = e.mem_used_max_fraction() {
-        f = f.with("mem_used_max_fraction", r2(used));
+        f = f.with(Item::MemUsedMaxFraction(r2(used)));
         if used < input::MOSTLY_FREE {
             let headroom = (0.85 / used.max(0.01)).floor().clamp(1.0, 16.0);
-            f = f.with("batch_scale_headroom", headroom);
+            f = f.with(Item::BatchScaleHeadroom(headroom));
             levers.push(format!(
                 "a larger batch: memory has room ({:.0}% used at peak, roughly {headroom:.0}x \
                  fits), and larger steps usually process more samples per second (scale the \
@@ -393,7 +392,7 @@ mod tests {
         assert!(f.title.contains("uses 1 of 2 GPUs"), "{}", f.title);
         assert!(f.recommendation.contains("torchrun / DDP"));
         assert!(f.recommendation.contains("free the GPU for others"));
-        assert_eq!(f.evidence["unused_gpus"], serde_json::json!([1]));
+        assert_eq!(f.evidence.to_json()["unused_gpus"], serde_json::json!([1]));
         assert_eq!(f.expected_speedup, Some(2.0));
         // The pooled figure is GPU 0's: the unused one does not halve it.
         assert!((e.busy_fraction().unwrap() - 0.91).abs() < 1e-9);
@@ -417,7 +416,7 @@ mod tests {
         assert!(f.recommendation.contains("bf16"), "{}", f.recommendation);
         assert!(f.recommendation.contains("allow_tf32"));
         assert!(f.recommendation.contains("larger batch"));
-        assert_eq!(f.evidence["batch_scale_headroom"], 4.0);
+        assert_eq!(f.evidence.to_json()["batch_scale_headroom"], 4.0);
         // A V100 near full memory: fp16, no batch lever.
         e.gpus[0].name = Some("Tesla V100-SXM2-32GB".into());
         e.gpus[0].mem_used_max_fraction = Some(0.9);

@@ -5,7 +5,7 @@
 
 use super::{r1, r2, r3};
 use crate::diagnose::evidence::{Evidence, Origin, SATURATED_PROC_PCT};
-use crate::finding::{self, Basis, Finding, FindingId, InputKind, Severity};
+use crate::finding::{self, Basis, Finding, FindingId, InputKind, Item, Severity};
 
 use super::STARVED_BUSY;
 /// Busy fraction under which host-side evidence alone is enough to call starvation.
@@ -191,21 +191,21 @@ fn speedup_bound(e: &Evidence) -> Option<f64> {
 
 fn with_signature(mut f: Finding, e: &Evidence) -> Finding {
     if let Some(b) = e.busy_fraction() {
-        f = f.with("gpu_busy_fraction", r3(b));
+        f = f.with(Item::GpuBusyFraction(r3(b)));
     }
     if let Some(p) = e.strongest_period() {
         f = f
-            .with("util_period_s", r2(p.period_s))
-            .with("util_period_strength", r2(p.strength));
+            .with(Item::UtilPeriodS(r2(p.period_s)))
+            .with(Item::UtilPeriodStrength(r2(p.strength)));
     }
     if let Some(s) = e
         .measured_gpus()
         .find_map(|g| g.util_split.filter(|s| s.is_bimodal()))
     {
         f = f
-            .with("util_high_level_pct", r1(s.high_mean_pct))
-            .with("util_low_level_pct", r1(s.low_mean_pct))
-            .with("util_low_time_fraction", r2(s.low_weight));
+            .with(Item::UtilHighLevelPct(r1(s.high_mean_pct)))
+            .with(Item::UtilLowLevelPct(r1(s.low_mean_pct)))
+            .with(Item::UtilLowTimeFraction(r2(s.low_weight)));
     }
     f
 }
@@ -226,7 +226,7 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
     let clear = kind_is_clear(e);
     if kind != InputKind::Unknown && !clear {
         // No threshold met: the kind is the nearest one, and says so.
-        f = f.with("kind_basis", "nearest");
+        f = f.with(Item::KindBasis("nearest".into()));
     }
     f = f.basis(Basis::Input {
         kind_is_clear: clear,
@@ -278,20 +278,20 @@ fn title_of(kind: InputKind, pattern: &str) -> String {
 fn with_job_figures(mut f: Finding, e: &Evidence) -> Finding {
     f = with_signature(f, e);
     if let Some(c) = e.cores_per_gpu() {
-        f = f.with("cores_per_gpu", r1(c));
+        f = f.with(Item::CoresPerGpu(r1(c)));
     }
     if let Some(i) = e.host.idle_cores_mean {
-        f = f.with("idle_cores_mean", r1(i));
+        f = f.with(Item::IdleCoresMean(r1(i)));
     }
     if e.job.samples > 0 {
         f = f
-            .with("workers", e.job.workers_max)
-            .with("saturated_workers", e.job.saturated_workers);
+            .with(Item::Workers(e.job.workers_max))
+            .with(Item::SaturatedWorkers(e.job.saturated_workers));
         if let Some(w) = e.job.worker_cpu_mean_pct {
-            f = f.with("worker_cpu_mean_pct", r1(w));
+            f = f.with(Item::WorkerCpuMeanPct(r1(w)));
         }
         if let Some(m) = e.job.main_cpu_mean_pct {
-            f = f.with("main_cpu_mean_pct", r1(m));
+            f = f.with(Item::MainCpuMeanPct(r1(m)));
         }
     }
     f
@@ -321,8 +321,8 @@ fn fix(
             InputKind::CpuSaturated => match other_load(e) {
                 Some((others, job)) => {
                     f = f
-                        .with("other_processes_cores", r1(others))
-                        .with("job_cores", r1(job));
+                        .with(Item::OtherProcessesCores(r1(others)))
+                        .with(Item::JobCores(r1(job)));
                     format!(
                         "Every core is busy, mostly with processes outside this job ({others:.1} cores \
                          vs the job's {job:.1}): find them (top, ps -eo pid,pcpu,args --sort=-pcpu), \
@@ -344,7 +344,7 @@ fn fix(
                 match main_loading_workers(e) {
                     // The reads wait in the training process: workers overlap them first.
                     Some(n) => {
-                        f = f.with("recommended_num_workers", n);
+                        f = f.with(Item::RecommendedNumWorkers(n));
                         format!(
                             "Load batches in worker processes: DataLoader(dataset, batch_size=..., \
                              num_workers={n}, {LOADER_FLAGS}): the job has no worker process, so \
@@ -390,9 +390,9 @@ fn workers_fix(
     let (n, cap) = recommended_workers(e).unwrap_or((4, 4));
     let now = workers_per_gpu(e);
     f = f
-        .with("workers_per_gpu", now)
-        .with("recommended_num_workers", n)
-        .with("max_useful_workers", cap);
+        .with(Item::WorkersPerGpu(now))
+        .with(Item::RecommendedNumWorkers(n))
+        .with(Item::MaxUsefulWorkers(cap));
     if now > 0 && e.job.worker_cpu_mean_pct.is_some() {
         // Each saturated worker adds about the same rate: the gain is bounded by it too.
         let gain = (n as f64 / now as f64).max(1.0);
@@ -446,16 +446,16 @@ pub const MOSTLY_FREE: f64 = 0.5;
 /// The CPU side of kind `cpu_saturated` (once a separate `cpu_saturated` finding).
 fn with_cpu_detail(mut f: Finding, e: &Evidence) -> Finding {
     if let Some(c) = e.host.cpu_mean_pct {
-        f = f.with("host_cpu_mean_pct", r1(c));
+        f = f.with(Item::HostCpuMeanPct(r1(c)));
     }
     if let Some(c) = e.host.busy_cores_mean {
-        f = f.with("busy_cores_mean", r1(c));
+        f = f.with(Item::BusyCoresMean(r1(c)));
     }
     if let Some(n) = e.host.cpu_count {
-        f = f.with("cpu_count", n);
+        f = f.with(Item::CpuCount(n));
     }
     if let Some(p) = e.host.psi_cpu_some_mean_pct {
-        f = f.with("psi_cpu_some_mean_pct", r1(p));
+        f = f.with(Item::PsiCpuSomeMeanPct(r1(p)));
     }
     f
 }
@@ -463,22 +463,22 @@ fn with_cpu_detail(mut f: Finding, e: &Evidence) -> Finding {
 /// The storage side of kind `io_bound` (once a separate `io_bound` finding).
 fn with_io_detail(mut f: Finding, e: &Evidence) -> Finding {
     if let Some(d) = e.job.d_state_time_fraction {
-        f = f.with("d_state_time_fraction", r2(d));
+        f = f.with(Item::DStateTimeFraction(r2(d)));
     }
     if let Some(p) = e.host.psi_io_some_mean_pct {
-        f = f.with("psi_io_some_mean_pct", r1(p));
+        f = f.with(Item::PsiIoSomeMeanPct(r1(p)));
     }
     if let Some(p) = e.host.psi_io_full_mean_pct {
-        f = f.with("psi_io_full_mean_pct", r1(p));
+        f = f.with(Item::PsiIoFullMeanPct(r1(p)));
     }
     if let Some(p) = e.host.iowait_mean_pct {
-        f = f.with("iowait_mean_pct", r1(p));
+        f = f.with(Item::IowaitMeanPct(r1(p)));
     }
     if let Some(r) = e.host.disk_read_mean_bytes_per_s {
-        f = f.with("disk_read_mean_bytes_per_s", r.round());
+        f = f.with(Item::DiskReadMeanBytesPerS(r.round()));
     }
     if let Some(r) = e.job.read_mean_bytes_per_s {
-        f = f.with("job_read_mean_bytes_per_s", r.round());
+        f = f.with(Item::JobReadMeanBytesPerS(r.round()));
     }
     f
 }
@@ -495,15 +495,15 @@ pub fn main_process_bound(e: &Evidence) -> Option<Finding> {
         Severity::Warning,
         "The training loop's own process is at 100% of a core",
     )
-    .with("workers", e.job.workers_max);
+    .with(Item::Workers(e.job.workers_max));
     if let Some(c) = e.job.main_cpu_mean_pct {
-        f = f.with("main_cpu_mean_pct", r1(c));
+        f = f.with(Item::MainCpuMeanPct(r1(c)));
     }
     if let Some(s) = e.job.main_saturated_fraction {
-        f = f.with("main_saturated_fraction", r2(s));
+        f = f.with(Item::MainSaturatedFraction(r2(s)));
     }
     if let Some(p) = e.job.main_pid {
-        f = f.with("main_pid", p);
+        f = f.with(Item::MainPid(p));
     }
     let rec = if e.job.workers_max == 0 {
         let n = recommended_workers(e).map(|r| r.0).unwrap_or(4);
@@ -544,8 +544,10 @@ mod tests {
     fn one_saturated_worker_with_idle_cores_wants_more_workers() {
         let e = too_few_workers(starving(base(30.0)));
         let f = input_bound(&e).unwrap();
-        assert_eq!(f.evidence["kind"], "too_few_workers");
-        let n = f.evidence["recommended_num_workers"].as_u64().unwrap();
+        assert_eq!(f.evidence.to_json()["kind"], "too_few_workers");
+        let n = f.evidence.to_json()["recommended_num_workers"]
+            .as_u64()
+            .unwrap();
         assert_eq!(
             n, 4,
             "ceil(1 worker / 0.325 busy) = 4, within 7 cores: {f:?}"
@@ -567,7 +569,10 @@ mod tests {
         assert!(f.recommendation.contains("persistent_workers=True"));
         let s = f.expected_speedup.unwrap();
         assert!((s - 3.08).abs() < 0.01, "{s}");
-        assert!(!f.evidence.contains_key("kind_basis"), "a clear kind");
+        assert!(
+            !f.evidence.to_json().contains_key("kind_basis"),
+            "a clear kind"
+        );
         assert!(main_process_bound(&e).is_none());
     }
 
@@ -582,8 +587,8 @@ mod tests {
         // Four saturated workers over two GPUs: two per rank, the cap is 3.
         e.job.workers_max = 4;
         let f = input_bound(&e).unwrap();
-        assert_eq!(f.evidence["workers_per_gpu"], 2);
-        assert_eq!(f.evidence["recommended_num_workers"], 3);
+        assert_eq!(f.evidence.to_json()["workers_per_gpu"], 2);
+        assert_eq!(f.evidence.to_json()["recommended_num_workers"], 3);
         assert!(f.expected_speedup.unwrap() >= 1.0);
         // Six: the cap is reached, the advice turns to cheaper samples, never a gain below 1.
         e.job.workers_max = 6;
@@ -621,12 +626,12 @@ mod tests {
     fn all_cores_busy_is_cpu_saturated() {
         let e = all_cores_busy(starving(base(30.0)));
         let f = input_bound(&e).unwrap();
-        assert_eq!(f.evidence["kind"], "cpu_saturated");
+        assert_eq!(f.evidence.to_json()["kind"], "cpu_saturated");
         assert!(f.recommendation.contains("More workers will not help"));
         assert!(f.recommendation.contains("DALI"));
         // The CPU detail is input_bound's own evidence: one finding for one cause.
-        assert_eq!(f.evidence["host_cpu_mean_pct"], 97.0);
-        assert_eq!(f.evidence["psi_cpu_some_mean_pct"], 45.0);
+        assert_eq!(f.evidence.to_json()["host_cpu_mean_pct"], 97.0);
+        assert_eq!(f.evidence.to_json()["psi_cpu_some_mean_pct"], 45.0);
         assert_eq!(finding_ids(&e), [FindingId::InputBound]);
     }
 
@@ -638,8 +643,8 @@ mod tests {
         e.job.saturated_workers = 0;
         e.job.worker_cpu_mean_pct = Some(5.0);
         let f = input_bound(&e).unwrap();
-        assert_eq!(f.evidence["kind"], "cpu_saturated");
-        assert_eq!(f.evidence["other_processes_cores"], 7.3);
+        assert_eq!(f.evidence.to_json()["kind"], "cpu_saturated");
+        assert_eq!(f.evidence.to_json()["other_processes_cores"], 7.3);
         assert!(
             f.recommendation.contains("outside this job"),
             "{}",
@@ -654,9 +659,9 @@ mod tests {
     fn d_state_and_io_pressure_is_io_bound() {
         let e = io_stuck(starving(base(30.0)));
         let f = input_bound(&e).unwrap();
-        assert_eq!(f.evidence["kind"], "io_bound");
-        assert_eq!(f.evidence["d_state_time_fraction"], 0.8);
-        assert_eq!(f.evidence["psi_io_some_mean_pct"], 55.0);
+        assert_eq!(f.evidence.to_json()["kind"], "io_bound");
+        assert_eq!(f.evidence.to_json()["d_state_time_fraction"], 0.8);
+        assert_eq!(f.evidence.to_json()["psi_io_some_mean_pct"], 55.0);
         assert!(
             f.recommendation.contains("local SSD"),
             "{}",
@@ -671,9 +676,9 @@ mod tests {
         e.job.workers_max = 0;
         e.job.workers_seen = 0;
         let f = input_bound(&e).unwrap();
-        assert_eq!(f.evidence["kind"], "io_bound");
+        assert_eq!(f.evidence.to_json()["kind"], "io_bound");
         // The GPU idles 67.5%: 0.675/0.325 = 2.08 -> 3 workers' time, + 1 hand-over.
-        assert_eq!(f.evidence["recommended_num_workers"], 4);
+        assert_eq!(f.evidence.to_json()["recommended_num_workers"], 4);
         let r = &f.recommendation;
         assert!(r.starts_with("Load batches in worker processes"), "{r}");
         assert!(r.contains("the count may exceed the cores"), "{r}");
@@ -686,7 +691,7 @@ mod tests {
         assert!(f
             .recommendation
             .starts_with("Reading data is the bottleneck"));
-        assert!(!f.evidence.contains_key("recommended_num_workers"));
+        assert!(!f.evidence.to_json().contains_key("recommended_num_workers"));
     }
 
     #[test]
@@ -703,8 +708,8 @@ mod tests {
         e.job.saturated_workers = 0;
         e.job.main_cpu_mean_pct = Some(20.0);
         let f = input_bound(&e).unwrap();
-        assert_eq!(f.evidence["kind"], "too_few_workers", "{f:?}");
-        assert_eq!(f.evidence["kind_basis"], "nearest");
+        assert_eq!(f.evidence.to_json()["kind"], "too_few_workers", "{f:?}");
+        assert_eq!(f.evidence.to_json()["kind_basis"], "nearest");
         // The fix never asks for what the recording already has.
         assert!(
             !f.recommendation.contains("gpufeed run"),
@@ -718,7 +723,7 @@ mod tests {
     fn a_log_names_no_kind_and_says_how_to_get_one() {
         let e = as_log(starving(base(30.0)), 0.2);
         let f = input_bound(&e).unwrap();
-        assert_eq!(f.evidence["kind"], "unknown");
+        assert_eq!(f.evidence.to_json()["kind"], "unknown");
         assert!(
             f.recommendation.contains("gpufeed run --"),
             "{}",
@@ -744,7 +749,7 @@ mod tests {
         e.job.main_cpu_mean_pct = Some(99.0);
         e.job.main_saturated_fraction = Some(0.95);
         let f = input_bound(&e).unwrap();
-        assert_eq!(f.evidence["kind"], "main_process_bound");
+        assert_eq!(f.evidence.to_json()["kind"], "main_process_bound");
         assert!(
             f.recommendation.contains("num_workers=4"),
             "{}",
@@ -760,13 +765,16 @@ mod tests {
         e.job.main_cpu_mean_pct = Some(99.0);
         e.job.main_saturated_fraction = Some(0.9);
         let f = input_bound(&e).unwrap();
-        assert_eq!(f.evidence["kind"], "main_process_bound");
+        assert_eq!(f.evidence.to_json()["kind"], "main_process_bound");
         assert!(f.recommendation.contains(".item()"), "{}", f.recommendation);
         assert!(main_process_bound(&e).is_none());
         // A pinned loop beside a worker shortage is a second cause: its own finding.
         let mut e = too_few_workers(e);
         e.job.main_saturated_fraction = Some(0.9);
-        assert_eq!(input_bound(&e).unwrap().evidence["kind"], "too_few_workers");
+        assert_eq!(
+            input_bound(&e).unwrap().evidence.to_json()["kind"],
+            "too_few_workers"
+        );
         assert!(main_process_bound(&e)
             .unwrap()
             .recommendation
@@ -777,7 +785,7 @@ mod tests {
     fn log_without_host_data_still_sees_the_signature() {
         let e = as_log(starving(base(30.0)), 0.2);
         let f = input_bound(&e).unwrap();
-        assert_eq!(f.evidence["kind"], "unknown");
+        assert_eq!(f.evidence.to_json()["kind"], "unknown");
         assert!(f.recommendation.contains("gpufeed run"));
     }
 

@@ -2,7 +2,7 @@
 
 use super::{r1, r2, r3};
 use crate::diagnose::evidence::{Evidence, GpuEvidence};
-use crate::finding::{Finding, FindingId, Severity};
+use crate::finding::{Finding, FindingId, Item, Severity};
 
 fn gb(x: f64) -> f64 {
     r2(x / 1e9)
@@ -38,20 +38,20 @@ pub fn transfer_bound(e: &Evidence) -> Option<Finding> {
             g.index
         ),
     )
-    .with("gpu_index", g.index)
-    .with("rx_near_capacity_time_fraction", r2(near))
-    .with("rx_capacity_p90_fraction", r3(p90));
+    .with(Item::GpuIndex(g.index))
+    .with(Item::RxNearCapacityTimeFraction(r2(near)))
+    .with(Item::RxCapacityP90Fraction(r3(p90)));
     if let Some(r) = p.rx_mean_bytes_per_s {
-        f = f.with("rx_mean_gb_per_s", gb(r));
+        f = f.with(Item::RxMeanGbPerS(gb(r)));
     }
     if let Some(c) = p.capacity_current_bytes_per_s {
-        f = f.with("link_capacity_gb_per_s", gb(c));
+        f = f.with(Item::LinkCapacityGbPerS(gb(c)));
     }
     if let (Some(gn), Some(w)) = (p.gen_current, p.width_current) {
-        f = f.with("pcie_gen", gn).with("pcie_width", w);
+        f = f.with(Item::PcieGen(gn)).with(Item::PcieWidth(w));
     }
     if let Some(b) = g.busy_fraction {
-        f = f.with("gpu_busy_fraction", r3(b));
+        f = f.with(Item::GpuBusyFraction(r3(b)));
     }
     let speedup = g
         .busy_fraction
@@ -93,30 +93,29 @@ pub fn pcie_link_degraded(e: &Evidence) -> Option<Finding> {
             p.width_max.unwrap_or(width)
         ),
     )
-    .with("gpu_index", g.index)
-    .with("pcie_gen", gen)
-    .with("pcie_width", width)
-    .with(
-        "degraded_loaded_fraction",
-        r2(p.degraded_loaded_fraction.unwrap_or(0.0)),
-    );
+    .with(Item::GpuIndex(g.index))
+    .with(Item::PcieGen(gen))
+    .with(Item::PcieWidth(width))
+    .with(Item::DegradedLoadedFraction(r2(p
+        .degraded_loaded_fraction
+        .unwrap_or(0.0))));
     if let Some(m) = p.gen_max {
-        f = f.with("pcie_gen_max", m);
+        f = f.with(Item::PcieGenMax(m));
     }
     if let Some(m) = p.width_max {
-        f = f.with("pcie_width_max", m);
+        f = f.with(Item::PcieWidthMax(m));
     }
     if let Some(c) = p.capacity_current_bytes_per_s {
-        f = f.with("link_capacity_gb_per_s", gb(c));
+        f = f.with(Item::LinkCapacityGbPerS(gb(c)));
     }
     if let Some(c) = p.capacity_max_bytes_per_s {
-        f = f.with("link_capacity_max_gb_per_s", gb(c));
+        f = f.with(Item::LinkCapacityMaxGbPerS(gb(c)));
     }
     let mut sev = Severity::Warning;
     let mut speedup = None;
     if let (Some(cur), Some(max)) = (p.capacity_current_bytes_per_s, p.capacity_max_bytes_per_s) {
         if cur > 0.0 {
-            f = f.with("capacity_lost_fraction", r2(1.0 - cur / max));
+            f = f.with(Item::CapacityLostFraction(r2(1.0 - cur / max)));
         }
         // Only a link that is also near its (reduced) capacity costs speed.
         if p.rx_near_capacity_fraction.is_some_and(|n| n >= 0.3) && cur > 0.0 {
@@ -183,8 +182,8 @@ mod tests {
         let mut e = base(60.0);
         link(&mut e, 4, 16, 0.85, 0.8);
         let f = transfer_bound(&e).unwrap();
-        assert_eq!(f.evidence["link_capacity_gb_per_s"], 31.5);
-        assert_eq!(f.evidence["rx_near_capacity_time_fraction"], 0.8);
+        assert_eq!(f.evidence.to_json()["link_capacity_gb_per_s"], 31.5);
+        assert_eq!(f.evidence.to_json()["rx_near_capacity_time_fraction"], 0.8);
         assert!(f.recommendation.contains("uint8"));
         assert_eq!(f.expected_speedup, Some(1.67));
     }
@@ -195,9 +194,9 @@ mod tests {
         link(&mut e, 1, 4, 0.2, 0.0);
         let f = pcie_link_degraded(&e).unwrap();
         assert_eq!(f.severity, Severity::Warning);
-        assert_eq!(f.evidence["pcie_gen"], 1);
-        assert_eq!(f.evidence["pcie_width"], 4);
-        assert_eq!(f.evidence["capacity_lost_fraction"], 0.97);
+        assert_eq!(f.evidence.to_json()["pcie_gen"], 1);
+        assert_eq!(f.evidence.to_json()["pcie_width"], 4);
+        assert_eq!(f.evidence.to_json()["capacity_lost_fraction"], 0.97);
         assert!(f.title.contains("Gen1 x4") && f.title.contains("Gen4 x16"));
         // Degraded and saturated: critical, with the capacity ratio as the bound.
         link(&mut e, 3, 8, 0.9, 0.9);

@@ -4,7 +4,7 @@
 use super::{r1, r2};
 use crate::diagnose::evidence::Evidence;
 use crate::diagnose::evidence::{Hotspot, PythonEvidence};
-use crate::finding::{Basis, Finding, FindingId, Kind, Severity};
+use crate::finding::{Finding, FindingId, Item, Kind, Severity};
 use crate::sample::pyphase::{DataLibrary, StageKind};
 
 /// Share of the training thread's time waiting for data from which the loop is input-bound.
@@ -424,12 +424,8 @@ pub fn input_bound(e: &Evidence) -> Option<Finding> {
         title(k, wait, hot, workers),
     )
     .kind(Kind::PythonStacks(Some(k)))
-    .with("data_wait_pct", r1(wait))
-    .with("data_wait_source", source.as_str())
-    .basis(Basis::PythonStacks {
-        data_wait_pct: r1(wait),
-        hot_stage: hot.map(|h| h.function.clone()),
-    });
+    .with(Item::DataWaitPct(r1(wait)))
+    .with(Item::DataWaitSource(source.as_str().into()));
     let f = with_loading_figures(f, e, p, source, workers);
     let (f, rec) = fix(k, f, e, p, wait, workers);
     let speedup = r2((100.0 / (100.0 - wait).max(2.0)).min(50.0));
@@ -480,43 +476,43 @@ fn with_loading_figures(
     let hot = p.data_hotspots.first();
     if source == WaitSource::StepProbe {
         if let Some(s) = p.data_wait_pct {
-            f = f.with("stacks_data_wait_pct", r1(s));
+            f = f.with(Item::StacksDataWaitPct(r1(s)));
         }
     }
     if let Some(m) = &p.main {
-        f = f.with("training_thread_samples", m.samples);
+        f = f.with(Item::TrainingThreadSamples(m.samples));
     }
     if let Some(h) = hot {
         f = f
-            .with("hot_stage", h.function.as_str())
-            .with("hot_stage_at", at(h))
-            .with("hot_stage_pct", r1(h.pct))
-            .with("hot_stage_kind", h.kind.as_str());
+            .with(Item::HotStage(h.function.as_str().into()))
+            .with(Item::HotStageAt(at(h)))
+            .with(Item::HotStagePct(r1(h.pct)))
+            .with(Item::HotStageKind(h.kind.as_str().into()));
     }
-    f = f.with("workers", workers);
+    f = f.with(Item::Workers(workers));
     if let Some(r) = restarts(e, p) {
         f = f
-            .with("workers_started", r.started)
-            .with("worker_generations", r.epochs)
-            .with("worker_start_stop_pct", r1(r.start_stop.loop_pct))
-            .with("worker_start_stop_s", r1(r.start_stop.seconds));
+            .with(Item::WorkersStarted(r.started))
+            .with(Item::WorkerGenerations(r.epochs))
+            .with(Item::WorkerStartStopPct(r1(r.start_stop.loop_pct)))
+            .with(Item::WorkerStartStopS(r1(r.start_stop.seconds)));
     }
     if let Some(b) = p.loader_busy_pct {
-        f = f.with("worker_busy_pct", r1(b));
+        f = f.with(Item::WorkerBusyPct(r1(b)));
     }
     if let Some(x) = p.data_in_main_pct {
-        f = f.with("loading_in_main_pct", r1(x));
+        f = f.with(Item::LoadingInMainPct(r1(x)));
     }
     if let Some(x) = p.data_io_pct {
-        f = f.with("loading_blocked_or_reading_pct", r1(x));
+        f = f.with(Item::LoadingBlockedOrReadingPct(r1(x)));
     }
     if let Some(i) = e.host.idle_cores_mean {
-        f = f.with("idle_cores_mean", r1(i));
+        f = f.with(Item::IdleCoresMean(r1(i)));
     }
     if let Some(b) = e.busy_fraction() {
         f = f
-            .with("gpu_busy_fraction", super::r3(b))
-            .with("agreement", "gpu_and_stacks_agree");
+            .with(Item::GpuBusyFraction(super::r3(b)))
+            .with(Item::Agreement("gpu_and_stacks_agree".into()));
     }
     f
 }
@@ -538,8 +534,8 @@ fn fix(
         StackKind::MainProcessLoading => {
             let n = workers_needed(wait, 0, None);
             f = f
-                .with("recommended_num_workers", n)
-                .with("workers_cap_cores", workers_cap(c));
+                .with(Item::RecommendedNumWorkers(n))
+                .with(Item::WorkersCapCores(workers_cap(c)));
             // The first fix whatever the slow stage is: the stage is the next step.
             format!(
                 "Load batches in worker processes: DataLoader(dataset, batch_size=..., \
@@ -556,7 +552,7 @@ fn fix(
         StackKind::WorkersRestarted => {
             let r = restarts(e, p).expect("the kind says so");
             let ss = r.start_stop;
-            f = f.with("persistent_workers_saves_s", r1(ss.seconds));
+            f = f.with(Item::PersistentWorkersSavesS(r1(ss.seconds)));
             format!(
                 "Keep the workers between epochs: DataLoader(dataset, batch_size=..., \
                  num_workers={workers}, persistent_workers=True). Today they are started anew \
@@ -581,8 +577,8 @@ fn fix(
         {
             let n = workers_needed(wait, workers, p.loader_busy_pct);
             f = f
-                .with("recommended_num_workers", n)
-                .with("workers_cap_cores", workers_cap(c));
+                .with(Item::RecommendedNumWorkers(n))
+                .with(Item::WorkersCapCores(workers_cap(c)));
             format!(
                 "Raise num_workers from {workers} to {n}: each worker is busy loading {} of the \
                  time and the loop still waits {wait:.0}%, so {n} workers are needed to keep \
@@ -741,10 +737,10 @@ pub fn sync_bound(e: &Evidence) -> Option<Finding> {
         ),
         )
         .kind(Kind::PythonStacks(None))
-        .with("sync_pct", r1(share))
-        .with("sync_at", where_.as_str());
+        .with(Item::SyncPct(r1(share)))
+        .with(Item::SyncAt(where_.as_str().into()));
     if let Some(s) = site {
-        f = f.with("sync_site_pct", r1(s.pct));
+        f = f.with(Item::SyncSitePct(r1(s.pct)));
     }
     Some(
         f.recommend(
@@ -774,14 +770,14 @@ pub fn slow_rank(e: &Evidence) -> Option<Finding> {
         ),
     )
     .kind(Kind::PythonStacks(None))
-    .with("straggler_pid", s.pid)
-    .with("data_wait_pct", s.data_wait_pct)
-    .with("others_data_wait_pct", s.others_data_wait_pct);
+    .with(Item::StragglerPid(s.pid))
+    .with(Item::DataWaitPct(s.data_wait_pct))
+    .with(Item::OthersDataWaitPct(s.others_data_wait_pct));
     if let Some(rank) = s.rank {
-        f = f.with("straggler_rank", rank);
+        f = f.with(Item::StragglerRank(rank));
     }
     if let Some(h) = stage {
-        f = f.with("slowest_stage", h.function.as_str());
+        f = f.with(Item::SlowestStage(h.function.as_str().into()));
     }
     let what = stage.map_or(String::new(), |h| {
         format!(" (its slowest data stage: {})", h.function)
@@ -860,9 +856,9 @@ mod tests {
     #[test]
     fn main_process_loading_without_a_gpu_names_the_stage_and_the_fix() {
         let f = input_bound(&no_gpu(py(58.0))).unwrap();
-        assert_eq!(f.evidence["kind"], "main_process_loading");
-        assert_eq!(f.evidence["data_wait_pct"], 58.0);
-        assert_eq!(f.evidence["hot_stage"], "ImageFile.load");
+        assert_eq!(f.evidence.to_json()["kind"], "main_process_loading");
+        assert_eq!(f.evidence.to_json()["data_wait_pct"], 58.0);
+        assert_eq!(f.evidence.to_json()["hot_stage"], "ImageFile.load");
         assert_eq!(f.severity, Severity::Critical);
         assert!(
             f.recommendation.contains("num_workers="),
@@ -870,7 +866,7 @@ mod tests {
             f.recommendation
         );
         assert!(f.recommendation.contains("decod"), "{}", f.recommendation);
-        assert!(!f.evidence.contains_key("agreement"));
+        assert!(!f.evidence.to_json().contains_key("agreement"));
     }
 
     /// Issue 37 item 5: a real ImageFolder-like job with `num_workers=2` and short epochs
@@ -900,12 +896,16 @@ mod tests {
     fn workers_started_every_epoch_get_persistent_workers_with_the_time_it_saves() {
         let e = restarted(50.0);
         let f = input_bound(&e).unwrap();
-        assert_eq!(f.evidence["kind"], "workers_restarted");
-        assert_eq!(f.evidence["workers"], 2, "alive at once, not the 80 seen");
-        assert_eq!(f.evidence["workers_started"], 80);
-        assert_eq!(f.evidence["worker_generations"], 40);
-        assert_eq!(f.evidence["worker_start_stop_pct"], 50.0);
-        assert_eq!(f.evidence["persistent_workers_saves_s"], 8.3);
+        assert_eq!(f.evidence.to_json()["kind"], "workers_restarted");
+        assert_eq!(
+            f.evidence.to_json()["workers"],
+            2,
+            "alive at once, not the 80 seen"
+        );
+        assert_eq!(f.evidence.to_json()["workers_started"], 80);
+        assert_eq!(f.evidence.to_json()["worker_generations"], 40);
+        assert_eq!(f.evidence.to_json()["worker_start_stop_pct"], 50.0);
+        assert_eq!(f.evidence.to_json()["persistent_workers_saves_s"], 8.3);
         let r = &f.recommendation;
         assert!(
             r.starts_with(
@@ -932,9 +932,9 @@ mod tests {
         // alive at once.
         let e = restarted(4.0);
         let f = input_bound(&e).unwrap();
-        assert_eq!(f.evidence["kind"], "slow_stage");
-        assert_eq!(f.evidence["workers"], 2);
-        assert!(!f.evidence.contains_key("workers_started"));
+        assert_eq!(f.evidence.to_json()["kind"], "slow_stage");
+        assert_eq!(f.evidence.to_json()["workers"], 2);
+        assert!(!f.evidence.to_json().contains_key("workers_started"));
         assert!(
             f.recommendation.contains("The workers (2) cannot keep up"),
             "{}",
@@ -944,7 +944,7 @@ mod tests {
         let mut e = restarted(50.0);
         e.job.workers_seen = 4;
         let f = input_bound(&e).unwrap();
-        assert_ne!(f.evidence["kind"], "workers_restarted");
+        assert_ne!(f.evidence.to_json()["kind"], "workers_restarted");
         // Workers that all ran at once: every loader process counts (a recording without the
         // job's process tree has only the stacks' count).
         let mut e = restarted(50.0);
@@ -959,8 +959,8 @@ mod tests {
     fn the_probes_exact_wait_wins_over_the_stacks_estimate() {
         let mut e = no_gpu(py(58.0));
         let f = input_bound(&e).unwrap();
-        assert_eq!(f.evidence["data_wait_source"], "python_stacks");
-        assert!(!f.evidence.contains_key("stacks_data_wait_pct"));
+        assert_eq!(f.evidence.to_json()["data_wait_source"], "python_stacks");
+        assert!(!f.evidence.to_json().contains_key("stacks_data_wait_pct"));
         e.steps = Some(crate::diagnose::evidence::StepEvidence {
             steps: 200,
             steps_per_s: Some(20.0),
@@ -973,13 +973,13 @@ mod tests {
         assert!(input_bound(&e).is_none());
         e.steps.as_mut().unwrap().data_wait_pct = Some(47.5);
         let f = input_bound(&e).unwrap();
-        assert_eq!(f.evidence["data_wait_pct"], 47.5);
-        assert_eq!(f.evidence["data_wait_source"], "step_probe");
-        assert_eq!(f.evidence["stacks_data_wait_pct"], 58.0);
+        assert_eq!(f.evidence.to_json()["data_wait_pct"], 47.5);
+        assert_eq!(f.evidence.to_json()["data_wait_source"], "step_probe");
+        assert_eq!(f.evidence.to_json()["stacks_data_wait_pct"], 58.0);
         // Steps without waits leave the stacks' figure in charge.
         e.steps.as_mut().unwrap().data_wait_pct = None;
         assert_eq!(
-            input_bound(&e).unwrap().evidence["data_wait_source"],
+            input_bound(&e).unwrap().evidence.to_json()["data_wait_source"],
             "python_stacks"
         );
     }
@@ -992,7 +992,7 @@ mod tests {
         assert!(input_bound(&e).is_none());
         e.gpus = vec![crate::diagnose::rules::fixtures::gpu(0, 40.0)];
         let f = input_bound(&e).unwrap();
-        assert_eq!(f.evidence["agreement"], "gpu_and_stacks_agree");
+        assert_eq!(f.evidence.to_json()["agreement"], "gpu_and_stacks_agree");
     }
 
     #[test]
@@ -1005,13 +1005,16 @@ mod tests {
         e.host.idle_cores_mean = Some(3.0);
         e.host.cpu_count = Some(8);
         let f = input_bound(&e).unwrap();
-        assert_eq!(f.evidence["kind"], "too_few_workers");
-        assert_eq!(f.evidence["recommended_num_workers"], 4);
+        assert_eq!(f.evidence.to_json()["kind"], "too_few_workers");
+        assert_eq!(f.evidence.to_json()["recommended_num_workers"], 4);
         e.host.idle_cores_mean = Some(0.2);
-        assert_eq!(input_bound(&e).unwrap().evidence["kind"], "slow_stage");
+        assert_eq!(
+            input_bound(&e).unwrap().evidence.to_json()["kind"],
+            "slow_stage"
+        );
         p.data_io_pct = Some(80.0);
         assert_eq!(
-            input_bound(&no_gpu(p)).unwrap().evidence["kind"],
+            input_bound(&no_gpu(p)).unwrap().evidence.to_json()["kind"],
             "io_bound"
         );
     }
@@ -1048,8 +1051,8 @@ mod tests {
         let mut e = no_gpu(py(60.0));
         e.host.cpu_count = Some(2);
         let f = input_bound(&e).unwrap();
-        assert_eq!(f.evidence["recommended_num_workers"], 3);
-        assert_eq!(f.evidence["workers_cap_cores"], 1);
+        assert_eq!(f.evidence.to_json()["recommended_num_workers"], 3);
+        assert_eq!(f.evidence.to_json()["workers_cap_cores"], 1);
         assert!(
             f.recommendation.contains("num_workers=3"),
             "{}",
@@ -1090,9 +1093,9 @@ mod tests {
         let e = waiting_in_main();
         let f = input_bound(&e).unwrap();
         // Not io_bound: where the loading runs decides the first fix.
-        assert_eq!(f.evidence["kind"], "main_process_loading");
+        assert_eq!(f.evidence.to_json()["kind"], "main_process_loading");
         // 84% of the loop's time loading: 0.84/0.16 = 5.25 -> 6 workers' time, + 1 hand-over.
-        assert_eq!(f.evidence["recommended_num_workers"], 7);
+        assert_eq!(f.evidence.to_json()["recommended_num_workers"], 7);
         let r = &f.recommendation;
         assert!(
             r.starts_with("Load batches in worker processes: DataLoader(dataset, batch_size=..., num_workers=7,"),
@@ -1138,7 +1141,7 @@ mod tests {
         d.python.as_mut().unwrap().data_io_pct = None;
         d.job.d_state_time_fraction = Some(0.5);
         let f = input_bound(&d).unwrap();
-        assert_eq!(f.evidence["kind"], "main_process_loading");
+        assert_eq!(f.evidence.to_json()["kind"], "main_process_loading");
         assert!(!f.recommendation.contains("Caveat"), "{}", f.recommendation);
     }
 
@@ -1170,9 +1173,9 @@ mod tests {
         e.host.cpu_count = Some(2);
         e.host.idle_cores_mean = Some(0.0);
         let f = input_bound(&e).unwrap();
-        assert_eq!(f.evidence["kind"], "io_bound");
+        assert_eq!(f.evidence.to_json()["kind"], "io_bound");
         // 2 workers at 95% while the loop waits half its time: 3.8 -> 4, beyond the cores.
-        assert_eq!(f.evidence["recommended_num_workers"], 4);
+        assert_eq!(f.evidence.to_json()["recommended_num_workers"], 4);
         let r = &f.recommendation;
         assert!(r.starts_with("Raise num_workers from 2 to 4"), "{r}");
         // 2 x 95% / 0.5 = 3.8 workers' time, 15% of it computing: 0.6 cores.
@@ -1201,7 +1204,7 @@ mod tests {
             pct: 28.0,
         }];
         let f = sync_bound(&no_gpu(p)).unwrap();
-        assert_eq!(f.evidence["sync_at"], "train.py:42");
+        assert_eq!(f.evidence.to_json()["sync_at"], "train.py:42");
         assert!(f.title.contains("loss.item()"));
         assert!(sync_bound(&no_gpu(py(5.0))).is_none());
     }
@@ -1244,8 +1247,8 @@ mod tests {
             "{}",
             f.title
         );
-        assert_eq!(f.evidence["straggler_rank"], 1);
-        assert_eq!(f.evidence["slowest_stage"], "ImageFile.load");
+        assert_eq!(f.evidence.to_json()["straggler_rank"], 1);
+        assert_eq!(f.evidence.to_json()["slowest_stage"], "ImageFile.load");
         // 83 % of the others' time is work; the slow rank's 32 %: up to 2.6x.
         assert_eq!(f.expected_speedup, Some(2.59));
     }

@@ -2,7 +2,7 @@
 
 use super::{r2, r3};
 use crate::diagnose::evidence::Evidence;
-use crate::finding::{Basis, Finding, FindingId, Severity};
+use crate::finding::{Finding, FindingId, Item, Severity};
 
 /// Share of observed time with slowing reasons from which a finding is raised.
 pub const THROTTLED_FRACTION: f64 = 0.05;
@@ -60,20 +60,24 @@ pub fn throttled(e: &Evidence) -> Option<Finding> {
             top.replace('_', " ")
         ),
     )
-    .with("gpu_index", g.index)
-    .with("throttled_time_fraction", r3(frac))
-    .basis(Basis::Throttled {
-        time_fraction: r3(frac),
-    })
-    .with("observed_s", r2(g.throttle.observed_s));
+    .with(Item::GpuIndex(g.index))
+    .with(Item::ThrottledTimeFraction(r3(frac)))
+    .with(Item::ObservedS(r2(g.throttle.observed_s)));
     for (k, v) in &reasons {
-        f = f.with(&format!("{k}_time_fraction"), r3(**v));
+        let share = r3(**v);
+        f = f.with(match k.as_str() {
+            "sw_power_cap" => Item::SwPowerCapTimeFraction(share),
+            "hw_slowdown" => Item::HwSlowdownTimeFraction(share),
+            "sw_thermal" => Item::SwThermalTimeFraction(share),
+            "hw_thermal" => Item::HwThermalTimeFraction(share),
+            _ => Item::HwPowerBrakeTimeFraction(share),
+        });
     }
     if let Some(t) = g.temperature_mean_c {
-        f = f.with("temperature_mean_c", r2(t));
+        f = f.with(Item::TemperatureMeanC(r2(t)));
     }
     if let Some(p) = g.power_mean_w {
-        f = f.with("power_mean_w", r2(p));
+        f = f.with(Item::PowerMeanW(r2(p)));
     }
     let mut rec = Vec::new();
     if thermal {
@@ -119,8 +123,11 @@ mod tests {
         let f = throttled(&e).unwrap();
         assert_eq!(f.severity, Severity::Critical);
         assert!(f.title.contains("sw thermal"), "{}", f.title);
-        assert_eq!(f.evidence["hw_thermal_time_fraction"], 0.3);
-        assert!(!f.evidence.contains_key("sync_boost_time_fraction"));
+        assert_eq!(f.evidence.to_json()["hw_thermal_time_fraction"], 0.3);
+        assert!(!f
+            .evidence
+            .to_json()
+            .contains_key("sync_boost_time_fraction"));
         assert!(f.recommendation.contains("airflow"));
         assert_eq!(f.expected_speedup, Some(1.12));
     }
