@@ -107,14 +107,6 @@ pub(crate) fn help_table() -> String {
     s
 }
 
-/// The README's table rows (`| code | meaning |`), generated from [`Exit`].
-pub fn markdown_rows() -> Vec<String> {
-    Exit::ALL
-        .iter()
-        .map(|e| format!("| {} | {} |", e.label(), e.meaning()))
-        .collect()
-}
-
 /// What a module's error type says about how gpufeed ends when it reaches `main`: each error
 /// type names its [`Exit`] here, next to its variants, and [`Failure::from`] keeps it with the
 /// error itself.
@@ -195,6 +187,14 @@ pub fn report(err: &anyhow::Error) -> (String, u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The README's table rows (`| code | meaning |`), generated from [`Exit`].
+    fn markdown_rows() -> Vec<String> {
+        Exit::ALL
+            .iter()
+            .map(|e| format!("| {} | {} |", e.label(), e.meaning()))
+            .collect()
+    }
 
     #[test]
     fn codes_are_distinct_and_ordered() {

@@ -33,11 +33,11 @@
 use std::io;
 
 /// How long the job's processes get between SIGTERM and SIGKILL once gpufeed is gone.
-pub const GRACE_MS: i32 = 2000;
+pub(crate) const GRACE_MS: i32 = 2000;
 
 /// The raw ends of the two pipes, as seen in the forked child.
 #[derive(Debug, Clone, Copy)]
-pub struct Fds {
+pub(crate) struct Fds {
     pub alive_r: libc::c_int,
     pub alive_w: libc::c_int,
     pub pid_r: libc::c_int,

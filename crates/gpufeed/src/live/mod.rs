@@ -6,9 +6,9 @@
 //! window. Neither `LiveState` nor its presenters touch hardware, so they are tested from fixed
 //! lines.
 
-pub mod http;
-pub mod sampler;
-pub mod shared;
+pub(crate) mod http;
+pub(crate) mod sampler;
+pub(crate) mod shared;
 
 use crate::diagnose::evidence::{EvidenceBuilder, GpuEvidence};
 use crate::diagnose::{rules, verdict};
@@ -19,11 +19,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 /// Utilization samples kept per GPU for sparklines (seconds).
-pub const HISTORY_S: f64 = 120.0;
+pub(crate) const HISTORY_S: f64 = 120.0;
 /// Default window the live verdict and the busy ratio are computed over.
-pub const DEFAULT_WINDOW_S: f64 = 30.0;
+pub(crate) const DEFAULT_WINDOW_S: f64 = 30.0;
 /// How often the live verdict is recomputed.
-pub const EVAL_EVERY_S: f64 = 2.0;
+pub(crate) const EVAL_EVERY_S: f64 = 2.0;
 
 /// One GPU as last seen.
 #[derive(Debug, Clone, Default)]
@@ -106,7 +106,7 @@ pub struct LiveState {
 }
 
 /// What an evaluation needs, taken from the state so it can run without holding it.
-pub struct EvalInput {
+pub(crate) struct EvalInput {
     header: Header,
     py_defs: Vec<Arc<Line>>,
     procs: Vec<ProcStart>,
@@ -117,7 +117,7 @@ pub struct EvalInput {
 
 impl EvalInput {
     /// Evidence, rules and verdict over the window.
-    pub fn run(self) -> LiveReport {
+    pub(crate) fn run(self) -> LiveReport {
         let mut b = EvidenceBuilder::new();
         for p in &self.procs {
             b.push(&Line::ProcStart(p.clone()));
@@ -486,7 +486,7 @@ pub(crate) mod fixture {
     use super::*;
     use crate::sample::{GpuStatic, HostInfo, ProcSample};
 
-    pub fn header(gpus: u32) -> Header {
+    pub(crate) fn header(gpus: u32) -> Header {
         Header {
             schema_version: 1,
             gpufeed_version: Some("0.1.0".into()),
@@ -521,7 +521,7 @@ pub(crate) mod fixture {
     }
 
     /// `secs` seconds of a square-wave GPU 0 (85 % for 0.6 s, 10 % for 1.4 s), a steady GPU 1.
-    pub fn state(gpus: u32, secs: u32) -> LiveState {
+    pub(crate) fn state(gpus: u32, secs: u32) -> LiveState {
         let mut st = LiveState::new(header(gpus), DEFAULT_WINDOW_S);
         st.push(Line::ProcStart(ProcStart {
             t_s: 0.0,

@@ -15,7 +15,7 @@ use std::path::Path;
 
 /// One argument to set at one call site.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Edit {
+pub(crate) struct Edit {
     pub key: String,
     /// Python source of the value (`4`, `True`).
     pub value: String,
@@ -23,7 +23,7 @@ pub struct Edit {
 
 /// The changed file text and notes for what could not be changed; `None` text when nothing was.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct SiteChange {
+pub(crate) struct SiteChange {
     pub new_text: Option<String>,
     pub notes: Vec<String>,
     /// Byte offsets (in `new_text`) of the `(` of each changed call.
