@@ -14,6 +14,9 @@
 
 // A `pub` item that nothing outside the crate can reach says `pub(crate)` (see the list below).
 #![warn(unreachable_pub)]
+// The docs are for contributors, built with `--document-private-items` (`.ci/run`): a public
+// item's doc may link to the private layer it rests on.
+#![allow(rustdoc::private_intra_doc_links)]
 
 // The public surface, in one place: what the binary (`main.rs`), the integration tests
 // (`tests/it`) and the fuzz targets (`fuzz/`) name. Everything else is private or `pub(crate)`:

@@ -180,7 +180,7 @@ struct ThreadClock {
 /// Whether a process ran since the last check, cheaply: only a Python thread that ran can have
 /// moved its stack, so the schedstat of each Python thread of its last reading is read (one
 /// `pread` each, nanosecond resolution), and the threads that did not run are not read again
-/// (py-spy passes over them, [`PythonSpy::get_stack_traces_skipping`]). Where the threads' OS ids are unknown, the whole
+/// (py-spy passes over them, `PythonSpy::get_stack_traces_skipping`). Where the threads' OS ids are unknown, the whole
 /// process's /proc/PID/stat utime + stime (clock ticks) and its main thread's schedstat are read
 /// instead. The threads' clocks also give their run-queue wait for the `py_samples` lines.
 struct CpuClock {

@@ -375,7 +375,7 @@ pub(crate) fn edit_call(
     edit_calls(text, path, &[line], callee, edits)
 }
 
-/// [`edit_call`] for several reported lines of one file at once (each line of `text` as it is:
+/// `edit_call` for several reported lines of one file at once (each line of `text` as it is:
 /// no change moves another's line); a call two lines reach is changed once.
 pub(crate) fn edit_calls(
     text: &str,
@@ -520,7 +520,7 @@ pub(crate) fn check_calls(
 }
 
 /// The script Python runs to check a changed file (on stdin): it parses, and, where torch is
-/// importable, each changed `DataLoader` call (by the lines of its `(`, argv[1]) binds to
+/// importable, each changed `DataLoader` call (by the lines of its `(`, `argv[1]`) binds to
 /// `DataLoader`'s signature. Prints the one reason and exits 1 when not.
 const PY_CHECK: &str = r#"
 import sys
