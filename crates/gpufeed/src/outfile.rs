@@ -248,8 +248,8 @@ pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
 }
 
 /// Refuses (exit 2) an input that is a pipe, a FIFO or a socket (`/dev/stdin`, `<(cmd)`), for
-/// commands that read their inputs more than once: the second read would hang or find nothing
-/// (issue 27). `diagnose` reads once and takes them.
+/// commands that read their inputs more than once: the second read would hang or find nothing.
+/// `diagnose` reads once and takes them.
 pub(crate) fn refuse_unseekable(what: &str, input: &Path) -> Result<(), crate::exit::Failure> {
     use std::os::unix::fs::FileTypeExt;
     let Ok(m) = std::fs::metadata(input) else {
@@ -317,7 +317,7 @@ fn is_char_device(p: &Path) -> bool {
 }
 
 /// Refuses (exit 2) two outputs of one command that are the same file: one would silently
-/// overwrite the other (issue 39 item 9).
+/// overwrite the other.
 pub(crate) fn refuse_shared_outputs(outputs: &[Output<'_>]) -> Result<(), crate::exit::Failure> {
     for (i, a) in outputs.iter().enumerate() {
         for b in &outputs[i + 1..] {

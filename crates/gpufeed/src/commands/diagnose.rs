@@ -10,7 +10,7 @@ use crate::present::OutputFormat;
 use std::io::{IsTerminal, Write};
 
 /// Refuses (exit 2) an output that is an input, and `--html` and `--export-json` naming one file
-/// (one would silently overwrite the other, issue 27).
+/// (one would silently overwrite the other).
 fn check_outputs(args: &DiagnoseArgs) -> Result<(), Failure> {
     let inputs = || args.files.iter().map(|p| p.as_path());
     if let Some(h) = &args.html {

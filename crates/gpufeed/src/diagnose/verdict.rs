@@ -847,7 +847,7 @@ mod tests {
         e
     }
 
-    /// Issue 37 item 5: the verdict says the workers are started anew every epoch when that is
+    /// The verdict says the workers are started anew every epoch when that is
     /// the finding's kind.
     #[test]
     fn workers_started_every_epoch_are_said_in_the_verdict() {

@@ -17,7 +17,7 @@
 //! While gpufeed lives, the watchdog ignores SIGINT/SIGTERM/SIGHUP/SIGQUIT (gpufeed signals the
 //! job's process group, which includes it). When the job exits, the watchdog first ends what the
 //! job left behind the same way (a daemon that forked, `setsid`ed and forked again is re-parented
-//! to it, not to init: issue 27) and then exits as the job did, so `Job::try_wait` and
+//! to it, not to init) and then exits as the job did, so `Job::try_wait` and
 //! `Job::stop_tree` see the job's own exit status and no process of the trial outlives it.
 //!
 //! Why not a cgroup v2: it needs a delegated, writable cgroup tree, which neither CI containers

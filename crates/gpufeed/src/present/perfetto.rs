@@ -86,7 +86,7 @@ struct Counter<'a> {
 
 /// Tracks (GPUs, processes) named one by one, and GPUs whose PCIe counters are followed; later
 /// ones keep their events but not a name (a crafted recording of millions of distinct pids or GPU
-/// indices must not grow memory without end, issue 27).
+/// indices must not grow memory without end).
 pub(crate) const MAX_NAMED_TRACKS: usize = 10_000;
 
 /// The recording's counter tracks, written event by event as the recording reader hands over its

@@ -521,7 +521,7 @@ mod tests {
         Ok((st, got.0))
     }
 
-    /// Issue 39 item 11: a zstd frame with a 2 GiB window was read as the end of the input and
+    /// A zstd frame with a 2 GiB window (`zstd --long`) was read as the end of the input and
     /// the recording called empty; the real reason is said.
     #[test]
     fn a_zstd_frame_with_a_window_over_the_limit_is_said_to_be_one() {

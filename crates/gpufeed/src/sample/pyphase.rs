@@ -696,7 +696,7 @@ mod tests {
         st(&v)
     }
 
-    /// Issue 37 item 1: the user's `collate_fn` is the stage, not the fetcher line that calls it
+    /// The user's `collate_fn` is the stage, not the fetcher line that calls it
     /// (the stack of a real `pad_collate` job, Python 3.11, torch 2.15).
     #[test]
     fn a_custom_collate_fn_is_the_stage_not_the_fetcher() {
@@ -911,8 +911,9 @@ mod tests {
         assert!(starts_or_stops_workers(&st(&old)));
     }
 
-    /// Issue 37 item 2 (tokenizers): stacks of a real job (transformers 5, a WordLevel tokenizer
-    /// built locally), tokenizing one text per `__getitem__` or a batch in the `collate_fn`.
+    /// A tokenizers call is its own stage, not a transform: stacks of a real job (transformers 5,
+    /// a WordLevel tokenizer built locally), tokenizing one text per `__getitem__` or a batch in
+    /// the `collate_fn`.
     #[test]
     fn a_tokenizers_call_is_its_own_stage_not_a_transform() {
         const BASE: &str = "/v/site-packages/transformers/tokenization_utils_base.py";
@@ -954,7 +955,7 @@ mod tests {
         assert_eq!(stage(&s), Some(("Texts._ids", StageKind::Tokenize)));
     }
 
-    /// Issue 37 item 2 (Hugging Face datasets): stacks of a real job (datasets 5) whose
+    /// Hugging Face datasets: stacks of a real job (datasets 5) whose
     /// `set_transform(normalize)` runs per batch under the DataLoader's `__getitems__`.
     #[test]
     fn datasets_formatting_is_arrow_format_and_set_transform_names_the_users_function() {
@@ -996,7 +997,7 @@ mod tests {
         assert_eq!(data_library(&s), None);
     }
 
-    /// Issue 37 item 2 (torchvision v2): the concrete transform is named, not the base class's
+    /// torchvision v2: the concrete transform is named, not the base class's
     /// `Transform.forward` that every v2 transform runs through (a real job's stack).
     #[test]
     fn a_torchvision_v2_transform_is_named_by_its_class() {
@@ -1025,7 +1026,8 @@ mod tests {
         );
     }
 
-    /// Issue 37 item 2 (webdataset): a real job's stack (webdataset 1.0, `.decode("pil")`).
+    /// webdataset: its stages are fixed in shard terms, so they are told apart from plain PIL
+    /// ones; a real job's stack (webdataset 1.0, `.decode("pil")`).
     #[test]
     fn webdataset_stages_are_their_pil_steps_under_the_webdataset_library() {
         const WDS: &str = "/v/site-packages/webdataset/";

@@ -75,13 +75,13 @@ pub(crate) fn parse_datagram(text: &str, now_ns: u64) -> Vec<StepMark> {
 /// A marker is plausible when it ended after the socket was bound (before the job could send
 /// anything) and not after its receipt, each give or take [`MARK_SKEW_NS`]. Anything else (a
 /// time 10^18 ns ahead, 2^64-1, a step from before the job) would stretch one step over the
-/// whole run and freeze the accounting (issue 27), so it is dropped and counted.
+/// whole run and freeze the accounting, so it is dropped and counted.
 pub(crate) fn plausible(t_ns: u64, bound_ns: u64, now_ns: u64) -> bool {
     t_ns >= bound_ns.saturating_sub(MARK_SKEW_NS) && t_ns <= now_ns.saturating_add(MARK_SKEW_NS)
 }
 
 /// The most samples one step may report: no batch comes near a billion, and one marker claiming
-/// 10^12 among steps of 32 made the job's rate 2.5e11 samples/s (issue 39 item 3).
+/// 10^12 among steps of 32 made the job's rate 2.5e11 samples/s.
 pub(crate) const MAX_STEP_ITEMS: u64 = 1_000_000_000;
 
 /// A marker is kept when its time is [`plausible`] and its item count, if any, at most
@@ -541,7 +541,7 @@ mod tests {
         assert!(e.to_string().contains("folder exists"), "{e}");
     }
 
-    /// Issue 39 item 11: the socket at a given path is the user's alone, whatever the umask (a
+    /// The socket at a given path is the user's alone, whatever the umask (a
     /// test cannot set the umask without racing the other tests' files: the mode is checked
     /// here, and under `umask 000` by `tests/it/record.rs`).
     #[test]

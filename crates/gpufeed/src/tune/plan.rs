@@ -395,7 +395,7 @@ mod tests {
         }
     }
 
-    /// Issue 37 item 4: a collate function (or any code stage) that dominates loading is named
+    /// A collate function (or any code stage) that dominates loading is named
     /// with its line as what only a code edit changes, where the plan turns the loader's knobs.
     #[test]
     fn a_code_stage_is_said_as_what_only_an_edit_changes() {

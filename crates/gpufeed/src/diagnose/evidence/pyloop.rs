@@ -1018,7 +1018,7 @@ mod tests {
         assert_eq!(p.samples, 500);
     }
 
-    /// Issue 37 item 5: the training thread's time starting and stopping workers (every epoch
+    /// The training thread's time starting and stopping workers (every epoch
     /// with `persistent_workers=False`), as a share of the loop and of its wall time; absent
     /// where it was never seen.
     #[test]

@@ -333,7 +333,7 @@ mod tests {
 
     #[test]
     fn a_gpu_always_running_tiny_kernels_is_not_idle_or_unused() {
-        // The case: SMACT 0.9 beside 0.006 with a kernel queued all the time.
+        // The case that was misread: SMACT 0.9 beside 0.006 with a kernel queued all the time.
         let mut e = base(90.0);
         e.gpus[0] = profiled(e.gpus[0].clone(), 90.0, 99.0);
         let mut g1 = profiled(gpu(1, 0.6), 0.6, 97.0);

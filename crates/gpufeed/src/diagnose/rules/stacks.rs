@@ -869,7 +869,7 @@ mod tests {
         assert!(!f.evidence.to_json().contains_key("agreement"));
     }
 
-    /// Issue 37 item 5: a real ImageFolder-like job with `num_workers=2` and short epochs
+    /// A real ImageFolder-like job with `num_workers=2` and short epochs
     /// started 80 worker processes in 40 epochs, 2 alive at once; the fix counted all 80.
     fn restarted(start_stop_pct: f64) -> Evidence {
         let mut p = py(88.0);
