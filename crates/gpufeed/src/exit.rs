@@ -60,7 +60,7 @@ impl Exit {
     }
 
     /// What the code means, for people (`--help` and the README show this text).
-    pub const fn meaning(self) -> &'static str {
+    pub(crate) const fn meaning(self) -> &'static str {
         match self {
             Exit::Ok => "success (for `run`: the job's own exit code is passed through)",
             Exit::Failure => "unexpected error",

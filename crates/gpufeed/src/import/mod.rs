@@ -176,7 +176,7 @@ pub(crate) fn looks_binary(head: &[u8]) -> bool {
 
 impl LogInfo {
     /// Counts a line longer than [`MAX_LOG_LINE_BYTES`]: skipped, and malformed.
-    pub fn overlong_line(&mut self) {
+    pub(crate) fn overlong_line(&mut self) {
         self.overlong += 1;
         self.malformed += 1;
     }

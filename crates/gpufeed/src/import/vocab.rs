@@ -63,7 +63,7 @@ impl Metric {
     pub const BUSY: [Metric; 3] = [Metric::SmActivePct, Metric::GrActivePct, Metric::UtilPct];
 
     /// How a report names a busy measure.
-    pub fn busy_label(self) -> &'static str {
+    pub(crate) fn busy_label(self) -> &'static str {
         match self {
             Metric::SmActivePct => "SM active (DCGM SMACT / DCGM_FI_PROF_SM_ACTIVE)",
             Metric::GrActivePct => {

@@ -218,7 +218,7 @@ impl InjectSpec {
     }
 
     /// Also time every torch DataLoader's batches as step markers (see [`Resolved::auto_steps`]).
-    pub fn with_auto_steps(mut self, on: bool) -> InjectSpec {
+    pub(crate) fn with_auto_steps(mut self, on: bool) -> InjectSpec {
         self.auto_steps = on;
         self
     }
@@ -274,7 +274,7 @@ pub struct Resolved {
 
 impl Resolved {
     /// Step markers from the DataLoader and nothing else.
-    pub fn auto_steps_only() -> Resolved {
+    pub(crate) fn auto_steps_only() -> Resolved {
         Resolved {
             auto_steps: true,
             ..Default::default()
@@ -300,13 +300,6 @@ pub struct InjectReport {
     /// could not tell them apart.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub loader_notes: Vec<String>,
-}
-
-impl InjectReport {
-    /// At least one value was put in place of the job's own.
-    pub fn took_effect(&self) -> bool {
-        !self.overrides.is_empty()
-    }
 }
 
 /// One line of `report.ndjson`.
@@ -764,7 +757,10 @@ not json
             r.overrides[1].describe(),
             "torch.backends.cudnn.benchmark=True, was False"
         );
-        assert!(r.took_effect());
+        assert!(
+            !r.overrides.is_empty(),
+            "a value was put in place of the job's own"
+        );
         assert_eq!(r.notes.len(), 2, "{:?}", r.notes);
         assert!(r.notes[0].contains("DataLoader at train.py:42: batch_size=64 not applied: left alone: it has a batch_sampler"));
         assert!(r.notes[1].contains("set back to False"));
@@ -777,7 +773,7 @@ not json
             .resolve(&[])
             .unwrap();
         let r = aggregate("", &wanted);
-        assert!(!r.took_effect());
+        assert!(r.overrides.is_empty());
         assert!(r.notes[0].contains("no Python process"), "{:?}", r.notes);
         assert!(r.notes[0].starts_with("--dataloader and --torch"));
         let r = aggregate(r#"{"event":"python"}"#, &wanted);

@@ -27,7 +27,7 @@ pub(crate) const EVAL_EVERY_S: f64 = 2.0;
 
 /// One GPU as last seen.
 #[derive(Debug, Clone, Default)]
-pub struct GpuLive {
+pub(crate) struct GpuLive {
     pub index: u32,
     pub name: Option<String>,
     pub uuid: Option<String>,
@@ -56,7 +56,7 @@ pub struct GpuLive {
 
 /// One process of the job.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ProcLive {
+pub(crate) struct ProcLive {
     pub pid: u32,
     pub ppid: u32,
     pub comm: Option<String>,
@@ -69,8 +69,7 @@ pub struct ProcLive {
 
 /// The diagnosis over the last window.
 #[derive(Debug, Clone)]
-pub struct LiveReport {
-    pub at_t_s: f64,
+pub(crate) struct LiveReport {
     pub window_s: f64,
     pub verdict: verdict::Verdict,
     pub findings: Vec<Finding>,
@@ -83,7 +82,7 @@ pub struct LiveReport {
 
 /// Everything `watch` and `serve` show.
 #[derive(Debug, Clone)]
-pub struct LiveState {
+pub(crate) struct LiveState {
     pub header: Header,
     pub hostname: String,
     /// Latest time seen (seconds since sampling started).
@@ -132,7 +131,6 @@ impl EvalInput {
         let findings = rules::evaluate(&e);
         let v = verdict::decide(&e, &findings);
         LiveReport {
-            at_t_s: self.t_s,
             window_s: (self.t_s - self.t0).max(0.0),
             verdict: v,
             findings,
@@ -170,7 +168,7 @@ fn counter_delta(prev: u64, now: u64) -> u64 {
 }
 
 impl LiveState {
-    pub fn new(header: Header, window_s: f64) -> LiveState {
+    pub(crate) fn new(header: Header, window_s: f64) -> LiveState {
         let hostname = header
             .host
             .hostname
@@ -255,10 +253,6 @@ impl LiveState {
         self.report = Some(r);
     }
 
-    pub fn window_s(&self) -> f64 {
-        self.window_s
-    }
-
     fn gpu_mut(&mut self, index: u32) -> &mut GpuLive {
         let pos = match self.gpus.iter().position(|g| g.index == index) {
             Some(p) => p,
@@ -275,7 +269,7 @@ impl LiveState {
     }
 
     /// Folds one line in; re-evaluates the verdict when [`EVAL_EVERY_S`] has passed.
-    pub fn push(&mut self, line: Line) {
+    pub(crate) fn push(&mut self, line: Line) {
         if let Some(t) = line_t(&line) {
             if t.is_finite() && t > self.t_s {
                 self.t_s = t;
@@ -421,7 +415,7 @@ impl LiveState {
     }
 
     /// Runs evidence, rules and verdict over the window now.
-    pub fn evaluate(&mut self) {
+    pub(crate) fn evaluate(&mut self) {
         let input = self.eval_input();
         self.report = Some(input.run());
     }

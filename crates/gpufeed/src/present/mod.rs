@@ -51,7 +51,7 @@ impl OutputFormat {
     ];
 
     /// A clap parser that takes only `allowed`, named as `--format` spells them.
-    pub fn parser(
+    pub(crate) fn parser(
         allowed: &'static [OutputFormat],
     ) -> impl clap::builder::TypedValueParser<Value = OutputFormat> {
         use clap::builder::TypedValueParser;

@@ -131,7 +131,7 @@ const CODE_STAGE_PCT: f64 = 25.0;
 /// transform, a dataset library's per-read transform), `tune` can spread it over worker
 /// processes but not make it cheaper; the note points at its line. `None` when no stage stands
 /// out or the stage is one a knob sets (`pin_memory`).
-pub fn code_edit_note(plans: &[KnobPlan], hot: Option<&Hotspot>) -> Option<String> {
+pub(crate) fn code_edit_note(plans: &[KnobPlan], hot: Option<&Hotspot>) -> Option<String> {
     let h = hot?;
     if !plans.iter().any(|p| p.knob.is_input()) || h.pct < CODE_STAGE_PCT {
         return None;

@@ -70,7 +70,7 @@ impl TrialConfig {
     }
 
     /// The batch size of a setting, from `--batch` (`None` when not given).
-    pub fn batch_of(&self, values: &[(String, String)]) -> Result<Option<f64>, Failure> {
+    pub(crate) fn batch_of(&self, values: &[(String, String)]) -> Result<Option<f64>, Failure> {
         let Some(tpl) = &self.batch else {
             return Ok(None);
         };

@@ -45,7 +45,7 @@ pub fn evaluate(e: &Evidence) -> Vec<Finding> {
 /// How much a pattern seen at this sampling interval can be trusted: 1 at the driver's own rate
 /// (≤ 0.25 s), about 0.87 at 1 s, 0.66 at 10 s, 0.5 at 60 s. Sub-second stalls average out
 /// at coarse intervals, so a verdict drawn from the shape of utilization weakens with them.
-pub fn sampling_factor(interval_s: Option<f64>) -> f64 {
+pub(crate) fn sampling_factor(interval_s: Option<f64>) -> f64 {
     match interval_s {
         Some(i) if i > 0.25 => (1.0 - 0.21 * (i / 0.25).log10()).clamp(0.4, 1.0),
         _ => 1.0,
