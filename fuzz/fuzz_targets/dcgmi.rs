@@ -2,7 +2,7 @@
 //! The dcgmi / nvidia-smi dmon importer on arbitrary bytes; what it reads is fed to the evidence
 //! builder and the rules.
 use gpufeed::diagnose::{evidence::EvidenceBuilder, rules, verdict};
-use gpufeed::import::dcgmi::{read_dmon, Flavour};
+use gpufeed::{read_dmon, Flavour};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -3,5 +3,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = gpufeed::record::format::read_from(std::path::Path::new("fuzz"), data, |_, _| {});
+    let _ = gpufeed::read_from(std::path::Path::new("fuzz"), data, ());
 });

@@ -21,20 +21,20 @@ mod trials;
 mod tune;
 mod watch;
 
-pub use analyze::AnalyzeArgs;
-pub use batch_size::BatchSizeArgs;
-pub use bench::BenchArgs;
-pub use compare::CompareArgs;
-pub use completions::CompletionsArgs;
-pub use diagnose::{ColorChoice, DiagnoseArgs};
-pub use doctor::DoctorArgs;
-pub use export::ExportArgs;
-pub use man::ManArgs;
-pub use serve::ServeArgs;
-pub use sweep::SweepArgs;
-pub use trials::{parse_fraction, TrialOpts};
-pub use tune::TuneArgs;
-pub use watch::WatchArgs;
+pub(crate) use analyze::AnalyzeArgs;
+pub(crate) use batch_size::BatchSizeArgs;
+pub(crate) use bench::BenchArgs;
+pub(crate) use compare::CompareArgs;
+pub(crate) use completions::CompletionsArgs;
+pub(crate) use diagnose::{ColorChoice, DiagnoseArgs};
+pub(crate) use doctor::DoctorArgs;
+pub(crate) use export::ExportArgs;
+pub(crate) use man::ManArgs;
+pub(crate) use serve::ServeArgs;
+pub(crate) use sweep::SweepArgs;
+pub(crate) use trials::{parse_fraction, TrialOpts};
+pub(crate) use tune::TuneArgs;
+pub(crate) use watch::WatchArgs;
 
 const ABOUT: &str =
     "Find out why your GPU is starving during training, what to change, and measure the fix.";
@@ -272,9 +272,9 @@ pub struct RecordArgs {
 
 /// The longest duration any option takes: a year. Longer values are refused (exit 2), so that
 /// no deadline computed from an option (`Instant + d`) can overflow.
-pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
 /// The longest sampling interval (`--interval`).
-pub const MAX_INTERVAL: Duration = Duration::from_secs(3600);
+pub(crate) const MAX_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// Parses `100ms`, `1s`, `2m`, `1h30m` or a bare number of seconds (`0.5`), at most
 /// [`MAX_DURATION`].

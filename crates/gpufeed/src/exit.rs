@@ -60,7 +60,7 @@ impl Exit {
     }
 
     /// What the code means, for people (`--help` and the README show this text).
-    pub const fn meaning(self) -> &'static str {
+    pub(crate) const fn meaning(self) -> &'static str {
         match self {
             Exit::Ok => "success (for `run`: the job's own exit code is passed through)",
             Exit::Failure => "unexpected error",
@@ -105,14 +105,6 @@ pub(crate) fn help_table() -> String {
         s.push('\n');
     }
     s
-}
-
-/// The README's table rows (`| code | meaning |`), generated from [`Exit`].
-pub fn markdown_rows() -> Vec<String> {
-    Exit::ALL
-        .iter()
-        .map(|e| format!("| {} | {} |", e.label(), e.meaning()))
-        .collect()
 }
 
 /// What a module's error type says about how gpufeed ends when it reaches `main`: each error
@@ -195,6 +187,14 @@ pub fn report(err: &anyhow::Error) -> (String, u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The README's table rows (`| code | meaning |`), generated from [`Exit`].
+    fn markdown_rows() -> Vec<String> {
+        Exit::ALL
+            .iter()
+            .map(|e| format!("| {} | {} |", e.label(), e.meaning()))
+            .collect()
+    }
 
     #[test]
     fn codes_are_distinct_and_ordered() {

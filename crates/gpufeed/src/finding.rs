@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 mod evidence;
-pub use evidence::{Item, ItemKey, Items, Unit};
+pub(crate) use evidence::{Item, ItemKey, Items, Unit};
 
 /// One evidence item's value, typed: `evidence_of!(f.evidence, DataWaitPct)` is the
 /// `Option<&f64>` of that finding's `data_wait_pct`.
@@ -251,7 +251,7 @@ impl Finding {
 }
 
 /// Sorts findings most severe first, then by expected speed-up (largest first), then by id.
-pub fn rank(findings: &mut [Finding]) {
+pub(crate) fn rank(findings: &mut [Finding]) {
     findings.sort_by(|a, b| {
         b.severity
             .cmp(&a.severity)

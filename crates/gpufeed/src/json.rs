@@ -19,25 +19,13 @@ const POW10: [f64; 23] = [
 
 /// A JSON number as serde_json classifies it (what a `deserialize_any` visitor is given).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Number {
+pub(crate) enum Number {
     /// A non-negative integer that fits a u64.
     U64(u64),
     /// A negative integer that fits an i64.
     I64(i64),
     /// Anything else: a fraction, an exponent, `-0`, or an integer too large for the above.
     F64(f64),
-}
-
-impl Number {
-    /// The value as an f64 (integers rounded to nearest, as serde_json does).
-    #[inline]
-    pub fn as_f64(self) -> f64 {
-        match self {
-            Number::U64(v) => v as f64,
-            Number::I64(v) => v as f64,
-            Number::F64(v) => v,
-        }
-    }
 }
 
 /// What [`Cursor::lex`] found: a number that follows JSON's grammar, not yet converted.
@@ -55,14 +43,14 @@ struct Lexed {
 }
 
 /// A position in a byte slice holding JSON.
-pub struct Cursor<'a> {
+pub(crate) struct Cursor<'a> {
     b: &'a [u8],
     i: usize,
 }
 
 impl<'a> Cursor<'a> {
     #[inline]
-    pub fn new(b: &'a [u8]) -> Self {
+    pub(crate) fn new(b: &'a [u8]) -> Self {
         Cursor { b, i: 0 }
     }
 
@@ -139,7 +127,7 @@ impl<'a> Cursor<'a> {
 
     /// Skips whitespace, then consumes `null` and says true if it is there.
     #[inline]
-    pub fn null(&mut self) -> bool {
+    pub(crate) fn null(&mut self) -> bool {
         self.ws();
         self.literal(b"null").is_some()
     }
@@ -245,7 +233,7 @@ impl<'a> Cursor<'a> {
 
     /// A number as an f64, exactly as serde_json reads it into an `f64`.
     #[inline]
-    pub fn f64(&mut self) -> Option<f64> {
+    pub(crate) fn f64(&mut self) -> Option<f64> {
         let l = self.lex()?;
         let v = if l.exp || l.digits > 15 {
             // Rare: hand it to the exact general parser.
@@ -266,7 +254,7 @@ impl<'a> Cursor<'a> {
     /// A non-negative integer that fits a u64 (counters, pids), as serde_json reads it into a
     /// `u64`; None for anything else (a sign, a fraction, an exponent, overflow).
     #[inline]
-    pub fn u64(&mut self) -> Option<u64> {
+    pub(crate) fn u64(&mut self) -> Option<u64> {
         let l = self.lex()?;
         if l.neg || l.frac > 0 || l.exp {
             return None;
@@ -283,7 +271,7 @@ impl<'a> Cursor<'a> {
 
     /// A number, classified as serde_json does.
     #[inline]
-    pub fn number(&mut self) -> Option<Number> {
+    pub(crate) fn number(&mut self) -> Option<Number> {
         let l = self.lex()?;
         let n = if l.frac == 0 && !l.exp {
             let digits = &self.b[self.i + l.neg as usize..l.end];
@@ -313,7 +301,7 @@ impl<'a> Cursor<'a> {
     /// Skips whitespace, then any value: strings, objects and arrays by [`value_len`] (not
     /// validated inside), literals and numbers checked. None when it does not end in the input.
     #[inline]
-    pub fn skip(&mut self) -> Option<()> {
+    pub(crate) fn skip(&mut self) -> Option<()> {
         match self.peek_ws()? {
             b'"' | b'{' | b'[' => {
                 self.i += value_len(&self.b[self.i..], false)?;
@@ -372,7 +360,7 @@ impl<'a> Cursor<'a> {
     /// Walks an object's members: `f` gets each (escape-free) key and reads its value (returning
     /// true) or leaves it to be skipped (returning false).
     #[inline]
-    pub fn object(
+    pub(crate) fn object(
         &mut self,
         mut f: impl FnMut(&'a [u8], &mut Cursor<'a>) -> Option<bool>,
     ) -> Option<()> {
@@ -395,7 +383,7 @@ impl<'a> Cursor<'a> {
 
     /// Walks an array's elements with `f`.
     #[inline]
-    pub fn array(&mut self, mut f: impl FnMut(&mut Cursor<'a>) -> Option<()>) -> Option<()> {
+    pub(crate) fn array(&mut self, mut f: impl FnMut(&mut Cursor<'a>) -> Option<()>) -> Option<()> {
         self.eat(b'[')?;
         if self.peek_ws()? == b']' {
             self.i += 1;
@@ -427,7 +415,7 @@ impl<'a> Cursor<'a> {
 
     /// Skips trailing whitespace; Some when nothing else is left.
     #[inline]
-    pub fn end(&mut self) -> Option<()> {
+    pub(crate) fn end(&mut self) -> Option<()> {
         self.ws();
         (self.i == self.b.len()).then_some(())
     }
@@ -450,7 +438,7 @@ fn checked_digits(digits: &[u8]) -> Option<u64> {
 /// always comes in balanced pairs inside), so each step is one memchr3 jump. A scalar ends at the
 /// next delimiter or whitespace (at least one byte), or at the end of `b` when `eof` says no more
 /// input follows.
-pub fn value_len(b: &[u8], eof: bool) -> Option<usize> {
+pub(crate) fn value_len(b: &[u8], eof: bool) -> Option<usize> {
     let first = *b.first()?;
     match first {
         b'{' | b'[' => {
@@ -507,6 +495,15 @@ pub(crate) fn string_len(b: &[u8]) -> Option<usize> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// The value as an f64 (integers rounded to nearest, as serde_json does).
+    fn as_f64(n: Number) -> f64 {
+        match n {
+            Number::U64(v) => v as f64,
+            Number::I64(v) => v as f64,
+            Number::F64(v) => v,
+        }
+    }
 
     /// The cursor's three number readers on `s` (whole input), as serde_json's results.
     fn read_all(s: &str) -> (Option<f64>, Option<u64>, Option<Number>) {
@@ -770,7 +767,7 @@ mod tests {
                 if let Some(serde_json::Value::Number(_)) = m.get(std::str::from_utf8(k).unwrap()) {
                     let n = c.number()?;
                     let want = m[std::str::from_utf8(k).unwrap()].as_f64().unwrap();
-                    (n.as_f64().to_bits() == want.to_bits()).then_some(true)
+                    (as_f64(n).to_bits() == want.to_bits()).then_some(true)
                 } else {
                     Some(false)
                 }

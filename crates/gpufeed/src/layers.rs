@@ -331,6 +331,85 @@ fn commands_stay_thin() {
     );
 }
 
+/// At most this many `pub mod` in the crate: a module is public only where the binary, the
+/// integration tests or the fuzz targets name it (the list in `lib.rs`); the rest are
+/// `pub(crate)` or private, so moving a file inside the crate breaks nothing outside it.
+const PUB_MOD_MAX: usize = 40;
+
+#[test]
+fn public_modules_stay_few() {
+    fn walk(dir: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                out.extend(
+                    text.lines()
+                        .map(str::trim)
+                        .filter(|l| l.starts_with("pub mod "))
+                        .map(|l| format!("{}: {l}", path.display())),
+                );
+            }
+        }
+    }
+    let mut public = Vec::new();
+    walk(&src(), &mut public);
+    public.sort();
+    assert!(
+        public.len() <= PUB_MOD_MAX,
+        "{} `pub mod`s, more than {PUB_MOD_MAX}: make a module `pub(crate)` unless something \
+         outside the crate names it (and then list it in lib.rs)\n{}",
+        public.len(),
+        public.join("\n")
+    );
+}
+
+/// Comments say why, not which issue asked: a newcomer cannot open an issue number (the word
+/// followed by a number, or a hash followed by one), and the reason outlives the tracker. Tests
+/// under `tests/` may cite them.
+#[test]
+fn comments_give_reasons_not_issue_numbers() {
+    /// True when `s` starts with a number (a digit, then no letter right after the number).
+    fn number(s: &str) -> bool {
+        let rest = s.trim_start_matches(|c: char| c.is_ascii_digit());
+        rest.len() < s.len() && !rest.starts_with(|c: char| c.is_ascii_alphabetic())
+    }
+    fn walk(dir: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|x| x == "rs" || x == "py") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for (i, line) in text.lines().enumerate() {
+                    let Some(at) = line.find("//").or_else(|| line.find("# ")) else {
+                        continue;
+                    };
+                    let comment = line[at..].to_lowercase();
+                    let cites = comment.match_indices("issue").any(|(j, _)| {
+                        let after = comment[j + 5..].trim_start_matches('s');
+                        number(after.trim_start())
+                    }) || comment
+                        .match_indices('#')
+                        .any(|(j, _)| number(&comment[j + 1..]));
+                    if cites {
+                        out.push(format!("{}:{}: {}", path.display(), i + 1, line.trim()));
+                    }
+                }
+            }
+        }
+    }
+    let mut found = Vec::new();
+    walk(&src(), &mut found);
+    assert!(
+        found.is_empty(),
+        "comments that cite an issue number: give the reason instead\n{}",
+        found.join("\n")
+    );
+}
+
 /// One path per item: no glob re-export (`pub use a::*`) and no re-export under another name
 /// (`pub use a::B as C`), so a type is named where it is defined or through one explicit list.
 #[test]

@@ -12,28 +12,67 @@
 //! The layering is tested (`layers.rs`): a table of which top-level module may import which, and
 //! no cycle between the files of a folder.
 
+// A `pub` item that nothing outside the crate can reach says `pub(crate)` (see the list below).
+#![warn(unreachable_pub)]
+// The docs are for contributors, built with `--document-private-items` (`.ci/run`): a public
+// item's doc may link to the private layer it rests on.
+#![allow(rustdoc::private_intra_doc_links)]
+
+// The public surface, in one place: what the binary (`main.rs`), the integration tests
+// (`tests/it`) and the fuzz targets (`fuzz/`) name. Everything else is private or `pub(crate)`:
+// `unreachable_pub` flags a `pub` item nothing outside can reach, and
+// `layers::public_modules_stay_few` holds the crate to at most 40 `pub mod`s. A module is public
+// here only where its callers need many of its names, or names that would clash at the root.
+
+// main.rs: parse the arguments, run the command, turn an error into its message and exit code.
+pub use cli::Cli;
+pub use commands::dispatch;
+pub use exit::report;
+
+// fuzz/fuzz_targets: the log and recording readers (the trace reader is `trace::analyze_reader`,
+// the rules and verdict after them `diagnose::{evidence, rules, verdict}`).
+pub use import::dcgmi::{read_dmon, Flavour};
+pub use import::smi_csv::{read_smi_csv, CsvOptions};
+pub use record::reader::read_from;
+
+// tests/it: recordings written line by line and read back (record.rs, reports.rs, diagnose_*.rs,
+// tensorboard.rs, watch.rs, bad_inputs.rs, main.rs), and the figures golden.rs builds reports of.
+pub use finding::Severity;
+pub use record::format::{header_line, ReadError, ReadStats};
+pub use record::reader::{read_path, Collect};
+pub use record::summary::{summarize, Summary};
+pub use sample::event::{End, EndReason, Header, Line, PySamples, PyThreadCounts, StepsLine};
+pub use sample::pyphase::Phase;
+pub use sample::{DiskRate, GpuSample, GpuStatic, HostInfo, HostSample, ProcSample, ProcStart};
+pub use stats::{Speedup, SpeedupMetric};
+pub use units::pcie_link_bytes_per_s;
+
+// tests/it/golden.rs renders every report in every format over fixed inputs, building each
+// report by hand; analyze_*.rs run the trace rules; fuzz/ the diagnosis. Public submodules:
 pub mod bench;
-pub mod cli;
-pub mod commands;
 pub mod compare;
-pub mod diagnose;
+pub mod diagnose; // evidence, input, job, phases, rules, verdict
 pub mod doctor;
-pub mod exit;
-pub mod finding;
-pub mod import;
-pub mod inject;
-pub mod job;
-pub mod json;
-pub mod live;
-pub mod outfile;
-pub mod present;
-pub mod record;
-pub mod sample;
-pub mod stats;
-pub mod trace;
-pub mod tui;
-pub mod tune;
-pub mod units;
+pub mod present; // batch, bench, compare, diagnose, doctor, job, prometheus, sweep, sweep_chart, trace, tune
+pub mod trace; // families, ranks, report, rules, summary
+pub mod tune; // batch, params, plan, report, sweep, trial
+
+// The rest of the crate, private.
+mod cli;
+mod commands;
+mod exit;
+mod finding;
+mod import;
+mod inject;
+mod job;
+mod json;
+mod live;
+mod outfile;
+mod record;
+mod sample;
+mod stats;
+mod tui;
+mod units;
 
 #[cfg(test)]
 mod layers;

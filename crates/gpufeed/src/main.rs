@@ -1,15 +1,15 @@
 //! Thin binary: parse, dispatch, and turn an error into its message and exit code by walking
-//! its chain ([`gpufeed::exit::report`]).
+//! its chain ([`gpufeed::report`]).
 
 use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = gpufeed::cli::Cli::parse();
-    match gpufeed::commands::dispatch(cli) {
+    let cli = gpufeed::Cli::parse();
+    match gpufeed::dispatch(cli) {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
-            let (message, code) = gpufeed::exit::report(&err);
+            let (message, code) = gpufeed::report(&err);
             eprintln!("gpufeed: error: {message}");
             ExitCode::from(code)
         }

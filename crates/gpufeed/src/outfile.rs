@@ -26,7 +26,7 @@ pub enum OutputError {
 
 /// What to do when the target of a [`Pending`] file already exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Clobber {
+pub(crate) enum Clobber {
     /// Refuse ([`OutputError::Exists`]).
     Refuse,
     /// Replace it (`--force`).
@@ -95,7 +95,7 @@ pub(crate) fn occupied(path: &Path) -> bool {
 
 /// A file being written that takes its name only at [`Pending::commit`]. Dropped uncommitted, it
 /// is removed (it was gpufeed's own temporary file).
-pub struct Pending {
+pub(crate) struct Pending {
     tmp: NamedTempFile,
     target: PathBuf,
     clobber: Clobber,
@@ -104,7 +104,7 @@ pub struct Pending {
 impl Pending {
     /// Creates the temporary file beside `target`. With [`Clobber::Refuse`], an existing target is
     /// refused now, before anything else happens.
-    pub fn new(target: &Path, clobber: Clobber) -> Result<Pending, OutputError> {
+    pub(crate) fn new(target: &Path, clobber: Clobber) -> Result<Pending, OutputError> {
         if clobber == Clobber::Refuse && occupied(target) {
             return Err(OutputError::Exists {
                 path: target.to_path_buf(),
@@ -133,18 +133,18 @@ impl Pending {
     }
 
     /// The open temporary file (the same file the target will be).
-    pub fn file(&self) -> &File {
+    pub(crate) fn file(&self) -> &File {
         self.tmp.as_file()
     }
 
     /// The name the file will get.
-    pub fn target(&self) -> &Path {
+    pub(crate) fn target(&self) -> &Path {
         &self.target
     }
 
     /// Gives the file its name; returns the open file and the name it got (a suffixed one with
     /// [`Clobber::Suffix`] when the target was taken meanwhile).
-    pub fn commit(self) -> Result<(File, PathBuf), OutputError> {
+    pub(crate) fn commit(self) -> Result<(File, PathBuf), OutputError> {
         let Pending {
             tmp,
             target,
@@ -190,7 +190,7 @@ impl Pending {
 /// `path` (replacing a file or a symlink there, never writing through it). A failure leaves
 /// `path` as it was. A device, FIFO or socket there (`/dev/stdout`, `/dev/null`, a pipe) is
 /// written to, not replaced: renaming over it would, as root, replace the device node itself.
-pub fn write_atomic_with(
+pub(crate) fn write_atomic_with(
     path: &Path,
     write: impl FnOnce(&mut BufWriter<&File>) -> io::Result<()>,
 ) -> io::Result<()> {
@@ -211,7 +211,7 @@ pub fn write_atomic_with(
 }
 
 /// [`write_atomic_with`] for bytes in memory.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_atomic_with(path, |w| w.write_all(bytes))
 }
 
@@ -219,7 +219,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// a temporary file and a rename ([`write_atomic`]), so a reader or a crash never sees half a
 /// report and a symlink at `path` is never followed. Presenters only make the bytes; this is
 /// where they reach the disk. The error names the file (bad input or output, exit 3).
-pub fn write_report(path: &Path, bytes: impl AsRef<[u8]>) -> Result<(), crate::exit::Failure> {
+pub(crate) fn write_report(
+    path: &Path,
+    bytes: impl AsRef<[u8]>,
+) -> Result<(), crate::exit::Failure> {
     write_atomic(path, bytes.as_ref())
         .map_err(|e| crate::exit::Failure::input(format!("cannot write {}: {e}", path.display())))
 }
@@ -245,8 +248,8 @@ pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
 }
 
 /// Refuses (exit 2) an input that is a pipe, a FIFO or a socket (`/dev/stdin`, `<(cmd)`), for
-/// commands that read their inputs more than once: the second read would hang or find nothing
-/// (issue 27). `diagnose` reads once and takes them.
+/// commands that read their inputs more than once: the second read would hang or find nothing.
+/// `diagnose` reads once and takes them.
 pub(crate) fn refuse_unseekable(what: &str, input: &Path) -> Result<(), crate::exit::Failure> {
     use std::os::unix::fs::FileTypeExt;
     let Ok(m) = std::fs::metadata(input) else {
@@ -314,7 +317,7 @@ fn is_char_device(p: &Path) -> bool {
 }
 
 /// Refuses (exit 2) two outputs of one command that are the same file: one would silently
-/// overwrite the other (issue 39 item 9).
+/// overwrite the other.
 pub(crate) fn refuse_shared_outputs(outputs: &[Output<'_>]) -> Result<(), crate::exit::Failure> {
     for (i, a) in outputs.iter().enumerate() {
         for b in &outputs[i + 1..] {
@@ -438,7 +441,7 @@ pub(crate) fn private_base() -> PathBuf {
 }
 
 /// Refuses (exit 2) a `--tensorboard DIR` that is a symlink: no output follows one.
-pub fn refuse_symlinked_tensorboard(dir: &Path) -> Result<(), crate::exit::Failure> {
+pub(crate) fn refuse_symlinked_tensorboard(dir: &Path) -> Result<(), crate::exit::Failure> {
     if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
         return Err(crate::exit::Failure::new(
             crate::exit::Exit::Usage,
@@ -454,7 +457,7 @@ pub fn refuse_symlinked_tensorboard(dir: &Path) -> Result<(), crate::exit::Failu
 /// `run --tensorboard DIR`, before the job starts (else a file there or a folder that cannot
 /// be written would be found out only after the job ended): DIR is no symlink, is a
 /// folder or can be made one, and a file can be created in it. Exit 2 otherwise.
-pub fn check_tensorboard_dir(dir: &Path) -> Result<(), crate::exit::Failure> {
+pub(crate) fn check_tensorboard_dir(dir: &Path) -> Result<(), crate::exit::Failure> {
     refuse_symlinked_tensorboard(dir)?;
     let bad = |why: String| {
         crate::exit::Failure::new(
@@ -479,7 +482,7 @@ pub fn check_tensorboard_dir(dir: &Path) -> Result<(), crate::exit::Failure> {
 /// Writes `bytes` as `name` into the `--tensorboard` folder `dir` (created if absent) and returns
 /// its path. `replace`: a file of that name is replaced (`export` again); else a name taken
 /// meanwhile gets a suffix (`run`: never another run's scalars).
-pub fn write_into_tensorboard_dir(
+pub(crate) fn write_into_tensorboard_dir(
     dir: &Path,
     name: &str,
     bytes: &[u8],
@@ -507,7 +510,7 @@ pub fn write_into_tensorboard_dir(
 }
 
 /// Writes generated text to stdout; a closed pipe (`| head`) is not an error.
-pub fn print_stdout(bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn print_stdout(bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let mut so = std::io::stdout().lock();
     match so.write_all(bytes).and_then(|()| so.flush()) {

@@ -23,7 +23,7 @@ pub fn pcie_link_bytes_per_s(gen: u32, width: u32) -> Option<f64> {
 }
 
 /// `1.5 GiB`, `812 MiB`, `12 KiB`, `17 B`.
-pub fn bytes(n: u64) -> String {
+pub(crate) fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
     let mut u = 0;
@@ -44,7 +44,7 @@ pub fn bytes(n: u64) -> String {
 /// shows (text, HTML, the terminal view, Perfetto); memory sizes are binary (GiB).
 /// Rates too small for GB/s step down to MB/s, KB/s and B/s, so that a small rate never reads as
 /// zero (`0.0 MB/s` for 40 KB/s).
-pub fn gb_per_s(bytes_per_s: f64) -> String {
+pub(crate) fn gb_per_s(bytes_per_s: f64) -> String {
     let b = bytes_per_s.max(0.0);
     let g = b / 1e9;
     if g >= 10.0 {
@@ -61,7 +61,7 @@ pub fn gb_per_s(bytes_per_s: f64) -> String {
 }
 
 /// `1 process`, `3 processes`.
-pub fn plural(n: usize, one: &str, many: &str) -> String {
+pub(crate) fn plural(n: usize, one: &str, many: &str) -> String {
     if n == 1 {
         format!("1 {one}")
     } else {
@@ -70,7 +70,7 @@ pub fn plural(n: usize, one: &str, many: &str) -> String {
 }
 
 /// `x` rounded to `digits` decimals, never `-0.0` (the figures of a comparison).
-pub fn round(x: f64, digits: i32) -> f64 {
+pub(crate) fn round(x: f64, digits: i32) -> f64 {
     let m = 10f64.powi(digits);
     (x * m).round() / m + 0.0
 }
@@ -79,7 +79,7 @@ pub fn round(x: f64, digits: i32) -> f64 {
 pub(crate) fn r1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
 }
-pub fn r2(x: f64) -> f64 {
+pub(crate) fn r2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 pub(crate) fn r3(x: f64) -> f64 {
@@ -88,7 +88,7 @@ pub(crate) fn r3(x: f64) -> f64 {
 
 /// A plain number to three significant digits, without an exponent for everyday magnitudes:
 /// `1234`, `12.3`, `1.23`, `0.123`.
-pub fn num(x: f64) -> String {
+pub(crate) fn num(x: f64) -> String {
     let a = x.abs();
     if a >= 100.0 {
         format!("{x:.0}")
@@ -102,7 +102,7 @@ pub fn num(x: f64) -> String {
 }
 
 /// Seconds as `1h 02m`, `3m 05s`, `12.5 s`: the one style of a duration gpufeed shows.
-pub fn duration(s: f64) -> String {
+pub(crate) fn duration(s: f64) -> String {
     if s >= 3600.0 {
         format!(
             "{}h {:02}m",
@@ -117,7 +117,7 @@ pub fn duration(s: f64) -> String {
 }
 
 /// `0-7, 9, 11-12` from sorted indices.
-pub fn index_ranges(idx: &[u32]) -> String {
+pub(crate) fn index_ranges(idx: &[u32]) -> String {
     let mut out: Vec<String> = Vec::new();
     let mut i = 0;
     while i < idx.len() {
@@ -140,7 +140,7 @@ pub fn index_ranges(idx: &[u32]) -> String {
 /// feed that would let a forged line overwrite or follow the report in a terminal) are written
 /// as `\x1b`-style escapes. The one escape every text presenter uses (`present::fmt` re-exports
 /// it; `present::printable_report` applies it to every string of a report).
-pub fn printable(s: &str) -> String {
+pub(crate) fn printable(s: &str) -> String {
     if !s.chars().any(char::is_control) {
         return s.to_string();
     }

@@ -57,13 +57,13 @@ fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> BenchError + 
 }
 
 /// Is libcuda loadable at all?
-pub fn cuda_driver_present() -> bool {
+pub(crate) fn cuda_driver_present() -> bool {
     // SAFETY: only tries to dlopen the library names cudarc would use.
     unsafe { cudarc::driver::sys::is_culib_present() }
 }
 
 /// Measures everything on `opts.device`. Needs a GPU.
-pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
+pub(crate) fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
     if !cuda_driver_present() {
         return Err(BenchError::NoDriver);
     }

@@ -12,8 +12,8 @@
 mod measure;
 mod saved;
 
-pub use measure::{cuda_driver_present, run};
-pub use saved::{default_saved_path, saved_entry, SavedBench, SavedGpu};
+pub(crate) use measure::run;
+pub(crate) use saved::{default_saved_path, saved_entry, SavedBench};
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -122,7 +122,7 @@ impl Precision {
     }
 
     /// fp16 and bf16: two-byte elements, the formats autocast computes in.
-    pub fn is_half(self) -> bool {
+    pub(crate) fn is_half(self) -> bool {
         matches!(self, Precision::Fp16 | Precision::Bf16)
     }
 }

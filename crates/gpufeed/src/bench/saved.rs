@@ -9,13 +9,13 @@ use std::path::{Path, PathBuf};
 
 /// `~/.cache/gpufeed/bench.json`: the last bench per GPU.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct SavedBench {
+pub(crate) struct SavedBench {
     pub schema_version: u32,
     pub gpus: Vec<SavedGpu>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SavedGpu {
+pub(crate) struct SavedGpu {
     /// NVML/nvidia-smi UUID ("GPU-…"): the key.
     pub uuid: Option<String>,
     pub name: Option<String>,
@@ -32,7 +32,7 @@ pub struct SavedGpu {
 }
 
 /// `$XDG_CACHE_HOME/gpufeed/bench.json`, else `$HOME/.cache/gpufeed/bench.json`.
-pub fn default_saved_path() -> Option<PathBuf> {
+pub(crate) fn default_saved_path() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
@@ -46,14 +46,9 @@ pub fn default_saved_path() -> Option<PathBuf> {
 
 impl SavedBench {
     /// Reads the file; `None` when absent or unreadable (a missing ceiling is not an error).
-    pub fn load(path: &Path) -> Option<SavedBench> {
+    pub(crate) fn load(path: &Path) -> Option<SavedBench> {
         let text = std::fs::read_to_string(path).ok()?;
         serde_json::from_str(&text).ok()
-    }
-
-    /// The entry for a GPU by UUID.
-    pub fn for_uuid(&self, uuid: &str) -> Option<&SavedGpu> {
-        self.gpus.iter().find(|g| g.uuid.as_deref() == Some(uuid))
     }
 
     /// Replaces the entry of the same GPU (by UUID, else by index when no UUID) or adds it.
@@ -84,7 +79,7 @@ impl SavedBench {
     }
 }
 
-pub fn saved_entry(r: &BenchReport, now_unix_s: u64) -> SavedGpu {
+pub(crate) fn saved_entry(r: &BenchReport, now_unix_s: u64) -> SavedGpu {
     SavedGpu {
         uuid: r.gpu_uuid.clone(),
         name: r.gpu_name.clone(),
@@ -103,6 +98,11 @@ pub fn saved_entry(r: &BenchReport, now_unix_s: u64) -> SavedGpu {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The entry for a GPU by UUID.
+    fn for_uuid<'a>(s: &'a SavedBench, uuid: &str) -> Option<&'a SavedGpu> {
+        s.gpus.iter().find(|g| g.uuid.as_deref() == Some(uuid))
+    }
 
     #[test]
     fn saved_file_round_trip_and_upsert() {
@@ -131,10 +131,10 @@ mod tests {
         let back = SavedBench::load(&path).unwrap();
         assert_eq!(back.schema_version, SCHEMA_VERSION);
         assert_eq!(
-            back.for_uuid("GPU-a").unwrap().h2d_pinned_bytes_per_s,
+            for_uuid(&back, "GPU-a").unwrap().h2d_pinned_bytes_per_s,
             Some(55e9)
         );
-        assert_eq!(back.for_uuid("GPU-c"), None);
+        assert_eq!(for_uuid(&back, "GPU-c"), None);
         std::fs::write(&path, "not json").unwrap();
         assert_eq!(SavedBench::load(&path), None);
     }

@@ -72,7 +72,7 @@ impl TrialOpts {
 }
 
 /// `3%`, `0.03` or `3` (percent when above 1).
-pub fn parse_fraction(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_fraction(s: &str) -> Result<f64, String> {
     let t = s.trim();
     let (num, pct) = match t.strip_suffix('%') {
         Some(n) => (n, true),

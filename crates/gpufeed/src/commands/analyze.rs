@@ -30,7 +30,7 @@ use crate::outfile::Output;
 use crate::present::OutputFormat;
 use crate::trace::{self, ranks, report};
 
-pub fn run(_global: &GlobalOpts, args: &AnalyzeArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(_global: &GlobalOpts, args: &AnalyzeArgs) -> anyhow::Result<u8> {
     let paths = trace::expand_paths(&args.paths).map_err(ranks::input_error)?;
     if let Some(h) = &args.html {
         crate::outfile::refuse_same_as_input("--html", h, paths.iter().map(|p| p.as_path()))?;

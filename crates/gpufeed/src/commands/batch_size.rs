@@ -22,7 +22,7 @@ fn write_json(
     Ok(())
 }
 
-pub fn run(global: &GlobalOpts, args: &BatchSizeArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(global: &GlobalOpts, args: &BatchSizeArgs) -> anyhow::Result<u8> {
     let setup = Setup {
         command: args.command.clone(),
         param: args.param.clone(),

@@ -6,7 +6,7 @@ use crate::exit::{Exit, Failure};
 use crate::present::OutputFormat;
 use std::io::Write;
 
-pub fn run(global: &GlobalOpts, args: &BenchArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(global: &GlobalOpts, args: &BenchArgs) -> anyhow::Result<u8> {
     if args.min_size == 0 || args.min_size > args.max_size {
         return Err(anyhow::Error::new(Failure::new(
             Exit::Usage,

@@ -13,7 +13,7 @@ use crate::present;
 use crate::present::OutputFormat;
 use std::io::Write;
 
-pub fn run(_global: &GlobalOpts, args: &CompareArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(_global: &GlobalOpts, args: &CompareArgs) -> anyhow::Result<u8> {
     crate::outfile::refuse_unseekable("the input", &args.before)?;
     crate::outfile::refuse_unseekable("the input", &args.after)?;
     for (flag, out) in [("--export-json", &args.export_json), ("--html", &args.html)] {

@@ -9,13 +9,13 @@ use std::io::Write;
 use crate::exit::Exit;
 
 /// Writes the script for `shell` to `out`.
-pub fn write(shell: Shell, out: &mut dyn Write) {
+pub(crate) fn write(shell: Shell, out: &mut dyn Write) {
     let mut cmd = Cli::command();
     let name = cmd.get_name().to_string();
     clap_complete::generate(shell, &mut cmd, name, out);
 }
 
-pub fn run(_global: &GlobalOpts, args: &CompletionsArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(_global: &GlobalOpts, args: &CompletionsArgs) -> anyhow::Result<u8> {
     let mut buf = Vec::new();
     write(args.shell, &mut buf);
     crate::outfile::print_stdout(&buf)?;

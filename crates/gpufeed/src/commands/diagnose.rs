@@ -10,7 +10,7 @@ use crate::present::OutputFormat;
 use std::io::{IsTerminal, Write};
 
 /// Refuses (exit 2) an output that is an input, and `--html` and `--export-json` naming one file
-/// (one would silently overwrite the other, issue 27).
+/// (one would silently overwrite the other).
 fn check_outputs(args: &DiagnoseArgs) -> Result<(), Failure> {
     let inputs = || args.files.iter().map(|p| p.as_path());
     if let Some(h) = &args.html {
@@ -27,7 +27,7 @@ fn check_outputs(args: &DiagnoseArgs) -> Result<(), Failure> {
 }
 
 /// Turns a diagnose error into the input-error exit code with its one clear line.
-pub fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u8> {
     check_outputs(args)?;
     if let Some(i) = args.sample_interval {
         if !(i.is_finite() && i > 0.0 && i <= 86_400.0) {

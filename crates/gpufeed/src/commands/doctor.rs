@@ -6,7 +6,7 @@ use crate::exit::Exit;
 use crate::present::OutputFormat;
 use std::io::Write;
 
-pub fn run(global: &GlobalOpts, args: &DoctorArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(global: &GlobalOpts, args: &DoctorArgs) -> anyhow::Result<u8> {
     let opts = Options {
         nvml_lib: global.nvml_lib.clone(),
         python: args.python.clone(),

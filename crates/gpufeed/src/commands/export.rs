@@ -11,7 +11,7 @@ use crate::record::reader;
 use crate::trace::merge::MergeTrace;
 use std::path::Path;
 
-pub fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8> {
     crate::outfile::refuse_unseekable("the recording", &args.recording)?;
     if let Some(t) = &args.merge {
         crate::outfile::refuse_unseekable("--merge", t)?;

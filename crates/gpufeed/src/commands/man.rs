@@ -8,7 +8,7 @@ use clap::CommandFactory;
 use crate::exit::{Exit, Failure};
 
 /// The page for `gpufeed` or for one of its subcommands; an unknown name is a usage error.
-pub fn render(command: Option<&str>) -> Result<Vec<u8>, Failure> {
+pub(crate) fn render(command: Option<&str>) -> Result<Vec<u8>, Failure> {
     let mut top = Cli::command();
     // Propagates the version and the global options (--nvml-lib) into the subcommands.
     top.build();
@@ -43,7 +43,7 @@ pub fn render(command: Option<&str>) -> Result<Vec<u8>, Failure> {
     Ok(buf)
 }
 
-pub fn run(_global: &GlobalOpts, args: &ManArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(_global: &GlobalOpts, args: &ManArgs) -> anyhow::Result<u8> {
     let page = render(args.command.as_deref())?;
     crate::outfile::print_stdout(&page).context("writing the man page")?;
     Ok(Exit::Ok.code())

@@ -2,20 +2,20 @@
 //! the work itself lives in the layers below (the trial runner `sweep`, `batch-size` and `tune`
 //! share is `tune::trials`).
 
-pub mod analyze;
-pub mod batch_size;
-pub mod bench;
-pub mod compare;
-pub mod completions;
-pub mod diagnose;
-pub mod doctor;
-pub mod export;
-pub mod man;
-pub mod record;
-pub mod serve;
-pub mod sweep;
-pub mod tune;
-pub mod watch;
+pub(crate) mod analyze;
+pub(crate) mod batch_size;
+pub(crate) mod bench;
+pub(crate) mod compare;
+pub(crate) mod completions;
+pub(crate) mod diagnose;
+pub(crate) mod doctor;
+pub(crate) mod export;
+pub(crate) mod man;
+pub(crate) mod record;
+pub(crate) mod serve;
+pub(crate) mod sweep;
+pub(crate) mod tune;
+pub(crate) mod watch;
 
 use crate::cli::{Cli, Command};
 

@@ -211,7 +211,7 @@ fn report_overrides(i: &crate::inject::Injection, recorder: Option<&Recorder>, q
 }
 
 /// `gpufeed run -- CMD...`: the job's exit code becomes gpufeed's.
-pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
     let inject = check_run_args(args)?;
     let mut env: Vec<(String, String)> = inject.iter().map(|i| i.env_var(&[])).collect();
     let prepared = prepare(
@@ -284,7 +284,7 @@ pub fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
 }
 
 /// `gpufeed record [--duration D] [--pid PID]`.
-pub fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
+pub(crate) fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u8> {
     if let Some(pid) = args.pid {
         if !pid_alive(pid) {
             return Err(Failure::input(format!(

@@ -67,7 +67,7 @@ fn wait_for_stop(pid: Option<u32>) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn run(global: &GlobalOpts, args: &ServeArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(global: &GlobalOpts, args: &ServeArgs) -> anyhow::Result<u8> {
     // Bind first: a port in use fails at once, before NVML is opened.
     let listener = if args.once {
         None

@@ -85,7 +85,7 @@ fn present(args: &SweepArgs, rep: &SweepReport, dir: &Path) -> anyhow::Result<()
     Ok(())
 }
 
-pub fn run(global: &GlobalOpts, args: &SweepArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(global: &GlobalOpts, args: &SweepArgs) -> anyhow::Result<u8> {
     let setup = Setup {
         command: args.command.clone(),
         lists: args.lists.clone(),

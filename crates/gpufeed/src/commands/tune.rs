@@ -70,7 +70,7 @@ fn check_outputs(args: &TuneArgs) -> Result<(), crate::exit::Failure> {
     crate::outfile::refuse_shared_outputs(&outputs)
 }
 
-pub fn run(global: &GlobalOpts, args: &TuneArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(global: &GlobalOpts, args: &TuneArgs) -> anyhow::Result<u8> {
     let trial = args.trial.config(global);
     let regex = trial.check(&args.command)?;
     check_outputs(args)?;

@@ -19,7 +19,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub fn run(global: &GlobalOpts, args: &WatchArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(global: &GlobalOpts, args: &WatchArgs) -> anyhow::Result<u8> {
     if args.refresh > Duration::from_millis(500) || args.refresh < Duration::from_millis(20) {
         return Err(Failure::new(
             Exit::Usage,

@@ -75,7 +75,7 @@ fn read_trace(
 }
 
 /// The comparison of two files of one kind.
-pub fn build(before: &Path, after: &Path) -> Result<Comparison, Failure> {
+pub(crate) fn build(before: &Path, after: &Path) -> Result<Comparison, Failure> {
     let (kb, ka) = (detect(before)?, detect(after)?);
     if kb != ka {
         return Err(input(format!(

@@ -6,7 +6,7 @@
 //! [`crate::tune::sweep::SweepReport`], each in its own file ([`recording`], [`trace`], [`sweep`]). The command
 //! (`commands::compare`) reads the files; `present::compare` renders.
 
-pub mod files;
+pub(crate) mod files;
 mod recording;
 mod sweep;
 mod trace;

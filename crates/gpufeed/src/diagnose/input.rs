@@ -88,8 +88,8 @@ pub struct ReadOutcome {
 
 /// Guesses the format from the first bytes of a file.
 pub(crate) fn detect(head: &str) -> Option<InputFormat> {
-    // A UTF-8 byte-order mark says nothing of the format (issue 27: a recording starting with
-    // one was taken for an nvidia-smi CSV).
+    // A UTF-8 byte-order mark says nothing of the format (a recording starting with one was
+    // taken for an nvidia-smi CSV).
     let head = head.strip_prefix('\u{feff}').unwrap_or(head);
     // A plain `nvidia-smi` table dumped before a log (job scripts often do) says nothing of the
     // log's format: its box lines are passed over.

@@ -9,7 +9,7 @@ pub mod input;
 pub mod job;
 pub mod phases;
 pub mod rules;
-pub mod stats;
+pub(crate) mod stats;
 pub mod verdict;
 
 use input::InputFormat;

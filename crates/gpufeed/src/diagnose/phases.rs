@@ -78,7 +78,7 @@ impl Pooler {
     }
 
     /// As [`Pooler::push`], with the GPU's memory in use at that reading.
-    pub fn push_with_memory(&mut self, t_s: f64, util_pct: f64, mem_bytes: Option<u64>) {
+    pub(crate) fn push_with_memory(&mut self, t_s: f64, util_pct: f64, mem_bytes: Option<u64>) {
         if !(t_s.is_finite() && util_pct.is_finite()) {
             return;
         }
@@ -104,7 +104,7 @@ impl Pooler {
 
     /// The pooled series, sorted by time, and for each point whether every GPU's memory was
     /// released (known, and no more than [`RELEASED_BYTES`]).
-    pub fn finish_with_released(self) -> (Vec<(f64, f64)>, Vec<bool>) {
+    pub(crate) fn finish_with_released(self) -> (Vec<(f64, f64)>, Vec<bool>) {
         let mut both: Vec<((f64, f64), Option<u64>)> =
             self.points.into_iter().zip(self.mem).collect();
         both.sort_by(|a, b| a.0 .0.total_cmp(&b.0 .0));

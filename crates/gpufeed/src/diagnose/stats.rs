@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// Running count / sum / sum of squares / min / max.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Moments {
+pub(crate) struct Moments {
     pub n: u64,
     pub sum: f64,
     pub sum_sq: f64,
@@ -15,7 +15,7 @@ pub struct Moments {
 }
 
 impl Moments {
-    pub fn push(&mut self, v: f64) {
+    pub(crate) fn push(&mut self, v: f64) {
         if !v.is_finite() {
             return;
         }
@@ -30,27 +30,24 @@ impl Moments {
         self.sum += v;
         self.sum_sq += v * v;
     }
-    pub fn mean(&self) -> Option<f64> {
+    pub(crate) fn mean(&self) -> Option<f64> {
         (self.n > 0).then(|| self.sum / self.n as f64)
     }
-    pub fn std(&self) -> Option<f64> {
+    pub(crate) fn std(&self) -> Option<f64> {
         let m = self.mean()?;
         Some((self.sum_sq / self.n as f64 - m * m).max(0.0).sqrt())
     }
-    pub fn max(&self) -> Option<f64> {
+    pub(crate) fn max(&self) -> Option<f64> {
         (self.n > 0).then_some(self.max)
-    }
-    pub fn min(&self) -> Option<f64> {
-        (self.n > 0).then_some(self.min)
     }
 }
 
 /// Number of bins of [`PctHistogram`] (5 percentage points each).
-pub const PCT_BINS: usize = 20;
+pub(crate) const PCT_BINS: usize = 20;
 
 /// Histogram of a 0–100 % quantity in 5-point bins.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct PctHistogram {
+pub(crate) struct PctHistogram {
     pub bins: [u64; PCT_BINS],
     pub n: u64,
 }
@@ -80,7 +77,7 @@ impl Split {
 }
 
 impl PctHistogram {
-    pub fn push(&mut self, pct: f64) {
+    pub(crate) fn push(&mut self, pct: f64) {
         if !pct.is_finite() {
             return;
         }
@@ -90,7 +87,7 @@ impl PctHistogram {
     }
 
     /// Percentile (0–100) by linear interpolation inside the bin.
-    pub fn percentile(&self, p: f64) -> Option<f64> {
+    pub(crate) fn percentile(&self, p: f64) -> Option<f64> {
         if self.n == 0 {
             return None;
         }
@@ -123,7 +120,7 @@ impl PctHistogram {
     }
 
     /// Otsu's two-cluster split over bin centres.
-    pub fn split(&self) -> Option<Split> {
+    pub(crate) fn split(&self) -> Option<Split> {
         if self.n < 4 {
             return None;
         }
@@ -205,7 +202,7 @@ impl PeriodicityResult {
 /// Resamples a series onto a regular grid (bin means, gaps carried forward) and averages the
 /// unbiased autocorrelation of fixed windows. Memory is fixed: one window and one ACF sum.
 #[derive(Debug, Clone)]
-pub struct PeriodicityDetector {
+pub(crate) struct PeriodicityDetector {
     calib: Vec<(f64, f64)>,
     step: Option<f64>,
     t0: f64,
@@ -224,7 +221,7 @@ pub struct PeriodicityDetector {
 }
 
 /// Resampled values kept for a zoomed sparkline.
-pub const RECENT: usize = 60;
+pub(crate) const RECENT: usize = 60;
 
 impl Default for PeriodicityDetector {
     fn default() -> Self {
@@ -249,7 +246,7 @@ impl Default for PeriodicityDetector {
 }
 
 impl PeriodicityDetector {
-    pub fn push(&mut self, t: f64, v: f64) {
+    pub(crate) fn push(&mut self, t: f64, v: f64) {
         if !t.is_finite() || !v.is_finite() {
             return;
         }
@@ -365,7 +362,7 @@ impl PeriodicityDetector {
     }
 
     /// The strongest repeat, if the series has any non-flat stretch long enough to tell.
-    pub fn finish(&mut self) -> Option<PeriodicityResult> {
+    pub(crate) fn finish(&mut self) -> Option<PeriodicityResult> {
         if self.step.is_none() && self.calib.len() >= 8 {
             self.calibrate();
         }
@@ -462,7 +459,7 @@ const TIMELINE_CAP: usize = 128;
 
 /// Mean value per time bucket; buckets double in width when the cap is reached.
 #[derive(Debug, Clone)]
-pub struct Timeline {
+pub(crate) struct Timeline {
     t0: Option<f64>,
     width: f64,
     sums: Vec<(f64, u32)>,
@@ -479,7 +476,7 @@ impl Default for Timeline {
 }
 
 impl Timeline {
-    pub fn push(&mut self, t: f64, v: f64) {
+    pub(crate) fn push(&mut self, t: f64, v: f64) {
         if !t.is_finite() || !v.is_finite() {
             return;
         }
@@ -503,7 +500,7 @@ impl Timeline {
     }
 
     /// Bucket width in seconds and the bucket means (gaps carry the previous value).
-    pub fn points(&self) -> (f64, Vec<f64>) {
+    pub(crate) fn points(&self) -> (f64, Vec<f64>) {
         let mut out = Vec::with_capacity(self.sums.len());
         let mut last = None;
         for &(s, n) in &self.sums {
@@ -564,7 +561,7 @@ mod tests {
         assert_eq!(m.n, 3);
         assert_eq!(m.mean(), Some(2.0));
         assert!((m.std().unwrap() - (2.0f64 / 3.0).sqrt()).abs() < 1e-9);
-        assert_eq!((m.min(), m.max()), (Some(1.0), Some(3.0)));
+        assert_eq!((m.min, m.max()), (1.0, Some(3.0)));
         assert_eq!(Moments::default().mean(), None);
     }
 

@@ -95,7 +95,7 @@ pub struct GpuJudgement {
 
 /// Each GPU's state in words: `GPU 0 busy, GPU 1 unused`, or past 8 GPUs grouped by state
 /// (`busy: GPUs 0-7, 9 (9); unused: GPUs 8, 10-31 (23)`), so a fleet's export stays readable.
-pub fn states_line(gpus: &[GpuJudgement]) -> String {
+pub(crate) fn states_line(gpus: &[GpuJudgement]) -> String {
     if gpus.len() <= 8 {
         return gpus
             .iter()
@@ -847,7 +847,7 @@ mod tests {
         e
     }
 
-    /// Issue 37 item 5: the verdict says the workers are started anew every epoch when that is
+    /// The verdict says the workers are started anew every epoch when that is
     /// the finding's kind.
     #[test]
     fn workers_started_every_epoch_are_said_in_the_verdict() {

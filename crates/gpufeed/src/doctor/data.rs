@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Below this read rate a multi-GPU job is likely to wait on storage.
-pub const SLOW_READ_BYTES_PER_S: f64 = 200e6;
+pub(crate) const SLOW_READ_BYTES_PER_S: f64 = 200e6;
 
 /// The mount a path lives on, from /proc/mounts.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Mount {
+pub(crate) struct Mount {
     pub source: String,
     pub mount_point: String,
     pub fs_type: String,
@@ -108,7 +108,7 @@ pub(crate) fn rotational(path: &Path) -> Option<bool> {
 
 /// What the read sample measured.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ReadSample {
+pub(crate) struct ReadSample {
     pub bytes: u64,
     pub files: u64,
     pub seconds: f64,
@@ -191,7 +191,7 @@ fn collect_files(p: &Path, out: &mut Vec<PathBuf>, max: usize, depth: u32) {
     }
 }
 
-pub fn checks(path: &Path, max_bytes: u64, max_time: Duration) -> Vec<Check> {
+pub(crate) fn checks(path: &Path, max_bytes: u64, max_time: Duration) -> Vec<Check> {
     let shown = path.display().to_string();
     let canon = match std::fs::canonicalize(path) {
         Ok(p) => p,
@@ -245,7 +245,7 @@ pub(crate) fn judge_filesystem(path: &str, m: Option<&Mount>) -> Check {
 
 /// Files per second above which a disk cannot be spinning (a seek costs 5–10 ms: 100–200 random
 /// reads per second at most), whatever the kernel's `rotational` flag says.
-pub const SPINNING_MAX_FILES_PER_S: f64 = 400.0;
+pub(crate) const SPINNING_MAX_FILES_PER_S: f64 = 400.0;
 /// Files the sample must have read for its rate to overrule the flag.
 const MIN_FILES_MEASURED: u64 = 20;
 

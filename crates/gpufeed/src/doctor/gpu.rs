@@ -15,7 +15,7 @@ use std::path::Path;
 
 /// Why no GPU facts could be read.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum GpuProbeError {
+pub(crate) enum GpuProbeError {
     #[error("{0}")]
     Open(String),
     #[error("NVML could not count the GPUs: {0}")]
@@ -30,7 +30,7 @@ impl From<NvmlOpenError> for GpuProbeError {
 
 /// What NVML says about the machine.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct GpuSystem {
+pub(crate) struct GpuSystem {
     pub driver_version: Option<String>,
     /// The newest CUDA version the driver supports.
     pub cuda_driver_version: Option<CudaVersion>,
@@ -49,7 +49,7 @@ impl GpuSystem {
 
 /// What NVML says about one GPU; `None` where the driver did not answer.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct GpuFacts {
+pub(crate) struct GpuFacts {
     pub index: u32,
     pub name: Option<String>,
     pub uuid: Option<String>,
@@ -73,7 +73,7 @@ pub struct GpuFacts {
 }
 
 /// Opens NVML and reads every GPU's facts.
-pub fn probe(lib: Option<&Path>) -> Result<GpuSystem, GpuProbeError> {
+pub(crate) fn probe(lib: Option<&Path>) -> Result<GpuSystem, GpuProbeError> {
     let nvml = open(lib)?;
     let count = nvml
         .device_count()
@@ -154,10 +154,10 @@ fn numa_node_from_sysfs(bus_id: &str) -> Option<u32> {
 }
 
 /// Utilization at or above which the GPU counts as under load (its link should be at full speed).
-pub const LOADED_UTIL_PCT: u32 = 50;
+pub(crate) const LOADED_UTIL_PCT: u32 = 50;
 
 /// All GPU checks; without NVML, one `gpus` skip says why.
-pub fn checks(gpus: &Result<GpuSystem, GpuProbeError>) -> Vec<Check> {
+pub(crate) fn checks(gpus: &Result<GpuSystem, GpuProbeError>) -> Vec<Check> {
     let sys = match gpus {
         Ok(s) => s,
         Err(e) => {

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 /// Facts about the host; `None` where unreadable.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct HostFacts {
+pub(crate) struct HostFacts {
     pub shm_path: PathBuf,
     pub shm_total_bytes: Option<u64>,
     pub shm_available_bytes: Option<u64>,
@@ -28,7 +28,7 @@ pub struct HostFacts {
     pub numa_nodes: BTreeMap<u32, Vec<u32>>,
 }
 
-pub fn probe(shm_path: &Path) -> HostFacts {
+pub(crate) fn probe(shm_path: &Path) -> HostFacts {
     let (shm_total_bytes, shm_available_bytes) = match statvfs(shm_path) {
         Some((t, a)) => (Some(t), Some(a)),
         None => (None, None),
@@ -206,7 +206,11 @@ fn cgroup_cpu_quota() -> Option<f64> {
     best
 }
 
-pub fn checks(h: &HostFacts, gpus: &Result<GpuSystem, GpuProbeError>, w: &Workload) -> Vec<Check> {
+pub(crate) fn checks(
+    h: &HostFacts,
+    gpus: &Result<GpuSystem, GpuProbeError>,
+    w: &Workload,
+) -> Vec<Check> {
     let gpu_count = gpus.as_ref().map(|g| g.devices.len() as u32).unwrap_or(0);
     let gpu_mem: Option<u64> = gpus
         .as_ref()
@@ -458,7 +462,7 @@ pub(crate) fn judge_ram(total: Option<u64>, available: Option<u64>, gpu_mem: Opt
 }
 
 /// Below this many open files, DataLoader workers sharing tensors through file descriptors run out.
-pub const NOFILE_MIN: u64 = 4096;
+pub(crate) const NOFILE_MIN: u64 = 4096;
 
 pub(crate) fn judge_nofile(soft: Option<u64>, hard: Option<u64>) -> Check {
     let id = "open_files";

@@ -11,14 +11,14 @@
 //! Its text is `present::doctor`'s; `gpufeed bench` is [`crate::bench`] (measuring) and
 //! `present::bench` (its text).
 
-pub mod data;
-pub mod gpu;
-pub mod host;
-pub mod precision;
-pub mod proc;
-pub mod python;
-pub mod stack;
-pub mod version;
+pub(crate) mod data;
+pub(crate) mod gpu;
+pub(crate) mod host;
+pub(crate) mod precision;
+pub(crate) mod proc;
+pub(crate) mod python;
+pub(crate) mod stack;
+pub(crate) mod version;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

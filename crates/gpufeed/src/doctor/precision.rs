@@ -5,7 +5,7 @@ use super::python::Probe;
 use super::version::{cc_str, generation, Cc};
 use super::{Check, Group, Status};
 
-pub fn check(gpus: &Result<GpuSystem, GpuProbeError>, py: &Probe) -> Check {
+pub(crate) fn check(gpus: &Result<GpuSystem, GpuProbeError>, py: &Probe) -> Check {
     let cc = gpus.as_ref().ok().and_then(|g| g.min_cc()).or(match py {
         Probe::Ran(f) => f.device_cc(),
         _ => None,
@@ -17,7 +17,7 @@ pub fn check(gpus: &Result<GpuSystem, GpuProbeError>, py: &Probe) -> Check {
 }
 
 /// The formats with tensor-core support on this GPU, best first.
-pub fn formats(cc: Cc) -> Vec<&'static str> {
+pub(crate) fn formats(cc: Cc) -> Vec<&'static str> {
     let mut v = Vec::new();
     if cc >= (8, 9) {
         v.push("fp8");
@@ -32,7 +32,7 @@ pub fn formats(cc: Cc) -> Vec<&'static str> {
     v
 }
 
-pub fn judge(cc: Cc) -> Check {
+pub(crate) fn judge(cc: Cc) -> Check {
     let gen = generation(cc);
     let c = |st, s: String| {
         Check::new("precision", Group::Gpu, st, s)

@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
-pub enum RunError {
+pub(crate) enum RunError {
     #[error("{program} not found")]
     NotFound { program: String },
     #[error("{program} could not be started: {source}")]
@@ -26,14 +26,14 @@ pub enum RunError {
 
 /// What a finished command printed.
 #[derive(Debug, Clone)]
-pub struct Output {
+pub(crate) struct Output {
     pub status_code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
 }
 
 /// Runs `program args…` with stdin closed; kills its process group after `timeout`.
-pub fn run(program: &Path, args: &[&str], timeout: Duration) -> Result<Output, RunError> {
+pub(crate) fn run(program: &Path, args: &[&str], timeout: Duration) -> Result<Output, RunError> {
     let name = program.display().to_string();
     let mut child = Command::new(program)
         .args(args)

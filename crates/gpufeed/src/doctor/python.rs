@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Marks the probe's answer among whatever else Python prints (import warnings…).
-pub const MARKER: &str = "GPUFEED_PROBE ";
+pub(crate) const MARKER: &str = "GPUFEED_PROBE ";
 
 /// The probe. Standard library plus torch only; every step guarded so one failure still
 /// leaves an answer. `torch.cuda.is_available()` initialises CUDA (a second or two).
-pub const SCRIPT: &str = r#"
+pub(crate) const SCRIPT: &str = r#"
 import json, sys, site, warnings
 out = {"python_version": sys.version.split()[0], "executable": sys.executable}
 try:
@@ -56,7 +56,7 @@ print("GPUFEED_PROBE " + json.dumps(out))
 
 /// What the probe printed; absent fields are `None`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct PyFacts {
+pub(crate) struct PyFacts {
     pub python_version: Option<String>,
     pub executable: Option<String>,
     #[serde(default)]
@@ -89,7 +89,7 @@ impl PyFacts {
 
 /// Outcome of running the probe.
 #[derive(Debug, Clone)]
-pub enum Probe {
+pub(crate) enum Probe {
     Ran(Box<PyFacts>),
     /// No Python, a timeout or an unreadable answer: why.
     Failed {
@@ -99,7 +99,7 @@ pub enum Probe {
 }
 
 /// Runs `python -c SCRIPT` with a timeout.
-pub fn probe(python: &Path, timeout: Duration) -> Probe {
+pub(crate) fn probe(python: &Path, timeout: Duration) -> Probe {
     let name = python.display().to_string();
     match proc::run(python, &["-c", SCRIPT], timeout) {
         Ok(out) => match parse_answer(&out.stdout) {
@@ -154,7 +154,7 @@ pub(crate) fn cudnn_version_str(v: u64) -> String {
     }
 }
 
-pub fn checks(py: &Probe, gpus: &Result<GpuSystem, GpuProbeError>) -> Vec<Check> {
+pub(crate) fn checks(py: &Probe, gpus: &Result<GpuSystem, GpuProbeError>) -> Vec<Check> {
     let f = match py {
         Probe::Failed { python, reason } => {
             let why = format!("no Python probe: {reason}");
@@ -315,7 +315,7 @@ fn min_driver_for(cuda_major: u32) -> &'static str {
 
 /// One entry of `torch.cuda.get_arch_list()`: "sm_86", "sm_90a", "compute_90".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Arch {
+pub(crate) struct Arch {
     pub cc: Cc,
     /// PTX (`compute_XY`), JIT-compiled at start for newer GPUs.
     pub ptx: bool,

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 /// `nvcc --version`, when nvcc is on PATH.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Nvcc {
+pub(crate) enum Nvcc {
     NotOnPath,
     Found {
         version: Option<CudaVersion>,
@@ -47,7 +47,7 @@ pub(crate) fn parse_nvcc(out: &str) -> Option<CudaVersion> {
 
 /// Where a cuDNN library was found, and its version when readable.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CudnnFound {
+pub(crate) struct CudnnFound {
     pub libraries: Vec<PathBuf>,
     pub version: Option<String>,
     /// "cudnn_version.h" path or "cudnnGetVersion".
@@ -173,7 +173,7 @@ fn cudnn_get_version(lib: &Path) -> Option<String> {
     }
 }
 
-pub fn checks(
+pub(crate) fn checks(
     gpus: &Result<GpuSystem, GpuProbeError>,
     nvcc: &Nvcc,
     cudnn: &Option<CudnnFound>,

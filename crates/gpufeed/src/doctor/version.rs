@@ -5,13 +5,13 @@ use std::fmt;
 
 /// A CUDA version (major.minor), ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct CudaVersion {
+pub(crate) struct CudaVersion {
     pub major: u32,
     pub minor: u32,
 }
 
 impl CudaVersion {
-    pub const fn new(major: u32, minor: u32) -> Self {
+    pub(crate) const fn new(major: u32, minor: u32) -> Self {
         CudaVersion { major, minor }
     }
 
@@ -22,7 +22,7 @@ impl CudaVersion {
     }
 
     /// Parses "12.4", "12.4.131" or "11.8".
-    pub fn parse(s: &str) -> Option<Self> {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         let mut it = s.trim().split('.');
         let major = it.next()?.trim().parse().ok()?;
         let minor = it.next().map_or(Some(0), |m| {
@@ -42,14 +42,14 @@ impl fmt::Display for CudaVersion {
 }
 
 /// A compute capability (major, minor), e.g. (8, 0) for A100.
-pub type Cc = (u32, u32);
+pub(crate) type Cc = (u32, u32);
 
 pub(crate) fn cc_str(cc: Cc) -> String {
     format!("{}.{}", cc.0, cc.1)
 }
 
 /// The architecture's marketing name, for messages.
-pub fn generation(cc: Cc) -> &'static str {
+pub(crate) fn generation(cc: Cc) -> &'static str {
     match cc {
         (3, _) => "Kepler",
         (5, _) => "Maxwell",
@@ -85,7 +85,7 @@ pub(crate) fn min_cuda(cc: Cc) -> Option<CudaVersion> {
 /// The CUDA release from which libraries (cuBLAS, cuDNN, NCCL) are tuned for this generation:
 /// below it the GPU runs, but often tens of percent slower (Hopper on 11.8 lacks the FP8 and
 /// TMA-based cuBLAS kernels of 12.x; Ada on 11.8 lacks FP8).
-pub fn recommended_cuda(cc: Cc) -> Option<CudaVersion> {
+pub(crate) fn recommended_cuda(cc: Cc) -> Option<CudaVersion> {
     Some(match cc {
         (8, 9) | (9, 0) => CudaVersion::new(12, 1),
         (8, _) => CudaVersion::new(11, 8),

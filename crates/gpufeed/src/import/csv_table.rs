@@ -214,7 +214,7 @@ fn skip_duplicates(cols: &mut [Col], names: &[String]) -> Vec<String> {
 }
 
 /// Reads the CSV; `columns` are `NAME=KNOWN` renames (`gpu_busy=utilization.gpu`).
-pub fn read_csv(
+pub(crate) fn read_csv(
     r: impl Read,
     columns: &[String],
     interval_s: Option<f64>,

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 /// The folder of system metric files under `path` (a run folder, its `metrics/`, or
 /// `metrics/system/` itself), if it has one.
-pub fn system_dir(path: &Path) -> Option<PathBuf> {
+pub(crate) fn system_dir(path: &Path) -> Option<PathBuf> {
     [
         path.join("metrics").join("system"),
         path.join("system"),
@@ -32,7 +32,7 @@ pub fn system_dir(path: &Path) -> Option<PathBuf> {
 }
 
 /// Reads the run's system metrics.
-pub fn read_run(
+pub(crate) fn read_run(
     dir: &Path,
     interval_s: Option<f64>,
     visit: impl FnMut(&Line),

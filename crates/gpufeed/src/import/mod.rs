@@ -8,23 +8,23 @@
 //! recording, through one read loop ([`each_line`]) that holds no line longer than
 //! [`MAX_LOG_LINE_BYTES`].
 
-pub mod csv_table;
-pub mod dcgmi;
-pub mod mlflow;
-pub mod prom;
-pub mod rocm_table;
-pub mod smi_csv;
-pub mod smi_layout;
-pub mod table;
-pub mod vocab;
-pub mod wandb;
+pub(crate) mod csv_table;
+pub(crate) mod dcgmi;
+pub(crate) mod mlflow;
+pub(crate) mod prom;
+pub(crate) mod rocm_table;
+pub(crate) mod smi_csv;
+pub(crate) mod smi_layout;
+pub(crate) mod table;
+pub(crate) mod vocab;
+pub(crate) mod wandb;
 
 use std::io::{BufReader, Read};
 
 /// The most GPUs one log is read apart (a node holds a few dozen, a fleet's export a few
 /// hundred): rows of GPUs past them are counted in a note, not followed (each followed GPU
 /// costs its figures: 40,000 distinct indices took 440 MB).
-pub const MAX_GPUS: usize = 1024;
+pub(crate) const MAX_GPUS: usize = 1024;
 
 use crate::units::printable;
 
@@ -94,7 +94,7 @@ pub enum LogError {
 /// The longest line a GPU log reader holds: a full `--query-gpu` row is under 2 KiB, so anything
 /// longer is not a log row. Longer lines are skipped without being held (memory stays bounded on
 /// a 200 MB one-line file).
-pub const MAX_LOG_LINE_BYTES: usize = 64 << 10;
+pub(crate) const MAX_LOG_LINE_BYTES: usize = 64 << 10;
 
 /// Reads one line (newline included) into `buf`, holding at most `max` bytes of it: the rest of
 /// an over-long line is read and dropped. Returns the bytes consumed (0 at the end of input) and
@@ -176,14 +176,14 @@ pub(crate) fn looks_binary(head: &[u8]) -> bool {
 
 impl LogInfo {
     /// Counts a line longer than [`MAX_LOG_LINE_BYTES`]: skipped, and malformed.
-    pub fn overlong_line(&mut self) {
+    pub(crate) fn overlong_line(&mut self) {
         self.overlong += 1;
         self.malformed += 1;
     }
 }
 
 /// One line of a log as [`each_line`] hands it on.
-pub enum LogLine<'a> {
+pub(crate) enum LogLine<'a> {
     /// A line of at most [`MAX_LOG_LINE_BYTES`], its newline included when it has one (a line
     /// without one was cut: the file ends there).
     Text(&'a [u8]),
@@ -193,7 +193,7 @@ pub enum LogLine<'a> {
 
 /// The read loop of every log reader: reads `r` line by line, no line held longer than
 /// [`MAX_LOG_LINE_BYTES`], and hands each to `f` until the end or an error of `f`.
-pub fn each_line(
+pub(crate) fn each_line(
     r: impl Read,
     mut f: impl FnMut(LogLine<'_>) -> Result<(), LogError>,
 ) -> Result<(), LogError> {

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 
 /// A series name and its labels: `name{a="x",b="y"}` (quotes may be doubled, as in CSVs).
-pub fn parse_series(s: &str) -> (String, Vec<(String, String)>) {
+pub(crate) fn parse_series(s: &str) -> (String, Vec<(String, String)>) {
     let s = s.trim();
     let Some(open) = s.find('{') else {
         return (s.to_string(), Vec::new());
@@ -37,14 +37,14 @@ pub fn parse_series(s: &str) -> (String, Vec<(String, String)>) {
 }
 
 /// The machine and GPU a series' labels name, and the GPU's model name and uuid.
-pub struct SeriesGpu<'a> {
+pub(crate) struct SeriesGpu<'a> {
     pub host: Option<&'a str>,
     pub id: String,
     pub name: Option<&'a str>,
     pub uuid: Option<&'a str>,
 }
 
-pub fn series_gpu(labels: &[(String, String)]) -> SeriesGpu<'_> {
+pub(crate) fn series_gpu(labels: &[(String, String)]) -> SeriesGpu<'_> {
     let get = |keys: &[&str]| {
         keys.iter()
             .find_map(|k| labels.iter().find(|(l, _)| l == k).map(|(_, v)| v.as_str()))
@@ -73,11 +73,11 @@ pub fn series_gpu(labels: &[(String, String)]) -> SeriesGpu<'_> {
 }
 
 /// The host, GPU id, model name and uuid a row gives beside a series name without labels.
-pub type RowGpu<'a> = (Option<&'a str>, &'a str, Option<&'a str>, Option<&'a str>);
+pub(crate) type RowGpu<'a> = (Option<&'a str>, &'a str, Option<&'a str>, Option<&'a str>);
 
 /// Puts one value of a named series into `t` (unknown names noted). A series without labels
 /// takes its GPU from `row` (an export with the labels in columns of their own).
-pub fn put_series(
+pub(crate) fn put_series(
     t: &mut Table,
     series: &str,
     when: Option<f64>,
@@ -131,7 +131,7 @@ fn put_parsed(
 
 /// Reads saved Prometheus text scrapes (the exposition format, `# HELP`/`# TYPE` lines,
 /// optional millisecond timestamps). Scrapes without timestamps are counted one interval apart.
-pub fn read_text(
+pub(crate) fn read_text(
     r: impl Read,
     interval_s: Option<f64>,
     visit: impl FnMut(&Line),
@@ -170,12 +170,12 @@ pub fn read_text(
 }
 
 /// The most bytes of a Prometheus JSON result read (it is parsed whole).
-pub const MAX_JSON_BYTES: u64 = 64 << 20;
+pub(crate) const MAX_JSON_BYTES: u64 = 64 << 20;
 
 /// Reads a Prometheus HTTP API answer (`{"status":"success","data":{"resultType":"matrix",
 /// "result":[{"metric":{…},"values":[[t,"v"],…]}]}}`, or `vector` with one `value`), or a list
 /// of such answers.
-pub fn read_json(
+pub(crate) fn read_json(
     r: impl Read,
     interval_s: Option<f64>,
     visit: impl FnMut(&Line),

@@ -29,7 +29,7 @@ fn pct(tok: &str) -> Option<f64> {
 }
 
 /// Reads every concise table in the log.
-pub fn read(
+pub(crate) fn read(
     r: impl Read,
     interval_s: Option<f64>,
     visit: impl FnMut(&Line),

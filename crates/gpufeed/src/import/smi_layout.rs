@@ -14,7 +14,7 @@
 
 /// How rows map to GPUs.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Layout {
+pub(crate) enum Layout {
     /// Each row names its GPU (an index, uuid or pci.bus_id column).
     Column,
     /// Rows come in polls of `n`, one per GPU in order (see `PollCursor`): a gap of at most
@@ -30,7 +30,7 @@ pub enum Layout {
 
 /// What detection looks at in one row.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Probe {
+pub(crate) struct Probe {
     /// Seconds (any origin).
     pub ts: Option<f64>,
     pub mem_mib: Option<f64>,
@@ -39,7 +39,7 @@ pub struct Probe {
 }
 
 /// The most GPUs one log row set is read as (a node has at most a few dozen).
-pub const MAX_GPUS: u32 = 64;
+pub(crate) const MAX_GPUS: u32 = 64;
 /// Two timestamps closer than this are the same instant (nvidia-smi writes milliseconds).
 const TS_EPS_S: f64 = 0.0015;
 /// Share of polls (or of row pairs) that must agree before a count is believed.

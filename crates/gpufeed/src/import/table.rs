@@ -16,9 +16,9 @@ use crate::sample::{GpuSample, GpuStatic};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The most GPUs (entities) one file is read as; more are counted and left out.
-pub const MAX_ENTITIES: usize = super::MAX_GPUS;
+pub(crate) const MAX_ENTITIES: usize = super::MAX_GPUS;
 /// The most GPU moments held; a longer file is read up to there and says so (about 90 MB).
-pub const MAX_POINTS: usize = 500_000;
+pub(crate) const MAX_POINTS: usize = 500_000;
 /// Unknown names listed in the note.
 const MAX_UNKNOWN_LISTED: usize = 12;
 /// Unknown names remembered at all (a file with a million distinct names stays small).
@@ -26,7 +26,7 @@ const MAX_UNKNOWN_KEPT: usize = 256;
 
 /// Where a value belongs in time.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum When {
+pub(crate) enum When {
     /// Seconds, any origin (epoch or relative): differences matter.
     At(f64),
     /// The file has no time: the n-th reading of this GPU.
@@ -159,7 +159,7 @@ struct Entity {
 
 /// Collects a file's values; [`Table::finish`] writes them as samples.
 #[derive(Debug, Default)]
-pub struct Table {
+pub(crate) struct Table {
     entities: Vec<Entity>,
     by_key: HashMap<(Option<String>, String), u32>,
     entities_left_out: u64,
@@ -180,13 +180,13 @@ pub struct Table {
 }
 
 impl Table {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// The entity for a host and an id as the file writes them (`GPU 0`, `0`, `card1`, a uuid);
     /// `None` past [`MAX_ENTITIES`].
-    pub fn entity(&mut self, host: Option<&str>, id: &str) -> Option<u32> {
+    pub(crate) fn entity(&mut self, host: Option<&str>, id: &str) -> Option<u32> {
         let key = (host.map(super::printable), super::printable(id.trim()));
         if let Some(&e) = self.by_key.get(&key) {
             return Some(e);
@@ -206,14 +206,14 @@ impl Table {
     }
 
     /// The next reading's place for an entity of a file without time.
-    pub fn next_nth(&mut self, e: u32) -> When {
+    pub(crate) fn next_nth(&mut self, e: u32) -> When {
         let ent = &mut self.entities[e as usize];
         ent.seq += 1;
         When::Nth(ent.seq - 1)
     }
 
     /// For series without time: the n-th value of this metric on this GPU.
-    pub fn next_nth_of(&mut self, e: u32, metric: Metric) -> When {
+    pub(crate) fn next_nth_of(&mut self, e: u32, metric: Metric) -> When {
         self.untimed = true;
         let n = self.nth_by_metric.entry((e, metric)).or_insert(0);
         *n += 1;
@@ -221,7 +221,7 @@ impl Table {
     }
 
     /// The GPU's model name or uuid, where the file gives them.
-    pub fn describe(&mut self, e: u32, name: Option<&str>, uuid: Option<&str>) {
+    pub(crate) fn describe(&mut self, e: u32, name: Option<&str>, uuid: Option<&str>) {
         let ent = &mut self.entities[e as usize];
         if let Some(n) = name.filter(|n| !n.is_empty()) {
             ent.name.get_or_insert_with(|| super::printable(n));
@@ -232,7 +232,7 @@ impl Table {
     }
 
     /// One value of `metric` (already in the metric's unit) for entity `e` at `when`.
-    pub fn put(&mut self, e: u32, when: When, metric: Metric, value: f64) {
+    pub(crate) fn put(&mut self, e: u32, when: When, metric: Metric, value: f64) {
         let Some(s) = slot(metric) else { return };
         if !value.is_finite() {
             return;
@@ -275,7 +275,7 @@ impl Table {
     }
 
     /// A name the vocabulary does not know (listed in a note).
-    pub fn unknown(&mut self, name: &str) {
+    pub(crate) fn unknown(&mut self, name: &str) {
         let name = name.trim();
         if name.is_empty() {
             return;
@@ -292,7 +292,7 @@ impl Table {
 
     /// Reads `r` line by line ([`super::each_line`]), handing each line to `f` with the table;
     /// a line too long to be a row is counted as such and passed over.
-    pub fn each_line(
+    pub(crate) fn each_line(
         &mut self,
         r: impl std::io::Read,
         mut f: impl FnMut(&mut Table, &[u8]) -> Result<(), LogError>,
@@ -307,12 +307,12 @@ impl Table {
     }
 
     /// Has any value been put?
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.points.is_empty()
     }
 
     /// The best busy measure this file holds.
-    pub fn busy_metric(&self) -> Option<Metric> {
+    pub(crate) fn busy_metric(&self) -> Option<Metric> {
         super::vocab::best_busy(|m| self.present.contains(&m))
     }
 
@@ -370,7 +370,7 @@ impl Table {
 
     /// Writes the samples in time order to `visit`; returns the header, what was read and the
     /// GPUs' profiling means. `format` names the file's kind in notes and errors.
-    pub fn finish(
+    pub(crate) fn finish(
         mut self,
         format: &'static str,
         interval_s: Option<f64>,
@@ -535,7 +535,7 @@ impl Table {
 /// A value as files write it: a number, with an optional unit after it (`87 %`, `1024 MiB`,
 /// `250.3 W`); `None` for `N/A`, `[N/A]`, `-`, empty, text. A memory unit in the value gives
 /// bytes (then `bytes` is true).
-pub fn number(v: &str) -> Option<(f64, bool)> {
+pub(crate) fn number(v: &str) -> Option<(f64, bool)> {
     let v = v.trim().trim_matches('"').trim();
     if v.is_empty() || v == "-" || v.starts_with('[') || v.eq_ignore_ascii_case("n/a") {
         return None;

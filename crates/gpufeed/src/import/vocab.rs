@@ -63,7 +63,7 @@ impl Metric {
     pub const BUSY: [Metric; 3] = [Metric::SmActivePct, Metric::GrActivePct, Metric::UtilPct];
 
     /// How a report names a busy measure.
-    pub fn busy_label(self) -> &'static str {
+    pub(crate) fn busy_label(self) -> &'static str {
         match self {
             Metric::SmActivePct => "SM active (DCGM SMACT / DCGM_FI_PROF_SM_ACTIVE)",
             Metric::GrActivePct => {
@@ -105,7 +105,7 @@ impl Family {
 
 /// One name of the vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Term {
+pub(crate) struct Term {
     /// Lower case; `{}` stands for a GPU number.
     pub name: &'static str,
     pub metric: Metric,
@@ -134,7 +134,7 @@ macro_rules! t {
 /// The vocabulary. Names are matched lower-cased, with a `[unit]` suffix and a leading
 /// `system/` or `system.` taken off when the whole name is not found.
 #[rustfmt::skip]
-pub const TERMS: &[Term] = &[
+pub(crate) const TERMS: &[Term] = &[
     // nvidia-smi --query-gpu (units also read from the header `[MiB]` or the values `1024 MiB`).
     t!("utilization.gpu", UtilPct, 1.0, "%", SmiQuery),
     t!("utilization.memory", MemUtilPct, 1.0, "%", SmiQuery),
@@ -288,7 +288,7 @@ pub const TERMS: &[Term] = &[
 
 /// A name found in the vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Found {
+pub(crate) struct Found {
     pub term: &'static Term,
     /// The GPU number the name carried (`system.gpu.3.gpu` → 3).
     pub gpu: Option<u32>,
@@ -333,7 +333,7 @@ fn exact(name: &str) -> Option<&'static Term> {
 }
 
 /// Looks a column, key or series name up.
-pub fn lookup(raw: &str) -> Option<Found> {
+pub(crate) fn lookup(raw: &str) -> Option<Found> {
     let n = normalize(raw);
     let mut tries = vec![n.clone()];
     // `utilization.gpu [%]`: the unit goes.
@@ -494,7 +494,7 @@ const SCRIPT_TERMS: &[Term] = &[
     t!("dev_temp", TemperatureC, 1.0, "C", Common), t!("dev_power", PowerW, 1.0, "W", Common),
 ];
 /// The busy measure a set of metrics is judged by: the best one present.
-pub fn best_busy(present: impl Fn(Metric) -> bool) -> Option<Metric> {
+pub(crate) fn best_busy(present: impl Fn(Metric) -> bool) -> Option<Metric> {
     Metric::BUSY.into_iter().find(|&m| present(m))
 }
 

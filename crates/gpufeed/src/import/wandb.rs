@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 
 /// Reads `wandb-events.jsonl`.
-pub fn read_events(
+pub(crate) fn read_events(
     r: impl Read,
     interval_s: Option<f64>,
     visit: impl FnMut(&Line),
@@ -97,7 +97,7 @@ pub fn read_events(
 }
 
 /// The message for a `.wandb` run file (W&B's binary log of a run, system metrics included).
-pub fn binary_run_file_message(shown: &str) -> String {
+pub(crate) fn binary_run_file_message(shown: &str) -> String {
     format!(
         "a W&B run file (.wandb, binary): gpufeed reads W&B's system metrics from \
          wandb-events.jsonl or a CSV export; for this run, export the system panel's CSV from the \

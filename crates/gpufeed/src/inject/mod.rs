@@ -13,12 +13,11 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::Path;
 
 /// The Python side, written as `sitecustomize.py`. One file serves both sides: the wheel ships
 /// it as `gpufeed/_autosteps.py`, whose DataLoader hook `gpufeed.profile()` installs in the
 /// notebook kernel (its start-up code runs only when it is imported as `sitecustomize`).
-pub const SITECUSTOMIZE: &str = include_str!("../../../../python/gpufeed/_autosteps.py");
+pub(crate) const SITECUSTOMIZE: &str = include_str!("../../../../python/gpufeed/_autosteps.py");
 
 #[derive(Debug, thiserror::Error)]
 pub enum InjectError {
@@ -39,7 +38,7 @@ impl crate::exit::HasExit for InjectError {
 
 /// Replaces every `{name}` of the setting in `text` (a `--dataloader`/`--torch` value here, a
 /// command or an environment template in the tuner).
-pub fn substitute(text: &str, setting: &[(String, String)]) -> String {
+pub(crate) fn substitute(text: &str, setting: &[(String, String)]) -> String {
     // One pass over the template: a value is copied as it is, never searched for `{name}` again
     // (`-L a '{b}' -L b X` gives `a={b}`, not `a=X`).
     let mut out = String::with_capacity(text.len());
@@ -83,7 +82,7 @@ enum ValueKind {
 }
 
 /// `--dataloader` keys: arguments of `torch.utils.data.DataLoader`.
-pub const DATALOADER_KEYS: [&str; 5] = [
+pub(crate) const DATALOADER_KEYS: [&str; 5] = [
     "num_workers",
     "pin_memory",
     "prefetch_factor",
@@ -92,7 +91,7 @@ pub const DATALOADER_KEYS: [&str; 5] = [
 ];
 
 /// `--torch` keys: global switches.
-pub const TORCH_KEYS: [&str; 3] = ["matmul_precision", "cudnn_benchmark", "allow_tf32"];
+pub(crate) const TORCH_KEYS: [&str; 3] = ["matmul_precision", "cudnn_benchmark", "allow_tf32"];
 
 fn kind_of(flag: Flag, key: &str) -> Option<ValueKind> {
     Some(match (flag, key) {
@@ -219,7 +218,7 @@ impl InjectSpec {
     }
 
     /// Also time every torch DataLoader's batches as step markers (see [`Resolved::auto_steps`]).
-    pub fn with_auto_steps(mut self, on: bool) -> InjectSpec {
+    pub(crate) fn with_auto_steps(mut self, on: bool) -> InjectSpec {
         self.auto_steps = on;
         self
     }
@@ -275,7 +274,7 @@ pub struct Resolved {
 
 impl Resolved {
     /// Step markers from the DataLoader and nothing else.
-    pub fn auto_steps_only() -> Resolved {
+    pub(crate) fn auto_steps_only() -> Resolved {
         Resolved {
             auto_steps: true,
             ..Default::default()
@@ -301,13 +300,6 @@ pub struct InjectReport {
     /// could not tell them apart.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub loader_notes: Vec<String>,
-}
-
-impl InjectReport {
-    /// At least one value was put in place of the job's own.
-    pub fn took_effect(&self) -> bool {
-        !self.overrides.is_empty()
-    }
 }
 
 /// One line of `report.ndjson`.
@@ -567,7 +559,7 @@ impl InjectReport {
 }
 
 /// The prepared directory of one job; removed when dropped.
-pub struct Injection {
+pub(crate) struct Injection {
     dir: tempfile::TempDir,
     wanted: Resolved,
 }
@@ -598,12 +590,8 @@ impl Injection {
         })
     }
 
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
-    }
-
     /// The job's `PYTHONPATH`: this directory first, then `current` (the job's own, if any).
-    pub fn pythonpath(&self, current: Option<&str>) -> String {
+    pub(crate) fn pythonpath(&self, current: Option<&str>) -> String {
         let me = self.dir.path().display().to_string();
         match current.filter(|c| !c.is_empty()) {
             Some(c) => format!("{me}:{c}"),
@@ -625,7 +613,7 @@ impl Injection {
     /// What the job reported so far (call after it ended). The job can write into this folder:
     /// the side channel is opened without blocking and without following a link, and anything
     /// but a regular file (a FIFO would block `run` forever) is ignored with a note.
-    pub fn read(&self) -> InjectReport {
+    pub(crate) fn read(&self) -> InjectReport {
         use std::os::unix::fs::OpenOptionsExt;
         let path = self.dir.path().join("report.ndjson");
         let opened = std::fs::OpenOptions::new()
@@ -769,7 +757,10 @@ not json
             r.overrides[1].describe(),
             "torch.backends.cudnn.benchmark=True, was False"
         );
-        assert!(r.took_effect());
+        assert!(
+            !r.overrides.is_empty(),
+            "a value was put in place of the job's own"
+        );
         assert_eq!(r.notes.len(), 2, "{:?}", r.notes);
         assert!(r.notes[0].contains("DataLoader at train.py:42: batch_size=64 not applied: left alone: it has a batch_sampler"));
         assert!(r.notes[1].contains("set back to False"));
@@ -782,7 +773,7 @@ not json
             .resolve(&[])
             .unwrap();
         let r = aggregate("", &wanted);
-        assert!(!r.took_effect());
+        assert!(r.overrides.is_empty());
         assert!(r.notes[0].contains("no Python process"), "{:?}", r.notes);
         assert!(r.notes[0].starts_with("--dataloader and --torch"));
         let r = aggregate(r#"{"event":"python"}"#, &wanted);
@@ -799,16 +790,22 @@ not json
     fn the_directory_is_private_and_first_on_the_path() {
         use std::os::unix::fs::PermissionsExt;
         let inj = Injection::prepare(&Resolved::default()).unwrap();
-        let mode = std::fs::metadata(inj.dir()).unwrap().permissions().mode();
+        let mode = std::fs::metadata(inj.dir.path())
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o700);
-        assert!(inj.dir().join("sitecustomize.py").is_file());
+        assert!(inj.dir.path().join("sitecustomize.py").is_file());
         let p = inj.pythonpath(Some("/a:/b"));
-        assert!(p.ends_with(":/a:/b") && p.starts_with(&inj.dir().display().to_string()));
-        assert_eq!(inj.pythonpath(Some("")), inj.dir().display().to_string());
+        assert!(p.ends_with(":/a:/b") && p.starts_with(&inj.dir.path().display().to_string()));
+        assert_eq!(
+            inj.pythonpath(Some("")),
+            inj.dir.path().display().to_string()
+        );
         let (k, v) = inj.env_var(&[("PYTHONPATH".into(), "/user".into())]);
         assert_eq!(k, "PYTHONPATH");
         assert!(v.ends_with(":/user"));
-        let dir = inj.dir().to_path_buf();
+        let dir = inj.dir.path().to_path_buf();
         drop(inj);
         assert!(!dir.exists());
     }
@@ -870,7 +867,7 @@ not json
     #[test]
     fn a_fifo_or_a_link_in_place_of_the_report_never_blocks_the_read() {
         let inj = Injection::prepare(&Resolved::auto_steps_only()).unwrap();
-        let report = inj.dir().join("report.ndjson");
+        let report = inj.dir.path().join("report.ndjson");
         let c = std::ffi::CString::new(report.to_str().unwrap()).unwrap();
         // SAFETY: a valid C string; mkfifo only creates the node.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
@@ -883,8 +880,15 @@ not json
         let rep = inj.read();
         assert!(rep.notes[0].contains("a link"), "{:?}", rep.notes);
         // The folder is marked as gpufeed's own, and named for this gpufeed's pid.
-        assert!(inj.dir().join(".gpufeed-owned").is_file());
-        let name = inj.dir().file_name().unwrap().to_str().unwrap().to_string();
+        assert!(inj.dir.path().join(".gpufeed-owned").is_file());
+        let name = inj
+            .dir
+            .path()
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
         assert!(
             name.starts_with(&format!("gpufeed-inject-{}-", std::process::id())),
             "{name}"

@@ -1,7 +1,7 @@
 //! Running the user's command: spawn it unchanged, pass its exit status through, and forward
 //! signals to the whole job.
 
-pub mod watchdog;
+pub(crate) mod watchdog;
 
 use crate::exit::{Exit, Failure};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
@@ -46,7 +46,7 @@ impl crate::exit::HasExit for JobError {
 
 /// How the job ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobExit {
+pub(crate) enum JobExit {
     Code(i32),
     Signal(i32),
 }
@@ -59,13 +59,13 @@ impl JobExit {
             JobExit::Signal(s) => crate::exit::Exit::signal(s),
         }
     }
-    pub fn code(self) -> Option<i32> {
+    pub(crate) fn code(self) -> Option<i32> {
         match self {
             JobExit::Code(c) => Some(c),
             JobExit::Signal(_) => None,
         }
     }
-    pub fn signal(self) -> Option<i32> {
+    pub(crate) fn signal(self) -> Option<i32> {
         match self {
             JobExit::Signal(s) => Some(s),
             JobExit::Code(_) => None,
@@ -74,7 +74,7 @@ impl JobExit {
 }
 
 /// The user's command, running.
-pub struct Job {
+pub(crate) struct Job {
     child: Child,
     /// With a watchdog ([`SpawnOpts::die_with_parent`]): the job's own pid (`child` is the
     /// watchdog) and gpufeed's end of the pipe whose closing tells the watchdog gpufeed is gone.
@@ -83,13 +83,9 @@ pub struct Job {
 
 impl Job {
     /// Starts `argv` with the terminal's stdin/stdout/stderr, in gpufeed's process group (so a
-    /// Ctrl-C at the terminal reaches the job directly, as it would without gpufeed).
-    /// Arguments are passed as they are, bytes that are not UTF-8 included.
-    pub fn spawn<S: AsRef<OsStr>>(argv: &[S]) -> Result<Job, JobError> {
-        Self::spawn_env(argv, &[])
-    }
-
-    /// [`Job::spawn`] with variables added to (or replacing in) gpufeed's own environment.
+    /// Ctrl-C at the terminal reaches the job directly, as it would without gpufeed), with
+    /// variables added to (or replacing in) gpufeed's own environment. Arguments are passed as
+    /// they are, bytes that are not UTF-8 included.
     pub(crate) fn spawn_env<S: AsRef<OsStr>>(
         argv: &[S],
         env: &[(String, String)],
@@ -104,7 +100,7 @@ impl Job {
     /// alone decides when the job stops and can signal every process of it, see
     /// [`Job::stop_tree`]), stdin closed, and stdout/stderr piped when `opts.capture` (take them
     /// with [`Job::take_output`]) or inherited otherwise.
-    pub fn spawn_with(argv: &[String], opts: &SpawnOpts) -> Result<Job, JobError> {
+    pub(crate) fn spawn_with(argv: &[String], opts: &SpawnOpts) -> Result<Job, JobError> {
         let (prog, args) = argv.split_first().ok_or(JobError::Empty)?;
         let mut cmd = Command::new(prog);
         cmd.args(args)
@@ -176,12 +172,12 @@ impl Job {
     }
 
     /// The job's piped stdout and stderr (once; `None` when not captured or already taken).
-    pub fn take_output(&mut self) -> (Option<ChildStdout>, Option<ChildStderr>) {
+    pub(crate) fn take_output(&mut self) -> (Option<ChildStdout>, Option<ChildStderr>) {
         (self.child.stdout.take(), self.child.stderr.take())
     }
 
     /// The exit status if the job has ended, without blocking.
-    pub fn try_wait(&mut self) -> Result<Option<JobExit>, JobError> {
+    pub(crate) fn try_wait(&mut self) -> Result<Option<JobExit>, JobError> {
         Ok(self.child.try_wait().map_err(JobError::Wait)?.map(exit_of))
     }
 
@@ -190,7 +186,7 @@ impl Job {
     /// group), first with SIGINT, then SIGTERM, then SIGKILL, each given `grace` to work. Returns
     /// how the root process ended and the last signal that had to be sent (`None` when the job had
     /// already ended and nothing of it was left).
-    pub fn stop_tree(
+    pub(crate) fn stop_tree(
         &mut self,
         extra: &[u32],
         grace: Duration,
@@ -240,17 +236,17 @@ impl Job {
 
     /// The pid to signal and wait for: the job, or its watchdog (which passes signals sent to
     /// the job's process group through, since it ignores them, and exits as the job did).
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// The job's own pid: the root of the process tree to record.
-    pub fn job_pid(&self) -> u32 {
+    pub(crate) fn job_pid(&self) -> u32 {
         self.watched.as_ref().map_or(self.child.id(), |(p, _)| *p)
     }
 
     /// Waits for the job to end.
-    pub fn wait(&mut self) -> Result<JobExit, JobError> {
+    pub(crate) fn wait(&mut self) -> Result<JobExit, JobError> {
         let st = self.child.wait().map_err(JobError::Wait)?;
         Ok(exit_of(st))
     }
@@ -270,7 +266,7 @@ fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// Options for [`Job::spawn_with`].
 #[derive(Debug, Clone, Default)]
-pub struct SpawnOpts {
+pub(crate) struct SpawnOpts {
     /// Variables added to (or replacing in) gpufeed's own environment.
     pub env: Vec<(String, String)>,
     /// Pipe stdout and stderr instead of inheriting them.
@@ -369,7 +365,7 @@ fn add_new(to: &mut Vec<u32>, new: Vec<u32>) {
 
 /// One termination signal gpufeed received.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Received {
+pub(crate) struct Received {
     pub signal: i32,
     /// Generated by the terminal (Ctrl-C, Ctrl-\, hang-up): everyone in the foreground process
     /// group, the job included, received it already.
@@ -378,13 +374,15 @@ pub struct Received {
 
 /// Catches SIGINT, SIGTERM, SIGHUP and SIGQUIT on a thread of its own, so gpufeed survives them
 /// long enough to flush the recording, and hands each one to `on_signal`.
-pub struct SignalWatch {
+pub(crate) struct SignalWatch {
     handle: signal_hook::iterator::Handle,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl SignalWatch {
-    pub fn start(on_signal: impl Fn(Received) + Send + 'static) -> Result<SignalWatch, JobError> {
+    pub(crate) fn start(
+        on_signal: impl Fn(Received) + Send + 'static,
+    ) -> Result<SignalWatch, JobError> {
         let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP, SIGQUIT])
             .map_err(JobError::Signals)?;
         let handle = signals.handle();
@@ -429,7 +427,7 @@ pub(crate) fn signal_all(pids: &[u32], signal: i32) {
 
 /// Starts `command` with its output (stdout and stderr) in the file `log`, replaced by rename
 /// (`watch -- CMD`: the terminal belongs to the view).
-pub fn spawn_logged(
+pub(crate) fn spawn_logged(
     command: &[String],
     env: &[(String, String)],
     log_path: &std::path::Path,
@@ -468,7 +466,7 @@ pub fn spawn_logged(
 }
 
 /// A finished job's exit code as a shell gives it (128+N for signal N; 1 when neither is known).
-pub fn shell_code(st: std::process::ExitStatus) -> u8 {
+pub(crate) fn shell_code(st: std::process::ExitStatus) -> u8 {
     use std::os::unix::process::ExitStatusExt;
     st.code()
         .map(|c| c as u8)
@@ -478,7 +476,7 @@ pub fn shell_code(st: std::process::ExitStatus) -> u8 {
 
 /// Ends a job gpufeed started and the processes of its tree (`pids`): SIGTERM, then SIGKILL
 /// after 5 s. Returns the job's exit code as a shell gives it.
-pub fn stop_tree(j: &mut Child, mut pids: Vec<u32>) -> u8 {
+pub(crate) fn stop_tree(j: &mut Child, mut pids: Vec<u32>) -> u8 {
     pids.push(j.id());
     signal_all(&pids, libc::SIGTERM);
     let until = Instant::now() + Duration::from_secs(5);
@@ -498,7 +496,7 @@ pub fn stop_tree(j: &mut Child, mut pids: Vec<u32>) -> u8 {
 /// sent to gpufeed alone (kill, a scheduler) is forwarded to every process of the job. Installed
 /// before the job starts, so no signal can kill gpufeed and orphan the job. Returns the watch
 /// and the last signal received (0: none). `pids`: the job's tree, filled in once it runs.
-pub fn forward_signals(
+pub(crate) fn forward_signals(
     pids: std::sync::Arc<std::sync::Mutex<Vec<u32>>>,
 ) -> Result<(SignalWatch, std::sync::Arc<std::sync::atomic::AtomicI32>), Failure> {
     let early_signal = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
@@ -527,12 +525,21 @@ mod tests {
 
     #[test]
     fn spawn_errors_are_classified() {
-        let e = Job::spawn(&["definitely-not-a-command-xyz"]).err().unwrap();
+        let e = Job::spawn_env(&["definitely-not-a-command-xyz"], &[])
+            .err()
+            .unwrap();
         assert_eq!(e.exit().code(), 127);
         assert!(e.to_string().contains("command not found"));
-        let e = Job::spawn(&["/etc/hostname"]).err().unwrap();
+        let e = Job::spawn_env(&["/etc/hostname"], &[]).err().unwrap();
         assert_eq!(e.exit().code(), 126, "{e}");
-        assert_eq!(Job::spawn::<&str>(&[]).err().unwrap().exit().code(), 2);
+        assert_eq!(
+            Job::spawn_env::<&str>(&[], &[])
+                .err()
+                .unwrap()
+                .exit()
+                .code(),
+            2
+        );
     }
 
     #[test]
@@ -688,9 +695,9 @@ mod tests {
 
     #[test]
     fn exit_status_passes_through() {
-        let mut j = Job::spawn(&["sh", "-c", "exit 7"]).unwrap();
+        let mut j = Job::spawn_env(&["sh", "-c", "exit 7"], &[]).unwrap();
         assert_eq!(j.wait().unwrap(), JobExit::Code(7));
-        let mut j = Job::spawn(&["sh", "-c", "kill -TERM $$"]).unwrap();
+        let mut j = Job::spawn_env(&["sh", "-c", "kill -TERM $$"], &[]).unwrap();
         assert_eq!(j.wait().unwrap(), JobExit::Signal(libc::SIGTERM));
     }
 }

@@ -17,7 +17,7 @@
 //! While gpufeed lives, the watchdog ignores SIGINT/SIGTERM/SIGHUP/SIGQUIT (gpufeed signals the
 //! job's process group, which includes it). When the job exits, the watchdog first ends what the
 //! job left behind the same way (a daemon that forked, `setsid`ed and forked again is re-parented
-//! to it, not to init: issue 27) and then exits as the job did, so `Job::try_wait` and
+//! to it, not to init) and then exits as the job did, so `Job::try_wait` and
 //! `Job::stop_tree` see the job's own exit status and no process of the trial outlives it.
 //!
 //! Why not a cgroup v2: it needs a delegated, writable cgroup tree, which neither CI containers
@@ -33,11 +33,11 @@
 use std::io;
 
 /// How long the job's processes get between SIGTERM and SIGKILL once gpufeed is gone.
-pub const GRACE_MS: i32 = 2000;
+pub(crate) const GRACE_MS: i32 = 2000;
 
 /// The raw ends of the two pipes, as seen in the forked child.
 #[derive(Debug, Clone, Copy)]
-pub struct Fds {
+pub(crate) struct Fds {
     pub alive_r: libc::c_int,
     pub alive_w: libc::c_int,
     pub pid_r: libc::c_int,

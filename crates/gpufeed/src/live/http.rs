@@ -40,12 +40,12 @@ const YOUNG_MS: u64 = 100;
 
 /// Connections over the cap that may still be closing (evicted, not yet dropped by the runtime)
 /// before new ones are refused instead.
-pub const EVICT_SLACK: usize = 16;
+pub(crate) const EVICT_SLACK: usize = 16;
 
 type Body = http_body_util::Full<Bytes>;
 
 #[derive(Debug, thiserror::Error)]
-pub enum HttpError {
+pub(crate) enum HttpError {
     #[error("cannot listen on {addr}: {source}{hint}")]
     Bind {
         addr: SocketAddr,
@@ -58,7 +58,7 @@ pub enum HttpError {
 
 /// What one connection may cost.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Longest request line plus headers, in bytes (at least 8192: hyper's smallest buffer).
     pub max_head_bytes: usize,
     /// Time to receive a whole request head, counted from the moment the connection is idle
@@ -79,13 +79,13 @@ impl Default for Limits {
 }
 
 /// A response: status, content type, body.
-pub struct Response {
+pub(crate) struct Response {
     pub status: u16,
     pub content_type: &'static str,
     pub body: Bytes,
 }
 
-pub fn bind(addr: SocketAddr) -> Result<TcpListener, HttpError> {
+pub(crate) fn bind(addr: SocketAddr) -> Result<TcpListener, HttpError> {
     TcpListener::bind(addr).map_err(|source| {
         let hint = match source.kind() {
             std::io::ErrorKind::AddrInUse => {
@@ -106,7 +106,7 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener, HttpError> {
 /// Serves until the process ends: `handler(path)` answers each GET or HEAD request (hyper leaves
 /// out the body of a HEAD answer); other methods get 405 with `Allow: GET, HEAD`. Blocks the
 /// calling thread, which becomes the runtime's only thread.
-pub fn serve<H>(listener: TcpListener, limits: Limits, handler: H) -> Result<(), HttpError>
+pub(crate) fn serve<H>(listener: TcpListener, limits: Limits, handler: H) -> Result<(), HttpError>
 where
     H: Fn(&str) -> Response + Send + Sync + 'static,
 {
@@ -308,7 +308,7 @@ fn plain(status: u16, text: &'static str) -> hyper::Response<Body> {
 
 /// Serves `/metrics` (and a link to it at `/`) from a thread of its own: `encode` of the state,
 /// encoded again only when `generation` has moved.
-pub fn spawn_metrics(
+pub(crate) fn spawn_metrics(
     listener: TcpListener,
     state: Arc<Mutex<super::LiveState>>,
     generation: Arc<AtomicU64>,

@@ -6,9 +6,9 @@
 //! window. Neither `LiveState` nor its presenters touch hardware, so they are tested from fixed
 //! lines.
 
-pub mod http;
-pub mod sampler;
-pub mod shared;
+pub(crate) mod http;
+pub(crate) mod sampler;
+pub(crate) mod shared;
 
 use crate::diagnose::evidence::{EvidenceBuilder, GpuEvidence};
 use crate::diagnose::{rules, verdict};
@@ -19,15 +19,15 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 /// Utilization samples kept per GPU for sparklines (seconds).
-pub const HISTORY_S: f64 = 120.0;
+pub(crate) const HISTORY_S: f64 = 120.0;
 /// Default window the live verdict and the busy ratio are computed over.
-pub const DEFAULT_WINDOW_S: f64 = 30.0;
+pub(crate) const DEFAULT_WINDOW_S: f64 = 30.0;
 /// How often the live verdict is recomputed.
-pub const EVAL_EVERY_S: f64 = 2.0;
+pub(crate) const EVAL_EVERY_S: f64 = 2.0;
 
 /// One GPU as last seen.
 #[derive(Debug, Clone, Default)]
-pub struct GpuLive {
+pub(crate) struct GpuLive {
     pub index: u32,
     pub name: Option<String>,
     pub uuid: Option<String>,
@@ -56,7 +56,7 @@ pub struct GpuLive {
 
 /// One process of the job.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ProcLive {
+pub(crate) struct ProcLive {
     pub pid: u32,
     pub ppid: u32,
     pub comm: Option<String>,
@@ -69,8 +69,7 @@ pub struct ProcLive {
 
 /// The diagnosis over the last window.
 #[derive(Debug, Clone)]
-pub struct LiveReport {
-    pub at_t_s: f64,
+pub(crate) struct LiveReport {
     pub window_s: f64,
     pub verdict: verdict::Verdict,
     pub findings: Vec<Finding>,
@@ -83,7 +82,7 @@ pub struct LiveReport {
 
 /// Everything `watch` and `serve` show.
 #[derive(Debug, Clone)]
-pub struct LiveState {
+pub(crate) struct LiveState {
     pub header: Header,
     pub hostname: String,
     /// Latest time seen (seconds since sampling started).
@@ -106,7 +105,7 @@ pub struct LiveState {
 }
 
 /// What an evaluation needs, taken from the state so it can run without holding it.
-pub struct EvalInput {
+pub(crate) struct EvalInput {
     header: Header,
     py_defs: Vec<Arc<Line>>,
     procs: Vec<ProcStart>,
@@ -117,7 +116,7 @@ pub struct EvalInput {
 
 impl EvalInput {
     /// Evidence, rules and verdict over the window.
-    pub fn run(self) -> LiveReport {
+    pub(crate) fn run(self) -> LiveReport {
         let mut b = EvidenceBuilder::new();
         for p in &self.procs {
             b.push(&Line::ProcStart(p.clone()));
@@ -132,7 +131,6 @@ impl EvalInput {
         let findings = rules::evaluate(&e);
         let v = verdict::decide(&e, &findings);
         LiveReport {
-            at_t_s: self.t_s,
             window_s: (self.t_s - self.t0).max(0.0),
             verdict: v,
             findings,
@@ -170,7 +168,7 @@ fn counter_delta(prev: u64, now: u64) -> u64 {
 }
 
 impl LiveState {
-    pub fn new(header: Header, window_s: f64) -> LiveState {
+    pub(crate) fn new(header: Header, window_s: f64) -> LiveState {
         let hostname = header
             .host
             .hostname
@@ -255,10 +253,6 @@ impl LiveState {
         self.report = Some(r);
     }
 
-    pub fn window_s(&self) -> f64 {
-        self.window_s
-    }
-
     fn gpu_mut(&mut self, index: u32) -> &mut GpuLive {
         let pos = match self.gpus.iter().position(|g| g.index == index) {
             Some(p) => p,
@@ -275,7 +269,7 @@ impl LiveState {
     }
 
     /// Folds one line in; re-evaluates the verdict when [`EVAL_EVERY_S`] has passed.
-    pub fn push(&mut self, line: Line) {
+    pub(crate) fn push(&mut self, line: Line) {
         if let Some(t) = line_t(&line) {
             if t.is_finite() && t > self.t_s {
                 self.t_s = t;
@@ -421,7 +415,7 @@ impl LiveState {
     }
 
     /// Runs evidence, rules and verdict over the window now.
-    pub fn evaluate(&mut self) {
+    pub(crate) fn evaluate(&mut self) {
         let input = self.eval_input();
         self.report = Some(input.run());
     }
@@ -486,7 +480,7 @@ pub(crate) mod fixture {
     use super::*;
     use crate::sample::{GpuStatic, HostInfo, ProcSample};
 
-    pub fn header(gpus: u32) -> Header {
+    pub(crate) fn header(gpus: u32) -> Header {
         Header {
             schema_version: 1,
             gpufeed_version: Some("0.1.0".into()),
@@ -521,7 +515,7 @@ pub(crate) mod fixture {
     }
 
     /// `secs` seconds of a square-wave GPU 0 (85 % for 0.6 s, 10 % for 1.4 s), a steady GPU 1.
-    pub fn state(gpus: u32, secs: u32) -> LiveState {
+    pub(crate) fn state(gpus: u32, secs: u32) -> LiveState {
         let mut st = LiveState::new(header(gpus), DEFAULT_WINDOW_S);
         st.push(Line::ProcStart(ProcStart {
             t_s: 0.0,

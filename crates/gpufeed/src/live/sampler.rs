@@ -19,7 +19,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 #[derive(Debug, thiserror::Error)]
-pub enum SamplerError {
+pub(crate) enum SamplerError {
     #[error("cannot start the {what} sampling thread: {source}")]
     Thread {
         what: &'static str,
@@ -29,7 +29,7 @@ pub enum SamplerError {
 
 /// What to sample.
 #[derive(Debug, Clone)]
-pub struct SamplerConfig {
+pub(crate) struct SamplerConfig {
     /// Host and process interval; GPUs are polled at this interval too (at most every 500 ms).
     pub interval: Duration,
     pub nvml_lib: Option<PathBuf>,
@@ -44,7 +44,7 @@ pub struct SamplerConfig {
 }
 
 /// Running sampling threads; dropping it stops them.
-pub struct LiveSampler {
+pub(crate) struct LiveSampler {
     header: Header,
     stops: Vec<Sender<()>>,
     threads: Vec<JoinHandle<()>>,
@@ -52,7 +52,10 @@ pub struct LiveSampler {
 
 impl LiveSampler {
     /// Opens NVML (blocking until it answered), then starts sampling into `lines`.
-    pub fn start(cfg: SamplerConfig, lines: Sender<Line>) -> Result<LiveSampler, SamplerError> {
+    pub(crate) fn start(
+        cfg: SamplerConfig,
+        lines: Sender<Line>,
+    ) -> Result<LiveSampler, SamplerError> {
         let t0 = Instant::now();
         let t0_unix_us = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -157,12 +160,12 @@ impl LiveSampler {
     }
 
     /// The header a recording of these samples starts with (times are relative to its start).
-    pub fn header(&self) -> &Header {
+    pub(crate) fn header(&self) -> &Header {
         &self.header
     }
 
     /// Stops the threads and waits for them.
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         for s in self.stops.drain(..) {
             let _ = s.send(());
         }

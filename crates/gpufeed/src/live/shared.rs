@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// What a live view samples beside host and GPUs.
 #[derive(Debug, Clone, Default)]
-pub struct LiveExtras {
+pub(crate) struct LiveExtras {
     /// Python stacks of the followed job (`--py-stacks`).
     pub py: Option<crate::record::pyrec::PyConfig>,
     /// The step-marker socket whose steps are folded in.
@@ -20,7 +20,7 @@ pub struct LiveExtras {
 /// Starts sampling into a shared state (the returned sampler stops when dropped), bumping
 /// `generation` after every change of the state (so a reader can tell whether what it encoded
 /// last is still current).
-pub fn start(
+pub(crate) fn start(
     nvml_lib: Option<std::path::PathBuf>,
     interval: Duration,
     window: Duration,

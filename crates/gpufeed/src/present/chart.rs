@@ -15,7 +15,7 @@ fn err<E: std::fmt::Display>(e: E) -> ChartError {
 /// Means of a value over time in at most [`Buckets::MAX`] buckets; the bucket width doubles (and
 /// pairs merge) as time grows, so memory stays fixed however long the recording.
 #[derive(Debug, Clone)]
-pub struct Buckets {
+pub(crate) struct Buckets {
     width_s: f64,
     sums: Vec<f64>,
     counts: Vec<u32>,
@@ -32,9 +32,9 @@ impl Default for Buckets {
 }
 
 impl Buckets {
-    pub const MAX: usize = 512;
+    pub(crate) const MAX: usize = 512;
 
-    pub fn push(&mut self, t_s: f64, v: f64) {
+    pub(crate) fn push(&mut self, t_s: f64, v: f64) {
         if !t_s.is_finite() || !v.is_finite() || t_s < 0.0 {
             return;
         }
@@ -69,7 +69,7 @@ impl Buckets {
     }
 
     /// `(bucket start s, mean)` for buckets that got a value.
-    pub fn points(&self) -> Vec<(f64, f64)> {
+    pub(crate) fn points(&self) -> Vec<(f64, f64)> {
         self.sums
             .iter()
             .zip(&self.counts)
@@ -85,7 +85,7 @@ impl Buckets {
 }
 
 /// Colours for series, readable on white and in grey scale order.
-pub const PALETTE: [RGBColor; 8] = [
+pub(crate) const PALETTE: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -98,18 +98,8 @@ pub const PALETTE: [RGBColor; 8] = [
 
 const FONT: &str = "sans-serif";
 
-/// A line chart of named series over time.
-pub fn lines(
-    title: &str,
-    y_desc: &str,
-    series: &[(String, Vec<(f64, f64)>)],
-    y_max: Option<f64>,
-    size: (u32, u32),
-) -> Result<String, ChartError> {
-    lines_on(title, y_desc, series, y_max, None, size)
-}
-
-/// [`lines`] on a given time axis `0..x_max` (seconds), so that charts of one recording line up.
+/// A line chart of named series over time, on the time axis `0..x_max` (seconds, or the data's
+/// own without one), so that charts of one recording line up.
 pub(crate) fn lines_on(
     title: &str,
     y_desc: &str,
@@ -201,12 +191,8 @@ pub(crate) fn heat_css(v: f64) -> String {
     format!("rgb({},{},{})", c.0, c.1, c.2)
 }
 
-/// A heat strip: one row per core, time across, colour = busy percent.
-pub fn heat_strip(title: &str, rows: &[Buckets], size: (u32, u32)) -> Result<String, ChartError> {
-    heat_strip_on(title, rows, None, size)
-}
-
-/// [`heat_strip`] on a given time axis, rows labelled `cpu0`, `cpu1`, ...
+/// A heat strip: one row per core (labelled `cpu0`, `cpu1`, ...), time across (on the axis
+/// `0..x_max`, as [`lines_on`]), colour = busy percent.
 pub(crate) fn heat_strip_on(
     title: &str,
     rows: &[Buckets],
@@ -366,11 +352,12 @@ mod tests {
 
     #[test]
     fn charts_are_svg_without_external_references() {
-        let s = lines(
+        let s = lines_on(
             "GPU utilization",
             "%",
             &[("GPU 0".into(), vec![(0.0, 10.0), (1.0, 90.0)])],
             Some(100.0),
+            None,
             (600, 200),
         )
         .unwrap();
@@ -379,7 +366,7 @@ mod tests {
         assert!(!s.contains("http://") || !s.contains("href=\"http"));
         let mut b = Buckets::default();
         b.push(0.0, 50.0);
-        assert!(heat_strip("cpu", &[b], (600, 100))
+        assert!(heat_strip_on("cpu", &[b], None, (600, 100))
             .unwrap()
             .contains("<rect"));
         let sb = stacked_bars(

@@ -126,7 +126,7 @@ impl Said {
 /// JSON and, in text, with `--verbose`). Figures the verdict's sentence or the fix's own text
 /// already give are not among them (see `stated_by_fix`). Every id is named: a new one needs its
 /// own line here.
-pub fn deciding_keys(f: &Finding) -> &'static [ItemKey] {
+pub(crate) fn deciding_keys(f: &Finding) -> &'static [ItemKey] {
     use FindingId as F;
     match (f.id, f.kind) {
         (F::SyncBound, Some(Kind::PythonStacks(_))) => &[ItemKey::SyncSitePct],

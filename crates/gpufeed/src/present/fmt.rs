@@ -5,10 +5,10 @@
 //! Those the layers beneath `present/` need too (the live view, `doctor`, the diagnosis's notes)
 //! are defined in [`crate::units`] and re-exported here; the rest are the presenters' own.
 
-pub use crate::units::{bytes, duration, gb_per_s, num, plural, printable};
+pub(crate) use crate::units::{bytes, duration, gb_per_s, num, plural, printable};
 
 /// A share in percent: `33%`, `0.5%` (one decimal only below 10% and when it shows).
-pub fn pct(v: f64) -> String {
+pub(crate) fn pct(v: f64) -> String {
     if v != 0.0 && v.abs() < 10.0 && (v - v.round()).abs() >= 0.05 {
         format!("{v:.1}%")
     } else {
@@ -17,17 +17,17 @@ pub fn pct(v: f64) -> String {
 }
 
 /// `-` for a missing value, else the formatted one.
-pub fn opt<T>(v: Option<T>, f: impl FnOnce(T) -> String) -> String {
+pub(crate) fn opt<T>(v: Option<T>, f: impl FnOnce(T) -> String) -> String {
     v.map(f).unwrap_or_else(|| "-".to_string())
 }
 
 /// A Markdown table cell: `|` escaped.
-pub fn md_cell(s: &str) -> String {
+pub(crate) fn md_cell(s: &str) -> String {
     s.replace('|', "\\|")
 }
 
 /// A CSV field (RFC 4180): quoted when it holds a comma, a quote or a newline.
-pub fn csv_cell(s: &str) -> String {
+pub(crate) fn csv_cell(s: &str) -> String {
     if s.contains([',', '"', '\n']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
@@ -127,7 +127,7 @@ fn printable_lines(out: &str, color: bool) -> String {
 /// log, with ESC/OSC sequences, a bell or CR-LF, can neither forge a line nor retitle the window),
 /// and what it returns keeps no control character but its line feeds (and, with `color`, its
 /// own colour codes). Every text and Markdown presenter goes through it.
-pub fn terminal_safe<T, F>(report: &T, color: bool, render: F) -> String
+pub(crate) fn terminal_safe<T, F>(report: &T, color: bool, render: F) -> String
 where
     T: serde::Serialize + serde::de::DeserializeOwned,
     F: FnOnce(&T) -> String,

@@ -108,7 +108,7 @@ fn findings_html(findings: &[Finding]) -> String {
 
 /// Time series read back from a recording for the charts.
 #[derive(Debug, Default)]
-pub struct RecordingSeries {
+pub(crate) struct RecordingSeries {
     pub gpu_util: BTreeMap<u32, Buckets>,
     pub pcie_rx: BTreeMap<u32, Buckets>,
     pub pcie_tx: BTreeMap<u32, Buckets>,
@@ -687,7 +687,7 @@ pub(crate) fn trace_page(rep: &report::Report) -> Result<String, HtmlError> {
 /// One setting of a sweep, for [`sweep_page`] (kept free of the tuner's types so the page does
 /// not depend on them).
 #[derive(Debug, Clone, PartialEq)]
-pub struct SweepPoint {
+pub(crate) struct SweepPoint {
     /// The setting, e.g. `num_workers=4 batch_size=64`.
     pub label: String,
     pub throughput: Option<f64>,
@@ -701,7 +701,7 @@ pub struct SweepPoint {
 
 /// The page for `sweep --html`: throughput and GPU utilization per setting (in the order tried),
 /// the sweet spot and why.
-pub fn sweep_page(
+pub(crate) fn sweep_page(
     command: &str,
     knob: &str,
     unit: &str,

@@ -4,21 +4,21 @@
 
 pub mod batch;
 pub mod bench;
-pub mod chart;
+pub(crate) mod chart;
 pub mod compare;
 pub mod diagnose;
 pub mod doctor;
-pub mod fmt;
-pub mod html;
+pub(crate) mod fmt;
+pub(crate) mod html;
 pub mod job;
-pub mod perfetto;
+pub(crate) mod perfetto;
 pub mod prometheus;
-pub mod run;
-pub mod summary;
+pub(crate) mod run;
+pub(crate) mod summary;
 pub mod sweep;
 pub mod sweep_chart;
-pub mod tensorboard;
-pub mod tfevents;
+pub(crate) mod tensorboard;
+pub(crate) mod tfevents;
 pub mod trace;
 pub mod tune;
 
@@ -51,7 +51,7 @@ impl OutputFormat {
     ];
 
     /// A clap parser that takes only `allowed`, named as `--format` spells them.
-    pub fn parser(
+    pub(crate) fn parser(
         allowed: &'static [OutputFormat],
     ) -> impl clap::builder::TypedValueParser<Value = OutputFormat> {
         use clap::builder::TypedValueParser;

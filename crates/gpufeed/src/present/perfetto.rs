@@ -20,12 +20,12 @@ use std::io::Write;
 
 /// Synthetic pids of gpufeed's own tracks: above any OS pid (at most 2^22), below 2^31 (trace
 /// viewers read pids as 32-bit signed integers), away from Kineto's device ids.
-pub const GPU_PID_BASE: u64 = 2_000_000_000;
-pub const HOST_PID: u64 = 2_100_000_000;
+pub(crate) const GPU_PID_BASE: u64 = 2_000_000_000;
+pub(crate) const HOST_PID: u64 = 2_100_000_000;
 
 /// What an export wrote.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct ExportStats {
+pub(crate) struct ExportStats {
     pub counter_events: u64,
     pub trace_events: u64,
     /// First and last time (Unix µs) of the recording's counters and of the merged trace's events.
@@ -86,13 +86,13 @@ struct Counter<'a> {
 
 /// Tracks (GPUs, processes) named one by one, and GPUs whose PCIe counters are followed; later
 /// ones keep their events but not a name (a crafted recording of millions of distinct pids or GPU
-/// indices must not grow memory without end, issue 27).
-pub const MAX_NAMED_TRACKS: usize = 10_000;
+/// indices must not grow memory without end).
+pub(crate) const MAX_NAMED_TRACKS: usize = 10_000;
 
 /// The recording's counter tracks, written event by event as the recording reader hands over its
 /// lines: memory stays flat whatever the recording's length. [`CounterWriter::finish`] adds the
 /// track names and closes the JSON.
-pub struct CounterWriter<W: Write> {
+pub(crate) struct CounterWriter<W: Write> {
     out: W,
     /// A comma is due before the next event.
     comma: bool,
@@ -106,7 +106,7 @@ pub struct CounterWriter<W: Write> {
 impl<W: Write> CounterWriter<W> {
     /// Continues a `traceEvents` list already opened on `out`; `comma`: events were written
     /// before (a merged trace's).
-    pub fn new(out: W, comma: bool, stats: ExportStats) -> Self {
+    pub(crate) fn new(out: W, comma: bool, stats: ExportStats) -> Self {
         CounterWriter {
             out,
             comma,
@@ -149,7 +149,7 @@ impl<W: Write> CounterWriter<W> {
     }
 
     /// Writes the track names, closes the list and the object; returns the writer and the counts.
-    pub fn finish(mut self) -> std::io::Result<(W, ExportStats)> {
+    pub(crate) fn finish(mut self) -> std::io::Result<(W, ExportStats)> {
         for (pid, name) in std::mem::take(&mut self.named) {
             self.event(&json!({"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": name}}));
         }

@@ -13,7 +13,7 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
-/// Content type of [`encode_state`]'s output.
+/// Content type of [`encode_state_labeled`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 type Labels = Vec<(String, String)>;
@@ -117,12 +117,7 @@ pub(crate) fn fleet_labels_from_env(env: impl Fn(&str) -> Option<String>) -> Vec
         .collect()
 }
 
-/// Encodes the state as OpenMetrics text (`# EOF` terminated).
-pub fn encode_state(st: &LiveState) -> String {
-    encode_state_labeled(st, &[])
-}
-
-/// [`encode_state`] with `labels` added to every series.
+/// Encodes the state as OpenMetrics text (`# EOF` terminated), `labels` added to every series.
 pub(crate) fn encode_state_labeled(st: &LiveState, labels: &[(String, String)]) -> String {
     let mut reg = Registry::with_labels(
         labels
@@ -395,7 +390,7 @@ mod tests {
 
     #[test]
     fn a_multi_process_job_adds_a_series_per_rank_beside_the_jobs() {
-        let text = encode_state(&fixture::state_with_ranks(1, 20));
+        let text = encode_state_labeled(&fixture::state_with_ranks(1, 20), &[]);
         for series in [
             "gpufeed_data_wait_ratio{hostname=\"node1\",rank=\"0\"} 0.12\n",
             "gpufeed_data_wait_ratio{hostname=\"node1\",rank=\"1\"} 0.55\n",
@@ -408,13 +403,13 @@ mod tests {
             assert!(text.contains(series), "{series}: {text}");
         }
         // A single-process job has no rank label at all.
-        let one = encode_state(&fixture::state_with_loop(1, 20));
+        let one = encode_state_labeled(&fixture::state_with_loop(1, 20), &[]);
         assert!(!one.contains("rank="), "{one}");
     }
 
     #[test]
     fn loop_phases_and_the_probes_wait_are_exported_as_ratios() {
-        let text = encode_state(&fixture::state_with_loop(1, 20));
+        let text = encode_state_labeled(&fixture::state_with_loop(1, 20), &[]);
         for (phase, v) in [
             ("data_wait", "0.5"),
             ("forward", "0.25"),
@@ -437,7 +432,7 @@ mod tests {
         );
         assert!(text.contains("gpufeed_loop_steps_per_second{hostname=\"node1\"} 10.0\n"));
         // Without stacks or steps: absent, never 0.
-        let plain = encode_state(&fixture::state(1, 20));
+        let plain = encode_state_labeled(&fixture::state(1, 20), &[]);
         assert!(!plain.contains("gpufeed_loop_phase_ratio{"), "{plain}");
         assert!(!plain.contains("gpufeed_loop_steps_per_second{"));
     }
@@ -445,7 +440,7 @@ mod tests {
     #[test]
     fn exposition_names_values_and_order() {
         let st = fixture::state(2, 20);
-        let text = encode_state(&st);
+        let text = encode_state_labeled(&st, &[]);
         let first: Vec<&str> = text
             .lines()
             .filter(|l| !l.starts_with('#'))
@@ -527,13 +522,13 @@ mod tests {
                 "{line}"
             );
         }
-        assert!(!encode_state(&fixture::state(1, 5)).contains("slurm"));
+        assert!(!encode_state_labeled(&fixture::state(1, 5), &[]).contains("slurm"));
     }
 
     #[test]
     fn unread_values_are_absent_not_zero() {
         let st = crate::live::LiveState::new(fixture::header(1), 30.0);
-        let text = encode_state(&st);
+        let text = encode_state_labeled(&st, &[]);
         assert!(!text.contains("DCGM_FI_DEV_GPU_UTIL{"));
         assert!(!text.contains("gpufeed_pcie_rx_bytes_total{"));
         assert!(text.contains("gpufeed_gpus 1"));

@@ -6,13 +6,13 @@ use crate::diagnose::{DiagnoseReport, RunReport};
 use crate::record::summary::Summary;
 
 /// One JSON line.
-pub fn json(summary: &Summary, diagnosis: Option<&DiagnoseReport>) -> String {
+pub(crate) fn json(summary: &Summary, diagnosis: Option<&DiagnoseReport>) -> String {
     serde_json::to_string(&RunReport::new(summary.clone(), diagnosis)).expect("report serializes")
 }
 
 /// The summary, then the diagnosis as `gpufeed diagnose` prints it, less what the summary
 /// already says (its header, the GPU, host and job figures): each figure once.
-pub fn text(summary: &Summary, diagnosis: Option<&DiagnoseReport>, color: bool) -> String {
+pub(crate) fn text(summary: &Summary, diagnosis: Option<&DiagnoseReport>, color: bool) -> String {
     let said = diagnosis.is_some_and(super::diagnose::verdict_states_busy);
     let mut out = super::summary::text_with(summary, said);
     if let Some(d) = diagnosis {

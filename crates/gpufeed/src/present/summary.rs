@@ -7,17 +7,9 @@ use std::fmt::Write;
 /// At most this many processes are listed in the text summary (all are in the JSON).
 const MAX_PROCS_SHOWN: usize = 10;
 
-pub fn json(s: &Summary) -> String {
-    serde_json::to_string(s).expect("summary serializes")
-}
-
-pub fn text(s: &Summary) -> String {
-    text_with(s, false)
-}
-
 /// The summary; with `util_mean_said` (a one-GPU recording whose verdict, printed next, gives
 /// the busy share) the GPU line leaves its mean utilization out: each figure once.
-pub fn text_with(s: &Summary, util_mean_said: bool) -> String {
+pub(crate) fn text_with(s: &Summary, util_mean_said: bool) -> String {
     super::fmt::terminal_safe(s, false, |s| text_raw(s, util_mean_said))
 }
 
@@ -264,13 +256,13 @@ mod tests {
 
     #[test]
     fn text_summary() {
-        insta::assert_snapshot!(text(&sample()));
+        insta::assert_snapshot!(text_with(&sample(), false));
     }
 
     #[test]
     fn overrides_are_listed_with_their_site() {
         let mut s = sample();
-        assert!(!text(&s).contains("overridden"));
+        assert!(!text_with(&s, false).contains("overridden"));
         s.overrides.push(crate::sample::event::Override {
             target: "DataLoader".into(),
             key: "num_workers".into(),
@@ -281,12 +273,12 @@ mod tests {
             count: 1,
         });
         s.override_notes.push("the job never imported torch".into());
-        let t = text(&s);
+        let t = text_with(&s, false);
         assert!(
             t.ends_with("  overridden (--dataloader/--torch):\n         DataLoader(num_workers=8) at train.py:42, was 0\n         note: the job never imported torch\n"),
             "{t}"
         );
-        let j = json(&s);
+        let j = serde_json::to_string(&s).unwrap();
         assert!(j.contains(r#""overrides":[{"target":"DataLoader","key":"num_workers","value":8,"original":0,"site":"train.py:42","count":1}]"#), "{j}");
         let back: Summary = serde_json::from_str(&j).unwrap();
         assert_eq!(back, s);
@@ -295,9 +287,12 @@ mod tests {
     #[test]
     fn json_summary_round_trips() {
         let s = sample();
-        let back: Summary = serde_json::from_str(&json(&s)).unwrap();
+        let back: Summary = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back, s);
-        assert!(!json(&s).contains('\n'), "one line");
+        assert!(
+            !serde_json::to_string(&s).unwrap().contains('\n'),
+            "one line"
+        );
     }
 
     #[test]
@@ -307,12 +302,12 @@ mod tests {
         j.exit_code = None;
         j.end_reason = Some(crate::sample::event::EndReason::AttachedExited);
         j.processes.truncate(1);
-        let t = text(&s);
+        let t = text_with(&s, false);
         assert!(t.contains("exited, which ended the recording"), "{t}");
         assert!(!t.contains("still running"), "{t}");
         assert!(t.contains("; 1 process (at most"), "{t}");
         s.job.as_mut().unwrap().end_reason = Some(crate::sample::event::EndReason::Duration);
-        assert!(text(&s).contains("still running when --duration ended"));
+        assert!(text_with(&s, false).contains("still running when --duration ended"));
     }
 
     #[test]
@@ -320,7 +315,7 @@ mod tests {
         let mut s = sample();
         s.gpus[0].power_mean_w = None;
         s.gpus[0].util_mean_pct = None;
-        let t = text(&s);
+        let t = text_with(&s, false);
         assert!(t.contains("power mean -"), "{t}");
         assert!(t.contains("utilization mean -"), "{t}");
     }

@@ -16,7 +16,7 @@ fn status_word(r: &TrialResult) -> String {
 }
 
 /// `DataLoader(num_workers=8) at train.py:42, was 0`, one per override, or why there is none.
-pub fn overridden_cell(r: &TrialResult) -> String {
+pub(crate) fn overridden_cell(r: &TrialResult) -> String {
     match &r.overrides {
         None => "-".into(),
         Some(o) if o.is_empty() => "nothing (see notes)".into(),

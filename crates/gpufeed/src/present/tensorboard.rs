@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// Most buckets kept per series (TensorBoard itself keeps 1000 points of a scalar by default).
-pub const MAX_BUCKETS: usize = 512;
+pub(crate) const MAX_BUCKETS: usize = 512;
 /// The narrowest bucket: one second (the step axis without markers counts seconds).
 const MIN_WIDTH_S: f64 = 1.0;
 
@@ -109,7 +109,7 @@ impl Grid {
 
 /// gpufeed's series read back from a recording for TensorBoard.
 #[derive(Debug, Default)]
-pub struct TbSeries {
+pub(crate) struct TbSeries {
     grid: Grid,
     start_unix_s: f64,
     hostname: Option<String>,
@@ -354,7 +354,7 @@ fn points(series: &TbSeries, main: Option<(u32, u64)>, roles: &BTreeMap<u32, Rol
 }
 
 /// The event file's bytes: the points, then the verdict as text at the last step.
-pub fn event_file(series: &TbSeries, report: &DiagnoseReport) -> Vec<u8> {
+pub(crate) fn event_file(series: &TbSeries, report: &DiagnoseReport) -> Vec<u8> {
     let main = report
         .python
         .as_ref()
@@ -384,7 +384,7 @@ pub fn event_file(series: &TbSeries, report: &DiagnoseReport) -> Vec<u8> {
 /// Named after the recording's host and start to the microsecond, so exporting the same
 /// recording again replaces its file, and two runs started in the same second each get their
 /// own (one run's scalars were lost).
-pub fn file_name(series: &TbSeries) -> String {
+pub(crate) fn file_name(series: &TbSeries) -> String {
     let host: String = series
         .hostname
         .as_deref()

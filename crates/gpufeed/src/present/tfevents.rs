@@ -85,7 +85,7 @@ fn bytes_field(out: &mut Vec<u8>, field: u32, b: &[u8]) {
 
 /// One `Summary.Value`.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Value {
+pub(crate) enum Value {
     /// `simple_value`: what TensorBoard's scalars page plots.
     Scalar { tag: String, value: f32 },
     /// A string tensor tagged for the text plugin (rendered as Markdown).
@@ -124,7 +124,7 @@ impl Value {
 
 /// One `Event`: a time and a step with the values of a summary, or the file's version line.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Event {
+pub(crate) struct Event {
     /// Seconds since the Unix epoch.
     pub wall_time_s: f64,
     pub step: i64,
@@ -132,7 +132,7 @@ pub struct Event {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum EventKind {
+pub(crate) enum EventKind {
     /// `file_version`: the first event of every file (`brain.Event:2`).
     Version,
     Summary(Vec<Value>),
@@ -164,7 +164,7 @@ impl Event {
 }
 
 /// A whole event file: every event framed as a record, the file-version event first.
-pub fn file(start_wall_time_s: f64, events: &[Event]) -> Vec<u8> {
+pub(crate) fn file(start_wall_time_s: f64, events: &[Event]) -> Vec<u8> {
     let mut out = Vec::new();
     let head = Event {
         wall_time_s: start_wall_time_s,

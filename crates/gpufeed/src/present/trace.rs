@@ -60,7 +60,7 @@ fn breakdown_line(b: &StepRow) -> String {
 }
 
 /// The measured DataLoader share, with the plugin's figure beside it and why they differ.
-pub fn dataloader_line(t: &TraceSummary) -> String {
+pub(crate) fn dataloader_line(t: &TraceSummary) -> String {
     let b = &t.breakdown;
     let plugin = pct(b.dataloader_us, b.total_us);
     let measured = t.dataloader.share_pct;
@@ -81,7 +81,7 @@ pub fn dataloader_line(t: &TraceSummary) -> String {
 }
 
 /// NCCL time not hidden behind compute, when the plugin's `communication` category misses it.
-pub fn communication_line(t: &TraceSummary) -> Option<String> {
+pub(crate) fn communication_line(t: &TraceSummary) -> Option<String> {
     let b = &t.breakdown;
     let exposed = t.communication.exposed_us_per_step;
     if t.communication.kernel_us <= 0.0 || exposed <= 0.0 {
@@ -103,7 +103,7 @@ pub fn communication_line(t: &TraceSummary) -> Option<String> {
     ))
 }
 
-pub fn steps_table(steps: &[StepRow], markdown: bool) -> String {
+pub(crate) fn steps_table(steps: &[StepRow], markdown: bool) -> String {
     let mut o = String::new();
     let head = [
         "step", "kernel", "memcpy", "memset", "comm", "runtime", "dataload", "cpu_op", "other",
@@ -144,7 +144,7 @@ pub fn steps_table(steps: &[StepRow], markdown: bool) -> String {
 
 /// The few evidence entries that decide each finding (all of them are in the JSON and with
 /// `--verbose`).
-pub fn deciding_keys(id: FindingId) -> &'static [ItemKey] {
+pub(crate) fn deciding_keys(id: FindingId) -> &'static [ItemKey] {
     match id {
         FindingId::InputBound => &[
             ItemKey::DataloaderPct,
@@ -181,7 +181,7 @@ pub fn deciding_keys(id: FindingId) -> &'static [ItemKey] {
 }
 
 /// `name=value, ...`: the deciding entries, or all of them when `all`.
-pub fn evidence_list(f: &Finding, all: bool) -> String {
+pub(crate) fn evidence_list(f: &Finding, all: bool) -> String {
     let keys = deciding_keys(f.id);
     let shown: Vec<String> = f
         .evidence

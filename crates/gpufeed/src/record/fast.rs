@@ -110,7 +110,7 @@ impl Nullable for Cursor<'_> {
 }
 
 /// Parses a `gpu` line into `out` (its buffers are reused). `None`: use serde for this line.
-pub fn gpu(line: &[u8], out: &mut GpuSample) -> Option<()> {
+pub(crate) fn gpu(line: &[u8], out: &mut GpuSample) -> Option<()> {
     let mut samples = out.util_samples.take().unwrap_or_default();
     samples.clear();
     *out = GpuSample::default();
@@ -283,7 +283,7 @@ fn gpu_processes(c: &mut Cursor) -> Option<Vec<GpuProcess>> {
 }
 
 /// Parses a `host` line into `out` (buffers reused).
-pub fn host(line: &[u8], out: &mut HostSample) -> Option<()> {
+pub(crate) fn host(line: &[u8], out: &mut HostSample) -> Option<()> {
     let mut cpus = std::mem::take(&mut out.cpu_pct);
     let mut disks = std::mem::take(&mut out.disks);
     cpus.clear();
@@ -435,7 +435,7 @@ fn disk(c: &mut Cursor) -> Option<DiskRate> {
 }
 
 /// Parses a `procs` line: its time, and the samples into `out` (reused).
-pub fn procs(line: &[u8], out: &mut Vec<ProcSample>) -> Option<f64> {
+pub(crate) fn procs(line: &[u8], out: &mut Vec<ProcSample>) -> Option<f64> {
     out.clear();
     procs_in_order(line, out).or_else(|| {
         out.clear();

@@ -10,20 +10,20 @@ use crate::sample::{GpuSample, HostSample, ProcSample};
 
 /// Longest line read; longer ones are skipped and counted as malformed. The longest real lines
 /// (a `procs` line of a few hundred processes, a Python stack) are far below it.
-pub const MAX_LINE_BYTES: usize = 1 << 20;
+pub(crate) const MAX_LINE_BYTES: usize = 1 << 20;
 
 /// Latest time a line may carry, in seconds since the recording started (366 days): a recorder
 /// writes seconds since its start, so a line outside `0..=MAX_TIME_S` (or not finite, or with a
 /// `dt_s` / `span_s` outside the same bounds) is broken or crafted. It is dropped before any
 /// consumer sees it, and counted ([`ReadStats::bad_time`]): a `t_s` of 1e308 had made the HTML
-/// chart's axis computation spin, and -1e9 printed a duration of 277777 h (issue 27).
-pub const MAX_TIME_S: f64 = 366.0 * 86400.0;
+/// chart's axis computation spin, and -1e9 printed a duration of 277777 h.
+pub(super) const MAX_TIME_S: f64 = 366.0 * 86400.0;
 
 /// Longest string kept from a line (a command line, a Python frame's name or file, a status
 /// detail); longer ones are cut at a character boundary and counted
 /// ([`ReadStats::long_strings`]). Real command lines and frame names are far shorter; 3,000
-/// processes with 1 MB command lines had taken diagnose to 5.9 GB (issue 27).
-pub const MAX_STRING_BYTES: usize = 4096;
+/// processes with 1 MB command lines (a crafted recording) had taken diagnose to 5.9 GB.
+pub(crate) const MAX_STRING_BYTES: usize = 4096;
 
 /// A consumer of a recording's lines. Every method has an empty default, so a sink implements
 /// only what it uses. `gpu`, `host` and `procs` get the three frequent line types; `line` gets

@@ -22,7 +22,7 @@ use std::path::Path;
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 
 /// Bytes of input read before a batch is cut at its last newline.
-pub const BATCH_BYTES: usize = 1 << 20;
+pub(super) const BATCH_BYTES: usize = 1 << 20;
 
 /// The input after the header, as the single-thread reader left it.
 pub(super) struct Source<R> {

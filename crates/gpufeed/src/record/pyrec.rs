@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How often aggregated counts are written.
-pub const PY_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const PY_INTERVAL: Duration = Duration::from_secs(1);
 /// Most ticks the sampler sleeps through while every process is long idle (see
 /// [`PySampler::quiet_ticks`]); also bounded by the long-idle check period.
 const MAX_QUIET_TICKS: u32 = 32;
@@ -119,7 +119,7 @@ fn count(p: &mut ProcAcc, t: &LastThread, active: bool) {
 /// (FxHash: the keys are the job's own names, not attacker-chosen input) and the stack's ids
 /// are gathered in a reused buffer.
 #[derive(Default)]
-pub struct PyAggregator {
+pub(crate) struct PyAggregator {
     frames: FxHashMap<(String, String, i32), u32>,
     /// Per (process, code object serial): its function and file names, given once
     /// ([`CodeNames`]); and per (process, code object, line), its frame id: most frames read
@@ -140,7 +140,7 @@ pub struct PyAggregator {
 }
 
 impl PyAggregator {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
@@ -199,7 +199,7 @@ impl PyAggregator {
     /// The frames are taken out of `threads` (their vectors are left empty, to be used again:
     /// [`PySampler::recycle`]).
     /// `codes` names the code objects this reading met first (its frames carry their serials).
-    pub fn add(
+    pub(crate) fn add(
         &mut self,
         pid: u32,
         threads: &mut [ThreadStack],
@@ -288,7 +288,7 @@ impl PyAggregator {
     /// Adds a reading of a process that did not run since its last one
     /// ([`crate::sample::pystacks::PyReading::Unchanged`]): its last stacks again, every
     /// thread idle. Nothing is interned or hashed again.
-    pub fn add_unchanged(&mut self, pid: u32) {
+    pub(crate) fn add_unchanged(&mut self, pid: u32) {
         let Some(last) = self.last.get(&pid) else {
             return;
         };
@@ -300,7 +300,7 @@ impl PyAggregator {
     }
 
     /// Forgets the last readings of processes not in `pids` (sorted).
-    pub fn retain(&mut self, pids: &[u32]) {
+    pub(crate) fn retain(&mut self, pids: &[u32]) {
         self.last.retain(|p, _| pids.binary_search(p).is_ok());
         self.code_names
             .retain(|(p, _), _| pids.binary_search(p).is_ok());
@@ -331,7 +331,7 @@ impl PyAggregator {
 
     /// Writes the interval's counts (one `py_samples` line per process read) and starts afresh;
     /// `sched` gives a thread's cumulative scheduler clock (on a CPU, waiting for a core).
-    pub fn flush(
+    pub(crate) fn flush(
         &mut self,
         t_s: f64,
         dt_s: f64,

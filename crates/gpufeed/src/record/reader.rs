@@ -11,7 +11,7 @@
 //!   being held whole, and input whose first bytes cannot start a recording is refused at once.
 
 use super::parse::{parse_line, trim, Parsed, Tally};
-pub use super::parse::{Sink, MAX_LINE_BYTES, MAX_STRING_BYTES, MAX_TIME_S};
+pub(crate) use super::parse::{Sink, MAX_LINE_BYTES, MAX_STRING_BYTES};
 use crate::record::format::{parse_header, ReadError, ReadStats};
 use crate::sample::event::{Header, Line};
 use crate::sample::{GpuSample, HostSample, ProcSample};
@@ -19,7 +19,7 @@ use std::io::Read;
 use std::path::Path;
 
 /// The magic number that starts every zstd frame.
-pub const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+pub(crate) const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
 /// A sink that collects every line as a [`Line`] (tests, small tools).
 #[derive(Debug, Default)]
@@ -521,7 +521,7 @@ mod tests {
         Ok((st, got.0))
     }
 
-    /// Issue 39 item 11: a zstd frame with a 2 GiB window was read as the end of the input and
+    /// A zstd frame with a 2 GiB window (`zstd --long`) was read as the end of the input and
     /// the recording called empty; the real reason is said.
     #[test]
     fn a_zstd_frame_with_a_window_over_the_limit_is_said_to_be_one() {

@@ -18,7 +18,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Longest time a recorded sample may sit in memory before reaching the file.
-pub const FLUSH_EVERY: Duration = Duration::from_millis(500);
+pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(500);
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -62,7 +62,7 @@ impl crate::exit::HasExit for RecordError {
 
 /// What to record.
 #[derive(Debug, Clone)]
-pub struct RecorderConfig {
+pub(crate) struct RecorderConfig {
     pub output: PathBuf,
     pub interval: Duration,
     /// NVML library to load; `None` = the system's.
@@ -88,7 +88,7 @@ impl From<OutputError> for RecordError {
 }
 
 /// GPUs found at start-up, or why there are none.
-pub struct GpuSetup {
+pub(crate) struct GpuSetup {
     pub driver: Option<DriverInfo>,
     pub gpus: Vec<GpuStatic>,
     pub error: Option<String>,
@@ -98,7 +98,7 @@ pub struct GpuSetup {
 pub(crate) type GpuReply = Result<(DriverInfo, Vec<GpuStatic>), NvmlOpenError>;
 
 /// A recorder whose GPU side is initialised and whose file is created, waiting for `start`.
-pub struct Prepared {
+pub(crate) struct Prepared {
     cfg: RecorderConfig,
     /// The recording under a temporary name until `start`, so that a job that fails to start
     /// leaves no file and replaces none.
@@ -118,7 +118,7 @@ struct GpuGo {
 }
 
 /// A running recording.
-pub struct Recorder {
+pub(crate) struct Recorder {
     path: PathBuf,
     t0: Instant,
     stop_txs: Vec<Sender<()>>,
@@ -134,7 +134,7 @@ impl Prepared {
     /// Creates the recording under a temporary name beside `output` (refusing an existing
     /// `output` unless `clobber` says otherwise) and opens NVML on the GPU thread (blocking until
     /// it answered).
-    pub fn new(cfg: RecorderConfig) -> Result<Prepared, RecordError> {
+    pub(crate) fn new(cfg: RecorderConfig) -> Result<Prepared, RecordError> {
         let file = Pending::new(&cfg.output, cfg.clobber)?;
         if cfg.no_gpu {
             return Ok(Prepared {
@@ -194,7 +194,7 @@ impl Prepared {
         })
     }
 
-    pub fn gpu(&self) -> &GpuSetup {
+    pub(crate) fn gpu(&self) -> &GpuSetup {
         &self.gpu
     }
 
@@ -205,14 +205,8 @@ impl Prepared {
     }
 
     /// The step-marker socket whose steps are recorded, if any.
-    pub fn steps(&self) -> Option<&Arc<StepSocket>> {
+    pub(crate) fn steps(&self) -> Option<&Arc<StepSocket>> {
         self.cfg.steps.as_ref()
-    }
-
-    /// Where the recording will go (it gets this name, or a suffixed one for `Clobber::Suffix`,
-    /// only at `start`).
-    pub fn path(&self) -> &Path {
-        &self.cfg.output
     }
 
     /// The recording's first line.
@@ -244,7 +238,7 @@ impl Prepared {
 
     /// Writes the header, gives the recording its name and starts sampling. `root_pid` is the job
     /// whose process tree is followed.
-    pub fn start(
+    pub(crate) fn start(
         self,
         root_pid: Option<u32>,
         command: Option<Vec<String>>,
@@ -350,7 +344,7 @@ impl Prepared {
 }
 
 impl Recorder {
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
@@ -372,7 +366,7 @@ impl Recorder {
     }
 
     /// Stops sampling, writes the `end` line and flushes; returns the recording's path.
-    pub fn finish(mut self, mut end: End) -> Result<PathBuf, RecordError> {
+    pub(crate) fn finish(mut self, mut end: End) -> Result<PathBuf, RecordError> {
         self.stop_samplers();
         end.t_s = self.elapsed_s();
         if let Some(n) = self.steps.as_ref().map(|s| s.dropped()).filter(|&n| n > 0) {
@@ -463,7 +457,7 @@ fn writer_thread(
 }
 
 /// How often step markers are aggregated into a `steps` line.
-pub const STEPS_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const STEPS_EVERY: Duration = Duration::from_secs(1);
 
 /// Writes the steps received on `sock` as one `steps` line per [`STEPS_EVERY`] in which any
 /// ended, until told to stop (then once more, for the last ones).
@@ -632,7 +626,7 @@ pub(crate) fn default_stamp(prefix: &str, now: SystemTime) -> String {
 }
 
 /// How the job ended, for the recording's end line, and gpufeed's exit code (the shell's).
-pub fn job_end(status: Result<crate::job::JobExit, crate::job::JobError>) -> (End, u8) {
+pub(crate) fn job_end(status: Result<crate::job::JobExit, crate::job::JobError>) -> (End, u8) {
     match status {
         Ok(st) => (
             End {
@@ -658,7 +652,7 @@ pub fn job_end(status: Result<crate::job::JobExit, crate::job::JobError>) -> (En
 
 /// A recording started from a live view (`watch`'s `r`): a new file under a unique default
 /// name, written as lines arrive.
-pub struct LiveRecording {
+pub(crate) struct LiveRecording {
     pub path: PathBuf,
     out: RecordingWriter<std::fs::File>,
 }
@@ -669,7 +663,7 @@ const WATCH_FLUSH_BYTES: usize = 128 * 1024;
 impl LiveRecording {
     /// `defs`: the Python frame and stack definitions seen so far (each is sent once, so a
     /// recording started later needs them written first).
-    pub fn start<'a>(
+    pub(crate) fn start<'a>(
         header: &Header,
         defs: impl Iterator<Item = &'a Line>,
     ) -> std::io::Result<LiveRecording> {
@@ -691,14 +685,14 @@ impl LiveRecording {
         }
         Ok(r)
     }
-    pub fn write(&mut self, l: &Line) -> std::io::Result<()> {
+    pub(crate) fn write(&mut self, l: &Line) -> std::io::Result<()> {
         self.out.line(&mut l.clone())?;
         if self.out.pending() >= WATCH_FLUSH_BYTES {
             self.out.flush()?;
         }
         Ok(())
     }
-    pub fn finish(mut self, t_s: f64) -> std::io::Result<PathBuf> {
+    pub(crate) fn finish(mut self, t_s: f64) -> std::io::Result<PathBuf> {
         self.write(&Line::End(crate::sample::event::End {
             t_s,
             reason: Some(crate::sample::event::EndReason::WatchStopped),
@@ -820,7 +814,7 @@ mod tests {
         let rec = prepared.start(None, None).unwrap();
         let tx = std::os::unix::net::UnixDatagram::unbound().unwrap();
         // Steps of 100 ms, 30 of them waiting, 4 samples each (ended just now), and one marker
-        // 10^18 ns ahead that must not stretch a step over the run (issue 27).
+        // 10^18 ns ahead (broken or crafted) that must not stretch a step over the run.
         let t0 = crate::sample::steps::monotonic_ns() - 500_000_000;
         for i in 0..4u64 {
             let t = t0 + i * 100_000_000;

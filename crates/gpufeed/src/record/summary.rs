@@ -161,7 +161,7 @@ struct ProcAcc {
 
 /// The summary as a consumer of the recording reader: figures kept per GPU and per process.
 #[derive(Default)]
-pub struct SummaryBuilder {
+pub(crate) struct SummaryBuilder {
     gpus: BTreeMap<u32, GpuAcc>,
     procs: BTreeMap<u32, ProcAcc>,
     host_cpu: Mean,
@@ -304,7 +304,7 @@ impl Sink for SummaryBuilder {
 impl SummaryBuilder {
     /// The summary of what was read from `path` (named in it); `truncated`: the recording was
     /// cut ([`ReadStats::truncated`]).
-    pub fn finish(self, path: &Path, truncated: bool) -> Summary {
+    pub(crate) fn finish(self, path: &Path, truncated: bool) -> Summary {
         let SummaryBuilder {
             mut gpus,
             procs,

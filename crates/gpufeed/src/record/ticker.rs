@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 /// Expensive readings (GPU process lists, PCIe throughput and link, context switches) run at most
 /// this often.
-pub const SLOW_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const SLOW_EVERY: Duration = Duration::from_secs(1);
 
 /// The schedule of a sampling thread: readings every `every` from `t0` (skipping missed ones
 /// rather than bunching them), with a "slow" reading at most every `SLOW_EVERY`.

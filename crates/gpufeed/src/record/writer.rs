@@ -13,11 +13,11 @@ use std::path::Path;
 
 /// zstd level: level 9 compresses a one-second frame of recording about as well as level 19
 /// for a small fraction of the CPU (a few ms a second).
-pub const ZSTD_LEVEL: i32 = 9;
+pub(crate) const ZSTD_LEVEL: i32 = 9;
 
 /// How a recording's bytes are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Compression {
+pub(crate) enum Compression {
     /// Plain NDJSON (`.ndjson`, or any name not ending in `.zst`).
     None,
     /// zstd frames (`.ndjson.zst`, the default name).
@@ -36,7 +36,7 @@ impl Compression {
 
 /// Lines buffered in memory and written out, as one zstd frame or as they are, at each
 /// [`RecordingWriter::flush`].
-pub struct RecordingWriter<W: Write> {
+pub(crate) struct RecordingWriter<W: Write> {
     out: W,
     buf: Vec<u8>,
     zstd: Option<zstd::bulk::Compressor<'static>>,
@@ -45,7 +45,7 @@ pub struct RecordingWriter<W: Write> {
 }
 
 impl<W: Write> RecordingWriter<W> {
-    pub fn new(out: W, compression: Compression) -> io::Result<Self> {
+    pub(crate) fn new(out: W, compression: Compression) -> io::Result<Self> {
         let zstd = match compression {
             Compression::None => None,
             Compression::Zstd => {
@@ -66,13 +66,13 @@ impl<W: Write> RecordingWriter<W> {
     }
 
     /// Adds the header line (written at the next flush).
-    pub fn header(&mut self, h: &Header) {
+    pub(crate) fn header(&mut self, h: &Header) {
         self.buf.extend_from_slice(header_line(h).as_bytes());
         self.buf.push(b'\n');
     }
 
     /// Adds a line, its figures rounded for storage (written at the next flush).
-    pub fn line(&mut self, line: &mut Line) -> io::Result<()> {
+    pub(crate) fn line(&mut self, line: &mut Line) -> io::Result<()> {
         line.round_for_storage();
         serde_json::to_writer(&mut self.buf, line).map_err(io::Error::from)?;
         self.buf.push(b'\n');
@@ -80,12 +80,12 @@ impl<W: Write> RecordingWriter<W> {
     }
 
     /// Bytes waiting for the next flush.
-    pub fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.buf.len()
     }
 
     /// Writes what is buffered (one zstd frame when compressing) and flushes the file.
-    pub fn flush(&mut self) -> io::Result<()> {
+    pub(crate) fn flush(&mut self) -> io::Result<()> {
         if !self.buf.is_empty() {
             match &mut self.zstd {
                 Some(c) => {
@@ -104,11 +104,6 @@ impl<W: Write> RecordingWriter<W> {
             self.buf.clear();
         }
         self.out.flush()
-    }
-
-    /// Bytes written to the file so far.
-    pub fn written(&self) -> u64 {
-        self.written
     }
 
     pub(crate) fn get_ref(&self) -> &W {

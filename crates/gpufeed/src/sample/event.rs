@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 /// Bump when a field is added; keep reading the old ones.
 /// Version 2 added the Python stack lines and the header's `py_rate_hz`.
-pub const SCHEMA_VERSION: u32 = 2;
+pub(crate) const SCHEMA_VERSION: u32 = 2;
 
 /// First line of a recording.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

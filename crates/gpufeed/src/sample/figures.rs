@@ -18,25 +18,25 @@ use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, VecDeque};
 
 /// The longest window a reply covers (a rank that asks rarely gets the last minute).
-pub const MAX_WINDOW_S: f64 = 60.0;
+pub(crate) const MAX_WINDOW_S: f64 = 60.0;
 /// GPU and phase readings are averaged over at least this long (they come every interval).
-pub const MIN_BOARD_WINDOW_S: f64 = 1.0;
+pub(crate) const MIN_BOARD_WINDOW_S: f64 = 1.0;
 /// Replies sent at most this many times a second, all ranks together (abuse bound).
-pub const MAX_REPLIES_PER_S: u32 = 64;
+pub(crate) const MAX_REPLIES_PER_S: u32 = 64;
 /// Ranks remembered for their previous query; past this the memory is cleared.
-pub const MAX_RANKS: usize = 1024;
+pub(crate) const MAX_RANKS: usize = 1024;
 /// Readings kept per kind on the board, whatever the window (a bound on memory).
-pub const MAX_READINGS: usize = 100_000;
+pub(crate) const MAX_READINGS: usize = 100_000;
 /// Markers scanned back from the newest for one reply.
-pub const MAX_SCAN: usize = 200_000;
+pub(crate) const MAX_SCAN: usize = 200_000;
 /// GPUs named in one reply.
-pub const MAX_GPUS: usize = 64;
+pub(crate) const MAX_GPUS: usize = 64;
 /// A reply never exceeds this (it fits the hook's receive buffer).
-pub const MAX_REPLY_BYTES: usize = 4096;
+pub(crate) const MAX_REPLY_BYTES: usize = 4096;
 
 /// One `figures` query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Query {
+pub(crate) struct Query {
     /// The rank whose markers are meant (as in the `step` lines; `-`: markers without one).
     pub rank: Option<u32>,
     /// The asking process, whose Python stacks give the phases.
@@ -48,7 +48,7 @@ pub struct Query {
 /// The first `figures` line of a datagram, if any (one reply per datagram). A line whose rank
 /// is missing or neither `-` nor a rank (`figures x`, `figures -1`, `figures 4294967296`) is no
 /// query: it gets no answer (it was answered with the figures of the markers without a rank).
-pub fn parse_query(text: &str) -> Option<Query> {
+pub(crate) fn parse_query(text: &str) -> Option<Query> {
     text.lines().find_map(|line| {
         let mut w = line.split_ascii_whitespace();
         if w.next()? != "figures" {
@@ -70,7 +70,7 @@ pub fn parse_query(text: &str) -> Option<Query> {
 /// The steps of `rank` that ended in `(from_ns, to_ns]`, each timed from the rank's previous
 /// marker (which may lie before the window). `marks` are in arrival order; only the newest
 /// [`MAX_SCAN`] are looked at, back to a little before the window.
-pub fn window_totals(
+pub(crate) fn window_totals(
     marks: &[StepMark],
     rank: Option<u32>,
     from_ns: u64,
@@ -116,7 +116,7 @@ struct PhaseReading {
 
 /// The recent GPU and Python-phase readings, for replies.
 #[derive(Debug, Default)]
-pub struct Board {
+pub(crate) struct Board {
     /// CLOCK_MONOTONIC nanoseconds at the recording's `t_s` = 0; `None` until a recorder started.
     t0_ns: Option<u64>,
     /// `(t_s, gpu index, busy %)`, oldest first.
@@ -126,14 +126,14 @@ pub struct Board {
 
 impl Board {
     /// The recording started at `t0_ns` (CLOCK_MONOTONIC): its lines' `t_s` count from there.
-    pub fn start(&mut self, t0_ns: u64) {
+    pub(crate) fn start(&mut self, t0_ns: u64) {
         self.t0_ns = Some(t0_ns);
         self.gpu.clear();
         self.phases.clear();
     }
 
     /// Takes what a reply may need from a line the recorder writes.
-    pub fn observe(&mut self, line: &Line) {
+    pub(crate) fn observe(&mut self, line: &Line) {
         match line {
             Line::Gpu(g) => {
                 match &g.util_samples {
@@ -241,7 +241,7 @@ impl Board {
 
 /// Answers queries: remembers each rank's previous query and keeps to the reply rate.
 #[derive(Debug)]
-pub struct Replier {
+pub(crate) struct Replier {
     /// When the socket was bound: the first window of a rank starts there.
     bound_ns: u64,
     last: BTreeMap<Option<u32>, u64>,
@@ -251,7 +251,7 @@ pub struct Replier {
 }
 
 impl Replier {
-    pub fn new(bound_ns: u64) -> Replier {
+    pub(crate) fn new(bound_ns: u64) -> Replier {
         Replier {
             bound_ns,
             last: BTreeMap::new(),
@@ -261,7 +261,7 @@ impl Replier {
     }
 
     /// The reply to `q` received at `now_ns`, or `None` when the rate is spent.
-    pub fn answer(
+    pub(crate) fn answer(
         &mut self,
         q: &Query,
         now_ns: u64,

@@ -266,7 +266,7 @@ fn busy_pct(now: (u64, u64), prev: (u64, u64)) -> Option<f64> {
 type CpuCounters = (Vec<(u64, u64)>, (u64, u64), u64);
 
 /// Reads the whole machine; keeps the previous cumulative counters to compute rates.
-pub struct HostSampler {
+pub(crate) struct HostSampler {
     prev_cpu: Option<CpuCounters>,
     prev_disk: HashMap<String, (u64, u64)>,
     prev_psi: PsiTotals,
@@ -285,7 +285,7 @@ impl Default for HostSampler {
 }
 
 impl HostSampler {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         HostSampler {
             prev_cpu: None,
             prev_disk: HashMap::new(),
@@ -303,7 +303,7 @@ impl HostSampler {
         }
     }
 
-    pub fn sample(&mut self, t_s: f64) -> HostSample {
+    pub(crate) fn sample(&mut self, t_s: f64) -> HostSample {
         let now = Instant::now();
         let dt_s = self
             .prev_at
@@ -447,7 +447,7 @@ fn parse_ctxt_switches(text: &[u8]) -> (Option<u64>, Option<u64>) {
 
 /// What changed in a job's process tree at one reading.
 #[derive(Debug, Default)]
-pub struct TreeReading {
+pub(crate) struct TreeReading {
     pub started: Vec<ProcStart>,
     pub exited: Vec<u32>,
     pub samples: Vec<ProcSample>,
@@ -491,7 +491,7 @@ const LIST_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// recorder's largest cost). A pid not seen before has its stat read once to learn its parent:
 /// descendants are adopted, others are remembered as unrelated (and forgotten when they vanish). I/O bytes and context switches (from /proc/PID/io and
 /// /proc/PID/status, the latter costly to generate) are read only when `slow` is set.
-pub struct ProcTree {
+pub(crate) struct ProcTree {
     root: u32,
     tracked: HashMap<u32, Tracked>,
     unrelated: HashMap<u32, u64>,
@@ -508,7 +508,7 @@ pub struct ProcTree {
 }
 
 impl ProcTree {
-    pub fn new(root: u32) -> Self {
+    pub(crate) fn new(root: u32) -> Self {
         ProcTree {
             root,
             tracked: HashMap::new(),
@@ -523,18 +523,13 @@ impl ProcTree {
         }
     }
 
-    pub fn root(&self) -> u32 {
+    pub(crate) fn root(&self) -> u32 {
         self.root
     }
 
     /// Pids currently in the tree.
-    pub fn pids(&self) -> Vec<u32> {
+    pub(crate) fn pids(&self) -> Vec<u32> {
         self.tracked.keys().copied().collect()
-    }
-
-    /// True while the root process exists.
-    pub fn root_alive(&self) -> bool {
-        pid_alive(self.root)
     }
 
     /// True when a process may have been created since the previous call.
@@ -556,7 +551,7 @@ impl ProcTree {
         }
     }
 
-    pub fn sample(&mut self, t_s: f64, slow: bool) -> TreeReading {
+    pub(crate) fn sample(&mut self, t_s: f64, slow: bool) -> TreeReading {
         let mut reading = TreeReading::default();
         let created = self.maybe_new_processes();
         self.list_pending |= created;

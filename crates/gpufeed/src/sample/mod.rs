@@ -4,15 +4,15 @@
 //! can drive any implementation. A metric that could not be read is `None` — never 0 or -1.
 //! Units live in the field names (`_bytes`, `_pct`, `_mhz`, `_w`, `_c`, `_s`).
 
-pub mod event;
-pub mod figures;
-pub mod host;
-pub mod nvml;
-pub mod pyphase;
-pub mod pystacks;
-pub mod ranks;
-pub mod stepmark;
-pub mod steps;
+pub(crate) mod event;
+pub(crate) mod figures;
+pub(crate) mod host;
+pub(crate) mod nvml;
+pub(crate) mod pyphase;
+pub(crate) mod pystacks;
+pub(crate) mod ranks;
+pub(crate) mod stepmark;
+pub(crate) mod steps;
 
 use serde::{Deserialize, Serialize};
 
@@ -100,22 +100,23 @@ pub struct GpuSample {
 }
 
 /// Clock-event reason bits (nvml.h `nvmlClocksEventReason*`).
-pub mod throttle {
-    pub const GPU_IDLE: u64 = 0x1;
-    pub const APPLICATIONS_CLOCKS_SETTING: u64 = 0x2;
-    pub const SW_POWER_CAP: u64 = 0x4;
-    pub const HW_SLOWDOWN: u64 = 0x8;
-    pub const SYNC_BOOST: u64 = 0x10;
-    pub const SW_THERMAL: u64 = 0x20;
-    pub const HW_THERMAL: u64 = 0x40;
-    pub const HW_POWER_BRAKE: u64 = 0x80;
-    pub const DISPLAY_CLOCK: u64 = 0x100;
+pub(crate) mod throttle {
+    pub(crate) const GPU_IDLE: u64 = 0x1;
+    pub(crate) const APPLICATIONS_CLOCKS_SETTING: u64 = 0x2;
+    pub(crate) const SW_POWER_CAP: u64 = 0x4;
+    pub(crate) const HW_SLOWDOWN: u64 = 0x8;
+    pub(crate) const SYNC_BOOST: u64 = 0x10;
+    pub(crate) const SW_THERMAL: u64 = 0x20;
+    pub(crate) const HW_THERMAL: u64 = 0x40;
+    pub(crate) const HW_POWER_BRAKE: u64 = 0x80;
+    pub(crate) const DISPLAY_CLOCK: u64 = 0x100;
 
     /// Bits that mean the GPU is really being slowed (not GpuIdle, not an application setting).
-    pub const SLOWING: u64 = SW_POWER_CAP | HW_SLOWDOWN | SW_THERMAL | HW_THERMAL | HW_POWER_BRAKE;
+    pub(crate) const SLOWING: u64 =
+        SW_POWER_CAP | HW_SLOWDOWN | SW_THERMAL | HW_THERMAL | HW_POWER_BRAKE;
 
     /// Names of the set bits, GpuIdle included (callers decide what counts as throttling).
-    pub fn names(mask: u64) -> Vec<&'static str> {
+    pub(crate) fn names(mask: u64) -> Vec<&'static str> {
         const ALL: [(u64, &str); 9] = [
             (GPU_IDLE, "gpu_idle"),
             (APPLICATIONS_CLOCKS_SETTING, "applications_clocks_setting"),
@@ -218,7 +219,7 @@ pub struct ProcSample {
 }
 
 /// Abstraction over a GPU driver, so tests and the recorder never depend on real hardware.
-pub trait GpuSource: Send {
+pub(crate) trait GpuSource: Send {
     fn driver(&self) -> DriverInfo;
     fn devices(&self) -> Vec<GpuStatic>;
     /// Reads every device once. `t0_unix_us` is the recording's start (Unix µs), to convert driver

@@ -20,11 +20,11 @@ const FI_PCIE_COUNT_RX_BYTES: u32 = 198;
 
 /// How a recording's `gpu_error` starts when no NVIDIA driver was found (diagnose reads it back:
 /// the machine has no GPU).
-pub const NO_DRIVER: &str = "no NVIDIA driver found";
+pub(crate) const NO_DRIVER: &str = "no NVIDIA driver found";
 
 /// Why no GPU could be recorded.
 #[derive(Debug, thiserror::Error)]
-pub enum NvmlOpenError {
+pub(crate) enum NvmlOpenError {
     #[error("no NVIDIA driver found ({detail})")]
     NoDriver { detail: String },
     #[error("NVML library {path} could not be used: {detail}")]
@@ -34,7 +34,7 @@ pub enum NvmlOpenError {
 }
 
 /// Loads NVML: from `lib_path` when given, else the system's `libnvidia-ml.so.1`.
-pub fn open(lib_path: Option<&Path>) -> Result<Nvml, NvmlOpenError> {
+pub(crate) fn open(lib_path: Option<&Path>) -> Result<Nvml, NvmlOpenError> {
     let result = match lib_path {
         Some(p) => Nvml::builder().lib_path(p.as_os_str()).init(),
         None => Nvml::init(),
@@ -112,7 +112,7 @@ impl DeviceState<'_> {
 }
 
 /// A `GpuSource` over an initialised NVML; borrows it, so both live on the sampler thread.
-pub struct NvmlSource<'n> {
+pub(crate) struct NvmlSource<'n> {
     nvml: &'n Nvml,
     devices: Vec<DeviceState<'n>>,
     statics: Vec<GpuStatic>,
@@ -120,7 +120,7 @@ pub struct NvmlSource<'n> {
 
 impl<'n> NvmlSource<'n> {
     /// Opens every device once and reads its static facts.
-    pub fn new(nvml: &'n Nvml) -> Result<Self, NvmlOpenError> {
+    pub(crate) fn new(nvml: &'n Nvml) -> Result<Self, NvmlOpenError> {
         let count = nvml
             .device_count()
             .map_err(|e| NvmlOpenError::Init(format!("cannot count devices: {e}")))?;

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 /// One frame as the classifier sees it.
 #[derive(Debug, Clone, Copy)]
-pub struct FrameRef<'a> {
+pub(crate) struct FrameRef<'a> {
     /// Function name, qualified with its class where the interpreter says so.
     pub name: &'a str,
     /// Source file path as the interpreter knows it.
@@ -72,12 +72,12 @@ impl Phase {
 }
 
 /// The method part of a qualified name: `Foo.bar` → `bar`, `bar` → `bar`.
-pub fn method(name: &str) -> &str {
+pub(crate) fn method(name: &str) -> &str {
     name.rsplit('.').next().unwrap_or(name)
 }
 
 /// The class part of a qualified name, when there is one: `Foo.bar` → `Foo`.
-pub fn class(name: &str) -> Option<&str> {
+pub(crate) fn class(name: &str) -> Option<&str> {
     let mut it = name.rsplitn(2, '.');
     it.next();
     it.next().map(|c| c.rsplit('.').next().unwrap_or(c))
@@ -229,11 +229,6 @@ pub(crate) fn classify(frames: &[FrameRef]) -> Phase {
     frames.iter().rev().find_map(marker).unwrap_or(Phase::Other)
 }
 
-/// A frame a training loop passes through: used to pick the training thread.
-pub fn is_loop_phase(p: Phase) -> bool {
-    p != Phase::Other
-}
-
 /// What a data-loading stage is.
 #[derive(
     Debug,
@@ -295,7 +290,7 @@ pub enum DataLibrary {
 }
 
 /// The library the loading stack `frames` runs under (its dataset or pipeline), if any.
-pub fn data_library(frames: &[FrameRef]) -> Option<DataLibrary> {
+pub(crate) fn data_library(frames: &[FrameRef]) -> Option<DataLibrary> {
     frames.iter().find_map(|f| {
         if has(f.file, "-packages/webdataset/") {
             Some(DataLibrary::Webdataset)
@@ -341,7 +336,7 @@ fn is_dataset_getitem(f: &FrameRef) -> bool {
 /// multi-process iterator (`_MultiProcessingDataLoaderIter.__init__`: forking the workers,
 /// their queues and threads) or shutting them down (`_shutdown_workers`: joining them). With
 /// `persistent_workers=False` both happen every epoch; with `True`, once.
-pub fn starts_or_stops_workers(frames: &[FrameRef]) -> bool {
+pub(crate) fn starts_or_stops_workers(frames: &[FrameRef]) -> bool {
     frames.iter().any(|f| {
         let m = method(f.name);
         has(f.file, "torch/utils/data/dataloader.py")
@@ -370,7 +365,7 @@ fn data_root(f: &FrameRef) -> Option<Root> {
 /// indices), the pin-memory loop. Never a stage: its time is charged to the user's or library's
 /// function it calls. Not plumbing: the datasets of `dataset.py`, the samplers, `default_collate`
 /// and `default_convert` themselves, `pin_memory` itself.
-pub fn is_loader_plumbing(f: &FrameRef) -> bool {
+pub(crate) fn is_loader_plumbing(f: &FrameRef) -> bool {
     if !has(f.file, "torch/utils/data/") {
         return false;
     }
@@ -514,7 +509,7 @@ fn stage_of(f: &FrameRef) -> Option<StageKind> {
 /// is kept (`np.stack`, not numpy's private helper beneath it), and PIL's `ImageFile.load` (the
 /// JPEG decode) beats the `convert` or `resize` that triggered it. Frames between stages are
 /// charged to the stage around them.
-pub fn data_stage(frames: &[FrameRef]) -> Option<(usize, StageKind)> {
+pub(crate) fn data_stage(frames: &[FrameRef]) -> Option<(usize, StageKind)> {
     let (root, r) = frames
         .iter()
         .enumerate()
@@ -701,7 +696,7 @@ mod tests {
         st(&v)
     }
 
-    /// Issue 37 item 1: the user's `collate_fn` is the stage, not the fetcher line that calls it
+    /// The user's `collate_fn` is the stage, not the fetcher line that calls it
     /// (the stack of a real `pad_collate` job, Python 3.11, torch 2.15).
     #[test]
     fn a_custom_collate_fn_is_the_stage_not_the_fetcher() {
@@ -916,8 +911,9 @@ mod tests {
         assert!(starts_or_stops_workers(&st(&old)));
     }
 
-    /// Issue 37 item 2 (tokenizers): stacks of a real job (transformers 5, a WordLevel tokenizer
-    /// built locally), tokenizing one text per `__getitem__` or a batch in the `collate_fn`.
+    /// A tokenizers call is its own stage, not a transform: stacks of a real job (transformers 5,
+    /// a WordLevel tokenizer built locally), tokenizing one text per `__getitem__` or a batch in
+    /// the `collate_fn`.
     #[test]
     fn a_tokenizers_call_is_its_own_stage_not_a_transform() {
         const BASE: &str = "/v/site-packages/transformers/tokenization_utils_base.py";
@@ -959,7 +955,7 @@ mod tests {
         assert_eq!(stage(&s), Some(("Texts._ids", StageKind::Tokenize)));
     }
 
-    /// Issue 37 item 2 (Hugging Face datasets): stacks of a real job (datasets 5) whose
+    /// Hugging Face datasets: stacks of a real job (datasets 5) whose
     /// `set_transform(normalize)` runs per batch under the DataLoader's `__getitems__`.
     #[test]
     fn datasets_formatting_is_arrow_format_and_set_transform_names_the_users_function() {
@@ -1001,7 +997,7 @@ mod tests {
         assert_eq!(data_library(&s), None);
     }
 
-    /// Issue 37 item 2 (torchvision v2): the concrete transform is named, not the base class's
+    /// torchvision v2: the concrete transform is named, not the base class's
     /// `Transform.forward` that every v2 transform runs through (a real job's stack).
     #[test]
     fn a_torchvision_v2_transform_is_named_by_its_class() {
@@ -1030,7 +1026,8 @@ mod tests {
         );
     }
 
-    /// Issue 37 item 2 (webdataset): a real job's stack (webdataset 1.0, `.decode("pil")`).
+    /// webdataset: its stages are fixed in shard terms, so they are told apart from plain PIL
+    /// ones; a real job's stack (webdataset 1.0, `.decode("pil")`).
     #[test]
     fn webdataset_stages_are_their_pil_steps_under_the_webdataset_library() {
         const WDS: &str = "/v/site-packages/webdataset/";

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 /// One frame, as read: its code object's serial, or (without py-spy's frame cache) its names.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct RawFrame {
+pub(crate) struct RawFrame {
     /// Empty when `code` is not 0.
     pub name: String,
     pub file: String,
@@ -32,7 +32,7 @@ pub struct RawFrame {
 
 /// The names of a code object, given once with its serial ([`RawFrame::code`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CodeNames {
+pub(crate) struct CodeNames {
     pub code: u64,
     pub name: String,
     pub file: String,
@@ -40,7 +40,7 @@ pub struct CodeNames {
 
 /// One thread's stack at one instant.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ThreadStack {
+pub(crate) struct ThreadStack {
     /// OS thread id (the Python thread id where the OS one is unknown).
     pub tid: u64,
     pub name: Option<String>,
@@ -55,7 +55,7 @@ pub struct ThreadStack {
 
 /// One reading of one process.
 #[derive(Debug, Clone, PartialEq)]
-pub enum PyReading {
+pub(crate) enum PyReading {
     /// Its stacks, as read, and the code objects met for the first time (their frames carry
     /// only the serial).
     Stacks {
@@ -97,7 +97,7 @@ impl PyStatus {
 
 /// A process's status, reported once when it is decided.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StatusEvent {
+pub(crate) struct StatusEvent {
     pub pid: u32,
     pub status: PyStatus,
     /// The interpreter version (ok) or why not (the others).
@@ -131,7 +131,7 @@ pub struct PyOptions {
 
 /// Default [`PyOptions::child_every`]: workers at a quarter of the rate (measured in
 /// bench/pystacks_overhead.py).
-pub const CHILD_EVERY: u32 = 4;
+pub(crate) const CHILD_EVERY: u32 = 4;
 
 /// The children of one process (its DataLoader workers) share a budget: together they are read
 /// at most once every this many ticks on average, so each is read every
@@ -141,7 +141,7 @@ pub const CHILD_EVERY: u32 = 4;
 /// second per training process at 100 Hz however many workers it has; the cost stops growing
 /// with `num_workers` (8 ranks × 8 workers at 25 Hz each would be 1,600 readings a second).
 /// Not applied when `child_every` is 1 (every process at the full rate, to measure).
-pub const CHILD_SHARE_TICKS: u32 = 2;
+pub(crate) const CHILD_SHARE_TICKS: u32 = 2;
 
 /// Every how many ticks a child with `siblings` (itself included) is read ([`CHILD_SHARE_TICKS`]).
 fn shared_every(child_every: u32, siblings: u32) -> u32 {
@@ -180,7 +180,7 @@ struct ThreadClock {
 /// Whether a process ran since the last check, cheaply: only a Python thread that ran can have
 /// moved its stack, so the schedstat of each Python thread of its last reading is read (one
 /// `pread` each, nanosecond resolution), and the threads that did not run are not read again
-/// (py-spy passes over them, [`PythonSpy::get_stack_traces_skipping`]). Where the threads' OS ids are unknown, the whole
+/// (py-spy passes over them, `PythonSpy::get_stack_traces_skipping`). Where the threads' OS ids are unknown, the whole
 /// process's /proc/PID/stat utime + stime (clock ticks) and its main thread's schedstat are read
 /// instead. The threads' clocks also give their run-queue wait for the `py_samples` lines.
 struct CpuClock {
@@ -219,7 +219,7 @@ const QUIET_CHECK_EVERY: u32 = 4;
 /// in between ([`PySampler::quiet_ticks`]). Its readings resume within that period once it
 /// runs again.
 const IDLE_AFTER: u32 = 100;
-pub const IDLE_CHECK_PERIOD: Duration = Duration::from_millis(160);
+pub(crate) const IDLE_CHECK_PERIOD: Duration = Duration::from_millis(160);
 
 /// The fallback: /proc/PID/stat and /proc/PID/schedstat.
 struct WholeClock {
@@ -451,7 +451,7 @@ enum Entry {
 }
 
 /// Samples the Python processes among a changing set of pids.
-pub struct PySampler {
+pub(crate) struct PySampler {
     config: py_spy::Config,
     child_every: u32,
     idle_skip: bool,
@@ -512,7 +512,7 @@ fn unsupported(err: &anyhow::Error) -> bool {
 }
 
 impl PySampler {
-    pub fn new(opts: PyOptions) -> Self {
+    pub(crate) fn new(opts: PyOptions) -> Self {
         let config = py_spy::Config {
             blocking: if opts.blocking {
                 py_spy::config::LockingStrategy::Lock
@@ -596,7 +596,7 @@ impl PySampler {
 
     /// Gives back the frame vectors of a reading once its frames were taken (emptied or not):
     /// the next readings convert their stacks into them.
-    pub fn recycle(&mut self, stacks: Vec<ThreadStack>) {
+    pub(crate) fn recycle(&mut self, stacks: Vec<ThreadStack>) {
         for t in stacks {
             if self.spare.len() < MAX_SPARE && t.frames.capacity() > 0 {
                 let mut v = t.frames;
@@ -608,7 +608,7 @@ impl PySampler {
 
     /// The interval between two calls of [`PySampler::sample`] (the sampling rate's): sets how
     /// many ticks apart the long-idle processes are checked.
-    pub fn set_interval(&mut self, every: Duration) {
+    pub(crate) fn set_interval(&mut self, every: Duration) {
         let ticks = IDLE_CHECK_PERIOD.as_secs_f64() / every.as_secs_f64().max(1e-6);
         self.idle_check_ticks = (ticks.round() as u64).max(1);
         self.every = every;
@@ -618,7 +618,7 @@ impl PySampler {
     /// nothing, at most `max`: every process is either not due or long idle, and no check of
     /// the long-idle ones is due. The caller may sleep through them and make the calls late,
     /// back to back (they count the idle processes' readings).
-    pub fn quiet_ticks(&self, pids: &[u32], max: u32) -> u32 {
+    pub(crate) fn quiet_ticks(&self, pids: &[u32], max: u32) -> u32 {
         if !self.idle_skip
             || pids.len() != self.entries.len()
             || pids.iter().any(|p| !self.entries.contains_key(p))
@@ -660,7 +660,7 @@ impl PySampler {
 
     /// Reads every Python process among `pids` once: stacks per process, and the statuses
     /// decided on this call. Processes that exited are forgotten without a word.
-    pub fn sample(
+    pub(crate) fn sample(
         &mut self,
         pids: &[u32],
         out: &mut Vec<(u32, PyReading)>,
@@ -837,19 +837,11 @@ impl PySampler {
 
     /// A sampled thread's scheduler clock, read now: nanoseconds on a CPU and nanoseconds
     /// runnable but waiting for a core, cumulative since it started.
-    pub fn sched(&self, pid: u32, tid: u64) -> Option<(u64, u64)> {
+    pub(crate) fn sched(&self, pid: u32, tid: u64) -> Option<(u64, u64)> {
         match self.entries.get(&pid)? {
             Entry::Spy { clock, .. } => clock.sched(tid),
             _ => None,
         }
-    }
-
-    /// Processes currently being sampled.
-    pub fn sampling(&self) -> usize {
-        self.entries
-            .values()
-            .filter(|e| matches!(e, Entry::Spy { .. }))
-            .count()
     }
 }
 

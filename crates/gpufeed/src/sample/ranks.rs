@@ -66,7 +66,7 @@ pub(crate) fn rank_env_of(pid: u32) -> Option<RankEnv> {
 
 /// Does a process with `env` start a rank, given its parent's? A forked DataLoader worker shows
 /// its rank's very values; a rank started by a launcher (which has none, or other ones) does not.
-pub fn is_rank_start(env: Option<&RankEnv>, parent: Option<&RankEnv>) -> bool {
+pub(crate) fn is_rank_start(env: Option<&RankEnv>, parent: Option<&RankEnv>) -> bool {
     env.is_some() && env != parent
 }
 

@@ -3,7 +3,7 @@
 
 /// One step as reported by the job.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct StepMark {
+pub(crate) struct StepMark {
     /// CLOCK_MONOTONIC nanoseconds at the end of the step (of an [`MarkKind::Idle`] mark: when
     /// the rank's step clock restarts).
     pub t_ns: u64,
@@ -17,14 +17,14 @@ pub struct StepMark {
 
 impl StepMark {
     /// A step that ended: not an idle mark.
-    pub fn is_step(&self) -> bool {
+    pub(crate) fn is_step(&self) -> bool {
         self.kind == MarkKind::Step
     }
 }
 
 /// What a marker says.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum MarkKind {
+pub(crate) enum MarkKind {
     /// `step`: a training step ended at `t_ns`.
     #[default]
     Step,
@@ -35,7 +35,7 @@ pub enum MarkKind {
 
 /// Who sent a marker.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum MarkSource {
+pub(crate) enum MarkSource {
     /// The job itself: `gpufeed_probe`, the framework hooks, its own sender.
     #[default]
     Job,
@@ -46,11 +46,11 @@ pub enum MarkSource {
 
 /// How far a marker's time may lie outside the socket's life (clock reads of the job and of
 /// gpufeed race by microseconds; a probe may batch a few markers into one datagram).
-pub const MARK_SKEW_NS: u64 = 1_000_000_000;
+pub(crate) const MARK_SKEW_NS: u64 = 1_000_000_000;
 
 /// Steps aggregated over one interval of a recording (the `steps` line).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct StepTotals {
+pub(crate) struct StepTotals {
     /// Steps whose start is known (the one before them was seen).
     pub steps: u64,
     /// Seconds those steps took, end to end.

@@ -16,7 +16,7 @@ use std::time::Duration;
 use super::figures::{parse_query, Board, Replier};
 
 /// Name of the environment variable that carries the socket path.
-pub const ENV_VAR: &str = "GPUFEED_STEP_SOCKET";
+pub(crate) const ENV_VAR: &str = "GPUFEED_STEP_SOCKET";
 
 use super::stepmark::{MarkKind, MarkSource, StepMark, StepTotals, MARK_SKEW_NS};
 
@@ -75,24 +75,24 @@ pub(crate) fn parse_datagram(text: &str, now_ns: u64) -> Vec<StepMark> {
 /// A marker is plausible when it ended after the socket was bound (before the job could send
 /// anything) and not after its receipt, each give or take [`MARK_SKEW_NS`]. Anything else (a
 /// time 10^18 ns ahead, 2^64-1, a step from before the job) would stretch one step over the
-/// whole run and freeze the accounting (issue 27), so it is dropped and counted.
-pub fn plausible(t_ns: u64, bound_ns: u64, now_ns: u64) -> bool {
+/// whole run and freeze the accounting, so it is dropped and counted.
+pub(crate) fn plausible(t_ns: u64, bound_ns: u64, now_ns: u64) -> bool {
     t_ns >= bound_ns.saturating_sub(MARK_SKEW_NS) && t_ns <= now_ns.saturating_add(MARK_SKEW_NS)
 }
 
 /// The most samples one step may report: no batch comes near a billion, and one marker claiming
-/// 10^12 among steps of 32 made the job's rate 2.5e11 samples/s (issue 39 item 3).
-pub const MAX_STEP_ITEMS: u64 = 1_000_000_000;
+/// 10^12 among steps of 32 made the job's rate 2.5e11 samples/s.
+pub(crate) const MAX_STEP_ITEMS: u64 = 1_000_000_000;
 
 /// A marker is kept when its time is [`plausible`] and its item count, if any, at most
 /// [`MAX_STEP_ITEMS`]; anything else is dropped and counted.
-pub fn plausible_mark(k: &StepMark, bound_ns: u64, now_ns: u64) -> bool {
+pub(crate) fn plausible_mark(k: &StepMark, bound_ns: u64, now_ns: u64) -> bool {
     plausible(k.t_ns, bound_ns, now_ns) && k.items.is_none_or(|i| i <= MAX_STEP_ITEMS)
 }
 
 /// Why `--step-socket PATH` cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub enum GivenSocketError {
+pub(crate) enum GivenSocketError {
     #[error("--step-socket {}: a file that is not a socket is there; give a path where gpufeed may create the socket (the one the job got in GPUFEED_STEP_SOCKET)", .0.display())]
     NotASocket(PathBuf),
     #[error("--step-socket {}: another process is reading that socket; stop it or give another path", .0.display())]
@@ -119,11 +119,11 @@ const STALE_PREFIX: &str = "gpufeed-steps-";
 /// or datagrams of hundreds of lines) took `run` to 4.9 GB when every marker was kept; past this
 /// the oldest half is let go. The recorder folds them into its `steps` lines every second, so
 /// only markers it had not read yet are lost, and those are counted ([`StepSocket::flooded`]).
-pub const MAX_KEPT_MARKS: usize = 500_000;
+pub(crate) const MAX_KEPT_MARKS: usize = 500_000;
 
 /// The markers received, the oldest let go past [`MAX_KEPT_MARKS`]: `base` of them are gone.
 #[derive(Debug, Default)]
-pub struct Marks {
+pub(crate) struct Marks {
     /// Markers let go from the front.
     base: usize,
     kept: Vec<StepMark>,
@@ -151,14 +151,14 @@ impl Marks {
     }
 
     /// The markers kept, oldest first.
-    pub fn kept(&self) -> &[StepMark] {
+    pub(crate) fn kept(&self) -> &[StepMark] {
         &self.kept
     }
 }
 
 /// A bound socket and the thread that collects its steps (and answers `figures` queries:
 /// [`super::figures`]).
-pub struct StepSocket {
+pub(crate) struct StepSocket {
     path: PathBuf,
     /// The private folder the socket lives in ([`StepSocket::open`]), removed on drop.
     dir: Option<tempfile::TempDir>,
@@ -168,8 +168,6 @@ pub struct StepSocket {
     /// Markers dropped for a time outside [`plausible`] or an absurd item count
     /// ([`plausible_mark`]).
     dropped: Arc<AtomicU64>,
-    /// `figures` replies not sent because the asker's buffer was full.
-    replies_dropped: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -178,7 +176,7 @@ impl StepSocket {
     /// Binds a socket in a new private folder (mode 0700, unpredictable name, in the temporary
     /// directory) and starts collecting: the way to get a step socket. Hand the job
     /// [`StepSocket::path`] in [`ENV_VAR`]. The folder and the socket go when this is dropped.
-    pub fn open() -> std::io::Result<StepSocket> {
+    pub(crate) fn open() -> std::io::Result<StepSocket> {
         let dir = crate::outfile::owned_private_dir(STALE_PREFIX)?;
         let mut s = Self::bind(&dir.path().join("step.sock"))?;
         s.dir = Some(dir);
@@ -256,7 +254,7 @@ impl StepSocket {
 
     /// Binds a socket at `path` (which must not exist: nothing there is removed) and starts
     /// collecting. Prefer [`StepSocket::open`], which makes the private folder for it.
-    pub fn bind(path: &Path) -> std::io::Result<StepSocket> {
+    pub(crate) fn bind(path: &Path) -> std::io::Result<StepSocket> {
         let sock = UnixDatagram::bind(path)?;
         sock.set_read_timeout(Some(Duration::from_millis(100)))?;
         // A reply to a hook that stopped reading must not hold up the markers behind it.
@@ -266,14 +264,12 @@ impl StepSocket {
         let board = Arc::new(Mutex::new(Board::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let dropped = Arc::new(AtomicU64::new(0));
-        let replies_dropped = Arc::new(AtomicU64::new(0));
         let rx = Receiver {
             sock,
             marks: Arc::clone(&marks),
             board: Arc::clone(&board),
             stop: Arc::clone(&stop),
             dropped: Arc::clone(&dropped),
-            replies_dropped: Arc::clone(&replies_dropped),
         };
         let thread = std::thread::Builder::new()
             .name("gpufeed-steps".into())
@@ -284,18 +280,17 @@ impl StepSocket {
             marks,
             board,
             dropped,
-            replies_dropped,
             stop,
             thread: Some(thread),
         })
     }
 
     /// The readings replies are made of: a recorder feeds it every line it writes.
-    pub fn board(&self) -> Arc<Mutex<Board>> {
+    pub(crate) fn board(&self) -> Arc<Mutex<Board>> {
         Arc::clone(&self.board)
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
@@ -308,17 +303,12 @@ impl StepSocket {
     }
 
     /// Markers dropped so far for an implausible time (see [`plausible`]).
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
 
-    /// `figures` replies not sent because the asker was not reading them.
-    pub fn replies_dropped(&self) -> u64 {
-        self.replies_dropped.load(Ordering::Relaxed)
-    }
-
     /// Markers let go unread under a flood (more than [`MAX_KEPT_MARKS`] waiting at once).
-    pub fn flooded(&self) -> u64 {
+    pub(crate) fn flooded(&self) -> u64 {
         self.marks.lock().map(|m| m.flooded).unwrap_or(0)
     }
 
@@ -349,7 +339,7 @@ impl std::fmt::Debug for StepSocket {
 }
 
 /// Longest a reply may wait for room in the asking hook's socket (then it is dropped).
-pub const REPLY_TIMEOUT: Duration = Duration::from_millis(5);
+pub(crate) const REPLY_TIMEOUT: Duration = Duration::from_millis(5);
 
 /// The socket's thread: collects markers and answers queries until told to stop.
 struct Receiver {
@@ -358,20 +348,17 @@ struct Receiver {
     board: Arc<Mutex<Board>>,
     stop: Arc<AtomicBool>,
     dropped: Arc<AtomicU64>,
-    replies_dropped: Arc<AtomicU64>,
 }
 
 impl Receiver {
     /// Sends a reply without ever waiting: an asker that does not read its replies (its buffer
     /// full) must not hold up the one thread that receives every rank's markers (one reply
-    /// blocking 5 ms each lost 13,435 of 20,097 markers). Dropped and counted when it cannot go.
+    /// blocking 5 ms each lost 13,435 of 20,097 markers). Dropped when it cannot go.
     fn reply(&self, bytes: &[u8], to: &std::os::unix::net::SocketAddr) {
-        let sent =
-            self.sock.set_nonblocking(true).is_ok() && self.sock.send_to_addr(bytes, to).is_ok();
-        let _ = self.sock.set_nonblocking(false);
-        if !sent {
-            self.replies_dropped.fetch_add(1, Ordering::Relaxed);
+        if self.sock.set_nonblocking(true).is_ok() {
+            let _ = self.sock.send_to_addr(bytes, to);
         }
+        let _ = self.sock.set_nonblocking(false);
     }
 
     fn run(self) {
@@ -428,30 +415,11 @@ impl Receiver {
 /// Folds step marks into interval totals. A step runs from the previous mark of the same rank
 /// to its own, so the very first mark of each rank only starts its clock.
 #[derive(Debug, Default)]
-pub struct StepFolder {
+pub(crate) struct StepFolder {
     last_ns: std::collections::BTreeMap<Option<u32>, u64>,
 }
 
 impl StepFolder {
-    /// The totals of `marks` (in arrival order; sorted here) over every rank, continuing from
-    /// earlier calls.
-    pub fn fold(&mut self, marks: &[StepMark]) -> StepTotals {
-        let mut all = StepTotals::default();
-        for (i, (_, t)) in self.fold_by_rank(marks).into_iter().enumerate() {
-            all.steps += t.steps;
-            all.span_s += t.span_s;
-            (all.wait_s, all.items) = if i == 0 {
-                (t.wait_s, t.items)
-            } else {
-                (
-                    all.wait_s.zip(t.wait_s).map(|(a, b)| a + b),
-                    all.items.zip(t.items).map(|(a, b)| a.saturating_add(b)),
-                )
-            };
-        }
-        all
-    }
-
     /// The totals of `marks` per rank (`None`: marks that name none), ranks with no timed step
     /// left out.
     pub(crate) fn fold_by_rank(&mut self, marks: &[StepMark]) -> Vec<(Option<u32>, StepTotals)> {
@@ -493,7 +461,7 @@ impl Drop for StepSocket {
 /// with it), else a private one for a job gpufeed starts. A `--step-socket` that cannot be bound
 /// is an error; a private socket that cannot be opened is only a note (`note_unread`: what is
 /// then missed; `None`: say nothing).
-pub fn for_job(
+pub(crate) fn for_job(
     given: Option<&std::path::Path>,
     note_unread: Option<&str>,
 ) -> Result<Option<std::sync::Arc<crate::sample::steps::StepSocket>>, crate::exit::Failure> {
@@ -518,6 +486,25 @@ pub fn for_job(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The totals of `marks` (in arrival order; sorted here) over every rank, continuing from
+    /// earlier calls (`StepFolder::fold_by_rank`, summed).
+    fn fold(folder: &mut StepFolder, marks: &[StepMark]) -> StepTotals {
+        let mut all = StepTotals::default();
+        for (i, (_, t)) in folder.fold_by_rank(marks).into_iter().enumerate() {
+            all.steps += t.steps;
+            all.span_s += t.span_s;
+            (all.wait_s, all.items) = if i == 0 {
+                (t.wait_s, t.items)
+            } else {
+                (
+                    all.wait_s.zip(t.wait_s).map(|(a, b)| a + b),
+                    all.items.zip(t.items).map(|(a, b)| a.saturating_add(b)),
+                )
+            };
+        }
+        all
+    }
 
     #[test]
     fn a_given_path_replaces_a_stale_socket_and_refuses_anything_else() {
@@ -554,7 +541,7 @@ mod tests {
         assert!(e.to_string().contains("folder exists"), "{e}");
     }
 
-    /// Issue 39 item 11: the socket at a given path is the user's alone, whatever the umask (a
+    /// The socket at a given path is the user's alone, whatever the umask (a
     /// test cannot set the umask without racing the other tests' files: the mode is checked
     /// here, and under `umask 000` by `tests/it/record.rs`).
     #[test]
@@ -599,7 +586,10 @@ mod tests {
             rank: None,
             ..Default::default()
         };
-        assert_eq!(f.fold(&[big(1), big(2), big(3)]).items, Some(u64::MAX));
+        assert_eq!(
+            fold(&mut f, &[big(1), big(2), big(3)]).items,
+            Some(u64::MAX)
+        );
     }
 
     #[test]
@@ -653,7 +643,7 @@ mod tests {
             assert!((t.span_s - 0.5).abs() < 1e-9);
             assert_eq!(t.items, Some(8));
         }
-        let all = f.fold(&[at(1_000_000_000, 0), at(1_000_000_010, 1)]);
+        let all = fold(&mut f, &[at(1_000_000_000, 0), at(1_000_000_010, 1)]);
         assert_eq!(all.steps, 2);
         assert!((all.span_s - 1.0).abs() < 1e-9);
         assert!((all.wait_s.unwrap() - 0.2).abs() < 1e-9);
@@ -673,24 +663,30 @@ mod tests {
     fn folding_counts_steps_from_the_second_mark_across_calls() {
         let mut f = StepFolder::default();
         // The first mark starts the clock; its own wait belongs to a step of unknown start.
-        let a = f.fold(&[
-            mark(1_000_000_000, Some(900_000_000), Some(8)),
-            mark(1_500_000_000, Some(200_000_000), Some(8)),
-        ]);
+        let a = fold(
+            &mut f,
+            &[
+                mark(1_000_000_000, Some(900_000_000), Some(8)),
+                mark(1_500_000_000, Some(200_000_000), Some(8)),
+            ],
+        );
         assert_eq!(a.steps, 1);
         assert!((a.span_s - 0.5).abs() < 1e-9);
         assert!((a.wait_s.unwrap() - 0.2).abs() < 1e-9);
         assert_eq!(a.items, Some(8));
         // Arrival order does not matter; one step without a wait makes the wait unknown.
-        let b = f.fold(&[
-            mark(2_500_000_000, None, Some(8)),
-            mark(2_000_000_000, Some(100_000_000), Some(8)),
-        ]);
+        let b = fold(
+            &mut f,
+            &[
+                mark(2_500_000_000, None, Some(8)),
+                mark(2_000_000_000, Some(100_000_000), Some(8)),
+            ],
+        );
         assert_eq!(b.steps, 2);
         assert!((b.span_s - 1.0).abs() < 1e-9);
         assert_eq!(b.wait_s, None);
         assert_eq!(b.items, Some(16));
-        assert_eq!(f.fold(&[]), StepTotals::default());
+        assert_eq!(fold(&mut f, &[]), StepTotals::default());
     }
 
     #[test]
@@ -815,12 +811,15 @@ mod tests {
         };
         // Two steps of 1 s, a 10 s pause (validation) ended by an idle mark, one step of 1 s.
         let marks = [step(0), step(S), step(2 * S), idle(12 * S), step(13 * S)];
-        let t = StepFolder::default().fold(&marks);
+        let t = fold(&mut StepFolder::default(), &marks);
         assert_eq!(t.steps, 3);
         assert!((t.span_s - 3.0).abs() < 1e-9, "{t:?}");
         assert_eq!(t.items, Some(24));
         // Without the idle mark the pause would be one 11 s step.
-        let t = StepFolder::default().fold(&[step(0), step(S), step(2 * S), step(13 * S)]);
+        let t = fold(
+            &mut StepFolder::default(),
+            &[step(0), step(S), step(2 * S), step(13 * S)],
+        );
         assert!((t.span_s - 13.0).abs() < 1e-9);
     }
 
@@ -907,7 +906,15 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert_eq!(s.marks().len(), 300);
-        assert!(s.replies_dropped() > 0, "the asker's queue filled");
+        asker.set_nonblocking(true).unwrap();
+        let mut replies = 0;
+        while asker.recv(&mut [0u8; 4096]).is_ok() {
+            replies += 1;
+        }
+        assert!(
+            replies < 300,
+            "the asker's queue filled: {replies} replies kept"
+        );
         assert!(
             start.elapsed() < Duration::from_millis(1000),
             "replies waited: {:?}",

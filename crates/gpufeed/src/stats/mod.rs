@@ -2,13 +2,13 @@
 //! t quantile, the ratio of two means with its interval, and the steady-state estimate of a rate
 //! ([`steady`]). Beneath them all; imports nothing of gpufeed but `units`.
 
-pub mod steady;
+pub(crate) mod steady;
 
 use serde::{Deserialize, Serialize};
 
 /// The median of `v` (sorted in place): the middle value, or the mean of the two middle values
 /// of an even count; `None` when empty.
-pub fn median(v: &mut [f64]) -> Option<f64> {
+pub(crate) fn median(v: &mut [f64]) -> Option<f64> {
     let n = v.len();
     if n == 0 {
         return None;
@@ -127,7 +127,7 @@ pub struct Speedup {
 
 /// Ratio `num / den` of two independent means with their standard errors: the 95% interval by
 /// the delta method, `r × sqrt((se_n/n)² + (se_d/d)²) × t`.
-pub fn ratio_ci(num: f64, se_num: f64, den: f64, se_den: f64, t: f64) -> Option<[f64; 2]> {
+pub(crate) fn ratio_ci(num: f64, se_num: f64, den: f64, se_den: f64, t: f64) -> Option<[f64; 2]> {
     if num <= 0.0 || den <= 0.0 || !se_num.is_finite() || !se_den.is_finite() || !t.is_finite() {
         return None;
     }

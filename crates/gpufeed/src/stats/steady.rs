@@ -17,7 +17,7 @@ use super::t975;
 
 /// One interval of the throughput series.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Interval {
+pub(crate) struct Interval {
     pub t_end_s: f64,
     pub dur_s: f64,
     pub rate: f64,
@@ -57,7 +57,7 @@ pub(crate) fn from_rates(points: &[(f64, f64)]) -> Vec<Interval> {
 
 /// The throughput of a trial with its confidence interval.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Estimate {
+pub(crate) struct Estimate {
     /// Time-weighted mean rate over the steady part.
     pub value: f64,
     pub ci_low: f64,
@@ -75,8 +75,8 @@ pub struct Estimate {
 }
 
 /// Fewest steady intervals and blocks for a trial to count as steady.
-pub const MIN_INTERVALS: usize = 10;
-pub const MIN_BLOCKS: usize = 5;
+pub(crate) const MIN_INTERVALS: usize = 10;
+pub(crate) const MIN_BLOCKS: usize = 5;
 const TARGET_BLOCKS: usize = 10;
 
 fn weighted_mean(iv: &[Interval]) -> f64 {
@@ -112,7 +112,7 @@ pub(crate) fn warmup_cut(iv: &[Interval]) -> usize {
 }
 
 /// The estimate over `iv` (in time order); `None` with fewer than two intervals.
-pub fn estimate(iv: &[Interval], rel_tol: f64) -> Option<Estimate> {
+pub(crate) fn estimate(iv: &[Interval], rel_tol: f64) -> Option<Estimate> {
     if iv.len() < 2 {
         return None;
     }

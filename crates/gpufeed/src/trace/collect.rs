@@ -8,7 +8,7 @@ use crate::trace::event::{Event, EventSink};
 
 /// Category of an `X` event, both Kineto schemas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     Kernel,
     Memcpy,
     Memset,
@@ -50,7 +50,7 @@ pub(crate) fn kind_of(cat: &[u8]) -> Kind {
     }
 }
 
-pub const COMM_OPS: [&str; 10] = [
+pub(crate) const COMM_OPS: [&str; 10] = [
     "nccl:broadcast",
     "nccl:reduce",
     "nccl:all_reduce",
@@ -64,7 +64,7 @@ pub const COMM_OPS: [&str; 10] = [
 ];
 
 /// Substrings of tensor-core kernel names: the plugin's list plus newer families.
-pub const TC_KERNEL_PATTERNS: [&str; 27] = [
+pub(crate) const TC_KERNEL_PATTERNS: [&str; 27] = [
     "h884",
     "s884",
     "h1688",
@@ -95,7 +95,7 @@ pub const TC_KERNEL_PATTERNS: [&str; 27] = [
 ];
 
 /// Operators whose kernels can use tensor cores (the plugin's allow-list, substring match).
-pub const TC_ELIGIBLE_OPS: [&str; 44] = [
+pub(crate) const TC_ELIGIBLE_OPS: [&str; 44] = [
     "aten::_convolution",
     "aten::conv1d",
     "aten::conv2d",
@@ -166,7 +166,7 @@ pub struct DevRec {
 }
 
 /// Stands for a missing id in the compact records.
-pub const NONE: u64 = u64::MAX;
+pub(crate) const NONE: u64 = u64::MAX;
 
 fn some(x: u64) -> Option<u64> {
     (x != NONE).then_some(x)
@@ -287,16 +287,16 @@ pub struct StepAnn {
 
 /// Distinct kernel names kept one by one; kernels with later names are booked under one
 /// "other kernels" name. Real traces have a few hundred to a few thousand.
-pub const MAX_KERNEL_NAMES: usize = 4096;
+pub(crate) const MAX_KERNEL_NAMES: usize = 4096;
 /// Distinct devices and (device, stream) pairs kept apart; events on later ones are booked on
 /// the last device / stream id, [`OTHER_ID`]. Real traces have up to a few dozen of each.
-pub const MAX_DEVICES: usize = 1024;
-pub const MAX_STREAMS: usize = 4096;
+pub(crate) const MAX_DEVICES: usize = 1024;
+pub(crate) const MAX_STREAMS: usize = 4096;
 /// The device or stream id that stands for "all the others" past the caps.
-pub const OTHER_ID: u64 = u64::MAX - 1;
+pub(crate) const OTHER_ID: u64 = u64::MAX - 1;
 
-/// What the caps above folded together (issue 27: 100,000 kernels each on its own device with
-/// 8 KB names took analyze to 1.6 GB and ten minutes).
+/// What the caps above folded together (without them, a crafted trace of 100,000 kernels each on
+/// its own device with 8 KB names took analyze to 1.6 GB and ten minutes).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Capped {
     pub kernel_names: u64,

@@ -76,7 +76,7 @@ fn args(c: &mut Cursor<'_>) -> Option<Args> {
 }
 
 /// Parses one event at the start of `b`; returns it and its length, or None to fall back.
-pub fn event(b: &[u8]) -> Option<(Event<'_>, usize)> {
+pub(super) fn event(b: &[u8]) -> Option<(Event<'_>, usize)> {
     let mut c = Cursor::new(b);
     let mut ev = Event::default();
     c.object(|k, c| {

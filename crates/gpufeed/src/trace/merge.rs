@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 /// What the first pass found.
 #[derive(Debug, Default)]
-pub struct MergeHead {
+pub(crate) struct MergeHead {
     /// Top-level fields other than `traceEvents`, `baseTimeNanoseconds` and `displayTimeUnit`,
     /// as (key, JSON text), in file order.
     pub fields: Vec<(String, String)>,
@@ -24,7 +24,7 @@ pub struct MergeHead {
 }
 
 /// One event as the second pass hands it over.
-pub struct RawEvent<'a> {
+pub(crate) struct RawEvent<'a> {
     pub ph: u8,
     pub ts: Option<f64>,
     pub dur: Option<f64>,
@@ -33,13 +33,13 @@ pub struct RawEvent<'a> {
 }
 
 /// A trace opened for merging; stdin (`-`) is spooled to a temporary file for the two passes.
-pub struct MergeTrace {
+pub(crate) struct MergeTrace {
     path: PathBuf,
     _spool: Option<tempfile::NamedTempFile>,
 }
 
 impl MergeTrace {
-    pub fn open(path: &Path) -> Result<Self, TraceError> {
+    pub(crate) fn open(path: &Path) -> Result<Self, TraceError> {
         if path.as_os_str() != "-" {
             return Ok(MergeTrace {
                 path: path.to_path_buf(),
@@ -59,7 +59,7 @@ impl MergeTrace {
     }
 
     /// First pass: top-level fields and the events check (the rule of `analyze`).
-    pub fn head(&self) -> Result<MergeHead, TraceError> {
+    pub(crate) fn head(&self) -> Result<MergeHead, TraceError> {
         struct Head {
             h: MergeHead,
             x_events: u64,
@@ -109,7 +109,7 @@ impl MergeTrace {
 
     /// Second pass: each event that is valid JSON, in file order. Returns the events handed
     /// over and the reader's statistics.
-    pub fn events(
+    pub(crate) fn events(
         &self,
         mut visit: impl FnMut(&RawEvent<'_>) -> std::io::Result<()>,
     ) -> Result<(u64, ScanStats, Option<std::io::Error>), TraceError> {

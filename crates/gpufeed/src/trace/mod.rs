@@ -2,19 +2,19 @@
 //! HTA-style idle time, copies, kernels, synchronisation, several ranks, and the rules that turn
 //! those numbers into findings.
 
-pub mod collect;
-pub mod event;
+pub(crate) mod collect;
+pub(crate) mod event;
 pub mod families;
 mod fast;
-pub mod merge;
-pub mod ranges;
+pub(crate) mod merge;
+pub(crate) mod ranges;
 pub mod ranks;
-pub mod reader;
+pub(crate) mod reader;
 pub mod report;
 pub mod rules;
 mod serde_event;
 pub mod summary;
-pub mod verdict;
+pub(crate) mod verdict;
 
 use summary::{StepSource, TraceSummary};
 

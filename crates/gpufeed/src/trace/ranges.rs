@@ -1,10 +1,10 @@
 //! Sorted, non-overlapping interval lists (half-open `[start, end)` in µs) and the set
 //! operations the TensorBoard plugin's step breakdown is built from.
 
-pub type Range = (f64, f64);
+pub(crate) type Range = (f64, f64);
 
 /// Sorts and merges touching/overlapping ranges (the plugin's `merge_ranges`).
-pub fn merge(mut r: Vec<Range>) -> Vec<Range> {
+pub(crate) fn merge(mut r: Vec<Range>) -> Vec<Range> {
     r.retain(|x| x.0.is_finite() && x.1.is_finite());
     r.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
     let mut out: Vec<Range> = Vec::with_capacity(r.len());
@@ -70,7 +70,7 @@ pub(crate) fn subtract(a: &[Range], b: &[Range]) -> Vec<Range> {
     out
 }
 
-pub fn total(r: &[Range]) -> f64 {
+pub(crate) fn total(r: &[Range]) -> f64 {
     r.iter().map(|(s, e)| e - s).sum::<f64>() + 0.0 // an empty sum is -0.0
 }
 

@@ -54,7 +54,7 @@ impl RankDigest {
 }
 
 /// `Ok(world_size)` when the traces are distinct ranks of one world, else why not.
-pub fn one_job(ids: &[(Option<u64>, Option<u64>)]) -> Result<u64, String> {
+pub(crate) fn one_job(ids: &[(Option<u64>, Option<u64>)]) -> Result<u64, String> {
     let mut world = None;
     let mut seen = std::collections::BTreeSet::new();
     for (i, (rank, ws)) in ids.iter().enumerate() {
@@ -92,7 +92,7 @@ pub struct Analyzed {
 
 /// Summarises every trace on up to `threads` threads (the cores by default), keeping a digest
 /// per trace, the lowest rank's full summary and, with `keep_full`, every full summary.
-pub fn analyze_all(paths: &[PathBuf], keep_full: bool, threads: Option<usize>) -> Analyzed {
+pub(crate) fn analyze_all(paths: &[PathBuf], keep_full: bool, threads: Option<usize>) -> Analyzed {
     let threads = threads
         .unwrap_or_else(|| {
             std::thread::available_parallelism()
@@ -341,7 +341,7 @@ pub enum Grouped {
 }
 
 /// A trace that cannot be read, with what to do about it (bad input, exit 3).
-pub fn input_error(e: TraceError) -> Failure {
+pub(crate) fn input_error(e: TraceError) -> Failure {
     let hint = match &e {
         TraceError::Io { .. } => "check the path",
         TraceError::Empty | TraceError::NoEvents | TraceError::NoUsableEvents(_) => {

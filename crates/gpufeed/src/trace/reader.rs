@@ -2,7 +2,7 @@
 //!
 //! The input is read in chunks; a small scanner finds each element of `traceEvents` (string- and
 //! escape-aware brace matching) and that one event is deserialized from the buffer with
-//! serde_json's slice reader into a borrowed, compact [`Event`]. The whole event list is never held:
+//! serde_json's slice reader into a borrowed, compact [`Event`](super::event::Event). The whole event list is never held:
 //! each event is handed to an [`EventSink`] at once and dropped. Top-level keys other than
 //! `traceEvents` are read only when needed (`baseTimeNanoseconds`, `deviceProperties`,
 //! `distributedInfo`).

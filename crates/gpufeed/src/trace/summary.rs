@@ -44,7 +44,7 @@ impl StepRow {
 
 impl StepRow {
     /// Each category's time, in the plugin's order (the total left out).
-    pub fn by_category(&self) -> [(StepCategory, f64); 8] {
+    pub(crate) fn by_category(&self) -> [(StepCategory, f64); 8] {
         let v = self.values();
         std::array::from_fn(|i| (StepCategory::ALL[i], v[i]))
     }

@@ -60,7 +60,7 @@ pub struct TraceVerdict {
 }
 
 /// GPU busy share of the steps from which a trace without findings is compute-bound.
-pub const COMPUTE_BUSY_PCT: f64 = 50.0;
+pub(crate) const COMPUTE_BUSY_PCT: f64 = 50.0;
 
 /// The bound a finding names, if any (`amp_unused` is a lever on a busy GPU, not a bound).
 fn bound_of(id: FindingId) -> Option<TraceVerdictId> {
@@ -76,7 +76,7 @@ fn bound_of(id: FindingId) -> Option<TraceVerdictId> {
 }
 
 /// The verdict from the findings (ranked, most important first) and the GPU busy share.
-pub fn decide(findings: &[Finding], gpu_busy_pct: Option<f64>) -> TraceVerdict {
+pub(crate) fn decide(findings: &[Finding], gpu_busy_pct: Option<f64>) -> TraceVerdict {
     if let Some((f, id)) = findings
         .iter()
         .find_map(|f| bound_of(f.id).map(|id| (f, id)))

@@ -20,7 +20,7 @@ use ratatui::Frame;
 
 /// Which block arrows act on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Focus {
+pub(crate) enum Focus {
     #[default]
     Gpus,
     Cpus,
@@ -28,7 +28,7 @@ pub enum Focus {
 }
 
 impl Focus {
-    pub fn next(self) -> Focus {
+    pub(crate) fn next(self) -> Focus {
         match self {
             Focus::Gpus => Focus::Cpus,
             Focus::Cpus => Focus::Procs,
@@ -42,7 +42,7 @@ impl Focus {
 
 /// The UI's own state (what the keys change).
 #[derive(Debug, Clone, Default)]
-pub struct Ui {
+pub(crate) struct Ui {
     pub paused: bool,
     pub focus: Focus,
     /// First GPU / process shown (arrows scroll the focused block).
@@ -57,7 +57,7 @@ pub struct Ui {
 
 /// A key, already decoded from the terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Key {
+pub(crate) enum Key {
     Quit,
     Pause,
     Record,
@@ -70,14 +70,14 @@ pub enum Key {
 
 /// What the event loop must do after a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     None,
     Quit,
     ToggleRecording,
 }
 
 impl Ui {
-    pub fn key(&mut self, k: Key, st: &LiveState) -> Action {
+    pub(crate) fn key(&mut self, k: Key, st: &LiveState) -> Action {
         match k {
             Key::Quit => return Action::Quit,
             Key::Pause => self.paused = !self.paused,
@@ -150,7 +150,7 @@ fn rate(b: Option<f64>) -> String {
 }
 
 /// Draws the whole screen.
-pub fn draw(f: &mut Frame, st: &LiveState, ui: &Ui) {
+pub(crate) fn draw(f: &mut Frame, st: &LiveState, ui: &Ui) {
     let area = f.area();
     if area.width < 20 || area.height < 5 {
         f.render_widget(
@@ -692,9 +692,9 @@ fn draw_procs(f: &mut Frame, area: Rect, st: &LiveState, ui: &Ui) {
 }
 
 /// Puts the terminal back however `watch` ends (error, panic).
-pub struct TermGuard;
+pub(crate) struct TermGuard;
 impl TermGuard {
-    pub fn enter() -> std::io::Result<TermGuard> {
+    pub(crate) fn enter() -> std::io::Result<TermGuard> {
         terminal::enable_raw_mode()?;
         let g = TermGuard;
         execute!(std::io::stdout(), terminal::EnterAlternateScreen)?;
@@ -709,7 +709,7 @@ impl Drop for TermGuard {
 }
 
 /// The view's key for a terminal key press.
-pub fn key_of(code: KeyCode, mods: KeyModifiers) -> Key {
+pub(crate) fn key_of(code: KeyCode, mods: KeyModifiers) -> Key {
     match code {
         KeyCode::Char('q') | KeyCode::Esc => Key::Quit,
         KeyCode::Char('c') if mods.contains(KeyModifiers::CONTROL) => Key::Quit,

@@ -252,7 +252,7 @@ pub fn accumulation(target: u64, limit: u64) -> Option<Accumulation> {
 /// (step markers, a tqdm `it/s` bar) times the samples per step (the markers' own counts when
 /// they carry them, else `batch`), its interval scaled alike. A rate in other units (a
 /// `--rate-regex` figure, the GPU-busy proxy) is returned as it is.
-pub fn per_sample(t: &super::trial::Throughput, batch: u64) -> super::trial::Throughput {
+pub(crate) fn per_sample(t: &super::trial::Throughput, batch: u64) -> super::trial::Throughput {
     use super::trial::Source;
     let per_step = t.source == Source::StepSocket || (t.source == Source::Tqdm && t.unit == "it/s");
     if !per_step || t.value <= 0.0 {

@@ -14,7 +14,7 @@ use crate::inject::InjectSpec;
 use std::path::Path;
 
 /// What a batch-size search is asked to do.
-pub struct Setup {
+pub(crate) struct Setup {
     pub command: Vec<String>,
     /// The `{name}` the batch size goes into.
     pub param: String,
@@ -32,7 +32,7 @@ pub struct Setup {
 impl Setup {
     /// Checks the arguments before anything runs: the parameter is used, the trial options make
     /// sense, and the batch bounds are positive. Returns the rate regex.
-    pub fn check(&self) -> Result<Option<RateRegex>, Failure> {
+    pub(crate) fn check(&self) -> Result<Option<RateRegex>, Failure> {
         let knob = params::parse_knobs(&[self.param.clone(), "1".into()])
             .map_err(|e| Failure::with(Exit::Usage, e))?;
         let templates: Vec<(String, String)> = self
@@ -199,7 +199,7 @@ fn batch_trial(
 }
 
 /// How a batch-size search ended.
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub report: BatchReport,
     /// An error that ended the search early (the report still says what ran before it).
     pub fatal: Option<anyhow::Error>,
@@ -207,7 +207,7 @@ pub struct Outcome {
 }
 
 /// Runs the search, trial by trial, recorded in `dir`; `save` is called after every trial.
-pub fn run(
+pub(crate) fn run(
     setup: &Setup,
     regex: &Option<RateRegex>,
     dir: &Path,

@@ -16,18 +16,18 @@
 //!   `sweep`, `batch-size` and `tune`.
 
 pub mod batch;
-pub mod batch_run;
-pub mod oom;
+pub(crate) mod batch_run;
+pub(crate) mod oom;
 pub mod params;
-pub mod patch;
+pub(crate) mod patch;
 pub mod plan;
-pub mod progress;
+pub(crate) mod progress;
 pub mod report;
-pub mod search;
+pub(crate) mod search;
 pub mod sweep;
-pub mod sweep_run;
+pub(crate) mod sweep_run;
 pub mod trial;
-pub mod trials;
+pub(crate) mod trials;
 
 /// Errors of the tuner. Each says its exit code through [`crate::exit::HasExit`].
 #[derive(Debug, thiserror::Error)]

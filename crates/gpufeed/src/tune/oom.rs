@@ -3,7 +3,7 @@
 //! ([`super::batch`]).
 
 /// Output that means the job ran out of memory (GPU or host), with a short name for each.
-pub const OOM_MARKERS: &[(&str, &str)] = &[
+pub(crate) const OOM_MARKERS: &[(&str, &str)] = &[
     ("CUDA out of memory", "cuda_oom"),
     ("OutOfMemoryError", "cuda_oom"),
     (" out of memory.", "out_of_memory"),
@@ -16,7 +16,7 @@ pub const OOM_MARKERS: &[(&str, &str)] = &[
 ];
 
 /// The kind of out-of-memory a line reports, if any.
-pub fn oom_marker(line: &str) -> Option<&'static str> {
+pub(crate) fn oom_marker(line: &str) -> Option<&'static str> {
     OOM_MARKERS.iter().find_map(|(pat, kind)| {
         if !line.contains(pat) {
             return None;

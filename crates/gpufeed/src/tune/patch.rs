@@ -15,7 +15,7 @@ use std::path::Path;
 
 /// One argument to set at one call site.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Edit {
+pub(crate) struct Edit {
     pub key: String,
     /// Python source of the value (`4`, `True`).
     pub value: String,
@@ -23,7 +23,7 @@ pub struct Edit {
 
 /// The changed file text and notes for what could not be changed; `None` text when nothing was.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct SiteChange {
+pub(crate) struct SiteChange {
     pub new_text: Option<String>,
     pub notes: Vec<String>,
     /// Byte offsets (in `new_text`) of the `(` of each changed call.
@@ -375,7 +375,7 @@ pub(crate) fn edit_call(
     edit_calls(text, path, &[line], callee, edits)
 }
 
-/// [`edit_call`] for several reported lines of one file at once (each line of `text` as it is:
+/// `edit_call` for several reported lines of one file at once (each line of `text` as it is:
 /// no change moves another's line); a call two lines reach is changed once.
 pub(crate) fn edit_calls(
     text: &str,
@@ -520,7 +520,7 @@ pub(crate) fn check_calls(
 }
 
 /// The script Python runs to check a changed file (on stdin): it parses, and, where torch is
-/// importable, each changed `DataLoader` call (by the lines of its `(`, argv[1]) binds to
+/// importable, each changed `DataLoader` call (by the lines of its `(`, `argv[1]`) binds to
 /// `DataLoader`'s signature. Prints the one reason and exits 1 when not.
 const PY_CHECK: &str = r#"
 import sys

@@ -131,7 +131,7 @@ const CODE_STAGE_PCT: f64 = 25.0;
 /// transform, a dataset library's per-read transform), `tune` can spread it over worker
 /// processes but not make it cheaper; the note points at its line. `None` when no stage stands
 /// out or the stage is one a knob sets (`pin_memory`).
-pub fn code_edit_note(plans: &[KnobPlan], hot: Option<&Hotspot>) -> Option<String> {
+pub(crate) fn code_edit_note(plans: &[KnobPlan], hot: Option<&Hotspot>) -> Option<String> {
     let h = hot?;
     if !plans.iter().any(|p| p.knob.is_input()) || h.pct < CODE_STAGE_PCT {
         return None;
@@ -395,7 +395,7 @@ mod tests {
         }
     }
 
-    /// Issue 37 item 4: a collate function (or any code stage) that dominates loading is named
+    /// A collate function (or any code stage) that dominates loading is named
     /// with its line as what only a code edit changes, where the plan turns the loader's knobs.
     #[test]
     fn a_code_stage_is_said_as_what_only_an_edit_changes() {

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 /// One progress reading.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Reading {
+pub(crate) struct Reading {
     /// The counter (`45` in `45/100`) when it is printed exactly (no k/M scaling, no decimals).
     pub count: Option<u64>,
     /// The total as printed (`100` in `45/100`), which tells nested bars apart.
@@ -174,7 +174,7 @@ impl RateRegex {
 
 /// Splits a byte stream into lines on `\r` and `\n`, keeping a partial line between reads.
 #[derive(Debug, Default)]
-pub struct LineSplitter {
+pub(crate) struct LineSplitter {
     partial: Vec<u8>,
 }
 
@@ -193,7 +193,7 @@ impl LineSplitter {
         }
     }
     /// The last partial line at end of stream.
-    pub fn finish(&mut self, mut line: impl FnMut(&str)) {
+    pub(crate) fn finish(&mut self, mut line: impl FnMut(&str)) {
         if !self.partial.is_empty() {
             line(&String::from_utf8_lossy(&self.partial));
             self.partial.clear();

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// What a tune run is asked to do.
-pub struct Setup {
+pub(crate) struct Setup {
     /// The user's command.
     pub command: Vec<String>,
     /// How long the search may take.
@@ -31,7 +31,7 @@ pub struct Setup {
 }
 
 /// Writes the report as it stands (tune.json and the files asked for).
-pub type Save<'a> = dyn FnMut(&TuneReport) -> anyhow::Result<()> + 'a;
+pub(crate) type Save<'a> = dyn FnMut(&TuneReport) -> anyhow::Result<()> + 'a;
 
 /// The search's state and what it writes to.
 struct Tuner<'a, 'b> {
@@ -632,7 +632,11 @@ fn write_patch(t: &mut Tuner, set: &[(Knob, String)], best: &TrialResult) -> any
 
 /// Runs the whole search: the report and the exit code. `save` is called whenever the report
 /// has changed enough to be worth keeping on disk.
-pub fn tune(args: &Setup, runner: &Runner, save: &mut Save) -> anyhow::Result<(TuneReport, u8)> {
+pub(crate) fn tune(
+    args: &Setup,
+    runner: &Runner,
+    save: &mut Save,
+) -> anyhow::Result<(TuneReport, u8)> {
     let cores_per_rank = args.cores.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get() as u32)

@@ -52,11 +52,6 @@ fn one() -> u32 {
 }
 
 impl TrialResult {
-    /// A usable throughput whose interval never met the tolerance.
-    pub fn unsettled(&self) -> bool {
-        self.exit.ok() && self.throughput.as_ref().is_some_and(|t| !t.steady)
-    }
-
     pub fn new(setting: &Setting, command: Vec<String>, o: TrialOutcome) -> TrialResult {
         let failed = !o.exit.ok() && o.exit.status != super::trial::Status::Interrupted;
         TrialResult {
@@ -347,6 +342,11 @@ pub(crate) mod tests {
     use crate::tune::params::{parse_knobs, product};
     use crate::tune::trial::{Source, Status};
 
+    /// A usable throughput whose interval never met the tolerance.
+    fn unsettled(r: &TrialResult) -> bool {
+        r.exit.ok() && r.throughput.as_ref().is_some_and(|t| !t.steady)
+    }
+
     pub(crate) fn result(setting: &Setting, v: Option<f64>, status: Status) -> TrialResult {
         TrialResult::new(
             setting,
@@ -430,6 +430,6 @@ pub(crate) mod tests {
             "{}",
             sw.reason
         );
-        assert!(rep.results[1].unsettled() && !rep.results[0].unsettled());
+        assert!(unsettled(&rep.results[1]) && !unsettled(&rep.results[0]));
     }
 }

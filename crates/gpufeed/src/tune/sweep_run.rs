@@ -12,7 +12,7 @@ use crate::inject::InjectSpec;
 use std::path::{Path, PathBuf};
 
 /// What a sweep is asked to do, as the command line gave it.
-pub struct Setup {
+pub(crate) struct Setup {
     pub command: Vec<String>,
     /// `-L name v1,v2` lists.
     pub lists: Vec<String>,
@@ -24,7 +24,7 @@ pub struct Setup {
 }
 
 /// What a sweep will try, all checked before the first trial starts.
-pub struct Plan {
+pub(crate) struct Plan {
     knobs: Vec<params::Knob>,
     /// `--env NAME=template`, before substitution.
     env_t: Vec<(String, String)>,
@@ -40,14 +40,14 @@ pub struct Plan {
 
 impl Plan {
     /// Trials the sweep will run.
-    pub fn trials(&self) -> usize {
+    pub(crate) fn trials(&self) -> usize {
         self.settings.len()
     }
 }
 
 /// Parses and checks the knobs, the environment templates, the overrides and every setting's
 /// values; nothing runs and nothing is written.
-pub fn plan(args: &Setup) -> Result<Plan, Failure> {
+pub(crate) fn plan(args: &Setup) -> Result<Plan, Failure> {
     let knobs = params::parse_knobs(&args.lists)?;
     let env_t = params::parse_env(&args.env)?;
     let inject = &args.inject;
@@ -185,14 +185,14 @@ fn add_result(rep: &mut SweepReport, r: TrialResult, knobs_only_injected: bool, 
 }
 
 /// How a sweep ended.
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub report: SweepReport,
     /// An error that ended the sweep early (the report still says what ran before it).
     pub fatal: Option<anyhow::Error>,
 }
 
 /// Runs every setting of `plan`, recorded in `dir`; `save` is called after every trial.
-pub fn run(
+pub(crate) fn run(
     args: &Setup,
     plan: &Plan,
     dir: &Path,
@@ -228,7 +228,7 @@ pub fn run(
 }
 
 /// The exit code of a finished sweep.
-pub fn exit_code(rep: &SweepReport) -> u8 {
+pub(crate) fn exit_code(rep: &SweepReport) -> u8 {
     if rep.interrupted {
         return Exit::signal(libc::SIGINT);
     }

@@ -70,7 +70,7 @@ impl TrialConfig {
     }
 
     /// The batch size of a setting, from `--batch` (`None` when not given).
-    pub fn batch_of(&self, values: &[(String, String)]) -> Result<Option<f64>, Failure> {
+    pub(crate) fn batch_of(&self, values: &[(String, String)]) -> Result<Option<f64>, Failure> {
         let Some(tpl) = &self.batch else {
             return Ok(None);
         };
@@ -154,7 +154,7 @@ impl TrialConfig {
 }
 
 /// A file-name-safe version of a label.
-pub fn file_safe(s: &str) -> String {
+pub(crate) fn file_safe(s: &str) -> String {
     s.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || "=._-".contains(c) {
@@ -169,7 +169,7 @@ pub fn file_safe(s: &str) -> String {
 /// Runs trials one after another: the progress bar (hidden with `--quiet` or when stderr is not
 /// a terminal), the lines above it, and the Ctrl-C / SIGTERM flag that stops the running trial
 /// cleanly.
-pub struct Runner {
+pub(crate) struct Runner {
     pub pb: ProgressBar,
     quiet: bool,
     interrupt: Arc<AtomicBool>,
@@ -179,7 +179,7 @@ pub struct Runner {
 
 impl Runner {
     /// Starts watching for Ctrl-C and shows a bar of `len` trials (0: grown as they come).
-    pub fn start(len: u64, quiet: bool) -> Result<Runner, Failure> {
+    pub(crate) fn start(len: u64, quiet: bool) -> Result<Runner, Failure> {
         let interrupt = Arc::new(AtomicBool::new(false));
         let f = Arc::clone(&interrupt);
         let watch = SignalWatch::start(move |_| f.store(true, Ordering::SeqCst))?;
@@ -206,12 +206,12 @@ impl Runner {
     }
 
     /// Ctrl-C or SIGTERM arrived.
-    pub fn stopped(&self) -> bool {
+    pub(crate) fn stopped(&self) -> bool {
         self.interrupt.load(Ordering::SeqCst)
     }
 
     /// A line above the bar, or on stderr when the bar is hidden.
-    pub fn say(&self, line: String) {
+    pub(crate) fn say(&self, line: String) {
         if self.quiet {
             return;
         }
@@ -224,7 +224,7 @@ impl Runner {
 
     /// Runs one trial, its live readings in the bar's message; says once per run when the GPUs
     /// could not be recorded.
-    pub fn run(&self, spec: &TrialSpec, label: &str) -> Result<TrialOutcome, TuneError> {
+    pub(crate) fn run(&self, spec: &TrialSpec, label: &str) -> Result<TrialOutcome, TuneError> {
         self.pb.set_message(format!("{label}: starting"));
         let pb = self.pb.clone();
         let o = run_trial(spec, &self.interrupt, |l| {
@@ -254,7 +254,7 @@ fn live_msg(label: &str, l: &Live) -> String {
 }
 
 /// One line per finished trial: `trial 2/6 workers=4: ...` (`n` None: `trial 2 ...`).
-pub fn trial_line(i: usize, n: Option<usize>, r: &TrialResult) -> String {
+pub(crate) fn trial_line(i: usize, n: Option<usize>, r: &TrialResult) -> String {
     let tp = match &r.throughput {
         Some(t) => format!(
             "{} {}{} (from {})",

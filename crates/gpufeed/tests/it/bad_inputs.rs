@@ -4,8 +4,8 @@
 //! with a documented code (0 or 3 here; 3 where the input cannot be read), and a failure must be
 //! one line on stderr.
 
-use gpufeed::sample::event::Line;
-use gpufeed::sample::GpuSample;
+use gpufeed::GpuSample;
+use gpufeed::Line;
 use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

@@ -8,9 +8,9 @@ use crate::gpufeed;
 use crate::h100_header;
 use crate::json_ok;
 use gpufeed::diagnose::DiagnoseReport;
-use gpufeed::record::format::header_line;
-use gpufeed::sample::event::{End, Line};
-use gpufeed::sample::{DiskRate, GpuSample, HostSample, ProcSample, ProcStart};
+use gpufeed::header_line;
+use gpufeed::{DiskRate, GpuSample, HostSample, ProcSample, ProcStart};
+use gpufeed::{End, Line};
 use predicates::prelude::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -165,7 +165,7 @@ fn write_recording(dir: &Path, name: &str, s: &Shape) -> PathBuf {
         t_s: s.seconds,
         exit_code: Some(0),
         signal: None,
-        reason: Some(gpufeed::sample::event::EndReason::JobExited),
+        reason: Some(gpufeed::EndReason::JobExited),
         ..Default::default()
     }));
     let p = dir.join(name);
@@ -207,7 +207,7 @@ fn healthy_recording_is_compute_bound_without_findings() {
     assert!(r.verdict.confidence >= 0.8, "{:?}", r.verdict);
     // Only the info finding with the next levers: nothing starves the GPU.
     assert_eq!(ids(&r), ["compute_bound"]);
-    assert_eq!(r.findings[0].severity, gpufeed::finding::Severity::Info);
+    assert_eq!(r.findings[0].severity, gpufeed::Severity::Info);
     assert!(r.findings[0].recommendation.contains("bf16"), "an H100");
     assert_eq!(r.source.format.as_str(), "recording");
     assert!(!r.source.unfinished && !r.source.truncated);

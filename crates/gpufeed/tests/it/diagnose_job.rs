@@ -6,9 +6,9 @@ use crate::gpufeed;
 use crate::h100_header;
 use crate::json_ok;
 use gpufeed::diagnose::job::{JobReport, JobVerdict};
-use gpufeed::record::format::header_line;
-use gpufeed::sample::event::{End, Line};
-use gpufeed::sample::{GpuSample, HostSample};
+use gpufeed::header_line;
+use gpufeed::{End, Line};
+use gpufeed::{GpuSample, HostSample};
 use std::path::{Path, PathBuf};
 
 /// A 60 s recording of one node with two GPUs at 10 Hz; `util(t)` and throttle reasons.
@@ -47,7 +47,7 @@ fn node(dir: &Path, host: &str, util: fn(f64) -> f64, throttle: u64) -> PathBuf 
         t_s: 60.0,
         exit_code: Some(0),
         signal: None,
-        reason: Some(gpufeed::sample::event::EndReason::JobExited),
+        reason: Some(gpufeed::EndReason::JobExited),
         ..Default::default()
     });
     out.push_str(&serde_json::to_string(&l).unwrap());

@@ -163,7 +163,7 @@ fn degraded_link_with_little_traffic_is_only_a_warning() {
     assert_eq!(r.verdict.id.as_str(), "compute_bound");
     // The link warning first, then the busy GPU's levers (info).
     assert_eq!(ids(&r), ["pcie_link_degraded", "compute_bound"]);
-    assert_eq!(r.findings[0].severity, gpufeed::finding::Severity::Warning);
+    assert_eq!(r.findings[0].severity, gpufeed::Severity::Warning);
 }
 
 #[test]

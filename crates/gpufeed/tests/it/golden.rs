@@ -508,7 +508,7 @@ fn copy(d: Direction, m: HostMemory, size: u64, b: f64) -> CopyResult {
 }
 
 fn pcie_fraction(b: f64) -> Option<f64> {
-    gpufeed::units::pcie_link_bytes_per_s(5, 16).map(|l| b / l)
+    gpufeed::pcie_link_bytes_per_s(5, 16).map(|l| b / l)
 }
 
 fn gemm(p: Precision, f: f64) -> GemmResult {
@@ -548,7 +548,7 @@ fn bench_and_batch_reports() {
             pcie_cur_width: Some(16),
             pcie_max_gen: Some(5),
             pcie_max_width: Some(16),
-            theoretical_bytes_per_s: gpufeed::units::pcie_link_bytes_per_s(5, 16),
+            theoretical_bytes_per_s: gpufeed::pcie_link_bytes_per_s(5, 16),
         },
         best: bench::best_bandwidth(&copies),
         copies,
@@ -725,9 +725,9 @@ fn tune_step(
 }
 
 fn tune_reports() -> Vec<(&'static str, gpufeed::tune::report::TuneReport)> {
-    use gpufeed::stats::Speedup;
     use gpufeed::tune::plan::{Knob, KnobPlan};
     use gpufeed::tune::report::{BatchChange, BeforeAfter, Choice, Figures, Stop, TuneReport};
+    use gpufeed::Speedup;
     use Status::*;
     let mut oom = tune_step(Some((Knob::PrefetchFactor, "8")), None, Failed, false, None);
     oom.result.last_lines = vec!["torch.OutOfMemoryError: CUDA out of memory.".into()];
@@ -802,7 +802,7 @@ fn tune_reports() -> Vec<(&'static str, gpufeed::tune::report::TuneReport)> {
         before_after: Some(BeforeAfter {
             speedup: Some(Speedup {
                 value: 2.5,
-                metric: gpufeed::stats::SpeedupMetric::Throughput("steps/s".into()),
+                metric: gpufeed::SpeedupMetric::Throughput("steps/s".into()),
                 ci95: Some([2.3, 2.7]),
                 basis: "3 interleaved runs of each".into(),
             }),
@@ -832,7 +832,7 @@ fn tune_reports() -> Vec<(&'static str, gpufeed::tune::report::TuneReport)> {
         before_after: Some(BeforeAfter {
             speedup: Some(Speedup {
                 value: 0.8,
-                metric: gpufeed::stats::SpeedupMetric::Throughput("steps/s".into()),
+                metric: gpufeed::SpeedupMetric::Throughput("steps/s".into()),
                 ci95: None,
                 basis: "1 run of each".into(),
             }),

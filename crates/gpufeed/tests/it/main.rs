@@ -183,9 +183,9 @@ pub fn find_by<'a>(
 /// The header of a made-up recording: `host` with `cpu_count` CPUs and `gpus` H100s of 80 GiB,
 /// sampled at 10 Hz from 2026-12-02T12:00:00Z, by gpufeed 0.1.0; all else unknown. A test sets
 /// what it is about on the result.
-pub fn h100_header(host: &str, cpu_count: u32, gpus: u32) -> gpufeed::sample::event::Header {
-    use gpufeed::sample::{GpuStatic, HostInfo};
-    gpufeed::sample::event::Header {
+pub fn h100_header(host: &str, cpu_count: u32, gpus: u32) -> gpufeed::Header {
+    use gpufeed::{GpuStatic, HostInfo};
+    gpufeed::Header {
         schema_version: 1,
         gpufeed_version: Some("0.1.0".into()),
         start_time: "2026-12-02T12:00:00Z".into(),

@@ -5,10 +5,10 @@ use crate::common_fake;
 
 use crate::{gpufeed, gpufeed_no_gpu, read_json, usage_error};
 use common_fake::{fake_nvml, scenario};
-use gpufeed::record::format::{ReadError, ReadStats};
-use gpufeed::record::reader::{read_path, Collect};
-use gpufeed::record::summary::{summarize, Summary};
-use gpufeed::sample::event::{Header, Line};
+use gpufeed::{read_path, Collect};
+use gpufeed::{summarize, Summary};
+use gpufeed::{Header, Line};
+use gpufeed::{ReadError, ReadStats};
 use predicates::prelude::*;
 use std::path::Path;
 use std::time::Duration;

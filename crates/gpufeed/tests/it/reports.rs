@@ -4,9 +4,9 @@
 use crate::gpufeed;
 use crate::h100_header;
 use crate::read_json;
-use gpufeed::record::format::header_line;
-use gpufeed::sample::event::{End, Line};
-use gpufeed::sample::{GpuSample, HostSample, ProcSample, ProcStart};
+use gpufeed::header_line;
+use gpufeed::{End, Line};
+use gpufeed::{GpuSample, HostSample, ProcSample, ProcStart};
 use predicates::prelude::*;
 use std::io::Write;
 use std::path::{Path, PathBuf};

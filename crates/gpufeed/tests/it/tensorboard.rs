@@ -4,11 +4,11 @@
 
 use crate::common::python_with;
 use crate::{fake_gpu, gpufeed, gpufeed_no_gpu, h100_header, run_ok, usage_error};
-use gpufeed::record::format::header_line;
-use gpufeed::sample::event::{End, Line};
-use gpufeed::sample::event::{PySamples, PyThreadCounts, StepsLine};
-use gpufeed::sample::pyphase::Phase;
-use gpufeed::sample::{GpuSample, ProcSample, ProcStart};
+use gpufeed::header_line;
+use gpufeed::Phase;
+use gpufeed::{End, Line};
+use gpufeed::{GpuSample, ProcSample, ProcStart};
+use gpufeed::{PySamples, PyThreadCounts, StepsLine};
 use predicates::prelude::*;
 use serde_json::Value;
 use std::io::Write as _;

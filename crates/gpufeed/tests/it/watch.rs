@@ -114,7 +114,7 @@ fn watch_in_tmux_shows_gpu_cpu_job_and_quits_on_q() {
         .map(|e| e.path())
         .find(|p| p.to_string_lossy().ends_with(".ndjson.zst"))
         .expect("r wrote a recording");
-    let (h, stats) = gpufeed::record::reader::read_path(&rec, ()).unwrap();
+    let (h, stats) = gpufeed::read_path(&rec, ()).unwrap();
     assert_eq!(h.gpus.len(), 1);
     assert!(stats.lines > 3 && !stats.unfinished, "{stats:?}");
     assert!(std::fs::read_to_string(dir.path().join("job.log"))

@@ -140,7 +140,7 @@ impl GpuAcc {
     /// A sample at `t`: its spacing from the latest one before it counts when time moved
     /// forward past every sample so far. A sample back in time is no spacing, and neither is the
     /// way forward again (a log alternating between 12:00:00 and 11:00:01 was read as "sampled
-    /// every 3599 s", issue 39 item 11).
+    /// every 3599 s").
     pub(super) fn spacing(&mut self, t: f64) {
         match self.last_util_t {
             Some(l) if t > l => {

@@ -725,13 +725,6 @@ impl EvidenceBuilder {
     }
 }
 
-/// Sets a GPU's total memory when the header does not know it (logs carry it per row).
-impl EvidenceBuilder {
-    pub fn set_mem_total(&mut self, index: u32, bytes: u64) {
-        self.gpu(index).mem_total = Some(bytes);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,9 +7,9 @@
 //! [`Evidence`] (its types in `types.rs` and `python.rs`) that the rules read. Every type is
 //! reached by one path: `diagnose::evidence::X` (the files are private modules).
 
-pub mod acc;
+pub(crate) mod acc;
 mod builder;
-pub mod pyloop;
+pub(crate) mod pyloop;
 mod python;
 mod types;
 

@@ -23,7 +23,7 @@ use crate::sample::ranks::RankEnv;
 use std::collections::{BTreeMap, HashMap};
 
 /// Training-thread samples under which no phase split is given.
-pub const MIN_MAIN_SAMPLES: u64 = 20;
+pub(crate) const MIN_MAIN_SAMPLES: u64 = 20;
 /// Stages kept in the evidence (presenters show five).
 const HOTSPOTS_KEPT: usize = 10;
 
@@ -33,7 +33,7 @@ const MAX_STEP_LINES: usize = 8192;
 
 /// Streams `steps` lines.
 #[derive(Debug, Default)]
-pub struct StepAcc {
+pub(crate) struct StepAcc {
     steps: u64,
     span_s: f64,
     wait_s: Option<f64>,
@@ -46,7 +46,7 @@ pub struct StepAcc {
 }
 
 impl StepAcc {
-    pub fn push(&mut self, line: &Line) {
+    pub(crate) fn push(&mut self, line: &Line) {
         let Line::Steps(s) = line else { return };
         if s.steps == 0 {
             return;
@@ -127,7 +127,7 @@ impl StepAcc {
     }
 
     /// The evidence, or `None` when no step was timed.
-    pub fn finish(self) -> Option<StepEvidence> {
+    pub(crate) fn finish(self) -> Option<StepEvidence> {
         if !self.any || self.span_s <= 0.0 {
             return None;
         }
@@ -211,7 +211,7 @@ struct ThreadTotals {
 
 /// Streams a recording's Python lines; bounded by the distinct frames and stacks.
 #[derive(Debug, Default)]
-pub struct PyAcc {
+pub(crate) struct PyAcc {
     frames: HashMap<u32, PyFrameDef>,
     stacks: HashMap<u32, Vec<u32>>,
     statuses: BTreeMap<u32, (PyStatus, Option<String>)>,
@@ -231,9 +231,9 @@ pub struct PyAcc {
 /// Distinct Python frames kept; later definitions are ignored (their stacks count as other).
 /// With strings cut to 4 KiB by the reader, at most ~120 MB even for crafted frames; real jobs
 /// have a few thousand.
-pub const MAX_FRAMES: usize = 10_000;
+pub(crate) const MAX_FRAMES: usize = 10_000;
 /// Distinct Python stacks kept; samples of later ones are counted under `OTHER_STACK`.
-pub const MAX_STACKS: usize = 50_000;
+pub(crate) const MAX_STACKS: usize = 50_000;
 /// Frames kept per stack (the recorder keeps 128).
 const MAX_STACK_DEPTH: usize = 128;
 /// The stack id samples of stacks beyond the caps are booked under: never defined, so
@@ -241,7 +241,7 @@ const MAX_STACK_DEPTH: usize = 128;
 const OTHER_STACK: u32 = u32::MAX;
 
 impl PyAcc {
-    pub fn push(&mut self, line: &Line) {
+    pub(crate) fn push(&mut self, line: &Line) {
         match line {
             Line::PyFrame(f) => {
                 if self.frames.len() < MAX_FRAMES || self.frames.contains_key(&f.id) {
@@ -388,7 +388,7 @@ impl PyAcc {
     }
 
     /// The evidence, or `None` when stacks were not sampled at all.
-    pub fn finish(self, header: &Header, job: &JobEvidence) -> Option<PythonEvidence> {
+    pub(crate) fn finish(self, header: &Header, job: &JobEvidence) -> Option<PythonEvidence> {
         if header.py_rate_hz.is_none() && self.statuses.is_empty() && self.threads.is_empty() {
             return None;
         }
@@ -1018,7 +1018,7 @@ mod tests {
         assert_eq!(p.samples, 500);
     }
 
-    /// Issue 37 item 5: the training thread's time starting and stopping workers (every epoch
+    /// The training thread's time starting and stopping workers (every epoch
     /// with `persistent_workers=False`), as a share of the loop and of its wall time; absent
     /// where it was never seen.
     #[test]

@@ -5,7 +5,7 @@ use crate::diagnose::evidence::Evidence;
 use crate::finding::{Finding, FindingId, Item, Severity};
 
 /// Spread of mean utilization (points) from which GPUs count as imbalanced.
-pub const IMBALANCE_PTS: f64 = 20.0;
+pub(crate) const IMBALANCE_PTS: f64 = 20.0;
 
 /// `gpu_imbalance`: some GPUs of the job work much less than others.
 pub(crate) fn gpu_imbalance(e: &Evidence) -> Option<Finding> {

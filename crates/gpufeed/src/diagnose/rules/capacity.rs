@@ -5,7 +5,7 @@ use crate::diagnose::evidence::Evidence;
 use crate::finding::{Finding, FindingId, Item, Severity};
 
 /// Mean utilization under which a GPU counts as idle.
-pub const IDLE_PCT: f64 = 5.0;
+pub(crate) const IDLE_PCT: f64 = 5.0;
 
 /// `gpu_idle`: the GPUs did essentially nothing.
 pub(crate) fn gpu_idle(e: &Evidence) -> Option<Finding> {
@@ -41,7 +41,7 @@ pub(crate) fn gpu_idle(e: &Evidence) -> Option<Finding> {
 
 /// The smallest memory of a GPU made for training (8 GB): a log with memory.used but no
 /// memory.total and no GPU name is judged against it.
-pub const SMALLEST_TRAINING_GPU_BYTES: u64 = 8 << 30;
+pub(crate) const SMALLEST_TRAINING_GPU_BYTES: u64 = 8 << 30;
 
 /// Peak memory in use as a share of the GPU's, and whether the total was assumed: measured when
 /// the total is known; else, for a small absolute use (under a quarter of the smallest training
@@ -88,7 +88,7 @@ fn input_cleared(e: &Evidence) -> bool {
 /// `batch_too_small`: low utilization with memory mostly free. With host data showing the
 /// input keeps up it is the cause; without host data it is named as a candidate beside any
 /// starvation, with no speed-up bound (the cause is not established).
-pub fn batch_too_small(e: &Evidence) -> Option<Finding> {
+pub(crate) fn batch_too_small(e: &Evidence) -> Option<Finding> {
     let busy = e.busy_fraction()?;
     if !(busy * 100.0 >= IDLE_PCT && busy < 0.6) {
         return None;

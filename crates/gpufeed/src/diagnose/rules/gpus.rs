@@ -6,10 +6,10 @@ use crate::diagnose::evidence::{Evidence, GpuEvidence};
 use crate::finding::{Finding, FindingId, Item, Severity};
 
 /// The most GPUs one machine holds (an HGX/DGX board has 8, the largest nodes 16).
-pub const MAX_GPUS_PER_NODE: usize = 16;
+pub(crate) const MAX_GPUS_PER_NODE: usize = 16;
 
 /// Busy fraction from which a GPU without a starving pattern counts as steadily busy.
-pub const BUSY: f64 = 0.80;
+pub(crate) const BUSY: f64 = 0.80;
 
 use crate::diagnose::evidence::{GpuState, GpuVerdict};
 
@@ -20,7 +20,7 @@ pub(crate) fn tiny_kernels(g: &GpuEvidence) -> Option<(f64, f64)> {
 
 /// `launch_bound` from DCGM's profiling fields: a GPU that is never without a kernel while its
 /// SMs stay almost empty. Not an unused or idle GPU: the work per launch is too small.
-pub fn tiny_kernel_gpus(e: &Evidence) -> Option<Finding> {
+pub(crate) fn tiny_kernel_gpus(e: &Evidence) -> Option<Finding> {
     let tiny: Vec<(u32, f64, f64)> = e
         .measured_gpus()
         .filter_map(|g| tiny_kernels(g).map(|(s, a)| (g.index, s, a)))
@@ -115,7 +115,7 @@ pub(crate) fn gpu_state(e: &Evidence, g: &GpuEvidence) -> Option<GpuState> {
 }
 
 /// `gpu_unused`: a GPU stayed at 0 % while another worked.
-pub fn gpu_unused(e: &Evidence) -> Option<Finding> {
+pub(crate) fn gpu_unused(e: &Evidence) -> Option<Finding> {
     let unused: Vec<&GpuEvidence> = e.measured_gpus().filter(|g| e.is_unused(g)).collect();
     if unused.is_empty() {
         return None;
@@ -253,7 +253,7 @@ fn precision_lever(major: Option<u32>) -> &'static str {
 
 /// `compute_bound` (info): every used GPU stays busy without a starving pattern; the input
 /// keeps up. Names the levers that fit the evidence.
-pub fn compute_bound(e: &Evidence) -> Option<Finding> {
+pub(crate) fn compute_bound(e: &Evidence) -> Option<Finding> {
     let busy = e.busy_fraction()?;
     let states: Vec<GpuState> = e.used_gpus().filter_map(|g| gpu_state(e, g)).collect();
     if states.is_empty() || states.iter().any(|s| *s != GpuState::Busy) {
@@ -333,7 +333,7 @@ mod tests {
 
     #[test]
     fn a_gpu_always_running_tiny_kernels_is_not_idle_or_unused() {
-        // The case: SMACT 0.9 beside 0.006 with a kernel queued all the time.
+        // The case that was misread: SMACT 0.9 beside 0.006 with a kernel queued all the time.
         let mut e = base(90.0);
         e.gpus[0] = profiled(e.gpus[0].clone(), 90.0, 99.0);
         let mut g1 = profiled(gpu(1, 0.6), 0.6, 97.0);

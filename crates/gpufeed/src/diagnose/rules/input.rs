@@ -9,7 +9,7 @@ use crate::finding::{self, Basis, Finding, FindingId, InputKind, Item, Severity}
 
 use super::STARVED_BUSY;
 /// Busy fraction under which host-side evidence alone is enough to call starvation.
-pub const LOW_BUSY: f64 = 0.60;
+pub(crate) const LOW_BUSY: f64 = 0.60;
 
 /// Does the utilization itself look starved: a repeating busy/idle pattern or two levels?
 pub(crate) fn starving_signature(e: &Evidence) -> bool {
@@ -213,7 +213,7 @@ fn with_signature(mut f: Finding, e: &Evidence) -> Finding {
 const LOADER_FLAGS: &str = "pin_memory=True, persistent_workers=True, prefetch_factor=4";
 
 /// `input_bound`: the GPU is starved by its input pipeline.
-pub fn input_bound(e: &Evidence) -> Option<Finding> {
+pub(crate) fn input_bound(e: &Evidence) -> Option<Finding> {
     // The training loop's measured data wait (Python stacks) is direct evidence, GPU or not.
     if let Some(f) = super::stacks::input_bound(e) {
         return Some(f);
@@ -441,7 +441,7 @@ pub(crate) fn memory_mostly_free(e: &Evidence) -> bool {
 }
 
 /// Peak memory share under which memory counts as mostly free.
-pub const MOSTLY_FREE: f64 = 0.5;
+pub(crate) const MOSTLY_FREE: f64 = 0.5;
 
 /// The CPU side of kind `cpu_saturated` (once a separate `cpu_saturated` finding).
 fn with_cpu_detail(mut f: Finding, e: &Evidence) -> Finding {
@@ -484,7 +484,7 @@ fn with_io_detail(mut f: Finding, e: &Evidence) -> Finding {
 }
 
 /// `main_process_bound`: the training loop's process is at 100 % of a core while the GPU starves.
-pub fn main_process_bound(e: &Evidence) -> Option<Finding> {
+pub(crate) fn main_process_bound(e: &Evidence) -> Option<Finding> {
     let kind = classify(e)?;
     // One finding per cause: a main-process kind is input_bound's own.
     if !main_saturated(e) || matches!(kind, InputKind::IoBound | InputKind::MainProcess) {

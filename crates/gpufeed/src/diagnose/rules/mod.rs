@@ -4,13 +4,13 @@
 //! `throttle`, `balance` (GPUs against each other), `capacity` (idle GPU, small batch), `gpus`
 //! (each GPU's state, an unused GPU, the levers of a busy one).
 
-pub mod balance;
-pub mod capacity;
-pub mod gpus;
-pub mod input;
-pub mod pcie;
-pub mod stacks;
-pub mod throttle;
+pub(crate) mod balance;
+pub(crate) mod capacity;
+pub(crate) mod gpus;
+pub(crate) mod input;
+pub(crate) mod pcie;
+pub(crate) mod stacks;
+pub(crate) mod throttle;
 
 use super::evidence::Evidence;
 use crate::finding::{rank, Finding};
@@ -45,7 +45,7 @@ pub fn evaluate(e: &Evidence) -> Vec<Finding> {
 /// How much a pattern seen at this sampling interval can be trusted: 1 at the driver's own rate
 /// (≤ 0.25 s), about 0.87 at 1 s, 0.66 at 10 s, 0.5 at 60 s. Sub-second stalls average out
 /// at coarse intervals, so a verdict drawn from the shape of utilization weakens with them.
-pub fn sampling_factor(interval_s: Option<f64>) -> f64 {
+pub(crate) fn sampling_factor(interval_s: Option<f64>) -> f64 {
     match interval_s {
         Some(i) if i > 0.25 => (1.0 - 0.21 * (i / 0.25).log10()).clamp(0.4, 1.0),
         _ => 1.0,
@@ -65,12 +65,12 @@ pub(crate) mod fixtures {
     use crate::diagnose::stats::{PeriodicityResult, Split};
 
     /// The ids of every finding the rules make of `e`.
-    pub fn finding_ids(e: &Evidence) -> Vec<crate::finding::FindingId> {
+    pub(crate) fn finding_ids(e: &Evidence) -> Vec<crate::finding::FindingId> {
         super::evaluate(e).into_iter().map(|f| f.id).collect()
     }
 
     /// One GPU, steadily busy at `util` %, 8 CPUs, a main process with `workers` idle workers.
-    pub fn base(util: f64) -> Evidence {
+    pub(crate) fn base(util: f64) -> Evidence {
         Evidence {
             duration_s: 600.0,
             gpus: vec![gpu(0, util)],
@@ -124,7 +124,7 @@ pub(crate) mod fixtures {
         e
     }
 
-    pub fn gpu(index: u32, util: f64) -> GpuEvidence {
+    pub(crate) fn gpu(index: u32, util: f64) -> GpuEvidence {
         GpuEvidence {
             index,
             name: Some("Fake H100".into()),
@@ -145,7 +145,7 @@ pub(crate) mod fixtures {
     }
 
     /// Turns GPU 0 into the "85 % then 10 %, every 2 s" signature.
-    pub fn starving(mut e: Evidence) -> Evidence {
+    pub(crate) fn starving(mut e: Evidence) -> Evidence {
         let g = &mut e.gpus[0];
         g.util_mean_pct = Some(32.5);
         g.busy_fraction = Some(0.325);
@@ -168,7 +168,7 @@ pub(crate) mod fixtures {
     }
 
     /// One worker pinned at 100 % with cores idle.
-    pub fn too_few_workers(mut e: Evidence) -> Evidence {
+    pub(crate) fn too_few_workers(mut e: Evidence) -> Evidence {
         e.job.workers_max = 1;
         e.job.workers_seen = 1;
         e.job.worker_cpu_mean_pct = Some(99.0);

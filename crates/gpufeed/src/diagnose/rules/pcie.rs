@@ -22,7 +22,7 @@ fn busiest_link(e: &Evidence) -> Option<&GpuEvidence> {
 }
 
 /// `transfer_bound`: host-to-device traffic near the link's capacity for a good share of the run.
-pub fn transfer_bound(e: &Evidence) -> Option<Finding> {
+pub(crate) fn transfer_bound(e: &Evidence) -> Option<Finding> {
     let g = busiest_link(e)?;
     let p = &g.pcie;
     let near = p.rx_near_capacity_fraction?;
@@ -69,7 +69,7 @@ pub fn transfer_bound(e: &Evidence) -> Option<Finding> {
 }
 
 /// `pcie_link_degraded`: under load, the link runs below its maximum generation or width.
-pub fn pcie_link_degraded(e: &Evidence) -> Option<Finding> {
+pub(crate) fn pcie_link_degraded(e: &Evidence) -> Option<Finding> {
     let g = e
         .gpus
         .iter()

@@ -8,17 +8,17 @@ use crate::finding::{Finding, FindingId, Item, Kind, Severity};
 use crate::sample::pyphase::{DataLibrary, StageKind};
 
 /// Share of the training thread's time waiting for data from which the loop is input-bound.
-pub const DATA_WAIT_PCT: f64 = 20.0;
+pub(crate) const DATA_WAIT_PCT: f64 = 20.0;
 /// ... and from which it is critical.
-pub const DATA_WAIT_CRITICAL_PCT: f64 = 40.0;
+pub(crate) const DATA_WAIT_CRITICAL_PCT: f64 = 40.0;
 /// A measured data wait under which the loop is not waiting for its input, whatever the GPU's
 /// utilization pattern suggests.
-pub const NOT_WAITING_PCT: f64 = 10.0;
+pub(crate) const NOT_WAITING_PCT: f64 = 10.0;
 /// Share of the training thread's time in host–device syncs that makes a finding.
-pub const SYNC_PCT: f64 = 15.0;
+pub(crate) const SYNC_PCT: f64 = 15.0;
 /// GPU busy fraction above which a measured data wait is overlapped by GPU work (the loop runs
 /// ahead of the device) rather than starving it.
-pub const GPU_BUSY_TRUSTED: f64 = super::STARVED_BUSY;
+pub(crate) const GPU_BUSY_TRUSTED: f64 = super::STARVED_BUSY;
 
 /// The kind of input bottleneck the stacks show (defined in [`crate::finding`], beside the
 /// finding that carries it).
@@ -68,10 +68,10 @@ pub(crate) fn gpu_overlaps_wait(e: &Evidence) -> Option<f64> {
 
 /// Share of the training loop spent starting and stopping DataLoader workers from which their
 /// restart every epoch is the first fix.
-pub const WORKER_RESTART_PCT: f64 = 10.0;
+pub(crate) const WORKER_RESTART_PCT: f64 = 10.0;
 /// Generations of workers (worker processes seen ÷ the most alive at once) from which they are
 /// taken to be started anew every epoch.
-pub const WORKER_GENERATIONS: u32 = 3;
+pub(crate) const WORKER_GENERATIONS: u32 = 3;
 
 /// The DataLoader workers alive at once. Every worker process the job had counts only when they
 /// did not come and go: where more were seen than were ever alive at once (workers started anew
@@ -117,7 +117,7 @@ pub(crate) fn restarts(e: &Evidence, p: &PythonEvidence) -> Option<Restarts> {
 /// The kind. Loading in the training process comes first, whatever its slow stage (CPU work,
 /// I/O waits, the dataset's own code): worker processes are its first fix. Workers started anew
 /// every epoch come next: keeping them is a one-word fix.
-pub fn kind(e: &Evidence, p: &PythonEvidence) -> StackKind {
+pub(crate) fn kind(e: &Evidence, p: &PythonEvidence) -> StackKind {
     if p.data_in_main_pct.is_some_and(|x| x >= 50.0) {
         StackKind::MainProcessLoading
     } else if restarts(e, p).is_some() {
@@ -136,7 +136,7 @@ pub fn kind(e: &Evidence, p: &PythonEvidence) -> StackKind {
 
 /// Share of loading blocked in reads or system calls (sleeps, network, locks) from which loading
 /// waits rather than computes.
-pub const LOADING_WAITS_PCT: f64 = 50.0;
+pub(crate) const LOADING_WAITS_PCT: f64 = 50.0;
 
 /// Loading mostly waits (blocked in a read or a system call) rather than computes; the job's
 /// processes in D state a fifth of the time count as waiting too.
@@ -156,7 +156,7 @@ fn cores(e: &Evidence) -> u32 {
 
 /// Workers busy less than this share of their time are not what the loop waits for: more of
 /// them would not help.
-pub const WORKERS_LIMIT_BUSY_PCT: f64 = 50.0;
+pub(crate) const WORKERS_LIMIT_BUSY_PCT: f64 = 50.0;
 
 /// Workers that would hide a data wait of `wait_pct`, from what the stacks measured.
 ///
@@ -405,7 +405,7 @@ fn stage_advice(h: &Hotspot, waits: bool) -> String {
 }
 
 /// `input_bound` from the measured data wait; `None` when the stacks do not show one.
-pub fn input_bound(e: &Evidence) -> Option<Finding> {
+pub(crate) fn input_bound(e: &Evidence) -> Option<Finding> {
     let (wait, source, p) = data_wait_from(e)?;
     if wait < DATA_WAIT_PCT || gpu_overlaps_wait(e).is_some() {
         return None;
@@ -708,7 +708,7 @@ fn capitalise(s: &str) -> String {
 
 /// `sync_bound`: the training thread spends a large share of its time synchronising with the
 /// device (`.item()`, `.cpu()`, `torch.cuda.synchronize`), named by file and line.
-pub fn sync_bound(e: &Evidence) -> Option<Finding> {
+pub(crate) fn sync_bound(e: &Evidence) -> Option<Finding> {
     let p = e.python.as_ref()?;
     let m = p.main.as_ref()?;
     let share = m.phases_pct.sync;
@@ -754,7 +754,7 @@ pub fn sync_bound(e: &Evidence) -> Option<Finding> {
 
 /// `straggler` (multi-process jobs): one rank waits for its data far longer than the others,
 /// and in synchronous training they all wait for it in the collective.
-pub fn slow_rank(e: &Evidence) -> Option<Finding> {
+pub(crate) fn slow_rank(e: &Evidence) -> Option<Finding> {
     let p = e.python.as_ref()?;
     let s = p.slow_rank.as_ref()?;
     let r = p.ranks.iter().find(|r| r.pid == s.pid)?;
@@ -869,7 +869,7 @@ mod tests {
         assert!(!f.evidence.to_json().contains_key("agreement"));
     }
 
-    /// Issue 37 item 5: a real ImageFolder-like job with `num_workers=2` and short epochs
+    /// A real ImageFolder-like job with `num_workers=2` and short epochs
     /// started 80 worker processes in 40 epochs, 2 alive at once; the fix counted all 80.
     fn restarted(start_stop_pct: f64) -> Evidence {
         let mut p = py(88.0);

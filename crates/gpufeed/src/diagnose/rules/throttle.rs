@@ -5,10 +5,10 @@ use crate::diagnose::evidence::Evidence;
 use crate::finding::{Finding, FindingId, Item, Severity};
 
 /// Share of observed time with slowing reasons from which a finding is raised.
-pub const THROTTLED_FRACTION: f64 = 0.05;
+pub(crate) const THROTTLED_FRACTION: f64 = 0.05;
 
 /// `throttled`: a GPU spent a noticeable share of the run with its clocks held down.
-pub fn throttled(e: &Evidence) -> Option<Finding> {
+pub(crate) fn throttled(e: &Evidence) -> Option<Finding> {
     let g = e
         .gpus
         .iter()
