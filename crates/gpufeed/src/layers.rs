@@ -491,3 +491,59 @@ fn evidence_is_typed_and_read_by_type() {
         "read evidence by its type (`ItemKey`, `evidence_of!`), not by key string: {found:#?}"
     );
 }
+
+/// Closed sets travel as enums: outside the file that defines one, its wire names are never
+/// written as string literals (matched, compared or built by hand), so that renaming a variant
+/// cannot leave a stale string that silently stops matching. Names so short or common that other
+/// text uses them (`ok`, `none`, ...) are not checked.
+#[test]
+fn closed_sets_are_not_matched_as_strings() {
+    fn names<T: strum::VariantArray + Copy + Into<&'static str>>() -> Vec<&'static str> {
+        T::VARIANTS.iter().map(|v| (*v).into()).collect()
+    }
+    let sets: [(&str, &[&str], Vec<&'static str>); 4] = [
+        (
+            "EndReason",
+            &["sample", "event"],
+            names::<crate::sample::event::EndReason>(),
+        ),
+        (
+            "StageKind",
+            &["sample", "pyphase"],
+            names::<crate::sample::pyphase::StageKind>(),
+        ),
+        (
+            "InputFormat",
+            &["diagnose", "input"],
+            names::<crate::diagnose::input::InputFormat>(),
+        ),
+        (
+            "VerdictId",
+            &["diagnose", "verdict"],
+            names::<crate::diagnose::verdict::VerdictId>(),
+        ),
+    ];
+    let mut found = Vec::new();
+    for (path, text) in all_files() {
+        let code = code(&text);
+        for (set, home, wire) in &sets {
+            if path.iter().map(String::as_str).eq(home.iter().copied()) {
+                continue;
+            }
+            // `pin_memory` is also the DataLoader argument's name.
+            for name in wire
+                .iter()
+                .filter(|n| n.len() > 4 && n.contains('_') && **n != "pin_memory")
+            {
+                if code.contains(&format!("\"{name}\"")) {
+                    found.push(format!("{}: \"{name}\" ({set})", path.join("::")));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "closed-set names written as strings: use the enum\n{}",
+        found.join("\n")
+    );
+}

@@ -4,6 +4,7 @@
 
 use super::fmt::opt;
 use super::html::{esc, page};
+use crate::diagnose::verdict::VerdictId;
 use crate::stats::Speedup;
 use crate::tune::oom::oom_marker;
 use crate::tune::report::{BatchChange, BeforeAfter, Stop, TuneReport};
@@ -73,7 +74,7 @@ fn before_after_text(o: &mut String, ba: &BeforeAfter) {
         pct(b.data_wait_pct),
         pct(a.data_wait_pct)
     );
-    let v = |x: &Option<String>| x.clone().unwrap_or_else(|| "-".into());
+    let v = |x: &Option<VerdictId>| x.map_or("-", VerdictId::as_str);
     let _ = writeln!(o, "  verdict      {} → {}", v(&b.verdict), v(&a.verdict));
     if let Some(s) = &ba.speedup {
         let _ = writeln!(o, "  {}  ({})", faster_words(s), s.basis);
@@ -218,8 +219,8 @@ fn before_after(b: &mut String, r: &TuneReport) {
             ),
             (
                 "verdict",
-                ba.before.verdict.clone().unwrap_or_default(),
-                ba.after.verdict.clone().unwrap_or_default(),
+                ba.before.verdict.map_or("", VerdictId::as_str).to_string(),
+                ba.after.verdict.map_or("", VerdictId::as_str).to_string(),
             ),
         ];
         for (k, x, y) in rows {
@@ -253,7 +254,7 @@ fn trials(b: &mut String, r: &TuneReport) {
                 "{:.0}%",
                 f * 100.0
             )),
-            esc(s.verdict.as_deref().unwrap_or("-")),
+            esc(s.verdict.map_or("-", VerdictId::as_str)),
             if s.knob.is_some() {
                 esc(&gain(s.gain, s.gain_ci95))
             } else {

@@ -4,6 +4,7 @@
 
 use super::plan::{Knob, KnobPlan};
 use super::sweep::TrialResult;
+use crate::diagnose::verdict::VerdictId;
 use crate::stats::Speedup;
 use serde::{Deserialize, Serialize};
 
@@ -36,13 +37,13 @@ pub struct Step {
     pub gain_ci95: Option<[f64; 2]>,
     pub kept: bool,
     /// The diagnosis' verdict of this trial's recording.
-    pub verdict: Option<String>,
+    pub verdict: Option<VerdictId>,
     pub result: TrialResult,
 }
 
 impl Step {
     /// A run of the job with no knob being tried: the baseline, a re-run.
-    pub fn run(result: TrialResult, verdict: Option<String>) -> Step {
+    pub fn run(result: TrialResult, verdict: Option<VerdictId>) -> Step {
         Step {
             knob: None,
             value: None,
@@ -79,7 +80,7 @@ pub struct Figures {
     pub unit: Option<String>,
     pub gpu_util_mean_pct: Option<f64>,
     pub data_wait_pct: Option<f64>,
-    pub verdict: Option<String>,
+    pub verdict: Option<VerdictId>,
 }
 
 /// The batch-size search of `--allow-batch`: the job's own batch, the one chosen (when one

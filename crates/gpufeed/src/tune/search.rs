@@ -8,6 +8,7 @@ use super::plan::{self, Knob};
 use super::report::{self, BatchChange, BeforeAfter, Choice, Figures, Step, Stop, TuneReport};
 use super::sweep::TrialResult;
 use super::trials::{file_safe, trial_line, Runner, TrialConfig};
+use crate::diagnose::verdict::VerdictId;
 use crate::exit::{Exit, Failure};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -99,7 +100,10 @@ impl Tuner<'_, '_> {
     }
 
     /// Runs the job with `set`; its result and its diagnosis' verdict.
-    fn trial(&mut self, set: &[(Knob, String)]) -> anyhow::Result<(TrialResult, Option<String>)> {
+    fn trial(
+        &mut self,
+        set: &[(Knob, String)],
+    ) -> anyhow::Result<(TrialResult, Option<VerdictId>)> {
         self.trials += 1;
         let lbl = label(set);
         let file = format!(
@@ -128,7 +132,7 @@ impl Tuner<'_, '_> {
         r.label = lbl;
         let verdict = crate::diagnose::report_for_recording(Path::new(&r.recording))
             .ok()
-            .map(|d| d.verdict.id.as_str().to_string());
+            .map(|d| d.verdict.id);
         self.runner.say(trial_line(self.trials, None, &r));
         self.runner.pb.inc(1);
         Ok((r, verdict))
@@ -140,8 +144,8 @@ impl Tuner<'_, '_> {
 }
 
 /// Is the job's input keeping up now: the verdict says compute-bound, or the data wait is low.
-fn input_keeps_up(r: &TrialResult, verdict: Option<&str>) -> bool {
-    verdict == Some("compute_bound")
+fn input_keeps_up(r: &TrialResult, verdict: Option<VerdictId>) -> bool {
+    verdict == Some(VerdictId::ComputeBound)
         || r.data_wait_fraction
             .is_some_and(|w| w < plan::INPUT_BOUND_WAIT)
 }
@@ -258,7 +262,7 @@ fn search(
                 gain: choice.gain,
                 gain_ci95: choice.gain_ci95,
                 kept,
-                verdict: verdict.clone(),
+                verdict,
                 result: r.clone(),
             });
             if kept {
@@ -266,7 +270,7 @@ fn search(
                 t.rep.chosen.push(choice);
                 set = cand;
                 best = r;
-                if p.knob.is_input() && input_keeps_up(&best, verdict.as_deref()) {
+                if p.knob.is_input() && input_keeps_up(&best, verdict) {
                     // the input keeps up: more workers or prefetching have nothing left to win
                     input_done = true;
                     values.clear();
@@ -372,7 +376,7 @@ fn batch_trials(
 fn batch_step(
     r: TrialResult,
     value: String,
-    verdict: Option<String>,
+    verdict: Option<VerdictId>,
     gain: Option<(f64, [f64; 2])>,
     kept: bool,
 ) -> Step {
@@ -442,7 +446,7 @@ fn judge_batch(
     best: &mut TrialResult,
     st: &mut BatchState,
     n: u64,
-    (mut r, verdict): (TrialResult, Option<String>),
+    (mut r, verdict): (TrialResult, Option<VerdictId>),
 ) -> anyhow::Result<bool> {
     use super::batch::{classify, per_sample, Verdict};
     let s = st.search.as_mut().expect("known once a batch ran");
@@ -491,7 +495,7 @@ fn judge_batch(
     }
 }
 
-fn figures(rs: &[(TrialResult, Option<String>)]) -> Figures {
+fn figures(rs: &[(TrialResult, Option<VerdictId>)]) -> Figures {
     let mean = |f: &dyn Fn(&TrialResult) -> Option<f64>| {
         let v: Vec<f64> = rs.iter().filter_map(|(r, _)| f(r)).collect();
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
@@ -503,7 +507,7 @@ fn figures(rs: &[(TrialResult, Option<String>)]) -> Figures {
             .find_map(|(r, _)| r.throughput.as_ref().map(|t| t.unit.clone())),
         gpu_util_mean_pct: mean(&|r| r.gpu_util_mean_pct),
         data_wait_pct: mean(&|r| r.data_wait_fraction.map(|f| f * 100.0)),
-        verdict: rs.last().and_then(|(_, v)| v.clone()),
+        verdict: rs.last().and_then(|(_, v)| *v),
     }
 }
 
@@ -525,11 +529,11 @@ fn final_rerun(t: &mut Tuner, set: &[(Knob, String)]) -> anyhow::Result<Option<B
                     .as_ref()
                     .map(|tp| super::batch::per_sample(tp, n));
             }
-            t.rep.steps.push(Step::run(r.clone(), v.clone()));
+            t.rep.steps.push(Step::run(r.clone(), v));
             side.push((r, v));
         }
     }
-    let tp = |xs: &[(TrialResult, Option<String>)]| -> Vec<super::trial::Throughput> {
+    let tp = |xs: &[(TrialResult, Option<VerdictId>)]| -> Vec<super::trial::Throughput> {
         xs.iter()
             .filter(|(r, _)| r.exit.ok())
             .filter_map(|(r, _)| r.throughput.clone())

@@ -9,6 +9,7 @@ use gpufeed::bench::{
 };
 use gpufeed::compare;
 use gpufeed::diagnose::input::InputFormat;
+use gpufeed::diagnose::verdict::VerdictId;
 use gpufeed::diagnose::{self, input::LogOptions, job, DiagnoseReport};
 use gpufeed::present::diagnose as render;
 use gpufeed::present::{self, OutputFormat};
@@ -719,7 +720,11 @@ fn tune_step(
         gain,
         gain_ci95: gain.map(|g| [g * 0.9, g * 1.1]),
         kept,
-        verdict: Some(if kept { "compute_bound" } else { "input_bound" }.into()),
+        verdict: Some(if kept {
+            VerdictId::ComputeBound
+        } else {
+            VerdictId::InputBound
+        }),
         result,
     }
 }
@@ -737,12 +742,12 @@ fn tune_reports() -> Vec<(&'static str, gpufeed::tune::report::TuneReport)> {
         gain,
         gain_ci95: gain.map(|g| [g - 0.2, g + 0.2]),
     };
-    let figures = |t: f64, busy: f64, wait: f64, verdict: &str| Figures {
+    let figures = |t: f64, busy: f64, wait: f64, verdict: VerdictId| Figures {
         throughput: Some(t),
         unit: Some("steps/s".into()),
         gpu_util_mean_pct: Some(busy),
         data_wait_pct: Some(wait),
-        verdict: Some(verdict.into()),
+        verdict: Some(verdict),
     };
     let full = TuneReport {
         schema_version: gpufeed::tune::report::SCHEMA_VERSION,
@@ -806,10 +811,10 @@ fn tune_reports() -> Vec<(&'static str, gpufeed::tune::report::TuneReport)> {
                 ci95: Some([2.3, 2.7]),
                 basis: "3 interleaved runs of each".into(),
             }),
-            before: figures(2.45, 38.0, 61.0, "input_bound"),
+            before: figures(2.45, 38.0, 61.0, VerdictId::InputBound),
             after: Figures {
                 unit: None,
-                ..figures(6.05, 96.4, 2.0, "compute_bound")
+                ..figures(6.05, 96.4, 2.0, VerdictId::ComputeBound)
             },
         }),
         stop: Some(Stop::ComputeBound),
