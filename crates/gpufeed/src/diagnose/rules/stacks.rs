@@ -663,7 +663,19 @@ fn cores_note(
     work: f64,
 ) -> String {
     if !waits {
-        return workers_caveat(n, now, cores, ranks).unwrap_or_default();
+        let mut note = workers_caveat(n, now, cores, ranks).unwrap_or_default();
+        let spare = workers_cap(cores);
+        if !note.is_empty() && work > spare as f64 * 1.5 {
+            // CPU work that needs more cores than there are beside the loop: workers only
+            // share the same cores, whatever their number.
+            note.push_str(&format!(
+                " On these cores no number of workers can hide it: loading needs about {work:.1} \
+                 cores' time beside the training loop, which has {} to spare, so the lasting \
+                 fix is the slow stage itself (cheaper, on the GPU, or done once offline).",
+                count(spare, "core", "cores")
+            ));
+        }
+        return note;
     }
     let cpu = blocked_pct.map(|io| work * (1.0 - io / 100.0));
     let mut tries = vec![now, n.div_ceil(2).max(now), n];
@@ -1265,6 +1277,28 @@ mod tests {
         assert_eq!(crate::diagnose::rules::input::workers_per_gpu(&e), 2);
         let (_, cap) = crate::diagnose::rules::input::recommended_workers(&e).unwrap();
         assert!(cap <= 8, "never num_workers=63 for one of 8 ranks: {cap}");
+    }
+
+    /// CPU loading that needs several times the cores beside the loop: the TOP FIX says no
+    /// number of workers can hide it on these cores and that the lasting fix is the stage.
+    #[test]
+    fn cpu_loading_beyond_the_cores_is_said_to_need_the_stage_itself() {
+        // 87% wait loaded in the loop: about 6.7 workers' time; 2 cores leave 1 beside the loop.
+        let work = loading_work(87.0, 0, None);
+        let n = workers_needed(87.0, 0, None);
+        let note = cores_note(n, 0, (2, 1), false, None, work);
+        assert!(note.contains("Caveat: this machine has 2 cores"), "{note}");
+        assert!(
+            note.contains("no number of workers can hide it: loading needs about 6.7 cores' time beside the training loop, which has 1 core to spare"),
+            "{note}"
+        );
+        // Within reach of the cores: only the caveat.
+        let work = loading_work(60.0, 0, None);
+        let note = cores_note(workers_needed(60.0, 0, None), 0, (2, 1), false, None, work);
+        assert!(!note.contains("no number of workers"), "{note}");
+        // Loading that waits: workers overlap the waits, no such sentence.
+        let note = cores_note(n, 0, (2, 1), true, Some(80.0), work);
+        assert!(!note.contains("no number of workers"), "{note}");
     }
 
     #[test]
