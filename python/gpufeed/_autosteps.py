@@ -690,8 +690,9 @@ class _PipelineCheck(object):
         @functools.wraps(real_info)
         def get_worker_info():
             info = real_info()
-            if info is not None and not me.asked:
-                # PyTorch asks too (default_collate, per batch): only the dataset's asking counts.
+            if info is not None and not me.asked and not me.checked:
+                # PyTorch asks too (default_collate, per batch): only the dataset's asking counts,
+                # and only until this worker has been checked (after its first batch).
                 try:
                     caller = _sys._getframe(1).f_code.co_filename.replace("\\", "/")
                 except Exception:

@@ -155,10 +155,7 @@ pub(crate) fn code_edit_note(plans: &[KnobPlan], hot: Option<&Hotspot>) -> Optio
             "num_workers spreads it over worker processes but cannot make it cheaper",
         ),
     };
-    let file = std::path::Path::new(&h.file)
-        .file_name()
-        .map_or_else(|| h.file.clone(), |f| f.to_string_lossy().into_owned());
-    let at = format!("{file}:{}", h.line);
+    let at = h.at();
     Some(format!(
         "the slowest loading stage is {} ({at}, {:.0}% of loading): {what}; {knobs}. Making it \
          cheaper takes a code edit at {at}, which tune does not make (the diagnosis's fix says \

@@ -99,6 +99,16 @@ pub struct Hotspot {
     pub runq_s: Option<f64>,
 }
 
+impl Hotspot {
+    /// Where the stage is, as a report says it: `file:line` with the file's name only.
+    pub(crate) fn at(&self) -> String {
+        let file = std::path::Path::new(&self.file)
+            .file_name()
+            .map_or_else(|| self.file.clone(), |f| f.to_string_lossy().into_owned());
+        format!("{file}:{}", self.line)
+    }
+}
+
 /// One rank of a multi-process job: its training thread's loop (`python.ranks[]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RankLoop {

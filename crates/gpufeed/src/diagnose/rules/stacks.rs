@@ -220,14 +220,6 @@ pub(crate) fn workers_caveat(n: u32, now: u32, cores: u32, ranks: usize) -> Opti
     })
 }
 
-fn at(h: &Hotspot) -> String {
-    let file = std::path::Path::new(&h.file)
-        .file_name()
-        .map(|f| f.to_string_lossy().into_owned())
-        .unwrap_or_else(|| h.file.clone());
-    format!("{file}:{}", h.line)
-}
-
 /// The slow stage of a webdataset pipeline, in webdataset's terms: its shards and its
 /// `.decode(...)`; `None` for stages whose fix is the same whatever the library.
 fn webdataset_advice(h: &Hotspot) -> Option<String> {
@@ -239,21 +231,21 @@ fn webdataset_advice(h: &Hotspot) -> Option<String> {
              (torchvision.io.decode_jpeg(list_of_tensors, device='cuda')); with workers, \
              .decode(\"torchrgb8\") and uint8 batches keep the copy small",
             h.function,
-            at(h)
+            h.at()
         ),
         StageKind::Image => format!(
             "{} ({}) on every sample of the webdataset pipeline is the slow stage: resize once \
              when writing the shards (wds.ShardWriter), so that the pipeline only decodes, or \
              resize uint8 batches on the GPU (torchvision.transforms.v2)",
             h.function,
-            at(h)
+            h.at()
         ),
         StageKind::Read => format!(
             "reading the tar shards ({} at {}) is the slow stage: keep the shards on local NVMe \
              or in RAM, write at least as many shards as workers (times ranks) so that each \
              worker streams its own, and use more workers to overlap the reads",
             h.function,
-            at(h)
+            h.at()
         ),
         _ => return None,
     })
@@ -270,7 +262,7 @@ fn datasets_advice(h: &Hotspot) -> String {
              lists, and let the DataLoader read whole batches (datasets >= 2.14 gives it \
              __getitems__)",
             h.function,
-            at(h)
+            h.at()
         ),
         _ => format!(
             "{} ({}) runs on every batch as it is read (Hugging Face datasets' set_transform / \
@@ -279,7 +271,7 @@ fn datasets_advice(h: &Hotspot) -> String {
              ds.save_to_disk) and train on ds.with_format(\"torch\"); keep only random \
              augmentation per batch, on tensors rather than Python loops",
             h.function,
-            at(h),
+            h.at(),
             h.function
         ),
     }
@@ -296,7 +288,7 @@ fn transform_advice(h: &Hotspot) -> String {
              torchvision.io.decode_jpeg(..., device='cuda'); on the CPU, keep images uint8 until \
              the last step (v2.ToDtype at the end)",
             h.function,
-            at(h)
+            h.at()
         ),
         _ if h.file.contains("torchvision/transforms/transforms.py") => format!(
             "the torchvision v1 transform {} ({}) is the slow stage: v1 transforms work on one PIL \
@@ -304,7 +296,7 @@ fn transform_advice(h: &Hotspot) -> String {
              (torchvision.io.decode_image, then the same transforms from v2): faster on the CPU, \
              and they run on the GPU on whole batches",
             h.function,
-            at(h)
+            h.at()
         ),
         _ => format!(
             "the transform {} is the slow stage: run it on the GPU on batched tensors \
@@ -328,7 +320,7 @@ fn stage_advice(h: &Hotspot, waits: bool) -> String {
              waits on (`py-spy dump`, `strace -f -e trace=%file,read`), read from local NVMe or \
              RAM, and cache or prefetch what it fetches per sample",
             h.function,
-            at(h)
+            h.at()
         ),
         StageKind::Decode => format!(
             "JPEG/PNG decoding ({}) is the slow stage: store images pre-resized to the training \
@@ -340,33 +332,33 @@ fn stage_advice(h: &Hotspot, waits: bool) -> String {
             "{} ({}) is the slow stage: resize/convert once offline and store the result, or do \
              it on the GPU on tensors (torchvision.transforms.v2)",
             h.function,
-            at(h)
+            h.at()
         ),
         StageKind::Transform => transform_advice(h),
         StageKind::Array => format!(
             "array work in {} ({}) is the slow stage: vectorise it, avoid per-sample copies and \
              dtype conversions, or move it to the GPU",
             h.function,
-            at(h)
+            h.at()
         ),
         StageKind::Read => format!(
             "reading files ({} at {}) is the slow stage: copy the data to local NVMe or RAM, pack \
              small files into shards (WebDataset, tar), and keep enough workers to overlap reads",
             h.function,
-            at(h)
+            h.at()
         ),
         StageKind::Getitem => format!(
             "the dataset's own code ({} at {}) is the slow stage: profile that function, cache \
              what it recomputes per sample, or precompute it offline",
             h.function,
-            at(h)
+            h.at()
         ),
         StageKind::Collate if h.function == "default_collate" => format!(
             "PyTorch's default_collate ({}) is the slow stage: it walks each sample's nested \
              Python structures (lists, dicts, numbers) one element at a time; return tensors or \
              numpy arrays from __getitem__ instead of lists, or give the DataLoader a collate_fn \
              that builds the batch at once",
-            at(h)
+            h.at()
         ),
         StageKind::Collate => format!(
             "the collate function {} ({}) is the slow stage: it runs once per batch; build the \
@@ -374,14 +366,14 @@ fn stage_advice(h: &Hotspot, waits: bool) -> String {
              preallocated torch.full and slice assignment) instead of Python loops over \
              elements, or pad and bucket the data once offline",
             h.function,
-            at(h)
+            h.at()
         ),
         StageKind::Sampler => format!(
             "the sampler {} ({}) is the slow stage: it runs in the training process whatever \
              num_workers is, so more workers cannot hide it; draw each epoch's indices at once \
              with tensor operations (torch.randperm, torch.multinomial) or precompute them",
             h.function,
-            at(h)
+            h.at()
         ),
         StageKind::Tokenize => format!(
             "tokenizing ({} at {}) is the slow stage: tokenize a whole batch in one call in the \
@@ -391,7 +383,7 @@ fn stage_advice(h: &Hotspot, waits: bool) -> String {
              dataset once ahead of training (datasets' .map(tokenize, batched=True, \
              num_proc=N)) and load token ids",
             h.function,
-            at(h)
+            h.at()
         ),
         StageKind::ArrowFormat | StageKind::OnTheFly => datasets_advice(h),
         StageKind::PinMemory => format!(
@@ -399,7 +391,7 @@ fn stage_advice(h: &Hotspot, waits: bool) -> String {
              batches to the pin-memory thread (uint8 images, not float32; convert on the GPU), \
              or measure with pin_memory=False",
             h.function,
-            at(h)
+            h.at()
         ),
     }
 }
@@ -485,7 +477,7 @@ fn with_loading_figures(
     if let Some(h) = hot {
         f = f
             .with(Item::HotStage(h.function.as_str().into()))
-            .with(Item::HotStageAt(at(h)))
+            .with(Item::HotStageAt(h.at()))
             .with(Item::HotStagePct(r1(h.pct)))
             .with(Item::HotStageKind(h.kind.as_str().into()));
     }
