@@ -2048,7 +2048,7 @@ mod tests {
             let mut cache = FrameCache::default();
             // One sample as python_spy's walk takes it, the second thread passed over when
             // `skip`: (frames of the first thread, reads, the second left out).
-            let mut walk = |cache: &mut FrameCache, interp: &PyInterpreterState, skip: &[u64]| {
+            let walk = |cache: &mut FrameCache, interp: &PyInterpreterState, skip: &[u64]| {
                 mem.reads.set(0);
                 cache.forget_read_ahead();
                 cache.plan_skip(skip);
@@ -2322,7 +2322,7 @@ mod tests {
             next: &mut *third as *mut PyThreadState,
             ..Default::default()
         });
-        let mut first = Box::new(PyThreadState {
+        let first = Box::new(PyThreadState {
             thread_id: 7,
             next: &mut *second as *mut PyThreadState,
             ..Default::default()
