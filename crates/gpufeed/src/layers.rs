@@ -17,7 +17,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("outfile", &["exit"]),
     ("job", &["exit", "outfile"]),
     // Sources and what they produce.
-    ("sample", &["exit", "outfile", "stats", "units"]),
+    ("sample", &["exit", "json", "outfile", "stats", "units"]),
     ("inject", &["exit", "outfile", "sample"]),
     ("import", &["sample", "stats", "units"]),
     (

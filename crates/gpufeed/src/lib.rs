@@ -41,7 +41,9 @@ pub use finding::Severity;
 pub use record::format::{header_line, ReadError, ReadStats};
 pub use record::reader::{read_path, Collect};
 pub use record::summary::{summarize, Summary};
-pub use sample::event::{End, EndReason, Header, Line, PySamples, PyThreadCounts, StepsLine};
+pub use sample::event::{
+    End, EndReason, Header, Line, ProcsLine, PySamples, PyThreadCounts, StepsLine,
+};
 pub use sample::pyphase::Phase;
 pub use sample::{DiskRate, GpuSample, GpuStatic, HostInfo, HostSample, ProcSample, ProcStart};
 pub use stats::{Speedup, SpeedupMetric};

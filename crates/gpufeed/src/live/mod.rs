@@ -13,7 +13,7 @@ pub(crate) mod shared;
 use crate::diagnose::evidence::{EvidenceBuilder, GpuEvidence};
 use crate::diagnose::{rules, verdict};
 use crate::finding::Finding;
-use crate::sample::event::{Header, Line};
+use crate::sample::event::{Header, Line, ProcsLine};
 use crate::sample::{throttle, GpuSample, HostSample, ProcStart};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -146,7 +146,7 @@ fn line_t(l: &Line) -> Option<f64> {
         Line::Gpu(g) => Some(g.t_s),
         Line::Host(h) => Some(h.t_s),
         Line::ProcStart(p) => Some(p.t_s),
-        Line::Procs { t_s, .. } | Line::ProcExit { t_s, .. } => Some(*t_s),
+        Line::Procs(ProcsLine { t_s, .. }) | Line::ProcExit { t_s, .. } => Some(*t_s),
         Line::End(e) => Some(e.t_s),
         Line::Overrides(o) => Some(o.t_s),
         Line::PyStatus(p) => Some(p.t_s),
@@ -290,7 +290,7 @@ impl LiveState {
                     },
                 );
             }
-            Line::Procs { procs, .. } => {
+            Line::Procs(ProcsLine { procs, .. }) => {
                 for s in procs {
                     let p = self.procs.entry(s.pid).or_insert_with(|| ProcLive {
                         pid: s.pid,
@@ -579,7 +579,7 @@ pub(crate) mod fixture {
                 mem_available_bytes: Some(40 << 30),
                 ..Default::default()
             }));
-            st.push(Line::Procs {
+            st.push(Line::Procs(ProcsLine {
                 t_s: t,
                 procs: vec![
                     ProcSample {
@@ -604,7 +604,7 @@ pub(crate) mod fixture {
                         ..Default::default()
                     },
                 ],
-            });
+            }));
         }
         st.evaluate();
         st

@@ -14,7 +14,7 @@
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-use crate::sample::event::{Header, Line, SCHEMA_VERSION};
+use crate::sample::event::{Header, Line, ProcsLine, SCHEMA_VERSION};
 
 /// Rounds `x` to `dp` decimal places.
 fn round_dp(x: f64, dp: i32) -> f64 {
@@ -72,7 +72,7 @@ impl Line {
                 }
             }
             Line::ProcStart(p) => p.t_s = round_dp(p.t_s, T),
-            Line::Procs { t_s, procs } => {
+            Line::Procs(ProcsLine { t_s, procs }) => {
                 *t_s = round_dp(*t_s, T);
                 for p in procs.iter_mut() {
                     round_opt(&mut p.cpu_pct, PCT);
@@ -231,7 +231,7 @@ mod tests {
                 cmd: Some("python train.py".into()),
                 comm: Some("python".into()),
             }),
-            Line::Procs {
+            Line::Procs(ProcsLine {
                 t_s: 0.2,
                 procs: vec![ProcSample {
                     pid: 42,
@@ -239,7 +239,7 @@ mod tests {
                     state: Some('R'),
                     ..Default::default()
                 }],
-            },
+            }),
             Line::PyStatus(PyStatusLine {
                 t_s: 0.2,
                 pid: 42,

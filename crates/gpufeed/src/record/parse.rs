@@ -5,7 +5,7 @@
 
 use super::fast;
 use crate::record::format::ReadStats;
-use crate::sample::event::{Header, Line};
+use crate::sample::event::{Header, Line, ProcsLine};
 use crate::sample::{GpuSample, HostSample, ProcSample};
 
 /// Longest line read; longer ones are skipped and counted as malformed. The longest real lines
@@ -200,7 +200,7 @@ fn time_ok(t: f64) -> bool {
 fn times_ok(l: &Line) -> bool {
     match l {
         Line::ProcStart(p) => time_ok(p.t_s),
-        Line::Procs { t_s, .. } | Line::ProcExit { t_s, .. } => time_ok(*t_s),
+        Line::Procs(ProcsLine { t_s, .. }) | Line::ProcExit { t_s, .. } => time_ok(*t_s),
         Line::End(e) => time_ok(e.t_s),
         Line::Overrides(o) => time_ok(o.t_s),
         Line::PyStatus(p) => time_ok(p.t_s),
@@ -240,7 +240,7 @@ fn parse_shape(
             *host = h;
             Parsed::Host
         }
-        Ok(Line::Procs { t_s, procs: p }) => {
+        Ok(Line::Procs(ProcsLine { t_s, procs: p })) => {
             *procs = p;
             Parsed::Procs(t_s)
         }

@@ -382,6 +382,7 @@ fn parse_batch(data: &[u8], too_long_after: bool, p: &mut ParsedBatch) {
 mod tests {
     use super::super::reader::{read_with, Collect};
     use super::*;
+    use crate::sample::event::ProcsLine;
     use proptest::prelude::*;
 
     const HEADER: &str = "{\"type\":\"header\",\"schema_version\":1,\"start_time\":\"2026-12-03T00:00:00Z\",\"start_unix_us\":0,\"interval_s\":0.1,\"host\":{\"hostname\":\"t\",\"kernel\":\"6.8\",\"cpu_count\":4,\"mem_total_bytes\":1000,\"clock_ticks_per_s\":100},\"gpus\":[]}\n";
@@ -484,7 +485,7 @@ mod tests {
             .map(|l| match l {
                 Line::Gpu(g) => g.t_s,
                 Line::Host(h) => h.t_s,
-                Line::Procs { t_s, .. } | Line::ProcExit { t_s, .. } => *t_s,
+                Line::Procs(ProcsLine { t_s, .. }) | Line::ProcExit { t_s, .. } => *t_s,
                 Line::ProcStart(p) => p.t_s,
                 other => panic!("{other:?}"),
             })

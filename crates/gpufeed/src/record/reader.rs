@@ -13,7 +13,7 @@
 use super::parse::{parse_line, trim, Parsed, Tally};
 pub(crate) use super::parse::{Sink, MAX_LINE_BYTES, MAX_STRING_BYTES};
 use crate::record::format::{parse_header, ReadError, ReadStats};
-use crate::sample::event::{Header, Line};
+use crate::sample::event::{Header, Line, ProcsLine};
 use crate::sample::{GpuSample, HostSample, ProcSample};
 use std::io::Read;
 use std::path::Path;
@@ -33,10 +33,10 @@ impl Sink for Collect {
         self.0.push(Line::Host(h.clone()))
     }
     fn procs(&mut self, t_s: f64, procs: &[ProcSample]) {
-        self.0.push(Line::Procs {
+        self.0.push(Line::Procs(ProcsLine {
             t_s,
             procs: procs.to_vec(),
-        })
+        }))
     }
     fn line(&mut self, l: &Line) {
         self.0.push(l.clone())

@@ -6,7 +6,7 @@
 use super::ticker::Ticker;
 use super::writer::{Compression, RecordingWriter};
 use crate::outfile::{Clobber, OutputError, Pending};
-use crate::sample::event::{End, EndReason, Header, Line, SCHEMA_VERSION};
+use crate::sample::event::{End, EndReason, Header, Line, ProcsLine, SCHEMA_VERSION};
 use crate::sample::host::{host_info, HostSampler, ProcTree};
 use crate::sample::nvml::{self, NvmlOpenError, NvmlSource};
 use crate::sample::steps::{StepFolder, StepSocket};
@@ -579,10 +579,10 @@ pub(crate) fn host_thread(
             let r = tree.sample(t_s, slow);
             batch.extend(r.started.into_iter().map(Line::ProcStart));
             if !r.samples.is_empty() {
-                batch.push(Line::Procs {
+                batch.push(Line::Procs(ProcsLine {
                     t_s,
                     procs: r.samples,
-                });
+                }));
             }
             batch.extend(r.exited.into_iter().map(|pid| Line::ProcExit { t_s, pid }));
             let mut now_pids = tree.pids();

@@ -6,6 +6,7 @@
 use super::pyphase::Phase;
 use super::pystacks::PyStatus;
 use super::{DriverInfo, GpuSample, GpuStatic, HostInfo, HostSample, ProcSample, ProcStart};
+use crate::json::fields::json_fields;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -233,10 +234,7 @@ pub enum Line {
     Gpu(GpuSample),
     Host(HostSample),
     ProcStart(ProcStart),
-    Procs {
-        t_s: f64,
-        procs: Vec<ProcSample>,
-    },
+    Procs(ProcsLine),
     ProcExit {
         t_s: f64,
         pid: u32,
@@ -252,6 +250,15 @@ pub enum Line {
     /// A line type from a newer gpufeed: ignored.
     #[serde(other)]
     Unknown,
+}
+
+json_fields! {
+    /// One reading of every process of the job's tree (the most frequent line of a recording).
+    #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+    pub struct ProcsLine {
+        pub t_s: f64,
+        pub procs: Vec<ProcSample>,
+    }
 }
 
 /// One value gpufeed put in place of the job's own.

@@ -16,6 +16,8 @@ pub(crate) mod steps;
 
 use serde::{Deserialize, Serialize};
 
+use crate::json::fields::json_fields;
+
 /// What does not change while a GPU is recorded.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GpuStatic {
@@ -40,63 +42,67 @@ pub struct DriverInfo {
     pub cuda_driver_version: Option<String>,
 }
 
-/// One process seen on a GPU.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GpuProcess {
-    pub pid: u32,
-    pub used_memory_bytes: Option<u64>,
-    /// SM utilization of this process since the previous reading (0–100).
-    pub sm_util_pct: Option<u32>,
+json_fields! {
+    /// One process seen on a GPU.
+    #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+    pub struct GpuProcess {
+        pub pid: u32,
+        pub used_memory_bytes: Option<u64>,
+        /// SM utilization of this process since the previous reading (0–100).
+        pub sm_util_pct: Option<u32>,
+    }
 }
 
-/// One reading of one GPU. Metrics that were not read are left out of the line (read back as
-/// `None`); `util_samples` is always written, since `null` (no sample buffer) and `[]` (no new
-/// sample) differ.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct GpuSample {
-    pub index: u32,
-    /// Seconds since the recording started.
-    pub t_s: f64,
-    /// Every utilization sample the driver produced since the previous reading, as
-    /// `[t_s, util_pct]` pairs (t_s relative to the recording's start). Empty when the driver had
-    /// nothing new; `None` when the driver cannot give per-period samples (then `util_pct` is the
-    /// `GetUtilizationRates` fallback).
-    pub util_samples: Option<Vec<[f64; 2]>>,
-    /// Utilization over the driver's last sample period (`GetUtilizationRates`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub util_pct: Option<f64>,
-    /// Percent of time device memory was read or written (not capacity).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mem_util_pct: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mem_used_bytes: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sm_clock_mhz: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub power_w: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub temperature_c: Option<u32>,
-    /// Cumulative PCIe bytes received by the GPU (host → device), where the driver counts them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pcie_rx_bytes: Option<u64>,
-    /// Cumulative PCIe bytes sent by the GPU (device → host).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pcie_tx_bytes: Option<u64>,
-    /// PCIe receive rate over a 20 ms window (`GetPcieThroughput`, read at a lower rate).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pcie_rx_bytes_per_s: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pcie_tx_bytes_per_s: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pcie_gen: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pcie_width: Option<u32>,
-    /// Clock-event (throttle) reasons bitmask as NVML reports it; bit 0x1 (GpuIdle) is not throttling.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub throttle_reasons: Option<u64>,
-    /// Compute processes on this GPU (read at a lower rate; `None` between readings).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub processes: Option<Vec<GpuProcess>>,
+json_fields! {
+    /// One reading of one GPU. Metrics that were not read are left out of the line (read back as
+    /// `None`); `util_samples` is always written, since `null` (no sample buffer) and `[]` (no new
+    /// sample) differ.
+    #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+    pub struct GpuSample {
+        pub index: u32,
+        /// Seconds since the recording started.
+        pub t_s: f64,
+        /// Every utilization sample the driver produced since the previous reading, as
+        /// `[t_s, util_pct]` pairs (t_s relative to the recording's start). Empty when the driver had
+        /// nothing new; `None` when the driver cannot give per-period samples (then `util_pct` is the
+        /// `GetUtilizationRates` fallback).
+        pub util_samples: Option<Vec<[f64; 2]>>,
+        /// Utilization over the driver's last sample period (`GetUtilizationRates`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub util_pct: Option<f64>,
+        /// Percent of time device memory was read or written (not capacity).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub mem_util_pct: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub mem_used_bytes: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub sm_clock_mhz: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub power_w: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub temperature_c: Option<u32>,
+        /// Cumulative PCIe bytes received by the GPU (host → device), where the driver counts them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub pcie_rx_bytes: Option<u64>,
+        /// Cumulative PCIe bytes sent by the GPU (device → host).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub pcie_tx_bytes: Option<u64>,
+        /// PCIe receive rate over a 20 ms window (`GetPcieThroughput`, read at a lower rate).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub pcie_rx_bytes_per_s: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub pcie_tx_bytes_per_s: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub pcie_gen: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub pcie_width: Option<u32>,
+        /// Clock-event (throttle) reasons bitmask as NVML reports it; bit 0x1 (GpuIdle) is not throttling.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub throttle_reasons: Option<u64>,
+        /// Compute processes on this GPU (read at a lower rate; `None` between readings).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub processes: Option<Vec<GpuProcess>>,
+    }
 }
 
 /// Clock-event reason bits (nvml.h `nvmlClocksEventReason*`).
@@ -148,36 +154,40 @@ pub struct HostInfo {
     pub clock_ticks_per_s: Option<u64>,
 }
 
-/// Per-device disk throughput over one interval.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DiskRate {
-    pub device: String,
-    pub read_bytes_per_s: f64,
-    pub write_bytes_per_s: f64,
+json_fields! {
+    /// Per-device disk throughput over one interval.
+    #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+    pub struct DiskRate {
+        pub device: String,
+        pub read_bytes_per_s: f64,
+        pub write_bytes_per_s: f64,
+    }
 }
 
-/// One reading of the whole machine.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct HostSample {
-    pub t_s: f64,
-    /// Busy percent of each logical CPU over the interval (user+nice+system+irq+softirq+steal).
-    pub cpu_pct: Vec<f64>,
-    /// Mean over all CPUs.
-    pub cpu_total_pct: Option<f64>,
-    /// Percent of the interval CPUs spent waiting for I/O (iowait, machine-wide).
-    pub iowait_pct: Option<f64>,
-    pub mem_total_bytes: Option<u64>,
-    pub mem_available_bytes: Option<u64>,
-    pub mem_cached_bytes: Option<u64>,
-    pub swap_total_bytes: Option<u64>,
-    pub swap_free_bytes: Option<u64>,
-    /// Pressure stall information: percent of the interval some task stalled (from the `total` counters).
-    pub psi_cpu_some_pct: Option<f64>,
-    pub psi_io_some_pct: Option<f64>,
-    pub psi_io_full_pct: Option<f64>,
-    pub psi_mem_some_pct: Option<f64>,
-    pub psi_mem_full_pct: Option<f64>,
-    pub disks: Vec<DiskRate>,
+json_fields! {
+    /// One reading of the whole machine.
+    #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+    pub struct HostSample {
+        pub t_s: f64,
+        /// Busy percent of each logical CPU over the interval (user+nice+system+irq+softirq+steal).
+        pub cpu_pct: Vec<f64>,
+        /// Mean over all CPUs.
+        pub cpu_total_pct: Option<f64>,
+        /// Percent of the interval CPUs spent waiting for I/O (iowait, machine-wide).
+        pub iowait_pct: Option<f64>,
+        pub mem_total_bytes: Option<u64>,
+        pub mem_available_bytes: Option<u64>,
+        pub mem_cached_bytes: Option<u64>,
+        pub swap_total_bytes: Option<u64>,
+        pub swap_free_bytes: Option<u64>,
+        /// Pressure stall information: percent of the interval some task stalled (from the `total` counters).
+        pub psi_cpu_some_pct: Option<f64>,
+        pub psi_io_some_pct: Option<f64>,
+        pub psi_io_full_pct: Option<f64>,
+        pub psi_mem_some_pct: Option<f64>,
+        pub psi_mem_full_pct: Option<f64>,
+        pub disks: Vec<DiskRate>,
+    }
 }
 
 /// One process of the job's tree, as first seen.
@@ -192,30 +202,32 @@ pub struct ProcStart {
     pub comm: Option<String>,
 }
 
-/// One reading of one process of the job's tree. Fields not read at this reading are left out
-/// of the line (the most frequent line of a recording), and read back as `None`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ProcSample {
-    pub pid: u32,
-    /// user+system CPU over the interval, percent of one core (can exceed 100 with threads).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpu_pct: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rss_bytes: Option<u64>,
-    /// Cumulative bytes read from storage (/proc/PID/io read_bytes), where permitted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub read_bytes: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub write_bytes: Option<u64>,
-    /// Scheduler state letter: R running, S sleeping, D uninterruptible (usually I/O), Z, T, ...
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state: Option<char>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub threads: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub voluntary_ctxt_switches: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nonvoluntary_ctxt_switches: Option<u64>,
+json_fields! {
+    /// One reading of one process of the job's tree. Fields not read at this reading are left out
+    /// of the line (the most frequent line of a recording), and read back as `None`.
+    #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+    pub struct ProcSample {
+        pub pid: u32,
+        /// user+system CPU over the interval, percent of one core (can exceed 100 with threads).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub cpu_pct: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub rss_bytes: Option<u64>,
+        /// Cumulative bytes read from storage (/proc/PID/io read_bytes), where permitted.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub read_bytes: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub write_bytes: Option<u64>,
+        /// Scheduler state letter: R running, S sleeping, D uninterruptible (usually I/O), Z, T, ...
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub state: Option<char>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub threads: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub voluntary_ctxt_switches: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub nonvoluntary_ctxt_switches: Option<u64>,
+    }
 }
 
 /// Abstraction over a GPU driver, so tests and the recorder never depend on real hardware.

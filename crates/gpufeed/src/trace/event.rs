@@ -84,6 +84,68 @@ pub(crate) struct Args {
     pub collective: bool,
 }
 
+/// The keys of an event that gpufeed reads, named once for both of its readers (the fast path,
+/// `fast.rs`, and serde's, `serde_event.rs`): each matches on these with no catch-all arm, so a
+/// key added here is read by both or compiles in neither.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum EventKey {
+    Ph,
+    Cat,
+    Name,
+    Pid,
+    Tid,
+    Ts,
+    Dur,
+    Args,
+    Other,
+}
+
+impl EventKey {
+    #[inline]
+    pub(super) fn of(k: &[u8]) -> Self {
+        match k {
+            b"ph" => EventKey::Ph,
+            b"cat" => EventKey::Cat,
+            b"name" => EventKey::Name,
+            b"pid" => EventKey::Pid,
+            b"tid" => EventKey::Tid,
+            b"ts" => EventKey::Ts,
+            b"dur" => EventKey::Dur,
+            b"args" => EventKey::Args,
+            _ => EventKey::Other,
+        }
+    }
+}
+
+/// The keys of an event's `args` that fill [`Args`], named once for both readers (as
+/// [`EventKey`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ArgKey {
+    ExternalId,
+    Correlation,
+    Bytes,
+    Stream,
+    Device,
+    /// Its presence marks a collective (its value is not read).
+    Collective,
+    Other,
+}
+
+impl ArgKey {
+    #[inline]
+    pub(super) fn of(k: &[u8]) -> Self {
+        match k {
+            b"External id" | b"external id" => ArgKey::ExternalId,
+            b"correlation" => ArgKey::Correlation,
+            b"bytes" => ArgKey::Bytes,
+            b"stream" => ArgKey::Stream,
+            b"device" => ArgKey::Device,
+            b"Collective name" => ArgKey::Collective,
+            _ => ArgKey::Other,
+        }
+    }
+}
+
 /// Receives events and the few top-level fields.
 pub(crate) trait EventSink {
     fn event(&mut self, ev: &Event<'_>);

@@ -6,7 +6,7 @@
 
 use std::borrow::Cow;
 
-use super::event::{Args, Event};
+use super::event::{ArgKey, Args, Event, EventKey};
 use crate::json::{Cursor, Number};
 
 /// A number that does not touch the end of the buffer (the buffer may end inside it): as f64,
@@ -53,22 +53,22 @@ fn args(c: &mut Cursor<'_>) -> Option<Args> {
         return Some(a);
     }
     c.object(|k, c| {
-        match k {
-            b"External id" | b"external id" => a.external_id = num_or_skip(c)?,
-            b"correlation" => a.correlation = num_or_skip(c)?,
-            b"stream" => a.stream = num_or_skip(c)?,
-            b"device" => a.device = num_or_skip(c)?,
-            b"bytes" => {
+        match ArgKey::of(k) {
+            ArgKey::ExternalId => a.external_id = num_or_skip(c)?,
+            ArgKey::Correlation => a.correlation = num_or_skip(c)?,
+            ArgKey::Stream => a.stream = num_or_skip(c)?,
+            ArgKey::Device => a.device = num_or_skip(c)?,
+            ArgKey::Bytes => {
                 if !matches!(c.peek_ws()?, b'-' | b'0'..=b'9') {
                     return Some(false);
                 }
                 a.bytes = Some(number(c)?.0);
             }
-            b"Collective name" => {
+            ArgKey::Collective => {
                 a.collective = true;
                 return Some(false);
             }
-            _ => return Some(false),
+            ArgKey::Other => return Some(false),
         }
         Some(true)
     })?;
@@ -80,16 +80,16 @@ pub(super) fn event(b: &[u8]) -> Option<(Event<'_>, usize)> {
     let mut c = Cursor::new(b);
     let mut ev = Event::default();
     c.object(|k, c| {
-        match k {
-            b"ph" => ev.ph = c.plain_str()?.first().copied().unwrap_or(0),
-            b"cat" => ev.cat = Cow::Borrowed(c.plain_str()?),
-            b"name" => ev.name = Cow::Borrowed(c.plain_str()?),
-            b"pid" => ev.pid = id(c)?,
-            b"tid" => ev.tid = id(c)?,
-            b"ts" => ev.ts = Some(number(c)?.0),
-            b"dur" => ev.dur = Some(number(c)?.0),
-            b"args" => ev.args = args(c)?,
-            _ => return Some(false),
+        match EventKey::of(k) {
+            EventKey::Ph => ev.ph = c.plain_str()?.first().copied().unwrap_or(0),
+            EventKey::Cat => ev.cat = Cow::Borrowed(c.plain_str()?),
+            EventKey::Name => ev.name = Cow::Borrowed(c.plain_str()?),
+            EventKey::Pid => ev.pid = id(c)?,
+            EventKey::Tid => ev.tid = id(c)?,
+            EventKey::Ts => ev.ts = Some(number(c)?.0),
+            EventKey::Dur => ev.dur = Some(number(c)?.0),
+            EventKey::Args => ev.args = args(c)?,
+            EventKey::Other => return Some(false),
         }
         Some(true)
     })?;

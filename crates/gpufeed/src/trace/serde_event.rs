@@ -5,8 +5,9 @@
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
 use std::fmt;
+use std::marker::PhantomData;
 
-use super::event::{num_from_str, Args, Event, Num};
+use super::event::{num_from_str, ArgKey, Args, Event, EventKey, Num};
 
 /// The serde_json path for one event (the reference the fast path is tested against).
 #[cfg(test)]
@@ -24,58 +25,38 @@ impl<'de> de::Deserialize<'de> for EventDe<'de> {
 
 // ---------- per-event deserialization ----------
 
-#[derive(Clone, Copy)]
-enum Key {
-    Ph,
-    Cat,
-    Name,
-    Pid,
-    Tid,
-    Ts,
-    Dur,
-    Args,
-    ExternalId,
-    Correlation,
-    Bytes,
-    Stream,
-    Device,
-    Collective,
-    Other,
+/// A key, named by [`EventKey`] or [`ArgKey`] (the names both readers share).
+trait KeyOf: Sized {
+    fn of(k: &[u8]) -> Self;
 }
-
-struct KeySeed;
-impl<'de> DeserializeSeed<'de> for KeySeed {
-    type Value = Key;
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
-        d.deserialize_bytes(KeyVisitor)
+impl KeyOf for EventKey {
+    fn of(k: &[u8]) -> Self {
+        EventKey::of(k)
     }
 }
-struct KeyVisitor;
-impl<'de> Visitor<'de> for KeyVisitor {
-    type Value = Key;
+impl KeyOf for ArgKey {
+    fn of(k: &[u8]) -> Self {
+        ArgKey::of(k)
+    }
+}
+
+struct KeySeed<K>(PhantomData<K>);
+impl<'de, K: KeyOf> DeserializeSeed<'de> for KeySeed<K> {
+    type Value = K;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<K, D::Error> {
+        d.deserialize_bytes(KeyVisitor(PhantomData))
+    }
+}
+struct KeyVisitor<K>(PhantomData<K>);
+impl<'de, K: KeyOf> Visitor<'de> for KeyVisitor<K> {
+    type Value = K;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a key")
     }
-    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Key, E> {
-        Ok(match v {
-            b"ph" => Key::Ph,
-            b"cat" => Key::Cat,
-            b"name" => Key::Name,
-            b"pid" => Key::Pid,
-            b"tid" => Key::Tid,
-            b"ts" => Key::Ts,
-            b"dur" => Key::Dur,
-            b"args" => Key::Args,
-            b"External id" | b"external id" => Key::ExternalId,
-            b"correlation" => Key::Correlation,
-            b"bytes" => Key::Bytes,
-            b"stream" => Key::Stream,
-            b"device" => Key::Device,
-            b"Collective name" => Key::Collective,
-            _ => Key::Other,
-        })
+    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<K, E> {
+        Ok(K::of(v))
     }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<K, E> {
         self.visit_bytes(v.as_bytes())
     }
 }
@@ -181,20 +162,20 @@ impl<'de> Visitor<'de> for EventVisitor {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Event<'de>, A::Error> {
         let mut ev = Event::default();
-        while let Some(k) = m.next_key_seed(KeySeed)? {
+        while let Some(k) = m.next_key_seed(KeySeed::<EventKey>(PhantomData))? {
             match k {
-                Key::Ph => {
+                EventKey::Ph => {
                     let s: RawStr = m.next_value()?;
                     ev.ph = s.0.first().copied().unwrap_or(0);
                 }
-                Key::Cat => ev.cat = m.next_value::<RawStr>()?.0,
-                Key::Name => ev.name = m.next_value::<RawStr>()?.0,
-                Key::Pid => ev.pid = m.next_value::<Num>()?.id,
-                Key::Tid => ev.tid = m.next_value::<Num>()?.id,
-                Key::Ts => ev.ts = m.next_value::<Num>()?.f,
-                Key::Dur => ev.dur = m.next_value::<Num>()?.f,
-                Key::Args => ev.args = m.next_value::<ArgsDe>()?.0,
-                _ => {
+                EventKey::Cat => ev.cat = m.next_value::<RawStr>()?.0,
+                EventKey::Name => ev.name = m.next_value::<RawStr>()?.0,
+                EventKey::Pid => ev.pid = m.next_value::<Num>()?.id,
+                EventKey::Tid => ev.tid = m.next_value::<Num>()?.id,
+                EventKey::Ts => ev.ts = m.next_value::<Num>()?.f,
+                EventKey::Dur => ev.dur = m.next_value::<Num>()?.f,
+                EventKey::Args => ev.args = m.next_value::<ArgsDe>()?.0,
+                EventKey::Other => {
                     m.next_value::<IgnoredAny>()?;
                 }
             }
@@ -214,18 +195,18 @@ impl<'de> de::Deserialize<'de> for ArgsDe {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<ArgsDe, A::Error> {
                 let mut a = Args::default();
-                while let Some(k) = m.next_key_seed(KeySeed)? {
+                while let Some(k) = m.next_key_seed(KeySeed::<ArgKey>(PhantomData))? {
                     match k {
-                        Key::ExternalId => a.external_id = m.next_value::<Num>()?.id,
-                        Key::Correlation => a.correlation = m.next_value::<Num>()?.id,
-                        Key::Bytes => a.bytes = m.next_value::<Num>()?.f,
-                        Key::Stream => a.stream = m.next_value::<Num>()?.id,
-                        Key::Device => a.device = m.next_value::<Num>()?.id,
-                        Key::Collective => {
+                        ArgKey::ExternalId => a.external_id = m.next_value::<Num>()?.id,
+                        ArgKey::Correlation => a.correlation = m.next_value::<Num>()?.id,
+                        ArgKey::Bytes => a.bytes = m.next_value::<Num>()?.f,
+                        ArgKey::Stream => a.stream = m.next_value::<Num>()?.id,
+                        ArgKey::Device => a.device = m.next_value::<Num>()?.id,
+                        ArgKey::Collective => {
                             m.next_value::<IgnoredAny>()?;
                             a.collective = true;
                         }
-                        _ => {
+                        ArgKey::Other => {
                             m.next_value::<IgnoredAny>()?;
                         }
                     }

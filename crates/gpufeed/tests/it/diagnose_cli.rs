@@ -10,7 +10,7 @@ use crate::json_ok;
 use gpufeed::diagnose::DiagnoseReport;
 use gpufeed::header_line;
 use gpufeed::{DiskRate, GpuSample, HostSample, ProcSample, ProcStart};
-use gpufeed::{End, Line};
+use gpufeed::{End, Line, ProcsLine};
 use predicates::prelude::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -159,7 +159,7 @@ fn write_recording(dir: &Path, name: &str, s: &Shape) -> PathBuf {
                 ..Default::default()
             });
         }
-        push(Line::Procs { t_s: t, procs });
+        push(Line::Procs(ProcsLine { t_s: t, procs }));
     }
     push(Line::End(End {
         t_s: s.seconds,

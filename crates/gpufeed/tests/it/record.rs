@@ -7,7 +7,7 @@ use crate::{gpufeed, gpufeed_no_gpu, read_json, usage_error};
 use common_fake::{fake_nvml, scenario};
 use gpufeed::{read_path, Collect};
 use gpufeed::{summarize, Summary};
-use gpufeed::{Header, Line};
+use gpufeed::{Header, Line, ProcsLine};
 use gpufeed::{ReadError, ReadStats};
 use predicates::prelude::*;
 use std::path::Path;
@@ -182,7 +182,7 @@ fn process_tree_with_late_starting_early_exiting_workers() {
     // The recording carries per-process state, threads and RSS.
     let mut saw_state = false;
     read_recording(&out, |_, l| {
-        if let Line::Procs { procs, .. } = l {
+        if let Line::Procs(ProcsLine { procs, .. }) = l {
             saw_state |= procs
                 .iter()
                 .any(|p| p.state.is_some() && p.rss_bytes.is_some() && p.threads.is_some());

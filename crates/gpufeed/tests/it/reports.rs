@@ -5,7 +5,7 @@ use crate::gpufeed;
 use crate::h100_header;
 use crate::read_json;
 use gpufeed::header_line;
-use gpufeed::{End, Line};
+use gpufeed::{End, Line, ProcsLine};
 use gpufeed::{GpuSample, HostSample, ProcSample, ProcStart};
 use predicates::prelude::*;
 use std::io::Write;
@@ -63,7 +63,7 @@ fn recording(dir: &Path) -> PathBuf {
             cpu_total_pct: Some(51.0),
             ..Default::default()
         }));
-        line(Line::Procs {
+        line(Line::Procs(ProcsLine {
             t_s: t,
             procs: [(100, 30.0), (101, 99.0), (102, 98.0)]
                 .into_iter()
@@ -74,7 +74,7 @@ fn recording(dir: &Path) -> PathBuf {
                     ..Default::default()
                 })
                 .collect(),
-        });
+        }));
     }
     line(Line::End(End {
         t_s: 20.0,

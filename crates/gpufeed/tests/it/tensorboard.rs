@@ -6,7 +6,7 @@ use crate::common::python_with;
 use crate::{fake_gpu, gpufeed, gpufeed_no_gpu, h100_header, run_ok, usage_error};
 use gpufeed::header_line;
 use gpufeed::Phase;
-use gpufeed::{End, Line};
+use gpufeed::{End, Line, ProcsLine};
 use gpufeed::{GpuSample, ProcSample, ProcStart};
 use gpufeed::{PySamples, PyThreadCounts, StepsLine};
 use predicates::prelude::*;
@@ -82,7 +82,7 @@ fn recording(dir: &Path) -> PathBuf {
             mem_used_bytes: Some(6 << 30),
             ..Default::default()
         }));
-        line(Line::Procs {
+        line(Line::Procs(ProcsLine {
             t_s: t,
             procs: [(100, 40.0), (101, 90.0), (102, 80.0)]
                 .into_iter()
@@ -92,7 +92,7 @@ fn recording(dir: &Path) -> PathBuf {
                     ..Default::default()
                 })
                 .collect(),
-        });
+        }));
         if t > 2.0 {
             line(Line::Steps(StepsLine {
                 t_s: t,

@@ -8,7 +8,7 @@
 use crate::diagnose::stats::Moments;
 use crate::import::dcgmi::ProfilingMeans;
 use crate::import::MAX_GPUS;
-use crate::sample::event::{Header, Line};
+use crate::sample::event::{Header, Line, ProcsLine};
 use crate::sample::{throttle, GpuSample, HostSample, ProcSample, ProcStart};
 use crate::units::pcie_link_bytes_per_s;
 use rustc_hash::FxHashMap;
@@ -87,7 +87,7 @@ impl EvidenceBuilder {
             Line::Gpu(g) => self.push_gpu(g),
             Line::Host(h) => self.push_host(h),
             Line::ProcStart(p) => self.push_proc_start(p),
-            Line::Procs { t_s, procs } => self.push_procs(*t_s, procs),
+            Line::Procs(ProcsLine { t_s, procs }) => self.push_procs(*t_s, procs),
             Line::ProcExit { t_s, .. } => self.seen(*t_s),
             Line::End(e) => {
                 self.end = Some((e.exit_code, e.signal));
@@ -1045,7 +1045,7 @@ mod tests {
         for i in 0..10 {
             let t = i as f64;
             let d = if i % 2 == 0 { 'D' } else { 'S' };
-            b.push(&Line::Procs {
+            b.push(&Line::Procs(ProcsLine {
                 t_s: t,
                 procs: vec![
                     ps(10, 0.0, 'S', 0),
@@ -1053,7 +1053,7 @@ mod tests {
                     ps(12, 99.0, 'R', i * 1_000_000),
                     ps(13, 60.0, d, i * 1_000_000),
                 ],
-            });
+            }));
         }
         b.push(&Line::End(End {
             t_s: 9.0,
@@ -1145,7 +1145,7 @@ mod tests {
         }
         for i in 1..=10 {
             let t = i as f64;
-            b.push(&Line::Procs {
+            b.push(&Line::Procs(ProcsLine {
                 t_s: t,
                 procs: vec![
                     ps(10, 1.0, 'S', 0),
@@ -1154,7 +1154,7 @@ mod tests {
                     ps(13, 90.0, 'R', 0),
                     ps(14, 90.0, 'R', 0),
                 ],
-            });
+            }));
             let py = |pid: u32, stacks: Vec<[u64; 3]>| {
                 Line::PySamples(PySamples {
                     t_s: t,
@@ -1270,10 +1270,10 @@ mod tests {
         let mut b = EvidenceBuilder::new();
         b.push(&start(1, 0, "python train.py"));
         b.push(&start(2, 1, "python train.py"));
-        b.push(&Line::Procs {
+        b.push(&Line::Procs(ProcsLine {
             t_s: 0.0,
             procs: vec![ps(1, 2.0, 'S', 0), ps(2, 100.0, 'R', 0)],
-        });
+        }));
         let e = b.finish(&header(8, Some(1)));
         assert_eq!(e.job.main_pid, Some(1));
         assert_eq!(e.job.workers_max, 1);
@@ -1286,14 +1286,14 @@ mod tests {
         b.push(&start(1, 0, "python train.py"));
         b.push(&start(2, 1, "python train.py"));
         b.push(&start(3, 1, "sleep 6"));
-        b.push(&Line::Procs {
+        b.push(&Line::Procs(ProcsLine {
             t_s: 0.0,
             procs: vec![
                 ps(1, 20.0, 'S', 0),
                 ps(2, 100.0, 'R', 0),
                 ps(3, 0.0, 'S', 0),
             ],
-        });
+        }));
         let e = b.finish(&header(8, Some(1)));
         assert_eq!(e.job.workers_seen, 1);
         assert_eq!(e.job.workers_max, 1);
@@ -1310,14 +1310,14 @@ mod tests {
             let (a, c) = (100 + 2 * epoch, 101 + 2 * epoch);
             b.push(&start(a, 1, "python train.py"));
             b.push(&start(c, 1, "python train.py"));
-            b.push(&Line::Procs {
+            b.push(&Line::Procs(ProcsLine {
                 t_s: epoch as f64,
                 procs: vec![
                     ps(1, 50.0, 'R', 0),
                     ps(a, 90.0, 'R', 0),
                     ps(c, 90.0, 'R', 0),
                 ],
-            });
+            }));
         }
         let e = b.finish(&header(8, Some(1)));
         assert_eq!(e.job.workers_max, 2);

@@ -10,6 +10,10 @@
 //! never to read them).
 //!
 //! This module sits beneath every layer and imports nothing from the rest of gpufeed.
+//! [`fields`] builds the recording's readers on it: a struct's fields declared once, for serde and
+//! for the fast reader alike.
+
+pub(crate) mod fields;
 
 /// Exact powers of ten as f64 (10^0 ..= 10^22 are exactly representable).
 const POW10: [f64; 23] = [
