@@ -521,7 +521,9 @@ fn fix(
     let c = cores(e);
     let cr = (c, e.job.rank_pids.len());
     let waits = loading_waits(e, p);
-    let stage = p.data_hotspots.first().map(|h| stage_advice(h, waits));
+    // The slowest stage's fix, and what it costs (said once, after it).
+    let work = loading_work(wait, workers, p.loader_busy_pct);
+    let stage = (p.data_hotspots.first()).map(|h| (stage_advice(h, waits), stage_cost(h, work)));
     let rec = match k {
         StackKind::MainProcessLoading => {
             let n = workers_needed(wait, 0, None);
@@ -537,7 +539,7 @@ fn fix(
                 count(n, "worker", "workers"),
                 cores_note(n, 0, cr, waits, p.data_io_pct, loading_work(wait, 0, None)),
                 stage
-                    .map(|s| format!(" Then, if it still waits: {s}."))
+                    .map(|(s, cost)| format!(" Then, if it still waits: {s}.{cost}"))
                     .unwrap_or_default()
             )
         }
@@ -560,7 +562,7 @@ fn fix(
                 crate::units::duration(r1(ss.loop_seconds)),
                 ss.seconds * 1000.0 / f64::from(r.epochs.max(1)),
                 stage
-                    .map(|s| format!(" Then, if it still waits: {s}."))
+                    .map(|(s, cost)| format!(" Then, if it still waits: {s}.{cost}"))
                     .unwrap_or_default()
             )
         }
@@ -586,19 +588,21 @@ fn fix(
                     p.data_io_pct,
                     loading_work(wait, workers, p.loader_busy_pct),
                 ),
-                stage.map(|s| format!(" Also: {s}.")).unwrap_or_default()
+                stage
+                    .map(|(s, cost)| format!(" Also: {s}.{cost}"))
+                    .unwrap_or_default()
             )
         }
         StackKind::TooFewWorkers | StackKind::IoBound => stage
-            .map(|s| format!("{}.", capitalise(&s)))
+            .map(|(s, cost)| format!("{}.{cost}", capitalise(&s)))
             .unwrap_or_else(|| {
                 "Loading waits on reads: copy the data to local NVMe or RAM, pack small files into \
              shards (WebDataset, tar), and keep enough workers to overlap reads."
                     .into()
             }),
         StackKind::SlowStage => match stage {
-            Some(s) => format!(
-                "{}. The workers ({workers}) cannot keep up at this cost per sample{}.",
+            Some((s, cost)) => format!(
+                "{}.{cost} The workers ({workers}) cannot keep up at this cost per sample{}.",
                 capitalise(&s),
                 if c > workers + 1 {
                     format!("; more workers (up to {}) would also help", c - 1)
@@ -613,6 +617,31 @@ fn fix(
         },
     };
     (f, rec)
+}
+
+/// What the slowest stage `h` costs, said once after its fix: its milliseconds per sample and
+/// share of loading, and the workers' time it alone takes at the loop's pace (`work`: the
+/// workers' time all loading takes, as [`loading_work`]). Whether any number of workers can
+/// give that on these cores is said once, for all loading, by [`cores_note`]. Empty without a
+/// share.
+fn stage_cost(h: &Hotspot, work: f64) -> String {
+    if !(h.pct > 0.0 && work.is_finite() && work > 0.0) {
+        return String::new();
+    }
+    let share = work * h.pct / 100.0;
+    let took = match h.ms_per_sample {
+        Some(ms) => format!("{ms:.2} ms per sample ({:.0}% of loading)", h.pct),
+        None => format!("{:.0}% of loading", h.pct),
+    };
+    let time = if share < 0.95 {
+        format!("{share:.1} of one worker's time")
+    } else {
+        format!("{share:.1} workers' time")
+    };
+    format!(
+        " {} takes {took}: about {time} at the loop's pace.",
+        h.function
+    )
 }
 
 /// The DataLoader settings beside `num_workers` that can take effect on the recorded machine:
@@ -1269,6 +1298,36 @@ mod tests {
         assert_eq!(crate::diagnose::rules::input::workers_per_gpu(&e), 2);
         let (_, cap) = crate::diagnose::rules::input::recommended_workers(&e).unwrap();
         assert!(cap <= 8, "never num_workers=63 for one of 8 ranks: {cap}");
+    }
+
+    /// The slowest stage's cost is said once, after its fix: ms per sample, share of loading,
+    /// and the workers' time it alone takes at the loop's pace.
+    #[test]
+    fn the_slowest_stage_says_what_it_costs_and_the_workers_time_it_takes() {
+        let mut e = waiting_in_main();
+        let p = e.python.as_mut().unwrap();
+        p.data_io_pct = None;
+        p.data_hotspots[0].ms_per_sample = Some(1.28);
+        p.data_hotspots[0].pct = 63.0;
+        let f = input_bound(&e).unwrap();
+        let r = &f.recommendation;
+        // 84% waiting in the loop: 0.84/0.16 = 5.25 workers' time of loading; 63% of it 3.3.
+        assert!(
+            r.contains(
+                "Jpegs.__getitem__ takes 1.28 ms per sample (63% of loading): about 3.3 \
+                 workers' time at the loop's pace."
+            ),
+            "{r}"
+        );
+        assert_eq!(r.matches("ms per sample").count(), 1, "said once: {r}");
+        let h = &e.python.as_ref().unwrap().data_hotspots[0];
+        assert_eq!(
+            stage_cost(h, 0.5),
+            " Jpegs.__getitem__ takes 1.28 ms per sample (63% of loading): about 0.3 of one \
+             worker's time at the loop's pace."
+        );
+        assert_eq!(stage_cost(h, 0.0), "");
+        assert_eq!(stage_cost(h, f64::NAN), "");
     }
 
     /// CPU loading that needs several times the cores beside the loop: the TOP FIX says no
