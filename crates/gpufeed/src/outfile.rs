@@ -294,14 +294,14 @@ pub(crate) fn refuse_same_as_input<'a>(
 /// One output a command writes: the option that names it (or what it is, for a file in the
 /// output folder), its path, and what it holds: two outputs holding the same bytes (`tune.json`
 /// and `--export-json`) may share a path.
-pub(crate) struct Output<'a> {
-    pub option: &'a str,
-    pub path: &'a Path,
-    pub content: &'a str,
+struct Output<'a> {
+    option: &'a str,
+    path: &'a Path,
+    content: &'a str,
 }
 
 impl<'a> Output<'a> {
-    pub(crate) fn new(option: &'a str, path: &'a Path) -> Self {
+    fn new(option: &'a str, path: &'a Path) -> Self {
         Output {
             option,
             path,
@@ -316,9 +316,44 @@ fn is_char_device(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.file_type().is_char_device())
 }
 
+/// Refuses (exit 2) two outputs of one command at one path: the files its options name
+/// (`(option, path)`, absent ones `None`) and the files it writes in its output folder `dir`
+/// (`(file name, the option that writes the same bytes)`: an option may share its path with the
+/// folder's file of the same content).
+pub(crate) fn refuse_shared(
+    options: &[(&str, Option<&Path>)],
+    dir: Option<&Path>,
+    dir_files: &[(&str, &str)],
+) -> Result<(), crate::exit::Failure> {
+    let in_dir: Vec<(String, PathBuf, &str)> = dir
+        .map(|d| {
+            dir_files
+                .iter()
+                .map(|(name, content)| {
+                    (
+                        format!("the output folder's {name}"),
+                        d.join(name),
+                        *content,
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut outputs: Vec<Output> = options
+        .iter()
+        .filter_map(|(o, p)| Some(Output::new(o, (*p)?)))
+        .collect();
+    outputs.extend(in_dir.iter().map(|(what, path, content)| Output {
+        option: what,
+        path,
+        content,
+    }));
+    refuse_shared_outputs(&outputs)
+}
+
 /// Refuses (exit 2) two outputs of one command that are the same file: one would silently
 /// overwrite the other.
-pub(crate) fn refuse_shared_outputs(outputs: &[Output<'_>]) -> Result<(), crate::exit::Failure> {
+fn refuse_shared_outputs(outputs: &[Output<'_>]) -> Result<(), crate::exit::Failure> {
     for (i, a) in outputs.iter().enumerate() {
         for b in &outputs[i + 1..] {
             if a.content != b.content && same_file(a.path, b.path) && !is_char_device(a.path) {

@@ -26,7 +26,6 @@
 
 use crate::cli::{AnalyzeArgs, GlobalOpts};
 use crate::exit::{Exit, Failure};
-use crate::outfile::Output;
 use crate::present::OutputFormat;
 use crate::trace::{self, ranks, report};
 
@@ -42,11 +41,14 @@ pub(crate) fn run(_global: &GlobalOpts, args: &AnalyzeArgs) -> anyhow::Result<u8
             paths.iter().map(|p| p.as_path()),
         )?;
     }
-    let outputs: Vec<Output> = [("--html", &args.html), ("--export-json", &args.export_json)]
-        .into_iter()
-        .filter_map(|(o, p)| Some(Output::new(o, p.as_deref()?)))
-        .collect();
-    crate::outfile::refuse_shared_outputs(&outputs)?;
+    crate::outfile::refuse_shared(
+        &[
+            ("--html", args.html.as_deref()),
+            ("--export-json", args.export_json.as_deref()),
+        ],
+        None,
+        &[],
+    )?;
     match ranks::group(&paths)? {
         ranks::Grouped::One(r) => emit(args, &[*r]),
         ranks::Grouped::Unrelated { reports, why, n } => {

@@ -8,7 +8,6 @@
 
 use crate::cli::{CompareArgs, GlobalOpts};
 use crate::exit::Exit;
-use crate::outfile::Output;
 use crate::present;
 use crate::present::OutputFormat;
 use std::io::Write;
@@ -25,11 +24,14 @@ pub(crate) fn run(_global: &GlobalOpts, args: &CompareArgs) -> anyhow::Result<u8
             )?;
         }
     }
-    let outputs: Vec<Output> = [("--html", &args.html), ("--export-json", &args.export_json)]
-        .into_iter()
-        .filter_map(|(o, p)| Some(Output::new(o, p.as_deref()?)))
-        .collect();
-    crate::outfile::refuse_shared_outputs(&outputs)?;
+    crate::outfile::refuse_shared(
+        &[
+            ("--html", args.html.as_deref()),
+            ("--export-json", args.export_json.as_deref()),
+        ],
+        None,
+        &[],
+    )?;
     let c = crate::compare::files::build(&args.before, &args.after)?;
     if let Some(p) = &args.export_json {
         crate::outfile::write_report(p, present::compare::json(&c))?;

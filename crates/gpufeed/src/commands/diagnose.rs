@@ -4,7 +4,6 @@ use crate::cli::{ColorChoice, DiagnoseArgs, GlobalOpts};
 use crate::diagnose;
 use crate::diagnose::input::LogOptions;
 use crate::exit::{Exit, Failure};
-use crate::outfile::Output;
 use crate::present::html::RecordingSeries;
 use crate::present::OutputFormat;
 use std::io::{IsTerminal, Write};
@@ -19,11 +18,14 @@ fn check_outputs(args: &DiagnoseArgs) -> Result<(), Failure> {
     if let Some(j) = &args.export_json {
         crate::outfile::refuse_same_as_input("--export-json", j, inputs())?;
     }
-    let outputs: Vec<Output> = [("--html", &args.html), ("--export-json", &args.export_json)]
-        .into_iter()
-        .filter_map(|(o, p)| Some(Output::new(o, p.as_deref()?)))
-        .collect();
-    crate::outfile::refuse_shared_outputs(&outputs)
+    crate::outfile::refuse_shared(
+        &[
+            ("--html", args.html.as_deref()),
+            ("--export-json", args.export_json.as_deref()),
+        ],
+        None,
+        &[],
+    )
 }
 
 /// Turns a diagnose error into the input-error exit code with its one clear line.

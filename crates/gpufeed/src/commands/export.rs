@@ -26,14 +26,14 @@ pub(crate) fn run(_global: &GlobalOpts, args: &ExportArgs) -> anyhow::Result<u8>
     if let Some(dir) = &args.tensorboard {
         crate::outfile::refuse_symlinked_tensorboard(dir)?;
     }
-    let outputs: Vec<crate::outfile::Output> = [
-        ("--perfetto", &args.perfetto),
-        ("--tensorboard", &args.tensorboard),
-    ]
-    .into_iter()
-    .filter_map(|(o, p)| Some(crate::outfile::Output::new(o, p.as_deref()?)))
-    .collect();
-    crate::outfile::refuse_shared_outputs(&outputs)?;
+    crate::outfile::refuse_shared(
+        &[
+            ("--perfetto", args.perfetto.as_deref()),
+            ("--tensorboard", args.tensorboard.as_deref()),
+        ],
+        None,
+        &[],
+    )?;
     // A file that is not a recording is refused from its first bytes, before anything is written.
     reader::read_header(&args.recording).map_err(|e| Failure::with(Exit::Input, e))?;
     if let Some(out) = &args.perfetto {

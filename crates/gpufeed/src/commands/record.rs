@@ -5,7 +5,7 @@ use crate::diagnose::input::InputFormat;
 use crate::diagnose::input::LogOptions;
 use crate::exit::{Exit, Failure};
 use crate::job::{Job, SignalWatch};
-use crate::outfile::{refuse_same_as_input, Clobber, Output};
+use crate::outfile::{refuse_same_as_input, Clobber};
 use crate::present;
 use crate::present::html::RecordingSeries;
 use crate::present::tensorboard::TbSeries;
@@ -176,16 +176,16 @@ fn check_run_args(args: &RunArgs) -> anyhow::Result<Option<crate::inject::Inject
     if let (Some(h), Some(o)) = (&args.html, &args.rec.output) {
         refuse_same_as_input("--html", h, [o.as_path()])?;
     }
-    let outputs: Vec<Output> = [
-        ("--output", &args.rec.output),
-        ("--export-json", &args.rec.export_json),
-        ("--html", &args.html),
-        ("--tensorboard", &args.tensorboard),
-    ]
-    .into_iter()
-    .filter_map(|(o, p)| Some(Output::new(o, p.as_deref()?)))
-    .collect();
-    crate::outfile::refuse_shared_outputs(&outputs)?;
+    crate::outfile::refuse_shared(
+        &[
+            ("--output", args.rec.output.as_deref()),
+            ("--export-json", args.rec.export_json.as_deref()),
+            ("--html", args.html.as_deref()),
+            ("--tensorboard", args.tensorboard.as_deref()),
+        ],
+        None,
+        &[],
+    )?;
     if let Some(dir) = &args.tensorboard {
         crate::outfile::check_tensorboard_dir(dir)?;
     }

@@ -12,35 +12,20 @@ use std::path::{Path, PathBuf};
 /// Refuses (exit 2) two outputs at one path, the folder's sweep.json and sweep.svg included
 /// (each may share its path with the option that writes the same bytes).
 fn check_outputs(args: &SweepArgs) -> Result<(), Failure> {
-    use crate::outfile::Output;
-    let dir = args.trial.output_dir.as_deref();
-    let (json, svg) = (
-        dir.map(|d| d.join("sweep.json")),
-        dir.map(|d| d.join("sweep.svg")),
-    );
-    let mut outputs: Vec<Output> = [
-        ("--export-json", &args.export_json),
-        ("--export-csv", &args.export_csv),
-        ("--export-markdown", &args.export_markdown),
-        ("--export-svg", &args.export_svg),
-        ("--html", &args.html),
-    ]
-    .into_iter()
-    .filter_map(|(o, p)| Some(Output::new(o, p.as_deref()?)))
-    .collect();
-    for (what, p, content) in [
-        ("the output folder's sweep.json", &json, "--export-json"),
-        ("the output folder's sweep.svg", &svg, "--export-svg"),
-    ] {
-        if let Some(path) = p {
-            outputs.push(Output {
-                option: what,
-                path,
-                content,
-            });
-        }
-    }
-    crate::outfile::refuse_shared_outputs(&outputs)
+    crate::outfile::refuse_shared(
+        &[
+            ("--export-json", args.export_json.as_deref()),
+            ("--export-csv", args.export_csv.as_deref()),
+            ("--export-markdown", args.export_markdown.as_deref()),
+            ("--export-svg", args.export_svg.as_deref()),
+            ("--html", args.html.as_deref()),
+        ],
+        args.trial.output_dir.as_deref(),
+        &[
+            ("sweep.json", "--export-json"),
+            ("sweep.svg", "--export-svg"),
+        ],
+    )
 }
 
 fn write_reports(args: &SweepArgs, dir: &Path, rep: &SweepReport) -> anyhow::Result<()> {

@@ -45,29 +45,14 @@ fn present(args: &TuneArgs, rep: &TuneReport, dir: &Path) -> anyhow::Result<()> 
 /// Refuses (exit 2) two outputs at one path, the folder's tune.json and fix.patch included
 /// (`--export-json` may be the folder's tune.json: the same bytes).
 fn check_outputs(args: &TuneArgs) -> Result<(), crate::exit::Failure> {
-    use crate::outfile::Output;
-    let dir = args.trial.output_dir.as_deref();
-    let (json, patch) = (
-        dir.map(|d| d.join("tune.json")),
-        dir.map(|d| d.join("fix.patch")),
-    );
-    let mut outputs: Vec<Output> = [("--export-json", &args.export_json), ("--html", &args.html)]
-        .into_iter()
-        .filter_map(|(o, p)| Some(Output::new(o, p.as_deref()?)))
-        .collect();
-    for (what, p, content) in [
-        ("the output folder's tune.json", &json, "--export-json"),
-        ("the output folder's fix.patch", &patch, "fix.patch"),
-    ] {
-        if let Some(path) = p {
-            outputs.push(Output {
-                option: what,
-                path,
-                content,
-            });
-        }
-    }
-    crate::outfile::refuse_shared_outputs(&outputs)
+    crate::outfile::refuse_shared(
+        &[
+            ("--export-json", args.export_json.as_deref()),
+            ("--html", args.html.as_deref()),
+        ],
+        args.trial.output_dir.as_deref(),
+        &[("tune.json", "--export-json"), ("fix.patch", "fix.patch")],
+    )
 }
 
 pub(crate) fn run(global: &GlobalOpts, args: &TuneArgs) -> anyhow::Result<u8> {
