@@ -186,6 +186,36 @@ impl StackKind {
     }
 }
 
+/// Where a data-wait figure comes from: the diagnosis's judged wait and a trial's.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum WaitSource {
+    /// The job's step markers (the probe, or steps timed at the DataLoader): each step's exact
+    /// wait, over the steady steps.
+    StepProbe,
+    /// The share of the training thread's Python stack samples in `data_wait` (no markers with
+    /// waits): an estimate.
+    PythonStacks,
+}
+
+impl WaitSource {
+    /// The wire name (the JSON's).
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
 /// What a finding hands on to the verdict that its evidence does not carry. (Its figures the
 /// verdict reads from the typed evidence itself: `evidence_of!`.)
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -292,7 +322,7 @@ mod tests {
         same_as_json::<crate::sample::event::EndReason>();
         same_as_json::<crate::tune::trial::Status>();
         same_as_json::<crate::tune::trial::Source>();
-        same_as_json::<crate::tune::trial::WaitSource>();
+        same_as_json::<WaitSource>();
         same_as_json::<crate::tune::batch::Basis>();
         same_as_json::<crate::sample::pyphase::Phase>();
         same_as_json::<crate::sample::pyphase::StageKind>();
@@ -328,14 +358,8 @@ mod tests {
                 "workers_restarted"
             ]
         );
-        assert_eq!(
-            crate::diagnose::rules::stacks::WaitSource::PythonStacks.as_str(),
-            "python_stacks"
-        );
-        assert_eq!(
-            crate::diagnose::rules::stacks::WaitSource::StepProbe.as_str(),
-            "step_probe"
-        );
+        assert_eq!(WaitSource::PythonStacks.as_str(), "python_stacks");
+        assert_eq!(WaitSource::StepProbe.as_str(), "step_probe");
         let cats: Vec<&str> = crate::trace::summary::StepCategory::ALL
             .iter()
             .map(|c| c.as_str())

@@ -37,7 +37,7 @@ pub use record::reader::read_from;
 
 // tests/it: recordings written line by line and read back (record.rs, reports.rs, diagnose_*.rs,
 // tensorboard.rs, watch.rs, bad_inputs.rs, main.rs), and the figures golden.rs builds reports of.
-pub use finding::Severity;
+pub use finding::{Severity, WaitSource};
 pub use record::format::{header_line, ReadError, ReadStats};
 pub use record::reader::{read_path, Collect};
 pub use record::summary::{summarize, Summary};

@@ -214,7 +214,7 @@ fn stack_notes(e: &Evidence) -> Vec<String> {
     let Some((wait, source, _)) = rules::stacks::data_wait_from(e) else {
         return out;
     };
-    if source == rules::stacks::WaitSource::StepProbe {
+    if source == crate::finding::WaitSource::StepProbe {
         out.push(format!(
             "Data wait {wait:.0}% is from the job's step markers (exact, per step), used over \
              the Python stacks' estimate{}.",

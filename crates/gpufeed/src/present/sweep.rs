@@ -63,7 +63,7 @@ thread (the job sent no step markers with waits; python/gpufeed_probe.py measure
 fn stacks_footnote(rep: &SweepReport) -> Option<&'static str> {
     rep.results
         .iter()
-        .any(|r| r.data_wait_source == Some(crate::tune::trial::WaitSource::PythonStacks))
+        .any(|r| r.data_wait_source == Some(crate::finding::WaitSource::PythonStacks))
         .then_some(STACKS_NOTE)
 }
 
@@ -123,7 +123,7 @@ fn rows(rep: &SweepReport) -> Vec<Vec<String>> {
             num,
         ));
         row.push(opt(r.gpu_util_mean_pct, |x| format!("{x:.0}%")));
-        let mark = if r.data_wait_source == Some(crate::tune::trial::WaitSource::PythonStacks) {
+        let mark = if r.data_wait_source == Some(crate::finding::WaitSource::PythonStacks) {
             STACKS_MARK
         } else {
             ""
@@ -501,7 +501,7 @@ mod tests {
         let plain = text(&rep);
         assert!(!plain.contains(STACKS_NOTE), "{plain}");
         assert!(plain.contains("90%") && !plain.contains("90%*"), "{plain}");
-        rep.results[0].data_wait_source = Some(crate::tune::trial::WaitSource::PythonStacks);
+        rep.results[0].data_wait_source = Some(crate::finding::WaitSource::PythonStacks);
         let t = text(&rep);
         assert!(t.contains("90%*"), "{t}");
         assert!(t.contains("70%") && !t.contains("70%*"), "{t}");

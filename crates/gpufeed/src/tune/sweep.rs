@@ -22,7 +22,7 @@ pub struct TrialResult {
     pub data_wait_fraction: Option<f64>,
     /// `step_probe` (exact) or `python_stacks` (estimated from stack samples).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data_wait_source: Option<super::trial::WaitSource>,
+    pub data_wait_source: Option<crate::finding::WaitSource>,
     pub job_cpu_mean_pct: Option<f64>,
     pub job_rss_max_bytes: Option<u64>,
     pub duration_s: f64,
@@ -376,7 +376,7 @@ pub(crate) mod tests {
                 gpu_mem_max_bytes: None,
                 gpu_mem_total_bytes: None,
                 data_wait_fraction: v.map(|v| 1.0 - v / 100.0),
-                data_wait_source: v.map(|_| super::super::trial::WaitSource::StepProbe),
+                data_wait_source: v.map(|_| crate::finding::WaitSource::StepProbe),
                 job_cpu_mean_pct: Some(150.0),
                 job_rss_max_bytes: None,
                 recording: "r.ndjson".into(),

@@ -3,6 +3,7 @@
 
 use super::progress::{parse_tqdm, LineSplitter, RateRegex};
 use super::TuneError;
+use crate::finding::WaitSource;
 use crate::job::{Job, JobExit, SpawnOpts};
 use crate::record::reader::{read_path, Sink};
 use crate::record::recorder::{Prepared, RecorderConfig};
@@ -113,35 +114,6 @@ impl Throughput {
             (Some(l), Some(h)) if self.value > 0.0 => Some((h - l) / 2.0 / self.value),
             _ => None,
         }
-    }
-}
-
-/// Where a trial's data-wait figure came from.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum WaitSource {
-    /// Step markers with their waits: exact, over the steady steps.
-    StepProbe,
-    /// The training thread's Python stack samples in `data_wait` (no markers with waits): an
-    /// estimate over the trial's training loop.
-    PythonStacks,
-}
-
-impl WaitSource {
-    /// The wire name (the JSON's).
-    pub fn as_str(self) -> &'static str {
-        self.into()
     }
 }
 

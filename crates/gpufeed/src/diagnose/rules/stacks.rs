@@ -22,23 +22,7 @@ pub(crate) const GPU_BUSY_TRUSTED: f64 = super::STARVED_BUSY;
 
 /// The kind of input bottleneck the stacks show (defined in [`crate::finding`], beside the
 /// finding that carries it).
-use crate::finding::StackKind;
-
-/// Where the judged data wait comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
-#[strum(serialize_all = "snake_case")]
-pub enum WaitSource {
-    /// The job's step markers (the probe): each step's exact wait.
-    StepProbe,
-    /// The share of the training thread's stack samples in `data_wait`: an estimate.
-    PythonStacks,
-}
-
-impl WaitSource {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
+use crate::finding::{StackKind, WaitSource};
 
 /// The wait the job's step markers measured (exact, every step timed), if they sent waits.
 fn step_wait(e: &Evidence) -> Option<f64> {
