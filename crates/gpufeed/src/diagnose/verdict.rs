@@ -314,8 +314,13 @@ fn from_stacks(m: &Maker, findings: &[Finding]) -> Option<Verdict> {
         )
     })
     .unwrap_or_default();
+    let native = if evidence_of!(f.evidence, HotStageNativePct).is_some() {
+        "native code under "
+    } else {
+        ""
+    };
     let stage = hot_stage
-        .map(|s| format!("{restarted}; the slowest data stage is {s}"))
+        .map(|s| format!("{restarted}; the slowest data stage is {native}{s}"))
         .unwrap_or(restarted);
     let gpu = m
         .busy

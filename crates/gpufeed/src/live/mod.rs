@@ -655,6 +655,8 @@ pub(crate) mod fixture {
                     phases: Default::default(),
                     cpu_ns: None,
                     runq_ns: None,
+                    gil_held: 0,
+                    gil_free: Vec::new(),
                 }],
             }));
             st.push(Line::Steps(StepsLine {

@@ -839,7 +839,7 @@ fn ranks_text(p: &PythonEvidence) -> String {
                 .unwrap_or_default(),
             r.data_hotspots
                 .first()
-                .map(|h| format!("  slowest stage {}", h.function))
+                .map(|h| format!("  slowest stage {}", h.name()))
                 .unwrap_or_default()
         );
     }
@@ -933,7 +933,7 @@ fn loop_text(p: &PythonEvidence, job: &JobEvidence, color: bool) -> String {
                 o,
                 "    {:>5.1}%  {:<36} {}{}",
                 h.pct,
-                h.function,
+                h.name(),
                 short_at(&h.file, h.line),
                 h.ms_per_sample
                     .map(
@@ -992,7 +992,7 @@ fn loop_markdown(p: &PythonEvidence) -> String {
                 o,
                 "| {:.1}% | `{}` | `{}` |",
                 h.pct,
-                md_cell(&h.function),
+                md_cell(&h.name()),
                 md_cell(&short_at(&h.file, h.line))
             );
         }

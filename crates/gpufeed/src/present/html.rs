@@ -281,7 +281,7 @@ of pid {} (thread {}).</p><div style=\"display:flex;height:28px;width:{WIDTH}px;
                 s,
                 "<tr><td>{:.1}%</td><td><code>{}</code></td><td><code>{}</code></td></tr>",
                 h.pct,
-                esc(&h.function),
+                esc(&h.name()),
                 esc(&crate::present::diagnose::short_at(&h.file, h.line))
             );
         }

@@ -270,6 +270,8 @@ mod tests {
                     phases: [(Phase::DataWait, 25)].into_iter().collect(),
                     cpu_ns: None,
                     runq_ns: None,
+                    gil_held: 0,
+                    gil_free: Vec::new(),
                 }],
             }),
             Line::End(End {

@@ -77,8 +77,11 @@ impl Sources {
 #[derive(Default)]
 struct ThreadAcc {
     name: Option<String>,
-    stacks: BTreeMap<u32, (u64, u64)>,
+    /// Per stack: samples, of which idle, and of which running without the GIL.
+    stacks: BTreeMap<u32, (u64, u64, u64)>,
     phases: BTreeMap<Phase, u64>,
+    /// Running samples that held the GIL.
+    gil_held: u64,
 }
 
 #[derive(Default)]
@@ -96,16 +99,19 @@ struct LastThread {
     empty: bool,
 }
 
-/// Counts one thread's stack in a process's interval.
-fn count(p: &mut ProcAcc, t: &LastThread, active: bool) {
+/// Counts one thread's stack in a process's interval: `active` (running), holding the GIL or
+/// not (`gil`, read only for a running thread).
+fn count(p: &mut ProcAcc, t: &LastThread, active: bool, gil: bool) {
     let th = p.threads.entry(t.tid).or_default();
     if t.name.is_some() && th.name != t.name {
         th.name.clone_from(&t.name);
     }
     let c = th.stacks.entry(t.sid).or_default();
     c.0 += 1;
-    if !active {
-        c.1 += 1;
+    match (active, gil) {
+        (false, _) => c.1 += 1,
+        (true, false) => c.2 += 1,
+        (true, true) => th.gil_held += 1,
     }
     // An empty stack (no Python running: start-up, teardown) is in no phase.
     if !t.empty {
@@ -213,7 +219,7 @@ impl PyAggregator {
             if t.reused {
                 // Its last stack, unless it had none (then it is not counted).
                 if let Some(i) = before.iter().position(|b| b.tid == t.tid) {
-                    acc_threads.push((before.swap_remove(i), false));
+                    acc_threads.push((before.swap_remove(i), false, false));
                 }
                 continue;
             }
@@ -272,6 +278,7 @@ impl PyAggregator {
                     empty,
                 },
                 t.active,
+                t.owns_gil,
             ));
         }
         let p = self.procs.entry(pid).or_default();
@@ -279,8 +286,8 @@ impl PyAggregator {
         // The vector of the last reading is reused for this one.
         before.clear();
         let last = self.last.entry(pid).or_insert(before);
-        for (t, active) in acc_threads {
-            count(p, &t, active);
+        for (t, active, gil) in acc_threads {
+            count(p, &t, active, gil);
             last.push(t);
         }
     }
@@ -295,7 +302,7 @@ impl PyAggregator {
         let p = self.procs.entry(pid).or_default();
         p.ticks += 1;
         for t in last {
-            count(p, t, false);
+            count(p, t, false, false);
         }
     }
 
@@ -347,10 +354,17 @@ impl PyAggregator {
                     PyThreadCounts {
                         tid,
                         name: t.name,
+                        gil_free: t
+                            .stacks
+                            .iter()
+                            .filter(|(_, c)| c.2 > 0)
+                            .map(|(s, c)| [u64::from(*s), c.2])
+                            .collect(),
+                        gil_held: t.gil_held,
                         stacks: t
                             .stacks
                             .into_iter()
-                            .map(|(s, (n, idle))| [s as u64, n, idle])
+                            .map(|(s, (n, idle, _))| [s as u64, n, idle])
                             .collect(),
                         phases: t.phases,
                         cpu_ns,
@@ -488,6 +502,7 @@ mod tests {
             tid,
             name: None,
             active,
+            owns_gil: active,
             reused: false,
             frames: frames
                 .iter()
@@ -499,6 +514,41 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    /// A running thread without the GIL is counted per stack (native code under it); running
+    /// with it, per thread (the proof the GIL was read); an idle one in neither.
+    #[test]
+    fn running_without_the_gil_is_counted_per_stack() {
+        let mut agg = PyAggregator::new();
+        let mut out = Vec::new();
+        let getitem = [("Blobs.__getitem__", "/nonexistent/t.py")];
+        for (active, gil) in [(true, false), (true, false), (true, true), (false, false)] {
+            let t = ThreadStack {
+                owns_gil: gil,
+                ..ts(1, active, &getitem)
+            };
+            agg.add(1, &mut [t], Vec::new(), &mut out);
+        }
+        out.clear();
+        agg.flush(1.0, 1.0, &mut out, |_, _| None);
+        let Line::PySamples(s) = &out[0] else {
+            panic!()
+        };
+        assert_eq!(s.threads[0].stacks, vec![[0, 4, 1]]);
+        assert_eq!(s.threads[0].gil_free, vec![[0, 2]]);
+        assert_eq!(s.threads[0].gil_held, 1);
+        let json = serde_json::to_string(&out[0]).unwrap();
+        assert!(
+            json.contains(r#""gil_held":1,"gil_free":[[0,2]]"#),
+            "{json}"
+        );
+        // Nothing without the GIL, nothing held: neither key is written.
+        agg.add(1, &mut [ts(1, false, &getitem)], Vec::new(), &mut out);
+        out.clear();
+        agg.flush(2.0, 1.0, &mut out, |_, _| None);
+        let json = serde_json::to_string(&out[0]).unwrap();
+        assert!(!json.contains("gil"), "{json}");
     }
 
     #[test]
@@ -605,6 +655,7 @@ mod tests {
             tid,
             name: None,
             active: false,
+            owns_gil: false,
             frames: vec![],
             reused: true,
         };
@@ -655,6 +706,7 @@ mod tests {
             tid,
             name: None,
             active: true,
+            owns_gil: true,
             reused: false,
             frames: frames
                 .iter()

@@ -84,6 +84,18 @@ pub struct PyThreadCounts {
     /// interval: samples that find it there look like work, but it was not running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runq_ns: Option<u64>,
+    /// Running samples that held the GIL: more than 0 somewhere in a process shows its GIL
+    /// could be read, so that `gil_free` means native code (absent when 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gil_held: u64,
+    /// `[stack id, running samples without the GIL]`, stacks with none left out: the thread ran
+    /// native code that released the GIL under that stack's innermost Python frame.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gil_free: Vec<[u64; 2]>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]
@@ -97,6 +109,8 @@ impl PyThreadCounts {
             phases: phases.iter().copied().collect(),
             cpu_ns: None,
             runq_ns: None,
+            gil_held: 0,
+            gil_free: Vec::new(),
         }
     }
 }

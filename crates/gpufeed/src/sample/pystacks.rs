@@ -46,6 +46,10 @@ pub(crate) struct ThreadStack {
     pub name: Option<String>,
     /// Running (on a CPU) rather than blocked in a system call.
     pub active: bool,
+    /// Holding the GIL when read. A thread running without it is in native code that released
+    /// it (a C extension's decode, a tokenizer's Rust, numpy, torch): what its innermost Python
+    /// frame called, not that frame's own bytecode.
+    pub owns_gil: bool,
     /// Outermost first.
     pub frames: Vec<RawFrame>,
     /// Not read: the thread did not run since the last reading, so its stack is where it was
@@ -905,6 +909,7 @@ fn read_spy(
                 tid,
                 name: None,
                 active: false,
+                owns_gil: false,
                 frames: Vec::new(),
                 reused: true,
             }));
@@ -1051,6 +1056,7 @@ fn convert(
         tid: t.os_thread_id.unwrap_or(t.thread_id),
         name: t.thread_name,
         active: t.active,
+        owns_gil: t.owns_gil,
         frames,
         reused: false,
     }
@@ -1099,6 +1105,7 @@ mod tests {
             tid,
             name: None,
             active: false,
+            owns_gil: false,
             frames: vec![],
             reused: false,
         }

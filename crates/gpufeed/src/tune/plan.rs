@@ -404,6 +404,8 @@ mod tests {
             pct,
             ms_per_sample: None,
             core_wait_ms_per_sample: None,
+            native_pct: None,
+            code: None,
             kind,
             library: None,
             samples: 100,

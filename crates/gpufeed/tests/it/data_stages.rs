@@ -130,6 +130,85 @@ fn real_torch_custom_collate_fn_is_named_not_the_fetcher() {
         "{}",
         j["verdict"]
     );
+    // Its own Python, not native code it calls.
+    assert!(h["native_pct"].as_f64().unwrap() < 50.0, "{h}");
+    assert!(!r.contains("native code"), "{r}");
+}
+
+/// A dataset whose `__getitem__` spends its time in one native call (hashlib's SHA-256 of a
+/// 4 MiB buffer, which releases the GIL): a C stage with no Python frame of its own.
+const NATIVE_GETITEM: &str = r#"
+import sys, hashlib, torch
+from torch.utils.data import Dataset, DataLoader
+
+class Blobs(Dataset):
+    def __init__(self):
+        self.blob = bytes(range(256)) * (1 << 14)
+    def __len__(self):
+        return 1 << 16
+    def __getitem__(self, i):
+        digest = hashlib.sha256(self.blob).digest()
+        return torch.tensor(list(digest[:8]), dtype=torch.float32), i % 10
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    steps = int(sys.argv[1])
+    model = torch.nn.Linear(8, 10)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step, (x, y) in enumerate(DataLoader(Blobs(), batch_size=4, num_workers=0)):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(); loss.backward(); opt.step()
+        if step + 1 >= steps:
+            break
+"#;
+
+/// A stage in a C extension with no Python frame of its own is said as "native code under"
+/// the user's function, with the line that calls it (read from the GIL: the worker runs without
+/// it there), and the fix is that call, not the function's Python.
+#[test]
+fn real_torch_native_call_in_getitem_is_named_native_code_under_its_caller() {
+    let Some(py) = crate::common::python_with("torch", "the real-PyTorch native __getitem__ job")
+    else {
+        return;
+    };
+    let (j, _, text) = run_script(&py, NATIVE_GETITEM, &["300"]);
+    let hot = j["python"]["data_hotspots"].as_array().unwrap();
+    let h = &hot[0];
+    assert_eq!(h["function"], "Blobs.__getitem__", "{hot:?}");
+    let line = line_of(NATIVE_GETITEM, "hashlib.sha256");
+    assert_eq!(h["line"], line, "{h}");
+    assert_eq!(
+        h["code"], "digest = hashlib.sha256(self.blob).digest()",
+        "{h}"
+    );
+    let native = h["native_pct"].as_f64().unwrap();
+    assert!(native >= 80.0, "the hash runs without the GIL: {h}");
+    let f = &j["findings"][0];
+    assert_eq!(f["id"], "input_bound", "{f}");
+    assert!(
+        f["evidence"]["hot_stage_native_pct"].as_f64().unwrap() >= 80.0,
+        "{f}"
+    );
+    let r = f["recommendation"].as_str().unwrap();
+    assert!(
+        r.contains(&format!(
+            "native code under Blobs.__getitem__ (train.py:{line}: `digest = \
+             hashlib.sha256(self.blob).digest()`) is the slow stage"
+        )),
+        "{r}"
+    );
+    assert!(
+        text.contains("native code under Blobs.__getitem__  train.py:"),
+        "{text}"
+    );
+    assert!(
+        j["verdict"]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("the slowest data stage is native code under Blobs.__getitem__"),
+        "{}",
+        j["verdict"]
+    );
 }
 
 /// An ImageFolder-like job (a CPU "decode" per sample) with `num_workers=2` and short epochs

@@ -117,6 +117,8 @@ fn recording(dir: &Path) -> PathBuf {
                         .collect(),
                     cpu_ns: None,
                     runq_ns: None,
+                    gil_held: 0,
+                    gil_free: Vec::new(),
                 }],
             }));
         }

@@ -1168,6 +1168,8 @@ mod tests {
                         phases: Default::default(),
                         cpu_ns: None,
                         runq_ns: None,
+                        gil_held: 0,
+                        gil_free: Vec::new(),
                     }],
                 })
             };
@@ -1254,6 +1256,8 @@ mod tests {
                     phases: Default::default(),
                     cpu_ns: None,
                     runq_ns: None,
+                    gil_held: 0,
+                    gil_free: Vec::new(),
                 }],
             }));
         }

@@ -190,6 +190,29 @@ pub(crate) fn fill_ms_per_sample(p: &mut PythonEvidence, items: Option<u64>) {
     }
 }
 
+/// The share of a thread's busy time (on a CPU, or runnable waiting for one) it waited for a
+/// core over an interval; `None` without its scheduler clock.
+fn runq_share(t: &crate::sample::event::PyThreadCounts) -> Option<f64> {
+    match (t.cpu_ns, t.runq_ns) {
+        (None, None) => None,
+        (c, w) => {
+            let (c, w) = (c.unwrap_or(0) as f64, w.unwrap_or(0) as f64);
+            Some(if c + w > 0.0 { w / (c + w) } else { 0.0 })
+        }
+    }
+}
+
+impl ThreadTotals {
+    /// An interval's `[stack id, running samples without the GIL]`.
+    fn add_gil_free(&mut self, gil_free: &[[u64; 2]]) {
+        for [sid, n] in gil_free {
+            if let Ok(id) = u32::try_from(*sid) {
+                *self.gil_free.entry(id).or_default() += n;
+            }
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct ThreadTotals {
     name: Option<String>,
@@ -199,6 +222,8 @@ struct ThreadTotals {
     runq: HashMap<u32, f64>,
     /// Some interval had the thread's scheduler clock (`cpu_ns` / `runq_ns`).
     sched: bool,
+    /// Per stack: running samples without the GIL (native code under its innermost frame).
+    gil_free: HashMap<u32, u64>,
     /// Phase counts over the loop window: from the first interval with a training-loop sample
     /// to the last one (start-up imports and teardown are not the loop).
     phases: [u64; 7],
@@ -223,6 +248,9 @@ pub(crate) struct PyAcc {
     phase_of: HashMap<u32, Option<Phase>>,
     /// Processes that start a rank of a multi-process job, from their status lines.
     rank_env: BTreeMap<u32, RankEnv>,
+    /// Running samples that held the GIL, per process: where there are some, its GIL was read,
+    /// and running without it means native code.
+    gil_held: BTreeMap<u32, u64>,
     /// Frame and stack definitions beyond [`MAX_FRAMES`] / [`MAX_STACKS`], and samples of
     /// stacks counted as [`OTHER_STACK`] because of them.
     over_cap: u64,
@@ -297,14 +325,12 @@ impl PyAcc {
                     }
                     // The share of the thread's busy time (on a CPU, or runnable waiting for
                     // one) it waited: its active samples were taken in either state alike.
-                    let runq_share = match (t.cpu_ns, t.runq_ns) {
-                        (None, None) => None,
-                        (c, w) => {
-                            let (c, w) = (c.unwrap_or(0) as f64, w.unwrap_or(0) as f64);
-                            Some(if c + w > 0.0 { w / (c + w) } else { 0.0 })
-                        }
-                    };
+                    let runq_share = runq_share(t);
                     acc.sched |= runq_share.is_some();
+                    if t.gil_held > 0 {
+                        *self.gil_held.entry(s.pid).or_default() += t.gil_held;
+                    }
+                    acc.add_gil_free(&t.gil_free);
                     for [sid, n, idle] in &t.stacks {
                         let sid = match u32::try_from(*sid) {
                             Ok(id) if self.stacks.contains_key(&id) => id,
@@ -728,28 +754,28 @@ impl PyAcc {
         header: &Header,
         keep: impl Fn(u32) -> bool,
     ) -> (Vec<Hotspot>, DataTotals) {
-        type StageAcc = (
-            StageKind,
-            u64,
-            HashMap<i32, u64>,
-            f64,
-            Option<f64>,
-            Option<DataLibrary>,
-        );
         let mut by_stage: HashMap<(String, String), StageAcc> = HashMap::new();
         let nominal_s = header
             .py_rate_hz
             .filter(|r| *r > 0.0)
             .map_or(0.01, |r| 1.0 / r);
         let mut totals = DataTotals::default();
-        type StageOf = (String, String, i32, StageKind, bool, Option<DataLibrary>);
+        type StageOf = (
+            String,
+            String,
+            (i32, Option<String>),
+            StageKind,
+            bool,
+            Option<DataLibrary>,
+        );
         let mut stage_cache: HashMap<u32, Option<StageOf>> = HashMap::new();
         for ((pid, _), t) in self.threads.iter().filter(|((p, _), _)| keep(*p)) {
             for (sid, (n, idle)) in &t.stacks {
                 let stage = stage_cache.entry(*sid).or_insert_with(|| {
                     let refs = self.frame_refs(*sid)?;
                     let (i, k) = data_stage(&refs)?;
-                    let line = self.frames[&self.stacks[sid][i]].line;
+                    let frame = &self.frames[&self.stacks[sid][i]];
+                    let line = (frame.line, frame.src.clone());
                     let plumbing = is_loader_plumbing(&refs[i]);
                     Some((
                         refs[i].name.to_string(),
@@ -772,43 +798,31 @@ impl PyAcc {
                     // user's or a library's beneath it (a call in flight, a C `__getitem__`).
                     continue;
                 }
-                let e = by_stage
-                    .entry((name, file))
-                    .or_insert_with(|| (kind, 0, HashMap::new(), 0.0, None, library));
-                e.1 += n;
-                *e.2.entry(line).or_default() += n;
-                e.3 += *n as f64 * w;
+                let e = by_stage.entry((name, file)).or_insert_with(|| StageAcc {
+                    kind,
+                    samples: 0,
+                    lines: HashMap::new(),
+                    work_s: 0.0,
+                    runq_s: None,
+                    library,
+                    gil_read: (0, 0),
+                });
+                e.samples += n;
+                if self.gil_held.contains_key(pid) {
+                    e.gil_read.0 += n.saturating_sub(*idle);
+                    e.gil_read.1 += t.gil_free.get(sid).copied().unwrap_or(0);
+                }
+                e.lines.entry(line.0).or_insert((0, line.1)).0 += n;
+                e.work_s += *n as f64 * w;
                 if t.sched {
                     let waited = t.runq.get(sid).copied().unwrap_or(0.0) * w;
-                    e.4 = Some(e.4.unwrap_or(0.0) + waited);
+                    e.runq_s = Some(e.runq_s.unwrap_or(0.0) + waited);
                 }
             }
         }
         let mut hotspots: Vec<Hotspot> = by_stage
             .into_iter()
-            .map(
-                |((function, file), (kind, n, lines, secs, runq, library))| Hotspot {
-                    function,
-                    file,
-                    line: lines
-                        .into_iter()
-                        .max_by_key(|(l, c)| (*c, std::cmp::Reverse(*l)))
-                        .map(|(l, _)| l)
-                        .unwrap_or(0),
-                    pct: crate::units::r1(if totals.total_s > 0.0 {
-                        secs * 100.0 / totals.total_s
-                    } else {
-                        0.0
-                    }),
-                    ms_per_sample: None,
-                    core_wait_ms_per_sample: None,
-                    kind,
-                    library,
-                    samples: n,
-                    work_s: secs,
-                    runq_s: runq,
-                },
-            )
+            .map(|((function, file), acc)| acc.hotspot(function, file, totals.total_s))
             .collect();
         // Work summed in hash-map order differs in its last bits from run to run: compared to the
         // microsecond, stages of equal work keep one order (samples, then name) in every run.
@@ -822,6 +836,52 @@ impl PyAcc {
         });
         hotspots.truncate(HOTSPOTS_KEPT);
         (hotspots, totals)
+    }
+}
+
+/// One data stage's totals over every thread, while [`PyAcc::data_stages`] sums them.
+struct StageAcc {
+    kind: StageKind,
+    samples: u64,
+    /// Samples per line of the stage's function, with the line's source text.
+    lines: HashMap<i32, (u64, Option<String>)>,
+    work_s: f64,
+    runq_s: Option<f64>,
+    library: Option<DataLibrary>,
+    /// Running samples in processes whose GIL was read, and of them those without it.
+    gil_read: (u64, u64),
+}
+
+impl StageAcc {
+    /// The stage as a hotspot: its line the one seen most often, its share of `total_s`.
+    fn hotspot(self, function: String, file: String, total_s: f64) -> Hotspot {
+        let (line, code) = self
+            .lines
+            .into_iter()
+            .max_by_key(|(l, (c, _))| (*c, std::cmp::Reverse(*l)))
+            .map(|(l, (_, src))| (l, src))
+            .unwrap_or((0, None));
+        let (ran, native) = self.gil_read;
+        Hotspot {
+            native_pct: (ran > 0)
+                .then(|| crate::units::r1(native.min(ran) as f64 * 100.0 / ran as f64)),
+            code,
+            function,
+            file,
+            line,
+            pct: crate::units::r1(if total_s > 0.0 {
+                self.work_s * 100.0 / total_s
+            } else {
+                0.0
+            }),
+            ms_per_sample: None,
+            core_wait_ms_per_sample: None,
+            kind: self.kind,
+            library: self.library,
+            samples: self.samples,
+            work_s: self.work_s,
+            runq_s: self.runq_s,
+        }
     }
 }
 
@@ -956,6 +1016,8 @@ mod tests {
                     phases: BTreeMap::new(),
                     cpu_ns: None,
                     runq_ns: None,
+                    gil_held: 0,
+                    gil_free: Vec::new(),
                 })
                 .collect(),
         })
@@ -1091,6 +1153,59 @@ mod tests {
             acc.push(&l);
         }
         acc
+    }
+
+    /// A stage's running samples without the GIL are its native share, counted only in a
+    /// process where the GIL was seen held (else its GIL could not be read at all).
+    #[test]
+    fn a_stage_running_without_the_gil_is_native_where_the_gil_was_read() {
+        let with_gil = |pid: u32, held: u64, free: Vec<[u64; 2]>, stacks: Vec<[u64; 3]>| {
+            let Line::PySamples(mut s) = samples(1.0, pid, vec![(u64::from(pid), stacks)]) else {
+                unreachable!()
+            };
+            s.threads[0].gil_held = held;
+            s.threads[0].gil_free = free;
+            Line::PySamples(s)
+        };
+        // Decode: 80 samples, 10 idle, 63 of the 70 running without the GIL; Crop: 20, all
+        // running with it.
+        let mut acc = decode_and_crop();
+        acc.push(&with_gil(
+            20,
+            20,
+            vec![[0, 63]],
+            vec![[0, 80, 10], [1, 20, 0]],
+        ));
+        let p = acc.finish(&header(), &JobEvidence::default()).unwrap();
+        let native: Vec<(&str, Option<f64>)> = p
+            .data_hotspots
+            .iter()
+            .map(|h| (h.function.as_str(), h.native_pct))
+            .collect();
+        assert_eq!(
+            native,
+            [
+                ("Decode.__call__", Some(90.0)),
+                ("Crop.__call__", Some(0.0))
+            ]
+        );
+        assert!(p.data_hotspots[0].native_under_user_code());
+        assert_eq!(
+            p.data_hotspots[0].name(),
+            "native code under Decode.__call__"
+        );
+        assert_eq!(p.data_hotspots[1].name(), "Crop.__call__");
+        // No sample ever held the GIL: it was not read, so nothing is called native.
+        let mut acc = decode_and_crop();
+        acc.push(&with_gil(
+            20,
+            0,
+            vec![[0, 70], [1, 20]],
+            vec![[0, 80, 10], [1, 20, 0]],
+        ));
+        let p = acc.finish(&header(), &JobEvidence::default()).unwrap();
+        assert!(p.data_hotspots.iter().all(|h| h.native_pct.is_none()));
+        assert_eq!(p.data_hotspots[0].name(), "Decode.__call__");
     }
 
     #[test]
@@ -1237,6 +1352,8 @@ mod tests {
                 pct: 60.0,
                 ms_per_sample: None,
                 core_wait_ms_per_sample: None,
+                native_pct: None,
+                code: None,
                 kind: StageKind::Transform,
                 library: None,
                 samples: 320,

@@ -83,6 +83,14 @@ pub struct Hotspot {
     /// clocks (`cpu_ns` / `runq_ns` of `py_samples`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub core_wait_ms_per_sample: Option<f64>,
+    /// Percent of the stage's running samples that ran without the GIL: native code (a C or
+    /// Rust extension that released it) called from the stage's innermost Python frame. Given
+    /// where the recording read the GIL (some sample of the process held it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native_pct: Option<f64>,
+    /// The source line at `line`, for the user's own files (what calls the native code).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
     pub kind: StageKind,
     /// The data-loading library the stage runs under (Hugging Face datasets, webdataset), whose
     /// terms the fix is said in.
@@ -99,7 +107,35 @@ pub struct Hotspot {
     pub runq_s: Option<f64>,
 }
 
+/// Share of a stage's running samples without the GIL from which the stage is native code
+/// called from the user's function rather than that function's own Python.
+pub(crate) const NATIVE_STAGE_PCT: f64 = 50.0;
+
 impl Hotspot {
+    /// The user's own function (or a function they hand a library) spends most of its running
+    /// time in native code it calls, with the GIL released: the slow part is that call.
+    pub(crate) fn native_under_user_code(&self) -> bool {
+        self.native_pct.is_some_and(|p| p >= NATIVE_STAGE_PCT)
+            && matches!(
+                self.kind,
+                StageKind::Getitem
+                    | StageKind::Collate
+                    | StageKind::OnTheFly
+                    | StageKind::Transform
+                    | StageKind::Sampler
+            )
+    }
+
+    /// The stage as a report names it: its function, or `native code under <function>` where
+    /// [`Hotspot::native_under_user_code`].
+    pub(crate) fn name(&self) -> String {
+        if self.native_under_user_code() {
+            format!("native code under {}", self.function)
+        } else {
+            self.function.clone()
+        }
+    }
+
     /// Where the stage is, as a report says it: `file:line` with the file's name only.
     pub(crate) fn at(&self) -> String {
         let file = std::path::Path::new(&self.file)

@@ -292,7 +292,29 @@ fn transform_advice(h: &Hotspot) -> String {
 }
 
 /// What to do about the slow stage; `waits`: loading mostly waits (reads, system calls).
+/// A stage whose time is in native code the user's function calls (C, C++ or Rust that
+/// released the GIL): the Python line that calls it, and how to make that call cheaper.
+fn native_advice(h: &Hotspot) -> String {
+    format!(
+        "{} ({}{}) is the slow stage: {:.0}% of its running time is in a compiled library it \
+         calls there (C, C++ or Rust, running with the GIL released), not in its Python; see \
+         which call with `py-spy dump --native --pid <worker pid>`, then make that call cheaper: \
+         once per batch instead of once per sample, the library's GPU version, or done once \
+         offline",
+        h.name(),
+        h.at(),
+        h.code
+            .as_deref()
+            .map(|c| format!(": `{c}`"))
+            .unwrap_or_default(),
+        h.native_pct.unwrap_or(0.0)
+    )
+}
+
 fn stage_advice(h: &Hotspot, waits: bool) -> String {
+    if h.native_under_user_code() {
+        return native_advice(h);
+    }
     if h.library == Some(DataLibrary::Webdataset) {
         if let Some(a) = webdataset_advice(h) {
             return a;
@@ -410,7 +432,7 @@ pub(crate) fn input_bound(e: &Evidence) -> Option<Finding> {
 
 fn title(k: StackKind, wait: f64, hot: Option<&Hotspot>, workers: u32) -> String {
     let named = hot
-        .map(|h| format!("; slowest stage: {} ({:.0}% of loading)", h.function, h.pct))
+        .map(|h| format!("; slowest stage: {} ({:.0}% of loading)", h.name(), h.pct))
         .unwrap_or_default();
     match k {
         StackKind::MainProcessLoading => format!(
@@ -464,6 +486,10 @@ fn with_loading_figures(
             .with(Item::HotStageAt(h.at()))
             .with(Item::HotStagePct(r1(h.pct)))
             .with(Item::HotStageKind(h.kind.as_str().into()));
+        // Where the stage is named as the native code it calls (the verdict says so too).
+        if let Some(n) = h.native_pct.filter(|_| h.native_under_user_code()) {
+            f = f.with(Item::HotStageNativePct(r1(n)));
+        }
     }
     f = f.with(Item::Workers(workers));
     if let Some(r) = restarts(e, p) {
@@ -588,11 +614,7 @@ fn fix(
             Some((s, cost)) => format!(
                 "{}.{cost} The workers ({workers}) cannot keep up at this cost per sample{}.",
                 capitalise(&s),
-                if c > workers + 1 {
-                    format!("; more workers (up to {}) would also help", c - 1)
-                } else {
-                    String::new()
-                }
+                more_workers(workers, c, waits, work)
             ),
             None => format!(
                 "Make each sample cheaper to load, or raise num_workers (up to {}).",
@@ -601,6 +623,24 @@ fn fix(
         },
     };
     (f, rec)
+}
+
+/// After "the workers cannot keep up" of a slow stage: that no number of workers can where the
+/// loading is CPU work beyond the `cores` beside the loop (more workers only share them), else
+/// how many more the cores would take.
+fn more_workers(workers: u32, cores: u32, waits: bool, work: f64) -> String {
+    let spare = workers_cap(cores);
+    if !waits && work > spare as f64 * 1.5 {
+        format!(
+            ", and on these cores no number of workers can: loading needs about {work:.1} \
+             cores' time beside the training loop, which has {} to spare",
+            count(spare, "core", "cores")
+        )
+    } else if cores > workers + 1 {
+        format!("; more workers (up to {}) would also help", cores - 1)
+    } else {
+        String::new()
+    }
 }
 
 /// What the slowest stage `h` costs, said once after its fix: its milliseconds per sample and
@@ -624,7 +664,7 @@ fn stage_cost(h: &Hotspot, work: f64) -> String {
     };
     format!(
         " {} takes {took}: about {time} at the loop's pace.",
-        h.function
+        capitalise(&h.name())
     )
 }
 
@@ -841,6 +881,8 @@ mod tests {
                 pct: 61.0,
                 ms_per_sample: None,
                 core_wait_ms_per_sample: None,
+                native_pct: None,
+                code: None,
                 kind: StageKind::Decode,
                 library: None,
                 samples: 610,
@@ -1093,6 +1135,8 @@ mod tests {
             pct: 99.0,
             ms_per_sample: None,
             core_wait_ms_per_sample: None,
+            native_pct: None,
+            code: None,
             kind: StageKind::Getitem,
             library: None,
             samples: 990,
@@ -1282,6 +1326,63 @@ mod tests {
         assert_eq!(crate::diagnose::rules::input::workers_per_gpu(&e), 2);
         let (_, cap) = crate::diagnose::rules::input::recommended_workers(&e).unwrap();
         assert!(cap <= 8, "never num_workers=63 for one of 8 ranks: {cap}");
+    }
+
+    /// The user's function whose running time is mostly native code it calls (GIL released):
+    /// named as that native code, with the line that calls it, and the fix is that call.
+    #[test]
+    fn a_stage_in_native_code_is_named_under_its_caller_with_the_line() {
+        let mut e = waiting_in_main();
+        let p = e.python.as_mut().unwrap();
+        p.data_io_pct = None;
+        let h = &mut p.data_hotspots[0];
+        h.native_pct = Some(91.5);
+        h.code = Some("digest = hashlib.sha256(self.blob).digest()".into());
+        let f = input_bound(&e).unwrap();
+        let r = &f.recommendation;
+        assert!(
+            r.contains(
+                "native code under Jpegs.__getitem__ (train.py:9: `digest = \
+                 hashlib.sha256(self.blob).digest()`) is the slow stage: 92% of its running time \
+                 is in a compiled library it calls there"
+            ),
+            "{r}"
+        );
+        assert!(r.contains("py-spy dump --native"), "{r}");
+        assert!(
+            f.title
+                .contains("slowest stage: native code under Jpegs.__getitem__"),
+            "{}",
+            f.title
+        );
+        assert_eq!(f.evidence.to_json()["hot_stage_native_pct"], 91.5);
+        assert_eq!(f.evidence.to_json()["hot_stage"], "Jpegs.__getitem__");
+        // Mostly its own Python: named as before, and no native figure.
+        e.python.as_mut().unwrap().data_hotspots[0].native_pct = Some(20.0);
+        let f = input_bound(&e).unwrap();
+        assert!(
+            !f.recommendation.contains("native code"),
+            "{}",
+            f.recommendation
+        );
+        assert!(f.evidence.to_json().get("hot_stage_native_pct").is_none());
+    }
+
+    /// A slow stage's workers that cannot keep up: beyond the cores no number can (CPU work);
+    /// loading that waits, or within reach, gets the cores' count as before.
+    #[test]
+    fn a_slow_stage_beyond_the_cores_is_said_to_be_beyond_any_workers() {
+        assert_eq!(
+            more_workers(2, 2, false, 20.8),
+            ", and on these cores no number of workers can: loading needs about 20.8 cores' \
+             time beside the training loop, which has 1 core to spare"
+        );
+        assert_eq!(more_workers(2, 2, true, 20.8), "");
+        assert_eq!(
+            more_workers(2, 8, false, 4.0),
+            "; more workers (up to 7) would also help"
+        );
+        assert_eq!(more_workers(2, 2, false, 1.4), "");
     }
 
     /// The slowest stage's cost is said once, after its fix: ms per sample, share of loading,
