@@ -231,7 +231,7 @@ evidence_items! {
     HotStagePct(f64) = "hot_stage_pct", "its share of loading", Pct;
     HotStageKind(String) = "hot_stage_kind", "hot stage kind", Plain;
     // Given where the slowest stage is named as the native code it calls.
-    HotStageNativePct(f64) = "hot_stage_native_pct", "its running time in native code", Pct;
+    HotStageNativePct(f64) = "hot_stage_native_pct", "its time in native code", Pct;
     WorkersStarted(u32) = "workers_started", "workers started", Plain;
     WorkerGenerations(u32) = "worker_generations", "worker generations", Plain;
     WorkerStartStopPct(f64) = "worker_start_stop_pct", "worker start stop", Pct;

@@ -83,9 +83,10 @@ pub struct Hotspot {
     /// clocks (`cpu_ns` / `runq_ns` of `py_samples`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub core_wait_ms_per_sample: Option<f64>,
-    /// Percent of the stage's running samples that ran without the GIL: native code (a C or
-    /// Rust extension that released it) called from the stage's innermost Python frame. Given
-    /// where the recording read the GIL (some sample of the process held it).
+    /// Percent of the stage's samples (idle ones included) that found it running without the
+    /// GIL: native code (a C or Rust extension that released it) called from the stage's
+    /// innermost Python frame. Given where the recording read the GIL (some sample of the
+    /// process held it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub native_pct: Option<f64>,
     /// The source line at `line`, for the user's own files (what calls the native code).
@@ -107,15 +108,17 @@ pub struct Hotspot {
     pub runq_s: Option<f64>,
 }
 
-/// Share of a stage's running samples without the GIL from which the stage is native code
-/// called from the user's function rather than that function's own Python.
+/// Share of a stage's time running without the GIL from which the stage is native code called
+/// from the user's function rather than that function's own Python (or its waits).
 pub(crate) const NATIVE_STAGE_PCT: f64 = 50.0;
 
 impl Hotspot {
-    /// The user's own function (or a function they hand a library) spends most of its running
-    /// time in native code it calls, with the GIL released: the slow part is that call.
+    /// The user's own function (in the user's files, or one they hand a library) spends most of
+    /// its time in native code it calls, with the GIL released: the slow part is that call. A
+    /// library's stage (a torchvision transform, PyTorch's collate) keeps its library's advice.
     pub(crate) fn native_under_user_code(&self) -> bool {
         self.native_pct.is_some_and(|p| p >= NATIVE_STAGE_PCT)
+            && !crate::sample::pyphase::is_library(&self.file)
             && matches!(
                 self.kind,
                 StageKind::Getitem

@@ -296,8 +296,8 @@ fn transform_advice(h: &Hotspot) -> String {
 /// released the GIL): the Python line that calls it, and how to make that call cheaper.
 fn native_advice(h: &Hotspot) -> String {
     format!(
-        "{} ({}{}) is the slow stage: {:.0}% of its running time is in a compiled library it \
-         calls there (C, C++ or Rust, running with the GIL released), not in its Python; see \
+        "{} ({}{}) is the slow stage: {:.0}% of its time is in a compiled library it calls \
+         there (C, C++ or Rust, running with the GIL released), not in its Python; see \
          which call with `py-spy dump --native --pid <worker pid>`, then make that call cheaper: \
          once per batch instead of once per sample, the library's GPU version, or done once \
          offline",
@@ -1343,8 +1343,8 @@ mod tests {
         assert!(
             r.contains(
                 "native code under Jpegs.__getitem__ (train.py:9: `digest = \
-                 hashlib.sha256(self.blob).digest()`) is the slow stage: 92% of its running time \
-                 is in a compiled library it calls there"
+                 hashlib.sha256(self.blob).digest()`) is the slow stage: 92% of its time is in a \
+                 compiled library it calls there"
             ),
             "{r}"
         );
