@@ -249,10 +249,23 @@ fn real_torch_workers_started_every_epoch_get_persistent_workers() {
         return;
     };
     let (run, j, text) = run_script(&py, SHORT_EPOCHS, &["6", "0"]);
-    assert!(
-        text.contains("processes over the run, at most 2 at once; share of loading time)"),
-        "{text}"
-    );
+    // The stage list counts the processes whose stacks were read loading: with workers that
+    // come and go, more than are alive at once, said as such. (On a saturated box the sampler
+    // may reach only some of the short-lived workers: then it counts those.)
+    let sampled = j["python"]["loader_processes"].as_u64().unwrap();
+    if sampled > 2 {
+        assert!(
+            text.contains(&format!(
+                "({sampled} processes over the run, at most 2 at once; share of loading time)"
+            )),
+            "{text}"
+        );
+    } else {
+        assert!(
+            text.contains(&format!("({sampled} process")),
+            "{sampled} sampled: {text}"
+        );
+    }
     assert_eq!(j["job"]["workers_max"], 2, "{}", j["job"]["workers_max"]);
     let seen = j["job"]["workers_seen"].as_u64().unwrap();
     assert!(seen >= 6, "workers started anew every epoch: {seen}");
