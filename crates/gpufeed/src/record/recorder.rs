@@ -459,6 +459,9 @@ fn writer_thread(
 /// How often step markers are aggregated into a `steps` line.
 pub(crate) const STEPS_EVERY: Duration = Duration::from_secs(1);
 
+/// Longest the recorder waits at its end for the markers still queued in the step socket.
+const SETTLE_LIMIT: Duration = Duration::from_millis(500);
+
 /// Writes the steps received on `sock` as one `steps` line per [`STEPS_EVERY`] in which any
 /// ended, until told to stop (then once more, for the last ones).
 pub(crate) fn steps_thread(
@@ -475,6 +478,10 @@ pub(crate) fn steps_thread(
             stop.recv_timeout(STEPS_EVERY),
             Err(RecvTimeoutError::Timeout)
         );
+        if stopping {
+            // The job's last markers may still be queued in the socket when it has exited.
+            sock.settle(SETTLE_LIMIT);
+        }
         let (marks, next) = sock.marks_since(seen);
         seen = next;
         let now = Instant::now();

@@ -169,8 +169,13 @@ pub(crate) struct StepSocket {
     /// ([`plausible_mark`]).
     dropped: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
+    /// The last [`StepSocket::settle`] token the receiver has read.
+    settled: Arc<AtomicU64>,
     thread: Option<JoinHandle<()>>,
 }
+
+/// The datagram [`StepSocket::settle`] sends itself: `settle <token>`.
+const SETTLE: &str = "settle";
 
 impl StepSocket {
     /// Binds a socket in a new private folder (mode 0700, unpredictable name, in the temporary
@@ -264,12 +269,14 @@ impl StepSocket {
         let board = Arc::new(Mutex::new(Board::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let dropped = Arc::new(AtomicU64::new(0));
+        let settled = Arc::new(AtomicU64::new(0));
         let rx = Receiver {
             sock,
             marks: Arc::clone(&marks),
             board: Arc::clone(&board),
             stop: Arc::clone(&stop),
             dropped: Arc::clone(&dropped),
+            settled: Arc::clone(&settled),
         };
         let thread = std::thread::Builder::new()
             .name("gpufeed-steps".into())
@@ -281,8 +288,36 @@ impl StepSocket {
             board,
             dropped,
             stop,
+            settled,
             thread: Some(thread),
         })
+    }
+
+    /// Waits (at most `limit`) until every datagram sent to the socket before this call has
+    /// been read: a job's last markers, sent just before it exits, are still in the socket's
+    /// queue when gpufeed sees the exit. Datagrams of a socket arrive in order, so once a token
+    /// sent now comes back through the receiver, everything before it has. False when it did
+    /// not (the receiver is gone, or flooded beyond `limit`).
+    pub(crate) fn settle(&self, limit: Duration) -> bool {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let token = NEXT.fetch_add(1, Ordering::Relaxed);
+        let Ok(me) = UnixDatagram::unbound() else {
+            return false;
+        };
+        if me
+            .send_to(format!("{SETTLE} {token}").as_bytes(), &self.path)
+            .is_err()
+        {
+            return false;
+        }
+        let until = std::time::Instant::now() + limit;
+        while self.settled.load(Ordering::Acquire) < token {
+            if std::time::Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
     }
 
     /// The readings replies are made of: a recorder feeds it every line it writes.
@@ -348,6 +383,7 @@ struct Receiver {
     board: Arc<Mutex<Board>>,
     stop: Arc<AtomicBool>,
     dropped: Arc<AtomicU64>,
+    settled: Arc<AtomicU64>,
 }
 
 impl Receiver {
@@ -373,6 +409,13 @@ impl Receiver {
                 Ok((n, from)) => {
                     let now = monotonic_ns();
                     let text = String::from_utf8_lossy(&buf[..n]);
+                    if let Some(token) = text
+                        .strip_prefix(SETTLE)
+                        .and_then(|t| t.trim().parse::<u64>().ok())
+                    {
+                        self.settled.fetch_max(token, Ordering::Release);
+                        continue;
+                    }
                     let mut got = parse_datagram(&text, now);
                     let before = got.len();
                     got.retain(|k| plausible_mark(k, bound_ns, now));
@@ -732,6 +775,30 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert_eq!(s.marks().len(), 4);
+    }
+
+    /// The last markers a job sends before it exits are read before the final count: a
+    /// settle token comes back only after every datagram sent before it.
+    #[test]
+    fn settle_waits_for_every_marker_already_sent() {
+        let sock = StepSocket::open().unwrap();
+        let job = UnixDatagram::unbound().unwrap();
+        let t = monotonic_ns();
+        for i in 0..200u64 {
+            job.send_to(format!("step {} - 8", t + i).as_bytes(), sock.path())
+                .unwrap();
+        }
+        assert!(sock.settle(Duration::from_secs(5)));
+        assert_eq!(
+            sock.marks().len(),
+            200,
+            "all read, none counted as a marker twice"
+        );
+        assert!(
+            sock.settle(Duration::from_secs(5)),
+            "again, with a new token"
+        );
+        assert_eq!(sock.marks().len(), 200, "the token is no marker");
     }
 
     #[test]
