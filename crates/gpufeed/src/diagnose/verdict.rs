@@ -315,7 +315,7 @@ fn from_stacks(m: &Maker, findings: &[Finding]) -> Option<Verdict> {
     })
     .unwrap_or_default();
     let native = if evidence_of!(f.evidence, HotStageNativePct).is_some() {
-        "native code under "
+        crate::diagnose::evidence::NATIVE_UNDER
     } else {
         ""
     };

@@ -14,6 +14,7 @@ mod python;
 mod types;
 
 pub use builder::EvidenceBuilder;
+pub(crate) use python::NATIVE_UNDER;
 pub use python::{
     Hotspot, PhasesPct, PyMain, PythonEvidence, RankLoop, SlowRank, StepEvidence, SyncSite,
     WorkerStartStop, SLOW_RANK_GAP_PCT, SLOW_RANK_MIN_PCT,

@@ -20,7 +20,7 @@ use crate::sample::pyphase::{
 };
 use crate::sample::pystacks::PyStatus;
 use crate::sample::ranks::RankEnv;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Training-thread samples under which no phase split is given.
 pub(crate) const MIN_MAIN_SAMPLES: u64 = 20;
@@ -248,9 +248,9 @@ pub(crate) struct PyAcc {
     phase_of: HashMap<u32, Option<Phase>>,
     /// Processes that start a rank of a multi-process job, from their status lines.
     rank_env: BTreeMap<u32, RankEnv>,
-    /// Running samples that held the GIL, per process: where there are some, its GIL was read,
-    /// and running without it means native code.
-    gil_held: BTreeMap<u32, u64>,
+    /// Processes where some running sample held the GIL: their GIL was read, so running without
+    /// it means native code.
+    gil_read: BTreeSet<u32>,
     /// Frame and stack definitions beyond [`MAX_FRAMES`] / [`MAX_STACKS`], and samples of
     /// stacks counted as [`OTHER_STACK`] because of them.
     over_cap: u64,
@@ -328,7 +328,7 @@ impl PyAcc {
                     let runq_share = runq_share(t);
                     acc.sched |= runq_share.is_some();
                     if t.gil_held > 0 {
-                        *self.gil_held.entry(s.pid).or_default() += t.gil_held;
+                        self.gil_read.insert(s.pid);
                     }
                     acc.add_gil_free(&t.gil_free);
                     for [sid, n, idle] in &t.stacks {
@@ -808,7 +808,7 @@ impl PyAcc {
                     gil_read: (0, 0),
                 });
                 e.samples += n;
-                if self.gil_held.contains_key(pid) {
+                if self.gil_read.contains(pid) {
                     e.gil_read.0 += n;
                     e.gil_read.1 += t.gil_free.get(sid).copied().unwrap_or(0);
                 }

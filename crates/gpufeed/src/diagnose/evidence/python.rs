@@ -110,7 +110,11 @@ pub struct Hotspot {
 
 /// Share of a stage's time running without the GIL from which the stage is native code called
 /// from the user's function rather than that function's own Python (or its waits).
-pub(crate) const NATIVE_STAGE_PCT: f64 = 50.0;
+const NATIVE_STAGE_PCT: f64 = 50.0;
+
+/// How a report names a stage that is native code under the user's function (the verdict,
+/// which has only the finding's evidence, says it the same way).
+pub(crate) const NATIVE_UNDER: &str = "native code under ";
 
 impl Hotspot {
     /// The user's own function (in the user's files, or one they hand a library) spends most of
@@ -133,7 +137,7 @@ impl Hotspot {
     /// [`Hotspot::native_under_user_code`].
     pub(crate) fn name(&self) -> String {
         if self.native_under_user_code() {
-            format!("native code under {}", self.function)
+            format!("{NATIVE_UNDER}{}", self.function)
         } else {
             self.function.clone()
         }

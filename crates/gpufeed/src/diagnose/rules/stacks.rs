@@ -590,14 +590,7 @@ fn fix(
                 p.loader_busy_pct
                     .map(|b| format!("{b:.0}%"))
                     .unwrap_or_else(|| "all".into()),
-                cores_note(
-                    n,
-                    workers,
-                    cr,
-                    waits,
-                    p.data_io_pct,
-                    loading_work(wait, workers, p.loader_busy_pct),
-                ),
+                cores_note(n, workers, cr, waits, p.data_io_pct, work),
                 stage
                     .map(|(s, cost)| format!(" Also: {s}.{cost}"))
                     .unwrap_or_default()
@@ -625,17 +618,26 @@ fn fix(
     (f, rec)
 }
 
+/// CPU loading of `work` workers' time that needs more than 1.5 times the cores beside the loop
+/// (workers only share the same cores, whatever their number): what it needs and what there is,
+/// as the fixes say it.
+fn beyond_the_cores(work: f64, cores: u32) -> Option<String> {
+    let spare = workers_cap(cores);
+    (work > spare as f64 * 1.5).then(|| {
+        format!(
+            "loading needs about {work:.1} cores' time beside the training loop, which has {} to \
+             spare",
+            count(spare, "core", "cores")
+        )
+    })
+}
+
 /// After "the workers cannot keep up" of a slow stage: that no number of workers can where the
 /// loading is CPU work beyond the `cores` beside the loop (more workers only share them), else
 /// how many more the cores would take.
 fn more_workers(workers: u32, cores: u32, waits: bool, work: f64) -> String {
-    let spare = workers_cap(cores);
-    if !waits && work > spare as f64 * 1.5 {
-        format!(
-            ", and on these cores no number of workers can: loading needs about {work:.1} \
-             cores' time beside the training loop, which has {} to spare",
-            count(spare, "core", "cores")
-        )
+    if let Some(need) = beyond_the_cores(work, cores).filter(|_| !waits) {
+        format!(", and on these cores no number of workers can: {need}")
     } else if cores > workers + 1 {
         format!("; more workers (up to {}) would also help", cores - 1)
     } else {
@@ -646,8 +648,8 @@ fn more_workers(workers: u32, cores: u32, waits: bool, work: f64) -> String {
 /// What the slowest stage `h` costs, said once after its fix: its milliseconds per sample and
 /// share of loading, and the workers' time it alone takes at the loop's pace (`work`: the
 /// workers' time all loading takes, as [`loading_work`]). Whether any number of workers can
-/// give that on these cores is said once, for all loading, by [`cores_note`]. Empty without a
-/// share.
+/// give that on these cores is said once, for all loading, by [`cores_note`] or
+/// [`more_workers`]. Empty without a share.
 fn stage_cost(h: &Hotspot, work: f64) -> String {
     if !(h.pct > 0.0 && work.is_finite() && work > 0.0) {
         return String::new();
@@ -709,15 +711,10 @@ fn cores_note(
 ) -> String {
     if !waits {
         let mut note = workers_caveat(n, now, cores, ranks).unwrap_or_default();
-        let spare = workers_cap(cores);
-        if !note.is_empty() && work > spare as f64 * 1.5 {
-            // CPU work that needs more cores than there are beside the loop: workers only
-            // share the same cores, whatever their number.
+        if let Some(need) = beyond_the_cores(work, cores).filter(|_| !note.is_empty()) {
             note.push_str(&format!(
-                " On these cores no number of workers can hide it: loading needs about {work:.1} \
-                 cores' time beside the training loop, which has {} to spare, so the lasting \
-                 fix is the slow stage itself (cheaper, on the GPU, or done once offline).",
-                count(spare, "core", "cores")
+                " On these cores no number of workers can hide it: {need}, so the lasting fix is \
+                 the slow stage itself (cheaper, on the GPU, or done once offline)."
             ));
         }
         return note;
