@@ -4,7 +4,7 @@
 use super::fmt::{bytes, duration, gb_per_s, md_cell, pct, plural};
 use super::OutputFormat;
 use crate::diagnose::evidence::{GpuEvidence, JobEvidence, Role};
-use crate::diagnose::evidence::{PhasesPct, PythonEvidence};
+use crate::diagnose::evidence::{LoopSite, PhaseCode, PhasesPct, PythonEvidence};
 use crate::diagnose::verdict::VerdictId;
 use crate::diagnose::DiagnoseReport;
 use crate::finding::{Finding, FindingId, InputKind, Item, ItemKey, Kind, Severity, Unit};
@@ -130,6 +130,10 @@ pub(crate) fn deciding_keys(f: &Finding) -> &'static [ItemKey] {
     use FindingId as F;
     match (f.id, f.kind) {
         (F::SyncBound, Some(Kind::PythonStacks(_))) => &[ItemKey::SyncSitePct],
+        // The title names the call and its share; beside the fix, what it costs.
+        (F::HostBound, _) | (_, Some(Kind::Host(_))) => {
+            &[ItemKey::HostCallS, ItemKey::CheckpointSPerSave]
+        }
         // The verdict names the slowest stage and the training-loop block its share.
         (_, Some(Kind::PythonStacks(_))) => &[
             ItemKey::LoadingInMainPct,
@@ -766,15 +770,6 @@ fn notes_text(o: &mut String, r: &DiagnoseReport, opts: TextOptions) {
     }
 }
 
-/// File name and line of a frame, for people.
-pub(crate) fn short_at(file: &str, line: i32) -> String {
-    let name = std::path::Path::new(file)
-        .file_name()
-        .map(|f| f.to_string_lossy().into_owned())
-        .unwrap_or_else(|| file.to_string());
-    format!("{name}:{line}")
-}
-
 /// Hot stages shown in reports.
 pub const HOTSPOTS_SHOWN: usize = 5;
 
@@ -796,7 +791,7 @@ fn phase_share(name: &str, pct: f64) -> String {
 
 /// A 40-cell bar of the phase split, one letter per phase.
 fn phase_bar(p: &PhasesPct) -> String {
-    const LETTERS: [char; 7] = ['D', 'F', 'B', 'O', 'S', 'C', '.'];
+    const LETTERS: [char; Phase::ALL.len()] = ['D', 'F', 'B', 'O', 'S', 'C', 'E', '.'];
     let mut s = String::new();
     let mut acc = 0.0;
     let mut drawn = 0usize;
@@ -809,6 +804,67 @@ fn phase_bar(p: &PhasesPct) -> String {
         }
     }
     s
+}
+
+/// The phases whose code reports list: all but a data wait whose loading stages are listed
+/// already (the stage list names the same code, per sample).
+pub(crate) fn shown_loop_code(p: &PythonEvidence) -> impl Iterator<Item = &PhaseCode> {
+    p.loop_code
+        .iter()
+        .filter(|c| c.phase != Phase::DataWait || p.data_hotspots.is_empty())
+}
+
+/// The user's functions a phase's time goes to, one line each: share of the loop, function,
+/// `file:line`, the line's source and, where the time is inside a library, what it calls.
+fn sites_text(sites: &[LoopSite], rest_pct: f64, rest_functions: u32) -> String {
+    let mut o = String::new();
+    for s in sites {
+        let _ = writeln!(
+            o,
+            "    {:>5.1}%  {:<36} {}{}{}",
+            s.pct,
+            s.name(),
+            s.at(),
+            s.code
+                .as_deref()
+                .map(|c| format!("  `{}`", c.trim()))
+                .unwrap_or_default(),
+            s.calls
+                .as_deref()
+                .map(|c| format!("  (in {c})"))
+                .unwrap_or_default()
+        );
+    }
+    if rest_functions > 0 {
+        let _ = writeln!(
+            o,
+            "    {rest_pct:>5.1}%  {} more",
+            plural(rest_functions as usize, "function", "functions")
+        );
+    }
+    o
+}
+
+/// The user's functions of a phase as Markdown rows.
+fn sites_markdown(o: &mut String, sites: &[LoopSite]) {
+    let _ = writeln!(
+        o,
+        "| share of the loop | function | where | line | in |\n|---|---|---|---|---|"
+    );
+    for s in sites {
+        let _ = writeln!(
+            o,
+            "| {:.1}% | `{}` | {} | {} | {} |",
+            s.pct,
+            md_cell(&s.name()),
+            md_cell(&s.at()),
+            s.code
+                .as_deref()
+                .map(|c| format!("`{}`", md_cell(c.trim())))
+                .unwrap_or_default(),
+            s.calls.as_deref().map(md_cell).unwrap_or_default()
+        );
+    }
 }
 
 /// The ranks of a multi-process job, one line each, and the one that starves the others.
@@ -828,7 +884,8 @@ fn ranks_text(p: &PythonEvidence) -> String {
             o,
             "    {:<8} pid {:<7} data_wait {:>5.1}%  forward {:>5.1}%  backward {:>5.1}%  \
              sync {:>5.1}%{}{}",
-            r.label(),
+            r.rank
+                .map_or_else(|| "rank ?".to_string(), |n| format!("rank {n}")),
             r.pid,
             r.data_wait_pct,
             ph.forward,
@@ -884,11 +941,22 @@ fn loop_text(p: &PythonEvidence, job: &JobEvidence, color: bool) -> String {
         }
     }
     let Some(m) = &p.main else {
-        let _ = writeln!(
-            o,
-            "{}  too few Python stack samples of the training thread to split it",
-            paint("TRAINING LOOP", "1", color)
-        );
+        if p.no_loop_sites.is_empty() {
+            let _ = writeln!(
+                o,
+                "{}  too few Python stack samples of the training thread to split it",
+                paint("TRAINING LOOP", "1", color)
+            );
+        } else {
+            let _ = writeln!(
+                o,
+                "{}  none: the job ran no training step (no forward or backward pass, no \
+                 optimizer step, no batch fetched in its Python stacks); its main thread's time \
+                 goes to:",
+                paint("TRAINING LOOP", "1", color)
+            );
+            o.push_str(&sites_text(&p.no_loop_sites, 0.0, 0));
+        }
         return o;
     };
     let _ = writeln!(
@@ -910,9 +978,17 @@ fn loop_text(p: &PythonEvidence, job: &JobEvidence, color: bool) -> String {
     let _ = writeln!(o, "  {}", parts.join("  "));
     let _ = writeln!(
         o,
-        "  {}  D data_wait F forward B backward O optimizer S sync C checkpoint",
+        "  {}  D data_wait F forward B backward O optimizer S sync C checkpoint E evaluation",
         paint(&phase_bar(&m.phases_pct), "36", color)
     );
+    for c in shown_loop_code(p) {
+        let _ = writeln!(
+            o,
+            "  {} of the loop, in your code:",
+            phase_share(c.phase.as_str(), c.pct)
+        );
+        o.push_str(&sites_text(&c.sites, c.rest_pct, c.rest_functions));
+    }
     o.push_str(&ranks_text(p));
     if !p.data_hotspots.is_empty() {
         // Workers that come and go (started anew every epoch) are many processes over the run,
@@ -934,7 +1010,7 @@ fn loop_text(p: &PythonEvidence, job: &JobEvidence, color: bool) -> String {
                 "    {:>5.1}%  {:<36} {}{}",
                 h.pct,
                 h.name(),
-                short_at(&h.file, h.line),
+                h.at(),
                 h.ms_per_sample
                     .map(
                         |x| match h.core_wait_ms_per_sample.filter(|w| *w >= 0.005) {
@@ -981,6 +1057,22 @@ fn loop_markdown(p: &PythonEvidence) -> String {
             let _ = writeln!(o, "| {n} | {v:.1}% |");
         }
         o.push('\n');
+        for c in shown_loop_code(p) {
+            let _ = writeln!(
+                o,
+                "{} of the loop, in your code:\n",
+                phase_share(c.phase.as_str(), c.pct)
+            );
+            sites_markdown(&mut o, &c.sites);
+            o.push('\n');
+        }
+    } else if !p.no_loop_sites.is_empty() {
+        let _ = writeln!(
+            o,
+            "No training loop: the job ran no training step; its main thread's time goes to:\n"
+        );
+        sites_markdown(&mut o, &p.no_loop_sites);
+        o.push('\n');
     }
     if !p.data_hotspots.is_empty() {
         let _ = writeln!(
@@ -993,7 +1085,7 @@ fn loop_markdown(p: &PythonEvidence) -> String {
                 "| {:.1}% | `{}` | `{}` |",
                 h.pct,
                 md_cell(&h.name()),
-                md_cell(&short_at(&h.file, h.line))
+                md_cell(&h.at())
             );
         }
         o.push('\n');

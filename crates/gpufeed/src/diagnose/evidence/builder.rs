@@ -590,6 +590,19 @@ impl EvidenceBuilder {
                 }
             }
         }
+        if ranks.is_empty() {
+            // Ranks with no rank variables and no launcher (`mp.spawn`, `multiprocessing`):
+            // two or more processes that each run the training loop.
+            let training = self.py.training_pids();
+            if training.len() >= 2 {
+                ranks.extend(
+                    training
+                        .into_iter()
+                        .filter(|p| self.procs.contains_key(p))
+                        .map(|p| (u32::MAX, p)),
+                );
+            }
+        }
         ranks.sort_unstable();
         ranks.dedup_by_key(|r| r.1);
         if ranks.len() < 2 && env.is_empty() {
