@@ -128,7 +128,7 @@ pub(crate) const MAX_KEPT_MARKS: usize = 500_000;
 pub(crate) const MAX_RANKS: usize = 1024;
 
 /// How many ranks beyond [`MAX_RANKS`] are counted one by one; past it, "at least" this many.
-const MAX_RANKS_COUNTED: usize = 65_536;
+pub(crate) const MAX_RANKS_COUNTED: usize = 65_536;
 
 /// The markers received, the oldest let go past [`MAX_KEPT_MARKS`]: `base` of them are gone.
 #[derive(Debug, Default)]

@@ -88,9 +88,9 @@ impl Impossible {
         if self.steps_unfollowed > 0 {
             out.push(format!(
                 "{BOUND_PREFIX}{} step markers of {}{} ranks beyond the first {} were counted, not \
-                 followed (no rank of a node sends that many: check the job's RANK values)",
+                 followed (a node runs dozens of ranks: check the RANK each process sends)",
                 self.steps_unfollowed,
-                if self.ranks_unfollowed >= 65_536 { "at least " } else { "" },
+                if self.ranks_unfollowed >= crate::sample::steps::MAX_RANKS_COUNTED as u64 { "at least " } else { "" },
                 self.ranks_unfollowed,
                 crate::sample::steps::MAX_RANKS
             ));
