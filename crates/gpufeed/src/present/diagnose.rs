@@ -1,7 +1,7 @@
 //! Presenters for a [`DiagnoseReport`]: text for people (colour on a terminal, a sparkline of
 //! utilization, the top fix first), JSON (the contract) and Markdown.
 
-use super::fmt::{bytes, duration, gb_per_s, md_cell, pct, plural};
+use super::fmt::{bytes, duration, gb_per_s, md_cell, md_code, md_prose, pct, plural};
 use super::OutputFormat;
 use crate::diagnose::evidence::{GpuEvidence, JobEvidence, Role};
 use crate::diagnose::evidence::{LoopSite, PhaseCode, PhasesPct, PythonEvidence};
@@ -854,15 +854,15 @@ fn sites_markdown(o: &mut String, sites: &[LoopSite]) {
     for s in sites {
         let _ = writeln!(
             o,
-            "| {:.1}% | `{}` | {} | {} | {} |",
+            "| {:.1}% | {} | {} | {} | {} |",
             s.pct,
-            md_cell(&s.name()),
-            md_cell(&s.at()),
+            md_code(&s.name()),
+            md_code(&s.at()),
             s.code
                 .as_deref()
-                .map(|c| format!("`{}`", md_cell(c.trim())))
+                .map(|c| md_code(c.trim()))
                 .unwrap_or_default(),
-            s.calls.as_deref().map(md_cell).unwrap_or_default()
+            s.calls.as_deref().map(md_code).unwrap_or_default()
         );
     }
 }
@@ -1049,7 +1049,7 @@ fn loop_markdown(p: &PythonEvidence) -> String {
             o,
             "From Python stack samples of pid {} (thread {}), {} samples.\n",
             m.pid,
-            m.thread_name.as_deref().unwrap_or("?"),
+            md_cell(m.thread_name.as_deref().unwrap_or("?")),
             m.samples
         );
         let _ = writeln!(o, "| phase | share |\n|---|---|");
@@ -1082,10 +1082,10 @@ fn loop_markdown(p: &PythonEvidence) -> String {
         for h in p.data_hotspots.iter().take(HOTSPOTS_SHOWN) {
             let _ = writeln!(
                 o,
-                "| {:.1}% | `{}` | `{}` |",
+                "| {:.1}% | {} | {} |",
                 h.pct,
-                md_cell(&h.name()),
-                md_cell(&h.at())
+                md_code(&h.name()),
+                md_code(&h.at())
             );
         }
         o.push('\n');
@@ -1113,7 +1113,7 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 
 fn markdown(r: &DiagnoseReport) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "# gpufeed diagnosis: `{}`\n", r.source.path);
+    let _ = writeln!(o, "# gpufeed diagnosis: {}\n", md_code(&r.source.path));
     let _ = writeln!(
         o,
         "Input: {} · duration {} · {}\n",
@@ -1130,10 +1130,12 @@ fn markdown(r: &DiagnoseReport) -> String {
     let _ = writeln!(
         o,
         "**Verdict: `{}`** (confidence {:.2}): {}\n",
-        r.verdict.id, r.verdict.confidence, r.verdict.summary
+        r.verdict.id,
+        r.verdict.confidence,
+        md_prose(&r.verdict.summary)
     );
     if let Some(top) = r.findings.first() {
-        let _ = writeln!(o, "## Top fix\n\n{}\n", top.recommendation);
+        let _ = writeln!(o, "## Top fix\n\n{}\n", md_prose(&top.recommendation));
         if let Some(x) = top.expected_speedup {
             let _ = writeln!(o, "Expected speed-up: up to **{x:.2}x**.\n");
         }
@@ -1144,13 +1146,13 @@ fn markdown(r: &DiagnoseReport) -> String {
     }
     gpus_markdown(&mut o, r);
     if let Some(h) = host_line(r, &Said::default(), false) {
-        let _ = writeln!(o, "## Host\n\n{h}\n");
+        let _ = writeln!(o, "## Host\n\n{}\n", md_prose(&h));
     }
     job_markdown(&mut o, r);
     if !r.notes.is_empty() {
         let _ = writeln!(o, "## Notes\n");
         for n in &r.notes {
-            let _ = writeln!(o, "- {n}");
+            let _ = writeln!(o, "- {}", md_prose(n));
         }
         o.push('\n');
     }
@@ -1191,7 +1193,7 @@ fn findings_markdown(o: &mut String, r: &DiagnoseReport) {
                 // Said once, under "Top fix".
                 let _ = writeln!(o, "\n**Fix:** the top fix above.\n");
             } else {
-                let _ = writeln!(o, "\n**Fix:** {}\n", f.recommendation);
+                let _ = writeln!(o, "\n**Fix:** {}\n", md_prose(&f.recommendation));
             }
         }
     }
@@ -1234,7 +1236,7 @@ fn gpus_markdown(o: &mut String, r: &DiagnoseReport) {
 /// The job's line and its processes (at most 20, idle others left out).
 fn job_markdown(o: &mut String, r: &DiagnoseReport) {
     if let Some(j) = job_line(r, &Said::default()) {
-        let _ = writeln!(o, "## Job\n\n{j}\n");
+        let _ = writeln!(o, "## Job\n\n{}\n", md_prose(&j));
         let procs: Vec<_> = r
             .job
             .processes
@@ -1250,12 +1252,12 @@ fn job_markdown(o: &mut String, r: &DiagnoseReport) {
             for p in procs {
                 let _ = writeln!(
                     o,
-                    "| {} | {:?} | {} | {} | `{}` |",
+                    "| {} | {:?} | {} | {} | {} |",
                     p.pid,
                     p.role,
                     opt(p.cpu_mean_pct, 0),
                     p.rss_max_bytes.map(bytes).unwrap_or_else(|| "–".into()),
-                    md_cell(&proc_name(&p.cmd))
+                    md_code(&proc_name(&p.cmd))
                 );
             }
             o.push('\n');

@@ -45,8 +45,10 @@ pub(crate) struct StepAcc {
     any: bool,
     /// Per line: end time, steps, span and wait (`NaN` when not reported).
     lines: Vec<[f64; 4]>,
-    /// Steps and seconds per rank.
+    /// Steps and seconds per rank (at most [`crate::sample::steps::MAX_RANKS`] ranks).
     by_rank: BTreeMap<u32, (u64, f64)>,
+    /// Lines of ranks beyond those, counted in the totals only.
+    rank_lines_over_cap: u64,
 }
 
 impl StepAcc {
@@ -63,9 +65,14 @@ impl StepAcc {
         self.steps += s.steps;
         self.span_s += s.span_s;
         if let Some(r) = s.rank {
-            let e = self.by_rank.entry(r).or_default();
-            e.0 += s.steps;
-            e.1 += s.span_s;
+            if self.by_rank.len() < crate::sample::steps::MAX_RANKS || self.by_rank.contains_key(&r)
+            {
+                let e = self.by_rank.entry(r).or_default();
+                e.0 += s.steps;
+                e.1 += s.span_s;
+            } else {
+                self.rank_lines_over_cap += 1;
+            }
         }
         self.wait_s = self.wait_s.zip(s.wait_s).map(|(a, b)| a + b);
         self.items = self.items.zip(s.items).map(|(a, b)| a + b);
@@ -86,6 +93,11 @@ impl StepAcc {
                 })
                 .collect();
         }
+    }
+
+    /// `steps` lines of ranks beyond the first [`crate::sample::steps::MAX_RANKS`].
+    pub(crate) fn rank_lines_over_cap(&self) -> u64 {
+        self.rank_lines_over_cap
     }
 
     /// The steady part's rate, its interval, the warm-up cut and the steady data wait.
