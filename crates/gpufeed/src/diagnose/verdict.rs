@@ -1117,6 +1117,75 @@ mod tests {
     }
 
     #[test]
+    fn a_loop_that_checkpoints_or_builds_its_batches_is_host_bound_with_its_cause() {
+        use crate::diagnose::evidence::{CheckpointSaves, HostCall};
+        let call = |cause, function: &str, library, pct| HostCall {
+            cause,
+            function: function.into(),
+            library,
+            at_file: "/home/u/train.py".into(),
+            at_line: 80,
+            at_code: Some("torch.save(state, path)".into()),
+            pct,
+            seconds: Some(pct / 10.0),
+            uses: vec![],
+        };
+        // 60% other: checkpoints 55% of the loop, a metrics helper 5%.
+        let mut e = loop_only(2.0, 15.0, 23.0, 0.0);
+        let p = e.python.as_mut().unwrap();
+        p.host_calls = vec![
+            call(
+                HostCause::Checkpointing,
+                "torch.serialization.save",
+                true,
+                55.0,
+            ),
+            call(HostCause::StepPython, "metrics", false, 5.0),
+        ];
+        p.checkpoint_saves = Some(CheckpointSaves {
+            saves: 12,
+            s_per_save: 0.46,
+        });
+        let f = evaluate(&e);
+        let host = f.iter().find(|f| f.id == FindingId::HostBound).unwrap();
+        assert_eq!(host.kind, Some(Kind::Host(HostCause::Checkpointing)));
+        assert_eq!(host.severity, crate::finding::Severity::Critical);
+        for s in [
+            "saving checkpoints",
+            "torch.serialization.save called at train.py:80",
+        ] {
+            assert!(host.title.contains(s), "{s}: {}", host.title);
+        }
+        for s in ["0.5 s", "12 seen", "async_save", "Save 24x less often"] {
+            assert!(
+                host.recommendation.contains(s),
+                "{s}: {}",
+                host.recommendation
+            );
+        }
+        assert_eq!(host.expected_speedup, Some(2.22));
+        let v = decide(&e, &f);
+        assert_eq!(v.id, VerdictId::HostBound, "{v:?}");
+        assert_eq!(v.cause, Some(HostCause::Checkpointing));
+        assert!(
+            v.summary.contains("55% of its time saving checkpoints"),
+            "{}",
+            v.summary
+        );
+        // Under the threshold: where the time goes, no host verdict.
+        let p = e.python.as_mut().unwrap();
+        p.host_calls[0].pct = 20.0;
+        assert!(evaluate(&e).iter().all(|f| f.id != FindingId::HostBound));
+        // A batch-building loop that also waits more for a DataLoader: the wait decides.
+        let mut e = loop_only(45.0, 10.0, 15.0, 0.0);
+        e.python.as_mut().unwrap().host_calls =
+            vec![call(HostCause::BatchBuilding, "load_batch", false, 30.0)];
+        let f = evaluate(&e);
+        assert!(f.iter().any(|f| f.id == FindingId::HostBound));
+        assert_eq!(decide(&e, &f).id, VerdictId::InputBound);
+    }
+
+    #[test]
     fn verdict_ids_serialise_to_their_strings() {
         for id in VerdictId::ALL {
             let json = serde_json::to_string(id).unwrap();

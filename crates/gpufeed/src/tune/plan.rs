@@ -183,14 +183,30 @@ pub fn plan(
     };
     let input_ids = [FindingId::InputBound, FindingId::MainProcessBound];
     let waits = data_wait.filter(|w| *w >= INPUT_BOUND_WAIT);
-    let input_why = has(findings, &input_ids).or_else(|| {
-        waits.map(|w| {
-            format!(
-                "the training loop waits for data {:.0}% of the time",
-                w * 100.0
-            )
+    // A loop whose time goes to host-side work in the user's code (batches built by hand,
+    // per-step Python, checkpoints, evaluation) has nothing a DataLoader knob can win: its
+    // fix is a code change, said instead of sweeping workers.
+    let host = findings
+        .iter()
+        .find(|f| f.id == FindingId::HostBound)
+        .filter(|_| has(findings, &[FindingId::InputBound]).is_none());
+    if let Some(h) = host {
+        notes.push(format!(
+            "DataLoader knobs not tried: {}; the fix is a code change, which tune does not \
+             make: {}",
+            h.title, h.recommendation
+        ));
+    }
+    let input_why = has(findings, &input_ids)
+        .or_else(|| {
+            waits.map(|w| {
+                format!(
+                    "the training loop waits for data {:.0}% of the time",
+                    w * 100.0
+                )
+            })
         })
-    });
+        .filter(|_| host.is_none());
     if let Some(why) = input_why {
         let at = rank(&input_ids);
         for (knob, values, extend) in [
@@ -394,6 +410,33 @@ mod tests {
 
     /// A collate function (or any code stage) that dominates loading is named
     /// with its line as what only a code edit changes, where the plan turns the loader's knobs.
+    #[test]
+    fn a_host_bound_loop_gets_no_dataloader_knobs_but_its_fix() {
+        let mut host = finding(FindingId::HostBound);
+        host.title = "The training loop spends 60% of its time saving checkpoints".into();
+        host.recommendation = "Save 29x less often".into();
+        let main = finding(FindingId::MainProcessBound);
+        let (plans, notes) = plan(&[host.clone(), main.clone()], Some(0.3), 8, false, None);
+        assert!(plans.iter().all(|p| !p.knob.is_input()), "{plans:?}");
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("DataLoader knobs not tried") && n.contains("29x less often")),
+            "{notes:?}"
+        );
+        // A loop that also waits for its data still gets them.
+        let (plans, _) = plan(
+            &[finding(FindingId::InputBound), host],
+            Some(0.3),
+            8,
+            false,
+            None,
+        );
+        assert!(plans.iter().any(|p| p.knob == Knob::NumWorkers));
+        let (plans, _) = plan(&[main], Some(0.3), 8, false, None);
+        assert!(plans.iter().any(|p| p.knob == Knob::NumWorkers));
+    }
+
     #[test]
     fn a_code_stage_is_said_as_what_only_an_edit_changes() {
         let (plans, _) = plan(&[finding(FindingId::InputBound)], Some(0.8), 8, false, None);
