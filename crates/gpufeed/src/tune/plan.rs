@@ -164,6 +164,20 @@ pub(crate) fn code_edit_note(plans: &[KnobPlan], hot: Option<&Hotspot>) -> Optio
     ))
 }
 
+/// A loop whose time goes to host-side work in the user's code (batches built by hand,
+/// per-step Python, checkpoints, evaluation) and that does not wait for a DataLoader has nothing
+/// a DataLoader knob can win: its fix is a code change, said instead of sweeping workers.
+fn host_note(findings: &[Finding]) -> Option<String> {
+    let h = findings.iter().find(|f| f.id == FindingId::HostBound)?;
+    if has(findings, &[FindingId::InputBound]).is_some() {
+        return None;
+    }
+    Some(format!(
+        "DataLoader knobs not tried: {}; the fix is a code change, which tune does not make: {}",
+        h.title, h.recommendation
+    ))
+}
+
 /// The knobs to try, from the baseline's diagnosis and measured data wait, most promising first
 /// (the findings' order), and notes on what is left out.
 pub fn plan(
@@ -183,20 +197,8 @@ pub fn plan(
     };
     let input_ids = [FindingId::InputBound, FindingId::MainProcessBound];
     let waits = data_wait.filter(|w| *w >= INPUT_BOUND_WAIT);
-    // A loop whose time goes to host-side work in the user's code (batches built by hand,
-    // per-step Python, checkpoints, evaluation) has nothing a DataLoader knob can win: its
-    // fix is a code change, said instead of sweeping workers.
-    let host = findings
-        .iter()
-        .find(|f| f.id == FindingId::HostBound)
-        .filter(|_| has(findings, &[FindingId::InputBound]).is_none());
-    if let Some(h) = host {
-        notes.push(format!(
-            "DataLoader knobs not tried: {}; the fix is a code change, which tune does not \
-             make: {}",
-            h.title, h.recommendation
-        ));
-    }
+    let host = host_note(findings);
+    notes.extend(host.clone());
     let input_why = has(findings, &input_ids)
         .or_else(|| {
             waits.map(|w| {
