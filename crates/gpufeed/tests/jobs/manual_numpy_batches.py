@@ -1,6 +1,7 @@
 """No DataLoader: a nanoGPT-style get_batch slices random windows out of a memory-mapped token
-file and converts each window sample by sample (through Python lists) before stacking. The
-helper is the loop's time; the model is a small bigram-style network."""
+file and converts each window sample by sample (through Python lists, folding every id into the
+model's vocabulary) before stacking. The model reads a window's tokens as a bag and predicts the
+token after it, so the helper is the loop's time."""
 import os
 import tempfile
 
@@ -8,7 +9,7 @@ import numpy as np
 import torch
 
 BLOCK = 256
-BATCH = 32
+BATCH = 128
 VOCAB = 64
 
 
@@ -18,8 +19,8 @@ def get_batch(data, remap):
     for s in starts:
         window = [remap[t] for t in data[s:s + BLOCK + 1].astype(np.int64).tolist()]
         xs.append(torch.tensor(window[:-1]))
-        ys.append(torch.tensor(window[1:]))
-    return torch.stack(xs), torch.stack(ys)
+        ys.append(window[-1])
+    return torch.stack(xs), torch.tensor(ys)
 
 
 def main():
@@ -31,12 +32,12 @@ def main():
         data = np.memmap(path, dtype=np.uint16, mode="r")
         # The token ids of the file, folded into the model's small vocabulary.
         remap = {t: t % VOCAB for t in range(50000)}
-        model = torch.nn.Sequential(torch.nn.Embedding(VOCAB, 8), torch.nn.Linear(8, VOCAB))
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        for step in range(120):
+        bag = torch.nn.EmbeddingBag(VOCAB, 32, mode="mean")
+        head = torch.nn.Linear(32, VOCAB)
+        opt = torch.optim.SGD(list(bag.parameters()) + list(head.parameters()), lr=0.1)
+        for step in range(80):
             x, y = get_batch(data, remap)
-            logits = model(x)
-            loss = torch.nn.functional.cross_entropy(logits.view(-1, VOCAB), y.view(-1))
+            loss = torch.nn.functional.cross_entropy(head(bag(x)), y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
