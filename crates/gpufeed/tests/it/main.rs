@@ -26,6 +26,7 @@ mod doctor;
 mod fleet_prometheus;
 mod golden;
 mod inject;
+mod jobs_corpus;
 mod notebook;
 mod outputs;
 mod processes;
