@@ -309,18 +309,10 @@ fn from_host(m: &Maker, findings: &[Finding]) -> Option<Verdict> {
     });
     let sync = has(findings, FindingId::SyncBound).and_then(|f| {
         let pct = *evidence_of!(f.evidence, SyncPct)?;
-        (pct >= super::rules::host::HOST_PCT).then_some((f, HostCause::HostSync, pct))
+        (pct >= super::rules::stacks::HOST_PCT).then_some((f, HostCause::HostSync, pct))
     });
-    let (f, cause, pct) = match (host, sync) {
-        (Some(h), Some(s)) => {
-            if s.2 > h.2 {
-                s
-            } else {
-                h
-            }
-        }
-        (h, s) => h.or(s)?,
-    };
+    // The finding that names the call wins; syncs alone (no call named) otherwise.
+    let (f, cause, pct) = host.or(sync)?;
     let wait = has(findings, FindingId::InputBound)
         .and_then(|i| evidence_of!(i.evidence, DataWaitPct).copied())
         .unwrap_or(0.0);

@@ -168,6 +168,25 @@ pub(crate) fn is_evaluation(f: &FrameRef) -> bool {
     is_evaluation_name(m)
 }
 
+/// A function of the user's decorated with `@torch.no_grad()` / `@torch.inference_mode()`
+/// (PyTorch's `decorate_context` calls it) that runs the model (a module call beneath it): an
+/// evaluation the training loop calls (nanoGPT's `estimate_loss`).
+fn no_grad_forward(frames: &[FrameRef]) -> bool {
+    let Some(i) = frames.windows(2).position(|w| {
+        method(w[0].name) == "decorate_context"
+            && has(w[0].file, "torch/utils/_contextlib.py")
+            && !is_library(w[1].file)
+    }) else {
+        return false;
+    };
+    frames[i + 1..].iter().any(|f| {
+        matches!(
+            method(f.name),
+            "_call_impl" | "_wrapped_call_impl" | "forward"
+        )
+    })
+}
+
 /// A function name that says it evaluates: a word of it (split at `_`, lower case) is one of
 /// eval, evaluate, evaluation, val, valid, validate, validation, test, testing.
 pub(crate) fn is_evaluation_name(name: &str) -> bool {
@@ -346,7 +365,7 @@ pub(crate) fn classify(frames: &[FrameRef]) -> Phase {
     }
     // An evaluation loop fetches its own batches and runs forward passes: all of it is the
     // evaluation's time, not the training loop's data wait or forward.
-    if frames.iter().any(is_evaluation) {
+    if frames.iter().any(is_evaluation) || no_grad_forward(frames) {
         return Phase::Evaluation;
     }
     if frames.iter().any(is_data_fetch) {

@@ -321,6 +321,21 @@ pub struct HostCall {
     pub uses: Vec<String>,
 }
 
+impl PythonEvidence {
+    /// The loop's share in each host-side cause, heaviest first, with its heaviest call.
+    pub(crate) fn host_causes(&self) -> Vec<(crate::finding::HostCause, f64, &HostCall)> {
+        let mut out: Vec<(crate::finding::HostCause, f64, &HostCall)> = Vec::new();
+        for c in &self.host_calls {
+            match out.iter_mut().find(|(k, _, _)| *k == c.cause) {
+                Some(e) => e.1 += c.pct,
+                None => out.push((c.cause, c.pct, c)),
+            }
+        }
+        out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        out
+    }
+}
+
 impl HostCall {
     /// Where the loop calls it: `file:line`.
     pub(crate) fn at(&self) -> String {

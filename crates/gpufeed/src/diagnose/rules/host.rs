@@ -7,27 +7,11 @@ use super::{r1, r2};
 use crate::diagnose::evidence::{Evidence, HostCall, PythonEvidence};
 use crate::finding::{Finding, FindingId, HostCause, Item, Kind, Severity};
 
-/// Share of the training loop one host-side cause must take to be a finding (and to decide
-/// the verdict, where it also exceeds the data wait).
-pub(crate) const HOST_PCT: f64 = 25.0;
+use super::stacks::HOST_PCT;
 /// Share from which it is critical.
 const HOST_CRITICAL_PCT: f64 = 50.0;
 /// The share of the loop a cause is brought under by the "less often" fixes.
 const TARGET_PCT: f64 = 5.0;
-
-/// The loop's share in each host-side cause, heaviest first, with its heaviest call. Syncs are
-/// left to `sync_bound`, which names their lines.
-pub(crate) fn causes(p: &PythonEvidence) -> Vec<(HostCause, f64, &HostCall)> {
-    let mut out: Vec<(HostCause, f64, &HostCall)> = Vec::new();
-    for c in &p.host_calls {
-        match out.iter_mut().find(|(k, _, _)| *k == c.cause) {
-            Some(e) => e.1 += c.pct,
-            None => out.push((c.cause, c.pct, c)),
-        }
-    }
-    out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    out
-}
 
 /// How a call is named in a sentence: `load_batch (train.py:57)`, or for a library function
 /// called on the loop's line, `torch.serialization.save at train.py:80`.
@@ -137,7 +121,14 @@ fn fix(cause: HostCause, c: &HostCall, pct: f64, p: &PythonEvidence, cores: u32)
             w = call_words(c),
             k = less_often(pct, 10.0)
         ),
-        HostCause::HostSync => String::new(),
+        HostCause::HostSync => format!(
+            "Host–device syncs: {w} takes {pct:.0}% of the loop reading values back \
+             (`.item()`, `.cpu()`, `.tolist()`, printing tensors). Keep them on the device: \
+             accumulate as tensors and read them every N steps (`if step % {k} == 0:`) or once \
+             per epoch; drop `torch.cuda.synchronize()` outside timing code.",
+            w = call_words(c),
+            k = less_often(pct, TARGET_PCT).max(10)
+        ),
     }
 }
 
@@ -152,9 +143,7 @@ pub(crate) fn host_bound(e: &Evidence) -> Option<Finding> {
     if e.busy_fraction().is_some_and(|b| b >= super::STARVED_BUSY) {
         return None;
     }
-    let (cause, pct, call) = causes(p)
-        .into_iter()
-        .find(|(c, _, _)| *c != HostCause::HostSync)?;
+    let (cause, pct, call) = p.host_causes().into_iter().next()?;
     if pct < HOST_PCT {
         return None;
     }

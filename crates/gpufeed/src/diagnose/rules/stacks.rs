@@ -16,6 +16,9 @@ pub(crate) const DATA_WAIT_CRITICAL_PCT: f64 = 40.0;
 pub(crate) const NOT_WAITING_PCT: f64 = 10.0;
 /// Share of the training thread's time in host–device syncs that makes a finding.
 pub(crate) const SYNC_PCT: f64 = 15.0;
+/// Share of the training loop one host-side cause must take to be a finding (`host_bound`) and
+/// to decide the verdict, where it also exceeds the data wait.
+pub(crate) const HOST_PCT: f64 = 25.0;
 /// GPU busy fraction above which a measured data wait is overlapped by GPU work (the loop runs
 /// ahead of the device) rather than starving it.
 pub(crate) const GPU_BUSY_TRUSTED: f64 = super::STARVED_BUSY;
@@ -767,6 +770,13 @@ pub(crate) fn sync_bound(e: &Evidence) -> Option<Finding> {
     let m = p.main.as_ref()?;
     let share = m.phases_pct.sync;
     if share < SYNC_PCT {
+        return None;
+    }
+    // Syncs that are the loop's main host-side cause are `host_bound`'s, named by the call.
+    if p.host_causes()
+        .first()
+        .is_some_and(|(c, pct, _)| *c == crate::finding::HostCause::HostSync && *pct >= HOST_PCT)
+    {
         return None;
     }
     let site = p.sync_sites.first();

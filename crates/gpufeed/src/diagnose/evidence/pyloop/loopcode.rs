@@ -424,8 +424,11 @@ impl PyAcc {
                     .iter()
                     .max_by_key(|(c, n)| (**n, std::cmp::Reverse(**c)))
                     .map(|(c, _)| *c)?;
-                // A user function named for batches, mostly per-step Python: it builds them.
-                let cause = if cause == HostCause::StepPython && acc.batch_named {
+                // A user function named for batches, mostly per-step Python or list
+                // conversions (`.tolist()` reads as a sync): it builds them.
+                let cause = if matches!(cause, HostCause::StepPython | HostCause::HostSync)
+                    && acc.batch_named
+                {
                     HostCause::BatchBuilding
                 } else {
                     cause
