@@ -109,6 +109,11 @@ fn chromium() -> Option<PathBuf> {
 
 /// Renders `html` to a PNG with headless Chromium (flags from notes/services.md); None if absent.
 pub(crate) fn render_png(html: &Path, png: &Path) -> Option<u64> {
+    render_png_at(html, png, "1280,2000")
+}
+
+/// [`render_png`] in a window of `size` (`"900,700"`).
+pub(crate) fn render_png_at(html: &Path, png: &Path, size: &str) -> Option<u64> {
     let Some(c) = chromium() else {
         let _ = writeln!(std::io::stderr(), "SKIPPED rendering {}: chromium is not installed (apt-get install chromium; .ci/run does)", html.display());
         return None;
@@ -125,7 +130,7 @@ pub(crate) fn render_png(html: &Path, png: &Path) -> Option<u64> {
         ])
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .arg(format!("--screenshot={}", png.display()))
-        .arg("--window-size=1280,2000")
+        .arg(format!("--window-size={size}"))
         .arg(format!("file://{}", html.display()))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
