@@ -607,22 +607,23 @@ fn html_report_shows_the_top_fix_on_the_first_screen_at_900px() {
     }
 }
 
-/// A recording of a real loop's Python stacks (`num_workers=0`, the stacks' data wait 59%) with
-/// step markers added that time 200 steps waiting 99% for data: the markers' figure wins.
-fn markers_and_stacks_differ(dir: &Path) -> PathBuf {
+/// A recording of a real loop's Python stacks (`num_workers=0`, the stacks' data wait 59%, 6.5 s
+/// of samples) with step markers added that time 10 steps a second for `seconds`, waiting 99% for
+/// data: the markers' figure wins.
+fn markers_and_stacks_differ(dir: &Path, seconds: u32) -> PathBuf {
     let fixture =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pystacks/plain0.ndjson");
     let text = std::fs::read_to_string(fixture).unwrap();
     let mut lines: Vec<String> = text.lines().map(String::from).collect();
     let end = lines.pop().unwrap();
-    for k in 1..=20 {
+    for k in 1..=seconds {
         lines.push(format!(
             r#"{{"type":"steps","t_s":{},"dt_s":1.0,"steps":10,"span_s":1.0,"wait_s":0.99}}"#,
             10 + k
         ));
     }
     lines.push(end);
-    let p = dir.join("steps.ndjson");
+    let p = dir.join(format!("steps{seconds}.ndjson"));
     std::fs::write(&p, lines.join("\n") + "\n").unwrap();
     p
 }
@@ -634,7 +635,7 @@ fn markers_and_stacks_differ(dir: &Path) -> PathBuf {
 #[test]
 fn one_data_wait_figure_in_every_report() {
     let dir = tempfile::tempdir().unwrap();
-    let rec = markers_and_stacks_differ(dir.path());
+    let rec = markers_and_stacks_differ(dir.path(), 20);
     let run = |format: &str| {
         let out = gpufeed()
             .args(["diagnose", "--format", format])
@@ -656,6 +657,18 @@ fn one_data_wait_figure_in_every_report() {
         stacks[0].starts_with("NOTE  Data wait 99% is from the job's step markers")
             && stacks[0].contains("the Python stacks' 59% is an estimate"),
         "{text}"
+    );
+    // Steps that are a part of what the stacks sampled (2 s of 6.5 s): that is the reason given.
+    let short = markers_and_stacks_differ(dir.path(), 2);
+    let out = gpufeed().arg("diagnose").arg(&short).output().unwrap();
+    let short = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        short.contains(
+            "NOTE  Data wait 99% is from the job's step markers (every step timed); the Python \
+             stacks' 59% is lower because they sample the training thread for all 6.5 s it was \
+             recorded, time outside the 20 timed steps (2.0 s) included."
+        ),
+        "{short}"
     );
     let md = run("markdown");
     assert!(md.contains("| data_wait | 99.0% |"), "{md}");
