@@ -252,26 +252,21 @@ impl Sink for RecordingSeries {
 
 /// The "training loop" panel: the training thread's phase split as a stacked bar, and the
 /// slowest data-loading stages.
-fn loop_html(r: &DiagnoseReport, p: &crate::diagnose::evidence::PythonEvidence) -> String {
+fn loop_html(
+    r: &DiagnoseReport,
+    p: &crate::diagnose::evidence::PythonEvidence,
+    notes: &mut Vec<String>,
+) -> String {
     use crate::sample::pyphase::Phase;
     use crate::sample::pystacks::PyStatus;
     let mut s = String::new();
-    match p.status {
-        PyStatus::NotPython => return s,
-        PyStatus::Ok => {}
-        other => {
-            let _ = write!(
-                s,
-                "<h2>Training loop</h2><p>Python stacks not read ({}){}</p>",
-                esc(other.as_str()),
-                esc(&p
-                    .detail
-                    .as_ref()
-                    .map(|d| format!(": {d}"))
-                    .unwrap_or_default())
-            );
-            return s;
-        }
+    // Stacks that could not be read: the diagnosis's notes say why (no heading over nothing).
+    if p.status != PyStatus::Ok {
+        return s;
+    }
+    if p.main.is_none() && p.data_hotspots.is_empty() {
+        notes.push("Too few Python stack samples of the training thread to split its time.".into());
+        return s;
     }
     s.push_str("<h2>Training loop</h2>");
     if let Some(m) = &p.main {
@@ -423,7 +418,7 @@ pub(crate) fn diagnose_section(
     };
     util_chart(&mut s, &mut notes, r, series, t_end)?;
     if let Some(p) = &r.python {
-        s.push_str(&loop_html(r, p));
+        s.push_str(&loop_html(r, p, &mut notes));
     }
     if let Some(se) = series {
         if !se.gpu_mem_gib.is_empty() {
