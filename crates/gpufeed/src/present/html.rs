@@ -1,7 +1,8 @@
 //! Self-contained HTML reports: inline SVG charts (see [`super::chart`]), inline CSS, no script,
-//! no network, no font files. One page per `run`/`diagnose` (verdict, GPU utilization over time,
-//! CPU per core as a heat strip, PCIe, findings with their fixes) or `analyze` (per-step stacked
-//! breakdown, devices, findings).
+//! no network, no font files. One page per `run`/`diagnose` (in the order it is read: verdict,
+//! top fix with the code that applies it, key figures, then the training loop, GPU utilization
+//! over time, CPU per core as a heat strip, PCIe, the other findings) or `analyze` (per-step
+//! stacked breakdown, devices, findings).
 
 use super::chart::{self, Buckets, ChartError};
 use crate::diagnose::verdict::VerdictId;
@@ -39,9 +40,6 @@ pub(crate) fn esc(s: &str) -> String {
     o
 }
 
-/// Fits a 900-pixel notebook frame with no horizontal scroll (charts scale down, long words
-/// wrap), and follows the reader's light or dark theme (JupyterLab, VS Code): the charts keep a
-/// light card of their own, as their colours are chosen for white.
 /// Escapes a sentence and sets its `backquoted` spans (commands, code) as code.
 pub(crate) fn esc_code(s: &str) -> String {
     if s.matches('`').count() % 2 != 0 {
@@ -59,6 +57,9 @@ pub(crate) fn esc_code(s: &str) -> String {
         .collect()
 }
 
+/// Fits a 900-pixel notebook frame with no horizontal scroll (charts scale down, long words
+/// wrap), and follows the reader's light or dark theme (JupyterLab, VS Code): the charts keep a
+/// light card of their own, as their colours are chosen for white.
 const STYLE: &str = ":root{color-scheme:light dark}*{box-sizing:border-box}\
 body{font-family:sans-serif;margin:0 auto;padding:16px;max-width:1140px;color:#222;background:#fff;overflow-wrap:anywhere}\
 h1{font-size:20px;margin:0 0 2px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}\
