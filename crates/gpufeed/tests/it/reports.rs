@@ -476,9 +476,7 @@ r=b?b.getBoundingClientRect():null,m={found:!!b,top:r?off+r.top:-1,bottom:r?off+
 view_h:innerHeight,scroll_w:d.documentElement.scrollWidth,client_w:d.documentElement.clientWidth},\
 p=document.createElement('pre');p.textContent='MEASURE'+JSON.stringify(m)+'END';\
 document.body.appendChild(p);});</script>";
-    let mut copy = page
-        .replace(" sandbox=\"allow-scripts\"", "")
-        .replace(" sandbox=\"\"", "");
+    let mut copy = without_sandbox(page);
     match copy.rfind("</body>") {
         Some(at) => copy.insert_str(at, MEASURE),
         None => copy.push_str(MEASURE),
@@ -516,6 +514,20 @@ document.body.appendChild(p);});</script>";
     let json = &dom[at + "MEASURE".len()..];
     let json = &json[..json.find("END").unwrap()];
     Some(serde_json::from_str(&json.replace("&quot;", "\"")).unwrap())
+}
+
+/// `page` without its frame's `sandbox` attribute, whatever it allows (the attribute follows
+/// the frame's `srcdoc`, so the last one is the frame's own).
+fn without_sandbox(page: &str) -> String {
+    let Some(at) = page.rfind(" sandbox") else {
+        return page.to_string();
+    };
+    let rest = &page[at + " sandbox".len()..];
+    let len = match rest.strip_prefix("=\"") {
+        Some(v) => " sandbox=\"".len() + v.find('"').unwrap() + 1,
+        None => " sandbox".len(),
+    };
+    format!("{}{}", &page[..at], &page[at + len..])
 }
 
 /// The notebook's cell output for a report page: the cell's own printed line, then the frame
