@@ -34,17 +34,53 @@ _fork_hook = [False]
 _active = [None]
 
 
+class _interrupts_held(object):
+    """Holds SIGINT (a notebook's Interrupt, Ctrl-C) off for the few statements inside, then
+    delivers it: a recorder started and not yet noted, or noted and not yet stopped, is never
+    left behind by an interrupt between the two. Outside the main thread (where Python delivers
+    signals anyway) it does nothing."""
+
+    def __enter__(self):
+        self._got = None
+        self._old = None
+        if threading.current_thread() is threading.main_thread():
+            try:
+                self._old = signal.signal(signal.SIGINT, self._hold)
+            except (ValueError, OSError, TypeError):
+                self._old = None
+        return self
+
+    def _hold(self, signum, frame):
+        self._got = (signum, frame)
+
+    def __exit__(self, *exc):
+        if self._old is None:
+            return False
+        signal.signal(signal.SIGINT, self._old)
+        if self._got is not None:
+            if callable(self._old):
+                self._old(*self._got)
+            elif self._old == signal.SIG_DFL:
+                os.kill(os.getpid(), signal.SIGINT)
+        return False
+
+
 def iframe(page):
-    """The HTML report in a frame of its own, so that its styles and the notebook's do not mix."""
+    """The HTML report in a frame of its own, so that its styles and the notebook's do not mix.
+    Sandboxed with no permission at all: the report has no script, so none may run in it."""
     import html
 
     return ('<iframe class="gpufeed-report" title="gpufeed report" srcdoc="%s" '
             'style="width:100%%;height:900px;border:1px solid #ddd;border-radius:4px" '
-            'sandbox="allow-scripts"></iframe>' % html.escape(page, quote=True))
+            'sandbox=""></iframe>' % html.escape(page, quote=True))
 
 
 class GpufeedError(RuntimeError):
-    """gpufeed could not start or finish recording; the message says what to do."""
+    """gpufeed could not start or finish recording; the message says what to do. ``usage``: the
+    recorder refused an option the caller gave (a bad ``interval`` or ``py_rate``), not the
+    machine."""
+
+    usage = False
 
 
 def find_binary():
@@ -139,6 +175,7 @@ class Profile(object):
         self._dir = None
         self._log = None
         self._env_before = None
+        self._env_set = False
         self._steps = None
         self._t0 = None
         self._lock = threading.Lock()
@@ -219,6 +256,34 @@ class Profile(object):
         env = dict(os.environ)
         env.pop(ENV_VAR, None)
         env["NO_COLOR"] = "1"
+        try:
+            # An interrupt while the recorder is being started would leave it running with
+            # nothing holding it (or this process marked as recording with no recorder): held
+            # until both are set, then delivered, and the cleanup below undoes the start.
+            with _interrupts_held():
+                self._spawn(argv, env, exe)
+                _active[0] = self
+            self._allow_ptrace()
+            self._wait_ready(sock)
+            with _interrupts_held():
+                self._env_before = os.environ.get(ENV_VAR)
+                os.environ[ENV_VAR] = sock
+                self._env_set = True
+            if self.auto_steps:
+                try:
+                    from gpufeed import _inproc
+
+                    self._steps = _inproc.install(sock)
+                except Exception as e:  # never a broken job over step timing
+                    self._note("DataLoader batches are not timed as steps (%r)" % (e,))
+            self._t0 = time.monotonic()
+        except BaseException:
+            with _interrupts_held():
+                self._undo_start()
+            raise
+        return self
+
+    def _spawn(self, argv, env, exe):
         with open(self._log, "wb") as log:
             try:
                 self._proc = subprocess.Popen(
@@ -228,25 +293,29 @@ class Profile(object):
             except OSError as e:
                 raise GpufeedError("cannot start %s (%s): reinstall gpufeed, or set "
                                    "GPUFEED_BIN=/path/to/gpufeed" % (exe, e))
-        _active[0] = self
-        try:
-            self._allow_ptrace()
-            self._wait_ready(sock)
-        except BaseException:
-            self._kill()
-            _active[0] = None
-            raise
-        self._env_before = os.environ.get(ENV_VAR)
-        os.environ[ENV_VAR] = sock
-        if self.auto_steps:
-            try:
-                from gpufeed import _inproc
 
-                self._steps = _inproc.install(sock)
-            except Exception as e:  # never a broken job over step timing
-                self._note("DataLoader batches are not timed as steps (%r)" % (e,))
-        self._t0 = time.monotonic()
-        return self
+    def _undo_start(self):
+        """A start that did not finish: the recorder killed, the environment and the step hook
+        put back, this process no longer marked as recording."""
+        if self._steps is not None:
+            try:
+                self._steps.uninstall()
+            except Exception:
+                pass
+            self._steps = None
+        if self._env_set:
+            self._env_set = False
+            if self._env_before is None:
+                os.environ.pop(ENV_VAR, None)
+            else:
+                os.environ[ENV_VAR] = self._env_before
+        self._kill()
+        self._proc = None
+        if _ptracer[0]:
+            _ptracer[0] = 0
+            _set_ptracer(0)
+        if _active[0] is self:
+            _active[0] = None
 
     def _allow_ptrace(self):
         pid = self._proc.pid
@@ -268,7 +337,10 @@ class Profile(object):
         deadline = time.monotonic() + _READY_TIMEOUT_S
         while True:
             if self._proc.poll() is not None:
-                raise GpufeedError("gpufeed record stopped at once: %s" % self._log_tail())
+                e = GpufeedError("gpufeed record stopped at once: %s" % self._log_tail())
+                # Exit status 2 is gpufeed's usage error (src/exit.rs): an option was refused.
+                e.usage = self._proc.returncode == 2
+                raise e
             if os.path.exists(sock) and b"recording to" in self._log_bytes():
                 return
             if time.monotonic() > deadline:
@@ -288,8 +360,11 @@ class Profile(object):
                  if ln.strip()]
         if not lines:
             return "no message (see %s)" % self._log
-        last = lines[-1]
-        for prefix in ("gpufeed: error: ", "gpufeed: "):
+        # An option the recorder refused ends with clap's "For more information, try '--help'";
+        # the line that says what is wrong is its "error:" line.
+        errors = [ln for ln in lines if ln.startswith(("error: ", "gpufeed: error: "))]
+        last = errors[-1] if errors else lines[-1]
+        for prefix in ("gpufeed: error: ", "error: ", "gpufeed: "):
             if last.startswith(prefix):
                 return last[len(prefix):]
         return last
@@ -339,10 +414,12 @@ class Profile(object):
                     except Exception:
                         pass
                     self._steps = None
-                if self._env_before is None:
-                    os.environ.pop(ENV_VAR, None)
-                else:
-                    os.environ[ENV_VAR] = self._env_before
+                if self._env_set:
+                    self._env_set = False
+                    if self._env_before is None:
+                        os.environ.pop(ENV_VAR, None)
+                    else:
+                        os.environ[ENV_VAR] = self._env_before
                 self._stop_recorder()
             finally:
                 # However this ends (a second interrupt included): no recorder left behind.

@@ -46,6 +46,9 @@ pub enum FindingId {
     GpuIdle,
     GpuImbalance,
     GpuUnused,
+    /// The training loop spends its time on the host in the user's own code (batches built by
+    /// hand, per-step Python, checkpoints, evaluation), not waiting for a DataLoader.
+    HostBound,
     InputBound,
     LaunchBound,
     LowGpuUtil,
@@ -138,6 +141,8 @@ pub struct Finding {
 pub enum Kind {
     /// `input_bound` judged from the samples: which part of the input is short.
     Input(InputKind),
+    /// `host_bound` (measured in the Python stacks): what keeps the loop on the host.
+    Host(HostCause),
     /// Measured in the training loop's Python stacks (evidence `source: python_stacks`); for
     /// `input_bound`, which part of the loading is short.
     PythonStacks(Option<StackKind>),
@@ -162,6 +167,57 @@ impl InputKind {
 
     pub fn as_str(self) -> &'static str {
         self.into()
+    }
+}
+
+/// What keeps a training loop on the host, in the user's own code (the `cause` of a
+/// `host_bound` verdict and the kind of its finding).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
+pub enum HostCause {
+    /// The loop builds its batches itself, without a DataLoader (reads, decodes, stacks).
+    BatchBuilding,
+    /// Per-step Python work: metrics in pure Python, list conversions, logging, progress bars.
+    StepPython,
+    /// Saving checkpoints.
+    Checkpointing,
+    /// An evaluation loop run inside training.
+    Evaluation,
+    /// Host–device synchronisation (`.item()`, `.cpu()`, `.tolist()`, printing tensors).
+    HostSync,
+}
+
+impl HostCause {
+    /// Every cause, in declaration order.
+    pub const ALL: &'static [HostCause] = <HostCause as strum::VariantArray>::VARIANTS;
+
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// How a report says it, after "the training loop spends N% of its time ...".
+    pub fn words(self) -> &'static str {
+        match self {
+            HostCause::BatchBuilding => "building its batches itself, without a DataLoader",
+            HostCause::StepPython => "in per-step Python work",
+            HostCause::Checkpointing => "saving checkpoints",
+            HostCause::Evaluation => "evaluating inside training",
+            HostCause::HostSync => "in host–device syncs",
+        }
     }
 }
 
@@ -252,6 +308,11 @@ impl Finding {
     pub fn kind(mut self, kind: Kind) -> Self {
         match kind {
             Kind::Input(k) => self = self.with(Item::Kind(k.as_str().into())),
+            Kind::Host(c) => {
+                self = self
+                    .with(Item::Kind(c.as_str().into()))
+                    .with(Item::Source("python_stacks".into()));
+            }
             Kind::PythonStacks(k) => {
                 if let Some(k) = k {
                     self = self.with(Item::Kind(k.as_str().into()));
@@ -335,6 +396,7 @@ mod tests {
         same_as_json::<crate::tune::trial::Status>();
         same_as_json::<crate::tune::trial::Source>();
         same_as_json::<WaitSource>();
+        same_as_json::<HostCause>();
         same_as_json::<crate::tune::batch::Basis>();
         same_as_json::<crate::sample::pyphase::Phase>();
         same_as_json::<crate::sample::pyphase::StageKind>();
@@ -389,7 +451,7 @@ mod tests {
                 "other"
             ]
         );
-        assert_eq!(FindingId::ALL.len(), 17);
+        assert_eq!(FindingId::ALL.len(), 18);
         assert!(FindingId::ALL
             .windows(2)
             .all(|w| w[0].as_str() < w[1].as_str()));

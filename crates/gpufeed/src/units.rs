@@ -101,9 +101,16 @@ pub(crate) fn num(x: f64) -> String {
     }
 }
 
-/// Seconds as `1h 02m`, `3m 05s`, `12.5 s`: the one style of a duration gpufeed shows.
+/// Seconds as `1h 02m`, `3m 05s`, `12.5 s`: the one style of a duration gpufeed shows. Past
+/// 1,000 hours in days (`52 days`), past a century not as a figure at all: a log with a garbled
+/// timestamp spanned "2562047315792h 59m", a number no one can read or believe.
 pub(crate) fn duration(s: f64) -> String {
-    if s >= 3600.0 {
+    const DAY: f64 = 86400.0;
+    if !s.is_finite() || s >= 36525.0 * DAY {
+        "more than a century (the timestamps are wrong)".to_string()
+    } else if s >= 1000.0 * 3600.0 {
+        format!("{} days", (s / DAY) as u64)
+    } else if s >= 3600.0 {
         format!(
             "{}h {:02}m",
             (s / 3600.0) as u64,

@@ -172,7 +172,8 @@ fn check_run_args(args: &RunArgs) -> anyhow::Result<Option<crate::inject::Inject
         .spec()
         .map(|s| s.with_auto_steps(!args.no_auto_steps))
         .and_then(|s| crate::inject::for_setting(&s, &[]))
-        .map_err(Failure::from)?;
+        .map_err(Failure::from)?
+        .map(|i| i.for_program(args.command.first().map(|c| c.as_os_str())));
     if let (Some(h), Some(o)) = (&args.html, &args.rec.output) {
         refuse_same_as_input("--html", h, [o.as_path()])?;
     }

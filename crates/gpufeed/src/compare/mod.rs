@@ -197,6 +197,7 @@ pub(super) fn verdict_rank(v: &SideVerdict) -> Option<u8> {
     match v {
         SideVerdict::Recording(id) => match id {
             VerdictId::InputBound
+            | VerdictId::HostBound
             | VerdictId::TransferBound
             | VerdictId::Throttled
             | VerdictId::LaunchBound

@@ -210,6 +210,7 @@ pub const MEMORY_FULL: f64 = 0.8;
 fn what_holds(v: &Verdict) -> String {
     match v.id {
         VerdictId::InputBound => "the input pipeline is (see input_bound)".into(),
+        VerdictId::HostBound => "host-side work in the training loop is (see host_bound)".into(),
         VerdictId::TransferBound => "host-to-device copies are (see transfer_bound)".into(),
         VerdictId::Throttled => "clock throttling is (see throttled)".into(),
         VerdictId::Idle => "the GPU sat idle".into(),

@@ -5,7 +5,7 @@ use super::evidence::{Evidence, Origin};
 use super::rules::gpus;
 use super::rules::r2;
 use super::rules::sampling_factor;
-use crate::finding::{evidence_of, Basis, Finding, FindingId, InputKind, Kind};
+use crate::finding::{evidence_of, Basis, Finding, FindingId, HostCause, InputKind, Kind};
 use serde::{Deserialize, Serialize};
 
 /// Verdict ids (a public contract, like finding ids), serialised to their snake_case strings.
@@ -25,6 +25,9 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "snake_case")]
 pub enum VerdictId {
     InputBound,
+    /// The training loop's time goes to host-side work in the user's code (its `cause`:
+    /// batches built by hand, per-step Python, checkpoints, evaluation, host–device syncs).
+    HostBound,
     /// Healthy: the GPU is busy and the input keeps up.
     ComputeBound,
     TransferBound,
@@ -65,6 +68,9 @@ pub struct Verdict {
     /// Id of the finding the verdict rests on, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finding: Option<FindingId>,
+    /// For `host_bound`: what keeps the loop on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<HostCause>,
     /// Mean GPU busy fraction (mean utilization / 100) over the GPUs the job used.
     #[serde(default)]
     pub gpu_busy_fraction: Option<f64>,
@@ -198,6 +204,7 @@ impl Maker {
             confidence: r2(confidence.clamp(0.0, 1.0)),
             summary,
             finding,
+            cause: None,
             gpu_busy_fraction: self.busy.map(super::rules::r3),
             candidates: Vec::new(),
             gpus: self.gpus.clone(),
@@ -222,7 +229,10 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
     };
     // The training loop's measured data wait: a verdict with or without GPU data. A rank that
     // starves the others sets the pace of the whole job, whatever the median rank shows.
-    if let Some(v) = from_straggler(&m, findings).or_else(|| from_stacks(&m, findings)) {
+    if let Some(v) = from_straggler(&m, findings)
+        .or_else(|| from_host(&m, findings))
+        .or_else(|| from_stacks(&m, findings))
+    {
         return v;
     }
     let Some(b) = m.busy else {
@@ -287,6 +297,64 @@ pub fn decide(e: &Evidence, findings: &[Finding]) -> Verdict {
         );
     }
     from_gpu_side(&m, e, findings, b, batch_c)
+}
+
+/// `host_bound`: a host-side cause in the user's code takes more of the training loop than its
+/// data wait, on a GPU that is not kept busy: the `host_bound` finding's cause, or host–device
+/// syncs (`sync_bound`) of at least the same share.
+fn from_host(m: &Maker, findings: &[Finding]) -> Option<Verdict> {
+    let host = has(findings, FindingId::HostBound).and_then(|f| match f.kind {
+        Some(Kind::Host(c)) => Some((f, c, *evidence_of!(f.evidence, HostPct)?)),
+        _ => None,
+    });
+    let sync = has(findings, FindingId::SyncBound).and_then(|f| {
+        let pct = *evidence_of!(f.evidence, SyncPct)?;
+        (pct >= super::rules::host::HOST_PCT).then_some((f, HostCause::HostSync, pct))
+    });
+    let (f, cause, pct) = match (host, sync) {
+        (Some(h), Some(s)) => {
+            if s.2 > h.2 {
+                s
+            } else {
+                h
+            }
+        }
+        (h, s) => h.or(s)?,
+    };
+    let wait = has(findings, FindingId::InputBound)
+        .and_then(|i| evidence_of!(i.evidence, DataWaitPct).copied())
+        .unwrap_or(0.0);
+    if wait >= pct || m.busy.is_some_and(|b| b >= super::rules::STARVED_BUSY) {
+        return None;
+    }
+    let gpu = m
+        .busy
+        .map(|b| format!(" (the GPU is busy {:.0}% of the time)", b * 100.0))
+        .unwrap_or_default();
+    let most = match cause {
+        HostCause::HostSync => evidence_of!(f.evidence, SyncAt)
+            .filter(|at| at.as_str() != "unknown")
+            .map(|at| format!("most at {at}")),
+        _ => evidence_of!(f.evidence, HostCall).map(|c| {
+            let at = evidence_of!(f.evidence, HostCallAt)
+                .map(|a| format!(" ({a})"))
+                .unwrap_or_default();
+            format!("most in {c}{at}")
+        }),
+    }
+    .map(|s| format!("; {s}"))
+    .unwrap_or_default();
+    let mut v = m.mk(
+        VerdictId::HostBound,
+        (0.55 + pct / 200.0).min(0.9),
+        format!(
+            "Host-bound: the training loop spends {pct:.0}% of its time {}{gpu}{most}.",
+            cause.words()
+        ),
+        Some(f.id),
+    );
+    v.cause = Some(cause);
+    Some(v)
 }
 
 /// `input_bound` measured in the Python stacks, when a finding says so.
@@ -843,6 +911,10 @@ mod tests {
             loader_busy_pct: Some(20.0),
             data_io_pct: Some(1.0),
             sync_sites: vec![],
+            loop_code: vec![],
+            host_calls: vec![],
+            checkpoint_saves: None,
+            no_loop_sites: vec![],
             worker_start_stop: None,
             detail: None,
             ranks: vec![],
@@ -939,17 +1011,36 @@ mod tests {
             assert!(v.summary.contains(s), "{s}: {}", v.summary);
         }
         assert!(verdict(&loop_only(2.0, 40.0, 57.0, 0.0)).confidence <= LOOP_CONFIDENCE_MAX);
-        // A loop that neither waits nor computes: not input-bound, and where its time goes.
+        // A loop that neither waits nor computes but syncs: host-bound, and its cause.
         let e = loop_only(5.0, 10.0, 15.0, 60.0);
         let v = verdict(&e);
-        assert_eq!(v.id, VerdictId::Unknown, "{v:?}");
+        assert_eq!(v.id, VerdictId::HostBound, "{v:?}");
+        assert_eq!(v.cause, Some(HostCause::HostSync));
         assert_eq!(v.finding, Some(FindingId::SyncBound));
         assert!(
-            v.summary.contains("host-device syncs (60%)"),
+            v.summary
+                .contains("spends 60% of its time in host–device syncs."),
             "{}",
             v.summary
         );
         assert!(v.confidence > 0.0);
+        // One that does not compute and has no host-side cause named: where its time goes.
+        let mut e = loop_only(5.0, 10.0, 15.0, 0.0);
+        e.python
+            .as_mut()
+            .unwrap()
+            .main
+            .as_mut()
+            .unwrap()
+            .phases_pct
+            .checkpoint_io = 0.0;
+        let v = verdict(&e);
+        assert_eq!(v.id, VerdictId::Unknown, "{v:?}");
+        assert!(
+            v.summary.contains("code outside the loop's phases (70%)"),
+            "{}",
+            v.summary
+        );
         // A loop that waits is input-bound, from its finding.
         assert_eq!(
             verdict(&loop_only(45.0, 20.0, 35.0, 0.0)).id,

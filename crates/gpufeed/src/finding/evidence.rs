@@ -242,6 +242,13 @@ evidence_items! {
     Agreement(String) = "agreement", "agreement", Plain;
     WorkersCapCores(u32) = "workers_cap_cores", "workers cap cores", Plain;
     PersistentWorkersSavesS(f64) = "persistent_workers_saves_s", "persistent workers saves", Seconds;
+    HostPct(f64) = "host_pct", "loop time on the host", Pct;
+    HostCall(String) = "host_call", "the loop calls", Plain;
+    HostCallAt(String) = "host_call_at", "called at", Plain;
+    HostCallPct(f64) = "host_call_pct", "its share of the loop", Pct;
+    HostCallS(f64) = "host_call_s", "its time", Seconds;
+    CheckpointSaves(u64) = "checkpoint_saves", "saves seen", Plain;
+    CheckpointSPerSave(f64) = "checkpoint_s_per_save", "per save", Seconds;
     SyncPct(f64) = "sync_pct", "sync", Pct;
     SyncAt(String) = "sync_at", "sync at", Plain;
     SyncSitePct(f64) = "sync_site_pct", "at that line", Pct;

@@ -528,7 +528,9 @@ mod tests {
             [55.0]
         );
         assert!(
-            info.notes.iter().any(|n| n.contains("outside its range")),
+            info.notes
+                .iter()
+                .any(|n| n.contains("above 100 % (up to 110778690)")),
             "{:?}",
             info.notes
         );

@@ -191,24 +191,64 @@ pub(crate) enum LogLine<'a> {
     Overlong,
 }
 
+/// Most physical lines one quoted CSV row may span (see [`each_line`]).
+const MAX_QUOTED_LINES: usize = 8;
+
+/// A CSV line whose first field is quoted and that leaves a quote open: its field goes on over
+/// the line break (`"timestamp","utilization.gpu<LF>[%]"`, a header written by a spreadsheet).
+fn opens_quote(line: &[u8]) -> bool {
+    line.trim_ascii_start().first() == Some(&b'"')
+        && line.iter().filter(|&&c| c == b'"').count() % 2 == 1
+}
+
 /// The read loop of every log reader: reads `r` line by line, no line held longer than
-/// [`MAX_LOG_LINE_BYTES`], and hands each to `f` until the end or an error of `f`.
+/// [`MAX_LOG_LINE_BYTES`], and hands each to `f` until the end or an error of `f`. A quoted
+/// field holding a line break is handed on as one line, the break read as a space (at most
+/// [`MAX_QUOTED_LINES`] lines joined): split, its header was refused as a cut line.
 pub(crate) fn each_line(
     r: impl Read,
     mut f: impl FnMut(LogLine<'_>) -> Result<(), LogError>,
 ) -> Result<(), LogError> {
     let mut reader = BufReader::new(r);
     let mut buf = Vec::new();
+    let mut held: Vec<u8> = Vec::new();
+    let mut parts = 0;
     loop {
         let (n, overlong) = read_line_capped(&mut reader, &mut buf, MAX_LOG_LINE_BYTES)?;
         if n == 0 {
+            if !held.is_empty() {
+                f(LogLine::Text(&held))?;
+            }
             return Ok(());
         }
-        f(if overlong {
-            LogLine::Overlong
-        } else {
-            LogLine::Text(&buf)
-        })?;
+        if overlong {
+            if !held.is_empty() {
+                f(LogLine::Text(&held))?;
+                held.clear();
+            }
+            f(LogLine::Overlong)?;
+            continue;
+        }
+        if held.is_empty() {
+            if opens_quote(&buf) && buf.last() == Some(&b'\n') {
+                held.extend_from_slice(&buf);
+                parts = 1;
+            } else {
+                f(LogLine::Text(&buf))?;
+            }
+            continue;
+        }
+        while matches!(held.last(), Some(b'\n' | b'\r')) {
+            held.pop();
+        }
+        held.push(b' ');
+        held.extend_from_slice(&buf);
+        parts += 1;
+        let closed = held.iter().filter(|&&c| c == b'"').count() % 2 == 0;
+        if closed || parts >= MAX_QUOTED_LINES || held.len() >= MAX_LOG_LINE_BYTES {
+            f(LogLine::Text(&held))?;
+            held.clear();
+        }
     }
 }
 
@@ -229,6 +269,27 @@ mod line_tests {
         assert_eq!(read_line_capped(&mut r, &mut buf, 10).unwrap(), (4, false));
         assert_eq!(buf, b"last");
         assert_eq!(read_line_capped(&mut r, &mut buf, 10).unwrap(), (0, false));
+    }
+
+    #[test]
+    fn a_quoted_field_goes_on_over_a_line_break() {
+        let text = "\"timestamp\",\"utilization.gpu\n[%]\"\n1,2\n\"open\nlast";
+        let mut got = Vec::new();
+        each_line(text.as_bytes(), |l| {
+            if let LogLine::Text(t) = l {
+                got.push(String::from_utf8_lossy(t).into_owned());
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(
+            got,
+            [
+                "\"timestamp\",\"utilization.gpu [%]\"\n",
+                "1,2\n",
+                "\"open last"
+            ]
+        );
     }
 
     #[test]

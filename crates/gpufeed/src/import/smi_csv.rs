@@ -323,7 +323,15 @@ pub(crate) fn parse_time_value(v: &str, unit: Option<&str>) -> Result<Option<f64
 }
 
 fn split(line: &str) -> Vec<&str> {
-    line.split(',').map(str::trim).collect()
+    // A spreadsheet quotes every field ("timestamp","utilization.gpu [%]"): the quotes go.
+    line.split(',')
+        .map(|f| {
+            let f = f.trim();
+            f.strip_prefix('"')
+                .and_then(|q| q.strip_suffix('"'))
+                .map_or(f, str::trim)
+        })
+        .collect()
 }
 
 /// Guesses the fields of a header-less row from units in its values.
@@ -901,10 +909,18 @@ impl<'a> CsvRead<'a> {
             if parsed && fields.iter().skip(1).any(|v| clean(v).is_none()) {
                 self.na_rows += 1;
             }
-            if complete {
+            if !complete {
+                self.info.truncated = true;
+            } else if self.info.malformed == 0
+                && fields.len() < c.fields.len()
+                && !line.contains([';', '\t', '|'])
+            {
+                // Maybe a row cut by a killed logger, if nothing follows it.
                 self.pending_bad = true;
             } else {
-                self.info.truncated = true;
+                // Another bad row among others, or one written with other delimiters (a
+                // hand-edited or merged file): malformed, never "cut".
+                self.info.malformed += 1;
             }
             return Ok(());
         };

@@ -173,10 +173,30 @@ pub(crate) struct Table {
     unknown_more: u64,
     /// Readings of each metric of each GPU so far, for series without time.
     nth_by_metric: HashMap<(u32, Metric), u64>,
-    /// Values outside their metric's range (a percent above 100: a counter under a percent's
-    /// name), left out.
-    out_of_range: BTreeMap<Metric, u64>,
+    /// Values outside their metric's range, left out: per metric, how many above it (a percent
+    /// above 100) and the highest, how many below it (negative) and the lowest.
+    out_of_range: BTreeMap<Metric, OutOfRange>,
     pub info: LogInfo,
+}
+
+/// One metric's values left out for being outside its range.
+#[derive(Debug)]
+struct OutOfRange {
+    above: u64,
+    highest: f64,
+    below: u64,
+    lowest: f64,
+}
+
+impl Default for OutOfRange {
+    fn default() -> Self {
+        OutOfRange {
+            above: 0,
+            highest: f64::NEG_INFINITY,
+            below: 0,
+            lowest: f64::INFINITY,
+        }
+    }
 }
 
 impl Table {
@@ -249,7 +269,14 @@ impl Table {
                 | Metric::MemUsedPctOfTotal
         );
         if value < 0.0 || (pct && value > 100.5) {
-            *self.out_of_range.entry(metric).or_default() += 1;
+            let o = self.out_of_range.entry(metric).or_default();
+            if value < 0.0 {
+                o.below += 1;
+                o.lowest = o.lowest.min(value);
+            } else {
+                o.above += 1;
+                o.highest = o.highest.max(value);
+            }
             return;
         }
         let key = match when {
@@ -486,12 +513,26 @@ impl Table {
                 names.join(", ")
             ));
         }
-        for (m, n) in &self.out_of_range {
-            notes.push(format!(
-                "{n} values of {} were outside its range and left out (a counter under a \
-                 percent's name?).",
-                m.as_str()
-            ));
+        // Said as seen, with no guess at what the column holds: a temperature or a counter
+        // under a percent's name, a sentinel like -1, all read the same here.
+        for (m, o) in &self.out_of_range {
+            if o.above > 0 {
+                notes.push(format!(
+                    "{} values of {} were above 100 % (up to {}) and left out: that column is not \
+                     a percent.",
+                    o.above,
+                    m.as_str(),
+                    crate::units::num(o.highest)
+                ));
+            }
+            if o.below > 0 {
+                notes.push(format!(
+                    "{} negative values of {} (down to {}) were left out: not a reading of it.",
+                    o.below,
+                    m.as_str(),
+                    crate::units::num(o.lowest)
+                ));
+            }
         }
         if self.entities_left_out > 0 {
             notes.push(format!(

@@ -257,6 +257,7 @@ impl InjectSpec {
             dataloader: one(Flag::DataLoader, &self.dataloader)?,
             torch: one(Flag::Torch, &self.torch)?,
             auto_steps: self.auto_steps,
+            python_job: false,
         })
     }
 }
@@ -270,6 +271,11 @@ pub struct Resolved {
     /// size) to the job's step socket, marked as gpufeed's own so the job's markers win.
     #[serde(rename = "steps")]
     pub auto_steps: bool,
+    /// The job's program is a Python interpreter (`run -- python ...`): when none of its
+    /// processes loaded the hook (`python -I`/`-E`/`-S` ignore PYTHONPATH), its steps were not
+    /// timed and that is said. Not sent to the job.
+    #[serde(skip)]
+    pub(crate) python_job: bool,
 }
 
 impl Resolved {
@@ -530,22 +536,37 @@ impl InjectReport {
         }
     }
 
-    /// Says why the flags changed nothing: no Python, no torch, or no DataLoader.
+    /// Says why the flags changed nothing (no Python, no torch, or no DataLoader), and, for a
+    /// Python job no process of which loaded the hook, that its steps could not be timed.
     fn nothing_changed(&mut self, wanted: &Resolved, seen: &Seen) {
-        if wanted.is_empty() {
-            return; // only step markers were asked for: nothing to change
-        }
         let flags = match (wanted.dataloader.is_empty(), wanted.torch.is_empty()) {
-            (false, false) => "--dataloader and --torch",
-            (false, true) => "--dataloader",
-            _ => "--torch",
+            (true, true) => None,
+            (false, false) => Some("--dataloader and --torch"),
+            (false, true) => Some("--dataloader"),
+            _ => Some("--torch"),
         };
+        let steps_lost = wanted.auto_steps && wanted.python_job;
         if !seen.python {
+            let what = match (flags, steps_lost) {
+                (None, false) => return,
+                (None, true) => "step markers could not be injected (no DataLoader batch was \
+                                 timed as a step)"
+                    .to_string(),
+                (Some(f), false) => format!("{f} changed nothing"),
+                (Some(f), true) => {
+                    format!("{f} changed nothing and step markers could not be injected")
+                }
+            };
             self.note(format!(
-                "{flags} changed nothing: no Python process of the job loaded gpufeed's \
-                 sitecustomize (not a Python job, python -E/-I/-S, or PYTHONPATH replaced)"
+                "{what}: no Python process of the job loaded gpufeed's sitecustomize (not a \
+                 Python job, python -E/-I/-S, or PYTHONPATH replaced)"
             ));
-        } else if !seen.torch {
+            return;
+        }
+        let Some(flags) = flags else {
+            return; // only step markers were asked for: nothing to change
+        };
+        if !seen.torch {
             self.note(format!(
                 "{flags} changed nothing: the job never imported torch"
             ));
@@ -588,6 +609,15 @@ impl Injection {
             dir,
             wanted: wanted.clone(),
         })
+    }
+
+    /// Notes that the job's program is `program` (its `argv[0]`): a Python interpreter
+    /// (`python`, `python3.11`, a venv's `python`) is expected to load the hook.
+    pub(crate) fn for_program(mut self, program: Option<&std::ffi::OsStr>) -> Injection {
+        self.wanted.python_job = program
+            .and_then(|p| std::path::Path::new(p).file_name())
+            .is_some_and(|n| n.to_string_lossy().starts_with("python"));
+        self
     }
 
     /// The job's `PYTHONPATH`: this directory first, then `current` (the job's own, if any).

@@ -1,10 +1,10 @@
 //! Presenters for a [`DiagnoseReport`]: text for people (colour on a terminal, a sparkline of
 //! utilization, the top fix first), JSON (the contract) and Markdown.
 
-use super::fmt::{bytes, duration, gb_per_s, md_cell, pct, plural};
+use super::fmt::{bytes, duration, gb_per_s, md_cell, md_code, md_prose, pct, plural};
 use super::OutputFormat;
 use crate::diagnose::evidence::{GpuEvidence, JobEvidence, Role};
-use crate::diagnose::evidence::{PhasesPct, PythonEvidence};
+use crate::diagnose::evidence::{LoopSite, PhaseCode, PhasesPct, PythonEvidence};
 use crate::diagnose::verdict::VerdictId;
 use crate::diagnose::DiagnoseReport;
 use crate::finding::{Finding, FindingId, InputKind, Item, ItemKey, Kind, Severity, Unit};
@@ -130,6 +130,10 @@ pub(crate) fn deciding_keys(f: &Finding) -> &'static [ItemKey] {
     use FindingId as F;
     match (f.id, f.kind) {
         (F::SyncBound, Some(Kind::PythonStacks(_))) => &[ItemKey::SyncSitePct],
+        // The title names the call and its share; beside the fix, what it costs.
+        (F::HostBound, _) | (_, Some(Kind::Host(_))) => {
+            &[ItemKey::HostCallS, ItemKey::CheckpointSPerSave]
+        }
         // The verdict names the slowest stage and the training-loop block its share.
         (_, Some(Kind::PythonStacks(_))) => &[
             ItemKey::LoadingInMainPct,
@@ -771,15 +775,6 @@ fn notes_text(o: &mut String, r: &DiagnoseReport, opts: TextOptions) {
     }
 }
 
-/// File name and line of a frame, for people.
-pub(crate) fn short_at(file: &str, line: i32) -> String {
-    let name = std::path::Path::new(file)
-        .file_name()
-        .map(|f| f.to_string_lossy().into_owned())
-        .unwrap_or_else(|| file.to_string());
-    format!("{name}:{line}")
-}
-
 /// The training loop's phases as a report shows them, and whether the data wait is the step
 /// markers' rather than the stacks' own share. Every place that prints a data wait prints the
 /// report's one figure ([`DiagnoseReport::data_wait`]): where the markers measured it and the
@@ -804,6 +799,7 @@ pub(crate) fn loop_phases(r: &DiagnoseReport, stacks: &PhasesPct) -> (PhasesPct,
             optimizer: stacks.optimizer * k,
             sync: stacks.sync * k,
             checkpoint_io: stacks.checkpoint_io * k,
+            evaluation: stacks.evaluation * k,
             other: stacks.other * k,
         }
     } else {
@@ -844,7 +840,7 @@ fn phase_share(name: &str, pct: f64) -> String {
 
 /// A 40-cell bar of the phase split, one letter per phase.
 fn phase_bar(p: &PhasesPct) -> String {
-    const LETTERS: [char; 7] = ['D', 'F', 'B', 'O', 'S', 'C', '.'];
+    const LETTERS: [char; Phase::ALL.len()] = ['D', 'F', 'B', 'O', 'S', 'C', 'E', '.'];
     let mut s = String::new();
     let mut acc = 0.0;
     let mut drawn = 0usize;
@@ -857,6 +853,67 @@ fn phase_bar(p: &PhasesPct) -> String {
         }
     }
     s
+}
+
+/// The phases whose code reports list: all but a data wait whose loading stages are listed
+/// already (the stage list names the same code, per sample).
+pub(crate) fn shown_loop_code(p: &PythonEvidence) -> impl Iterator<Item = &PhaseCode> {
+    p.loop_code
+        .iter()
+        .filter(|c| c.phase != Phase::DataWait || p.data_hotspots.is_empty())
+}
+
+/// The user's functions a phase's time goes to, one line each: share of the loop, function,
+/// `file:line`, the line's source and, where the time is inside a library, what it calls.
+fn sites_text(sites: &[LoopSite], rest_pct: f64, rest_functions: u32) -> String {
+    let mut o = String::new();
+    for s in sites {
+        let _ = writeln!(
+            o,
+            "    {:>5.1}%  {:<36} {}{}{}",
+            s.pct,
+            s.name(),
+            s.at(),
+            s.code
+                .as_deref()
+                .map(|c| format!("  `{}`", c.trim()))
+                .unwrap_or_default(),
+            s.calls
+                .as_deref()
+                .map(|c| format!("  (in {c})"))
+                .unwrap_or_default()
+        );
+    }
+    if rest_functions > 0 {
+        let _ = writeln!(
+            o,
+            "    {rest_pct:>5.1}%  {} more",
+            plural(rest_functions as usize, "function", "functions")
+        );
+    }
+    o
+}
+
+/// The user's functions of a phase as Markdown rows.
+fn sites_markdown(o: &mut String, sites: &[LoopSite]) {
+    let _ = writeln!(
+        o,
+        "| share of the loop | function | where | line | in |\n|---|---|---|---|---|"
+    );
+    for s in sites {
+        let _ = writeln!(
+            o,
+            "| {:.1}% | {} | {} | {} | {} |",
+            s.pct,
+            md_code(&s.name()),
+            md_code(&s.at()),
+            s.code
+                .as_deref()
+                .map(|c| md_code(c.trim()))
+                .unwrap_or_default(),
+            s.calls.as_deref().map(md_code).unwrap_or_default()
+        );
+    }
 }
 
 /// The ranks of a multi-process job, one line each, and the one that starves the others.
@@ -876,7 +933,8 @@ fn ranks_text(p: &PythonEvidence) -> String {
             o,
             "    {:<8} pid {:<7} data_wait {:>5.1}%  forward {:>5.1}%  backward {:>5.1}%  \
              sync {:>5.1}%{}{}",
-            r.label(),
+            r.rank
+                .map_or_else(|| "rank ?".to_string(), |n| format!("rank {n}")),
             r.pid,
             r.data_wait_pct,
             ph.forward,
@@ -911,6 +969,27 @@ fn ranks_text(p: &PythonEvidence) -> String {
     o
 }
 
+/// The loop's phase shares (with the report's one data wait) and their bar.
+fn phases_text(r: &DiagnoseReport, stacks: &PhasesPct, color: bool) -> String {
+    let mut o = String::new();
+    let (phases, from_markers) = loop_phases(r, stacks);
+    let parts: Vec<String> = phase_list(&phases)
+        .into_iter()
+        .filter(|(_, v)| *v > 0.0)
+        .map(|(n, v)| phase_share(n, v))
+        .collect();
+    let _ = writeln!(o, "  {}", parts.join("  "));
+    if from_markers {
+        let _ = writeln!(o, "  ({PHASES_FROM_MARKERS})");
+    }
+    let _ = writeln!(
+        o,
+        "  {}  D data_wait F forward B backward O optimizer S sync C checkpoint E evaluation",
+        paint(&phase_bar(&phases), "36", color)
+    );
+    o
+}
+
 /// The "training loop" block of the text report.
 fn loop_text(r: &DiagnoseReport, p: &PythonEvidence, job: &JobEvidence, color: bool) -> String {
     let mut o = String::new();
@@ -932,11 +1011,22 @@ fn loop_text(r: &DiagnoseReport, p: &PythonEvidence, job: &JobEvidence, color: b
         }
     }
     let Some(m) = &p.main else {
-        let _ = writeln!(
-            o,
-            "{}  too few Python stack samples of the training thread to split it",
-            paint("TRAINING LOOP", "1", color)
-        );
+        if p.no_loop_sites.is_empty() {
+            let _ = writeln!(
+                o,
+                "{}  too few Python stack samples of the training thread to split it",
+                paint("TRAINING LOOP", "1", color)
+            );
+        } else {
+            let _ = writeln!(
+                o,
+                "{}  none: the job ran no training step (no forward or backward pass, no \
+                 optimizer step, no batch fetched in its Python stacks); its main thread's time \
+                 goes to:",
+                paint("TRAINING LOOP", "1", color)
+            );
+            o.push_str(&sites_text(&p.no_loop_sites, 0.0, 0));
+        }
         return o;
     };
     let _ = writeln!(
@@ -950,21 +1040,15 @@ fn loop_text(r: &DiagnoseReport, p: &PythonEvidence, job: &JobEvidence, color: b
             .map(|r| format!(" at {r:.0} Hz"))
             .unwrap_or_default()
     );
-    let (phases, from_markers) = loop_phases(r, &m.phases_pct);
-    let parts: Vec<String> = phase_list(&phases)
-        .into_iter()
-        .filter(|(_, v)| *v > 0.0)
-        .map(|(n, v)| phase_share(n, v))
-        .collect();
-    let _ = writeln!(o, "  {}", parts.join("  "));
-    if from_markers {
-        let _ = writeln!(o, "  ({PHASES_FROM_MARKERS})");
+    o.push_str(&phases_text(r, &m.phases_pct, color));
+    for c in shown_loop_code(p) {
+        let _ = writeln!(
+            o,
+            "  {} of the loop, in your code:",
+            phase_share(c.phase.as_str(), c.pct)
+        );
+        o.push_str(&sites_text(&c.sites, c.rest_pct, c.rest_functions));
     }
-    let _ = writeln!(
-        o,
-        "  {}  D data_wait F forward B backward O optimizer S sync C checkpoint",
-        paint(&phase_bar(&phases), "36", color)
-    );
     o.push_str(&ranks_text(p));
     if !p.data_hotspots.is_empty() {
         // Workers that come and go (started anew every epoch) are many processes over the run,
@@ -986,7 +1070,7 @@ fn loop_text(r: &DiagnoseReport, p: &PythonEvidence, job: &JobEvidence, color: b
                 "    {:>5.1}%  {:<36} {}{}",
                 h.pct,
                 h.name(),
-                short_at(&h.file, h.line),
+                h.at(),
                 h.ms_per_sample
                     .map(
                         |x| match h.core_wait_ms_per_sample.filter(|w| *w >= 0.005) {
@@ -1025,7 +1109,7 @@ fn loop_markdown(r: &DiagnoseReport, p: &PythonEvidence) -> String {
             o,
             "From Python stack samples of pid {} (thread {}), {} samples.\n",
             m.pid,
-            m.thread_name.as_deref().unwrap_or("?"),
+            md_cell(m.thread_name.as_deref().unwrap_or("?")),
             m.samples
         );
         let (phases, from_markers) = loop_phases(r, &m.phases_pct);
@@ -1037,6 +1121,22 @@ fn loop_markdown(r: &DiagnoseReport, p: &PythonEvidence) -> String {
         if from_markers {
             let _ = writeln!(o, "({PHASES_FROM_MARKERS}.)\n");
         }
+        for c in shown_loop_code(p) {
+            let _ = writeln!(
+                o,
+                "{} of the loop, in your code:\n",
+                phase_share(c.phase.as_str(), c.pct)
+            );
+            sites_markdown(&mut o, &c.sites);
+            o.push('\n');
+        }
+    } else if !p.no_loop_sites.is_empty() {
+        let _ = writeln!(
+            o,
+            "No training loop: the job ran no training step; its main thread's time goes to:\n"
+        );
+        sites_markdown(&mut o, &p.no_loop_sites);
+        o.push('\n');
     }
     if !p.data_hotspots.is_empty() {
         let _ = writeln!(
@@ -1046,10 +1146,10 @@ fn loop_markdown(r: &DiagnoseReport, p: &PythonEvidence) -> String {
         for h in p.data_hotspots.iter().take(HOTSPOTS_SHOWN) {
             let _ = writeln!(
                 o,
-                "| {:.1}% | `{}` | `{}` |",
+                "| {:.1}% | {} | {} |",
                 h.pct,
-                md_cell(&h.name()),
-                md_cell(&short_at(&h.file, h.line))
+                md_code(&h.name()),
+                md_code(&h.at())
             );
         }
         o.push('\n');
@@ -1077,7 +1177,7 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 
 fn markdown(r: &DiagnoseReport) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "# gpufeed diagnosis: `{}`\n", r.source.path);
+    let _ = writeln!(o, "# gpufeed diagnosis: {}\n", md_code(&r.source.path));
     let _ = writeln!(
         o,
         "Input: {} · duration {} · {}\n",
@@ -1094,10 +1194,12 @@ fn markdown(r: &DiagnoseReport) -> String {
     let _ = writeln!(
         o,
         "**Verdict: `{}`** (confidence {:.2}): {}\n",
-        r.verdict.id, r.verdict.confidence, r.verdict.summary
+        r.verdict.id,
+        r.verdict.confidence,
+        md_prose(&r.verdict.summary)
     );
     if let Some(top) = r.findings.first() {
-        let _ = writeln!(o, "## Top fix\n\n{}\n", top.recommendation);
+        let _ = writeln!(o, "## Top fix\n\n{}\n", md_prose(&top.recommendation));
         if let Some(code) = &top.apply {
             let _ = writeln!(o, "```python\n{code}\n```\n");
         }
@@ -1111,13 +1213,13 @@ fn markdown(r: &DiagnoseReport) -> String {
     }
     gpus_markdown(&mut o, r);
     if let Some(h) = host_line(r, &Said::default(), false) {
-        let _ = writeln!(o, "## Host\n\n{h}\n");
+        let _ = writeln!(o, "## Host\n\n{}\n", md_prose(&h));
     }
     job_markdown(&mut o, r);
     if !r.notes.is_empty() {
         let _ = writeln!(o, "## Notes\n");
         for n in &r.notes {
-            let _ = writeln!(o, "- {n}");
+            let _ = writeln!(o, "- {}", md_prose(n));
         }
         o.push('\n');
     }
@@ -1158,7 +1260,7 @@ fn findings_markdown(o: &mut String, r: &DiagnoseReport) {
                 // Said once, under "Top fix".
                 let _ = writeln!(o, "\n**Fix:** the top fix above.\n");
             } else {
-                let _ = writeln!(o, "\n**Fix:** {}\n", f.recommendation);
+                let _ = writeln!(o, "\n**Fix:** {}\n", md_prose(&f.recommendation));
             }
         }
     }
@@ -1201,7 +1303,7 @@ fn gpus_markdown(o: &mut String, r: &DiagnoseReport) {
 /// The job's line and its processes (at most 20, idle others left out).
 fn job_markdown(o: &mut String, r: &DiagnoseReport) {
     if let Some(j) = job_line(r, &Said::default()) {
-        let _ = writeln!(o, "## Job\n\n{j}\n");
+        let _ = writeln!(o, "## Job\n\n{}\n", md_prose(&j));
         let procs: Vec<_> = r
             .job
             .processes
@@ -1217,12 +1319,12 @@ fn job_markdown(o: &mut String, r: &DiagnoseReport) {
             for p in procs {
                 let _ = writeln!(
                     o,
-                    "| {} | {:?} | {} | {} | `{}` |",
+                    "| {} | {:?} | {} | {} | {} |",
                     p.pid,
                     p.role,
                     opt(p.cpu_mean_pct, 0),
                     p.rss_max_bytes.map(bytes).unwrap_or_else(|| "–".into()),
-                    md_cell(&proc_name(&p.cmd))
+                    md_code(&proc_name(&p.cmd))
                 );
             }
             o.push('\n');

@@ -21,9 +21,101 @@ pub(crate) fn opt<T>(v: Option<T>, f: impl FnOnce(T) -> String) -> String {
     v.map(f).unwrap_or_else(|| "-".to_string())
 }
 
-/// A Markdown table cell: `|` escaped.
+/// Markdown prose: `<`, `>` and `&` written as entities outside code spans, so a name taken
+/// from the machine or the job (a GPU, a thread, a process) cannot put raw HTML into a report
+/// pasted into an issue or a wiki. Code spans are left as they are (a renderer shows their text
+/// literally, `<lambda>` included); they are found as CommonMark finds them: a run of backticks
+/// closed by a run of the same length, a backslash-escaped backtick opening none.
+pub(crate) fn md_prose(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(c) = rest.chars().next() {
+        match c {
+            '\\' => {
+                let n = rest[1..].chars().next().map_or(1, |e| 1 + e.len_utf8());
+                // An escaped `<` is literal text already; an escaped `&` too.
+                out.push_str(&rest[..n]);
+                rest = &rest[n..];
+            }
+            '`' => {
+                let run = rest.len() - rest.trim_start_matches('`').len();
+                match closing_run(&rest[run..], run) {
+                    Some(end) => {
+                        out.push_str(&rest[..run + end + run]);
+                        rest = &rest[run + end + run..];
+                    }
+                    None => {
+                        out.push_str(&rest[..run]);
+                        rest = &rest[run..];
+                    }
+                }
+            }
+            '<' | '>' | '&' => {
+                out.push_str(match c {
+                    '<' => "&lt;",
+                    '>' => "&gt;",
+                    _ => "&amp;",
+                });
+                rest = &rest[1..];
+            }
+            c => {
+                out.push(c);
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+    }
+    out
+}
+
+/// Where in `s` a run of exactly `n` backticks starts (the end of a code span opened by `n`).
+fn closing_run(s: &str, n: usize) -> Option<usize> {
+    let mut i = 0;
+    while let Some(off) = s[i..].find('`') {
+        let at = i + off;
+        let len = s[at..].len() - s[at..].trim_start_matches('`').len();
+        if len == n {
+            return Some(at);
+        }
+        i = at + len;
+    }
+    None
+}
+
+/// A Markdown table cell: `|` escaped, a line break made a space (either would end the cell or
+/// the row), and its prose as [`md_prose`] writes it.
 pub(crate) fn md_cell(s: &str) -> String {
-    s.replace('|', "\\|")
+    md_prose(&s.replace('|', "\\|").replace(['\r', '\n'], " "))
+}
+
+/// `s` as a Markdown code span, delimiters included: fenced by one backtick more than its
+/// longest run of them, so no name can close the span early and write outside it.
+pub(crate) fn md_code(s: &str) -> String {
+    let s = s.replace('|', "\\|").replace(['\r', '\n'], " ");
+    let longest = s.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    let pad = if s.starts_with('`') || s.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{s}{pad}{fence}")
+}
+
+/// A Prometheus/OpenMetrics label value: backslash, double quote and line feed escaped, as the
+/// exposition format requires. prometheus-client writes values as given, so a process that names
+/// itself `a"} 1\nx{a="` would otherwise forge a series, and one holding `\n# EOF\n` would end the
+/// scrape early.
+pub(crate) fn prom_label(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// A CSV field (RFC 4180): quoted when it holds a comma, a quote or a newline.
@@ -48,6 +140,12 @@ mod tests {
         assert_eq!(duration(12.5), "12.5 s");
         assert_eq!(duration(59.94), "59.9 s");
         assert_eq!(duration(61.0), "1m 01s");
+        assert_eq!(duration(999.0 * 3600.0 + 61.0), "999h 01m");
+        assert_eq!(duration(1000.0 * 3600.0), "41 days");
+        assert_eq!(
+            duration(9.223372036854776e15),
+            "more than a century (the timestamps are wrong)"
+        );
         assert_eq!(pct(33.3), "33%");
         assert_eq!(pct(0.5), "0.5%");
         assert_eq!(pct(0.0), "0%");
@@ -61,9 +159,27 @@ mod tests {
     #[test]
     fn escapes() {
         assert_eq!(md_cell("a|b"), "a\\|b");
+        assert_eq!(
+            md_cell("<script>x</script>\nq"),
+            "&lt;script&gt;x&lt;/script&gt; q"
+        );
+        assert_eq!(
+            md_prose("move `<lambda>` out & on"),
+            "move `<lambda>` out &amp; on"
+        );
+        assert_eq!(
+            md_prose("a ``x`<b>`` c `d <e>"),
+            "a ``x`<b>`` c `d &lt;e&gt;"
+        );
+        assert_eq!(md_prose("\\`<i>`"), "\\`&lt;i&gt;`");
+        assert_eq!(md_code("<lambda>"), "`<lambda>`");
+        assert_eq!(md_code("a`<b>"), "``a`<b>``");
+        assert_eq!(md_code("`x"), "`` `x ``");
         assert_eq!(csv_cell("plain"), "plain");
         assert_eq!(csv_cell("a,b"), "\"a,b\"");
         assert_eq!(csv_cell("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(prom_label("a\"} 1\nx\\"), "a\\\"} 1\\nx\\\\");
+        assert_eq!(prom_label("plain"), "plain");
     }
 }
 

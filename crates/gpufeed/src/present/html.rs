@@ -265,7 +265,7 @@ fn loop_html(
     if p.status != PyStatus::Ok {
         return s;
     }
-    if p.main.is_none() && p.data_hotspots.is_empty() {
+    if p.main.is_none() && p.data_hotspots.is_empty() && p.no_loop_sites.is_empty() {
         notes.push("Too few Python stack samples of the training thread to split its time.".into());
         return s;
     }
@@ -285,8 +285,8 @@ of pid {} (thread {}){}.</p><div class=\"bar\">",
                 String::new()
             }
         );
-        const COLORS: [&str; 7] = [
-            "#d9534f", "#5b8def", "#8e6bd8", "#3fa06b", "#e6a23c", "#777", "#ddd",
+        const COLORS: [&str; Phase::ALL.len()] = [
+            "#d9534f", "#5b8def", "#8e6bd8", "#3fa06b", "#e6a23c", "#777", "#17a2b8", "#ddd",
         ];
         for (i, ph) in Phase::ALL.iter().enumerate() {
             let v = phases.get(*ph);
@@ -310,6 +310,21 @@ of pid {} (thread {}){}.</p><div class=\"bar\">",
             );
         }
         s.push_str("</table>");
+        for c in crate::present::diagnose::shown_loop_code(p) {
+            let _ = write!(
+                s,
+                "<h3>{} {:.1}% of the loop, in your code</h3>",
+                esc(c.phase.as_str()),
+                c.pct
+            );
+            s.push_str(&sites_html(&c.sites));
+        }
+    } else if !p.no_loop_sites.is_empty() {
+        s.push_str(
+            "<p>No training loop: the job ran no training step; its main thread's time goes \
+             to:</p>",
+        );
+        s.push_str(&sites_html(&p.no_loop_sites));
     }
     if !p.data_hotspots.is_empty() {
         s.push_str("<h3>Slowest data-loading stages</h3><table><tr><th>share of loading</th><th>stage</th><th>where</th></tr>");
@@ -323,11 +338,33 @@ of pid {} (thread {}){}.</p><div class=\"bar\">",
                 "<tr><td>{:.1}%</td><td><code>{}</code></td><td><code>{}</code></td></tr>",
                 h.pct,
                 esc(&h.name()),
-                esc(&crate::present::diagnose::short_at(&h.file, h.line))
+                esc(&h.at())
             );
         }
         s.push_str("</table>");
     }
+    s
+}
+
+/// The user's functions a phase's time goes to, as a table.
+fn sites_html(sites: &[crate::diagnose::evidence::LoopSite]) -> String {
+    let mut s = String::from(
+        "<table><tr><th>share of the loop</th><th>function</th><th>where</th><th>line</th>\
+         <th>in</th></tr>",
+    );
+    for x in sites {
+        let _ = write!(
+            s,
+            "<tr><td>{:.1}%</td><td><code>{}</code></td><td><code>{}</code></td>\
+             <td><code>{}</code></td><td>{}</td></tr>",
+            x.pct,
+            esc(&x.name()),
+            esc(&x.at()),
+            esc(x.code.as_deref().map(str::trim).unwrap_or("")),
+            esc(x.calls.as_deref().unwrap_or(""))
+        );
+    }
+    s.push_str("</table>");
     s
 }
 
@@ -530,11 +567,7 @@ fn key_figures_html(r: &DiagnoseReport) -> String {
         figs.push((
             "slowest loading stage",
             h.name(),
-            format!(
-                "{} · {:.0}% of loading",
-                crate::present::diagnose::short_at(&h.file, h.line),
-                h.pct
-            ),
+            format!("{} · {:.0}% of loading", h.at(), h.pct),
         ));
     }
     if let Some(b) = r.verdict.gpu_busy_fraction {

@@ -96,12 +96,13 @@ fn markdown_raw(r: &JobReport) -> String {
     let mut out = format!(
         "## Job verdict: `{}`\n\n{}\n\n| {} |\n|{}\n",
         j.verdict.as_str(),
-        j.summary,
+        super::fmt::md_prose(&j.summary),
         HEADS[..7].join(" | ") + " | role",
         "---|".repeat(8)
     );
     for row in rows(r) {
-        out.push_str(&format!("| {} |\n", row.join(" | ")));
+        let cells: Vec<String> = row.iter().map(|c| super::fmt::md_cell(c)).collect();
+        out.push_str(&format!("| {} |\n", cells.join(" | ")));
     }
     out
 }

@@ -5,6 +5,7 @@
 //! `pid`, `comm`, `role`). A value that was not read is left out, never exported as 0.
 
 use crate::live::LiveState;
+use crate::present::fmt::prom_label;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -83,10 +84,11 @@ fn counter(reg: &mut Registry, name: &str) -> CounterF {
     f
 }
 
+/// Label pairs with their values escaped (process names, hostnames and UUIDs come from outside).
 fn l(pairs: &[(&str, &str)]) -> Labels {
     pairs
         .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .map(|(k, v)| (k.to_string(), prom_label(v)))
         .collect()
 }
 
@@ -122,14 +124,14 @@ pub(crate) fn encode_state_labeled(st: &LiveState, labels: &[(String, String)]) 
     let mut reg = Registry::with_labels(
         labels
             .iter()
-            .map(|(k, v)| (k.clone().into(), v.clone().into())),
+            .map(|(k, v)| (k.clone().into(), prom_label(v).into())),
     );
     let up = Gauge::<i64>::default();
     reg.register("gpufeed_up", help("gpufeed_up"), up.clone());
     up.set(1);
     let info = Info::new(vec![
         ("version".to_string(), env!("CARGO_PKG_VERSION").to_string()),
-        ("hostname".to_string(), st.hostname.clone()),
+        ("hostname".to_string(), prom_label(&st.hostname)),
     ]);
     reg.register("gpufeed_build", help("gpufeed_build_info"), info);
     let gpus_n = Gauge::<i64>::default();

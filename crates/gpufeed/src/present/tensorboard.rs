@@ -13,6 +13,7 @@
 //! Without markers the step is whole seconds since the recording started. Every point's wall time
 //! is the real time of its bucket's end, so TensorBoard's "Relative" and "Wall" axes work too.
 
+use super::fmt::md_prose;
 use super::tfevents::{self, Event, EventKind, Value};
 use crate::diagnose::evidence::Role;
 use crate::diagnose::DiagnoseReport;
@@ -297,12 +298,12 @@ pub(crate) fn verdict_markdown(r: &DiagnoseReport) -> String {
         "**{}** ({:.0}% sure): {}",
         r.verdict.id.as_str(),
         r.verdict.confidence * 100.0,
-        r.verdict.summary
+        md_prose(&r.verdict.summary)
     );
     if let Some(f) = r.findings.first() {
-        let _ = write!(s, "\n\n**Top finding:** {}", f.title);
+        let _ = write!(s, "\n\n**Top finding:** {}", md_prose(&f.title));
         if !f.recommendation.is_empty() {
-            let _ = write!(s, "\n\n**Fix:** {}", f.recommendation);
+            let _ = write!(s, "\n\n**Fix:** {}", md_prose(&f.recommendation));
         }
         if let Some(x) = f.expected_speedup {
             let _ = write!(s, " (up to {x:.2}x faster if fixed)");

@@ -281,6 +281,8 @@ mod tests {
                 reason: Some(crate::sample::event::EndReason::JobExited),
                 steps_dropped: None,
                 steps_flooded: None,
+                steps_unfollowed: None,
+                ranks_unfollowed: None,
             }),
         ]
     }

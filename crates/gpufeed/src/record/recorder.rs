@@ -375,6 +375,15 @@ impl Recorder {
         if let Some(n) = self.steps.as_ref().map(|s| s.flooded()).filter(|&n| n > 0) {
             end.steps_flooded = Some(n);
         }
+        if let Some((n, ranks)) = self
+            .steps
+            .as_ref()
+            .map(|s| s.unfollowed())
+            .filter(|u| u.0 > 0)
+        {
+            end.steps_unfollowed = Some(n);
+            end.ranks_unfollowed = Some(ranks);
+        }
         if let Some(tx) = self.lines.take() {
             let _ = tx.send(Line::End(end));
         }

@@ -226,6 +226,12 @@ pub struct End {
     /// waiting at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps_flooded: Option<u64>,
+    /// Step markers of ranks beyond the first `sample::steps::MAX_RANKS`, not followed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps_unfollowed: Option<u64>,
+    /// How many ranks those were (at most 65,536 told apart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranks_unfollowed: Option<u64>,
 }
 
 /// The `overrides` line: values gpufeed put in place of the job's own, and why others could not be.

@@ -220,7 +220,7 @@ impl Board {
             }
         }
         let other = Phase::Other.index();
-        let loop_samples = |c: &[u64; 7]| -> u64 {
+        let loop_samples = |c: &[u64; Phase::ALL.len()]| -> u64 {
             c.iter()
                 .enumerate()
                 .filter(|(i, _)| *i != other)

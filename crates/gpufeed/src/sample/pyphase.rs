@@ -51,6 +51,9 @@ pub enum Phase {
     Sync,
     /// Saving a checkpoint.
     CheckpointIo,
+    /// Evaluating inside training: a validation or test loop (its own batches and forward
+    /// passes), called from the training loop.
+    Evaluation,
     #[default]
     Other,
 }
@@ -63,8 +66,14 @@ impl Phase {
     }
 
     pub fn index(self) -> usize {
-        Phase::ALL.iter().position(|p| *p == self).unwrap_or(6)
+        Phase::ALL
+            .iter()
+            .position(|p| *p == self)
+            .unwrap_or(Phase::ALL.len() - 1)
     }
+
+    /// The phases of the training loop proper: every one but [`Phase::Other`] (the last).
+    pub(crate) const LOOP: usize = Phase::ALL.len() - 1;
 
     pub fn parse(s: &str) -> Option<Phase> {
         Phase::ALL.iter().copied().find(|p| p.as_str() == s)
@@ -91,6 +100,8 @@ fn has(file: &str, part: &str) -> bool {
 /// Library code (site-packages, the standard library), as opposed to the user's own files.
 pub(crate) fn is_library(file: &str) -> bool {
     file.contains("site-packages/")
+        // gpufeed's own step hook, injected as the job's sitecustomize
+        || file.contains("/gpufeed-inject-")
         || file.contains("dist-packages/")
         || file.contains("/lib/python3")
         || file.starts_with('<')
@@ -128,6 +139,53 @@ fn is_data_fetch(f: &FrameRef) -> bool {
         }
     }
     false
+}
+
+/// A frame of an evaluation loop run inside training: the user's own function named for it
+/// (`evaluate`, `validate`, `run_validation`, `eval_epoch`, `test`, ...), Lightning's
+/// evaluation loop and its `validation_step` / `test_step` hooks, or Hugging Face Trainer's
+/// `evaluate` / `evaluation_loop` / `prediction_step`.
+pub(crate) fn is_evaluation(f: &FrameRef) -> bool {
+    let m = method(f.name);
+    if has(f.file, "lightning/pytorch/loops/evaluation_loop.py")
+        || has(f.file, "pytorch_lightning/loops/evaluation_loop.py")
+        || has(
+            f.file,
+            "pytorch_lightning/loops/dataloader/evaluation_loop.py",
+        )
+    {
+        return true;
+    }
+    if matches!(m, "validation_step" | "test_step") {
+        return true;
+    }
+    if has(f.file, "transformers/trainer.py") {
+        return matches!(m, "evaluate" | "evaluation_loop" | "prediction_step");
+    }
+    if is_library(f.file) {
+        return false;
+    }
+    is_evaluation_name(m)
+}
+
+/// A function name that says it evaluates: a word of it (split at `_`, lower case) is one of
+/// eval, evaluate, evaluation, val, valid, validate, validation, test, testing.
+pub(crate) fn is_evaluation_name(name: &str) -> bool {
+    const WORDS: [&str; 9] = [
+        "eval",
+        "evaluate",
+        "evaluation",
+        "val",
+        "valid",
+        "validate",
+        "validation",
+        "test",
+        "testing",
+    ];
+    let lower = name.to_ascii_lowercase();
+    lower
+        .split(|c: char| c == '_' || c.is_ascii_digit())
+        .any(|w| WORDS.contains(&w))
 }
 
 /// Source text that synchronises the host with the device.
@@ -203,6 +261,74 @@ fn marker(f: &FrameRef) -> Option<Phase> {
     None
 }
 
+/// A DataLoader worker process's loop (`torch.utils.data._utils.worker._worker_loop`).
+pub(crate) fn is_worker_loop(f: &FrameRef) -> bool {
+    method(f.name) == "_worker_loop" && has(f.file, "torch/utils/data/_utils/worker.py")
+}
+
+/// A frame that starts a phase of the training loop (a forward or backward pass, an optimizer
+/// step, a sync, a checkpoint, fetching a batch, an evaluation): the training loop's own frames
+/// are the ones above it.
+pub(crate) fn starts_a_phase(f: &FrameRef) -> bool {
+    marker(f).is_some() || is_data_fetch(f) || is_evaluation(f)
+}
+
+/// A frame whose work is getting data ready: reading or decoding files, image operations,
+/// tokenizing, torchvision's transforms and readers, numpy's `load` / `memmap`, or a line of
+/// the user's that opens, decodes or memory-maps a file.
+pub(crate) fn loads_data(f: &FrameRef) -> bool {
+    if matches!(
+        stage_of(f),
+        Some(StageKind::Decode | StageKind::Image | StageKind::Read | StageKind::Tokenize)
+    ) {
+        return true;
+    }
+    if has(f.file, "torchvision/transforms/")
+        || has(f.file, "torchvision/io/")
+        || has(f.file, "numpy/core/memmap.py")
+        || has(f.file, "numpy/_core/memmap.py")
+    {
+        return true;
+    }
+    const SRC: [&str; 10] = [
+        "Image.open",
+        "imread",
+        "np.load(",
+        "np.memmap(",
+        "torch.load(",
+        "decode_image",
+        "decode_jpeg",
+        "read_image",
+        "open(",
+        "from_numpy(",
+    ];
+    !is_library(f.file) && f.src.is_some_and(|s| SRC.iter().any(|k| s.contains(k)))
+}
+
+/// A function name that says it makes batches or samples: a word of it (split at `_`, lower
+/// case) is batch, load, read, decode, fetch, collate, augment, transform, preprocess, prepare
+/// or tokenize (`get_batch`, `load_images`, `make_batches`, `next_batch`).
+pub(crate) fn is_batch_name(name: &str) -> bool {
+    const WORDS: [&str; 14] = [
+        "batch",
+        "batches",
+        "minibatch",
+        "load",
+        "loader",
+        "read",
+        "decode",
+        "fetch",
+        "collate",
+        "augment",
+        "transform",
+        "preprocess",
+        "prepare",
+        "tokenize",
+    ];
+    let lower = method(name).to_ascii_lowercase();
+    lower.split('_').any(|w| WORDS.contains(&w))
+}
+
 /// The training-loop phase of one stack of the training thread (frames outermost first).
 ///
 /// Fetching the next batch wins wherever it is in the stack (with `num_workers=0` the
@@ -217,6 +343,11 @@ pub(crate) fn classify(frames: &[FrameRef]) -> Phase {
         .any(|f| f.file.starts_with("<frozen importlib"))
     {
         return Phase::Other;
+    }
+    // An evaluation loop fetches its own batches and runs forward passes: all of it is the
+    // evaluation's time, not the training loop's data wait or forward.
+    if frames.iter().any(is_evaluation) {
+        return Phase::Evaluation;
     }
     if frames.iter().any(is_data_fetch) {
         return Phase::DataWait;

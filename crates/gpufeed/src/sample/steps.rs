@@ -121,6 +121,15 @@ const STALE_PREFIX: &str = "gpufeed-steps-";
 /// only markers it had not read yet are lost, and those are counted ([`StepSocket::flooded`]).
 pub(crate) const MAX_KEPT_MARKS: usize = 500_000;
 
+/// The most ranks followed apart (each its own step clock and `steps` lines). A job has
+/// thousands at most and one node's gpufeed sees dozens; markers each naming a new rank took
+/// `run` to 297 MB and its recording to 348 MB in 20 s. Markers of ranks beyond the first these
+/// many are counted ([`StepSocket::unfollowed`]), not kept.
+pub(crate) const MAX_RANKS: usize = 1024;
+
+/// How many ranks beyond [`MAX_RANKS`] are counted one by one; past it, "at least" this many.
+pub(crate) const MAX_RANKS_COUNTED: usize = 65_536;
+
 /// The markers received, the oldest let go past [`MAX_KEPT_MARKS`]: `base` of them are gone.
 #[derive(Debug, Default)]
 pub(crate) struct Marks {
@@ -131,6 +140,11 @@ pub(crate) struct Marks {
     read_upto: usize,
     /// Markers let go before anyone read them.
     flooded: u64,
+    /// The ranks followed (at most [`MAX_RANKS`]).
+    ranks: std::collections::BTreeSet<Option<u32>>,
+    /// Ranks beyond them (at most [`MAX_RANKS_COUNTED`] told apart) and their markers.
+    other_ranks: std::collections::HashSet<u32>,
+    unfollowed: u64,
 }
 
 impl Marks {
@@ -139,7 +153,8 @@ impl Marks {
         self.base + self.kept.len()
     }
 
-    fn extend(&mut self, got: Vec<StepMark>) {
+    fn extend(&mut self, mut got: Vec<StepMark>) {
+        got.retain(|k| self.follows(k.rank));
         self.kept.extend(got);
         if self.kept.len() > MAX_KEPT_MARKS {
             let gone = self.kept.len() - MAX_KEPT_MARKS / 2;
@@ -148,6 +163,23 @@ impl Marks {
             self.kept.drain(..gone);
             self.base += gone;
         }
+    }
+
+    /// Whether markers of `rank` are kept: a rank seen before, or a new one while fewer than
+    /// [`MAX_RANKS`] are followed; the others are counted.
+    fn follows(&mut self, rank: Option<u32>) -> bool {
+        if self.ranks.contains(&rank) {
+            return true;
+        }
+        if self.ranks.len() < MAX_RANKS {
+            self.ranks.insert(rank);
+            return true;
+        }
+        if let Some(r) = rank.filter(|_| self.other_ranks.len() < MAX_RANKS_COUNTED) {
+            self.other_ranks.insert(r);
+        }
+        self.unfollowed = self.unfollowed.saturating_add(1);
+        false
     }
 
     /// The markers kept, oldest first.
@@ -160,6 +192,9 @@ impl Marks {
 /// [`super::figures`]).
 pub(crate) struct StepSocket {
     path: PathBuf,
+    /// The (device, inode) of the socket this bound: at the end only that is removed, not a
+    /// file the job (or anyone) put at the path meanwhile.
+    made: Option<(u64, u64)>,
     /// The private folder the socket lives in ([`StepSocket::open`]), removed on drop.
     dir: Option<tempfile::TempDir>,
     marks: Arc<Mutex<Marks>>,
@@ -261,6 +296,7 @@ impl StepSocket {
     /// collecting. Prefer [`StepSocket::open`], which makes the private folder for it.
     pub(crate) fn bind(path: &Path) -> std::io::Result<StepSocket> {
         let sock = UnixDatagram::bind(path)?;
+        let made = identity(path);
         sock.set_read_timeout(Some(Duration::from_millis(100)))?;
         // A reply to a hook that stopped reading must not hold up the markers behind it.
         sock.set_write_timeout(Some(REPLY_TIMEOUT))?;
@@ -283,6 +319,7 @@ impl StepSocket {
             .spawn(move || rx.run())?;
         Ok(StepSocket {
             path: path.to_path_buf(),
+            made,
             dir: None,
             marks,
             board,
@@ -345,6 +382,15 @@ impl StepSocket {
     /// Markers let go unread under a flood (more than [`MAX_KEPT_MARKS`] waiting at once).
     pub(crate) fn flooded(&self) -> u64 {
         self.marks.lock().map(|m| m.flooded).unwrap_or(0)
+    }
+
+    /// Markers of ranks beyond the first [`MAX_RANKS`], and how many such ranks (at most
+    /// 65,536 told apart): `(0, 0)` when every rank was followed.
+    pub(crate) fn unfollowed(&self) -> (u64, u64) {
+        self.marks
+            .lock()
+            .map(|m| (m.unfollowed, m.other_ranks.len() as u64))
+            .unwrap_or((0, 0))
     }
 
     /// The steps received from absolute position `from` on (those let go under a flood
@@ -486,14 +532,26 @@ impl StepFolder {
     }
 }
 
+/// The (device, inode) of the socket at `path`, not following a link; `None` for anything else.
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.file_type().is_socket())
+        .map(|m| (m.dev(), m.ino()))
+}
+
 impl Drop for StepSocket {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        // The socket was bound (created) by this StepSocket: it is ours to remove.
-        let _ = std::fs::remove_file(&self.path);
+        // Only the socket this bound is ours to remove: the job may have put a file of its own
+        // at the path since (a hard link to it keeps its inode, so `bind_private` holds too).
+        if self.made.is_some() && identity(&self.path) == self.made {
+            let _ = std::fs::remove_file(&self.path);
+        }
         if let Some(d) = self.dir.take() {
             let _ = d.close();
         }

@@ -293,3 +293,32 @@ fn a_loop_with_no_dataloader_is_counted_at_its_optimizer_steps() {
     // About 62 ms a step against 27: 2.3x.
     assert!(rate(1) / rate(0) > 1.6, "{} vs {}", rate(0), rate(1));
 }
+
+/// Issue 47 item 6: `python -I` and `-E` ignore PYTHONPATH, so gpufeed's step hook never loads
+/// and the job's steps go untimed: said in a note (as `tune` says it), and only then.
+#[test]
+fn python_ignoring_pythonpath_is_said_to_lose_its_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |flags: &[&str]| {
+        let rec = dir.path().join(format!("r{}.ndjson", flags.join("")));
+        let out = gpufeed_no_gpu()
+            .args(["run", "--py-stacks", "off", "-o"])
+            .arg(&rec)
+            .arg("--")
+            .arg("python3")
+            .args(flags)
+            .args(["-c", "import time; time.sleep(0.3)"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
+    };
+    for flag in ["-I", "-E"] {
+        let said = run(&[flag]);
+        assert!(
+            said.contains("step markers could not be injected") && said.contains("python -E/-I/-S"),
+            "python3 {flag}: {said}"
+        );
+    }
+    assert!(!run(&[]).contains("could not be injected"));
+}

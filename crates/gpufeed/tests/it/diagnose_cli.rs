@@ -1027,3 +1027,71 @@ fn text_reports_say_each_thing_once() {
     }
     assert!(v.contains("fix: the TOP FIX above"), "{v}");
 }
+
+/// Issue 47: a GPU, a disk, a process and a Python thread named with markup. The Markdown
+/// report, rendered by a CommonMark renderer with raw HTML on (as an issue tracker or wiki
+/// renders a pasted report), holds none of it as markup; HTML and the terminal were already
+/// safe.
+#[test]
+fn markdown_reports_carry_no_markup_from_names() {
+    const HOSTILE: &str = "x`<script>alert(1)</script>`<img src=x onerror=alert(1)>|q";
+    let json = serde_json::to_string(HOSTILE).unwrap();
+    let json = &json[1..json.len() - 1];
+    let dir = tempfile::tempdir().unwrap();
+    let io = Shape {
+        util: |t| if (t * 2.0).fract() < 0.5 { 95.0 } else { 5.0 },
+        cores: vec![10.0; 8],
+        workers: vec![(8.0, 'D'), (7.0, 'D'), (9.0, 'D'), (6.0, 'D')],
+        psi_io: 45.0,
+        ..healthy()
+    };
+    let rec = write_recording(dir.path(), "io.ndjson", &io);
+    let text = std::fs::read_to_string(&rec).unwrap();
+    let text = text
+        .replace("NVIDIA H100 80GB HBM3", json)
+        .replace("nvme0n1", json)
+        .replace("python train.py", json);
+    let hostile_gpu = dir.path().join("hostile.ndjson");
+    std::fs::write(&hostile_gpu, text).unwrap();
+    let stacks = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pystacks/plain0.ndjson"),
+    )
+    .unwrap()
+    .replace("\"MainThread\"", &format!("\"{json}\""))
+    .replace("capture_torch.py", json);
+    let hostile_py = dir.path().join("hostile_py.ndjson");
+    std::fs::write(&hostile_py, stacks).unwrap();
+    let renderer = crate::common::python_with("markdown_it", "rendering the Markdown reports");
+    for rec in [&hostile_gpu, &hostile_py] {
+        let out = gpufeed()
+            .args(["diagnose", "--format", "markdown", "--verbose"])
+            .arg(rec)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let md = String::from_utf8(out.stdout).unwrap();
+        assert!(md.contains("alert(1)"), "the names are shown: {md}");
+        let Some(py) = &renderer else { continue };
+        let mdfile = dir.path().join("report.md");
+        std::fs::write(&mdfile, &md).unwrap();
+        let html = std::process::Command::new(py)
+            .args([
+                "-c",
+                "import sys; from markdown_it import MarkdownIt; \
+                 sys.stdout.write(MarkdownIt('commonmark').enable('table')\
+                 .render(open(sys.argv[1]).read()))",
+            ])
+            .arg(&mdfile)
+            .output()
+            .unwrap();
+        assert!(html.status.success(), "{html:?}");
+        let html = String::from_utf8(html.stdout).unwrap();
+        for tag in ["<script", "<img"] {
+            assert!(
+                !html.contains(tag),
+                "{tag} rendered from {}:\n{html}",
+                rec.display()
+            );
+        }
+    }
+}

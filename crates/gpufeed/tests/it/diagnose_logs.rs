@@ -638,3 +638,54 @@ fn a_log_without_memory_total_or_name_gets_a_candidate_from_small_memory() {
         ids(&r)
     );
 }
+
+/// Issue 47 item 7: four small misreadings of hand-made logs, each said as it is.
+#[test]
+fn odd_logs_are_described_as_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, body: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, body).unwrap();
+        let out = gpufeed()
+            .args(["diagnose", "--color", "never"])
+            .arg(&p)
+            .output()
+            .unwrap();
+        let all = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}: {all}");
+        all
+    };
+    // Temperatures under a percent's name: left out, and not called a counter.
+    let mut temps = String::from("timestamp,device,gpu_use_percent\n");
+    for i in 0..20 {
+        let _ = writeln!(temps, "{},card0,{}", 1754586812 + i, 95 + i);
+    }
+    let t = run("temps.csv", &temps);
+    assert!(!t.contains("counter"), "{t}");
+    assert!(t.contains("above 100 % (up to 114)"), "{t}");
+    // A garbled timestamp: no duration of billions of hours.
+    let t = run(
+        "garbled.csv",
+        "timestamp,utilization.gpu [%]\n0,50\n1e30,60\n2e30,70\n",
+    );
+    assert!(!t.contains("18446744073709551615h"), "{t}");
+    assert!(t.contains("more than a century"), "{t}");
+    // Rows written with other delimiters are unreadable rows, not a cut last line.
+    let t = run(
+        "mixed.csv",
+        "timestamp, index, utilization.gpu [%]\n2024/01/01 00:00:00.000, 0, 50\n\
+         2024/01/01 00:00:01.000; 0; 60\n2024/01/01 00:00:02.000, 0, 55\n\
+         2024/01/01 00:00:03.000;0;20\n",
+    );
+    assert!(!t.contains("last line was cut"), "{t}");
+    assert!(t.contains("2 unreadable lines"), "{t}");
+    // A quoted header with a line break inside is read as one header.
+    let t = run(
+        "quoted.csv",
+        "\"timestamp\",\"utilization.gpu\n[%]\"\n2024/01/01 00:00:00.000,50\n\
+         2024/01/01 00:00:01.000,60\n2024/01/01 00:00:02.000,70\n",
+    );
+    assert!(!t.contains("cut"), "{t}");
+    assert!(t.contains("1 GPU"), "{t}");
+}

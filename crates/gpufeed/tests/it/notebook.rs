@@ -299,3 +299,32 @@ fn render_cell(nb: &Value, i: usize) {
     }
     panic!("the framed report never rendered (PNG sizes {sizes:?}: blank pages)");
 }
+
+/// Issue 47 item 2: `%%gpufeed` under a real IPython shell (python/tests/test_magic.py, with this
+/// build's binary): a bad option raises before the cell runs, a bad value says what is wrong in
+/// one line, top-level `await` and a trailing `;` behave as without the magic, an interrupt at
+/// any moment of the recorder's start leaves no recorder and no kernel marked as recording, and
+/// the report's frame allows no script.
+#[test]
+fn the_magic_under_a_real_ipython_shell() {
+    let Some(py) = crate::common::python_with("IPython", "the %%gpufeed magic tests") else {
+        return;
+    };
+    let _g = crate::sweep::serial();
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(py)
+        .args(["-m", "unittest", "-v", "test_magic"])
+        .current_dir(manifest.join("../../python/tests"))
+        .env("GPUFEED_BIN", assert_cmd::cargo::cargo_bin("gpufeed"))
+        .env("GPUFEED_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
+        .env_remove("GPUFEED_STEP_SOCKET")
+        .env_remove("GPUFEED_TEST_INSTALLED")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        !said.contains("SKIPPED"),
+        "every case must run here: {said}"
+    );
+}

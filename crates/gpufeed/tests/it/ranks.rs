@@ -218,3 +218,91 @@ fn lightning_ddp_two_processes_on_cpu_counts_the_relaunching_script_as_rank_0() 
     assert!(crate::find_by(&v["findings"], "id", "straggler").is_some());
     assert_straggler_verdict(&v);
 }
+
+/// Issue 47 item 4: a job whose step markers each name a new rank (20 s of them took `run` to
+/// 297 MB, the recording to 348 MB and the JSON report to 89 MB). Only the first 1,024 ranks
+/// are followed apart; the rest are counted and said. A recording written with more ranks
+/// (another tool, an older gpufeed) is bounded the same way when read.
+#[test]
+fn step_markers_of_countless_ranks_stay_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("ranks.py");
+    std::fs::write(
+        &job,
+        r#"import os, socket, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+path = os.environ["GPUFEED_STEP_SOCKET"]
+for r in range(0, 6000, 40):
+    t = time.monotonic_ns()
+    msg = "".join("step %d 0 1 %d\nstep %d 0 1 %d\n" % (t, i, t + 1000, i) for i in range(r, r + 40))
+    s.sendto(msg.encode(), path)
+    time.sleep(0.001)
+"#,
+    )
+    .unwrap();
+    let rec = dir.path().join("r.ndjson");
+    run_ok(
+        gpufeed_no_gpu()
+            .args(["run", "-q", "--py-stacks", "off", "-o"])
+            .arg(&rec)
+            .args(["--", "python3"])
+            .arg(&job),
+    );
+    let text = std::fs::read_to_string(&rec).unwrap();
+    let mut ranks = std::collections::BTreeSet::new();
+    let mut end = Value::Null;
+    for l in text.lines() {
+        let v: Value = serde_json::from_str(l).unwrap();
+        if v["type"] == "steps" {
+            ranks.insert(v["rank"].as_u64());
+        } else if v["type"] == "end" {
+            end = v;
+        }
+    }
+    assert!(ranks.len() <= 1024, "{} ranks followed apart", ranks.len());
+    assert_eq!(end["steps_unfollowed"], 2 * (6000 - 1024), "{end}");
+    assert_eq!(end["ranks_unfollowed"], 6000 - 1024, "{end}");
+    let json = dir.path().join("r.json");
+    let out = run_ok(
+        gpufeed_no_gpu()
+            .arg("diagnose")
+            .arg(&rec)
+            .args(["--color", "never"]),
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("step markers of 4976 ranks beyond the first 1024 were counted"),
+        "{said}"
+    );
+    // Read back with 5,000 ranks of step lines, as another writer could have made it.
+    let mut many = String::new();
+    for (i, l) in text.lines().enumerate() {
+        many.push_str(l);
+        many.push('\n');
+        if i == 0 {
+            for r in 0..5000 {
+                many.push_str(&format!(
+                    "{{\"type\":\"steps\",\"t_s\":1.0,\"dt_s\":1.0,\"steps\":2,\"span_s\":0.5,\"rank\":{r}}}\n"
+                ));
+            }
+        }
+    }
+    let big = dir.path().join("many.ndjson");
+    std::fs::write(&big, many).unwrap();
+    run_ok(
+        gpufeed_no_gpu()
+            .arg("diagnose")
+            .arg(&big)
+            .args(["--format", "json", "--export-json"])
+            .arg(&json),
+    );
+    let v = read_json(&json);
+    let by_rank = v["steps"]["steps_per_s_by_rank"].as_object().unwrap();
+    assert!(
+        by_rank.len() <= 1024,
+        "{} ranks in the report",
+        by_rank.len()
+    );
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("beyond the first 1024"), "{notes}");
+}

@@ -503,3 +503,52 @@ fn a_step_socket_is_the_users_alone_under_umask_000() {
         .collect();
     assert_eq!(names, ["r.ndjson"], "{names:?}");
 }
+
+/// Issue 47 item 5: the job replaced the `--step-socket` path with a file of its own while
+/// gpufeed ran; gpufeed removes only the socket it made, never what took its place (a
+/// regular file, or another socket bound there).
+#[test]
+fn only_the_step_socket_gpufeed_made_is_removed_at_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    for replacement in ["file", "socket"] {
+        let sock = dir.path().join(format!("steps-{replacement}.sock"));
+        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("gpufeed"))
+            .args([
+                "--nvml-lib",
+                "/nonexistent/libnvidia-ml.so.1",
+                "record",
+                "-q",
+            ])
+            .args(["--duration", "2s", "--py-stacks", "off", "--step-socket"])
+            .arg(&sock)
+            .arg("-o")
+            .arg(dir.path().join(format!("r-{replacement}.ndjson")))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        while !sock.exists() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(sock.exists(), "the socket was never bound");
+        std::fs::remove_file(&sock).unwrap();
+        let _theirs = if replacement == "file" {
+            std::fs::write(&sock, "the job's own file").unwrap();
+            None
+        } else {
+            Some(std::os::unix::net::UnixDatagram::bind(&sock).unwrap())
+        };
+        let status = child.wait().unwrap();
+        assert!(status.success(), "{status:?}");
+        assert!(
+            sock.exists(),
+            "the {replacement} the job put at the socket's path was deleted"
+        );
+        if replacement == "file" {
+            assert_eq!(
+                std::fs::read_to_string(&sock).unwrap(),
+                "the job's own file"
+            );
+        }
+    }
+}

@@ -298,3 +298,118 @@ fn a_real_prometheus_scrapes_gpufeed() {
         "PCIe rate through PromQL: {rate}"
     );
 }
+
+/// Issue 47 item 1: a job names its processes with exposition syntax (`prctl(PR_SET_NAME)`, here
+/// through /proc/self/comm) and its GPU has such a UUID: no forged series, no early `# EOF`, and
+/// Prometheus' own parser (`promtool check metrics`) reads the exposition whole.
+#[test]
+fn hostile_process_and_gpu_names_cannot_forge_series() {
+    let dir = tempfile::tempdir().unwrap();
+    let gpu = r#"{"devices":[{"name":"NVIDIA H100 80GB HBM3","uuid":"GPU-\"} 1\nforged{a=\"","util":50}]}"#;
+    let (lib, scen) = (fake_nvml(), scenario(dir.path(), gpu));
+    // The main process and a child, each renamed; both live 30 s at most.
+    let job = r#"printf 'a"} 1\nx{a="' > /proc/self/comm
+( printf 'q\n# EOF\n' > /proc/self/comm; i=0; while [ $i -lt 120 ]; do sleep 0.25; i=$((i+1)); done ) &
+i=0; while [ $i -lt 120 ]; do sleep 0.25; i=$((i+1)); done"#;
+    let child = std::process::Command::new("sh")
+        .args(["-c", job])
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let _job = Reap(child);
+    // Until both names are set.
+    let comm = |p: u32| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+    let until = Instant::now() + Duration::from_secs(10);
+    while !(comm(pid).starts_with("a\"")
+        && std::fs::read_dir("/proc").unwrap().any(|e| {
+            let e = e.unwrap();
+            comm(e.file_name().to_str().unwrap_or("").parse().unwrap_or(0)).starts_with("q\n")
+        }))
+    {
+        assert!(Instant::now() < until, "the job never renamed itself");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = Command::cargo_bin("gpufeed")
+        .unwrap()
+        .env("GPUFEED_NVML_LIB", lib)
+        .env("FAKE_NVML_SCENARIO", scen)
+        .args(["serve", "--once", "--interval", "100ms", "--pid"])
+        .arg(pid.to_string())
+        .timeout(Duration::from_secs(30))
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains("comm=\"a\\\"} 1\\nx{a=\\\"\""),
+        "the main process's name, escaped: {text}"
+    );
+    assert!(
+        text.contains("comm=\"q\\n# EOF\\n\""),
+        "the child's: {text}"
+    );
+    for l in text.lines() {
+        assert!(
+            !l.starts_with("x{") && !l.starts_with("forged") && !l.starts_with("q"),
+            "a forged line: {l}\n{text}"
+        );
+    }
+    assert_eq!(text.matches("\n# EOF\n").count(), 1, "{text}");
+    assert!(text.ends_with("\n# EOF\n"));
+    let Some(promtool) = which("promtool") else {
+        let _ = writeln!(std::io::stderr(), "SKIPPED the promtool check of hostile names: no `promtool` (apt-get install prometheus; .ci/run does)");
+        return;
+    };
+    let mut check = std::process::Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // promtool reads the Prometheus text format, where a family is named as its samples are
+    // (OpenMetrics names `gpufeed_build` for `gpufeed_build_info`, `X` for `X_total`) and `info`
+    // is no type: only those comment lines are rewritten; every sample and label is as served.
+    let mut text_format = String::new();
+    let mut renamed = std::collections::HashMap::new();
+    for l in text.lines() {
+        if let Some((name, kind)) = l.strip_prefix("# TYPE ").and_then(|t| t.split_once(' ')) {
+            match kind {
+                "info" => renamed.insert(name.to_string(), (format!("{name}_info"), "gauge")),
+                "counter" => renamed.insert(name.to_string(), (format!("{name}_total"), "counter")),
+                _ => None,
+            };
+        }
+    }
+    for l in text.lines() {
+        let mut line = l.to_string();
+        for (from, (to, kind)) in &renamed {
+            if l == format!(
+                "# TYPE {from} {}",
+                if *kind == "gauge" { "info" } else { kind }
+            ) {
+                line = format!("# TYPE {to} {kind}");
+            } else if let Some(help) = l.strip_prefix(&format!("# HELP {from} ")) {
+                line = format!("# HELP {to} {help}");
+            }
+        }
+        text_format.push_str(&line);
+        text_format.push('\n');
+    }
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text_format.as_bytes())
+        .unwrap();
+    let res = check.wait_with_output().unwrap();
+    let said =
+        String::from_utf8_lossy(&res.stdout).to_string() + &String::from_utf8_lossy(&res.stderr);
+    // A forged series is a metric without HELP ("x no help text"), a broken label a parse error.
+    assert!(
+        res.status.success() && said.trim().is_empty(),
+        "promtool: {said}\n{text_format}"
+    );
+}

@@ -19,6 +19,11 @@ pub(super) struct Impossible {
     pub(super) steps_dropped: u64,
     /// Step markers let go unread under a flood.
     pub(super) steps_flooded: u64,
+    /// Step markers of ranks the recorder did not follow apart, and how many ranks.
+    pub(super) steps_unfollowed: u64,
+    pub(super) ranks_unfollowed: u64,
+    /// `steps` lines of ranks beyond the first [`crate::sample::steps::MAX_RANKS`] here.
+    pub(super) rank_lines_over_cap: u64,
     /// Processes beyond [`MAX_PROCESSES`].
     pub(super) procs_over_cap: u64,
     /// GPU samples of GPUs beyond the first [`MAX_GPUS`].
@@ -78,6 +83,24 @@ impl Impossible {
                 "{} step markers arrived faster than the recorder could fold them (a flood: more than {} waiting at once) and were not counted: the step rate covers the rest",
                 self.steps_flooded,
                 crate::sample::steps::MAX_KEPT_MARKS
+            ));
+        }
+        if self.steps_unfollowed > 0 {
+            out.push(format!(
+                "{BOUND_PREFIX}{} step markers of {}{} ranks beyond the first {} were counted, not \
+                 followed (a node runs dozens of ranks: check the RANK each process sends)",
+                self.steps_unfollowed,
+                if self.ranks_unfollowed >= crate::sample::steps::MAX_RANKS_COUNTED as u64 { "at least " } else { "" },
+                self.ranks_unfollowed,
+                crate::sample::steps::MAX_RANKS
+            ));
+        }
+        if self.rank_lines_over_cap > 0 {
+            out.push(format!(
+                "{BOUND_PREFIX}{} step lines of ranks beyond the first {} count in the job's step \
+                 rate only, not rank by rank",
+                self.rank_lines_over_cap,
+                crate::sample::steps::MAX_RANKS
             ));
         }
         if self.backwards > 0 {

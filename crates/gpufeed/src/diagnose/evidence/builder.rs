@@ -95,6 +95,10 @@ impl EvidenceBuilder {
                     (self.impossible.steps_dropped).saturating_add(e.steps_dropped.unwrap_or(0));
                 self.impossible.steps_flooded =
                     (self.impossible.steps_flooded).saturating_add(e.steps_flooded.unwrap_or(0));
+                self.impossible.steps_unfollowed = (self.impossible.steps_unfollowed)
+                    .saturating_add(e.steps_unfollowed.unwrap_or(0));
+                self.impossible.ranks_unfollowed = (self.impossible.ranks_unfollowed)
+                    .saturating_add(e.ranks_unfollowed.unwrap_or(0));
             }
             Line::PyStatus(_) | Line::PyFrame(_) | Line::PyStack(_) => self.py.push(line),
             Line::PySamples(s) => {
@@ -451,6 +455,7 @@ impl EvidenceBuilder {
         };
 
         let job = self.finish_job(header, duration_s);
+        self.impossible.rank_lines_over_cap = self.steps.rank_lines_over_cap();
         let mut warnings = self.impossible.warnings(duration_s);
         warnings.extend(self.py.bound_warning());
         let mut python = std::mem::take(&mut self.py).finish(header, &job);
@@ -588,6 +593,19 @@ impl EvidenceBuilder {
                 if c.len() >= 2 {
                     ranks.extend(c.into_iter().map(|c| (u32::MAX, c)));
                 }
+            }
+        }
+        if ranks.is_empty() {
+            // Ranks with no rank variables and no launcher (`mp.spawn`, `multiprocessing`):
+            // two or more processes that each run the training loop.
+            let training = self.py.training_pids();
+            if training.len() >= 2 {
+                ranks.extend(
+                    training
+                        .into_iter()
+                        .filter(|p| self.procs.contains_key(p))
+                        .map(|p| (u32::MAX, p)),
+                );
             }
         }
         ranks.sort_unstable();

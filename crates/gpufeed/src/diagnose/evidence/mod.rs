@@ -16,8 +16,9 @@ mod types;
 pub use builder::EvidenceBuilder;
 pub(crate) use python::NATIVE_UNDER;
 pub use python::{
-    Hotspot, PhasesPct, PyMain, PythonEvidence, RankLoop, SlowRank, StepEvidence, SyncSite,
-    WorkerStartStop, SLOW_RANK_GAP_PCT, SLOW_RANK_MIN_PCT,
+    CheckpointSaves, HostCall, Hotspot, LoopSite, PhaseCode, PhasesPct, PyMain, PythonEvidence,
+    RankLoop, SlowRank, StepEvidence, SyncSite, WorkerStartStop, SLOW_RANK_GAP_PCT,
+    SLOW_RANK_MIN_PCT,
 };
 pub use types::{
     Evidence, GpuEvidence, GpuState, GpuVerdict, HostEvidence, JobEvidence, NoGpu, Origin,

@@ -22,6 +22,10 @@ use crate::sample::pystacks::PyStatus;
 use crate::sample::ranks::RankEnv;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+mod loopcode;
+
+/// Backward and optimizer samples from which a process runs a training loop of its own.
+pub(crate) const MIN_RANK_STEP_SAMPLES: u64 = 5;
 /// Training-thread samples under which no phase split is given.
 pub(crate) const MIN_MAIN_SAMPLES: u64 = 20;
 /// Stages kept in the evidence (presenters show five).
@@ -41,8 +45,10 @@ pub(crate) struct StepAcc {
     any: bool,
     /// Per line: end time, steps, span and wait (`NaN` when not reported).
     lines: Vec<[f64; 4]>,
-    /// Steps and seconds per rank.
+    /// Steps and seconds per rank (at most [`crate::sample::steps::MAX_RANKS`] ranks).
     by_rank: BTreeMap<u32, (u64, f64)>,
+    /// Lines of ranks beyond those, counted in the totals only.
+    rank_lines_over_cap: u64,
 }
 
 impl StepAcc {
@@ -59,9 +65,14 @@ impl StepAcc {
         self.steps += s.steps;
         self.span_s += s.span_s;
         if let Some(r) = s.rank {
-            let e = self.by_rank.entry(r).or_default();
-            e.0 += s.steps;
-            e.1 += s.span_s;
+            if self.by_rank.len() < crate::sample::steps::MAX_RANKS || self.by_rank.contains_key(&r)
+            {
+                let e = self.by_rank.entry(r).or_default();
+                e.0 += s.steps;
+                e.1 += s.span_s;
+            } else {
+                self.rank_lines_over_cap += 1;
+            }
         }
         self.wait_s = self.wait_s.zip(s.wait_s).map(|(a, b)| a + b);
         self.items = self.items.zip(s.items).map(|(a, b)| a + b);
@@ -82,6 +93,11 @@ impl StepAcc {
                 })
                 .collect();
         }
+    }
+
+    /// `steps` lines of ranks beyond the first [`crate::sample::steps::MAX_RANKS`].
+    pub(crate) fn rank_lines_over_cap(&self) -> u64 {
+        self.rank_lines_over_cap
     }
 
     /// The steady part's rate, its interval, the warm-up cut and the steady data wait.
@@ -203,6 +219,71 @@ fn runq_share(t: &crate::sample::event::PyThreadCounts) -> Option<f64> {
 }
 
 impl ThreadTotals {
+    /// An interval of this thread: its phase counts, its `[stack, samples, idle]` counts and
+    /// its `(end, length)`, into the loop window. `kept` gives a sample's stack id as kept,
+    /// `other` whether a kept stack is outside the loop's phases.
+    fn add_interval(
+        &mut self,
+        mut interval: [u64; Phase::ALL.len()],
+        stacks: &[[u64; 3]],
+        (t_s, dt_s): (f64, f64),
+        kept: impl Fn(u64) -> u32,
+        other: impl Fn(u32) -> bool,
+    ) {
+        let loop_here = interval[..Phase::LOOP].iter().any(|n| *n > 0);
+        let any = interval.iter().any(|n| *n > 0);
+        // The interval the loop starts in, after intervals of start-up, also holds the end of
+        // that start-up (imports, building the model and optimizer): its samples outside the
+        // loop's phases are not the loop's. (A window that opens inside the loop, as `watch`'s
+        // does, has no start-up before it.)
+        let starts = loop_here && !self.in_loop && self.before_loop;
+        if !loop_here && !self.in_loop && any {
+            self.before_loop = true;
+        }
+        if starts {
+            interval[Phase::Other.index()] = 0;
+        }
+        let ckpt = interval[Phase::CheckpointIo.index()] > 0;
+        if ckpt && !self.in_ckpt {
+            self.ckpt_runs += 1;
+        }
+        if ckpt || any {
+            self.in_ckpt = ckpt;
+        }
+        if loop_here || self.in_loop {
+            let into = if loop_here {
+                for (sid, n) in self.win_pending.drain() {
+                    *self.win.entry(sid).or_default() += n;
+                }
+                &mut self.win
+            } else {
+                &mut self.win_pending
+            };
+            for [sid, n, _] in stacks {
+                let sid = kept(*sid);
+                if !(starts && other(sid)) {
+                    *into.entry(sid).or_default() += n;
+                }
+            }
+        }
+        if loop_here {
+            for (i, n) in interval.iter().enumerate() {
+                self.phases[i] += self.pending[i] + n;
+            }
+            self.pending = [0; Phase::ALL.len()];
+            self.in_loop = true;
+            if t_s.is_finite() {
+                let dt = if dt_s.is_finite() { dt_s.max(0.0) } else { 0.0 };
+                let first = self.loop_span.map_or(t_s - dt, |(a, _)| a);
+                self.loop_span = Some((first, t_s));
+            }
+        } else if self.in_loop {
+            for (p, n) in self.pending.iter_mut().zip(interval) {
+                *p += n;
+            }
+        }
+    }
+
     /// An interval's `[stack id, running samples without the GIL]`.
     fn add_gil_free(&mut self, gil_free: &[[u64; 2]]) {
         for [sid, n] in gil_free {
@@ -226,12 +307,21 @@ struct ThreadTotals {
     gil_free: HashMap<u32, u64>,
     /// Phase counts over the loop window: from the first interval with a training-loop sample
     /// to the last one (start-up imports and teardown are not the loop).
-    phases: [u64; 7],
+    phases: [u64; Phase::ALL.len()],
     /// Counts of intervals after the last one with a loop sample, added once another comes.
-    pending: [u64; 7],
+    pending: [u64; Phase::ALL.len()],
     in_loop: bool,
     /// The loop window's wall time: the start of its first interval and the end of its last.
     loop_span: Option<(f64, f64)>,
+    /// Per stack: its samples over the loop window (as `phases`), which name the loop's code.
+    win: HashMap<u32, u64>,
+    /// Per stack: samples of intervals after the last one with a loop sample (as `pending`).
+    win_pending: HashMap<u32, u64>,
+    /// Runs of consecutive intervals with checkpoint samples: the saves seen.
+    ckpt_runs: u64,
+    in_ckpt: bool,
+    /// An interval with samples but no loop sample came before the loop: start-up.
+    before_loop: bool,
 }
 
 /// Streams a recording's Python lines; bounded by the distinct frames and stacks.
@@ -302,7 +392,7 @@ impl PyAcc {
                 for t in &s.threads {
                     // Phases are classified here from the stacks (the recorded counts are for
                     // other readers): a better classifier then serves old recordings too.
-                    let mut interval = [0u64; 7];
+                    let mut interval = [0u64; Phase::ALL.len()];
                     for [sid, n, _] in &t.stacks {
                         let sid = self.kept_stack(*sid);
                         let phase = match self.phase_of.get(&sid) {
@@ -347,27 +437,14 @@ impl PyAcc {
                             *acc.runq.entry(sid).or_default() += active * f;
                         }
                     }
-                    let loop_here = interval[..6].iter().any(|n| *n > 0);
-                    if loop_here {
-                        for (i, n) in interval.iter().enumerate() {
-                            acc.phases[i] += acc.pending[i] + n;
-                        }
-                        acc.pending = [0; 7];
-                        acc.in_loop = true;
-                        if s.t_s.is_finite() {
-                            let dt = if s.dt_s.is_finite() {
-                                s.dt_s.max(0.0)
-                            } else {
-                                0.0
-                            };
-                            let first = acc.loop_span.map_or(s.t_s - dt, |(a, _)| a);
-                            acc.loop_span = Some((first, s.t_s));
-                        }
-                    } else if acc.in_loop {
-                        for (p, n) in acc.pending.iter_mut().zip(interval) {
-                            *p += n;
-                        }
-                    }
+                    let (stacks, phase_of) = (&self.stacks, &self.phase_of);
+                    let kept = |sid: u64| match u32::try_from(sid) {
+                        Ok(id) if stacks.contains_key(&id) => id,
+                        _ => OTHER_STACK,
+                    };
+                    let other =
+                        |sid: u32| matches!(phase_of.get(&sid), Some(Some(Phase::Other)) | None);
+                    acc.add_interval(interval, &t.stacks, (s.t_s, s.dt_s), kept, other);
                 }
             }
             _ => {}
@@ -392,6 +469,35 @@ impl PyAcc {
                 self.over_cap
             )
         })
+    }
+
+    /// The processes that run a training loop themselves, by pid: some thread of theirs ran
+    /// [`MIN_RANK_STEP_SAMPLES`] samples of backward passes or optimizer steps, and none of
+    /// their stacks is a DataLoader worker's loop. Ranks started without rank variables
+    /// (`torch.multiprocessing.spawn`, `multiprocessing.Process`, Lightning's `ddp_spawn`)
+    /// are told from DataLoader workers this way: by what they do, not by who started them.
+    pub(crate) fn training_pids(&self) -> Vec<u32> {
+        let step = |t: &ThreadTotals| {
+            t.phases[Phase::Backward.index()] + t.phases[Phase::Optimizer.index()]
+        };
+        let mut pids: BTreeSet<u32> = self
+            .threads
+            .iter()
+            .filter(|(_, t)| step(t) >= MIN_RANK_STEP_SAMPLES)
+            .map(|((pid, _), _)| *pid)
+            .collect();
+        pids.retain(|pid| {
+            !self
+                .threads
+                .range((*pid, 0)..=(*pid, u64::MAX))
+                .any(|(_, t)| {
+                    t.stacks.keys().any(|sid| {
+                        self.frame_refs(*sid)
+                            .is_some_and(|f| f.iter().any(crate::sample::pyphase::is_worker_loop))
+                    })
+                })
+        });
+        pids.into_iter().collect()
     }
 
     /// The processes recorded as starting a rank, with their rank variables.
@@ -455,6 +561,25 @@ impl PyAcc {
             let key = (m.main.pid, m.main.tid);
             self.worker_start_stop(key, &self.threads[&key], m.main.samples, nominal_s)
         });
+        let code = main.as_ref().map(|m| {
+            let key = (m.main.pid, m.main.tid);
+            let t = &self.threads[&key];
+            let loop_s = t
+                .loop_span
+                .map(|(a, b)| b - a)
+                .filter(|s| *s > 0.0)
+                .unwrap_or_else(|| m.main.samples as f64 * self.period_s(key.0, nominal_s));
+            self.loop_code(key.0, t, m.main.samples, loop_s)
+        });
+        let no_loop_sites = if main.is_none() && job.rank_pids.is_empty() {
+            self.no_loop_sites(job)
+        } else {
+            Vec::new()
+        };
+        let (loop_code, host_calls, checkpoint_saves) = match code {
+            Some(c) => (c.phases, c.host_calls, c.checkpoint_saves),
+            None => (Vec::new(), Vec::new(), None),
+        };
         let (main, data_wait_pct, data_in_main_pct, sync_sites) = match main {
             Some(m) => (
                 Some(m.main),
@@ -479,12 +604,30 @@ impl PyAcc {
             data_io_pct: (data.total_s > 0.0)
                 .then(|| crate::units::r1(data.io_s * 100.0 / data.total_s)),
             sync_sites,
+            loop_code,
+            host_calls,
+            checkpoint_saves,
+            no_loop_sites,
             worker_start_stop,
             ranks,
             slow_rank,
             ranks_unread,
             detail,
         })
+    }
+
+    /// No training loop at all (a script that only preprocesses): where the main thread's time
+    /// goes instead; empty when it ran any loop phase or has too few samples.
+    fn no_loop_sites(&self, job: &JobEvidence) -> Vec<LoopSite> {
+        let Some(((pid, _), t)) = self.main_thread(job) else {
+            return Vec::new();
+        };
+        let n: u64 = t.stacks.values().map(|c| c.0).sum();
+        if n < MIN_MAIN_SAMPLES || t.phases[..Phase::LOOP].iter().any(|n| *n > 0) {
+            return Vec::new();
+        }
+        let stacks = t.stacks.iter().map(|(sid, c)| (*sid, c.0));
+        self.hot_sites(pid, t, stacks, n).0
     }
 
     /// Each rank's training-thread loop, sorted by data wait, and the ranks that have none (not
@@ -547,7 +690,7 @@ impl PyAcc {
             .range((pid, 0)..=(pid, u64::MAX))
             .max_by_key(|((_, tid), t)| {
                 (
-                    t.phases[..6].iter().sum::<u64>(),
+                    t.phases[..Phase::LOOP].iter().sum::<u64>(),
                     *tid == pid as u64,
                     t.phases.iter().sum::<u64>(),
                 )
@@ -589,7 +732,7 @@ impl PyAcc {
         let loop_samples = |pid: u32| -> u64 {
             self.threads
                 .range((pid, 0)..=(pid, u64::MAX))
-                .map(|(_, t)| t.phases[..6].iter().sum::<u64>())
+                .map(|(_, t)| t.phases[..Phase::LOOP].iter().sum::<u64>())
                 .max()
                 .unwrap_or(0)
         };
@@ -1366,6 +1509,10 @@ mod tests {
             loader_busy_pct: None,
             data_io_pct: None,
             sync_sites: vec![],
+            loop_code: vec![],
+            host_calls: vec![],
+            checkpoint_saves: None,
+            no_loop_sites: vec![],
             worker_start_stop: None,
             ranks: vec![],
             slow_rank: None,

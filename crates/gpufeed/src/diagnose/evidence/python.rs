@@ -15,6 +15,9 @@ pub struct PhasesPct {
     pub optimizer: f64,
     pub sync: f64,
     pub checkpoint_io: f64,
+    /// An evaluation loop run from the training loop (absent in reports of older versions).
+    #[serde(default)]
+    pub evaluation: f64,
     pub other: f64,
 }
 
@@ -27,11 +30,12 @@ impl PhasesPct {
             Phase::Optimizer => self.optimizer,
             Phase::Sync => self.sync,
             Phase::CheckpointIo => self.checkpoint_io,
+            Phase::Evaluation => self.evaluation,
             Phase::Other => self.other,
         }
     }
 
-    pub(super) fn from_counts(c: &[u64; 7]) -> Self {
+    pub(super) fn from_counts(c: &[u64; Phase::ALL.len()]) -> Self {
         let n: u64 = c.iter().sum();
         let pct = |p: Phase| {
             if n == 0 {
@@ -47,6 +51,7 @@ impl PhasesPct {
             optimizer: pct(Phase::Optimizer),
             sync: pct(Phase::Sync),
             checkpoint_io: pct(Phase::CheckpointIo),
+            evaluation: pct(Phase::Evaluation),
             other: pct(Phase::Other),
         }
     }
@@ -145,10 +150,7 @@ impl Hotspot {
 
     /// Where the stage is, as a report says it: `file:line` with the file's name only.
     pub(crate) fn at(&self) -> String {
-        let file = std::path::Path::new(&self.file)
-            .file_name()
-            .map_or_else(|| self.file.clone(), |f| f.to_string_lossy().into_owned());
-        format!("{file}:{}", self.line)
+        short_at(&self.file, self.line)
     }
 }
 
@@ -220,6 +222,121 @@ pub struct WorkerStartStop {
     pub loop_seconds: f64,
 }
 
+/// One of the user's functions where a share of the training loop goes: the innermost frame in
+/// the user's own files of the stacks it stands for, at its most frequent line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoopSite {
+    /// The function (a comprehension or lambda is named with the function it runs in:
+    /// `<listcomp> in compute_metrics`).
+    pub function: String,
+    pub file: String,
+    pub line: i32,
+    /// The source at `line`, when the recording has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// Where the time is spent inside a library: the library function that line calls
+    /// (`torch.serialization.save`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calls: Option<String>,
+    /// Share of the training loop's samples.
+    pub pct: f64,
+    /// Percent of its samples running without the GIL (native code under that line), where
+    /// the recording read the GIL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native_pct: Option<f64>,
+}
+
+impl LoopSite {
+    /// Where it is, as a report says it: `file:line` with the file's name only.
+    pub(crate) fn at(&self) -> String {
+        short_at(&self.file, self.line)
+    }
+
+    /// The site as a report names it: `native code under f` where at least half of its samples
+    /// ran without the GIL in code its line calls directly (no library's Python beneath it).
+    pub(crate) fn name(&self) -> String {
+        if self.calls.is_none() && self.native_pct.is_some_and(|p| p >= NATIVE_STAGE_PCT) {
+            format!("{NATIVE_UNDER}{}", self.function)
+        } else {
+            self.function.clone()
+        }
+    }
+}
+
+/// `file:line` with the file's name only.
+pub(crate) fn short_at(file: &str, line: i32) -> String {
+    let name = std::path::Path::new(file)
+        .file_name()
+        .map_or_else(|| file.to_string(), |f| f.to_string_lossy().into_owned());
+    format!("{name}:{line}")
+}
+
+/// A phase of the training loop that is not forward, backward or the optimizer, and the user's
+/// functions its time goes to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PhaseCode {
+    pub phase: Phase,
+    /// The phase's share of the loop.
+    pub pct: f64,
+    /// Its hottest functions in the user's files, heaviest first (at most five).
+    pub sites: Vec<LoopSite>,
+    /// The share of the loop in the phase's other functions, summed, and how many they are.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rest_pct: f64,
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub rest_functions: u32,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+
+fn is_zero_u32(x: &u32) -> bool {
+    *x == 0
+}
+
+/// A call the training loop makes that keeps it on the host: what the loop's own code calls
+/// (a function of the user's, or a library function called on the loop's line), the cause it
+/// stands for and its share of the loop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostCall {
+    pub cause: crate::finding::HostCause,
+    /// The user's function the loop calls (`load_batch`), or the library function the loop's
+    /// line calls (`torch.serialization.save`).
+    pub function: String,
+    /// Whether `function` is library code (the fix is then said at the loop's line).
+    pub library: bool,
+    /// The loop's line that makes the call, and its source.
+    pub at_file: String,
+    pub at_line: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_code: Option<String>,
+    /// Share of the training loop's samples.
+    pub pct: f64,
+    /// Seconds of the loop's wall time it stands for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
+    /// What was seen under it that the fix names: `tqdm` (a progress bar), `logging`, `print`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uses: Vec<String>,
+}
+
+impl HostCall {
+    /// Where the loop calls it: `file:line`.
+    pub(crate) fn at(&self) -> String {
+        short_at(&self.at_file, self.at_line)
+    }
+}
+
+/// The checkpoints the training thread saved: runs of consecutive readings with checkpoint
+/// samples (saves closer together than one reading count as one, so a lower bound).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointSaves {
+    pub saves: u64,
+    /// Seconds of the loop in checkpointing, over the saves.
+    pub s_per_save: f64,
+}
+
 /// What the Python stacks say (the `python` object of run/diagnose JSON).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PythonEvidence {
@@ -243,6 +360,20 @@ pub struct PythonEvidence {
     pub data_io_pct: Option<f64>,
     /// Where the training thread synchronises, most frequent first.
     pub sync_sites: Vec<SyncSite>,
+    /// Each phase of 10% or more of the loop other than forward, backward and the optimizer,
+    /// with the user's functions its time goes to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loop_code: Vec<PhaseCode>,
+    /// What the training loop calls that keeps it on the host, heaviest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_calls: Vec<HostCall>,
+    /// The checkpoints saved, when the loop was seen saving.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_saves: Option<CheckpointSaves>,
+    /// The loop ran no training step (no backward pass or optimizer step was seen): the
+    /// job's main thread's hottest functions in the user's files, when it has no loop.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub no_loop_sites: Vec<LoopSite>,
     /// The training thread's time starting and stopping DataLoader worker processes, when it
     /// was seen doing so (absent otherwise: a loop without workers, or none caught).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -7,6 +7,7 @@
 pub(crate) mod balance;
 pub(crate) mod capacity;
 pub(crate) mod gpus;
+pub(crate) mod host;
 pub(crate) mod input;
 pub(crate) mod pcie;
 pub(crate) mod stacks;
@@ -29,6 +30,7 @@ pub const ALL: &[Rule] = &[
     capacity::batch_too_small,
     balance::gpu_imbalance,
     stacks::sync_bound,
+    host::host_bound,
     stacks::slow_rank,
     gpus::gpu_unused,
     gpus::compute_bound,

@@ -129,7 +129,7 @@ pub(crate) fn loading_waits(e: &Evidence, p: &PythonEvidence) -> bool {
         || e.job.d_state_time_fraction.is_some_and(|f| f >= 0.2)
 }
 
-fn cores(e: &Evidence) -> u32 {
+pub(crate) fn cores(e: &Evidence) -> u32 {
     e.cores_per_gpu()
         .map(|c| c.floor() as u32)
         .or(e.host.cpus_allowed)
@@ -905,6 +905,10 @@ mod tests {
             loader_busy_pct: None,
             data_io_pct: Some(2.0),
             sync_sites: vec![],
+            loop_code: vec![],
+            host_calls: vec![],
+            checkpoint_saves: None,
+            no_loop_sites: vec![],
             worker_start_stop: None,
             ranks: vec![],
             slow_rank: None,
