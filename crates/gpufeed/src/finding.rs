@@ -128,6 +128,11 @@ pub struct Finding {
     /// `(FindingId, Kind)`). Not serialised: the evidence carries it as `kind` and `source`.
     #[serde(skip)]
     pub kind: Option<Kind>,
+    /// The code or command that applies the fix (a `DataLoader(...)` call), for reports to show
+    /// on a line of its own that people copy; the recommendation says it in its sentence too.
+    /// Not serialised: the recommendation carries it.
+    #[serde(skip)]
+    pub apply: Option<String>,
 }
 
 /// What a finding is about beyond its id. Set with [`Finding::kind`], which also writes the
@@ -295,6 +300,7 @@ impl Finding {
             expected_speedup: None,
             basis: Basis::None,
             kind: None,
+            apply: None,
         }
     }
 
@@ -332,6 +338,12 @@ impl Finding {
 
     pub(crate) fn recommend(mut self, text: impl Into<String>) -> Self {
         self.recommendation = text.into();
+        self
+    }
+
+    /// The code that applies the fix, as the recommendation writes it.
+    pub(crate) fn apply(mut self, code: impl Into<String>) -> Self {
+        self.apply = Some(code.into());
         self
     }
 

@@ -71,6 +71,33 @@ pub struct DiagnoseReport {
     pub phases: Vec<phases::Phase>,
 }
 
+/// The training loop's data wait as every report gives it, and where it comes from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DataWait {
+    /// Share of the loop's time waiting for its next batch, in percent.
+    pub pct: f64,
+    pub source: crate::finding::WaitSource,
+}
+
+impl DiagnoseReport {
+    /// The one data wait a report prints (verdict, key figures, the loop's phases): the job's
+    /// step markers' when they sent waits (every step timed, as the verdict takes it), else the
+    /// Python stacks' estimate; `None` when neither measured it.
+    pub fn data_wait(&self) -> Option<DataWait> {
+        use crate::finding::WaitSource;
+        match self.steps.as_ref().and_then(|s| s.data_wait_pct) {
+            Some(pct) => Some(DataWait {
+                pct,
+                source: WaitSource::StepProbe,
+            }),
+            None => self.python.as_ref()?.data_wait_pct.map(|pct| DataWait {
+                pct,
+                source: WaitSource::PythonStacks,
+            }),
+        }
+    }
+}
+
 /// Why a file could not be diagnosed; every variant is bad input (exit code 3).
 #[derive(Debug, thiserror::Error)]
 pub enum DiagnoseError {
@@ -216,13 +243,7 @@ fn stack_notes(e: &Evidence) -> Vec<String> {
         return out;
     };
     if source == crate::finding::WaitSource::StepProbe {
-        out.push(format!(
-            "Data wait {wait:.0}% is from the job's step markers (exact, per step), used over \
-             the Python stacks' estimate{}.",
-            p.data_wait_pct
-                .map(|s| format!(" ({s:.0}%)"))
-                .unwrap_or_default()
-        ));
+        out.push(wait_source_note(e, wait, p));
     }
     if let Some(b) = rules::stacks::gpu_overlaps_wait(e) {
         if wait >= rules::stacks::DATA_WAIT_PCT {
@@ -241,6 +262,51 @@ fn stack_notes(e: &Evidence) -> Vec<String> {
         ));
     }
     out
+}
+
+/// Which data wait the reports give when the step markers measured one, and, when the stacks'
+/// estimate is another figure, why: said once, so that the report's one figure is not read
+/// against a second one.
+fn wait_source_note(e: &Evidence, wait: f64, p: &evidence::PythonEvidence) -> String {
+    use crate::units::{duration, plural};
+    let head = format!("Data wait {wait:.0}% is from the job's step markers (every step timed)");
+    let Some(stacks) = p.data_wait_pct.filter(|s| (s - wait).abs() >= 1.0) else {
+        return format!("{head}; the Python stacks agree.");
+    };
+    // The stacks sample the training thread for as long as it is recorded; the markers time
+    // only the steps. A loop that is a part of the recording (start-up, a notebook cell's other
+    // code) dilutes the stacks' share: a loop waiting 99% of its steps read 47% in the stacks.
+    let steps = e.steps.as_ref();
+    let span = steps.and_then(|s| {
+        let rate = s.steps_per_s.filter(|r| *r > 0.0)?;
+        Some((s.steps, s.steps as f64 / rate))
+    });
+    let sampled = p
+        .main
+        .as_ref()
+        .zip(p.rate_hz.filter(|r| *r > 0.0))
+        .map(|(m, r)| m.samples as f64 / r);
+    let why = match (span, sampled) {
+        (Some((n, span)), Some(sampled)) if stacks < wait && span < 0.9 * sampled => format!(
+            "they sample the training thread for all {} it was recorded, time outside the {} \
+             ({}) included",
+            duration(sampled),
+            plural(n as usize, "timed step", "timed steps"),
+            duration(span)
+        ),
+        _ => {
+            return format!(
+                "{head}; the Python stacks' {stacks:.0}% is an estimate from {} of the training \
+                 thread, where the markers time every step.",
+                plural(
+                    p.main.as_ref().map_or(0, |m| m.samples) as usize,
+                    "sample",
+                    "samples"
+                )
+            )
+        }
+    };
+    format!("{head}; the Python stacks' {stacks:.0}% is lower because {why}.")
 }
 
 /// Caveats worth telling people next to the findings.

@@ -251,6 +251,11 @@ pub(crate) fn evidence_item(i: &Item) -> String {
     format!("{} {}{}", i.label(), evidence_value(i), i.unit().tail())
 }
 
+/// The deciding figures shown beside the top fix (those its own text says left out).
+pub(crate) fn top_fix_measured(top: &Finding) -> String {
+    evidence_list(top, false, stated_by_fix(top))
+}
+
 /// The deciding entries of a finding as a short named list, or all of them with `all`; keys in
 /// `skip` (already said) are left out.
 fn evidence_list(f: &Finding, all: bool, skip: &[ItemKey]) -> String {
@@ -537,7 +542,7 @@ fn text(r: &DiagnoseReport, opts: TextOptions) -> String {
         }
     }
     if let Some(p) = &r.python {
-        let block = loop_text(p, &r.job, opts.color);
+        let block = loop_text(r, p, &r.job, opts.color);
         if !block.is_empty() {
             o.push('\n');
             o.push_str(&block);
@@ -770,6 +775,50 @@ fn notes_text(o: &mut String, r: &DiagnoseReport, opts: TextOptions) {
     }
 }
 
+/// The training loop's phases as a report shows them, and whether the data wait is the step
+/// markers' rather than the stacks' own share. Every place that prints a data wait prints the
+/// report's one figure ([`DiagnoseReport::data_wait`]): where the markers measured it and the
+/// stacks' share differs, the phases give the markers' wait and split the rest of the loop's
+/// time as the stack samples split theirs (the diagnosis's note says why the two differ).
+pub(crate) fn loop_phases(r: &DiagnoseReport, stacks: &PhasesPct) -> (PhasesPct, bool) {
+    let Some(w) = r
+        .data_wait()
+        .filter(|w| w.source == crate::finding::WaitSource::StepProbe)
+        .map(|w| w.pct.clamp(0.0, 100.0))
+        .filter(|w| (w - stacks.data_wait).abs() >= 0.05)
+    else {
+        return (stacks.clone(), false);
+    };
+    let rest = 100.0 - stacks.data_wait;
+    let mut p = if rest > 0.0 {
+        let k = (100.0 - w) / rest;
+        PhasesPct {
+            data_wait: w,
+            forward: stacks.forward * k,
+            backward: stacks.backward * k,
+            optimizer: stacks.optimizer * k,
+            sync: stacks.sync * k,
+            checkpoint_io: stacks.checkpoint_io * k,
+            evaluation: stacks.evaluation * k,
+            other: stacks.other * k,
+        }
+    } else {
+        // The stacks saw nothing but the wait: the rest is not placed.
+        PhasesPct {
+            data_wait: w,
+            other: 100.0 - w,
+            ..Default::default()
+        }
+    };
+    p.data_wait = w;
+    (p, true)
+}
+
+/// The caption of a phase split whose data wait is the step markers'.
+pub(crate) const PHASES_FROM_MARKERS: &str =
+    "data wait from the step markers, the rest of the loop's time split as the stack samples \
+     split theirs; a note says why the stacks' own share differs";
+
 /// Hot stages shown in reports.
 pub const HOTSPOTS_SHOWN: usize = 5;
 
@@ -920,8 +969,29 @@ fn ranks_text(p: &PythonEvidence) -> String {
     o
 }
 
+/// The loop's phase shares (with the report's one data wait) and their bar.
+fn phases_text(r: &DiagnoseReport, stacks: &PhasesPct, color: bool) -> String {
+    let mut o = String::new();
+    let (phases, from_markers) = loop_phases(r, stacks);
+    let parts: Vec<String> = phase_list(&phases)
+        .into_iter()
+        .filter(|(_, v)| *v > 0.0)
+        .map(|(n, v)| phase_share(n, v))
+        .collect();
+    let _ = writeln!(o, "  {}", parts.join("  "));
+    if from_markers {
+        let _ = writeln!(o, "  ({PHASES_FROM_MARKERS})");
+    }
+    let _ = writeln!(
+        o,
+        "  {}  D data_wait F forward B backward O optimizer S sync C checkpoint E evaluation",
+        paint(&phase_bar(&phases), "36", color)
+    );
+    o
+}
+
 /// The "training loop" block of the text report.
-fn loop_text(p: &PythonEvidence, job: &JobEvidence, color: bool) -> String {
+fn loop_text(r: &DiagnoseReport, p: &PythonEvidence, job: &JobEvidence, color: bool) -> String {
     let mut o = String::new();
     match p.status {
         PyStatus::Ok => {}
@@ -970,17 +1040,7 @@ fn loop_text(p: &PythonEvidence, job: &JobEvidence, color: bool) -> String {
             .map(|r| format!(" at {r:.0} Hz"))
             .unwrap_or_default()
     );
-    let parts: Vec<String> = phase_list(&m.phases_pct)
-        .into_iter()
-        .filter(|(_, v)| *v > 0.0)
-        .map(|(n, v)| phase_share(n, v))
-        .collect();
-    let _ = writeln!(o, "  {}", parts.join("  "));
-    let _ = writeln!(
-        o,
-        "  {}  D data_wait F forward B backward O optimizer S sync C checkpoint E evaluation",
-        paint(&phase_bar(&m.phases_pct), "36", color)
-    );
+    o.push_str(&phases_text(r, &m.phases_pct, color));
     for c in shown_loop_code(p) {
         let _ = writeln!(
             o,
@@ -1026,7 +1086,7 @@ fn loop_text(p: &PythonEvidence, job: &JobEvidence, color: bool) -> String {
 }
 
 /// The "training loop" section of the Markdown report.
-fn loop_markdown(p: &PythonEvidence) -> String {
+fn loop_markdown(r: &DiagnoseReport, p: &PythonEvidence) -> String {
     let mut o = String::new();
     if p.status == PyStatus::NotPython {
         return o;
@@ -1052,11 +1112,15 @@ fn loop_markdown(p: &PythonEvidence) -> String {
             md_cell(m.thread_name.as_deref().unwrap_or("?")),
             m.samples
         );
+        let (phases, from_markers) = loop_phases(r, &m.phases_pct);
         let _ = writeln!(o, "| phase | share |\n|---|---|");
-        for (n, v) in phase_list(&m.phases_pct) {
+        for (n, v) in phase_list(&phases) {
             let _ = writeln!(o, "| {n} | {v:.1}% |");
         }
         o.push('\n');
+        if from_markers {
+            let _ = writeln!(o, "({PHASES_FROM_MARKERS}.)\n");
+        }
         for c in shown_loop_code(p) {
             let _ = writeln!(
                 o,
@@ -1095,7 +1159,7 @@ fn loop_markdown(p: &PythonEvidence) -> String {
 
 /// The line shown when there are no findings: an unknown verdict never claims that nothing
 /// holds the GPU back (its summary says which data is missing).
-fn no_findings(r: &DiagnoseReport) -> &'static str {
+pub(crate) fn no_findings(r: &DiagnoseReport) -> &'static str {
     if r.verdict.id == VerdictId::Unknown {
         "No findings: this input cannot name a cause (the verdict says what data would)."
     } else if r.verdict.gpu_busy_fraction.is_none() {
@@ -1136,13 +1200,16 @@ fn markdown(r: &DiagnoseReport) -> String {
     );
     if let Some(top) = r.findings.first() {
         let _ = writeln!(o, "## Top fix\n\n{}\n", md_prose(&top.recommendation));
+        if let Some(code) = &top.apply {
+            let _ = writeln!(o, "```python\n{code}\n```\n");
+        }
         if let Some(x) = top.expected_speedup {
             let _ = writeln!(o, "Expected speed-up: up to **{x:.2}x**.\n");
         }
     }
     findings_markdown(&mut o, r);
     if let Some(p) = &r.python {
-        o.push_str(&loop_markdown(p));
+        o.push_str(&loop_markdown(r, p));
     }
     gpus_markdown(&mut o, r);
     if let Some(h) = host_line(r, &Said::default(), false) {

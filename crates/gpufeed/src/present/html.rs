@@ -1,7 +1,8 @@
 //! Self-contained HTML reports: inline SVG charts (see [`super::chart`]), inline CSS, no script,
-//! no network, no font files. One page per `run`/`diagnose` (verdict, GPU utilization over time,
-//! CPU per core as a heat strip, PCIe, findings with their fixes) or `analyze` (per-step stacked
-//! breakdown, devices, findings).
+//! no network, no font files. One page per `run`/`diagnose` (in the order it is read: verdict,
+//! top fix with the code that applies it, key figures, then the training loop, GPU utilization
+//! over time, CPU per core as a heat strip, PCIe, the other findings) or `analyze` (per-step
+//! stacked breakdown, devices, findings).
 
 use super::chart::{self, Buckets, ChartError};
 use crate::diagnose::verdict::VerdictId;
@@ -39,17 +40,49 @@ pub(crate) fn esc(s: &str) -> String {
     o
 }
 
-const STYLE: &str = "body{font-family:sans-serif;margin:24px auto;max-width:1140px;color:#222;background:#fff}\
-h1{font-size:24px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}\
-.meta{color:#666;font-size:13px}.verdict{font-size:18px;padding:12px 16px;border-radius:6px;margin:16px 0;border-left:6px solid}\
+/// Escapes a sentence and sets its `backquoted` spans (commands, code) as code.
+pub(crate) fn esc_code(s: &str) -> String {
+    if s.matches('`').count() % 2 != 0 {
+        return esc(s);
+    }
+    s.split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            if i % 2 == 1 {
+                format!("<code>{}</code>", esc(part))
+            } else {
+                esc(part)
+            }
+        })
+        .collect()
+}
+
+/// Fits a 900-pixel notebook frame with no horizontal scroll (charts scale down, long words
+/// wrap), and follows the reader's light or dark theme (JupyterLab, VS Code): the charts keep a
+/// light card of their own, as their colours are chosen for white.
+const STYLE: &str = ":root{color-scheme:light dark}*{box-sizing:border-box}\
+body{font-family:sans-serif;margin:0 auto;padding:16px;max-width:1140px;color:#222;background:#fff;overflow-wrap:anywhere}\
+h1{font-size:20px;margin:0 0 2px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}\
+.meta{color:#666;font-size:13px}.verdict{font-size:16px;padding:8px 12px;border-radius:6px;margin:10px 0;border-left:6px solid}\
 .bad{background:#fdecea;border-color:#d62728}.ok{background:#eaf7ea;border-color:#2ca02c}.unk{background:#fff8e1;border-color:#f0ad4e}\
+.topfix{border:2px solid #1f77b4;border-radius:6px;padding:8px 12px;margin:10px 0;background:#f4f8fb;font-size:15px;line-height:1.35}\
+.topfix h2{margin:0 0 4px;border:0;padding:0}.topfix p{margin:4px 0}.gain{font-size:15px;margin-left:8px;color:#1f6e3a}\
+summary{cursor:pointer}pre.apply::before{content:\"one click selects it\";float:right;margin-left:8px;font:11px sans-serif;color:#777}\
+pre.apply{margin:6px 0;padding:8px 10px;background:#fff;border:1px solid #9bbad6;border-radius:4px;white-space:pre-wrap;user-select:all;-webkit-user-select:all;cursor:copy;font-size:14px}\
+.figs{display:flex;flex-wrap:wrap;gap:8px;margin:12px 0;padding:0}.figs div{flex:1 1 180px;border:1px solid #ddd;border-radius:6px;padding:6px 10px}\
+.figs dt{font-size:12px;color:#666}.figs dd{margin:2px 0 0;font-size:17px;font-weight:bold}.figs dd small{font-weight:normal;font-size:12px;color:#666}\
 .finding{border:1px solid #ddd;border-radius:6px;padding:10px 14px;margin:10px 0}\
 .sev{display:inline-block;font-size:12px;font-weight:bold;padding:2px 6px;border-radius:4px;color:#fff;margin-right:8px}\
 .critical{background:#d62728}.warning{background:#e6890f}.info{background:#1f77b4}\
 .fix{background:#f4f8fb;border-left:4px solid #1f77b4;padding:6px 10px;margin:8px 0;white-space:pre-wrap}\
-table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}\
+table{border-collapse:collapse;font-size:13px;max-width:100%}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}\
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}.chart svg{max-width:100%;height:auto}\
-ul.notes{color:#555;font-size:14px}";
+ul.notes{color:#555;font-size:14px}.bar{display:flex;height:28px;width:100%;border:1px solid #ccc}\
+@media (prefers-color-scheme:dark){body{color:#ddd;background:#1e1e1e}.meta,.figs dt,.figs dd small{color:#aaa}\
+h2{border-color:#444}.bad{background:#3d2222}.ok{background:#1f3a24}.unk{background:#3d3520}\
+.topfix,.fix{background:#1b2a38}pre.apply{background:#111;border-color:#3d6a92}.gain{color:#7fd19a}\
+.finding,.figs div,td,th{border-color:#444}th{background:#2b2b2b}ul.notes{color:#bbb}\
+.chart svg{background:#fff;border-radius:4px}}";
 
 pub(crate) fn page(title: &str, body: &str) -> String {
     format!(
@@ -89,19 +122,26 @@ fn findings_html(findings: &[Finding]) -> String {
             let _ = write!(
                 s,
                 "<div class=\"fix\"><b>Fix:</b> {}</div>",
-                esc(&f.recommendation)
+                esc_code(&f.recommendation)
             );
         }
-        if !f.evidence.is_empty() {
-            s.push_str("<table><tr><th>evidence</th><th>value</th></tr>");
-            for i in &f.evidence {
-                // The text report's units: shares in %, rates in GB/s, times in s.
-                let v = crate::present::diagnose::evidence_value(i);
-                let _ = write!(s, "<tr><td>{}</td><td>{}</td></tr>", esc(i.name()), esc(&v));
-            }
-            s.push_str("</table>");
-        }
+        s.push_str(&evidence_table(f));
         s.push_str("</div>\n");
+    }
+    s
+}
+
+/// Every evidence figure of a finding, in the text report's units (shares in %, rates in GB/s,
+/// times in s).
+fn evidence_table(f: &Finding) -> String {
+    let mut s = String::new();
+    if !f.evidence.is_empty() {
+        s.push_str("<table><tr><th>evidence</th><th>value</th></tr>");
+        for i in &f.evidence {
+            let v = crate::present::diagnose::evidence_value(i);
+            let _ = write!(s, "<tr><td>{}</td><td>{}</td></tr>", esc(i.name()), esc(&v));
+        }
+        s.push_str("</table>");
     }
     s
 }
@@ -213,42 +253,43 @@ impl Sink for RecordingSeries {
 
 /// The "training loop" panel: the training thread's phase split as a stacked bar, and the
 /// slowest data-loading stages.
-fn loop_html(p: &crate::diagnose::evidence::PythonEvidence) -> String {
+fn loop_html(
+    r: &DiagnoseReport,
+    p: &crate::diagnose::evidence::PythonEvidence,
+    notes: &mut Vec<String>,
+) -> String {
     use crate::sample::pyphase::Phase;
     use crate::sample::pystacks::PyStatus;
     let mut s = String::new();
-    match p.status {
-        PyStatus::NotPython => return s,
-        PyStatus::Ok => {}
-        other => {
-            let _ = write!(
-                s,
-                "<h2>Training loop</h2><p>Python stacks not read ({}){}</p>",
-                esc(other.as_str()),
-                esc(&p
-                    .detail
-                    .as_ref()
-                    .map(|d| format!(": {d}"))
-                    .unwrap_or_default())
-            );
-            return s;
-        }
+    // Stacks that could not be read: the diagnosis's notes say why (no heading over nothing).
+    if p.status != PyStatus::Ok {
+        return s;
+    }
+    if p.main.is_none() && p.data_hotspots.is_empty() && p.no_loop_sites.is_empty() {
+        notes.push("Too few Python stack samples of the training thread to split its time.".into());
+        return s;
     }
     s.push_str("<h2>Training loop</h2>");
     if let Some(m) = &p.main {
+        let (phases, from_markers) = crate::present::diagnose::loop_phases(r, &m.phases_pct);
         let _ = write!(
             s,
             "<p class=\"meta\">Where the training thread's time goes, from {} Python stack samples \
-of pid {} (thread {}).</p><div style=\"display:flex;height:28px;width:{WIDTH}px;border:1px solid #ccc\">",
+of pid {} (thread {}){}.</p><div class=\"bar\">",
             m.samples,
             m.pid,
-            esc(m.thread_name.as_deref().unwrap_or("?"))
+            esc(m.thread_name.as_deref().unwrap_or("?")),
+            if from_markers {
+                format!("; {}", crate::present::diagnose::PHASES_FROM_MARKERS)
+            } else {
+                String::new()
+            }
         );
         const COLORS: [&str; Phase::ALL.len()] = [
             "#d9534f", "#5b8def", "#8e6bd8", "#3fa06b", "#e6a23c", "#777", "#17a2b8", "#ddd",
         ];
         for (i, ph) in Phase::ALL.iter().enumerate() {
-            let v = m.phases_pct.get(*ph);
+            let v = phases.get(*ph);
             if v <= 0.0 {
                 continue;
             }
@@ -265,7 +306,7 @@ of pid {} (thread {}).</p><div style=\"display:flex;height:28px;width:{WIDTH}px;
                 s,
                 "<tr><td>{}</td><td>{:.1}%</td></tr>",
                 ph.as_str(),
-                m.phases_pct.get(ph)
+                phases.get(ph)
             );
         }
         s.push_str("</table>");
@@ -377,8 +418,10 @@ fn verdict_class(id: VerdictId) -> &'static str {
     }
 }
 
-/// The page for a diagnosis (`run --html`, `diagnose --html`). `series` comes from the recording
-/// when there is one; logs fall back to the evidence's utilization timeline.
+/// The page for a diagnosis (`run --html`, `diagnose --html`), in the order people read it:
+/// the verdict, the top fix with the code that applies it, the key figures, then the charts and
+/// tables. `series` comes from the recording when there is one; logs fall back to the
+/// evidence's utilization timeline. A section with nothing to show is a line in the notes.
 pub(crate) fn diagnose_section(
     r: &DiagnoseReport,
     series: Option<&RecordingSeries>,
@@ -398,6 +441,9 @@ pub(crate) fn diagnose_section(
         r.verdict.confidence * 100.0,
         esc(&r.verdict.summary)
     );
+    s.push_str(&top_fix_html(r));
+    s.push_str(&key_figures_html(r));
+    let mut notes: Vec<String> = Vec::new();
     // one time axis for every chart of the recording, so that they line up
     let t_end = {
         let mut t = r.duration_s;
@@ -408,7 +454,10 @@ pub(crate) fn diagnose_section(
         }
         (t > 0.0).then_some(t)
     };
-    util_chart(&mut s, r, series, t_end)?;
+    util_chart(&mut s, &mut notes, r, series, t_end)?;
+    if let Some(p) = &r.python {
+        s.push_str(&loop_html(r, p, &mut notes));
+    }
     if let Some(se) = series {
         if !se.gpu_mem_gib.is_empty() {
             memory_chart(&mut s, r, se, t_end)?;
@@ -418,16 +467,14 @@ pub(crate) fn diagnose_section(
         }
         pcie_chart(&mut s, r, se, t_end)?;
     }
-    if let Some(p) = &r.python {
-        s.push_str(&loop_html(p));
-    }
     s.push_str(&process_table(r));
-    s.push_str("<h2>Findings and fixes</h2>");
-    if r.findings.is_empty() && r.verdict.id == VerdictId::Unknown {
+    let rest = r.findings.get(1..).unwrap_or(&[]);
+    if r.findings.is_empty() {
         // An unknown verdict never claims nothing is wrong: its summary names the missing data.
-        s.push_str("<p>No findings: this input cannot name a cause (the verdict says what data would).</p>");
-    } else {
-        s.push_str(&findings_html(&r.findings));
+        notes.push(crate::present::diagnose::no_findings(r).to_string());
+    } else if !rest.is_empty() {
+        s.push_str("<h2>Other findings and fixes</h2>");
+        s.push_str(&findings_html(rest));
     }
     if let Some(o) = series.and_then(|se| se.overrides.as_ref()) {
         s.push_str(&overrides_html(&o.overrides, &o.notes));
@@ -439,24 +486,122 @@ pub(crate) fn diagnose_section(
             s.push_str("</ul>");
         }
     }
-    if !r.notes.is_empty() {
+    notes.splice(0..0, r.notes.iter().cloned());
+    if !notes.is_empty() {
         s.push_str("<h2>Notes</h2><ul class=\"notes\">");
-        for n in &r.notes {
-            let _ = write!(s, "<li>{}</li>", esc(n));
+        for n in &notes {
+            let _ = write!(s, "<li>{}</li>", esc_code(n));
         }
         s.push_str("</ul>");
     }
     Ok(s)
 }
 
+/// The first finding's fix: what to change, what it is worth, the code that applies it on a
+/// line of its own (a click selects it whole, no script needed), and the figures it rests on.
+fn top_fix_html(r: &DiagnoseReport) -> String {
+    let Some(top) = r.findings.first() else {
+        return String::new();
+    };
+    let mut s = String::from("<section class=\"topfix\" id=\"top-fix\"><h2>Top fix");
+    if let Some(x) = top.expected_speedup {
+        let _ = write!(
+            s,
+            " <span class=\"gain\">up to {x:.2}x faster if fixed</span>"
+        );
+    }
+    s.push_str("</h2>");
+    // The verdict's sentence already says what its own finding's title says.
+    if r.verdict.finding != Some(top.id) {
+        let _ = write!(s, "<p><b>{}</b></p>", esc(&top.title));
+    }
+    let _ = write!(s, "<p>{}</p>", esc_code(&top.recommendation));
+    if let Some(code) = &top.apply {
+        let _ = write!(
+            s,
+            "<pre class=\"apply\" title=\"one click selects it whole: then copy\"><code>{}</code></pre>",
+            esc(code)
+        );
+    }
+    if !top.evidence.is_empty() {
+        let measured = crate::present::diagnose::top_fix_measured(top);
+        let _ = write!(
+            s,
+            "<details><summary class=\"meta\">{}every figure of <code>{}</code></summary>{}</details>",
+            if measured.is_empty() {
+                String::new()
+            } else {
+                format!("Measured: {}; ", esc(&measured))
+            },
+            esc(top.id.as_str()),
+            evidence_table(top)
+        );
+    }
+    s.push_str("</section>");
+    s
+}
+
+/// The few figures the verdict and the fix rest on: the data wait (the report's one figure,
+/// with its source), the step rate, the slowest loading stage with its line, the GPU's busy
+/// share. Nothing measured: nothing shown.
+fn key_figures_html(r: &DiagnoseReport) -> String {
+    use crate::finding::WaitSource;
+    let mut figs: Vec<(&str, String, String)> = Vec::new();
+    if let Some(w) = r.data_wait() {
+        let from = match w.source {
+            WaitSource::StepProbe => "from the step markers",
+            WaitSource::PythonStacks => "Python stacks' estimate",
+        };
+        figs.push(("data wait", format!("{:.0}%", w.pct), from.into()));
+    }
+    if let Some(st) = &r.steps {
+        if let Some(x) = st.steady_steps_per_s.or(st.steps_per_s) {
+            let per = st
+                .samples_per_s
+                .map(|v| format!("{} samples/s", super::fmt::num(v)))
+                .unwrap_or_else(|| format!("{} steps timed", st.steps));
+            figs.push(("steps/s", super::fmt::num(x), per));
+        }
+    }
+    if let Some(h) = r.python.as_ref().and_then(|p| p.data_hotspots.first()) {
+        figs.push((
+            "slowest loading stage",
+            h.name(),
+            format!("{} · {:.0}% of loading", h.at(), h.pct),
+        ));
+    }
+    if let Some(b) = r.verdict.gpu_busy_fraction {
+        figs.push((
+            "GPU busy",
+            format!("{:.0}%", b * 100.0),
+            super::fmt::plural(r.gpus.len(), "GPU", "GPUs"),
+        ));
+    }
+    if figs.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from("<dl class=\"figs\" id=\"key-figures\">");
+    for (label, value, detail) in figs {
+        let _ = write!(
+            s,
+            "<div><dt>{}</dt><dd>{} <small>{}</small></dd></div>",
+            esc(label),
+            esc(&value),
+            esc(&detail)
+        );
+    }
+    s.push_str("</dl>");
+    s
+}
+
 /// GPU utilization over time: the recording's series, or a log's evidence timeline.
 fn util_chart(
     s: &mut String,
+    notes: &mut Vec<String>,
     r: &DiagnoseReport,
     series: Option<&RecordingSeries>,
     t_end: Option<f64>,
 ) -> Result<(), HtmlError> {
-    s.push_str("<h2>GPU utilization over time</h2><div class=\"chart\">");
     let util: Vec<(String, Vec<(f64, f64)>)> = match series {
         Some(se) if !se.gpu_util.is_empty() => se
             .gpu_util
@@ -480,8 +625,14 @@ fn util_chart(
             .collect(),
     };
     if util.is_empty() {
-        s.push_str("<p>No GPU utilization was recorded.</p>");
-    } else {
+        // The diagnosis's notes say so when no GPU was measured at all.
+        if r.gpus.iter().any(|g| g.util_mean_pct.is_some()) {
+            notes.push("No GPU utilization over time to chart: only its summary figures.".into());
+        }
+        return Ok(());
+    }
+    s.push_str("<h2>GPU utilization over time</h2><div class=\"chart\">");
+    {
         s.push_str(&chart::lines_on(
             "GPU utilization (%)",
             "%",

@@ -407,6 +407,7 @@ mod tests {
             expected_speedup: None,
             basis: Default::default(),
             kind: None,
+            apply: None,
         }
     }
 

@@ -259,12 +259,14 @@ fn real_notebook_kernel_restart_ends_the_recorder() {
 }
 
 /// Renders cell `i`'s outputs as a notebook shows them (its stream text, then its HTML) with
-/// headless Chromium, when there is one: the framed report must render. With
-/// `GPUFEED_NOTEBOOK_PNG=PATH` the picture is kept there (docs/notebooks.md's screenshot).
+/// headless Chromium, when there is one, in a 900×700 window: the framed report must render,
+/// its top fix must be on the first screen and nothing may scroll sideways. With
+/// `GPUFEED_NOTEBOOK_PNG=PATH` the first screen's picture is kept there (docs/notebooks.md's
+/// screenshot).
 fn render_cell(nb: &Value, i: usize) {
     let dir = tempfile::tempdir().unwrap();
     let mut page = String::from(
-        "<!doctype html><meta charset=utf-8><body style=\"font-family:sans-serif;max-width:980px\">",
+        "<!doctype html><meta charset=utf-8><body style=\"font-family:sans-serif;margin:8px\">",
     );
     for o in nb["cells"][i].as_array().unwrap() {
         if let Some(t) = o["text"].as_str() {
@@ -275,6 +277,10 @@ fn render_cell(nb: &Value, i: usize) {
             page.push_str(h);
         }
     }
+    page.push_str("</body>");
+    if let Some(m) = crate::reports::measure_first_screen(&page, "the %%gpufeed cell") {
+        crate::reports::assert_fix_on_first_screen(&m, "the %%gpufeed cell");
+    }
     let html = dir.path().join("cell.html");
     std::fs::write(&html, page).unwrap();
     let png = std::env::var_os("GPUFEED_NOTEBOOK_PNG")
@@ -283,7 +289,7 @@ fn render_cell(nb: &Value, i: usize) {
     // frame, about 8-15 KB, one time in three here): a few tries.
     let mut sizes = Vec::new();
     for _ in 0..5 {
-        let Some(bytes) = crate::reports::render_png(&html, &png) else {
+        let Some(bytes) = crate::reports::render_png_at(&html, &png, "900,700") else {
             return;
         };
         sizes.push(bytes);

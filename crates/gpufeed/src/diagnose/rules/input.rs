@@ -399,6 +399,8 @@ fn workers_fix(
         speedup = speedup.map(|s| r2(s.min(gain)));
     }
     let rec = if n > now {
+        let code = format!("DataLoader(dataset, batch_size=..., num_workers={n}, {LOADER_FLAGS})");
+        f = f.apply(&code);
         // Measure it right away, no code change: the current count, the advice, the cap.
         let mut tries = vec![now, n, cap];
         tries.sort_unstable();
@@ -406,7 +408,7 @@ fn workers_fix(
         let tries: Vec<String> = tries.iter().map(|w| w.to_string()).collect();
         format!(
             "Raise the DataLoader's worker count (per GPU/rank) from {now} to {n}: \
-             DataLoader(dataset, batch_size=..., num_workers={n}, {LOADER_FLAGS}). Each \
+             {code}. Each \
              worker is saturating a core and cores are idle; this GPU's share of the \
              machine allows up to {cap} workers. Try it: `gpufeed sweep -L w {} \
              --dataloader num_workers={{w}} -- <your command>`.",
@@ -507,9 +509,11 @@ pub(crate) fn main_process_bound(e: &Evidence) -> Option<Finding> {
     }
     let rec = if e.job.workers_max == 0 {
         let n = recommended_workers(e).map(|r| r.0).unwrap_or(4);
+        let code = format!("DataLoader(..., num_workers={n}, {LOADER_FLAGS})");
+        f = f.apply(&code);
         format!(
-            "Data is loaded in the main process (num_workers=0). Use DataLoader(..., \
-             num_workers={n}, {LOADER_FLAGS}) so loading runs beside the training loop."
+            "Data is loaded in the main process (num_workers=0). Use {code} so loading runs \
+             beside the training loop."
         )
     } else {
         "Move per-sample work out of the training loop into the Dataset (run by workers); avoid \

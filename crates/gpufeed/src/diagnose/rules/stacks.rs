@@ -543,12 +543,16 @@ fn fix(
             f = f
                 .with(Item::RecommendedNumWorkers(n))
                 .with(Item::WorkersCapCores(workers_cap(c)));
+            let code = format!(
+                "DataLoader(dataset, batch_size=..., num_workers={n}, {})",
+                loader_flags(e)
+            );
+            f = f.apply(&code);
             // The first fix whatever the slow stage is: the stage is the next step.
             format!(
-                "Load batches in worker processes: DataLoader(dataset, batch_size=..., \
-                 num_workers={n}, {}): the training loop loads {wait:.0}% of its time, which \
-                 takes about {} to hide. Today the training loop loads every sample itself.{}{}",
-                loader_flags(e),
+                "Load batches in worker processes: {code}: the training loop loads {wait:.0}% of \
+                 its time, which takes about {} to hide. Today the training loop loads every \
+                 sample itself.{}{}",
                 count(n, "worker", "workers"),
                 cores_note(n, 0, cr, waits, p.data_io_pct, loading_work(wait, 0, None)),
                 stage
@@ -559,10 +563,15 @@ fn fix(
         StackKind::WorkersRestarted => {
             let r = restarts(e, p).expect("the kind says so");
             let ss = r.start_stop;
-            f = f.with(Item::PersistentWorkersSavesS(r1(ss.seconds)));
+            let code = format!(
+                "DataLoader(dataset, batch_size=..., num_workers={workers}, \
+                 persistent_workers=True)"
+            );
+            f = f
+                .with(Item::PersistentWorkersSavesS(r1(ss.seconds)))
+                .apply(&code);
             format!(
-                "Keep the workers between epochs: DataLoader(dataset, batch_size=..., \
-                 num_workers={workers}, persistent_workers=True). Today they are started anew \
+                "Keep the workers between epochs: {code}. Today they are started anew \
                  every epoch: {} started, {} alive at once ({} generations, about one per \
                  epoch), and starting and stopping them takes {:.0}% of the training loop \
                  ({} of {}, about {:.0} ms an epoch), which persistent workers save, besides part \
@@ -585,7 +594,11 @@ fn fix(
             let n = workers_needed(wait, workers, p.loader_busy_pct);
             f = f
                 .with(Item::RecommendedNumWorkers(n))
-                .with(Item::WorkersCapCores(workers_cap(c)));
+                .with(Item::WorkersCapCores(workers_cap(c)))
+                .apply(format!(
+                    "DataLoader(dataset, batch_size=..., num_workers={n}, {})",
+                    loader_flags(e)
+                ));
             format!(
                 "Raise num_workers from {workers} to {n}: each worker is busy loading {} of the \
                  time and the loop still waits {wait:.0}%, so {n} workers are needed to keep \
