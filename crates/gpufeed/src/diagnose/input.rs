@@ -6,6 +6,7 @@ use super::phases::{self, Phase};
 use super::{DiagnoseError, Evidence, Source};
 use crate::import::dcgmi::{self, Flavour};
 use crate::import::smi_csv::{self, CsvOptions};
+use crate::import::stream::{Compression, Encoding, Input, Passes, HEAD_BYTES};
 use crate::import::{LogError, LogInfo};
 use crate::record::format::ReadError;
 use crate::record::reader::{self, Sink};
@@ -54,6 +55,16 @@ pub enum InputFormat {
     Mlflow,
     /// rocm-smi's concise table (Device … VRAM% GPU%), as job logs hold it
     RocmSmi,
+    /// The plain nvidia-smi table (or nvitop -1), once or looped (watch, date banners)
+    SmiTable,
+    /// gpustat's text output, once or looped
+    Gpustat,
+    /// gpustat --json output, once or looped
+    GpustatJson,
+    /// nvidia-smi -q text reports, once or looped
+    SmiQ,
+    /// nvidia-smi -q -x XML reports, once or looped
+    SmiQXml,
 }
 
 impl InputFormat {
@@ -91,6 +102,27 @@ pub(crate) fn detect(head: &str) -> Option<InputFormat> {
     // A UTF-8 byte-order mark says nothing of the format (a recording starting with one was
     // taken for an nvidia-smi CSV).
     let head = head.strip_prefix('\u{feff}').unwrap_or(head);
+    use crate::import::{smi_q, smi_table};
+    // gpustat's lines hold commas and units, the reports keys that CSVs or W&B's JSON hold:
+    // told apart before them.
+    if smi_table::holds_gpustat(head) {
+        return Some(InputFormat::Gpustat);
+    }
+    if smi_table::holds_gpustat_json(head) {
+        return Some(InputFormat::GpustatJson);
+    }
+    if smi_q::holds_xml(head) {
+        return Some(InputFormat::SmiQXml);
+    }
+    if smi_q::holds_text(head) {
+        return Some(InputFormat::SmiQ);
+    }
+    // A table before another log says nothing of the log's format; a table alone is the log.
+    detect_log(head).or_else(|| smi_table::holds_table(head).then_some(InputFormat::SmiTable))
+}
+
+/// [`detect`] for the logs that are not pasted views.
+fn detect_log(head: &str) -> Option<InputFormat> {
     // A plain `nvidia-smi` table dumped before a log (job scripts often do) says nothing of the
     // log's format: its box lines are passed over.
     let lines: Vec<&str> = head
@@ -223,20 +255,6 @@ fn one_field_query(lines: &[&str]) -> bool {
         && lines.iter().all(|l| header(l) || value(l))
 }
 
-fn open(path: &Path) -> Result<std::fs::File, DiagnoseError> {
-    let f = std::fs::File::open(path).map_err(|e| DiagnoseError::Open {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
-    if f.metadata().map(|m| m.is_dir()).unwrap_or(false) {
-        return Err(DiagnoseError::Open {
-            path: path.to_path_buf(),
-            reason: "it is a directory".into(),
-        });
-    }
-    Ok(f)
-}
-
 fn bad(path: &Path, e: LogError) -> DiagnoseError {
     match e {
         LogError::Empty => DiagnoseError::Empty {
@@ -282,11 +300,8 @@ pub(crate) fn other_command(head: &[u8], path: &Path) -> Option<String> {
     None
 }
 
-/// How much of a file decides its format.
-const HEAD_BYTES: usize = 8192;
-
 /// What diagnose reads, for messages about a file it cannot.
-const FORMATS: &str = "gpufeed diagnose reads gpufeed recordings, nvidia-smi --query-gpu --format=csv logs, nvidia-smi dmon and dcgmi dmon output, DCGM, Grafana, W&B, MLflow, rocm-smi and amd-smi CSVs, wandb-events.jsonl, MLflow run folders and Prometheus scrapes or query results (PyTorch profiler traces: gpufeed analyze)";
+const FORMATS: &str = "gpufeed diagnose reads gpufeed recordings, nvidia-smi --query-gpu --format=csv logs, nvidia-smi's table, -q and -q -x reports (once or looped), gpustat (text, --json) and nvitop output, nvidia-smi dmon and dcgmi dmon output, DCGM, Grafana, W&B, MLflow, rocm-smi and amd-smi CSVs, wandb-events.jsonl, MLflow run folders and Prometheus scrapes or query results (PyTorch profiler traces: gpufeed analyze)";
 
 /// Reads `path` in `format` (detecting it for `Auto`) into evidence.
 pub fn read(
@@ -317,27 +332,19 @@ pub(crate) fn read_with(
                 bad_time: None,
                 long_strings: None,
             };
-            return read_log_evidence(&dir, InputFormat::Mlflow, opts, source);
+            return read_log_evidence(&dir, InputFormat::Mlflow, opts, source, None);
         }
     }
     // The first bytes decide, whatever the format: a trace or a sweep report goes to another
     // command, and binary data or blank space is no log, even with --columns or --input-format.
-    let mut head = Vec::with_capacity(HEAD_BYTES);
-    let mut first_open = open(path)?;
-    (&mut first_open)
-        .take(HEAD_BYTES as u64)
-        .read_to_end(&mut head)
-        .map_err(|e| DiagnoseError::Open {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-    // A zstd recording is binary: its magic decides before the text checks.
-    let zstd = reader::is_zstd(&head);
-    if !zstd {
-        check_head(path, &head)?;
-    }
+    // The input is opened once and decoded (gzip, zstd, a byte-order mark, UTF-16) before
+    // anything looks at it: a pipe or FIFO cannot be opened twice.
+    let input = Input::open(path).map_err(|e| DiagnoseError::Open {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    check_head(path, &input.head)?;
     let format = match format {
-        InputFormat::Auto if zstd => InputFormat::Recording,
         InputFormat::Auto
             if opts
                 .columns
@@ -346,11 +353,11 @@ pub(crate) fn read_with(
         {
             InputFormat::SmiCsv
         }
-        InputFormat::Auto => {
-            detect(&String::from_utf8_lossy(&head)).ok_or_else(|| DiagnoseError::UnknownFormat {
+        InputFormat::Auto => detect(&String::from_utf8_lossy(&input.head)).ok_or_else(|| {
+            DiagnoseError::UnknownFormat {
                 path: path.to_path_buf(),
-            })?
-        }
+            }
+        })?,
         f => f,
     };
     let source = Source {
@@ -363,13 +370,28 @@ pub(crate) fn read_with(
         bad_time: None,
         long_strings: None,
     };
+    let open_err = |e: std::io::Error| DiagnoseError::Open {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
     if matches!(format, InputFormat::Recording | InputFormat::Auto) {
-        // The head read above, then the rest from the same handle: a pipe (`<(ssh node cat
-        // r.ndjson)`) is read once.
-        let file = std::io::Cursor::new(head).chain(first_open);
+        // The recording reader decodes zstd and skips a byte-order mark itself (and tells a
+        // recording cut mid-frame from a broken one): it gets the raw bytes unless they need
+        // more than that.
+        let file = if input.compression == Compression::Gzip
+            || !matches!(input.encoding, Encoding::Utf8 | Encoding::Utf8Bom)
+        {
+            input.text().map_err(open_err)?
+        } else {
+            input.raw()
+        };
         return read_recording(path, file, source, extra);
     }
-    read_log_evidence(path, format, opts, source)
+    let decoded = input.how_decoded();
+    let mut passes = input.into_passes().map_err(open_err)?;
+    let mut read = read_log_evidence(path, format, opts, source, Some(&mut passes))?;
+    read.log_notes.extend(decoded);
+    Ok(read)
 }
 
 /// Refuses a text input's first bytes when they are blank, another command's input, or binary.
@@ -456,10 +478,11 @@ fn read_log_evidence(
     format: InputFormat,
     opts: &LogOptions,
     mut source: Source,
+    mut passes: Option<&mut Passes>,
 ) -> Result<ReadOutcome, DiagnoseError> {
     let mut pooler = phases::Pooler::default();
     let mut t_range: Option<(f64, f64)> = None;
-    read_log(path, format, opts, |l| {
+    read_log(path, format, opts, passes.as_deref_mut(), |l| {
         if let Line::Gpu(g) = l {
             t_range = Some(t_range.map_or((g.t_s, g.t_s), |(a, z)| (a.min(g.t_s), z.max(g.t_s))));
             if let Some(u) = g.util_pct {
@@ -471,7 +494,7 @@ fn read_log_evidence(
     let (series, released) = pooler.finish_with_released();
     let phases = phases::segment(&series, &released);
     let mut b = EvidenceBuilder::new();
-    let (header, info, prof) = read_log(path, format, opts, |l| match l {
+    let (header, info, prof) = read_log(path, format, opts, passes, |l| match l {
         Line::Gpu(g) if !phases.is_empty() => {
             if let Some(t) = phases::judged_time(&phases, g.t_s) {
                 let mut g = g.clone();
@@ -524,9 +547,10 @@ fn read_log(
     path: &Path,
     format: InputFormat,
     opts: &LogOptions,
+    passes: Option<&mut Passes>,
     visit: impl FnMut(&Line),
 ) -> Result<(Header, LogInfo, Vec<(u32, dcgmi::ProfilingMeans)>), DiagnoseError> {
-    use crate::import::{csv_table, mlflow, prom, rocm_table, wandb};
+    use crate::import::{csv_table, mlflow, prom, rocm_table, smi_q, smi_table, wandb};
     let collect = |r: Result<_, LogError>| {
         r.map(
             |(h, i, p): (Header, LogInfo, std::collections::BTreeMap<u32, _>)| {
@@ -535,10 +559,13 @@ fn read_log(
         )
         .map_err(|e| bad(path, e))
     };
-    if format == InputFormat::Mlflow {
+    let Some(passes) = passes.filter(|_| format != InputFormat::Mlflow) else {
         return collect(mlflow::read_run(path, opts.interval_s, visit));
-    }
-    let file = open(path)?;
+    };
+    let file = passes.pass().map_err(|e| DiagnoseError::Open {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
     match format {
         InputFormat::Csv => {
             let cols = opts.columns.clone().unwrap_or_default();
@@ -546,6 +573,13 @@ fn read_log(
         }
         InputFormat::Wandb => collect(wandb::read_events(file, opts.interval_s, visit)),
         InputFormat::RocmSmi => collect(rocm_table::read(file, opts.interval_s, visit)),
+        InputFormat::SmiTable => collect(smi_table::read(file, opts.interval_s, visit)),
+        InputFormat::Gpustat => collect(smi_table::read_gpustat(file, opts.interval_s, visit)),
+        InputFormat::GpustatJson => {
+            collect(smi_table::read_gpustat_json(file, opts.interval_s, visit))
+        }
+        InputFormat::SmiQ => collect(smi_q::read_text(file, opts.interval_s, visit)),
+        InputFormat::SmiQXml => collect(smi_q::read_xml(file, opts.interval_s, visit)),
         InputFormat::Prometheus => collect(prom::read_text(file, opts.interval_s, visit)),
         InputFormat::PrometheusJson => collect(prom::read_json(file, opts.interval_s, visit)),
         InputFormat::SmiCsv => {
