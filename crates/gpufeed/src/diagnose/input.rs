@@ -65,6 +65,8 @@ pub enum InputFormat {
     SmiQ,
     /// nvidia-smi -q -x XML reports, once or looped
     SmiQXml,
+    /// nvidia-smi --query-compute-apps=... --format=csv (memory per process)
+    ComputeApps,
 }
 
 impl InputFormat {
@@ -116,6 +118,9 @@ pub(crate) fn detect(head: &str) -> Option<InputFormat> {
     }
     if smi_q::holds_text(head) {
         return Some(InputFormat::SmiQ);
+    }
+    if smi_table::holds_compute_apps(head) {
+        return Some(InputFormat::ComputeApps);
     }
     // A table before another log says nothing of the log's format; a table alone is the log.
     detect_log(head).or_else(|| smi_table::holds_table(head).then_some(InputFormat::SmiTable))
@@ -301,7 +306,7 @@ pub(crate) fn other_command(head: &[u8], path: &Path) -> Option<String> {
 }
 
 /// What diagnose reads, for messages about a file it cannot.
-const FORMATS: &str = "gpufeed diagnose reads gpufeed recordings, nvidia-smi --query-gpu --format=csv logs, nvidia-smi's table, -q and -q -x reports (once or looped), gpustat (text, --json) and nvitop output, nvidia-smi dmon and dcgmi dmon output, DCGM, Grafana, W&B, MLflow, rocm-smi and amd-smi CSVs, wandb-events.jsonl, MLflow run folders and Prometheus scrapes or query results (PyTorch profiler traces: gpufeed analyze)";
+const FORMATS: &str = "gpufeed diagnose reads gpufeed recordings, nvidia-smi --query-gpu --format=csv logs, nvidia-smi's table, -q and -q -x reports (once or looped), gpustat (text, --json) and nvitop output, nvidia-smi --query-compute-apps CSVs, nvidia-smi dmon and dcgmi dmon output, DCGM, Grafana, W&B, MLflow, rocm-smi and amd-smi CSVs, wandb-events.jsonl, MLflow run folders and Prometheus scrapes or query results (PyTorch profiler traces: gpufeed analyze)";
 
 /// Reads `path` in `format` (detecting it for `Auto`) into evidence.
 pub fn read(
@@ -482,28 +487,41 @@ fn read_log_evidence(
 ) -> Result<ReadOutcome, DiagnoseError> {
     let mut pooler = phases::Pooler::default();
     let mut t_range: Option<(f64, f64)> = None;
+    let mut fraction = FractionCheck::default();
     read_log(path, format, opts, passes.as_deref_mut(), |l| {
         if let Line::Gpu(g) = l {
             t_range = Some(t_range.map_or((g.t_s, g.t_s), |(a, z)| (a.min(g.t_s), z.max(g.t_s))));
             if let Some(u) = g.util_pct {
+                fraction.add(u);
                 pooler.push_with_memory(g.t_s, u, g.mem_used_bytes);
             }
         }
     })?;
     let total_s = t_range.map_or(0.0, |(a, z)| z - a);
-    let (series, released) = pooler.finish_with_released();
+    let (mut series, released) = pooler.finish_with_released();
+    let scale = fraction.scale();
+    for p in &mut series {
+        p.1 *= scale;
+    }
     let phases = phases::segment(&series, &released);
     let mut b = EvidenceBuilder::new();
-    let (header, info, prof) = read_log(path, format, opts, passes, |l| match l {
-        Line::Gpu(g) if !phases.is_empty() => {
-            if let Some(t) = phases::judged_time(&phases, g.t_s) {
+    let (header, mut info, prof) = read_log(path, format, opts, passes, |l| match l {
+        Line::Gpu(g) => {
+            let t = if phases.is_empty() {
+                Some(g.t_s)
+            } else {
+                phases::judged_time(&phases, g.t_s)
+            };
+            if let Some(t) = t {
                 let mut g = g.clone();
                 g.t_s = t;
+                g.util_pct = g.util_pct.map(|u| u * scale);
                 b.push_gpu(&g);
             }
         }
         other => b.push(other),
     })?;
+    info.notes.extend(fraction.note());
     for (i, p) in prof {
         b.set_profiling(i, p);
     }
@@ -580,6 +598,9 @@ fn read_log(
         }
         InputFormat::SmiQ => collect(smi_q::read_text(file, opts.interval_s, visit)),
         InputFormat::SmiQXml => collect(smi_q::read_xml(file, opts.interval_s, visit)),
+        InputFormat::ComputeApps => {
+            collect(smi_table::read_compute_apps(file, opts.interval_s, visit))
+        }
         InputFormat::Prometheus => collect(prom::read_text(file, opts.interval_s, visit)),
         InputFormat::PrometheusJson => collect(prom::read_json(file, opts.interval_s, visit)),
         InputFormat::SmiCsv => {
@@ -600,6 +621,49 @@ fn read_log(
                 .map_err(|e| bad(path, e))?;
             Ok((h, info, prof.into_iter().collect()))
         }
+    }
+}
+
+/// Utilization logged as a 0–1 fraction under a percent's name (a script writing
+/// `torch.cuda.utilization() / 100`, an export of a ratio): every value at most 1, some of them
+/// fractional, the highest above 0.5. Read as percent, such a log is an idle GPU.
+#[derive(Debug, Default)]
+struct FractionCheck {
+    n: u64,
+    max: f64,
+    fractional: u64,
+}
+
+impl FractionCheck {
+    fn add(&mut self, u: f64) {
+        self.n += 1;
+        self.max = self.max.max(u);
+        if u.fract() != 0.0 {
+            self.fractional += 1;
+        }
+    }
+
+    fn is_fraction(&self) -> bool {
+        self.n >= 10 && self.max <= 1.0 && self.max > 0.5 && self.fractional * 10 >= self.n
+    }
+
+    /// What to multiply utilization by.
+    fn scale(&self) -> f64 {
+        if self.is_fraction() {
+            100.0
+        } else {
+            1.0
+        }
+    }
+
+    fn note(&self) -> Option<String> {
+        self.is_fraction().then(|| {
+            format!(
+                "Utilization is a 0-1 fraction here, not a percent (every one of its {} values \
+                 is at most 1, the highest {:.2}): read as percent ×100.",
+                self.n, self.max
+            )
+        })
     }
 }
 

@@ -378,4 +378,90 @@ GPU 00000000:01:00.0
         assert!(notes.contains("GPU 0 PID 28690 python"), "{notes}");
         assert!(notes.contains("A single snapshot"), "{notes}");
     }
+
+    /// An excerpt of Apache Hadoop's nvidia-smi sample (apache/hadoop, hadoop-yarn-project/
+    /// hadoop-yarn/hadoop-yarn-server/hadoop-yarn-server-nodemanager/src/test/resources/
+    /// nvidia-smi-sample-output.xml, commit 4994beff): driver 375, a comment before the root,
+    /// `power_readings` (not 535's `gpu_power_readings`), fractional utilization, BAR1 and
+    /// max clocks that must not be taken for the GPU's memory and clock.
+    const HADOOP: &str = r#"<?xml version="1.0" ?>
+<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v8.dtd">
+
+<!--
+   Licensed to the Apache Software Foundation (ASF) under one or more
+-->
+
+<nvidia_smi_log>
+    <timestamp>Wed Sep  6 21:52:51 2017</timestamp>
+    <driver_version>375.66</driver_version>
+    <attached_gpus>2</attached_gpus>
+    <gpu id="0000:04:00.0">
+        <product_name>Tesla P100-PCIE-12GB</product_name>
+        <uuid>GPU-28604e81-21ec-cc48-6759-bf2648b22e16</uuid>
+        <minor_number>0</minor_number>
+        <pci>
+            <pci_bus_id>0000:04:00.0</pci_bus_id>
+            <tx_util>0 KB/s</tx_util>
+        </pci>
+        <fb_memory_usage>
+            <total>11567 MiB</total>
+            <used>11400 MiB</used>
+            <free>167 MiB</free>
+        </fb_memory_usage>
+        <bar1_memory_usage>
+            <total>16384 MiB</total>
+            <used>2 MiB</used>
+            <free>16382 MiB</free>
+        </bar1_memory_usage>
+        <utilization>
+            <gpu_util>33.4 %</gpu_util>
+            <memory_util>0 %</memory_util>
+        </utilization>
+        <temperature>
+            <gpu_temp>31 C</gpu_temp>
+            <gpu_temp_max_threshold>80 C</gpu_temp_max_threshold>
+        </temperature>
+        <power_readings>
+            <power_draw>24.84 W</power_draw>
+            <power_limit>250.00 W</power_limit>
+        </power_readings>
+        <clocks>
+            <sm_clock>405 MHz</sm_clock>
+        </clocks>
+        <max_clocks>
+            <sm_clock>1328 MHz</sm_clock>
+        </max_clocks>
+        <processes>
+        </processes>
+        <accounted_processes>
+        </accounted_processes>
+    </gpu>
+
+    <gpu id="0000:82:00.0">
+        <product_name>Tesla P100-PCIE-12GB_2</product_name>
+        <fb_memory_usage>
+            <total>12290 MiB</total>
+            <used>11800 MiB</used>
+            <free>490 MiB</free>
+        </fb_memory_usage>
+        <utilization>
+            <gpu_util>10.3 %</gpu_util>
+        </utilization>
+    </gpu>
+
+</nvidia_smi_log>"#;
+
+    #[test]
+    fn a_real_xml_report_from_an_old_driver() {
+        assert!(holds_xml(HADOOP));
+        let (h, _, g) = samples(|b, v| read_xml(b, None, v), HADOOP);
+        assert_eq!(h.gpus.len(), 2);
+        assert_eq!(h.gpus[1].name.as_deref(), Some("Tesla P100-PCIE-12GB_2"));
+        assert_eq!(g[0].util_pct, Some(33.4));
+        assert_eq!(g[0].mem_used_bytes, Some(11400 * 1_048_576));
+        assert_eq!(g[0].power_w, Some(24.84));
+        assert_eq!(g[0].temperature_c, Some(31));
+        assert_eq!(g[0].sm_clock_mhz, Some(405));
+        assert_eq!(g[1].util_pct, Some(10.3));
+    }
 }

@@ -370,6 +370,9 @@ fn procs_note(procs: &[Proc], snapshots: u64) -> Option<String> {
         return None;
     }
     let mut p: Vec<&Proc> = procs.iter().collect();
+    // A report may list a process twice (nvidia-smi -q on Windows does).
+    p.sort_by(|a, b| (&a.gpu, a.pid).cmp(&(&b.gpu, b.pid)));
+    p.dedup_by(|a, b| a.gpu == b.gpu && a.pid == b.pid);
     p.sort_by(|a, b| {
         b.mem_bytes
             .unwrap_or(0.0)
@@ -408,58 +411,65 @@ fn procs_note(procs: &[Proc], snapshots: u64) -> Option<String> {
 }
 
 /// A single snapshot's reading: memory held against utilization at that instant, what it
-/// suggests, and the command that would tell.
+/// suggests, and the command that would tell. GPUs that read alike are named together (a node
+/// of eight makes one sentence, not eight).
 fn snapshot_reading(h: &Header, last: &BTreeMap<u32, crate::sample::GpuSample>) -> String {
-    let mut parts = Vec::new();
-    let mut waiting = false;
+    // What each reading suggests, in the order the sentence gives them.
+    const READS: [&str; 5] = [
+        "memory held with compute low — a job is loaded and the GPU was waiting at that instant \
+         (input, host work, communication) or between steps",
+        "busy",
+        "partly busy",
+        "idle, no job holding it",
+        "no busy figure",
+    ];
+    let mut groups: Vec<Vec<String>> = vec![Vec::new(); READS.len()];
     for (i, g) in last {
         let total = h
             .gpus
             .iter()
             .find(|s| s.index == *i)
             .and_then(|s| s.memory_total_bytes);
-        let mem = match (g.mem_used_bytes, total) {
-            (Some(u), Some(t)) if t > 0 => format!(
-                "{} of {} held ({:.0}%)",
-                crate::units::bytes(u),
-                crate::units::bytes(t),
-                u as f64 * 100.0 / t as f64
-            ),
-            (Some(u), _) => format!("{} held", crate::units::bytes(u)),
+        let share = match (g.mem_used_bytes, total) {
+            (Some(u), Some(t)) if t > 0 => Some(u as f64 / t as f64),
+            _ => None,
+        };
+        // A quarter of the memory is a job's (a desktop's display holds a few percent).
+        let held = share.map_or(g.mem_used_bytes.is_some_and(|u| u > 4 << 30), |s| s > 0.25);
+        let k = match g.util_pct {
+            Some(u) if u >= 80.0 => 1,
+            Some(u) if held && u < 50.0 => 0,
+            Some(u) if u < 5.0 => 3,
+            Some(_) => 2,
+            None => 4,
+        };
+        let mem = match (g.mem_used_bytes, share) {
+            (Some(u), Some(s)) => format!("{} held ({:.0}%)", crate::units::bytes(u), s * 100.0),
+            (Some(u), None) => format!("{} held", crate::units::bytes(u)),
             _ => "memory not given".into(),
         };
-        let held = match (g.mem_used_bytes, total) {
-            (Some(u), Some(t)) if t > 0 => u as f64 / t as f64 > 0.1,
-            (Some(u), _) => u > 1 << 30,
-            _ => false,
-        };
-        let util = g.util_pct.map_or("utilization not given".into(), |u| {
-            format!("{u:.0}% utilization")
-        });
-        let reads = match g.util_pct {
-            Some(u) if u >= 80.0 => "busy",
-            Some(u) if held && u < 50.0 => {
-                waiting = true;
-                "memory held, compute low: a job is loaded but the GPU was waiting at that \
-                 instant (input, host work, communication) or between steps"
-            }
-            Some(u) if u < 5.0 => "idle: no job at work on it",
-            Some(_) => "partly busy",
-            None => "no busy figure",
-        };
-        parts.push(format!("GPU {i}: {mem}, {util}: {reads}"));
+        let util = g
+            .util_pct
+            .map_or(String::new(), |u| format!(", {u:.0}% utilization"));
+        groups[k].push(format!("GPU {i} ({mem}{util})"));
     }
-    let advice = if waiting {
-        "One instant cannot tell a starving job from a pause"
-    } else {
+    let said: Vec<String> = groups
+        .iter()
+        .zip(READS)
+        .filter(|(g, _)| !g.is_empty())
+        .map(|(g, r)| format!("{}: {r}", g.join(", ")))
+        .collect();
+    let advice = if groups[0].is_empty() {
         "One instant is no run"
+    } else {
+        "One instant cannot tell a starving job from a pause"
     };
     format!(
         "A single snapshot, not a log: {}. {advice}; to judge the run, record it \
          (`gpufeed run -- <your command>`) or log it while it runs (`nvidia-smi \
          --query-gpu=timestamp,index,utilization.gpu,memory.used,memory.total --format=csv -l 1 \
          > gpu.csv`) and diagnose that.",
-        parts.join("; ")
+        said.join("; ")
     )
 }
 
@@ -561,7 +571,7 @@ fn gpustat_row(l: &str) -> Option<GpustatRow> {
     let pcts: Vec<f64> = fields
         .iter()
         .filter(|f| !f.starts_with("E:") && !f.starts_with("D:"))
-        .filter_map(|f| pct(f.split("E:").next().unwrap_or(f)))
+        .filter_map(|f| pct(f.split('(').next().unwrap_or(f)))
         .collect();
     r.util = pcts.last().copied();
     r.temp_c = fields.first().and_then(|f| {
@@ -701,6 +711,119 @@ pub(crate) fn read_gpustat_json(
     s.finish("gpustat --json", interval_s, visit)
 }
 
+/// Does this start of a file hold `nvidia-smi --query-compute-apps=… --format=csv` output?
+pub(crate) fn holds_compute_apps(head: &str) -> bool {
+    head.lines().take(20).any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.contains(',') && l.contains("pid") && l.contains("used_")
+    })
+}
+
+/// Reads `nvidia-smi --query-compute-apps=[timestamp,]gpu_uuid|gpu_bus_id,pid,process_name,
+/// used_gpu_memory --format=csv`, once or looped (`-l`, or a loop writing the header each
+/// time): each GPU's memory is the sum of its processes' at each reading; it has no
+/// utilization, so the GPUs' load is not judged, and the processes are listed.
+pub(crate) fn read_compute_apps(
+    r: impl Read,
+    interval_s: Option<f64>,
+    visit: impl FnMut(&Line),
+) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+    #[derive(Default)]
+    struct Cols {
+        time: Option<usize>,
+        gpu: Option<usize>,
+        pid: Option<usize>,
+        name: Option<usize>,
+        mem: Option<usize>,
+    }
+    let mut s = Snapshots::new();
+    let mut cols: Option<Cols> = None;
+    // Memory per (reading, GPU), and the processes of each reading.
+    let mut sums: BTreeMap<(i64, String), f64> = BTreeMap::new();
+    let mut procs: BTreeMap<i64, Vec<Proc>> = BTreeMap::new();
+    let mut timed = false;
+    let mut reading = 0i64;
+    s.each_line(r, |s, buf| {
+        let text = String::from_utf8_lossy(buf);
+        let f: Vec<&str> = text.trim().split(',').map(str::trim).collect();
+        if f.len() < 2 {
+            return Ok(());
+        }
+        if f.iter().any(|x| x.to_ascii_lowercase().starts_with("pid")) {
+            let pos = |names: &[&str]| {
+                f.iter().position(|x| {
+                    let x = x.to_ascii_lowercase();
+                    names.iter().any(|n| x.starts_with(n))
+                })
+            };
+            cols = Some(Cols {
+                time: pos(&["timestamp"]),
+                gpu: pos(&["gpu_uuid", "gpu_bus_id", "gpu_serial", "gpu_name"]),
+                pid: pos(&["pid"]),
+                name: pos(&["process_name", "name"]),
+                mem: pos(&["used_gpu_memory", "used_memory"]),
+            });
+            reading += 1;
+            return Ok(());
+        }
+        let Some(c) = &cols else { return Ok(()) };
+        let get = |i: Option<usize>| i.and_then(|i| f.get(i).copied());
+        let (Some(pid), Some(mem)) = (get(c.pid).and_then(|p| p.parse::<u32>().ok()), get(c.mem))
+        else {
+            s.t.info.malformed += 1;
+            return Ok(());
+        };
+        let when = match get(c.time).and_then(|t| super::smi_csv::parse_timestamp(t).ok().flatten())
+        {
+            Some(t) => {
+                timed = true;
+                (t * 1000.0).round() as i64
+            }
+            None => reading,
+        };
+        let gpu = get(c.gpu).unwrap_or("0").to_string();
+        let bytes = super::table::number(mem).map(|(x, b)| if b { x } else { x * 1_048_576.0 });
+        *sums.entry((when, gpu.clone())).or_default() += bytes.unwrap_or(0.0);
+        let list = procs.entry(when).or_default();
+        if list.len() < 256 {
+            list.push(Proc {
+                gpu,
+                pid,
+                name: get(c.name).unwrap_or_default().to_string(),
+                mem_bytes: bytes,
+            });
+        }
+        s.t.info.rows += 1;
+        Ok(())
+    })?;
+    if sums.is_empty() {
+        return Err(LogError::Format(
+            "no process rows in this --query-compute-apps output (no process held a GPU)".into(),
+        ));
+    }
+    for ((when, gpu), bytes) in &sums {
+        let Some(e) = s.t.entity(None, gpu) else {
+            continue;
+        };
+        let w = if timed {
+            When::At(*when as f64 / 1000.0)
+        } else {
+            When::Nth(*when as u64)
+        };
+        s.t.put(e, w, Metric::MemUsedBytes, *bytes);
+    }
+    s.count = procs.len() as u64;
+    s.procs = procs.into_values().next_back().unwrap_or_default();
+    let (h, mut info, prof) = s.finish("nvidia-smi --query-compute-apps", interval_s, visit)?;
+    info.notes.push(
+        "--query-compute-apps gives each process's memory, not the GPUs' utilization: to judge \
+         the load, log `nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used \
+         --format=csv -l 1` beside it."
+            .into(),
+    );
+    Ok((h, info, prof))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -760,10 +883,15 @@ Thu Dec  9 11:19:15 2021
         assert!(notes.contains("GPU 0 PID 28690 python train.py"), "{notes}");
         assert!(notes.contains("A single snapshot"), "{notes}");
         assert!(
-            notes.contains("GPU 0: 39.6 GiB of 80.0 GiB held (49%), 30% utilization"),
+            notes.contains(
+                "GPU 0 (39.6 GiB held (49%), 30% utilization): memory held with compute low"
+            ),
             "{notes}"
         );
-        assert!(notes.contains("memory held, compute low"), "{notes}");
+        assert!(
+            notes.contains("GPU 1 (4.0 MiB held (0%), 0% utilization): idle"),
+            "{notes}"
+        );
         assert!(notes.contains("gpufeed run --"), "{notes}");
     }
 
@@ -860,6 +988,21 @@ Thu Dec  9 11:19:15 2021
         .readings;
         assert_eq!((r.util, r.power_w), (Some(97.0), Some(250.0)));
         assert!(gpustat_row("[INFO] starting | a | b").is_none());
+        // gpustat's own test output: `--show-all` (fan, codec, power), and `??` for no value.
+        let full = gpustat_row(
+            "[0] GeForce GTX TITAN 0 | 80°C,  16 %,  76 % (E:  88 %  D:  67 %),  125 / 250 W |  8000 / 12287 MB | user1(4000M) user2(4000M)",
+        )
+        .unwrap();
+        assert_eq!(
+            (full.readings.util, full.readings.power_w),
+            (Some(76.0), Some(125.0))
+        );
+        assert_eq!(full.procs.len(), 2);
+        let unknown = gpustat_row(
+            "[2] GeForce RTX 2       | 71°C,  ?? % |     0 / 12189 MB | (Not Supported)",
+        )
+        .unwrap();
+        assert_eq!(unknown.readings.util, None);
     }
 
     #[test]
@@ -879,5 +1022,24 @@ Thu Dec  9 11:19:15 2021
         assert_eq!(g[1].t_s, 2.0);
         assert_eq!(g[0].mem_used_bytes, Some(40536 * 1_048_576));
         assert!(info.notes.join(" ").contains("PID 28690 python"));
+    }
+
+    #[test]
+    fn compute_apps_give_memory_per_gpu_and_the_processes() {
+        let csv = "\
+timestamp, gpu_uuid, pid, process_name, used_gpu_memory [MiB]
+2024/01/10 12:00:00.000, GPU-a, 4242, python, 30000 MiB
+2024/01/10 12:00:00.000, GPU-a, 4243, python, 10000 MiB
+2024/01/10 12:00:00.000, GPU-b, 4244, python, 500 MiB
+2024/01/10 12:00:01.000, GPU-a, 4242, python, 30000 MiB
+";
+        assert!(holds_compute_apps(csv));
+        let (h, info, g) = samples(|b, v| read_compute_apps(b, None, v), csv);
+        assert_eq!(h.gpus.len(), 2);
+        assert_eq!(g[0].mem_used_bytes, Some(40000 * 1_048_576));
+        assert_eq!(g[0].util_pct, None);
+        let notes = info.notes.join(" ");
+        assert!(notes.contains("GPU GPU-a PID 4242 python"), "{notes}");
+        assert!(notes.contains("not the GPUs' utilization"), "{notes}");
     }
 }

@@ -833,7 +833,7 @@ fn the_nvidia_smi_table_people_paste_is_read() {
     assert_eq!(r.gpus.len(), 2);
     let notes = r.notes.join("\n");
     assert!(notes.contains("A single snapshot"), "{notes}");
-    assert!(notes.contains("memory held, compute low"), "{notes}");
+    assert!(notes.contains("memory held with compute low"), "{notes}");
     assert!(notes.contains("`gpufeed run -- <your command>`"), "{notes}");
     assert!(notes.contains("GPU 0 PID 175134"), "{notes}");
     // A shell loop (`while :; do date; nvidia-smi; sleep 2; done`) of a starving pair, then
@@ -927,4 +927,148 @@ fn gpustat_nvitop_and_query_reports_are_read() {
             "{name}"
         );
     }
+}
+
+/// A 20-minute starving job inside a 4-hour log at 0% (issue 46, item 3): judged alone, the
+/// idle hours around it said (it was `idle (0.90)`: under a tenth of the log active, the whole
+/// log was one block).
+#[test]
+fn a_short_job_in_a_long_idle_log_is_judged_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        dir.path(),
+        "mostly_idle.csv",
+        &LogSpec {
+            style: Style::Smi,
+            interval_s: 1.0,
+            duration_s: 4.0 * 3600.0,
+            gpus: vec![GpuSpec {
+                name: A100,
+                mem_total_mib: 81920,
+                mem_used_mib: 70000,
+                util: |t, r| {
+                    if (7200.0..8400.0).contains(&t) {
+                        square(t, r)
+                    } else {
+                        0.0
+                    }
+                },
+            }],
+        },
+    );
+    let r = diagnose(&p);
+    assert_ne!(r.verdict.id.as_str(), "idle", "{:?}", r.verdict);
+    let busy = r.verdict.gpu_busy_fraction.unwrap();
+    assert!((0.15..0.6).contains(&busy), "{busy}");
+    assert!(!r.phases.is_empty());
+    let notes = r.notes.join(" ");
+    assert!(
+        notes.contains("A short job in a long log: judged the 20m"),
+        "{notes}"
+    );
+}
+
+/// Utilization logged as a 0–1 fraction under a percent's name (issue 46, item 3): read as
+/// percent it was an idle GPU; it is said and scaled.
+#[test]
+fn a_fraction_under_a_percent_name_is_said_and_scaled() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut csv = String::from("timestamp,gpu_util_percent,mem_used_mib\n");
+    for t in 0..600 {
+        writeln!(
+            csv,
+            "2026-12-02T12:{:02}:{:02}Z,{:.2},60000",
+            t / 60,
+            t % 60,
+            0.90 + (t % 7) as f64 / 100.0
+        )
+        .unwrap();
+    }
+    let p = dir.path().join("fraction.csv");
+    std::fs::write(&p, csv).unwrap();
+    let r = diagnose(&p);
+    assert_ne!(r.verdict.id.as_str(), "idle");
+    let mean = r.gpus[0].util_mean_pct.unwrap();
+    assert!((90.0..97.0).contains(&mean), "{mean}");
+    let notes = r.notes.join(" ");
+    assert!(notes.contains("0-1 fraction"), "{notes}");
+}
+
+/// Epoch seconds in the year 9999 (issue 46, item 3): read as milliseconds, a 10-minute log
+/// was 0.6 s long; they stay seconds, and the absurd year is said.
+#[test]
+fn absurd_epoch_seconds_are_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut csv = String::from("time,gpu_util,mem_used_mib\n");
+    for t in 0..600u64 {
+        writeln!(csv, "{},{},60000", 253_402_200_000 + t, 90 + t % 5).unwrap();
+    }
+    let p = dir.path().join("year9999.csv");
+    std::fs::write(&p, csv).unwrap();
+    let r = diagnose(&p);
+    assert!((r.duration_s - 599.0).abs() < 1.0, "{}", r.duration_s);
+    let notes = r.notes.join(" ");
+    assert!(notes.contains("in the year 9999"), "{notes}");
+}
+
+/// 8 GPUs busy for 30 minutes, then the header again (its times carrying on) and 2 GPUs
+/// starving (issue 46, item 3): two runs, told apart by their GPUs, the last judged (both were
+/// blended: "busy 89%").
+#[test]
+fn runs_on_other_gpus_are_told_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let gpus = |n: usize, util: fn(f64, f64) -> f64| -> Vec<GpuSpec> {
+        (0..n)
+            .map(|_| GpuSpec {
+                name: A100,
+                mem_total_mib: 81920,
+                mem_used_mib: 70000,
+                util,
+            })
+            .collect()
+    };
+    let first = generate(&LogSpec {
+        style: Style::Smi,
+        interval_s: 1.0,
+        duration_s: 1800.0,
+        gpus: gpus(8, busy),
+    });
+    // The second run starts one second after the first ends.
+    let second = generate(&LogSpec {
+        style: Style::Smi,
+        interval_s: 1.0,
+        duration_s: 600.0,
+        gpus: gpus(2, square),
+    });
+    let shifted: String = second
+        .lines()
+        .map(|l| match l.split_once(", ") {
+            Some((ts, rest)) if ts.starts_with("2026") => {
+                let (hms, _) = ts.split_at(ts.len() - 4);
+                let secs: u32 = hms[11..13].parse::<u32>().unwrap() * 3600
+                    + hms[14..16].parse::<u32>().unwrap() * 60
+                    + hms[17..19].parse::<u32>().unwrap()
+                    + 1801;
+                format!(
+                    "{}{:02}:{:02}:{:02}.000, {rest}\n",
+                    &hms[..11],
+                    secs / 3600,
+                    secs / 60 % 60,
+                    secs % 60
+                )
+            }
+            _ => format!("{l}\n"),
+        })
+        .collect();
+    let p = dir.path().join("two_runs.csv");
+    std::fs::write(&p, format!("{first}{shifted}")).unwrap();
+    let r = diagnose(&p);
+    assert_eq!(r.gpus.len(), 2, "{:?}", r.notes);
+    let busy = r.verdict.gpu_busy_fraction.unwrap();
+    assert!(busy < 0.6, "{busy}");
+    assert!(
+        r.notes.join(" ").contains("2 runs appended"),
+        "{:?}",
+        r.notes
+    );
 }
