@@ -756,4 +756,46 @@ mod tests {
             Some(InputFormat::PrometheusJson)
         );
     }
+
+    #[test]
+    fn what_people_paste_is_detected() {
+        let table = "Wed May  6 15:30:55 2020\n\
+            +------+\n\
+            | NVIDIA-SMI 418.87.01    Driver Version: 418.87.01    CUDA Version: 10.1     |\n\
+            |   0  GeForce RTX 208...  On   | 00000000:01:00.0 Off |                  N/A |\n\
+            |  0%   80C    P2    74W / 250W |   6762MiB / 10989MiB |      0%      Default |\n";
+        assert_eq!(detect(table), Some(InputFormat::SmiTable));
+        // The table before a CSV log is not the log.
+        assert_eq!(
+            detect(&format!("{table}index, utilization.gpu [%]\n0, 5 %\n")),
+            Some(InputFormat::SmiCsv)
+        );
+        assert_eq!(
+            detect(&table.replace('|', "│")),
+            Some(InputFormat::SmiTable),
+            "nvitop"
+        );
+        assert_eq!(
+            detect("node1  Wed Sep  7 23:57:26 2025  580.82.07\n[0] NVIDIA H200 | 60°C, 100 % | 80161 / 143771 MB | root(80154M)\n"),
+            Some(InputFormat::Gpustat)
+        );
+        assert_eq!(
+            detect("{\"hostname\": \"n\", \"query_time\": \"2024-01-10T12:00:00\", \"gpus\": []}"),
+            Some(InputFormat::GpustatJson)
+        );
+        assert_eq!(
+            detect(
+                "\n==============NVSMI LOG==============\n\nTimestamp : Wed Aug 30 12:18:12 2023\n"
+            ),
+            Some(InputFormat::SmiQ)
+        );
+        assert_eq!(
+            detect("<?xml version=\"1.0\" ?>\n<nvidia_smi_log>\n<timestamp>x</timestamp>\n"),
+            Some(InputFormat::SmiQXml)
+        );
+        assert_eq!(
+            detect("pid, process_name, used_gpu_memory [MiB]\n4242, python, 3000 MiB\n"),
+            Some(InputFormat::ComputeApps)
+        );
+    }
 }
