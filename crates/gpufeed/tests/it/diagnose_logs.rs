@@ -822,7 +822,7 @@ fn the_nvidia_smi_table_people_paste_is_read() {
         &one,
         smi_table(
             &ctime(0),
-            &[(0, 3, 74143), (1, 0, 4)],
+            &[(0, 30, 74143), (1, 0, 4)],
             &[(0, 175134, 74134)],
             false,
         ),
@@ -836,6 +836,9 @@ fn the_nvidia_smi_table_people_paste_is_read() {
     assert!(notes.contains("memory held with compute low"), "{notes}");
     assert!(notes.contains("`gpufeed run -- <your command>`"), "{notes}");
     assert!(notes.contains("GPU 0 PID 175134"), "{notes}");
+    // No fix or speed-up is weighed from one instant.
+    assert_eq!(r.verdict.id.as_str(), "unknown");
+    assert!(r.findings.is_empty(), "{:?}", r.findings);
     // A shell loop (`while :; do date; nvidia-smi; sleep 2; done`) of a starving pair, then
     // `watch -n 2 nvidia-smi` captured, in the older layout.
     let mut looped = String::new();
