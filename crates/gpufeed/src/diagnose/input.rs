@@ -6,6 +6,7 @@ use super::phases::{self, Phase};
 use super::{DiagnoseError, Evidence, Source};
 use crate::import::dcgmi::{self, Flavour};
 use crate::import::smi_csv::{self, CsvOptions};
+use crate::import::stream::{Compression, Encoding, Input, Passes, HEAD_BYTES};
 use crate::import::{LogError, LogInfo};
 use crate::record::format::ReadError;
 use crate::record::reader::{self, Sink};
@@ -54,6 +55,18 @@ pub enum InputFormat {
     Mlflow,
     /// rocm-smi's concise table (Device … VRAM% GPU%), as job logs hold it
     RocmSmi,
+    /// The plain nvidia-smi table (or nvitop -1), once or looped (watch, date banners)
+    SmiTable,
+    /// gpustat's text output, once or looped
+    Gpustat,
+    /// gpustat --json output, once or looped
+    GpustatJson,
+    /// nvidia-smi -q text reports, once or looped
+    SmiQ,
+    /// nvidia-smi -q -x XML reports, once or looped
+    SmiQXml,
+    /// nvidia-smi --query-compute-apps=... --format=csv (memory per process)
+    ComputeApps,
 }
 
 impl InputFormat {
@@ -91,6 +104,30 @@ pub(crate) fn detect(head: &str) -> Option<InputFormat> {
     // A UTF-8 byte-order mark says nothing of the format (a recording starting with one was
     // taken for an nvidia-smi CSV).
     let head = head.strip_prefix('\u{feff}').unwrap_or(head);
+    use crate::import::{smi_q, smi_table};
+    // gpustat's lines hold commas and units, the reports keys that CSVs or W&B's JSON hold:
+    // told apart before them.
+    if smi_table::holds_gpustat(head) {
+        return Some(InputFormat::Gpustat);
+    }
+    if smi_table::holds_gpustat_json(head) {
+        return Some(InputFormat::GpustatJson);
+    }
+    if smi_q::holds_xml(head) {
+        return Some(InputFormat::SmiQXml);
+    }
+    if smi_q::holds_text(head) {
+        return Some(InputFormat::SmiQ);
+    }
+    if smi_table::holds_compute_apps(head) {
+        return Some(InputFormat::ComputeApps);
+    }
+    // A table before another log says nothing of the log's format; a table alone is the log.
+    detect_log(head).or_else(|| smi_table::holds_table(head).then_some(InputFormat::SmiTable))
+}
+
+/// [`detect`] for the logs that are not pasted views.
+fn detect_log(head: &str) -> Option<InputFormat> {
     // A plain `nvidia-smi` table dumped before a log (job scripts often do) says nothing of the
     // log's format: its box lines are passed over.
     let lines: Vec<&str> = head
@@ -223,20 +260,6 @@ fn one_field_query(lines: &[&str]) -> bool {
         && lines.iter().all(|l| header(l) || value(l))
 }
 
-fn open(path: &Path) -> Result<std::fs::File, DiagnoseError> {
-    let f = std::fs::File::open(path).map_err(|e| DiagnoseError::Open {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
-    if f.metadata().map(|m| m.is_dir()).unwrap_or(false) {
-        return Err(DiagnoseError::Open {
-            path: path.to_path_buf(),
-            reason: "it is a directory".into(),
-        });
-    }
-    Ok(f)
-}
-
 fn bad(path: &Path, e: LogError) -> DiagnoseError {
     match e {
         LogError::Empty => DiagnoseError::Empty {
@@ -282,11 +305,8 @@ pub(crate) fn other_command(head: &[u8], path: &Path) -> Option<String> {
     None
 }
 
-/// How much of a file decides its format.
-const HEAD_BYTES: usize = 8192;
-
 /// What diagnose reads, for messages about a file it cannot.
-const FORMATS: &str = "gpufeed diagnose reads gpufeed recordings, nvidia-smi --query-gpu --format=csv logs, nvidia-smi dmon and dcgmi dmon output, DCGM, Grafana, W&B, MLflow, rocm-smi and amd-smi CSVs, wandb-events.jsonl, MLflow run folders and Prometheus scrapes or query results (PyTorch profiler traces: gpufeed analyze)";
+const FORMATS: &str = "gpufeed diagnose reads gpufeed recordings, nvidia-smi --query-gpu --format=csv logs, nvidia-smi's table, -q and -q -x reports (once or looped), gpustat (text, --json) and nvitop output, nvidia-smi --query-compute-apps CSVs, nvidia-smi dmon and dcgmi dmon output, DCGM, Grafana, W&B, MLflow, rocm-smi and amd-smi CSVs, wandb-events.jsonl, MLflow run folders and Prometheus scrapes or query results (PyTorch profiler traces: gpufeed analyze)";
 
 /// Reads `path` in `format` (detecting it for `Auto`) into evidence.
 pub fn read(
@@ -317,27 +337,19 @@ pub(crate) fn read_with(
                 bad_time: None,
                 long_strings: None,
             };
-            return read_log_evidence(&dir, InputFormat::Mlflow, opts, source);
+            return read_log_evidence(&dir, InputFormat::Mlflow, opts, source, None);
         }
     }
     // The first bytes decide, whatever the format: a trace or a sweep report goes to another
     // command, and binary data or blank space is no log, even with --columns or --input-format.
-    let mut head = Vec::with_capacity(HEAD_BYTES);
-    let mut first_open = open(path)?;
-    (&mut first_open)
-        .take(HEAD_BYTES as u64)
-        .read_to_end(&mut head)
-        .map_err(|e| DiagnoseError::Open {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-    // A zstd recording is binary: its magic decides before the text checks.
-    let zstd = reader::is_zstd(&head);
-    if !zstd {
-        check_head(path, &head)?;
-    }
+    // The input is opened once and decoded (gzip, zstd, a byte-order mark, UTF-16) before
+    // anything looks at it: a pipe or FIFO cannot be opened twice.
+    let input = Input::open(path).map_err(|e| DiagnoseError::Open {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    check_head(path, &input.head)?;
     let format = match format {
-        InputFormat::Auto if zstd => InputFormat::Recording,
         InputFormat::Auto
             if opts
                 .columns
@@ -346,11 +358,11 @@ pub(crate) fn read_with(
         {
             InputFormat::SmiCsv
         }
-        InputFormat::Auto => {
-            detect(&String::from_utf8_lossy(&head)).ok_or_else(|| DiagnoseError::UnknownFormat {
+        InputFormat::Auto => detect(&String::from_utf8_lossy(&input.head)).ok_or_else(|| {
+            DiagnoseError::UnknownFormat {
                 path: path.to_path_buf(),
-            })?
-        }
+            }
+        })?,
         f => f,
     };
     let source = Source {
@@ -363,13 +375,28 @@ pub(crate) fn read_with(
         bad_time: None,
         long_strings: None,
     };
+    let open_err = |e: std::io::Error| DiagnoseError::Open {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
     if matches!(format, InputFormat::Recording | InputFormat::Auto) {
-        // The head read above, then the rest from the same handle: a pipe (`<(ssh node cat
-        // r.ndjson)`) is read once.
-        let file = std::io::Cursor::new(head).chain(first_open);
+        // The recording reader decodes zstd and skips a byte-order mark itself (and tells a
+        // recording cut mid-frame from a broken one): it gets the raw bytes unless they need
+        // more than that.
+        let file = if input.compression == Compression::Gzip
+            || !matches!(input.encoding, Encoding::Utf8 | Encoding::Utf8Bom)
+        {
+            input.text().map_err(open_err)?
+        } else {
+            input.raw()
+        };
         return read_recording(path, file, source, extra);
     }
-    read_log_evidence(path, format, opts, source)
+    let decoded = input.how_decoded();
+    let mut passes = input.into_passes().map_err(open_err)?;
+    let mut read = read_log_evidence(path, format, opts, source, Some(&mut passes))?;
+    read.log_notes.extend(decoded);
+    Ok(read)
 }
 
 /// Refuses a text input's first bytes when they are blank, another command's input, or binary.
@@ -456,31 +483,45 @@ fn read_log_evidence(
     format: InputFormat,
     opts: &LogOptions,
     mut source: Source,
+    mut passes: Option<&mut Passes>,
 ) -> Result<ReadOutcome, DiagnoseError> {
     let mut pooler = phases::Pooler::default();
     let mut t_range: Option<(f64, f64)> = None;
-    read_log(path, format, opts, |l| {
+    let mut fraction = FractionCheck::default();
+    read_log(path, format, opts, passes.as_deref_mut(), |l| {
         if let Line::Gpu(g) = l {
             t_range = Some(t_range.map_or((g.t_s, g.t_s), |(a, z)| (a.min(g.t_s), z.max(g.t_s))));
             if let Some(u) = g.util_pct {
+                fraction.add(u);
                 pooler.push_with_memory(g.t_s, u, g.mem_used_bytes);
             }
         }
     })?;
     let total_s = t_range.map_or(0.0, |(a, z)| z - a);
-    let (series, released) = pooler.finish_with_released();
+    let (mut series, released) = pooler.finish_with_released();
+    let scale = fraction.scale();
+    for p in &mut series {
+        p.1 *= scale;
+    }
     let phases = phases::segment(&series, &released);
     let mut b = EvidenceBuilder::new();
-    let (header, info, prof) = read_log(path, format, opts, |l| match l {
-        Line::Gpu(g) if !phases.is_empty() => {
-            if let Some(t) = phases::judged_time(&phases, g.t_s) {
+    let (header, mut info, prof) = read_log(path, format, opts, passes, |l| match l {
+        Line::Gpu(g) => {
+            let t = if phases.is_empty() {
+                Some(g.t_s)
+            } else {
+                phases::judged_time(&phases, g.t_s)
+            };
+            if let Some(t) = t {
                 let mut g = g.clone();
                 g.t_s = t;
+                g.util_pct = g.util_pct.map(|u| u * scale);
                 b.push_gpu(&g);
             }
         }
         other => b.push(other),
     })?;
+    info.notes.extend(fraction.note());
     for (i, p) in prof {
         b.set_profiling(i, p);
     }
@@ -524,9 +565,10 @@ fn read_log(
     path: &Path,
     format: InputFormat,
     opts: &LogOptions,
+    passes: Option<&mut Passes>,
     visit: impl FnMut(&Line),
 ) -> Result<(Header, LogInfo, Vec<(u32, dcgmi::ProfilingMeans)>), DiagnoseError> {
-    use crate::import::{csv_table, mlflow, prom, rocm_table, wandb};
+    use crate::import::{csv_table, mlflow, prom, rocm_table, smi_q, smi_table, wandb};
     let collect = |r: Result<_, LogError>| {
         r.map(
             |(h, i, p): (Header, LogInfo, std::collections::BTreeMap<u32, _>)| {
@@ -535,10 +577,13 @@ fn read_log(
         )
         .map_err(|e| bad(path, e))
     };
-    if format == InputFormat::Mlflow {
+    let Some(passes) = passes.filter(|_| format != InputFormat::Mlflow) else {
         return collect(mlflow::read_run(path, opts.interval_s, visit));
-    }
-    let file = open(path)?;
+    };
+    let file = passes.pass().map_err(|e| DiagnoseError::Open {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
     match format {
         InputFormat::Csv => {
             let cols = opts.columns.clone().unwrap_or_default();
@@ -546,6 +591,16 @@ fn read_log(
         }
         InputFormat::Wandb => collect(wandb::read_events(file, opts.interval_s, visit)),
         InputFormat::RocmSmi => collect(rocm_table::read(file, opts.interval_s, visit)),
+        InputFormat::SmiTable => collect(smi_table::read(file, opts.interval_s, visit)),
+        InputFormat::Gpustat => collect(smi_table::read_gpustat(file, opts.interval_s, visit)),
+        InputFormat::GpustatJson => {
+            collect(smi_table::read_gpustat_json(file, opts.interval_s, visit))
+        }
+        InputFormat::SmiQ => collect(smi_q::read_text(file, opts.interval_s, visit)),
+        InputFormat::SmiQXml => collect(smi_q::read_xml(file, opts.interval_s, visit)),
+        InputFormat::ComputeApps => {
+            collect(smi_table::read_compute_apps(file, opts.interval_s, visit))
+        }
         InputFormat::Prometheus => collect(prom::read_text(file, opts.interval_s, visit)),
         InputFormat::PrometheusJson => collect(prom::read_json(file, opts.interval_s, visit)),
         InputFormat::SmiCsv => {
@@ -566,6 +621,49 @@ fn read_log(
                 .map_err(|e| bad(path, e))?;
             Ok((h, info, prof.into_iter().collect()))
         }
+    }
+}
+
+/// Utilization logged as a 0–1 fraction under a percent's name (a script writing
+/// `torch.cuda.utilization() / 100`, an export of a ratio): every value at most 1, some of them
+/// fractional, the highest above 0.5. Read as percent, such a log is an idle GPU.
+#[derive(Debug, Default)]
+struct FractionCheck {
+    n: u64,
+    max: f64,
+    fractional: u64,
+}
+
+impl FractionCheck {
+    fn add(&mut self, u: f64) {
+        self.n += 1;
+        self.max = self.max.max(u);
+        if u.fract() != 0.0 {
+            self.fractional += 1;
+        }
+    }
+
+    fn is_fraction(&self) -> bool {
+        self.n >= 10 && self.max <= 1.0 && self.max > 0.5 && self.fractional * 10 >= self.n
+    }
+
+    /// What to multiply utilization by.
+    fn scale(&self) -> f64 {
+        if self.is_fraction() {
+            100.0
+        } else {
+            1.0
+        }
+    }
+
+    fn note(&self) -> Option<String> {
+        self.is_fraction().then(|| {
+            format!(
+                "Utilization is a 0-1 fraction here, not a percent (every one of its {} values \
+                 is at most 1, the highest {:.2}): read as percent ×100.",
+                self.n, self.max
+            )
+        })
     }
 }
 
@@ -656,6 +754,48 @@ mod tests {
         assert_eq!(
             detect("{\"status\":\"success\",\"data\":{\"resultType\":\"matrix\"}}"),
             Some(InputFormat::PrometheusJson)
+        );
+    }
+
+    #[test]
+    fn what_people_paste_is_detected() {
+        let table = "Wed May  6 15:30:55 2020\n\
+            +------+\n\
+            | NVIDIA-SMI 418.87.01    Driver Version: 418.87.01    CUDA Version: 10.1     |\n\
+            |   0  GeForce RTX 208...  On   | 00000000:01:00.0 Off |                  N/A |\n\
+            |  0%   80C    P2    74W / 250W |   6762MiB / 10989MiB |      0%      Default |\n";
+        assert_eq!(detect(table), Some(InputFormat::SmiTable));
+        // The table before a CSV log is not the log.
+        assert_eq!(
+            detect(&format!("{table}index, utilization.gpu [%]\n0, 5 %\n")),
+            Some(InputFormat::SmiCsv)
+        );
+        assert_eq!(
+            detect(&table.replace('|', "│")),
+            Some(InputFormat::SmiTable),
+            "nvitop"
+        );
+        assert_eq!(
+            detect("node1  Wed Sep  7 23:57:26 2025  580.82.07\n[0] NVIDIA H200 | 60°C, 100 % | 80161 / 143771 MB | root(80154M)\n"),
+            Some(InputFormat::Gpustat)
+        );
+        assert_eq!(
+            detect("{\"hostname\": \"n\", \"query_time\": \"2024-01-10T12:00:00\", \"gpus\": []}"),
+            Some(InputFormat::GpustatJson)
+        );
+        assert_eq!(
+            detect(
+                "\n==============NVSMI LOG==============\n\nTimestamp : Wed Aug 30 12:18:12 2023\n"
+            ),
+            Some(InputFormat::SmiQ)
+        );
+        assert_eq!(
+            detect("<?xml version=\"1.0\" ?>\n<nvidia_smi_log>\n<timestamp>x</timestamp>\n"),
+            Some(InputFormat::SmiQXml)
+        );
+        assert_eq!(
+            detect("pid, process_name, used_gpu_memory [MiB]\n4242, python, 3000 MiB\n"),
+            Some(InputFormat::ComputeApps)
         );
     }
 }

@@ -175,8 +175,25 @@ pub fn diagnose_node(
 /// Rules, verdict and notes over what was read.
 pub(crate) fn build_report(read: input::ReadOutcome) -> DiagnoseReport {
     let mut e = read.evidence;
-    let findings = rules::evaluate(&e);
-    let verdict = verdict::decide(&e, &findings);
+    let mut findings = rules::evaluate(&e);
+    let mut verdict = verdict::decide(&e, &findings);
+    if verdict.id != VerdictId::Idle && is_one_snapshot(&e, read.total_s) {
+        // One instant of each GPU (a pasted nvidia-smi table) is no run: a fix and a speed-up
+        // weighed from it were guesses ("up to 2x faster" from one table of a shared server).
+        // Its reading is the log's note; the GPUs keep their states at that instant. Every GPU
+        // idle at that instant stays `idle`: that much one table does say.
+        findings.clear();
+        verdict = Verdict {
+            id: VerdictId::Unknown,
+            confidence: 0.2,
+            summary: "A single snapshot of the GPUs, not a run: what it suggests is in the NOTE \
+                      below; record the run to judge it (`gpufeed run -- <your command>`)."
+                .into(),
+            finding: None,
+            candidates: Vec::new(),
+            ..verdict
+        };
+    }
     for j in &verdict.gpus {
         if let Some(g) = e.gpus.iter_mut().find(|g| g.index == j.index) {
             g.verdict = Some(rules::gpus::gpu_verdict(g, j.state));
@@ -201,6 +218,14 @@ pub(crate) fn build_report(read: input::ReadOutcome) -> DiagnoseReport {
         notes,
         phases: read.phases,
     }
+}
+
+/// A log holding one reading of each GPU and no time between them.
+fn is_one_snapshot(e: &Evidence, total_s: f64) -> bool {
+    e.origin == Origin::GpuLog
+        && total_s == 0.0
+        && !e.gpus.is_empty()
+        && e.gpus.iter().all(|g| g.util_samples <= 1)
 }
 
 /// Peak memory share from which memory counts as almost full.

@@ -210,13 +210,22 @@ pub(crate) fn segment(series: &[(f64, f64)], released: &[bool]) -> Vec<Phase> {
         return Vec::new();
     }
     // A log that hovers at the idle line (a GPU flat at 4-6 % for hours) has no start-up to cut:
-    // judging the sliver above the line would judge nothing. Under a tenth left, it is one block.
+    // judging the sliver above the line would judge nothing. Under a tenth left, it is one block
+    // unless the part left is a job: long enough and clear of the line (a 20-minute job at 40 %
+    // in 4 hours at 0 % was judged `idle` with the hours around it).
     let active: f64 = out
         .iter()
         .filter(|p| p.kind == PhaseKind::Active)
         .map(Phase::duration_s)
         .sum();
-    if active < 0.1 * (t_end - t0) {
+    let active_mean = out
+        .iter()
+        .filter(|p| p.kind == PhaseKind::Active)
+        .map(|p| p.util_mean_pct * p.duration_s())
+        .sum::<f64>()
+        / active.max(1e-9);
+    let a_job = active >= min_stretch.max(10.0 * interval) && active_mean >= 3.0 * IDLE_PCT;
+    if active < 0.1 * (t_end - t0) && !a_job {
         return Vec::new();
     }
     out
@@ -314,7 +323,18 @@ pub(crate) fn describe(phases: &[Phase]) -> Option<String> {
         .filter(|p| p.kind == PhaseKind::Active)
         .map(Phase::duration_s)
         .sum();
-    let mut parts = vec![format!("Judged the {} of training", duration(active))];
+    let total: f64 = phases.iter().map(Phase::duration_s).sum();
+    let lead = if active < 0.1 * total {
+        // A short job in a long log: the log's idle hours are not the job's.
+        format!(
+            "A short job in a long log: judged the {} it ran, alone (the log spans {})",
+            duration(active),
+            duration(total)
+        )
+    } else {
+        format!("Judged the {} of training", duration(active))
+    };
+    let mut parts = vec![lead];
     for p in phases.iter().filter(|p| p.kind == PhaseKind::StartUp) {
         parts.push(format!(
             "start-up of {} at {:.0}% left out",

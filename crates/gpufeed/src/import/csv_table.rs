@@ -309,7 +309,7 @@ pub(crate) fn read_csv(
 }
 
 /// A time column's value in seconds: a date and time, or an epoch number (its name's unit, else
-/// its size: milliseconds from 1e11, microseconds from 1e14, nanoseconds from 1e17).
+/// its size, [`super::epoch_seconds`]).
 fn time_value(v: &str, scale: f64) -> Option<f64> {
     if let Ok(Some(t)) = super::smi_csv::parse_timestamp(v) {
         return Some(t);
@@ -321,12 +321,7 @@ fn time_value(v: &str, scale: f64) -> Option<f64> {
     if scale != 1.0 {
         return Some(x * scale);
     }
-    Some(match x {
-        x if x >= 1e17 => x / 1e9,
-        x if x >= 1e14 => x / 1e6,
-        x if x >= 1e11 => x / 1e3,
-        x => x,
-    })
+    Some(super::epoch_seconds(x))
 }
 
 /// What one data row gave.

@@ -15,6 +15,9 @@ pub(crate) mod prom;
 pub(crate) mod rocm_table;
 pub(crate) mod smi_csv;
 pub(crate) mod smi_layout;
+pub(crate) mod smi_q;
+pub(crate) mod smi_table;
+pub(crate) mod stream;
 pub(crate) mod table;
 pub(crate) mod vocab;
 pub(crate) mod wandb;
@@ -46,6 +49,33 @@ impl Mean {
     pub(crate) fn mean(&self) -> Option<f64> {
         (self.n > 0).then(|| self.sum / self.n as f64)
     }
+}
+
+/// Epoch seconds from a number a file gives as a time, by its size: seconds, else milli-,
+/// micro- or nanoseconds. Below 1e12 it is seconds: milliseconds that small would fall in
+/// 1973–2001, before any GPU log, so a count of seconds in the year 9999 (2.5e11, a script's
+/// bad clock or a placeholder) stays seconds — its differences are right — instead of being
+/// read as milliseconds of 1978, a thousand times too short.
+pub(crate) fn epoch_seconds(x: f64) -> f64 {
+    match x {
+        x if x >= 1e17 => x / 1e9,
+        x if x >= 1e14 => x / 1e6,
+        x if x >= 1e12 => x / 1e3,
+        x => x,
+    }
+}
+
+/// Seconds past the year 2200: no clock of a real run.
+pub(crate) const ABSURD_EPOCH_S: f64 = 7.26e9;
+
+/// The note for a log whose times are epoch seconds past the year 2200.
+pub(crate) fn absurd_epoch_note(first_s: f64) -> String {
+    let year = chrono::DateTime::from_timestamp(first_s as i64, 0)
+        .map_or_else(|| "far future".to_string(), |d| d.format("%Y").to_string());
+    format!(
+        "The log's times are epoch seconds in the year {year}: no real clock (a bad clock or a \
+         placeholder). Read as seconds: only the time between readings is used."
+    )
 }
 
 /// The note for rows of GPUs past [`MAX_GPUS`].

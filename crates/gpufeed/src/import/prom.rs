@@ -117,7 +117,9 @@ fn put_parsed(
         return false;
     };
     let g = series_gpu(labels);
-    let Some(e) = t.entity(g.host, &g.id) else {
+    // MIG instances of one GPU share its uuid: only a whole GPU is known by it.
+    let uuid = g.uuid.filter(|_| !g.id.contains(" GPU-I "));
+    let Some(e) = t.entity_with_uuid(g.host, &g.id, uuid) else {
         return false;
     };
     t.describe(e, g.name, g.uuid);
@@ -286,6 +288,22 @@ mod tests {
         assert_eq!(g.name, Some("NVIDIA A100-SXM4-80GB"));
         let (_, l) = parse_series(r#"X{gpu=""0"",GPU_I_ID=""3""}"#);
         assert_eq!(series_gpu(&l).id, "0 GPU-I 3");
+    }
+
+    #[test]
+    fn one_gpu_under_index_and_uuid_is_one_gpu() {
+        // dcgm-exporter (`gpu`, `UUID`, `Hostname`) and nvidia_gpu_exporter (`uuid`,
+        // `instance`) scraped into one file: two GPUs were read, one of them twice.
+        let s = "\
+DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-1a2b3c4d-0000\",Hostname=\"node1\"} 92 1700000000000
+nvidia_smi_utilization_gpu_ratio{uuid=\"GPU-1a2b3c4d-0000\",instance=\"10.0.0.1:9835\"} 0.91 1700000000000
+DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-1a2b3c4d-0000\",Hostname=\"node1\"} 94 1700000015000
+nvidia_smi_utilization_gpu_ratio{uuid=\"GPU-1a2b3c4d-0000\",instance=\"10.0.0.1:9835\"} 0.93 1700000015000
+DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-99\",GPU_I_ID=\"1\",Hostname=\"node1\"} 10 1700000000000
+DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-99\",GPU_I_ID=\"2\",Hostname=\"node1\"} 20 1700000000000
+";
+        let (h, _) = text(s.as_bytes(), &mut |_| {}).unwrap();
+        assert_eq!(h.gpus.len(), 3, "one whole GPU and two MIG instances");
     }
 
     #[test]

@@ -315,10 +315,10 @@ pub(crate) fn parse_time_value(v: &str, unit: Option<&str>) -> Result<Option<f64
     if !x.is_finite() || x < 0.0 {
         return Ok(None);
     }
-    Ok(Some(if unit == Some("ms") || x >= 1e11 {
+    Ok(Some(if unit == Some("ms") {
         x / 1000.0
     } else {
-        x
+        super::epoch_seconds(x)
     }))
 }
 
@@ -719,6 +719,12 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<(Vec<Run>, Option<u32
     // The time of the last row before a repeated header, to compare with the first after it.
     let mut before: Option<Option<f64>> = None;
     let (mut header, mut same_header): (Option<String>, bool) = (None, true);
+    // The GPUs each run names (its index, uuid or bus id column), and a run whose times carry
+    // on from the one before: the same logger writing its header again if it names the same
+    // GPUs, another run if not (8 GPUs, then the header and 2 GPUs: both were blended).
+    let mut ids: Vec<std::collections::BTreeSet<String>> = vec![Default::default()];
+    let mut id_col: Option<usize> = None;
+    let mut carried_on: Option<usize> = None;
     loop {
         let (n, overlong) = super::read_line_capped(&mut br, &mut buf, super::MAX_LOG_LINE_BYTES)?;
         if n == 0 {
@@ -746,14 +752,19 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<(Vec<Run>, Option<u32
                 Some(h) => same_header &= h == line,
             }
             if runs[runs.len() - 1].rows > 0 {
+                merge_carried_on(&mut runs, &mut ids, &mut carried_on);
                 before = Some(ts_at(&last_data, ts_col));
                 runs.push(Run {
                     offset: start,
                     line: line_no,
                     rows: 0,
                 });
+                ids.push(Default::default());
             }
             ts_col = fields.iter().position(|f| field_of(f) == Field::Timestamp);
+            id_col = fields
+                .iter()
+                .position(|f| matches!(field_of(f), Field::Index | Field::Uuid | Field::BusId));
             continue;
         }
         if let Some(prev) = before.take() {
@@ -761,8 +772,14 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<(Vec<Run>, Option<u32
             let after = after.and_then(|v| parse_time_value(v, None).ok().flatten());
             if let (Some(a), Some(b)) = (prev, after) {
                 if (0.0..=60.0).contains(&(b - a)) {
-                    runs.pop();
+                    carried_on = Some(runs.len() - 1);
                 }
+            }
+        }
+        if let Some(id) = id_col.and_then(|c| fields.get(c)) {
+            let set = ids.last_mut().expect("one set per run");
+            if set.len() < super::MAX_GPUS {
+                set.insert(id.to_string());
             }
         }
         // Text before the first header without a comma (a date, nvidia-smi's table printed by
@@ -776,6 +793,7 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<(Vec<Run>, Option<u32
         drop(text);
         std::mem::swap(&mut buf, &mut last_data);
     }
+    merge_carried_on(&mut runs, &mut ids, &mut carried_on);
     drop(br);
     r.seek(SeekFrom::Start(0))?;
     // The header before every reading (a loop calling nvidia-smi once per reading, `>>` to one
@@ -797,6 +815,22 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<(Vec<Run>, Option<u32
         }
     }
     Ok((runs, None))
+}
+
+/// The run `carried_on` (its times carry on from the run before) is the same logger writing
+/// its header again when it names the same GPUs: merged into the run before.
+fn merge_carried_on(
+    runs: &mut Vec<Run>,
+    ids: &mut Vec<std::collections::BTreeSet<String>>,
+    carried_on: &mut Option<usize>,
+) {
+    if let Some(k) = carried_on.take() {
+        if k > 0 && k + 1 == runs.len() && ids[k] == ids[k - 1] {
+            let run = runs.pop().expect("k is the last run");
+            runs[k - 1].rows += run.rows;
+            ids.pop();
+        }
+    }
 }
 
 /// The time in a data line's timestamp column.
@@ -843,6 +877,8 @@ struct CsvRead<'a> {
     held: Option<Vec<Row>>,
     /// Rows of one reading, when the header comes before every reading.
     per_reading: Option<u32>,
+    /// Epoch seconds past the year 2200 were met (and said).
+    absurd_noted: bool,
 }
 
 impl<'a> CsvRead<'a> {
@@ -862,6 +898,7 @@ impl<'a> CsvRead<'a> {
             na_rows: 0,
             held: Some(Vec::new()),
             per_reading: None,
+            absurd_noted: false,
         }
     }
 
@@ -924,6 +961,13 @@ impl<'a> CsvRead<'a> {
             }
             return Ok(());
         };
+        if let Some(t) = row
+            .ts
+            .filter(|&t| t > super::ABSURD_EPOCH_S && !self.absurd_noted)
+        {
+            self.absurd_noted = true;
+            self.info.notes.push(super::absurd_epoch_note(t));
+        }
         match &mut self.held {
             Some(held) if held.len() + 1 < LAYOUT_WINDOW => held.push(row),
             Some(held) => {
@@ -1581,6 +1625,16 @@ mod tests {
         assert_eq!(
             parse_time_value("1764676800.5", None),
             Ok(Some(1764676800.5))
+        );
+        // Seconds in the year 9999 stay seconds (read as milliseconds they were 1978, and
+        // a 10-minute log 0.6 s long); milliseconds of 2023 are milliseconds.
+        assert_eq!(
+            parse_time_value("253402300799", None),
+            Ok(Some(253402300799.0))
+        );
+        assert_eq!(
+            parse_time_value("1700000000000", None),
+            Ok(Some(1700000000.0))
         );
         let a = parse_timestamp("2026/12/02 12:00:00.500").unwrap().unwrap();
         let b = parse_timestamp("2026/12/03 12:00:01.000").unwrap().unwrap();

@@ -162,6 +162,9 @@ struct Entity {
 pub(crate) struct Table {
     entities: Vec<Entity>,
     by_key: HashMap<(Option<String>, String), u32>,
+    /// Entities by their GPU uuid: one GPU named by index in one series and by uuid in
+    /// another (dcgm-exporter's `gpu="0",UUID=…` beside nvidia_gpu_exporter's `uuid=…`) is one.
+    by_uuid: HashMap<String, u32>,
     entities_left_out: u64,
     points: BTreeMap<(i64, u32), Point>,
     points_left_out: u64,
@@ -222,6 +225,25 @@ impl Table {
             ..Default::default()
         });
         self.by_key.insert(key, e);
+        Some(e)
+    }
+
+    /// As [`Table::entity`], the GPU's uuid first where the series gives one: the same uuid is
+    /// the same GPU, whatever host label or id it comes under.
+    pub(crate) fn entity_with_uuid(
+        &mut self,
+        host: Option<&str>,
+        id: &str,
+        uuid: Option<&str>,
+    ) -> Option<u32> {
+        let uuid = uuid.map(str::trim).filter(|u| u.len() > 8);
+        if let Some(&e) = uuid.and_then(|u| self.by_uuid.get(u)) {
+            return Some(e);
+        }
+        let e = self.entity(host, id)?;
+        if let Some(u) = uuid {
+            self.by_uuid.entry(u.to_string()).or_insert(e);
+        }
         Some(e)
     }
 

@@ -79,6 +79,8 @@ impl Metric {
 pub enum Family {
     #[strum(serialize = "nvidia-smi --query-gpu")]
     SmiQuery,
+    #[strum(serialize = "nvidia-smi -q (text and XML)")]
+    SmiQ,
     #[strum(serialize = "dcgmi dmon")]
     Dcgmi,
     #[strum(serialize = "DCGM fields (dcgm-exporter, Prometheus, Grafana, DCGM CSVs)")]
@@ -149,6 +151,23 @@ pub(crate) const TERMS: &[Term] = &[
     t!("uuid", Uuid, 1.0, "", SmiQuery),
     t!("pci.bus_id", BusId, 1.0, "", SmiQuery),
     t!("name", Name, 1.0, "", SmiQuery),
+    // nvidia-smi -q and -q -x: the section and the key, in snake case (`FB Memory Usage` /
+    // `Used`, `<fb_memory_usage><used>`); BAR1 memory is not the GPU's memory.
+    t!("utilization/gpu", UtilPct, 1.0, "%", SmiQ),
+    t!("utilization/gpu_util", UtilPct, 1.0, "%", SmiQ),
+    t!("utilization/memory", MemUtilPct, 1.0, "%", SmiQ),
+    t!("utilization/memory_util", MemUtilPct, 1.0, "%", SmiQ),
+    t!("fb_memory_usage/used", MemUsedBytes, MIB, "MiB", SmiQ),
+    t!("fb_memory_usage/total", MemTotalBytes, MIB, "MiB", SmiQ),
+    t!("fb_memory_usage/free", MemFreeBytes, MIB, "MiB", SmiQ),
+    t!("temperature/gpu_current_temp", TemperatureC, 1.0, "C", SmiQ),
+    t!("temperature/gpu_temp", TemperatureC, 1.0, "C", SmiQ),
+    t!("power_readings/power_draw", PowerW, 1.0, "W", SmiQ),
+    t!("gpu_power_readings/power_draw", PowerW, 1.0, "W", SmiQ),
+    t!("gpu_power_readings/average_power_draw", PowerW, 1.0, "W", SmiQ),
+    t!("gpu_power_readings/instant_power_draw", PowerW, 1.0, "W", SmiQ),
+    t!("clocks/sm", SmClockMhz, 1.0, "MHz", SmiQ),
+    t!("clocks/sm_clock", SmClockMhz, 1.0, "MHz", SmiQ),
     // dcgmi dmon short names (profiling fields are fractions 0-1).
     t!("gputl", UtilPct, 1.0, "%", Dcgmi),
     t!("gract", GrActivePct, 100.0, "fraction", Dcgmi),

@@ -689,3 +689,440 @@ fn odd_logs_are_described_as_they_are() {
     assert!(!t.contains("cut"), "{t}");
     assert!(t.contains("1 GPU"), "{t}");
 }
+
+/// The input opened once and read as a stream (issue 46, item 1): stdin `-`, a pipe given as a
+/// path (`<(zcat gpu.csv.gz)` is `/dev/fd/N`), a FIFO, gzip and zstd told by their magic (a
+/// `.dat` name too), a UTF-8 byte-order mark, UTF-16 with one. Before, these said "cannot open
+/// -", "Illegal seek", hung, "a PyTorch profiler trace?", or "binary data".
+#[test]
+fn any_input_is_opened_once_and_decoded() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let spec = LogSpec {
+        style: Style::Smi,
+        interval_s: 1.0,
+        duration_s: 120.0,
+        gpus: vec![
+            GpuSpec {
+                name: A100,
+                mem_total_mib: 81920,
+                mem_used_mib: 60000,
+                util: busy,
+            },
+            GpuSpec {
+                name: A100,
+                mem_total_mib: 81920,
+                mem_used_mib: 4,
+                util: |_, _| 0.0,
+            },
+        ],
+    };
+    let csv = generate(&spec);
+    let plain = d.join("gpu.csv");
+    std::fs::write(&plain, &csv).unwrap();
+    let want = diagnose(&plain);
+    assert_eq!(want.gpus.len(), 2);
+    let same = |what: &str, r: &DiagnoseReport| {
+        assert_eq!(r.gpus.len(), 2, "{what}");
+        assert_eq!(r.verdict.id, want.verdict.id, "{what}");
+        assert!(
+            (r.duration_s - want.duration_s).abs() < 1e-6,
+            "{what}: {}",
+            r.duration_s
+        );
+    };
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(csv.as_bytes()).unwrap();
+    let gz = gz.finish().unwrap();
+    let zst = zstd::encode_all(csv.as_bytes(), 3).unwrap();
+    let bom = [b"\xEF\xBB\xBF".as_slice(), csv.as_bytes()].concat();
+    let le: Vec<u8> = [0xFF, 0xFE]
+        .into_iter()
+        .chain(csv.encode_utf16().flat_map(u16::to_le_bytes))
+        .collect();
+    let be: Vec<u8> = [0xFE, 0xFF]
+        .into_iter()
+        .chain(csv.encode_utf16().flat_map(u16::to_be_bytes))
+        .collect();
+    for (name, bytes) in [
+        ("gpu.csv.gz", &gz),
+        ("gpu.dat", &gz),
+        ("gpu.csv.zst", &zst),
+        ("bom.csv", &bom),
+        ("powershell-le.txt", &le),
+        ("powershell-be.txt", &be),
+    ] {
+        let p = d.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        same(name, &diagnose(&p));
+    }
+    // stdin as `-`, and a pipe under a path (/dev/stdin), gzip through it.
+    for (arg, bytes) in [("-", csv.as_bytes()), ("/dev/stdin", &gz[..])] {
+        let out = run_ok(
+            gpufeed()
+                .args(["diagnose", "--format", "json", arg])
+                .write_stdin(bytes.to_vec())
+                .timeout(std::time::Duration::from_secs(60)),
+        );
+        same(arg, &serde_json::from_slice(&out.stdout).unwrap());
+    }
+    // A FIFO: read once until its writer closes it (it hung: opened a second time, with no
+    // writer left).
+    let fifo = d.join("fifo");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo on a path we own, with a NUL-terminated string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let writer = {
+        let (fifo, csv) = (fifo.clone(), csv.clone());
+        std::thread::spawn(move || std::fs::write(fifo, csv).unwrap())
+    };
+    let out = run_ok(
+        gpufeed()
+            .args(["diagnose", "--format", "json"])
+            .arg(&fifo)
+            .timeout(std::time::Duration::from_secs(60)),
+    );
+    writer.join().unwrap();
+    same("fifo", &serde_json::from_slice(&out.stdout).unwrap());
+}
+
+/// A DCGM CSV saved with a byte-order mark: its `EntityId` column was read as an unknown name
+/// and its two GPUs merged into one.
+#[test]
+fn a_byte_order_mark_keeps_a_dcgm_csvs_gpus_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut csv = String::from("\u{feff}EntityId,GRACT,FBUSD,TimeStamp\n");
+    for t in 0..120 {
+        writeln!(csv, "0,0.95,60000,{}", 1_700_000_000 + t).unwrap();
+        writeln!(csv, "1,0.0,4,{}", 1_700_000_000 + t).unwrap();
+    }
+    let p = dir.path().join("dcgm.csv");
+    std::fs::write(&p, csv).unwrap();
+    let r = diagnose(&p);
+    assert_eq!(r.gpus.len(), 2);
+}
+
+/// One `nvidia-smi` table as the driver prints it (535's layout, or 470's with `old`), its date
+/// line first, and the process table when `procs` holds any.
+fn smi_table(date: &str, gpus: &[(u32, u32, u32)], procs: &[(u32, u32, u32)], old: bool) -> String {
+    let mut s = format!("{date}\n");
+    if old {
+        s += "+-----------------------------------------------------------------------------+\n\
+              | NVIDIA-SMI 470.82.01    Driver Version: 470.82.01    CUDA Version: 11.4     |\n\
+              |-------------------------------+----------------------+----------------------+\n\
+              | GPU  Name        Persistence-M| Bus-Id        Disp.A | Volatile Uncorr. ECC |\n\
+              | Fan  Temp  Perf  Pwr:Usage/Cap|         Memory-Usage | GPU-Util  Compute M. |\n\
+              |                               |                      |               MIG M. |\n\
+              |===============================+======================+======================|\n";
+    } else {
+        s += "+---------------------------------------------------------------------------------------+\n\
+              | NVIDIA-SMI 535.54.03              Driver Version: 535.54.03    CUDA Version: 12.2     |\n\
+              |-----------------------------------------+----------------------+----------------------+\n\
+              | GPU  Name                 Persistence-M | Bus-Id        Disp.A | Volatile Uncorr. ECC |\n\
+              | Fan  Temp   Perf          Pwr:Usage/Cap |         Memory-Usage | GPU-Util  Compute M. |\n\
+              |                                         |                      |               MIG M. |\n\
+              |=========================================+======================+======================|\n";
+    }
+    for &(i, util, used) in gpus {
+        if old {
+            writeln!(s, "|   {i}  Tesla V100-SXM2...  On   | 00000000:0{i}:00.0 Off |                    0 |").unwrap();
+            writeln!(s, "| N/A   41C    P0   180W / 300W | {used:>6}MiB / 32510MiB | {util:>6}%      Default |").unwrap();
+            s += "|                               |                      |                  N/A |\n\
+                  +-------------------------------+----------------------+----------------------+\n";
+        } else {
+            writeln!(s, "|   {i}  NVIDIA A100-SXM4-80GB          On  | 00000000:0{i}:00.0 Off |                    0 |").unwrap();
+            writeln!(s, "| N/A   33C    P0             250W / 400W | {used:>6}MiB / 81920MiB | {util:>6}%      Default |").unwrap();
+            s += "|                                         |                      |             Disabled |\n\
+                  +-----------------------------------------+----------------------+----------------------+\n";
+        }
+    }
+    if !procs.is_empty() {
+        s += "\n+---------------------------------------------------------------------------------------+\n\
+              | Processes:                                                                            |\n\
+              |  GPU   GI   CI        PID   Type   Process name                            GPU Memory |\n\
+              |        ID   ID                                                             Usage      |\n\
+              |=======================================================================================|\n";
+        for &(g, pid, mib) in procs {
+            if old {
+                writeln!(s, "|    {g}   N/A  N/A  {pid:>8}      C   python                            {mib}MiB |").unwrap();
+            } else {
+                writeln!(s, "|    {g}   N/A  N/A  {pid:>8}      C   ...conda/envs/train/bin/python        {mib}MiB |").unwrap();
+            }
+        }
+        s += "+---------------------------------------------------------------------------------------+\n";
+    }
+    s
+}
+
+/// A `date` banner or nvidia-smi's own date line, `s` seconds after 12:00:00.
+fn ctime(s: u32) -> String {
+    format!("Wed Jan 10 12:{:02}:{:02} 2024", s / 60, s % 60)
+}
+
+/// The plain `nvidia-smi` table (issue 46, item 2): one pasted snapshot gets a reading (memory
+/// against utilization, what it suggests, the command that tells), looped tables are a time
+/// series (a shell loop's `date` banners, `watch`'s header, the older driver layout), and the
+/// process table gives the PIDs. All were "unrecognized format".
+#[test]
+fn the_nvidia_smi_table_people_paste_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let one = d.join("snapshot.txt");
+    std::fs::write(
+        &one,
+        smi_table(
+            &ctime(0),
+            &[(0, 30, 74143), (1, 0, 4)],
+            &[(0, 175134, 74134)],
+            false,
+        ),
+    )
+    .unwrap();
+    let r = diagnose(&one);
+    assert_eq!(r.source.format.as_str(), "smi_table");
+    assert_eq!(r.gpus.len(), 2);
+    let notes = r.notes.join("\n");
+    assert!(notes.contains("A single snapshot"), "{notes}");
+    assert!(notes.contains("memory held with compute low"), "{notes}");
+    assert!(notes.contains("`gpufeed run -- <your command>`"), "{notes}");
+    assert!(notes.contains("GPU 0 PID 175134"), "{notes}");
+    // No fix or speed-up is weighed from one instant.
+    assert_eq!(r.verdict.id.as_str(), "unknown");
+    assert!(r.findings.is_empty(), "{:?}", r.findings);
+    // A shell loop (`while :; do date; nvidia-smi; sleep 2; done`) of a starving pair, then
+    // `watch -n 2 nvidia-smi` captured, in the older layout.
+    let mut looped = String::new();
+    let mut watched = String::new();
+    for k in 0..90u32 {
+        let t = k * 2;
+        let util = if k % 3 == 0 { 90 } else { 5 };
+        looped += &format!("{} UTC\n", ctime(t));
+        looped += &smi_table(&ctime(t), &[(0, util, 70000), (1, util, 70000)], &[], false);
+        watched += &format!("Every 2.0s: nvidia-smi          node7: {}\n\n", ctime(t));
+        watched += &smi_table(&ctime(t), &[(0, util, 30000)], &[(0, 4242, 29990)], true);
+    }
+    for (name, text, gpus) in [("loop.log", &looped, 2), ("watch.log", &watched, 1)] {
+        let p = d.join(name);
+        std::fs::write(&p, text).unwrap();
+        let r = diagnose(&p);
+        assert_eq!(r.gpus.len(), gpus, "{name}");
+        assert!(
+            (r.duration_s - 178.0).abs() < 1e-6,
+            "{name}: {}",
+            r.duration_s
+        );
+        let busy = r.verdict.gpu_busy_fraction.unwrap();
+        assert!(busy < 0.6, "{name}: {busy}");
+        assert!(!r.notes.join(" ").contains("single snapshot"), "{name}");
+    }
+}
+
+/// gpustat (text and `--json`), an `nvitop -1` snapshot (nvidia-smi's table drawn with `│`),
+/// and `nvidia-smi -q` text and XML reports, looped: each read into the same GPUs and time.
+#[test]
+fn gpustat_nvitop_and_query_reports_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (mut text, mut json, mut q, mut x) =
+        (String::new(), String::new(), String::new(), String::new());
+    for k in 0..60u32 {
+        let util = if k % 2 == 0 { 95 } else { 10 };
+        writeln!(text, "node7                  {}  535.54.03", ctime(k)).unwrap();
+        writeln!(text, "[0] NVIDIA A100-SXM4-80GB | 40°C, {util:>3} % | 70000 / 81920 MB | alice:python/4242(69990M)").unwrap();
+        writeln!(
+            text,
+            "[1] NVIDIA A100-SXM4-80GB | 30°C,   0 % |     4 / 81920 MB |"
+        )
+        .unwrap();
+        writeln!(
+            json,
+            r#"{{"hostname": "node7", "query_time": "2024-01-10T12:{:02}:{:02}.000001", "gpus": [{{"index": 0, "uuid": "GPU-a", "name": "NVIDIA A100-SXM4-80GB", "utilization.gpu": {util}, "memory.used": 70000, "memory.total": 81920, "processes": [{{"pid": 4242, "command": "python", "gpu_memory_usage": 69990}}]}}, {{"index": 1, "uuid": "GPU-b", "name": "NVIDIA A100-SXM4-80GB", "utilization.gpu": 0, "memory.used": 4, "memory.total": 81920, "processes": []}}]}}"#,
+            k / 60,
+            k % 60
+        )
+        .unwrap();
+        write!(q, "\n==============NVSMI LOG==============\n\nTimestamp                                 : {}\nDriver Version                            : 535.54.03\n\nAttached GPUs                             : 2\n", ctime(k)).unwrap();
+        write!(
+            x,
+            "<?xml version=\"1.0\" ?>\n<nvidia_smi_log>\n\t<timestamp>{}</timestamp>\n",
+            ctime(k)
+        )
+        .unwrap();
+        for (g, u, mib) in [(0, util, 70000), (1, 0, 4)] {
+            write!(q, "GPU 00000000:0{g}:00.0\n    Product Name                          : NVIDIA A100-SXM4-80GB\n    FB Memory Usage\n        Total                             : 81920 MiB\n        Used                              : {mib} MiB\n    BAR1 Memory Usage\n        Used                              : 1 MiB\n    Utilization\n        Gpu                               : {u} %\n").unwrap();
+            write!(x, "\t<gpu id=\"00000000:0{g}:00.0\">\n\t\t<product_name>NVIDIA A100-SXM4-80GB</product_name>\n\t\t<fb_memory_usage>\n\t\t\t<total>81920 MiB</total>\n\t\t\t<used>{mib} MiB</used>\n\t\t</fb_memory_usage>\n\t\t<utilization>\n\t\t\t<gpu_util>{u} %</gpu_util>\n\t\t</utilization>\n\t</gpu>\n").unwrap();
+        }
+        x += "</nvidia_smi_log>\n";
+    }
+    let nvitop = smi_table(&ctime(0), &[(0, 31, 70000), (1, 0, 4)], &[], true)
+        .replace("NVIDIA-SMI 470.82.01", "NVITOP 1.3.2        ")
+        .replace('|', "│");
+    for (name, body, format, seconds) in [
+        ("gpustat.txt", &text, "gpustat", 59.0),
+        ("gpustat.json", &json, "gpustat_json", 59.0),
+        ("q.txt", &q, "smi_q", 59.0),
+        ("q.xml", &x, "smi_q_xml", 59.0),
+        ("nvitop.txt", &nvitop, "smi_table", 0.0),
+    ] {
+        let p = d.join(name);
+        std::fs::write(&p, body).unwrap();
+        let r = diagnose(&p);
+        assert_eq!(r.source.format.as_str(), format, "{name}");
+        assert_eq!(r.gpus.len(), 2, "{name}");
+        assert!(
+            (r.duration_s - seconds).abs() < 1e-6,
+            "{name}: {}",
+            r.duration_s
+        );
+        let g0 = &r.gpus[0];
+        assert!(
+            g0.mem_used_max_bytes.is_some_and(|b| b > 60 << 30),
+            "{name}"
+        );
+    }
+}
+
+/// A 20-minute starving job inside a 4-hour log at 0% (issue 46, item 3): judged alone, the
+/// idle hours around it said (it was `idle (0.90)`: under a tenth of the log active, the whole
+/// log was one block).
+#[test]
+fn a_short_job_in_a_long_idle_log_is_judged_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        dir.path(),
+        "mostly_idle.csv",
+        &LogSpec {
+            style: Style::Smi,
+            interval_s: 1.0,
+            duration_s: 4.0 * 3600.0,
+            gpus: vec![GpuSpec {
+                name: A100,
+                mem_total_mib: 81920,
+                mem_used_mib: 70000,
+                util: |t, r| {
+                    if (7200.0..8400.0).contains(&t) {
+                        square(t, r)
+                    } else {
+                        0.0
+                    }
+                },
+            }],
+        },
+    );
+    let r = diagnose(&p);
+    assert_ne!(r.verdict.id.as_str(), "idle", "{:?}", r.verdict);
+    let busy = r.verdict.gpu_busy_fraction.unwrap();
+    assert!((0.15..0.6).contains(&busy), "{busy}");
+    assert!(!r.phases.is_empty());
+    let notes = r.notes.join(" ");
+    assert!(
+        notes.contains("A short job in a long log: judged the 20m"),
+        "{notes}"
+    );
+}
+
+/// Utilization logged as a 0–1 fraction under a percent's name (issue 46, item 3): read as
+/// percent it was an idle GPU; it is said and scaled.
+#[test]
+fn a_fraction_under_a_percent_name_is_said_and_scaled() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut csv = String::from("timestamp,gpu_util_percent,mem_used_mib\n");
+    for t in 0..600 {
+        writeln!(
+            csv,
+            "2026-12-02T12:{:02}:{:02}Z,{:.2},60000",
+            t / 60,
+            t % 60,
+            0.90 + (t % 7) as f64 / 100.0
+        )
+        .unwrap();
+    }
+    let p = dir.path().join("fraction.csv");
+    std::fs::write(&p, csv).unwrap();
+    let r = diagnose(&p);
+    assert_ne!(r.verdict.id.as_str(), "idle");
+    let mean = r.gpus[0].util_mean_pct.unwrap();
+    assert!((90.0..97.0).contains(&mean), "{mean}");
+    let notes = r.notes.join(" ");
+    assert!(notes.contains("0-1 fraction"), "{notes}");
+}
+
+/// Epoch seconds in the year 9999 (issue 46, item 3): read as milliseconds, a 10-minute log
+/// was 0.6 s long; they stay seconds, and the absurd year is said.
+#[test]
+fn absurd_epoch_seconds_are_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut csv = String::from("time,gpu_util,mem_used_mib\n");
+    for t in 0..600u64 {
+        writeln!(csv, "{},{},60000", 253_402_200_000 + t, 90 + t % 5).unwrap();
+    }
+    let p = dir.path().join("year9999.csv");
+    std::fs::write(&p, csv).unwrap();
+    let r = diagnose(&p);
+    assert!((r.duration_s - 599.0).abs() < 1.0, "{}", r.duration_s);
+    let notes = r.notes.join(" ");
+    assert!(notes.contains("in the year 9999"), "{notes}");
+}
+
+/// 8 GPUs busy for 30 minutes, then the header again (its times carrying on) and 2 GPUs
+/// starving (issue 46, item 3): two runs, told apart by their GPUs, the last judged (both were
+/// blended: "busy 89%").
+#[test]
+fn runs_on_other_gpus_are_told_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let gpus = |n: usize, util: fn(f64, f64) -> f64| -> Vec<GpuSpec> {
+        (0..n)
+            .map(|_| GpuSpec {
+                name: A100,
+                mem_total_mib: 81920,
+                mem_used_mib: 70000,
+                util,
+            })
+            .collect()
+    };
+    let first = generate(&LogSpec {
+        style: Style::Smi,
+        interval_s: 1.0,
+        duration_s: 1800.0,
+        gpus: gpus(8, busy),
+    });
+    // The second run starts one second after the first ends.
+    let second = generate(&LogSpec {
+        style: Style::Smi,
+        interval_s: 1.0,
+        duration_s: 600.0,
+        gpus: gpus(2, square),
+    });
+    let shifted: String = second
+        .lines()
+        .map(|l| match l.split_once(", ") {
+            Some((ts, rest)) if ts.starts_with("2026") => {
+                let (hms, _) = ts.split_at(ts.len() - 4);
+                let secs: u32 = hms[11..13].parse::<u32>().unwrap() * 3600
+                    + hms[14..16].parse::<u32>().unwrap() * 60
+                    + hms[17..19].parse::<u32>().unwrap()
+                    + 1801;
+                format!(
+                    "{}{:02}:{:02}:{:02}.000, {rest}\n",
+                    &hms[..11],
+                    secs / 3600,
+                    secs / 60 % 60,
+                    secs % 60
+                )
+            }
+            _ => format!("{l}\n"),
+        })
+        .collect();
+    let p = dir.path().join("two_runs.csv");
+    std::fs::write(&p, format!("{first}{shifted}")).unwrap();
+    let r = diagnose(&p);
+    assert_eq!(r.gpus.len(), 2, "{:?}", r.notes);
+    let busy = r.verdict.gpu_busy_fraction.unwrap();
+    assert!(busy < 0.6, "{busy}");
+    assert!(
+        r.notes.join(" ").contains("2 runs appended"),
+        "{:?}",
+        r.notes
+    );
+}
