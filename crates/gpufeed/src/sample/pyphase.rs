@@ -172,11 +172,12 @@ pub(crate) fn is_evaluation(f: &FrameRef) -> bool {
 /// (PyTorch's `decorate_context` calls it) that runs the model (a module call beneath it): an
 /// evaluation the training loop calls (nanoGPT's `estimate_loss`).
 fn no_grad_forward(frames: &[FrameRef]) -> bool {
-    let Some(i) = frames.windows(2).position(|w| {
-        method(w[0].name) == "decorate_context"
-            && has(w[0].file, "torch/utils/_contextlib.py")
-            && !is_library(w[1].file)
-    }) else {
+    // The wrapper's frame is named `decorate_context`, or (as py-spy reads the code object a
+    // `functools.wraps` copy names) `no_grad` / `inference_mode`: its file says what it is.
+    let Some(i) = frames
+        .windows(2)
+        .position(|w| has(w[0].file, "torch/utils/_contextlib.py") && !is_library(w[1].file))
+    else {
         return false;
     };
     frames[i + 1..].iter().any(|f| {
@@ -261,6 +262,11 @@ fn marker(f: &FrameRef) -> Option<Phase> {
         .iter()
         .any(|k| l.contains(k))
     });
+    // Building an optimizer (`AdamW(...)`, whose first call imports half of torch) is start-up,
+    // not a step.
+    if m == "__init__" && (has(f.file, "torch/optim/") || optim_class) {
+        return None;
+    }
     if has(f.file, "torch/optim/")
         || has(f.file, "accelerate/optimizer.py")
         || has(f.file, "torch/amp/grad_scaler.py")
@@ -770,6 +776,40 @@ mod tests {
             (s[i].name, k),
             ("ColorJitter.forward", StageKind::Transform)
         );
+    }
+
+    #[test]
+    fn evaluation_is_its_own_phase_and_building_an_optimizer_is_none() {
+        let ctx = "/v/site-packages/torch/utils/_contextlib.py";
+        // nanoGPT: `@torch.no_grad() def estimate_loss()` runs the model from the loop.
+        let s = st(&[
+            ("main", "/home/u/train.py"),
+            ("decorate_context", ctx),
+            ("estimate_loss", "/home/u/train.py"),
+            ("Module._wrapped_call_impl", NN),
+        ]);
+        assert_eq!(classify(&s), Phase::Evaluation);
+        // A decorated function that runs no model is not an evaluation (an EMA update).
+        let s = st(&[
+            ("main", "/home/u/train.py"),
+            ("no_grad", ctx),
+            ("update_ema", "/home/u/train.py"),
+        ]);
+        assert_eq!(classify(&s), Phase::Other);
+        // Named for it: its batches are the evaluation's, not the loop's data wait.
+        let s = st(&[
+            ("main", "/home/u/train.py"),
+            ("validate", "/home/u/train.py"),
+            ("_SingleProcessDataLoaderIter._next_data", DL),
+        ]);
+        assert_eq!(classify(&s), Phase::Evaluation);
+        assert!(is_evaluation_name("run_validation") && is_evaluation_name("eval_epoch"));
+        assert!(!is_evaluation_name("evaluator_setup") && !is_evaluation_name("interval"));
+        let s = st(&[
+            ("main", "/home/u/train.py"),
+            ("AdamW.__init__", "/v/site-packages/torch/optim/adamw.py"),
+        ]);
+        assert_eq!(classify(&s), Phase::Other);
     }
 
     #[test]

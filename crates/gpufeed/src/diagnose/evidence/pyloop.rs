@@ -247,6 +247,10 @@ impl ThreadTotals {
         if ckpt && !self.in_ckpt {
             self.ckpt_runs += 1;
         }
+        let total: u64 = interval.iter().sum();
+        if ckpt && interval[Phase::CheckpointIo.index()] * 10 < total * 9 {
+            self.ckpt_mixed += 1;
+        }
         if ckpt || any {
             self.in_ckpt = ckpt;
         }
@@ -320,6 +324,9 @@ struct ThreadTotals {
     /// Runs of consecutive intervals with checkpoint samples: the saves seen.
     ckpt_runs: u64,
     in_ckpt: bool,
+    /// Intervals with checkpoint samples mixed with others (under 90%): a save's run has at
+    /// most two, one at each end; more mean saves closer together than readings.
+    ckpt_mixed: u64,
     /// An interval with samples but no loop sample came before the loop: start-up.
     before_loop: bool,
 }

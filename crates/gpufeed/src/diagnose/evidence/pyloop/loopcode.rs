@@ -364,8 +364,12 @@ impl PyAcc {
             .filter(|s| s.2 == Phase::CheckpointIo)
             .map(|s| s.1)
             .sum();
+        // Saves are counted as runs of readings with checkpoint samples. A save's run is mixed
+        // with other phases only at its two ends: readings mixed beyond that mean saves come
+        // more often than readings, merged into few runs, and no count is given.
+        let apart = t.ckpt_mixed <= 2 * t.ckpt_runs;
         let checkpoint_saves =
-            (t.ckpt_runs > 0 && ckpt > 0 && loop_s > 0.0).then(|| CheckpointSaves {
+            (apart && t.ckpt_runs > 0 && ckpt > 0 && loop_s > 0.0).then(|| CheckpointSaves {
                 saves: t.ckpt_runs,
                 s_per_save: crate::units::r2(share(ckpt) / 100.0 * loop_s / t.ckpt_runs as f64),
             });
@@ -669,6 +673,14 @@ mod tests {
         assert_eq!(s.saves, 2);
         // 180 of 400 samples over a 4 s loop: 1.8 s over two saves.
         assert_eq!(s.s_per_save, 0.9);
+        // Saves in every reading (every other step): one long run of mixed readings, whose
+        // saves cannot be counted; the share still is.
+        for _ in 0..6 {
+            r.interval(&[(0, 40), (1, 20), (2, 40)]);
+        }
+        let p = r.finish();
+        assert_eq!(p.checkpoint_saves, None);
+        assert_eq!(p.host_calls[0].cause, HostCause::Checkpointing);
     }
 
     #[test]
