@@ -177,11 +177,18 @@ pub(crate) fn build_report(read: input::ReadOutcome) -> DiagnoseReport {
     let mut e = read.evidence;
     let mut findings = rules::evaluate(&e);
     let mut verdict = verdict::decide(&e, &findings);
-    if verdict.id != VerdictId::Idle && is_one_snapshot(&e, read.total_s) {
+    // A GPU holding more than a CUDA context's memory has a job on it, whatever one instant's
+    // utilization says.
+    let held = e.gpus.iter().any(|g| {
+        g.mem_used_max_bytes
+            .is_some_and(|b| b > evidence::UNUSED_MEM_BYTES)
+    });
+    if (verdict.id != VerdictId::Idle || held) && is_one_snapshot(&e, read.total_s) {
         // One instant of each GPU (a pasted nvidia-smi table) is no run: a fix and a speed-up
         // weighed from it were guesses ("up to 2x faster" from one table of a shared server).
         // Its reading is the log's note; the GPUs keep their states at that instant. Every GPU
-        // idle at that instant stays `idle`: that much one table does say.
+        // idle at that instant, none holding memory, stays `idle`: that much one table does
+        // say (a job holding 14 GiB at 0% was called idle, "check that the job uses the GPU").
         findings.clear();
         verdict = Verdict {
             id: VerdictId::Unknown,

@@ -386,10 +386,15 @@ fn procs_note(procs: &[Proc], snapshots: u64) -> Option<String> {
                 .mem_bytes
                 .map(|b| format!(" {}", crate::units::bytes(b as u64)))
                 .unwrap_or_default();
+            // gpustat shows the user, not the PID (read as 0): no PID is made up.
+            let pid = if p.pid == 0 {
+                String::new()
+            } else {
+                format!("PID {} ", p.pid)
+            };
             format!(
-                "GPU {} PID {} {}{mem}",
+                "GPU {} {pid}{}{mem}",
                 p.gpu,
-                p.pid,
                 crate::units::printable(&p.name)
             )
         })

@@ -933,8 +933,7 @@ fn ranks_text(p: &PythonEvidence) -> String {
             o,
             "    {:<8} pid {:<7} data_wait {:>5.1}%  forward {:>5.1}%  backward {:>5.1}%  \
              sync {:>5.1}%{}{}",
-            r.rank
-                .map_or_else(|| "rank ?".to_string(), |n| format!("rank {n}")),
+            r.rank.map_or_else(String::new, |n| format!("rank {n}")),
             r.pid,
             r.data_wait_pct,
             ph.forward,

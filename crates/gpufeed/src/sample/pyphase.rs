@@ -172,12 +172,13 @@ pub(crate) fn is_evaluation(f: &FrameRef) -> bool {
 /// (PyTorch's `decorate_context` calls it) that runs the model (a module call beneath it): an
 /// evaluation the training loop calls (nanoGPT's `estimate_loss`).
 fn no_grad_forward(frames: &[FrameRef]) -> bool {
-    // The wrapper's frame is named `decorate_context`, or (as py-spy reads the code object a
-    // `functools.wraps` copy names) `no_grad` / `inference_mode`: its file says what it is.
-    let Some(i) = frames
-        .windows(2)
-        .position(|w| has(w[0].file, "torch/utils/_contextlib.py") && !is_library(w[1].file))
-    else {
+    // py-spy names the wrapper's frame after the context it enters (`no_grad`,
+    // `inference_mode`; `enable_grad` is Lightning's training closure, not an evaluation).
+    let Some(i) = frames.windows(2).position(|w| {
+        has(w[0].file, "torch/utils/_contextlib.py")
+            && matches!(method(w[0].name), "no_grad" | "inference_mode")
+            && !is_library(w[1].file)
+    }) else {
         return false;
     };
     frames[i + 1..].iter().any(|f| {
@@ -784,11 +785,22 @@ mod tests {
         // nanoGPT: `@torch.no_grad() def estimate_loss()` runs the model from the loop.
         let s = st(&[
             ("main", "/home/u/train.py"),
-            ("decorate_context", ctx),
+            ("no_grad", ctx),
             ("estimate_loss", "/home/u/train.py"),
             ("Module._wrapped_call_impl", NN),
         ]);
         assert_eq!(classify(&s), Phase::Evaluation);
+        // Lightning's training closure runs under `enable_grad`: training, not evaluation.
+        let s = st(&[
+            ("main", "/home/u/train.py"),
+            ("enable_grad", ctx),
+            (
+                "Closure.closure",
+                "/opt/lightning/pytorch/loops/optimization/automatic.py",
+            ),
+            ("Module._wrapped_call_impl", NN),
+        ]);
+        assert_eq!(classify(&s), Phase::Forward);
         // A decorated function that runs no model is not an evaluation (an EMA update).
         let s = st(&[
             ("main", "/home/u/train.py"),

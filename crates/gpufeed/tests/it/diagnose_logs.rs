@@ -890,6 +890,22 @@ fn the_nvidia_smi_table_people_paste_is_read() {
     // No fix or speed-up is weighed from one instant.
     assert_eq!(r.verdict.id.as_str(), "unknown");
     assert!(r.findings.is_empty(), "{:?}", r.findings);
+    // Every GPU at 0% but one holding 14.5 GiB for a process: a job is there, not `idle`
+    // ("check that the job uses the GPU at all", said to a new user's pasted table).
+    let held = d.join("held.txt");
+    std::fs::write(
+        &held,
+        smi_table(
+            &ctime(0),
+            &[(0, 0, 14850), (1, 0, 2)],
+            &[(0, 1234, 14846)],
+            false,
+        ),
+    )
+    .unwrap();
+    let r = diagnose(&held);
+    assert_eq!(r.verdict.id.as_str(), "unknown", "{:?}", r.verdict);
+    assert!(r.findings.is_empty(), "{:?}", r.findings);
     // A shell loop (`while :; do date; nvidia-smi; sleep 2; done`) of a starving pair, then
     // `watch -n 2 nvidia-smi` captured, in the older layout.
     let mut looped = String::new();

@@ -53,6 +53,9 @@ const KNOWN_MISSES: &[(&str, &str)] = &[
     ),
 ];
 
+/// Runs more of a job read wrong before it counts as wrong.
+const RETRIES: usize = 2;
+
 /// Longest a job may run under gpufeed before it counts as wrong (a hung rank, say).
 const JOB_TIMEOUT: Duration = Duration::from_secs(150);
 
@@ -369,7 +372,18 @@ fn job_corpus_is_read_right() {
     let mut misses = 0usize;
     for row in &rows {
         let t = Instant::now();
-        let reading = run_job(&py, row).map(|report| judge(row, &report));
+        // A job read wrong is run again, twice at most: the stacks are sampled, and on a
+        // loaded 2-core machine (CI runs the other tests beside this one) the sampler may get
+        // too little of a core to see a short loop at all.
+        let known = KNOWN_MISSES.iter().find(|(j, _)| *j == row.job);
+        let mut reading = run_job(&py, row).map(|report| judge(row, &report));
+        for _ in 0..if known.is_some() { 0 } else { RETRIES } {
+            if matches!(&reading, Ok(r) if r.wrong.is_empty()) {
+                break;
+            }
+            let _ = writeln!(std::io::stderr(), "jobs corpus: again  {}", row.job);
+            reading = run_job(&py, row).map(|report| judge(row, &report));
+        }
         let secs = t.elapsed().as_secs_f64();
         let line = match &reading {
             Ok(r) if r.wrong.is_empty() => {
@@ -390,7 +404,6 @@ fn job_corpus_is_read_right() {
             ),
             Err(e) => format!("WRONG {:<30} {:>5.1}s {e}", row.job, secs),
         };
-        let known = KNOWN_MISSES.iter().find(|(j, _)| *j == row.job);
         let right = matches!(&reading, Ok(r) if r.wrong.is_empty());
         if !right {
             misses += 1;

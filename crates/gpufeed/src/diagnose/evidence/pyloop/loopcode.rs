@@ -126,16 +126,22 @@ fn call_of(frames: &[&PyFrameDef], prefix: &[FnKey]) -> (usize, CallKey, bool) {
             .zip(prefix)
             .all(|(f, k)| (f.name.as_str(), f.file.as_str()) == *k);
     if !in_loop {
-        let i = frames
-            .iter()
-            .rposition(|f| !is_library(&f.file))
-            .unwrap_or(frames.len().saturating_sub(1));
-        let f = frames[i];
-        return (
-            i,
-            (false, f.name.clone(), f.file.clone()),
-            is_batch_name(&f.name),
-        );
+        return match frames.iter().rposition(|f| !is_library(&f.file)) {
+            Some(i) => (
+                i,
+                (false, frames[i].name.clone(), frames[i].file.clone()),
+                is_batch_name(&frames[i].name),
+            ),
+            // Library code alone (a finalizer, a thread of a library's): named as the library's.
+            None => {
+                let i = frames.len().saturating_sub(1);
+                (
+                    i,
+                    (true, library_name(frames[i]), frames[i].file.clone()),
+                    false,
+                )
+            }
+        };
     }
     let at = p - 1;
     let user = frames[p..]
