@@ -548,3 +548,28 @@ fn closed_sets_are_not_matched_as_strings() {
         found.join("\n")
     );
 }
+
+/// A job is recorded one way: only `record/session.rs` prepares and starts the recorder
+/// (`Prepared`) or spawns a job to record, so that `run`, `record` and every trial of the tuner
+/// share one sequence, and a fix to it reaches them all.
+#[test]
+fn one_recording_session() {
+    let mut found = Vec::new();
+    for (path, code) in all_files() {
+        let here = path.join("/");
+        if here == "record/session" || here == "record/recorder" || path[0] == "job" {
+            continue;
+        }
+        for pat in ["Prepared", "Job::spawn_env", "Job::spawn_with"] {
+            if code.contains(pat) {
+                found.push(format!("{here}: `{pat}`"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the recorder is prepared, and a recorded job spawned, only in record/session.rs: \
+         go through `Session`\n{}",
+        found.join("\n")
+    );
+}

@@ -6,10 +6,11 @@ use super::TuneError;
 use crate::finding::WaitSource;
 use crate::job::{Job, JobExit, SpawnOpts};
 use crate::record::reader::{read_path, Sink};
-use crate::record::recorder::{Prepared, RecorderConfig};
+use crate::record::recorder::RecorderConfig;
+use crate::record::session::{self, Session, Spawn};
 use crate::record::summary::{Summary, SummaryBuilder};
+use crate::sample::event::End;
 use crate::sample::event::EndReason;
-use crate::sample::event::{End, Line, OverridesLine};
 use crate::sample::stepmark::{MarkSource, StepMark};
 use crate::sample::steps::{monotonic_ns, StepSocket, ENV_VAR};
 use crate::sample::GpuSample;
@@ -468,22 +469,6 @@ fn reader(
         .map_err(TuneError::Thread)
 }
 
-/// Why no GPU is measured in this trial (`None`: one is).
-fn gpu_error(prepared: &Prepared) -> Option<String> {
-    let has_gpu = prepared.gpu().error.is_none() && !prepared.gpu().gpus.is_empty();
-    if has_gpu {
-        None
-    } else {
-        Some(
-            prepared
-                .gpu()
-                .error
-                .clone()
-                .unwrap_or_else(|| "the NVIDIA driver reports no GPU".into()),
-        )
-    }
-}
-
 /// The job's environment: the spec's, the overrides to inject, the step-marker socket, and
 /// unbuffered Python output.
 fn job_env(
@@ -572,7 +557,7 @@ pub(crate) fn run_trial(
     on_tick: impl FnMut(&Live),
 ) -> Result<TrialOutcome, TuneError> {
     let socket = Arc::new(StepSocket::open().map_err(TuneError::Socket)?);
-    let prepared = Prepared::new(RecorderConfig {
+    let session = Session::prepare(RecorderConfig {
         output: spec.recording.clone(),
         interval: spec.interval,
         nvml_lib: spec.nvml_lib.clone(),
@@ -581,7 +566,7 @@ pub(crate) fn run_trial(
         py: spec.py,
         steps: Some(Arc::clone(&socket)),
     })?;
-    let gpu_error = gpu_error(&prepared);
+    let gpu_error = session.gpu_error();
     let wanted = match &spec.inject {
         Some(r) => Some(crate::inject::Resolved {
             auto_steps: spec.auto_steps,
@@ -597,7 +582,7 @@ pub(crate) fn run_trial(
     };
     let mut run = start(
         spec,
-        prepared,
+        session,
         socket,
         injection.as_ref(),
         gpu_error.is_none(),
@@ -611,20 +596,13 @@ pub(crate) fn run_trial(
     join_readers(std::mem::take(&mut run.readers));
     let duration_s = run.t0.elapsed().as_secs_f64();
     let overrides = injection.as_ref().map(|i| i.read());
-    if let Some(o) = &overrides {
-        run.recorder.write_line(Line::Overrides(OverridesLine {
-            t_s: run.recorder.elapsed_s(),
-            overrides: o.overrides.clone(),
-            notes: o.notes.clone(),
-            loader_notes: o.loader_notes.clone(),
-        }));
-    }
-    let path = run.recorder.finish(End {
+    let end = End {
         exit_code: exit.code(),
         signal: exit.signal(),
         reason: Some(end_reason(status)),
         ..Default::default()
-    })?;
+    };
+    let path = session::finish(run.recorder, overrides.as_ref(), end)?;
     let (summary, gpu) = trial_figures(&path, run.has_gpu);
     let marks = run.socket.marks();
     let obs = run
@@ -664,7 +642,7 @@ pub(crate) fn run_trial(
 /// the job is stopped.
 fn start(
     spec: &TrialSpec,
-    prepared: Prepared,
+    session: Session,
     socket: Arc<StepSocket>,
     injection: Option<&crate::inject::Injection>,
     has_gpu: bool,
@@ -678,17 +656,14 @@ fn start(
         // run_trial runs on gpufeed's main thread, which lives as long as the trial.
         die_with_parent: true,
     };
-    let mut job = match Job::spawn_with(&spec.argv, &opts) {
-        Ok(j) => j,
-        Err(e) => {
-            // The recording has no name yet: dropping it leaves nothing behind.
-            drop(prepared);
-            return Err(e.into());
-        }
+    let how: Spawn<'_, String> = Spawn::Own {
+        argv: &spec.argv,
+        opts: &opts,
     };
+    let (mut job, recorder) = session.spawn(how)?;
     // From here on the job runs: an error must not leave it behind.
     let started = (|| {
-        let recorder = prepared.start(Some(job.job_pid()), Some(spec.argv.clone()))?;
+        let recorder = recorder?;
         let obs = Arc::new(Mutex::new(Obs::default()));
         let (out, err) = job.take_output();
         let mut readers = Vec::new();

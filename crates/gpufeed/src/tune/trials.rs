@@ -59,9 +59,6 @@ impl TrialConfig {
         if self.max_time.is_zero() {
             return Err(usage("--max-time must be above 0"));
         }
-        if self.interval < Duration::from_millis(10) {
-            return Err(usage("--interval must be at least 10ms"));
-        }
         self.rate_regex
             .as_deref()
             .map(RateRegex::new)
