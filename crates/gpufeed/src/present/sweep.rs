@@ -3,14 +3,14 @@
 
 use super::fmt::{csv_cell, md_cell, num, opt};
 use crate::tune::sweep::{SweepReport, TrialResult, NO_RATE_HELP};
-use crate::tune::trial::Status;
+use crate::tune::trial::TrialStatus;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 fn status_word(r: &TrialResult) -> String {
     match (r.exit.status, r.exit.code, r.exit.signal) {
-        (Status::Failed, Some(c), _) => format!("failed (exit {c})"),
-        (Status::Failed, _, Some(s)) => format!("failed (signal {s})"),
+        (TrialStatus::Failed, Some(c), _) => format!("failed (exit {c})"),
+        (TrialStatus::Failed, _, Some(s)) => format!("failed (signal {s})"),
         (st, _, _) => st.as_str().into(),
     }
 }
@@ -108,7 +108,7 @@ fn rows(rep: &SweepReport) -> Vec<Vec<String>> {
                     (Some(l), Some(h)) => format!(" ± {}", num((h - l) / 2.0)),
                     _ => String::new(),
                 };
-                let proxy = if t.source == crate::tune::trial::Source::GpuBusyProxy {
+                let proxy = if t.source == crate::tune::trial::RateSource::GpuBusyProxy {
                     " (GPU busy proxy)"
                 } else {
                     ""
@@ -167,7 +167,7 @@ fn text_raw(rep: &SweepReport) -> String {
     if let Some(t) = rep.results.iter().find_map(|r| {
         r.throughput
             .as_ref()
-            .filter(|t| t.source == crate::tune::trial::Source::GpuBusyProxy)
+            .filter(|t| t.source == crate::tune::trial::RateSource::GpuBusyProxy)
     }) {
         let _ = writeln!(
             s,
@@ -396,11 +396,11 @@ mod tests {
     use super::*;
     use crate::tune::sweep::sweet_spot;
     use crate::tune::sweep::tests::report;
-    use crate::tune::trial::Status;
+    use crate::tune::trial::TrialStatus;
 
     #[test]
     fn sweet_spot_is_the_cheapest_within_five_percent() {
-        use Status::*;
+        use TrialStatus::*;
         let rep = report(&[
             (Some(15.0), Steady),
             (Some(25.0), Steady),
@@ -445,7 +445,7 @@ mod tests {
 
     #[test]
     fn overrides_in_the_table_and_a_sweep_they_never_reached() {
-        use Status::*;
+        use TrialStatus::*;
         let mut rep = report(&[(Some(10.0), Steady), (Some(10.2), Steady)]);
         for (r, w) in rep.results.iter_mut().zip([0, 1]) {
             r.overrides = Some(vec![crate::sample::event::Override {
@@ -497,7 +497,10 @@ mod tests {
 
     #[test]
     fn a_data_wait_from_the_stacks_is_marked_and_footnoted() {
-        let mut rep = report(&[(Some(10.0), Status::Steady), (Some(30.0), Status::Steady)]);
+        let mut rep = report(&[
+            (Some(10.0), TrialStatus::Steady),
+            (Some(30.0), TrialStatus::Steady),
+        ]);
         let plain = text(&rep);
         assert!(!plain.contains(STACKS_NOTE), "{plain}");
         assert!(plain.contains("90%") && !plain.contains("90%*"), "{plain}");
@@ -517,7 +520,7 @@ mod tests {
 
     #[test]
     fn last_value_with_data_wait_still_high_says_try_higher() {
-        use Status::*;
+        use TrialStatus::*;
         // data_wait = 1 - v/100: 40 steps/s at workers=8 still waits 60% of the time
         let rep = report(&[
             (Some(10.0), Steady),
@@ -550,7 +553,7 @@ mod tests {
 
     #[test]
     fn no_rate_says_how_to_get_one() {
-        use Status::*;
+        use TrialStatus::*;
         let mut rep = report(&[(Some(10.0), Exited)]);
         rep.results[0].throughput = None;
         rep.sweet_spot = None;
@@ -563,7 +566,7 @@ mod tests {
 
     #[test]
     fn fastest_alone_and_nothing_usable() {
-        use Status::*;
+        use TrialStatus::*;
         let rep = report(&[(Some(10.0), Steady), (Some(20.0), MaxTime)]);
         let sw = rep.sweet_spot.unwrap();
         assert_eq!(sw.parameters["workers"], serde_json::json!(1));

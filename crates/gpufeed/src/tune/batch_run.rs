@@ -7,7 +7,7 @@ use super::batch::{
 };
 use super::params;
 use super::progress::RateRegex;
-use super::trial::{Status, TrialExit, TrialOutcome, TrialSpec};
+use super::trial::{TrialExit, TrialOutcome, TrialSpec, TrialStatus};
 use super::trials::{file_safe, Runner, TrialConfig};
 use crate::exit::{Exit, Failure};
 use crate::inject::InjectSpec;
@@ -230,7 +230,7 @@ pub(crate) fn run(
                 break;
             }
         };
-        if o.exit.status == Status::Interrupted {
+        if o.exit.status == TrialStatus::Interrupted {
             break;
         }
         let (verdict, oom_kind) = classify(&o.exit, o.oom_line.as_deref());

@@ -53,7 +53,7 @@ fn one() -> u32 {
 
 impl TrialResult {
     pub fn new(setting: &Setting, command: Vec<String>, o: TrialOutcome) -> TrialResult {
-        let failed = !o.exit.ok() && o.exit.status != super::trial::Status::Interrupted;
+        let failed = !o.exit.ok() && o.exit.status != super::trial::TrialStatus::Interrupted;
         TrialResult {
             parameters: setting
                 .values
@@ -340,14 +340,14 @@ sent no step (it iterates no torch DataLoader and steps no torch optimizer, or r
 pub(crate) mod tests {
     use super::*;
     use crate::tune::params::{parse_knobs, product};
-    use crate::tune::trial::{Source, Status};
+    use crate::tune::trial::{RateSource, TrialStatus};
 
     /// A usable throughput whose interval never met the tolerance.
     fn unsettled(r: &TrialResult) -> bool {
         r.exit.ok() && r.throughput.as_ref().is_some_and(|t| !t.steady)
     }
 
-    pub(crate) fn result(setting: &Setting, v: Option<f64>, status: Status) -> TrialResult {
+    pub(crate) fn result(setting: &Setting, v: Option<f64>, status: TrialStatus) -> TrialResult {
         TrialResult::new(
             setting,
             vec!["train".into()],
@@ -357,7 +357,7 @@ pub(crate) mod tests {
                     unit: "steps/s".into(),
                     ci_low: Some(v * 0.98),
                     ci_high: Some(v * 1.02),
-                    source: Source::StepSocket,
+                    source: RateSource::StepSocket,
                     steady: true,
                     warmup_s: Some(0.5),
                     intervals: 50,
@@ -365,7 +365,7 @@ pub(crate) mod tests {
                 }),
                 exit: TrialExit {
                     status,
-                    code: Some(if status == Status::Failed { 1 } else { 0 }),
+                    code: Some(if status == TrialStatus::Failed { 1 } else { 0 }),
                     signal: None,
                     stop_signal: Some(2),
                 },
@@ -386,7 +386,7 @@ pub(crate) mod tests {
         )
     }
 
-    pub(crate) fn report(vals: &[(Option<f64>, Status)]) -> SweepReport {
+    pub(crate) fn report(vals: &[(Option<f64>, TrialStatus)]) -> SweepReport {
         let knobs = parse_knobs(&["workers".into(), "0,1,2,4,8".into()]).unwrap();
         let settings = product(&knobs);
         let results: Vec<TrialResult> = vals
@@ -411,7 +411,7 @@ pub(crate) mod tests {
 
     #[test]
     fn unsettled_pick_is_flagged() {
-        use Status::*;
+        use TrialStatus::*;
         let mut rep = report(&[(Some(10.0), Steady), (Some(20.0), MaxTime)]);
         let t = rep.results[1].throughput.as_mut().unwrap();
         t.steady = false;

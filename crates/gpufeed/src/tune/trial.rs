@@ -70,7 +70,7 @@ pub struct TrialSpec {
 )]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
-pub enum Source {
+pub enum RateSource {
     /// Step markers on `GPUFEED_STEP_SOCKET`.
     StepSocket,
     /// `--rate-regex` on the job's output.
@@ -81,7 +81,7 @@ pub enum Source {
     GpuBusyProxy,
 }
 
-impl Source {
+impl RateSource {
     /// The wire name (the JSON's).
     pub fn as_str(self) -> &'static str {
         self.into()
@@ -97,7 +97,7 @@ pub struct Throughput {
     /// 95% confidence interval of the mean over the steady part (`None` with too little data).
     pub ci_low: Option<f64>,
     pub ci_high: Option<f64>,
-    pub source: Source,
+    pub source: RateSource,
     /// The CI met the tolerance.
     pub steady: bool,
     /// Seconds of warm-up cut from the start.
@@ -132,7 +132,7 @@ impl Throughput {
 )]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
-pub enum Status {
+pub enum TrialStatus {
     /// Throughput became steady; gpufeed stopped the job.
     Steady,
     /// `--max-time` was reached before the throughput was steady; gpufeed stopped the job.
@@ -145,7 +145,7 @@ pub enum Status {
     Interrupted,
 }
 
-impl Status {
+impl TrialStatus {
     /// The wire name (the JSON's).
     pub fn as_str(self) -> &'static str {
         self.into()
@@ -154,7 +154,7 @@ impl Status {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrialExit {
-    pub status: Status,
+    pub status: TrialStatus,
     /// The job's exit code, when it exited normally.
     pub code: Option<i32>,
     /// The signal that ended the job, when one did.
@@ -168,7 +168,7 @@ impl TrialExit {
     pub fn ok(&self) -> bool {
         matches!(
             self.status,
-            Status::Steady | Status::MaxTime | Status::Exited
+            TrialStatus::Steady | TrialStatus::MaxTime | TrialStatus::Exited
         )
     }
 }
@@ -259,7 +259,7 @@ fn until(v: &[(f64, f64)], t_stop: f64) -> Vec<(f64, f64)> {
 
 /// The series from the best source available; `None` when no source has enough data yet.
 struct Series {
-    source: Source,
+    source: RateSource,
     unit: String,
     intervals: Vec<Interval>,
     /// For step markers: the marks behind the intervals (interval i ends at mark i + 1).
@@ -293,7 +293,7 @@ fn pick_series(
             .map(|(i, k)| (to_s(k.t_ns), i as f64))
             .collect();
         return Some(Series {
-            source: Source::StepSocket,
+            source: RateSource::StepSocket,
             unit: "steps/s".into(),
             intervals: from_counts(&pts),
             marks: m,
@@ -303,7 +303,7 @@ fn pick_series(
         let r = until(&obs.regex, t_stop);
         if r.len() >= 3 {
             return Some(Series {
-                source: Source::RateRegex,
+                source: RateSource::RateRegex,
                 unit: spec.rate_unit.clone(),
                 intervals: from_rates(&r),
                 marks: vec![],
@@ -321,7 +321,7 @@ fn pick_series(
         let unit = format!("{unit}/s");
         if c.len() >= 3 && c.len() >= r.len() / 2 {
             return Some(Series {
-                source: Source::Tqdm,
+                source: RateSource::Tqdm,
                 unit,
                 intervals: from_counts(&c),
                 marks: vec![],
@@ -329,7 +329,7 @@ fn pick_series(
         }
         if r.len() >= 3 {
             return Some(Series {
-                source: Source::Tqdm,
+                source: RateSource::Tqdm,
                 unit,
                 intervals: from_rates(&r),
                 marks: vec![],
@@ -338,7 +338,7 @@ fn pick_series(
     }
     let g = until(gpu, t_stop);
     (g.len() >= 3).then(|| Series {
-        source: Source::GpuBusyProxy,
+        source: RateSource::GpuBusyProxy,
         unit: "gpu_busy_pct".into(),
         intervals: from_rates(&g),
         marks: vec![],
@@ -387,9 +387,9 @@ fn trial_figures(path: &std::path::Path, has_gpu: bool) -> (Option<Summary>, Vec
 }
 
 fn throughput_of(series: &Series, est: &Estimate, batch: Option<f64>) -> Throughput {
-    let per_step = matches!(series.source, Source::StepSocket)
-        || (series.source == Source::Tqdm && series.unit == "it/s");
-    let samples_per_s = if series.source == Source::StepSocket {
+    let per_step = matches!(series.source, RateSource::StepSocket)
+        || (series.source == RateSource::Tqdm && series.unit == "it/s");
+    let samples_per_s = if series.source == RateSource::StepSocket {
         let steady = &series.marks[series.marks.len() - est.intervals..];
         let items: Option<Vec<u64>> = steady.iter().map(|m| m.items).collect();
         match items {
@@ -420,7 +420,7 @@ fn throughput_of(series: &Series, est: &Estimate, batch: Option<f64>) -> Through
 /// Share of the steady steps' time spent waiting for data; `None` unless every steady step
 /// reported its wait.
 fn data_wait(series: &Series, est: &Estimate) -> Option<f64> {
-    if series.source != Source::StepSocket || est.intervals == 0 {
+    if series.source != RateSource::StepSocket || est.intervals == 0 {
         return None;
     }
     let steady_iv = &series.intervals[series.intervals.len() - est.intervals..];
@@ -507,18 +507,18 @@ fn join_readers(readers: Vec<std::thread::JoinHandle<()>>) {
 }
 
 /// The recording's end reason for how the trial stopped.
-fn end_reason(status: Status) -> EndReason {
+fn end_reason(status: TrialStatus) -> EndReason {
     match status {
-        Status::Exited | Status::Failed => EndReason::JobExited,
-        Status::Interrupted => EndReason::Interrupted,
-        Status::Steady => EndReason::Steady,
-        Status::MaxTime => EndReason::MaxTime,
+        TrialStatus::Exited | TrialStatus::Failed => EndReason::JobExited,
+        TrialStatus::Interrupted => EndReason::Interrupted,
+        TrialStatus::Steady => EndReason::Steady,
+        TrialStatus::MaxTime => EndReason::MaxTime,
     }
 }
 
 /// Mean GPU utilization (over the GPUs that have one), peak GPU memory used, GPU memory total,
 /// and the job's mean CPU and peak RSS, from the trial's recording summary.
-type Figures = (
+type RecordedFigures = (
     Option<f64>,
     Option<u64>,
     Option<u64>,
@@ -526,7 +526,7 @@ type Figures = (
     Option<u64>,
 );
 
-fn figures(s: &Summary) -> Figures {
+fn figures(s: &Summary) -> RecordedFigures {
     let utils: Vec<f64> = s.gpus.iter().filter_map(|g| g.util_mean_pct).collect();
     (
         (!utils.is_empty()).then(|| utils.iter().sum::<f64>() / utils.len() as f64),
@@ -709,25 +709,25 @@ fn watch(
     run: &mut Running,
     interrupt: &AtomicBool,
     mut on_tick: impl FnMut(&Live),
-) -> Result<(Status, Option<JobExit>), TuneError> {
+) -> Result<(TrialStatus, Option<JobExit>), TuneError> {
     let mut gpu: Vec<(f64, f64)> = Vec::new();
     let mut last_gpu_read = Instant::now();
     let mut last_eval = Instant::now();
     loop {
         std::thread::sleep(Duration::from_millis(50));
         if interrupt.load(Ordering::SeqCst) {
-            return Ok((Status::Interrupted, None));
+            return Ok((TrialStatus::Interrupted, None));
         }
         if let Some(x) = run.job.try_wait()? {
             let st = match x {
-                JobExit::Code(0) => Status::Exited,
-                _ => Status::Failed,
+                JobExit::Code(0) => TrialStatus::Exited,
+                _ => TrialStatus::Failed,
             };
             return Ok((st, Some(x)));
         }
         let elapsed = run.t0.elapsed();
         if elapsed >= spec.max_time {
-            return Ok((Status::MaxTime, None));
+            return Ok((TrialStatus::MaxTime, None));
         }
         if last_eval.elapsed() < Duration::from_millis(250) {
             continue;
@@ -758,7 +758,7 @@ fn watch(
                 .filter(|r| r.is_finite()),
         });
         if elapsed >= spec.min_time && est.as_ref().is_some_and(|(_, e)| e.steady) {
-            return Ok((Status::Steady, None));
+            return Ok((TrialStatus::Steady, None));
         }
     }
 }
@@ -832,7 +832,7 @@ mod tests {
             );
         }
         let s = pick_series(&sp, &[], 0, &o, &[], 10.0).unwrap();
-        assert_eq!((s.source, s.unit.as_str()), (Source::Tqdm, "it/s"));
+        assert_eq!((s.source, s.unit.as_str()), (RateSource::Tqdm, "it/s"));
         let e = estimate(&s.intervals, 0.03).unwrap();
         assert!((e.value - 20.0).abs() < 0.5, "{e:?}");
         // A regex, when given, is the user's explicit choice and wins over tqdm.
@@ -852,7 +852,7 @@ mod tests {
             );
         }
         let s = pick_series(&sp, &[], 0, &o2, &[], 10.0).unwrap();
-        assert_eq!((s.source, s.unit.as_str()), (Source::RateRegex, "it/s"));
+        assert_eq!((s.source, s.unit.as_str()), (RateSource::RateRegex, "it/s"));
         // Step markers beat everything; observations after the stop are left out.
         let marks: Vec<StepMark> = (0..30u64)
             .map(|i| StepMark {
@@ -864,7 +864,7 @@ mod tests {
             })
             .collect();
         let s = pick_series(&sp, &marks, 0, &o2, &[], 1.0).unwrap();
-        assert_eq!(s.source, Source::StepSocket);
+        assert_eq!(s.source, RateSource::StepSocket);
         assert_eq!(s.marks.len(), 21);
         let e = estimate(&s.intervals, 0.03).unwrap();
         assert!((e.value - 20.0).abs() < 1e-6);
@@ -881,7 +881,7 @@ mod tests {
             &gpu,
             5.0,
         );
-        assert_eq!(s.unwrap().source, Source::GpuBusyProxy);
+        assert_eq!(s.unwrap().source, RateSource::GpuBusyProxy);
         assert!(pick_series(&sp, &[], 0, &Obs::default(), &[], 5.0).is_none());
     }
 
@@ -895,13 +895,13 @@ mod tests {
         );
         let out = run_trial(&s, &AtomicBool::new(false), |_| {}).unwrap();
         let t = out.throughput.unwrap();
-        assert_eq!(t.source, Source::Tqdm);
+        assert_eq!(t.source, RateSource::Tqdm);
         assert_eq!(t.unit, "it/s");
         // sh's sleep adds its own start-up time to each 20 ms: somewhat under 50/s.
         assert!(t.value > 15.0 && t.value < 55.0, "{t:?}");
         assert!(t.samples_per_s.is_some());
         assert!(
-            matches!(out.exit.status, Status::Steady | Status::MaxTime),
+            matches!(out.exit.status, TrialStatus::Steady | TrialStatus::MaxTime),
             "{:?}",
             out.exit
         );
@@ -916,7 +916,7 @@ mod tests {
             "echo starting; echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB' >&2; exit 1",
         );
         let out = run_trial(&s, &AtomicBool::new(false), |_| {}).unwrap();
-        assert_eq!(out.exit.status, Status::Failed);
+        assert_eq!(out.exit.status, TrialStatus::Failed);
         assert_eq!(out.exit.code, Some(1));
         assert!(out.oom_line.is_some());
         assert_eq!(out.last_lines.len(), 2, "{:?}", out.last_lines);

@@ -6,7 +6,7 @@ use crate::exit::{Exit, Failure};
 use crate::job::SignalWatch;
 use crate::tune::progress::RateRegex;
 use crate::tune::sweep::TrialResult;
-use crate::tune::trial::{run_trial, Live, Status, TrialOutcome, TrialSpec};
+use crate::tune::trial::{run_trial, Live, TrialOutcome, TrialSpec, TrialStatus};
 use crate::tune::TuneError;
 use crate::units::num;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -265,8 +265,8 @@ pub(crate) fn trial_line(i: usize, n: Option<usize>, r: &TrialResult) -> String 
         None => "no throughput".into(),
     };
     let how = match (r.exit.status, r.exit.code, r.exit.signal) {
-        (Status::Failed, Some(c), _) => format!("failed with exit {c}"),
-        (Status::Failed, _, Some(s)) => format!("failed with signal {s}"),
+        (TrialStatus::Failed, Some(c), _) => format!("failed with exit {c}"),
+        (TrialStatus::Failed, _, Some(s)) => format!("failed with signal {s}"),
         (st, _, _) => st.as_str().to_string(),
     };
     let of = n.map(|n| format!("/{n}")).unwrap_or_default();
