@@ -27,7 +27,7 @@ fn sweep_pick(r: &SweepReport) -> Option<&crate::tune::sweep::TrialResult> {
     }
     r.results
         .iter()
-        .filter(|t| t.exit.ok() && t.throughput.is_some())
+        .filter(|t| t.run.exit.ok() && t.throughput.is_some())
         .max_by(|a, b| {
             let v = |t: &crate::tune::sweep::TrialResult| {
                 t.throughput.as_ref().map(|x| x.value).unwrap_or(0.0)

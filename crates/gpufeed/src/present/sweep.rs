@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 fn status_word(r: &TrialResult) -> String {
-    match (r.exit.status, r.exit.code, r.exit.signal) {
+    match (r.run.exit.status, r.run.exit.code, r.run.exit.signal) {
         (TrialStatus::Failed, Some(c), _) => format!("failed (exit {c})"),
         (TrialStatus::Failed, _, Some(s)) => format!("failed (signal {s})"),
         (st, _, _) => st.as_str().into(),
@@ -17,7 +17,7 @@ fn status_word(r: &TrialResult) -> String {
 
 /// `DataLoader(num_workers=8) at train.py:42, was 0`, one per override, or why there is none.
 pub(crate) fn overridden_cell(r: &TrialResult) -> String {
-    match &r.overrides {
+    match &r.run.overrides {
         None => "-".into(),
         Some(o) if o.is_empty() => "nothing (see notes)".into(),
         Some(o) => o
@@ -46,7 +46,7 @@ pub fn notes_for_page(rep: &SweepReport) -> Vec<String> {
 /// Notes of every trial, each once.
 fn override_notes(rep: &SweepReport) -> Vec<String> {
     let mut v: Vec<String> = Vec::new();
-    for n in rep.results.iter().flat_map(|r| &r.override_notes) {
+    for n in rep.results.iter().flat_map(|r| &r.run.override_notes) {
         if !v.contains(n) {
             v.push(n.clone());
         }
@@ -87,7 +87,7 @@ fn rows(rep: &SweepReport) -> Vec<Vec<String>> {
         ]
         .map(|s| s.to_string()),
     );
-    let injected = rep.results.iter().any(|r| r.overrides.is_some());
+    let injected = rep.results.iter().any(|r| r.run.overrides.is_some());
     if injected {
         head.push("overridden".into());
     }
@@ -132,7 +132,7 @@ fn rows(rep: &SweepReport) -> Vec<Vec<String>> {
             format!("{:.0}%{mark}", x * 100.0)
         }));
         row.push(opt(r.job_cpu_mean_pct, |x| format!("{x:.0}%")));
-        row.push(format!("{:.1}s", r.duration_s));
+        row.push(format!("{:.1}s", r.run.duration_s));
         row.push(status_word(r));
         if injected {
             row.push(overridden_cell(r));
@@ -182,9 +182,9 @@ fn text_raw(rep: &SweepReport) -> String {
             let _ = writeln!(s, "  note: {n}");
         }
     }
-    for r in rep.results.iter().filter(|r| !r.last_lines.is_empty()) {
+    for r in rep.results.iter().filter(|r| !r.run.last_lines.is_empty()) {
         let _ = writeln!(s, "\nTrial {} {}; last output:", r.label, status_word(r));
-        for l in &r.last_lines {
+        for l in &r.run.last_lines {
             let _ = writeln!(s, "    {l}");
         }
     }
@@ -210,7 +210,7 @@ fn text_raw(rep: &SweepReport) -> String {
                 "\nNo sweet spot: trials measured throughput in different units (add step markers or --rate-regex so every trial reports the same one)."
             );
         }
-        None if rep.results.iter().any(|r| r.exit.ok()) => {
+        None if rep.results.iter().any(|r| r.run.exit.ok()) => {
             let _ = writeln!(
                 s,
                 "\nNo sweet spot: no trial reported a throughput. {NO_RATE_HELP}"
@@ -333,10 +333,10 @@ pub fn csv(rep: &SweepReport) -> String {
         row.push(f(r.data_wait_fraction));
         row.push(f(r.job_cpu_mean_pct));
         row.push(u(r.job_rss_max_bytes));
-        row.push(format!("{:.3}", r.duration_s));
-        row.push(r.exit.status.as_str().to_string());
-        row.push(r.exit.code.map(|c| c.to_string()).unwrap_or_default());
-        row.push(r.exit.signal.map(|c| c.to_string()).unwrap_or_default());
+        row.push(format!("{:.3}", r.run.duration_s));
+        row.push(r.run.exit.status.as_str().to_string());
+        row.push(r.run.exit.code.map(|c| c.to_string()).unwrap_or_default());
+        row.push(r.run.exit.signal.map(|c| c.to_string()).unwrap_or_default());
         s.push_str(&row.join(","));
         s.push('\n');
     }
@@ -363,7 +363,7 @@ pub fn html(rep: &SweepReport) -> Result<String, super::html::HtmlError> {
             gpu_util_mean_pct: r.gpu_util_mean_pct,
             data_wait_fraction: r.data_wait_fraction,
             failed: r.throughput.is_none(),
-            overridden: r.overrides.is_some().then(|| overridden_cell(r)),
+            overridden: r.run.overrides.is_some().then(|| overridden_cell(r)),
         })
         .collect();
     let unit = rep
@@ -448,7 +448,7 @@ mod tests {
         use TrialStatus::*;
         let mut rep = report(&[(Some(10.0), Steady), (Some(10.2), Steady)]);
         for (r, w) in rep.results.iter_mut().zip([0, 1]) {
-            r.overrides = Some(vec![crate::sample::event::Override {
+            r.run.overrides = Some(vec![crate::sample::event::Override {
                 target: "DataLoader".into(),
                 key: "num_workers".into(),
                 value: w.into(),
@@ -468,8 +468,8 @@ mod tests {
         );
         // Nothing reached the job: identical trials are not a result.
         for r in rep.results.iter_mut() {
-            r.overrides = Some(vec![]);
-            r.override_notes =
+            r.run.overrides = Some(vec![]);
+            r.run.override_notes =
                 vec!["--dataloader changed nothing: the job never imported torch".into()];
         }
         let mut kept = rep.clone();

@@ -295,16 +295,8 @@ pub struct BatchTrial {
     pub throughput: Option<super::trial::Throughput>,
     pub gpu_mem_max_bytes: Option<u64>,
     pub gpu_util_mean_pct: Option<f64>,
-    pub duration_s: f64,
-    pub exit: TrialExit,
-    pub last_lines: Vec<String>,
-    pub recording: String,
-    /// What `--dataloader` / `--torch` overrode (`None`: nothing injected).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub overrides: Option<Vec<crate::sample::event::Override>>,
-    /// Why overrides could not apply.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub override_notes: Vec<String>,
+    #[serde(flatten)]
+    pub run: super::trial::TrialRun,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

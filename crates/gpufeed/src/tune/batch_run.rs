@@ -181,20 +181,7 @@ fn batch_trial(
         throughput: o.throughput.clone(),
         gpu_mem_max_bytes: o.gpu_mem_max_bytes,
         gpu_util_mean_pct: o.gpu_util_mean_pct,
-        duration_s: o.duration_s,
-        exit: o.exit.clone(),
-        last_lines: if verdict == Verdict::Ok {
-            vec![]
-        } else {
-            o.last_lines.clone()
-        },
-        recording: o.recording.display().to_string(),
-        overrides: o.overrides.as_ref().map(|r| r.overrides.clone()),
-        override_notes: o
-            .overrides
-            .as_ref()
-            .map(|r| r.notes.clone())
-            .unwrap_or_default(),
+        run: super::trial::TrialRun::of(o, verdict != Verdict::Ok),
     }
 }
 

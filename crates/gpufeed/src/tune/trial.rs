@@ -198,6 +198,43 @@ pub struct TrialOutcome {
     pub overrides: Option<crate::inject::InjectReport>,
 }
 
+/// How a trial ran, as both reports keep it (`sweep`'s and `tune`'s results, `batch-size`'s
+/// trials): one struct, flattened into each, so the fields are written once and the JSON stays
+/// as it was.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrialRun {
+    pub duration_s: f64,
+    pub exit: TrialExit,
+    /// The job's last output lines when the trial failed (empty otherwise).
+    pub last_lines: Vec<String>,
+    pub recording: String,
+    /// What `--dataloader` / `--torch` put in place of the job's own values (`None` when nothing
+    /// was to be injected; an empty list when nothing could be).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overrides: Option<Vec<crate::sample::event::Override>>,
+    /// Why overrides could not apply in this trial.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub override_notes: Vec<String>,
+}
+
+impl TrialRun {
+    /// The run of `o`, keeping its last output lines only when `failed`.
+    pub fn of(o: &TrialOutcome, failed: bool) -> TrialRun {
+        TrialRun {
+            duration_s: o.duration_s,
+            exit: o.exit.clone(),
+            last_lines: if failed { o.last_lines.clone() } else { vec![] },
+            recording: o.recording.display().to_string(),
+            overrides: o.overrides.as_ref().map(|r| r.overrides.clone()),
+            override_notes: o
+                .overrides
+                .as_ref()
+                .map(|r| r.notes.clone())
+                .unwrap_or_default(),
+        }
+    }
+}
+
 /// What the trial loop reports while it runs.
 #[derive(Debug, Clone)]
 pub struct Live {

@@ -264,7 +264,7 @@ pub(crate) fn trial_line(i: usize, n: Option<usize>, r: &TrialResult) -> String 
         ),
         None => "no throughput".into(),
     };
-    let how = match (r.exit.status, r.exit.code, r.exit.signal) {
+    let how = match (r.run.exit.status, r.run.exit.code, r.run.exit.signal) {
         (TrialStatus::Failed, Some(c), _) => format!("failed with exit {c}"),
         (TrialStatus::Failed, _, Some(s)) => format!("failed with signal {s}"),
         (st, _, _) => st.as_str().to_string(),
@@ -272,7 +272,7 @@ pub(crate) fn trial_line(i: usize, n: Option<usize>, r: &TrialResult) -> String 
     let of = n.map(|n| format!("/{n}")).unwrap_or_default();
     format!(
         "trial {i}{of} {}: {tp}, {how} after {:.1}s",
-        r.label, r.duration_s
+        r.label, r.run.duration_s
     )
 }
 

@@ -739,7 +739,7 @@ fn tune_reports() -> Vec<(&'static str, gpufeed::tune::report::TuneReport)> {
     use gpufeed::Speedup;
     use TrialStatus::*;
     let mut oom = tune_step(Some((Knob::PrefetchFactor, "8")), None, Failed, false, None);
-    oom.result.last_lines = vec!["torch.OutOfMemoryError: CUDA out of memory.".into()];
+    oom.result.run.last_lines = vec!["torch.OutOfMemoryError: CUDA out of memory.".into()];
     let choice = |knob, value: &str, gain: Option<f64>| Choice {
         knob,
         value: value.into(),
