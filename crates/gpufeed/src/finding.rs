@@ -393,8 +393,8 @@ mod tests {
         same_as_json::<crate::diagnose::evidence::Role>();
         same_as_json::<crate::diagnose::job::JobVerdict>();
         same_as_json::<crate::sample::event::EndReason>();
-        same_as_json::<crate::tune::trial::Status>();
-        same_as_json::<crate::tune::trial::Source>();
+        same_as_json::<crate::tune::trial::TrialStatus>();
+        same_as_json::<crate::tune::trial::RateSource>();
         same_as_json::<WaitSource>();
         same_as_json::<HostCause>();
         same_as_json::<crate::tune::batch::Basis>();

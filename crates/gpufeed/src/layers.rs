@@ -156,7 +156,10 @@ fn references(at: &[String], src: &str) -> Vec<Vec<String>> {
                 }
             }
             path.extend(segs.map(str::to_string));
-            if !path.is_empty() {
+            if rest[end..].starts_with('{') {
+                // A group, `super::{a::B, c}`: each of its paths, from where the group opens.
+                group(&path, &rest[end + 1..], &mut out);
+            } else if !path.is_empty() {
                 out.push(path);
             }
         }
@@ -164,10 +167,72 @@ fn references(at: &[String], src: &str) -> Vec<Vec<String>> {
     out
 }
 
+/// The paths of a `use` group whose text starts after its `{` (`a::B, c::{d, e}, self}`),
+/// each under `base`.
+fn group(base: &[String], text: &str, out: &mut Vec<Vec<String>>) {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut depth = 0usize;
+    let mut item_start = 0;
+    let mut items = Vec::new();
+    for (i, c) in text.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                items.push(&text[item_start..i]);
+                break;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&text[item_start..i]);
+                item_start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    for item in items {
+        let item = item.trim();
+        let end = item
+            .find(|c: char| !(ident(c) || c == ':'))
+            .unwrap_or(item.len());
+        let mut path = base.to_vec();
+        path.extend(
+            item[..end]
+                .split("::")
+                .filter(|s| !s.is_empty() && *s != "self")
+                .map(str::to_string),
+        );
+        if item[end..].starts_with('{') {
+            group(&path, &item[end + 1..], out);
+        } else if !path.is_empty() {
+            out.push(path);
+        }
+    }
+}
+
 fn all_files() -> Vec<(Vec<String>, String)> {
     let mut out = Vec::new();
     files(&src(), &[], &mut out);
     out.into_iter().map(|(p, text)| (p, code(&text))).collect()
+}
+
+#[test]
+fn references_read_use_groups() {
+    let at: Vec<String> = ["diagnose", "rules", "gpus"].map(String::from).to_vec();
+    let got = references(
+        &at,
+        "use super::{capacity::IDLE_PCT, input, x::{a, b::C}};\nuse crate::{units::bytes, stats};",
+    );
+    let got: Vec<String> = got.iter().map(|p| p.join("::")).collect();
+    for want in [
+        "diagnose::rules::capacity::IDLE_PCT",
+        "diagnose::rules::input",
+        "diagnose::rules::x::a",
+        "diagnose::rules::x::b::C",
+        "units::bytes",
+        "stats",
+    ] {
+        assert!(got.iter().any(|g| g == want), "{want} not in {got:?}");
+    }
 }
 
 #[test]
@@ -545,6 +610,31 @@ fn closed_sets_are_not_matched_as_strings() {
     assert!(
         found.is_empty(),
         "closed-set names written as strings: use the enum\n{}",
+        found.join("\n")
+    );
+}
+
+/// A job is recorded one way: only `record/session.rs` prepares and starts the recorder
+/// (`Prepared`) or spawns a job to record, so that `run`, `record` and every trial of the tuner
+/// share one sequence, and a fix to it reaches them all.
+#[test]
+fn one_recording_session() {
+    let mut found = Vec::new();
+    for (path, code) in all_files() {
+        let here = path.join("/");
+        if here == "record/session" || here == "record/recorder" || path[0] == "job" {
+            continue;
+        }
+        for pat in ["Prepared", "Job::spawn_env", "Job::spawn_with"] {
+            if code.contains(pat) {
+                found.push(format!("{here}: `{pat}`"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the recorder is prepared, and a recorded job spawned, only in record/session.rs: \
+         go through `Session`\n{}",
         found.join("\n")
     );
 }

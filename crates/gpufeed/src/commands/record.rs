@@ -4,16 +4,18 @@ use crate::cli::{GlobalOpts, RecordArgs, RecordingOpts, RunArgs};
 use crate::diagnose::input::InputFormat;
 use crate::diagnose::input::LogOptions;
 use crate::exit::{Exit, Failure};
-use crate::job::{Job, SignalWatch};
+use crate::inject::InjectReport;
+use crate::job::SignalWatch;
 use crate::outfile::{refuse_same_as_input, Clobber};
 use crate::present;
 use crate::present::html::RecordingSeries;
 use crate::present::tensorboard::TbSeries;
 use crate::present::OutputFormat;
-use crate::record::recorder::{default_output_name, Prepared, Recorder, RecorderConfig};
+use crate::record::recorder::{default_output_name, RecorderConfig};
+use crate::record::session::{self, check_output, Session, Spawn};
 use crate::record::summary::SummaryBuilder;
+use crate::sample::event::End;
 use crate::sample::event::EndReason;
-use crate::sample::event::{End, Line, OverridesLine};
 use crate::sample::host::pid_alive;
 use crate::sample::steps::{StepSocket, ENV_VAR};
 use anyhow::Context;
@@ -27,46 +29,13 @@ fn prepare(
     global: &GlobalOpts,
     opts: &RecordingOpts,
     steps: Option<Arc<StepSocket>>,
-) -> anyhow::Result<Prepared> {
-    if let (Some(j), Some(o)) = (&opts.export_json, &opts.output) {
-        refuse_same_as_input("--export-json", j, [o.as_path()])?;
-    }
-    if opts.interval < Duration::from_millis(10) {
-        return Err(Failure::new(
-            Exit::Usage,
-            "--interval must be at least 10ms (the default, 100ms, is right for most jobs)",
-        )
-        .into());
-    }
-    if let Some(o) = opts.output.as_ref().filter(|o| o.is_dir()) {
-        return Err(Failure::new(
-            Exit::Usage,
-            format!(
-                "--output {} is a folder: a recording is a file; give a file name (e.g. {}/run.ndjson)",
-                o.display(),
-                o.display()
-            ),
-        )
-        .into());
-    }
-    // `--force` never renames a recording over a device, FIFO or socket (`/dev/null`): a bad
-    // value, exit 2 before the job starts, as the README says (it was exit 3).
-    if let Some(o) = opts.output.as_ref().filter(|o| crate::outfile::special(o)) {
-        return Err(Failure::new(
-            Exit::Usage,
-            format!(
-                "--output {} is a device, FIFO or socket, not a file: a recording is written to a file; give a file name",
-                o.display()
-            ),
-        )
-        .into());
-    }
+) -> anyhow::Result<Session> {
     let (output, clobber) = match &opts.output {
         Some(o) if opts.force => (o.clone(), Clobber::Replace),
         Some(o) => (o.clone(), Clobber::Refuse),
         None => (default_output_name(SystemTime::now()), Clobber::Suffix),
     };
-    let prepared = Prepared::new(RecorderConfig {
+    let session = Session::prepare(RecorderConfig {
         output,
         interval: opts.interval,
         nvml_lib: global.nvml_lib.clone(),
@@ -76,16 +45,24 @@ fn prepare(
         steps,
     })
     .map_err(Failure::from)?;
-    if let Some(e) = &prepared.gpu().error {
+    if let Some(e) = session.gpu_error() {
         eprintln!("gpufeed: {e}: recording host metrics only");
-    } else if prepared.gpu().gpus.is_empty() {
-        eprintln!("gpufeed: the NVIDIA driver reports no GPU: recording host metrics only");
     }
-    Ok(prepared)
+    Ok(session)
 }
 
-/// The step-marker socket for the job (`GPUFEED_STEP_SOCKET`); without one the job is recorded
-/// all the same.
+/// The checks of the recording options `run` and `record` share, made once before anything
+/// starts (clap has already checked `--interval`).
+fn check_recording(opts: &RecordingOpts) -> anyhow::Result<()> {
+    if let (Some(j), Some(o)) = (&opts.export_json, &opts.output) {
+        refuse_same_as_input("--export-json", j, [o.as_path()])?;
+    }
+    if let Some(o) = &opts.output {
+        check_output("--output", o)?;
+    }
+    Ok(())
+}
+
 /// After a recording: the summary, the diagnosis and (with `html`) the page, all from one read
 /// of the recording.
 fn print_summary(
@@ -190,24 +167,17 @@ fn check_run_args(args: &RunArgs) -> anyhow::Result<Option<crate::inject::Inject
     if let Some(dir) = &args.tensorboard {
         crate::outfile::check_tensorboard_dir(dir)?;
     }
+    check_recording(&args.rec)?;
     Ok(inject)
 }
 
-/// What the overrides did: into the recording, or (unrecorded job) on stderr.
-fn report_overrides(i: &crate::inject::Injection, recorder: Option<&Recorder>, quiet: bool) {
-    let rep = i.read();
-    match recorder {
-        Some(r) => r.write_line(Line::Overrides(OverridesLine {
-            t_s: r.elapsed_s(),
-            overrides: rep.overrides,
-            notes: rep.notes,
-            loader_notes: rep.loader_notes,
-        })),
-        None if !quiet => eprint!(
+/// What the overrides did, for an unrecorded job: on stderr.
+fn print_overrides(rep: &InjectReport, quiet: bool) {
+    if !quiet {
+        eprint!(
             "{}",
             present::summary::overrides_text(&rep.overrides, &rep.notes)
-        ),
-        None => {}
+        );
     }
 }
 
@@ -215,59 +185,36 @@ fn report_overrides(i: &crate::inject::Injection, recorder: Option<&Recorder>, q
 pub(crate) fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
     let inject = check_run_args(args)?;
     let mut env: Vec<(String, String)> = inject.iter().map(|i| i.env_var(&[])).collect();
-    let prepared = prepare(
+    let session = prepare(
         global,
         &args.rec,
         crate::sample::steps::for_job(None, Some("recorded"))?,
     )?;
-    if let Some(s) = prepared.steps() {
+    if let Some(s) = session.steps() {
         env.push((ENV_VAR.into(), s.path().display().to_string()));
     }
-    let (watch, early_signal) = crate::job::forward_signals(prepared.tree_pids())?;
-    // The recording has no name until it starts: dropping it leaves nothing behind, and an
-    // existing file at --output (with --force) is untouched.
-    let cleanup = drop::<Prepared>;
+    let (watch, early_signal) = crate::job::forward_signals(session.tree_pids())?;
     let sig = early_signal.load(Ordering::SeqCst);
     if sig != 0 {
-        // Interrupted before the job started: do not start it.
-        cleanup(prepared);
+        // Interrupted before the job started: do not start it (dropping the session leaves
+        // nothing behind).
         return Ok(Exit::signal(sig));
     }
-    let tree = prepared.tree_pids();
-    let mut job = match Job::spawn_env(&args.command, &env) {
-        Ok(j) => j,
-        Err(e) => {
-            // Nothing was recorded: leave no empty file behind.
-            cleanup(prepared);
-            return Err(Failure::from(e).into());
-        }
+    let how = Spawn::Terminal {
+        argv: &args.command,
+        env: &env,
     };
-    if let Ok(mut p) = tree.lock() {
-        *p = vec![job.pid()];
-    }
+    let (mut job, recorder) = session.spawn(how).map_err(Failure::from)?;
     // A recording that cannot start does not stop the job: it runs unrecorded.
-    // The recording shows the command as text (bytes that are not UTF-8 as U+FFFD).
-    let shown: Vec<String> = args
-        .command
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    let recorder = match prepared.start(Some(job.pid()), Some(shown)) {
-        Ok(r) => Some(r),
-        Err(e) => {
-            eprintln!("gpufeed: {e}: the job runs unrecorded");
-            None
-        }
-    };
-
+    let recorder = recorder
+        .map_err(|e| eprintln!("gpufeed: {e}: the job runs unrecorded"))
+        .ok();
     let status = job.wait();
     drop(watch);
     let (end, code) = crate::record::recorder::job_end(status);
-    if let Some(i) = &inject {
-        report_overrides(i, recorder.as_ref(), args.rec.quiet);
-    }
+    let overrides = inject.as_ref().map(|i| i.read());
     // The job's exit code is gpufeed's even when the recording could not be completed.
-    match recorder.map(|r| r.finish(end)) {
+    match recorder.map(|r| session::finish(r, overrides.as_ref(), end)) {
         Some(Ok(path)) => {
             if let Err(e) = print_summary(
                 &path,
@@ -279,7 +226,11 @@ pub(crate) fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
             }
         }
         Some(Err(e)) => eprintln!("gpufeed: {e}"),
-        None => {}
+        None => {
+            if let Some(o) = &overrides {
+                print_overrides(o, args.rec.quiet);
+            }
+        }
     }
     Ok(code)
 }
@@ -294,11 +245,12 @@ pub(crate) fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u
             .into());
         }
     }
+    check_recording(&args.rec)?;
     let steps = crate::sample::steps::for_job(args.step_socket.as_deref(), Some("recorded"))?;
-    let prepared = prepare(global, &args.rec, steps)?;
-    let step_path = prepared.steps().map(|s| s.path().display().to_string());
-    let recorder = prepared
-        .start(args.pid, None)
+    let session = prepare(global, &args.rec, steps)?;
+    let step_path = session.steps().map(|s| s.path().display().to_string());
+    let recorder = session
+        .attach(args.pid)
         .map_err(|e| Failure::with(Exit::Input, e))?;
     let got_signal = Arc::new(AtomicI32::new(0));
     let flag = Arc::clone(&got_signal);
@@ -338,12 +290,11 @@ pub(crate) fn record(global: &GlobalOpts, args: &RecordArgs) -> anyhow::Result<u
         }
     };
     drop(watch);
-    let path = recorder
-        .finish(End {
-            reason: Some(reason),
-            ..Default::default()
-        })
-        .context("finishing the recording")?;
+    let end = End {
+        reason: Some(reason),
+        ..Default::default()
+    };
+    let path = session::finish(recorder, None, end).context("finishing the recording")?;
     print_summary(&path, &args.rec, None, None)?;
     Ok(Exit::Ok.code())
 }

@@ -27,7 +27,7 @@ fn sweep_pick(r: &SweepReport) -> Option<&crate::tune::sweep::TrialResult> {
     }
     r.results
         .iter()
-        .filter(|t| t.exit.ok() && t.throughput.is_some())
+        .filter(|t| t.run.exit.ok() && t.throughput.is_some())
         .max_by(|a, b| {
             let v = |t: &crate::tune::sweep::TrialResult| {
                 t.throughput.as_ref().map(|x| x.value).unwrap_or(0.0)
@@ -179,7 +179,7 @@ fn sweep_speedup(
                 (Some(a), Some(b)) => ratio_ci(y.value, b, x.value, a, 1.96),
                 _ => None,
             };
-            if x.source == crate::tune::trial::Source::GpuBusyProxy {
+            if x.source == crate::tune::trial::RateSource::GpuBusyProxy {
                 notes.push("The throughput is the GPU-busy proxy (no step rate was found): it holds when the GPU work per step is unchanged.".into());
             }
             for (side, t) in [("before", pb), ("after", pa)] {
@@ -228,7 +228,7 @@ mod tests {
     #[test]
     fn sweeps_compare_their_sweet_spots_with_an_interval() {
         use crate::tune::sweep::tests::report;
-        use crate::tune::trial::Status::*;
+        use crate::tune::trial::TrialStatus::*;
         let b = report(&[
             (Some(15.0), Steady),
             (Some(25.0), Steady),

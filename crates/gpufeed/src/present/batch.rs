@@ -48,7 +48,7 @@ fn trials_table(s: &mut String, rep: &BatchReport) {
             t.gpu_mem_max_bytes
                 .map(|b| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64))
                 .unwrap_or_else(|| "-".into()),
-            t.duration_s
+            t.run.duration_s
         );
     }
 }
@@ -58,7 +58,7 @@ fn trials_table(s: &mut String, rep: &BatchReport) {
 fn overrides_and_failures(s: &mut String, rep: &BatchReport) {
     let mut notes: Vec<&String> = Vec::new();
     for t in &rep.trials {
-        if let Some(o) = &t.overrides {
+        if let Some(o) = &t.run.overrides {
             let what = if o.is_empty() {
                 "nothing".to_string()
             } else {
@@ -69,7 +69,7 @@ fn overrides_and_failures(s: &mut String, rep: &BatchReport) {
             };
             let _ = writeln!(s, "  batch {} overridden: {what}", t.batch);
         }
-        for n in &t.override_notes {
+        for n in &t.run.override_notes {
             if !notes.contains(&n) {
                 notes.push(n);
             }
@@ -84,7 +84,7 @@ fn overrides_and_failures(s: &mut String, rep: &BatchReport) {
             "\nBatch {} failed (not out of memory); last output:",
             t.batch
         );
-        for l in &t.last_lines {
+        for l in &t.run.last_lines {
             let _ = writeln!(s, "    {l}");
         }
     }

@@ -1,7 +1,7 @@
 //! The end-of-recording summary, as text for people or one JSON line for programs.
 
 use super::fmt::{bytes, opt};
-use crate::record::summary::{GpuSummary, JobSummary, Summary};
+use crate::record::summary::{GpuSummary, JobUsage, Summary};
 use std::fmt::Write;
 
 /// At most this many processes are listed in the text summary (all are in the JSON).
@@ -89,7 +89,7 @@ fn gpu_text(o: &mut String, s: &Summary, g: &GpuSummary, util_mean_said: bool) {
 }
 
 /// How the job ended, its totals, and its busiest processes.
-fn job_text(o: &mut String, j: &JobSummary) {
+fn job_text(o: &mut String, j: &JobUsage) {
     use crate::sample::event::EndReason;
     let how = match (j.exit_code, j.signal, j.end_reason) {
         (Some(c), _, _) => format!("exited with code {c}"),
@@ -182,7 +182,7 @@ pub(crate) fn loader_text(notes: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::summary::{GpuSummary, HostSummary, JobSummary, ProcessSummary, Summary};
+    use crate::record::summary::{GpuSummary, HostSummary, JobUsage, ProcessSummary, Summary};
 
     fn sample() -> Summary {
         Summary {
@@ -214,7 +214,7 @@ mod tests {
                 mem_total_bytes: Some(64 << 30),
                 mem_available_min_bytes: Some(40 << 30),
             },
-            job: Some(JobSummary {
+            job: Some(JobUsage {
                 pid: 4242,
                 exit_code: Some(0),
                 signal: None,

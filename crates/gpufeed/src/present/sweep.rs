@@ -3,21 +3,21 @@
 
 use super::fmt::{csv_cell, md_cell, num, opt};
 use crate::tune::sweep::{SweepReport, TrialResult, NO_RATE_HELP};
-use crate::tune::trial::Status;
+use crate::tune::trial::TrialStatus;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 fn status_word(r: &TrialResult) -> String {
-    match (r.exit.status, r.exit.code, r.exit.signal) {
-        (Status::Failed, Some(c), _) => format!("failed (exit {c})"),
-        (Status::Failed, _, Some(s)) => format!("failed (signal {s})"),
+    match (r.run.exit.status, r.run.exit.code, r.run.exit.signal) {
+        (TrialStatus::Failed, Some(c), _) => format!("failed (exit {c})"),
+        (TrialStatus::Failed, _, Some(s)) => format!("failed (signal {s})"),
         (st, _, _) => st.as_str().into(),
     }
 }
 
 /// `DataLoader(num_workers=8) at train.py:42, was 0`, one per override, or why there is none.
 pub(crate) fn overridden_cell(r: &TrialResult) -> String {
-    match &r.overrides {
+    match &r.run.overrides {
         None => "-".into(),
         Some(o) if o.is_empty() => "nothing (see notes)".into(),
         Some(o) => o
@@ -46,7 +46,7 @@ pub fn notes_for_page(rep: &SweepReport) -> Vec<String> {
 /// Notes of every trial, each once.
 fn override_notes(rep: &SweepReport) -> Vec<String> {
     let mut v: Vec<String> = Vec::new();
-    for n in rep.results.iter().flat_map(|r| &r.override_notes) {
+    for n in rep.results.iter().flat_map(|r| &r.run.override_notes) {
         if !v.contains(n) {
             v.push(n.clone());
         }
@@ -87,7 +87,7 @@ fn rows(rep: &SweepReport) -> Vec<Vec<String>> {
         ]
         .map(|s| s.to_string()),
     );
-    let injected = rep.results.iter().any(|r| r.overrides.is_some());
+    let injected = rep.results.iter().any(|r| r.run.overrides.is_some());
     if injected {
         head.push("overridden".into());
     }
@@ -108,7 +108,7 @@ fn rows(rep: &SweepReport) -> Vec<Vec<String>> {
                     (Some(l), Some(h)) => format!(" ± {}", num((h - l) / 2.0)),
                     _ => String::new(),
                 };
-                let proxy = if t.source == crate::tune::trial::Source::GpuBusyProxy {
+                let proxy = if t.source == crate::tune::trial::RateSource::GpuBusyProxy {
                     " (GPU busy proxy)"
                 } else {
                     ""
@@ -132,7 +132,7 @@ fn rows(rep: &SweepReport) -> Vec<Vec<String>> {
             format!("{:.0}%{mark}", x * 100.0)
         }));
         row.push(opt(r.job_cpu_mean_pct, |x| format!("{x:.0}%")));
-        row.push(format!("{:.1}s", r.duration_s));
+        row.push(format!("{:.1}s", r.run.duration_s));
         row.push(status_word(r));
         if injected {
             row.push(overridden_cell(r));
@@ -167,7 +167,7 @@ fn text_raw(rep: &SweepReport) -> String {
     if let Some(t) = rep.results.iter().find_map(|r| {
         r.throughput
             .as_ref()
-            .filter(|t| t.source == crate::tune::trial::Source::GpuBusyProxy)
+            .filter(|t| t.source == crate::tune::trial::RateSource::GpuBusyProxy)
     }) {
         let _ = writeln!(
             s,
@@ -182,9 +182,9 @@ fn text_raw(rep: &SweepReport) -> String {
             let _ = writeln!(s, "  note: {n}");
         }
     }
-    for r in rep.results.iter().filter(|r| !r.last_lines.is_empty()) {
+    for r in rep.results.iter().filter(|r| !r.run.last_lines.is_empty()) {
         let _ = writeln!(s, "\nTrial {} {}; last output:", r.label, status_word(r));
-        for l in &r.last_lines {
+        for l in &r.run.last_lines {
             let _ = writeln!(s, "    {l}");
         }
     }
@@ -210,7 +210,7 @@ fn text_raw(rep: &SweepReport) -> String {
                 "\nNo sweet spot: trials measured throughput in different units (add step markers or --rate-regex so every trial reports the same one)."
             );
         }
-        None if rep.results.iter().any(|r| r.exit.ok()) => {
+        None if rep.results.iter().any(|r| r.run.exit.ok()) => {
             let _ = writeln!(
                 s,
                 "\nNo sweet spot: no trial reported a throughput. {NO_RATE_HELP}"
@@ -333,10 +333,10 @@ pub fn csv(rep: &SweepReport) -> String {
         row.push(f(r.data_wait_fraction));
         row.push(f(r.job_cpu_mean_pct));
         row.push(u(r.job_rss_max_bytes));
-        row.push(format!("{:.3}", r.duration_s));
-        row.push(r.exit.status.as_str().to_string());
-        row.push(r.exit.code.map(|c| c.to_string()).unwrap_or_default());
-        row.push(r.exit.signal.map(|c| c.to_string()).unwrap_or_default());
+        row.push(format!("{:.3}", r.run.duration_s));
+        row.push(r.run.exit.status.as_str().to_string());
+        row.push(r.run.exit.code.map(|c| c.to_string()).unwrap_or_default());
+        row.push(r.run.exit.signal.map(|c| c.to_string()).unwrap_or_default());
         s.push_str(&row.join(","));
         s.push('\n');
     }
@@ -363,7 +363,7 @@ pub fn html(rep: &SweepReport) -> Result<String, super::html::HtmlError> {
             gpu_util_mean_pct: r.gpu_util_mean_pct,
             data_wait_fraction: r.data_wait_fraction,
             failed: r.throughput.is_none(),
-            overridden: r.overrides.is_some().then(|| overridden_cell(r)),
+            overridden: r.run.overrides.is_some().then(|| overridden_cell(r)),
         })
         .collect();
     let unit = rep
@@ -396,11 +396,11 @@ mod tests {
     use super::*;
     use crate::tune::sweep::sweet_spot;
     use crate::tune::sweep::tests::report;
-    use crate::tune::trial::Status;
+    use crate::tune::trial::TrialStatus;
 
     #[test]
     fn sweet_spot_is_the_cheapest_within_five_percent() {
-        use Status::*;
+        use TrialStatus::*;
         let rep = report(&[
             (Some(15.0), Steady),
             (Some(25.0), Steady),
@@ -445,10 +445,10 @@ mod tests {
 
     #[test]
     fn overrides_in_the_table_and_a_sweep_they_never_reached() {
-        use Status::*;
+        use TrialStatus::*;
         let mut rep = report(&[(Some(10.0), Steady), (Some(10.2), Steady)]);
         for (r, w) in rep.results.iter_mut().zip([0, 1]) {
-            r.overrides = Some(vec![crate::sample::event::Override {
+            r.run.overrides = Some(vec![crate::sample::event::Override {
                 target: "DataLoader".into(),
                 key: "num_workers".into(),
                 value: w.into(),
@@ -468,8 +468,8 @@ mod tests {
         );
         // Nothing reached the job: identical trials are not a result.
         for r in rep.results.iter_mut() {
-            r.overrides = Some(vec![]);
-            r.override_notes =
+            r.run.overrides = Some(vec![]);
+            r.run.override_notes =
                 vec!["--dataloader changed nothing: the job never imported torch".into()];
         }
         let mut kept = rep.clone();
@@ -497,7 +497,10 @@ mod tests {
 
     #[test]
     fn a_data_wait_from_the_stacks_is_marked_and_footnoted() {
-        let mut rep = report(&[(Some(10.0), Status::Steady), (Some(30.0), Status::Steady)]);
+        let mut rep = report(&[
+            (Some(10.0), TrialStatus::Steady),
+            (Some(30.0), TrialStatus::Steady),
+        ]);
         let plain = text(&rep);
         assert!(!plain.contains(STACKS_NOTE), "{plain}");
         assert!(plain.contains("90%") && !plain.contains("90%*"), "{plain}");
@@ -517,7 +520,7 @@ mod tests {
 
     #[test]
     fn last_value_with_data_wait_still_high_says_try_higher() {
-        use Status::*;
+        use TrialStatus::*;
         // data_wait = 1 - v/100: 40 steps/s at workers=8 still waits 60% of the time
         let rep = report(&[
             (Some(10.0), Steady),
@@ -550,7 +553,7 @@ mod tests {
 
     #[test]
     fn no_rate_says_how_to_get_one() {
-        use Status::*;
+        use TrialStatus::*;
         let mut rep = report(&[(Some(10.0), Exited)]);
         rep.results[0].throughput = None;
         rep.sweet_spot = None;
@@ -563,7 +566,7 @@ mod tests {
 
     #[test]
     fn fastest_alone_and_nothing_usable() {
-        use Status::*;
+        use TrialStatus::*;
         let rep = report(&[(Some(10.0), Steady), (Some(20.0), MaxTime)]);
         let sw = rep.sweet_spot.unwrap();
         assert_eq!(sw.parameters["workers"], serde_json::json!(1));

@@ -168,7 +168,7 @@ fn throughput(chart: &mut Chart, rep: &SweepReport, ymax: f64) -> Result<(), Str
         .results
         .iter()
         .enumerate()
-        .filter(|(_, r)| r.exit.ok())
+        .filter(|(_, r)| r.run.exit.ok())
         .filter_map(|(i, r)| r.throughput.as_ref().map(|t| (i as f64, t.value)))
         .collect();
     if ok.len() > 1 {
@@ -178,7 +178,7 @@ fn throughput(chart: &mut Chart, rep: &SweepReport, ymax: f64) -> Result<(), Str
     }
     for (i, r) in rep.results.iter().enumerate() {
         let x = i as f64;
-        match (&r.throughput, r.exit.ok()) {
+        match (&r.throughput, r.run.exit.ok()) {
             (Some(t), true) => {
                 if let (Some(lo), Some(hi)) = (t.ci_low, t.ci_high) {
                     let whisker = |y| PathElement::new(vec![(x - 0.06, y), (x + 0.06, y)], BLUE);

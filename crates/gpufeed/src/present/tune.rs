@@ -130,10 +130,16 @@ fn text_raw(r: &TuneReport) -> String {
         let mark = match (s.knob.is_some(), s.kept) {
             (false, _) => "",
             (true, true) => "  kept",
-            (true, false) if s.result.last_lines.iter().any(|l| oom_marker(l).is_some()) => {
+            (true, false)
+                if s.result
+                    .run
+                    .last_lines
+                    .iter()
+                    .any(|l| oom_marker(l).is_some()) =>
+            {
                 "  out of memory"
             }
-            (true, false) if !s.result.exit.ok() => "  failed",
+            (true, false) if !s.result.run.exit.ok() => "  failed",
             (true, false) if s.gain.is_none() => "  not compared",
             (true, false) => "  rejected",
         };

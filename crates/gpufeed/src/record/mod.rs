@@ -8,6 +8,7 @@ mod pipeline;
 pub(crate) mod pyrec;
 pub(crate) mod reader;
 pub(crate) mod recorder;
+pub(crate) mod session;
 pub(crate) mod summary;
 pub(crate) mod ticker;
 pub(crate) mod writer;

@@ -27,7 +27,7 @@ pub struct Summary {
     pub host: HostSummary,
     /// The job (run, or attached with --pid); `None` for a machine-only recording.
     #[serde(default)]
-    pub job: Option<JobSummary>,
+    pub job: Option<JobUsage>,
     /// The recording was cut (gpufeed was killed): figures cover what was written.
     #[serde(default)]
     pub truncated: bool,
@@ -76,7 +76,7 @@ pub struct HostSummary {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobSummary {
+pub struct JobUsage {
     pub pid: u32,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
@@ -354,7 +354,7 @@ impl SummaryBuilder {
             })
             .collect();
 
-        let job = header.pid.map(|pid| JobSummary {
+        let job = header.pid.map(|pid| JobUsage {
             pid,
             exit_code: end.as_ref().and_then(|e| e.exit_code),
             signal: end.as_ref().and_then(|e| e.signal),

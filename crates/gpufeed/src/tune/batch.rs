@@ -253,8 +253,9 @@ pub fn accumulation(target: u64, limit: u64) -> Option<Accumulation> {
 /// they carry them, else `batch`), its interval scaled alike. A rate in other units (a
 /// `--rate-regex` figure, the GPU-busy proxy) is returned as it is.
 pub(crate) fn per_sample(t: &super::trial::Throughput, batch: u64) -> super::trial::Throughput {
-    use super::trial::Source;
-    let per_step = t.source == Source::StepSocket || (t.source == Source::Tqdm && t.unit == "it/s");
+    use super::trial::RateSource;
+    let per_step =
+        t.source == RateSource::StepSocket || (t.source == RateSource::Tqdm && t.unit == "it/s");
     if !per_step || t.value <= 0.0 {
         return t.clone();
     }
@@ -294,16 +295,8 @@ pub struct BatchTrial {
     pub throughput: Option<super::trial::Throughput>,
     pub gpu_mem_max_bytes: Option<u64>,
     pub gpu_util_mean_pct: Option<f64>,
-    pub duration_s: f64,
-    pub exit: TrialExit,
-    pub last_lines: Vec<String>,
-    pub recording: String,
-    /// What `--dataloader` / `--torch` overrode (`None`: nothing injected).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub overrides: Option<Vec<crate::sample::event::Override>>,
-    /// Why overrides could not apply.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub override_notes: Vec<String>,
+    #[serde(flatten)]
+    pub run: super::trial::TrialRun,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -335,9 +328,9 @@ pub fn samples_per_s(t: &BatchTrial) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tune::trial::Status;
+    use crate::tune::trial::TrialStatus;
 
-    fn exit(status: Status, code: Option<i32>, signal: Option<i32>) -> TrialExit {
+    fn exit(status: TrialStatus, code: Option<i32>, signal: Option<i32>) -> TrialExit {
         TrialExit {
             status,
             code,
@@ -372,22 +365,22 @@ mod tests {
 
     #[test]
     fn classification() {
-        let failed = exit(Status::Failed, Some(1), None);
+        let failed = exit(TrialStatus::Failed, Some(1), None);
         assert_eq!(
             classify(&failed, Some("CUDA out of memory")).0,
             Verdict::Oom
         );
         assert_eq!(classify(&failed, None).0, Verdict::Failed);
         assert_eq!(
-            classify(&exit(Status::Failed, None, Some(9)), None),
+            classify(&exit(TrialStatus::Failed, None, Some(9)), None),
             (Verdict::Oom, Some("killed_sigkill".into()))
         );
         assert_eq!(
-            classify(&exit(Status::Failed, Some(137), None), None).0,
+            classify(&exit(TrialStatus::Failed, Some(137), None), None).0,
             Verdict::Oom
         );
         assert_eq!(
-            classify(&exit(Status::Steady, None, Some(2)), None).0,
+            classify(&exit(TrialStatus::Steady, None, Some(2)), None).0,
             Verdict::Ok
         );
     }
@@ -450,13 +443,13 @@ mod tests {
 
     #[test]
     fn per_step_rates_become_samples_per_second() {
-        use crate::tune::trial::{Source, Throughput};
+        use crate::tune::trial::{RateSource, Throughput};
         let t = Throughput {
             value: 10.0,
             unit: "steps/s".into(),
             ci_low: Some(9.0),
             ci_high: Some(11.0),
-            source: Source::StepSocket,
+            source: RateSource::StepSocket,
             steady: true,
             warmup_s: None,
             intervals: 40,
@@ -476,7 +469,7 @@ mod tests {
         assert_eq!(s.value, 160.0);
         let r = Throughput {
             unit: "img/s".into(),
-            source: Source::RateRegex,
+            source: RateSource::RateRegex,
             ..t
         };
         assert_eq!(per_sample(&r, 32), r);

@@ -7,7 +7,7 @@ use super::batch::{
 };
 use super::params;
 use super::progress::RateRegex;
-use super::trial::{Status, TrialExit, TrialOutcome, TrialSpec};
+use super::trial::{TrialExit, TrialOutcome, TrialSpec, TrialStatus};
 use super::trials::{file_safe, Runner, TrialConfig};
 use crate::exit::{Exit, Failure};
 use crate::inject::InjectSpec;
@@ -181,20 +181,7 @@ fn batch_trial(
         throughput: o.throughput.clone(),
         gpu_mem_max_bytes: o.gpu_mem_max_bytes,
         gpu_util_mean_pct: o.gpu_util_mean_pct,
-        duration_s: o.duration_s,
-        exit: o.exit.clone(),
-        last_lines: if verdict == Verdict::Ok {
-            vec![]
-        } else {
-            o.last_lines.clone()
-        },
-        recording: o.recording.display().to_string(),
-        overrides: o.overrides.as_ref().map(|r| r.overrides.clone()),
-        override_notes: o
-            .overrides
-            .as_ref()
-            .map(|r| r.notes.clone())
-            .unwrap_or_default(),
+        run: super::trial::TrialRun::of(o, verdict != Verdict::Ok),
     }
 }
 
@@ -230,7 +217,7 @@ pub(crate) fn run(
                 break;
             }
         };
-        if o.exit.status == Status::Interrupted {
+        if o.exit.status == TrialStatus::Interrupted {
             break;
         }
         let (verdict, oom_kind) = classify(&o.exit, o.oom_line.as_deref());

@@ -346,7 +346,7 @@ pub(crate) fn ab_speedup(before: &[&Throughput], after: &[&Throughput]) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tune::trial::Source;
+    use crate::tune::trial::RateSource;
 
     fn tp(v: f64, rel: f64) -> Throughput {
         Throughput {
@@ -354,7 +354,7 @@ mod tests {
             unit: "steps/s".into(),
             ci_low: Some(v * (1.0 - rel)),
             ci_high: Some(v * (1.0 + rel)),
-            source: Source::StepSocket,
+            source: RateSource::StepSocket,
             steady: true,
             warmup_s: None,
             intervals: 40,

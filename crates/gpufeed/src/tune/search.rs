@@ -130,7 +130,7 @@ impl Tuner<'_, '_> {
         };
         let mut r = TrialResult::new(&setting, self.args.command.clone(), outcome);
         r.label = lbl;
-        let verdict = crate::diagnose::report_for_recording(Path::new(&r.recording))
+        let verdict = crate::diagnose::report_for_recording(Path::new(&r.run.recording))
             .ok()
             .map(|d| d.verdict.id);
         self.runner.say(trial_line(self.trials, None, &r));
@@ -154,27 +154,29 @@ fn input_keeps_up(r: &TrialResult, verdict: Option<VerdictId>) -> bool {
 fn not_applied(r: &TrialResult, knob: Knob) -> Option<String> {
     if knob == Knob::BatchSize {
         // a failed trial may be an out-of-memory, which the batch search deals with
-        let o = r.overrides.as_ref()?;
+        let o = r.run.overrides.as_ref()?;
         if o.iter().any(|x| x.key == knob.key() && x.reason.is_none()) {
             return None;
         }
-        let why = r
-            .override_notes
-            .first()
-            .cloned()
-            .or_else(|| r.exit.ok().then(|| "nothing was overridden".to_string()))?;
+        let why = r.run.override_notes.first().cloned().or_else(|| {
+            r.run
+                .exit
+                .ok()
+                .then(|| "nothing was overridden".to_string())
+        })?;
         return Some(format!(
             "batch_size skipped: it never reached the job ({why})"
         ));
     }
-    let o = r.overrides.as_ref()?;
-    if !r.exit.ok()
+    let o = r.run.overrides.as_ref()?;
+    if !r.run.exit.ok()
         || o.iter()
             .any(|x| x.key == knob.key() || x.key == "benchmark")
     {
         return None;
     }
     let why = r
+        .run
         .override_notes
         .first()
         .cloned()
@@ -244,7 +246,7 @@ fn search(
                 .as_ref()
                 .zip(r.throughput.as_ref())
                 .and_then(|(b, c)| plan::gain(b, c));
-            let kept = r.exit.ok()
+            let kept = r.run.exit.ok()
                 && best
                     .throughput
                     .as_ref()
@@ -406,6 +408,7 @@ fn batch_ran_at(
         return None;
     }
     let ov = r
+        .run
         .overrides
         .iter()
         .flatten()
@@ -451,7 +454,7 @@ fn judge_batch(
     use super::batch::{classify, per_sample, Verdict};
     let s = st.search.as_mut().expect("known once a batch ran");
     let value = n.to_string();
-    match classify(&r.exit, t.last_oom.as_deref()).0 {
+    match classify(&r.run.exit, t.last_oom.as_deref()).0 {
         Verdict::Oom => {
             s.record(n, false);
             t.rep.steps.push(batch_step(r, value, verdict, None, false));
@@ -535,7 +538,7 @@ fn final_rerun(t: &mut Tuner, set: &[(Knob, String)]) -> anyhow::Result<Option<B
     }
     let tp = |xs: &[(TrialResult, Option<VerdictId>)]| -> Vec<super::trial::Throughput> {
         xs.iter()
-            .filter(|(r, _)| r.exit.ok())
+            .filter(|(r, _)| r.run.exit.ok())
             .filter_map(|(r, _)| r.throughput.clone())
             .collect()
     };
@@ -579,6 +582,7 @@ fn run_line(set: &[(Knob, String)], cmd: &[String]) -> String {
 fn write_patch(t: &mut Tuner, set: &[(Knob, String)], best: &TrialResult) -> anyhow::Result<()> {
     use super::patch::{patch_sites, Edit};
     let mut sites: Vec<String> = best
+        .run
         .overrides
         .iter()
         .flatten()
@@ -684,20 +688,23 @@ fn search_all(t: &mut Tuner) -> anyhow::Result<u8> {
         t.rep.stop = Some(Stop::Interrupted);
         return Ok(Exit::signal(libc::SIGINT));
     }
-    if !base.exit.ok() || base.throughput.is_none() {
-        let why = if base.exit.ok() {
+    if !base.run.exit.ok() || base.throughput.is_none() {
+        let why = if base.run.exit.ok() {
             format!(
                 "the baseline gave no throughput. {}",
                 super::sweep::NO_RATE_HELP
             )
         } else {
-            format!("the baseline run failed: {}", base.last_lines.join("\n"))
+            format!(
+                "the baseline run failed: {}",
+                base.run.last_lines.join("\n")
+            )
         };
         t.rep.notes.push(why);
         return Ok(Exit::Failure.code());
     }
-    let diag =
-        crate::diagnose::report_for_recording(Path::new(&base.recording)).map_err(Failure::from)?;
+    let diag = crate::diagnose::report_for_recording(Path::new(&base.run.recording))
+        .map_err(Failure::from)?;
     // TF32 tensor cores: compute capability 8.0 (Ampere) or later
     let tf32 = diag
         .gpus

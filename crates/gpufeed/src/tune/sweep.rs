@@ -1,7 +1,7 @@
 //! Sweep results, the sweet spot, and the reports (table, JSON, CSV, Markdown).
 
 use super::params::{json_value, Setting};
-use super::trial::{Throughput, TrialExit, TrialOutcome};
+use super::trial::{Throughput, TrialOutcome, TrialRun};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -25,18 +25,8 @@ pub struct TrialResult {
     pub data_wait_source: Option<crate::finding::WaitSource>,
     pub job_cpu_mean_pct: Option<f64>,
     pub job_rss_max_bytes: Option<u64>,
-    pub duration_s: f64,
-    pub exit: TrialExit,
-    /// The job's last output lines when the trial failed (empty otherwise).
-    pub last_lines: Vec<String>,
-    pub recording: String,
-    /// What `--dataloader` / `--torch` put in place of the job's own values (`None` when nothing
-    /// was to be injected; an empty list when nothing could be).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub overrides: Option<Vec<crate::sample::event::Override>>,
-    /// Why overrides could not apply in this trial.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub override_notes: Vec<String>,
+    #[serde(flatten)]
+    pub run: TrialRun,
     /// Runs of this setting: more than 1 when `--retries` re-ran a trial that never settled.
     #[serde(default = "one")]
     pub attempts: u32,
@@ -53,7 +43,8 @@ fn one() -> u32 {
 
 impl TrialResult {
     pub fn new(setting: &Setting, command: Vec<String>, o: TrialOutcome) -> TrialResult {
-        let failed = !o.exit.ok() && o.exit.status != super::trial::Status::Interrupted;
+        let failed = !o.exit.ok() && o.exit.status != super::trial::TrialStatus::Interrupted;
+        let run = TrialRun::of(&o, failed);
         TrialResult {
             parameters: setting
                 .values
@@ -68,16 +59,7 @@ impl TrialResult {
             data_wait_source: o.data_wait_source,
             job_cpu_mean_pct: o.job_cpu_mean_pct,
             job_rss_max_bytes: o.job_rss_max_bytes,
-            duration_s: o.duration_s,
-            exit: o.exit,
-            last_lines: if failed { o.last_lines } else { vec![] },
-            recording: o.recording.display().to_string(),
-            override_notes: o
-                .overrides
-                .as_ref()
-                .map(|r| r.notes.clone())
-                .unwrap_or_default(),
-            overrides: o.overrides.map(|r| r.overrides),
+            run,
             attempts: 1,
             cost: setting.cost(),
             label: setting.label(),
@@ -86,7 +68,7 @@ impl TrialResult {
 
     /// Usable for the sweet spot: ran without failing and has a throughput.
     fn usable(&self) -> Option<f64> {
-        if !self.exit.ok() {
+        if !self.run.exit.ok() {
             return None;
         }
         self.throughput
@@ -145,16 +127,16 @@ impl SweepReport {
         let ran: Vec<&TrialResult> = self
             .results
             .iter()
-            .filter(|r| r.overrides.is_some() && r.exit.ok())
+            .filter(|r| r.run.overrides.is_some() && r.run.exit.ok())
             .collect();
         let none = !ran.is_empty()
             && ran
                 .iter()
-                .all(|r| r.overrides.as_ref().is_some_and(|o| o.is_empty()));
+                .all(|r| r.run.overrides.as_ref().is_some_and(|o| o.is_empty()));
         self.overrides_never_applied = (knobs_only_injected && none).then(|| {
             let why = ran
                 .iter()
-                .flat_map(|r| r.override_notes.iter())
+                .flat_map(|r| r.run.override_notes.iter())
                 .next()
                 .cloned()
                 .unwrap_or_else(|| "nothing was overridden".into());
@@ -298,7 +280,7 @@ fn caveats(pick: &TrialResult, best: &TrialResult, knobs: &[(String, Vec<String>
 fn evidence(results: &[TrialResult], pick: &TrialResult) -> String {
     let Some(base) = results
         .iter()
-        .filter(|r| r.exit.ok() && !std::ptr::eq(*r, pick))
+        .filter(|r| r.run.exit.ok() && !std::ptr::eq(*r, pick))
         .min_by_key(|r| r.cost)
         .filter(|b| b.cost < pick.cost)
     else {
@@ -340,14 +322,14 @@ sent no step (it iterates no torch DataLoader and steps no torch optimizer, or r
 pub(crate) mod tests {
     use super::*;
     use crate::tune::params::{parse_knobs, product};
-    use crate::tune::trial::{Source, Status};
+    use crate::tune::trial::{RateSource, TrialExit, TrialStatus};
 
     /// A usable throughput whose interval never met the tolerance.
     fn unsettled(r: &TrialResult) -> bool {
-        r.exit.ok() && r.throughput.as_ref().is_some_and(|t| !t.steady)
+        r.run.exit.ok() && r.throughput.as_ref().is_some_and(|t| !t.steady)
     }
 
-    pub(crate) fn result(setting: &Setting, v: Option<f64>, status: Status) -> TrialResult {
+    pub(crate) fn result(setting: &Setting, v: Option<f64>, status: TrialStatus) -> TrialResult {
         TrialResult::new(
             setting,
             vec!["train".into()],
@@ -357,7 +339,7 @@ pub(crate) mod tests {
                     unit: "steps/s".into(),
                     ci_low: Some(v * 0.98),
                     ci_high: Some(v * 1.02),
-                    source: Source::StepSocket,
+                    source: RateSource::StepSocket,
                     steady: true,
                     warmup_s: Some(0.5),
                     intervals: 50,
@@ -365,7 +347,7 @@ pub(crate) mod tests {
                 }),
                 exit: TrialExit {
                     status,
-                    code: Some(if status == Status::Failed { 1 } else { 0 }),
+                    code: Some(if status == TrialStatus::Failed { 1 } else { 0 }),
                     signal: None,
                     stop_signal: Some(2),
                 },
@@ -386,7 +368,80 @@ pub(crate) mod tests {
         )
     }
 
-    pub(crate) fn report(vals: &[(Option<f64>, Status)]) -> SweepReport {
+    /// The top-level keys of `json` are `keys`, in this order (what the reports wrote before a
+    /// trial's run was one struct flattened into both).
+    fn keys_in_order(json: &str, keys: &[&str]) {
+        let at: Vec<usize> = keys
+            .iter()
+            .map(|k| {
+                json.find(&format!("\"{k}\":"))
+                    .unwrap_or_else(|| panic!("{k} not in {json}"))
+            })
+            .collect();
+        assert!(
+            at.windows(2).all(|w| w[0] < w[1]),
+            "{keys:?} out of order in {json}"
+        );
+    }
+
+    #[test]
+    fn a_trial_run_flattened_keeps_each_report_s_json() {
+        let setting = &product(&parse_knobs(&["workers".into(), "0,1".into()]).unwrap())[0];
+        let r = result(setting, Some(10.0), TrialStatus::Failed);
+        let json = serde_json::to_string(&r).unwrap();
+        keys_in_order(
+            &json,
+            &[
+                "parameters",
+                "command",
+                "throughput",
+                "gpu_util_mean_pct",
+                "gpu_mem_max_bytes",
+                "data_wait_fraction",
+                "job_cpu_mean_pct",
+                "job_rss_max_bytes",
+                "duration_s",
+                "exit",
+                "last_lines",
+                "recording",
+                "attempts",
+            ],
+        );
+        assert!(!json.contains("\"run\""), "{json}");
+        let back: TrialResult = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.run, r.run);
+        let b = crate::tune::batch::BatchTrial {
+            batch: 8,
+            verdict: crate::tune::batch::Verdict::Ok,
+            oom_kind: None,
+            oom_line: None,
+            throughput: None,
+            gpu_mem_max_bytes: Some(1),
+            gpu_util_mean_pct: Some(2.0),
+            run: r.run.clone(),
+        };
+        let json = serde_json::to_string(&b).unwrap();
+        keys_in_order(
+            &json,
+            &[
+                "batch",
+                "verdict",
+                "oom_kind",
+                "oom_line",
+                "throughput",
+                "gpu_mem_max_bytes",
+                "gpu_util_mean_pct",
+                "duration_s",
+                "exit",
+                "last_lines",
+                "recording",
+            ],
+        );
+        let back: crate::tune::batch::BatchTrial = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, b);
+    }
+
+    pub(crate) fn report(vals: &[(Option<f64>, TrialStatus)]) -> SweepReport {
         let knobs = parse_knobs(&["workers".into(), "0,1,2,4,8".into()]).unwrap();
         let settings = product(&knobs);
         let results: Vec<TrialResult> = vals
@@ -411,7 +466,7 @@ pub(crate) mod tests {
 
     #[test]
     fn unsettled_pick_is_flagged() {
-        use Status::*;
+        use TrialStatus::*;
         let mut rep = report(&[(Some(10.0), Steady), (Some(20.0), MaxTime)]);
         let t = rep.results[1].throughput.as_mut().unwrap();
         t.steady = false;

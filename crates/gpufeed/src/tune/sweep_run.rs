@@ -232,7 +232,7 @@ pub(crate) fn exit_code(rep: &SweepReport) -> u8 {
     if rep.interrupted {
         return Exit::signal(libc::SIGINT);
     }
-    if !rep.results.iter().any(|r| r.exit.ok()) {
+    if !rep.results.iter().any(|r| r.run.exit.ok()) {
         eprintln!("gpufeed: no trial ran successfully");
         return Exit::Failure.code();
     }

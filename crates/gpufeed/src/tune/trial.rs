@@ -6,10 +6,11 @@ use super::TuneError;
 use crate::finding::WaitSource;
 use crate::job::{Job, JobExit, SpawnOpts};
 use crate::record::reader::{read_path, Sink};
-use crate::record::recorder::{Prepared, RecorderConfig};
+use crate::record::recorder::RecorderConfig;
+use crate::record::session::{self, Session, Spawn};
 use crate::record::summary::{Summary, SummaryBuilder};
+use crate::sample::event::End;
 use crate::sample::event::EndReason;
-use crate::sample::event::{End, Line, OverridesLine};
 use crate::sample::stepmark::{MarkSource, StepMark};
 use crate::sample::steps::{monotonic_ns, StepSocket, ENV_VAR};
 use crate::sample::GpuSample;
@@ -69,7 +70,7 @@ pub struct TrialSpec {
 )]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
-pub enum Source {
+pub enum RateSource {
     /// Step markers on `GPUFEED_STEP_SOCKET`.
     StepSocket,
     /// `--rate-regex` on the job's output.
@@ -80,7 +81,7 @@ pub enum Source {
     GpuBusyProxy,
 }
 
-impl Source {
+impl RateSource {
     /// The wire name (the JSON's).
     pub fn as_str(self) -> &'static str {
         self.into()
@@ -96,7 +97,7 @@ pub struct Throughput {
     /// 95% confidence interval of the mean over the steady part (`None` with too little data).
     pub ci_low: Option<f64>,
     pub ci_high: Option<f64>,
-    pub source: Source,
+    pub source: RateSource,
     /// The CI met the tolerance.
     pub steady: bool,
     /// Seconds of warm-up cut from the start.
@@ -131,7 +132,7 @@ impl Throughput {
 )]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
-pub enum Status {
+pub enum TrialStatus {
     /// Throughput became steady; gpufeed stopped the job.
     Steady,
     /// `--max-time` was reached before the throughput was steady; gpufeed stopped the job.
@@ -144,7 +145,7 @@ pub enum Status {
     Interrupted,
 }
 
-impl Status {
+impl TrialStatus {
     /// The wire name (the JSON's).
     pub fn as_str(self) -> &'static str {
         self.into()
@@ -153,7 +154,7 @@ impl Status {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrialExit {
-    pub status: Status,
+    pub status: TrialStatus,
     /// The job's exit code, when it exited normally.
     pub code: Option<i32>,
     /// The signal that ended the job, when one did.
@@ -167,7 +168,7 @@ impl TrialExit {
     pub fn ok(&self) -> bool {
         matches!(
             self.status,
-            Status::Steady | Status::MaxTime | Status::Exited
+            TrialStatus::Steady | TrialStatus::MaxTime | TrialStatus::Exited
         )
     }
 }
@@ -195,6 +196,43 @@ pub struct TrialOutcome {
     pub gpu_error: Option<String>,
     /// What `--dataloader` / `--torch` changed (`None` when nothing was to be injected).
     pub overrides: Option<crate::inject::InjectReport>,
+}
+
+/// How a trial ran, as both reports keep it (`sweep`'s and `tune`'s results, `batch-size`'s
+/// trials): one struct, flattened into each, so the fields are written once and the JSON stays
+/// as it was.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrialRun {
+    pub duration_s: f64,
+    pub exit: TrialExit,
+    /// The job's last output lines when the trial failed (empty otherwise).
+    pub last_lines: Vec<String>,
+    pub recording: String,
+    /// What `--dataloader` / `--torch` put in place of the job's own values (`None` when nothing
+    /// was to be injected; an empty list when nothing could be).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overrides: Option<Vec<crate::sample::event::Override>>,
+    /// Why overrides could not apply in this trial.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub override_notes: Vec<String>,
+}
+
+impl TrialRun {
+    /// The run of `o`, keeping its last output lines only when `failed`.
+    pub fn of(o: &TrialOutcome, failed: bool) -> TrialRun {
+        TrialRun {
+            duration_s: o.duration_s,
+            exit: o.exit.clone(),
+            last_lines: if failed { o.last_lines.clone() } else { vec![] },
+            recording: o.recording.display().to_string(),
+            overrides: o.overrides.as_ref().map(|r| r.overrides.clone()),
+            override_notes: o
+                .overrides
+                .as_ref()
+                .map(|r| r.notes.clone())
+                .unwrap_or_default(),
+        }
+    }
 }
 
 /// What the trial loop reports while it runs.
@@ -258,7 +296,7 @@ fn until(v: &[(f64, f64)], t_stop: f64) -> Vec<(f64, f64)> {
 
 /// The series from the best source available; `None` when no source has enough data yet.
 struct Series {
-    source: Source,
+    source: RateSource,
     unit: String,
     intervals: Vec<Interval>,
     /// For step markers: the marks behind the intervals (interval i ends at mark i + 1).
@@ -292,7 +330,7 @@ fn pick_series(
             .map(|(i, k)| (to_s(k.t_ns), i as f64))
             .collect();
         return Some(Series {
-            source: Source::StepSocket,
+            source: RateSource::StepSocket,
             unit: "steps/s".into(),
             intervals: from_counts(&pts),
             marks: m,
@@ -302,7 +340,7 @@ fn pick_series(
         let r = until(&obs.regex, t_stop);
         if r.len() >= 3 {
             return Some(Series {
-                source: Source::RateRegex,
+                source: RateSource::RateRegex,
                 unit: spec.rate_unit.clone(),
                 intervals: from_rates(&r),
                 marks: vec![],
@@ -320,7 +358,7 @@ fn pick_series(
         let unit = format!("{unit}/s");
         if c.len() >= 3 && c.len() >= r.len() / 2 {
             return Some(Series {
-                source: Source::Tqdm,
+                source: RateSource::Tqdm,
                 unit,
                 intervals: from_counts(&c),
                 marks: vec![],
@@ -328,7 +366,7 @@ fn pick_series(
         }
         if r.len() >= 3 {
             return Some(Series {
-                source: Source::Tqdm,
+                source: RateSource::Tqdm,
                 unit,
                 intervals: from_rates(&r),
                 marks: vec![],
@@ -337,7 +375,7 @@ fn pick_series(
     }
     let g = until(gpu, t_stop);
     (g.len() >= 3).then(|| Series {
-        source: Source::GpuBusyProxy,
+        source: RateSource::GpuBusyProxy,
         unit: "gpu_busy_pct".into(),
         intervals: from_rates(&g),
         marks: vec![],
@@ -386,9 +424,9 @@ fn trial_figures(path: &std::path::Path, has_gpu: bool) -> (Option<Summary>, Vec
 }
 
 fn throughput_of(series: &Series, est: &Estimate, batch: Option<f64>) -> Throughput {
-    let per_step = matches!(series.source, Source::StepSocket)
-        || (series.source == Source::Tqdm && series.unit == "it/s");
-    let samples_per_s = if series.source == Source::StepSocket {
+    let per_step = matches!(series.source, RateSource::StepSocket)
+        || (series.source == RateSource::Tqdm && series.unit == "it/s");
+    let samples_per_s = if series.source == RateSource::StepSocket {
         let steady = &series.marks[series.marks.len() - est.intervals..];
         let items: Option<Vec<u64>> = steady.iter().map(|m| m.items).collect();
         match items {
@@ -419,7 +457,7 @@ fn throughput_of(series: &Series, est: &Estimate, batch: Option<f64>) -> Through
 /// Share of the steady steps' time spent waiting for data; `None` unless every steady step
 /// reported its wait.
 fn data_wait(series: &Series, est: &Estimate) -> Option<f64> {
-    if series.source != Source::StepSocket || est.intervals == 0 {
+    if series.source != RateSource::StepSocket || est.intervals == 0 {
         return None;
     }
     let steady_iv = &series.intervals[series.intervals.len() - est.intervals..];
@@ -468,22 +506,6 @@ fn reader(
         .map_err(TuneError::Thread)
 }
 
-/// Why no GPU is measured in this trial (`None`: one is).
-fn gpu_error(prepared: &Prepared) -> Option<String> {
-    let has_gpu = prepared.gpu().error.is_none() && !prepared.gpu().gpus.is_empty();
-    if has_gpu {
-        None
-    } else {
-        Some(
-            prepared
-                .gpu()
-                .error
-                .clone()
-                .unwrap_or_else(|| "the NVIDIA driver reports no GPU".into()),
-        )
-    }
-}
-
 /// The job's environment: the spec's, the overrides to inject, the step-marker socket, and
 /// unbuffered Python output.
 fn job_env(
@@ -522,18 +544,18 @@ fn join_readers(readers: Vec<std::thread::JoinHandle<()>>) {
 }
 
 /// The recording's end reason for how the trial stopped.
-fn end_reason(status: Status) -> EndReason {
+fn end_reason(status: TrialStatus) -> EndReason {
     match status {
-        Status::Exited | Status::Failed => EndReason::JobExited,
-        Status::Interrupted => EndReason::Interrupted,
-        Status::Steady => EndReason::Steady,
-        Status::MaxTime => EndReason::MaxTime,
+        TrialStatus::Exited | TrialStatus::Failed => EndReason::JobExited,
+        TrialStatus::Interrupted => EndReason::Interrupted,
+        TrialStatus::Steady => EndReason::Steady,
+        TrialStatus::MaxTime => EndReason::MaxTime,
     }
 }
 
 /// Mean GPU utilization (over the GPUs that have one), peak GPU memory used, GPU memory total,
 /// and the job's mean CPU and peak RSS, from the trial's recording summary.
-type Figures = (
+type RecordedFigures = (
     Option<f64>,
     Option<u64>,
     Option<u64>,
@@ -541,7 +563,7 @@ type Figures = (
     Option<u64>,
 );
 
-fn figures(s: &Summary) -> Figures {
+fn figures(s: &Summary) -> RecordedFigures {
     let utils: Vec<f64> = s.gpus.iter().filter_map(|g| g.util_mean_pct).collect();
     (
         (!utils.is_empty()).then(|| utils.iter().sum::<f64>() / utils.len() as f64),
@@ -572,7 +594,7 @@ pub(crate) fn run_trial(
     on_tick: impl FnMut(&Live),
 ) -> Result<TrialOutcome, TuneError> {
     let socket = Arc::new(StepSocket::open().map_err(TuneError::Socket)?);
-    let prepared = Prepared::new(RecorderConfig {
+    let session = Session::prepare(RecorderConfig {
         output: spec.recording.clone(),
         interval: spec.interval,
         nvml_lib: spec.nvml_lib.clone(),
@@ -581,7 +603,7 @@ pub(crate) fn run_trial(
         py: spec.py,
         steps: Some(Arc::clone(&socket)),
     })?;
-    let gpu_error = gpu_error(&prepared);
+    let gpu_error = session.gpu_error();
     let wanted = match &spec.inject {
         Some(r) => Some(crate::inject::Resolved {
             auto_steps: spec.auto_steps,
@@ -597,7 +619,7 @@ pub(crate) fn run_trial(
     };
     let mut run = start(
         spec,
-        prepared,
+        session,
         socket,
         injection.as_ref(),
         gpu_error.is_none(),
@@ -611,20 +633,13 @@ pub(crate) fn run_trial(
     join_readers(std::mem::take(&mut run.readers));
     let duration_s = run.t0.elapsed().as_secs_f64();
     let overrides = injection.as_ref().map(|i| i.read());
-    if let Some(o) = &overrides {
-        run.recorder.write_line(Line::Overrides(OverridesLine {
-            t_s: run.recorder.elapsed_s(),
-            overrides: o.overrides.clone(),
-            notes: o.notes.clone(),
-            loader_notes: o.loader_notes.clone(),
-        }));
-    }
-    let path = run.recorder.finish(End {
+    let end = End {
         exit_code: exit.code(),
         signal: exit.signal(),
         reason: Some(end_reason(status)),
         ..Default::default()
-    })?;
+    };
+    let path = session::finish(run.recorder, overrides.as_ref(), end)?;
     let (summary, gpu) = trial_figures(&path, run.has_gpu);
     let marks = run.socket.marks();
     let obs = run
@@ -664,7 +679,7 @@ pub(crate) fn run_trial(
 /// the job is stopped.
 fn start(
     spec: &TrialSpec,
-    prepared: Prepared,
+    session: Session,
     socket: Arc<StepSocket>,
     injection: Option<&crate::inject::Injection>,
     has_gpu: bool,
@@ -678,17 +693,14 @@ fn start(
         // run_trial runs on gpufeed's main thread, which lives as long as the trial.
         die_with_parent: true,
     };
-    let mut job = match Job::spawn_with(&spec.argv, &opts) {
-        Ok(j) => j,
-        Err(e) => {
-            // The recording has no name yet: dropping it leaves nothing behind.
-            drop(prepared);
-            return Err(e.into());
-        }
+    let how: Spawn<'_, String> = Spawn::Own {
+        argv: &spec.argv,
+        opts: &opts,
     };
+    let (mut job, recorder) = session.spawn(how)?;
     // From here on the job runs: an error must not leave it behind.
     let started = (|| {
-        let recorder = prepared.start(Some(job.job_pid()), Some(spec.argv.clone()))?;
+        let recorder = recorder?;
         let obs = Arc::new(Mutex::new(Obs::default()));
         let (out, err) = job.take_output();
         let mut readers = Vec::new();
@@ -734,25 +746,25 @@ fn watch(
     run: &mut Running,
     interrupt: &AtomicBool,
     mut on_tick: impl FnMut(&Live),
-) -> Result<(Status, Option<JobExit>), TuneError> {
+) -> Result<(TrialStatus, Option<JobExit>), TuneError> {
     let mut gpu: Vec<(f64, f64)> = Vec::new();
     let mut last_gpu_read = Instant::now();
     let mut last_eval = Instant::now();
     loop {
         std::thread::sleep(Duration::from_millis(50));
         if interrupt.load(Ordering::SeqCst) {
-            return Ok((Status::Interrupted, None));
+            return Ok((TrialStatus::Interrupted, None));
         }
         if let Some(x) = run.job.try_wait()? {
             let st = match x {
-                JobExit::Code(0) => Status::Exited,
-                _ => Status::Failed,
+                JobExit::Code(0) => TrialStatus::Exited,
+                _ => TrialStatus::Failed,
             };
             return Ok((st, Some(x)));
         }
         let elapsed = run.t0.elapsed();
         if elapsed >= spec.max_time {
-            return Ok((Status::MaxTime, None));
+            return Ok((TrialStatus::MaxTime, None));
         }
         if last_eval.elapsed() < Duration::from_millis(250) {
             continue;
@@ -783,7 +795,7 @@ fn watch(
                 .filter(|r| r.is_finite()),
         });
         if elapsed >= spec.min_time && est.as_ref().is_some_and(|(_, e)| e.steady) {
-            return Ok((Status::Steady, None));
+            return Ok((TrialStatus::Steady, None));
         }
     }
 }
@@ -857,7 +869,7 @@ mod tests {
             );
         }
         let s = pick_series(&sp, &[], 0, &o, &[], 10.0).unwrap();
-        assert_eq!((s.source, s.unit.as_str()), (Source::Tqdm, "it/s"));
+        assert_eq!((s.source, s.unit.as_str()), (RateSource::Tqdm, "it/s"));
         let e = estimate(&s.intervals, 0.03).unwrap();
         assert!((e.value - 20.0).abs() < 0.5, "{e:?}");
         // A regex, when given, is the user's explicit choice and wins over tqdm.
@@ -877,7 +889,7 @@ mod tests {
             );
         }
         let s = pick_series(&sp, &[], 0, &o2, &[], 10.0).unwrap();
-        assert_eq!((s.source, s.unit.as_str()), (Source::RateRegex, "it/s"));
+        assert_eq!((s.source, s.unit.as_str()), (RateSource::RateRegex, "it/s"));
         // Step markers beat everything; observations after the stop are left out.
         let marks: Vec<StepMark> = (0..30u64)
             .map(|i| StepMark {
@@ -889,7 +901,7 @@ mod tests {
             })
             .collect();
         let s = pick_series(&sp, &marks, 0, &o2, &[], 1.0).unwrap();
-        assert_eq!(s.source, Source::StepSocket);
+        assert_eq!(s.source, RateSource::StepSocket);
         assert_eq!(s.marks.len(), 21);
         let e = estimate(&s.intervals, 0.03).unwrap();
         assert!((e.value - 20.0).abs() < 1e-6);
@@ -906,7 +918,7 @@ mod tests {
             &gpu,
             5.0,
         );
-        assert_eq!(s.unwrap().source, Source::GpuBusyProxy);
+        assert_eq!(s.unwrap().source, RateSource::GpuBusyProxy);
         assert!(pick_series(&sp, &[], 0, &Obs::default(), &[], 5.0).is_none());
     }
 
@@ -920,13 +932,13 @@ mod tests {
         );
         let out = run_trial(&s, &AtomicBool::new(false), |_| {}).unwrap();
         let t = out.throughput.unwrap();
-        assert_eq!(t.source, Source::Tqdm);
+        assert_eq!(t.source, RateSource::Tqdm);
         assert_eq!(t.unit, "it/s");
         // sh's sleep adds its own start-up time to each 20 ms: somewhat under 50/s.
         assert!(t.value > 15.0 && t.value < 55.0, "{t:?}");
         assert!(t.samples_per_s.is_some());
         assert!(
-            matches!(out.exit.status, Status::Steady | Status::MaxTime),
+            matches!(out.exit.status, TrialStatus::Steady | TrialStatus::MaxTime),
             "{:?}",
             out.exit
         );
@@ -941,7 +953,7 @@ mod tests {
             "echo starting; echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB' >&2; exit 1",
         );
         let out = run_trial(&s, &AtomicBool::new(false), |_| {}).unwrap();
-        assert_eq!(out.exit.status, Status::Failed);
+        assert_eq!(out.exit.status, TrialStatus::Failed);
         assert_eq!(out.exit.code, Some(1));
         assert!(out.oom_line.is_some());
         assert_eq!(out.last_lines.len(), 2, "{:?}", out.last_lines);

@@ -6,7 +6,7 @@ use crate::exit::{Exit, Failure};
 use crate::job::SignalWatch;
 use crate::tune::progress::RateRegex;
 use crate::tune::sweep::TrialResult;
-use crate::tune::trial::{run_trial, Live, Status, TrialOutcome, TrialSpec};
+use crate::tune::trial::{run_trial, Live, TrialOutcome, TrialSpec, TrialStatus};
 use crate::tune::TuneError;
 use crate::units::num;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -58,9 +58,6 @@ impl TrialConfig {
         }
         if self.max_time.is_zero() {
             return Err(usage("--max-time must be above 0"));
-        }
-        if self.interval < Duration::from_millis(10) {
-            return Err(usage("--interval must be at least 10ms"));
         }
         self.rate_regex
             .as_deref()
@@ -267,15 +264,15 @@ pub(crate) fn trial_line(i: usize, n: Option<usize>, r: &TrialResult) -> String 
         ),
         None => "no throughput".into(),
     };
-    let how = match (r.exit.status, r.exit.code, r.exit.signal) {
-        (Status::Failed, Some(c), _) => format!("failed with exit {c}"),
-        (Status::Failed, _, Some(s)) => format!("failed with signal {s}"),
+    let how = match (r.run.exit.status, r.run.exit.code, r.run.exit.signal) {
+        (TrialStatus::Failed, Some(c), _) => format!("failed with exit {c}"),
+        (TrialStatus::Failed, _, Some(s)) => format!("failed with signal {s}"),
         (st, _, _) => st.as_str().to_string(),
     };
     let of = n.map(|n| format!("/{n}")).unwrap_or_default();
     format!(
         "trial {i}{of} {}: {tp}, {how} after {:.1}s",
-        r.label, r.duration_s
+        r.label, r.run.duration_s
     )
 }
 

@@ -17,7 +17,7 @@ use gpufeed::trace::summary::TraceSummary;
 use gpufeed::trace::{ranks, report};
 use gpufeed::tune::params::{parse_knobs, product, Setting};
 use gpufeed::tune::sweep::{self, SweepReport, TrialResult};
-use gpufeed::tune::trial::{Source, Status, Throughput, TrialExit, TrialOutcome};
+use gpufeed::tune::trial::{RateSource, Throughput, TrialExit, TrialOutcome, TrialStatus};
 use gpufeed::WaitSource;
 use serde_json::json;
 use std::fmt::Write as _;
@@ -305,7 +305,7 @@ fn trace_reports() {
 
 // ---- sweeps ----
 
-fn trial(setting: &Setting, v: Option<f64>, status: Status, wait: Option<f64>) -> TrialResult {
+fn trial(setting: &Setting, v: Option<f64>, status: TrialStatus, wait: Option<f64>) -> TrialResult {
     TrialResult::new(
         setting,
         vec!["train".into()],
@@ -315,15 +315,15 @@ fn trial(setting: &Setting, v: Option<f64>, status: Status, wait: Option<f64>) -
                 unit: "steps/s".into(),
                 ci_low: Some(v * 0.98),
                 ci_high: Some(v * 1.02),
-                source: Source::StepSocket,
-                steady: status != Status::MaxTime,
+                source: RateSource::StepSocket,
+                steady: status != TrialStatus::MaxTime,
                 warmup_s: Some(0.5),
                 intervals: 50,
                 samples_per_s: Some(v * 32.0),
             }),
             exit: TrialExit {
                 status,
-                code: Some(if status == Status::Failed { 1 } else { 0 }),
+                code: Some(if status == TrialStatus::Failed { 1 } else { 0 }),
                 signal: None,
                 stop_signal: Some(2),
             },
@@ -344,7 +344,10 @@ fn trial(setting: &Setting, v: Option<f64>, status: Status, wait: Option<f64>) -
     )
 }
 
-fn sweep_report(knob_args: &[&str], vals: &[(Option<f64>, Status, Option<f64>)]) -> SweepReport {
+fn sweep_report(
+    knob_args: &[&str],
+    vals: &[(Option<f64>, TrialStatus, Option<f64>)],
+) -> SweepReport {
     let args: Vec<String> = knob_args.iter().map(|s| s.to_string()).collect();
     let knobs = parse_knobs(&args).unwrap();
     let settings = product(&knobs);
@@ -372,7 +375,7 @@ fn sweep_report(knob_args: &[&str], vals: &[(Option<f64>, Status, Option<f64>)])
 }
 
 fn sweeps() -> Vec<(&'static str, SweepReport)> {
-    use Status::*;
+    use TrialStatus::*;
     vec![
         (
             "workers",
@@ -701,7 +704,7 @@ fn doctor_reports() {
 fn tune_step(
     knob: Option<(gpufeed::tune::plan::Knob, &str)>,
     tput: Option<f64>,
-    status: Status,
+    status: TrialStatus,
     kept: bool,
     gain: Option<f64>,
 ) -> gpufeed::tune::report::Step {
@@ -734,9 +737,9 @@ fn tune_reports() -> Vec<(&'static str, gpufeed::tune::report::TuneReport)> {
     use gpufeed::tune::plan::{Knob, KnobPlan};
     use gpufeed::tune::report::{BatchChange, BeforeAfter, Choice, Figures, Stop, TuneReport};
     use gpufeed::Speedup;
-    use Status::*;
+    use TrialStatus::*;
     let mut oom = tune_step(Some((Knob::PrefetchFactor, "8")), None, Failed, false, None);
-    oom.result.last_lines = vec!["torch.OutOfMemoryError: CUDA out of memory.".into()];
+    oom.result.run.last_lines = vec!["torch.OutOfMemoryError: CUDA out of memory.".into()];
     let choice = |knob, value: &str, gain: Option<f64>| Choice {
         knob,
         value: value.into(),

@@ -1,11 +1,8 @@
 //! How much of the GPU the job asks for: an idle GPU, and a batch too small to fill it.
 
-use super::{input, r1, r2, r3};
+use super::{input, r1, r2, r3, IDLE_PCT};
 use crate::diagnose::evidence::Evidence;
 use crate::finding::{Finding, FindingId, Item, Severity};
-
-/// Mean utilization under which a GPU counts as idle.
-pub(crate) const IDLE_PCT: f64 = 5.0;
 
 /// `gpu_idle`: the GPUs did essentially nothing.
 pub(crate) fn gpu_idle(e: &Evidence) -> Option<Finding> {

@@ -1,7 +1,7 @@
 //! Every GPU judged on its own: its state, a GPU the job never used (`gpu_unused`), and the
 //! levers left on GPUs that stay busy (`compute_bound`).
 
-use super::{capacity::IDLE_PCT, input, pcie, r1, r2, r3};
+use super::{input, pcie, r1, r2, r3, IDLE_PCT};
 use crate::diagnose::evidence::{Evidence, GpuEvidence};
 use crate::finding::{Finding, FindingId, Item, Severity};
 

@@ -56,6 +56,10 @@ pub(crate) fn sampling_factor(interval_s: Option<f64>) -> f64 {
 
 pub(crate) use crate::units::{r1, r2, r3};
 
+/// Mean utilization under which a GPU counts as idle: `capacity` (an idle machine) and `gpus`
+/// (an idle GPU among busy ones) share it, so it lives above both.
+pub(crate) const IDLE_PCT: f64 = 5.0;
+
 /// Busy fraction under which a starving signature matters (`input`); at or above it the GPU's
 /// busy figure is trusted over the Python stacks' (`stacks`).
 pub const STARVED_BUSY: f64 = 0.80;
