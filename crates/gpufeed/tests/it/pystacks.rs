@@ -450,7 +450,7 @@ fn text_and_markdown_show_the_training_loop_block() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("TRAINING LOOP"), "{text}");
-    assert!(text.contains("data_wait 59%"), "{text}");
+    assert!(text.contains("data_wait 60%"), "{text}");
     assert!(text.contains("ImageFile.load"), "{text}");
     let out = gpufeed()
         .args(["diagnose", "--format", "markdown"])
@@ -459,7 +459,7 @@ fn text_and_markdown_show_the_training_loop_block() {
         .unwrap();
     let md = String::from_utf8_lossy(&out.stdout);
     assert!(md.contains("## Training loop"), "{md}");
-    assert!(md.contains("| data_wait | 58.6% |"), "{md}");
+    assert!(md.contains("| data_wait | 59.5% |"), "{md}");
 }
 
 /// A Python process with a thread that spins and a main thread asleep in `sleeper()`, once
