@@ -34,7 +34,7 @@ def main():
         opt = torch.optim.SGD(model.parameters(), lr=0.05)
         inputs = torch.randn(256, 64)
         targets = torch.randint(0, 10, (256,))
-        for step in range(80):
+        for step in range(320):
             per_sample = torch.nn.functional.cross_entropy(model(inputs), targets, reduction="none")
             loss = per_sample.mean()
             opt.zero_grad()

@@ -32,7 +32,7 @@ def main():
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, classes))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     history = []
-    for step in range(60):
+    for step in range(240):
         idx = torch.randint(0, 8192, (512,))
         logits = model(inputs[idx])
         loss = torch.nn.functional.cross_entropy(logits, targets[idx])
