@@ -219,15 +219,14 @@ fn runq_share(t: &crate::sample::event::PyThreadCounts) -> Option<f64> {
 }
 
 impl ThreadTotals {
-    /// An interval of this thread: its phase counts, its `[stack, samples, idle]` counts and
-    /// its `(end, length)`, into the loop window. `kept` gives a sample's stack id as kept,
-    /// `other` whether a kept stack is outside the loop's phases.
+    /// An interval of this thread: its phase counts, its `(kept stack id, samples)` counts and
+    /// its `(end, length)`, into the loop window. `other` says whether a kept stack is outside
+    /// the loop's phases.
     fn add_interval(
         &mut self,
         mut interval: [u64; Phase::ALL.len()],
-        stacks: &[[u64; 3]],
+        stacks: &[(u32, u64)],
         (t_s, dt_s): (f64, f64),
-        kept: impl Fn(u64) -> u32,
         other: impl Fn(u32) -> bool,
     ) {
         let loop_here = interval[..Phase::LOOP].iter().any(|n| *n > 0);
@@ -263,8 +262,7 @@ impl ThreadTotals {
             } else {
                 &mut self.win_pending
             };
-            for [sid, n, _] in stacks {
-                let sid = kept(*sid);
+            for &(sid, n) in stacks {
                 if !(starts && other(sid)) {
                     *into.entry(sid).or_default() += n;
                 }
@@ -351,6 +349,8 @@ pub(crate) struct PyAcc {
     /// Frame and stack definitions beyond [`MAX_FRAMES`] / [`MAX_STACKS`], and samples of
     /// stacks counted as [`OTHER_STACK`] because of them.
     over_cap: u64,
+    /// An interval's stacks as kept, reused from interval to interval (no allocation per line).
+    kept_scratch: Vec<(u32, u64)>,
 }
 
 /// Distinct Python frames kept; later definitions are ignored (their stacks count as other).
@@ -428,6 +428,8 @@ impl PyAcc {
                         self.gil_read.insert(s.pid);
                     }
                     acc.add_gil_free(&t.gil_free);
+                    let mut kept = std::mem::take(&mut self.kept_scratch);
+                    kept.clear();
                     for [sid, n, idle] in &t.stacks {
                         let sid = match u32::try_from(*sid) {
                             Ok(id) if self.stacks.contains_key(&id) => id,
@@ -436,6 +438,7 @@ impl PyAcc {
                                 OTHER_STACK
                             }
                         };
+                        kept.push((sid, *n));
                         let c = acc.stacks.entry(sid).or_default();
                         c.0 += n;
                         c.1 += idle;
@@ -444,14 +447,11 @@ impl PyAcc {
                             *acc.runq.entry(sid).or_default() += active * f;
                         }
                     }
-                    let (stacks, phase_of) = (&self.stacks, &self.phase_of);
-                    let kept = |sid: u64| match u32::try_from(sid) {
-                        Ok(id) if stacks.contains_key(&id) => id,
-                        _ => OTHER_STACK,
-                    };
+                    let phase_of = &self.phase_of;
                     let other =
                         |sid: u32| matches!(phase_of.get(&sid), Some(Some(Phase::Other)) | None);
-                    acc.add_interval(interval, &t.stacks, (s.t_s, s.dt_s), kept, other);
+                    acc.add_interval(interval, &kept, (s.t_s, s.dt_s), other);
+                    self.kept_scratch = kept;
                 }
             }
             _ => {}
