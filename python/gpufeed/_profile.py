@@ -294,9 +294,8 @@ class Profile(object):
                 raise GpufeedError("cannot start %s (%s): reinstall gpufeed, or set "
                                    "GPUFEED_BIN=/path/to/gpufeed" % (exe, e))
 
-    def _undo_start(self):
-        """A start that did not finish: the recorder killed, the environment and the step hook
-        put back, this process no longer marked as recording."""
+    def _put_back(self):
+        """The step hook uninstalled and the environment variable put back as it was."""
         if self._steps is not None:
             try:
                 self._steps.uninstall()
@@ -309,6 +308,11 @@ class Profile(object):
                 os.environ.pop(ENV_VAR, None)
             else:
                 os.environ[ENV_VAR] = self._env_before
+
+    def _undo_start(self):
+        """A start that did not finish: the recorder killed, the environment and the step hook
+        put back, this process no longer marked as recording."""
+        self._put_back()
         self._kill()
         self._proc = None
         if _ptracer[0]:
@@ -408,18 +412,7 @@ class Profile(object):
             end = time.monotonic()
             self.seconds = end - (self._t0 or end)
             try:
-                if self._steps is not None:
-                    try:
-                        self._steps.uninstall()
-                    except Exception:
-                        pass
-                    self._steps = None
-                if self._env_set:
-                    self._env_set = False
-                    if self._env_before is None:
-                        os.environ.pop(ENV_VAR, None)
-                    else:
-                        os.environ[ENV_VAR] = self._env_before
+                self._put_back()
                 self._stop_recorder()
             finally:
                 # However this ends (a second interrupt included): no recorder left behind.
