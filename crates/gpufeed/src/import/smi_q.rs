@@ -249,22 +249,7 @@ pub(crate) fn read_xml(
 mod tests {
     use super::*;
 
-    fn samples(
-        f: impl Fn(
-            &[u8],
-            &mut dyn FnMut(&Line),
-        ) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError>,
-        text: &str,
-    ) -> (Header, LogInfo, Vec<crate::sample::GpuSample>) {
-        let mut out = Vec::new();
-        let (h, info, _) = f(text.as_bytes(), &mut |l| {
-            if let Line::Gpu(g) = l {
-                out.push(g.clone())
-            }
-        })
-        .unwrap();
-        (h, info, out)
-    }
+    use crate::import::smi_table::tests::samples;
 
     const TEXT: &str = "
 ==============NVSMI LOG==============

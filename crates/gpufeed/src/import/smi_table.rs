@@ -830,10 +830,12 @@ pub(crate) fn read_compute_apps(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn samples(
+    /// What a reader gives from `text`: its header, its log info and its GPU samples (the
+    /// `nvidia-smi -q` reader's tests use it too).
+    pub(crate) fn samples(
         f: impl Fn(
             &[u8],
             &mut dyn FnMut(&Line),
