@@ -3,7 +3,7 @@
 //! line per process per interval with its stack counts and the phase counts of each thread.
 
 use crate::sample::event::{Line, PyFrameDef, PySamples, PyStackDef, PyStatusLine, PyThreadCounts};
-use crate::sample::pyphase::{classify, is_library, FrameRef, Phase};
+use crate::sample::pyphase::{classify, is_library, is_worker_loop, FrameRef, Phase};
 use crate::sample::pystacks::{
     CodeNames, PyOptions, PyReading, PySampler, PyStatus, RawFrame, StatusEvent, ThreadStack,
 };
@@ -119,6 +119,20 @@ fn count(p: &mut ProcAcc, t: &LastThread, active: bool, gil: bool) {
     }
 }
 
+/// Is a stack of this phase a training loop's: a forward or backward pass, an optimizer step,
+/// or fetching a batch outside a DataLoader worker's loop (a rank reading its batches in
+/// process, or its pin-memory thread). A rank started by `mp.spawn` or `multiprocessing.Process`
+/// carries no rank variables and is a child like a worker; these tell it apart at its first
+/// reading in the loop, where a short backward pass may not be read for seconds at a worker's
+/// rate.
+fn runs_a_loop(phase: Phase, frames: &[FrameRef]) -> bool {
+    match phase {
+        Phase::Forward | Phase::Backward | Phase::Optimizer => true,
+        Phase::DataWait => !frames.iter().any(is_worker_loop),
+        _ => false,
+    }
+}
+
 /// Interns frames and stacks and aggregates counts per process and thread.
 ///
 /// Every frame and stack of every sample is looked up here, so the maps use a fast hash
@@ -134,7 +148,9 @@ pub(crate) struct PyAggregator {
     by_code: FxHashMap<(u32, u64, i32), u32>,
     /// Per frame id: the source line, for classification.
     frame_src: Vec<(String, String, Option<String>)>,
-    stacks: FxHashMap<Vec<u32>, (u32, Phase)>,
+    /// Per stack: its id, its phase, and whether it is a training loop's (see
+    /// [`runs_a_loop`]).
+    stacks: FxHashMap<Vec<u32>, (u32, Phase, bool)>,
     procs: BTreeMap<u32, ProcAcc>,
     sources: Sources,
     /// The frame ids of the stack being added (reused).
@@ -205,13 +221,16 @@ impl PyAggregator {
     /// The frames are taken out of `threads` (their vectors are left empty, to be used again:
     /// [`PySampler::recycle`]).
     /// `codes` names the code objects this reading met first (its frames carry their serials).
+    /// Returns whether a thread was read in a training loop ([`runs_a_loop`]: the process
+    /// trains, [`PySampler::promote`]).
     pub(crate) fn add(
         &mut self,
         pid: u32,
         threads: &mut [ThreadStack],
         codes: Vec<CodeNames>,
         out: &mut Vec<Line>,
-    ) {
+    ) -> bool {
+        let mut trains = false;
         self.learn(pid, codes);
         let mut acc_threads = Vec::with_capacity(threads.len());
         let mut before = self.last.remove(&pid).unwrap_or_default();
@@ -238,7 +257,7 @@ impl PyAggregator {
                 }
             }
             let found = self.stacks.get(ids.as_slice()).copied();
-            let (sid, phase) = match found {
+            let (sid, phase, looping) = match found {
                 Some(v) => {
                     self.ids = ids;
                     v
@@ -260,15 +279,17 @@ impl PyAggregator {
                         })
                         .collect();
                     let phase = classify(&refs);
+                    let looping = runs_a_loop(phase, &refs);
                     let sid = self.stacks.len() as u32;
                     out.push(Line::PyStack(PyStackDef {
                         id: sid,
                         frames: ids.clone(),
                     }));
-                    self.stacks.insert(ids, (sid, phase));
-                    (sid, phase)
+                    self.stacks.insert(ids, (sid, phase, looping));
+                    (sid, phase, looping)
                 }
             };
+            trains |= looping;
             acc_threads.push((
                 LastThread {
                     tid: t.tid,
@@ -290,6 +311,7 @@ impl PyAggregator {
             count(p, &t, active, gil);
             last.push(t);
         }
+        trains
     }
 
     /// Adds a reading of a process that did not run since its last one
@@ -451,7 +473,9 @@ pub(crate) fn py_thread(
         for (pid, reading) in got.drain(..) {
             match reading {
                 PyReading::Stacks { mut stacks, codes } => {
-                    agg.add(pid, &mut stacks, codes, &mut out);
+                    if agg.add(pid, &mut stacks, codes, &mut out) {
+                        sampler.promote(pid);
+                    }
                     sampler.recycle(stacks);
                 }
                 PyReading::Unchanged => agg.add_unchanged(pid),
@@ -514,6 +538,54 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    /// A reading is told to train when one of its threads is in a training loop's phase (the
+    /// sampler then reads the process at the full rate): a forward or backward pass, an
+    /// optimizer step, fetching a batch in process; not a DataLoader worker's loop, not start-up
+    /// work, not a thread passed over.
+    #[test]
+    fn a_reading_in_a_training_loop_trains() {
+        let mut agg = PyAggregator::new();
+        let mut out = Vec::new();
+        let step = [
+            ("train", "/job/train.py"),
+            ("backward", "/site/torch/_tensor.py"),
+        ];
+        let opt = [
+            ("train", "/job/train.py"),
+            ("SGD.step", "/site/torch/optim/sgd.py"),
+        ];
+        let fwd = [("train", "/job/train.py"), ("Net.forward", "/job/train.py")];
+        let fetch = [
+            ("train", "/job/train.py"),
+            (
+                "_DataLoaderIter.__next__",
+                "/site/torch/utils/data/dataloader.py",
+            ),
+            ("Blobs.__getitem__", "/job/train.py"),
+        ];
+        let worker = [
+            ("_worker_loop", "/site/torch/utils/data/_utils/worker.py"),
+            ("Blobs.__getitem__", "/job/train.py"),
+        ];
+        let setup = [("main", "/job/train.py"), ("build_vocab", "/job/train.py")];
+        assert!(!agg.add(1, &mut [ts(1, true, &setup)], Vec::new(), &mut out));
+        assert!(!agg.add(1, &mut [ts(1, true, &worker)], Vec::new(), &mut out));
+        assert!(agg.add(1, &mut [ts(1, true, &fetch)], Vec::new(), &mut out));
+        assert!(agg.add(1, &mut [ts(1, true, &fwd)], Vec::new(), &mut out));
+        assert!(agg.add(1, &mut [ts(1, true, &step)], Vec::new(), &mut out));
+        assert!(agg.add(
+            2,
+            &mut [ts(1, false, &fwd), ts(2, true, &opt)],
+            Vec::new(),
+            &mut out
+        ));
+        let passed_over = ThreadStack {
+            reused: true,
+            ..ts(1, true, &step)
+        };
+        assert!(!agg.add(3, &mut [passed_over], Vec::new(), &mut out));
     }
 
     /// A running thread without the GIL is counted per stack (native code under it); running

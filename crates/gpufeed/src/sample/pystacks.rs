@@ -839,6 +839,32 @@ impl PySampler {
         }
     }
 
+    /// Reads `pid` at the full rate from now on, as a rank: a child process seen running
+    /// backward passes or optimizer steps trains (a rank started by `mp.spawn` or
+    /// `multiprocessing.Process`, which carries no rank variables), and a training loop
+    /// needs every tick to be split into phases; at a worker's shared rate a short loop beside
+    /// a long `import torch` leaves too few samples per rank. Its own children (its DataLoader
+    /// workers) then share its budget. Returns whether the rate changed.
+    pub(crate) fn promote(&mut self, pid: u32) -> bool {
+        let Some(Entry::Spy {
+            parent,
+            every,
+            skip,
+            ..
+        }) = self.entries.get_mut(&pid)
+        else {
+            return false;
+        };
+        if parent.is_none() {
+            return false;
+        }
+        *parent = None;
+        *every = 1;
+        *skip = 0;
+        self.children_changed = true;
+        true
+    }
+
     /// A sampled thread's scheduler clock, read now: nanoseconds on a CPU and nanoseconds
     /// runnable but waiting for a core, cumulative since it started.
     pub(crate) fn sched(&self, pid: u32, tid: u64) -> Option<(u64, u64)> {

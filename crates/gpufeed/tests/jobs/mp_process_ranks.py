@@ -33,7 +33,7 @@ def train(rank, world_size, port):
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     torch.set_num_threads(1)
-    dataset = CsvRecords(1024)
+    dataset = CsvRecords(2048)
     loader = DataLoader(dataset, batch_size=32, num_workers=0,
                         sampler=DistributedSampler(dataset, world_size, rank))
     model = DDP(torch.nn.Linear(256, 4))

@@ -48,7 +48,7 @@ def run(rank, world_size, port):
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     torch.set_num_threads(1)
     random.seed(rank)
-    dataset = Tiles(480, Cutout(24))
+    dataset = Tiles(1440, Cutout(24))
     loader = DataLoader(dataset, batch_size=16, num_workers=0,
                         sampler=DistributedSampler(dataset, world_size, rank))
     model = DDP(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 32 * 32, 10)))
