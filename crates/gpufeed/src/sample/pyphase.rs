@@ -209,6 +209,12 @@ pub(crate) fn is_evaluation_name(name: &str) -> bool {
         .any(|w| WORDS.contains(&w))
 }
 
+/// Source text that converts a whole tensor into Python objects (`.tolist()`), without a
+/// one-value read (`.item()`) on the same line: its time is mostly building the objects.
+pub(crate) fn converts_in_bulk(src: &str) -> bool {
+    src.contains(".tolist()") && !src.contains(".item()")
+}
+
 /// Source text that synchronises the host with the device.
 pub(crate) fn is_sync_source(src: &str) -> bool {
     // Not `.numpy()`: a CUDA tensor refuses it (it needs `.cpu()` first), a CPU one has

@@ -30,11 +30,7 @@ const CAUSES: [&str; 8] = [
 /// Jobs gpufeed is known to read wrong today, each with its reason: they are run and scored
 /// like the others, but do not fail the test. Keep it short; a job that reads right again is
 /// said so in the output, to be taken off the list.
-const KNOWN_MISSES: &[(&str, &str)] = &[(
-    "step_logging.py",
-    "log_step converts every parameter and gradient with .tolist(): its time reads as \
-         host-device syncs (host_sync, about a third of the loop) more than as per-step Python",
-)];
+const KNOWN_MISSES: &[(&str, &str)] = &[];
 
 /// Runs more of a job read wrong before it counts as wrong.
 const RETRIES: usize = 2;

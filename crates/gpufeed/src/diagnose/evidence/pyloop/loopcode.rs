@@ -408,6 +408,19 @@ impl PyAcc {
             let Some(frames) = self.frame_defs(sid) else {
                 continue;
             };
+            // Converting a whole tensor to a list is one sync, then Python building one object
+            // per value: read for seconds, that is the conversion's time, per-step Python work
+            // (`.item()` is one value per sync: its time is the syncs').
+            let cause = if cause == HostCause::HostSync
+                && frames
+                    .last()
+                    .and_then(|f| f.src.as_deref())
+                    .is_some_and(crate::sample::pyphase::converts_in_bulk)
+            {
+                HostCause::StepPython
+            } else {
+                cause
+            };
             let (at, key, batch_named) = call_of(&frames, prefix);
             let cause = if cause == HostCause::StepPython && (batch_named || builds(&frames, at)) {
                 HostCause::BatchBuilding
@@ -646,6 +659,45 @@ mod tests {
         assert_eq!(
             p.host_calls[0].at_code.as_deref(),
             Some("x = load_batch(paths)")
+        );
+    }
+
+    /// A logging helper whose time is split between `.tolist()` lines (read as syncs) and the
+    /// Python formatting the values is per-step Python, however the split falls; a helper
+    /// whose sync lines read one value each (`.item()`) is host syncs.
+    #[test]
+    fn bulk_list_conversions_are_per_step_python_and_item_reads_are_syncs() {
+        let rec = |sync_src: &'static str| {
+            let mut r = Rec::new(
+                &[
+                    ("train", "/w/train.py", 40, Some("loss.backward()")), // 0
+                    ("Tensor.backward", &format!("{TORCH}/_tensor.py"), 1, None), // 1
+                    ("train", "/w/train.py", 41, Some("opt.step()")),      // 2
+                    ("SGD.step", &format!("{TORCH}/optim/sgd.py"), 1, None), // 3
+                    ("train", "/w/train.py", 42, Some("log_step(model)")), // 4
+                    ("log_step", "/w/train.py", 10, Some(sync_src)),       // 5
+                    ("log_step", "/w/train.py", 12, Some("out[k] = f'{v:.5f}'")), // 6
+                ],
+                &[&[0, 1], &[2, 3], &[4, 5], &[4, 6]],
+            );
+            for _ in 0..5 {
+                r.interval(&[(0, 20), (1, 20), (2, 35), (3, 25)]);
+            }
+            r.finish()
+        };
+        let p = rec("values = p.grad.flatten().tolist()");
+        let m = p.main.as_ref().unwrap();
+        assert_eq!(m.phases_pct.sync, 35.0, "{m:?}");
+        let top = &p.host_calls[0];
+        assert_eq!(
+            (top.cause, top.function.as_str(), top.pct),
+            (HostCause::StepPython, "log_step", 60.0)
+        );
+        let p = rec("norms.append(p.grad.norm().item())");
+        let top = &p.host_calls[0];
+        assert_eq!(
+            (top.cause, top.function.as_str()),
+            (HostCause::HostSync, "log_step")
         );
     }
 
