@@ -192,7 +192,7 @@ pub struct RecordingOpts {
     /// Host and process sampling interval (GPU utilization keeps every driver sample regardless)
     #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = crate::cli::parse_interval)]
     pub interval: Duration,
-    /// Summary format printed at the end (to stdout for json, stderr for text)
+    /// Summary format printed at the end (to stdout for json, stderr for text); with json on stdout, run sends the job's own stdout to stderr
     #[arg(long, value_parser = OutputFormat::parser(OutputFormat::TEXT_JSON), default_value = "text")]
     pub format: OutputFormat,
     /// Do not print the summary at the end

@@ -625,7 +625,7 @@ fn one_recording_session() {
         if here == "record/session" || here == "record/recorder" || path[0] == "job" {
             continue;
         }
-        for pat in ["Prepared", "Job::spawn_env", "Job::spawn_with"] {
+        for pat in ["Prepared", "Job::spawn_terminal", "Job::spawn_with"] {
             if code.contains(pat) {
                 found.push(format!("{here}: `{pat}`"));
             }

@@ -63,6 +63,12 @@ fn check_recording(opts: &RecordingOpts) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The JSON summary goes to stdout at the end (`--format json`, neither `--quiet` nor
+/// `--export-json`).
+fn json_on_stdout(opts: &RecordingOpts) -> bool {
+    opts.format == OutputFormat::Json && !opts.quiet && opts.export_json.is_none()
+}
+
 /// After a recording: the summary, the diagnosis and (with `html`) the page, all from one read
 /// of the recording.
 fn print_summary(
@@ -200,9 +206,11 @@ pub(crate) fn run(global: &GlobalOpts, args: &RunArgs) -> anyhow::Result<u8> {
         // nothing behind).
         return Ok(Exit::signal(sig));
     }
+    // The JSON report on stdout: the job's own stdout goes to stderr, so that stdout parses.
     let how = Spawn::Terminal {
         argv: &args.command,
         env: &env,
+        stdout_to_stderr: json_on_stdout(&args.rec),
     };
     let (mut job, recorder) = session.spawn(how).map_err(Failure::from)?;
     // A recording that cannot start does not stop the job: it runs unrecorded.

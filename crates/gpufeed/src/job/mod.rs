@@ -85,14 +85,19 @@ impl Job {
     /// Starts `argv` with the terminal's stdin/stdout/stderr, in gpufeed's process group (so a
     /// Ctrl-C at the terminal reaches the job directly, as it would without gpufeed), with
     /// variables added to (or replacing in) gpufeed's own environment. Arguments are passed as
-    /// they are, bytes that are not UTF-8 included.
-    pub(crate) fn spawn_env<S: AsRef<OsStr>>(
+    /// they are, bytes that are not UTF-8 included. With `stdout_to_stderr`, the job's stdout goes to gpufeed's stderr: gpufeed's own stdout
+    /// then holds only its report (`run --format json > r.json`).
+    pub(crate) fn spawn_terminal<S: AsRef<OsStr>>(
         argv: &[S],
         env: &[(String, String)],
+        stdout_to_stderr: bool,
     ) -> Result<Job, JobError> {
         let (prog, args) = argv.split_first().ok_or(JobError::Empty)?;
         let mut cmd = Command::new(prog);
         cmd.args(args).envs(env.iter().map(|(k, v)| (k, v)));
+        if stdout_to_stderr {
+            cmd.stdout(Stdio::from(std::io::stderr()));
+        }
         Self::spawn_command(prog.as_ref(), cmd)
     }
 
@@ -525,15 +530,17 @@ mod tests {
 
     #[test]
     fn spawn_errors_are_classified() {
-        let e = Job::spawn_env(&["definitely-not-a-command-xyz"], &[])
+        let e = Job::spawn_terminal(&["definitely-not-a-command-xyz"], &[], false)
             .err()
             .unwrap();
         assert_eq!(e.exit().code(), 127);
         assert!(e.to_string().contains("command not found"));
-        let e = Job::spawn_env(&["/etc/hostname"], &[]).err().unwrap();
+        let e = Job::spawn_terminal(&["/etc/hostname"], &[], false)
+            .err()
+            .unwrap();
         assert_eq!(e.exit().code(), 126, "{e}");
         assert_eq!(
-            Job::spawn_env::<&str>(&[], &[])
+            Job::spawn_terminal::<&str>(&[], &[], false)
                 .err()
                 .unwrap()
                 .exit()
@@ -695,9 +702,9 @@ mod tests {
 
     #[test]
     fn exit_status_passes_through() {
-        let mut j = Job::spawn_env(&["sh", "-c", "exit 7"], &[]).unwrap();
+        let mut j = Job::spawn_terminal(&["sh", "-c", "exit 7"], &[], false).unwrap();
         assert_eq!(j.wait().unwrap(), JobExit::Code(7));
-        let mut j = Job::spawn_env(&["sh", "-c", "kill -TERM $$"], &[]).unwrap();
+        let mut j = Job::spawn_terminal(&["sh", "-c", "kill -TERM $$"], &[], false).unwrap();
         assert_eq!(j.wait().unwrap(), JobExit::Signal(libc::SIGTERM));
     }
 }

@@ -41,10 +41,12 @@ pub(crate) fn check_output(flag: &str, output: &Path) -> Result<(), Failure> {
 
 /// How the job is started.
 pub(crate) enum Spawn<'a, S: AsRef<OsStr>> {
-    /// `run`: with the terminal's stdin/stdout/stderr, in gpufeed's process group.
+    /// `run`: with the terminal's stdin/stdout/stderr, in gpufeed's process group; its stdout
+    /// to gpufeed's stderr when `stdout_to_stderr` (gpufeed's stdout is the report's).
     Terminal {
         argv: &'a [S],
         env: &'a [(String, String)],
+        stdout_to_stderr: bool,
     },
     /// A trial: in a process group of its own, see [`Job::spawn_with`].
     Own {
@@ -96,7 +98,14 @@ impl Session {
         how: Spawn<'_, S>,
     ) -> Result<(Job, Result<Recorder, RecordError>), JobError> {
         let (job, shown) = match how {
-            Spawn::Terminal { argv, env } => (Job::spawn_env(argv, env), shown(argv)),
+            Spawn::Terminal {
+                argv,
+                env,
+                stdout_to_stderr,
+            } => (
+                Job::spawn_terminal(argv, env, stdout_to_stderr),
+                shown(argv),
+            ),
             Spawn::Own { argv, opts } => (Job::spawn_with(argv, opts), shown(argv)),
         };
         let job = job?;

@@ -463,6 +463,38 @@ fn export_json_keeps_stdout_for_the_job_alone() {
     assert_eq!(v["job"]["end_reason"], "job_exited");
 }
 
+/// With the JSON summary on stdout (`run --format json`), the job's own stdout goes to stderr:
+/// `gpufeed run --format json -- python train.py > report.json` is valid JSON even when the
+/// job prints.
+#[test]
+fn json_on_stdout_sends_the_jobs_stdout_to_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = gpufeed_no_gpu()
+        .args(["run", "--format", "json", "-o"])
+        .arg(dir.path().join("r.ndjson"))
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo job-output; echo job-error >&2; sleep 0.3",
+        ])
+        .assert()
+        .success();
+    let out = &a.get_output();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    assert!(v.get("verdict").is_some(), "{v}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("job-output") && err.contains("job-error"),
+        "{err}"
+    );
+}
+
 /// Issue 39 item 11: under `umask 000`, `--step-socket PATH` made a world-writable socket
 /// (anyone on the machine could send markers); it is 0600 whatever the umask.
 #[test]
