@@ -86,6 +86,16 @@ pub(crate) fn r3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
+/// A duration given in milliseconds, at two decimals of the unit that shows it: `1.95 ms`,
+/// `42.0 µs` below a hundredth of a millisecond (never `0.00 ms` for work that took time).
+pub(crate) fn ms(ms: f64) -> String {
+    if ms.abs() >= 0.01 || ms == 0.0 || !ms.is_finite() {
+        format!("{ms:.2} ms")
+    } else {
+        format!("{:.1} µs", ms * 1000.0)
+    }
+}
+
 /// A plain number to three significant digits, without an exponent for everyday magnitudes:
 /// `1234`, `12.3`, `1.23`, `0.123`.
 pub(crate) fn num(x: f64) -> String {
@@ -165,6 +175,14 @@ pub(crate) fn printable(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn milliseconds_under_a_hundredth_are_microseconds() {
+        assert_eq!(ms(1.954), "1.95 ms");
+        assert_eq!(ms(0.01), "0.01 ms");
+        assert_eq!(ms(0.0042), "4.2 µs");
+        assert_eq!(ms(0.0), "0.00 ms");
+    }
 
     #[test]
     fn pcie_per_lane_and_per_link() {

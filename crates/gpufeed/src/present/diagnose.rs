@@ -1073,8 +1073,12 @@ fn loop_text(r: &DiagnoseReport, p: &PythonEvidence, job: &JobEvidence, color: b
                 h.ms_per_sample
                     .map(
                         |x| match h.core_wait_ms_per_sample.filter(|w| *w >= 0.005) {
-                            Some(w) => format!("  {x:.2} ms/sample (+{w:.2} waiting for a core)"),
-                            None => format!("  {x:.2} ms/sample"),
+                            Some(w) => format!(
+                                "  {}/sample (+{} waiting for a core)",
+                                crate::units::ms(x),
+                                crate::units::ms(w)
+                            ),
+                            None => format!("  {}/sample", crate::units::ms(x)),
                         }
                     )
                     .unwrap_or_default()

@@ -672,7 +672,11 @@ fn stage_cost(h: &Hotspot, work: f64) -> String {
     }
     let share = work * h.pct / 100.0;
     let took = match h.ms_per_sample {
-        Some(ms) => format!("{ms:.2} ms per sample ({:.0}% of loading)", h.pct),
+        Some(ms) => format!(
+            "{} per sample ({:.0}% of loading)",
+            crate::units::ms(ms),
+            h.pct
+        ),
         None => format!("{:.0}% of loading", h.pct),
     };
     let time = if share < 0.95 {
