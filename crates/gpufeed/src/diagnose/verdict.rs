@@ -1108,6 +1108,51 @@ mod tests {
         assert_eq!(v.finding, Some(FindingId::BatchTooSmall));
     }
 
+    /// Per-step work that saves images or writes histograms gets the fix for that (less often,
+    /// a background thread), not "compute it with tensor operations on the device".
+    #[test]
+    fn image_dumps_and_histograms_every_step_get_their_own_fix() {
+        use crate::diagnose::evidence::HostCall;
+        let call = |function: &str, library, uses: &str| HostCall {
+            cause: HostCause::StepPython,
+            function: function.into(),
+            library,
+            at_file: "/home/u/train.py".into(),
+            at_line: 36,
+            at_code: None,
+            pct: 60.0,
+            seconds: Some(6.0),
+            uses: vec![uses.into()],
+        };
+        for (c, says) in [
+            (
+                call("torchvision.utils.save_image", true, "saving images"),
+                ["Saving images every step", "background thread"],
+            ),
+            (
+                call("log_histograms", false, "histograms"),
+                ["Histograms every step", "every few hundred steps"],
+            ),
+        ] {
+            let mut e = loop_only(2.0, 15.0, 23.0, 0.0);
+            e.python.as_mut().unwrap().host_calls = vec![c];
+            let f = evaluate(&e);
+            let host = f.iter().find(|f| f.id == FindingId::HostBound).unwrap();
+            for s in says {
+                assert!(
+                    host.recommendation.contains(s),
+                    "{s}: {}",
+                    host.recommendation
+                );
+            }
+            assert!(
+                !host.recommendation.contains("tensor operations"),
+                "{}",
+                host.recommendation
+            );
+        }
+    }
+
     #[test]
     fn a_loop_that_checkpoints_or_builds_its_batches_is_host_bound_with_its_cause() {
         use crate::diagnose::evidence::{CheckpointSaves, HostCall};

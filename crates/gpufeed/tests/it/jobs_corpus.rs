@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// The modules the corpus's jobs import, between them.
-const MODULES: &str = "torch,numpy,PIL,tqdm,datasets,webdataset,lightning";
+const MODULES: &str = "torch,torchvision,numpy,PIL,tqdm,tensorboard,datasets,webdataset,lightning";
 
 /// The verdict ids a row may give.
 const VERDICTS: [&str; 4] = ["input_bound", "host_bound", "compute_bound", "unknown"];

@@ -219,15 +219,15 @@ fn runq_share(t: &crate::sample::event::PyThreadCounts) -> Option<f64> {
 }
 
 impl ThreadTotals {
-    /// An interval of this thread: its phase counts, its `(kept stack id, samples)` counts and
-    /// its `(end, length)`, into the loop window. `other` says whether a kept stack is outside
-    /// the loop's phases.
+    /// An interval of this thread: its phase counts, its stacks' counts and its `(end,
+    /// length)`, into the totals and the loop window; `runq_share` the share of its busy time
+    /// it waited for a core, when its scheduler clock was read.
     fn add_interval(
         &mut self,
         mut interval: [u64; Phase::ALL.len()],
-        stacks: &[(u32, u64)],
+        stacks: &[KeptStack],
         (t_s, dt_s): (f64, f64),
-        other: impl Fn(u32) -> bool,
+        runq_share: Option<f64>,
     ) {
         let loop_here = interval[..Phase::LOOP].iter().any(|n| *n > 0);
         let any = interval.iter().any(|n| *n > 0);
@@ -253,19 +253,31 @@ impl ThreadTotals {
         if ckpt || any {
             self.in_ckpt = ckpt;
         }
-        if loop_here || self.in_loop {
-            let into = if loop_here {
-                for (sid, n) in self.win_pending.drain() {
-                    *self.win.entry(sid).or_default() += n;
+        if loop_here {
+            for sid in self.pending_stacks.drain(..) {
+                if let Some(c) = self.stacks.get_mut(&sid) {
+                    c.win += std::mem::take(&mut c.win_pending);
                 }
-                &mut self.win
-            } else {
-                &mut self.win_pending
-            };
-            for &(sid, n) in stacks {
-                if !(starts && other(sid)) {
-                    *into.entry(sid).or_default() += n;
+            }
+        }
+        let runq_share = runq_share.filter(|f| *f > 0.0);
+        for k in stacks {
+            let c = self.stacks.entry(k.sid).or_default();
+            c.n += k.n;
+            c.idle += k.idle;
+            if let Some(f) = runq_share {
+                let active = k.n.saturating_sub(k.idle) as f64;
+                *self.runq.entry(k.sid).or_default() += active * f;
+            }
+            if loop_here {
+                if !(starts && k.other) {
+                    c.win += k.n;
                 }
+            } else if self.in_loop {
+                if c.win_pending == 0 && k.n > 0 {
+                    self.pending_stacks.push(k.sid);
+                }
+                c.win_pending += k.n;
             }
         }
         if loop_here {
@@ -296,10 +308,23 @@ impl ThreadTotals {
     }
 }
 
+/// One stack's samples in one thread.
+#[derive(Debug, Default, Clone, Copy)]
+struct StackCounts {
+    /// Over the whole recording, and of them idle (not running).
+    n: u64,
+    idle: u64,
+    /// Over the loop window (as [`ThreadTotals::phases`]): they name the loop's code.
+    win: u64,
+    /// Of intervals after the last one with a loop sample (as [`ThreadTotals::pending`]).
+    win_pending: u64,
+}
+
 #[derive(Debug, Default)]
 struct ThreadTotals {
     name: Option<String>,
-    stacks: HashMap<u32, (u64, u64)>,
+    /// Per stack, its counts: one entry, found once per stack of each interval.
+    stacks: HashMap<u32, StackCounts>,
     /// Per stack: its samples that found the thread runnable but waiting for a core (each
     /// interval's active samples times the thread's run-queue share of its busy time).
     runq: HashMap<u32, f64>,
@@ -315,10 +340,8 @@ struct ThreadTotals {
     in_loop: bool,
     /// The loop window's wall time: the start of its first interval and the end of its last.
     loop_span: Option<(f64, f64)>,
-    /// Per stack: its samples over the loop window (as `phases`), which name the loop's code.
-    win: HashMap<u32, u64>,
-    /// Per stack: samples of intervals after the last one with a loop sample (as `pending`).
-    win_pending: HashMap<u32, u64>,
+    /// The stacks with `win_pending` samples.
+    pending_stacks: Vec<u32>,
     /// Runs of consecutive intervals with checkpoint samples: the saves seen.
     ckpt_runs: u64,
     in_ckpt: bool,
@@ -350,7 +373,17 @@ pub(crate) struct PyAcc {
     /// stacks counted as [`OTHER_STACK`] because of them.
     over_cap: u64,
     /// An interval's stacks as kept, reused from interval to interval (no allocation per line).
-    kept_scratch: Vec<(u32, u64)>,
+    kept_scratch: Vec<KeptStack>,
+}
+
+/// A stack's samples in one interval of one thread, as kept.
+#[derive(Debug, Clone, Copy)]
+struct KeptStack {
+    sid: u32,
+    n: u64,
+    idle: u64,
+    /// Outside the loop's phases (other, or no Python running).
+    other: bool,
 }
 
 /// Distinct Python frames kept; later definitions are ignored (their stacks count as other).
@@ -400,21 +433,19 @@ impl PyAcc {
                     // Phases are classified here from the stacks (the recorded counts are for
                     // other readers): a better classifier then serves old recordings too.
                     let mut interval = [0u64; Phase::ALL.len()];
-                    for [sid, n, _] in &t.stacks {
-                        let sid = self.kept_stack(*sid);
-                        let phase = match self.phase_of.get(&sid) {
-                            Some(p) => *p,
-                            None => {
-                                let p = self.frame_refs(sid).and_then(|f| {
-                                    (!f.is_empty()).then(|| crate::sample::pyphase::classify(&f))
-                                });
-                                self.phase_of.insert(sid, p);
-                                p
-                            }
-                        };
+                    let mut kept = std::mem::take(&mut self.kept_scratch);
+                    kept.clear();
+                    for &[sid, n, idle] in &t.stacks {
+                        let (sid, phase) = self.kept_phase(sid);
                         if let Some(p) = phase {
                             interval[p.index()] += n;
                         }
+                        kept.push(KeptStack {
+                            sid,
+                            n,
+                            idle,
+                            other: matches!(phase, Some(Phase::Other) | None),
+                        });
                     }
                     let acc = self.threads.entry((s.pid, t.tid)).or_default();
                     if t.name.is_some() {
@@ -428,34 +459,40 @@ impl PyAcc {
                         self.gil_read.insert(s.pid);
                     }
                     acc.add_gil_free(&t.gil_free);
-                    let mut kept = std::mem::take(&mut self.kept_scratch);
-                    kept.clear();
-                    for [sid, n, idle] in &t.stacks {
-                        let sid = match u32::try_from(*sid) {
-                            Ok(id) if self.stacks.contains_key(&id) => id,
-                            _ => {
-                                self.over_cap += 1;
-                                OTHER_STACK
-                            }
-                        };
-                        kept.push((sid, *n));
-                        let c = acc.stacks.entry(sid).or_default();
-                        c.0 += n;
-                        c.1 += idle;
-                        if let Some(f) = runq_share.filter(|f| *f > 0.0) {
-                            let active = n.saturating_sub(*idle) as f64;
-                            *acc.runq.entry(sid).or_default() += active * f;
-                        }
-                    }
-                    let phase_of = &self.phase_of;
-                    let other =
-                        |sid: u32| matches!(phase_of.get(&sid), Some(Some(Phase::Other)) | None);
-                    acc.add_interval(interval, &kept, (s.t_s, s.dt_s), other);
+                    acc.add_interval(interval, &kept, (s.t_s, s.dt_s), runq_share);
                     self.kept_scratch = kept;
                 }
             }
             _ => {}
         }
+    }
+
+    /// A sample's stack as kept ([`PyAcc::kept_stack`]) and its phase, classified at its first
+    /// sample; a stack beyond the caps (or never defined) is counted in `over_cap`. One map
+    /// lookup for a kept stack met before: this runs for every stack of every reading.
+    fn kept_phase(&mut self, sid: u64) -> (u32, Option<Phase>) {
+        if let Ok(id) = u32::try_from(sid) {
+            if id != OTHER_STACK {
+                if let Some(p) = self.phase_of.get(&id) {
+                    return (id, *p);
+                }
+            }
+        }
+        let id = self.kept_stack(sid);
+        if id == OTHER_STACK {
+            self.over_cap += 1;
+        }
+        let phase = match self.phase_of.get(&id) {
+            Some(p) => *p,
+            None => {
+                let p = self
+                    .frame_refs(id)
+                    .and_then(|f| (!f.is_empty()).then(|| crate::sample::pyphase::classify(&f)));
+                self.phase_of.insert(id, p);
+                p
+            }
+        };
+        (id, phase)
     }
 
     /// `sid` when its stack was defined (and kept), else [`OTHER_STACK`]: the per-thread and
@@ -535,7 +572,7 @@ impl PyAcc {
         let samples: u64 = self
             .threads
             .values()
-            .map(|t| t.stacks.values().map(|c| c.0).sum::<u64>())
+            .map(|t| t.stacks.values().map(|c| c.n).sum::<u64>())
             .sum();
         let (ranks, ranks_unread) = self.rank_loops(header, job);
         let main = match ranks.get(ranks.len().saturating_sub(1) / 2) {
@@ -629,11 +666,11 @@ impl PyAcc {
         let Some(((pid, _), t)) = self.main_thread(job) else {
             return Vec::new();
         };
-        let n: u64 = t.stacks.values().map(|c| c.0).sum();
+        let n: u64 = t.stacks.values().map(|c| c.n).sum();
         if n < MIN_MAIN_SAMPLES || t.phases[..Phase::LOOP].iter().any(|n| *n > 0) {
             return Vec::new();
         }
-        let stacks = t.stacks.iter().map(|(sid, c)| (*sid, c.0));
+        let stacks = t.stacks.iter().map(|(sid, c)| (*sid, c.n));
         self.hot_sites(pid, t, stacks, n).0
     }
 
@@ -779,7 +816,7 @@ impl PyAcc {
             .stacks
             .iter()
             .filter(|(sid, _)| is_wait(sid))
-            .map(|(_, c)| c.0)
+            .map(|(_, c)| c.n)
             .sum();
         let data_in_main_pct = (dw > 0).then(|| {
             let loading: u64 = t
@@ -791,7 +828,7 @@ impl PyAcc {
                         data_stage(&f).is_some_and(|(_, k)| k != StageKind::Sampler)
                     })
                 })
-                .map(|(_, c)| c.0)
+                .map(|(_, c)| c.n)
                 .sum();
             crate::units::r1(loading as f64 * 100.0 / dw as f64)
         });
@@ -825,7 +862,7 @@ impl PyAcc {
                 self.frame_refs(**sid)
                     .is_some_and(|f| starts_or_stops_workers(&f))
             })
-            .map(|(_, c)| c.0)
+            .map(|(_, c)| c.n)
             .sum();
         // Sampled in the loop window (they are data_wait stacks), counted over the recording.
         let c = c.min(n);
@@ -867,7 +904,7 @@ impl PyAcc {
                 })
                 .or(frames.last());
             if let Some(id) = site {
-                *sites.entry(*id).or_default() += c.0;
+                *sites.entry(*id).or_default() += c.n;
             }
         }
         let mut sites: Vec<(u32, u64)> = sites.into_iter().collect();
@@ -920,7 +957,7 @@ impl PyAcc {
         );
         let mut stage_cache: HashMap<u32, Option<StageOf>> = HashMap::new();
         for ((pid, _), t) in self.threads.iter().filter(|((p, _), _)| keep(*p)) {
-            for (sid, (n, idle)) in &t.stacks {
+            for (sid, &StackCounts { n, idle, .. }) in &t.stacks {
                 let stage = stage_cache.entry(*sid).or_insert_with(|| {
                     let refs = self.frame_refs(*sid)?;
                     let (i, k) = data_stage(&refs)?;
@@ -940,8 +977,8 @@ impl PyAcc {
                     continue;
                 };
                 let w = self.period_s(*pid, nominal_s);
-                totals.total_s += *n as f64 * w;
-                totals.io_s += if kind == StageKind::Read { *n } else { *idle } as f64 * w;
+                totals.total_s += n as f64 * w;
+                totals.io_s += if kind == StageKind::Read { n } else { idle } as f64 * w;
                 *totals.loading_by_pid.entry(*pid).or_default() += n;
                 if plumbing {
                     // Loading time, but no stage: the DataLoader's own frame with nothing of the
@@ -963,7 +1000,7 @@ impl PyAcc {
                     e.gil_read.1 += t.gil_free.get(sid).copied().unwrap_or(0);
                 }
                 e.lines.entry(line.0).or_insert((0, line.1)).0 += n;
-                e.work_s += *n as f64 * w;
+                e.work_s += n as f64 * w;
                 if t.sched {
                     let waited = t.runq.get(sid).copied().unwrap_or(0.0) * w;
                     e.runq_s = Some(e.runq_s.unwrap_or(0.0) + waited);
@@ -1146,8 +1183,8 @@ mod tests {
         assert!(acc.stacks.values().all(|f| f.len() == MAX_STACK_DEPTH));
         let t = &acc.threads[&(9, 9)];
         assert_eq!(t.stacks.len(), 2, "{:?}", t.stacks);
-        assert_eq!(t.stacks[&OTHER_STACK].0, 9);
-        assert_eq!(t.stacks[&(kept as u32)].0, 3);
+        assert_eq!(t.stacks[&OTHER_STACK].n, 9);
+        assert_eq!(t.stacks[&(kept as u32)].n, 3);
         assert!(acc.bound_warning().unwrap().starts_with("Bounded: 12 "));
     }
 

@@ -66,32 +66,7 @@ fn fix(cause: HostCause, c: &HostCall, pct: f64, p: &PythonEvidence, cores: u32)
                 }
             )
         }
-        HostCause::StepPython => {
-            let mut extra = String::new();
-            if c.uses.iter().any(|u| u == "tqdm") {
-                extra.push_str(
-                    " Refresh the progress bar less often (`tqdm(..., mininterval=1.0)`, \
-                     `set_postfix` every N steps with plain numbers).",
-                );
-            }
-            if c.uses
-                .iter()
-                .any(|u| u == "logging" || u == "wandb" || u == "tensorboard")
-            {
-                extra.push_str(" Log every N steps, not every step.");
-            }
-            if c.uses.iter().any(|u| u == "printing tensors") {
-                extra.push_str(" Do not print tensors every step.");
-            }
-            format!(
-                "Per-step Python work: {w} takes {pct:.0}% of the loop. Compute it with tensor \
-                 operations on the device (torch ops or torchmetrics, accumulated across \
-                 steps) instead of Python loops over `.tolist()`/`.item()` values, and only \
-                 every N steps (`if step % {k} == 0:`) or once per epoch.{extra}",
-                w = call_words(c),
-                k = less_often(pct, TARGET_PCT).max(10)
-            )
-        }
+        HostCause::StepPython => step_python_fix(c, pct),
         HostCause::Checkpointing => {
             let per = p
                 .checkpoint_saves
@@ -130,6 +105,55 @@ fn fix(cause: HostCause, c: &HostCall, pct: f64, p: &PythonEvidence, cores: u32)
             k = less_often(pct, TARGET_PCT).max(10)
         ),
     }
+}
+
+/// The fix for per-step Python work: what it does decides how (images and histograms are
+/// written less often; computations move to the device).
+fn step_python_fix(c: &HostCall, pct: f64) -> String {
+    if c.uses.iter().any(|u| u == "saving images") {
+        return format!(
+            "Saving images every step: {w} takes {pct:.0}% of the loop encoding image files. \
+             Save samples every N steps (`if step % {k} == 0:`; the DCGAN example saves every \
+             100) or at the end of an epoch, or hand the tensors (`.cpu()`) to a background \
+             thread that writes them.",
+            w = call_words(c),
+            k = less_often(pct, TARGET_PCT).max(10)
+        );
+    }
+    if c.uses.iter().any(|u| u == "histograms") {
+        return format!(
+            "Histograms every step: {w} takes {pct:.0}% of the loop copying every parameter \
+             and gradient to the host and binning it. Write histograms every few hundred steps \
+             (`if step % {k} == 0:`) or once per epoch, for the layers you watch; log scalars \
+             (norms) in between.",
+            w = call_words(c),
+            k = less_often(pct, TARGET_PCT).max(100)
+        );
+    }
+    let mut extra = String::new();
+    if c.uses.iter().any(|u| u == "tqdm") {
+        extra.push_str(
+            " Refresh the progress bar less often (`tqdm(..., mininterval=1.0)`, \
+                     `set_postfix` every N steps with plain numbers).",
+        );
+    }
+    if c.uses
+        .iter()
+        .any(|u| u == "logging" || u == "wandb" || u == "tensorboard")
+    {
+        extra.push_str(" Log every N steps, not every step.");
+    }
+    if c.uses.iter().any(|u| u == "printing tensors") {
+        extra.push_str(" Do not print tensors every step.");
+    }
+    format!(
+        "Per-step Python work: {w} takes {pct:.0}% of the loop. Compute it with tensor \
+                 operations on the device (torch ops or torchmetrics, accumulated across \
+                 steps) instead of Python loops over `.tolist()`/`.item()` values, and only \
+                 every N steps (`if step % {k} == 0:`) or once per epoch.{extra}",
+        w = call_words(c),
+        k = less_often(pct, TARGET_PCT).max(10)
+    )
 }
 
 /// `host_bound`: one host-side cause takes [`HOST_PCT`] of a training loop (one that runs

@@ -82,10 +82,36 @@ fn library_name(f: &PyFrameDef) -> String {
     }
 }
 
+/// A decorator's wrapper frame, between a call and the function it calls: `@torch.no_grad()`
+/// and `inference_mode` (torch/utils/_contextlib.py), `functools.wraps`/`contextlib`
+/// wrappers, torch's `_disable_dynamo` (`torch._compile.inner`, around `zero_grad`).
+fn is_wrapper(f: &PyFrameDef) -> bool {
+    let file = f.file.replace('\\', "/");
+    [
+        "torch/utils/_contextlib.py",
+        "torch/_compile.py",
+        "torch/_dynamo/eval_frame.py",
+    ]
+    .iter()
+    .any(|w| file.ends_with(w))
+        || file.ends_with("/functools.py")
+        || file.ends_with("/contextlib.py")
+}
+
 /// A name the interpreter made up rather than the user (`<listcomp>`, `<genexpr>`, `<lambda>`).
 fn generated(name: &str) -> bool {
     let m = method(name);
     m.starts_with('<') && m != "<module>"
+}
+
+/// A frame that writes an image file: PIL's `Image.save` and its encoders, torchvision's
+/// `save_image`, matplotlib's `savefig`, imageio's writers, OpenCV's `imwrite` wrappers.
+fn saves_images(f: &PyFrameDef) -> bool {
+    let m = method(&f.name);
+    f.file.contains("/PIL/") && (m == "save" || f.file.contains("ImagePlugin"))
+        || f.file.contains("torchvision/utils.py") && m == "save_image"
+        || f.file.contains("/matplotlib/") && m == "savefig"
+        || f.file.contains("/imageio/") && (m.starts_with("imwrite") || m == "write")
 }
 
 /// What was seen in a stack that the fix for per-step work names.
@@ -97,8 +123,16 @@ fn uses_of<'a>(frames: &'a [&'a PyFrameDef]) -> impl Iterator<Item = &'static st
             Some("logging")
         } else if f.file.contains("/wandb/") {
             Some("wandb")
+        } else if method(&f.name).contains("histogram")
+            && ["torch/utils/tensorboard/", "/tensorboardX/", "/wandb/"]
+                .iter()
+                .any(|d| f.file.contains(d))
+        {
+            Some("histograms")
         } else if f.file.contains("torch/utils/tensorboard/") || f.file.contains("/tensorboardX/") {
             Some("tensorboard")
+        } else if saves_images(f) {
+            Some("saving images")
         } else if f.file.contains("torch/_tensor_str.py") {
             Some("printing tensors")
         } else {
@@ -154,11 +188,19 @@ fn call_of(frames: &[&PyFrameDef], prefix: &[FnKey]) -> (usize, CallKey, bool) {
             (false, callee.name.clone(), callee.file.clone()),
             is_batch_name(&callee.name),
         ),
-        (None, Some(callee)) if is_library(&callee.file) => (
-            at,
-            (true, library_name(callee), frames[at].line.to_string()),
-            false,
-        ),
+        (None, Some(callee)) if is_library(&callee.file) => {
+            // The function the line calls, not the decorator around it (`save_image` is
+            // wrapped by `@torch.no_grad()`).
+            let callee = frames[p..]
+                .iter()
+                .find(|f| !is_wrapper(f))
+                .unwrap_or(callee);
+            (
+                at,
+                (true, library_name(callee), frames[at].line.to_string()),
+                false,
+            )
+        }
         _ => (
             at,
             (false, String::new(), frames[at].line.to_string()),
@@ -168,20 +210,24 @@ fn call_of(frames: &[&PyFrameDef], prefix: &[FnKey]) -> (usize, CallKey, bool) {
 }
 
 /// The work under the frame `at` gets data ready (or, with nothing under it, that frame's own
-/// line does): per-step work that builds batches.
-fn builds(frames: &[&PyFrameDef], at: usize) -> bool {
-    fn loads(f: &PyFrameDef) -> bool {
-        loads_data(&FrameRef {
-            name: &f.name,
-            file: &f.file,
-            src: f.src.as_deref(),
+/// line does): per-step work that builds batches. `ids` are the frames' ids: what each frame
+/// says is kept in `memo` (frames recur across stacks, and `loads_data` matches many names).
+fn builds(frames: &[&PyFrameDef], ids: &[u32], at: usize, memo: &mut HashMap<u32, bool>) -> bool {
+    let mut loads = |i: usize| {
+        let f = frames[i];
+        *memo.entry(ids[i]).or_insert_with(|| {
+            loads_data(&FrameRef {
+                name: &f.name,
+                file: &f.file,
+                src: f.src.as_deref(),
+            })
         })
+    };
+    let n = frames.len().min(ids.len());
+    if at + 1 >= n {
+        return at < n && loads(at);
     }
-    let below = &frames[(at + 1).min(frames.len())..];
-    if below.is_empty() {
-        return frames.get(at).is_some_and(|f| loads(f));
-    }
-    below.iter().any(|f| loads(f))
+    (at + 1..n).any(loads)
 }
 
 impl PyAcc {
@@ -332,9 +378,10 @@ impl PyAcc {
     /// loop samples, `loop_s` the loop's wall time.
     pub(super) fn loop_code(&self, pid: u32, t: &ThreadTotals, n: u64, loop_s: f64) -> LoopCode {
         let mut stacks: Vec<(u32, u64, Phase)> = t
-            .win
+            .stacks
             .iter()
-            .filter_map(|(sid, c)| Some((*sid, *c, (*self.phase_of.get(sid)?)?)))
+            .filter(|(_, c)| c.win > 0)
+            .filter_map(|(sid, c)| Some((*sid, c.win, (*self.phase_of.get(sid)?)?)))
             .collect();
         stacks.sort_unstable_by_key(|s| s.0);
         let share = |c: u64| c as f64 * 100.0 / n.max(1) as f64;
@@ -397,6 +444,7 @@ impl PyAcc {
         // Keyed by the callee (a user function) or by the loop's line (a library call, or
         // work on the loop's line itself).
         let mut calls: HashMap<CallKey, CallAcc> = HashMap::new();
+        let mut loads_memo: HashMap<u32, bool> = HashMap::new();
         for &(sid, c, ph) in stacks {
             let cause = match ph {
                 Phase::CheckpointIo => HostCause::Checkpointing,
@@ -422,7 +470,9 @@ impl PyAcc {
                 cause
             };
             let (at, key, batch_named) = call_of(&frames, prefix);
-            let cause = if cause == HostCause::StepPython && (batch_named || builds(&frames, at)) {
+            let cause = if cause == HostCause::StepPython
+                && (batch_named || builds(&frames, &self.stacks[&sid], at, &mut loads_memo))
+            {
                 HostCause::BatchBuilding
             } else {
                 cause
@@ -659,6 +709,62 @@ mod tests {
         assert_eq!(
             p.host_calls[0].at_code.as_deref(),
             Some("x = load_batch(paths)")
+        );
+    }
+
+    /// A library call made through a decorator (`save_image` under `@torch.no_grad()`) is named
+    /// by the function called, and what it does (saving images, TensorBoard histograms) is
+    /// seen for the fix.
+    #[test]
+    fn a_decorated_library_call_is_named_by_the_function_and_its_use_seen() {
+        let tv = "/v/site-packages/torchvision/utils.py";
+        let pil = "/v/site-packages/PIL/Image.py";
+        let tb = format!("{TORCH}/utils/tensorboard/summary.py");
+        let mut r = Rec::new(
+            &[
+                ("main", "/w/gan.py", 30, Some("loss.backward()")), // 0
+                ("Tensor.backward", &format!("{TORCH}/_tensor.py"), 1, None), // 1
+                ("main", "/w/gan.py", 31, Some("opt.step()")),      // 2
+                ("Adam.step", &format!("{TORCH}/optim/adam.py"), 1, None), // 3
+                ("main", "/w/gan.py", 36, Some("vutils.save_image(fake, p)")), // 4
+                (
+                    "no_grad",
+                    &format!("{TORCH}/utils/_contextlib.py"),
+                    115,
+                    None,
+                ), // 5
+                ("save_image", tv, 150, None),                      // 6
+                ("Image.save", pil, 2400, None),                    // 7
+                ("main", "/w/gan.py", 37, Some("log_histograms(w, model)")), // 8
+                (
+                    "log_histograms",
+                    "/w/gan.py",
+                    12,
+                    Some("w.add_histogram(n, p)"),
+                ), // 9
+                ("histogram", &tb, 400, None),                      // 10
+            ],
+            &[&[0, 1], &[2, 3], &[4, 5, 6, 7], &[8, 9, 10]],
+        );
+        for _ in 0..5 {
+            r.interval(&[(0, 15), (1, 15), (2, 45), (3, 25)]);
+        }
+        let p = r.finish();
+        let calls: Vec<(&str, bool, Vec<String>)> = p
+            .host_calls
+            .iter()
+            .map(|c| (c.function.as_str(), c.library, c.uses.clone()))
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                (
+                    "torchvision.utils.save_image",
+                    true,
+                    vec!["saving images".to_string()]
+                ),
+                ("log_histograms", false, vec!["histograms".to_string()]),
+            ]
         );
     }
 
