@@ -13,7 +13,7 @@ use super::dcgmi::ProfilingMeans;
 use super::table::{Table, When};
 use super::vocab::{self, Family, Metric};
 use super::{LogError, LogInfo};
-use crate::sample::event::{Header, Line};
+use crate::reading::{LogHeader, Reading};
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 
@@ -162,7 +162,7 @@ fn header_cols(f: &[String], renames: &HashMap<String, String>) -> Option<Vec<Co
 
 /// Does this line read as the header of a CSV this reader is for (rather than an nvidia-smi
 /// `--query-gpu` log)? One column of another tool's vocabulary, or a Grafana series, decides.
-pub(crate) fn is_other_tools_header(line: &str) -> bool {
+pub fn is_other_tools_header(line: &str) -> bool {
     let f = split_line(line.as_bytes(), !line.contains(','));
     if f.len() < 2 || f.iter().any(|v| super::table::number(v).is_some()) {
         return false;
@@ -214,12 +214,12 @@ fn skip_duplicates(cols: &mut [Col], names: &[String]) -> Vec<String> {
 }
 
 /// Reads the CSV; `columns` are `NAME=KNOWN` renames (`gpu_busy=utilization.gpu`).
-pub(crate) fn read_csv(
+pub fn read_csv(
     r: impl Read,
     columns: &[String],
     interval_s: Option<f64>,
-    visit: impl FnMut(&Line),
-) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+    visit: impl FnMut(&Reading),
+) -> Result<(LogHeader, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
     let renames: HashMap<String, String> = columns
         .iter()
         .filter_map(|c| {
@@ -422,16 +422,12 @@ fn row(t: &mut Table, cols: &[Col], f: &[String]) -> Put {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sample::GpuSample;
+    use Reading;
 
-    fn read(text: &str, columns: &[&str]) -> Result<(Header, LogInfo, Vec<GpuSample>), LogError> {
+    fn read(text: &str, columns: &[&str]) -> Result<(LogHeader, LogInfo, Vec<Reading>), LogError> {
         let mut out = Vec::new();
         let cols: Vec<String> = columns.iter().map(|s| s.to_string()).collect();
-        let (h, i, _) = read_csv(text.as_bytes(), &cols, None, |l| {
-            if let Line::Gpu(g) = l {
-                out.push(g.clone())
-            }
-        })?;
+        let (h, i, _) = read_csv(text.as_bytes(), &cols, None, |l| out.push(l.clone()))?;
         Ok((h, i, out))
     }
 

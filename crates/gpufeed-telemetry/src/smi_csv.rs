@@ -8,8 +8,7 @@
 
 use super::smi_layout::{Layout, PollCursor, Probe};
 use super::{LogError, LogInfo, LogLine};
-use crate::sample::event::{Header, Line, SCHEMA_VERSION};
-use crate::sample::{GpuSample, GpuStatic, HostInfo};
+use crate::reading::{GpuStatic, LogHeader, Reading};
 use std::collections::HashMap;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 
@@ -49,7 +48,7 @@ enum Field {
 }
 
 fn field_of(name: &str) -> Field {
-    use crate::sample::throttle as t;
+    use crate::reading::throttle as t;
     let n = name.trim().to_ascii_lowercase();
     let n = n.split('[').next().unwrap_or("").trim().to_string();
     match n.as_str() {
@@ -188,7 +187,7 @@ fn is_header(fields: &[&str]) -> bool {
 
 /// A line that reads as an nvidia-smi CSV header, standard or a logging script's own (one
 /// field when it is an nvidia-smi name: `utilization.gpu [%]` from a loop that queries it alone).
-pub(crate) fn looks_like_header(line: &str) -> bool {
+pub fn looks_like_header(line: &str) -> bool {
     let fields = split(line);
     let lone_smi_name = fields.len() == 1
         && fields[0].contains('.')
@@ -436,7 +435,7 @@ impl Columns {
 /// One data row's values, by column.
 #[derive(Default)]
 struct Row {
-    sample: GpuSample,
+    sample: Reading,
     ts: Option<f64>,
     /// The timestamp names no moment (2024/02/30): the row is malformed.
     impossible_time: bool,
@@ -660,7 +659,7 @@ fn no_rows_error(
 /// Rows read before the GPU layout of a log without an index column is decided.
 const LAYOUT_WINDOW: usize = 4096;
 
-/// Reads an nvidia-smi CSV log, handing each GPU reading to `visit` as a [`Line::Gpu`]; returns a
+/// Reads an nvidia-smi CSV log, handing each GPU reading to `visit` as a [`Reading`]; returns a
 /// synthesized header (GPUs with the names and totals the log showed) and read statistics.
 ///
 /// A header repeated after data rows starts a new run (runs appended to one file): only the last
@@ -669,8 +668,8 @@ const LAYOUT_WINDOW: usize = 4096;
 pub fn read_smi_csv<R: Read + Seek>(
     mut r: R,
     opts: &CsvOptions,
-    mut visit: impl FnMut(&Line),
-) -> Result<(Header, LogInfo), LogError> {
+    mut visit: impl FnMut(&Reading),
+) -> Result<(LogHeader, LogInfo), LogError> {
     let (runs, per_reading) = scan_runs(&mut r)?;
     let judged = runs.iter().rposition(|run| run.rows > 0).unwrap_or(0);
     r.seek(SeekFrom::Start(runs[judged].offset))?;
@@ -903,7 +902,7 @@ impl<'a> CsvRead<'a> {
     }
 
     /// One line that is not over-long.
-    fn line(&mut self, buf: &[u8], visit: &mut impl FnMut(&Line)) -> Result<(), LogError> {
+    fn line(&mut self, buf: &[u8], visit: &mut impl FnMut(&Reading)) -> Result<(), LogError> {
         let complete = buf.last() == Some(&b'\n');
         let text = String::from_utf8_lossy(buf);
         let line = text.trim();
@@ -980,7 +979,7 @@ impl<'a> CsvRead<'a> {
     }
 
     /// Decides how rows map to GPUs from the rows held, then hands those on.
-    fn decide(&mut self, visit: &mut impl FnMut(&Line)) {
+    fn decide(&mut self, visit: &mut impl FnMut(&Reading)) {
         let held = self.held.take().unwrap_or_default();
         let has = |f: Field| self.cols.as_ref().is_some_and(|c| c.fields.contains(&f));
         let (layout, note) = if held.iter().any(|r| r.index.is_some()) {
@@ -1033,7 +1032,7 @@ impl<'a> CsvRead<'a> {
         }
     }
 
-    fn emit(&mut self, mut row: Row, visit: &mut impl FnMut(&Line)) {
+    fn emit(&mut self, mut row: Row, visit: &mut impl FnMut(&Reading)) {
         let (idx, t_s) = self.polls.place(&row, self.interval);
         if !self.gpu_pos.contains_key(&idx) && self.gpus.len() >= super::MAX_GPUS {
             self.over_cap += 1;
@@ -1044,10 +1043,13 @@ impl<'a> CsvRead<'a> {
         s.t_s = t_s;
         merge_static(&mut self.gpus, &mut self.gpu_pos, idx, row);
         self.info.rows += 1;
-        visit(&Line::Gpu(s));
+        visit(&s);
     }
 
-    fn finish(mut self, visit: &mut impl FnMut(&Line)) -> Result<(Header, LogInfo), LogError> {
+    fn finish(
+        mut self,
+        visit: &mut impl FnMut(&Reading),
+    ) -> Result<(LogHeader, LogInfo), LogError> {
         if self.held.is_some() {
             self.decide(visit);
         }
@@ -1087,35 +1089,18 @@ pub(crate) fn not_a_log(expected: &str) -> String {
     )
 }
 
-/// A header for a log that has none: no host facts, the GPUs it showed.
-pub(crate) fn log_header(gpus: Vec<GpuStatic>, interval_s: f64) -> Header {
-    Header {
-        schema_version: SCHEMA_VERSION,
-        gpufeed_version: None,
-        start_time: String::new(),
-        start_unix_us: 0,
-        interval_s,
-        host: HostInfo::default(),
-        driver: None,
-        gpus,
-        gpu_error: None,
-        command: None,
-        pid: None,
-        py_rate_hz: None,
-    }
+/// What a log that has no header of its own says: the GPUs it showed, its interval.
+pub(crate) fn log_header(gpus: Vec<GpuStatic>, interval_s: f64) -> LogHeader {
+    LogHeader { gpus, interval_s }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn read(text: &str, opts: &CsvOptions) -> Result<(Header, LogInfo, Vec<GpuSample>), LogError> {
+    fn read(text: &str, opts: &CsvOptions) -> Result<(LogHeader, LogInfo, Vec<Reading>), LogError> {
         let mut out = Vec::new();
-        let (h, i) = read_smi_csv(std::io::Cursor::new(text), opts, |l| {
-            if let Line::Gpu(g) = l {
-                out.push(g.clone())
-            }
-        })?;
+        let (h, i) = read_smi_csv(std::io::Cursor::new(text), opts, |l| out.push(l.clone()))?;
         Ok((h, i, out))
     }
 
@@ -1240,7 +1225,7 @@ mod tests {
         out
     }
 
-    fn gpus_of(s: &[GpuSample]) -> Vec<u32> {
+    fn gpus_of(s: &[Reading]) -> Vec<u32> {
         let mut v: Vec<u32> = s.iter().map(|x| x.index).collect();
         v.sort_unstable();
         v.dedup();

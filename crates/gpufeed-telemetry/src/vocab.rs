@@ -589,7 +589,7 @@ mod doc_tests {
 
     #[test]
     fn every_name_is_in_the_docs() {
-        let docs = include_str!("../../../../docs/diagnose.md");
+        let docs = include_str!("../../../docs/diagnose.md");
         for t in TERMS {
             let shown = format!("`{}`", t.name.replace("{}", "N"));
             assert!(docs.contains(&shown), "docs/diagnose.md lacks {shown}");

@@ -9,8 +9,7 @@
 use super::smi_csv::{log_header, parse_timestamp, ImpossibleTime};
 use super::vocab::Metric;
 use super::{LogError, LogInfo, LogLine};
-use crate::sample::event::{Header, Line};
-use crate::sample::{GpuSample, GpuStatic};
+use crate::reading::{GpuStatic, LogHeader, Reading};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -22,7 +21,7 @@ pub enum Flavour {
     SmiDmon,
 }
 
-/// Means of DCGM profiling fields, which a plain [`GpuSample`] does not carry.
+/// Means of DCGM profiling fields, which a plain [`Reading`] does not carry.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProfilingMeans {
     /// SM active (SMACT), percent of time.
@@ -143,7 +142,7 @@ fn header_cols(rest: &str, flavour: Flavour) -> Option<Vec<Col>> {
 
 /// One row's values.
 struct Row {
-    sample: GpuSample,
+    sample: Reading,
     index: Option<u32>,
     ts: Option<f64>,
     /// The date and time name no moment (20240230): the row is malformed.
@@ -154,7 +153,7 @@ struct Row {
 
 impl Row {
     fn parse(cols: &[Col], vals: &[&str], index: Option<u32>) -> Self {
-        let mut s = GpuSample::default();
+        let mut s = Reading::default();
         let mut index = index;
         let (mut date, mut time) = (None, None);
         let mut p = [None; 6];
@@ -227,7 +226,7 @@ struct Acc {
 
 impl Acc {
     /// The row's sample, placed in time (its timestamp, else its poll).
-    fn take(&mut self, index: u32, row: Row, interval_s: f64) -> Option<GpuSample> {
+    fn take(&mut self, index: u32, row: Row, interval_s: f64) -> Option<Reading> {
         if !self.gpus.contains(&index) && self.gpus.len() >= super::MAX_GPUS {
             self.over_cap += 1;
             return None;
@@ -294,8 +293,8 @@ pub fn read_dmon(
     r: impl Read,
     flavour: Flavour,
     interval_s: Option<f64>,
-    mut visit: impl FnMut(&Line),
-) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+    mut visit: impl FnMut(&Reading),
+) -> Result<(LogHeader, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
     let interval = interval_s.unwrap_or(1.0);
     let mut cols: Option<Vec<Col>> = None;
     let mut info = LogInfo::default();
@@ -409,12 +408,12 @@ impl Acc {
         &mut self,
         index_row: (u32, Row),
         interval_s: f64,
-        visit: &mut impl FnMut(&Line),
+        visit: &mut impl FnMut(&Reading),
     ) -> bool {
         let (index, row) = index_row;
         match self.take(index, row, interval_s) {
             Some(s) => {
-                visit(&Line::Gpu(s));
+                visit(&s);
                 true
             }
             None => false,
@@ -524,19 +523,15 @@ mod tests {
     use super::*;
 
     type Parsed = (
-        Header,
+        LogHeader,
         LogInfo,
         BTreeMap<u32, ProfilingMeans>,
-        Vec<GpuSample>,
+        Vec<Reading>,
     );
 
     fn read(text: &str, f: Flavour) -> Result<Parsed, LogError> {
         let mut out = Vec::new();
-        let (h, i, p) = read_dmon(text.as_bytes(), f, None, |l| {
-            if let Line::Gpu(g) = l {
-                out.push(g.clone())
-            }
-        })?;
+        let (h, i, p) = read_dmon(text.as_bytes(), f, None, |l| out.push(l.clone()))?;
         Ok((h, i, p, out))
     }
 
@@ -554,7 +549,7 @@ mod tests {
             ),
             "{e:?}"
         );
-        let csv = crate::import::smi_csv::read_smi_csv(
+        let csv = crate::smi_csv::read_smi_csv(
             std::io::Cursor::new("timestamp, utilization.gpu [%], memory.used [MiB]\n2026/12/02 12:00:00, [N/A], [N/A]\n2026/12/02 12:00:01, [N/A], [N/A]\n"),
             &Default::default(),
             |_| {},
