@@ -76,7 +76,7 @@ fn column(raw: &str, renames: &HashMap<String, String>) -> Col {
 
 fn value_col(f: vocab::Found, entity: Option<(Option<String>, String)>) -> Col {
     match f.term.metric {
-        Metric::Time => Col::Time { scale: f.scale },
+        Metric::Time | Metric::Date => Col::Time { scale: f.scale },
         Metric::RelativeS => Col::Relative,
         Metric::Gpu => Col::Gpu,
         Metric::Host => Col::Host,
@@ -422,7 +422,6 @@ fn row(t: &mut Table, cols: &[Col], f: &[String]) -> Put {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use Reading;
 
     fn read(text: &str, columns: &[&str]) -> Result<(LogHeader, LogInfo, Vec<Reading>), LogError> {
         let mut out = Vec::new();
@@ -554,8 +553,26 @@ mod tests {
         let (h, _, s) = read(text, &[]).unwrap();
         assert_eq!(h.gpus.len(), 2);
         assert_eq!(s[2].util_pct, Some(99.0));
-        assert_eq!(s[2].mem_used_bytes, Some(440_000_000));
+        // gpuutiliz's `_mb` is MiB (it divides by 1024²).
+        assert_eq!(s[2].mem_used_bytes, Some(440 << 20));
         assert_eq!(h.gpus[0].uuid.as_deref(), Some("GPU-3416c700"));
+    }
+
+    /// A script's `mem_used_mb` reads the same as nvidia-smi's CSV (`smi_csv`) and as another
+    /// tool's table (here): MiB, as the scripts that write it divide by 1024² (gpuutiliz:
+    /// `Used / (1024 * 1024)`). It read 41.9 GB on one path and 40.0 GB on the other.
+    #[test]
+    fn a_script_mb_column_reads_the_same_on_every_path() {
+        let text = "timestamp, gpu_index, utilization_gpu_percent, mem_used_mb\n\
+                    2026/12/02 12:00:00, 0, 87, 40000\n2026/12/02 12:00:01, 0, 88, 40000\n";
+        let (_, _, table) = read(text, &[]).unwrap();
+        let mut smi = Vec::new();
+        crate::smi_csv::read_smi_csv(std::io::Cursor::new(text), &Default::default(), |r| {
+            smi.push(r.clone())
+        })
+        .unwrap();
+        assert_eq!(smi[0].mem_used_bytes, Some(40_000 << 20));
+        assert_eq!(table[0].mem_used_bytes, smi[0].mem_used_bytes);
     }
 
     #[test]

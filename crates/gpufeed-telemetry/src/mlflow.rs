@@ -52,7 +52,10 @@ pub fn read_run(
             continue;
         };
         let metric = f.term.metric;
-        if matches!(metric, Metric::Ignored | Metric::Time | Metric::RelativeS) {
+        if matches!(
+            metric,
+            Metric::Ignored | Metric::Time | Metric::Date | Metric::RelativeS
+        ) {
             continue;
         }
         let Some(e) = t.entity(None, &f.gpu.unwrap_or(0).to_string()) else {

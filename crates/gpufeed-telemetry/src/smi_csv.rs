@@ -47,126 +47,50 @@ enum Field {
     Other,
 }
 
+/// A column's field, by the one vocabulary ([`super::vocab`]): nvidia-smi's `--query-gpu` names
+/// and a logging script's own (`gpu_index`, `utilization_gpu_percent`, `mem_used_mib`); the
+/// other tools' names are not this reader's, but for a GPU column (`device`).
 fn field_of(name: &str) -> Field {
-    use crate::reading::throttle as t;
-    let n = name.trim().to_ascii_lowercase();
-    let n = n.split('[').next().unwrap_or("").trim().to_string();
-    match n.as_str() {
-        "timestamp" => Field::Timestamp,
-        "index" => Field::Index,
-        "uuid" | "gpu_uuid" => Field::Uuid,
-        "pci.bus_id" | "gpu_bus_id" | "pci.bus" => Field::BusId,
-        "name" | "gpu_name" => Field::Name,
-        "utilization.gpu" => Field::UtilGpu,
-        "utilization.memory" => Field::UtilMem,
-        "memory.used" => Field::MemUsed,
-        "memory.total" => Field::MemTotal,
-        "memory.free" => Field::MemFree,
-        "pcie.link.gen.current" | "pcie.link.gen.gpucurrent" => Field::PcieGen,
-        "pcie.link.gen.max" | "pcie.link.gen.gpumax" | "pcie.link.gen.hostmax" => Field::PcieGenMax,
-        "pcie.link.width.current" => Field::PcieWidth,
-        "pcie.link.width.max" => Field::PcieWidthMax,
-        "clocks_throttle_reasons.active" | "clocks_event_reasons.active" => Field::Throttle,
-        "temperature.gpu" => Field::Temperature,
-        "power.draw" | "power.draw.instant" | "power.draw.average" => Field::Power,
-        "power.limit" | "enforced.power.limit" => Field::PowerLimit,
-        "clocks.sm" | "clocks.current.sm" => Field::SmClock,
-        other => {
-            let bit = other
-                .strip_prefix("clocks_throttle_reasons.")
-                .or_else(|| other.strip_prefix("clocks_event_reasons."))
-                .and_then(|r| match r {
-                    "gpu_idle" => Some(t::GPU_IDLE),
-                    "applications_clocks_setting" => Some(t::APPLICATIONS_CLOCKS_SETTING),
-                    "sw_power_cap" => Some(t::SW_POWER_CAP),
-                    "hw_slowdown" => Some(t::HW_SLOWDOWN),
-                    "hw_thermal_slowdown" => Some(t::HW_THERMAL),
-                    "hw_power_brake_slowdown" => Some(t::HW_POWER_BRAKE),
-                    "sw_thermal_slowdown" => Some(t::SW_THERMAL),
-                    "sync_boost" => Some(t::SYNC_BOOST),
-                    _ => None,
-                });
-            match bit {
-                Some(b) => Field::ThrottleBit(b),
-                None => custom_field(name).map_or(Field::Other, |(f, _)| f),
-            }
+    use super::vocab::{Family, Metric};
+    let Some(f) = super::vocab::lookup(name) else {
+        return Field::Other;
+    };
+    if !matches!(f.term.family, Family::SmiQuery | Family::Common) && f.term.metric != Metric::Gpu {
+        return Field::Other;
+    }
+    match f.term.metric {
+        Metric::Time => Field::Timestamp,
+        Metric::Gpu => Field::Index,
+        Metric::Uuid => Field::Uuid,
+        Metric::BusId => Field::BusId,
+        Metric::Name => Field::Name,
+        Metric::UtilPct => Field::UtilGpu,
+        Metric::MemUtilPct => Field::UtilMem,
+        Metric::MemUsedBytes => Field::MemUsed,
+        Metric::MemTotalBytes => Field::MemTotal,
+        Metric::MemFreeBytes => Field::MemFree,
+        Metric::PcieGen => Field::PcieGen,
+        Metric::PcieGenMax => Field::PcieGenMax,
+        Metric::PcieWidth => Field::PcieWidth,
+        Metric::PcieWidthMax => Field::PcieWidthMax,
+        Metric::ThrottleReasons => Field::Throttle,
+        Metric::ThrottleReason => {
+            super::vocab::throttle_bit(name).map_or(Field::Other, Field::ThrottleBit)
         }
+        Metric::TemperatureC => Field::Temperature,
+        Metric::PowerW => Field::Power,
+        Metric::PowerLimitW => Field::PowerLimit,
+        Metric::SmClockMhz => Field::SmClock,
+        _ => Field::Other,
     }
 }
 
-/// A name from a logging script's own header (`gpu_index`, `utilization_gpu_percent`,
-/// `temperature_C`, `power_W`, `mem_used_mib`) that clearly means an nvidia-smi field, with the
-/// unit its suffix names. Names that could mean several things map to nothing.
-fn custom_field(name: &str) -> Option<(Field, Option<&'static str>)> {
-    let n = super::vocab::snake(name);
-    let n = n.as_str();
-    let mut unit = None;
-    let mut base = n;
-    for (suffix, u) in [
-        ("_percent", "%"),
-        ("_pct", "%"),
-        ("_%", "%"),
-        ("_celsius", "C"),
-        ("_c", "C"),
-        ("_watts", "W"),
-        ("_w", "W"),
-        ("_mib", "MiB"),
-        ("_mb", "MiB"),
-        ("_gib", "GiB"),
-        ("_gb", "GiB"),
-        ("_kib", "KiB"),
-        ("_bytes", "B"),
-        ("_mhz", "MHz"),
-        ("_s", "s"),
-        ("_ms", "ms"),
-    ] {
-        if let Some(b) = n.strip_suffix(suffix) {
-            base = b;
-            unit = Some(u);
-            break;
-        }
-    }
-    let f = match base {
-        "timestamp" | "time" | "ts" | "datetime" | "date_time" | "epoch" | "unix_time"
-        | "unixtime" | "time_unix" => Field::Timestamp,
-        "index" | "gpu" | "gpu_index" | "gpu_id" | "gpu_idx" | "idx" | "device"
-        | "device_index" | "device_id" | "gpu_num" => Field::Index,
-        "uuid" | "gpu_uuid" => Field::Uuid,
-        "bus_id" | "pci_bus_id" | "gpu_bus_id" => Field::BusId,
-        "name" | "gpu_name" | "model" => Field::Name,
-        "utilization_gpu" | "gpu_utilization" | "gpu_util" | "util" | "util_gpu"
-        | "utilization" | "gpu_usage" | "gpu_busy" | "sm_util" => Field::UtilGpu,
-        "utilization_memory" | "memory_utilization" | "mem_util" | "util_mem"
-        | "mem_utilization" => Field::UtilMem,
-        "memory_used" | "mem_used" | "used_memory" | "fb_used" | "gpu_mem_used"
-        | "gpu_memory_used" | "memory_usage" | "mem_usage" => Field::MemUsed,
-        "memory_total" | "mem_total" | "total_memory" | "fb_total" | "gpu_memory_total" => {
-            Field::MemTotal
-        }
-        "memory_free" | "mem_free" | "free_memory" | "fb_free" => Field::MemFree,
-        "temperature_gpu" | "temperature" | "temp" | "gpu_temp" | "gpu_temperature" => {
-            Field::Temperature
-        }
-        "power_draw" | "power" | "power_usage" | "gpu_power" => Field::Power,
-        "power_limit" => Field::PowerLimit,
-        "clocks_sm" | "sm_clock" | "clock_sm" | "sm_clocks" => Field::SmClock,
-        _ => return None,
-    };
-    // A unit that contradicts the field (a "%" on memory, "W" on a timestamp) is a different
-    // quantity: better unknown than wrong.
-    let fits = match (f, unit) {
-        (_, None) => true,
-        (Field::UtilGpu | Field::UtilMem, Some(u)) => u == "%",
-        (Field::MemUsed | Field::MemTotal | Field::MemFree, Some(u)) => {
-            matches!(u, "MiB" | "GiB" | "KiB" | "B")
-        }
-        (Field::Temperature, Some(u)) => u == "C",
-        (Field::Power | Field::PowerLimit, Some(u)) => u == "W",
-        (Field::SmClock, Some(u)) => u == "MHz",
-        (Field::Timestamp, Some(u)) => u == "s" || u == "ms",
-        _ => false,
-    };
-    fits.then_some((f, unit))
+/// The unit a column's values are in when neither the header nor the values say it: the one
+/// the vocabulary gives its name (nvidia-smi's memory in MiB, a script's `_mib`, `_ms`).
+fn vocab_unit(name: &str) -> Option<String> {
+    let f = super::vocab::lookup(name)?;
+    super::vocab::unit_scale(f.unit)?;
+    Some(f.unit.to_string())
 }
 
 /// Is this line a header (names only, none of them a value, one of them a known field)?
@@ -229,13 +153,12 @@ fn number(v: &str, unit_from_header: Option<&str>) -> Option<f64> {
         _ => return None,
     };
     let x: f64 = num.parse().ok()?;
-    let scale = match unit.trim_matches(|c| c == '[' || c == ']') {
-        "MiB" => 1024.0 * 1024.0,
-        "GiB" => 1024.0 * 1024.0 * 1024.0,
-        "KiB" => 1024.0,
-        "MB" => 1e6,
-        "GB" => 1e9,
-        "KB" | "kB" => 1e3,
+    // Only sizes are converted here: a time's unit is `parse_time_value`'s.
+    let unit = unit.trim_matches(|c| c == '[' || c == ']');
+    let scale = match unit {
+        "MiB" | "GiB" | "KiB" | "MB" | "GB" | "KB" | "kB" => {
+            super::vocab::unit_scale(unit).unwrap_or(1.0)
+        }
         _ => 1.0,
     };
     Some(x * scale)
@@ -414,14 +337,9 @@ impl Columns {
             .iter()
             .zip(&fields)
             .map(|(n, f)| {
-                header_unit(n)
-                    .or_else(|| custom_field(n).and_then(|(_, u)| u).map(str::to_string))
-                    // nvidia-smi writes memory in MiB: a header without a unit (nounits, or a
-                    // script's own names) means MiB.
-                    .or_else(|| {
-                        matches!(f, Field::MemUsed | Field::MemTotal | Field::MemFree)
-                            .then(|| "MiB".to_string())
-                    })
+                // nvidia-smi writes memory in MiB: a header without a unit (nounits, or a
+                // script's own names) means what the vocabulary says, MiB for memory.
+                header_unit(n).or_else(|| (*f != Field::Other).then(|| vocab_unit(n)).flatten())
             })
             .collect();
         Columns {
@@ -1550,26 +1468,30 @@ mod tests {
 
     #[test]
     fn custom_names_map_only_when_clear() {
+        let f = |n: &str| (field_of(n), vocab_unit(n));
         assert_eq!(
-            custom_field("utilization_gpu_percent"),
-            Some((Field::UtilGpu, Some("%")))
+            f("utilization_gpu_percent"),
+            (Field::UtilGpu, Some("%".into()))
         );
+        assert_eq!(f("temperature_C"), (Field::Temperature, Some("C".into())));
+        assert_eq!(f("power_W"), (Field::Power, Some("W".into())));
+        assert_eq!(f("gpu_index"), (Field::Index, None));
+        assert_eq!(f("Mem Used (MiB)"), (Field::MemUsed, Some("MiB".into())));
         assert_eq!(
-            custom_field("temperature_C"),
-            Some((Field::Temperature, Some("C")))
-        );
-        assert_eq!(custom_field("power_W"), Some((Field::Power, Some("W"))));
-        assert_eq!(custom_field("gpu_index"), Some((Field::Index, None)));
-        assert_eq!(
-            custom_field("Mem Used (MiB)"),
-            Some((Field::MemUsed, Some("MiB")))
-        );
-        assert_eq!(
-            custom_field("memory_percent"),
-            None,
+            f("memory_percent").0,
+            Field::Other,
             "% of memory is not bytes"
         );
-        assert_eq!(custom_field("loss"), None);
+        assert_eq!(f("loss").0, Field::Other);
+        // Other tools' names are not this reader's.
+        assert_eq!(f("SMACT").0, Field::Other);
+        assert_eq!(
+            f("clocks_event_reasons.sw_power_cap"),
+            (
+                Field::ThrottleBit(crate::reading::throttle::SW_POWER_CAP),
+                None
+            )
+        );
         assert!(looks_like_header("timestamp,gpu_index,temperature_C"));
         assert!(!looks_like_header("2026-12-02T12:00:00Z,0,61"));
         assert!(!looks_like_header("alpha,beta"));

@@ -52,7 +52,7 @@ pub fn read_events(
             };
             let Some(x) = v.as_f64() else { continue };
             match f.term.metric {
-                Metric::Time => time = Some(super::epoch_seconds(x)),
+                Metric::Time | Metric::Date => time = Some(super::epoch_seconds(x)),
                 Metric::RelativeS => rel = Some(x),
                 Metric::Ignored | Metric::Gpu | Metric::Host | Metric::Name | Metric::Uuid => {}
                 m => values.push((f.gpu.unwrap_or(0), m, x * f.scale)),
