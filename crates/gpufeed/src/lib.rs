@@ -1,10 +1,11 @@
 //! gpufeed: find out why a GPU is starving during training, what to change, and measure the fix.
 //!
-//! Data flows one way: sources (`sample`, and `import` for other tools' GPU logs) →
+//! Data flows one way: sources (`sample`, and `import` for other tools' GPU logs: the telemetry
+//! engine's crate, `gpufeed_telemetry`) →
 //! samples/events (`sample::event`) → timeline (`record`) or trace summary (`trace`) → evidence →
 //! rules → findings (`finding`) → presenters (`present`). `tune`, `compare` and `live` sit above
 //! the diagnosis they run or read; `bench` and `doctor` measure and check the machine.
-//! `units` (the PCIe link table, byte and rate formats, rounding), `exit` (the exit-code table and
+//! `units` (the PCIe link table, byte and rate formats, rounding: the engine's, shared), `exit` (the exit-code table and
 //! the one error that reaches `main`), `json` (the one JSON byte cursor under the recording's and
 //! the trace's fast readers), `stats` (medians, intervals, the steady-state estimate) and `finding`
 //! sit beneath every layer; `cli` declares the arguments, and `commands` (the top) runs them.
@@ -59,12 +60,16 @@ pub mod present; // batch, bench, compare, diagnose, doctor, job, prometheus, sw
 pub mod trace; // families, ranks, report, rules, summary
 pub mod tune; // batch, params, plan, report, sweep, trial
 
+// The telemetry engine (crates/gpufeed-telemetry): the log readers as `import`, and the figure
+// formats (`units`) it shares with every layer here.
+use gpufeed_telemetry as import;
+use gpufeed_telemetry::units;
+
 // The rest of the crate, private.
 mod cli;
 mod commands;
 mod exit;
 mod finding;
-mod import;
 mod inject;
 mod job;
 mod json;
@@ -74,7 +79,6 @@ mod record;
 mod sample;
 mod stats;
 mod tui;
-mod units;
 
 #[cfg(test)]
 mod layers;

@@ -5,12 +5,14 @@ use super::evidence::{EvidenceBuilder, Origin};
 use super::phases::{self, Phase};
 use super::{DiagnoseError, Evidence, Source};
 use crate::import::dcgmi::{self, Flavour};
+use crate::import::reading::{LogHeader, Reading};
 use crate::import::smi_csv::{self, CsvOptions};
 use crate::import::stream::{Compression, Encoding, Input, Passes, HEAD_BYTES};
 use crate::import::{LogError, LogInfo};
 use crate::record::format::ReadError;
 use crate::record::reader::{self, Sink};
-use crate::sample::event::{Header, Line};
+use crate::sample::event::Header;
+use crate::sample::GpuSample;
 use serde::{Deserialize, Serialize};
 use std::io::Read;
 use std::path::Path;
@@ -488,13 +490,11 @@ fn read_log_evidence(
     let mut pooler = phases::Pooler::default();
     let mut t_range: Option<(f64, f64)> = None;
     let mut fraction = FractionCheck::default();
-    read_log(path, format, opts, passes.as_deref_mut(), |l| {
-        if let Line::Gpu(g) = l {
-            t_range = Some(t_range.map_or((g.t_s, g.t_s), |(a, z)| (a.min(g.t_s), z.max(g.t_s))));
-            if let Some(u) = g.util_pct {
-                fraction.add(u);
-                pooler.push_with_memory(g.t_s, u, g.mem_used_bytes);
-            }
+    read_log(path, format, opts, passes.as_deref_mut(), |g| {
+        t_range = Some(t_range.map_or((g.t_s, g.t_s), |(a, z)| (a.min(g.t_s), z.max(g.t_s))));
+        if let Some(u) = g.util_pct {
+            fraction.add(u);
+            pooler.push_with_memory(g.t_s, u, g.mem_used_bytes);
         }
     })?;
     let total_s = t_range.map_or(0.0, |(a, z)| z - a);
@@ -505,22 +505,20 @@ fn read_log_evidence(
     }
     let phases = phases::segment(&series, &released);
     let mut b = EvidenceBuilder::new();
-    let (header, mut info, prof) = read_log(path, format, opts, passes, |l| match l {
-        Line::Gpu(g) => {
-            let t = if phases.is_empty() {
-                Some(g.t_s)
-            } else {
-                phases::judged_time(&phases, g.t_s)
-            };
-            if let Some(t) = t {
-                let mut g = g.clone();
-                g.t_s = t;
-                g.util_pct = g.util_pct.map(|u| u * scale);
-                b.push_gpu(&g);
-            }
+    let (header, mut info, prof) = read_log(path, format, opts, passes, |g| {
+        let t = if phases.is_empty() {
+            Some(g.t_s)
+        } else {
+            phases::judged_time(&phases, g.t_s)
+        };
+        if let Some(t) = t {
+            let mut g = GpuSample::from(g);
+            g.t_s = t;
+            g.util_pct = g.util_pct.map(|u| u * scale);
+            b.push_gpu(&g);
         }
-        other => b.push(other),
     })?;
+    let header = Header::from(header);
     info.notes.extend(fraction.note());
     for (i, p) in prof {
         b.set_profiling(i, p);
@@ -559,19 +557,19 @@ fn read_log_evidence(
     })
 }
 
-/// Reads a log once, handing each line to `visit`.
+/// Reads a log once, handing each reading to `visit`.
 #[allow(clippy::type_complexity)]
 fn read_log(
     path: &Path,
     format: InputFormat,
     opts: &LogOptions,
     passes: Option<&mut Passes>,
-    visit: impl FnMut(&Line),
-) -> Result<(Header, LogInfo, Vec<(u32, dcgmi::ProfilingMeans)>), DiagnoseError> {
+    visit: impl FnMut(&Reading),
+) -> Result<(LogHeader, LogInfo, Vec<(u32, dcgmi::ProfilingMeans)>), DiagnoseError> {
     use crate::import::{csv_table, mlflow, prom, rocm_table, smi_q, smi_table, wandb};
     let collect = |r: Result<_, LogError>| {
         r.map(
-            |(h, i, p): (Header, LogInfo, std::collections::BTreeMap<u32, _>)| {
+            |(h, i, p): (LogHeader, LogInfo, std::collections::BTreeMap<u32, _>)| {
                 (h, i, p.into_iter().collect())
             },
         )

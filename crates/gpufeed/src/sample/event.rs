@@ -304,6 +304,26 @@ fn one() -> u32 {
     1
 }
 
+/// The header of a recording read from a GPU log: no host facts, the GPUs the log showed.
+impl From<gpufeed_telemetry::reading::LogHeader> for Header {
+    fn from(h: gpufeed_telemetry::reading::LogHeader) -> Self {
+        Header {
+            schema_version: SCHEMA_VERSION,
+            gpufeed_version: None,
+            start_time: String::new(),
+            start_unix_us: 0,
+            interval_s: h.interval_s,
+            host: HostInfo::default(),
+            driver: None,
+            gpus: h.gpus,
+            gpu_error: None,
+            command: None,
+            pid: None,
+            py_rate_hz: None,
+        }
+    }
+}
+
 /// A value as Python would write it (`True`, `8`, `'high'`).
 pub(crate) fn py(v: &serde_json::Value) -> String {
     match v {

@@ -17,22 +17,8 @@ pub(crate) mod steps;
 use serde::{Deserialize, Serialize};
 
 use crate::json::fields::json_fields;
-
-/// What does not change while a GPU is recorded.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct GpuStatic {
-    pub index: u32,
-    pub name: Option<String>,
-    pub uuid: Option<String>,
-    pub memory_total_bytes: Option<u64>,
-    /// CUDA compute capability as `[major, minor]`.
-    pub compute_capability: Option<[u32; 2]>,
-    pub pcie_max_gen: Option<u32>,
-    pub pcie_max_width: Option<u32>,
-    /// MIG mode currently enabled.
-    pub mig_enabled: Option<bool>,
-    pub power_limit_w: Option<f64>,
-}
+pub(crate) use gpufeed_telemetry::reading::throttle;
+pub use gpufeed_telemetry::reading::GpuStatic;
 
 /// Driver-wide facts.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -102,42 +88,6 @@ json_fields! {
         /// Compute processes on this GPU (read at a lower rate; `None` between readings).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub processes: Option<Vec<GpuProcess>>,
-    }
-}
-
-/// Clock-event reason bits (nvml.h `nvmlClocksEventReason*`).
-pub(crate) mod throttle {
-    pub(crate) const GPU_IDLE: u64 = 0x1;
-    pub(crate) const APPLICATIONS_CLOCKS_SETTING: u64 = 0x2;
-    pub(crate) const SW_POWER_CAP: u64 = 0x4;
-    pub(crate) const HW_SLOWDOWN: u64 = 0x8;
-    pub(crate) const SYNC_BOOST: u64 = 0x10;
-    pub(crate) const SW_THERMAL: u64 = 0x20;
-    pub(crate) const HW_THERMAL: u64 = 0x40;
-    pub(crate) const HW_POWER_BRAKE: u64 = 0x80;
-    pub(crate) const DISPLAY_CLOCK: u64 = 0x100;
-
-    /// Bits that mean the GPU is really being slowed (not GpuIdle, not an application setting).
-    pub(crate) const SLOWING: u64 =
-        SW_POWER_CAP | HW_SLOWDOWN | SW_THERMAL | HW_THERMAL | HW_POWER_BRAKE;
-
-    /// Names of the set bits, GpuIdle included (callers decide what counts as throttling).
-    pub(crate) fn names(mask: u64) -> Vec<&'static str> {
-        const ALL: [(u64, &str); 9] = [
-            (GPU_IDLE, "gpu_idle"),
-            (APPLICATIONS_CLOCKS_SETTING, "applications_clocks_setting"),
-            (SW_POWER_CAP, "sw_power_cap"),
-            (HW_SLOWDOWN, "hw_slowdown"),
-            (SYNC_BOOST, "sync_boost"),
-            (SW_THERMAL, "sw_thermal"),
-            (HW_THERMAL, "hw_thermal"),
-            (HW_POWER_BRAKE, "hw_power_brake"),
-            (DISPLAY_CLOCK, "display_clock"),
-        ];
-        ALL.iter()
-            .filter(|(bit, _)| mask & bit != 0)
-            .map(|(_, n)| *n)
-            .collect()
     }
 }
 
@@ -237,4 +187,30 @@ pub(crate) trait GpuSource: Send {
     /// Reads every device once. `t0_unix_us` is the recording's start (Unix µs), to convert driver
     /// timestamps; `slow` asks for the expensive metrics too (process lists, PCIe throughput).
     fn sample(&mut self, t_s: f64, t0_unix_us: u64, slow: bool) -> Vec<GpuSample>;
+}
+
+/// A reading of a GPU log as a recording's `gpu` line: a log holds no driver sample buffer
+/// (`util_samples` is `None`) and no processes per reading.
+impl From<&gpufeed_telemetry::reading::Reading> for GpuSample {
+    fn from(r: &gpufeed_telemetry::reading::Reading) -> Self {
+        GpuSample {
+            index: r.index,
+            t_s: r.t_s,
+            util_samples: None,
+            util_pct: r.util_pct,
+            mem_util_pct: r.mem_util_pct,
+            mem_used_bytes: r.mem_used_bytes,
+            sm_clock_mhz: r.sm_clock_mhz,
+            power_w: r.power_w,
+            temperature_c: r.temperature_c,
+            pcie_rx_bytes: r.pcie_rx_bytes,
+            pcie_tx_bytes: r.pcie_tx_bytes,
+            pcie_rx_bytes_per_s: r.pcie_rx_bytes_per_s,
+            pcie_tx_bytes_per_s: r.pcie_tx_bytes_per_s,
+            pcie_gen: r.pcie_gen,
+            pcie_width: r.pcie_width,
+            throttle_reasons: r.throttle_reasons,
+            processes: None,
+        }
+    }
 }

@@ -7,16 +7,16 @@ use super::dcgmi::ProfilingMeans;
 use super::table::{Table, When};
 use super::vocab::{self, Metric};
 use super::{LogError, LogInfo};
-use crate::sample::event::{Header, Line};
+use crate::reading::{LogHeader, Reading};
 use std::collections::BTreeMap;
 use std::io::Read;
 
 /// Reads `wandb-events.jsonl`.
-pub(crate) fn read_events(
+pub fn read_events(
     r: impl Read,
     interval_s: Option<f64>,
-    visit: impl FnMut(&Line),
-) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+    visit: impl FnMut(&Reading),
+) -> Result<(LogHeader, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
     let mut t = Table::new();
     let mut any = false;
     // Some line was a JSON object (else the file is no W&B events file at all).
@@ -52,7 +52,7 @@ pub(crate) fn read_events(
             };
             let Some(x) = v.as_f64() else { continue };
             match f.term.metric {
-                Metric::Time => time = Some(super::epoch_seconds(x)),
+                Metric::Time | Metric::Date => time = Some(super::epoch_seconds(x)),
                 Metric::RelativeS => rel = Some(x),
                 Metric::Ignored | Metric::Gpu | Metric::Host | Metric::Name | Metric::Uuid => {}
                 m => values.push((f.gpu.unwrap_or(0), m, x * f.scale)),
@@ -97,7 +97,7 @@ pub(crate) fn read_events(
 }
 
 /// The message for a `.wandb` run file (W&B's binary log of a run, system metrics included).
-pub(crate) fn binary_run_file_message(shown: &str) -> String {
+pub fn binary_run_file_message(shown: &str) -> String {
     format!(
         "a W&B run file (.wandb, binary): gpufeed reads W&B's system metrics from \
          wandb-events.jsonl or a CSV export; for this run, export the system panel's CSV from the \
@@ -115,12 +115,7 @@ mod tests {
 {"system.gpu.0.gpu": 90, "system.gpu.1.gpu": 0, "_timestamp": 1582070971.5, "_runtime": 58, "new.key": 1}
 {"system.gpu.0.gpu": 9"#;
         let mut out = Vec::new();
-        let (h, info, _) = read_events(text.as_bytes(), None, |l| {
-            if let Line::Gpu(g) = l {
-                out.push(g.clone())
-            }
-        })
-        .unwrap();
+        let (h, info, _) = read_events(text.as_bytes(), None, |l| out.push(l.clone())).unwrap();
         assert_eq!(h.gpus.len(), 2);
         assert_eq!(out.len(), 4);
         assert_eq!(out[2].t_s, 30.5);

@@ -10,7 +10,7 @@ use super::dcgmi::ProfilingMeans;
 use super::table::{Table, When};
 use super::vocab::{self, Metric};
 use super::{LogError, LogInfo};
-use crate::sample::event::{Header, Line};
+use crate::reading::{LogHeader, Reading};
 use std::collections::BTreeMap;
 use std::io::Read;
 
@@ -133,11 +133,11 @@ fn put_parsed(
 
 /// Reads saved Prometheus text scrapes (the exposition format, `# HELP`/`# TYPE` lines,
 /// optional millisecond timestamps). Scrapes without timestamps are counted one interval apart.
-pub(crate) fn read_text(
+pub fn read_text(
     r: impl Read,
     interval_s: Option<f64>,
-    visit: impl FnMut(&Line),
-) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+    visit: impl FnMut(&Reading),
+) -> Result<(LogHeader, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
     let mut t = Table::new();
     let mut any = false;
     t.each_line(r, |t, buf| {
@@ -177,11 +177,11 @@ pub(crate) const MAX_JSON_BYTES: u64 = 64 << 20;
 /// Reads a Prometheus HTTP API answer (`{"status":"success","data":{"resultType":"matrix",
 /// "result":[{"metric":{…},"values":[[t,"v"],…]}]}}`, or `vector` with one `value`), or a list
 /// of such answers.
-pub(crate) fn read_json(
+pub fn read_json(
     r: impl Read,
     interval_s: Option<f64>,
-    visit: impl FnMut(&Line),
-) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+    visit: impl FnMut(&Reading),
+) -> Result<(LogHeader, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
     let mut buf = Vec::new();
     r.take(MAX_JSON_BYTES + 1).read_to_end(&mut buf)?;
     if buf.len() as u64 > MAX_JSON_BYTES {
@@ -256,24 +256,19 @@ mod tests {
     use super::*;
 
     fn read(
-        f: impl Fn(&[u8], &mut dyn FnMut(&Line)) -> Result<(Header, LogInfo), LogError>,
+        f: impl Fn(&[u8], &mut dyn FnMut(&Reading)) -> Result<(LogHeader, LogInfo), LogError>,
         text: &str,
-    ) -> (Header, LogInfo, Vec<crate::sample::GpuSample>) {
+    ) -> (LogHeader, LogInfo, Vec<Reading>) {
         let mut out = Vec::new();
-        let (h, i) = f(text.as_bytes(), &mut |l: &Line| {
-            if let Line::Gpu(g) = l {
-                out.push(g.clone())
-            }
-        })
-        .unwrap();
+        let (h, i) = f(text.as_bytes(), &mut |l: &Reading| out.push(l.clone())).unwrap();
         (h, i, out)
     }
 
-    fn text(b: &[u8], v: &mut dyn FnMut(&Line)) -> Result<(Header, LogInfo), LogError> {
+    fn text(b: &[u8], v: &mut dyn FnMut(&Reading)) -> Result<(LogHeader, LogInfo), LogError> {
         read_text(b, None, v).map(|(h, i, _)| (h, i))
     }
 
-    fn json(b: &[u8], v: &mut dyn FnMut(&Line)) -> Result<(Header, LogInfo), LogError> {
+    fn json(b: &[u8], v: &mut dyn FnMut(&Reading)) -> Result<(LogHeader, LogInfo), LogError> {
         read_json(b, None, v).map(|(h, i, _)| (h, i))
     }
 

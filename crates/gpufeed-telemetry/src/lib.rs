@@ -8,26 +8,33 @@
 //! recording, through one read loop ([`each_line`]) that holds no line longer than
 //! [`MAX_LOG_LINE_BYTES`].
 
-pub(crate) mod csv_table;
-pub(crate) mod dcgmi;
-pub(crate) mod mlflow;
-pub(crate) mod prom;
-pub(crate) mod rocm_table;
-pub(crate) mod smi_csv;
-pub(crate) mod smi_layout;
-pub(crate) mod smi_q;
-pub(crate) mod smi_table;
-pub(crate) mod stream;
-pub(crate) mod table;
-pub(crate) mod vocab;
-pub(crate) mod wandb;
+// The docs are for contributors, built with `--document-private-items` (`.ci/run`): a public
+// item's doc may link to the private helper it rests on.
+#![allow(rustdoc::private_intra_doc_links)]
+
+pub mod csv_table;
+pub mod dcgmi;
+pub mod mlflow;
+pub mod prom;
+pub mod reading;
+pub mod rocm_table;
+pub mod smi_csv;
+pub mod smi_layout;
+pub mod smi_q;
+pub mod smi_table;
+pub mod stats;
+pub mod stream;
+pub mod table;
+pub mod units;
+pub mod vocab;
+pub mod wandb;
 
 use std::io::{BufReader, Read};
 
 /// The most GPUs one log is read apart (a node holds a few dozen, a fleet's export a few
 /// hundred): rows of GPUs past them are counted in a note, not followed (each followed GPU
 /// costs its figures: 40,000 distinct indices took 440 MB).
-pub(crate) const MAX_GPUS: usize = 1024;
+pub const MAX_GPUS: usize = 1024;
 
 use crate::units::printable;
 
@@ -175,7 +182,7 @@ const NUL_HOLE: usize = 64;
 
 /// Does this start of a file look like binary data rather than a text log (a NUL byte, or many
 /// control characters or invalid UTF-8 sequences)? A sequence cut at the end is not counted.
-pub(crate) fn looks_binary(head: &[u8]) -> bool {
+pub fn looks_binary(head: &[u8]) -> bool {
     // A text log truncated by another process while its writer kept its offset has a hole of
     // NUL bytes; NULs anywhere else are binary data.
     let mut kept = Vec::with_capacity(head.len());

@@ -18,6 +18,9 @@
 pub enum Metric {
     /// When the reading was taken (a date and time, or epoch seconds / milliseconds).
     Time,
+    /// The date of a reading whose time of day is in another column (`nvidia-smi dmon -o DT`);
+    /// other tables read it as [`Metric::Time`].
+    Date,
     /// Seconds since the run started.
     RelativeS,
     /// Which GPU (an index, `GPU 3`, `card0`, a MIG instance).
@@ -52,6 +55,17 @@ pub enum Metric {
     SmClockMhz,
     PcieRxBytesPerS,
     PcieTxBytesPerS,
+    PcieGen,
+    PcieGenMax,
+    PcieWidth,
+    PcieWidthMax,
+    PowerLimitW,
+    /// Clock-event (throttle) reasons as NVML's bitmask (`0x0000000000000040`).
+    ThrottleReasons,
+    /// One clock-event reason's column (`Active` / `Not Active`); its bit is [`throttle_bit`].
+    ThrottleReason,
+    /// The process a row is about (`nvidia-smi pmon`).
+    Pid,
 }
 
 impl Metric {
@@ -83,6 +97,10 @@ pub enum Family {
     SmiQ,
     #[strum(serialize = "dcgmi dmon")]
     Dcgmi,
+    /// Short names found only in `nvidia-smi dmon`/`pmon` headers ([`lookup_dmon`]): alone, `sm`
+    /// or `mem` could mean anything.
+    #[strum(serialize = "nvidia-smi dmon and pmon")]
+    SmiDmon,
     #[strum(serialize = "DCGM fields (dcgm-exporter, Prometheus, Grafana, DCGM CSVs)")]
     DcgmField,
     #[strum(serialize = "nvidia_gpu_exporter (Prometheus)")]
@@ -149,8 +167,42 @@ pub(crate) const TERMS: &[Term] = &[
     t!("clocks.current.sm", SmClockMhz, 1.0, "MHz", SmiQuery),
     t!("index", Gpu, 1.0, "", SmiQuery),
     t!("uuid", Uuid, 1.0, "", SmiQuery),
+    t!("gpu_uuid", Uuid, 1.0, "", SmiQuery),
     t!("pci.bus_id", BusId, 1.0, "", SmiQuery),
+    t!("gpu_bus_id", BusId, 1.0, "", SmiQuery),
+    t!("pci.bus", BusId, 1.0, "", SmiQuery),
     t!("name", Name, 1.0, "", SmiQuery),
+    t!("gpu_name", Name, 1.0, "", SmiQuery),
+    t!("power.draw.instant", PowerW, 1.0, "W", SmiQuery),
+    t!("power.draw.average", PowerW, 1.0, "W", SmiQuery),
+    t!("power.limit", PowerLimitW, 1.0, "W", SmiQuery),
+    t!("enforced.power.limit", PowerLimitW, 1.0, "W", SmiQuery),
+    t!("pcie.link.gen.current", PcieGen, 1.0, "", SmiQuery),
+    t!("pcie.link.gen.gpucurrent", PcieGen, 1.0, "", SmiQuery),
+    t!("pcie.link.gen.max", PcieGenMax, 1.0, "", SmiQuery),
+    t!("pcie.link.gen.gpumax", PcieGenMax, 1.0, "", SmiQuery),
+    t!("pcie.link.gen.hostmax", PcieGenMax, 1.0, "", SmiQuery),
+    t!("pcie.link.width.current", PcieWidth, 1.0, "", SmiQuery),
+    t!("pcie.link.width.max", PcieWidthMax, 1.0, "", SmiQuery),
+    t!("clocks_throttle_reasons.active", ThrottleReasons, 1.0, "", SmiQuery),
+    t!("clocks_event_reasons.active", ThrottleReasons, 1.0, "", SmiQuery),
+    // One column per reason (`Active` / `Not Active`), under the old name and the new.
+    t!("clocks_throttle_reasons.gpu_idle", ThrottleReason, 1.0, "", SmiQuery),
+    t!("clocks_throttle_reasons.applications_clocks_setting", ThrottleReason, 1.0, "", SmiQuery),
+    t!("clocks_throttle_reasons.sw_power_cap", ThrottleReason, 1.0, "", SmiQuery),
+    t!("clocks_throttle_reasons.hw_slowdown", ThrottleReason, 1.0, "", SmiQuery),
+    t!("clocks_throttle_reasons.hw_thermal_slowdown", ThrottleReason, 1.0, "", SmiQuery),
+    t!("clocks_throttle_reasons.hw_power_brake_slowdown", ThrottleReason, 1.0, "", SmiQuery),
+    t!("clocks_throttle_reasons.sw_thermal_slowdown", ThrottleReason, 1.0, "", SmiQuery),
+    t!("clocks_throttle_reasons.sync_boost", ThrottleReason, 1.0, "", SmiQuery),
+    t!("clocks_event_reasons.gpu_idle", ThrottleReason, 1.0, "", SmiQuery),
+    t!("clocks_event_reasons.applications_clocks_setting", ThrottleReason, 1.0, "", SmiQuery),
+    t!("clocks_event_reasons.sw_power_cap", ThrottleReason, 1.0, "", SmiQuery),
+    t!("clocks_event_reasons.hw_slowdown", ThrottleReason, 1.0, "", SmiQuery),
+    t!("clocks_event_reasons.hw_thermal_slowdown", ThrottleReason, 1.0, "", SmiQuery),
+    t!("clocks_event_reasons.hw_power_brake_slowdown", ThrottleReason, 1.0, "", SmiQuery),
+    t!("clocks_event_reasons.sw_thermal_slowdown", ThrottleReason, 1.0, "", SmiQuery),
+    t!("clocks_event_reasons.sync_boost", ThrottleReason, 1.0, "", SmiQuery),
     // nvidia-smi -q and -q -x: the section and the key, in snake case (`FB Memory Usage` /
     // `Used`, `<fb_memory_usage><used>`); BAR1 memory is not the GPU's memory.
     t!("utilization/gpu", UtilPct, 1.0, "%", SmiQ),
@@ -191,6 +243,16 @@ pub(crate) const TERMS: &[Term] = &[
     t!("pcirx", PcieRxBytesPerS, 1.0, "B/s", Dcgmi),
     t!("nvltx", Ignored, 1.0, "B/s", Dcgmi),
     t!("nvlrx", Ignored, 1.0, "B/s", Dcgmi),
+    // nvidia-smi dmon / pmon columns (`-o DT` adds date and time; rxpci/txpci in MB/s).
+    t!("idx", Gpu, 1.0, "", SmiDmon),
+    t!("pid", Pid, 1.0, "", SmiDmon),
+    t!("sm", UtilPct, 1.0, "%", SmiDmon),
+    t!("mem", MemUtilPct, 1.0, "%", SmiDmon),
+    t!("fb", MemUsedBytes, MIB, "MiB", SmiDmon),
+    t!("pwr", PowerW, 1.0, "W", SmiDmon),
+    t!("pclk", SmClockMhz, 1.0, "MHz", SmiDmon),
+    t!("rxpci", PcieRxBytesPerS, 1e6, "MB/s", SmiDmon),
+    t!("txpci", PcieTxBytesPerS, 1e6, "MB/s", SmiDmon),
     // DCGM field names (dcgm-exporter series, DCGM CSVs, Grafana).
     t!("dcgm_fi_dev_gpu_util", UtilPct, 1.0, "%", DcgmField),
     t!("dcgm_fi_prof_sm_active", SmActivePct, 100.0, "fraction", DcgmField),
@@ -284,13 +346,14 @@ pub(crate) const TERMS: &[Term] = &[
     t!("socket_power", PowerW, 1.0, "W", AmdSmi),
     t!("hotspot", TemperatureC, 1.0, "C", AmdSmi),
     t!("edge", Ignored, 1.0, "C", AmdSmi),
-    t!("vram_used", MemUsedBytes, MIB, "MB", AmdSmi),
-    t!("vram_total", MemTotalBytes, MIB, "MB", AmdSmi),
+    // amd-smi labels these `MB` but divides by 1024²: MiB.
+    t!("vram_used", MemUsedBytes, MIB, "MiB", AmdSmi),
+    t!("vram_total", MemTotalBytes, MIB, "MiB", AmdSmi),
     t!("gfx_0_clk", SmClockMhz, 1.0, "MHz", AmdSmi),
     // Time, GPU and host columns of exports and scripts.
     t!("timestamp", Time, 1.0, "date/epoch", Common),
     t!("time", Time, 1.0, "date/epoch", Common),
-    t!("date", Time, 1.0, "date", Common),
+    t!("date", Date, 1.0, "date", Common),
     t!("datetime", Time, 1.0, "date/epoch", Common),
     t!("gpu", Gpu, 1.0, "", Common),
     t!("gpu_id", Gpu, 1.0, "", Common),
@@ -314,6 +377,97 @@ pub(crate) struct Found {
     /// Multiply a value by this to get the metric's unit (the term's, or what a script name's
     /// unit suffix says: `mem_used_bytes` is in bytes).
     pub scale: f64,
+    /// The unit the values are in (the term's, or the suffix's), "" for none.
+    pub unit: &'static str,
+}
+
+/// Unit texts, in headers (`[MiB]`), values (`1024 MiB`) and the vocabulary, and the factor that
+/// brings a value to its metric's unit: bytes, percent, seconds, MHz, bytes per second. The one
+/// place a unit is decided: a unit written out is taken at its word (`MB` is 10⁶ bytes).
+const UNITS: &[(&str, f64)] = &[
+    ("%", 1.0),
+    ("fraction", 100.0),
+    ("B", 1.0),
+    ("KiB", 1024.0),
+    ("MiB", MIB),
+    ("GiB", MIB * 1024.0),
+    ("KB", 1e3),
+    ("kB", 1e3),
+    ("MB", 1e6),
+    ("GB", 1e9),
+    ("B/s", 1.0),
+    ("MB/s", 1e6),
+    ("W", 1.0),
+    ("C", 1.0),
+    ("°C", 1.0),
+    ("MHz", 1.0),
+    ("Hz", 1e-6),
+    ("s", 1.0),
+    ("ms", 1e-3),
+    ("us", 1e-6),
+];
+
+/// The factor of a unit text ([`UNITS`]); `None` for a text that is no unit.
+pub(crate) fn unit_scale(unit: &str) -> Option<f64> {
+    UNITS.iter().find(|(u, _)| *u == unit).map(|(_, k)| *k)
+}
+
+/// The unit suffixes of a logging script's names (`gpu_util_percent`, `mem_used_mib`), longest
+/// first where one ends another. `_mb` and `_gb` are MiB and GiB: the scripts that write them
+/// divide by 1024² (gpuutiliz: `Used / (1024 * 1024)` as `dev_mem_used_mb`), and nvidia-smi,
+/// NVML and PyTorch all count memory in MiB; read as 10⁶ the same column was 5% smaller on one
+/// path than on the other.
+const SUFFIXES: &[(&str, &str)] = &[
+    ("_percent", "%"),
+    ("_pct", "%"),
+    ("_%", "%"),
+    ("_celsius", "C"),
+    ("_deg_c", "C"),
+    ("_c", "C"),
+    ("_watts", "W"),
+    ("_w", "W"),
+    ("_mib", "MiB"),
+    ("_mb", "MiB"),
+    ("_gib", "GiB"),
+    ("_gb", "GiB"),
+    ("_kib", "KiB"),
+    ("_bytes", "B"),
+    ("_mhz", "MHz"),
+    ("_ms", "ms"),
+    ("_us", "us"),
+    ("_s", "s"),
+    ("_pc", "%"),
+];
+
+/// The bits of NVML's clock-event reasons, by the name nvidia-smi gives each one's column.
+const THROTTLE_BITS: &[(&str, u64)] = {
+    use crate::reading::throttle as t;
+    &[
+        ("gpu_idle", t::GPU_IDLE),
+        (
+            "applications_clocks_setting",
+            t::APPLICATIONS_CLOCKS_SETTING,
+        ),
+        ("sw_power_cap", t::SW_POWER_CAP),
+        ("hw_slowdown", t::HW_SLOWDOWN),
+        ("hw_thermal_slowdown", t::HW_THERMAL),
+        ("hw_power_brake_slowdown", t::HW_POWER_BRAKE),
+        ("sw_thermal_slowdown", t::SW_THERMAL),
+        ("sync_boost", t::SYNC_BOOST),
+    ]
+};
+
+/// The bit a [`Metric::ThrottleReason`] column stands for (`clocks_event_reasons.sw_power_cap`).
+pub(crate) fn throttle_bit(name: &str) -> Option<u64> {
+    let n = normalize(name);
+    let n = n.split('[').next().unwrap_or("").trim();
+    let reason = n
+        .strip_prefix("clocks_throttle_reasons.")
+        .or_else(|| n.strip_prefix("clocks_event_reasons."))?;
+    THROTTLE_BITS
+        .iter()
+        .find(|(r, _)| *r == reason)
+        .map(|(_, b)| *b)
 }
 
 /// Lower case, runs of white space as one space, trimmed.
@@ -348,7 +502,27 @@ fn template(name: &str) -> Option<(String, u32)> {
 }
 
 fn exact(name: &str) -> Option<&'static Term> {
-    TERMS.iter().find(|t| t.name == name)
+    TERMS
+        .iter()
+        .find(|t| t.name == name && t.family != Family::SmiDmon)
+}
+
+/// Looks a column of an `nvidia-smi dmon` or `pmon` header up: its own short names first, then
+/// the others (`gpu`, `date`, `time`, `gtemp`).
+pub(crate) fn lookup_dmon(raw: &str) -> Option<Found> {
+    let n = normalize(raw);
+    match TERMS
+        .iter()
+        .find(|t| t.name == n && t.family == Family::SmiDmon)
+    {
+        Some(term) => Some(Found {
+            term,
+            gpu: None,
+            scale: term.scale,
+            unit: term.unit,
+        }),
+        None => lookup(raw),
+    }
 }
 
 /// Looks a column, key or series name up.
@@ -370,6 +544,7 @@ pub(crate) fn lookup(raw: &str) -> Option<Found> {
                 term,
                 gpu: None,
                 scale: term.scale,
+                unit: term.unit,
             });
         }
         if let Some((tpl, gpu)) = template(t) {
@@ -378,6 +553,7 @@ pub(crate) fn lookup(raw: &str) -> Option<Found> {
                     term,
                     gpu: Some(gpu),
                     scale: term.scale,
+                    unit: term.unit,
                 });
             }
         }
@@ -410,27 +586,7 @@ fn script_name(n: &str) -> Option<Found> {
     let s = s.as_str();
     let mut unit = "";
     let mut base = s;
-    for (suffix, u) in [
-        ("_percent", "%"),
-        ("_pct", "%"),
-        ("_%", "%"),
-        ("_celsius", "C"),
-        ("_c", "C"),
-        ("_watts", "W"),
-        ("_w", "W"),
-        ("_mib", "MiB"),
-        ("_mb", "MB"),
-        ("_gib", "GiB"),
-        ("_gb", "GB"),
-        ("_kib", "KiB"),
-        ("_bytes", "B"),
-        ("_mhz", "MHz"),
-        ("_s", "s"),
-        ("_ms", "ms"),
-        ("_pc", "%"),
-        ("_deg_c", "C"),
-        ("_us", "us"),
-    ] {
+    for (suffix, u) in SUFFIXES {
         if let Some(b) = s.strip_suffix(suffix) {
             base = b;
             unit = u;
@@ -441,21 +597,15 @@ fn script_name(n: &str) -> Option<Found> {
         .iter()
         .find(|t| t.name == base && (unit.is_empty() || unit_fits(t.metric, unit)))?;
     // The suffix's unit decides the scale where it names one.
-    let scale = match unit {
-        "MiB" => MIB,
-        "GiB" => MIB * 1024.0,
-        "KiB" => 1024.0,
-        "MB" => 1e6,
-        "GB" => 1e9,
-        "ms" => 1e-3,
-        "us" => 1e-6,
-        "B" => 1.0,
-        _ => term.scale,
+    let (scale, unit) = match unit_scale(unit).filter(|_| !unit.is_empty() && unit != "%") {
+        Some(k) => (k, unit),
+        None => (term.scale, term.unit),
     };
     Some(Found {
         term,
         gpu: None,
         scale,
+        unit,
     })
 }
 
@@ -466,7 +616,7 @@ fn unit_fits(m: Metric, unit: &str) -> bool {
             matches!(unit, "MiB" | "GiB" | "KiB" | "MB" | "GB" | "B")
         }
         Metric::TemperatureC => unit == "C",
-        Metric::PowerW => unit == "W",
+        Metric::PowerW | Metric::PowerLimitW => unit == "W",
         Metric::SmClockMhz => unit == "MHz",
         Metric::Time | Metric::RelativeS => matches!(unit, "s" | "ms" | "us"),
         _ => false,
@@ -500,6 +650,20 @@ const SCRIPT_TERMS: &[Term] = &[
     t!("sm_clock", SmClockMhz, 1.0, "MHz", Common), t!("clocks_sm", SmClockMhz, 1.0, "MHz", Common),
     t!("power", PowerW, 1.0, "W", Common), t!("gpu_id", Gpu, 1.0, "", Common),
     t!("gpuid", Gpu, 1.0, "", Common), t!("timestampus", Time, 1e-6, "us", Common), t!("modelname", Name, 1.0, "", Common),
+    t!("date_time", Time, 1.0, "", Common), t!("unixtime", Time, 1.0, "", Common),
+    t!("time_unix", Time, 1.0, "", Common), t!("idx", Gpu, 1.0, "", Common),
+    t!("gpu_num", Gpu, 1.0, "", Common), t!("bus_id", BusId, 1.0, "", Common),
+    t!("pci_bus_id", BusId, 1.0, "", Common), t!("model", Name, 1.0, "", Common),
+    t!("util_gpu", UtilPct, 1.0, "%", Common), t!("sm_util", UtilPct, 1.0, "%", Common),
+    t!("util_mem", MemUtilPct, 1.0, "%", Common), t!("mem_utilization", MemUtilPct, 1.0, "%", Common),
+    t!("used_memory", MemUsedBytes, MIB, "MiB", Common), t!("gpu_mem_used", MemUsedBytes, MIB, "MiB", Common),
+    t!("memory_usage", MemUsedBytes, MIB, "MiB", Common), t!("mem_usage", MemUsedBytes, MIB, "MiB", Common),
+    t!("total_memory", MemTotalBytes, MIB, "MiB", Common), t!("fb_total", MemTotalBytes, MIB, "MiB", Common),
+    t!("gpu_memory_total", MemTotalBytes, MIB, "MiB", Common),
+    t!("free_memory", MemFreeBytes, MIB, "MiB", Common), t!("fb_free", MemFreeBytes, MIB, "MiB", Common),
+    t!("temperature_gpu", TemperatureC, 1.0, "C", Common), t!("gpu_temperature", TemperatureC, 1.0, "C", Common),
+    t!("power_limit", PowerLimitW, 1.0, "W", Common),
+    t!("clock_sm", SmClockMhz, 1.0, "MHz", Common), t!("sm_clocks", SmClockMhz, 1.0, "MHz", Common),
     // DCGM profiling fields under a script's own names (fractions, as DCGM gives them).
     t!("sm_active", SmActivePct, 100.0, "fraction", DcgmField),
     t!("gr_active", GrActivePct, 100.0, "fraction", DcgmField),
@@ -566,10 +730,55 @@ mod tests {
         for t in TERMS {
             assert_eq!(t.name, t.name.to_lowercase(), "{}", t.name);
             let probe = t.name.replace("{}", "7");
-            let f = lookup(&probe).unwrap_or_else(|| panic!("{probe}"));
+            let f = if t.family == Family::SmiDmon {
+                lookup_dmon(&probe)
+            } else {
+                lookup(&probe)
+            };
+            let f = f.unwrap_or_else(|| panic!("{probe}"));
             assert_eq!(f.term.name, t.name, "{probe} found as another term");
             assert_eq!(f.gpu, t.name.contains("{}").then_some(7), "{probe}");
         }
+    }
+
+    /// A unit is decided once: every term whose unit is a unit text converts by that unit's
+    /// factor, whatever reader meets it.
+    #[test]
+    fn every_term_converts_by_its_units_factor() {
+        for t in TERMS.iter().chain(SCRIPT_TERMS) {
+            if t.metric == Metric::Ignored {
+                continue;
+            }
+            if let Some(k) = unit_scale(t.unit) {
+                assert_eq!(t.scale, k, "{} in {}", t.name, t.unit);
+            }
+        }
+        // A script's `_mb` is MiB, its `_ms` milliseconds; a unit written out is taken at its word.
+        assert_eq!(lookup("mem_used_mb").map(|f| f.scale), Some(MIB));
+        assert_eq!(
+            lookup("gpu_memory_used_gb").map(|f| f.scale),
+            Some(MIB * 1024.0)
+        );
+        assert_eq!(lookup("timestamp_ms").map(|f| f.scale), Some(1e-3));
+        assert_eq!(unit_scale("MB"), Some(1e6));
+    }
+
+    #[test]
+    fn dmon_names_only_in_a_dmon_header() {
+        assert_eq!(
+            lookup_dmon("rxpci").map(|f| (f.term.metric, f.scale)),
+            Some((Metric::PcieRxBytesPerS, 1e6))
+        );
+        assert_eq!(
+            lookup_dmon("sm").map(|f| f.term.metric),
+            Some(Metric::UtilPct)
+        );
+        assert_eq!(
+            lookup_dmon("gtemp").map(|f| f.term.metric),
+            Some(Metric::TemperatureC)
+        );
+        assert_eq!(lookup("sm"), None);
+        assert_eq!(lookup("mem"), None);
     }
 
     #[test]
@@ -589,7 +798,7 @@ mod doc_tests {
 
     #[test]
     fn every_name_is_in_the_docs() {
-        let docs = include_str!("../../../../docs/diagnose.md");
+        let docs = include_str!("../../../docs/diagnose.md");
         for t in TERMS {
             let shown = format!("`{}`", t.name.replace("{}", "N"));
             assert!(docs.contains(&shown), "docs/diagnose.md lacks {shown}");

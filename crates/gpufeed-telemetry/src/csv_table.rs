@@ -13,7 +13,7 @@ use super::dcgmi::ProfilingMeans;
 use super::table::{Table, When};
 use super::vocab::{self, Family, Metric};
 use super::{LogError, LogInfo};
-use crate::sample::event::{Header, Line};
+use crate::reading::{LogHeader, Reading};
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 
@@ -76,7 +76,7 @@ fn column(raw: &str, renames: &HashMap<String, String>) -> Col {
 
 fn value_col(f: vocab::Found, entity: Option<(Option<String>, String)>) -> Col {
     match f.term.metric {
-        Metric::Time => Col::Time { scale: f.scale },
+        Metric::Time | Metric::Date => Col::Time { scale: f.scale },
         Metric::RelativeS => Col::Relative,
         Metric::Gpu => Col::Gpu,
         Metric::Host => Col::Host,
@@ -162,7 +162,7 @@ fn header_cols(f: &[String], renames: &HashMap<String, String>) -> Option<Vec<Co
 
 /// Does this line read as the header of a CSV this reader is for (rather than an nvidia-smi
 /// `--query-gpu` log)? One column of another tool's vocabulary, or a Grafana series, decides.
-pub(crate) fn is_other_tools_header(line: &str) -> bool {
+pub fn is_other_tools_header(line: &str) -> bool {
     let f = split_line(line.as_bytes(), !line.contains(','));
     if f.len() < 2 || f.iter().any(|v| super::table::number(v).is_some()) {
         return false;
@@ -214,12 +214,12 @@ fn skip_duplicates(cols: &mut [Col], names: &[String]) -> Vec<String> {
 }
 
 /// Reads the CSV; `columns` are `NAME=KNOWN` renames (`gpu_busy=utilization.gpu`).
-pub(crate) fn read_csv(
+pub fn read_csv(
     r: impl Read,
     columns: &[String],
     interval_s: Option<f64>,
-    visit: impl FnMut(&Line),
-) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+    visit: impl FnMut(&Reading),
+) -> Result<(LogHeader, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
     let renames: HashMap<String, String> = columns
         .iter()
         .filter_map(|c| {
@@ -422,16 +422,11 @@ fn row(t: &mut Table, cols: &[Col], f: &[String]) -> Put {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sample::GpuSample;
 
-    fn read(text: &str, columns: &[&str]) -> Result<(Header, LogInfo, Vec<GpuSample>), LogError> {
+    fn read(text: &str, columns: &[&str]) -> Result<(LogHeader, LogInfo, Vec<Reading>), LogError> {
         let mut out = Vec::new();
         let cols: Vec<String> = columns.iter().map(|s| s.to_string()).collect();
-        let (h, i, _) = read_csv(text.as_bytes(), &cols, None, |l| {
-            if let Line::Gpu(g) = l {
-                out.push(g.clone())
-            }
-        })?;
+        let (h, i, _) = read_csv(text.as_bytes(), &cols, None, |l| out.push(l.clone()))?;
         Ok((h, i, out))
     }
 
@@ -558,8 +553,26 @@ mod tests {
         let (h, _, s) = read(text, &[]).unwrap();
         assert_eq!(h.gpus.len(), 2);
         assert_eq!(s[2].util_pct, Some(99.0));
-        assert_eq!(s[2].mem_used_bytes, Some(440_000_000));
+        // gpuutiliz's `_mb` is MiB (it divides by 1024²).
+        assert_eq!(s[2].mem_used_bytes, Some(440 << 20));
         assert_eq!(h.gpus[0].uuid.as_deref(), Some("GPU-3416c700"));
+    }
+
+    /// A script's `mem_used_mb` reads the same as nvidia-smi's CSV (`smi_csv`) and as another
+    /// tool's table (here): MiB, as the scripts that write it divide by 1024² (gpuutiliz:
+    /// `Used / (1024 * 1024)`). It read 41.9 GB on one path and 40.0 GB on the other.
+    #[test]
+    fn a_script_mb_column_reads_the_same_on_every_path() {
+        let text = "timestamp, gpu_index, utilization_gpu_percent, mem_used_mb\n\
+                    2026/12/02 12:00:00, 0, 87, 40000\n2026/12/02 12:00:01, 0, 88, 40000\n";
+        let (_, _, table) = read(text, &[]).unwrap();
+        let mut smi = Vec::new();
+        crate::smi_csv::read_smi_csv(std::io::Cursor::new(text), &Default::default(), |r| {
+            smi.push(r.clone())
+        })
+        .unwrap();
+        assert_eq!(smi[0].mem_used_bytes, Some(40_000 << 20));
+        assert_eq!(table[0].mem_used_bytes, smi[0].mem_used_bytes);
     }
 
     #[test]

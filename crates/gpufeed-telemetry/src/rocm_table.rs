@@ -10,12 +10,12 @@ use super::dcgmi::ProfilingMeans;
 use super::table::Table;
 use super::vocab::Metric;
 use super::{LogError, LogInfo};
-use crate::sample::event::{Header, Line};
+use crate::reading::{LogHeader, Reading};
 use std::collections::BTreeMap;
 use std::io::Read;
 
 /// Does this text hold a rocm-smi concise table?
-pub(crate) fn holds_table(head: &str) -> bool {
+pub fn holds_table(head: &str) -> bool {
     head.lines().any(is_header)
 }
 
@@ -29,11 +29,11 @@ fn pct(tok: &str) -> Option<f64> {
 }
 
 /// Reads every concise table in the log.
-pub(crate) fn read(
+pub fn read(
     r: impl Read,
     interval_s: Option<f64>,
-    visit: impl FnMut(&Line),
-) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+    visit: impl FnMut(&Reading),
+) -> Result<(LogHeader, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
     let mut t = Table::new();
     let mut in_table = false;
     let mut vram_last = false;
@@ -125,12 +125,7 @@ Device  Node  IDs              Temp        Power     Partitions          SCLK   
 ";
         assert!(holds_table(log));
         let mut out = Vec::new();
-        let (h, _, _) = read(log.as_bytes(), None, |l| {
-            if let Line::Gpu(g) = l {
-                out.push(g.clone())
-            }
-        })
-        .unwrap();
+        let (h, _, _) = read(log.as_bytes(), None, |l| out.push(l.clone())).unwrap();
         assert_eq!(h.gpus.len(), 2);
         assert_eq!(out[0].util_pct, Some(97.0));
         assert_eq!(out[0].power_w, Some(224.0));

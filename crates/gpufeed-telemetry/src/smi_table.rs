@@ -19,12 +19,12 @@ use super::dcgmi::ProfilingMeans;
 use super::table::{Table, When};
 use super::vocab::Metric;
 use super::{LogError, LogInfo};
-use crate::sample::event::{Header, Line};
+use crate::reading::{LogHeader, Reading};
 use std::collections::BTreeMap;
 use std::io::Read;
 
 /// Does this start of a file hold an `nvidia-smi` (or nvitop) table with at least one GPU row?
-pub(crate) fn holds_table(head: &str) -> bool {
+pub fn holds_table(head: &str) -> bool {
     let mut cells_seen = false;
     for l in head.lines() {
         let l = normalise(l);
@@ -38,7 +38,7 @@ pub(crate) fn holds_table(head: &str) -> bool {
 
 /// Does this start of a file hold `gpustat` lines (`[0] NVIDIA A100 | 45°C,  30 % | 40536 /
 /// 81920 MB | …`)?
-pub(crate) fn holds_gpustat(head: &str) -> bool {
+pub fn holds_gpustat(head: &str) -> bool {
     head.lines().any(|l| gpustat_row(l).is_some())
 }
 
@@ -328,19 +328,17 @@ impl Snapshots {
         mut self,
         format: &'static str,
         interval_s: Option<f64>,
-        mut visit: impl FnMut(&Line),
-    ) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+        mut visit: impl FnMut(&Reading),
+    ) -> Result<(LogHeader, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
         if self.t.is_empty() {
             return Err(LogError::Format(format!("no GPU rows in {format}")));
         }
         if !self.procs.is_empty() {
             self.last_procs = std::mem::take(&mut self.procs);
         }
-        let mut last: BTreeMap<u32, crate::sample::GpuSample> = BTreeMap::new();
+        let mut last: BTreeMap<u32, Reading> = BTreeMap::new();
         let (h, mut info, prof) = self.t.finish(format, interval_s, |l| {
-            if let Line::Gpu(g) = l {
-                last.insert(g.index, g.clone());
-            }
+            last.insert(l.index, l.clone());
             visit(l)
         })?;
         if let Some(n) = procs_note(&self.last_procs, self.count) {
@@ -418,7 +416,7 @@ fn procs_note(procs: &[Proc], snapshots: u64) -> Option<String> {
 /// A single snapshot's reading: memory held against utilization at that instant, what it
 /// suggests, and the command that would tell. GPUs that read alike are named together (a node
 /// of eight makes one sentence, not eight).
-fn snapshot_reading(h: &Header, last: &BTreeMap<u32, crate::sample::GpuSample>) -> String {
+fn snapshot_reading(h: &LogHeader, last: &BTreeMap<u32, Reading>) -> String {
     // What each reading suggests, in the order the sentence gives them.
     const READS: [&str; 5] = [
         "memory held with compute low — a job is loaded and the GPU was waiting at that instant \
@@ -479,11 +477,11 @@ fn snapshot_reading(h: &Header, last: &BTreeMap<u32, crate::sample::GpuSample>) 
 }
 
 /// Reads every `nvidia-smi` / nvitop table in the log.
-pub(crate) fn read(
+pub fn read(
     r: impl Read,
     interval_s: Option<f64>,
-    visit: impl FnMut(&Line),
-) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+    visit: impl FnMut(&Reading),
+) -> Result<(LogHeader, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
     #[derive(PartialEq)]
     enum Section {
         Other,
@@ -615,11 +613,11 @@ fn gpustat_row(l: &str) -> Option<GpustatRow> {
 }
 
 /// Reads `gpustat` text output, once or looped (`gpustat -i`, `watch gpustat`).
-pub(crate) fn read_gpustat(
+pub fn read_gpustat(
     r: impl Read,
     interval_s: Option<f64>,
-    visit: impl FnMut(&Line),
-) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+    visit: impl FnMut(&Reading),
+) -> Result<(LogHeader, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
     let mut s = Snapshots::new();
     s.each_line(r, |s, buf| {
         let text = String::from_utf8_lossy(buf);
@@ -646,18 +644,18 @@ pub(crate) fn read_gpustat(
 }
 
 /// Does this start of a file hold `gpustat --json` output?
-pub(crate) fn holds_gpustat_json(head: &str) -> bool {
+pub fn holds_gpustat_json(head: &str) -> bool {
     let t = head.trim_start();
     t.starts_with('{') && t.contains("\"query_time\"") && t.contains("\"gpus\"")
 }
 
 /// Reads `gpustat --json` output: one object, or many written one after another by a loop.
 /// Its GPU keys are nvidia-smi's query names, looked up in the vocabulary.
-pub(crate) fn read_gpustat_json(
+pub fn read_gpustat_json(
     r: impl Read,
     interval_s: Option<f64>,
-    visit: impl FnMut(&Line),
-) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+    visit: impl FnMut(&Reading),
+) -> Result<(LogHeader, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
     use serde_json::Value;
     let mut s = Snapshots::new();
     let r = std::io::BufReader::new(r);
@@ -717,7 +715,7 @@ pub(crate) fn read_gpustat_json(
 }
 
 /// Does this start of a file hold `nvidia-smi --query-compute-apps=… --format=csv` output?
-pub(crate) fn holds_compute_apps(head: &str) -> bool {
+pub fn holds_compute_apps(head: &str) -> bool {
     head.lines().take(20).any(|l| {
         let l = l.to_ascii_lowercase();
         l.contains(',') && l.contains("pid") && l.contains("used_")
@@ -728,11 +726,11 @@ pub(crate) fn holds_compute_apps(head: &str) -> bool {
 /// used_gpu_memory --format=csv`, once or looped (`-l`, or a loop writing the header each
 /// time): each GPU's memory is the sum of its processes' at each reading; it has no
 /// utilization, so the GPUs' load is not judged, and the processes are listed.
-pub(crate) fn read_compute_apps(
+pub fn read_compute_apps(
     r: impl Read,
     interval_s: Option<f64>,
-    visit: impl FnMut(&Line),
-) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+    visit: impl FnMut(&Reading),
+) -> Result<(LogHeader, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
     #[derive(Default)]
     struct Cols {
         time: Option<usize>,
@@ -838,17 +836,12 @@ pub(crate) mod tests {
     pub(crate) fn samples(
         f: impl Fn(
             &[u8],
-            &mut dyn FnMut(&Line),
-        ) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError>,
+            &mut dyn FnMut(&Reading),
+        ) -> Result<(LogHeader, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError>,
         text: &str,
-    ) -> (Header, LogInfo, Vec<crate::sample::GpuSample>) {
+    ) -> (LogHeader, LogInfo, Vec<Reading>) {
         let mut out = Vec::new();
-        let (h, info, _) = f(text.as_bytes(), &mut |l| {
-            if let Line::Gpu(g) = l {
-                out.push(g.clone())
-            }
-        })
-        .unwrap();
+        let (h, info, _) = f(text.as_bytes(), &mut |l| out.push(l.clone())).unwrap();
         (h, info, out)
     }
 

@@ -10,17 +10,17 @@ use super::smi_table::{Proc, Snapshots};
 use super::table::{number, When};
 use super::vocab::{self, Family};
 use super::{LogError, LogInfo};
-use crate::sample::event::{Header, Line};
+use crate::reading::{LogHeader, Reading};
 use std::collections::BTreeMap;
 use std::io::Read;
 
 /// Does this start of a file hold an `nvidia-smi -q` report?
-pub(crate) fn holds_text(head: &str) -> bool {
+pub fn holds_text(head: &str) -> bool {
     head.contains("==============NVSMI LOG==============")
 }
 
 /// Does this start of a file hold an `nvidia-smi -q -x` report?
-pub(crate) fn holds_xml(head: &str) -> bool {
+pub fn holds_xml(head: &str) -> bool {
     head.contains("<nvidia_smi_log>")
 }
 
@@ -115,8 +115,8 @@ impl Report {
         mut self,
         format: &'static str,
         interval_s: Option<f64>,
-        visit: impl FnMut(&Line),
-    ) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+        visit: impl FnMut(&Reading),
+    ) -> Result<(LogHeader, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
         self.flush_proc();
         self.s.finish(format, interval_s, visit)
     }
@@ -139,11 +139,11 @@ fn each_line(
 }
 
 /// Reads `nvidia-smi -q` text reports.
-pub(crate) fn read_text(
+pub fn read_text(
     r: impl Read,
     interval_s: Option<f64>,
-    visit: impl FnMut(&Line),
-) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+    visit: impl FnMut(&Reading),
+) -> Result<(LogHeader, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
     let mut rep = Report::new();
     // The open sections, each with its indent.
     let mut sections: Vec<(usize, String)> = Vec::new();
@@ -187,11 +187,11 @@ pub(crate) fn read_text(
 }
 
 /// Reads `nvidia-smi -q -x` XML reports (one element a line, as nvidia-smi writes them).
-pub(crate) fn read_xml(
+pub fn read_xml(
     r: impl Read,
     interval_s: Option<f64>,
-    visit: impl FnMut(&Line),
-) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+    visit: impl FnMut(&Reading),
+) -> Result<(LogHeader, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
     let mut rep = Report::new();
     let mut open: Vec<String> = Vec::new();
     each_line(&mut rep, r, |rep, line| {
@@ -249,7 +249,7 @@ pub(crate) fn read_xml(
 mod tests {
     use super::*;
 
-    use crate::import::smi_table::tests::samples;
+    use crate::smi_table::tests::samples;
 
     const TEXT: &str = "
 ==============NVSMI LOG==============

@@ -5,7 +5,7 @@
 /// Host-to-device bandwidth of one PCIe lane per direction, GB/s, by generation, after line
 /// encoding: 8b/10b for Gen1–2, 128b/130b for Gen3–5, FLIT mode (242 B of 256) for Gen6's
 /// 64 GT/s PAM4.
-pub(crate) fn pcie_lane_gb_per_s(gen: u32) -> Option<f64> {
+pub fn pcie_lane_gb_per_s(gen: u32) -> Option<f64> {
     Some(match gen {
         1 => 0.25,
         2 => 0.5,
@@ -23,7 +23,7 @@ pub fn pcie_link_bytes_per_s(gen: u32, width: u32) -> Option<f64> {
 }
 
 /// `1.5 GiB`, `812 MiB`, `12 KiB`, `17 B`.
-pub(crate) fn bytes(n: u64) -> String {
+pub fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
     let mut u = 0;
@@ -44,7 +44,7 @@ pub(crate) fn bytes(n: u64) -> String {
 /// shows (text, HTML, the terminal view, Perfetto); memory sizes are binary (GiB).
 /// Rates too small for GB/s step down to MB/s, KB/s and B/s, so that a small rate never reads as
 /// zero (`0.0 MB/s` for 40 KB/s).
-pub(crate) fn gb_per_s(bytes_per_s: f64) -> String {
+pub fn gb_per_s(bytes_per_s: f64) -> String {
     let b = bytes_per_s.max(0.0);
     let g = b / 1e9;
     if g >= 10.0 {
@@ -61,7 +61,7 @@ pub(crate) fn gb_per_s(bytes_per_s: f64) -> String {
 }
 
 /// `1 process`, `3 processes`.
-pub(crate) fn plural(n: usize, one: &str, many: &str) -> String {
+pub fn plural(n: usize, one: &str, many: &str) -> String {
     if n == 1 {
         format!("1 {one}")
     } else {
@@ -70,19 +70,19 @@ pub(crate) fn plural(n: usize, one: &str, many: &str) -> String {
 }
 
 /// `x` rounded to `digits` decimals, never `-0.0` (the figures of a comparison).
-pub(crate) fn round(x: f64, digits: i32) -> f64 {
+pub fn round(x: f64, digits: i32) -> f64 {
     let m = 10f64.powi(digits);
     (x * m).round() / m + 0.0
 }
 
 /// Rounds for evidence maps (keeps reports readable and snapshots stable).
-pub(crate) fn r1(x: f64) -> f64 {
+pub fn r1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
 }
-pub(crate) fn r2(x: f64) -> f64 {
+pub fn r2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
-pub(crate) fn r3(x: f64) -> f64 {
+pub fn r3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
@@ -98,7 +98,7 @@ pub(crate) fn ms(ms: f64) -> String {
 
 /// A plain number to three significant digits, without an exponent for everyday magnitudes:
 /// `1234`, `12.3`, `1.23`, `0.123`.
-pub(crate) fn num(x: f64) -> String {
+pub fn num(x: f64) -> String {
     let a = x.abs();
     if a >= 100.0 {
         format!("{x:.0}")
@@ -114,7 +114,7 @@ pub(crate) fn num(x: f64) -> String {
 /// Seconds as `1h 02m`, `3m 05s`, `12.5 s`: the one style of a duration gpufeed shows. Past
 /// 1,000 hours in days (`52 days`), past a century not as a figure at all: a log with a garbled
 /// timestamp spanned "2562047315792h 59m", a number no one can read or believe.
-pub(crate) fn duration(s: f64) -> String {
+pub fn duration(s: f64) -> String {
     const DAY: f64 = 86400.0;
     if !s.is_finite() || s >= 36525.0 * DAY {
         "more than a century (the timestamps are wrong)".to_string()
@@ -134,7 +134,7 @@ pub(crate) fn duration(s: f64) -> String {
 }
 
 /// `0-7, 9, 11-12` from sorted indices.
-pub(crate) fn index_ranges(idx: &[u32]) -> String {
+pub fn index_ranges(idx: &[u32]) -> String {
     let mut out: Vec<String> = Vec::new();
     let mut i = 0;
     while i < idx.len() {
@@ -157,7 +157,7 @@ pub(crate) fn index_ranges(idx: &[u32]) -> String {
 /// feed that would let a forged line overwrite or follow the report in a terminal) are written
 /// as `\x1b`-style escapes. The one escape every text presenter uses (`present::fmt` re-exports
 /// it; `present::printable_report` applies it to every string of a report).
-pub(crate) fn printable(s: &str) -> String {
+pub fn printable(s: &str) -> String {
     if !s.chars().any(char::is_control) {
         return s.to_string();
     }

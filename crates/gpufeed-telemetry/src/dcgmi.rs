@@ -9,8 +9,7 @@
 use super::smi_csv::{log_header, parse_timestamp, ImpossibleTime};
 use super::vocab::Metric;
 use super::{LogError, LogInfo, LogLine};
-use crate::sample::event::{Header, Line};
-use crate::sample::{GpuSample, GpuStatic};
+use crate::reading::{GpuStatic, LogHeader, Reading};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -22,7 +21,7 @@ pub enum Flavour {
     SmiDmon,
 }
 
-/// Means of DCGM profiling fields, which a plain [`GpuSample`] does not carry.
+/// Means of DCGM profiling fields, which a plain [`Reading`] does not carry.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProfilingMeans {
     /// SM active (SMACT), percent of time.
@@ -47,63 +46,52 @@ enum Col {
     Index,
     Date,
     Time,
-    Util,
-    GrAct,
-    MemUtil,
-    FbUsedMib,
-    PowerW,
-    TempC,
-    SmClock,
-    /// MB/s (nvidia-smi dmon `rxpci`).
-    RxMbS,
-    TxMbS,
-    /// bytes/s (DCGM PCIRX).
-    RxBytesS,
-    TxBytesS,
-    SmAct,
-    SmOcc,
-    Tensor,
-    DramAct,
     /// `nvidia-smi pmon`: the process a row is about.
     Pid,
+    /// A metric and the factor that brings a value to its unit, both the vocabulary's.
+    Value(Metric, f64),
     Other,
 }
 
+/// A column of the header, by the one vocabulary (`nvidia-smi dmon`'s own short names only in
+/// its header). dcgmi's `#Entity` is the GPU column (see [`header_cols`]).
 fn col_of(name: &str, flavour: Flavour) -> Col {
-    use super::vocab::{lookup, Family};
-    match flavour {
-        Flavour::Dcgmi => match lookup(name).map(|f| (f.term.metric, f.term.family)) {
-            Some((Metric::UtilPct, _)) => Col::Util,
-            Some((Metric::GrActivePct, _)) => Col::GrAct,
-            Some((Metric::MemUtilPct, _)) => Col::MemUtil,
-            Some((Metric::MemUsedBytes, Family::Dcgmi)) => Col::FbUsedMib,
-            Some((Metric::PowerW, _)) => Col::PowerW,
-            Some((Metric::TemperatureC, _)) => Col::TempC,
-            Some((Metric::SmClockMhz, _)) => Col::SmClock,
-            Some((Metric::PcieRxBytesPerS, _)) => Col::RxBytesS,
-            Some((Metric::PcieTxBytesPerS, _)) => Col::TxBytesS,
-            Some((Metric::SmActivePct, _)) => Col::SmAct,
-            Some((Metric::SmOccupancyPct, _)) => Col::SmOcc,
-            Some((Metric::TensorActivePct, _)) => Col::Tensor,
-            Some((Metric::DramActivePct, _)) => Col::DramAct,
-            _ => Col::Other,
-        },
-        Flavour::SmiDmon => match name.to_ascii_lowercase().as_str() {
-            "gpu" | "idx" => Col::Index,
-            "pid" => Col::Pid,
-            "date" => Col::Date,
-            "time" => Col::Time,
-            "sm" => Col::Util,
-            "mem" => Col::MemUtil,
-            "fb" => Col::FbUsedMib,
-            "pwr" => Col::PowerW,
-            "gtemp" => Col::TempC,
-            "pclk" => Col::SmClock,
-            "rxpci" => Col::RxMbS,
-            "txpci" => Col::TxMbS,
-            _ => Col::Other,
-        },
+    let found = match flavour {
+        Flavour::Dcgmi => super::vocab::lookup(name),
+        Flavour::SmiDmon => super::vocab::lookup_dmon(name),
+    };
+    let Some(f) = found else {
+        return Col::Other;
+    };
+    match (f.term.metric, flavour) {
+        (Metric::Gpu, Flavour::SmiDmon) => Col::Index,
+        (Metric::Pid, Flavour::SmiDmon) => Col::Pid,
+        (Metric::Date, Flavour::SmiDmon) => Col::Date,
+        (Metric::Time, Flavour::SmiDmon) => Col::Time,
+        (
+            m @ (Metric::UtilPct
+            | Metric::GrActivePct
+            | Metric::SmActivePct
+            | Metric::SmOccupancyPct
+            | Metric::TensorActivePct
+            | Metric::DramActivePct
+            | Metric::MemUtilPct
+            | Metric::MemUsedBytes
+            | Metric::PowerW
+            | Metric::TemperatureC
+            | Metric::SmClockMhz
+            | Metric::PcieRxBytesPerS
+            | Metric::PcieTxBytesPerS),
+            _,
+        ) => Col::Value(m, f.scale),
+        _ => Col::Other,
     }
+}
+
+/// Whether the header names a column of this metric.
+fn has(cols: &[Col], m: Metric) -> bool {
+    cols.iter()
+        .any(|c| matches!(c, Col::Value(x, _) if *x == m))
 }
 
 fn value(v: &str) -> Option<f64> {
@@ -143,7 +131,7 @@ fn header_cols(rest: &str, flavour: Flavour) -> Option<Vec<Col>> {
 
 /// One row's values.
 struct Row {
-    sample: GpuSample,
+    sample: Reading,
     index: Option<u32>,
     ts: Option<f64>,
     /// The date and time name no moment (20240230): the row is malformed.
@@ -154,7 +142,7 @@ struct Row {
 
 impl Row {
     fn parse(cols: &[Col], vals: &[&str], index: Option<u32>) -> Self {
-        let mut s = GpuSample::default();
+        let mut s = Reading::default();
         let mut index = index;
         let (mut date, mut time) = (None, None);
         let mut p = [None; 6];
@@ -163,33 +151,36 @@ impl Row {
                 Col::Index => index = v.trim().parse().ok(),
                 Col::Date => date = Some(*v),
                 Col::Time => time = Some(*v),
-                Col::Util => s.util_pct = value(v),
-                Col::GrAct => p[4] = value(v).map(|x| x * 100.0),
-                Col::MemUtil => s.mem_util_pct = value(v),
-                Col::FbUsedMib => s.mem_used_bytes = value(v).map(|x| (x * 1048576.0) as u64),
-                Col::PowerW => s.power_w = value(v),
-                Col::TempC => s.temperature_c = value(v).map(|x| x as u32),
-                Col::SmClock => s.sm_clock_mhz = value(v).map(|x| x as u32),
-                Col::RxMbS => s.pcie_rx_bytes_per_s = value(v).map(|x| x * 1e6),
-                Col::TxMbS => s.pcie_tx_bytes_per_s = value(v).map(|x| x * 1e6),
-                Col::RxBytesS => s.pcie_rx_bytes_per_s = value(v),
-                Col::TxBytesS => s.pcie_tx_bytes_per_s = value(v),
-                Col::SmAct => p[0] = value(v).map(|x| x * 100.0),
-                Col::Pid => {}
-                Col::SmOcc => p[1] = value(v).map(|x| x * 100.0),
-                Col::Tensor => p[2] = value(v).map(|x| x * 100.0),
-                Col::DramAct => p[3] = value(v).map(|x| x * 100.0),
-                Col::Other => {}
+                Col::Pid | Col::Other => {}
+                Col::Value(m, k) => {
+                    let x = value(v).map(|x| x * k);
+                    match m {
+                        Metric::UtilPct => s.util_pct = x,
+                        Metric::GrActivePct => p[4] = x,
+                        Metric::MemUtilPct => s.mem_util_pct = x,
+                        Metric::MemUsedBytes => s.mem_used_bytes = x.map(|b| b as u64),
+                        Metric::PowerW => s.power_w = x,
+                        Metric::TemperatureC => s.temperature_c = x.map(|c| c as u32),
+                        Metric::SmClockMhz => s.sm_clock_mhz = x.map(|c| c as u32),
+                        Metric::PcieRxBytesPerS => s.pcie_rx_bytes_per_s = x,
+                        Metric::PcieTxBytesPerS => s.pcie_tx_bytes_per_s = x,
+                        Metric::SmActivePct => p[0] = x,
+                        Metric::SmOccupancyPct => p[1] = x,
+                        Metric::TensorActivePct => p[2] = x,
+                        Metric::DramActivePct => p[3] = x,
+                        _ => {}
+                    }
+                }
             }
         }
         // The busy measure is the best column the header names (SM active, else graphics
         // engine active, else utilization), even where this row's value of it is N/A.
-        if cols.contains(&Col::Util) {
+        if has(cols, Metric::UtilPct) {
             p[5] = s.util_pct;
         }
-        if cols.contains(&Col::SmAct) {
+        if has(cols, Metric::SmActivePct) {
             s.util_pct = p[0];
-        } else if cols.contains(&Col::GrAct) {
+        } else if has(cols, Metric::GrActivePct) {
             s.util_pct = p[4];
         }
         let (ts, impossible_time) = match (date, time) {
@@ -227,7 +218,7 @@ struct Acc {
 
 impl Acc {
     /// The row's sample, placed in time (its timestamp, else its poll).
-    fn take(&mut self, index: u32, row: Row, interval_s: f64) -> Option<GpuSample> {
+    fn take(&mut self, index: u32, row: Row, interval_s: f64) -> Option<Reading> {
         if !self.gpus.contains(&index) && self.gpus.len() >= super::MAX_GPUS {
             self.over_cap += 1;
             return None;
@@ -294,8 +285,8 @@ pub fn read_dmon(
     r: impl Read,
     flavour: Flavour,
     interval_s: Option<f64>,
-    mut visit: impl FnMut(&Line),
-) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+    mut visit: impl FnMut(&Reading),
+) -> Result<(LogHeader, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
     let interval = interval_s.unwrap_or(1.0);
     let mut cols: Option<Vec<Col>> = None;
     let mut info = LogInfo::default();
@@ -394,12 +385,12 @@ pub fn read_dmon(
 /// The busy measure a header's columns give: SM active, else graphics engine active, else
 /// utilization.
 fn busy_of(c: &[Col]) -> Option<Metric> {
-    if c.contains(&Col::SmAct) {
+    if has(c, Metric::SmActivePct) {
         Some(Metric::SmActivePct)
-    } else if c.contains(&Col::GrAct) {
+    } else if has(c, Metric::GrActivePct) {
         Some(Metric::GrActivePct)
     } else {
-        c.contains(&Col::Util).then_some(Metric::UtilPct)
+        has(c, Metric::UtilPct).then_some(Metric::UtilPct)
     }
 }
 
@@ -409,12 +400,12 @@ impl Acc {
         &mut self,
         index_row: (u32, Row),
         interval_s: f64,
-        visit: &mut impl FnMut(&Line),
+        visit: &mut impl FnMut(&Reading),
     ) -> bool {
         let (index, row) = index_row;
         match self.take(index, row, interval_s) {
             Some(s) => {
-                visit(&Line::Gpu(s));
+                visit(&s);
                 true
             }
             None => false,
@@ -524,19 +515,15 @@ mod tests {
     use super::*;
 
     type Parsed = (
-        Header,
+        LogHeader,
         LogInfo,
         BTreeMap<u32, ProfilingMeans>,
-        Vec<GpuSample>,
+        Vec<Reading>,
     );
 
     fn read(text: &str, f: Flavour) -> Result<Parsed, LogError> {
         let mut out = Vec::new();
-        let (h, i, p) = read_dmon(text.as_bytes(), f, None, |l| {
-            if let Line::Gpu(g) = l {
-                out.push(g.clone())
-            }
-        })?;
+        let (h, i, p) = read_dmon(text.as_bytes(), f, None, |l| out.push(l.clone()))?;
         Ok((h, i, p, out))
     }
 
@@ -554,7 +541,7 @@ mod tests {
             ),
             "{e:?}"
         );
-        let csv = crate::import::smi_csv::read_smi_csv(
+        let csv = crate::smi_csv::read_smi_csv(
             std::io::Cursor::new("timestamp, utilization.gpu [%], memory.used [MiB]\n2026/12/02 12:00:00, [N/A], [N/A]\n2026/12/02 12:00:01, [N/A], [N/A]\n"),
             &Default::default(),
             |_| {},

@@ -11,8 +11,7 @@ use super::dcgmi::ProfilingMeans;
 use super::smi_csv::log_header;
 use super::vocab::Metric;
 use super::{LogError, LogInfo};
-use crate::sample::event::{Header, Line};
-use crate::sample::{GpuSample, GpuStatic};
+use crate::reading::{GpuStatic, LogHeader, Reading};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The most GPUs (entities) one file is read as; more are counted and left out.
@@ -58,7 +57,7 @@ impl Point {
         t_s: f64,
         busy: Option<Metric>,
         totals: &mut HashMap<u32, u64>,
-    ) -> GpuSample {
+    ) -> Reading {
         let get = |m: Metric| self.metric(m);
         let total = get(Metric::MemTotalBytes)
             .or_else(|| Some(get(Metric::MemUsedBytes)? + get(Metric::MemFreeBytes)?))
@@ -70,7 +69,7 @@ impl Point {
             let pct = get(Metric::MemUsedPctOfTotal)?;
             Some(pct / 100.0 * totals.get(&index).copied()? as f64)
         });
-        GpuSample {
+        Reading {
             index,
             t_s,
             util_pct: busy.and_then(get),
@@ -423,8 +422,8 @@ impl Table {
         mut self,
         format: &'static str,
         interval_s: Option<f64>,
-        mut visit: impl FnMut(&Line),
-    ) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+        mut visit: impl FnMut(&Reading),
+    ) -> Result<(LogHeader, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
         let busy = self.busy_metric();
         let has_mem = [
             Metric::MemUsedBytes,
@@ -453,7 +452,7 @@ impl Table {
             };
             let s = p.sample(index, t_s, busy, &mut totals);
             rows += 1;
-            visit(&Line::Gpu(s));
+            visit(&s);
         }
         self.info.rows = rows;
         let mut statics: Vec<GpuStatic> = self
@@ -636,17 +635,15 @@ mod tests {
     fn run(
         t: Table,
     ) -> (
-        Header,
+        LogHeader,
         LogInfo,
         BTreeMap<u32, ProfilingMeans>,
-        Vec<GpuSample>,
+        Vec<Reading>,
     ) {
         let mut out = Vec::new();
         let (h, i, p) = t
             .finish("a test log", None, |l| {
-                if let Line::Gpu(g) = l {
-                    out.push(g.clone());
-                }
+                out.push(l.clone());
             })
             .unwrap();
         (h, i, p, out)

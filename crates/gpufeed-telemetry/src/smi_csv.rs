@@ -8,8 +8,7 @@
 
 use super::smi_layout::{Layout, PollCursor, Probe};
 use super::{LogError, LogInfo, LogLine};
-use crate::sample::event::{Header, Line, SCHEMA_VERSION};
-use crate::sample::{GpuSample, GpuStatic, HostInfo};
+use crate::reading::{GpuStatic, LogHeader, Reading};
 use std::collections::HashMap;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 
@@ -48,126 +47,50 @@ enum Field {
     Other,
 }
 
+/// A column's field, by the one vocabulary ([`super::vocab`]): nvidia-smi's `--query-gpu` names
+/// and a logging script's own (`gpu_index`, `utilization_gpu_percent`, `mem_used_mib`); the
+/// other tools' names are not this reader's, but for a GPU column (`device`).
 fn field_of(name: &str) -> Field {
-    use crate::sample::throttle as t;
-    let n = name.trim().to_ascii_lowercase();
-    let n = n.split('[').next().unwrap_or("").trim().to_string();
-    match n.as_str() {
-        "timestamp" => Field::Timestamp,
-        "index" => Field::Index,
-        "uuid" | "gpu_uuid" => Field::Uuid,
-        "pci.bus_id" | "gpu_bus_id" | "pci.bus" => Field::BusId,
-        "name" | "gpu_name" => Field::Name,
-        "utilization.gpu" => Field::UtilGpu,
-        "utilization.memory" => Field::UtilMem,
-        "memory.used" => Field::MemUsed,
-        "memory.total" => Field::MemTotal,
-        "memory.free" => Field::MemFree,
-        "pcie.link.gen.current" | "pcie.link.gen.gpucurrent" => Field::PcieGen,
-        "pcie.link.gen.max" | "pcie.link.gen.gpumax" | "pcie.link.gen.hostmax" => Field::PcieGenMax,
-        "pcie.link.width.current" => Field::PcieWidth,
-        "pcie.link.width.max" => Field::PcieWidthMax,
-        "clocks_throttle_reasons.active" | "clocks_event_reasons.active" => Field::Throttle,
-        "temperature.gpu" => Field::Temperature,
-        "power.draw" | "power.draw.instant" | "power.draw.average" => Field::Power,
-        "power.limit" | "enforced.power.limit" => Field::PowerLimit,
-        "clocks.sm" | "clocks.current.sm" => Field::SmClock,
-        other => {
-            let bit = other
-                .strip_prefix("clocks_throttle_reasons.")
-                .or_else(|| other.strip_prefix("clocks_event_reasons."))
-                .and_then(|r| match r {
-                    "gpu_idle" => Some(t::GPU_IDLE),
-                    "applications_clocks_setting" => Some(t::APPLICATIONS_CLOCKS_SETTING),
-                    "sw_power_cap" => Some(t::SW_POWER_CAP),
-                    "hw_slowdown" => Some(t::HW_SLOWDOWN),
-                    "hw_thermal_slowdown" => Some(t::HW_THERMAL),
-                    "hw_power_brake_slowdown" => Some(t::HW_POWER_BRAKE),
-                    "sw_thermal_slowdown" => Some(t::SW_THERMAL),
-                    "sync_boost" => Some(t::SYNC_BOOST),
-                    _ => None,
-                });
-            match bit {
-                Some(b) => Field::ThrottleBit(b),
-                None => custom_field(name).map_or(Field::Other, |(f, _)| f),
-            }
+    use super::vocab::{Family, Metric};
+    let Some(f) = super::vocab::lookup(name) else {
+        return Field::Other;
+    };
+    if !matches!(f.term.family, Family::SmiQuery | Family::Common) && f.term.metric != Metric::Gpu {
+        return Field::Other;
+    }
+    match f.term.metric {
+        Metric::Time => Field::Timestamp,
+        Metric::Gpu => Field::Index,
+        Metric::Uuid => Field::Uuid,
+        Metric::BusId => Field::BusId,
+        Metric::Name => Field::Name,
+        Metric::UtilPct => Field::UtilGpu,
+        Metric::MemUtilPct => Field::UtilMem,
+        Metric::MemUsedBytes => Field::MemUsed,
+        Metric::MemTotalBytes => Field::MemTotal,
+        Metric::MemFreeBytes => Field::MemFree,
+        Metric::PcieGen => Field::PcieGen,
+        Metric::PcieGenMax => Field::PcieGenMax,
+        Metric::PcieWidth => Field::PcieWidth,
+        Metric::PcieWidthMax => Field::PcieWidthMax,
+        Metric::ThrottleReasons => Field::Throttle,
+        Metric::ThrottleReason => {
+            super::vocab::throttle_bit(name).map_or(Field::Other, Field::ThrottleBit)
         }
+        Metric::TemperatureC => Field::Temperature,
+        Metric::PowerW => Field::Power,
+        Metric::PowerLimitW => Field::PowerLimit,
+        Metric::SmClockMhz => Field::SmClock,
+        _ => Field::Other,
     }
 }
 
-/// A name from a logging script's own header (`gpu_index`, `utilization_gpu_percent`,
-/// `temperature_C`, `power_W`, `mem_used_mib`) that clearly means an nvidia-smi field, with the
-/// unit its suffix names. Names that could mean several things map to nothing.
-fn custom_field(name: &str) -> Option<(Field, Option<&'static str>)> {
-    let n = super::vocab::snake(name);
-    let n = n.as_str();
-    let mut unit = None;
-    let mut base = n;
-    for (suffix, u) in [
-        ("_percent", "%"),
-        ("_pct", "%"),
-        ("_%", "%"),
-        ("_celsius", "C"),
-        ("_c", "C"),
-        ("_watts", "W"),
-        ("_w", "W"),
-        ("_mib", "MiB"),
-        ("_mb", "MiB"),
-        ("_gib", "GiB"),
-        ("_gb", "GiB"),
-        ("_kib", "KiB"),
-        ("_bytes", "B"),
-        ("_mhz", "MHz"),
-        ("_s", "s"),
-        ("_ms", "ms"),
-    ] {
-        if let Some(b) = n.strip_suffix(suffix) {
-            base = b;
-            unit = Some(u);
-            break;
-        }
-    }
-    let f = match base {
-        "timestamp" | "time" | "ts" | "datetime" | "date_time" | "epoch" | "unix_time"
-        | "unixtime" | "time_unix" => Field::Timestamp,
-        "index" | "gpu" | "gpu_index" | "gpu_id" | "gpu_idx" | "idx" | "device"
-        | "device_index" | "device_id" | "gpu_num" => Field::Index,
-        "uuid" | "gpu_uuid" => Field::Uuid,
-        "bus_id" | "pci_bus_id" | "gpu_bus_id" => Field::BusId,
-        "name" | "gpu_name" | "model" => Field::Name,
-        "utilization_gpu" | "gpu_utilization" | "gpu_util" | "util" | "util_gpu"
-        | "utilization" | "gpu_usage" | "gpu_busy" | "sm_util" => Field::UtilGpu,
-        "utilization_memory" | "memory_utilization" | "mem_util" | "util_mem"
-        | "mem_utilization" => Field::UtilMem,
-        "memory_used" | "mem_used" | "used_memory" | "fb_used" | "gpu_mem_used"
-        | "gpu_memory_used" | "memory_usage" | "mem_usage" => Field::MemUsed,
-        "memory_total" | "mem_total" | "total_memory" | "fb_total" | "gpu_memory_total" => {
-            Field::MemTotal
-        }
-        "memory_free" | "mem_free" | "free_memory" | "fb_free" => Field::MemFree,
-        "temperature_gpu" | "temperature" | "temp" | "gpu_temp" | "gpu_temperature" => {
-            Field::Temperature
-        }
-        "power_draw" | "power" | "power_usage" | "gpu_power" => Field::Power,
-        "power_limit" => Field::PowerLimit,
-        "clocks_sm" | "sm_clock" | "clock_sm" | "sm_clocks" => Field::SmClock,
-        _ => return None,
-    };
-    // A unit that contradicts the field (a "%" on memory, "W" on a timestamp) is a different
-    // quantity: better unknown than wrong.
-    let fits = match (f, unit) {
-        (_, None) => true,
-        (Field::UtilGpu | Field::UtilMem, Some(u)) => u == "%",
-        (Field::MemUsed | Field::MemTotal | Field::MemFree, Some(u)) => {
-            matches!(u, "MiB" | "GiB" | "KiB" | "B")
-        }
-        (Field::Temperature, Some(u)) => u == "C",
-        (Field::Power | Field::PowerLimit, Some(u)) => u == "W",
-        (Field::SmClock, Some(u)) => u == "MHz",
-        (Field::Timestamp, Some(u)) => u == "s" || u == "ms",
-        _ => false,
-    };
-    fits.then_some((f, unit))
+/// The unit a column's values are in when neither the header nor the values say it: the one
+/// the vocabulary gives its name (nvidia-smi's memory in MiB, a script's `_mib`, `_ms`).
+fn vocab_unit(name: &str) -> Option<String> {
+    let f = super::vocab::lookup(name)?;
+    super::vocab::unit_scale(f.unit)?;
+    Some(f.unit.to_string())
 }
 
 /// Is this line a header (names only, none of them a value, one of them a known field)?
@@ -188,7 +111,7 @@ fn is_header(fields: &[&str]) -> bool {
 
 /// A line that reads as an nvidia-smi CSV header, standard or a logging script's own (one
 /// field when it is an nvidia-smi name: `utilization.gpu [%]` from a loop that queries it alone).
-pub(crate) fn looks_like_header(line: &str) -> bool {
+pub fn looks_like_header(line: &str) -> bool {
     let fields = split(line);
     let lone_smi_name = fields.len() == 1
         && fields[0].contains('.')
@@ -230,13 +153,12 @@ fn number(v: &str, unit_from_header: Option<&str>) -> Option<f64> {
         _ => return None,
     };
     let x: f64 = num.parse().ok()?;
-    let scale = match unit.trim_matches(|c| c == '[' || c == ']') {
-        "MiB" => 1024.0 * 1024.0,
-        "GiB" => 1024.0 * 1024.0 * 1024.0,
-        "KiB" => 1024.0,
-        "MB" => 1e6,
-        "GB" => 1e9,
-        "KB" | "kB" => 1e3,
+    // Only sizes are converted here: a time's unit is `parse_time_value`'s.
+    let unit = unit.trim_matches(|c| c == '[' || c == ']');
+    let scale = match unit {
+        "MiB" | "GiB" | "KiB" | "MB" | "GB" | "KB" | "kB" => {
+            super::vocab::unit_scale(unit).unwrap_or(1.0)
+        }
         _ => 1.0,
     };
     Some(x * scale)
@@ -415,14 +337,9 @@ impl Columns {
             .iter()
             .zip(&fields)
             .map(|(n, f)| {
-                header_unit(n)
-                    .or_else(|| custom_field(n).and_then(|(_, u)| u).map(str::to_string))
-                    // nvidia-smi writes memory in MiB: a header without a unit (nounits, or a
-                    // script's own names) means MiB.
-                    .or_else(|| {
-                        matches!(f, Field::MemUsed | Field::MemTotal | Field::MemFree)
-                            .then(|| "MiB".to_string())
-                    })
+                // nvidia-smi writes memory in MiB: a header without a unit (nounits, or a
+                // script's own names) means what the vocabulary says, MiB for memory.
+                header_unit(n).or_else(|| (*f != Field::Other).then(|| vocab_unit(n)).flatten())
             })
             .collect();
         Columns {
@@ -436,7 +353,7 @@ impl Columns {
 /// One data row's values, by column.
 #[derive(Default)]
 struct Row {
-    sample: GpuSample,
+    sample: Reading,
     ts: Option<f64>,
     /// The timestamp names no moment (2024/02/30): the row is malformed.
     impossible_time: bool,
@@ -660,7 +577,7 @@ fn no_rows_error(
 /// Rows read before the GPU layout of a log without an index column is decided.
 const LAYOUT_WINDOW: usize = 4096;
 
-/// Reads an nvidia-smi CSV log, handing each GPU reading to `visit` as a [`Line::Gpu`]; returns a
+/// Reads an nvidia-smi CSV log, handing each GPU reading to `visit` as a [`Reading`]; returns a
 /// synthesized header (GPUs with the names and totals the log showed) and read statistics.
 ///
 /// A header repeated after data rows starts a new run (runs appended to one file): only the last
@@ -669,8 +586,8 @@ const LAYOUT_WINDOW: usize = 4096;
 pub fn read_smi_csv<R: Read + Seek>(
     mut r: R,
     opts: &CsvOptions,
-    mut visit: impl FnMut(&Line),
-) -> Result<(Header, LogInfo), LogError> {
+    mut visit: impl FnMut(&Reading),
+) -> Result<(LogHeader, LogInfo), LogError> {
     let (runs, per_reading) = scan_runs(&mut r)?;
     let judged = runs.iter().rposition(|run| run.rows > 0).unwrap_or(0);
     r.seek(SeekFrom::Start(runs[judged].offset))?;
@@ -903,7 +820,7 @@ impl<'a> CsvRead<'a> {
     }
 
     /// One line that is not over-long.
-    fn line(&mut self, buf: &[u8], visit: &mut impl FnMut(&Line)) -> Result<(), LogError> {
+    fn line(&mut self, buf: &[u8], visit: &mut impl FnMut(&Reading)) -> Result<(), LogError> {
         let complete = buf.last() == Some(&b'\n');
         let text = String::from_utf8_lossy(buf);
         let line = text.trim();
@@ -980,7 +897,7 @@ impl<'a> CsvRead<'a> {
     }
 
     /// Decides how rows map to GPUs from the rows held, then hands those on.
-    fn decide(&mut self, visit: &mut impl FnMut(&Line)) {
+    fn decide(&mut self, visit: &mut impl FnMut(&Reading)) {
         let held = self.held.take().unwrap_or_default();
         let has = |f: Field| self.cols.as_ref().is_some_and(|c| c.fields.contains(&f));
         let (layout, note) = if held.iter().any(|r| r.index.is_some()) {
@@ -1033,7 +950,7 @@ impl<'a> CsvRead<'a> {
         }
     }
 
-    fn emit(&mut self, mut row: Row, visit: &mut impl FnMut(&Line)) {
+    fn emit(&mut self, mut row: Row, visit: &mut impl FnMut(&Reading)) {
         let (idx, t_s) = self.polls.place(&row, self.interval);
         if !self.gpu_pos.contains_key(&idx) && self.gpus.len() >= super::MAX_GPUS {
             self.over_cap += 1;
@@ -1044,10 +961,13 @@ impl<'a> CsvRead<'a> {
         s.t_s = t_s;
         merge_static(&mut self.gpus, &mut self.gpu_pos, idx, row);
         self.info.rows += 1;
-        visit(&Line::Gpu(s));
+        visit(&s);
     }
 
-    fn finish(mut self, visit: &mut impl FnMut(&Line)) -> Result<(Header, LogInfo), LogError> {
+    fn finish(
+        mut self,
+        visit: &mut impl FnMut(&Reading),
+    ) -> Result<(LogHeader, LogInfo), LogError> {
         if self.held.is_some() {
             self.decide(visit);
         }
@@ -1087,35 +1007,18 @@ pub(crate) fn not_a_log(expected: &str) -> String {
     )
 }
 
-/// A header for a log that has none: no host facts, the GPUs it showed.
-pub(crate) fn log_header(gpus: Vec<GpuStatic>, interval_s: f64) -> Header {
-    Header {
-        schema_version: SCHEMA_VERSION,
-        gpufeed_version: None,
-        start_time: String::new(),
-        start_unix_us: 0,
-        interval_s,
-        host: HostInfo::default(),
-        driver: None,
-        gpus,
-        gpu_error: None,
-        command: None,
-        pid: None,
-        py_rate_hz: None,
-    }
+/// What a log that has no header of its own says: the GPUs it showed, its interval.
+pub(crate) fn log_header(gpus: Vec<GpuStatic>, interval_s: f64) -> LogHeader {
+    LogHeader { gpus, interval_s }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn read(text: &str, opts: &CsvOptions) -> Result<(Header, LogInfo, Vec<GpuSample>), LogError> {
+    fn read(text: &str, opts: &CsvOptions) -> Result<(LogHeader, LogInfo, Vec<Reading>), LogError> {
         let mut out = Vec::new();
-        let (h, i) = read_smi_csv(std::io::Cursor::new(text), opts, |l| {
-            if let Line::Gpu(g) = l {
-                out.push(g.clone())
-            }
-        })?;
+        let (h, i) = read_smi_csv(std::io::Cursor::new(text), opts, |l| out.push(l.clone()))?;
         Ok((h, i, out))
     }
 
@@ -1240,7 +1143,7 @@ mod tests {
         out
     }
 
-    fn gpus_of(s: &[GpuSample]) -> Vec<u32> {
+    fn gpus_of(s: &[Reading]) -> Vec<u32> {
         let mut v: Vec<u32> = s.iter().map(|x| x.index).collect();
         v.sort_unstable();
         v.dedup();
@@ -1565,26 +1468,30 @@ mod tests {
 
     #[test]
     fn custom_names_map_only_when_clear() {
+        let f = |n: &str| (field_of(n), vocab_unit(n));
         assert_eq!(
-            custom_field("utilization_gpu_percent"),
-            Some((Field::UtilGpu, Some("%")))
+            f("utilization_gpu_percent"),
+            (Field::UtilGpu, Some("%".into()))
         );
+        assert_eq!(f("temperature_C"), (Field::Temperature, Some("C".into())));
+        assert_eq!(f("power_W"), (Field::Power, Some("W".into())));
+        assert_eq!(f("gpu_index"), (Field::Index, None));
+        assert_eq!(f("Mem Used (MiB)"), (Field::MemUsed, Some("MiB".into())));
         assert_eq!(
-            custom_field("temperature_C"),
-            Some((Field::Temperature, Some("C")))
-        );
-        assert_eq!(custom_field("power_W"), Some((Field::Power, Some("W"))));
-        assert_eq!(custom_field("gpu_index"), Some((Field::Index, None)));
-        assert_eq!(
-            custom_field("Mem Used (MiB)"),
-            Some((Field::MemUsed, Some("MiB")))
-        );
-        assert_eq!(
-            custom_field("memory_percent"),
-            None,
+            f("memory_percent").0,
+            Field::Other,
             "% of memory is not bytes"
         );
-        assert_eq!(custom_field("loss"), None);
+        assert_eq!(f("loss").0, Field::Other);
+        // Other tools' names are not this reader's.
+        assert_eq!(f("SMACT").0, Field::Other);
+        assert_eq!(
+            f("clocks_event_reasons.sw_power_cap"),
+            (
+                Field::ThrottleBit(crate::reading::throttle::SW_POWER_CAP),
+                None
+            )
+        );
         assert!(looks_like_header("timestamp,gpu_index,temperature_C"));
         assert!(!looks_like_header("2026-12-02T12:00:00Z,0,61"));
         assert!(!looks_like_header("alpha,beta"));

@@ -5,13 +5,13 @@ use super::dcgmi::ProfilingMeans;
 use super::table::{Table, When};
 use super::vocab::{self, Metric};
 use super::{LogError, LogInfo};
-use crate::sample::event::{Header, Line};
+use crate::reading::{LogHeader, Reading};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The folder of system metric files under `path` (a run folder, its `metrics/`, or
 /// `metrics/system/` itself), if it has one.
-pub(crate) fn system_dir(path: &Path) -> Option<PathBuf> {
+pub fn system_dir(path: &Path) -> Option<PathBuf> {
     [
         path.join("metrics").join("system"),
         path.join("system"),
@@ -32,11 +32,11 @@ pub(crate) fn system_dir(path: &Path) -> Option<PathBuf> {
 }
 
 /// Reads the run's system metrics.
-pub(crate) fn read_run(
+pub fn read_run(
     dir: &Path,
     interval_s: Option<f64>,
-    visit: impl FnMut(&Line),
-) -> Result<(Header, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
+    visit: impl FnMut(&Reading),
+) -> Result<(LogHeader, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
     let mut t = Table::new();
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -52,7 +52,10 @@ pub(crate) fn read_run(
             continue;
         };
         let metric = f.term.metric;
-        if matches!(metric, Metric::Ignored | Metric::Time | Metric::RelativeS) {
+        if matches!(
+            metric,
+            Metric::Ignored | Metric::Time | Metric::Date | Metric::RelativeS
+        ) {
             continue;
         }
         let Some(e) = t.entity(None, &f.gpu.unwrap_or(0).to_string()) else {
@@ -112,12 +115,7 @@ mod tests {
         .unwrap();
         let dir = system_dir(d.path()).unwrap();
         let mut out = Vec::new();
-        let (h, _, _) = read_run(&dir, None, |l| {
-            if let Line::Gpu(g) = l {
-                out.push(g.clone())
-            }
-        })
-        .unwrap();
+        let (h, _, _) = read_run(&dir, None, |l| out.push(l.clone())).unwrap();
         assert_eq!(h.gpus.len(), 1);
         assert_eq!(out.len(), 2);
         assert_eq!(out[0].mem_used_bytes, Some(30_000_000_000));

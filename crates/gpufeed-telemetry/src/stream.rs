@@ -8,14 +8,14 @@ use std::io::{self, Cursor, Read, Seek};
 use std::path::{Path, PathBuf};
 
 /// How many decoded bytes decide a format.
-pub(crate) const HEAD_BYTES: usize = 8192;
+pub const HEAD_BYTES: usize = 8192;
 
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
 
 /// The compression an input arrived in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
-pub(crate) enum Compression {
+pub enum Compression {
     None,
     Gzip,
     Zstd,
@@ -23,7 +23,7 @@ pub(crate) enum Compression {
 
 /// The text encoding under the compression.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Encoding {
+pub enum Encoding {
     Utf8,
     /// UTF-8 after a byte-order mark (Excel's "CSV UTF-8", Notepad): the mark is dropped.
     Utf8Bom,
@@ -32,11 +32,11 @@ pub(crate) enum Encoding {
 }
 
 /// An input opened once: its first decoded bytes, and the whole stream from its start.
-pub(crate) struct Input {
+pub struct Input {
     /// The first [`HEAD_BYTES`] of the decoded text (fewer at the end of input).
-    pub(crate) head: Vec<u8>,
-    pub(crate) compression: Compression,
-    pub(crate) encoding: Encoding,
+    pub head: Vec<u8>,
+    pub compression: Compression,
+    pub encoding: Encoding,
     /// The raw bytes already read, replayed before `rest`.
     raw_prefix: Vec<u8>,
     rest: Box<dyn Read + Send>,
@@ -73,7 +73,7 @@ fn read_up_to(r: &mut impl Read, max: usize) -> io::Result<Vec<u8>> {
 
 impl Input {
     /// Opens `path` (`-` for stdin) and reads the first bytes that decide its format.
-    pub(crate) fn open(path: &Path) -> io::Result<Input> {
+    pub fn open(path: &Path) -> io::Result<Input> {
         let (raw, reopenable): (Box<dyn Read + Send>, _) = if is_stdin(path) {
             (Box::new(io::stdin()), None)
         } else {
@@ -163,13 +163,13 @@ impl Input {
     }
 
     /// The raw bytes from the start, undecoded (a zstd recording's own reader decodes it).
-    pub(crate) fn raw(self) -> Box<dyn Read + Send> {
+    pub fn raw(self) -> Box<dyn Read + Send> {
         Box::new(Cursor::new(self.raw_prefix).chain(self.rest))
     }
 
     /// The whole input from its start as UTF-8 text: decompressed, its byte-order mark dropped,
     /// UTF-16 turned into UTF-8.
-    pub(crate) fn text(self) -> io::Result<Box<dyn Read + Send>> {
+    pub fn text(self) -> io::Result<Box<dyn Read + Send>> {
         let (encoding, compression) = (self.encoding, self.compression);
         let raw = self.raw();
         let mut decoded: Box<dyn Read + Send> = match compression {
@@ -197,7 +197,7 @@ impl Input {
     /// regular file is opened again for each pass; anything else (stdin, a pipe, a FIFO, a
     /// compressed or transcoded file) is decoded once into a temporary file (on disk, not in
     /// memory) that each pass reads from its start.
-    pub(crate) fn into_passes(self) -> io::Result<Passes> {
+    pub fn into_passes(self) -> io::Result<Passes> {
         match self.reopenable.clone() {
             Some(path)
                 if self.compression == Compression::None && self.encoding == Encoding::Utf8 =>
@@ -214,7 +214,7 @@ impl Input {
 
     /// Was the input decompressed or transcoded? Said in a note, so that the reading is
     /// explained.
-    pub(crate) fn how_decoded(&self) -> Option<String> {
+    pub fn how_decoded(&self) -> Option<String> {
         let enc = match self.encoding {
             Encoding::Utf8 | Encoding::Utf8Bom => None,
             Encoding::Utf16Le => Some("UTF-16 LE"),
@@ -240,7 +240,7 @@ impl Compression {
 }
 
 /// The text of an input, for as many passes as a reader needs.
-pub(crate) enum Passes {
+pub enum Passes {
     /// A plain regular file, opened again for each pass.
     Reopen(PathBuf),
     /// A stream, or a file that needed decoding, read once into a temporary file.
@@ -249,7 +249,7 @@ pub(crate) enum Passes {
 
 impl Passes {
     /// The text from its start.
-    pub(crate) fn pass(&mut self) -> io::Result<std::fs::File> {
+    pub fn pass(&mut self) -> io::Result<std::fs::File> {
         match self {
             Passes::Reopen(path) => std::fs::File::open(path),
             Passes::Spilled(f) => {
