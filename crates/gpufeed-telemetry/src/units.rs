@@ -88,7 +88,7 @@ pub fn r3(x: f64) -> f64 {
 
 /// A duration given in milliseconds, at two decimals of the unit that shows it: `1.95 ms`,
 /// `42.0 µs` below a hundredth of a millisecond (never `0.00 ms` for work that took time).
-pub(crate) fn ms(ms: f64) -> String {
+pub fn ms(ms: f64) -> String {
     if ms.abs() >= 0.01 || ms == 0.0 || !ms.is_finite() {
         format!("{ms:.2} ms")
     } else {
