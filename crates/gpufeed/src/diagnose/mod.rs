@@ -344,6 +344,13 @@ fn wait_source_note(e: &Evidence, wait: f64, p: &evidence::PythonEvidence) -> St
 /// Caveats worth telling people next to the findings.
 pub fn notes(e: &Evidence, source: &Source, v: &Verdict) -> Vec<String> {
     let mut out = Vec::new();
+    if let Some(c) = e.job.exit_code.filter(|c| *c != 0) {
+        // Said first: a job that failed early is read on what ran before it stopped.
+        out.push(format!(
+            "The job failed (exit code {c}): everything here covers only what ran before it \
+             stopped. Fix the error and record it again before acting on the verdict."
+        ));
+    }
     if let Some((i, f, busy)) = e
         .used_gpus()
         .filter_map(|g| {

@@ -4,7 +4,7 @@
 use super::fmt::{bytes, duration, gb_per_s, md_cell, md_code, md_prose, pct, plural};
 use super::OutputFormat;
 use crate::diagnose::evidence::{GpuEvidence, JobEvidence, Role};
-use crate::diagnose::evidence::{LoopSite, PhaseCode, PhasesPct, PythonEvidence};
+use crate::diagnose::evidence::{LoopSite, PhaseCode, PhasesPct, PythonEvidence, RankLoop};
 use crate::diagnose::verdict::VerdictId;
 use crate::diagnose::DiagnoseReport;
 use crate::finding::{Finding, FindingId, InputKind, Item, ItemKey, Kind, Severity, Unit};
@@ -922,9 +922,28 @@ fn ranks_text(p: &PythonEvidence) -> String {
     if p.ranks.is_empty() && p.ranks_unread.is_empty() {
         return o;
     }
+    // The evidence reads the job's loop on the median rank by data wait, unless ranks wait in
+    // collectives: then on the rank the others wait for.
+    let mut by_wait: Vec<&RankLoop> = p.ranks.iter().collect();
+    by_wait.sort_by(|a, b| {
+        a.data_wait_pct
+            .total_cmp(&b.data_wait_pct)
+            .then(a.pid.cmp(&b.pid))
+    });
+    let median = by_wait
+        .get(by_wait.len().saturating_sub(1) / 2)
+        .map(|r| r.pid);
+    let main = p.main.as_ref().map(|m| m.pid);
+    let which = match p.ranks.iter().find(|r| Some(r.pid) == main) {
+        Some(r) if Some(r.pid) != median => format!(
+            "the loop above is {}'s, the rank the others wait for in collectives",
+            r.label()
+        ),
+        _ => "the loop above is the median rank by data wait".to_string(),
+    };
     let _ = writeln!(
         o,
-        "  {} ranks (the loop above is the median rank by data wait):",
+        "  {} ranks ({which}):",
         p.ranks.len() + p.ranks_unread.len()
     );
     for r in &p.ranks {

@@ -293,6 +293,13 @@ fn marker(f: &FrameRef) -> Option<Phase> {
     None
 }
 
+/// A collective of torch.distributed (`all_reduce`, `broadcast`, `barrier`, `all_gather`...,
+/// called from Python: Lightning's per-step broadcasts, a metric's sync): a rank in one waits
+/// for the slowest rank to join it.
+pub(crate) fn is_collective(f: &FrameRef) -> bool {
+    has(f.file, "torch/distributed/distributed_c10d.py")
+}
+
 /// A DataLoader worker process's loop (`torch.utils.data._utils.worker._worker_loop`).
 pub(crate) fn is_worker_loop(f: &FrameRef) -> bool {
     method(f.name) == "_worker_loop" && has(f.file, "torch/utils/data/_utils/worker.py")
@@ -339,7 +346,9 @@ pub(crate) fn loads_data(f: &FrameRef) -> bool {
 
 /// A function name that says it makes batches or samples: a word of it (split at `_`, lower
 /// case) is batch, load, read, decode, fetch, collate, augment, transform, preprocess, prepare
-/// or tokenize (`get_batch`, `load_images`, `make_batches`, `next_batch`).
+/// or tokenize (`get_batch`, `load_images`, `make_batches`, `next_batch`). Not a callback
+/// hook named for when it runs (`on_train_batch_end`, `on_batch_begin`): it runs after a batch,
+/// it does not make one.
 pub(crate) fn is_batch_name(name: &str) -> bool {
     const WORDS: [&str; 14] = [
         "batch",
@@ -358,6 +367,9 @@ pub(crate) fn is_batch_name(name: &str) -> bool {
         "tokenize",
     ];
     let lower = method(name).to_ascii_lowercase();
+    if lower.starts_with("on_") {
+        return false;
+    }
     lower.split('_').any(|w| WORDS.contains(&w))
 }
 
@@ -747,6 +759,25 @@ pub(crate) fn data_stage(frames: &[FrameRef]) -> Option<(usize, StageKind)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn batch_names_are_makers_not_callback_hooks() {
+        for n in [
+            "get_batch",
+            "load_images",
+            "Data.make_batches",
+            "next_batch",
+        ] {
+            assert!(is_batch_name(n), "{n}");
+        }
+        for n in [
+            "ModelInspectionCallback.on_train_batch_end",
+            "on_batch_begin",
+            "train_step",
+        ] {
+            assert!(!is_batch_name(n), "{n}");
+        }
+    }
 
     fn st(v: &[(&'static str, &'static str)]) -> Vec<FrameRef<'static>> {
         v.iter()

@@ -495,6 +495,21 @@ fn json_on_stdout_sends_the_jobs_stdout_to_stderr() {
     );
 }
 
+/// A job that failed is said first among the notes: the reading covers only what ran.
+#[test]
+fn a_failed_job_is_said_in_the_notes() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = gpufeed_no_gpu()
+        .args(["run", "--format", "json", "-o"])
+        .arg(dir.path().join("r.ndjson"))
+        .args(["--", "sh", "-c", "sleep 0.3; exit 3"])
+        .assert()
+        .code(3);
+    let v: serde_json::Value = serde_json::from_slice(&a.get_output().stdout).unwrap();
+    let first = v["notes"][0].as_str().unwrap_or_default();
+    assert!(first.starts_with("The job failed (exit code 3)"), "{v}");
+}
+
 /// Issue 39 item 11: under `umask 000`, `--step-socket PATH` made a world-writable socket
 /// (anyone on the machine could send markers); it is 0600 whatever the umask.
 #[test]

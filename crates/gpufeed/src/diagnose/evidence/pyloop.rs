@@ -26,6 +26,9 @@ mod loopcode;
 
 /// Backward and optimizer samples from which a process runs a training loop of its own.
 pub(crate) const MIN_RANK_STEP_SAMPLES: u64 = 5;
+/// Share of a rank's loop in torch.distributed collectives from which the job's loop is read
+/// on the rank the others wait for ([`PyAcc::main_rank`]).
+const RANK_WAIT_SHARE: f64 = 0.2;
 /// Training-thread samples under which no phase split is given.
 pub(crate) const MIN_MAIN_SAMPLES: u64 = 20;
 /// Stages kept in the evidence (presenters show five).
@@ -575,8 +578,7 @@ impl PyAcc {
             .map(|t| t.stacks.values().map(|c| c.n).sum::<u64>())
             .sum();
         let (ranks, ranks_unread) = self.rank_loops(header, job);
-        let main = match ranks.get(ranks.len().saturating_sub(1) / 2) {
-            // The median rank (ranks are sorted by data wait here).
+        let main = match self.main_rank(&ranks) {
             Some(m) => self.main_loop((m.pid, m.tid), &self.threads[&(m.pid, m.tid)]),
             None if !job.rank_pids.is_empty() => None,
             None => self
@@ -672,6 +674,49 @@ impl PyAcc {
         }
         let stacks = t.stacks.iter().map(|(sid, c)| (*sid, c.n));
         self.hot_sites(pid, t, stacks, n).0
+    }
+
+    /// The rank whose loop stands for the job (`ranks` sorted by data wait): the median rank;
+    /// but when some rank spends [`RANK_WAIT_SHARE`] of its loop in collectives (waiting for the
+    /// others at a broadcast or barrier), the rank that waits least: the one the others wait
+    /// for, whose loop holds the cause.
+    fn main_rank<'r>(&self, ranks: &'r [RankLoop]) -> Option<&'r RankLoop> {
+        let median = ranks.get(ranks.len().saturating_sub(1) / 2);
+        if ranks.len() < 2 {
+            return median;
+        }
+        let waits: Vec<f64> = ranks
+            .iter()
+            .map(|r| self.collective_share(&self.threads[&(r.pid, r.tid)]))
+            .collect();
+        if waits.iter().all(|w| *w < RANK_WAIT_SHARE) {
+            return median;
+        }
+        ranks
+            .iter()
+            .zip(&waits)
+            .min_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(r, _)| r)
+    }
+
+    /// The share of a thread's loop-window samples inside a torch.distributed collective.
+    fn collective_share(&self, t: &ThreadTotals) -> f64 {
+        let (mut coll, mut all) = (0u64, 0u64);
+        for (sid, c) in &t.stacks {
+            all += c.win;
+            if c.win > 0
+                && self
+                    .frame_refs(*sid)
+                    .is_some_and(|f| f.iter().any(crate::sample::pyphase::is_collective))
+            {
+                coll += c.win;
+            }
+        }
+        if all == 0 {
+            0.0
+        } else {
+            coll as f64 / all as f64
+        }
     }
 
     /// Each rank's training-thread loop, sorted by data wait, and the ranks that have none (not

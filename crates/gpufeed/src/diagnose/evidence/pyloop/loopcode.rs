@@ -456,6 +456,16 @@ impl PyAcc {
             let Some(frames) = self.frame_defs(sid) else {
                 continue;
             };
+            // Waiting in a collective for the other ranks is no work of this rank's.
+            if frames.iter().any(|f| {
+                crate::sample::pyphase::is_collective(&FrameRef {
+                    name: &f.name,
+                    file: &f.file,
+                    src: f.src.as_deref(),
+                })
+            }) {
+                continue;
+            }
             // Converting a whole tensor to a list is one sync, then Python building one object
             // per value: read for seconds, that is the conversion's time, per-step Python work
             // (`.item()` is one value per sync: its time is the syncs').
@@ -590,6 +600,27 @@ mod tests {
                 ticks: 100,
                 threads: vec![PyThreadCounts {
                     tid: 10,
+                    name: Some("MainThread".into()),
+                    stacks: stacks.iter().map(|(s, n)| [*s, *n, 0]).collect(),
+                    phases: BTreeMap::new(),
+                    cpu_ns: None,
+                    runq_ns: None,
+                    gil_held: 0,
+                    gil_free: Vec::new(),
+                }],
+            }));
+            self
+        }
+
+        /// An interval of another process's main thread.
+        fn interval_of(&mut self, pid: u32, stacks: &[(u64, u64)]) -> &mut Self {
+            self.lines.push(Line::PySamples(PySamples {
+                t_s: self.t,
+                dt_s: 1.0,
+                pid,
+                ticks: 100,
+                threads: vec![PyThreadCounts {
+                    tid: u64::from(pid),
                     name: Some("MainThread".into()),
                     stacks: stacks.iter().map(|(s, n)| [*s, *n, 0]).collect(),
                     phases: BTreeMap::new(),
@@ -765,6 +796,65 @@ mod tests {
                 ),
                 ("log_histograms", false, vec!["histograms".to_string()]),
             ]
+        );
+    }
+
+    /// Two ranks: rank 0 (pid 10) writes histograms after each step while rank 1 (pid 9) waits
+    /// for it in Lightning's per-step broadcast. The job's loop is rank 0's, the callback its
+    /// cause; the wait in the collective is no cause of rank 1's (nor its data wait).
+    #[test]
+    fn the_loop_is_read_on_the_rank_the_others_wait_for_in_a_collective() {
+        let c10d = format!("{TORCH}/distributed/distributed_c10d.py");
+        let mut r = Rec::new(
+            &[
+                ("fit", "/w/train.py", 40, Some("trainer.fit(model)")), // 0
+                ("Tensor.backward", &format!("{TORCH}/_tensor.py"), 1, None), // 1
+                ("SGD.step", &format!("{TORCH}/optim/sgd.py"), 1, None), // 2
+                (
+                    "Inspect.on_train_batch_end",
+                    "/w/callbacks.py",
+                    8,
+                    Some("writer.add_histogram(name, p, step)"),
+                ), // 3
+                (
+                    "SummaryWriter.add_histogram",
+                    &format!("{TORCH}/utils/tensorboard/writer.py"),
+                    1,
+                    None,
+                ), // 4
+                ("broadcast", &c10d, 4055, None),                       // 5
+            ],
+            &[&[0, 1], &[0, 2], &[0, 3, 4], &[0, 5]],
+        );
+        for _ in 0..5 {
+            r.t += 1.0;
+            r.interval_of(10, &[(0, 25), (1, 10), (2, 60), (3, 5)]);
+            r.interval_of(9, &[(0, 25), (1, 10), (3, 65)]);
+        }
+        let mut acc = PyAcc::default();
+        for l in &r.lines {
+            acc.push(l);
+        }
+        let job = JobEvidence {
+            main_pid: Some(10),
+            rank_pids: vec![10, 9],
+            ..Default::default()
+        };
+        let p = acc.finish(&header(), &job).unwrap();
+        assert_eq!(p.ranks.len(), 2);
+        assert_eq!(p.main.as_ref().unwrap().pid, 10, "{:?}", p.main);
+        let calls: Vec<(HostCause, &str)> = p
+            .host_calls
+            .iter()
+            .map(|c| (c.cause, c.function.as_str()))
+            .collect();
+        assert_eq!(
+            calls[0],
+            (HostCause::StepPython, "Inspect.on_train_batch_end")
+        );
+        assert!(
+            calls.iter().all(|c| !c.1.contains("broadcast")),
+            "{calls:?}"
         );
     }
 
