@@ -71,13 +71,24 @@ impl From<InputFormat> for &'static str {
     }
 }
 
+/// `--input-format`'s spelling of each format, in [`ALL_FORMATS`]' order: the name with dashes
+/// (`smi-csv`), as clap spells a value (JSON keeps the underscores).
+static CLI_NAMES: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+    ALL_FORMATS
+        .iter()
+        .map(|f| f.as_str().replace('_', "-"))
+        .collect()
+});
+
 impl clap::ValueEnum for InputFormat {
     fn value_variants<'a>() -> &'a [Self] {
         &ALL_FORMATS
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        Some(clap::builder::PossibleValue::new(self.as_str()).help(self.about()))
+        let names: &'static [String] = &CLI_NAMES;
+        let i = ALL_FORMATS.iter().position(|f| f == self)?;
+        Some(clap::builder::PossibleValue::new(names[i].as_str()).help(self.about()))
     }
 }
 
@@ -548,6 +559,15 @@ mod tests {
             .collect();
         assert_eq!(&names[..4], ["auto", "recording", "smi_csv", "smi_dmon"]);
         assert!(names.contains(&"prometheus_json") && names.contains(&"smi_q_xml"));
+        // The command line spells them with dashes, as clap's derive did.
+        let cli = InputFormat::from_str("smi-q-xml", false).unwrap();
+        assert_eq!(cli, InputFormat::Log(Format::SmiQXml));
+        assert_eq!(
+            InputFormat::Log(Format::SmiCsv)
+                .to_possible_value()
+                .map(|v| v.get_name().to_string()),
+            Some("smi-csv".into())
+        );
         let f = InputFormat::Log(Format::GpustatJson);
         let json = serde_json::to_string(&f).unwrap();
         assert_eq!(json, "\"gpustat_json\"");
