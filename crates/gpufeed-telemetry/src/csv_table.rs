@@ -5,7 +5,7 @@
 //! series `DCGM_FI_DEV_GPU_UTIL{gpu="0",…}`, or `Series,Time,Value` rows), `rocm-smi --csv`
 //! and `amd-smi metric --csv` logs and the scripts around them.
 //!
-//! Lines are read through [`super::each_line`] (none held past 64 KiB) and split with the `csv`
+//! Lines are read through [`super::each_line_up_to`] (none held past 16 MiB: exports are wide) and split with the `csv`
 //! crate (quoted fields, doubled quotes). A line equal to the header is skipped; a different
 //! header line starts a new column set (runs appended to one file).
 
@@ -232,7 +232,7 @@ pub fn read_csv(
     let mut any = false;
     let mut first_names: Option<Vec<String>> = None;
     let mut spaced = false;
-    t.each_line(r, |t, buf| {
+    t.each_line_up_to(r, super::MAX_WIDE_LINE_BYTES, |t, buf| {
         if header.is_none() && super::looks_binary(buf) {
             return Err(LogError::Format(super::smi_csv::not_a_log("a CSV")));
         }
@@ -543,6 +543,29 @@ mod tests {
         );
         assert_eq!(fields(b"\"last\",\"no newline\""), ["last", "no newline"]);
         assert_eq!(fields(b"plain, 1,2\r\n"), ["plain", "1", "2"]);
+    }
+
+    /// A W&B export of many runs: each run's columns (value, `__MIN`, `__MAX`) make a header
+    /// far over 64 KiB, refused as "no header line" when every line was held to 64 KiB.
+    #[test]
+    fn a_wide_export_header_over_64_kib_is_read() {
+        let mut cols = vec!["Step".to_string()];
+        for i in 0..900 {
+            for tail in ["", "__MIN", "__MAX"] {
+                cols.push(format!(
+                    "\"run-{i:04}-abcdefghij - system/gpu.0.gpu{tail}\""
+                ));
+            }
+        }
+        let header = cols.join(",");
+        assert!(header.len() > 64 << 10);
+        let mut text = header + "\n";
+        for step in 0..5 {
+            text += &format!("{step}{}\n", ",37.5".repeat(cols.len() - 1));
+        }
+        let (h, _, s) = read(&text, &[]).unwrap();
+        assert!(!h.gpus.is_empty());
+        assert_eq!(s[0].util_pct, Some(37.5));
     }
 
     #[test]

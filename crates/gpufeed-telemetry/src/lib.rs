@@ -14,6 +14,7 @@
 
 pub mod csv_table;
 pub mod dcgmi;
+pub mod formats;
 pub mod mlflow;
 pub mod prom;
 pub mod reading;
@@ -238,12 +239,26 @@ fn opens_quote(line: &[u8]) -> bool {
         && line.iter().filter(|&&c| c == b'"').count() % 2 == 1
 }
 
+/// The longest line a reader of other tools' wide exports holds (`csv_table`): a W&B or Grafana
+/// export of many runs has three columns per run and series, a header of hundreds of KiB, and
+/// rows as wide; past this a line is still dropped, so memory stays bounded.
+pub(crate) const MAX_WIDE_LINE_BYTES: usize = 16 << 20;
+
 /// The read loop of every log reader: reads `r` line by line, no line held longer than
 /// [`MAX_LOG_LINE_BYTES`], and hands each to `f` until the end or an error of `f`. A quoted
 /// field holding a line break is handed on as one line, the break read as a space (at most
 /// [`MAX_QUOTED_LINES`] lines joined): split, its header was refused as a cut line.
 pub(crate) fn each_line(
     r: impl Read,
+    f: impl FnMut(LogLine<'_>) -> Result<(), LogError>,
+) -> Result<(), LogError> {
+    each_line_up_to(r, MAX_LOG_LINE_BYTES, f)
+}
+
+/// [`each_line`], no line held longer than `max`.
+pub(crate) fn each_line_up_to(
+    r: impl Read,
+    max: usize,
     mut f: impl FnMut(LogLine<'_>) -> Result<(), LogError>,
 ) -> Result<(), LogError> {
     let mut reader = BufReader::new(r);
@@ -251,7 +266,7 @@ pub(crate) fn each_line(
     let mut held: Vec<u8> = Vec::new();
     let mut parts = 0;
     loop {
-        let (n, overlong) = read_line_capped(&mut reader, &mut buf, MAX_LOG_LINE_BYTES)?;
+        let (n, overlong) = read_line_capped(&mut reader, &mut buf, max)?;
         if n == 0 {
             if !held.is_empty() {
                 f(LogLine::Text(&held))?;
@@ -282,7 +297,7 @@ pub(crate) fn each_line(
         held.extend_from_slice(&buf);
         parts += 1;
         let closed = held.iter().filter(|&&c| c == b'"').count() % 2 == 0;
-        if closed || parts >= MAX_QUOTED_LINES || held.len() >= MAX_LOG_LINE_BYTES {
+        if closed || parts >= MAX_QUOTED_LINES || held.len() >= max {
             f(LogLine::Text(&held))?;
             held.clear();
         }

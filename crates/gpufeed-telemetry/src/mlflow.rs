@@ -31,6 +31,27 @@ pub fn system_dir(path: &Path) -> Option<PathBuf> {
     })
 }
 
+/// The metric files in `dir`, and how many links were left out: a link is followed only where
+/// it stays inside `dir` (a link to another run's file, or to a shared store, would add that
+/// run's GPUs to this one).
+fn run_files(dir: &Path) -> std::io::Result<(Vec<PathBuf>, u64)> {
+    let root = std::fs::canonicalize(dir)?;
+    let mut files = Vec::new();
+    let mut outside = 0;
+    for e in std::fs::read_dir(dir)?.flatten() {
+        let p = e.path();
+        let link = e.file_type().is_ok_and(|t| t.is_symlink());
+        if link && !std::fs::canonicalize(&p).is_ok_and(|t| t.starts_with(&root)) {
+            outside += 1;
+            continue;
+        }
+        if p.is_file() {
+            files.push(p);
+        }
+    }
+    Ok((files, outside))
+}
+
 /// Reads the run's system metrics.
 pub fn read_run(
     dir: &Path,
@@ -38,10 +59,15 @@ pub fn read_run(
     visit: impl FnMut(&Reading),
 ) -> Result<(LogHeader, LogInfo, BTreeMap<u32, ProfilingMeans>), LogError> {
     let mut t = Table::new();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file())
-        .collect();
+    let (mut files, outside) = run_files(dir)?;
+    if outside > 0 {
+        t.info.notes.push(format!(
+            "{outside} metric file{} of the run link{} out of its folder: not followed (another \
+             run's metrics would read as GPUs of this one).",
+            if outside == 1 { "" } else { "s" },
+            if outside == 1 { "s" } else { "" },
+        ));
+    }
     files.sort();
     for p in files {
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
@@ -121,5 +147,36 @@ mod tests {
         assert_eq!(out[0].mem_used_bytes, Some(30_000_000_000));
         assert_eq!(out[1].t_s, 10.0);
         assert!(system_dir(Path::new("/nonexistent")).is_none());
+    }
+
+    /// A metric file that is a link out of the run's folder (to another run's, a shared store) is
+    /// not this run's: followed, it read as a phantom GPU.
+    #[cfg(unix)]
+    #[test]
+    fn links_out_of_the_run_are_not_followed() {
+        let d = tempfile::tempdir().unwrap();
+        let other = tempfile::tempdir().unwrap();
+        let sys = d.path().join("metrics").join("system");
+        std::fs::create_dir_all(&sys).unwrap();
+        let line = "1700000000000 90.0 0\n1700000010000 95.0 1\n";
+        std::fs::write(sys.join("gpu_0_utilization_percentage"), line).unwrap();
+        let elsewhere = other.path().join("gpu_1_utilization_percentage");
+        std::fs::write(&elsewhere, line).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, sys.join("gpu_1_utilization_percentage")).unwrap();
+        // A link inside the folder is the run's own file under another name.
+        std::os::unix::fs::symlink(
+            sys.join("gpu_0_utilization_percentage"),
+            sys.join("gpu_0_memory_usage_percentage"),
+        )
+        .unwrap();
+        let (h, info, _) = read_run(&system_dir(d.path()).unwrap(), None, |_| {}).unwrap();
+        assert_eq!(h.gpus.len(), 1, "{:?}", h.gpus);
+        assert!(
+            info.notes
+                .iter()
+                .any(|n| n.contains("1 metric file") && n.contains("not followed")),
+            "{:?}",
+            info.notes
+        );
     }
 }

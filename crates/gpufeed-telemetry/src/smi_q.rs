@@ -171,6 +171,8 @@ pub fn read_text(
             .split_once(" : ")
             .or_else(|| t.strip_suffix(" :").map(|k| (k, "")))
         {
+            // A MIG instance's values (its memory, its utilization) are not its GPU's.
+            Some(_) if sections.iter().any(|(_, s)| s == "mig_devices") => {}
             Some((k, v)) => {
                 // The innermost section under the GPU names the value (`FB Memory Usage`).
                 let section = if indent == 0 {
@@ -217,7 +219,8 @@ pub fn read_xml(
             open.push(name.into());
             return;
         }
-        // `<used>40536 MiB</used>`: a value in the innermost open element.
+        // `<used>40536 MiB</used>`: a value in the innermost open element (not a MIG
+        // instance's: its memory is not its GPU's).
         if let Some(v) = inner[name_end..]
             .strip_prefix('>')
             .and_then(|rest| rest.strip_suffix(&format!("</{name}>")))
@@ -227,6 +230,9 @@ pub fn read_xml(
             } else {
                 open.last().map_or("", String::as_str)
             };
+            if open.iter().any(|o| o == "mig_devices") {
+                return;
+            }
             let v = v
                 .replace("&amp;", "&")
                 .replace("&lt;", "<")
@@ -348,6 +354,56 @@ GPU 00000000:01:00.0
 	</gpu>
 </nvidia_smi_log>
 "#;
+
+    /// A GPU in MIG mode lists its instances, each with its own `FB Memory Usage`: an
+    /// instance's memory is not the GPU's, wherever the report puts the instances.
+    #[test]
+    fn mig_instances_are_not_read_as_their_gpu() {
+        let mig = "    MIG Devices
+        MIG Device
+            Index                         : 0
+            GPU Instance ID               : 1
+            FB Memory Usage
+                Total                     : 19968 MiB
+                Used                      : 13 MiB
+                Free                      : 19955 MiB
+            Utilization
+                Gpu                       : 99 %
+";
+        let gpu = "GPU 00000000:07:00.0
+    Product Name                          : NVIDIA A100-SXM4-40GB
+    FB Memory Usage
+        Total                             : 40960 MiB
+        Used                              : 10100 MiB
+        Free                              : 30289 MiB
+";
+        let head = "==============NVSMI LOG==============\nTimestamp : Wed Jan 10 12:00:00 2024\n";
+        // The instances after the GPU's own values, and before them (as nvidia-smi writes).
+        let (name, fb) = gpu.split_at(gpu.find("    FB").unwrap());
+        for text in [
+            format!("{head}{gpu}{mig}"),
+            format!("{head}{name}{mig}{fb}"),
+        ] {
+            let (h, _, g) = samples(|b, v| read_text(b, None, v), &text);
+            assert_eq!(h.gpus.len(), 1);
+            assert_ne!(
+                g.first().and_then(|g| g.mem_used_bytes),
+                Some(13 * 1_048_576),
+                "{text}"
+            );
+            assert_eq!(
+                g.first().and_then(|g| g.util_pct),
+                None,
+                "an instance's, not the GPU's"
+            );
+        }
+        let xml = "<?xml version=\"1.0\" ?>\n<nvidia_smi_log>\n<gpu id=\"00000000:07:00.0\">\n\
+                   <fb_memory_usage>\n<used>10100 MiB</used>\n</fb_memory_usage>\n\
+                   <mig_devices>\n<mig_device>\n<fb_memory_usage>\n<used>13 MiB</used>\n\
+                   </fb_memory_usage>\n</mig_device>\n</mig_devices>\n</gpu>\n</nvidia_smi_log>\n";
+        let (_, _, g) = samples(|b, v| read_xml(b, None, v), xml);
+        assert_eq!(g[0].mem_used_bytes, Some(10100 * 1_048_576));
+    }
 
     #[test]
     fn xml_reports_are_read_through_the_vocabulary() {

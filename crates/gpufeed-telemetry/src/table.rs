@@ -343,9 +343,19 @@ impl Table {
     pub(crate) fn each_line(
         &mut self,
         r: impl std::io::Read,
+        f: impl FnMut(&mut Table, &[u8]) -> Result<(), LogError>,
+    ) -> Result<(), LogError> {
+        self.each_line_up_to(r, super::MAX_LOG_LINE_BYTES, f)
+    }
+
+    /// [`Table::each_line`], no line held longer than `max`.
+    pub(crate) fn each_line_up_to(
+        &mut self,
+        r: impl std::io::Read,
+        max: usize,
         mut f: impl FnMut(&mut Table, &[u8]) -> Result<(), LogError>,
     ) -> Result<(), LogError> {
-        super::each_line(r, |line| match line {
+        super::each_line_up_to(r, max, |line| match line {
             super::LogLine::Text(buf) => f(self, buf),
             super::LogLine::Overlong => {
                 self.info.overlong_line();

@@ -4,9 +4,9 @@
 use super::evidence::{EvidenceBuilder, Origin};
 use super::phases::{self, Phase};
 use super::{DiagnoseError, Evidence, Source};
-use crate::import::dcgmi::{self, Flavour};
+use crate::import::dcgmi::ProfilingMeans;
+use crate::import::formats::{self, Format};
 use crate::import::reading::{LogHeader, Reading};
-use crate::import::smi_csv::{self, CsvOptions};
 use crate::import::stream::{Compression, Encoding, Input, Passes, HEAD_BYTES};
 use crate::import::{LogError, LogInfo};
 use crate::record::format::ReadError;
@@ -16,64 +16,95 @@ use crate::sample::GpuSample;
 use serde::{Deserialize, Serialize};
 use std::io::Read;
 use std::path::Path;
+use strum::VariantArray;
 
-/// Input formats (`--input-format`).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    clap::ValueEnum,
-    Serialize,
-    Deserialize,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-)]
-#[strum(serialize_all = "snake_case")]
-#[serde(rename_all = "snake_case")]
+/// Input formats (`--input-format`): detection, gpufeed's own recording, or one of the
+/// telemetry engine's formats ([`Format`], named and described in its one table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum InputFormat {
     /// Detect from the first lines
     #[default]
     Auto,
     /// gpufeed NDJSON recording
     Recording,
-    /// nvidia-smi --query-gpu=... --format=csv log
-    SmiCsv,
-    /// nvidia-smi dmon output
-    SmiDmon,
-    /// dcgmi dmon output
-    Dcgmi,
-    /// Another tool's CSV: DCGM (EntityId,GRACT,…), W&B or MLflow export, Grafana, rocm-smi, amd-smi
-    Csv,
-    /// W&B system metrics (wandb-events.jsonl)
-    Wandb,
-    /// Prometheus text scrapes (dcgm-exporter, nvidia_gpu_exporter)
-    Prometheus,
-    /// Prometheus HTTP API query result (/api/v1/query_range JSON)
-    PrometheusJson,
-    /// MLflow run folder (metrics/system/gpu_0_utilization_percentage)
-    Mlflow,
-    /// rocm-smi's concise table (Device … VRAM% GPU%), as job logs hold it
-    RocmSmi,
-    /// The plain nvidia-smi table (or nvitop -1), once or looped (watch, date banners)
-    SmiTable,
-    /// gpustat's text output, once or looped
-    Gpustat,
-    /// gpustat --json output, once or looped
-    GpustatJson,
-    /// nvidia-smi -q text reports, once or looped
-    SmiQ,
-    /// nvidia-smi -q -x XML reports, once or looped
-    SmiQXml,
-    /// nvidia-smi --query-compute-apps=... --format=csv (memory per process)
-    ComputeApps,
+    Log(Format),
 }
 
+/// Every input format, in `--help`'s order.
+const ALL_FORMATS: [InputFormat; 2 + Format::VARIANTS.len()] = {
+    let mut all = [InputFormat::Auto; 2 + Format::VARIANTS.len()];
+    all[1] = InputFormat::Recording;
+    let mut i = 0;
+    while i < Format::VARIANTS.len() {
+        all[2 + i] = InputFormat::Log(Format::VARIANTS[i]);
+        i += 1;
+    }
+    all
+};
+
 impl InputFormat {
+    /// The name `--input-format` takes and a JSON report's `source.format` holds.
     pub fn as_str(self) -> &'static str {
-        self.into()
+        match self {
+            InputFormat::Auto => "auto",
+            InputFormat::Recording => "recording",
+            InputFormat::Log(f) => f.as_str(),
+        }
+    }
+
+    fn about(self) -> &'static str {
+        match self {
+            InputFormat::Auto => "Detect from the first lines",
+            InputFormat::Recording => "gpufeed NDJSON recording",
+            InputFormat::Log(f) => f.about(),
+        }
+    }
+}
+
+impl VariantArray for InputFormat {
+    const VARIANTS: &'static [Self] = &ALL_FORMATS;
+}
+
+impl From<InputFormat> for &'static str {
+    fn from(f: InputFormat) -> Self {
+        f.as_str()
+    }
+}
+
+/// `--input-format`'s spelling of each format, in [`ALL_FORMATS`]' order: the name with dashes
+/// (`smi-csv`), as clap spells a value (JSON keeps the underscores).
+static CLI_NAMES: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+    ALL_FORMATS
+        .iter()
+        .map(|f| f.as_str().replace('_', "-"))
+        .collect()
+});
+
+impl clap::ValueEnum for InputFormat {
+    fn value_variants<'a>() -> &'a [Self] {
+        &ALL_FORMATS
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        let names: &'static [String] = &CLI_NAMES;
+        let i = ALL_FORMATS.iter().position(|f| f == self)?;
+        Some(clap::builder::PossibleValue::new(names[i].as_str()).help(self.about()))
+    }
+}
+
+impl Serialize for InputFormat {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for InputFormat {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        ALL_FORMATS
+            .into_iter()
+            .find(|f| f.as_str() == name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown input format `{name}`")))
     }
 }
 
@@ -101,165 +132,16 @@ pub struct ReadOutcome {
     pub log_notes: Vec<String>,
 }
 
-/// Guesses the format from the first bytes of a file.
+/// Guesses the format from the first bytes of a file: one of the engine's, else gpufeed's own
+/// recording (NDJSON: a `{` first, the engine's JSON formats told apart before).
 pub(crate) fn detect(head: &str) -> Option<InputFormat> {
-    // A UTF-8 byte-order mark says nothing of the format (a recording starting with one was
-    // taken for an nvidia-smi CSV).
-    let head = head.strip_prefix('\u{feff}').unwrap_or(head);
-    use crate::import::{smi_q, smi_table};
-    // gpustat's lines hold commas and units, the reports keys that CSVs or W&B's JSON hold:
-    // told apart before them.
-    if smi_table::holds_gpustat(head) {
-        return Some(InputFormat::Gpustat);
+    if let Some(f) = formats::detect(head) {
+        return Some(InputFormat::Log(f));
     }
-    if smi_table::holds_gpustat_json(head) {
-        return Some(InputFormat::GpustatJson);
-    }
-    if smi_q::holds_xml(head) {
-        return Some(InputFormat::SmiQXml);
-    }
-    if smi_q::holds_text(head) {
-        return Some(InputFormat::SmiQ);
-    }
-    if smi_table::holds_compute_apps(head) {
-        return Some(InputFormat::ComputeApps);
-    }
-    // A table before another log says nothing of the log's format; a table alone is the log.
-    detect_log(head).or_else(|| smi_table::holds_table(head).then_some(InputFormat::SmiTable))
-}
-
-/// [`detect`] for the logs that are not pasted views.
-fn detect_log(head: &str) -> Option<InputFormat> {
-    // A plain `nvidia-smi` table dumped before a log (job scripts often do) says nothing of the
-    // log's format: its box lines are passed over.
-    let lines: Vec<&str> = head
-        .lines()
-        .map(|l| l.trim_matches(|c: char| c.is_whitespace() || c == '\0'))
-        .filter(|l| !l.is_empty() && !is_smi_table_line(l))
-        .take(20)
-        .collect();
-    let first = lines.first()?;
-    if crate::import::rocm_table::holds_table(head) {
-        return Some(InputFormat::RocmSmi);
-    }
-    if first.starts_with('{') || first.starts_with('[') {
-        if head.contains("\"resultType\"") || head.contains("\"__name__\"") {
-            return Some(InputFormat::PrometheusJson);
-        }
-        if first.contains("\"system.") || first.contains("\"_wandb\"") {
-            return Some(InputFormat::Wandb);
-        }
-        return first.starts_with('{').then_some(InputFormat::Recording);
-    }
-    let prom_sample = |l: &str| {
-        let name_end = l.find('{').unwrap_or(0);
-        name_end > 0
-            && l[..name_end]
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
-            && l.contains('}')
-    };
-    if lines
-        .iter()
-        .any(|l| l.starts_with("# TYPE ") || l.starts_with("# HELP "))
-        || lines.iter().filter(|l| prom_sample(l)).count() * 2 > lines.len()
-    {
-        return Some(InputFormat::Prometheus);
-    }
-    for l in &lines {
-        if let Some(rest) = l.strip_prefix('#') {
-            let toks: Vec<String> = rest
-                .split_whitespace()
-                .map(|t| t.to_ascii_lowercase())
-                .collect();
-            if toks.first().is_some_and(|t| t == "entity") {
-                return Some(InputFormat::Dcgmi);
-            }
-            if toks.iter().any(|t| t == "gpu")
-                && toks
-                    .iter()
-                    .any(|t| ["sm", "pwr", "mem", "fb", "rxpci", "gtemp"].contains(&t.as_str()))
-            {
-                return Some(InputFormat::SmiDmon);
-            }
-        }
-        if l.starts_with("GPU ")
-            && l.split_whitespace()
-                .nth(1)
-                .is_some_and(|t| t.parse::<u32>().is_ok())
-        {
-            return Some(InputFormat::Dcgmi);
-        }
-    }
-    let csv_like = lines.iter().filter(|l| l.contains(',')).count();
-    if lines
-        .iter()
-        .any(|l| crate::import::csv_table::is_other_tools_header(l))
-    {
-        return Some(InputFormat::Csv);
-    }
-    if csv_like == 0 && one_field_query(&lines) {
-        return Some(InputFormat::SmiCsv);
-    }
-    if csv_like * 2 >= lines.len() {
-        let known = [
-            "utilization.gpu",
-            "memory.used",
-            "memory.total",
-            "timestamp",
-            "pci.bus_id",
-            "index",
-        ];
-        let has_header = lines.iter().any(|l| {
-            let lower = l.to_ascii_lowercase();
-            known.iter().any(|k| lower.contains(k)) || smi_csv::looks_like_header(l)
-        });
-        let has_units = lines.iter().any(|l| l.contains(" %") || l.contains("MiB"));
-        // `noheader,nounits`: rows of numbers; the CSV reader asks for --columns.
-        let numeric = lines.iter().all(|l| {
-            l.split(',').all(|v| {
-                let v = v.trim();
-                v.parse::<f64>().is_ok() || v.starts_with('[')
-            })
-        });
-        if has_header || has_units || (numeric && lines.iter().any(|l| l.contains(','))) {
-            return Some(InputFormat::SmiCsv);
-        }
-    }
-    None
-}
-
-/// A line of `nvidia-smi`'s own table (`+---…`, `| GPU  Name …|`, `|===…`).
-pub(crate) fn is_smi_table_line(l: &str) -> bool {
-    l.starts_with('|') || l.starts_with("+-") || l.starts_with("+=")
-}
-
-/// A query of one field (`--query-gpu=utilization.gpu --format=csv`, often in a loop that writes
-/// the header before every reading): no commas, only the field's header and values with its unit.
-fn one_field_query(lines: &[&str]) -> bool {
-    // `utilization.gpu [%]`: a field name and at most its unit.
-    let header = |l: &str| {
-        let l = l.to_ascii_lowercase();
-        let mut t = l.split_whitespace();
-        t.next().is_some_and(|f| {
-            ["utilization.", "memory.", "power.draw", "temperature.gpu"]
-                .iter()
-                .any(|k| f.starts_with(k))
-        }) && t
-            .next()
-            .is_none_or(|u| u.starts_with('[') && u.ends_with(']'))
-            && t.next().is_none()
-    };
-    let value = |l: &str| {
-        let mut t = l.split_whitespace();
-        t.next().is_some_and(|v| v.parse::<f64>().is_ok())
-            && t.next()
-                .is_some_and(|u| ["%", "MiB", "W", "C"].contains(&u))
-            && t.next().is_none()
-    };
-    lines.iter().any(|l| header(l))
-        && lines.iter().any(|l| value(l))
-        && lines.iter().all(|l| header(l) || value(l))
+    formats::Head::new(head)
+        .first_line()
+        .is_some_and(|l| l.starts_with('{'))
+        .then_some(InputFormat::Recording)
 }
 
 fn bad(path: &Path, e: LogError) -> DiagnoseError {
@@ -331,7 +213,7 @@ pub(crate) fn read_with(
         if let Some(dir) = crate::import::mlflow::system_dir(path) {
             let source = Source {
                 path: path.display().to_string(),
-                format: InputFormat::Mlflow,
+                format: InputFormat::Log(Format::Mlflow),
                 lines: 0,
                 malformed: 0,
                 truncated: false,
@@ -339,7 +221,7 @@ pub(crate) fn read_with(
                 bad_time: None,
                 long_strings: None,
             };
-            return read_log_evidence(&dir, InputFormat::Mlflow, opts, source, None);
+            return read_log_evidence(&dir, Format::Mlflow, opts, source, None);
         }
     }
     // The first bytes decide, whatever the format: a trace or a sweep report goes to another
@@ -358,7 +240,7 @@ pub(crate) fn read_with(
                 .as_ref()
                 .is_some_and(|c| c.iter().all(|n| !n.contains('='))) =>
         {
-            InputFormat::SmiCsv
+            InputFormat::Log(Format::SmiCsv)
         }
         InputFormat::Auto => detect(&String::from_utf8_lossy(&input.head)).ok_or_else(|| {
             DiagnoseError::UnknownFormat {
@@ -381,7 +263,7 @@ pub(crate) fn read_with(
         path: path.to_path_buf(),
         reason: e.to_string(),
     };
-    if matches!(format, InputFormat::Recording | InputFormat::Auto) {
+    let InputFormat::Log(format) = format else {
         // The recording reader decodes zstd and skips a byte-order mark itself (and tells a
         // recording cut mid-frame from a broken one): it gets the raw bytes unless they need
         // more than that.
@@ -393,7 +275,7 @@ pub(crate) fn read_with(
             input.raw()
         };
         return read_recording(path, file, source, extra);
-    }
+    };
     let decoded = input.how_decoded();
     let mut passes = input.into_passes().map_err(open_err)?;
     let mut read = read_log_evidence(path, format, opts, source, Some(&mut passes))?;
@@ -482,7 +364,7 @@ fn read_recording(
 /// the evidence with the active phases only, on a timeline with the other stretches cut out.
 fn read_log_evidence(
     path: &Path,
-    format: InputFormat,
+    format: Format,
     opts: &LogOptions,
     mut source: Source,
     mut passes: Option<&mut Passes>,
@@ -557,69 +439,29 @@ fn read_log_evidence(
     })
 }
 
-/// Reads a log once, handing each reading to `visit`.
+/// Reads a log once, handing each reading to `visit`: a file through `passes` (the input opened
+/// once), an MLflow run folder by its path.
 #[allow(clippy::type_complexity)]
 fn read_log(
     path: &Path,
-    format: InputFormat,
+    format: Format,
     opts: &LogOptions,
     passes: Option<&mut Passes>,
-    visit: impl FnMut(&Reading),
-) -> Result<(LogHeader, LogInfo, Vec<(u32, dcgmi::ProfilingMeans)>), DiagnoseError> {
-    use crate::import::{csv_table, mlflow, prom, rocm_table, smi_q, smi_table, wandb};
-    let collect = |r: Result<_, LogError>| {
-        r.map(
-            |(h, i, p): (LogHeader, LogInfo, std::collections::BTreeMap<u32, _>)| {
-                (h, i, p.into_iter().collect())
-            },
-        )
-        .map_err(|e| bad(path, e))
+    mut visit: impl FnMut(&Reading),
+) -> Result<(LogHeader, LogInfo, Vec<(u32, ProfilingMeans)>), DiagnoseError> {
+    let src = match passes.filter(|_| format != Format::Mlflow) {
+        None => formats::Source::Dir(path),
+        Some(passes) => formats::Source::File(passes.pass().map_err(|e| DiagnoseError::Open {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?),
     };
-    let Some(passes) = passes.filter(|_| format != InputFormat::Mlflow) else {
-        return collect(mlflow::read_run(path, opts.interval_s, visit));
+    let o = formats::Options {
+        columns: opts.columns.clone(),
+        interval_s: opts.interval_s,
     };
-    let file = passes.pass().map_err(|e| DiagnoseError::Open {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
-    match format {
-        InputFormat::Csv => {
-            let cols = opts.columns.clone().unwrap_or_default();
-            collect(csv_table::read_csv(file, &cols, opts.interval_s, visit))
-        }
-        InputFormat::Wandb => collect(wandb::read_events(file, opts.interval_s, visit)),
-        InputFormat::RocmSmi => collect(rocm_table::read(file, opts.interval_s, visit)),
-        InputFormat::SmiTable => collect(smi_table::read(file, opts.interval_s, visit)),
-        InputFormat::Gpustat => collect(smi_table::read_gpustat(file, opts.interval_s, visit)),
-        InputFormat::GpustatJson => {
-            collect(smi_table::read_gpustat_json(file, opts.interval_s, visit))
-        }
-        InputFormat::SmiQ => collect(smi_q::read_text(file, opts.interval_s, visit)),
-        InputFormat::SmiQXml => collect(smi_q::read_xml(file, opts.interval_s, visit)),
-        InputFormat::ComputeApps => {
-            collect(smi_table::read_compute_apps(file, opts.interval_s, visit))
-        }
-        InputFormat::Prometheus => collect(prom::read_text(file, opts.interval_s, visit)),
-        InputFormat::PrometheusJson => collect(prom::read_json(file, opts.interval_s, visit)),
-        InputFormat::SmiCsv => {
-            let o = CsvOptions {
-                columns: opts.columns.clone(),
-                interval_s: opts.interval_s,
-            };
-            let (h, info) = smi_csv::read_smi_csv(file, &o, visit).map_err(|e| bad(path, e))?;
-            Ok((h, info, Vec::new()))
-        }
-        _ => {
-            let flavour = if format == InputFormat::Dcgmi {
-                Flavour::Dcgmi
-            } else {
-                Flavour::SmiDmon
-            };
-            let (h, info, prof) = dcgmi::read_dmon(file, flavour, opts.interval_s, visit)
-                .map_err(|e| bad(path, e))?;
-            Ok((h, info, prof.into_iter().collect()))
-        }
-    }
+    let (h, info, prof) = formats::read(format, src, &o, &mut visit).map_err(|e| bad(path, e))?;
+    Ok((h, info, prof.into_iter().collect()))
 }
 
 /// Utilization logged as a 0–1 fraction under a percent's name (a script writing
@@ -698,102 +540,37 @@ mod tests {
             Some(InputFormat::Recording)
         );
         assert_eq!(
-            detect("timestamp, index, utilization.gpu [%]\n2026/12/02 12:00:00.000, 0, 5 %\n"),
-            Some(InputFormat::SmiCsv)
-        );
-        assert_eq!(detect("0, 87 %, 1024 MiB\n"), Some(InputFormat::SmiCsv));
-        assert_eq!(
-            detect("# gpu    pwr  gtemp     sm\n# Idx      W      C      %\n    0  50 40 3\n"),
-            Some(InputFormat::SmiDmon)
+            detect("{\"system.gpu.0.gpu\": 4.07, \"_timestamp\": 1582070941}\n"),
+            Some(InputFormat::Log(Format::Wandb))
         );
         assert_eq!(
-            detect("#Entity  GPUTL\nID\nGPU 0  5\n"),
-            Some(InputFormat::Dcgmi)
+            detect("0, 87 %, 1024 MiB\n"),
+            Some(InputFormat::Log(Format::SmiCsv))
         );
         assert_eq!(detect("hello world\n"), None);
-        assert_eq!(detect("a,b\nx,y\n"), None);
-        assert_eq!(detect("97, 40211, 81920\n"), Some(InputFormat::SmiCsv));
-        // One field, its header written before every reading by a loop.
-        assert_eq!(
-            detect("utilization.gpu [%]\n85 %\nutilization.gpu [%]\n100 %\n"),
-            Some(InputFormat::SmiCsv)
-        );
-        assert_eq!(detect("utilization.gpu is high\n85 %\n"), None);
-        // nvidia-smi's table before the log (an LSF job script printing both to one file).
-        let table = "+---+\n| NVIDIA-SMI 495.44  Driver Version: 495.44 |\n|---+\n".repeat(7);
-        assert_eq!(
-            detect(&format!(
-                "Thu Dec  9 11:19:15 2021\n{table}index, name, utilization.gpu [%]\n0, V100, 0 %\n"
-            )),
-            Some(InputFormat::SmiCsv)
-        );
-        assert_eq!(
-            detect("time,gpu_util,mem_used_mib\n2026-12-02T12:00:00Z,50,1024\n"),
-            Some(InputFormat::SmiCsv),
-            "a logging script's own header"
-        );
-        assert_eq!(detect(""), None);
-        assert_eq!(
-            detect("utilization.gpu [%]\n95 %\nutilization.gpu [%]\n97 %\n"),
-            Some(InputFormat::SmiCsv)
-        );
-        assert_eq!(
-            detect("EntityId,GRACT,FBUSD,TimeStamp\n0,0.5,9,1657283672\n"),
-            Some(InputFormat::Csv)
-        );
-        assert_eq!(
-            detect("{\"system.gpu.0.gpu\": 4.07, \"_timestamp\": 1582070941}\n"),
-            Some(InputFormat::Wandb)
-        );
-        assert_eq!(
-            detect("# TYPE DCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 5\n"),
-            Some(InputFormat::Prometheus)
-        );
-        assert_eq!(
-            detect("{\"status\":\"success\",\"data\":{\"resultType\":\"matrix\"}}"),
-            Some(InputFormat::PrometheusJson)
-        );
     }
 
     #[test]
-    fn what_people_paste_is_detected() {
-        let table = "Wed May  6 15:30:55 2020\n\
-            +------+\n\
-            | NVIDIA-SMI 418.87.01    Driver Version: 418.87.01    CUDA Version: 10.1     |\n\
-            |   0  GeForce RTX 208...  On   | 00000000:01:00.0 Off |                  N/A |\n\
-            |  0%   80C    P2    74W / 250W |   6762MiB / 10989MiB |      0%      Default |\n";
-        assert_eq!(detect(table), Some(InputFormat::SmiTable));
-        // The table before a CSV log is not the log.
+    fn format_names_are_the_wire_names() {
+        use clap::ValueEnum;
+        let names: Vec<&str> = InputFormat::value_variants()
+            .iter()
+            .map(|f| f.as_str())
+            .collect();
+        assert_eq!(&names[..4], ["auto", "recording", "smi_csv", "smi_dmon"]);
+        assert!(names.contains(&"prometheus_json") && names.contains(&"smi_q_xml"));
+        // The command line spells them with dashes, as clap's derive did.
+        let cli = InputFormat::from_str("smi-q-xml", false).unwrap();
+        assert_eq!(cli, InputFormat::Log(Format::SmiQXml));
         assert_eq!(
-            detect(&format!("{table}index, utilization.gpu [%]\n0, 5 %\n")),
-            Some(InputFormat::SmiCsv)
+            InputFormat::Log(Format::SmiCsv)
+                .to_possible_value()
+                .map(|v| v.get_name().to_string()),
+            Some("smi-csv".into())
         );
-        assert_eq!(
-            detect(&table.replace('|', "│")),
-            Some(InputFormat::SmiTable),
-            "nvitop"
-        );
-        assert_eq!(
-            detect("node1  Wed Sep  7 23:57:26 2025  580.82.07\n[0] NVIDIA H200 | 60°C, 100 % | 80161 / 143771 MB | root(80154M)\n"),
-            Some(InputFormat::Gpustat)
-        );
-        assert_eq!(
-            detect("{\"hostname\": \"n\", \"query_time\": \"2024-01-10T12:00:00\", \"gpus\": []}"),
-            Some(InputFormat::GpustatJson)
-        );
-        assert_eq!(
-            detect(
-                "\n==============NVSMI LOG==============\n\nTimestamp : Wed Aug 30 12:18:12 2023\n"
-            ),
-            Some(InputFormat::SmiQ)
-        );
-        assert_eq!(
-            detect("<?xml version=\"1.0\" ?>\n<nvidia_smi_log>\n<timestamp>x</timestamp>\n"),
-            Some(InputFormat::SmiQXml)
-        );
-        assert_eq!(
-            detect("pid, process_name, used_gpu_memory [MiB]\n4242, python, 3000 MiB\n"),
-            Some(InputFormat::ComputeApps)
-        );
+        let f = InputFormat::Log(Format::GpustatJson);
+        let json = serde_json::to_string(&f).unwrap();
+        assert_eq!(json, "\"gpustat_json\"");
+        assert_eq!(serde_json::from_str::<InputFormat>(&json).unwrap(), f);
     }
 }
