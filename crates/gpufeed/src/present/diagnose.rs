@@ -3,8 +3,10 @@
 
 use super::fmt::{bytes, duration, gb_per_s, md_cell, md_code, md_prose, pct, plural};
 use super::OutputFormat;
+use crate::diagnose::evidence::{
+    sites_heading, LoopSite, PhaseCode, PhasesPct, PythonEvidence, RankLoop,
+};
 use crate::diagnose::evidence::{GpuEvidence, JobEvidence, Role};
-use crate::diagnose::evidence::{LoopSite, PhaseCode, PhasesPct, PythonEvidence, RankLoop};
 use crate::diagnose::verdict::VerdictId;
 use crate::diagnose::DiagnoseReport;
 use crate::finding::{Finding, FindingId, InputKind, Item, ItemKey, Kind, Severity, Unit};
@@ -1062,8 +1064,9 @@ fn loop_text(r: &DiagnoseReport, p: &PythonEvidence, job: &JobEvidence, color: b
     for c in shown_loop_code(p) {
         let _ = writeln!(
             o,
-            "  {} of the loop, in your code:",
-            phase_share(c.phase.as_str(), c.pct)
+            "  {} of the loop, {}:",
+            phase_share(c.phase.as_str(), c.pct),
+            sites_heading(&c.sites)
         );
         o.push_str(&sites_text(&c.sites, c.rest_pct, c.rest_functions));
     }
@@ -1146,8 +1149,9 @@ fn loop_markdown(r: &DiagnoseReport, p: &PythonEvidence) -> String {
         for c in shown_loop_code(p) {
             let _ = writeln!(
                 o,
-                "{} of the loop, in your code:\n",
-                phase_share(c.phase.as_str(), c.pct)
+                "{} of the loop, {}:\n",
+                phase_share(c.phase.as_str(), c.pct),
+                sites_heading(&c.sites)
             );
             sites_markdown(&mut o, &c.sites);
             o.push('\n');

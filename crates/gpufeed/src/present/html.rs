@@ -313,9 +313,10 @@ of pid {} (thread {}){}.</p><div class=\"bar\">",
         for c in crate::present::diagnose::shown_loop_code(p) {
             let _ = write!(
                 s,
-                "<h3>{} {:.1}% of the loop, in your code</h3>",
+                "<h3>{} {:.1}% of the loop, {}</h3>",
                 esc(c.phase.as_str()),
-                c.pct
+                c.pct,
+                crate::diagnose::evidence::sites_heading(&c.sites)
             );
             s.push_str(&sites_html(&c.sites));
         }

@@ -16,8 +16,8 @@ mod types;
 pub use builder::EvidenceBuilder;
 pub(crate) use python::NATIVE_UNDER;
 pub use python::{
-    CheckpointSaves, HostCall, Hotspot, LoopSite, PhaseCode, PhasesPct, PyMain, PythonEvidence,
-    RankLoop, SlowRank, StepEvidence, SyncSite, WorkerStartStop, SLOW_RANK_GAP_PCT,
+    sites_heading, CheckpointSaves, HostCall, Hotspot, LoopSite, PhaseCode, PhasesPct, PyMain,
+    PythonEvidence, RankLoop, SlowRank, StepEvidence, SyncSite, WorkerStartStop, SLOW_RANK_GAP_PCT,
     SLOW_RANK_MIN_PCT,
 };
 pub use types::{

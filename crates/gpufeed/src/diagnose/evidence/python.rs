@@ -246,6 +246,20 @@ pub struct LoopSite {
     pub native_pct: Option<f64>,
 }
 
+/// How a list of sites is headed: `in your code`, unless some of them are library code (a
+/// thread or finalizer with no frame of the user's: `torch.library._del_library`, logging's
+/// handler): then `by function`, and those rows end in `(library)` ([`LoopSite::name`]).
+pub fn sites_heading(sites: &[LoopSite]) -> &'static str {
+    if sites
+        .iter()
+        .any(|s| crate::sample::pyphase::is_library(&s.file))
+    {
+        "by function"
+    } else {
+        "in your code"
+    }
+}
+
 impl LoopSite {
     /// Where it is, as a report says it: `file:line` with the file's name only.
     pub(crate) fn at(&self) -> String {
@@ -253,12 +267,19 @@ impl LoopSite {
     }
 
     /// The site as a report names it: `native code under f` where at least half of its samples
-    /// ran without the GIL in code its line calls directly (no library's Python beneath it).
+    /// ran without the GIL in code its line calls directly (no library's Python beneath it);
+    /// `(library)` after a library's function.
     pub(crate) fn name(&self) -> String {
-        if self.calls.is_none() && self.native_pct.is_some_and(|p| p >= NATIVE_STAGE_PCT) {
+        let name = if self.calls.is_none() && self.native_pct.is_some_and(|p| p >= NATIVE_STAGE_PCT)
+        {
             format!("{NATIVE_UNDER}{}", self.function)
         } else {
             self.function.clone()
+        };
+        if crate::sample::pyphase::is_library(&self.file) {
+            name + " (library)"
+        } else {
+            name
         }
     }
 }
@@ -437,4 +458,30 @@ pub struct StepEvidence {
     /// the figures above are then per rank, averaged over the ranks.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub steps_per_s_by_rank: BTreeMap<u32, f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A list of sites with a library's function among them is not headed "in your code", and
+    /// that row says it is a library's.
+    #[test]
+    fn library_sites_are_marked_and_the_heading_says_so() {
+        let site = |function: &str, file: &str| LoopSite {
+            function: function.into(),
+            file: file.into(),
+            line: 8,
+            code: None,
+            calls: None,
+            pct: 10.0,
+            native_pct: None,
+        };
+        let mine = site("log_step", "/home/u/train.py");
+        let lib = site("_del_library", "/v/site-packages/torch/library.py");
+        assert_eq!(sites_heading(std::slice::from_ref(&mine)), "in your code");
+        assert_eq!(sites_heading(&[mine.clone(), lib.clone()]), "by function");
+        assert_eq!(mine.name(), "log_step");
+        assert_eq!(lib.name(), "_del_library (library)");
+    }
 }
