@@ -921,3 +921,24 @@ fn tune_reports_text_and_html() {
     }
     insta::assert_snapshot!("golden_tune", all);
 }
+
+/// The JSON `sweep`, `batch-size` and `tune` write (`--format json` and the output folder's
+/// report): every trial's figures are one struct flattened into each report, and this holds
+/// the bytes scripts read, key order included.
+#[test]
+fn trial_reports_json() {
+    let mut all = String::new();
+    for (name, rep) in sweeps() {
+        let json = serde_json::to_string_pretty(&rep).unwrap();
+        section(&mut all, &format!("sweep {name} json"), &json);
+    }
+    for (name, rep) in batch_reports() {
+        let json = serde_json::to_string_pretty(&rep).unwrap();
+        section(&mut all, &format!("batch {name} json"), &json);
+    }
+    for (name, rep) in tune_reports() {
+        let json = serde_json::to_string_pretty(&rep).unwrap();
+        section(&mut all, &format!("tune {name} json"), &json);
+    }
+    insta::assert_snapshot!("golden_trial_json", all);
+}
