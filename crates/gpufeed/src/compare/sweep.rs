@@ -27,10 +27,14 @@ fn sweep_pick(r: &SweepReport) -> Option<&crate::tune::sweep::TrialResult> {
     }
     r.results
         .iter()
-        .filter(|t| t.run.exit.ok() && t.throughput.is_some())
+        .filter(|t| t.run.exit.ok() && t.figures.throughput.is_some())
         .max_by(|a, b| {
             let v = |t: &crate::tune::sweep::TrialResult| {
-                t.throughput.as_ref().map(|x| x.value).unwrap_or(0.0)
+                t.figures
+                    .throughput
+                    .as_ref()
+                    .map(|x| x.value)
+                    .unwrap_or(0.0)
             };
             v(a).total_cmp(&v(b))
         })
@@ -85,12 +89,12 @@ fn sweep_changes(
         |t: Option<&crate::tune::sweep::TrialResult>,
          f: &dyn Fn(&crate::tune::sweep::TrialResult) -> Option<f64>| t.and_then(f);
     let unit_of = |t: Option<&crate::tune::sweep::TrialResult>| {
-        t.and_then(|t| t.throughput.as_ref().map(|x| x.unit.clone()))
+        t.and_then(|t| t.figures.throughput.as_ref().map(|x| x.unit.clone()))
     };
     let unit = unit_of(pb)
         .or_else(|| unit_of(pa))
         .unwrap_or_else(|| "throughput".into());
-    let tp = |t: &crate::tune::sweep::TrialResult| t.throughput.as_ref().map(|x| x.value);
+    let tp = |t: &crate::tune::sweep::TrialResult| t.figures.throughput.as_ref().map(|x| x.value);
     let mut changes = vec![
         change(
             "throughput",
@@ -102,39 +106,47 @@ fn sweep_changes(
         change(
             "samples_per_s",
             "samples/s",
-            get(pb, &|t| t.throughput.as_ref().and_then(|x| x.samples_per_s)),
-            get(pa, &|t| t.throughput.as_ref().and_then(|x| x.samples_per_s)),
+            get(pb, &|t| {
+                t.figures.throughput.as_ref().and_then(|x| x.samples_per_s)
+            }),
+            get(pa, &|t| {
+                t.figures.throughput.as_ref().and_then(|x| x.samples_per_s)
+            }),
             Better::Higher,
         ),
         change(
             "gpu_util_mean_pct",
             "GPU utilization (mean) %",
-            get(pb, &|t| t.gpu_util_mean_pct),
-            get(pa, &|t| t.gpu_util_mean_pct),
+            get(pb, &|t| t.figures.gpu_util_mean_pct),
+            get(pa, &|t| t.figures.gpu_util_mean_pct),
             Better::Higher,
         ),
         change(
             "data_wait_pct",
             "waiting for data %",
-            get(pb, &|t| t.data_wait_fraction.map(|f| f * 100.0)),
-            get(pa, &|t| t.data_wait_fraction.map(|f| f * 100.0)),
+            get(pb, &|t| t.figures.data_wait_fraction.map(|f| f * 100.0)),
+            get(pa, &|t| t.figures.data_wait_fraction.map(|f| f * 100.0)),
             Better::Lower,
         ),
         change(
             "job_cpu_mean_pct",
             "job CPU (% of a core)",
-            get(pb, &|t| t.job_cpu_mean_pct),
-            get(pa, &|t| t.job_cpu_mean_pct),
+            get(pb, &|t| t.figures.job_cpu_mean_pct),
+            get(pa, &|t| t.figures.job_cpu_mean_pct),
             Better::Neutral,
         ),
         change(
             "gpu_mem_max_gib",
             "GPU memory peak (GiB)",
             get(pb, &|t| {
-                t.gpu_mem_max_bytes.map(|b| b as f64 / (1u64 << 30) as f64)
+                t.figures
+                    .gpu_mem_max_bytes
+                    .map(|b| b as f64 / (1u64 << 30) as f64)
             }),
             get(pa, &|t| {
-                t.gpu_mem_max_bytes.map(|b| b as f64 / (1u64 << 30) as f64)
+                t.figures
+                    .gpu_mem_max_bytes
+                    .map(|b| b as f64 / (1u64 << 30) as f64)
             }),
             Better::Neutral,
         ),
@@ -167,8 +179,8 @@ fn sweep_speedup(
     notes: &mut Vec<String>,
 ) -> Option<Speedup> {
     match (
-        pb.and_then(|t| t.throughput.as_ref()),
-        pa.and_then(|t| t.throughput.as_ref()),
+        pb.and_then(|t| t.figures.throughput.as_ref()),
+        pa.and_then(|t| t.figures.throughput.as_ref()),
     ) {
         (Some(x), Some(y)) if x.unit == y.unit && x.value > 0.0 && y.value > 0.0 => {
             // each trial's interval is mean ± t·se: back out se with the normal quantile
@@ -184,7 +196,7 @@ fn sweep_speedup(
             }
             for (side, t) in [("before", pb), ("after", pa)] {
                 if let Some(t) = t {
-                    if t.throughput.as_ref().is_some_and(|x| !x.steady) {
+                    if t.figures.throughput.as_ref().is_some_and(|x| !x.steady) {
                         notes.push(format!(
                             "The {side} pick ({}) never settled: its interval stayed wider than the tolerance.",
                             label(&t.parameters)

@@ -298,7 +298,7 @@ use crate::sample::event::Override;
 
 /// What the job's Python processes reported.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct InjectReport {
+pub(crate) struct InjectReport {
     pub overrides: Vec<Override>,
     /// Overrides that could not apply, and why (never a crash of the job).
     pub notes: Vec<String>,

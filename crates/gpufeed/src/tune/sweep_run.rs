@@ -157,7 +157,12 @@ fn run_setting(
         }
         let outcome = runner.run(&spec, label).map_err(Failure::from)?;
         attempt += 1;
-        let unsettled = outcome.exit.ok() && outcome.throughput.as_ref().is_some_and(|t| !t.steady);
+        let unsettled = outcome.run.exit.ok()
+            && outcome
+                .figures
+                .throughput
+                .as_ref()
+                .is_some_and(|t| !t.steady);
         let (best, n) = match kept.take() {
             Some((old, n)) if !better_run(&outcome, &old) => (old, n + 1),
             Some((_, n)) => (outcome, n + 1),
@@ -251,7 +256,7 @@ fn recording_for_retry(p: &Path, attempt: u32) -> PathBuf {
 /// Of two runs of one setting, the better is the settled one, else the one with the narrower
 /// relative interval.
 fn better_run(new: &TrialOutcome, old: &TrialOutcome) -> bool {
-    let key = |o: &TrialOutcome| match (&o.throughput, o.exit.ok()) {
+    let key = |o: &TrialOutcome| match (&o.figures.throughput, o.run.exit.ok()) {
         (Some(t), true) => (
             if t.steady { 2 } else { 1 },
             -t.rel_half_width().unwrap_or(f64::INFINITY),

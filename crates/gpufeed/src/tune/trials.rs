@@ -252,7 +252,7 @@ fn live_msg(label: &str, l: &Live) -> String {
 
 /// One line per finished trial: `trial 2/6 workers=4: ...` (`n` None: `trial 2 ...`).
 pub(crate) fn trial_line(i: usize, n: Option<usize>, r: &TrialResult) -> String {
-    let tp = match &r.throughput {
+    let tp = match &r.figures.throughput {
         Some(t) => format!(
             "{} {}{} (from {})",
             num(t.value),

@@ -17,7 +17,9 @@ use gpufeed::trace::summary::TraceSummary;
 use gpufeed::trace::{ranks, report};
 use gpufeed::tune::params::{parse_knobs, product, Setting};
 use gpufeed::tune::sweep::{self, SweepReport, TrialResult};
-use gpufeed::tune::trial::{RateSource, Throughput, TrialExit, TrialOutcome, TrialStatus};
+use gpufeed::tune::trial::{
+    RateSource, Throughput, TrialExit, TrialFigures, TrialOutcome, TrialRun, TrialStatus,
+};
 use gpufeed::WaitSource;
 use serde_json::json;
 use std::fmt::Write as _;
@@ -310,36 +312,41 @@ fn trial(setting: &Setting, v: Option<f64>, status: TrialStatus, wait: Option<f6
         setting,
         vec!["train".into()],
         TrialOutcome {
-            throughput: v.map(|v| Throughput {
-                value: v,
-                unit: "steps/s".into(),
-                ci_low: Some(v * 0.98),
-                ci_high: Some(v * 1.02),
-                source: RateSource::StepSocket,
-                steady: status != TrialStatus::MaxTime,
-                warmup_s: Some(0.5),
-                intervals: 50,
-                samples_per_s: Some(v * 32.0),
-            }),
-            exit: TrialExit {
-                status,
-                code: Some(if status == TrialStatus::Failed { 1 } else { 0 }),
-                signal: None,
-                stop_signal: Some(2),
+            figures: TrialFigures {
+                throughput: v.map(|v| Throughput {
+                    value: v,
+                    unit: "steps/s".into(),
+                    ci_low: Some(v * 0.98),
+                    ci_high: Some(v * 1.02),
+                    source: RateSource::StepSocket,
+                    steady: status != TrialStatus::MaxTime,
+                    warmup_s: Some(0.5),
+                    intervals: 50,
+                    samples_per_s: Some(v * 32.0),
+                }),
+                gpu_util_mean_pct: v.map(|v| v.min(97.0)),
+                gpu_mem_max_bytes: v.map(|v| (v as u64) << 28),
+                data_wait_fraction: wait,
+                data_wait_source: wait.map(|_| WaitSource::StepProbe),
+                job_cpu_mean_pct: Some(150.0),
+                job_rss_max_bytes: Some(3 << 30),
             },
-            duration_s: 3.0,
-            last_lines: vec!["Traceback".into(), "ValueError: boom, \"quoted\"".into()],
+            run: TrialRun {
+                exit: TrialExit {
+                    status,
+                    code: Some(if status == TrialStatus::Failed { 1 } else { 0 }),
+                    signal: None,
+                    stop_signal: Some(2),
+                },
+                duration_s: 3.0,
+                last_lines: vec!["Traceback".into(), "ValueError: boom, \"quoted\"".into()],
+                recording: "r.ndjson".into(),
+                overrides: None,
+                override_notes: vec![],
+            },
             oom_line: None,
-            gpu_util_mean_pct: v.map(|v| v.min(97.0)),
-            gpu_mem_max_bytes: v.map(|v| (v as u64) << 28),
             gpu_mem_total_bytes: Some(80 << 30),
-            data_wait_fraction: wait,
-            data_wait_source: wait.map(|_| WaitSource::StepProbe),
-            job_cpu_mean_pct: Some(150.0),
-            job_rss_max_bytes: Some(3 << 30),
-            recording: "r.ndjson".into(),
             gpu_error: None,
-            overrides: None,
         },
     )
 }
