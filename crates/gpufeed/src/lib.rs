@@ -5,9 +5,11 @@
 //! rules → findings (`finding`) → presenters (`present`). `tune`, `compare` and `live` sit above
 //! the diagnosis they run or read; `bench` and `doctor` measure and check the machine.
 //! `units` (the PCIe link table, byte and rate formats, rounding), `exit` (the exit-code table and
-//! the one error that reaches `main`), `json` (the one JSON byte cursor under the recording's and
-//! the trace's fast readers), `stats` (medians, intervals, the steady-state estimate) and `finding`
+//! the one error that reaches `main`), `stats` (medians, intervals, the steady-state estimate) and `finding`
 //! sit beneath every layer; `cli` declares the arguments, and `commands` (the top) runs them.
+//!
+//! Beneath them all, crates of their own: `gpufeed-json` (the one JSON byte cursor under the
+//! recording's and the trace's fast readers) and `gpufeed-kineto` (the trace reader).
 //!
 //! The layering is tested (`layers.rs`): a table of which top-level module may import which, and
 //! no cycle between the files of a folder.
@@ -67,7 +69,6 @@ mod finding;
 mod import;
 mod inject;
 mod job;
-mod json;
 mod live;
 mod outfile;
 mod record;

@@ -16,7 +16,7 @@ pub(crate) mod steps;
 
 use serde::{Deserialize, Serialize};
 
-use crate::json::fields::json_fields;
+use gpufeed_json::json_fields;
 
 /// What does not change while a GPU is recorded.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -3,19 +3,16 @@
 //! those numbers into findings.
 
 pub(crate) mod collect;
-pub(crate) mod event;
 pub mod families;
-mod fast;
 pub(crate) mod merge;
 pub(crate) mod ranges;
 pub mod ranks;
-pub(crate) mod reader;
 pub mod report;
 pub mod rules;
-mod serde_event;
 pub mod summary;
 pub(crate) mod verdict;
 
+use gpufeed_kineto::{event, reader};
 use summary::{StepSource, TraceSummary};
 
 use std::io::{BufRead, BufReader, Read};
@@ -40,6 +37,15 @@ pub enum TraceError {
     NoUsableEvents(String),
     #[error("{0} is a directory without .json or .json.gz trace files")]
     EmptyDir(String),
+}
+
+impl From<gpufeed_kineto::ReadError> for TraceError {
+    fn from(e: gpufeed_kineto::ReadError) -> TraceError {
+        match e {
+            gpufeed_kineto::ReadError::Empty => TraceError::Empty,
+            gpufeed_kineto::ReadError::NotATrace(why) => TraceError::NotATrace(why),
+        }
+    }
 }
 
 /// Opens a file or `-` (stdin), transparently gunzipping (detected by the gzip magic bytes).
