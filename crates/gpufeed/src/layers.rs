@@ -715,3 +715,65 @@ fn one_recording_session() {
         found.join("\n")
     );
 }
+
+#[test]
+fn names_say_their_room() {
+    let files = all_files();
+    // Type names defined in two rooms were read as the same thing: each is defined once.
+    let mut defined: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (p, code) in &files {
+        for line in code.lines() {
+            let t = line.trim_start();
+            let t = t
+                .strip_prefix("pub(crate) ")
+                .or(t.strip_prefix("pub "))
+                .unwrap_or(t);
+            for name in ["JobSummary", "Figures", "Status", "Source", "Summary"] {
+                for kind in ["struct ", "enum ", "type "] {
+                    let rest = t.strip_prefix(kind).and_then(|r| r.strip_prefix(name));
+                    if rest.is_some_and(|r| r.starts_with([' ', '{', '<', '(', ';', '='])) {
+                        defined.entry(name).or_default().push(p.join("/"));
+                    }
+                }
+            }
+        }
+    }
+    let twice: Vec<String> = defined
+        .iter()
+        .filter(|(_, at)| at.len() > 1)
+        .map(|(n, at)| format!("{n}: {at:?}"))
+        .collect();
+    assert!(twice.is_empty(), "defined in two rooms: {twice:?}");
+    // Module names that stood for different things in different folders: one place each.
+    let mut at: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for (p, _) in &files {
+        for (i, seg) in p.iter().enumerate() {
+            for name in ["summary", "stats", "job"] {
+                if seg == name {
+                    at.entry(name).or_default().insert(p[..=i].join("/"));
+                }
+            }
+        }
+    }
+    let clash: Vec<String> = at
+        .iter()
+        .filter(|(_, w)| w.len() > 1)
+        .map(|(n, w)| format!("{n}: {w:?}"))
+        .collect();
+    assert!(clash.is_empty(), "one module name, two rooms: {clash:?}");
+    // No file beside another of its name with a suffix (`trial.rs` and `trials.rs`,
+    // `sweep.rs` and `sweep_run.rs`): the name says which is which.
+    let names: BTreeSet<Vec<String>> = files.iter().map(|(p, _)| p.clone()).collect();
+    let mut alike = Vec::new();
+    for p in &names {
+        let (last, folder) = p.split_last().expect("a module path");
+        for suffix in ["s", "_run"] {
+            let mut q = folder.to_vec();
+            q.push(format!("{last}{suffix}"));
+            if names.contains(&q) {
+                alike.push(format!("{} and {}", p.join("/"), q.join("/")));
+            }
+        }
+    }
+    assert!(alike.is_empty(), "files named alike: {alike:?}");
+}

@@ -55,11 +55,11 @@ pub use units::pcie_link_bytes_per_s;
 // report by hand; analyze_*.rs run the trace rules; fuzz/ the diagnosis. Public submodules:
 pub mod bench;
 pub mod compare;
-pub mod diagnose; // evidence, input, job, phases, rules, verdict
+pub mod diagnose; // evidence, input, nodes, phases, rules, verdict
 pub mod doctor;
-pub mod present; // batch, bench, compare, diagnose, doctor, job, prometheus, sweep, sweep_chart, trace, tune
-pub mod trace; // families, ranks, report, rules, summary
-pub mod tune; // batch, params, plan, report, sweep, trial
+pub mod present; // batch, bench, compare, diagnose, doctor, nodes, prometheus, sweep, sweep_chart, trace, tune
+pub mod trace; // breakdown, families, ranks, report, rules
+pub mod tune; // batch_plan, params, plan, report, sweep_report, trial
 
 // The rest of the crate, private.
 mod cli;

@@ -5,7 +5,7 @@ use super::{
     Speedup, SCHEMA_VERSION,
 };
 use crate::stats::SpeedupMetric;
-use crate::tune::sweep::SweepReport;
+use crate::tune::sweep_report::SweepReport;
 use crate::units::round;
 
 fn label(p: &std::collections::BTreeMap<String, serde_json::Value>) -> String {
@@ -19,7 +19,7 @@ fn label(p: &std::collections::BTreeMap<String, serde_json::Value>) -> String {
 }
 
 /// The trial a sweep stands for: its sweet spot, else its fastest trial.
-fn sweep_pick(r: &SweepReport) -> Option<&crate::tune::sweep::TrialResult> {
+fn sweep_pick(r: &SweepReport) -> Option<&crate::tune::sweep_report::TrialResult> {
     if let Some(s) = &r.sweet_spot {
         if let Some(t) = r.results.iter().find(|t| t.parameters == s.parameters) {
             return Some(t);
@@ -29,7 +29,7 @@ fn sweep_pick(r: &SweepReport) -> Option<&crate::tune::sweep::TrialResult> {
         .iter()
         .filter(|t| t.run.exit.ok() && t.figures.throughput.is_some())
         .max_by(|a, b| {
-            let v = |t: &crate::tune::sweep::TrialResult| {
+            let v = |t: &crate::tune::sweep_report::TrialResult| {
                 t.figures
                     .throughput
                     .as_ref()
@@ -76,7 +76,7 @@ pub fn sweeps(
     }
 }
 
-type Trial = crate::tune::sweep::TrialResult;
+type Trial = crate::tune::sweep_report::TrialResult;
 
 /// The picks' figures side by side, then the throughput of every setting both sweeps tried.
 fn sweep_changes(
@@ -86,15 +86,16 @@ fn sweep_changes(
     pa: Option<&Trial>,
 ) -> Vec<Change> {
     let get =
-        |t: Option<&crate::tune::sweep::TrialResult>,
-         f: &dyn Fn(&crate::tune::sweep::TrialResult) -> Option<f64>| t.and_then(f);
-    let unit_of = |t: Option<&crate::tune::sweep::TrialResult>| {
+        |t: Option<&crate::tune::sweep_report::TrialResult>,
+         f: &dyn Fn(&crate::tune::sweep_report::TrialResult) -> Option<f64>| t.and_then(f);
+    let unit_of = |t: Option<&crate::tune::sweep_report::TrialResult>| {
         t.and_then(|t| t.figures.throughput.as_ref().map(|x| x.unit.clone()))
     };
     let unit = unit_of(pb)
         .or_else(|| unit_of(pa))
         .unwrap_or_else(|| "throughput".into());
-    let tp = |t: &crate::tune::sweep::TrialResult| t.figures.throughput.as_ref().map(|x| x.value);
+    let tp =
+        |t: &crate::tune::sweep_report::TrialResult| t.figures.throughput.as_ref().map(|x| x.value);
     let mut changes = vec![
         change(
             "throughput",
@@ -239,7 +240,7 @@ mod tests {
 
     #[test]
     fn sweeps_compare_their_sweet_spots_with_an_interval() {
-        use crate::tune::sweep::tests::report;
+        use crate::tune::sweep_report::tests::report;
         use crate::tune::trial::TrialStatus::*;
         let b = report(&[
             (Some(15.0), Steady),

@@ -3,7 +3,7 @@
 
 use super::evidence::{EvidenceBuilder, Origin};
 use super::phases::{self, Phase};
-use super::{DiagnoseError, Evidence, Source};
+use super::{DiagnoseError, Evidence, InputSource};
 use crate::import::dcgmi::{self, Flavour};
 use crate::import::smi_csv::{self, CsvOptions};
 use crate::import::stream::{Compression, Encoding, Input, Passes, HEAD_BYTES};
@@ -87,7 +87,7 @@ pub struct LogOptions {
 /// What reading a file produced.
 #[derive(Debug)]
 pub struct ReadOutcome {
-    pub source: Source,
+    pub source: InputSource,
     pub evidence: Evidence,
     /// Phases of a log (empty when it was judged as one block, and for recordings).
     pub phases: Vec<Phase>,
@@ -327,7 +327,7 @@ pub(crate) fn read_with(
 ) -> Result<ReadOutcome, DiagnoseError> {
     if path.is_dir() {
         if let Some(dir) = crate::import::mlflow::system_dir(path) {
-            let source = Source {
+            let source = InputSource {
                 path: path.display().to_string(),
                 format: InputFormat::Mlflow,
                 lines: 0,
@@ -365,7 +365,7 @@ pub(crate) fn read_with(
         })?,
         f => f,
     };
-    let source = Source {
+    let source = InputSource {
         path: path.display().to_string(),
         format,
         lines: 0,
@@ -440,7 +440,7 @@ fn check_head(path: &Path, head: &[u8]) -> Result<(), DiagnoseError> {
 fn read_recording(
     path: &Path,
     file: impl Read + Send,
-    mut source: Source,
+    mut source: InputSource,
     extra: &mut dyn Sink,
 ) -> Result<ReadOutcome, DiagnoseError> {
     let mut b = EvidenceBuilder::new();
@@ -482,7 +482,7 @@ fn read_log_evidence(
     path: &Path,
     format: InputFormat,
     opts: &LogOptions,
-    mut source: Source,
+    mut source: InputSource,
     mut passes: Option<&mut Passes>,
 ) -> Result<ReadOutcome, DiagnoseError> {
     let mut pooler = phases::Pooler::default();

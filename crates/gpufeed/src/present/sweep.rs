@@ -2,7 +2,7 @@
 //! and its notes, from a [`SweepReport`]; its JSON is serde's, its chart `present::sweep_chart`.
 
 use super::fmt::{csv_cell, md_cell, num, opt};
-use crate::tune::sweep::{SweepReport, TrialResult, NO_RATE_HELP};
+use crate::tune::sweep_report::{SweepReport, TrialResult, NO_RATE_HELP};
 use crate::tune::trial::TrialStatus;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -395,8 +395,8 @@ pub fn html(rep: &SweepReport) -> Result<String, super::html::HtmlError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tune::sweep::sweet_spot;
-    use crate::tune::sweep::tests::report;
+    use crate::tune::sweep_report::sweet_spot;
+    use crate::tune::sweep_report::tests::report;
     use crate::tune::trial::TrialStatus;
 
     #[test]

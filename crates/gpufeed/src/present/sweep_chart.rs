@@ -3,7 +3,7 @@
 //! SVG backend like the other charts (it escapes the text).
 
 use super::fmt::num;
-use crate::tune::sweep::{SweepReport, TrialResult};
+use crate::tune::sweep_report::{SweepReport, TrialResult};
 use plotters::chart::DualCoordChartContext;
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;

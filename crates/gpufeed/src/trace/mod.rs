@@ -2,6 +2,7 @@
 //! HTA-style idle time, copies, kernels, synchronisation, several ranks, and the rules that turn
 //! those numbers into findings.
 
+pub mod breakdown;
 pub(crate) mod collect;
 pub mod families;
 pub(crate) mod merge;
@@ -9,11 +10,10 @@ pub(crate) mod ranges;
 pub mod ranks;
 pub mod report;
 pub mod rules;
-pub mod summary;
 pub(crate) mod verdict;
 
+use breakdown::{StepSource, TraceSummary};
 use gpufeed_kineto::{event, reader};
-use summary::{StepSource, TraceSummary};
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -81,7 +81,7 @@ pub fn analyze_reader(r: impl Read, name: &str) -> Result<TraceSummary, TraceErr
     if c.x_events == 0 {
         return Err(no_events(&st));
     }
-    let mut s = summary::summarize(&c);
+    let mut s = breakdown::summarize(&c);
     s.path = name.to_string();
     s.bytes = st.bytes;
     s.events = st.events;

@@ -10,13 +10,13 @@ use gpufeed::bench::{
 use gpufeed::compare;
 use gpufeed::diagnose::input::InputFormat;
 use gpufeed::diagnose::verdict::VerdictId;
-use gpufeed::diagnose::{self, input::LogOptions, job, DiagnoseReport};
+use gpufeed::diagnose::{self, input::LogOptions, nodes, DiagnoseReport};
 use gpufeed::present::diagnose as render;
 use gpufeed::present::{self, OutputFormat};
-use gpufeed::trace::summary::TraceSummary;
+use gpufeed::trace::breakdown::TraceSummary;
 use gpufeed::trace::{ranks, report};
 use gpufeed::tune::params::{parse_knobs, product, Setting};
-use gpufeed::tune::sweep::{self, SweepReport, TrialResult};
+use gpufeed::tune::sweep_report::{self, SweepReport, TrialResult};
 use gpufeed::tune::trial::{
     RateSource, Throughput, TrialExit, TrialFigures, TrialOutcome, TrialRun, TrialStatus,
 };
@@ -165,17 +165,17 @@ fn job_reports() {
         ),
     ];
     for (name, files) in groups {
-        let nodes: Vec<job::NodeSummary> = files.iter().map(|p| node(p)).collect();
-        let r = job::JobReport {
-            schema_version: job::JOB_SCHEMA_VERSION,
-            job: job::judge(&nodes),
+        let nodes: Vec<nodes::NodeSummary> = files.iter().map(|p| node(p)).collect();
+        let r = nodes::JobReport {
+            schema_version: nodes::JOB_SCHEMA_VERSION,
+            job: nodes::judge(&nodes),
             nodes,
         };
-        section(&mut all, &format!("{name} text"), &present::job::text(&r));
+        section(&mut all, &format!("{name} text"), &present::nodes::text(&r));
         section(
             &mut all,
             &format!("{name} markdown"),
-            &present::job::markdown(&r),
+            &present::nodes::markdown(&r),
         );
         section(
             &mut all,
@@ -367,9 +367,9 @@ fn sweep_report(
         .iter()
         .map(|k| (k.name.clone(), k.values.clone()))
         .collect();
-    let (sweet_spot, mixed_units) = sweep::sweet_spot(&results, &knob_list);
+    let (sweet_spot, mixed_units) = sweep_report::sweet_spot(&results, &knob_list);
     SweepReport {
-        schema_version: sweep::SCHEMA_VERSION,
+        schema_version: sweep_report::SCHEMA_VERSION,
         command: vec!["python".into(), "train.py".into()],
         knobs: knob_list,
         results,
@@ -595,7 +595,7 @@ fn bench_and_batch_reports() {
     insta::assert_snapshot!("golden_bench_batch", all);
 }
 
-fn batch_reports() -> Vec<(&'static str, gpufeed::tune::batch::BatchReport)> {
+fn batch_reports() -> Vec<(&'static str, gpufeed::tune::batch_plan::BatchReport)> {
     let trial = |b: u64, verdict: &str, status: &str, tput: Option<f64>, mem: Option<u64>| {
         json!({
             "batch": b, "verdict": verdict,

@@ -1,13 +1,13 @@
 //! `gpufeed tune`'s search: the baseline and its diagnosis, a coordinate ascent over the knobs
 //! the diagnosis points at (through the `--dataloader` / `--torch` injection, no code change),
 //! the batch-size search of `--allow-batch`, the interleaved re-run for the speed-up, `fix.patch`
-//! and the equivalent `gpufeed run` line. Trials run through [`super::trials::Runner`].
+//! and the equivalent `gpufeed run` line. Trials run through [`super::runner::Runner`].
 
 use super::params::Setting;
 use super::plan::{self, Knob};
 use super::report::{self, BatchChange, BeforeAfter, Choice, Figures, Step, Stop, TuneReport};
-use super::sweep::TrialResult;
-use super::trials::{file_safe, trial_line, Runner, TrialConfig};
+use super::runner::{file_safe, trial_line, Runner, TrialConfig};
+use super::sweep_report::TrialResult;
 use crate::diagnose::verdict::VerdictId;
 use crate::exit::{Exit, Failure};
 use std::path::{Path, PathBuf};
@@ -306,7 +306,7 @@ const BATCH_BISECT_TRIALS: usize = 2;
 struct BatchState {
     /// The job's own batch size (from the first trial's injection report).
     from: Option<u64>,
-    search: Option<super::batch::Search>,
+    search: Option<super::batch_plan::Search>,
     /// The batch kept, if any.
     chosen: Option<u64>,
 }
@@ -331,7 +331,7 @@ fn batch_search(
             to: st.chosen,
             largest_ran: s.and_then(|s| s.low_ok),
             first_oom: s.and_then(|s| s.high_oom),
-            lr_plan: st.chosen.map(|to| super::batch::lr_plan(b0, to)),
+            lr_plan: st.chosen.map(|to| super::batch_plan::lr_plan(b0, to)),
         });
         t.write()?;
     }
@@ -437,8 +437,8 @@ fn batch_ran_at(
             .figures
             .throughput
             .as_ref()
-            .map(|tp| super::batch::per_sample(tp, b0));
-        let mut s = super::batch::Search::new(n, None);
+            .map(|tp| super::batch_plan::per_sample(tp, b0));
+        let mut s = super::batch_plan::Search::new(n, None);
         s.record(b0, true);
         st.search = Some(s);
     }
@@ -455,7 +455,7 @@ fn judge_batch(
     n: u64,
     (mut r, verdict): (TrialResult, Option<VerdictId>),
 ) -> anyhow::Result<bool> {
-    use super::batch::{classify, per_sample, Verdict};
+    use super::batch_plan::{classify, per_sample, Verdict};
     let s = st.search.as_mut().expect("known once a batch ran");
     let value = n.to_string();
     match classify(&r.run.exit, t.last_oom.as_deref()).0 {
@@ -539,7 +539,7 @@ fn final_rerun(t: &mut Tuner, set: &[(Knob, String)]) -> anyhow::Result<Option<B
                     .figures
                     .throughput
                     .as_ref()
-                    .map(|tp| super::batch::per_sample(tp, n));
+                    .map(|tp| super::batch_plan::per_sample(tp, n));
             }
             t.rep.steps.push(Step::run(r.clone(), v));
             side.push((r, v));
@@ -701,7 +701,7 @@ fn search_all(t: &mut Tuner) -> anyhow::Result<u8> {
         let why = if base.run.exit.ok() {
             format!(
                 "the baseline gave no throughput. {}",
-                super::sweep::NO_RATE_HELP
+                super::sweep_report::NO_RATE_HELP
             )
         } else {
             format!(

@@ -411,9 +411,9 @@ pub(crate) mod tests {
         assert!(!json.contains("\"run\""), "{json}");
         let back: TrialResult = serde_json::from_str(&json).unwrap();
         assert_eq!(back.run, r.run);
-        let b = crate::tune::batch::BatchTrial {
+        let b = crate::tune::batch_plan::BatchTrial {
             batch: 8,
-            verdict: crate::tune::batch::Verdict::Ok,
+            verdict: crate::tune::batch_plan::Verdict::Ok,
             oom_kind: None,
             oom_line: None,
             throughput: None,
@@ -438,7 +438,7 @@ pub(crate) mod tests {
                 "recording",
             ],
         );
-        let back: crate::tune::batch::BatchTrial = serde_json::from_str(&json).unwrap();
+        let back: crate::tune::batch_plan::BatchTrial = serde_json::from_str(&json).unwrap();
         assert_eq!(back, b);
     }
 

@@ -2,13 +2,13 @@
 //! and the report (largest batch, first out-of-memory, the batch for the memory target, the
 //! accumulation plan) brought up to date after every trial.
 
-use super::batch::{
+use super::batch_plan::{
     accumulation, classify, recommend, samples_per_s, BatchReport, BatchTrial, Search, Verdict,
 };
 use super::params;
 use super::progress::RateRegex;
+use super::runner::{file_safe, Runner, TrialConfig};
 use super::trial::{TrialExit, TrialOutcome, TrialSpec, TrialStatus};
-use super::trials::{file_safe, Runner, TrialConfig};
 use crate::exit::{Exit, Failure};
 use crate::inject::InjectSpec;
 use std::path::Path;

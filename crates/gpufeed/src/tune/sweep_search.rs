@@ -4,9 +4,9 @@
 
 use super::params::{self, Setting};
 use super::progress::RateRegex;
-use super::sweep::{self, SweepReport, TrialResult, SCHEMA_VERSION};
+use super::runner::{file_safe, trial_line, Runner, TrialConfig};
+use super::sweep_report::{self, SweepReport, TrialResult, SCHEMA_VERSION};
 use super::trial::{TrialOutcome, TrialSpec};
-use super::trials::{file_safe, trial_line, Runner, TrialConfig};
 use crate::exit::{Exit, Failure};
 use crate::inject::InjectSpec;
 use std::path::{Path, PathBuf};
@@ -182,7 +182,7 @@ fn run_setting(
 /// Adds a finished trial to the report and brings the sweet spot and the flags up to date.
 fn add_result(rep: &mut SweepReport, r: TrialResult, knobs_only_injected: bool, interrupted: bool) {
     rep.results.push(r);
-    let (sw, mixed) = sweep::sweet_spot(&rep.results, &rep.knobs);
+    let (sw, mixed) = sweep_report::sweet_spot(&rep.results, &rep.knobs);
     rep.sweet_spot = sw;
     rep.mixed_units = mixed;
     rep.check_overrides(knobs_only_injected);

@@ -5,7 +5,7 @@
 use crate::exit::{Exit, Failure};
 use crate::job::SignalWatch;
 use crate::tune::progress::RateRegex;
-use crate::tune::sweep::TrialResult;
+use crate::tune::sweep_report::TrialResult;
 use crate::tune::trial::{run_trial, Live, TrialOutcome, TrialSpec, TrialStatus};
 use crate::tune::TuneError;
 use crate::units::num;
