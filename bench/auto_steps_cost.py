@@ -9,7 +9,7 @@
 2. A real job's steps/s with and without: tests/data/plain_imagefolder.py (JPEG decoding, num_workers
    0) for 8 s each, interleaved, its steps counted from its own `done:` line.
 
-The hook is the repository's python/gpufeed/_autosteps.py (written as sitecustomize.py), written with its config
+The hook is the repository's python/gpufeed/_hook/ (its sitecustomize.py beside it as _gpufeed_hook/), written with its config
 into a private folder put first on PYTHONPATH, as gpufeed does.
 """
 import json
@@ -41,7 +41,9 @@ print((time.perf_counter_ns() - t) / n)
 def hooked_env(tmp, sock_path):
     inj = os.path.join(tmp, "inj")
     os.makedirs(inj, exist_ok=True)
-    shutil.copy(os.path.join(ROOT, "python/gpufeed/_autosteps.py"), os.path.join(inj, "sitecustomize.py"))
+    hook = os.path.join(ROOT, "python/gpufeed/_hook")
+    shutil.copytree(hook, os.path.join(inj, "_gpufeed_hook"), ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(os.path.join(hook, "sitecustomize.py"), os.path.join(inj, "sitecustomize.py"))
     with open(os.path.join(inj, "config.json"), "w") as f:
         json.dump({"dataloader": {}, "torch": {}, "steps": True}, f)
     env = dict(os.environ, PYTHONPATH=inj, GPUFEED_STEP_SOCKET=sock_path)

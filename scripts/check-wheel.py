@@ -40,6 +40,11 @@ def main():
     data = "gpufeed-%s.data" % version
     for want in ["gpufeed/__init__.py", "gpufeed/__main__.py", "gpufeed/lightning.py",
                  "gpufeed/transformers.py", "gpufeed/accelerate.py", "gpufeed_probe.py",
+                 # the job's side, which gpufeed.profile() imports
+                 "gpufeed/_hook/__init__.py", "gpufeed/_hook/imports.py",
+                 "gpufeed/_hook/overrides.py", "gpufeed/_hook/pipeline.py",
+                 "gpufeed/_hook/site.py", "gpufeed/_hook/sitecustomize.py",
+                 "gpufeed/_hook/steps.py",
                  data + "/scripts/gpufeed", dist + "/METADATA", dist + "/WHEEL", dist + "/RECORD"]:
         check(want in names, "contains %s" % want)
     check(not any("/tests/" in n or n.startswith("tests/") for n in names), "no test files inside")

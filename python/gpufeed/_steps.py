@@ -6,7 +6,7 @@ import time
 import gpufeed_probe as _probe
 
 # The batch-size guess of gpufeed's DataLoader hook, from the one file that holds it.
-from gpufeed._autosteps import _batch_size as batch_size
+from gpufeed._hook.steps import batch_size
 
 
 class StepTimer:

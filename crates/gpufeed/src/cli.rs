@@ -17,7 +17,7 @@ mod export;
 mod man;
 mod serve;
 mod sweep;
-mod trials;
+mod trial_opts;
 mod tune;
 mod watch;
 
@@ -32,7 +32,7 @@ pub(crate) use export::ExportArgs;
 pub(crate) use man::ManArgs;
 pub(crate) use serve::ServeArgs;
 pub(crate) use sweep::SweepArgs;
-pub(crate) use trials::{parse_fraction, TrialOpts};
+pub(crate) use trial_opts::{parse_fraction, TrialOpts};
 pub(crate) use tune::TuneArgs;
 pub(crate) use watch::WatchArgs;
 

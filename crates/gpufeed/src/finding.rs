@@ -391,19 +391,19 @@ mod tests {
         same_as_json::<crate::diagnose::input::InputFormat>();
         same_as_json::<crate::diagnose::evidence::GpuState>();
         same_as_json::<crate::diagnose::evidence::Role>();
-        same_as_json::<crate::diagnose::job::JobVerdict>();
+        same_as_json::<crate::diagnose::nodes::JobVerdict>();
         same_as_json::<crate::sample::event::EndReason>();
         same_as_json::<crate::tune::trial::TrialStatus>();
         same_as_json::<crate::tune::trial::RateSource>();
         same_as_json::<WaitSource>();
         same_as_json::<HostCause>();
-        same_as_json::<crate::tune::batch::Basis>();
+        same_as_json::<crate::tune::batch_plan::Basis>();
         same_as_json::<crate::sample::pyphase::Phase>();
         same_as_json::<crate::sample::pyphase::StageKind>();
         same_as_json::<crate::sample::pystacks::PyStatus>();
         same_as_json::<crate::trace::verdict::TraceVerdictId>();
-        same_as_json::<crate::trace::summary::LoaderIterator>();
-        same_as_json::<crate::trace::summary::StepSource>();
+        same_as_json::<crate::trace::breakdown::LoaderIterator>();
+        same_as_json::<crate::trace::breakdown::StepSource>();
         same_as_json::<crate::trace::families::KernelFamily>();
         same_as_json::<crate::doctor::Status>();
         same_as_json::<crate::compare::InputKind>();
@@ -434,7 +434,7 @@ mod tests {
         );
         assert_eq!(WaitSource::PythonStacks.as_str(), "python_stacks");
         assert_eq!(WaitSource::StepProbe.as_str(), "step_probe");
-        let cats: Vec<&str> = crate::trace::summary::StepCategory::ALL
+        let cats: Vec<&str> = crate::trace::breakdown::StepCategory::ALL
             .iter()
             .map(|c| c.as_str())
             .collect();

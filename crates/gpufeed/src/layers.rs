@@ -14,21 +14,18 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("import", &[]),
     // Beneath every layer.
     ("exit", &[]),
-    ("json", &[]),
     ("finding", &[]),
     ("stats", &["units"]),
     ("outfile", &["exit"]),
     ("job", &["exit", "outfile"]),
     // Sources and what they produce.
-    ("sample", &["exit", "json", "outfile", "stats", "units"]),
+    ("sample", &["exit", "outfile", "stats", "units"]),
     ("inject", &["exit", "outfile", "sample"]),
     (
         "record",
-        &[
-            "exit", "inject", "job", "json", "outfile", "sample", "units",
-        ],
+        &["exit", "inject", "job", "outfile", "sample", "units"],
     ),
-    ("trace", &["exit", "finding", "json", "stats", "units"]),
+    ("trace", &["exit", "finding", "stats", "units"]),
     // Evidence, rules, findings.
     (
         "diagnose",
@@ -289,21 +286,70 @@ fn top_level_modules_import_only_the_layers_beneath() {
     );
 }
 
-#[test]
-fn no_folder_has_a_cycle_between_its_files() {
+/// What each folder's `mod.rs` re-exports from its own files (`pub(crate) use acc::{Acc, X};`):
+/// folder -> (name -> the file that defines it).
+fn re_exports(files: &[(Vec<String>, String)]) -> BTreeMap<Vec<String>, BTreeMap<String, String>> {
+    let mut out: BTreeMap<Vec<String>, BTreeMap<String, String>> = BTreeMap::new();
+    for (p, code) in files {
+        for line in code.lines() {
+            let t = line.trim_start();
+            let Some(rest) = ["pub(crate) use ", "pub use ", "use "]
+                .iter()
+                .find_map(|k| t.strip_prefix(k))
+            else {
+                continue;
+            };
+            let rest = rest.strip_prefix("self::").unwrap_or(rest);
+            if ["crate::", "super::", "std::"]
+                .iter()
+                .any(|k| rest.starts_with(k))
+            {
+                continue;
+            }
+            let mut paths = Vec::new();
+            group(
+                &[],
+                &format!("{}}}", rest.trim_end_matches(';')),
+                &mut paths,
+            );
+            for path in paths {
+                if path.len() >= 2 {
+                    out.entry(p.clone())
+                        .or_default()
+                        .insert(path[path.len() - 1].clone(), path[0].clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The cycles between the files of one folder, each said with one import of each edge. An
+/// edge is a file's `crate::`/`super::` path into a sibling file, or to a name the folder's
+/// `mod.rs` re-exports from a sibling file (`super::Acc` is `acc.rs`'s).
+fn folder_cycles(files: &[(Vec<String>, String)]) -> Vec<String> {
+    let re = re_exports(files);
     // folder -> (child -> children it imports), and one import per edge for the message.
     let mut graphs: BTreeMap<String, BTreeMap<String, BTreeMap<String, String>>> = BTreeMap::new();
-    for (p, code) in all_files() {
-        for r in references(&p, &code) {
+    for (p, code) in files {
+        for r in references(p, code) {
             let k = p.iter().zip(&r).take_while(|(a, b)| a == b).count();
             // Between top-level modules it is the table's business (`k == 0`).
             if k >= 1 && k < p.len() && k < r.len() && p[k] != r[k] {
+                let to = re
+                    .get(&p[..k])
+                    .and_then(|m| m.get(&r[k]))
+                    .cloned()
+                    .unwrap_or_else(|| r[k].clone());
+                if to == p[k] {
+                    continue;
+                }
                 graphs
                     .entry(p[..k].join("/"))
                     .or_default()
                     .entry(p[k].clone())
                     .or_default()
-                    .entry(r[k].clone())
+                    .entry(to)
                     .or_insert_with(|| format!("{} imports {}", p.join("/"), r.join("::")));
             }
         }
@@ -333,6 +379,37 @@ fn no_folder_has_a_cycle_between_its_files() {
             }
         }
     }
+    cycles
+}
+
+#[test]
+fn folder_cycles_are_found_through_super_paths_and_re_exports() {
+    let file = |p: &str, code: &str| (p.split('/').map(String::from).collect(), code.to_string());
+    // `a/b.rs` -> `a/c.rs` directly, `a/c.rs` -> `a/b.rs` through the name `a/mod.rs` re-exports.
+    let files = vec![
+        file("a", "pub(crate) use b::{Acc, Other};\nmod b;\nmod c;\n"),
+        file("a/b", "use super::c::Y;\npub(crate) struct Acc;\n"),
+        file("a/c", "use super::Acc;\npub(crate) struct Y;\n"),
+    ];
+    let cycles = folder_cycles(&files);
+    assert!(
+        cycles
+            .iter()
+            .any(|c| c.contains("c -> b (a/c imports a::Acc)")),
+        "{cycles:?}"
+    );
+    // The same with `c` using a name `mod.rs` defines itself: no cycle.
+    let files = vec![
+        files[0].clone(),
+        files[1].clone(),
+        file("a/c", "use super::Own;\n"),
+    ];
+    assert_eq!(folder_cycles(&files), Vec::<String>::new());
+}
+
+#[test]
+fn no_folder_has_a_cycle_between_its_files() {
+    let cycles = folder_cycles(&all_files());
     assert!(
         cycles.is_empty(),
         "files of a folder import each other: move what they share into a file beneath both\n{}",
@@ -649,4 +726,66 @@ fn one_recording_session() {
          go through `Session`\n{}",
         found.join("\n")
     );
+}
+
+#[test]
+fn names_say_their_room() {
+    let files = all_files();
+    // Type names defined in two rooms were read as the same thing: each is defined once.
+    let mut defined: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (p, code) in &files {
+        for line in code.lines() {
+            let t = line.trim_start();
+            let t = t
+                .strip_prefix("pub(crate) ")
+                .or(t.strip_prefix("pub "))
+                .unwrap_or(t);
+            for name in ["JobSummary", "Figures", "Status", "Source", "Summary"] {
+                for kind in ["struct ", "enum ", "type "] {
+                    let rest = t.strip_prefix(kind).and_then(|r| r.strip_prefix(name));
+                    if rest.is_some_and(|r| r.starts_with([' ', '{', '<', '(', ';', '='])) {
+                        defined.entry(name).or_default().push(p.join("/"));
+                    }
+                }
+            }
+        }
+    }
+    let twice: Vec<String> = defined
+        .iter()
+        .filter(|(_, at)| at.len() > 1)
+        .map(|(n, at)| format!("{n}: {at:?}"))
+        .collect();
+    assert!(twice.is_empty(), "defined in two rooms: {twice:?}");
+    // Module names that stood for different things in different folders: one place each.
+    let mut at: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for (p, _) in &files {
+        for (i, seg) in p.iter().enumerate() {
+            for name in ["summary", "stats", "job"] {
+                if seg == name {
+                    at.entry(name).or_default().insert(p[..=i].join("/"));
+                }
+            }
+        }
+    }
+    let clash: Vec<String> = at
+        .iter()
+        .filter(|(_, w)| w.len() > 1)
+        .map(|(n, w)| format!("{n}: {w:?}"))
+        .collect();
+    assert!(clash.is_empty(), "one module name, two rooms: {clash:?}");
+    // No file beside another of its name with a suffix (`trial.rs` and `trials.rs`,
+    // `sweep.rs` and `sweep_run.rs`): the name says which is which.
+    let names: BTreeSet<Vec<String>> = files.iter().map(|(p, _)| p.clone()).collect();
+    let mut alike = Vec::new();
+    for p in &names {
+        let (last, folder) = p.split_last().expect("a module path");
+        for suffix in ["s", "_run"] {
+            let mut q = folder.to_vec();
+            q.push(format!("{last}{suffix}"));
+            if names.contains(&q) {
+                alike.push(format!("{} and {}", p.join("/"), q.join("/")));
+            }
+        }
+    }
+    assert!(alike.is_empty(), "files named alike: {alike:?}");
 }

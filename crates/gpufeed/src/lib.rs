@@ -6,9 +6,11 @@
 //! rules → findings (`finding`) → presenters (`present`). `tune`, `compare` and `live` sit above
 //! the diagnosis they run or read; `bench` and `doctor` measure and check the machine.
 //! `units` (the PCIe link table, byte and rate formats, rounding: the engine's, shared), `exit` (the exit-code table and
-//! the one error that reaches `main`), `json` (the one JSON byte cursor under the recording's and
-//! the trace's fast readers), `stats` (medians, intervals, the steady-state estimate) and `finding`
+//! the one error that reaches `main`), `stats` (medians, intervals, the steady-state estimate) and `finding`
 //! sit beneath every layer; `cli` declares the arguments, and `commands` (the top) runs them.
+//!
+//! Beneath them all, crates of their own: `gpufeed-json` (the one JSON byte cursor under the
+//! recording's and the trace's fast readers) and `gpufeed-kineto` (the trace reader).
 //!
 //! The layering is tested (`layers.rs`): a table of which top-level module may import which, and
 //! no cycle between the files of a folder.
@@ -54,11 +56,11 @@ pub use units::pcie_link_bytes_per_s;
 // report by hand; analyze_*.rs run the trace rules; fuzz/ the diagnosis. Public submodules:
 pub mod bench;
 pub mod compare;
-pub mod diagnose; // evidence, input, job, phases, rules, verdict
+pub mod diagnose; // evidence, input, nodes, phases, rules, verdict
 pub mod doctor;
-pub mod present; // batch, bench, compare, diagnose, doctor, job, prometheus, sweep, sweep_chart, trace, tune
-pub mod trace; // families, ranks, report, rules, summary
-pub mod tune; // batch, params, plan, report, sweep, trial
+pub mod present; // batch, bench, compare, diagnose, doctor, nodes, prometheus, sweep, sweep_chart, trace, tune
+pub mod trace; // breakdown, families, ranks, report, rules
+pub mod tune; // batch_plan, params, plan, report, sweep_report, trial
 
 // The telemetry engine (crates/gpufeed-telemetry): the log readers as `import`, and the figure
 // formats (`units`) it shares with every layer here.
@@ -72,7 +74,6 @@ mod exit;
 mod finding;
 mod inject;
 mod job;
-mod json;
 mod live;
 mod outfile;
 mod record;

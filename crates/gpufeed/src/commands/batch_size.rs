@@ -1,12 +1,12 @@
-//! `gpufeed batch-size`: checks the arguments, runs [`crate::tune::batch_run`] and writes its
+//! `gpufeed batch-size`: checks the arguments, runs [`crate::tune::batch_search`] and writes its
 //! report (batch-size.json, `--export-json`, stdout).
 
 use crate::cli::{BatchSizeArgs, GlobalOpts};
 use crate::exit::Failure;
 use crate::present::OutputFormat;
-use crate::tune::batch::BatchReport;
-use crate::tune::batch_run::{self, Setup};
-use crate::tune::trials::Runner;
+use crate::tune::batch_plan::BatchReport;
+use crate::tune::batch_search::{self, Setup};
+use crate::tune::runner::Runner;
 
 fn write_json(
     args: &BatchSizeArgs,
@@ -36,7 +36,7 @@ pub(crate) fn run(global: &GlobalOpts, args: &BatchSizeArgs) -> anyhow::Result<u
     let regex = setup.check()?;
     let dir = setup.trial.output_dir("gpufeed-batch-size")?;
     let runner = Runner::start(0, args.trial.quiet)?;
-    let out = batch_run::run(&setup, &regex, &dir, &runner, &mut |rep| {
+    let out = batch_search::run(&setup, &regex, &dir, &runner, &mut |rep| {
         write_json(args, &dir, rep)
     })?;
     write_json(args, &dir, &out.report)?;

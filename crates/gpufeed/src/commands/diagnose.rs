@@ -114,22 +114,22 @@ pub(crate) fn run(_global: &GlobalOpts, args: &DiagnoseArgs) -> anyhow::Result<u
 /// `--job`: each file is diagnosed on its own and only its summary kept, so memory does not grow
 /// with the number of nodes beyond a few numbers per node.
 fn run_job(args: &DiagnoseArgs, opts: &LogOptions) -> anyhow::Result<u8> {
-    use crate::diagnose::job;
+    use crate::diagnose::nodes;
     let mut nodes = Vec::with_capacity(args.files.len());
     for f in &args.files {
         nodes.push(
             diagnose::diagnose_node(f, args.input_format, opts).map_err(super::diagnose_failure)?,
         );
     }
-    let report = job::JobReport {
-        schema_version: job::JOB_SCHEMA_VERSION,
-        job: job::judge(&nodes),
+    let report = nodes::JobReport {
+        schema_version: nodes::JOB_SCHEMA_VERSION,
+        job: nodes::judge(&nodes),
         nodes,
     };
     let out = match args.format {
         OutputFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
-        OutputFormat::Markdown => crate::present::job::markdown(&report),
-        OutputFormat::Text | OutputFormat::Html => crate::present::job::text(&report),
+        OutputFormat::Markdown => crate::present::nodes::markdown(&report),
+        OutputFormat::Text | OutputFormat::Html => crate::present::nodes::text(&report),
     };
     let mut stdout = std::io::stdout().lock();
     let _ = stdout.write_all(out.as_bytes());

@@ -1,6 +1,6 @@
 //! One module per subcommand: each turns parsed arguments into work and a process exit code;
 //! the work itself lives in the layers below (the trial runner `sweep`, `batch-size` and `tune`
-//! share is `tune::trials`).
+//! share is `tune::runner`).
 
 pub(crate) mod analyze;
 pub(crate) mod batch_size;

@@ -182,7 +182,7 @@ fn print_overrides(rep: &InjectReport, quiet: bool) {
     if !quiet {
         eprint!(
             "{}",
-            present::summary::overrides_text(&rep.overrides, &rep.notes)
+            present::end_summary::overrides_text(&rep.overrides, &rep.notes)
         );
     }
 }

@@ -1,12 +1,12 @@
-//! `gpufeed sweep`: checks the arguments, runs [`crate::tune::sweep_run`] over every combination
+//! `gpufeed sweep`: checks the arguments, runs [`crate::tune::sweep_search`] over every combination
 //! of knob values and writes its report (sweep.json, sweep.svg, the `--export-*` files, stdout).
 
 use crate::cli::{GlobalOpts, SweepArgs};
 use crate::exit::Failure;
 use crate::present::OutputFormat;
-use crate::tune::sweep::SweepReport;
-use crate::tune::sweep_run::{self, Setup};
-use crate::tune::trials::Runner;
+use crate::tune::runner::Runner;
+use crate::tune::sweep_report::SweepReport;
+use crate::tune::sweep_search::{self, Setup};
 use std::path::{Path, PathBuf};
 
 /// Refuses (exit 2) two outputs at one path, the folder's sweep.json and sweep.svg included
@@ -79,17 +79,17 @@ pub(crate) fn run(global: &GlobalOpts, args: &SweepArgs) -> anyhow::Result<u8> {
         retries: args.retries,
         trial: args.trial.config(global),
     };
-    let plan = sweep_run::plan(&setup)?;
+    let plan = sweep_search::plan(&setup)?;
     check_outputs(args)?;
     let dir = setup.trial.output_dir("gpufeed-sweep")?;
     let runner = Runner::start(plan.trials() as u64, args.trial.quiet)?;
-    let out = sweep_run::run(&setup, &plan, &dir, &runner, &mut |rep| {
+    let out = sweep_search::run(&setup, &plan, &dir, &runner, &mut |rep| {
         write_reports(args, &dir, rep)
     })?;
     write_reports(args, &dir, &out.report)?;
     present(args, &out.report, &dir)?;
     match out.fatal {
         Some(e) => Err(e),
-        None => Ok(sweep_run::exit_code(&out.report)),
+        None => Ok(sweep_search::exit_code(&out.report)),
     }
 }

@@ -1,12 +1,12 @@
-//! `gpufeed tune -- CMD`: checks the arguments, runs [`crate::tune::search`] and writes its
+//! `gpufeed tune -- CMD`: checks the arguments, runs [`crate::tune::knob_search`] and writes its
 //! report (tune.json, `--export-json`, `--html`, stdout).
 
 use crate::cli::{GlobalOpts, TuneArgs};
 use crate::outfile::write_report;
 use crate::present::OutputFormat;
+use crate::tune::knob_search::{self, Setup};
 use crate::tune::report::TuneReport;
-use crate::tune::search::{self, Setup};
-use crate::tune::trials::Runner;
+use crate::tune::runner::Runner;
 use std::path::Path;
 
 /// tune.json in the output folder, and the files asked for.
@@ -71,7 +71,7 @@ pub(crate) fn run(global: &GlobalOpts, args: &TuneArgs) -> anyhow::Result<u8> {
         regex,
         dir: dir.clone(),
     };
-    let (rep, code) = search::tune(&setup, &runner, &mut |rep| write(args, &dir, rep))?;
+    let (rep, code) = knob_search::tune(&setup, &runner, &mut |rep| write(args, &dir, rep))?;
     runner.pb.finish_and_clear();
     write(args, &dir, &rep)?;
     present(args, &rep, &dir)?;

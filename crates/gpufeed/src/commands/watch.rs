@@ -114,7 +114,7 @@ pub(crate) fn run(global: &GlobalOpts, args: &WatchArgs) -> anyhow::Result<u8> {
     // The screen is gone: say what --dataloader/--torch changed.
     if let Some(i) = &injection {
         let rep = i.read();
-        let text = crate::present::summary::overrides_text(&rep.overrides, &rep.notes);
+        let text = crate::present::end_summary::overrides_text(&rep.overrides, &rep.notes);
         if !text.is_empty() {
             eprint!("gpufeed: {}", text.trim_start());
         }

@@ -6,7 +6,7 @@ use super::{Comparison, InputKind};
 use crate::diagnose::input::{InputFormat, LogOptions};
 use crate::exit::{Exit, Failure};
 use crate::trace;
-use crate::tune::sweep::SweepReport;
+use crate::tune::sweep_report::SweepReport;
 use std::io::Read;
 use std::path::Path;
 
@@ -67,7 +67,7 @@ fn read_sweep(path: &Path) -> Result<SweepReport, Failure> {
 
 fn read_trace(
     path: &Path,
-) -> Result<(trace::summary::TraceSummary, Vec<crate::finding::Finding>), Failure> {
+) -> Result<(trace::breakdown::TraceSummary, Vec<crate::finding::Finding>), Failure> {
     let s = trace::analyze_path(path).map_err(|e| input(format!("{}: {e}", path.display())))?;
     let mut f = trace::rules::evaluate(&s);
     crate::finding::rank(&mut f);

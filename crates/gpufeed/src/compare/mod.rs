@@ -2,8 +2,8 @@
 //! speed-up (with a 95% interval where the inputs allow one) and the change of verdict.
 //!
 //! Pure functions over what the existing readers produce: a recording's diagnosis
-//! ([`crate::diagnose::DiagnoseReport`]), a trace's [`crate::trace::summary::TraceSummary`] (with its findings), or a sweep's
-//! [`crate::tune::sweep::SweepReport`], each in its own file ([`recording`], [`trace`], [`sweep`]). The command
+//! ([`crate::diagnose::DiagnoseReport`]), a trace's [`crate::trace::breakdown::TraceSummary`] (with its findings), or a sweep's
+//! [`crate::tune::sweep_report::SweepReport`], each in its own file ([`recording`], [`trace`], [`sweep`]). The command
 //! (`commands::compare`) reads the files; `present::compare` renders.
 
 pub(crate) mod files;

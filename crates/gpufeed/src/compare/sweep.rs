@@ -5,7 +5,7 @@ use super::{
     Speedup, SCHEMA_VERSION,
 };
 use crate::stats::SpeedupMetric;
-use crate::tune::sweep::SweepReport;
+use crate::tune::sweep_report::SweepReport;
 use crate::units::round;
 
 fn label(p: &std::collections::BTreeMap<String, serde_json::Value>) -> String {
@@ -19,7 +19,7 @@ fn label(p: &std::collections::BTreeMap<String, serde_json::Value>) -> String {
 }
 
 /// The trial a sweep stands for: its sweet spot, else its fastest trial.
-fn sweep_pick(r: &SweepReport) -> Option<&crate::tune::sweep::TrialResult> {
+fn sweep_pick(r: &SweepReport) -> Option<&crate::tune::sweep_report::TrialResult> {
     if let Some(s) = &r.sweet_spot {
         if let Some(t) = r.results.iter().find(|t| t.parameters == s.parameters) {
             return Some(t);
@@ -27,10 +27,14 @@ fn sweep_pick(r: &SweepReport) -> Option<&crate::tune::sweep::TrialResult> {
     }
     r.results
         .iter()
-        .filter(|t| t.run.exit.ok() && t.throughput.is_some())
+        .filter(|t| t.run.exit.ok() && t.figures.throughput.is_some())
         .max_by(|a, b| {
-            let v = |t: &crate::tune::sweep::TrialResult| {
-                t.throughput.as_ref().map(|x| x.value).unwrap_or(0.0)
+            let v = |t: &crate::tune::sweep_report::TrialResult| {
+                t.figures
+                    .throughput
+                    .as_ref()
+                    .map(|x| x.value)
+                    .unwrap_or(0.0)
             };
             v(a).total_cmp(&v(b))
         })
@@ -72,7 +76,7 @@ pub fn sweeps(
     }
 }
 
-type Trial = crate::tune::sweep::TrialResult;
+type Trial = crate::tune::sweep_report::TrialResult;
 
 /// The picks' figures side by side, then the throughput of every setting both sweeps tried.
 fn sweep_changes(
@@ -82,15 +86,16 @@ fn sweep_changes(
     pa: Option<&Trial>,
 ) -> Vec<Change> {
     let get =
-        |t: Option<&crate::tune::sweep::TrialResult>,
-         f: &dyn Fn(&crate::tune::sweep::TrialResult) -> Option<f64>| t.and_then(f);
-    let unit_of = |t: Option<&crate::tune::sweep::TrialResult>| {
-        t.and_then(|t| t.throughput.as_ref().map(|x| x.unit.clone()))
+        |t: Option<&crate::tune::sweep_report::TrialResult>,
+         f: &dyn Fn(&crate::tune::sweep_report::TrialResult) -> Option<f64>| t.and_then(f);
+    let unit_of = |t: Option<&crate::tune::sweep_report::TrialResult>| {
+        t.and_then(|t| t.figures.throughput.as_ref().map(|x| x.unit.clone()))
     };
     let unit = unit_of(pb)
         .or_else(|| unit_of(pa))
         .unwrap_or_else(|| "throughput".into());
-    let tp = |t: &crate::tune::sweep::TrialResult| t.throughput.as_ref().map(|x| x.value);
+    let tp =
+        |t: &crate::tune::sweep_report::TrialResult| t.figures.throughput.as_ref().map(|x| x.value);
     let mut changes = vec![
         change(
             "throughput",
@@ -102,39 +107,47 @@ fn sweep_changes(
         change(
             "samples_per_s",
             "samples/s",
-            get(pb, &|t| t.throughput.as_ref().and_then(|x| x.samples_per_s)),
-            get(pa, &|t| t.throughput.as_ref().and_then(|x| x.samples_per_s)),
+            get(pb, &|t| {
+                t.figures.throughput.as_ref().and_then(|x| x.samples_per_s)
+            }),
+            get(pa, &|t| {
+                t.figures.throughput.as_ref().and_then(|x| x.samples_per_s)
+            }),
             Better::Higher,
         ),
         change(
             "gpu_util_mean_pct",
             "GPU utilization (mean) %",
-            get(pb, &|t| t.gpu_util_mean_pct),
-            get(pa, &|t| t.gpu_util_mean_pct),
+            get(pb, &|t| t.figures.gpu_util_mean_pct),
+            get(pa, &|t| t.figures.gpu_util_mean_pct),
             Better::Higher,
         ),
         change(
             "data_wait_pct",
             "waiting for data %",
-            get(pb, &|t| t.data_wait_fraction.map(|f| f * 100.0)),
-            get(pa, &|t| t.data_wait_fraction.map(|f| f * 100.0)),
+            get(pb, &|t| t.figures.data_wait_fraction.map(|f| f * 100.0)),
+            get(pa, &|t| t.figures.data_wait_fraction.map(|f| f * 100.0)),
             Better::Lower,
         ),
         change(
             "job_cpu_mean_pct",
             "job CPU (% of a core)",
-            get(pb, &|t| t.job_cpu_mean_pct),
-            get(pa, &|t| t.job_cpu_mean_pct),
+            get(pb, &|t| t.figures.job_cpu_mean_pct),
+            get(pa, &|t| t.figures.job_cpu_mean_pct),
             Better::Neutral,
         ),
         change(
             "gpu_mem_max_gib",
             "GPU memory peak (GiB)",
             get(pb, &|t| {
-                t.gpu_mem_max_bytes.map(|b| b as f64 / (1u64 << 30) as f64)
+                t.figures
+                    .gpu_mem_max_bytes
+                    .map(|b| b as f64 / (1u64 << 30) as f64)
             }),
             get(pa, &|t| {
-                t.gpu_mem_max_bytes.map(|b| b as f64 / (1u64 << 30) as f64)
+                t.figures
+                    .gpu_mem_max_bytes
+                    .map(|b| b as f64 / (1u64 << 30) as f64)
             }),
             Better::Neutral,
         ),
@@ -167,8 +180,8 @@ fn sweep_speedup(
     notes: &mut Vec<String>,
 ) -> Option<Speedup> {
     match (
-        pb.and_then(|t| t.throughput.as_ref()),
-        pa.and_then(|t| t.throughput.as_ref()),
+        pb.and_then(|t| t.figures.throughput.as_ref()),
+        pa.and_then(|t| t.figures.throughput.as_ref()),
     ) {
         (Some(x), Some(y)) if x.unit == y.unit && x.value > 0.0 && y.value > 0.0 => {
             // each trial's interval is mean ± t·se: back out se with the normal quantile
@@ -184,7 +197,7 @@ fn sweep_speedup(
             }
             for (side, t) in [("before", pb), ("after", pa)] {
                 if let Some(t) = t {
-                    if t.throughput.as_ref().is_some_and(|x| !x.steady) {
+                    if t.figures.throughput.as_ref().is_some_and(|x| !x.steady) {
                         notes.push(format!(
                             "The {side} pick ({}) never settled: its interval stayed wider than the tolerance.",
                             label(&t.parameters)
@@ -227,7 +240,7 @@ mod tests {
 
     #[test]
     fn sweeps_compare_their_sweet_spots_with_an_interval() {
-        use crate::tune::sweep::tests::report;
+        use crate::tune::sweep_report::tests::report;
         use crate::tune::trial::TrialStatus::*;
         let b = report(&[
             (Some(15.0), Steady),

@@ -7,7 +7,7 @@ use super::{
 use crate::finding::Finding;
 use crate::stats::t975;
 use crate::stats::SpeedupMetric;
-use crate::trace::summary::TraceSummary;
+use crate::trace::breakdown::TraceSummary;
 use crate::units::round;
 
 fn trace_side(t: &TraceSummary, findings: &[Finding]) -> Side {
@@ -246,18 +246,18 @@ mod tests {
     fn trace_with_steps(step_us: &[f64]) -> TraceSummary {
         let mut t = TraceSummary {
             path: "t".into(),
-            step_source: crate::trace::summary::StepSource::ProfilerStep,
+            step_source: crate::trace::breakdown::StepSource::ProfilerStep,
             ..Default::default()
         };
         t.steps = step_us
             .iter()
-            .map(|x| crate::trace::summary::StepRow {
+            .map(|x| crate::trace::breakdown::StepRow {
                 total_us: *x,
                 kernel_us: x / 2.0,
                 ..Default::default()
             })
             .collect();
-        t.breakdown = crate::trace::summary::average(&t.steps);
+        t.breakdown = crate::trace::breakdown::average(&t.steps);
         t
     }
 

@@ -3,7 +3,7 @@
 
 use super::evidence::{EvidenceBuilder, Origin};
 use super::phases::{self, Phase};
-use super::{DiagnoseError, Evidence, Source};
+use super::{DiagnoseError, Evidence, InputSource};
 use crate::import::dcgmi::ProfilingMeans;
 use crate::import::formats::{self, Format};
 use crate::import::reading::{LogHeader, Reading};
@@ -120,7 +120,7 @@ pub struct LogOptions {
 /// What reading a file produced.
 #[derive(Debug)]
 pub struct ReadOutcome {
-    pub source: Source,
+    pub source: InputSource,
     pub evidence: Evidence,
     /// Phases of a log (empty when it was judged as one block, and for recordings).
     pub phases: Vec<Phase>,
@@ -211,7 +211,7 @@ pub(crate) fn read_with(
 ) -> Result<ReadOutcome, DiagnoseError> {
     if path.is_dir() {
         if let Some(dir) = crate::import::mlflow::system_dir(path) {
-            let source = Source {
+            let source = InputSource {
                 path: path.display().to_string(),
                 format: InputFormat::Log(Format::Mlflow),
                 lines: 0,
@@ -249,7 +249,7 @@ pub(crate) fn read_with(
         })?,
         f => f,
     };
-    let source = Source {
+    let source = InputSource {
         path: path.display().to_string(),
         format,
         lines: 0,
@@ -324,7 +324,7 @@ fn check_head(path: &Path, head: &[u8]) -> Result<(), DiagnoseError> {
 fn read_recording(
     path: &Path,
     file: impl Read + Send,
-    mut source: Source,
+    mut source: InputSource,
     extra: &mut dyn Sink,
 ) -> Result<ReadOutcome, DiagnoseError> {
     let mut b = EvidenceBuilder::new();
@@ -366,7 +366,7 @@ fn read_log_evidence(
     path: &Path,
     format: Format,
     opts: &LogOptions,
-    mut source: Source,
+    mut source: InputSource,
     mut passes: Option<&mut Passes>,
 ) -> Result<ReadOutcome, DiagnoseError> {
     let mut pooler = phases::Pooler::default();

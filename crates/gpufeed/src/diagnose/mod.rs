@@ -6,10 +6,10 @@
 
 pub mod evidence;
 pub mod input;
-pub mod job;
+pub mod nodes;
 pub mod phases;
 pub mod rules;
-pub(crate) mod stats;
+pub(crate) mod streaming;
 pub mod verdict;
 
 use input::InputFormat;
@@ -25,7 +25,7 @@ pub const REPORT_SCHEMA_VERSION: u32 = 1;
 
 /// Where the report's facts came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Source {
+pub struct InputSource {
     pub path: String,
     /// `recording`, `smi_csv`, `smi_dmon` or `dcgmi`.
     pub format: InputFormat,
@@ -49,7 +49,7 @@ pub struct Source {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DiagnoseReport {
     pub schema_version: u32,
-    pub source: Source,
+    pub source: InputSource,
     pub duration_s: f64,
     pub verdict: Verdict,
     /// Ranked: most severe and largest gain first.
@@ -156,16 +156,16 @@ pub(crate) fn diagnose_file_with(
     Ok(build_report(read))
 }
 
-/// One node of a job: the file is diagnosed and only its [`job::NodeSummary`] is kept.
+/// One node of a job: the file is diagnosed and only its [`nodes::NodeSummary`] is kept.
 pub fn diagnose_node(
     path: &Path,
     format: InputFormat,
     opts: &input::LogOptions,
-) -> Result<job::NodeSummary, DiagnoseError> {
+) -> Result<nodes::NodeSummary, DiagnoseError> {
     let read = input::read(path, format, opts)?;
     let hostname = read.hostname.clone();
     let report = build_report(read);
-    Ok(job::NodeSummary::new(
+    Ok(nodes::NodeSummary::new(
         &path.display().to_string(),
         hostname,
         &report,
@@ -342,7 +342,7 @@ fn wait_source_note(e: &Evidence, wait: f64, p: &evidence::PythonEvidence) -> St
 }
 
 /// Caveats worth telling people next to the findings.
-pub fn notes(e: &Evidence, source: &Source, v: &Verdict) -> Vec<String> {
+pub fn notes(e: &Evidence, source: &InputSource, v: &Verdict) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(c) = e.job.exit_code.filter(|c| *c != 0) {
         // Said first: a job that failed early is read on what ran before it stopped.

@@ -787,7 +787,7 @@ mod tests {
         // A weakly repeating 25% on a 32 GB card with 472 MiB used, no host data.
         let mut e = as_log(base(25.0), 1.0);
         e.gpus[0].mem_used_max_fraction = Some(472.0 / 32768.0);
-        e.gpus[0].periodicity = Some(crate::diagnose::stats::PeriodicityResult {
+        e.gpus[0].periodicity = Some(crate::diagnose::streaming::PeriodicityResult {
             period_s: 30.0,
             strength: 0.4,
             step_s: 1.0,

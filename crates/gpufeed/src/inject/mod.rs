@@ -1,8 +1,8 @@
 //! `--dataloader KEY=VALUE` and `--torch KEY=VALUE`: knobs the training script does not expose,
 //! changed with no code change.
 //!
-//! gpufeed writes a `sitecustomize.py` ([`SITECUSTOMIZE`]) and its settings into a private
-//! temporary directory (0700) put first on the job's `PYTHONPATH`. In every Python process of the
+//! gpufeed writes a `sitecustomize.py`, the package it starts ([`HOOK_FILES`]) and its settings
+//! into a private temporary directory (0700) put first on the job's `PYTHONPATH`. In every Python process of the
 //! job it installs an import hook and hands over to the `sitecustomize` that was there before; it
 //! never imports torch itself. When the job imports torch it sets the global switches, and wraps
 //! `DataLoader.__init__` so that every loader gets the given values (within PyTorch's rules). Each
@@ -14,10 +14,50 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// The Python side, written as `sitecustomize.py`. One file serves both sides: the wheel ships
-/// it as `gpufeed/_autosteps.py`, whose DataLoader hook `gpufeed.profile()` installs in the
-/// notebook kernel (its start-up code runs only when it is imported as `sitecustomize`).
-pub(crate) const SITECUSTOMIZE: &str = include_str!("../../../../python/gpufeed/_autosteps.py");
+/// The Python side, written into the job's private folder: `sitecustomize.py`, which the job's
+/// Python runs at start-up, and the package it starts, `_gpufeed_hook/` (one module a job:
+/// the import hook, the overrides, the step markers, the pipeline checks, the start-up). The
+/// wheel ships the same files as `gpufeed/_hook/`, whose step timing `gpufeed.profile()`
+/// installs in the notebook kernel (`sitecustomize.py` does nothing under another name).
+pub(crate) const HOOK_FILES: [(&str, &str); 7] = [
+    (
+        "sitecustomize.py",
+        include_str!("../../../../python/gpufeed/_hook/sitecustomize.py"),
+    ),
+    (
+        "_gpufeed_hook/__init__.py",
+        include_str!("../../../../python/gpufeed/_hook/__init__.py"),
+    ),
+    (
+        "_gpufeed_hook/imports.py",
+        include_str!("../../../../python/gpufeed/_hook/imports.py"),
+    ),
+    (
+        "_gpufeed_hook/overrides.py",
+        include_str!("../../../../python/gpufeed/_hook/overrides.py"),
+    ),
+    (
+        "_gpufeed_hook/pipeline.py",
+        include_str!("../../../../python/gpufeed/_hook/pipeline.py"),
+    ),
+    (
+        "_gpufeed_hook/site.py",
+        include_str!("../../../../python/gpufeed/_hook/site.py"),
+    ),
+    (
+        "_gpufeed_hook/steps.py",
+        include_str!("../../../../python/gpufeed/_hook/steps.py"),
+    ),
+];
+
+/// Writes [`HOOK_FILES`] under `dir`.
+fn write_hook(dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir(dir.join("_gpufeed_hook"))?;
+    for (name, text) in HOOK_FILES {
+        std::fs::write(dir.join(name), text)?;
+    }
+    Ok(())
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum InjectError {
@@ -298,7 +338,7 @@ use crate::sample::event::Override;
 
 /// What the job's Python processes reported.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct InjectReport {
+pub(crate) struct InjectReport {
     pub overrides: Vec<Override>,
     /// Overrides that could not apply, and why (never a crash of the job).
     pub notes: Vec<String>,
@@ -598,11 +638,11 @@ pub(crate) fn for_setting(
 }
 
 impl Injection {
-    /// Writes `sitecustomize.py` and the settings into a new private temporary directory.
+    /// Writes the hook ([`HOOK_FILES`]) and the settings into a new private temporary directory.
     pub(crate) fn prepare(wanted: &Resolved) -> Result<Injection, InjectError> {
         // A folder left by a gpufeed that was killed (SIGKILL) is removed by the next one.
         let dir = crate::outfile::owned_private_dir("gpufeed-inject-")?;
-        std::fs::write(dir.path().join("sitecustomize.py"), SITECUSTOMIZE)?;
+        write_hook(dir.path())?;
         let cfg = serde_json::to_string(wanted).map_err(std::io::Error::other)?;
         std::fs::write(dir.path().join("config.json"), cfg)?;
         Ok(Injection {
@@ -680,6 +720,32 @@ impl Injection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_module_of_the_job_side_hook_is_written_into_the_job() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/gpufeed/_hook");
+        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.ends_with(".py"))
+            .collect();
+        on_disk.sort();
+        let mut written: Vec<String> = HOOK_FILES
+            .iter()
+            .map(|(n, _)| n.rsplit('/').next().unwrap_or(n).to_string())
+            .collect();
+        written.sort();
+        assert_eq!(written, on_disk, "HOOK_FILES lists every module of {dir:?}");
+        let tmp = tempfile::tempdir().unwrap();
+        write_hook(tmp.path()).unwrap();
+        for (name, text) in HOOK_FILES {
+            assert_eq!(
+                std::fs::read_to_string(tmp.path().join(name)).unwrap(),
+                text
+            );
+        }
+    }
     use crate::exit::HasExit;
 
     fn s(v: &[&str]) -> Vec<String> {
@@ -840,7 +906,7 @@ not json
         assert!(!dir.exists());
     }
 
-    /// Loaders that waste their workers (sitecustomize's `_PipelineCheck`) are said once each,
+    /// Loaders that waste their workers (the hook's `PipelineCheck`) are said once each,
     /// with their site, beside what the step hook timed; not as override notes.
     #[test]
     fn pipeline_notes_become_loader_notes_once() {

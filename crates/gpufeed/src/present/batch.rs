@@ -3,7 +3,7 @@
 //! JSON is serde's.
 
 use super::fmt::num;
-use crate::tune::batch::{samples_per_s, BatchReport, Verdict};
+use crate::tune::batch_plan::{samples_per_s, BatchReport, Verdict};
 use std::fmt::Write as _;
 
 /// The text report (`--format text`).
@@ -116,7 +116,7 @@ fn largest_batch(s: &mut String, rep: &BatchReport) {
 /// and why the search stopped early.
 fn recommendation(s: &mut String, rep: &BatchReport) {
     if let (Some(b), Some(r)) = (rep.recommended_batch, &rep.recommendation) {
-        use crate::tune::batch::Basis;
+        use crate::tune::batch_plan::Basis;
         let why = match r.basis {
             Basis::MemoryFit => format!(
                 "peak GPU memory, fitted against batch size, stays under {:.0}% of the total (predicted {})",

@@ -11,8 +11,8 @@ use crate::finding::{Finding, Severity};
 use crate::record::reader::Sink;
 use crate::sample::event::Line;
 use crate::sample::{GpuSample, HostSample, ProcSample};
+use crate::trace::breakdown::StepCategory;
 use crate::trace::report;
-use crate::trace::summary::StepCategory;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 

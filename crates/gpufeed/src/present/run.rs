@@ -14,7 +14,7 @@ pub(crate) fn json(summary: &Summary, diagnosis: Option<&DiagnoseReport>) -> Str
 /// already says (its header, the GPU, host and job figures): each figure once.
 pub(crate) fn text(summary: &Summary, diagnosis: Option<&DiagnoseReport>, color: bool) -> String {
     let said = diagnosis.is_some_and(super::diagnose::verdict_states_busy);
-    let mut out = super::summary::text_with(summary, said);
+    let mut out = super::end_summary::text_with(summary, said);
     if let Some(d) = diagnosis {
         out.push('\n');
         out.push_str(&super::diagnose::render_with(

@@ -2,7 +2,7 @@
 //! and its notes, from a [`SweepReport`]; its JSON is serde's, its chart `present::sweep_chart`.
 
 use super::fmt::{csv_cell, md_cell, num, opt};
-use crate::tune::sweep::{SweepReport, TrialResult, NO_RATE_HELP};
+use crate::tune::sweep_report::{SweepReport, TrialResult, NO_RATE_HELP};
 use crate::tune::trial::TrialStatus;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -63,7 +63,7 @@ thread (the job sent no step markers with waits; python/gpufeed_probe.py measure
 fn stacks_footnote(rep: &SweepReport) -> Option<&'static str> {
     rep.results
         .iter()
-        .any(|r| r.data_wait_source == Some(crate::finding::WaitSource::PythonStacks))
+        .any(|r| r.figures.data_wait_source == Some(crate::finding::WaitSource::PythonStacks))
         .then_some(STACKS_NOTE)
 }
 
@@ -72,7 +72,7 @@ fn rows(rep: &SweepReport) -> Vec<Vec<String>> {
     let unit = rep
         .results
         .iter()
-        .find_map(|r| r.throughput.as_ref().map(|t| t.unit.clone()))
+        .find_map(|r| r.figures.throughput.as_ref().map(|t| t.unit.clone()))
         .unwrap_or_else(|| "throughput".into());
     let mut head: Vec<String> = rep.knobs.iter().map(|(k, _)| k.clone()).collect();
     head.extend(
@@ -102,7 +102,7 @@ fn rows(rep: &SweepReport) -> Vec<Vec<String>> {
                 None => "-".into(),
             })
             .collect();
-        let tp = match &r.throughput {
+        let tp = match &r.figures.throughput {
             Some(t) => {
                 let hw = match (t.ci_low, t.ci_high) {
                     (Some(l), Some(h)) => format!(" ± {}", num((h - l) / 2.0)),
@@ -119,19 +119,19 @@ fn rows(rep: &SweepReport) -> Vec<Vec<String>> {
         };
         row.push(tp);
         row.push(opt(
-            r.throughput.as_ref().and_then(|t| t.samples_per_s),
+            r.figures.throughput.as_ref().and_then(|t| t.samples_per_s),
             num,
         ));
-        row.push(opt(r.gpu_util_mean_pct, |x| format!("{x:.0}%")));
-        let mark = if r.data_wait_source == Some(crate::finding::WaitSource::PythonStacks) {
+        row.push(opt(r.figures.gpu_util_mean_pct, |x| format!("{x:.0}%")));
+        let mark = if r.figures.data_wait_source == Some(crate::finding::WaitSource::PythonStacks) {
             STACKS_MARK
         } else {
             ""
         };
-        row.push(opt(r.data_wait_fraction, |x| {
+        row.push(opt(r.figures.data_wait_fraction, |x| {
             format!("{:.0}%{mark}", x * 100.0)
         }));
-        row.push(opt(r.job_cpu_mean_pct, |x| format!("{x:.0}%")));
+        row.push(opt(r.figures.job_cpu_mean_pct, |x| format!("{x:.0}%")));
         row.push(format!("{:.1}s", r.run.duration_s));
         row.push(status_word(r));
         if injected {
@@ -165,7 +165,8 @@ fn text_raw(rep: &SweepReport) -> String {
         let _ = writeln!(s, "{n}");
     }
     if let Some(t) = rep.results.iter().find_map(|r| {
-        r.throughput
+        r.figures
+            .throughput
             .as_ref()
             .filter(|t| t.source == crate::tune::trial::RateSource::GpuBusyProxy)
     }) {
@@ -321,18 +322,18 @@ pub fn csv(rep: &SweepReport) -> String {
                 None => String::new(),
             })
             .collect();
-        let t = r.throughput.as_ref();
+        let t = r.figures.throughput.as_ref();
         row.push(f(t.map(|t| t.value)));
         row.push(t.map(|t| csv_cell(&t.unit)).unwrap_or_default());
         row.push(f(t.and_then(|t| t.ci_low)));
         row.push(f(t.and_then(|t| t.ci_high)));
         row.push(t.map(|t| t.source.as_str().to_string()).unwrap_or_default());
         row.push(f(t.and_then(|t| t.samples_per_s)));
-        row.push(f(r.gpu_util_mean_pct));
-        row.push(u(r.gpu_mem_max_bytes));
-        row.push(f(r.data_wait_fraction));
-        row.push(f(r.job_cpu_mean_pct));
-        row.push(u(r.job_rss_max_bytes));
+        row.push(f(r.figures.gpu_util_mean_pct));
+        row.push(u(r.figures.gpu_mem_max_bytes));
+        row.push(f(r.figures.data_wait_fraction));
+        row.push(f(r.figures.job_cpu_mean_pct));
+        row.push(u(r.figures.job_rss_max_bytes));
         row.push(format!("{:.3}", r.run.duration_s));
         row.push(r.run.exit.status.as_str().to_string());
         row.push(r.run.exit.code.map(|c| c.to_string()).unwrap_or_default());
@@ -359,17 +360,17 @@ pub fn html(rep: &SweepReport) -> Result<String, super::html::HtmlError> {
         .iter()
         .map(|r| super::html::SweepPoint {
             label: label(&r.parameters),
-            throughput: r.throughput.as_ref().map(|t| t.value),
-            gpu_util_mean_pct: r.gpu_util_mean_pct,
-            data_wait_fraction: r.data_wait_fraction,
-            failed: r.throughput.is_none(),
+            throughput: r.figures.throughput.as_ref().map(|t| t.value),
+            gpu_util_mean_pct: r.figures.gpu_util_mean_pct,
+            data_wait_fraction: r.figures.data_wait_fraction,
+            failed: r.figures.throughput.is_none(),
             overridden: r.run.overrides.is_some().then(|| overridden_cell(r)),
         })
         .collect();
     let unit = rep
         .results
         .iter()
-        .find_map(|r| r.throughput.as_ref().map(|t| t.unit.clone()))
+        .find_map(|r| r.figures.throughput.as_ref().map(|t| t.unit.clone()))
         .unwrap_or_default();
     let spot = rep
         .sweet_spot
@@ -394,8 +395,8 @@ pub fn html(rep: &SweepReport) -> Result<String, super::html::HtmlError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tune::sweep::sweet_spot;
-    use crate::tune::sweep::tests::report;
+    use crate::tune::sweep_report::sweet_spot;
+    use crate::tune::sweep_report::tests::report;
     use crate::tune::trial::TrialStatus;
 
     #[test]
@@ -504,7 +505,7 @@ mod tests {
         let plain = text(&rep);
         assert!(!plain.contains(STACKS_NOTE), "{plain}");
         assert!(plain.contains("90%") && !plain.contains("90%*"), "{plain}");
-        rep.results[0].data_wait_source = Some(crate::finding::WaitSource::PythonStacks);
+        rep.results[0].figures.data_wait_source = Some(crate::finding::WaitSource::PythonStacks);
         let t = text(&rep);
         assert!(t.contains("90%*"), "{t}");
         assert!(t.contains("70%") && !t.contains("70%*"), "{t}");
@@ -542,7 +543,7 @@ mod tests {
         assert!(text(&rep).contains("try higher values"), "{}", text(&rep));
         // the same sweep with data wait gone: nothing to add
         let mut rep = report(&[(Some(10.0), Steady), (Some(97.0), Steady)]);
-        rep.results[1].data_wait_fraction = Some(0.02);
+        rep.results[1].figures.data_wait_fraction = Some(0.02);
         let knobs = vec![(
             "workers".to_string(),
             vec!["0".to_string(), "1".to_string()],
@@ -555,7 +556,7 @@ mod tests {
     fn no_rate_says_how_to_get_one() {
         use TrialStatus::*;
         let mut rep = report(&[(Some(10.0), Exited)]);
-        rep.results[0].throughput = None;
+        rep.results[0].figures.throughput = None;
         rep.sweet_spot = None;
         let t = text(&rep);
         assert!(

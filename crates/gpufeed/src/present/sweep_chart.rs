@@ -3,7 +3,7 @@
 //! SVG backend like the other charts (it escapes the text).
 
 use super::fmt::num;
-use crate::tune::sweep::{SweepReport, TrialResult};
+use crate::tune::sweep_report::{SweepReport, TrialResult};
 use plotters::chart::DualCoordChartContext;
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
@@ -40,7 +40,7 @@ pub fn svg(rep: &SweepReport) -> Option<String> {
     let unit = rep
         .results
         .iter()
-        .find_map(|r| r.throughput.as_ref().map(|t| t.unit.clone()))?;
+        .find_map(|r| r.figures.throughput.as_ref().map(|t| t.unit.clone()))?;
     draw(rep, &unit).ok()
 }
 
@@ -61,16 +61,23 @@ fn category(r: &TrialResult, one_knob: bool) -> String {
 
 /// GPU utilization per trial, or the data-wait percentage when no trial has utilization.
 fn second_axis(rep: &SweepReport) -> (Vec<Option<f64>>, &'static str) {
-    if rep.results.iter().any(|r| r.gpu_util_mean_pct.is_some()) {
+    if rep
+        .results
+        .iter()
+        .any(|r| r.figures.gpu_util_mean_pct.is_some())
+    {
         (
-            rep.results.iter().map(|r| r.gpu_util_mean_pct).collect(),
+            rep.results
+                .iter()
+                .map(|r| r.figures.gpu_util_mean_pct)
+                .collect(),
             "GPU utilization %",
         )
     } else {
         (
             rep.results
                 .iter()
-                .map(|r| r.data_wait_fraction.map(|f| f * 100.0))
+                .map(|r| r.figures.data_wait_fraction.map(|f| f * 100.0))
                 .collect(),
             "data wait %",
         )
@@ -83,7 +90,8 @@ fn draw(rep: &SweepReport, unit: &str) -> Result<String, String> {
         .results
         .iter()
         .filter_map(|r| {
-            r.throughput
+            r.figures
+                .throughput
                 .as_ref()
                 .map(|t| t.ci_high.unwrap_or(t.value).max(t.value))
         })
@@ -169,7 +177,7 @@ fn throughput(chart: &mut Chart, rep: &SweepReport, ymax: f64) -> Result<(), Str
         .iter()
         .enumerate()
         .filter(|(_, r)| r.run.exit.ok())
-        .filter_map(|(i, r)| r.throughput.as_ref().map(|t| (i as f64, t.value)))
+        .filter_map(|(i, r)| r.figures.throughput.as_ref().map(|t| (i as f64, t.value)))
         .collect();
     if ok.len() > 1 {
         chart
@@ -178,7 +186,7 @@ fn throughput(chart: &mut Chart, rep: &SweepReport, ymax: f64) -> Result<(), Str
     }
     for (i, r) in rep.results.iter().enumerate() {
         let x = i as f64;
-        match (&r.throughput, r.run.exit.ok()) {
+        match (&r.figures.throughput, r.run.exit.ok()) {
             (Some(t), true) => {
                 if let (Some(lo), Some(hi)) = (t.ci_low, t.ci_high) {
                     let whisker = |y| PathElement::new(vec![(x - 0.06, y), (x + 0.06, y)], BLUE);

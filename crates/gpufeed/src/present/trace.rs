@@ -4,9 +4,9 @@
 use std::fmt::Write;
 
 use crate::finding::{Finding, FindingId, ItemKey};
+use crate::trace::breakdown::{StepCategory, StepRow, TraceSummary};
 use crate::trace::report::RankJob;
 use crate::trace::report::Report;
-use crate::trace::summary::{StepCategory, StepRow, TraceSummary};
 
 /// VERDICT and TOP FIX, as `gpufeed diagnose` says them.
 fn verdict_text(o: &mut String, r: &Report) {

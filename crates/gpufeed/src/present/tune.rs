@@ -123,6 +123,7 @@ fn text_raw(r: &TuneReport) -> String {
         };
         let tp = s
             .result
+            .figures
             .throughput
             .as_ref()
             .map(|t| format!("{} {}", super::fmt::num(t.value), t.unit))
@@ -146,7 +147,7 @@ fn text_raw(r: &TuneReport) -> String {
         let _ = writeln!(
             o,
             "  {what:<24} {tp:>16}  data wait {:>4}  {}{mark}",
-            pct(s.result.data_wait_fraction.map(|f| f * 100.0)),
+            pct(s.result.figures.data_wait_fraction.map(|f| f * 100.0)),
             if s.knob.is_some() {
                 gain(s.gain, s.gain_ci95)
             } else {
@@ -247,6 +248,7 @@ fn trials(b: &mut String, r: &TuneReport) {
     for s in &r.steps {
         let tp = s
             .result
+            .figures
             .throughput
             .as_ref()
             .map(|t| format!("{} {}", super::fmt::num(t.value), t.unit))
@@ -256,7 +258,7 @@ fn trials(b: &mut String, r: &TuneReport) {
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&s.result.label),
             esc(&tp),
-            opt(s.result.data_wait_fraction, |f| format!(
+            opt(s.result.figures.data_wait_fraction, |f| format!(
                 "{:.0}%",
                 f * 100.0
             )),

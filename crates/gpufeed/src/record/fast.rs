@@ -1,7 +1,7 @@
 //! The three line types that make up almost all of a recording (`gpu`, `host`, `procs`), read
 //! in a single pass over the bytes with next to no allocation per line (buffers are reused,
 //! numbers parsed in place). Their fields are declared once, on the structs themselves
-//! ([`crate::json::fields::json_fields`]): the same list gives serde its fields and this reader
+//! ([`gpufeed_json::json_fields`]): the same list gives serde its fields and this reader
 //! its keys. Anything the reader is not sure of (escapes in keys or names, exponents it cannot
 //! do exactly, a missing required field, a repeated key) makes it give up on that line, and the
 //! reader ([`super::reader`]) falls back to serde: the result is the same either way.
@@ -11,9 +11,9 @@
 //! comparison), then in any layout (keys walked against the field list). `diagnose` of a 1 h ×
 //! 8 GPU recording took about a quarter of the time it takes through serde alone (bench/README.md).
 
-use crate::json::fields::read_line;
 use crate::sample::event::ProcsLine;
 use crate::sample::{GpuSample, HostSample, ProcSample};
+use gpufeed_json::fields::read_line;
 
 /// The tags of the three lines, as `Line`'s serde derive writes them (`rename_all = "snake_case"`;
 /// the tests write each line with serde and read it back here).
@@ -45,9 +45,9 @@ pub(crate) fn procs(line: &[u8], out: &mut Vec<ProcSample>) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json::fields::{line_any, line_written, Fields};
     use crate::sample::event::Line;
     use crate::sample::{DiskRate, GpuProcess};
+    use gpufeed_json::fields::{line_any, line_written, Fields};
 
     fn serde_gpu(l: &str) -> GpuSample {
         match serde_json::from_str::<Line>(l).unwrap() {

@@ -6,7 +6,7 @@
 use super::pyphase::Phase;
 use super::pystacks::PyStatus;
 use super::{DriverInfo, GpuSample, GpuStatic, HostInfo, HostSample, ProcSample, ProcStart};
-use crate::json::fields::json_fields;
+use gpufeed_json::json_fields;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

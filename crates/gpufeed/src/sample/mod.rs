@@ -16,7 +16,7 @@ pub(crate) mod steps;
 
 use serde::{Deserialize, Serialize};
 
-use crate::json::fields::json_fields;
+use gpufeed_json::json_fields;
 pub(crate) use gpufeed_telemetry::reading::throttle;
 pub use gpufeed_telemetry::reading::GpuStatic;
 

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::ranges::{self, Range};
-use crate::trace::event::{Event, EventSink};
+use gpufeed_kineto::event::{Event, EventSink};
 
 /// Category of an `X` event, both Kineto schemas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,8 +6,8 @@
 //! and checks that there are events; the second hands each event's JSON text to the writer.
 
 use super::TraceError;
-use crate::trace::event::{Event, EventSink, ScanStats};
-use crate::trace::reader::{self};
+use gpufeed_kineto::event::{Event, EventSink, ScanStats};
+use gpufeed_kineto::reader;
 use std::path::{Path, PathBuf};
 
 /// What the first pass found.

@@ -2,21 +2,18 @@
 //! HTA-style idle time, copies, kernels, synchronisation, several ranks, and the rules that turn
 //! those numbers into findings.
 
+pub mod breakdown;
 pub(crate) mod collect;
-pub(crate) mod event;
 pub mod families;
-mod fast;
 pub(crate) mod merge;
 pub(crate) mod ranges;
 pub mod ranks;
-pub(crate) mod reader;
 pub mod report;
 pub mod rules;
-mod serde_event;
-pub mod summary;
 pub(crate) mod verdict;
 
-use summary::{StepSource, TraceSummary};
+use breakdown::{StepSource, TraceSummary};
+use gpufeed_kineto::{event, reader};
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -40,6 +37,15 @@ pub enum TraceError {
     NoUsableEvents(String),
     #[error("{0} is a directory without .json or .json.gz trace files")]
     EmptyDir(String),
+}
+
+impl From<gpufeed_kineto::ReadError> for TraceError {
+    fn from(e: gpufeed_kineto::ReadError) -> TraceError {
+        match e {
+            gpufeed_kineto::ReadError::Empty => TraceError::Empty,
+            gpufeed_kineto::ReadError::NotATrace(why) => TraceError::NotATrace(why),
+        }
+    }
 }
 
 /// Opens a file or `-` (stdin), transparently gunzipping (detected by the gzip magic bytes).
@@ -75,7 +81,7 @@ pub fn analyze_reader(r: impl Read, name: &str) -> Result<TraceSummary, TraceErr
     if c.x_events == 0 {
         return Err(no_events(&st));
     }
-    let mut s = summary::summarize(&c);
+    let mut s = breakdown::summarize(&c);
     s.path = name.to_string();
     s.bytes = st.bytes;
     s.events = st.events;

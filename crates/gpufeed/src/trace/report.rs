@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::summary::{StepRow, StepSource, TraceSummary};
+use super::breakdown::{StepRow, StepSource, TraceSummary};
 use super::verdict::{decide, TraceVerdict};
 use crate::finding::{rank, Finding, Item};
 
@@ -34,7 +34,7 @@ pub struct Report {
     pub tb_plugin_compatible: bool,
     pub steps: Vec<StepRow>,
     pub breakdown: StepRow,
-    pub devices: Vec<super::summary::Device>,
+    pub devices: Vec<super::breakdown::Device>,
     /// What holds the job back, over every trace given (the same shape as diagnose's).
     pub verdict: TraceVerdict,
     pub findings: Vec<Finding>,

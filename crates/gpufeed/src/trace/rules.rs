@@ -4,7 +4,7 @@
 use crate::finding::{Finding, FindingId, Item, Severity};
 use crate::stats::lower_median;
 
-use super::summary::{LoaderIterator, TraceSummary};
+use super::breakdown::{LoaderIterator, TraceSummary};
 
 /// DataLoader share of step time above which the input pipeline is the bottleneck (plugin: 5%).
 pub const INPUT_BOUND_PCT: f64 = 5.0;

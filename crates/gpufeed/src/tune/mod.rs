@@ -6,28 +6,29 @@
 //! - [`progress`]: throughput from tqdm-style progress lines or a user regex.
 //! - [`crate::stats::steady`]: warm-up detection (MSER-5) and batch-means confidence intervals.
 //! - [`trial`]: one trial: spawn, observe, stop the whole process tree, summarise.
-//! - [`sweep`]: results and the sweet spot (their tables, JSON, CSV, Markdown and SVG chart are
-//!   written by `present::sweep` and `present::sweep_chart`).
-//! - [`batch`]: the batch-size search, out-of-memory recognition and the accumulation plan.
+//! - [`sweep_report`]: a sweep's results and the sweet spot (their tables, JSON, CSV, Markdown
+//!   and SVG chart are written by `present::sweep` and `present::sweep_chart`).
+//! - [`batch_plan`]: the batch sizes to try (double, then bisect), the batch to recommend at a
+//!   memory target, the accumulation plan, and `batch-size`'s report.
 //! - [`plan`], [`report`], [`patch`]: `gpufeed tune`'s knobs from a diagnosis and its search
 //!   rules, its report, and `fix.patch`.
-//! - [`trials`]: the trial runner the three commands share (options, checks, output folder,
-//!   progress bar, Ctrl-C); [`sweep_run`], [`batch_run`] and [`search`]: the searches of
-//!   `sweep`, `batch-size` and `tune`.
+//! - [`runner`]: the trial runner the three commands share (options, checks, output folder,
+//!   progress bar, Ctrl-C); [`sweep_search`], [`batch_search`] and [`knob_search`]: the
+//!   searches of `sweep`, `batch-size` and `tune`.
 
-pub mod batch;
-pub(crate) mod batch_run;
+pub mod batch_plan;
+pub(crate) mod batch_search;
+pub(crate) mod knob_search;
 pub(crate) mod oom;
 pub mod params;
 pub(crate) mod patch;
 pub mod plan;
 pub(crate) mod progress;
 pub mod report;
-pub(crate) mod search;
-pub mod sweep;
-pub(crate) mod sweep_run;
+pub(crate) mod runner;
+pub mod sweep_report;
+pub(crate) mod sweep_search;
 pub mod trial;
-pub(crate) mod trials;
 
 /// Errors of the tuner. Each says its exit code through [`crate::exit::HasExit`].
 #[derive(Debug, thiserror::Error)]

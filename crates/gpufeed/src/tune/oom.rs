@@ -1,6 +1,6 @@
 //! Output lines that mean a job ran out of memory: what a trial watches its job's output for
 //! ([`super::trial`]) and what the batch-size search classifies a failed trial by
-//! ([`super::batch`]).
+//! ([`super::batch_plan`]).
 
 /// Output that means the job ran out of memory (GPU or host), with a short name for each.
 pub(crate) const OOM_MARKERS: &[(&str, &str)] = &[

@@ -3,7 +3,7 @@
 //! Its text and HTML are `present::tune`'s.
 
 use super::plan::{Knob, KnobPlan};
-use super::sweep::TrialResult;
+use super::sweep_report::TrialResult;
 use crate::diagnose::verdict::VerdictId;
 use crate::stats::Speedup;
 use serde::{Deserialize, Serialize};

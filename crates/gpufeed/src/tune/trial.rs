@@ -173,29 +173,35 @@ impl TrialExit {
     }
 }
 
-/// Everything measured in one trial.
-#[derive(Debug, Clone)]
-pub struct TrialOutcome {
+/// What a trial measured, as every report of trials keeps it (`sweep`'s and `tune`'s results
+/// flatten it, so its keys stay where they were in the JSON).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrialFigures {
     pub throughput: Option<Throughput>,
-    pub exit: TrialExit,
-    pub duration_s: f64,
-    pub last_lines: Vec<String>,
-    /// The first output line that reads as out-of-memory.
-    pub oom_line: Option<String>,
     pub gpu_util_mean_pct: Option<f64>,
     pub gpu_mem_max_bytes: Option<u64>,
-    pub gpu_mem_total_bytes: Option<u64>,
     /// Share of steady-state step time spent waiting for input (step markers with wait times;
     /// else the Python stacks' estimate).
     pub data_wait_fraction: Option<f64>,
+    /// `step_probe` (exact) or `python_stacks` (estimated from stack samples).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_wait_source: Option<WaitSource>,
     pub job_cpu_mean_pct: Option<f64>,
     pub job_rss_max_bytes: Option<u64>,
-    pub recording: PathBuf,
+}
+
+/// Everything measured in one trial: its figures and how it ran, as the reports keep them,
+/// and what only the searches read.
+#[derive(Debug, Clone)]
+pub struct TrialOutcome {
+    pub figures: TrialFigures,
+    /// How it ran, with every last output line (a report keeps them only for a failed trial).
+    pub run: TrialRun,
+    /// The first output line that reads as out-of-memory.
+    pub oom_line: Option<String>,
+    pub gpu_mem_total_bytes: Option<u64>,
     /// Why GPUs were not recorded, when they were not.
     pub gpu_error: Option<String>,
-    /// What `--dataloader` / `--torch` changed (`None` when nothing was to be injected).
-    pub overrides: Option<crate::inject::InjectReport>,
 }
 
 /// How a trial ran, as both reports keep it (`sweep`'s and `tune`'s results, `batch-size`'s
@@ -218,19 +224,15 @@ pub struct TrialRun {
 }
 
 impl TrialRun {
-    /// The run of `o`, keeping its last output lines only when `failed`.
-    pub fn of(o: &TrialOutcome, failed: bool) -> TrialRun {
+    /// The run as a report keeps it: its last output lines only when it `failed`.
+    pub fn reported(&self, failed: bool) -> TrialRun {
         TrialRun {
-            duration_s: o.duration_s,
-            exit: o.exit.clone(),
-            last_lines: if failed { o.last_lines.clone() } else { vec![] },
-            recording: o.recording.display().to_string(),
-            overrides: o.overrides.as_ref().map(|r| r.overrides.clone()),
-            override_notes: o
-                .overrides
-                .as_ref()
-                .map(|r| r.notes.clone())
-                .unwrap_or_default(),
+            last_lines: if failed {
+                self.last_lines.clone()
+            } else {
+                vec![]
+            },
+            ..self.clone()
         }
     }
 }
@@ -652,29 +654,33 @@ pub(crate) fn run_trial(
         throughput_and_wait(spec, series.as_ref(), &path);
     let (util, mem_max, mem_total, cpu, rss) = summary.as_ref().map(figures).unwrap_or_default();
     Ok(TrialOutcome {
-        throughput,
-        exit: TrialExit {
-            status,
-            code: exit.code(),
-            signal: exit.signal(),
-            stop_signal,
+        figures: TrialFigures {
+            throughput,
+            gpu_util_mean_pct: util,
+            gpu_mem_max_bytes: mem_max,
+            data_wait_fraction,
+            data_wait_source,
+            job_cpu_mean_pct: cpu,
+            job_rss_max_bytes: rss,
         },
-        duration_s,
-        last_lines: obs.last.into_iter().map(|(l, _)| l).collect(),
+        run: TrialRun {
+            duration_s,
+            exit: TrialExit {
+                status,
+                code: exit.code(),
+                signal: exit.signal(),
+                stop_signal,
+            },
+            last_lines: obs.last.into_iter().map(|(l, _)| l).collect(),
+            recording: path.display().to_string(),
+            overrides: overrides.as_ref().map(|r| r.overrides.clone()),
+            override_notes: overrides.map(|r| r.notes).unwrap_or_default(),
+        },
         oom_line: obs.oom,
-        gpu_util_mean_pct: util,
-        gpu_mem_max_bytes: mem_max,
         gpu_mem_total_bytes: mem_total,
-        data_wait_fraction,
-        data_wait_source,
-        job_cpu_mean_pct: cpu,
-        job_rss_max_bytes: rss,
-        recording: path,
         gpu_error,
-        overrides,
     })
 }
-
 /// Starts the job with its recorder and output readers; on an error after the job started,
 /// the job is stopped.
 fn start(
@@ -931,18 +937,21 @@ mod tests {
             r#"i=0; while true; do i=$((i+1)); printf '%d/1000 [00:01<00:10, 50.00it/s]\r' $i >&2; sleep 0.02; done"#,
         );
         let out = run_trial(&s, &AtomicBool::new(false), |_| {}).unwrap();
-        let t = out.throughput.unwrap();
+        let t = out.figures.throughput.unwrap();
         assert_eq!(t.source, RateSource::Tqdm);
         assert_eq!(t.unit, "it/s");
         // sh's sleep adds its own start-up time to each 20 ms: somewhat under 50/s.
         assert!(t.value > 15.0 && t.value < 55.0, "{t:?}");
         assert!(t.samples_per_s.is_some());
         assert!(
-            matches!(out.exit.status, TrialStatus::Steady | TrialStatus::MaxTime),
+            matches!(
+                out.run.exit.status,
+                TrialStatus::Steady | TrialStatus::MaxTime
+            ),
             "{:?}",
-            out.exit
+            out.run.exit
         );
-        assert!(out.data_wait_fraction.is_none());
+        assert!(out.figures.data_wait_fraction.is_none());
     }
 
     #[test]
@@ -953,10 +962,10 @@ mod tests {
             "echo starting; echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB' >&2; exit 1",
         );
         let out = run_trial(&s, &AtomicBool::new(false), |_| {}).unwrap();
-        assert_eq!(out.exit.status, TrialStatus::Failed);
-        assert_eq!(out.exit.code, Some(1));
+        assert_eq!(out.run.exit.status, TrialStatus::Failed);
+        assert_eq!(out.run.exit.code, Some(1));
         assert!(out.oom_line.is_some());
-        assert_eq!(out.last_lines.len(), 2, "{:?}", out.last_lines);
-        assert!(out.throughput.is_none());
+        assert_eq!(out.run.last_lines.len(), 2, "{:?}", out.run.last_lines);
+        assert!(out.figures.throughput.is_none());
     }
 }

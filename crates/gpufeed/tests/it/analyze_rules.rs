@@ -2,7 +2,7 @@
 //! panics on arbitrary or truncated input. The event builders are shared with the golden
 //! snapshots (golden.rs).
 
-use gpufeed::trace::summary::TraceSummary;
+use gpufeed::trace::breakdown::TraceSummary;
 use gpufeed::trace::{self, families::KernelFamily, rules};
 use proptest::prelude::*;
 use serde_json::{json, Value};

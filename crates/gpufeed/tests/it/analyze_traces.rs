@@ -3,7 +3,7 @@
 
 use crate::gpufeed as bin;
 use crate::{find_by, json_ok, read_json, run_ok};
-use gpufeed::trace::summary::TraceSummary;
+use gpufeed::trace::breakdown::TraceSummary;
 use gpufeed::trace::{self};
 use serde::Deserialize;
 use std::path::PathBuf;

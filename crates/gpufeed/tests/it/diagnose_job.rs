@@ -5,7 +5,7 @@
 use crate::gpufeed;
 use crate::h100_header;
 use crate::json_ok;
-use gpufeed::diagnose::job::{JobReport, JobVerdict};
+use gpufeed::diagnose::nodes::{JobReport, JobVerdict};
 use gpufeed::header_line;
 use gpufeed::{End, Line};
 use gpufeed::{GpuSample, HostSample};

@@ -10,14 +10,16 @@ use gpufeed::bench::{
 use gpufeed::compare;
 use gpufeed::diagnose::input::InputFormat;
 use gpufeed::diagnose::verdict::VerdictId;
-use gpufeed::diagnose::{self, input::LogOptions, job, DiagnoseReport};
+use gpufeed::diagnose::{self, input::LogOptions, nodes, DiagnoseReport};
 use gpufeed::present::diagnose as render;
 use gpufeed::present::{self, OutputFormat};
-use gpufeed::trace::summary::TraceSummary;
+use gpufeed::trace::breakdown::TraceSummary;
 use gpufeed::trace::{ranks, report};
 use gpufeed::tune::params::{parse_knobs, product, Setting};
-use gpufeed::tune::sweep::{self, SweepReport, TrialResult};
-use gpufeed::tune::trial::{RateSource, Throughput, TrialExit, TrialOutcome, TrialStatus};
+use gpufeed::tune::sweep_report::{self, SweepReport, TrialResult};
+use gpufeed::tune::trial::{
+    RateSource, Throughput, TrialExit, TrialFigures, TrialOutcome, TrialRun, TrialStatus,
+};
 use gpufeed::WaitSource;
 use serde_json::json;
 use std::fmt::Write as _;
@@ -163,17 +165,17 @@ fn job_reports() {
         ),
     ];
     for (name, files) in groups {
-        let nodes: Vec<job::NodeSummary> = files.iter().map(|p| node(p)).collect();
-        let r = job::JobReport {
-            schema_version: job::JOB_SCHEMA_VERSION,
-            job: job::judge(&nodes),
+        let nodes: Vec<nodes::NodeSummary> = files.iter().map(|p| node(p)).collect();
+        let r = nodes::JobReport {
+            schema_version: nodes::JOB_SCHEMA_VERSION,
+            job: nodes::judge(&nodes),
             nodes,
         };
-        section(&mut all, &format!("{name} text"), &present::job::text(&r));
+        section(&mut all, &format!("{name} text"), &present::nodes::text(&r));
         section(
             &mut all,
             &format!("{name} markdown"),
-            &present::job::markdown(&r),
+            &present::nodes::markdown(&r),
         );
         section(
             &mut all,
@@ -310,36 +312,41 @@ fn trial(setting: &Setting, v: Option<f64>, status: TrialStatus, wait: Option<f6
         setting,
         vec!["train".into()],
         TrialOutcome {
-            throughput: v.map(|v| Throughput {
-                value: v,
-                unit: "steps/s".into(),
-                ci_low: Some(v * 0.98),
-                ci_high: Some(v * 1.02),
-                source: RateSource::StepSocket,
-                steady: status != TrialStatus::MaxTime,
-                warmup_s: Some(0.5),
-                intervals: 50,
-                samples_per_s: Some(v * 32.0),
-            }),
-            exit: TrialExit {
-                status,
-                code: Some(if status == TrialStatus::Failed { 1 } else { 0 }),
-                signal: None,
-                stop_signal: Some(2),
+            figures: TrialFigures {
+                throughput: v.map(|v| Throughput {
+                    value: v,
+                    unit: "steps/s".into(),
+                    ci_low: Some(v * 0.98),
+                    ci_high: Some(v * 1.02),
+                    source: RateSource::StepSocket,
+                    steady: status != TrialStatus::MaxTime,
+                    warmup_s: Some(0.5),
+                    intervals: 50,
+                    samples_per_s: Some(v * 32.0),
+                }),
+                gpu_util_mean_pct: v.map(|v| v.min(97.0)),
+                gpu_mem_max_bytes: v.map(|v| (v as u64) << 28),
+                data_wait_fraction: wait,
+                data_wait_source: wait.map(|_| WaitSource::StepProbe),
+                job_cpu_mean_pct: Some(150.0),
+                job_rss_max_bytes: Some(3 << 30),
             },
-            duration_s: 3.0,
-            last_lines: vec!["Traceback".into(), "ValueError: boom, \"quoted\"".into()],
+            run: TrialRun {
+                exit: TrialExit {
+                    status,
+                    code: Some(if status == TrialStatus::Failed { 1 } else { 0 }),
+                    signal: None,
+                    stop_signal: Some(2),
+                },
+                duration_s: 3.0,
+                last_lines: vec!["Traceback".into(), "ValueError: boom, \"quoted\"".into()],
+                recording: "r.ndjson".into(),
+                overrides: None,
+                override_notes: vec![],
+            },
             oom_line: None,
-            gpu_util_mean_pct: v.map(|v| v.min(97.0)),
-            gpu_mem_max_bytes: v.map(|v| (v as u64) << 28),
             gpu_mem_total_bytes: Some(80 << 30),
-            data_wait_fraction: wait,
-            data_wait_source: wait.map(|_| WaitSource::StepProbe),
-            job_cpu_mean_pct: Some(150.0),
-            job_rss_max_bytes: Some(3 << 30),
-            recording: "r.ndjson".into(),
             gpu_error: None,
-            overrides: None,
         },
     )
 }
@@ -360,9 +367,9 @@ fn sweep_report(
         .iter()
         .map(|k| (k.name.clone(), k.values.clone()))
         .collect();
-    let (sweet_spot, mixed_units) = sweep::sweet_spot(&results, &knob_list);
+    let (sweet_spot, mixed_units) = sweep_report::sweet_spot(&results, &knob_list);
     SweepReport {
-        schema_version: sweep::SCHEMA_VERSION,
+        schema_version: sweep_report::SCHEMA_VERSION,
         command: vec!["python".into(), "train.py".into()],
         knobs: knob_list,
         results,
@@ -588,7 +595,7 @@ fn bench_and_batch_reports() {
     insta::assert_snapshot!("golden_bench_batch", all);
 }
 
-fn batch_reports() -> Vec<(&'static str, gpufeed::tune::batch::BatchReport)> {
+fn batch_reports() -> Vec<(&'static str, gpufeed::tune::batch_plan::BatchReport)> {
     let trial = |b: u64, verdict: &str, status: &str, tput: Option<f64>, mem: Option<u64>| {
         json!({
             "batch": b, "verdict": verdict,
@@ -920,4 +927,25 @@ fn tune_reports_text_and_html() {
         );
     }
     insta::assert_snapshot!("golden_tune", all);
+}
+
+/// The JSON `sweep`, `batch-size` and `tune` write (`--format json` and the output folder's
+/// report): every trial's figures are one struct flattened into each report, and this holds
+/// the bytes scripts read, key order included.
+#[test]
+fn trial_reports_json() {
+    let mut all = String::new();
+    for (name, rep) in sweeps() {
+        let json = serde_json::to_string_pretty(&rep).unwrap();
+        section(&mut all, &format!("sweep {name} json"), &json);
+    }
+    for (name, rep) in batch_reports() {
+        let json = serde_json::to_string_pretty(&rep).unwrap();
+        section(&mut all, &format!("batch {name} json"), &json);
+    }
+    for (name, rep) in tune_reports() {
+        let json = serde_json::to_string_pretty(&rep).unwrap();
+        section(&mut all, &format!("tune {name} json"), &json);
+    }
+    insta::assert_snapshot!("golden_trial_json", all);
 }

@@ -1,7 +1,7 @@
 //! The running accumulators the builder keeps per GPU and per process, and how a GPU's turn into
 //! its [`GpuEvidence`]: sums, fixed histograms and fixed-size buffers only.
 
-use crate::diagnose::stats::{Moments, PctHistogram, PeriodicityDetector, Timeline};
+use crate::diagnose::streaming::{Moments, PctHistogram, PeriodicityDetector, Timeline};
 use crate::units::pcie_link_bytes_per_s;
 use std::collections::{BTreeMap, HashMap};
 

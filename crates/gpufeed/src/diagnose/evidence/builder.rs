@@ -5,7 +5,7 @@
 //! grows with the number of processes, not with time). [`EvidenceBuilder::finish`] turns them into
 //! an [`Evidence`] that the rules read.
 
-use crate::diagnose::stats::Moments;
+use crate::diagnose::streaming::Moments;
 use crate::import::dcgmi::ProfilingMeans;
 use crate::import::MAX_GPUS;
 use crate::sample::event::{Header, Line, ProcsLine};

@@ -1,7 +1,7 @@
 //! The evidence the rules read ([`Evidence`] and its parts), and the bounds it is built within.
 
 use super::python::{PythonEvidence, StepEvidence};
-use crate::diagnose::stats::{PeriodicityResult, Split};
+use crate::diagnose::streaming::{PeriodicityResult, Split};
 use crate::sample::event::Header;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -68,7 +68,7 @@ pub const STARVED_BUSY: f64 = 0.80;
 pub(crate) mod fixtures {
     //! Synthetic evidence for rule tests.
     use crate::diagnose::evidence::*;
-    use crate::diagnose::stats::{PeriodicityResult, Split};
+    use crate::diagnose::streaming::{PeriodicityResult, Split};
 
     /// The ids of every finding the rules make of `e`.
     pub(crate) fn finding_ids(e: &Evidence) -> Vec<crate::finding::FindingId> {

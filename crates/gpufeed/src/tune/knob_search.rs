@@ -1,13 +1,13 @@
 //! `gpufeed tune`'s search: the baseline and its diagnosis, a coordinate ascent over the knobs
 //! the diagnosis points at (through the `--dataloader` / `--torch` injection, no code change),
 //! the batch-size search of `--allow-batch`, the interleaved re-run for the speed-up, `fix.patch`
-//! and the equivalent `gpufeed run` line. Trials run through [`super::trials::Runner`].
+//! and the equivalent `gpufeed run` line. Trials run through [`super::runner::Runner`].
 
 use super::params::Setting;
 use super::plan::{self, Knob};
 use super::report::{self, BatchChange, BeforeAfter, Choice, Figures, Step, Stop, TuneReport};
-use super::sweep::TrialResult;
-use super::trials::{file_safe, trial_line, Runner, TrialConfig};
+use super::runner::{file_safe, trial_line, Runner, TrialConfig};
+use super::sweep_report::TrialResult;
 use crate::diagnose::verdict::VerdictId;
 use crate::exit::{Exit, Failure};
 use std::path::{Path, PathBuf};
@@ -146,7 +146,8 @@ impl Tuner<'_, '_> {
 /// Is the job's input keeping up now: the verdict says compute-bound, or the data wait is low.
 fn input_keeps_up(r: &TrialResult, verdict: Option<VerdictId>) -> bool {
     verdict == Some(VerdictId::ComputeBound)
-        || r.data_wait_fraction
+        || r.figures
+            .data_wait_fraction
             .is_some_and(|w| w < plan::INPUT_BOUND_WAIT)
 }
 
@@ -242,15 +243,17 @@ fn search(
                 break;
             }
             let g = best
+                .figures
                 .throughput
                 .as_ref()
-                .zip(r.throughput.as_ref())
+                .zip(r.figures.throughput.as_ref())
                 .and_then(|(b, c)| plan::gain(b, c));
             let kept = r.run.exit.ok()
                 && best
+                    .figures
                     .throughput
                     .as_ref()
-                    .zip(r.throughput.as_ref())
+                    .zip(r.figures.throughput.as_ref())
                     .is_some_and(|(b, c)| plan::clears(b, c));
             let choice = Choice {
                 knob: p.knob,
@@ -303,7 +306,7 @@ const BATCH_BISECT_TRIALS: usize = 2;
 struct BatchState {
     /// The job's own batch size (from the first trial's injection report).
     from: Option<u64>,
-    search: Option<super::batch::Search>,
+    search: Option<super::batch_plan::Search>,
     /// The batch kept, if any.
     chosen: Option<u64>,
 }
@@ -328,7 +331,7 @@ fn batch_search(
             to: st.chosen,
             largest_ran: s.and_then(|s| s.low_ok),
             first_oom: s.and_then(|s| s.high_oom),
-            lr_plan: st.chosen.map(|to| super::batch::lr_plan(b0, to)),
+            lr_plan: st.chosen.map(|to| super::batch_plan::lr_plan(b0, to)),
         });
         t.write()?;
     }
@@ -430,11 +433,12 @@ fn batch_ran_at(
         };
         st.from = Some(b0);
         // from here on trials are compared in samples/s (the best so far ran at b0)
-        best.throughput = best
+        best.figures.throughput = best
+            .figures
             .throughput
             .as_ref()
-            .map(|tp| super::batch::per_sample(tp, b0));
-        let mut s = super::batch::Search::new(n, None);
+            .map(|tp| super::batch_plan::per_sample(tp, b0));
+        let mut s = super::batch_plan::Search::new(n, None);
         s.record(b0, true);
         st.search = Some(s);
     }
@@ -451,7 +455,7 @@ fn judge_batch(
     n: u64,
     (mut r, verdict): (TrialResult, Option<VerdictId>),
 ) -> anyhow::Result<bool> {
-    use super::batch::{classify, per_sample, Verdict};
+    use super::batch_plan::{classify, per_sample, Verdict};
     let s = st.search.as_mut().expect("known once a batch ran");
     let value = n.to_string();
     match classify(&r.run.exit, t.last_oom.as_deref()).0 {
@@ -469,8 +473,12 @@ fn judge_batch(
         }
         Verdict::Ok => {
             s.record(n, true);
-            r.throughput = r.throughput.as_ref().map(|tp| per_sample(tp, n));
-            let pair = best.throughput.as_ref().zip(r.throughput.as_ref());
+            r.figures.throughput = r.figures.throughput.as_ref().map(|tp| per_sample(tp, n));
+            let pair = best
+                .figures
+                .throughput
+                .as_ref()
+                .zip(r.figures.throughput.as_ref());
             let g = pair.and_then(|(b, c)| plan::gain(b, c));
             let kept = pair.is_some_and(|(b, c)| plan::clears(b, c));
             let choice = Choice {
@@ -504,12 +512,12 @@ fn figures(rs: &[(TrialResult, Option<VerdictId>)]) -> Figures {
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     };
     Figures {
-        throughput: mean(&|r| r.throughput.as_ref().map(|t| t.value)),
+        throughput: mean(&|r| r.figures.throughput.as_ref().map(|t| t.value)),
         unit: rs
             .iter()
-            .find_map(|(r, _)| r.throughput.as_ref().map(|t| t.unit.clone())),
-        gpu_util_mean_pct: mean(&|r| r.gpu_util_mean_pct),
-        data_wait_pct: mean(&|r| r.data_wait_fraction.map(|f| f * 100.0)),
+            .find_map(|(r, _)| r.figures.throughput.as_ref().map(|t| t.unit.clone())),
+        gpu_util_mean_pct: mean(&|r| r.figures.gpu_util_mean_pct),
+        data_wait_pct: mean(&|r| r.figures.data_wait_fraction.map(|f| f * 100.0)),
         verdict: rs.last().and_then(|(_, v)| *v),
     }
 }
@@ -527,10 +535,11 @@ fn final_rerun(t: &mut Tuner, set: &[(Knob, String)]) -> anyhow::Result<Option<B
             let (mut r, v) = t.trial(s)?;
             if let Some((b0, b1)) = batches {
                 let n = if s.is_empty() { b0 } else { b1 };
-                r.throughput = r
+                r.figures.throughput = r
+                    .figures
                     .throughput
                     .as_ref()
-                    .map(|tp| super::batch::per_sample(tp, n));
+                    .map(|tp| super::batch_plan::per_sample(tp, n));
             }
             t.rep.steps.push(Step::run(r.clone(), v));
             side.push((r, v));
@@ -539,7 +548,7 @@ fn final_rerun(t: &mut Tuner, set: &[(Knob, String)]) -> anyhow::Result<Option<B
     let tp = |xs: &[(TrialResult, Option<VerdictId>)]| -> Vec<super::trial::Throughput> {
         xs.iter()
             .filter(|(r, _)| r.run.exit.ok())
-            .filter_map(|(r, _)| r.throughput.clone())
+            .filter_map(|(r, _)| r.figures.throughput.clone())
             .collect()
     };
     let (ta, tb) = (tp(&a), tp(&b));
@@ -688,11 +697,11 @@ fn search_all(t: &mut Tuner) -> anyhow::Result<u8> {
         t.rep.stop = Some(Stop::Interrupted);
         return Ok(Exit::signal(libc::SIGINT));
     }
-    if !base.run.exit.ok() || base.throughput.is_none() {
+    if !base.run.exit.ok() || base.figures.throughput.is_none() {
         let why = if base.run.exit.ok() {
             format!(
                 "the baseline gave no throughput. {}",
-                super::sweep::NO_RATE_HELP
+                super::sweep_report::NO_RATE_HELP
             )
         } else {
             format!(
@@ -714,7 +723,7 @@ fn search_all(t: &mut Tuner) -> anyhow::Result<u8> {
         .max();
     let (plans, notes) = plan::plan(
         &diag.findings,
-        base.data_wait_fraction,
+        base.figures.data_wait_fraction,
         t.rep.cores_per_rank,
         t.args.allow_batch,
         tf32,

@@ -1,7 +1,7 @@
 //! Sweep results, the sweet spot, and the reports (table, JSON, CSV, Markdown).
 
 use super::params::{json_value, Setting};
-use super::trial::{Throughput, TrialOutcome, TrialRun};
+use super::trial::{TrialFigures, TrialOutcome, TrialRun};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -16,15 +16,8 @@ pub struct TrialResult {
     /// Knob name → value (a number when it reads as one).
     pub parameters: BTreeMap<String, serde_json::Value>,
     pub command: Vec<String>,
-    pub throughput: Option<Throughput>,
-    pub gpu_util_mean_pct: Option<f64>,
-    pub gpu_mem_max_bytes: Option<u64>,
-    pub data_wait_fraction: Option<f64>,
-    /// `step_probe` (exact) or `python_stacks` (estimated from stack samples).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data_wait_source: Option<crate::finding::WaitSource>,
-    pub job_cpu_mean_pct: Option<f64>,
-    pub job_rss_max_bytes: Option<u64>,
+    #[serde(flatten)]
+    pub figures: TrialFigures,
     #[serde(flatten)]
     pub run: TrialRun,
     /// Runs of this setting: more than 1 when `--retries` re-ran a trial that never settled.
@@ -43,8 +36,8 @@ fn one() -> u32 {
 
 impl TrialResult {
     pub fn new(setting: &Setting, command: Vec<String>, o: TrialOutcome) -> TrialResult {
-        let failed = !o.exit.ok() && o.exit.status != super::trial::TrialStatus::Interrupted;
-        let run = TrialRun::of(&o, failed);
+        let exit = &o.run.exit;
+        let failed = !exit.ok() && exit.status != super::trial::TrialStatus::Interrupted;
         TrialResult {
             parameters: setting
                 .values
@@ -52,14 +45,8 @@ impl TrialResult {
                 .map(|(k, v)| (k.clone(), json_value(v)))
                 .collect(),
             command,
-            throughput: o.throughput,
-            gpu_util_mean_pct: o.gpu_util_mean_pct,
-            gpu_mem_max_bytes: o.gpu_mem_max_bytes,
-            data_wait_fraction: o.data_wait_fraction,
-            data_wait_source: o.data_wait_source,
-            job_cpu_mean_pct: o.job_cpu_mean_pct,
-            job_rss_max_bytes: o.job_rss_max_bytes,
-            run,
+            run: o.run.reported(failed),
+            figures: o.figures,
             attempts: 1,
             cost: setting.cost(),
             label: setting.label(),
@@ -71,7 +58,8 @@ impl TrialResult {
         if !self.run.exit.ok() {
             return None;
         }
-        self.throughput
+        self.figures
+            .throughput
             .as_ref()
             .map(|t| t.value)
             .filter(|v| *v > 0.0)
@@ -163,7 +151,7 @@ pub fn sweet_spot(
         .collect();
     let units: std::collections::BTreeSet<&str> = usable
         .iter()
-        .filter_map(|(r, _)| r.throughput.as_ref().map(|t| t.unit.as_str()))
+        .filter_map(|(r, _)| r.figures.throughput.as_ref().map(|t| t.unit.as_str()))
         .collect();
     if units.len() > 1 {
         return (None, true);
@@ -179,6 +167,7 @@ pub fn sweet_spot(
         return (None, false);
     };
     let unit = pick
+        .figures
         .throughput
         .as_ref()
         .map(|t| t.unit.clone())
@@ -238,6 +227,7 @@ pub fn sweet_spot(
 fn caveats(pick: &TrialResult, best: &TrialResult, knobs: &[(String, Vec<String>)]) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(w) = pick
+        .figures
         .data_wait_fraction
         .filter(|w| *w >= STILL_WAITING_FRACTION)
     {
@@ -254,7 +244,7 @@ fn caveats(pick: &TrialResult, best: &TrialResult, knobs: &[(String, Vec<String>
         }
     }
     let unsettled = |r: &TrialResult, who: &str| {
-        r.throughput.as_ref().filter(|t| !t.steady).map(|t| {
+        r.figures.throughput.as_ref().filter(|t| !t.steady).map(|t| {
             format!(
                 "{who} {} never settled{}{}: its throughput may be off; re-run with a longer --max-time or --retries N",
                 r.label,
@@ -287,7 +277,10 @@ fn evidence(results: &[TrialResult], pick: &TrialResult) -> String {
         return String::new();
     };
     let mut parts = Vec::new();
-    if let (Some(a), Some(b)) = (base.data_wait_fraction, pick.data_wait_fraction) {
+    if let (Some(a), Some(b)) = (
+        base.figures.data_wait_fraction,
+        pick.figures.data_wait_fraction,
+    ) {
         parts.push(format!(
             "the training loop waits for data {:.0}% of the time at {}, {:.0}% at {}",
             a * 100.0,
@@ -296,7 +289,10 @@ fn evidence(results: &[TrialResult], pick: &TrialResult) -> String {
             pick.label
         ));
     }
-    if let (Some(a), Some(b)) = (base.gpu_util_mean_pct, pick.gpu_util_mean_pct) {
+    if let (Some(a), Some(b)) = (
+        base.figures.gpu_util_mean_pct,
+        pick.figures.gpu_util_mean_pct,
+    ) {
         parts.push(format!(
             "GPU utilization {a:.0}% at {}, {b:.0}% at {}",
             base.label, pick.label
@@ -322,11 +318,11 @@ sent no step (it iterates no torch DataLoader and steps no torch optimizer, or r
 pub(crate) mod tests {
     use super::*;
     use crate::tune::params::{parse_knobs, product};
-    use crate::tune::trial::{RateSource, TrialExit, TrialStatus};
+    use crate::tune::trial::{RateSource, Throughput, TrialExit, TrialStatus};
 
     /// A usable throughput whose interval never met the tolerance.
     fn unsettled(r: &TrialResult) -> bool {
-        r.run.exit.ok() && r.throughput.as_ref().is_some_and(|t| !t.steady)
+        r.run.exit.ok() && r.figures.throughput.as_ref().is_some_and(|t| !t.steady)
     }
 
     pub(crate) fn result(setting: &Setting, v: Option<f64>, status: TrialStatus) -> TrialResult {
@@ -334,36 +330,41 @@ pub(crate) mod tests {
             setting,
             vec!["train".into()],
             TrialOutcome {
-                throughput: v.map(|v| Throughput {
-                    value: v,
-                    unit: "steps/s".into(),
-                    ci_low: Some(v * 0.98),
-                    ci_high: Some(v * 1.02),
-                    source: RateSource::StepSocket,
-                    steady: true,
-                    warmup_s: Some(0.5),
-                    intervals: 50,
-                    samples_per_s: Some(v * 32.0),
-                }),
-                exit: TrialExit {
-                    status,
-                    code: Some(if status == TrialStatus::Failed { 1 } else { 0 }),
-                    signal: None,
-                    stop_signal: Some(2),
+                figures: TrialFigures {
+                    throughput: v.map(|v| Throughput {
+                        value: v,
+                        unit: "steps/s".into(),
+                        ci_low: Some(v * 0.98),
+                        ci_high: Some(v * 1.02),
+                        source: RateSource::StepSocket,
+                        steady: true,
+                        warmup_s: Some(0.5),
+                        intervals: 50,
+                        samples_per_s: Some(v * 32.0),
+                    }),
+                    gpu_util_mean_pct: None,
+                    gpu_mem_max_bytes: None,
+                    data_wait_fraction: v.map(|v| 1.0 - v / 100.0),
+                    data_wait_source: v.map(|_| crate::finding::WaitSource::StepProbe),
+                    job_cpu_mean_pct: Some(150.0),
+                    job_rss_max_bytes: None,
                 },
-                duration_s: 3.0,
-                last_lines: vec!["Traceback".into(), "ValueError: boom".into()],
+                run: TrialRun {
+                    exit: TrialExit {
+                        status,
+                        code: Some(if status == TrialStatus::Failed { 1 } else { 0 }),
+                        signal: None,
+                        stop_signal: Some(2),
+                    },
+                    duration_s: 3.0,
+                    last_lines: vec!["Traceback".into(), "ValueError: boom".into()],
+                    recording: "r.ndjson".into(),
+                    overrides: None,
+                    override_notes: vec![],
+                },
                 oom_line: None,
-                gpu_util_mean_pct: None,
-                gpu_mem_max_bytes: None,
                 gpu_mem_total_bytes: None,
-                data_wait_fraction: v.map(|v| 1.0 - v / 100.0),
-                data_wait_source: v.map(|_| crate::finding::WaitSource::StepProbe),
-                job_cpu_mean_pct: Some(150.0),
-                job_rss_max_bytes: None,
-                recording: "r.ndjson".into(),
                 gpu_error: None,
-                overrides: None,
             },
         )
     }
@@ -410,9 +411,9 @@ pub(crate) mod tests {
         assert!(!json.contains("\"run\""), "{json}");
         let back: TrialResult = serde_json::from_str(&json).unwrap();
         assert_eq!(back.run, r.run);
-        let b = crate::tune::batch::BatchTrial {
+        let b = crate::tune::batch_plan::BatchTrial {
             batch: 8,
-            verdict: crate::tune::batch::Verdict::Ok,
+            verdict: crate::tune::batch_plan::Verdict::Ok,
             oom_kind: None,
             oom_line: None,
             throughput: None,
@@ -437,7 +438,7 @@ pub(crate) mod tests {
                 "recording",
             ],
         );
-        let back: crate::tune::batch::BatchTrial = serde_json::from_str(&json).unwrap();
+        let back: crate::tune::batch_plan::BatchTrial = serde_json::from_str(&json).unwrap();
         assert_eq!(back, b);
     }
 
@@ -468,9 +469,9 @@ pub(crate) mod tests {
     fn unsettled_pick_is_flagged() {
         use TrialStatus::*;
         let mut rep = report(&[(Some(10.0), Steady), (Some(20.0), MaxTime)]);
-        let t = rep.results[1].throughput.as_mut().unwrap();
+        let t = rep.results[1].figures.throughput.as_mut().unwrap();
         t.steady = false;
-        rep.results[1].data_wait_fraction = Some(0.0);
+        rep.results[1].figures.data_wait_fraction = Some(0.0);
         rep.results[1].attempts = 3;
         let knobs = vec![(
             "workers".to_string(),

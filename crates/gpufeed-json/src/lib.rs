@@ -1,6 +1,6 @@
-//! The one JSON byte cursor under the two fast readers: the recording's line parser
-//! (`record::fast`) and the trace's event parser and stream scanner (`trace::fast`,
-//! `trace::reader`). It reads bytes in place (strings are borrowed, numbers parsed without
+//! The one JSON byte cursor under gpufeed's two fast readers: the recording's line parser
+//! (gpufeed's `record::fast`) and the Kineto trace's event parser and stream scanner
+//! (`gpufeed-kineto`). It reads bytes in place (strings are borrowed, numbers parsed without
 //! allocating) and says `None` whenever it is not sure, so that its callers can fall back to
 //! serde_json: **a `Some` from a value reader is always what serde_json would read**. Numbers
 //! follow serde_json's grammar and its `float_roundtrip` results bit for bit; strings with escapes
@@ -9,11 +9,11 @@
 //! JSON they may say yes where serde_json says no (their callers use them to step over values,
 //! never to read them).
 //!
-//! This module sits beneath every layer and imports nothing from the rest of gpufeed.
+//! A crate of its own beneath every layer: it depends on nothing of gpufeed (memchr only).
 //! [`fields`] builds the recording's readers on it: a struct's fields declared once, for serde and
 //! for the fast reader alike.
 
-pub(crate) mod fields;
+pub mod fields;
 
 /// Exact powers of ten as f64 (10^0 ..= 10^22 are exactly representable).
 const POW10: [f64; 23] = [
@@ -23,7 +23,7 @@ const POW10: [f64; 23] = [
 
 /// A JSON number as serde_json classifies it (what a `deserialize_any` visitor is given).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Number {
+pub enum Number {
     /// A non-negative integer that fits a u64.
     U64(u64),
     /// A negative integer that fits an i64.
@@ -47,26 +47,26 @@ struct Lexed {
 }
 
 /// A position in a byte slice holding JSON.
-pub(crate) struct Cursor<'a> {
+pub struct Cursor<'a> {
     b: &'a [u8],
     i: usize,
 }
 
 impl<'a> Cursor<'a> {
     #[inline]
-    pub(crate) fn new(b: &'a [u8]) -> Self {
+    pub fn new(b: &'a [u8]) -> Self {
         Cursor { b, i: 0 }
     }
 
     /// Bytes consumed so far.
     #[inline]
-    pub(crate) fn pos(&self) -> usize {
+    pub fn pos(&self) -> usize {
         self.i
     }
 
     /// Skips JSON whitespace.
     #[inline]
-    pub(crate) fn ws(&mut self) {
+    pub fn ws(&mut self) {
         while let Some(c) = self.b.get(self.i) {
             if matches!(c, b' ' | b'\t' | b'\r' | b'\n') {
                 self.i += 1;
@@ -78,20 +78,20 @@ impl<'a> Cursor<'a> {
 
     /// The byte at the cursor (no whitespace skipped); None at the end.
     #[inline]
-    pub(crate) fn peek(&self) -> Option<u8> {
+    pub fn peek(&self) -> Option<u8> {
         self.b.get(self.i).copied()
     }
 
     /// Skips whitespace, then the byte there; None at the end.
     #[inline]
-    pub(crate) fn peek_ws(&mut self) -> Option<u8> {
+    pub fn peek_ws(&mut self) -> Option<u8> {
         self.ws();
         self.peek()
     }
 
     /// Skips whitespace, then consumes `c` if it is there.
     #[inline]
-    pub(crate) fn eat(&mut self, c: u8) -> Option<()> {
+    pub fn eat(&mut self, c: u8) -> Option<()> {
         if self.peek_ws()? == c {
             self.i += 1;
             Some(())
@@ -102,7 +102,7 @@ impl<'a> Cursor<'a> {
 
     /// Consumes `lit` (`null`, `true`, ...) if the bytes at the cursor are exactly it.
     #[inline]
-    pub(crate) fn literal(&mut self, lit: &[u8]) -> Option<()> {
+    pub fn literal(&mut self, lit: &[u8]) -> Option<()> {
         if self.b[self.i..].starts_with(lit) {
             self.i += lit.len();
             Some(())
@@ -113,10 +113,10 @@ impl<'a> Cursor<'a> {
 
     /// Consumes exactly the bytes `lit` (no whitespace skipped) and says true if the cursor is at
     /// them. The length is a constant, so the comparison compiles to a few loads instead of a call
-    /// to `memcmp`: the readers of known line layouts ([`crate::record`]'s) use it to step over
+    /// to `memcmp`: the readers of known line layouts (gpufeed's `record`) use it to step over
     /// `,"key":` in one go.
     #[inline(always)]
-    pub(crate) fn lit<const N: usize>(&mut self, lit: &[u8; N]) -> bool {
+    pub fn lit<const N: usize>(&mut self, lit: &[u8; N]) -> bool {
         let at = self
             .b
             .get(self.i..self.i + N)
@@ -131,7 +131,7 @@ impl<'a> Cursor<'a> {
 
     /// Skips whitespace, then consumes `null` and says true if it is there.
     #[inline]
-    pub(crate) fn null(&mut self) -> bool {
+    pub fn null(&mut self) -> bool {
         self.ws();
         self.literal(b"null").is_some()
     }
@@ -139,7 +139,7 @@ impl<'a> Cursor<'a> {
     /// Skips whitespace, then a string without escapes: its bytes, borrowed. None on an escape
     /// (the caller falls back to a real decoder) or when the string does not end.
     #[inline]
-    pub(crate) fn plain_str(&mut self) -> Option<&'a [u8]> {
+    pub fn plain_str(&mut self) -> Option<&'a [u8]> {
         self.eat(b'"')?;
         let rest = &self.b[self.i..];
         // Keys and short values: a plain loop beats memchr's set-up cost; long ones (kernel
@@ -163,7 +163,7 @@ impl<'a> Cursor<'a> {
 
     /// Is the cursor (no whitespace skipped) at the key `"k"` followed by more input?
     #[inline]
-    pub(crate) fn at_key(&self, k: &[u8]) -> bool {
+    pub fn at_key(&self, k: &[u8]) -> bool {
         let b = &self.b[self.i..];
         b.len() > k.len() + 1 && b[0] == b'"' && &b[1..=k.len()] == k && b[k.len() + 1] == b'"'
     }
@@ -237,7 +237,7 @@ impl<'a> Cursor<'a> {
 
     /// A number as an f64, exactly as serde_json reads it into an `f64`.
     #[inline]
-    pub(crate) fn f64(&mut self) -> Option<f64> {
+    pub fn f64(&mut self) -> Option<f64> {
         let l = self.lex()?;
         let v = if l.exp || l.digits > 15 {
             // Rare: hand it to the exact general parser.
@@ -258,7 +258,7 @@ impl<'a> Cursor<'a> {
     /// A non-negative integer that fits a u64 (counters, pids), as serde_json reads it into a
     /// `u64`; None for anything else (a sign, a fraction, an exponent, overflow).
     #[inline]
-    pub(crate) fn u64(&mut self) -> Option<u64> {
+    pub fn u64(&mut self) -> Option<u64> {
         let l = self.lex()?;
         if l.neg || l.frac > 0 || l.exp {
             return None;
@@ -275,7 +275,7 @@ impl<'a> Cursor<'a> {
 
     /// A number, classified as serde_json does.
     #[inline]
-    pub(crate) fn number(&mut self) -> Option<Number> {
+    pub fn number(&mut self) -> Option<Number> {
         let l = self.lex()?;
         let n = if l.frac == 0 && !l.exp {
             let digits = &self.b[self.i + l.neg as usize..l.end];
@@ -305,7 +305,7 @@ impl<'a> Cursor<'a> {
     /// Skips whitespace, then any value: strings, objects and arrays by [`value_len`] (not
     /// validated inside), literals and numbers checked. None when it does not end in the input.
     #[inline]
-    pub(crate) fn skip(&mut self) -> Option<()> {
+    pub fn skip(&mut self) -> Option<()> {
         match self.peek_ws()? {
             b'"' | b'{' | b'[' => {
                 self.i += value_len(&self.b[self.i..], false)?;
@@ -327,7 +327,7 @@ impl<'a> Cursor<'a> {
     /// leaves it to be skipped (returning false). Writers emit keys in a fixed order, so the next
     /// expected key is tried first with one comparison.
     #[inline]
-    pub(crate) fn keyed(
+    pub fn keyed(
         &mut self,
         keys: &[&[u8]],
         mut f: impl FnMut(usize, &mut Cursor<'a>) -> Option<bool>,
@@ -364,7 +364,7 @@ impl<'a> Cursor<'a> {
     /// Walks an object's members: `f` gets each (escape-free) key and reads its value (returning
     /// true) or leaves it to be skipped (returning false).
     #[inline]
-    pub(crate) fn object(
+    pub fn object(
         &mut self,
         mut f: impl FnMut(&'a [u8], &mut Cursor<'a>) -> Option<bool>,
     ) -> Option<()> {
@@ -387,7 +387,7 @@ impl<'a> Cursor<'a> {
 
     /// Walks an array's elements with `f`.
     #[inline]
-    pub(crate) fn array(&mut self, mut f: impl FnMut(&mut Cursor<'a>) -> Option<()>) -> Option<()> {
+    pub fn array(&mut self, mut f: impl FnMut(&mut Cursor<'a>) -> Option<()>) -> Option<()> {
         self.eat(b'[')?;
         if self.peek_ws()? == b']' {
             self.i += 1;
@@ -419,7 +419,7 @@ impl<'a> Cursor<'a> {
 
     /// Skips trailing whitespace; Some when nothing else is left.
     #[inline]
-    pub(crate) fn end(&mut self) -> Option<()> {
+    pub fn end(&mut self) -> Option<()> {
         self.ws();
         (self.i == self.b.len()).then_some(())
     }
@@ -442,7 +442,7 @@ fn checked_digits(digits: &[u8]) -> Option<u64> {
 /// always comes in balanced pairs inside), so each step is one memchr3 jump. A scalar ends at the
 /// next delimiter or whitespace (at least one byte), or at the end of `b` when `eof` says no more
 /// input follows.
-pub(crate) fn value_len(b: &[u8], eof: bool) -> Option<usize> {
+pub fn value_len(b: &[u8], eof: bool) -> Option<usize> {
     let first = *b.first()?;
     match first {
         b'{' | b'[' => {
@@ -483,7 +483,7 @@ pub(crate) fn value_len(b: &[u8], eof: bool) -> Option<usize> {
 
 /// Length of a string's rest (after the opening quote) including the closing quote; None when
 /// it does not end in `b`.
-pub(crate) fn string_len(b: &[u8]) -> Option<usize> {
+pub fn string_len(b: &[u8]) -> Option<usize> {
     let mut i = 0;
     loop {
         i += memchr::memchr2(b'"', b'\\', b.get(i..)?)?;

@@ -51,8 +51,8 @@ pub struct TrialOpts {
 
 impl TrialOpts {
     /// The options as the trial runner takes them.
-    pub fn config(&self, global: &crate::cli::GlobalOpts) -> crate::tune::trials::TrialConfig {
-        crate::tune::trials::TrialConfig {
+    pub fn config(&self, global: &crate::cli::GlobalOpts) -> crate::tune::runner::TrialConfig {
+        crate::tune::runner::TrialConfig {
             min_time: self.min_time,
             max_time: self.max_time,
             tolerance: self.tolerance,

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 
-use super::event::{num_from_str, ArgKey, Args, Event, EventKey, Num};
+use crate::event::{num_from_str, ArgKey, Args, Event, EventKey, Num};
 
 /// The serde_json path for one event (the reference the fast path is tested against).
 #[cfg(test)]

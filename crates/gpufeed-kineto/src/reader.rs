@@ -14,11 +14,10 @@
 
 use std::io::Read;
 
-use super::event::check_event;
-use super::event::{EventSink, ScanStats, MAX_NAME_BYTES, MAX_PLAUSIBLE_SPAN_US, MAX_VALUE_BYTES};
-use super::serde_event::EventDe;
-use super::TraceError;
-use crate::json;
+use crate::event::check_event;
+use crate::event::{EventSink, ScanStats, MAX_NAME_BYTES, MAX_PLAUSIBLE_SPAN_US, MAX_VALUE_BYTES};
+use crate::serde_event::EventDe;
+use crate::ReadError;
 
 const CHUNK: usize = 1 << 20;
 
@@ -177,7 +176,7 @@ impl<R: Read> Buf<R> {
     /// Err(()) when the input ends first.
     fn value_len(&mut self) -> Result<usize, ()> {
         loop {
-            if let Some(n) = json::value_len(&self.data[self.pos..self.end], self.eof) {
+            if let Some(n) = gpufeed_json::value_len(&self.data[self.pos..self.end], self.eof) {
                 return Ok(n);
             }
             if self.too_big() {
@@ -185,7 +184,7 @@ impl<R: Read> Buf<R> {
             }
             if !self.fill() {
                 // one last try with eof = true (a bare number at the very end)
-                return json::value_len(&self.data[self.pos..self.end], true).ok_or(());
+                return gpufeed_json::value_len(&self.data[self.pos..self.end], true).ok_or(());
             }
         }
     }
@@ -200,16 +199,16 @@ impl<R: Read> Buf<R> {
 }
 
 /// Reads a whole trace from `r` into `sink`. Errors only when nothing could be read as a trace.
-pub(crate) fn read_trace<R: Read>(r: R, sink: &mut dyn EventSink) -> Result<ScanStats, TraceError> {
+pub fn read_trace<R: Read>(r: R, sink: &mut dyn EventSink) -> Result<ScanStats, ReadError> {
     read_trace_limited(r, sink, MAX_VALUE_BYTES)
 }
 
 /// [`read_trace`] with another cap on one value's size.
-pub(crate) fn read_trace_limited<R: Read>(
+pub fn read_trace_limited<R: Read>(
     r: R,
     sink: &mut dyn EventSink,
     max_value: usize,
-) -> Result<ScanStats, TraceError> {
+) -> Result<ScanStats, ReadError> {
     let mut buf = Buf {
         max_value,
         r,
@@ -232,10 +231,10 @@ pub(crate) fn read_trace_limited<R: Read>(
     }
     match res {
         Ok(()) => {}
-        Err(Stop::Blank) if !st.truncated => return Err(TraceError::Empty),
+        Err(Stop::Blank) if !st.truncated => return Err(ReadError::Empty),
         Err(Stop::Eof | Stop::Blank) => {
             if st.bytes == 0 && !st.truncated {
-                return Err(TraceError::Empty);
+                return Err(ReadError::Empty);
             }
             if !st.truncated {
                 st.truncated = true;
@@ -247,7 +246,7 @@ pub(crate) fn read_trace_limited<R: Read>(
         }
         Err(Stop::Syntax(msg)) => {
             if st.events == 0 && !st.found_events_key {
-                return Err(TraceError::NotATrace(msg));
+                return Err(ReadError::NotATrace(msg));
             }
             st.truncated = true;
             st.warnings.push(format!(
@@ -436,7 +435,7 @@ fn scan_events<R: Read>(
                         // valid JSON but not an event: skip it; broken JSON (an unescaped quote in
                         // old Kineto output): resynchronise on the next line that starts an object
                         st.bad_events += 1;
-                        match json::value_len(&buf.data[buf.pos..buf.end], false) {
+                        match gpufeed_json::value_len(&buf.data[buf.pos..buf.end], false) {
                             Some(n) => buf.pos += n,
                             None => {
                                 if resync(buf)? {
@@ -506,7 +505,7 @@ fn resync<R: Read>(buf: &mut Buf<R>) -> Result<bool, Stop> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::event::Event;
+    use crate::event::Event;
 
     #[derive(Default)]
     struct Collect {
@@ -523,7 +522,7 @@ mod tests {
         }
     }
 
-    fn read(s: &[u8]) -> (Collect, Result<ScanStats, TraceError>) {
+    fn read(s: &[u8]) -> (Collect, Result<ScanStats, ReadError>) {
         let mut c = Collect::default();
         let r = read_trace(s, &mut c);
         (c, r)
@@ -621,9 +620,9 @@ mod tests {
         assert!(st.truncated);
         assert_eq!(c.names, vec!["ok\u{fffd}"]);
         let (_, r) = read(b"");
-        assert!(matches!(r, Err(TraceError::Empty)));
+        assert!(matches!(r, Err(ReadError::Empty)));
         let (_, r) = read(b"hello");
-        assert!(matches!(r, Err(TraceError::NotATrace(_))));
+        assert!(matches!(r, Err(ReadError::NotATrace(_))));
     }
 
     /// A reader that hands out a few bytes at a time, so events straddle every refill.

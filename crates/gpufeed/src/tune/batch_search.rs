@@ -2,13 +2,13 @@
 //! and the report (largest batch, first out-of-memory, the batch for the memory target, the
 //! accumulation plan) brought up to date after every trial.
 
-use super::batch::{
+use super::batch_plan::{
     accumulation, classify, recommend, samples_per_s, BatchReport, BatchTrial, Search, Verdict,
 };
 use super::params;
 use super::progress::RateRegex;
+use super::runner::{file_safe, Runner, TrialConfig};
 use super::trial::{TrialExit, TrialOutcome, TrialSpec, TrialStatus};
-use super::trials::{file_safe, Runner, TrialConfig};
 use crate::exit::{Exit, Failure};
 use crate::inject::InjectSpec;
 use std::path::Path;
@@ -157,9 +157,13 @@ fn trial_line(bs: u64, verdict: Verdict, oom_kind: Option<&str>, o: &TrialOutcom
         match verdict {
             Verdict::Ok => "ran".to_string(),
             Verdict::Oom => format!("out of memory ({})", oom_kind.unwrap_or_default()),
-            Verdict::Failed => format!("failed ({})", exit_words(&o.exit, |c| format!("exit {c}"))),
+            Verdict::Failed => format!(
+                "failed ({})",
+                exit_words(&o.run.exit, |c| format!("exit {c}"))
+            ),
         },
-        o.throughput
+        o.figures
+            .throughput
             .as_ref()
             .map(|t| format!(", {} {}", crate::units::num(t.value), t.unit))
             .unwrap_or_default()
@@ -178,10 +182,10 @@ fn batch_trial(
         verdict,
         oom_kind,
         oom_line: o.oom_line.clone(),
-        throughput: o.throughput.clone(),
-        gpu_mem_max_bytes: o.gpu_mem_max_bytes,
-        gpu_util_mean_pct: o.gpu_util_mean_pct,
-        run: super::trial::TrialRun::of(o, verdict != Verdict::Ok),
+        throughput: o.figures.throughput.clone(),
+        gpu_mem_max_bytes: o.figures.gpu_mem_max_bytes,
+        gpu_util_mean_pct: o.figures.gpu_util_mean_pct,
+        run: o.run.reported(verdict != Verdict::Ok),
     }
 }
 
@@ -217,10 +221,10 @@ pub(crate) fn run(
                 break;
             }
         };
-        if o.exit.status == TrialStatus::Interrupted {
+        if o.run.exit.status == TrialStatus::Interrupted {
             break;
         }
-        let (verdict, oom_kind) = classify(&o.exit, o.oom_line.as_deref());
+        let (verdict, oom_kind) = classify(&o.run.exit, o.oom_line.as_deref());
         rep.gpu_mem_total_bytes = rep.gpu_mem_total_bytes.or(o.gpu_mem_total_bytes);
         runner.say(trial_line(bs, verdict, oom_kind.as_deref(), &o));
         rep.trials.push(batch_trial(bs, verdict, oom_kind, &o));
@@ -228,7 +232,7 @@ pub(crate) fn run(
         if verdict == Verdict::Failed {
             rep.stopped = Some(format!(
                 "batch {bs} failed for a reason other than memory (exit {}); fix that first",
-                exit_words(&o.exit, |c| c.to_string())
+                exit_words(&o.run.exit, |c| c.to_string())
             ));
             break;
         }

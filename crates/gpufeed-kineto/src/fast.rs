@@ -6,8 +6,8 @@
 
 use std::borrow::Cow;
 
-use super::event::{ArgKey, Args, Event, EventKey};
-use crate::json::{Cursor, Number};
+use crate::event::{ArgKey, Args, Event, EventKey};
+use gpufeed_json::{Cursor, Number};
 
 /// A number that does not touch the end of the buffer (the buffer may end inside it): as f64,
 /// and as an id (what serde_json's visitor in [`super::serde_event`] makes of it).

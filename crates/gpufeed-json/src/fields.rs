@@ -1,4 +1,4 @@
-//! A struct's fields for the fast readers, declared once: [`json_fields!`] wraps the struct's own
+//! A struct's fields for the fast readers, declared once: [`json_fields!`](crate::json_fields) wraps the struct's own
 //! declaration (its serde derive and attributes untouched) and, from the same list of fields,
 //! gives the fast reader the keys in serde's order, which ones serde requires, and how each
 //! value is read. A field added to such a struct is read by both paths with no other edit.
@@ -9,11 +9,11 @@
 //! whitespace, unknown keys) is walked key by key. Either way the answer is serde's, or `None`
 //! where the reader cannot be sure (then the caller hands the text to serde).
 
-use super::Cursor;
+use crate::Cursor;
 
 /// How an object's members are laid out.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Layout {
+pub enum Layout {
     /// As serde writes it: keys in declaration order, no whitespace.
     Written,
     /// Keys in any order, whitespace, unknown keys skipped.
@@ -22,7 +22,7 @@ pub(crate) enum Layout {
 
 /// A value the fast readers read in place, reusing what `self` holds (a vector's buffer).
 /// `None`: not read (the caller falls back to serde).
-pub(crate) trait Field {
+pub trait Field {
     /// Whether serde refuses an object without this key (true but for `Option`s).
     const REQUIRED: bool = true;
     fn read(&mut self, c: &mut Cursor<'_>, layout: Layout) -> Option<()>;
@@ -122,8 +122,8 @@ impl<T: Field + Default> Field for Vec<T> {
     }
 }
 
-/// What [`json_fields!`] generates for a struct: its keys and a reader for each.
-pub(crate) trait Fields: Sized {
+/// What [`json_fields!`](crate::json_fields) generates for a struct: its keys and a reader for each.
+pub trait Fields: Sized {
     /// `type` (an enum's tag, for a struct that is a line), then the fields in serde's order.
     const KEYS: &'static [&'static [u8]];
     /// Reads the members after `{` (or after a line's tag, then `first` is false) in the
@@ -175,12 +175,12 @@ pub(crate) trait Fields: Sized {
 
 /// A line of an internally tagged enum (`{"type":"<tag>", ...fields}`) into `out`, reusing its
 /// buffers: first as written, then in any layout. `None`: serde must read it.
-pub(crate) fn read_line<T: Fields>(line: &[u8], tag: &[u8], out: &mut T) -> Option<()> {
+pub fn read_line<T: Fields>(line: &[u8], tag: &[u8], out: &mut T) -> Option<()> {
     line_written(line, tag, out).or_else(|| line_any(line, tag, out))
 }
 
 /// [`read_line`] in the [`Layout::Written`] layout only.
-pub(crate) fn line_written<T: Fields>(line: &[u8], tag: &[u8], out: &mut T) -> Option<()> {
+pub fn line_written<T: Fields>(line: &[u8], tag: &[u8], out: &mut T) -> Option<()> {
     let mut c = Cursor::new(line);
     c.literal(b"{\"type\":\"")?;
     c.literal(tag)?;
@@ -192,7 +192,7 @@ pub(crate) fn line_written<T: Fields>(line: &[u8], tag: &[u8], out: &mut T) -> O
 }
 
 /// [`read_line`] in any layout.
-pub(crate) fn line_any<T: Fields>(line: &[u8], tag: &[u8], out: &mut T) -> Option<()> {
+pub fn line_any<T: Fields>(line: &[u8], tag: &[u8], out: &mut T) -> Option<()> {
     let mut c = Cursor::new(line);
     let seen = out.members_any(&mut c, Some(tag))?;
     c.end()?;
@@ -200,7 +200,7 @@ pub(crate) fn line_any<T: Fields>(line: &[u8], tag: &[u8], out: &mut T) -> Optio
 }
 
 /// `text[skip..skip + N]` as an array, for [`Cursor::lit`]'s constant-length comparisons.
-pub(crate) const fn key_bytes<const N: usize>(text: &str, skip: usize) -> [u8; N] {
+pub const fn key_bytes<const N: usize>(text: &str, skip: usize) -> [u8; N] {
     let b = text.as_bytes();
     let mut out = [0u8; N];
     let mut i = 0;
@@ -215,6 +215,7 @@ pub(crate) const fn key_bytes<const N: usize>(text: &str, skip: usize) -> [u8; N
 /// and [`Field`] for it from the same field list: the fast readers' keys are the field names
 /// (so a field may not be renamed by serde; `every_field_of_every_sample_type_is_read` in
 /// `record::fast` would fail), required where serde requires them.
+#[macro_export]
 macro_rules! json_fields {
     (
         $(#[$meta:meta])*
@@ -233,14 +234,14 @@ macro_rules! json_fields {
             )*
         }
 
-        impl $crate::json::fields::Fields for $name {
+        impl $crate::fields::Fields for $name {
             const KEYS: &'static [&'static [u8]] = &[b"type", $(stringify!($f).as_bytes()),*];
 
             #[inline]
             #[allow(unused_assignments)]
             fn members_written(
                 &mut self,
-                c: &mut $crate::json::Cursor<'_>,
+                c: &mut $crate::Cursor<'_>,
                 mut first: bool,
             ) -> Option<u64> {
                 let (mut seen, mut bit) = (0u64, 1u64);
@@ -248,14 +249,14 @@ macro_rules! json_fields {
                     {
                         const KEY: &str = concat!(",\"", stringify!($f), "\":");
                         const N: usize = KEY.len();
-                        const WITH: [u8; N] = $crate::json::fields::key_bytes::<N>(KEY, 0);
-                        const BARE: [u8; N - 1] = $crate::json::fields::key_bytes::<{ N - 1 }>(KEY, 1);
+                        const WITH: [u8; N] = $crate::fields::key_bytes::<N>(KEY, 0);
+                        const BARE: [u8; N - 1] = $crate::fields::key_bytes::<{ N - 1 }>(KEY, 1);
                         let at = if first { c.lit(&BARE) } else { c.lit(&WITH) };
                         if at {
-                            $crate::json::fields::Field::read(
+                            $crate::fields::Field::read(
                                 &mut self.$f,
                                 c,
-                                $crate::json::fields::Layout::Written,
+                                $crate::fields::Layout::Written,
                             )?;
                             seen |= bit;
                             first = false;
@@ -271,13 +272,13 @@ macro_rules! json_fields {
             fn read_nth(
                 &mut self,
                 n: usize,
-                c: &mut $crate::json::Cursor<'_>,
-                layout: $crate::json::fields::Layout,
+                c: &mut $crate::Cursor<'_>,
+                layout: $crate::fields::Layout,
             ) -> Option<()> {
                 let mut i = 0usize;
                 $(
                     if n == i {
-                        return $crate::json::fields::Field::read(&mut self.$f, c, layout);
+                        return $crate::fields::Field::read(&mut self.$f, c, layout);
                     }
                     i += 1;
                 )*
@@ -291,10 +292,10 @@ macro_rules! json_fields {
                 let mut bit = 1u64;
                 $(
                     if seen & bit == 0 {
-                        if <$t as $crate::json::fields::Field>::REQUIRED {
+                        if <$t as $crate::fields::Field>::REQUIRED {
                             return None;
                         }
-                        $crate::json::fields::Field::absent(&mut self.$f);
+                        $crate::fields::Field::absent(&mut self.$f);
                     }
                     bit <<= 1;
                 )*
@@ -306,19 +307,18 @@ macro_rules! json_fields {
             const FIELD_COUNT: usize = [$(stringify!($f)),*].len();
         }
 
-        impl $crate::json::fields::Field for $name {
+        impl $crate::fields::Field for $name {
             #[inline]
             fn read(
                 &mut self,
-                c: &mut $crate::json::Cursor<'_>,
-                layout: $crate::json::fields::Layout,
+                c: &mut $crate::Cursor<'_>,
+                layout: $crate::fields::Layout,
             ) -> Option<()> {
-                $crate::json::fields::Fields::object(self, c, layout)
+                $crate::fields::Fields::object(self, c, layout)
             }
         }
     };
 }
-pub(crate) use json_fields;
 
 #[cfg(test)]
 mod tests {

@@ -8,12 +8,12 @@ use std::borrow::Cow;
 /// The largest JSON value (one event, one top-level field) held in memory. A larger one (no real
 /// Kineto event comes near) is skipped without being buffered, with a warning, so that memory
 /// stays bounded whatever the input.
-pub(crate) const MAX_VALUE_BYTES: usize = 64 << 20;
+pub const MAX_VALUE_BYTES: usize = 64 << 20;
 
 /// The longest event name or category handed to a sink: longer ones (the longest C++ template
 /// kernel names are a few KiB) are cut, with a warning, so that names interned per distinct value
 /// stay bounded (a 1 MB `.json.gz` can hold thousands of distinct megabyte names).
-pub(crate) const MAX_NAME_BYTES: usize = 8 << 10;
+pub const MAX_NAME_BYTES: usize = 8 << 10;
 
 /// Cuts a name to [`MAX_NAME_BYTES`]; true when it was longer.
 fn cap_name(c: &mut Cow<'_, [u8]>) -> bool {
@@ -58,11 +58,11 @@ pub(super) fn check_event(ev: &mut Event<'_>, st: &mut ScanStats) {
 }
 
 /// A trace spanning more than this (a day) has broken timestamps: profiles cover seconds.
-pub(crate) const MAX_PLAUSIBLE_SPAN_US: f64 = 86_400e6;
+pub const MAX_PLAUSIBLE_SPAN_US: f64 = 86_400e6;
 
 /// One trace event, borrowing from the read buffer where it can.
 #[derive(Debug, Default)]
-pub(crate) struct Event<'a> {
+pub struct Event<'a> {
     pub ph: u8,
     pub cat: Cow<'a, [u8]>,
     pub name: Cow<'a, [u8]>,
@@ -75,7 +75,7 @@ pub(crate) struct Event<'a> {
 
 /// Only the `args` the analyses need.
 #[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct Args {
+pub struct Args {
     pub external_id: Option<u64>,
     pub correlation: Option<u64>,
     pub bytes: Option<f64>,
@@ -147,7 +147,7 @@ impl ArgKey {
 }
 
 /// Receives events and the few top-level fields.
-pub(crate) trait EventSink {
+pub trait EventSink {
     fn event(&mut self, ev: &Event<'_>);
     fn top_level(&mut self, key: &str, value: serde_json::Value);
     /// An event with its JSON text as read (one value, at most [`MAX_VALUE_BYTES`]), for sinks
@@ -161,7 +161,7 @@ pub(crate) trait EventSink {
 
 /// What the scan saw besides events.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct ScanStats {
+pub struct ScanStats {
     pub bytes: u64,
     pub events: u64,
     pub bad_events: u64,

@@ -2,7 +2,7 @@
 //! Markdown, from a [`JobReport`]; its JSON is serde's.
 
 use super::fmt::duration;
-use crate::diagnose::job::{JobReport, JobSummary, NodeSummary};
+use crate::diagnose::nodes::{JobReport, JobSummary, NodeSummary};
 
 fn role(job: &JobSummary, n: &NodeSummary) -> &'static str {
     if job.starving.contains(&n.recording) {
@@ -110,8 +110,8 @@ fn markdown_raw(r: &JobReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnose::job::tests::node;
-    use crate::diagnose::job::{judge, JOB_SCHEMA_VERSION};
+    use crate::diagnose::nodes::tests::node;
+    use crate::diagnose::nodes::{judge, JOB_SCHEMA_VERSION};
 
     #[test]
     fn table_has_a_row_per_node_and_marks_roles() {

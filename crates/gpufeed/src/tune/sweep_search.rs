@@ -4,9 +4,9 @@
 
 use super::params::{self, Setting};
 use super::progress::RateRegex;
-use super::sweep::{self, SweepReport, TrialResult, SCHEMA_VERSION};
+use super::runner::{file_safe, trial_line, Runner, TrialConfig};
+use super::sweep_report::{self, SweepReport, TrialResult, SCHEMA_VERSION};
 use super::trial::{TrialOutcome, TrialSpec};
-use super::trials::{file_safe, trial_line, Runner, TrialConfig};
 use crate::exit::{Exit, Failure};
 use crate::inject::InjectSpec;
 use std::path::{Path, PathBuf};
@@ -157,7 +157,12 @@ fn run_setting(
         }
         let outcome = runner.run(&spec, label).map_err(Failure::from)?;
         attempt += 1;
-        let unsettled = outcome.exit.ok() && outcome.throughput.as_ref().is_some_and(|t| !t.steady);
+        let unsettled = outcome.run.exit.ok()
+            && outcome
+                .figures
+                .throughput
+                .as_ref()
+                .is_some_and(|t| !t.steady);
         let (best, n) = match kept.take() {
             Some((old, n)) if !better_run(&outcome, &old) => (old, n + 1),
             Some((_, n)) => (outcome, n + 1),
@@ -177,7 +182,7 @@ fn run_setting(
 /// Adds a finished trial to the report and brings the sweet spot and the flags up to date.
 fn add_result(rep: &mut SweepReport, r: TrialResult, knobs_only_injected: bool, interrupted: bool) {
     rep.results.push(r);
-    let (sw, mixed) = sweep::sweet_spot(&rep.results, &rep.knobs);
+    let (sw, mixed) = sweep_report::sweet_spot(&rep.results, &rep.knobs);
     rep.sweet_spot = sw;
     rep.mixed_units = mixed;
     rep.check_overrides(knobs_only_injected);
@@ -251,7 +256,7 @@ fn recording_for_retry(p: &Path, attempt: u32) -> PathBuf {
 /// Of two runs of one setting, the better is the settled one, else the one with the narrower
 /// relative interval.
 fn better_run(new: &TrialOutcome, old: &TrialOutcome) -> bool {
-    let key = |o: &TrialOutcome| match (&o.throughput, o.exit.ok()) {
+    let key = |o: &TrialOutcome| match (&o.figures.throughput, o.run.exit.ok()) {
         (Some(t), true) => (
             if t.steady { 2 } else { 1 },
             -t.rel_half_width().unwrap_or(f64::INFINITY),

@@ -5,7 +5,7 @@
 use crate::exit::{Exit, Failure};
 use crate::job::SignalWatch;
 use crate::tune::progress::RateRegex;
-use crate::tune::sweep::TrialResult;
+use crate::tune::sweep_report::TrialResult;
 use crate::tune::trial::{run_trial, Live, TrialOutcome, TrialSpec, TrialStatus};
 use crate::tune::TuneError;
 use crate::units::num;
@@ -252,7 +252,7 @@ fn live_msg(label: &str, l: &Live) -> String {
 
 /// One line per finished trial: `trial 2/6 workers=4: ...` (`n` None: `trial 2 ...`).
 pub(crate) fn trial_line(i: usize, n: Option<usize>, r: &TrialResult) -> String {
-    let tp = match &r.throughput {
+    let tp = match &r.figures.throughput {
         Some(t) => format!(
             "{} {}{} (from {})",
             num(t.value),
