@@ -10,6 +10,11 @@ RSS (ru_maxrss) are printed, with pandas' own read time inside its process besid
 import alone costs more than most of these files).
 
     bench/telemetry_read.py [--gpufeed PATH] [--python PYTHON_WITH_PANDAS] [--runs 5]
+                            [--extra LABEL=PATH:HOW ...] [--no-corpus]
+
+`--extra` adds a file outside the corpus (bench/telemetry_read.sh passes its generated logs;
+HOW is csv, spaces, jsonl or promjson). The two programs run alternately, run by run, so that
+a change of the machine's load falls on both; a file over 1 GB runs `--big-runs` times.
 """
 import argparse
 import json
@@ -32,6 +37,12 @@ if how == "csv":
 elif how == "spaces":
     df = pd.read_csv(path, sep=r"\s+", comment="#", header=None, on_bad_lines="skip",
                      encoding_errors="replace")
+elif how == "promjson":
+    # A Prometheus query_range answer: one frame per series, as a notebook loads it.
+    with open(path) as f:
+        doc = json.load(f)
+    frames = [pd.DataFrame(r["values"], columns=["t", "v"]) for r in doc["data"]["result"]]
+    df = pd.concat(frames)
 else:
     df = pd.read_json(path, lines=True)
 t2 = time.perf_counter()
@@ -79,48 +90,69 @@ def corpus_dir():
              "(scripts/corpus-extract.sh fills it)")
 
 
+def one_file(label, path, how, gpufeed, python, runs):
+    g, p = [], []
+    for _ in range(runs):
+        g.append(run([gpufeed, "diagnose", "--format", "json", path]))
+        if how is not None:
+            p.append(run([python, "-c", PANDAS, path, how]))
+    g_ms = statistics.median(x[0] for x in g) * 1000
+    g_mb = max(x[1] for x in g)
+    ok = "" if g[0][3] == 0 else " (refused: exit %d)" % g[0][3]
+    size = os.path.getsize(path)
+    if how is None:
+        print("%-15s %11d | %9.0f %8.1f | %11s %11s %8s | no pandas reader%s" % (
+            label, size, g_ms, g_mb, "-", "-", "-", ok), flush=True)
+        return
+    reads = [json.loads(x[2])["read_s"] for x in p if x[3] == 0]
+    if not reads:
+        print("%-15s %11d | %9.0f %8.1f | pandas failed%s" % (label, size, g_ms, g_mb, ok),
+              flush=True)
+        return
+    p_read = statistics.median(reads) * 1000
+    p_ms = statistics.median(x[0] for x in p) * 1000
+    p_mb = max(x[1] for x in p)
+    print("%-15s %11d | %9.0f %8.1f | %9.0fms %9.0fms %8.1f | %5.2fx %5.2fx | %5.2fx%s" % (
+        label, size, g_ms, g_mb, p_read, p_ms, p_mb, g_ms / p_ms, g_ms / p_read,
+        g_mb / p_mb, ok), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpufeed")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--big-runs", type=int, default=1)
+    ap.add_argument("--extra", action="append", default=[])
+    ap.add_argument("--no-corpus", action="store_true")
     a = ap.parse_args()
     gpufeed = find_gpufeed(a.gpufeed)
-    d = corpus_dir()
-    largest = {}
-    for name in os.listdir(d):
-        path = os.path.join(d, name)
-        if not os.path.isfile(path):
-            continue
-        shape = name.split("__")[0]
-        if shape not in largest or os.path.getsize(path) > os.path.getsize(largest[shape]):
-            largest[shape] = path
-    print("%-15s %9s | %11s %8s | %11s %11s %8s | %s" % (
-        "shape", "bytes", "gpufeed ms", "peak MB", "pandas read", "pandas proc", "peak MB",
-        "gpufeed / pandas read"))
-    for shape in sorted(largest):
-        path = largest[shape]
-        g = [run([gpufeed, "diagnose", "--format", "json", path]) for _ in range(a.runs)]
-        g_ms = statistics.median(x[0] for x in g) * 1000
-        g_mb = max(x[1] for x in g)
-        ok = "" if g[0][3] == 0 else " (refused)"
-        how = HOW.get(shape, "csv")
-        if how is None:
-            print("%-15s %9d | %11.1f %8.1f | %11s %11s %8s | no pandas reader%s" % (
-                shape, os.path.getsize(path), g_ms, g_mb, "-", "-", "-", ok))
-            continue
-        p = [run([a.python, "-c", PANDAS, path, how]) for _ in range(a.runs)]
-        reads = [json.loads(x[2])["read_s"] for x in p if x[3] == 0]
-        if not reads:
-            print("%-15s %9d | %11.1f %8.1f | pandas failed%s" % (
-                shape, os.path.getsize(path), g_ms, g_mb, ok))
-            continue
-        p_read = statistics.median(reads) * 1000
-        p_ms = statistics.median(x[0] for x in p) * 1000
-        p_mb = max(x[1] for x in p)
-        print("%-15s %9d | %11.1f %8.1f | %9.1fms %9.1fms %8.1f | %.2fx of its read, %.2fx of its process%s" % (
-            shape, os.path.getsize(path), g_ms, g_mb, p_read, p_ms, p_mb, g_ms / p_read,
-            g_ms / p_ms, ok))
+    files = []
+    if not a.no_corpus:
+        d = corpus_dir()
+        largest = {}
+        for name in os.listdir(d):
+            path = os.path.join(d, name)
+            if not os.path.isfile(path):
+                continue
+            shape = name.split("__")[0]
+            if shape not in largest or os.path.getsize(path) > os.path.getsize(largest[shape]):
+                largest[shape] = path
+        files = [(shape, largest[shape], HOW.get(shape, "csv")) for shape in sorted(largest)]
+    for e in a.extra:
+        label, rest = e.split("=", 1)
+        path, how = rest.rsplit(":", 1)
+        files.append((label, path, how))
+    print("gpufeed: %s; times are medians of %d runs (%d over 1 GB), alternating; peak = max "
+          "RSS" % (gpufeed, a.runs, a.big_runs))
+    print("%-15s %11s | %9s %8s | %11s %11s %8s | %-13s | %s" % (
+        "input", "bytes", "gpufeed ms", "peak MB", "pandas read", "pandas proc", "peak MB",
+        "time / pandas", "peak / pandas"))
+    print("%-15s %11s | %9s %8s | %11s %11s %8s | %-13s |" % (
+        "", "", "", "", "", "", "", " proc   read"))
+    for label, path, how in files:
+        runs = a.big_runs if os.path.getsize(path) > (1 << 30) else a.runs
+        one_file(label, path, how, gpufeed, a.python, runs)
 
 
 if __name__ == "__main__":

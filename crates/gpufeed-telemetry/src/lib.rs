@@ -14,6 +14,7 @@
 
 pub mod csv_table;
 pub mod dcgmi;
+mod fast;
 pub mod formats;
 pub mod mlflow;
 pub mod prom;

@@ -11,6 +11,7 @@ use super::table::{Table, When};
 use super::vocab::{self, Metric};
 use super::{LogError, LogInfo};
 use crate::reading::{LogHeader, Reading};
+use serde_json::value::RawValue;
 use std::collections::BTreeMap;
 use std::io::Read;
 
@@ -190,56 +191,35 @@ pub fn read_json(
             MAX_JSON_BYTES >> 20
         )));
     }
-    let v: serde_json::Value = serde_json::from_slice(&buf).map_err(|e| {
+    let bad = |e: serde_json::Error| {
         LogError::Format(format!(
             "not a whole Prometheus JSON answer ({e}): save the full /api/v1/query_range reply"
         ))
-    })?;
-    let mut t = Table::new();
-    let answers: Vec<&serde_json::Value> = match &v {
-        serde_json::Value::Array(a) => a.iter().collect(),
-        one => vec![one],
     };
+    // Read in place, never as one tree of values (a 64 MiB answer was 1.2 GB as a
+    // `serde_json::Value`): the answers' parts are borrowed from the buffer and each point of a
+    // series goes to the table as it is parsed.
+    let top: &RawValue = serde_json::from_slice(&buf).map_err(bad)?;
+    let answers: Vec<&RawValue> = if top.get().trim_start().starts_with('[') {
+        serde_json::from_str(top.get()).map_err(bad)?
+    } else {
+        vec![top]
+    };
+    let mut t = Table::new();
     let mut series_n = 0u64;
     for a in answers {
-        let result = a
-            .pointer("/data/result")
-            .or_else(|| a.get("result"))
-            .and_then(|r| r.as_array());
-        for s in result.into_iter().flatten() {
-            series_n += 1;
-            let labels: Vec<(String, String)> = s
-                .get("metric")
-                .and_then(|m| m.as_object())
-                .map(|m| {
-                    m.iter()
-                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let name = labels
-                .iter()
-                .find(|(k, _)| k == "__name__")
-                .map(|(_, v)| v.clone())
-                .unwrap_or_default();
-            let points = s
-                .get("values")
-                .and_then(|v| v.as_array())
-                .map(|v| v.iter().collect::<Vec<_>>())
-                .or_else(|| s.get("value").map(|v| vec![v]))
-                .unwrap_or_default();
-            for p in points {
-                let (Some(ts), Some(val)) = (
-                    p.get(0).and_then(|x| x.as_f64()),
-                    p.get(1).and_then(|x| x.as_str()),
-                ) else {
-                    t.info.malformed += 1;
-                    continue;
-                };
-                t.info.rows += 1;
-                put_parsed(&mut t, &name, &labels, Some(ts), val);
-            }
-        }
+        let Some(result) = answer_result(a) else {
+            continue;
+        };
+        let mut d = serde_json::Deserializer::from_str(result.get());
+        serde::de::Deserializer::deserialize_seq(
+            &mut d,
+            SeriesList {
+                t: &mut t,
+                n: &mut series_n,
+            },
+        )
+        .map_err(bad)?;
     }
     if series_n == 0 {
         return Err(LogError::Format(
@@ -249,6 +229,257 @@ pub fn read_json(
         ));
     }
     t.finish("a Prometheus query result", interval_s, visit)
+}
+
+/// An answer's list of series: `data.result`, else `result` (`None` when it has neither, or
+/// it is not a list).
+fn answer_result(a: &RawValue) -> Option<&RawValue> {
+    #[derive(serde::Deserialize)]
+    struct Answer<'a> {
+        #[serde(borrow)]
+        data: Option<&'a RawValue>,
+        #[serde(borrow)]
+        result: Option<&'a RawValue>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Data<'a> {
+        #[serde(borrow)]
+        result: Option<&'a RawValue>,
+    }
+    let a: Answer = serde_json::from_str(a.get()).ok()?;
+    let from_data = a
+        .data
+        .and_then(|d| serde_json::from_str::<Data>(d.get()).ok());
+    let r = match from_data {
+        Some(Data { result: Some(r) }) => r,
+        _ => a.result?,
+    };
+    r.get().trim_start().starts_with('[').then_some(r)
+}
+
+/// Streams a list of series into the table, counting them.
+struct SeriesList<'t> {
+    t: &'t mut Table,
+    n: &'t mut u64,
+}
+
+impl<'de> serde::de::Visitor<'de> for SeriesList<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list of series")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(s) = seq.next_element::<Series>()? {
+            *self.n += 1;
+            let Some(s) = s.0 else {
+                continue;
+            };
+            let metric = s.metric.and_then(|m| {
+                serde_json::from_str::<BTreeMap<String, serde_json::Value>>(m.get()).ok()
+            });
+            let labels: Vec<(String, String)> = metric
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k, v.as_str().unwrap_or_default().to_string()))
+                .collect();
+            let name = labels
+                .iter()
+                .find(|(k, _)| k == "__name__")
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            let values = s.values.filter(|v| v.get().trim_start().starts_with('['));
+            match (values, s.value) {
+                (Some(vals), _) => {
+                    let mut d = serde_json::Deserializer::from_str(vals.get());
+                    serde::de::Deserializer::deserialize_seq(
+                        &mut d,
+                        Points {
+                            t: &mut *self.t,
+                            name: &name,
+                            labels: &labels,
+                        },
+                    )
+                    .map_err(serde::de::Error::custom)?;
+                }
+                (None, Some(one)) => {
+                    let p: Point =
+                        serde_json::from_str(one.get()).map_err(serde::de::Error::custom)?;
+                    put_point(self.t, &name, &labels, p);
+                }
+                (None, None) => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One series (`None`: not an object, holding nothing).
+struct Series<'a>(Option<SeriesParts<'a>>);
+
+#[derive(serde::Deserialize)]
+struct SeriesParts<'a> {
+    #[serde(borrow)]
+    metric: Option<&'a RawValue>,
+    #[serde(borrow)]
+    values: Option<&'a RawValue>,
+    #[serde(borrow)]
+    value: Option<&'a RawValue>,
+}
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Series<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw: &RawValue = serde::Deserialize::deserialize(d)?;
+        Ok(Series(serde_json::from_str(raw.get()).ok()))
+    }
+}
+
+/// Streams a series' points into the table.
+struct Points<'t> {
+    t: &'t mut Table,
+    name: &'t str,
+    labels: &'t [(String, String)],
+}
+
+impl<'de> serde::de::Visitor<'de> for Points<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list of points")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(p) = seq.next_element::<Point>()? {
+            put_point(self.t, self.name, self.labels, p);
+        }
+        Ok(())
+    }
+}
+
+fn put_point(t: &mut Table, name: &str, labels: &[(String, String)], p: Point) {
+    let Point(Some((ts, val))) = p else {
+        t.info.malformed += 1;
+        return;
+    };
+    t.info.rows += 1;
+    put_parsed(t, name, labels, Some(ts), &val);
+}
+
+/// A point `[time, "value"]`: a number and a string first, anything after them ignored;
+/// `None` for any other JSON value.
+struct Point<'a>(Option<(f64, std::borrow::Cow<'a, str>)>);
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Point<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(PointVisitor(std::marker::PhantomData))
+    }
+}
+
+struct PointVisitor<'a>(std::marker::PhantomData<&'a ()>);
+
+impl<'de: 'a, 'a> serde::de::Visitor<'de> for PointVisitor<'a> {
+    type Value = Point<'a>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a point")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Point<'a>, A::Error> {
+        let ts = seq.next_element::<Scalar>()?;
+        let val = match ts {
+            Some(_) => seq.next_element::<Scalar>()?,
+            None => None,
+        };
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Point(match (ts, val) {
+            (Some(Scalar::Num(t)), Some(Scalar::Str(v))) => Some((t, v)),
+            _ => None,
+        }))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Point<'a>, A::Error> {
+        while map
+            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+            .is_some()
+        {}
+        Ok(Point(None))
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Point<'a>, E> {
+        Ok(Point(None))
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Point<'a>, E> {
+        Ok(Point(None))
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Point<'a>, E> {
+        Ok(Point(None))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Point<'a>, E> {
+        Ok(Point(None))
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Point<'a>, E> {
+        Ok(Point(None))
+    }
+    fn visit_unit<E>(self) -> Result<Point<'a>, E> {
+        Ok(Point(None))
+    }
+}
+
+/// A JSON value inside a point: a number, a string, or anything else (skipped).
+enum Scalar<'a> {
+    Num(f64),
+    Str(std::borrow::Cow<'a, str>),
+    Other,
+}
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Scalar<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ScalarVisitor(std::marker::PhantomData))
+    }
+}
+
+struct ScalarVisitor<'a>(std::marker::PhantomData<&'a ()>);
+
+impl<'de: 'a, 'a> serde::de::Visitor<'de> for ScalarVisitor<'a> {
+    type Value = Scalar<'a>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Scalar<'a>, E> {
+        Ok(Scalar::Num(v as f64))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Scalar<'a>, E> {
+        Ok(Scalar::Num(v as f64))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Scalar<'a>, E> {
+        Ok(Scalar::Num(v))
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Scalar<'a>, E> {
+        Ok(Scalar::Str(std::borrow::Cow::Borrowed(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Scalar<'a>, E> {
+        Ok(Scalar::Str(std::borrow::Cow::Owned(v.to_string())))
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Scalar<'a>, E> {
+        Ok(Scalar::Other)
+    }
+    fn visit_unit<E>(self) -> Result<Scalar<'a>, E> {
+        Ok(Scalar::Other)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Scalar<'a>, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Scalar::Other)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Scalar<'a>, A::Error> {
+        while map
+            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+            .is_some()
+        {}
+        Ok(Scalar::Other)
+    }
 }
 
 #[cfg(test)]

@@ -139,6 +139,19 @@ const VALUE_UNITS: [&str; 15] = [
 /// A number with an optional unit; MiB/GiB/KiB/MB/GB values become bytes.
 fn number(v: &str, unit_from_header: Option<&str>) -> Option<f64> {
     let v = clean(v)?;
+    if let Some((x, k)) = super::fast::decimal_prefix(v.as_bytes()) {
+        let unit = match v[k..].trim() {
+            "" => unit_from_header.unwrap_or(""),
+            u if VALUE_UNITS.contains(&u) => u,
+            _ => return None,
+        };
+        return Some(x * unit_scale(unit));
+    }
+    number_careful(v, unit_from_header)
+}
+
+/// [`number`] of a cleaned value the fast path does not take (a sign, an exponent).
+fn number_careful(v: &str, unit_from_header: Option<&str>) -> Option<f64> {
     // The longest number at the start (an exponent is part of it: `1e20 MiB` is not 1 byte).
     let mut k = v
         .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '+' | '-' | 'e' | 'E')))
@@ -153,15 +166,19 @@ fn number(v: &str, unit_from_header: Option<&str>) -> Option<f64> {
         _ => return None,
     };
     let x: f64 = num.parse().ok()?;
-    // Only sizes are converted here: a time's unit is `parse_time_value`'s.
+    Some(x * unit_scale(unit))
+}
+
+/// What a value in `unit` is multiplied by: sizes become bytes. Only sizes are converted
+/// here: a time's unit is `parse_time_value`'s.
+fn unit_scale(unit: &str) -> f64 {
     let unit = unit.trim_matches(|c| c == '[' || c == ']');
-    let scale = match unit {
+    match unit {
         "MiB" | "GiB" | "KiB" | "MB" | "GB" | "KB" | "kB" => {
             super::vocab::unit_scale(unit).unwrap_or(1.0)
         }
         _ => 1.0,
-    };
-    Some(x * scale)
+    }
 }
 
 fn header_unit(name: &str) -> Option<String> {
@@ -189,10 +206,21 @@ const TIME_FORMATS: [&str; 4] = [
 /// without one only differences matter). `Ok(None)` for what is not a date and time (`[N/A]`, a
 /// number); [`ImpossibleTime`] for one that names no moment.
 pub(crate) fn parse_timestamp(v: &str) -> Result<Option<f64>, ImpossibleTime> {
-    use chrono::format::{ParseErrorKind, Parsed, StrftimeItems};
     let Some(v) = clean(v) else {
         return Ok(None);
     };
+    if let Some(t) = super::fast::timestamp(v) {
+        return Ok(Some(t));
+    }
+    if !super::fast::may_be_date(v) {
+        return Ok(None);
+    }
+    parse_timestamp_careful(v)
+}
+
+/// [`parse_timestamp`] of a cleaned value, by `chrono` in each layout in turn.
+fn parse_timestamp_careful(v: &str) -> Result<Option<f64>, ImpossibleTime> {
+    use chrono::format::{ParseErrorKind, Parsed, StrftimeItems};
     let mut impossible = false;
     for f in TIME_FORMATS {
         let (t, zone) = match chrono::NaiveDateTime::parse_and_remainder(v, f) {
@@ -231,7 +259,8 @@ pub(crate) fn parse_time_value(v: &str, unit: Option<&str>) -> Result<Option<f64
     if let Some(t) = parse_timestamp(v)? {
         return Ok(Some(t));
     }
-    let Some(x) = clean(v).and_then(|v| v.parse::<f64>().ok()) else {
+    let x = clean(v).and_then(|v| super::fast::decimal(v).or_else(|| v.parse::<f64>().ok()));
+    let Some(x) = x else {
         return Ok(None);
     };
     if !x.is_finite() || x < 0.0 {
@@ -368,8 +397,11 @@ struct Row {
 }
 
 impl Row {
-    fn parse(c: &Columns, fields: &[&str]) -> Self {
-        let mut r = Row::default();
+    /// Parses `fields` into `r`, whatever it held before (one row reused from line to line:
+    /// a row is over 300 bytes, and moving a new one from function to function was a fifth
+    /// of the time spent on a long log).
+    fn parse_into(c: &Columns, fields: &[&str], r: &mut Row) {
+        *r = Row::default();
         let s = &mut r.sample;
         let mut mem_free = None;
         let mut bits: Option<u64> = None;
@@ -425,7 +457,6 @@ impl Row {
                 s.mem_used_bytes = Some(t.saturating_sub(f));
             }
         }
-        r
     }
 
     /// What layout detection looks at.
@@ -478,10 +509,14 @@ impl Polls {
         let ts = row.ts;
         let idx = match (row.index, &row.id_key, &self.layout) {
             (Some(i), _, _) => i,
-            (None, Some(k), _) => {
-                let next = self.ids.len() as u32;
-                *self.ids.entry(k.clone()).or_insert(next)
-            }
+            (None, Some(k), _) => match self.ids.get(k) {
+                Some(&i) => i,
+                None => {
+                    let next = self.ids.len() as u32;
+                    self.ids.insert(k.clone(), next);
+                    next
+                }
+            },
             (None, None, Layout::Bursts { n, gap_s }) => {
                 self.cursor.place(*n, *gap_s, &row.probe()).0
             }
@@ -489,11 +524,15 @@ impl Polls {
             (None, None, Layout::Pooled | Layout::Column) => 0,
         };
         self.rows += 1;
-        if ts.is_none() && self.seen_in_poll.contains(&idx) {
-            self.poll += 1;
-            self.seen_in_poll.clear();
+        // Polls are counted only where there is no time to place a row by (held for every
+        // timed row, the GPUs seen grew by one number per row: 40 MB over 10M rows).
+        if ts.is_none() {
+            if self.seen_in_poll.contains(&idx) {
+                self.poll += 1;
+                self.seen_in_poll.clear();
+            }
+            self.seen_in_poll.push(idx);
         }
-        self.seen_in_poll.push(idx);
         let t_s = match ts {
             Some(t) => t - *self.t0.get_or_insert(t),
             None => self.poll as f64 * interval_s,
@@ -503,7 +542,7 @@ impl Polls {
 }
 
 /// Keeps the first name and id and the latest totals and limits the log showed for a GPU.
-fn merge_static(gpus: &mut Vec<GpuStatic>, pos: &mut HashMap<u32, usize>, idx: u32, row: Row) {
+fn merge_static(gpus: &mut Vec<GpuStatic>, pos: &mut HashMap<u32, usize>, idx: u32, row: &mut Row) {
     let p = *pos.entry(idx).or_insert_with(|| {
         gpus.push(GpuStatic {
             index: idx,
@@ -512,13 +551,15 @@ fn merge_static(gpus: &mut Vec<GpuStatic>, pos: &mut HashMap<u32, usize>, idx: u
         gpus.len() - 1
     });
     let st = &mut gpus[p];
-    st.name = st.name.take().or(row.name);
+    if st.name.is_none() {
+        st.name = row.name.take();
+    }
     st.memory_total_bytes = row.mem_total.or(st.memory_total_bytes);
     st.pcie_max_gen = row.gen_max.or(st.pcie_max_gen);
     st.pcie_max_width = row.width_max.or(st.pcie_max_width);
     st.power_limit_w = row.power_limit.or(st.power_limit_w);
     if st.uuid.is_none() {
-        st.uuid = row.id_key;
+        st.uuid = row.id_key.take();
     }
 }
 
@@ -596,6 +637,7 @@ pub fn read_smi_csv<R: Read + Seek>(
     if let Some(note) = runs_note(&runs, judged) {
         st.info.notes.push(note);
     }
+    let mut row = Row::default();
     super::each_line(r, |line| {
         st.any_line = true;
         match line {
@@ -603,7 +645,7 @@ pub fn read_smi_csv<R: Read + Seek>(
                 st.info.overlong_line();
                 Ok(())
             }
-            LogLine::Text(buf) => st.line(buf, &mut visit),
+            LogLine::Text(buf) => st.line(buf, &mut row, &mut visit),
         }
     })?;
     st.finish(&mut visit)
@@ -642,6 +684,8 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<(Vec<Run>, Option<u32
     let mut ids: Vec<std::collections::BTreeSet<String>> = vec![Default::default()];
     let mut id_col: Option<usize> = None;
     let mut carried_on: Option<usize> = None;
+    let mut fields_buf: Vec<&str> = Vec::new();
+    let mut last_header = String::new();
     loop {
         let (n, overlong) = super::read_line_capped(&mut br, &mut buf, super::MAX_LOG_LINE_BYTES)?;
         if n == 0 {
@@ -650,13 +694,27 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<(Vec<Run>, Option<u32
         line_no += 1;
         let start = offset;
         offset += n as u64;
-        let text = String::from_utf8_lossy(&buf);
+        let text = super::fast::utf8(&buf);
         let line = text.trim();
         if overlong || line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let fields = split(line);
-        if line.as_bytes()[0].is_ascii_alphabetic() && is_header(&fields) {
+        let mut fields = super::fast::recycle(std::mem::take(&mut fields_buf));
+        // A data row is split only as far as the columns read here: its id and, after a
+        // header, its time.
+        // The header met last, again (a logger calling nvidia-smi once per reading): known,
+        // not split and looked up again.
+        let repeated = !last_header.is_empty() && line == last_header;
+        let wanted = if repeated {
+            0
+        } else if line.as_bytes()[0].is_ascii_alphabetic() {
+            usize::MAX
+        } else {
+            let time = before.is_some().then_some(ts_col).flatten();
+            id_col.max(time).map_or(0, |c| c + 1)
+        };
+        super::fast::split_first(line, wanted, &mut fields);
+        if repeated || (line.as_bytes()[0].is_ascii_alphabetic() && is_header(&fields)) {
             match &header {
                 None => {
                     header = Some(line.to_string());
@@ -678,10 +736,14 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<(Vec<Run>, Option<u32
                 });
                 ids.push(Default::default());
             }
-            ts_col = fields.iter().position(|f| field_of(f) == Field::Timestamp);
-            id_col = fields
-                .iter()
-                .position(|f| matches!(field_of(f), Field::Index | Field::Uuid | Field::BusId));
+            if !repeated {
+                ts_col = fields.iter().position(|f| field_of(f) == Field::Timestamp);
+                id_col = fields
+                    .iter()
+                    .position(|f| matches!(field_of(f), Field::Index | Field::Uuid | Field::BusId));
+                last_header = line.to_string();
+            }
+            fields_buf = super::fast::recycle(fields);
             continue;
         }
         if let Some(prev) = before.take() {
@@ -695,10 +757,11 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<(Vec<Run>, Option<u32
         }
         if let Some(id) = id_col.and_then(|c| fields.get(c)) {
             let set = ids.last_mut().expect("one set per run");
-            if set.len() < super::MAX_GPUS {
+            if set.len() < super::MAX_GPUS && !set.contains(*id) {
                 set.insert(id.to_string());
             }
         }
+        fields_buf = super::fast::recycle(fields);
         // Text before the first header without a comma (a date, nvidia-smi's table printed by
         // the job script) is no row of a headerless log.
         if header.is_none() && !line.contains(',') {
@@ -706,15 +769,18 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<(Vec<Run>, Option<u32
         }
         let last = runs.len() - 1;
         runs[last].rows += 1;
-        drop(fields);
         drop(text);
         std::mem::swap(&mut buf, &mut last_data);
     }
     merge_carried_on(&mut runs, &mut ids, &mut carried_on);
     drop(br);
     r.seek(SeekFrom::Start(0))?;
-    // The header before every reading (a loop calling nvidia-smi once per reading, `>>` to one
-    // file): runs of one poll each, all alike, are one log.
+    Ok(one_run_per_reading(runs, same_header))
+}
+
+/// The header before every reading (a loop calling nvidia-smi once per reading, `>>` to one
+/// file): runs of one poll each, all alike, are one log, and the rows of one reading are given.
+fn one_run_per_reading(runs: Vec<Run>, same_header: bool) -> (Vec<Run>, Option<u32>) {
     let sizes: Vec<u64> = runs.iter().map(|r| r.rows).collect();
     if let [first, .., _] = sizes[..] {
         let per_reading = sizes.len() >= 3
@@ -728,10 +794,10 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<(Vec<Run>, Option<u32
                 line: 1,
                 rows: sizes.iter().sum(),
             };
-            return Ok((vec![run], Some(first as u32)));
+            return (vec![run], Some(first as u32));
         }
     }
-    Ok((runs, None))
+    (runs, None)
 }
 
 /// The run `carried_on` (its times carry on from the run before) is the same logger writing
@@ -796,6 +862,10 @@ struct CsvRead<'a> {
     per_reading: Option<u32>,
     /// Epoch seconds past the year 2200 were met (and said).
     absurd_noted: bool,
+    /// The vector each line is split into, kept empty between lines.
+    fields_buf: Vec<&'static str>,
+    /// The last header line read (empty before the first).
+    last_header: String,
 }
 
 impl<'a> CsvRead<'a> {
@@ -816,19 +886,45 @@ impl<'a> CsvRead<'a> {
             held: Some(Vec::new()),
             per_reading: None,
             absurd_noted: false,
+            fields_buf: Vec::new(),
+            last_header: String::new(),
         }
     }
 
     /// One line that is not over-long.
-    fn line(&mut self, buf: &[u8], visit: &mut impl FnMut(&Reading)) -> Result<(), LogError> {
-        let complete = buf.last() == Some(&b'\n');
-        let text = String::from_utf8_lossy(buf);
+    fn line(
+        &mut self,
+        buf: &[u8],
+        row: &mut Row,
+        visit: &mut impl FnMut(&Reading),
+    ) -> Result<(), LogError> {
+        let text = super::fast::utf8(buf);
         let line = text.trim();
-        if line.is_empty() || line.starts_with('#') {
+        if line.is_empty() || line.starts_with('#') || line == self.last_header {
+            // The header met last, again: nothing changes (a logger calling nvidia-smi once
+            // per reading writes it before every reading).
             return Ok(());
         }
-        let fields = split(line);
-        if is_header(&fields) {
+        // The fields borrow this line; their vector is kept from line to line.
+        let mut fields = super::fast::recycle(std::mem::take(&mut self.fields_buf));
+        super::fast::split_into(line, &mut fields);
+        let r = self.fields(buf, line, &fields, row, visit);
+        self.fields_buf = super::fast::recycle(fields);
+        r
+    }
+
+    /// A line that is not blank nor a comment, split into `fields`.
+    fn fields(
+        &mut self,
+        buf: &[u8],
+        line: &str,
+        fields: &[&str],
+        row: &mut Row,
+        visit: &mut impl FnMut(&Reading),
+    ) -> Result<(), LogError> {
+        let complete = buf.last() == Some(&b'\n');
+        if is_header(fields) {
+            self.last_header = line.to_string();
             // Fields given with --columns win over the file's own header.
             if self.opts.columns.is_none() {
                 let names: Vec<String> = fields.iter().map(|s| s.to_string()).collect();
@@ -852,14 +948,15 @@ impl<'a> CsvRead<'a> {
             self.info.malformed += 1;
         }
         if self.cols.is_none() {
-            self.cols = Some(guessed_columns(buf, line, &fields)?);
+            self.cols = Some(guessed_columns(buf, line, fields)?);
         }
         let c = self.cols.as_ref().expect("columns set above");
-        let row = (fields.len() == c.fields.len())
-            .then(|| Row::parse(c, &fields))
-            .filter(|r| !r.impossible_time);
-        let parsed = row.is_some();
-        let Some(row) = row.filter(Row::has_values) else {
+        let fits = fields.len() == c.fields.len();
+        if fits {
+            Row::parse_into(c, fields, row);
+        }
+        let parsed = fits && !row.impossible_time;
+        if !(parsed && row.has_values()) {
             if parsed && fields.iter().skip(1).any(|v| clean(v).is_none()) {
                 self.na_rows += 1;
             }
@@ -877,7 +974,7 @@ impl<'a> CsvRead<'a> {
                 self.info.malformed += 1;
             }
             return Ok(());
-        };
+        }
         if let Some(t) = row
             .ts
             .filter(|&t| t > super::ABSURD_EPOCH_S && !self.absurd_noted)
@@ -886,9 +983,9 @@ impl<'a> CsvRead<'a> {
             self.info.notes.push(super::absurd_epoch_note(t));
         }
         match &mut self.held {
-            Some(held) if held.len() + 1 < LAYOUT_WINDOW => held.push(row),
+            Some(held) if held.len() + 1 < LAYOUT_WINDOW => held.push(std::mem::take(row)),
             Some(held) => {
-                held.push(row);
+                held.push(std::mem::take(row));
                 self.decide(visit);
             }
             None => self.emit(row, visit),
@@ -945,23 +1042,22 @@ impl<'a> CsvRead<'a> {
             );
         }
         self.polls.layout = layout;
-        for row in held {
-            self.emit(row, visit);
+        for mut row in held {
+            self.emit(&mut row, visit);
         }
     }
 
-    fn emit(&mut self, mut row: Row, visit: &mut impl FnMut(&Reading)) {
-        let (idx, t_s) = self.polls.place(&row, self.interval);
+    fn emit(&mut self, row: &mut Row, visit: &mut impl FnMut(&Reading)) {
+        let (idx, t_s) = self.polls.place(row, self.interval);
         if !self.gpu_pos.contains_key(&idx) && self.gpus.len() >= super::MAX_GPUS {
             self.over_cap += 1;
             return;
         }
-        let mut s = std::mem::take(&mut row.sample);
-        s.index = idx;
-        s.t_s = t_s;
+        row.sample.index = idx;
+        row.sample.t_s = t_s;
         merge_static(&mut self.gpus, &mut self.gpu_pos, idx, row);
         self.info.rows += 1;
-        visit(&s);
+        visit(&row.sample);
     }
 
     fn finish(
@@ -1313,6 +1409,48 @@ mod tests {
             let (h, _, s) = read(&text, &CsvOptions::default()).unwrap();
             proptest::prop_assert_eq!(h.gpus.len(), n as usize);
             proptest::prop_assert_eq!(s.len(), (n * readings) as usize);
+        }
+
+        #[test]
+        fn fast_numbers_read_as_the_careful_path(
+            v in "[ ]?[0-9]{0,17}([.][0-9]{0,8})?[.eE]?[-+]?[0-9]{0,3}[ ]?(%|W|MiB|GiB|KB|MB|x|ms|)",
+            any in "\\PC{0,12}",
+            unit in proptest::option::of("(MiB|%|GB)"),
+        ) {
+            for v in [&v, &any] {
+                let careful = clean(v).and_then(|c| number_careful(c, unit.as_deref()));
+                proptest::prop_assert_eq!(
+                    number(v, unit.as_deref()).map(f64::to_bits),
+                    careful.map(f64::to_bits),
+                    "{:?}", v
+                );
+                if let Some(x) = super::super::fast::decimal(v) {
+                    proptest::prop_assert_eq!(Ok(x.to_bits()), v.parse::<f64>().map(f64::to_bits));
+                }
+            }
+        }
+
+        #[test]
+        fn fast_timestamps_read_as_the_careful_path(
+            y in 0u32..10000, mo in 0u32..14, d in 0u32..33, h in 0u32..26, mi in 0u32..62,
+            sec in 0u32..62, slash in proptest::bool::ANY, t in proptest::bool::ANY,
+            frac in "([.][0-9]{0,11})?", zone in "(|Z|[+-][0-9]{2}(:?[0-9]{2})?| |x)",
+            any in "[0-9/: .TZ+-]{0,30}",
+        ) {
+            let sep = if slash { '/' } else { '-' };
+            let v = format!("{y:04}{sep}{mo:02}{sep}{d:02}{}{h:02}:{mi:02}:{sec:02}{frac}{zone}",
+                            if t { 'T' } else { ' ' });
+            for v in [&v, &any] {
+                let careful = match clean(v) {
+                    Some(c) => parse_timestamp_careful(c),
+                    None => Ok(None),
+                };
+                proptest::prop_assert_eq!(
+                    parse_timestamp(v).map(|t| t.map(f64::to_bits)),
+                    careful.map(|t| t.map(f64::to_bits)),
+                    "{:?}", v
+                );
+            }
         }
 
         #[test]

@@ -380,6 +380,7 @@ fn read_log_evidence(
         }
     })?;
     let total_s = t_range.map_or(0.0, |(a, z)| z - a);
+    let pooled_s = pooler.width_s();
     let (mut series, released) = pooler.finish_with_released();
     let scale = fraction.scale();
     for p in &mut series {
@@ -402,6 +403,15 @@ fn read_log_evidence(
     })?;
     let header = Header::from(header);
     info.notes.extend(fraction.note());
+    if pooled_s > phases::POOL_S {
+        // Said, so that a phase's edges a few seconds off are not taken for a fault.
+        info.notes.push(format!(
+            "This log is long: to keep memory bounded, its phases (start-up, idle stretches, \
+             the job) were found on the busiest reading of every {} instead of every reading; \
+             every reading still counts in the figures.",
+            crate::units::duration(pooled_s)
+        ));
+    }
     for (i, p) in prof {
         b.set_profiling(i, p);
     }

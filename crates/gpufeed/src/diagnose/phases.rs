@@ -61,12 +61,36 @@ pub const POOL_S: f64 = 0.5;
 /// Pools per-GPU readings `(t_s, util_pct)` as they stream in (several GPUs interleaved) into
 /// one series: readings within [`POOL_S`] of a point's first reading are one point, valued at
 /// the busiest GPU. Memory grows with the log's duration, not its sampling rate or GPU count
-/// (at most two points a second: about 2.8 MB for a day).
-#[derive(Debug, Default)]
+/// (at most two points a second: about 2.8 MB for a day), up to [`MAX_POOLED`] points: past
+/// that the points are pooled coarser (twice as wide each time), so that a log of months
+/// stays within 32 MB here.
+#[derive(Debug)]
 pub struct Pooler {
     points: Vec<(f64, f64)>,
     /// Per point: the most memory any GPU held (`None`: none said).
     mem: Vec<Option<u64>>,
+    /// Seconds a point pools: [`POOL_S`], doubled each time the points reach [`MAX_POOLED`].
+    width_s: f64,
+}
+
+impl Default for Pooler {
+    fn default() -> Self {
+        Pooler {
+            points: Vec::new(),
+            mem: Vec::new(),
+            width_s: POOL_S,
+        }
+    }
+}
+
+/// The most points a [`Pooler`] holds (32 bytes each): about 12 days of readings a second.
+pub(crate) const MAX_POOLED: usize = 1 << 20;
+
+fn max_mem(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// Memory (bytes) up to which a GPU holds no job: a CUDA context's worth.
@@ -83,18 +107,61 @@ impl Pooler {
             return;
         }
         match (self.points.last_mut(), self.mem.last_mut()) {
-            (Some(last), Some(m)) if t_s >= last.0 && t_s - last.0 < POOL_S => {
+            (Some(last), Some(m)) if t_s >= last.0 && t_s - last.0 < self.width_s => {
                 last.1 = last.1.max(util_pct);
-                *m = match (*m, mem_bytes) {
-                    (Some(a), Some(b)) => Some(a.max(b)),
-                    (a, b) => a.or(b),
-                };
+                *m = max_mem(*m, mem_bytes);
             }
             _ => {
                 self.points.push((t_s, util_pct));
                 self.mem.push(mem_bytes);
+                if self.points.len() >= MAX_POOLED {
+                    self.coarsen();
+                }
             }
         }
+    }
+
+    /// Pools the points held again, twice as wide each time, until they fill at most half of
+    /// [`MAX_POOLED`]; when a wider pool hardly shrinks them (times that run backwards, which
+    /// no width pools), neighbours are pooled in pairs.
+    fn coarsen(&mut self) {
+        while self.points.len() > MAX_POOLED / 2 {
+            self.width_s *= 2.0;
+            let before = self.points.len();
+            let width = self.width_s;
+            self.repool(|last, t| t >= last && t - last < width);
+            if self.points.len() * 10 > before * 9 {
+                let mut odd = false;
+                self.repool(|_, _| {
+                    odd = !odd;
+                    odd
+                });
+            }
+        }
+    }
+
+    /// Merges each point into the one kept before it where `joins(its time, this time)`.
+    fn repool(&mut self, mut joins: impl FnMut(f64, f64) -> bool) {
+        let mut kept = 0;
+        for i in 0..self.points.len() {
+            let (p, m) = (self.points[i], self.mem[i]);
+            if i > 0 && joins(self.points[kept - 1].0, p.0) {
+                let last = &mut self.points[kept - 1];
+                last.1 = last.1.max(p.1);
+                self.mem[kept - 1] = max_mem(self.mem[kept - 1], m);
+            } else {
+                self.points[kept] = p;
+                self.mem[kept] = m;
+                kept += 1;
+            }
+        }
+        self.points.truncate(kept);
+        self.mem.truncate(kept);
+    }
+
+    /// Seconds one point pools: [`POOL_S`], or more when the log was too long to pool finer.
+    pub(crate) fn width_s(&self) -> f64 {
+        self.width_s
     }
 
     /// The pooled series, sorted by time.
@@ -411,6 +478,37 @@ pub(crate) fn describe(phases: &[Phase]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_log_is_pooled_coarser_within_the_cap() {
+        // Months of readings a second: the points held stay under the cap, and the series
+        // still spans the log with its busy and idle stretches.
+        let mut p = Pooler::default();
+        let n = 3 * MAX_POOLED as u64;
+        for i in 0..n {
+            let busy = (i / 100_000) % 2 == 0;
+            p.push(i as f64, if busy { 90.0 } else { 0.0 });
+            assert!(p.points.len() < MAX_POOLED);
+        }
+        assert!(p.width_s() > 2.0, "{}", p.width_s());
+        let s = p.finish();
+        assert!(s.len() < MAX_POOLED, "{}", s.len());
+        assert_eq!(s[0].0, 0.0);
+        assert!(s[s.len() - 1].0 > (n - 10) as f64);
+        assert!(s.iter().any(|x| x.1 == 0.0) && s.iter().any(|x| x.1 == 90.0));
+        // A short log is pooled as before.
+        let mut p = Pooler::default();
+        for i in 0..1000 {
+            p.push(f64::from(i), 50.0);
+        }
+        assert_eq!((p.width_s(), p.finish().len()), (POOL_S, 1000));
+        // Times that run backwards are pooled in pairs: still bounded.
+        let mut p = Pooler::default();
+        for i in 0..(MAX_POOLED as u64 + 10) {
+            p.push(-(i as f64), 50.0);
+        }
+        assert!(p.points.len() <= MAX_POOLED / 2 + 10);
+    }
 
     /// One poll every `dt` seconds from `f(t)`.
     fn series(secs: f64, dt: f64, f: impl Fn(f64) -> f64) -> Vec<(f64, f64)> {
