@@ -50,9 +50,10 @@ fn run_json(stdout: &[u8]) -> Value {
     serde_json::from_str(last).unwrap_or_else(|e| panic!("bad JSON {e}: {last}"))
 }
 
-/// What the example measured itself: "waited for data N% of the time".
-fn example_wait_pct(stdout: &[u8]) -> f64 {
-    let text = String::from_utf8_lossy(stdout);
+/// What the example measured itself: "waited for data N% of the time", from its output (on
+/// gpufeed's stderr under `run --format json`, whose stdout is the JSON alone).
+fn example_wait_pct(output: &[u8]) -> f64 {
+    let text = String::from_utf8_lossy(output);
     let line = text
         .lines()
         .find(|l| l.starts_with("done:"))
@@ -81,7 +82,7 @@ fn run_example(workers: u32) -> Option<(Value, f64)> {
         !stderr.contains("note:"),
         "a child job needs no note: {stderr}"
     );
-    Some((run_json(&out.stdout), example_wait_pct(&out.stdout)))
+    Some((run_json(&out.stdout), example_wait_pct(&out.stderr)))
 }
 
 #[test]
