@@ -679,13 +679,16 @@ fn stage_cost(h: &Hotspot, work: f64) -> String {
         ),
         None => format!("{:.0}% of loading", h.pct),
     };
-    let time = if share < 0.95 {
-        format!("{share:.1} of one worker's time")
+    // In hundredths of a worker below one: "0.0 of one worker's time" read as nothing at all.
+    let time = if share < 0.01 {
+        "under 1% of one worker's time".to_string()
+    } else if share < 0.95 {
+        format!("about {:.0}% of one worker's time", share * 100.0)
     } else {
-        format!("{share:.1} workers' time")
+        format!("about {share:.1} workers' time")
     };
     format!(
-        " {} takes {took}: about {time} at the loop's pace.",
+        " {} takes {took}: {time} at the loop's pace.",
         capitalise(&h.name())
     )
 }
@@ -759,14 +762,18 @@ fn cores_note(
         } else {
             format!("this machine's {}", count(cores, "core", "cores"))
         },
-        cpu.map(|c| format!(
-            ": {n} workers need about {c:.1} {} of CPU between them",
-            if (c - 1.0).abs() < 0.05 {
-                "core"
-            } else {
-                "cores"
-            }
-        ))
+        cpu.map(|c| if c < 0.05 {
+            format!(": {n} workers need under a tenth of a core of CPU between them")
+        } else {
+            format!(
+                ": {n} workers need about {c:.1} {} of CPU between them",
+                if (c - 1.0).abs() < 0.05 {
+                    "core"
+                } else {
+                    "cores"
+                }
+            )
+        })
         .unwrap_or_default(),
         tries.join(",")
     )
@@ -1436,7 +1443,13 @@ mod tests {
         let h = &e.python.as_ref().unwrap().data_hotspots[0];
         assert_eq!(
             stage_cost(h, 0.5),
-            " Jpegs.__getitem__ takes 1.28 ms per sample (63% of loading): about 0.3 of one \
+            " Jpegs.__getitem__ takes 1.28 ms per sample (63% of loading): about 32% of one \
+             worker's time at the loop's pace."
+        );
+        // Under a hundredth of a worker: said so, never "0.0 of one worker's time".
+        assert_eq!(
+            stage_cost(h, 0.005),
+            " Jpegs.__getitem__ takes 1.28 ms per sample (63% of loading): under 1% of one \
              worker's time at the loop's pace."
         );
         assert_eq!(stage_cost(h, 0.0), "");
