@@ -555,15 +555,30 @@ fn batch_size_searches_an_injected_batch_size() {
 }
 
 /// Children of the recording's root process seen in it.
+/// The Python child processes of the job's root (DataLoader workers: forks with the root's own
+/// command line, or started by multiprocessing). A short-lived helper a library runs at import
+/// (`ldconfig -p` under ctypes' `find_library`, say) is no worker: a loaded machine records it
+/// more often.
 fn child_processes(recording: &Path) -> usize {
     let text = std::fs::read_to_string(recording).unwrap();
     let mut lines = text.lines();
     let header: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
     let root = header["pid"].as_u64().unwrap();
+    let starts: Vec<Value> = lines
+        .map(|l| serde_json::from_str(l).unwrap_or(Value::Null))
+        .filter(|v| v["type"] == "proc_start")
+        .collect();
+    let root_cmd = starts
+        .iter()
+        .find(|v| v["pid"].as_u64() == Some(root))
+        .and_then(|v| v["cmd"].as_str())
+        .unwrap_or_default()
+        .to_string();
     let mut pids = std::collections::BTreeSet::new();
-    for l in lines {
-        let v: Value = serde_json::from_str(l).unwrap_or(Value::Null);
-        if v["type"] == "proc_start" && v["ppid"].as_u64() == Some(root) {
+    for v in &starts {
+        let cmd = v["cmd"].as_str().unwrap_or_default();
+        let python_child = cmd == root_cmd || cmd.contains("multiprocessing");
+        if v["ppid"].as_u64() == Some(root) && python_child {
             pids.insert(v["pid"].as_u64().unwrap());
         }
     }
