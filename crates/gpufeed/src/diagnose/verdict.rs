@@ -911,6 +911,7 @@ mod tests {
             detail: None,
             ranks: vec![],
             slow_rank: None,
+            main_waited_for: false,
             ranks_unread: vec![],
         });
         e

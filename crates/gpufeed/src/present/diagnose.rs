@@ -3,9 +3,7 @@
 
 use super::fmt::{bytes, duration, gb_per_s, md_cell, md_code, md_prose, pct, plural};
 use super::OutputFormat;
-use crate::diagnose::evidence::{
-    sites_heading, LoopSite, PhaseCode, PhasesPct, PythonEvidence, RankLoop,
-};
+use crate::diagnose::evidence::{sites_heading, LoopSite, PhaseCode, PhasesPct, PythonEvidence};
 use crate::diagnose::evidence::{GpuEvidence, JobEvidence, Role};
 use crate::diagnose::verdict::VerdictId;
 use crate::diagnose::DiagnoseReport;
@@ -924,20 +922,9 @@ fn ranks_text(p: &PythonEvidence) -> String {
     if p.ranks.is_empty() && p.ranks_unread.is_empty() {
         return o;
     }
-    // The evidence reads the job's loop on the median rank by data wait, unless ranks wait in
-    // collectives: then on the rank the others wait for.
-    let mut by_wait: Vec<&RankLoop> = p.ranks.iter().collect();
-    by_wait.sort_by(|a, b| {
-        a.data_wait_pct
-            .total_cmp(&b.data_wait_pct)
-            .then(a.pid.cmp(&b.pid))
-    });
-    let median = by_wait
-        .get(by_wait.len().saturating_sub(1) / 2)
-        .map(|r| r.pid);
     let main = p.main.as_ref().map(|m| m.pid);
     let which = match p.ranks.iter().find(|r| Some(r.pid) == main) {
-        Some(r) if Some(r.pid) != median => format!(
+        Some(r) if p.main_waited_for => format!(
             "the loop above is {}'s, the rank the others wait for in collectives",
             r.label()
         ),

@@ -58,6 +58,17 @@ pub struct PyFrameDef {
     pub src: Option<String>,
 }
 
+/// A recorded frame definition as the classifier sees it.
+impl<'a> From<&'a PyFrameDef> for super::pyphase::FrameRef<'a> {
+    fn from(f: &'a PyFrameDef) -> Self {
+        super::pyphase::FrameRef {
+            name: &f.name,
+            file: &f.file,
+            src: f.src.as_deref(),
+        }
+    }
+}
+
 /// A stack, written once the first time it is seen: frame ids, outermost first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PyStackDef {

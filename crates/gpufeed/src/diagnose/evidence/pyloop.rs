@@ -556,13 +556,7 @@ impl PyAcc {
         self.stacks
             .get(&sid)?
             .iter()
-            .map(|id| {
-                self.frames.get(id).map(|f| FrameRef {
-                    name: &f.name,
-                    file: &f.file,
-                    src: f.src.as_deref(),
-                })
-            })
+            .map(|id| self.frames.get(id).map(FrameRef::from))
             .collect()
     }
 
@@ -578,7 +572,8 @@ impl PyAcc {
             .map(|t| t.stacks.values().map(|c| c.n).sum::<u64>())
             .sum();
         let (ranks, ranks_unread) = self.rank_loops(header, job);
-        let main = match self.main_rank(&ranks) {
+        let (main_rank, main_waited_for) = self.main_rank(&ranks);
+        let main = match main_rank {
             Some(m) => self.main_loop((m.pid, m.tid), &self.threads[&(m.pid, m.tid)]),
             None if !job.rank_pids.is_empty() => None,
             None => self
@@ -657,6 +652,7 @@ impl PyAcc {
             worker_start_stop,
             ranks,
             slow_rank,
+            main_waited_for,
             ranks_unread,
             detail,
         })
@@ -679,24 +675,25 @@ impl PyAcc {
     /// The rank whose loop stands for the job (`ranks` sorted by data wait): the median rank;
     /// but when some rank spends [`RANK_WAIT_SHARE`] of its loop in collectives (waiting for the
     /// others at a broadcast or barrier), the rank that waits least: the one the others wait
-    /// for, whose loop holds the cause.
-    fn main_rank<'r>(&self, ranks: &'r [RankLoop]) -> Option<&'r RankLoop> {
+    /// for, whose loop holds the cause (then `true`).
+    fn main_rank<'r>(&self, ranks: &'r [RankLoop]) -> (Option<&'r RankLoop>, bool) {
         let median = ranks.get(ranks.len().saturating_sub(1) / 2);
         if ranks.len() < 2 {
-            return median;
+            return (median, false);
         }
         let waits: Vec<f64> = ranks
             .iter()
             .map(|r| self.collective_share(&self.threads[&(r.pid, r.tid)]))
             .collect();
         if waits.iter().all(|w| *w < RANK_WAIT_SHARE) {
-            return median;
+            return (median, false);
         }
-        ranks
+        let least = ranks
             .iter()
             .zip(&waits)
             .min_by(|a, b| a.1.total_cmp(b.1))
-            .map(|(r, _)| r)
+            .map(|(r, _)| r);
+        (least, least.map(|r| r.pid) != median.map(|r| r.pid))
     }
 
     /// The share of a thread's loop-window samples inside a torch.distributed collective.
@@ -1605,6 +1602,7 @@ mod tests {
             worker_start_stop: None,
             ranks: vec![],
             slow_rank: None,
+            main_waited_for: false,
             ranks_unread: vec![],
             detail: None,
         };

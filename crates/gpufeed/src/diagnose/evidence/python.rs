@@ -421,6 +421,10 @@ pub struct PythonEvidence {
     /// The rank that starves the others, when one does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slow_rank: Option<SlowRank>,
+    /// `main` is the rank the others wait for in torch.distributed collectives, not the median
+    /// rank by data wait (see the module `pyloop`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub main_waited_for: bool,
     /// Ranks found that are not in `ranks`: not Python, exited before the loop, too few
     /// samples, or an earlier process of a rank that was restarted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

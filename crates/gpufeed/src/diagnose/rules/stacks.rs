@@ -933,6 +933,7 @@ mod tests {
             worker_start_stop: None,
             ranks: vec![],
             slow_rank: None,
+            main_waited_for: false,
             ranks_unread: vec![],
             detail: None,
         }

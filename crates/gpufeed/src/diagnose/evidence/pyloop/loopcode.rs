@@ -215,13 +215,9 @@ fn call_of(frames: &[&PyFrameDef], prefix: &[FnKey]) -> (usize, CallKey, bool) {
 fn builds(frames: &[&PyFrameDef], ids: &[u32], at: usize, memo: &mut HashMap<u32, bool>) -> bool {
     let mut loads = |i: usize| {
         let f = frames[i];
-        *memo.entry(ids[i]).or_insert_with(|| {
-            loads_data(&FrameRef {
-                name: &f.name,
-                file: &f.file,
-                src: f.src.as_deref(),
-            })
-        })
+        *memo
+            .entry(ids[i])
+            .or_insert_with(|| loads_data(&FrameRef::from(f)))
     };
     let n = frames.len().min(ids.len());
     if at + 1 >= n {
@@ -457,13 +453,10 @@ impl PyAcc {
                 continue;
             };
             // Waiting in a collective for the other ranks is no work of this rank's.
-            if frames.iter().any(|f| {
-                crate::sample::pyphase::is_collective(&FrameRef {
-                    name: &f.name,
-                    file: &f.file,
-                    src: f.src.as_deref(),
-                })
-            }) {
+            if frames
+                .iter()
+                .any(|f| crate::sample::pyphase::is_collective(&FrameRef::from(*f)))
+            {
                 continue;
             }
             // Converting a whole tensor to a list is one sync, then Python building one object
@@ -843,6 +836,7 @@ mod tests {
         let p = acc.finish(&header(), &job).unwrap();
         assert_eq!(p.ranks.len(), 2);
         assert_eq!(p.main.as_ref().unwrap().pid, 10, "{:?}", p.main);
+        assert!(p.main_waited_for);
         let calls: Vec<(HostCause, &str)> = p
             .host_calls
             .iter()
