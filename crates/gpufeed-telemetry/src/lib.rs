@@ -27,11 +27,12 @@ pub mod smi_table;
 pub mod stats;
 pub mod stream;
 pub mod table;
+pub mod tape;
 pub mod units;
 pub mod vocab;
 pub mod wandb;
 
-use std::io::{BufReader, Read};
+use std::io::Read;
 
 /// The most GPUs one log is read apart (a node holds a few dozen, a fleet's export a few
 /// hundred): rows of GPUs past them are counted in a note, not followed (each followed GPU
@@ -135,46 +136,116 @@ pub enum LogError {
 /// a 200 MB one-line file).
 pub(crate) const MAX_LOG_LINE_BYTES: usize = 64 << 10;
 
-/// Reads one line (newline included) into `buf`, holding at most `max` bytes of it: the rest of
-/// an over-long line is read and dropped. Returns the bytes consumed (0 at the end of input) and
-/// whether the line was longer than `max`.
-pub(crate) fn read_line_capped(
-    r: &mut impl std::io::BufRead,
-    buf: &mut Vec<u8>,
-    max: usize,
-) -> std::io::Result<(usize, bool)> {
-    buf.clear();
-    let mut consumed = 0usize;
-    let mut overlong = false;
-    loop {
-        let avail = match r.fill_buf() {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        if avail.is_empty() {
-            return Ok((consumed, overlong));
+/// The lines of a reader, each handed out borrowed from one large buffer (a 10M-row log's lines
+/// were each copied into a buffer of their own: a tenth of the read).
+pub(crate) struct Lines<R> {
+    r: R,
+    buf: Vec<u8>,
+    /// The unread bytes are `buf[start..end]`.
+    start: usize,
+    end: usize,
+    eof: bool,
+    /// A line handed out of `buf` but changed: its NUL bytes dropped, or the part of an
+    /// over-long line that is held.
+    scratch: Vec<u8>,
+}
+
+/// Bytes read from the input at a time.
+const LINES_BLOCK: usize = 256 << 10;
+
+impl<R: Read> Lines<R> {
+    pub(crate) fn new(r: R) -> Self {
+        Lines {
+            r,
+            buf: vec![0; LINES_BLOCK],
+            start: 0,
+            end: 0,
+            eof: false,
+            scratch: Vec::new(),
         }
-        let (take, done) = match memchr::memchr(b'\n', avail) {
-            Some(i) => (i + 1, true),
-            None => (avail.len(), false),
-        };
-        let room = max.saturating_sub(buf.len());
-        if take > room {
-            overlong = true;
+    }
+
+    /// The next line (newline included), at most `max` bytes of it held (the rest of an
+    /// over-long line is read and dropped) and its NUL bytes dropped (a hole a truncating
+    /// process left in the log is no part of a line); with the bytes it took in the input and
+    /// whether it was longer than `max`. `None` at the end of the input.
+    pub(crate) fn next_line(&mut self, max: usize) -> std::io::Result<Option<(&[u8], u64, bool)>> {
+        loop {
+            let unread = &self.buf[self.start..self.end];
+            let at = memchr::memchr(b'\n', unread).map(|i| i + 1);
+            let at = at.or((self.eof && !unread.is_empty()).then_some(unread.len()));
+            if let Some(n) = at {
+                let (s, e) = (self.start, self.start + n);
+                self.start = e;
+                let overlong = n > max;
+                let line = &self.buf[s..e.min(s + max)];
+                if memchr::memchr(0, line).is_none() {
+                    return Ok(Some((&self.buf[s..e.min(s + max)], n as u64, overlong)));
+                }
+                self.scratch.clear();
+                self.scratch
+                    .extend(line.iter().copied().filter(|&b| b != 0));
+                return Ok(Some((&self.scratch, n as u64, overlong)));
+            }
+            if self.eof {
+                return Ok(None);
+            }
+            if self.end - self.start > max {
+                return self.overlong(max).map(Some);
+            }
+            self.fill()?;
         }
-        // NUL bytes are no part of a text line (a hole a truncating process left in the log):
-        // they are dropped, not held.
-        let part = &avail[..take.min(room)];
-        if memchr::memchr(0, part).is_some() {
-            buf.extend(part.iter().copied().filter(|&b| b != 0));
-        } else {
-            buf.extend_from_slice(part);
+    }
+
+    /// Reads more of the input after the unread bytes (moved to the front first; the buffer
+    /// grows when a line fills it).
+    fn fill(&mut self) -> std::io::Result<()> {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
         }
-        r.consume(take);
-        consumed += take;
-        if done {
-            return Ok((consumed, overlong));
+        if self.end == self.buf.len() {
+            self.buf.resize(self.buf.len() * 2, 0);
+        }
+        loop {
+            match self.r.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    return Ok(());
+                }
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(());
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// A line longer than `max` whose end is not read yet: its first `max` bytes are held, the
+    /// rest read and dropped up to its newline.
+    fn overlong(&mut self, max: usize) -> std::io::Result<(&[u8], u64, bool)> {
+        self.scratch.clear();
+        let head = &self.buf[self.start..self.start + max];
+        self.scratch
+            .extend(head.iter().copied().filter(|&b| b != 0));
+        let mut taken = (self.end - self.start) as u64;
+        (self.start, self.end) = (0, 0);
+        loop {
+            self.fill()?;
+            let read = &self.buf[self.start..self.end];
+            if let Some(i) = memchr::memchr(b'\n', read) {
+                self.start = i + 1;
+                taken += (i + 1) as u64;
+                return Ok((&self.scratch, taken, true));
+            }
+            taken += read.len() as u64;
+            (self.start, self.end) = (0, 0);
+            if self.eof {
+                return Ok((&self.scratch, taken, true));
+            }
         }
     }
 }
@@ -262,18 +333,16 @@ pub(crate) fn each_line_up_to(
     max: usize,
     mut f: impl FnMut(LogLine<'_>) -> Result<(), LogError>,
 ) -> Result<(), LogError> {
-    let mut reader = BufReader::new(r);
-    let mut buf = Vec::new();
+    let mut lines = Lines::new(r);
     let mut held: Vec<u8> = Vec::new();
     let mut parts = 0;
     loop {
-        let (n, overlong) = read_line_capped(&mut reader, &mut buf, max)?;
-        if n == 0 {
+        let Some((buf, _, overlong)) = lines.next_line(max)? else {
             if !held.is_empty() {
                 f(LogLine::Text(&held))?;
             }
             return Ok(());
-        }
+        };
         if overlong {
             if !held.is_empty() {
                 f(LogLine::Text(&held))?;
@@ -283,11 +352,11 @@ pub(crate) fn each_line_up_to(
             continue;
         }
         if held.is_empty() {
-            if opens_quote(&buf) && buf.last() == Some(&b'\n') {
-                held.extend_from_slice(&buf);
+            if opens_quote(buf) && buf.last() == Some(&b'\n') {
+                held.extend_from_slice(buf);
                 parts = 1;
             } else {
-                f(LogLine::Text(&buf))?;
+                f(LogLine::Text(buf))?;
             }
             continue;
         }
@@ -295,7 +364,7 @@ pub(crate) fn each_line_up_to(
             held.pop();
         }
         held.push(b' ');
-        held.extend_from_slice(&buf);
+        held.extend_from_slice(buf);
         parts += 1;
         let closed = held.iter().filter(|&&c| c == b'"').count() % 2 == 0;
         if closed || parts >= MAX_QUOTED_LINES || held.len() >= max {
@@ -311,17 +380,52 @@ mod line_tests {
 
     #[test]
     fn a_long_line_is_cut_and_the_next_one_read_whole() {
-        let mut data = vec![b'x'; 100];
-        data.extend_from_slice(b"\nshort\nlast");
-        let mut r = std::io::BufReader::with_capacity(7, &data[..]);
-        let mut buf = Vec::new();
-        assert_eq!(read_line_capped(&mut r, &mut buf, 10).unwrap(), (101, true));
-        assert_eq!(buf.len(), 10);
-        assert_eq!(read_line_capped(&mut r, &mut buf, 10).unwrap(), (6, false));
-        assert_eq!(buf, b"short\n");
-        assert_eq!(read_line_capped(&mut r, &mut buf, 10).unwrap(), (4, false));
-        assert_eq!(buf, b"last");
-        assert_eq!(read_line_capped(&mut r, &mut buf, 10).unwrap(), (0, false));
+        for long in [100, LINES_BLOCK * 3 + 5] {
+            let mut data = vec![b'x'; long];
+            data.extend_from_slice(b"\nshort\nwith\0nul\nlast");
+            let mut r = Lines::new(&data[..]);
+            let line =
+                |r: &mut Lines<&[u8]>| r.next_line(10).unwrap().map(|(l, n, o)| (l.to_vec(), n, o));
+            assert_eq!(line(&mut r), Some((vec![b'x'; 10], long as u64 + 1, true)));
+            assert_eq!(line(&mut r), Some((b"short\n".to_vec(), 6, false)));
+            assert_eq!(line(&mut r), Some((b"withnul\n".to_vec(), 9, false)));
+            assert_eq!(line(&mut r), Some((b"last".to_vec(), 4, false)));
+            assert_eq!(line(&mut r), None);
+        }
+    }
+
+    /// A reader that hands out a few bytes at a time, as a pipe does.
+    struct Trickle<'a>(&'a [u8], usize);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.1.min(out.len()).min(self.0.len());
+            out[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn lines_read_the_same_whatever_the_reads_hand_out() {
+        let mut text = String::new();
+        for i in 0..50_000 {
+            text.push_str(&format!("{i},{}\n", i % 101));
+        }
+        text.push_str("no newline at the end");
+        let want: Vec<&str> = text.split_inclusive('\n').collect();
+        for step in [1, 7, 4096, usize::MAX] {
+            let mut r = Lines::new(Trickle(text.as_bytes(), step));
+            let mut got = Vec::new();
+            let mut taken = 0;
+            while let Some((l, n, o)) = r.next_line(64).unwrap() {
+                assert!(!o);
+                taken += n;
+                got.push(String::from_utf8(l.to_vec()).unwrap());
+            }
+            assert_eq!(got, want, "reads of {step} bytes");
+            assert_eq!(taken, text.len() as u64);
+        }
     }
 
     #[test]

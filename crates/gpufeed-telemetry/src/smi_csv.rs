@@ -9,8 +9,8 @@
 use super::smi_layout::{Layout, PollCursor, Probe};
 use super::{LogError, LogInfo, LogLine};
 use crate::reading::{GpuStatic, LogHeader, Reading};
-use std::collections::HashMap;
-use std::io::{BufReader, Read, Seek, SeekFrom};
+use rustc_hash::FxHashMap;
+use std::io::{Read, Seek, SeekFrom};
 
 /// Options for logs that do not describe themselves.
 #[derive(Debug, Clone, Default)]
@@ -124,8 +124,8 @@ pub fn looks_like_header(line: &str) -> bool {
 
 /// A value without padding and unit; `None` for `[N/A]`, `[Not Supported]`, `N/A`, empty.
 fn clean(v: &str) -> Option<&str> {
-    let v = v.trim();
-    if v.is_empty() || v.starts_with('[') || v.eq_ignore_ascii_case("n/a") {
+    let v = super::fast::trim(v);
+    if v.is_empty() || v.starts_with('[') || (v.len() == 3 && v.eq_ignore_ascii_case("n/a")) {
         return None;
     }
     Some(v)
@@ -140,7 +140,7 @@ const VALUE_UNITS: [&str; 15] = [
 fn number(v: &str, unit_from_header: Option<&str>) -> Option<f64> {
     let v = clean(v)?;
     if let Some((x, k)) = super::fast::decimal_prefix(v.as_bytes()) {
-        let unit = match v[k..].trim() {
+        let unit = match super::fast::trim(&v[k..]) {
             "" => unit_from_header.unwrap_or(""),
             u if VALUE_UNITS.contains(&u) => u,
             _ => return None,
@@ -256,10 +256,15 @@ fn parse_timestamp_careful(v: &str) -> Result<Option<f64>, ImpossibleTime> {
 /// A timestamp column's value: a date and time, or Unix-epoch seconds (milliseconds when the
 /// header says `ms` or the number is too large for seconds).
 pub(crate) fn parse_time_value(v: &str, unit: Option<&str>) -> Result<Option<f64>, ImpossibleTime> {
-    if let Some(t) = parse_timestamp(v)? {
-        return Ok(Some(t));
+    // A plain decimal (epoch seconds, the common case of a script's log) is never a date and
+    // time: it skips the date layouts.
+    let plain = clean(v).and_then(super::fast::decimal);
+    if plain.is_none() {
+        if let Some(t) = parse_timestamp(v)? {
+            return Ok(Some(t));
+        }
     }
-    let x = clean(v).and_then(|v| super::fast::decimal(v).or_else(|| v.parse::<f64>().ok()));
+    let x = plain.or_else(|| clean(v).and_then(|v| v.parse::<f64>().ok()));
     let Some(x) = x else {
         return Ok(None);
     };
@@ -481,7 +486,7 @@ impl Row {
 /// [`Layout`]; time from the timestamps, else the poll count times the interval.
 struct Polls {
     layout: Layout,
-    ids: HashMap<String, u32>,
+    ids: FxHashMap<String, u32>,
     t0: Option<f64>,
     rows: u64,
     poll: u64,
@@ -493,7 +498,7 @@ impl Default for Polls {
     fn default() -> Self {
         Polls {
             layout: Layout::Column,
-            ids: HashMap::new(),
+            ids: FxHashMap::default(),
             t0: None,
             rows: 0,
             poll: 0,
@@ -542,15 +547,7 @@ impl Polls {
 }
 
 /// Keeps the first name and id and the latest totals and limits the log showed for a GPU.
-fn merge_static(gpus: &mut Vec<GpuStatic>, pos: &mut HashMap<u32, usize>, idx: u32, row: &mut Row) {
-    let p = *pos.entry(idx).or_insert_with(|| {
-        gpus.push(GpuStatic {
-            index: idx,
-            ..Default::default()
-        });
-        gpus.len() - 1
-    });
-    let st = &mut gpus[p];
+fn merge_static(st: &mut GpuStatic, row: &mut Row) {
     if st.name.is_none() {
         st.name = row.name.take();
     }
@@ -671,8 +668,8 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<(Vec<Run>, Option<u32
         line: 1,
         rows: 0,
     }];
-    let mut br = BufReader::new(&mut *r);
-    let (mut buf, mut last_data) = (Vec::new(), Vec::new());
+    let mut lines = super::Lines::new(&mut *r);
+    let mut last_data = Vec::new();
     let (mut offset, mut line_no) = (0u64, 0u64);
     let mut ts_col: Option<usize> = None;
     // The time of the last row before a repeated header, to compare with the first after it.
@@ -686,15 +683,19 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<(Vec<Run>, Option<u32
     let mut carried_on: Option<usize> = None;
     let mut fields_buf: Vec<&str> = Vec::new();
     let mut last_header = String::new();
-    loop {
-        let (n, overlong) = super::read_line_capped(&mut br, &mut buf, super::MAX_LOG_LINE_BYTES)?;
-        if n == 0 {
-            break;
-        }
+    while let Some((buf, n, overlong)) = lines.next_line(super::MAX_LOG_LINE_BYTES)? {
         line_no += 1;
         let start = offset;
-        offset += n as u64;
-        let text = super::fast::utf8(&buf);
+        offset += n;
+        // A row of values under a header, with no id to note and no time awaited from it (the
+        // common line of a long log): counted, not decoded nor split. A header or comment
+        // starts with a letter or `#`, never with a digit.
+        let plain = header.is_some() && id_col.is_none() && before.is_none() && !overlong;
+        if plain && buf.first().is_some_and(u8::is_ascii_digit) {
+            count_row(&mut runs, &mut last_data, buf);
+            continue;
+        }
+        let text = super::fast::utf8(buf);
         let line = text.trim();
         if overlong || line.is_empty() || line.starts_with('#') {
             continue;
@@ -767,15 +768,20 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<(Vec<Run>, Option<u32
         if header.is_none() && !line.contains(',') {
             continue;
         }
-        let last = runs.len() - 1;
-        runs[last].rows += 1;
-        drop(text);
-        std::mem::swap(&mut buf, &mut last_data);
+        count_row(&mut runs, &mut last_data, buf);
     }
     merge_carried_on(&mut runs, &mut ids, &mut carried_on);
-    drop(br);
+    drop(lines);
     r.seek(SeekFrom::Start(0))?;
     Ok(one_run_per_reading(runs, same_header))
+}
+
+/// One more row in the last run; `line` is kept as the last data line.
+fn count_row(runs: &mut [Run], last_data: &mut Vec<u8>, line: &[u8]) {
+    let last = runs.len() - 1;
+    runs[last].rows += 1;
+    last_data.clear();
+    last_data.extend_from_slice(line);
 }
 
 /// The header before every reading (a loop calling nvidia-smi once per reading, `>>` to one
@@ -846,7 +852,7 @@ struct CsvRead<'a> {
     cols: Option<Columns>,
     gpus: Vec<GpuStatic>,
     /// Where each GPU index sits in `gpus`.
-    gpu_pos: HashMap<u32, usize>,
+    gpu_pos: FxHashMap<u32, usize>,
     /// Rows of GPUs past [`super::MAX_GPUS`], left out.
     over_cap: u64,
     polls: Polls,
@@ -875,7 +881,7 @@ impl<'a> CsvRead<'a> {
             info: LogInfo::default(),
             cols: opts.columns.as_ref().map(|c| Columns::new(c)),
             gpus: Vec::new(),
-            gpu_pos: HashMap::new(),
+            gpu_pos: FxHashMap::default(),
             over_cap: 0,
             polls: Polls::default(),
             interval: opts.interval_s.unwrap_or(1.0),
@@ -899,7 +905,7 @@ impl<'a> CsvRead<'a> {
         visit: &mut impl FnMut(&Reading),
     ) -> Result<(), LogError> {
         let text = super::fast::utf8(buf);
-        let line = text.trim();
+        let line = super::fast::trim(super::fast::chomp(&text));
         if line.is_empty() || line.starts_with('#') || line == self.last_header {
             // The header met last, again: nothing changes (a logger calling nvidia-smi once
             // per reading writes it before every reading).
@@ -923,7 +929,13 @@ impl<'a> CsvRead<'a> {
         visit: &mut impl FnMut(&Reading),
     ) -> Result<(), LogError> {
         let complete = buf.last() == Some(&b'\n');
-        if is_header(fields) {
+        // A header's first name starts with a letter (or the quote of a spreadsheet's): a row
+        // of values is not looked at as one.
+        let may_be_header = line
+            .as_bytes()
+            .first()
+            .is_some_and(|&b| b.is_ascii_alphabetic() || b == b'"');
+        if may_be_header && is_header(fields) {
             self.last_header = line.to_string();
             // Fields given with --columns win over the file's own header.
             if self.opts.columns.is_none() {
@@ -1049,13 +1061,24 @@ impl<'a> CsvRead<'a> {
 
     fn emit(&mut self, row: &mut Row, visit: &mut impl FnMut(&Reading)) {
         let (idx, t_s) = self.polls.place(row, self.interval);
-        if !self.gpu_pos.contains_key(&idx) && self.gpus.len() >= super::MAX_GPUS {
-            self.over_cap += 1;
-            return;
-        }
+        let p = match self.gpu_pos.get(&idx) {
+            Some(&p) => p,
+            None if self.gpus.len() >= super::MAX_GPUS => {
+                self.over_cap += 1;
+                return;
+            }
+            None => {
+                self.gpus.push(GpuStatic {
+                    index: idx,
+                    ..Default::default()
+                });
+                self.gpu_pos.insert(idx, self.gpus.len() - 1);
+                self.gpus.len() - 1
+            }
+        };
         row.sample.index = idx;
         row.sample.t_s = t_s;
-        merge_static(&mut self.gpus, &mut self.gpu_pos, idx, row);
+        merge_static(&mut self.gpus[p], row);
         self.info.rows += 1;
         visit(&row.sample);
     }

@@ -8,6 +8,7 @@ use crate::import::dcgmi::ProfilingMeans;
 use crate::import::formats::{self, Format};
 use crate::import::reading::{LogHeader, Reading};
 use crate::import::stream::{Compression, Encoding, Input, Passes, HEAD_BYTES};
+use crate::import::tape::{Chunk, Decoder, Encoder, Tape};
 use crate::import::{LogError, LogInfo};
 use crate::record::format::ReadError;
 use crate::record::reader::{self, Sink};
@@ -221,7 +222,7 @@ pub(crate) fn read_with(
                 bad_time: None,
                 long_strings: None,
             };
-            return read_log_evidence(&dir, Format::Mlflow, opts, source, None);
+            return read_log_evidence(&dir, Format::Mlflow, opts, source, None, Look::Auto);
         }
     }
     // The first bytes decide, whatever the format: a trace or a sweep report goes to another
@@ -278,7 +279,7 @@ pub(crate) fn read_with(
     };
     let decoded = input.how_decoded();
     let mut passes = input.into_passes().map_err(open_err)?;
-    let mut read = read_log_evidence(path, format, opts, source, Some(&mut passes))?;
+    let mut read = read_log_evidence(path, format, opts, source, Some(&mut passes), Look::Auto)?;
     read.log_notes.extend(decoded);
     Ok(read)
 }
@@ -360,25 +361,126 @@ fn read_recording(
     })
 }
 
-/// A log's evidence: a first pass finds the phases from the utilization alone, a second feeds
-/// the evidence with the active phases only, on a timeline with the other stretches cut out.
+/// The most memory the first pass's readings are kept in for the second look (a few bytes a
+/// reading: about 10M readings of one GPU, or a week of 8 GPUs at 1 Hz).
+const TAPE_BUDGET_BYTES: usize = 64 << 20;
+
+/// What the first pass over a log gathered.
+struct FirstLook {
+    read: (LogHeader, LogInfo, Vec<(u32, ProfilingMeans)>),
+    /// The first and last reading's times.
+    t_range: Option<(f64, f64)>,
+    /// A reading's time was NaN or infinite (judged apart from the phases).
+    odd_time: bool,
+    pooler: phases::Pooler,
+    fraction: FractionCheck,
+    tape: Tape,
+    /// The evidence of every reading as read: the evidence itself when nothing is cut out (no
+    /// idle stretch, utilization in percent).
+    uncut: EvidenceBuilder,
+}
+
+/// The first pass: the file is read and parsed on a thread of its own, which hands its readings
+/// on encoded (a tape's chunks); this thread pools them for the phases, keeps them for the
+/// second look and builds the evidence of the whole log meanwhile (the common case needs no
+/// second look).
+fn first_look(
+    path: &Path,
+    format: Format,
+    opts: &LogOptions,
+    passes: Option<&mut Passes>,
+) -> Result<FirstLook, DiagnoseError> {
+    let mut look = FirstLook {
+        read: Default::default(),
+        t_range: None,
+        odd_time: false,
+        pooler: phases::Pooler::default(),
+        fraction: FractionCheck::default(),
+        tape: Tape::with_budget(TAPE_BUDGET_BYTES),
+        uncut: EvidenceBuilder::new(),
+    };
+    look.read = std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Chunk>(4);
+        let reader = scope.spawn(move || {
+            let mut enc = Encoder::default();
+            let read = read_log(path, format, opts, passes, |g| {
+                if let Some(c) = enc.push(g) {
+                    // The receiver only goes away when this thread's result is not wanted.
+                    let _ = tx.send(c);
+                }
+            });
+            if let Some(c) = enc.finish() {
+                let _ = tx.send(c);
+            }
+            read
+        });
+        let mut dec = Decoder::default();
+        for c in rx {
+            let l = &mut look;
+            dec.read(&c, |g| {
+                l.odd_time |= !g.t_s.is_finite();
+                l.t_range = Some(
+                    l.t_range
+                        .map_or((g.t_s, g.t_s), |(a, z)| (a.min(g.t_s), z.max(g.t_s))),
+                );
+                if let Some(u) = g.util_pct {
+                    l.fraction.add(u);
+                    l.pooler.push_with_memory(g.t_s, u, g.mem_used_bytes);
+                }
+                l.uncut.push_gpu(&GpuSample::from(g));
+            });
+            look.tape.keep(c);
+        }
+        reader
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })?;
+    Ok(look)
+}
+
+/// How the second look at a log's readings is taken: the shortest way (`Auto`), or, for tests
+/// that hold the ways to the same evidence, by replaying the tape or reading the file again.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(not(test), allow(dead_code))]
+enum Look {
+    Auto,
+    Replay,
+    Reread,
+}
+
+/// Every reading between `t_range`'s ends is judged at its own time: no phase other than the
+/// job's (or none at all).
+fn nothing_cut(phases: &[Phase], t_range: Option<(f64, f64)>) -> bool {
+    let (Some(first), Some(last), Some((a, z))) = (phases.first(), phases.last(), t_range) else {
+        return true;
+    };
+    phases.iter().all(|p| p.kind == phases::PhaseKind::Active)
+        && phases.windows(2).all(|w| w[0].end_s >= w[1].start_s)
+        && first.start_s <= a
+        && last.end_s >= z
+}
+
+/// A log's evidence: a first pass finds the phases from the utilization alone, a second look at
+/// the readings (replayed from a [`Tape`], else read again) feeds the evidence with the active
+/// phases only, on a timeline with the other stretches cut out. When nothing is cut out, the
+/// evidence the first pass built is it.
 fn read_log_evidence(
     path: &Path,
     format: Format,
     opts: &LogOptions,
     mut source: InputSource,
     mut passes: Option<&mut Passes>,
+    look: Look,
 ) -> Result<ReadOutcome, DiagnoseError> {
-    let mut pooler = phases::Pooler::default();
-    let mut t_range: Option<(f64, f64)> = None;
-    let mut fraction = FractionCheck::default();
-    read_log(path, format, opts, passes.as_deref_mut(), |g| {
-        t_range = Some(t_range.map_or((g.t_s, g.t_s), |(a, z)| (a.min(g.t_s), z.max(g.t_s))));
-        if let Some(u) = g.util_pct {
-            fraction.add(u);
-            pooler.push_with_memory(g.t_s, u, g.mem_used_bytes);
-        }
-    })?;
+    let FirstLook {
+        read: first,
+        t_range,
+        odd_time,
+        pooler,
+        fraction,
+        tape,
+        uncut,
+    } = first_look(path, format, opts, passes.as_deref_mut())?;
     let total_s = t_range.map_or(0.0, |(a, z)| z - a);
     let pooled_s = pooler.width_s();
     let (mut series, released) = pooler.finish_with_released();
@@ -387,20 +489,37 @@ fn read_log_evidence(
         p.1 *= scale;
     }
     let phases = phases::segment(&series, &released);
-    let mut b = EvidenceBuilder::new();
-    let (header, mut info, prof) = read_log(path, format, opts, passes, |g| {
-        let t = if phases.is_empty() {
-            Some(g.t_s)
-        } else {
-            phases::judged_time(&phases, g.t_s)
+    let uncut_is_it = scale == 1.0 && !odd_time && nothing_cut(&phases, t_range);
+    let (mut b, (header, mut info, prof)) = if look == Look::Auto && uncut_is_it {
+        (uncut, first)
+    } else {
+        drop(uncut);
+        let mut b = EvidenceBuilder::new();
+        let judge = |g: &Reading| {
+            let t = if phases.is_empty() {
+                Some(g.t_s)
+            } else {
+                phases::judged_time(&phases, g.t_s)
+            };
+            if let Some(t) = t {
+                let mut g = GpuSample::from(g);
+                g.t_s = t;
+                g.util_pct = g.util_pct.map(|u| u * scale);
+                b.push_gpu(&g);
+            }
         };
-        if let Some(t) = t {
-            let mut g = GpuSample::from(g);
-            g.t_s = t;
-            g.util_pct = g.util_pct.map(|u| u * scale);
-            b.push_gpu(&g);
-        }
-    })?;
+        // The second look replays the first pass's readings from memory; a log too large for
+        // the tape is read again.
+        let replay = tape.is_complete() && look != Look::Reread;
+        let read = if replay {
+            tape.replay(judge);
+            first
+        } else {
+            drop(tape);
+            read_log(path, format, opts, passes, judge)?
+        };
+        (b, read)
+    };
     let header = Header::from(header);
     info.notes.extend(fraction.note());
     if pooled_s > phases::POOL_S {
@@ -525,6 +644,77 @@ pub(crate) fn is_mostly_unreadable(read: u64, malformed: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The evidence of `text` read as a log, its second look taken as `look`.
+    fn log_outcome(text: &str, look: Look) -> ReadOutcome {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gpu.csv");
+        std::fs::write(&path, text).unwrap();
+        let mut passes = Input::open(&path).unwrap().into_passes().unwrap();
+        let source = InputSource {
+            path: path.display().to_string(),
+            format: InputFormat::Log(Format::SmiCsv),
+            lines: 0,
+            malformed: 0,
+            truncated: false,
+            unfinished: false,
+            bad_time: None,
+            long_strings: None,
+        };
+        let opts = LogOptions::default();
+        read_log_evidence(
+            &path,
+            Format::SmiCsv,
+            &opts,
+            source,
+            Some(&mut passes),
+            look,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn every_way_of_the_second_look_gives_the_same_evidence() {
+        let log = |util: &dyn Fn(u32) -> String| {
+            let mut t = String::from("timestamp, index, utilization.gpu [%], memory.used [MiB]\n");
+            for s in 0..1500u32 {
+                for g in 0..2 {
+                    t.push_str(&format!(
+                        "{}, {g}, {}, 30000 MiB\n",
+                        1_700_000_000 + s,
+                        util(s + g)
+                    ));
+                }
+            }
+            t
+        };
+        let busy = log(&|s| format!("{} %", 80 + s % 17));
+        // Idle before and after the job: the phases cut them out.
+        let job_inside = log(&|s| {
+            let u = if (500..900).contains(&s) {
+                60 + s % 30
+            } else {
+                0
+            };
+            format!("{u} %")
+        });
+        // Utilization as a 0-1 fraction under a percent name: scaled on the second look.
+        let fraction = log(&|s| format!("0.{:02}", 40 + s % 50));
+        for (i, text) in [busy, job_inside, fraction].iter().enumerate() {
+            let auto = log_outcome(text, Look::Auto);
+            assert_eq!(auto.phases.is_empty(), i != 1, "{:?}", auto.phases);
+            let scaled = auto.log_notes.iter().any(|n| n.contains("fraction"));
+            assert_eq!(scaled, i == 2, "{:?}", auto.log_notes);
+            for look in [Look::Replay, Look::Reread] {
+                let other = log_outcome(text, look);
+                assert_eq!(auto.evidence, other.evidence, "{look:?}");
+                assert_eq!(auto.phases, other.phases, "{look:?}");
+                assert_eq!(auto.log_notes, other.log_notes, "{look:?}");
+                assert_eq!(auto.total_s.to_bits(), other.total_s.to_bits());
+                assert_eq!(auto.source.lines, other.source.lines);
+            }
+        }
+    }
 
     #[test]
     fn other_commands_are_named() {
