@@ -27,6 +27,7 @@ pub mod smi_table;
 pub mod stats;
 pub mod stream;
 pub mod table;
+pub mod tegrastats;
 pub mod units;
 pub mod vocab;
 pub mod wandb;
