@@ -65,8 +65,14 @@ fn cells(l: &str) -> Vec<&str> {
 /// A GPU's first row: its index and name (the bus id in the second cell tells it from a MIG
 /// or process row).
 fn first_row(l: &str) -> Option<(String, String)> {
+    first_row_with_bus(l).map(|(idx, name, _)| (idx, name))
+}
+
+/// [`first_row`] with the GPU's bus id.
+fn first_row_with_bus(l: &str) -> Option<(String, String, String)> {
     let c = cells(l);
-    if c.len() < 3 || !is_bus_id(c[1].split_whitespace().next()?) {
+    let bus = c.get(1)?.split_whitespace().next()?;
+    if c.len() < 3 || !is_bus_id(bus) {
         return None;
     }
     let mut t = c[0].split_whitespace();
@@ -79,7 +85,7 @@ fn first_row(l: &str) -> Option<(String, String)> {
     {
         name.pop();
     }
-    Some((idx.to_string(), name.join(" ")))
+    Some((idx.to_string(), name.join(" "), bus.to_string()))
 }
 
 fn is_bus_id(t: &str) -> bool {
@@ -493,6 +499,10 @@ pub fn read(
     let mut section = Section::Other;
     // The GPU whose first row was read, waiting for its second.
     let mut pending: Option<(u32, When)> = None;
+    // Each index's bus id as first seen. Tables of several machines pasted one after another
+    // (`Node 1`, `Node 2`, each a container seeing its one GPU as 0) repeat an index on another
+    // bus: that is another GPU, not the same one read again.
+    let mut buses: BTreeMap<String, String> = BTreeMap::new();
     s.each_line(r, |s, buf| {
         let text = String::from_utf8_lossy(buf);
         let l = normalise(&text);
@@ -516,9 +526,15 @@ pub fn read(
             section = Section::Procs;
             return Ok(());
         }
-        if let Some((idx, name)) = first_row(&l) {
+        if let Some((idx, name, bus)) = first_row_with_bus(&l) {
             section = Section::Gpus;
-            pending = s.gpu(&idx, Some(&name));
+            let first = buses.entry(idx.clone()).or_insert_with(|| bus.clone());
+            let id = if *first == bus {
+                idx
+            } else {
+                format!("{idx} (bus {bus})")
+            };
+            pending = s.gpu(&id, Some(&name));
             return Ok(());
         }
         match section {
@@ -909,6 +925,36 @@ Thu Dec  9 11:19:15 2021
         assert_eq!(g[2].util_pct, Some(90.0));
         assert!(!info.notes.join(" ").contains("single snapshot"));
         assert!(info.notes.join(" ").contains("at the last snapshot"));
+    }
+
+    #[test]
+    fn one_index_on_several_buses_is_several_gpus() {
+        let node = |bus: &str, used: u32, util: u32| {
+            format!(
+                "======================\nNode\n\nTue Jul 25 06:41:17 2023\n\
+                 | NVIDIA-SMI 515.86.01    Driver Version: 515.86.01    CUDA Version: 11.7     |\n\
+                 |   0  NVIDIA GeForce ...  Off  | 00000000:{bus}:00.0 Off |                  N/A |\n\
+                 | 77%   73C    P2   272W / 350W |  {used}MiB / 24576MiB |     {util}%      Default |\n"
+            )
+        };
+        let pasted = format!(
+            "{}{}{}",
+            node("1A", 3855, 70),
+            node("1B", 24211, 13),
+            node("1A", 3900, 72)
+        );
+        let (h, info, g) = samples(|b, v| read(b, None, v), &pasted);
+        assert_eq!(h.gpus.len(), 2, "{g:?}");
+        assert!(
+            info.notes.join(" ").contains("0 (bus 00000000:1B:00.0)"),
+            "{:?}",
+            info.notes
+        );
+        let util: Vec<_> = g.iter().map(|r| (r.index, r.util_pct)).collect();
+        assert!(
+            util.contains(&(0, Some(72.0))) && util.contains(&(1, Some(13.0))),
+            "{util:?}"
+        );
     }
 
     #[test]
