@@ -166,6 +166,22 @@ fn process_row(l: &str) -> Option<Proc> {
         .find(|&k| t[k].parse::<u32>().is_ok() && types.contains(&t[k + 1]))?;
     let last = t.last()?;
     let mem = mem_bytes(last, None);
+    // nvitop's own columns: `GPU PID TYPE USER GPU-MEM %SM %CPU %MEM TIME COMMAND`, the memory
+    // after the user and the command last (its TIME may be `12.8 days`, two words).
+    if mem.is_none() && *last != "N/A" {
+        if let Some(m) = t.get(k + 3).and_then(|v| mem_bytes(v, None)) {
+            let mut cmd = k + 8;
+            if t.get(cmd).is_some_and(|w| w.starts_with("day")) {
+                cmd += 1;
+            }
+            return Some(Proc {
+                gpu: gpu.to_string(),
+                pid: t[k].parse().ok()?,
+                name: format!("{} ({})", t.get(cmd..)?.join(" "), t[k + 2]),
+                mem_bytes: Some(m),
+            });
+        }
+    }
     let end = if mem.is_some() || *last == "N/A" {
         t.len() - 1
     } else {
@@ -925,6 +941,31 @@ Thu Dec  9 11:19:15 2021
         assert_eq!(g[2].util_pct, Some(90.0));
         assert!(!info.notes.join(" ").contains("single snapshot"));
         assert!(info.notes.join(" ").contains("at the last snapshot"));
+    }
+
+    #[test]
+    fn nvitop_process_rows_give_memory_and_command() {
+        let row = |l: &str| process_row(&normalise(l)).unwrap();
+        let p =
+            row("│   0  706318 C  tuccio  5184MiB   0 116.9   1.2  12.8 days  /home/tuccio/x.. │");
+        assert_eq!(p.pid, 706318);
+        assert_eq!(p.mem_bytes, Some(5184.0 * 1048576.0));
+        assert_eq!(p.name, "/home/tuccio/x.. (tuccio)");
+        let p =
+            row("│   2 2290695 C  renard  7318MiB  98   0.0   1.7      17:55  python3 main.py  │");
+        assert_eq!(
+            (p.gpu.as_str(), p.name.as_str()),
+            ("2", "python3 main.py (renard)")
+        );
+        let p =
+            row("│   0 4051231 G     gdm 86.71MiB   0   0.0   0.0   94:19:37  /usr/lib/xorg/.. │");
+        assert_eq!(p.mem_bytes, Some(86.71 * 1048576.0));
+        // nvidia-smi's own row, a one-word name before the memory, is not nvitop's.
+        let p = row("|    0   N/A  N/A            5997      C   python                                  794MiB |");
+        assert_eq!(
+            (p.name.as_str(), p.mem_bytes),
+            ("python", Some(794.0 * 1048576.0))
+        );
     }
 
     #[test]
