@@ -55,12 +55,6 @@ const KNOWN_MISSES: &[(&str, &str)] = &[
          apart is not yet told from an underused GPU",
     ),
     (
-        "smi-table__guanqun-yang-SlurmMWE__gpu_usage.log",
-        "the first run is found inside the log, but its block takes in the reading after it \
-         ended (0 MiB, 0%): three one-minute tables at 93-100% and that one give 72%, \
-         `unknown` (underused) instead of busy",
-    ),
-    (
         "smi-query__grantwilkins-training_profile__power-trace_2gpu_2025-12-05-19-21-36.csv",
         "70% busy with a 2-3 s dip to 8% every 13.6 s (the script's periodic checkpoints): read \
          as input_bound; a log alone cannot tell a checkpoint stall from a data stall",
