@@ -159,8 +159,9 @@ pub fn read(
     if busy == 0 {
         // RAM alone is the whole board's memory: it says nothing of the GPU's load.
         return Err(LogError::Format(format!(
-            "tegrastats without the GPU's busy percent: none of its {lines} lines has \
-             `GR3D_FREQ N%` (run tegrastats as root on a board that reports it)"
+            "tegrastats without the GPU's busy percent: no `GR3D_FREQ N%` in {} (run \
+             tegrastats as root on a board that reports it)",
+            super::units::plural(lines as usize, "line", "lines")
         )));
     }
     t.describe(0, Some("Jetson integrated GPU"), None);
@@ -244,7 +245,7 @@ RAM 2631/7850MB (lfb 3x4MB) CPU [18%@2035,0%@2035] EMC_FREQ 3%@1866 GR3D_FREQ 12
         let log = "RAM 2633/7850MB (lfb 3x4MB) CPU [0%@2035,0%@2035] GPU@41C VDD_GPU 371/371\n";
         assert!(holds(log));
         let e = read_all(log).unwrap_err().to_string();
-        assert!(e.contains("GR3D_FREQ"), "{e}");
+        assert!(e.contains("no `GR3D_FREQ N%` in 1 line "), "{e}");
         assert_eq!(e.lines().count(), 1);
     }
 
