@@ -9,7 +9,9 @@ use std::path::Path;
 use crate::dcgmi::{self, Flavour, ProfilingMeans};
 use crate::reading::{LogHeader, Reading};
 use crate::smi_csv::{self, CsvOptions};
-use crate::{csv_table, mlflow, prom, rocm_table, smi_q, smi_table, wandb, LogError, LogInfo};
+use crate::{
+    csv_table, mlflow, prom, rocm_table, smi_q, smi_table, tegrastats, wandb, LogError, LogInfo,
+};
 
 /// A telemetry format (snake case is its public name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
@@ -30,6 +32,7 @@ pub enum Format {
     SmiQ,
     SmiQXml,
     ComputeApps,
+    Tegrastats,
 }
 
 impl Format {
@@ -162,6 +165,12 @@ pub const FORMATS: &[Spec] = &[
         about: "rocm-smi's concise table (Device … VRAM% GPU%), as job logs hold it",
         holds: |h| !h.lines.is_empty() && rocm_table::holds_table(h.text),
         read: interval_reader!(rocm_table::read),
+    },
+    Spec {
+        format: Format::Tegrastats,
+        about: "Jetson tegrastats logs (GR3D_FREQ busy percent, the board's shared RAM)",
+        holds: |h| h.text_log() && tegrastats::holds(h.text),
+        read: interval_reader!(tegrastats::read),
     },
     Spec {
         format: Format::PrometheusJson,
@@ -507,6 +516,10 @@ mod tests {
         assert_eq!(
             detect("pid, process_name, used_gpu_memory [MiB]\n4242, python, 3000 MiB\n"),
             Some(Format::ComputeApps)
+        );
+        assert_eq!(
+            detect("08-14-2025 15:00:57 RAM 12574/62841MB (lfb 9x4MB) SWAP 0/31420MB (cached 0MB) CPU [7%@1728,31%@1036] EMC_FREQ 12%@204 GR3D_FREQ 39%@[305,0]\n"),
+            Some(Format::Tegrastats)
         );
     }
 }

@@ -28,6 +28,7 @@ pub mod stats;
 pub mod stream;
 pub mod table;
 pub mod tape;
+pub mod tegrastats;
 pub mod units;
 pub mod vocab;
 pub mod wandb;

@@ -963,6 +963,13 @@ impl<'a> CsvRead<'a> {
             self.cols = Some(guessed_columns(buf, line, fields)?);
         }
         let c = self.cols.as_ref().expect("columns set above");
+        // A last line without its newline that ends on the delimiter was cut by a killed logger
+        // right after a field (`…, 95830 MiB,`): its empty last field is the value never
+        // written, not a reading of N/A.
+        if !complete && fields.len() > 1 && line.ends_with(',') {
+            self.info.truncated = true;
+            return Ok(());
+        }
         let fits = fields.len() == c.fields.len();
         if fits {
             Row::parse_into(c, fields, row);
@@ -1501,6 +1508,18 @@ mod tests {
         assert_eq!(s.len(), 1);
         assert!(info.truncated);
         assert_eq!(info.malformed, 0);
+    }
+
+    #[test]
+    fn a_last_line_cut_after_a_delimiter_is_dropped() {
+        // The field count still fits (the empty field after the comma): the row was cut.
+        let text = "index, utilization.gpu [%], memory.used [MiB]\n0, 50 %, 10 MiB\n0, 99 %,";
+        let (_, info, s) = read(text, &CsvOptions::default()).unwrap();
+        assert_eq!(s.len(), 1);
+        assert!(info.truncated);
+        // Written whole, the same row is a row with memory not measured.
+        let (_, info, s) = read(&format!("{text}\n"), &CsvOptions::default()).unwrap();
+        assert_eq!((s.len(), info.truncated), (2, false));
     }
 
     #[test]

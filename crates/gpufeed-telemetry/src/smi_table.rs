@@ -65,8 +65,14 @@ fn cells(l: &str) -> Vec<&str> {
 /// A GPU's first row: its index and name (the bus id in the second cell tells it from a MIG
 /// or process row).
 fn first_row(l: &str) -> Option<(String, String)> {
+    first_row_with_bus(l).map(|(idx, name, _)| (idx, name))
+}
+
+/// [`first_row`] with the GPU's bus id.
+fn first_row_with_bus(l: &str) -> Option<(String, String, String)> {
     let c = cells(l);
-    if c.len() < 3 || !is_bus_id(c[1].split_whitespace().next()?) {
+    let bus = c.get(1)?.split_whitespace().next()?;
+    if c.len() < 3 || !is_bus_id(bus) {
         return None;
     }
     let mut t = c[0].split_whitespace();
@@ -79,7 +85,7 @@ fn first_row(l: &str) -> Option<(String, String)> {
     {
         name.pop();
     }
-    Some((idx.to_string(), name.join(" ")))
+    Some((idx.to_string(), name.join(" "), bus.to_string()))
 }
 
 fn is_bus_id(t: &str) -> bool {
@@ -160,6 +166,22 @@ fn process_row(l: &str) -> Option<Proc> {
         .find(|&k| t[k].parse::<u32>().is_ok() && types.contains(&t[k + 1]))?;
     let last = t.last()?;
     let mem = mem_bytes(last, None);
+    // nvitop's own columns: `GPU PID TYPE USER GPU-MEM %SM %CPU %MEM TIME COMMAND`, the memory
+    // after the user and the command last (its TIME may be `12.8 days`, two words).
+    if mem.is_none() && *last != "N/A" {
+        if let Some(m) = t.get(k + 3).and_then(|v| mem_bytes(v, None)) {
+            let mut cmd = k + 8;
+            if t.get(cmd).is_some_and(|w| w.starts_with("day")) {
+                cmd += 1;
+            }
+            return Some(Proc {
+                gpu: gpu.to_string(),
+                pid: t[k].parse().ok()?,
+                name: format!("{} ({})", t.get(cmd..)?.join(" "), t[k + 2]),
+                mem_bytes: Some(m),
+            });
+        }
+    }
     let end = if mem.is_some() || *last == "N/A" {
         t.len() - 1
     } else {
@@ -493,6 +515,10 @@ pub fn read(
     let mut section = Section::Other;
     // The GPU whose first row was read, waiting for its second.
     let mut pending: Option<(u32, When)> = None;
+    // Each index's bus id as first seen. Tables of several machines pasted one after another
+    // (`Node 1`, `Node 2`, each a container seeing its one GPU as 0) repeat an index on another
+    // bus: that is another GPU, not the same one read again.
+    let mut buses: BTreeMap<String, String> = BTreeMap::new();
     s.each_line(r, |s, buf| {
         let text = String::from_utf8_lossy(buf);
         let l = normalise(&text);
@@ -516,9 +542,15 @@ pub fn read(
             section = Section::Procs;
             return Ok(());
         }
-        if let Some((idx, name)) = first_row(&l) {
+        if let Some((idx, name, bus)) = first_row_with_bus(&l) {
             section = Section::Gpus;
-            pending = s.gpu(&idx, Some(&name));
+            let first = buses.entry(idx.clone()).or_insert_with(|| bus.clone());
+            let id = if *first == bus {
+                idx
+            } else {
+                format!("{idx} (bus {bus})")
+            };
+            pending = s.gpu(&id, Some(&name));
             return Ok(());
         }
         match section {
@@ -909,6 +941,61 @@ Thu Dec  9 11:19:15 2021
         assert_eq!(g[2].util_pct, Some(90.0));
         assert!(!info.notes.join(" ").contains("single snapshot"));
         assert!(info.notes.join(" ").contains("at the last snapshot"));
+    }
+
+    #[test]
+    fn nvitop_process_rows_give_memory_and_command() {
+        let row = |l: &str| process_row(&normalise(l)).unwrap();
+        let p =
+            row("│   0  706318 C  tuccio  5184MiB   0 116.9   1.2  12.8 days  /home/tuccio/x.. │");
+        assert_eq!(p.pid, 706318);
+        assert_eq!(p.mem_bytes, Some(5184.0 * 1048576.0));
+        assert_eq!(p.name, "/home/tuccio/x.. (tuccio)");
+        let p =
+            row("│   2 2290695 C  renard  7318MiB  98   0.0   1.7      17:55  python3 main.py  │");
+        assert_eq!(
+            (p.gpu.as_str(), p.name.as_str()),
+            ("2", "python3 main.py (renard)")
+        );
+        let p =
+            row("│   0 4051231 G     gdm 86.71MiB   0   0.0   0.0   94:19:37  /usr/lib/xorg/.. │");
+        assert_eq!(p.mem_bytes, Some(86.71 * 1048576.0));
+        // nvidia-smi's own row, a one-word name before the memory, is not nvitop's.
+        let p = row("|    0   N/A  N/A            5997      C   python                                  794MiB |");
+        assert_eq!(
+            (p.name.as_str(), p.mem_bytes),
+            ("python", Some(794.0 * 1048576.0))
+        );
+    }
+
+    #[test]
+    fn one_index_on_several_buses_is_several_gpus() {
+        let node = |bus: &str, used: u32, util: u32| {
+            format!(
+                "======================\nNode\n\nTue Jul 25 06:41:17 2023\n\
+                 | NVIDIA-SMI 515.86.01    Driver Version: 515.86.01    CUDA Version: 11.7     |\n\
+                 |   0  NVIDIA GeForce ...  Off  | 00000000:{bus}:00.0 Off |                  N/A |\n\
+                 | 77%   73C    P2   272W / 350W |  {used}MiB / 24576MiB |     {util}%      Default |\n"
+            )
+        };
+        let pasted = format!(
+            "{}{}{}",
+            node("1A", 3855, 70),
+            node("1B", 24211, 13),
+            node("1A", 3900, 72)
+        );
+        let (h, info, g) = samples(|b, v| read(b, None, v), &pasted);
+        assert_eq!(h.gpus.len(), 2, "{g:?}");
+        assert!(
+            info.notes.join(" ").contains("0 (bus 00000000:1B:00.0)"),
+            "{:?}",
+            info.notes
+        );
+        let util: Vec<_> = g.iter().map(|r| (r.index, r.util_pct)).collect();
+        assert!(
+            util.contains(&(0, Some(72.0))) && util.contains(&(1, Some(13.0))),
+            "{util:?}"
+        );
     }
 
     #[test]

@@ -367,10 +367,13 @@ fn low_stretches(
 /// phases, else the time with every earlier non-active stretch cut out.
 pub(crate) fn judged_time(phases: &[Phase], t_s: f64) -> Option<f64> {
     let mut cut = 0.0;
-    for p in phases {
+    for (i, p) in phases.iter().enumerate() {
         if p.kind == PhaseKind::Active {
-            // The last poll of a stretch sits on its end: both ends belong to it.
-            if t_s >= p.start_s && t_s <= p.end_s {
+            // The last poll of the log sits on the end of its last stretch: both ends belong to
+            // it. A stretch followed by another ends where the next one's first poll is: that
+            // poll (the idle one after a run ended, 0 MiB) is the next one's.
+            let next_starts_here = phases.get(i + 1).is_some_and(|n| n.start_s <= p.end_s);
+            if t_s >= p.start_s && (t_s < p.end_s || (t_s == p.end_s && !next_starts_here)) {
                 return Some(t_s - cut);
             }
         } else if t_s >= p.end_s {
@@ -514,6 +517,30 @@ mod tests {
     fn series(secs: f64, dt: f64, f: impl Fn(f64) -> f64) -> Vec<(f64, f64)> {
         let n = (secs / dt) as usize;
         (0..=n).map(|i| (i as f64 * dt, f(i as f64 * dt))).collect()
+    }
+
+    #[test]
+    fn the_poll_after_a_run_ended_is_not_judged_with_it() {
+        // One table a minute: start-up, three at 93-100 %, then the job gone for ten minutes.
+        let mut util = vec![0.0; 4];
+        util.extend([93.0, 93.0, 100.0]);
+        util.extend([0.0; 10]);
+        let s: Vec<(f64, f64)> = util
+            .iter()
+            .enumerate()
+            .map(|(i, u)| (60.0 * i as f64, *u))
+            .collect();
+        let phases = segment(&s, &[]);
+        let judged: Vec<f64> = s
+            .iter()
+            .filter(|p| judged_time(&phases, p.0).is_some())
+            .map(|p| p.1)
+            .collect();
+        assert_eq!(judged, [93.0, 93.0, 100.0], "{phases:?}");
+        // Without a tail after it, the last poll of the log is judged.
+        let run: Vec<(f64, f64)> = (0..12).map(|i| (60.0 * f64::from(i), 90.0)).collect();
+        let phases = segment(&run, &[]);
+        assert!(phases.is_empty() || judged_time(&phases, 660.0).is_some());
     }
 
     #[test]

@@ -49,6 +49,12 @@ const KNOWN_MISSES: &[(&str, &str)] = &[
          as one GPU (underused) instead of five, one of them at 91%",
     ),
     (
+        "gpustat__alifarahani1998-IO-Workload-Characterization__gpustat.txt",
+        "utilization 57-88% (mean 70%) in 18 one-minute samples, every one above 50%: under the \
+         80% gpufeed calls busy, so `unknown` (underused); a steady mid load sampled a minute \
+         apart is not yet told from an underused GPU",
+    ),
+    (
         "smi-query__grantwilkins-training_profile__power-trace_2gpu_2025-12-05-19-21-36.csv",
         "70% busy with a 2-3 s dip to 8% every 13.6 s (the script's periodic checkpoints): read \
          as input_bound; a log alone cannot tell a checkpoint stall from a data stall",
