@@ -467,6 +467,12 @@ impl Row {
             mem_mib: s.mem_used_bytes.map(|b| b as f64 / 1048576.0),
             power_w: s.power_w,
             temperature_c: s.temperature_c.map(f64::from),
+            name: self.name.as_deref().map(|n| {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                n.hash(&mut h);
+                h.finish()
+            }),
         }
     }
 
@@ -1384,6 +1390,41 @@ mod tests {
             .notes
             .join(" ")
             .contains("cannot be told apart without an index"));
+    }
+
+    #[test]
+    fn a_dgx_station_without_index_or_timestamps_reads_five_devices() {
+        // Four A100s and the DGX Display, 7 polls: the first A100 runs a kernel at 91% from the
+        // third poll, the other four rest at an equal 3 MiB.
+        let mut text = "name, utilization.gpu [%], utilization.memory [%], memory.total [MiB], \
+                        memory.used [MiB]\n"
+            .to_string();
+        for poll in 0..7 {
+            for place in 0..5 {
+                let (name, total) = if place == 3 {
+                    ("NVIDIA DGX Display", 4096)
+                } else {
+                    ("NVIDIA A100-SXM4-40GB", 40960)
+                };
+                let (util, mem) = match (poll, place) {
+                    (0, 3) => (0, 1),
+                    (0, _) => (0, 0),
+                    (1, 0) => (0, 15),
+                    (_, 0) => (91, 419),
+                    _ => (0, 3),
+                };
+                text += &format!("{name}, {util} %, 0 %, {total} MiB, {mem} MiB\n");
+            }
+        }
+        let (h, info, s) = read(&text, &CsvOptions::default()).unwrap();
+        assert_eq!(h.gpus.len(), 5, "{:?}", info.notes);
+        assert_eq!(h.gpus[3].name.as_deref(), Some("NVIDIA DGX Display"));
+        let busy: Vec<u32> = s
+            .iter()
+            .filter(|x| x.util_pct == Some(91.0))
+            .map(|x| x.index)
+            .collect();
+        assert_eq!(busy, [0; 5]);
     }
 
     #[test]

@@ -43,12 +43,6 @@ const KNOWN_MISSES: &[(&str, &str)] = &[
          tell the job's GPU from the others is not weighed",
     ),
     (
-        "smi-query__Resource-Aware-Data-systems-RAD-PMDLT__1.1.nvsm.txt",
-        "no index column and only 7 polls: the five devices of a poll (four A100s and the DGX \
-         Display) are told apart by memory, and four read an equal 3 MiB, so the rows are read \
-         as one GPU (underused) instead of five, one of them at 91%",
-    ),
-    (
         "smi-query__grantwilkins-training_profile__power-trace_2gpu_2025-12-05-19-21-36.csv",
         "70% busy with a 2-3 s dip to 8% every 13.6 s (the script's periodic checkpoints): read \
          as input_bound; a log alone cannot tell a checkpoint stall from a data stall",
