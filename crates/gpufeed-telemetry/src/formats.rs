@@ -30,6 +30,7 @@ pub enum Format {
     SmiQ,
     SmiQXml,
     ComputeApps,
+    WandbRun,
 }
 
 impl Format {
@@ -127,6 +128,12 @@ fn not_a_file(p: &Path) -> LogError {
 /// logs' (gpustat's commas and units, `-q`'s keys) first, nvidia-smi's table last (a table before
 /// another log says nothing of the log's format; a table alone is the log).
 pub const FORMATS: &[Spec] = &[
+    Spec {
+        format: Format::WandbRun,
+        about: "W&B run file (run-ID.wandb, binary): its system metrics",
+        holds: |h| h.text.as_bytes().starts_with(wandb::RUN_FILE_MAGIC),
+        read: interval_reader!(wandb::read_run),
+    },
     Spec {
         format: Format::Gpustat,
         about: "gpustat's text output, once or looped",

@@ -59,7 +59,9 @@ fn field_of(name: &str) -> Field {
         return Field::Other;
     }
     match f.term.metric {
-        Metric::Time => Field::Timestamp,
+        // Seconds since the logger started (`elapsed_sec`): a time of any origin is all the
+        // reader needs.
+        Metric::Time | Metric::RelativeS => Field::Timestamp,
         Metric::Gpu => Field::Index,
         Metric::Uuid => Field::Uuid,
         Metric::BusId => Field::BusId,
@@ -1425,6 +1427,26 @@ mod tests {
             .map(|x| x.index)
             .collect();
         assert_eq!(busy, [0; 5]);
+    }
+
+    #[test]
+    fn seconds_since_the_logger_started_are_the_time() {
+        // A training script's logger: nvidia-smi's values behind its own `elapsed_sec`, every
+        // 0.25 s; on a two-GPU box the second GPU's line ran into the quoted power field.
+        let mut text =
+            "elapsed_sec,gpu_util_pct,mem_used_mb,mem_total_mb,temp_c,power_w\n".to_string();
+        for k in 0..40 {
+            text += &format!(
+                "{:.2},{},2676,49140,32,\"76.18\n0\"\n",
+                0.08 + k as f64 * 0.25,
+                20 + k % 2
+            );
+        }
+        let (h, info, s) = read(&text, &CsvOptions::default()).unwrap();
+        assert_eq!(h.gpus.len(), 1);
+        assert!(!info.interval_unknown, "{:?}", info.notes);
+        assert!((s.last().unwrap().t_s - 9.75).abs() < 0.01);
+        assert_eq!(s[0].util_pct, Some(20.0));
     }
 
     #[test]

@@ -435,6 +435,9 @@ const SUFFIXES: &[(&str, &str)] = &[
     ("_mhz", "MHz"),
     ("_ms", "ms"),
     ("_us", "us"),
+    ("_seconds", "s"),
+    ("_secs", "s"),
+    ("_sec", "s"),
     ("_s", "s"),
     ("_pc", "%"),
 ];
