@@ -31,6 +31,7 @@ pub enum Format {
     SmiQXml,
     ComputeApps,
     WandbRun,
+    XpuSmi,
 }
 
 impl Format {
@@ -209,6 +210,22 @@ pub const FORMATS: &[Spec] = &[
         },
     },
     Spec {
+        format: Format::XpuSmi,
+        about: "Intel xpu-smi dump CSV (Timestamp, DeviceId, GPU Utilization (%), ...)",
+        holds: |h| h.text_log() && h.lines.iter().any(|l| is_xpu_dump_header(l)),
+        read: |src, o, v| match src {
+            Source::File(file) => {
+                let opts = CsvOptions {
+                    columns: o.columns.clone(),
+                    interval_s: o.interval_s,
+                };
+                let (h, info) = smi_csv::read_smi_csv(file, &opts, v)?;
+                Ok((h, info, BTreeMap::new()))
+            }
+            Source::Dir(p) => Err(not_a_file(p)),
+        },
+    },
+    Spec {
         format: Format::Csv,
         about: "Another tool's CSV: DCGM (EntityId,GRACT,…), W&B or MLflow export, Grafana, rocm-smi, amd-smi",
         holds: |h| h.text_log() && h.lines.iter().any(|l| csv_table::is_other_tools_header(l)),
@@ -279,6 +296,17 @@ pub fn read(
     visit: &mut dyn FnMut(&Reading),
 ) -> Result<Read, LogError> {
     (spec(format).read)(src, opts, visit)
+}
+
+/// `xpu-smi dump`'s header: its time and device columns, then its metrics' names with units
+/// (the columns are the same as an nvidia-smi query log's, under Intel's names, and the same
+/// reader reads them through the vocabulary).
+fn is_xpu_dump_header(l: &str) -> bool {
+    let mut f = l.split(',').map(str::trim);
+    f.next() == Some("Timestamp")
+        && f.next() == Some("DeviceId")
+        && f.next()
+            .is_some_and(|m| m.starts_with("GPU ") && m.ends_with(')'))
 }
 
 /// Prometheus's text format: a `# TYPE` or `# HELP` line, or mostly `name{labels} value` lines.
@@ -422,6 +450,13 @@ mod tests {
             Some(Format::SmiCsv)
         );
         assert_eq!(detect("0, 87 %, 1024 MiB\n"), Some(Format::SmiCsv));
+        assert_eq!(
+            detect(
+                "Timestamp, DeviceId, GPU Utilization (%), GPU Power (W)\n\
+                 21:54:35.000,    0, 6.47, 303.12\n"
+            ),
+            Some(Format::XpuSmi)
+        );
         assert_eq!(
             detect("# gpu    pwr  gtemp     sm\n# Idx      W      C      %\n    0  50 40 3\n"),
             Some(Format::SmiDmon)

@@ -421,6 +421,7 @@ const SUFFIXES: &[(&str, &str)] = &[
     ("_percent", "%"),
     ("_pct", "%"),
     ("_%", "%"),
+    ("_celsius_degree", "C"),
     ("_celsius", "C"),
     ("_deg_c", "C"),
     ("_c", "C"),
@@ -667,6 +668,9 @@ const SCRIPT_TERMS: &[Term] = &[
     t!("temperature_gpu", TemperatureC, 1.0, "C", Common), t!("gpu_temperature", TemperatureC, 1.0, "C", Common),
     t!("power_limit", PowerLimitW, 1.0, "W", Common),
     t!("clock_sm", SmClockMhz, 1.0, "MHz", Common), t!("sm_clocks", SmClockMhz, 1.0, "MHz", Common),
+    // Intel's xpu-smi dump (`Timestamp, DeviceId, GPU Utilization (%), GPU Frequency (MHz)`).
+    t!("deviceid", Gpu, 1.0, "", Common), t!("gpu_frequency", SmClockMhz, 1.0, "MHz", Common),
+    t!("gpu_core_temperature", TemperatureC, 1.0, "C", Common),
     // DCGM profiling fields under a script's own names (fractions, as DCGM gives them).
     t!("sm_active", SmActivePct, 100.0, "fraction", DcgmField),
     t!("gr_active", GrActivePct, 100.0, "fraction", DcgmField),

@@ -43,6 +43,12 @@ const KNOWN_MISSES: &[(&str, &str)] = &[
          tell the job's GPU from the others is not weighed",
     ),
     (
+        "xpu-smi__jkwack-JKBench_Tools__sample_xpu-smi.csv",
+        "a benchmark at 97% that stops for 1-2 s every 14.7 s (between its repetitions) and \
+         ramps up over 4 s: read as input_bound at 80% busy; as with a checkpoint stall, a log \
+         alone cannot tell a benchmark's host phase from a data stall",
+    ),
+    (
         "smi-query__grantwilkins-training_profile__power-trace_2gpu_2025-12-05-19-21-36.csv",
         "70% busy with a 2-3 s dip to 8% every 13.6 s (the script's periodic checkpoints): read \
          as input_bound; a log alone cannot tell a checkpoint stall from a data stall",
