@@ -9,7 +9,9 @@ use std::path::Path;
 use crate::dcgmi::{self, Flavour, ProfilingMeans};
 use crate::reading::{LogHeader, Reading};
 use crate::smi_csv::{self, CsvOptions};
-use crate::{csv_table, mlflow, prom, rocm_table, smi_q, smi_table, wandb, LogError, LogInfo};
+use crate::{
+    csv_table, mlflow, monitor_text, prom, rocm_table, smi_q, smi_table, wandb, LogError, LogInfo,
+};
 
 /// A telemetry format (snake case is its public name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
@@ -32,6 +34,7 @@ pub enum Format {
     ComputeApps,
     WandbRun,
     XpuSmi,
+    MonitorText,
 }
 
 impl Format {
@@ -264,6 +267,12 @@ pub const FORMATS: &[Spec] = &[
                 "an MLflow run is a folder: give its path".into(),
             )),
         },
+    },
+    Spec {
+        format: Format::MonitorText,
+        about: "A monitoring script's text log: `GPU Load: 45%` lines under time banners",
+        holds: |h| !h.json && monitor_text::holds(h.text),
+        read: interval_reader!(monitor_text::read),
     },
     Spec {
         format: Format::SmiTable,

@@ -671,6 +671,8 @@ const SCRIPT_TERMS: &[Term] = &[
     // Intel's xpu-smi dump (`Timestamp, DeviceId, GPU Utilization (%), GPU Frequency (MHz)`).
     t!("deviceid", Gpu, 1.0, "", Common), t!("gpu_frequency", SmClockMhz, 1.0, "MHz", Common),
     t!("gpu_core_temperature", TemperatureC, 1.0, "C", Common),
+    // A monitoring script's `GPU Load: 45%` and `GPU Memory: 812MB / 6144MB` (GPUtil's names).
+    t!("gpu_load", UtilPct, 1.0, "%", Common), t!("gpu_memory", MemUsedBytes, MIB, "MiB", Common),
     // DCGM profiling fields under a script's own names (fractions, as DCGM gives them).
     t!("sm_active", SmActivePct, 100.0, "fraction", DcgmField),
     t!("gr_active", GrActivePct, 100.0, "fraction", DcgmField),

@@ -190,7 +190,7 @@ pub(crate) fn other_command(head: &[u8], path: &Path) -> Option<String> {
 }
 
 /// What diagnose reads, for messages about a file it cannot.
-const FORMATS: &str = "gpufeed diagnose reads gpufeed recordings, nvidia-smi --query-gpu --format=csv logs, nvidia-smi's table, -q and -q -x reports (once or looped), gpustat (text, --json) and nvitop output, nvidia-smi --query-compute-apps CSVs, nvidia-smi dmon and dcgmi dmon output, DCGM, Grafana, W&B, MLflow, rocm-smi, amd-smi and xpu-smi CSVs, wandb-events.jsonl and W&B run files (.wandb), MLflow run folders and Prometheus scrapes or query results (PyTorch profiler traces: gpufeed analyze)";
+const FORMATS: &str = "gpufeed diagnose reads gpufeed recordings, nvidia-smi --query-gpu --format=csv logs, nvidia-smi's table, -q and -q -x reports (once or looped), gpustat (text, --json) and nvitop output, nvidia-smi --query-compute-apps CSVs, nvidia-smi dmon and dcgmi dmon output, DCGM, Grafana, W&B, MLflow, rocm-smi, amd-smi and xpu-smi CSVs, monitoring scripts' text logs (GPU Load: 45%), wandb-events.jsonl and W&B run files (.wandb), MLflow run folders and Prometheus scrapes or query results (PyTorch profiler traces: gpufeed analyze)";
 
 /// Reads `path` in `format` (detecting it for `Auto`) into evidence.
 pub fn read(
