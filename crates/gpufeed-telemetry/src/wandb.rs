@@ -524,6 +524,38 @@ mod tests {
     }
 
     #[test]
+    fn any_bytes_after_the_magic_never_panic() {
+        // Random chunks (random lengths and kinds) and random protobuf inside valid chunks.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..300 {
+            let mut f = b":W&B\xe1\xbe\x01".to_vec();
+            let n = (next() % 70_000) as usize;
+            if round % 2 == 0 {
+                f.extend((0..n).map(|_| next() as u8));
+            } else {
+                let mut records = Vec::new();
+                for _ in 0..(next() % 40) {
+                    let len = (next() % 300) as usize;
+                    let mut r: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+                    if next() % 2 == 0 {
+                        r.insert(0, 7 << 3 | 2);
+                    }
+                    records.push(r);
+                }
+                f = run_file(&records);
+                f.truncate(f.len().saturating_sub((next() % 50) as usize));
+            }
+            let _ = read_run(&f[..], None, |_| {});
+        }
+    }
+
+    #[test]
     fn events_without_a_gpu_are_refused_plainly() {
         let e = read_events(
             &b"{\"system.cpu\": 5, \"_timestamp\": 1}\n"[..],
