@@ -96,6 +96,26 @@ pub fn read_events(
     t.finish("W&B system metrics (wandb-events.jsonl)", interval_s, visit)
 }
 
+/// The telemetry file of a W&B run folder (`wandb/run-20240515_162424-n748obmj/`): its run file
+/// (`run-ID.wandb`), else the events file of older wandb (`wandb-events.jsonl`, in the folder or
+/// its `files/`).
+pub fn run_folder_file(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    let run = std::fs::read_dir(dir).ok()?.flatten().find_map(|e| {
+        let name = e.file_name();
+        let name = name.to_str()?;
+        (name.starts_with("run-") && name.ends_with(".wandb") && e.path().is_file())
+            .then(|| e.path())
+    });
+    run.or_else(|| {
+        [
+            dir.join("wandb-events.jsonl"),
+            dir.join("files").join("wandb-events.jsonl"),
+        ]
+        .into_iter()
+        .find(|p| p.is_file())
+    })
+}
+
 /// A W&B run file's magic: `:W&B`, then 0xBEE1 and the format version (1).
 pub const RUN_FILE_MAGIC: &[u8] = b":W&B";
 /// The run file is a LevelDB-style log: 32 KiB blocks of chunks, each with a 7-byte header
@@ -553,6 +573,19 @@ mod tests {
             }
             let _ = read_run(&f[..], None, |_| {});
         }
+    }
+
+    #[test]
+    fn a_run_folder_gives_its_run_file_else_its_events() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(run_folder_file(d.path()), None);
+        std::fs::create_dir(d.path().join("files")).unwrap();
+        let events = d.path().join("files").join("wandb-events.jsonl");
+        std::fs::write(&events, "{}\n").unwrap();
+        assert_eq!(run_folder_file(d.path()), Some(events));
+        let run = d.path().join("run-abc123.wandb");
+        std::fs::write(&run, RUN_FILE_MAGIC).unwrap();
+        assert_eq!(run_folder_file(d.path()), Some(run));
     }
 
     #[test]

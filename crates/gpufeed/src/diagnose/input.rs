@@ -210,6 +210,10 @@ pub(crate) fn read_with(
     extra: &mut dyn Sink,
 ) -> Result<ReadOutcome, DiagnoseError> {
     if path.is_dir() {
+        // A W&B run folder: its run file (or events file) is the log.
+        if let Some(file) = crate::import::wandb::run_folder_file(path) {
+            return read_with(&file, format, opts, extra);
+        }
         if let Some(dir) = crate::import::mlflow::system_dir(path) {
             let source = InputSource {
                 path: path.display().to_string(),
