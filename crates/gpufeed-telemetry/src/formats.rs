@@ -10,7 +10,8 @@ use crate::dcgmi::{self, Flavour, ProfilingMeans};
 use crate::reading::{LogHeader, Reading};
 use crate::smi_csv::{self, CsvOptions};
 use crate::{
-    csv_table, mlflow, prom, rocm_table, smi_q, smi_table, tegrastats, wandb, LogError, LogInfo,
+    csv_table, mlflow, monitor_text, prom, rocm_table, smi_q, smi_table, tegrastats, wandb,
+    LogError, LogInfo,
 };
 
 /// A telemetry format (snake case is its public name).
@@ -33,6 +34,9 @@ pub enum Format {
     SmiQXml,
     ComputeApps,
     Tegrastats,
+    WandbRun,
+    XpuSmi,
+    MonitorText,
 }
 
 impl Format {
@@ -131,6 +135,12 @@ fn not_a_file(p: &Path) -> LogError {
 /// another log says nothing of the log's format; a table alone is the log).
 pub const FORMATS: &[Spec] = &[
     Spec {
+        format: Format::WandbRun,
+        about: "W&B run file (run-ID.wandb, binary): its system metrics",
+        holds: |h| h.text.as_bytes().starts_with(wandb::RUN_FILE_MAGIC),
+        read: interval_reader!(wandb::read_run),
+    },
+    Spec {
         format: Format::Gpustat,
         about: "gpustat's text output, once or looped",
         holds: |h| smi_table::holds_gpustat(h.text),
@@ -211,6 +221,22 @@ pub const FORMATS: &[Spec] = &[
         },
     },
     Spec {
+        format: Format::XpuSmi,
+        about: "Intel xpu-smi dump CSV (Timestamp, DeviceId, GPU Utilization (%), ...)",
+        holds: |h| h.text_log() && h.lines.iter().any(|l| is_xpu_dump_header(l)),
+        read: |src, o, v| match src {
+            Source::File(file) => {
+                let opts = CsvOptions {
+                    columns: o.columns.clone(),
+                    interval_s: o.interval_s,
+                };
+                let (h, info) = smi_csv::read_smi_csv(file, &opts, v)?;
+                Ok((h, info, BTreeMap::new()))
+            }
+            Source::Dir(p) => Err(not_a_file(p)),
+        },
+    },
+    Spec {
         format: Format::Csv,
         about: "Another tool's CSV: DCGM (EntityId,GRACT,…), W&B or MLflow export, Grafana, rocm-smi, amd-smi",
         holds: |h| h.text_log() && h.lines.iter().any(|l| csv_table::is_other_tools_header(l)),
@@ -251,6 +277,12 @@ pub const FORMATS: &[Spec] = &[
         },
     },
     Spec {
+        format: Format::MonitorText,
+        about: "A monitoring script's text log: `GPU Load: 45%` lines under time banners",
+        holds: |h| !h.json && monitor_text::holds(h.text),
+        read: interval_reader!(monitor_text::read),
+    },
+    Spec {
         format: Format::SmiTable,
         about: "The plain nvidia-smi table (or nvitop -1), once or looped (watch, date banners)",
         holds: |h| !h.json && smi_table::holds_table(h.text),
@@ -281,6 +313,17 @@ pub fn read(
     visit: &mut dyn FnMut(&Reading),
 ) -> Result<Read, LogError> {
     (spec(format).read)(src, opts, visit)
+}
+
+/// `xpu-smi dump`'s header: its time and device columns, then its metrics' names with units
+/// (the columns are the same as an nvidia-smi query log's, under Intel's names, and the same
+/// reader reads them through the vocabulary).
+fn is_xpu_dump_header(l: &str) -> bool {
+    let mut f = l.split(',').map(str::trim);
+    f.next() == Some("Timestamp")
+        && f.next() == Some("DeviceId")
+        && f.next()
+            .is_some_and(|m| m.starts_with("GPU ") && m.ends_with(')'))
 }
 
 /// Prometheus's text format: a `# TYPE` or `# HELP` line, or mostly `name{labels} value` lines.
@@ -424,6 +467,13 @@ mod tests {
             Some(Format::SmiCsv)
         );
         assert_eq!(detect("0, 87 %, 1024 MiB\n"), Some(Format::SmiCsv));
+        assert_eq!(
+            detect(
+                "Timestamp, DeviceId, GPU Utilization (%), GPU Power (W)\n\
+                 21:54:35.000,    0, 6.47, 303.12\n"
+            ),
+            Some(Format::XpuSmi)
+        );
         assert_eq!(
             detect("# gpu    pwr  gtemp     sm\n# Idx      W      C      %\n    0  50 40 3\n"),
             Some(Format::SmiDmon)

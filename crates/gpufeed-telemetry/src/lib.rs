@@ -17,6 +17,7 @@ pub mod dcgmi;
 mod fast;
 pub mod formats;
 pub mod mlflow;
+pub mod monitor_text;
 pub mod prom;
 pub mod reading;
 pub mod rocm_table;

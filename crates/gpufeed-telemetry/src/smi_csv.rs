@@ -59,7 +59,9 @@ fn field_of(name: &str) -> Field {
         return Field::Other;
     }
     match f.term.metric {
-        Metric::Time => Field::Timestamp,
+        // Seconds since the logger started (`elapsed_sec`): a time of any origin is all the
+        // reader needs.
+        Metric::Time | Metric::RelativeS => Field::Timestamp,
         Metric::Gpu => Field::Index,
         Metric::Uuid => Field::Uuid,
         Metric::BusId => Field::BusId,
@@ -263,6 +265,9 @@ pub(crate) fn parse_time_value(v: &str, unit: Option<&str>) -> Result<Option<f64
         if let Some(t) = parse_timestamp(v)? {
             return Ok(Some(t));
         }
+        if let Some(t) = clean(v).and_then(time_of_day) {
+            return Ok(Some(t));
+        }
     }
     let x = plain.or_else(|| clean(v).and_then(|v| v.parse::<f64>().ok()));
     let Some(x) = x else {
@@ -277,6 +282,24 @@ pub(crate) fn parse_time_value(v: &str, unit: Option<&str>) -> Result<Option<f64
         super::epoch_seconds(x)
     }))
 }
+
+/// A time of day without a date (`21:54:35.000`, as xpu-smi dump writes it): seconds since
+/// midnight ([`Polls`] carries a log across midnight).
+fn time_of_day(v: &str) -> Option<f64> {
+    let mut parts = v.splitn(3, ':');
+    let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
+    let digits = |x: &str, n: usize| x.len() == n && x.bytes().all(|b| b.is_ascii_digit());
+    if !(digits(h, 2) || digits(h, 1)) || !digits(m, 2) || !s.get(..2).is_some_and(|x| digits(x, 2))
+    {
+        return None;
+    }
+    let (h, m): (u32, u32) = (h.parse().ok()?, m.parse().ok()?);
+    let s: f64 = s.parse().ok()?;
+    (h < 24 && m < 60 && (0.0..61.0).contains(&s)).then(|| f64::from(h * 3600 + m * 60) + s)
+}
+
+/// Seconds in a day: a time of day that falls back by more than half of one crossed midnight.
+const DAY_S: f64 = 86_400.0;
 
 fn split(line: &str) -> Vec<&str> {
     // A spreadsheet quotes every field ("timestamp","utilization.gpu [%]"): the quotes go.
@@ -472,6 +495,12 @@ impl Row {
             mem_mib: s.mem_used_bytes.map(|b| b as f64 / 1048576.0),
             power_w: s.power_w,
             temperature_c: s.temperature_c.map(f64::from),
+            name: self.name.as_deref().map(|n| {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                n.hash(&mut h);
+                h.finish()
+            }),
         }
     }
 
@@ -492,6 +521,10 @@ struct Polls {
     poll: u64,
     cursor: PollCursor,
     seen_in_poll: Vec<u32>,
+    /// Days added to times of day (a log without dates that ran past midnight), and the last
+    /// such time.
+    days_s: f64,
+    last_tod: Option<f64>,
 }
 
 impl Default for Polls {
@@ -504,6 +537,8 @@ impl Default for Polls {
             poll: 0,
             cursor: PollCursor::default(),
             seen_in_poll: Vec::new(),
+            days_s: 0.0,
+            last_tod: None,
         }
     }
 }
@@ -511,7 +546,16 @@ impl Default for Polls {
 impl Polls {
     /// The row's GPU index and time since the first row, in seconds.
     fn place(&mut self, row: &Row, interval_s: f64) -> (u32, f64) {
-        let ts = row.ts;
+        let mut ts = row.ts;
+        // Times under a day are times of day (or seconds since a logger started, which never
+        // fall back by hours): one that falls back by over half a day crossed midnight.
+        if let Some(t) = ts.filter(|&t| t < DAY_S) {
+            if self.last_tod.is_some_and(|last| t < last - DAY_S / 2.0) {
+                self.days_s += DAY_S;
+            }
+            self.last_tod = Some(t);
+            ts = Some(t + self.days_s);
+        }
         let idx = match (row.index, &row.id_key, &self.layout) {
             (Some(i), _, _) => i,
             (None, Some(k), _) => match self.ids.get(k) {
@@ -1414,6 +1458,95 @@ mod tests {
             .notes
             .join(" ")
             .contains("cannot be told apart without an index"));
+    }
+
+    #[test]
+    fn a_dgx_station_without_index_or_timestamps_reads_five_devices() {
+        // Four A100s and the DGX Display, 7 polls: the first A100 runs a kernel at 91% from the
+        // third poll, the other four rest at an equal 3 MiB.
+        let mut text = "name, utilization.gpu [%], utilization.memory [%], memory.total [MiB], \
+                        memory.used [MiB]\n"
+            .to_string();
+        for poll in 0..7 {
+            for place in 0..5 {
+                let (name, total) = if place == 3 {
+                    ("NVIDIA DGX Display", 4096)
+                } else {
+                    ("NVIDIA A100-SXM4-40GB", 40960)
+                };
+                let (util, mem) = match (poll, place) {
+                    (0, 3) => (0, 1),
+                    (0, _) => (0, 0),
+                    (1, 0) => (0, 15),
+                    (_, 0) => (91, 419),
+                    _ => (0, 3),
+                };
+                text += &format!("{name}, {util} %, 0 %, {total} MiB, {mem} MiB\n");
+            }
+        }
+        let (h, info, s) = read(&text, &CsvOptions::default()).unwrap();
+        assert_eq!(h.gpus.len(), 5, "{:?}", info.notes);
+        assert_eq!(h.gpus[3].name.as_deref(), Some("NVIDIA DGX Display"));
+        let busy: Vec<u32> = s
+            .iter()
+            .filter(|x| x.util_pct == Some(91.0))
+            .map(|x| x.index)
+            .collect();
+        assert_eq!(busy, [0; 5]);
+    }
+
+    #[test]
+    fn seconds_since_the_logger_started_are_the_time() {
+        // A training script's logger: nvidia-smi's values behind its own `elapsed_sec`, every
+        // 0.25 s; on a two-GPU box the second GPU's line ran into the quoted power field.
+        let mut text =
+            "elapsed_sec,gpu_util_pct,mem_used_mb,mem_total_mb,temp_c,power_w\n".to_string();
+        for k in 0..40 {
+            text += &format!(
+                "{:.2},{},2676,49140,32,\"76.18\n0\"\n",
+                0.08 + k as f64 * 0.25,
+                20 + k % 2
+            );
+        }
+        let (h, info, s) = read(&text, &CsvOptions::default()).unwrap();
+        assert_eq!(h.gpus.len(), 1);
+        assert!(!info.interval_unknown, "{:?}", info.notes);
+        assert!((s.last().unwrap().t_s - 9.75).abs() < 0.01);
+        assert_eq!(s[0].util_pct, Some(20.0));
+    }
+
+    #[test]
+    fn an_xpu_smi_dump_across_midnight() {
+        // Intel's xpu-smi dump: times of day only, a padded DeviceId, names with units.
+        let mut text = "Timestamp, DeviceId, GPU Utilization (%), GPU Power (W), GPU Frequency \
+                        (MHz), GPU Core Temperature (Celsius Degree), GPU Memory Used (MiB)\n"
+            .to_string();
+        for k in 0..20u32 {
+            let s = 86_390 + k;
+            for d in 0..2 {
+                text += &format!(
+                    "{:02}:{:02}:{:02}.000,    {d}, {}, 296.5, 1600.00, 41, 8160.0\n",
+                    (s / 3600) % 24,
+                    (s / 60) % 60,
+                    s % 60,
+                    if d == 0 { "97.10" } else { "N/A" }
+                );
+            }
+        }
+        let (h, info, s) = read(&text, &CsvOptions::default()).unwrap();
+        assert_eq!(h.gpus.len(), 2, "{:?}", info.notes);
+        assert!(!info.interval_unknown, "{:?}", info.notes);
+        let g0: Vec<&Reading> = s.iter().filter(|r| r.index == 0).collect();
+        assert_eq!(g0.len(), 20);
+        // 23:59:50 to 00:00:09: 19 s, not minus a day.
+        assert_eq!(g0.last().unwrap().t_s, 19.0);
+        assert_eq!(g0[0].util_pct, Some(97.1));
+        assert_eq!(g0[0].sm_clock_mhz, Some(1600));
+        assert_eq!(g0[0].temperature_c, Some(41));
+        assert_eq!(g0[0].mem_used_bytes, Some(8160 * 1048576));
+        assert_eq!(time_of_day("7:05:01"), Some(25501.0));
+        assert_eq!(time_of_day("24:00:00"), None);
+        assert_eq!(time_of_day("12:3é:00"), None);
     }
 
     #[test]

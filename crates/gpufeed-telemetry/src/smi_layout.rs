@@ -9,8 +9,11 @@
 //! upper of the two clusters the gaps form on a log scale; rows are grouped into polls by it, N is
 //! the modal poll size, and the count is checked against the values: memory.used (else power,
 //! temperature) of one position should stay alike from poll to poll and repeat with a period that
-//! divides N. Without timestamps, N is the period of that pattern alone. When neither tells, the
-//! reader refuses to guess and keeps one pooled series.
+//! divides N. Without timestamps, N is the period of that pattern alone, unless the `name` column
+//! repeats with a period of its own (a DGX Station's four A100s and its 'DGX Display', or a mixed
+//! box): nvidia-smi writes every poll in the same order, so that run of names is a poll, N is a
+//! multiple of it, and row k is GPU k mod N by its place in the poll, whatever its memory reads.
+//! When neither tells, the reader refuses to guess and keeps one pooled series.
 
 /// How rows map to GPUs.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,10 +39,15 @@ pub(crate) struct Probe {
     pub mem_mib: Option<f64>,
     pub power_w: Option<f64>,
     pub temperature_c: Option<f64>,
+    /// A hash of the GPU's name (the `name` column), when the log has one.
+    pub name: Option<u64>,
 }
 
 /// The most GPUs one log row set is read as (a node has at most a few dozen).
 pub(crate) const MAX_GPUS: u32 = 64;
+/// Share of row pairs one period apart whose names must match for the names to give the poll
+/// (a row lost mid-log breaks only the pairs across it).
+const NAMES_AGREE: f64 = 0.98;
 /// Two timestamps closer than this are the same instant (nvidia-smi writes milliseconds).
 const TS_EPS_S: f64 = 0.0015;
 /// Share of polls (or of row pairs) that must agree before a count is believed.
@@ -132,6 +140,27 @@ fn value_period(rows: &[Probe], key: Key, max_lag: usize) -> Option<(usize, f64,
         best_below = best_below.max(m);
     }
     None
+}
+
+/// The period the names repeat with, when it is over 1: the smallest lag up to `max_lag` at
+/// which the names of nearly every row pair agree, over at least two whole runs. `None` when
+/// the rows have no names or all name one model (nothing to tell places apart by).
+fn name_period(rows: &[Probe], max_lag: usize) -> Option<usize> {
+    let named = rows.iter().filter(|r| r.name.is_some()).count();
+    if named * 10 < rows.len() * 9 {
+        return None;
+    }
+    let lag = (1..=max_lag.min(rows.len() / 2)).find(|&lag| {
+        let (mut same, mut all) = (0u64, 0u64);
+        for w in 0..rows.len() - lag {
+            if let (Some(a), Some(b)) = (rows[w].name, rows[w + lag].name) {
+                all += 1;
+                same += u64::from(a == b);
+            }
+        }
+        all > 0 && same as f64 >= NAMES_AGREE * all as f64
+    })?;
+    (lag > 1).then_some(lag)
 }
 
 /// Follows a [`Layout::Bursts`] log row by row: which poll each row is in and its place there.
@@ -530,11 +559,14 @@ fn one_gpu_note(how: &str) -> String {
 
 /// N from the period the values repeat with, for rows without timestamps.
 fn cycle(rows: &[Probe]) -> Result<(Layout, String), String> {
+    let max_lag = (rows.len() / 3).min(MAX_GPUS as usize);
+    if let Some(p) = name_period(rows, max_lag) {
+        return Ok(by_names(rows, p, max_lag));
+    }
     let Some(key) = Key::of(rows) else {
         return Err("no timestamps, and no memory, power or temperature to tell rows apart".into());
     };
     let what = key.name();
-    let max_lag = (rows.len() / 3).min(MAX_GPUS as usize);
     let Some((lag, m, best_below)) = value_period(rows, key, max_lag) else {
         return Err(format!(
             "no timestamps, and {what} repeats with no clear period over {} rows",
@@ -558,6 +590,30 @@ fn cycle(rows: &[Probe]) -> Result<(Layout, String), String> {
         )
     };
     Ok((Layout::Cycle { n: lag as u32 }, note))
+}
+
+/// The layout of rows without timestamps whose names repeat every `p` rows: a poll holds a
+/// multiple of `p` GPUs, `p` unless the values repeat with a longer multiple of it (two A100s
+/// and two V100s polled A, V, A, V).
+fn by_names(rows: &[Probe], p: usize, max_lag: usize) -> (Layout, String) {
+    let longer = Key::of(rows)
+        .and_then(|key| value_period(rows, key, max_lag).map(|v| (key, v)))
+        .filter(|&(_, (q, _, _))| q > p && q % p == 0);
+    let note = match longer {
+        Some((key, (q, m, _))) => format!(
+            "This log has no index or timestamp column: the GPU names repeat every {p} rows and \
+             {} every {q} (alike in {:.0}% of rows), so a poll holds {q} GPUs; row k is GPU k \
+             mod {q}.",
+            key.name(),
+            m * 100.0
+        ),
+        None => format!(
+            "This log has no index or timestamp column: the GPU names repeat every {p} rows, so \
+             a poll holds {p} GPUs, told apart by their place in it; row k is GPU k mod {p}."
+        ),
+    };
+    let n = longer.map_or(p, |(_, (q, _, _))| q);
+    (Layout::Cycle { n: n as u32 }, note)
 }
 
 fn mode(v: &[u32]) -> (u32, usize) {
@@ -757,6 +813,50 @@ mod tests {
         // Nothing to tell rows apart by.
         let rows = vec![Probe::default(); 20];
         assert_eq!(detect(&rows).0, Layout::Pooled);
+    }
+
+    /// The rows of a DGX Station A100 polled 7 times without timestamps or index (four A100s and
+    /// the 'DGX Display' fourth in each poll): one A100 runs a kernel from the third poll, the
+    /// others hold an equal 3 MiB, so memory alone repeats with no clear period.
+    fn dgx_station_rows() -> Vec<Probe> {
+        let mut rows = Vec::new();
+        for poll in 0..7 {
+            for place in 0..5u32 {
+                let mem = match (poll, place) {
+                    (0, 3) => 1.0,
+                    (0, _) => 0.0,
+                    (1, 0) => 15.0,
+                    (_, 0) => 419.0,
+                    _ => 3.0,
+                };
+                rows.push(Probe {
+                    mem_mib: Some(mem),
+                    name: Some(if place == 3 { 2 } else { 1 }),
+                    ..Default::default()
+                });
+            }
+        }
+        rows
+    }
+
+    #[test]
+    fn the_repeating_run_of_names_is_a_poll() {
+        let (l, note) = detect(&dgx_station_rows());
+        assert_eq!(l, Layout::Cycle { n: 5 }, "{note}");
+        assert!(note.contains("names repeat every 5 rows"), "{note}");
+        // One model everywhere: names say nothing, memory decides as before.
+        let mut rows: Vec<Probe> = dgx_station_rows();
+        rows.iter_mut().for_each(|r| r.name = Some(1));
+        assert_ne!(detect(&rows).0, Layout::Cycle { n: 5 });
+        // Names A, B, A, B on four GPUs whose memory repeats every 4: a poll of 4.
+        let rows: Vec<Probe> = (0..80)
+            .map(|k| Probe {
+                mem_mib: Some([20000.0, 4.0, 9000.0, 4.0][k % 4]),
+                name: Some((k % 2) as u64),
+                ..Default::default()
+            })
+            .collect();
+        assert_eq!(detect(&rows).0, Layout::Cycle { n: 4 });
     }
 
     /// Rows of a jittered log: `n` GPUs polled every 100 ms, `busy` at 30 GB, the rest idle.

@@ -421,6 +421,7 @@ const SUFFIXES: &[(&str, &str)] = &[
     ("_percent", "%"),
     ("_pct", "%"),
     ("_%", "%"),
+    ("_celsius_degree", "C"),
     ("_celsius", "C"),
     ("_deg_c", "C"),
     ("_c", "C"),
@@ -435,6 +436,9 @@ const SUFFIXES: &[(&str, &str)] = &[
     ("_mhz", "MHz"),
     ("_ms", "ms"),
     ("_us", "us"),
+    ("_seconds", "s"),
+    ("_secs", "s"),
+    ("_sec", "s"),
     ("_s", "s"),
     ("_pc", "%"),
 ];
@@ -664,6 +668,11 @@ const SCRIPT_TERMS: &[Term] = &[
     t!("temperature_gpu", TemperatureC, 1.0, "C", Common), t!("gpu_temperature", TemperatureC, 1.0, "C", Common),
     t!("power_limit", PowerLimitW, 1.0, "W", Common),
     t!("clock_sm", SmClockMhz, 1.0, "MHz", Common), t!("sm_clocks", SmClockMhz, 1.0, "MHz", Common),
+    // Intel's xpu-smi dump (`Timestamp, DeviceId, GPU Utilization (%), GPU Frequency (MHz)`).
+    t!("deviceid", Gpu, 1.0, "", Common), t!("gpu_frequency", SmClockMhz, 1.0, "MHz", Common),
+    t!("gpu_core_temperature", TemperatureC, 1.0, "C", Common),
+    // A monitoring script's `GPU Load: 45%` and `GPU Memory: 812MB / 6144MB` (GPUtil's names).
+    t!("gpu_load", UtilPct, 1.0, "%", Common), t!("gpu_memory", MemUsedBytes, MIB, "MiB", Common),
     // DCGM profiling fields under a script's own names (fractions, as DCGM gives them).
     t!("sm_active", SmActivePct, 100.0, "fraction", DcgmField),
     t!("gr_active", GrActivePct, 100.0, "fraction", DcgmField),

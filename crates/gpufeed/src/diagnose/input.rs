@@ -191,7 +191,7 @@ pub(crate) fn other_command(head: &[u8], path: &Path) -> Option<String> {
 }
 
 /// What diagnose reads, for messages about a file it cannot.
-const FORMATS: &str = "gpufeed diagnose reads gpufeed recordings, nvidia-smi --query-gpu --format=csv logs, nvidia-smi's table, -q and -q -x reports (once or looped), gpustat (text, --json) and nvitop output, nvidia-smi --query-compute-apps CSVs, nvidia-smi dmon and dcgmi dmon output, DCGM, Grafana, W&B, MLflow, rocm-smi and amd-smi CSVs, wandb-events.jsonl, MLflow run folders and Prometheus scrapes or query results (PyTorch profiler traces: gpufeed analyze)";
+const FORMATS: &str = "gpufeed diagnose reads gpufeed recordings, nvidia-smi --query-gpu --format=csv logs, nvidia-smi's table, -q and -q -x reports (once or looped), gpustat (text, --json) and nvitop output, nvidia-smi --query-compute-apps CSVs, nvidia-smi dmon and dcgmi dmon output, DCGM, Grafana, W&B, MLflow, rocm-smi, amd-smi and xpu-smi CSVs, monitoring scripts' text logs (GPU Load: 45%), wandb-events.jsonl and W&B run files (.wandb), MLflow run folders and Prometheus scrapes or query results (PyTorch profiler traces: gpufeed analyze)";
 
 /// Reads `path` in `format` (detecting it for `Auto`) into evidence.
 pub fn read(
@@ -211,6 +211,10 @@ pub(crate) fn read_with(
     extra: &mut dyn Sink,
 ) -> Result<ReadOutcome, DiagnoseError> {
     if path.is_dir() {
+        // A W&B run folder: its run file (or events file) is the log.
+        if let Some(file) = crate::import::wandb::run_folder_file(path) {
+            return read_with(&file, format, opts, extra);
+        }
         if let Some(dir) = crate::import::mlflow::system_dir(path) {
             let source = InputSource {
                 path: path.display().to_string(),
@@ -300,11 +304,9 @@ fn check_head(path: &Path, head: &[u8]) -> Result<(), DiagnoseError> {
             ),
         });
     }
-    if head.starts_with(b":W&B") || path.extension().is_some_and(|e| e == "wandb") {
-        return Err(DiagnoseError::Bad {
-            path: path.to_path_buf(),
-            detail: crate::import::wandb::binary_run_file_message(&path.display().to_string()),
-        });
+    // A W&B run file is binary and read as such (its system metrics).
+    if head.starts_with(crate::import::wandb::RUN_FILE_MAGIC) {
+        return Ok(());
     }
     if let Some(detail) = other_command(head, path) {
         return Err(DiagnoseError::Bad {

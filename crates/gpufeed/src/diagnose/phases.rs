@@ -202,8 +202,13 @@ pub(crate) fn segment(series: &[(f64, f64)], released: &[bool]) -> Vec<Phase> {
         .max(1e-3);
     let t0 = series[0].0;
     let t_end = series[series.len() - 1].0;
+    // The first busy poll that the next one confirms: a lone reading over the line as the logger
+    // starts (xpu-smi's first reading of a benchmark was 6 %, then 0 % for 10 s) is no start.
+    let busy_at = |i: usize| series.get(i).is_some_and(|p| p.1 >= IDLE_PCT);
     let (Some(first), Some(last)) = (
-        series.iter().position(|p| p.1 >= IDLE_PCT),
+        (0..series.len())
+            .find(|&i| busy_at(i) && busy_at(i + 1))
+            .or_else(|| series.iter().position(|p| p.1 >= IDLE_PCT)),
         series.iter().rposition(|p| p.1 >= IDLE_PCT),
     ) else {
         return Vec::new();
@@ -582,6 +587,24 @@ mod tests {
             segment(&series(3600.0, 1.0, |_| 0.0), &[]).is_empty(),
             "never busy"
         );
+    }
+
+    #[test]
+    fn a_lone_reading_over_the_line_does_not_start_the_job() {
+        // xpu-smi's log of a benchmark: 6 % on its first reading, 0 % for 10 s, then the job
+        // at 97 % for 70 s, polled every second.
+        let f = |t: f64| match t {
+            t if t < 1.0 => 6.0,
+            t if t < 11.0 => 0.0,
+            _ => 97.0,
+        };
+        let p = segment(&series(81.0, 1.0, f), &[]);
+        assert_eq!(
+            p.first().map(|p| p.kind),
+            Some(PhaseKind::StartUp),
+            "{p:#?}"
+        );
+        assert_eq!(p[0].end_s, 11.0);
     }
 
     #[test]

@@ -43,10 +43,16 @@ const KNOWN_MISSES: &[(&str, &str)] = &[
          tell the job's GPU from the others is not weighed",
     ),
     (
-        "smi-query__Resource-Aware-Data-systems-RAD-PMDLT__1.1.nvsm.txt",
-        "no index column and only 7 polls: the five devices of a poll (four A100s and the DGX \
-         Display) are told apart by memory, and four read an equal 3 MiB, so the rows are read \
-         as one GPU (underused) instead of five, one of them at 91%",
+        "wandb-run__AbrahamWG-bridge-rna__run-nn061kou.wandb",
+        "two GPUs at a steady 70% in W&B's 15 s averages, GPU 1 falling to 40-50% in the last \
+         fifth as GPU 0 reaches 100%: read as input_bound (GPU 1 starving), where the averages \
+         support no cause",
+    ),
+    (
+        "xpu-smi__jkwack-JKBench_Tools__sample_xpu-smi.csv",
+        "a benchmark at 97% that stops for 1-2 s every 14.7 s (between its repetitions) and \
+         ramps up over 4 s: read as input_bound at 80% busy; as with a checkpoint stall, a log \
+         alone cannot tell a benchmark's host phase from a data stall",
     ),
     (
         "gpustat__alifarahani1998-IO-Workload-Characterization__gpustat.txt",
