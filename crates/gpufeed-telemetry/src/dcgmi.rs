@@ -295,6 +295,8 @@ pub fn read_dmon(
     let mut pending_bad = false;
     let mut busy: Option<Metric> = None;
     let mut pmon = Pmon::default();
+    // Rows read, and those with a dash in every value column (dmon had nothing to report).
+    let (mut rows_seen, mut dashes_only) = (0u64, 0u64);
     super::each_line(r, |line| {
         let LogLine::Text(buf) = line else {
             any = true;
@@ -357,6 +359,8 @@ pub fn read_dmon(
             }
             return Ok(());
         }
+        rows_seen += 1;
+        dashes_only += u64::from(all_dashes(c, vals));
         let row = Row::parse(c, vals, idx);
         let Some(index) = row.index.filter(|_| !row.impossible_time) else {
             pending_bad = complete;
@@ -378,8 +382,30 @@ pub fn read_dmon(
     }
     refuse_empty(&info, any, acc.with_values, flavour)?;
     info.notes.extend(read_notes(acc.over_cap, busy));
+    info.notes
+        .extend(dashes_note(cols.as_deref(), dashes_only, rows_seen));
     let (statics, means) = acc.finish();
     Ok((log_header(statics, interval), info, means))
+}
+
+/// A row with a dash in every value column: dmon had nothing to report.
+fn all_dashes(c: &[Col], vals: &[&str]) -> bool {
+    let mut values = c
+        .iter()
+        .zip(vals)
+        .filter(|(c, _)| matches!(c, Col::Value(..)));
+    values.clone().next().is_some() && values.all(|(_, v)| *v == "-")
+}
+
+/// Says how many rows held only dashes (not in pmon, where a dash means no process).
+fn dashes_note(c: Option<&[Col]>, dashes_only: u64, rows: u64) -> Option<String> {
+    (dashes_only > 0 && !c.is_some_and(|c| c.contains(&Col::Pid))).then(|| {
+        format!(
+            "{dashes_only} of {rows} rows held a dash in every column (nothing measured: the GPU \
+             was not reporting); they are no readings, and the figures rest on the other {}.",
+            rows - dashes_only
+        )
+    })
 }
 
 /// The busy measure a header's columns give: SM active, else graphics engine active, else
@@ -525,6 +551,23 @@ mod tests {
         let mut out = Vec::new();
         let (h, i, p) = read_dmon(text.as_bytes(), f, None, |l| out.push(l.clone()))?;
         Ok((h, i, p, out))
+    }
+
+    #[test]
+    fn rows_of_dashes_are_no_readings_and_are_said() {
+        let mut t = String::from("# gpu     sm    mem\n# Idx      %      %\n    0     12      3\n");
+        for _ in 0..4 {
+            t.push_str("    0      -      -\n");
+        }
+        let (_, info, _, rows) = read(&t, Flavour::SmiDmon).unwrap();
+        assert_eq!(rows.iter().filter(|r| r.util_pct.is_some()).count(), 1);
+        assert!(
+            info.notes
+                .iter()
+                .any(|n| n.starts_with("4 of 5 rows held a dash")),
+            "{:?}",
+            info.notes
+        );
     }
 
     #[test]

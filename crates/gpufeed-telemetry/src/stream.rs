@@ -6,6 +6,8 @@
 
 use std::io::{self, Cursor, Read, Seek};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// How many decoded bytes decide a format.
 pub const HEAD_BYTES: usize = 8192;
@@ -42,6 +44,68 @@ pub struct Input {
     rest: Box<dyn Read + Send>,
     /// A regular file can be opened again for a second pass; a pipe cannot.
     reopenable: Option<PathBuf>,
+    /// The raw input has ended (set by its reader).
+    raw_ended: Arc<AtomicBool>,
+    /// The compressed stream stopped short at the end of the raw input (a cut file): what it
+    /// held up to there was read.
+    cut: Arc<AtomicBool>,
+}
+
+/// Notes when its reader has ended.
+struct EndFlag<R> {
+    inner: R,
+    ended: Arc<AtomicBool>,
+}
+
+impl<R: Read> Read for EndFlag<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n == 0 && !buf.is_empty() {
+            self.ended.store(true, Ordering::Relaxed);
+        }
+        Ok(n)
+    }
+}
+
+/// A decoder whose error at the very end of the raw input, after it gave some text, is the
+/// end of a cut file (a log copied while it was written, `head -c`): the text before the cut
+/// is read, and `cut` says so. An error anywhere else is an error.
+struct CutAtEnd<R> {
+    inner: R,
+    raw_ended: Arc<AtomicBool>,
+    cut: Arc<AtomicBool>,
+    gave: bool,
+}
+
+impl<R> CutAtEnd<R> {
+    fn new(inner: R, raw_ended: &Arc<AtomicBool>, cut: &Arc<AtomicBool>) -> Self {
+        CutAtEnd {
+            inner,
+            raw_ended: raw_ended.clone(),
+            cut: cut.clone(),
+            gave: false,
+        }
+    }
+}
+
+impl<R: Read> Read for CutAtEnd<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.inner.read(buf) {
+            Ok(n) => {
+                self.gave |= n > 0;
+                Ok(n)
+            }
+            Err(e)
+                if e.kind() != io::ErrorKind::Interrupted
+                    && self.gave
+                    && self.raw_ended.load(Ordering::Relaxed) =>
+            {
+                self.cut.store(true, Ordering::Relaxed);
+                Ok(0)
+            }
+            Err(e) => Err(e),
+        }
+    }
 }
 
 /// Is `path` the standard input?
@@ -80,7 +144,7 @@ impl Input {
             let f = std::fs::File::open(path)?;
             let meta = f.metadata()?;
             if meta.is_dir() {
-                return Err(io::Error::other("it is a directory"));
+                return Err(io::Error::other("it is a directory, and no W&B or MLflow run folder (give a log file, a `wandb/run-…` folder or an MLflow run folder)"));
             }
             let again = meta.is_file().then(|| path.to_path_buf());
             (Box::new(f), again)
@@ -93,6 +157,12 @@ impl Input {
         raw: Box<dyn Read + Send>,
         reopenable: Option<PathBuf>,
     ) -> io::Result<Input> {
+        let raw_ended = Arc::new(AtomicBool::new(false));
+        let cut = Arc::new(AtomicBool::new(false));
+        let raw: Box<dyn Read + Send> = Box::new(EndFlag {
+            inner: raw,
+            ended: raw_ended.clone(),
+        });
         let mut keep = Keep {
             inner: raw,
             kept: Vec::new(),
@@ -116,11 +186,16 @@ impl Input {
             let head = match compression {
                 Compression::None => read_up_to(&mut tee, HEAD_BYTES * 2 + 4),
                 Compression::Gzip => read_up_to(
-                    &mut flate2::read::MultiGzDecoder::new(&mut tee),
+                    &mut CutAtEnd::new(
+                        flate2::read::MultiGzDecoder::new(&mut tee),
+                        &raw_ended,
+                        &cut,
+                    ),
                     HEAD_BYTES * 2 + 4,
                 ),
-                Compression::Zstd => zstd::stream::read::Decoder::new(&mut tee)
-                    .and_then(|mut d| read_up_to(&mut d, HEAD_BYTES * 2 + 4)),
+                Compression::Zstd => zstd::stream::read::Decoder::new(&mut tee).and_then(|d| {
+                    read_up_to(&mut CutAtEnd::new(d, &raw_ended, &cut), HEAD_BYTES * 2 + 4)
+                }),
             };
             let kept = std::mem::take(&mut tee.kept);
             (head, kept)
@@ -159,7 +234,15 @@ impl Input {
             raw_prefix,
             rest: keep.inner,
             reopenable,
+            raw_ended,
+            cut,
         })
+    }
+
+    /// Set once the compressed stream is found to stop short at the end of the input (read
+    /// up to the cut): look after reading.
+    pub fn cut_flag(&self) -> Arc<AtomicBool> {
+        self.cut.clone()
     }
 
     /// The raw bytes from the start, undecoded (a zstd recording's own reader decodes it).
@@ -171,11 +254,20 @@ impl Input {
     /// UTF-16 turned into UTF-8.
     pub fn text(self) -> io::Result<Box<dyn Read + Send>> {
         let (encoding, compression) = (self.encoding, self.compression);
+        let (raw_ended, cut) = (self.raw_ended.clone(), self.cut.clone());
+        let tolerant = |inner: Box<dyn Read + Send>| -> Box<dyn Read + Send> {
+            Box::new(CutAtEnd {
+                inner,
+                raw_ended,
+                cut,
+                gave: false,
+            })
+        };
         let raw = self.raw();
         let mut decoded: Box<dyn Read + Send> = match compression {
             Compression::None => raw,
-            Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(raw)),
-            Compression::Zstd => Box::new(zstd::stream::read::Decoder::new(raw)?),
+            Compression::Gzip => tolerant(Box::new(flate2::read::MultiGzDecoder::new(raw))),
+            Compression::Zstd => tolerant(Box::new(zstd::stream::read::Decoder::new(raw)?)),
         };
         Ok(match encoding {
             Encoding::Utf8 => decoded,
@@ -429,6 +521,42 @@ mod tests {
             p.pass().unwrap().read_to_string(&mut s).unwrap();
             assert_eq!(s, CSV);
         }
+    }
+
+    #[test]
+    fn a_cut_gzip_is_read_up_to_the_cut() {
+        let mut text = String::new();
+        for i in 0..20_000 {
+            text.push_str(&format!(
+                "2026/12/05 10:{:02}:{:02}.000, 0, {} %\n",
+                i / 60 % 60,
+                i % 60,
+                i % 100
+            ));
+        }
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        std::io::Write::write_all(&mut gz, text.as_bytes()).unwrap();
+        let whole = gz.finish().unwrap();
+        let cut_at = whole.len() / 2;
+        let input =
+            Input::from_reader(Box::new(Cursor::new(whole[..cut_at].to_vec())), None).unwrap();
+        let cut = input.cut_flag();
+        let mut got = String::new();
+        input.text().unwrap().read_to_string(&mut got).unwrap();
+        assert!(cut.load(Ordering::Relaxed));
+        assert!(
+            got.len() > text.len() / 4 && got.len() < text.len(),
+            "{}",
+            got.len()
+        );
+        assert!(text.starts_with(&got));
+        // The whole stream is no cut.
+        let input = Input::from_reader(Box::new(Cursor::new(whole)), None).unwrap();
+        let cut = input.cut_flag();
+        let mut got = String::new();
+        input.text().unwrap().read_to_string(&mut got).unwrap();
+        assert_eq!(got, text);
+        assert!(!cut.load(Ordering::Relaxed));
     }
 
     #[test]

@@ -191,7 +191,7 @@ pub(crate) fn other_command(head: &[u8], path: &Path) -> Option<String> {
 }
 
 /// What diagnose reads, for messages about a file it cannot.
-const FORMATS: &str = "gpufeed diagnose reads gpufeed recordings, nvidia-smi --query-gpu --format=csv logs, nvidia-smi's table, -q and -q -x reports (once or looped), gpustat (text, --json) and nvitop output, nvidia-smi --query-compute-apps CSVs, nvidia-smi dmon and dcgmi dmon output, DCGM, Grafana, W&B, MLflow, rocm-smi, amd-smi and xpu-smi CSVs, monitoring scripts' text logs (GPU Load: 45%), wandb-events.jsonl and W&B run files (.wandb), MLflow run folders and Prometheus scrapes or query results (PyTorch profiler traces: gpufeed analyze)";
+pub(crate) const FORMATS: &str = "gpufeed diagnose reads gpufeed recordings, nvidia-smi --query-gpu --format=csv logs, nvidia-smi's table, -q and -q -x reports (once or looped), gpustat (text, --json) and nvitop output, nvidia-smi --query-compute-apps CSVs, nvidia-smi dmon and dcgmi dmon output, DCGM, Grafana, W&B, MLflow, rocm-smi, amd-smi and xpu-smi CSVs, monitoring scripts' text logs (GPU Load: 45%), Jetson tegrastats logs, wandb-events.jsonl and W&B run files (.wandb), MLflow run folders and Prometheus scrapes or query results (PyTorch profiler traces: gpufeed analyze)";
 
 /// Reads `path` in `format` (detecting it for `Auto`) into evidence.
 pub fn read(
@@ -282,9 +282,17 @@ pub(crate) fn read_with(
         return read_recording(path, file, source, extra);
     };
     let decoded = input.how_decoded();
+    let cut = input.cut_flag();
     let mut passes = input.into_passes().map_err(open_err)?;
     let mut read = read_log_evidence(path, format, opts, source, Some(&mut passes), Look::Auto)?;
     read.log_notes.extend(decoded);
+    if cut.load(std::sync::atomic::Ordering::Relaxed) {
+        read.log_notes.push(
+            "The compressed file stops short (cut while it was written or copied): it was read \
+             up to the cut."
+                .into(),
+        );
+    }
     Ok(read)
 }
 

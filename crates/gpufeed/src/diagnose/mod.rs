@@ -105,7 +105,7 @@ pub enum DiagnoseError {
     Open { path: PathBuf, reason: String },
     #[error("{path} is empty: nothing to diagnose")]
     Empty { path: PathBuf },
-    #[error("{path}: unrecognized format (expected a gpufeed recording, an nvidia-smi --format=csv log, nvidia-smi/dcgmi dmon output, a DCGM, Grafana, W&B, MLflow or rocm-smi CSV, wandb-events.jsonl, a Prometheus scrape or query result, or an MLflow run folder); force one with --input-format, or name a CSV's columns with --columns NAME=utilization.gpu")]
+    #[error("{path}: unrecognized format ({}); force one with --input-format, or name a CSV's columns with --columns NAME=utilization.gpu", input::FORMATS)]
     UnknownFormat { path: PathBuf },
     #[error("{path}: {detail}")]
     Bad { path: PathBuf, detail: String },
@@ -201,6 +201,33 @@ pub(crate) fn build_report(read: input::ReadOutcome) -> DiagnoseReport {
             ..verdict
         };
     }
+    let judged = judged_readings(&e);
+    if judged.is_some_and(|n| too_few(n, e.duration_s)) && !is_one_snapshot(&e, read.total_s) {
+        // A handful of readings is no run either: two polls at 100% after a start-up left out
+        // got `compute_bound` at 0.95, one reading among empty rows `idle` at 0.9.
+        findings.clear();
+        verdict = if verdict.id == VerdictId::Idle && !held {
+            Verdict {
+                confidence: verdict.confidence.min(0.3),
+                ..verdict
+            }
+        } else {
+            Verdict {
+                id: VerdictId::Unknown,
+                confidence: 0.2,
+                summary: format!(
+                    "Too few readings to judge: {} in the judged part of the log, over {} (at \
+                     least 3 over half a minute, or 5, are needed); log the run for longer, or \
+                     record it (`gpufeed run -- <your command>`).",
+                    judged.unwrap_or(0),
+                    crate::units::duration(e.duration_s)
+                ),
+                finding: None,
+                candidates: Vec::new(),
+                ..verdict
+            }
+        };
+    }
     for j in &verdict.gpus {
         if let Some(g) = e.gpus.iter_mut().find(|g| g.index == j.index) {
             g.verdict = Some(rules::gpus::gpu_verdict(g, j.state));
@@ -225,6 +252,20 @@ pub(crate) fn build_report(read: input::ReadOutcome) -> DiagnoseReport {
         notes,
         phases: read.phases,
     }
+}
+
+/// Too few readings for a verdict: under 3, or under 5 within half a minute (two polls at 100%
+/// after a start-up; three one-minute tables at 95% are a run).
+fn too_few(readings: u64, judged_s: f64) -> bool {
+    readings < 3 || (readings < 5 && judged_s < 30.0)
+}
+
+/// The most utilization readings any GPU of a log has in its judged part (`None` for a
+/// recording, and for a log without GPUs).
+fn judged_readings(e: &Evidence) -> Option<u64> {
+    (e.origin == Origin::GpuLog)
+        .then(|| e.gpus.iter().map(|g| g.util_samples).max())
+        .flatten()
 }
 
 /// A log holding one reading of each GPU and no time between them.
@@ -396,14 +437,16 @@ pub fn notes(e: &Evidence, source: &InputSource, v: &Verdict) -> Vec<String> {
     out.extend(stack_notes(e));
     if e.origin == Origin::GpuLog {
         out.push(
-            "This log has no host or process data: the kind of input bottleneck (workers, CPU, \
-             I/O) cannot be told. Record with `gpufeed run -- <command>` for the full diagnosis."
+            "gpufeed reads no host or process data from a log: the kind of input bottleneck \
+             (workers, CPU, I/O) cannot be told. Record with `gpufeed run -- <command>` for the \
+             full diagnosis."
                 .into(),
         );
     } else if e.host.samples == 0 && e.job.samples == 0 {
         out.push("No host or process samples were recorded.".into());
     }
-    if let Some(n) = sampling_note(e) {
+    let jetson = source.format == InputFormat::Log(crate::import::formats::Format::Tegrastats);
+    if let Some(n) = sampling_note(e, jetson) {
         out.push(n);
     }
     if source.truncated {
@@ -418,10 +461,10 @@ pub fn notes(e: &Evidence, source: &InputSource, v: &Verdict) -> Vec<String> {
         ));
     }
     if source.malformed > 0 {
-        out.push(format!(
-            "{} unreadable lines were skipped.",
-            source.malformed
-        ));
+        out.push(match source.malformed {
+            1 => "1 unreadable line was skipped.".to_string(),
+            n => format!("{n} unreadable lines were skipped."),
+        });
     }
     out.extend(
         e.warnings
@@ -442,7 +485,7 @@ pub fn notes(e: &Evidence, source: &InputSource, v: &Verdict) -> Vec<String> {
 
 /// What a log's sampling interval hides, and how to sample finely enough (logs polled every
 /// second or slower; a recording keeps every driver sample).
-pub(crate) fn sampling_note(e: &Evidence) -> Option<String> {
+pub(crate) fn sampling_note(e: &Evidence, jetson: bool) -> Option<String> {
     if e.origin != Origin::GpuLog {
         return None;
     }
@@ -463,12 +506,18 @@ pub(crate) fn sampling_note(e: &Evidence) -> Option<String> {
          blur into a middle level"
             .to_string()
     };
-    Some(format!(
-        "Utilization was sampled every {every}: {hides}. Confidence is scaled down to match \
-         ({:.2} of full). Log finely enough with `nvidia-smi \
+    // A Jetson board has no nvidia-smi: tegrastats itself samples finer.
+    let how = if jetson {
+        "Log finely enough with `tegrastats --interval 200 --logfile tegrastats.log`"
+    } else {
+        "Log finely enough with `nvidia-smi \
          --query-gpu=timestamp,index,utilization.gpu,memory.used,memory.total --format=csv -lms \
          200 -f gpu.csv`, or record with `gpufeed record` (every driver sample, about 6 a second, \
-         plus host and processes).",
+         plus host and processes)"
+    };
+    Some(format!(
+        "Utilization was sampled every {every}: {hides}. Confidence is scaled down to match \
+         ({:.2} of full). {how}.",
         rules::sampling_factor(Some(i))
     ))
 }

@@ -50,6 +50,10 @@ pub(crate) const PCT_BINS: usize = 20;
 pub(crate) struct PctHistogram {
     pub bins: [u64; PCT_BINS],
     pub n: u64,
+    /// The lowest and highest value pushed (clamped to 0-100): a percentile never lies outside
+    /// them (a GPU at 0% all along read "p10 0.5%, p50 2.5%, p90 4.5%" from its bin alone).
+    lo: f64,
+    hi: f64,
 }
 
 /// Two clusters found in a distribution (Otsu's split of the histogram).
@@ -81,12 +85,19 @@ impl PctHistogram {
         if !pct.is_finite() {
             return;
         }
-        let b = ((pct.clamp(0.0, 100.0) / 5.0) as usize).min(PCT_BINS - 1);
+        let v = pct.clamp(0.0, 100.0);
+        let b = ((v / 5.0) as usize).min(PCT_BINS - 1);
         self.bins[b] += 1;
+        (self.lo, self.hi) = if self.n == 0 {
+            (v, v)
+        } else {
+            (self.lo.min(v), self.hi.max(v))
+        };
         self.n += 1;
     }
 
-    /// Percentile (0–100) by linear interpolation inside the bin.
+    /// Percentile (0–100) by linear interpolation inside the bin, within the lowest and highest
+    /// value pushed.
     pub(crate) fn percentile(&self, p: f64) -> Option<f64> {
         if self.n == 0 {
             return None;
@@ -97,11 +108,11 @@ impl PctHistogram {
             let c = c as f64;
             if c > 0.0 && acc + c >= target {
                 let within = ((target - acc) / c).clamp(0.0, 1.0);
-                return Some(i as f64 * 5.0 + within * 5.0);
+                return Some((i as f64 * 5.0 + within * 5.0).clamp(self.lo, self.hi));
             }
             acc += c;
         }
-        Some(100.0)
+        Some(self.hi)
     }
 
     /// Share of samples at or above `pct` (bin resolution).
@@ -577,6 +588,24 @@ mod tests {
         assert!((h.fraction_below(10.0).unwrap() - 0.1).abs() < 1e-9);
         h.push(150.0); // clamped into the top bin
         assert_eq!(h.bins[PCT_BINS - 1], 6);
+    }
+
+    #[test]
+    fn percentiles_stay_within_what_was_seen() {
+        let mut idle = PctHistogram::default();
+        for _ in 0..100 {
+            idle.push(0.0);
+        }
+        assert_eq!(
+            [10.0, 50.0, 90.0].map(|p| idle.percentile(p)),
+            [Some(0.0); 3]
+        );
+        let mut steady = PctHistogram::default();
+        for _ in 0..100 {
+            steady.push(87.0);
+        }
+        assert_eq!(steady.percentile(10.0), Some(87.0));
+        assert_eq!(steady.percentile(90.0), Some(87.0));
     }
 
     #[test]

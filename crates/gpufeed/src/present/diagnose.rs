@@ -192,7 +192,10 @@ pub(crate) fn deciding_keys(f: &Finding) -> &'static [ItemKey] {
         (F::GpuImbalance, _) => &[ItemKey::UtilMaxPct, ItemKey::UtilMinPct],
         (F::GpuUnused, _) => &[ItemKey::GpusUsed, ItemKey::GpusTotal],
         (F::GpuIdle, _) => &[ItemKey::DurationS],
-        (F::ComputeBound, _) => &[ItemKey::ComputeCapabilityMajor],
+        // Beside the fix, the memory that makes room for a larger batch; not the compute
+        // capability, mostly looked up from the GPU's name ("measured: compute capability 8"
+        // for an 8.9 card).
+        (F::ComputeBound, _) => &[ItemKey::MemUsedMaxFraction],
         // Trace findings (`analyze` has its own list) and those without deciding figures: the
         // first few entries are shown.
         (
@@ -737,7 +740,7 @@ fn findings_text(
 
 /// The notes no fix already says, and where every figure is.
 fn notes_text(o: &mut String, r: &DiagnoseReport, opts: TextOptions) {
-    // A note whose opening clause a fix already says ("This log has no host or process data")
+    // A note whose opening clause a fix already says ("gpufeed reads no host or process data")
     // is not said again (it stays in the JSON).
     let fixes: Vec<&str> = r
         .findings

@@ -1142,3 +1142,44 @@ fn runs_on_other_gpus_are_told_apart() {
         r.notes
     );
 }
+
+#[test]
+fn a_few_readings_after_a_start_up_get_no_confident_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    // nvidia-smi dmon: eight polls at 0% (a start-up), then two at 100% as it was stopped.
+    let mut log =
+        String::from("# gpu     sm    mem    enc    dec\n# Idx      %      %      %      %\n");
+    for i in 0..10 {
+        let u = if i < 8 { 0 } else { 100 };
+        log.push_str(&format!("    0    {u:3}    {:3}      0      0\n", u / 2));
+    }
+    let p = dir.path().join("dmon.log");
+    std::fs::write(&p, &log).unwrap();
+    let r = diagnose(&p);
+    assert_eq!(r.verdict.id.as_str(), "unknown", "{:?}", r.verdict);
+    assert!(r.verdict.confidence <= 0.2, "{:?}", r.verdict);
+    assert!(
+        r.verdict.summary.contains("Too few readings"),
+        "{}",
+        r.verdict.summary
+    );
+    assert!(r.findings.is_empty(), "{:?}", ids(&r));
+
+    // One reading, then rows of dashes: idle, but not at 0.9, and the dashes are said.
+    let mut dashes = String::from("# gpu     sm    mem    enc    dec\n# Idx      %      %      %      %\n    0      0      0      0      0\n");
+    for _ in 0..26 {
+        dashes.push_str("    0      -      -      -      -\n");
+    }
+    let p = dir.path().join("dashes.log");
+    std::fs::write(&p, &dashes).unwrap();
+    let r = diagnose(&p);
+    assert_eq!(r.verdict.id.as_str(), "idle");
+    assert!(r.verdict.confidence <= 0.3, "{:?}", r.verdict);
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.contains("26 of 27 rows held a dash")),
+        "{:?}",
+        r.notes
+    );
+}

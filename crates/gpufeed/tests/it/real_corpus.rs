@@ -17,6 +17,14 @@ use std::path::{Path, PathBuf};
 /// Files gpufeed does not yet judge as their row says, with why.
 const KNOWN_MISSES: &[(&str, &str)] = &[
     (
+        "monitor-text__jacgeborys-aerial_image_recognition__gpu_monitor.log",
+        "bursts of 2-3 busy polls (30 s apart) between long idle stretches while the CPU fetches \
+         map tiles: the phases judge the 26 bursts alone, without the idle poll that follows \
+         each (which ends the burst), at 68% busy (underused), where the idle stretches are the \
+         starvation; telling a job's own waits from time it did not run needs more than \
+         utilization at 30 s",
+    ),
+    (
         "dcgm-csv__HuaizhengZhang-MIGProfiler__A100-40g_finetune_moco_dcgm.csv",
         "GRACT 72% inside the runs (11 gaps between runs left out): under the 80% gpufeed calls \
          busy, so `unknown` (underused); the gatherer read 63-69% as busy",

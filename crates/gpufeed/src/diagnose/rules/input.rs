@@ -361,8 +361,8 @@ fn fix(
             // Only reached without host and process data (with them the kind is always decided).
             InputKind::Unknown => match e.origin {
                 Origin::GpuLog => format!(
-                    "The GPU waits for data between steps. This log has no host or process data: \
-                     record the job with `gpufeed run -- <your command>` (or attach with `gpufeed \
+                    "The GPU waits for data between steps. gpufeed reads no host or process data \
+                     from a log: record the job with `gpufeed run -- <your command>` (or attach with `gpufeed \
                      record --pid PID`) to tell which part is short; meanwhile try more DataLoader \
                      workers with {LOADER_FLAGS}, and check that nothing in the training loop \
                      synchronizes with the host every step."
