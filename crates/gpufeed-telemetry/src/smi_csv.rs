@@ -566,6 +566,8 @@ impl Polls {
                     next
                 }
             },
+            // One GPU: every row is it (the cursor's state answers nothing else).
+            (None, None, Layout::Bursts { n: 0 | 1, .. }) => 0,
             (None, None, Layout::Bursts { n, gap_s }) => {
                 self.cursor.place(*n, *gap_s, &row.probe()).0
             }
