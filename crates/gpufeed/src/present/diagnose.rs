@@ -667,7 +667,14 @@ fn gpu_text(o: &mut String, r: &DiagnoseReport, g: &GpuEvidence, opts: TextOptio
     if !g.timeline_pct.is_empty() {
         let line = sparkline(&g.timeline_pct, 60);
         let cells = line.chars().count().max(1);
-        let per = r.duration_s / cells as f64;
+        // The timeline spans what was judged: a log's start-up and idle stretches are cut out
+        // of it (a 4-minute job in a 10-minute log read "10.0 s/cell" for 4 s cells).
+        let span_s = if g.timeline_step_s > 0.0 {
+            g.timeline_pct.len() as f64 * g.timeline_step_s
+        } else {
+            r.duration_s
+        };
+        let per = span_s / cells as f64;
         let _ = writeln!(
             o,
             "  {}  {}/cell",

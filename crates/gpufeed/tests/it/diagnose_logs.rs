@@ -1183,3 +1183,20 @@ fn a_few_readings_after_a_start_up_get_no_confident_verdict() {
         r.notes
     );
 }
+
+#[test]
+fn the_timeline_says_the_time_of_its_cells_in_what_was_judged() {
+    let dir = tempfile::tempdir().unwrap();
+    // Ten minutes at 0% (a start-up left out), then four of training at 90%: the chart draws
+    // the four minutes, 4 s a cell, not the log's fourteen.
+    let mut log = String::from("timestamp, index, utilization.gpu [%], memory.used [MiB]\n");
+    for s in 0..840u32 {
+        let u = if s < 600 { 0 } else { 88 + s % 5 };
+        log.push_str(&format!("{}, 0, {u} %, 20000 MiB\n", 1_700_000_000 + s));
+    }
+    let p = dir.path().join("gpu.csv");
+    std::fs::write(&p, &log).unwrap();
+    let t = text(&p);
+    let cells = t.lines().find(|l| l.contains("/cell")).unwrap_or_default();
+    assert!(cells.ends_with(" 4.0 s/cell"), "{t}");
+}
