@@ -27,8 +27,6 @@ pub struct Tape {
     /// A chunk did not fit in the budget: the tape was dropped and takes no more.
     overflowed: bool,
     readings: u64,
-    /// What [`Tape::push`] encodes with.
-    encoder: Encoder,
 }
 
 /// Readings encoded one after the other, about [`CHUNK`] bytes of them: what an [`Encoder`]
@@ -89,18 +87,17 @@ impl Tape {
             held_bytes: 0,
             overflowed: false,
             readings: 0,
-            encoder: Encoder::default(),
         }
     }
 
-    /// Every reading pushed is on the tape (none was dropped for the budget).
+    /// Every reading kept is on the tape (no chunk was dropped for the budget).
     pub fn is_complete(&self) -> bool {
         !self.overflowed
     }
 
     /// Readings on the tape.
     pub fn len(&self) -> u64 {
-        self.readings + self.encoder.cur.readings
+        self.readings
     }
 
     pub fn is_empty(&self) -> bool {
@@ -109,27 +106,15 @@ impl Tape {
 
     /// Bytes the tape holds (its chunks' capacity).
     pub fn held_bytes(&self) -> usize {
-        self.held_bytes + self.encoder.cur.bytes.capacity()
+        self.held_bytes
     }
 
-    /// Adds one reading; past the budget the tape is dropped and this and later pushes do
-    /// nothing.
-    pub fn push(&mut self, r: &Reading) {
-        if self.overflowed {
-            return;
-        }
-        if let Some(full) = self.encoder.push(r) {
-            self.keep(full);
-        }
-    }
-
-    /// Adds a chunk of an encoder of its own (a reading thread's): the chunks must be kept in
-    /// the order they were made, and no reading pushed with [`Tape::push`].
+    /// Adds the next chunk of one [`Encoder`] (a reading thread's), in the order it made them;
+    /// past the budget the tape is dropped and this and later chunks are not kept.
     pub fn keep(&mut self, c: Chunk) {
         if self.overflowed || self.held_bytes + c.bytes.capacity() > self.budget_bytes {
             self.overflowed = true;
             self.chunks = Vec::new();
-            self.encoder.cur = Chunk::new();
             self.held_bytes = 0;
             self.readings = 0;
             return;
@@ -139,11 +124,11 @@ impl Tape {
         self.chunks.push(c);
     }
 
-    /// Hands every reading on the tape to `visit`, in the order pushed. Nothing when the tape
+    /// Hands every reading on the tape to `visit`, in the order encoded. Nothing when the tape
     /// overflowed (check [`Tape::is_complete`] first).
     pub fn replay(&self, mut visit: impl FnMut(&Reading)) {
         let mut d = Decoder::default();
-        for c in self.chunks.iter().chain([&self.encoder.cur]) {
+        for c in &self.chunks {
             d.read(c, &mut visit);
         }
     }
@@ -415,6 +400,21 @@ mod tests {
         out
     }
 
+    /// A tape of `rs`, through an encoder's chunks as the reading thread makes them.
+    fn tape_of<'a>(budget: usize, rs: impl IntoIterator<Item = &'a Reading>) -> Tape {
+        let mut t = Tape::with_budget(budget);
+        let mut e = Encoder::default();
+        for r in rs {
+            if let Some(c) = e.push(r) {
+                t.keep(c);
+            }
+        }
+        if let Some(c) = e.finish() {
+            t.keep(c);
+        }
+        t
+    }
+
     /// Readings equal field by field, floats compared by their bits (NaN and -0.0 included).
     fn same(a: &Reading, b: &Reading) -> bool {
         let f = |x: Option<f64>, y: Option<f64>| x.map(f64::to_bits) == y.map(f64::to_bits);
@@ -437,18 +437,13 @@ mod tests {
 
     #[test]
     fn a_log_of_whole_seconds_takes_a_few_bytes_a_reading() {
-        let mut t = Tape::with_budget(64 << 20);
-        for s in 0..100_000u32 {
-            t.push(&reading(0, f64::from(s), f64::from(s % 101)));
-        }
+        let rs: Vec<Reading> = (0..100_000u32)
+            .map(|s| reading(0, f64::from(s), f64::from(s % 101)))
+            .collect();
+        let t = tape_of(64 << 20, &rs);
         assert!(t.is_complete());
         assert_eq!(t.len(), 100_000);
-        let used: usize = t
-            .chunks
-            .iter()
-            .chain([&t.encoder.cur])
-            .map(|c| c.bytes.len())
-            .sum();
+        let used: usize = t.chunks.iter().map(|c| c.bytes.len()).sum();
         assert!(used <= 6 * 100_000, "{used} bytes");
         let back = replayed(&t);
         assert_eq!(back.len(), 100_000);
@@ -472,7 +467,6 @@ mod tests {
             3600.123,
             1706659200.123 - 1706659200.0,
         ];
-        let mut t = Tape::with_budget(1 << 20);
         let mut pushed = Vec::new();
         for (i, &v) in odd.iter().enumerate() {
             let r = Reading {
@@ -486,10 +480,9 @@ mod tests {
                 sm_clock_mhz: Some(u32::MAX),
                 ..Default::default()
             };
-            t.push(&r);
             pushed.push(r);
         }
-        let back = replayed(&t);
+        let back = replayed(&tape_of(1 << 20, &pushed));
         assert_eq!(back.len(), pushed.len());
         for (a, b) in pushed.iter().zip(&back) {
             assert!(same(a, b), "{a:?} came back as {b:?}");
@@ -498,10 +491,10 @@ mod tests {
 
     #[test]
     fn past_its_budget_the_tape_is_dropped_and_says_so() {
-        let mut t = Tape::with_budget(CHUNK);
-        for s in 0..1_000_000u32 {
-            t.push(&reading(s % 8, f64::from(s) * 0.1 + 1e-7, 50.5));
-        }
+        let rs: Vec<Reading> = (0..1_000_000u32)
+            .map(|s| reading(s % 8, f64::from(s) * 0.1 + 1e-7, 50.5))
+            .collect();
+        let t = tape_of(CHUNK, &rs);
         assert!(!t.is_complete());
         assert_eq!(t.held_bytes(), 0);
         assert!(replayed(&t).is_empty());
@@ -558,11 +551,7 @@ mod tests {
     proptest! {
         #[test]
         fn every_reading_comes_back_as_it_was_pushed(rs in proptest::collection::vec(any_reading(), 0..200)) {
-            let mut t = Tape::with_budget(64 << 20);
-            for r in &rs {
-                t.push(r);
-            }
-            let back = replayed(&t);
+            let back = replayed(&tape_of(64 << 20, &rs));
             prop_assert_eq!(back.len(), rs.len());
             for (a, b) in rs.iter().zip(&back) {
                 prop_assert!(same(a, b), "{:?} came back as {:?}", a, b);
