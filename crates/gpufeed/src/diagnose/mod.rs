@@ -183,26 +183,22 @@ pub(crate) fn build_report(read: input::ReadOutcome) -> DiagnoseReport {
         g.mem_used_max_bytes
             .is_some_and(|b| b > evidence::UNUSED_MEM_BYTES)
     });
-    if (verdict.id != VerdictId::Idle || held) && is_one_snapshot(&e, read.total_s) {
+    let snapshot = is_one_snapshot(&e, read.total_s);
+    let judged = judged_readings(&e);
+    if snapshot && (verdict.id != VerdictId::Idle || held) {
         // One instant of each GPU (a pasted nvidia-smi table) is no run: a fix and a speed-up
         // weighed from it were guesses ("up to 2x faster" from one table of a shared server).
         // Its reading is the log's note; the GPUs keep their states at that instant. Every GPU
         // idle at that instant, none holding memory, stays `idle`: that much one table does
         // say (a job holding 14 GiB at 0% was called idle, "check that the job uses the GPU").
         findings.clear();
-        verdict = Verdict {
-            id: VerdictId::Unknown,
-            confidence: 0.2,
-            summary: "A single snapshot of the GPUs, not a run: what it suggests is in the NOTE \
-                      below; record the run to judge it (`gpufeed run -- <your command>`)."
+        verdict = unjudged(
+            verdict,
+            "A single snapshot of the GPUs, not a run: what it suggests is in the NOTE below; \
+             record the run to judge it (`gpufeed run -- <your command>`)."
                 .into(),
-            finding: None,
-            candidates: Vec::new(),
-            ..verdict
-        };
-    }
-    let judged = judged_readings(&e);
-    if judged.is_some_and(|n| too_few(n, e.duration_s)) && !is_one_snapshot(&e, read.total_s) {
+        );
+    } else if !snapshot && judged.is_some_and(|n| too_few(n, e.duration_s)) {
         // A handful of readings is no run either: two polls at 100% after a start-up left out
         // got `compute_bound` at 0.95, one reading among empty rows `idle` at 0.9.
         findings.clear();
@@ -212,20 +208,14 @@ pub(crate) fn build_report(read: input::ReadOutcome) -> DiagnoseReport {
                 ..verdict
             }
         } else {
-            Verdict {
-                id: VerdictId::Unknown,
-                confidence: 0.2,
-                summary: format!(
-                    "Too few readings to judge: {} in the judged part of the log, over {} (at \
-                     least 3 over half a minute, or 5, are needed); log the run for longer, or \
-                     record it (`gpufeed run -- <your command>`).",
-                    judged.unwrap_or(0),
-                    crate::units::duration(e.duration_s)
-                ),
-                finding: None,
-                candidates: Vec::new(),
-                ..verdict
-            }
+            let summary = format!(
+                "Too few readings to judge: {} in the judged part of the log, over {} (at least 3 \
+                 over half a minute, or 5, are needed); log the run for longer, or record it \
+                 (`gpufeed run -- <your command>`).",
+                judged.unwrap_or(0),
+                crate::units::duration(e.duration_s)
+            );
+            unjudged(verdict, summary)
         };
     }
     for j in &verdict.gpus {
@@ -251,6 +241,19 @@ pub(crate) fn build_report(read: input::ReadOutcome) -> DiagnoseReport {
         steps: e.steps,
         notes,
         phases: read.phases,
+    }
+}
+
+/// `v` as no verdict (`unknown`, no finding or candidate) for input that cannot support one,
+/// `summary` saying why; its per-GPU states stay.
+fn unjudged(v: Verdict, summary: String) -> Verdict {
+    Verdict {
+        id: VerdictId::Unknown,
+        confidence: 0.2,
+        summary,
+        finding: None,
+        candidates: Vec::new(),
+        ..v
     }
 }
 
