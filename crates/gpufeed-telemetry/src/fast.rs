@@ -85,35 +85,42 @@ const POW10: [f64; 23] = [
 /// exponent, a second dot, more than 15 digits, no digit at all): the caller parses it the
 /// careful way.
 pub(crate) fn decimal_prefix(v: &[u8]) -> Option<(f64, usize)> {
-    let mut m: u64 = 0;
-    let mut digits = 0u32;
-    let mut frac = 0usize;
-    let mut dot = false;
-    let mut i = 0;
-    while i < v.len() {
-        match v[i] {
-            c @ b'0'..=b'9' => {
-                m = m * 10 + u64::from(c - b'0');
-                digits += 1;
-                if dot {
-                    frac += 1;
-                }
-                if digits > 15 {
-                    return None;
-                }
+    // The integer part's digits, then the fraction's; more than 15 in all are refused below,
+    // so the wrapping arithmetic never gives a value that is kept.
+    let digits_from = |mut i: usize, m: &mut u64| {
+        while i < v.len() {
+            let d = v[i].wrapping_sub(b'0');
+            if d >= 10 {
+                break;
             }
-            b'.' if !dot => dot = true,
-            b'.' | b'e' | b'E' | b'+' | b'-' => return None,
-            _ => break,
+            *m = m.wrapping_mul(10).wrapping_add(u64::from(d));
+            i += 1;
         }
-        i += 1;
+        i
+    };
+    let mut m: u64 = 0;
+    let mut i = digits_from(0, &mut m);
+    let int_digits = i;
+    let mut frac = 0usize;
+    if v.get(i) == Some(&b'.') {
+        let end = digits_from(i + 1, &mut m);
+        frac = end - (i + 1);
+        i = end;
     }
-    if digits == 0 {
+    let digits = int_digits + frac;
+    if digits == 0 || digits > 15 || matches!(v.get(i), Some(b'.' | b'e' | b'E' | b'+' | b'-')) {
         return None;
     }
     // m < 10^15 < 2^53 and 10^frac exact: one correctly rounded division, the value
-    // `str::parse` gives (Clinger's fast path).
-    Some((m as f64 / POW10[frac], i))
+    // `str::parse` gives (Clinger's fast path); a whole number needs none.
+    Some((
+        if frac == 0 {
+            m as f64
+        } else {
+            m as f64 / POW10[frac]
+        },
+        i,
+    ))
 }
 
 /// The whole of `v` as a plain decimal number (`None`: not one the fast path takes).

@@ -7,7 +7,7 @@
 //! from the units in the values.
 
 use super::smi_layout::{Layout, PollCursor, Probe};
-use super::{LogError, LogInfo, LogLine};
+use super::{LogError, LogInfo, LogLine, Piece};
 use crate::reading::{GpuStatic, LogHeader, Reading};
 use rustc_hash::FxHashMap;
 use std::io::{Read, Seek, SeekFrom};
@@ -45,6 +45,24 @@ enum Field {
     PowerLimit,
     SmClock,
     Other,
+}
+
+impl Field {
+    /// A number read with [`number`] (in the column's unit): not the time, an index, a name,
+    /// an id nor throttle reasons.
+    fn is_measure(self) -> bool {
+        !matches!(
+            self,
+            Field::Timestamp
+                | Field::Index
+                | Field::Uuid
+                | Field::BusId
+                | Field::Name
+                | Field::Throttle
+                | Field::ThrottleBit(_)
+                | Field::Other
+        )
+    }
 }
 
 /// A column's field, by the one vocabulary ([`super::vocab`]): nvidia-smi's `--query-gpu` names
@@ -270,17 +288,20 @@ pub(crate) fn parse_time_value(v: &str, unit: Option<&str>) -> Result<Option<f64
         }
     }
     let x = plain.or_else(|| clean(v).and_then(|v| v.parse::<f64>().ok()));
-    let Some(x) = x else {
-        return Ok(None);
-    };
+    Ok(x.and_then(|x| time_of_decimal(x, unit == Some("ms"))))
+}
+
+/// A timestamp column's number as seconds: epoch seconds, or milliseconds when the header says
+/// so (`in_ms`) or the number is too large for seconds; `None` for one below zero or not finite.
+fn time_of_decimal(x: f64, in_ms: bool) -> Option<f64> {
     if !x.is_finite() || x < 0.0 {
-        return Ok(None);
+        return None;
     }
-    Ok(Some(if unit == Some("ms") {
+    Some(if in_ms {
         x / 1000.0
     } else {
         super::epoch_seconds(x)
-    }))
+    })
 }
 
 /// A time of day without a date (`21:54:35.000`, as xpu-smi dump writes it): seconds since
@@ -374,6 +395,10 @@ fn guess_columns(values: &[&str]) -> Option<Vec<String>> {
 struct Columns {
     fields: Vec<Field>,
     units: Vec<Option<String>>,
+    /// What a plain number in each column is multiplied by: its header unit's scale.
+    scales: Vec<f64>,
+    /// The timestamp column's header says `ms`.
+    time_in_ms: bool,
     /// Names of columns whose field an earlier column already holds (not read).
     duplicates: Vec<String>,
 }
@@ -398,13 +423,31 @@ impl Columns {
                 // script's own names) means what the vocabulary says, MiB for memory.
                 header_unit(n).or_else(|| (*f != Field::Other).then(|| vocab_unit(n)).flatten())
             })
+            .collect::<Vec<_>>();
+        let scales = units
+            .iter()
+            .map(|u| unit_scale(u.as_deref().unwrap_or("")))
             .collect();
+        let time_in_ms = fields
+            .iter()
+            .zip(&units)
+            .any(|(f, u)| *f == Field::Timestamp && u.as_deref() == Some("ms"));
         Columns {
             fields,
             units,
+            scales,
+            time_in_ms,
             duplicates,
         }
     }
+}
+
+/// What a row's columns give only together: free memory (used is total less free) and the
+/// per-reason throttle columns' bits.
+#[derive(Default)]
+struct Partial {
+    mem_free: Option<u64>,
+    bits: Option<u64>,
 }
 
 /// One data row's values, by column.
@@ -430,58 +473,86 @@ impl Row {
     /// of the time spent on a long log).
     fn parse_into(c: &Columns, fields: &[&str], r: &mut Row) {
         *r = Row::default();
-        let s = &mut r.sample;
-        let mut mem_free = None;
-        let mut bits: Option<u64> = None;
-        for ((f, unit), v) in c.fields.iter().zip(&c.units).zip(fields) {
-            let u = unit.as_deref();
-            match f {
-                Field::Timestamp => match parse_time_value(v, u) {
-                    Ok(t) => r.ts = t,
-                    Err(ImpossibleTime) => r.impossible_time = true,
-                },
-                Field::Index => r.index = clean(v).and_then(|v| v.parse().ok()),
-                Field::Uuid | Field::BusId => {
-                    if r.id_key.is_none() {
-                        r.id_key = clean(v).map(str::to_string);
+        let mut p = Partial::default();
+        for (k, v) in fields.iter().enumerate().take(c.fields.len()) {
+            r.field(c, k, v, &mut p);
+        }
+        r.finish(p);
+    }
+
+    /// Reads column `k`'s value `v` (trimmed, unquoted).
+    fn field(&mut self, c: &Columns, k: usize, v: &str, p: &mut Partial) {
+        let (f, u) = (c.fields[k], c.units[k].as_deref());
+        let r = self;
+        match f {
+            Field::Timestamp => match parse_time_value(v, u) {
+                Ok(t) => r.ts = t,
+                Err(ImpossibleTime) => r.impossible_time = true,
+            },
+            Field::Index => r.index = clean(v).and_then(|v| v.parse().ok()),
+            Field::Uuid | Field::BusId => {
+                if r.id_key.is_none() {
+                    r.id_key = clean(v).map(str::to_string);
+                }
+            }
+            Field::Name => r.name = clean(v).map(str::to_string),
+            Field::Throttle => {
+                r.sample.throttle_reasons = clean(v).and_then(|v| {
+                    let h = v.trim_start_matches("0x").trim_start_matches("0X");
+                    u64::from_str_radix(h, 16).ok()
+                })
+            }
+            Field::ThrottleBit(bit) => {
+                if let Some(v) = clean(v) {
+                    let b = p.bits.get_or_insert(0);
+                    if v.eq_ignore_ascii_case("active") {
+                        *b |= bit;
                     }
                 }
-                Field::Name => r.name = clean(v).map(str::to_string),
-                Field::UtilGpu => s.util_pct = number(v, u),
-                Field::UtilMem => s.mem_util_pct = number(v, u),
-                Field::MemUsed => s.mem_used_bytes = number(v, u).map(|x| x as u64),
-                Field::MemTotal => r.mem_total = number(v, u).map(|x| x as u64),
-                Field::MemFree => mem_free = number(v, u).map(|x| x as u64),
-                Field::PcieGen => s.pcie_gen = number(v, u).map(|x| x as u32),
-                Field::PcieGenMax => r.gen_max = number(v, u).map(|x| x as u32),
-                Field::PcieWidth => s.pcie_width = number(v, u).map(|x| x as u32),
-                Field::PcieWidthMax => r.width_max = number(v, u).map(|x| x as u32),
-                Field::Throttle => {
-                    s.throttle_reasons = clean(v).and_then(|v| {
-                        let h = v.trim_start_matches("0x").trim_start_matches("0X");
-                        u64::from_str_radix(h, 16).ok()
-                    })
-                }
-                Field::ThrottleBit(bit) => {
-                    if let Some(v) = clean(v) {
-                        let b = bits.get_or_insert(0);
-                        if v.eq_ignore_ascii_case("active") {
-                            *b |= bit;
-                        }
-                    }
-                }
-                Field::Temperature => s.temperature_c = number(v, u).map(|x| x as u32),
-                Field::Power => s.power_w = number(v, u),
-                Field::PowerLimit => r.power_limit = number(v, u),
-                Field::SmClock => s.sm_clock_mhz = number(v, u).map(|x| x as u32),
-                Field::Other => {}
+            }
+            Field::Other => {}
+            // A plain decimal (most values of a long log) is its number in the header's unit,
+            // as `number` reads it, without looking for a unit after it.
+            _ => {
+                let x = match super::fast::decimal_prefix(v.as_bytes()) {
+                    Some((x, n)) if n == v.len() => Some(x * c.scales[k]),
+                    _ => number(v, u),
+                };
+                r.measure(f, x, p);
             }
         }
+    }
+
+    /// The value `x` of a measure field `f` (one [`Field::is_measure`] says is), in its place.
+    fn measure(&mut self, f: Field, x: Option<f64>, p: &mut Partial) {
+        let s = &mut self.sample;
+        match f {
+            Field::UtilGpu => s.util_pct = x,
+            Field::UtilMem => s.mem_util_pct = x,
+            Field::MemUsed => s.mem_used_bytes = x.map(|x| x as u64),
+            Field::MemTotal => self.mem_total = x.map(|x| x as u64),
+            Field::MemFree => p.mem_free = x.map(|x| x as u64),
+            Field::PcieGen => s.pcie_gen = x.map(|x| x as u32),
+            Field::PcieGenMax => self.gen_max = x.map(|x| x as u32),
+            Field::PcieWidth => s.pcie_width = x.map(|x| x as u32),
+            Field::PcieWidthMax => self.width_max = x.map(|x| x as u32),
+            Field::Temperature => s.temperature_c = x.map(|x| x as u32),
+            Field::Power => s.power_w = x,
+            Field::PowerLimit => self.power_limit = x,
+            Field::SmClock => s.sm_clock_mhz = x.map(|x| x as u32),
+            _ => debug_assert!(!f.is_measure(), "{f:?} is a measure with no place"),
+        }
+    }
+
+    /// What is known once every column is read: throttle reasons from per-reason columns,
+    /// memory used from total and free.
+    fn finish(&mut self, p: Partial) {
+        let s = &mut self.sample;
         if s.throttle_reasons.is_none() {
-            s.throttle_reasons = bits;
+            s.throttle_reasons = p.bits;
         }
         if s.mem_used_bytes.is_none() {
-            if let (Some(t), Some(f)) = (r.mem_total, mem_free) {
+            if let (Some(t), Some(f)) = (self.mem_total, p.mem_free) {
                 s.mem_used_bytes = Some(t.saturating_sub(f));
             }
         }
@@ -509,6 +580,87 @@ impl Row {
         let s = &self.sample;
         s.util_pct.is_some() || s.mem_used_bytes.is_some() || s.throttle_reasons.is_some()
     }
+}
+
+/// What each byte is in a plain row ([`plain_row`]): part of a field (printable ASCII but the
+/// quote, and the tab), the end of one (comma, CR, LF), or what no plain row holds.
+const PLAIN_BYTE: [u8; 256] = {
+    let mut t = [OTHER; 256];
+    let mut b = b' ';
+    while b <= b'~' {
+        t[b as usize] = FIELD;
+        b += 1;
+    }
+    t[b'\t' as usize] = FIELD;
+    t[b'"' as usize] = OTHER;
+    t[b',' as usize] = END;
+    t[b'\r' as usize] = END;
+    t[b'\n' as usize] = END;
+    t
+};
+const FIELD: u8 = 0;
+const END: u8 = 1;
+const OTHER: u8 = 2;
+
+/// One whole row at the start of `b` read into `r`, as [`CsvRead::line`] reads a row, when it
+/// is a plain one: a digit first; printable ASCII (and tabs), no quote; as many fields as `c`
+/// has columns; ended by `\n` or `\r\n` within [`super::MAX_LOG_LINE_BYTES`]; a time that names
+/// a moment and a value to diagnose. Its length with the line break; `None` for any other line
+/// (read line by line instead, which reads a plain row the same: a test holds it). Each
+/// field's value is read by the very code `line` reads it with: what is saved is decoding,
+/// trimming and splitting the line first, and finding its end apart.
+fn plain_row(c: &Columns, b: &[u8], r: &mut Row) -> Option<usize> {
+    if !b.first()?.is_ascii_digit() {
+        return None;
+    }
+    let last = c.fields.len().checked_sub(1)?;
+    *r = Row::default();
+    let mut p = Partial::default();
+    let mut i = 0;
+    for (k, &f) in c.fields.iter().enumerate() {
+        let start = i;
+        // A number column's plain decimal right up to the field's end (most values of a long
+        // log) is read as `field` reads it, in the same pass that finds the end.
+        let mut x = None;
+        if f == Field::Timestamp || f.is_measure() {
+            if let Some((v, n)) = super::fast::decimal_prefix(&b[i..]) {
+                if b.get(i + n)
+                    .is_some_and(|&e| PLAIN_BYTE[usize::from(e)] == END)
+                {
+                    (x, i) = (Some(v), i + n);
+                }
+            }
+        }
+        if x.is_none() {
+            while PLAIN_BYTE[usize::from(*b.get(i)?)] == FIELD {
+                i += 1;
+            }
+        }
+        // A comma ends every field but the last; the line's end, only the last.
+        match (b[i], k == last) {
+            (b',', false) | (b'\r' | b'\n', true) => {}
+            _ => return None,
+        }
+        match x {
+            _ if f == Field::Other => {}
+            Some(x) if f == Field::Timestamp => r.ts = time_of_decimal(x, c.time_in_ms),
+            Some(x) => r.measure(f, Some(x * c.scales[k]), &mut p),
+            None => {
+                let v = std::str::from_utf8(b[start..i].trim_ascii()).ok()?;
+                r.field(c, k, v, &mut p);
+            }
+        }
+        if k < last {
+            i += 1;
+        }
+    }
+    r.finish(p);
+    let n = match (b[i], b.get(i + 1)) {
+        (b'\n', _) => i + 1,
+        (b'\r', Some(b'\n')) => i + 2,
+        _ => return None,
+    };
+    (n <= super::MAX_LOG_LINE_BYTES && !r.impossible_time && r.has_values()).then_some(n)
 }
 
 /// Which GPU a row is, and when: from its index or id column, else from its place in the
@@ -681,14 +833,19 @@ pub fn read_smi_csv<R: Read + Seek>(
         st.info.notes.push(note);
     }
     let mut row = Row::default();
-    super::each_line(r, |line| {
-        st.any_line = true;
-        match line {
-            LogLine::Overlong => {
-                st.info.overlong_line();
-                Ok(())
+    super::each_piece(r, super::MAX_LOG_LINE_BYTES, true, |piece| match piece {
+        Piece::Rows(unread) => {
+            let n = st.plain_rows(unread, &mut row, &mut visit);
+            st.any_line |= n > 0;
+            Ok(n)
+        }
+        Piece::Line(line) => {
+            st.any_line = true;
+            match line {
+                LogLine::Overlong => st.info.overlong_line(),
+                LogLine::Text(buf) => st.line(buf, &mut row, &mut visit)?,
             }
-            LogLine::Text(buf) => st.line(buf, &mut row, &mut visit),
+            Ok(0)
         }
     })?;
     st.finish(&mut visit)
@@ -708,6 +865,7 @@ struct Run {
 /// Finds the runs of a log and rewinds it. A header after data rows starts a new run unless the
 /// timestamps carry on across it (0-60 s later: the same logger writing its header again).
 /// Also gives the rows of one reading when the header comes before every reading.
+#[allow(clippy::too_many_lines)] // one pass of a state machine whose states are its locals
 fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<(Vec<Run>, Option<u32>)> {
     let mut runs = vec![Run {
         offset: 0,
@@ -729,7 +887,19 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<(Vec<Run>, Option<u32
     let mut carried_on: Option<usize> = None;
     let mut fields_buf: Vec<&str> = Vec::new();
     let mut last_header = String::new();
-    while let Some((buf, n, overlong)) = lines.next_line(super::MAX_LOG_LINE_BYTES)? {
+    loop {
+        // The common rows (see `plain` below) are counted in bulk, straight from the buffer.
+        if header.is_some() && id_col.is_none() && before.is_none() {
+            count_plain_rows(
+                &mut lines,
+                &mut runs,
+                &mut last_data,
+                (&mut line_no, &mut offset),
+            );
+        }
+        let Some((buf, n, overlong)) = lines.next_line(super::MAX_LOG_LINE_BYTES)? else {
+            break;
+        };
         line_no += 1;
         let start = offset;
         offset += n;
@@ -822,6 +992,26 @@ fn scan_runs<R: Read + Seek>(r: &mut R) -> std::io::Result<(Vec<Run>, Option<u32
     Ok(one_run_per_reading(runs, same_header))
 }
 
+/// Counts the rows at the start of the unread bytes that are plain (a digit first) in the last
+/// run, keeps the last of them, and moves `at` (line number, byte offset) past them.
+fn count_plain_rows<R: Read>(
+    lines: &mut super::Lines<R>,
+    runs: &mut [Run],
+    last_data: &mut Vec<u8>,
+    at: (&mut u64, &mut u64),
+) {
+    let (n, bytes, last) =
+        lines.take_plain_lines(super::MAX_LOG_LINE_BYTES, |l| l[0].is_ascii_digit());
+    if let Some(last) = last {
+        let run = runs.len() - 1;
+        runs[run].rows += n;
+        last_data.clear();
+        last_data.extend_from_slice(last);
+    }
+    *at.0 += n;
+    *at.1 += bytes as u64;
+}
+
 /// One more row in the last run; `line` is kept as the last data line.
 fn count_row(runs: &mut [Run], last_data: &mut Vec<u8>, line: &[u8]) {
     let last = runs.len() - 1;
@@ -899,6 +1089,8 @@ struct CsvRead<'a> {
     gpus: Vec<GpuStatic>,
     /// Where each GPU index sits in `gpus`.
     gpu_pos: FxHashMap<u32, usize>,
+    /// The last row's GPU index and slot.
+    last_gpu: Option<(u32, usize)>,
     /// Rows of GPUs past [`super::MAX_GPUS`], left out.
     over_cap: u64,
     polls: Polls,
@@ -928,6 +1120,7 @@ impl<'a> CsvRead<'a> {
             cols: opts.columns.as_ref().map(|c| Columns::new(c)),
             gpus: Vec::new(),
             gpu_pos: FxHashMap::default(),
+            last_gpu: None,
             over_cap: 0,
             polls: Polls::default(),
             interval: opts.interval_s.unwrap_or(1.0),
@@ -963,6 +1156,46 @@ impl<'a> CsvRead<'a> {
         let r = self.fields(buf, line, &fields, row, visit);
         self.fields_buf = super::fast::recycle(fields);
         r
+    }
+
+    /// Takes the plain rows at the start of `unread` ([`plain_row`]), each as [`CsvRead::line`]
+    /// would take it, and answers the bytes taken; stops at the first other line, which is
+    /// left to `line`. Only once the columns and the layout of the GPUs are known.
+    fn plain_rows(
+        &mut self,
+        unread: &[u8],
+        row: &mut Row,
+        visit: &mut impl FnMut(&Reading),
+    ) -> usize {
+        if self.held.is_some() {
+            return 0;
+        }
+        let Some(cols) = self.cols.take() else {
+            return 0;
+        };
+        let mut at = 0;
+        while let Some(n) = plain_row(&cols, &unread[at..], row) {
+            at += n;
+            self.any_data_line = true;
+            if std::mem::take(&mut self.pending_bad) {
+                self.info.malformed += 1;
+            }
+            self.note_absurd(row);
+            self.emit(row, visit);
+        }
+        self.cols = Some(cols);
+        at
+    }
+
+    /// Says once that the log's epoch seconds lie past the year 2200.
+    fn note_absurd(&mut self, row: &Row) {
+        if let Some(t) = row
+            .ts
+            .filter(|&t| t > super::ABSURD_EPOCH_S && !self.absurd_noted)
+        {
+            self.absurd_noted = true;
+            self.info.notes.push(super::absurd_epoch_note(t));
+        }
     }
 
     /// A line that is not blank nor a comment, split into `fields`.
@@ -1040,13 +1273,7 @@ impl<'a> CsvRead<'a> {
             }
             return Ok(());
         }
-        if let Some(t) = row
-            .ts
-            .filter(|&t| t > super::ABSURD_EPOCH_S && !self.absurd_noted)
-        {
-            self.absurd_noted = true;
-            self.info.notes.push(super::absurd_epoch_note(t));
-        }
+        self.note_absurd(row);
         match &mut self.held {
             Some(held) if held.len() + 1 < LAYOUT_WINDOW => held.push(std::mem::take(row)),
             Some(held) => {
@@ -1114,8 +1341,10 @@ impl<'a> CsvRead<'a> {
 
     fn emit(&mut self, row: &mut Row, visit: &mut impl FnMut(&Reading)) {
         let (idx, t_s) = self.polls.place(row, self.interval);
-        let p = match self.gpu_pos.get(&idx) {
-            Some(&p) => p,
+        // A log of one GPU (the longest logs are) finds its slot without a lookup.
+        let cached = self.last_gpu.filter(|&(i, _)| i == idx).map(|(_, p)| p);
+        let p = match cached.or_else(|| self.gpu_pos.get(&idx).copied()) {
+            Some(p) => p,
             None if self.gpus.len() >= super::MAX_GPUS => {
                 self.over_cap += 1;
                 return;
@@ -1129,6 +1358,7 @@ impl<'a> CsvRead<'a> {
                 self.gpus.len() - 1
             }
         };
+        self.last_gpu = Some((idx, p));
         row.sample.index = idx;
         row.sample.t_s = t_s;
         merge_static(&mut self.gpus[p], row);
@@ -1566,7 +1796,178 @@ mod tests {
         assert_eq!(s[1].util_pct, Some(83.0));
     }
 
+    /// A reader that hands out at most `1` bytes a read: every row then reaches the reader
+    /// line by line, none as a plain row taken from the buffer.
+    struct Trickle(std::io::Cursor<Vec<u8>>, usize);
+
+    impl Read for Trickle {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.1.min(out.len());
+            self.0.read(&mut out[..n])
+        }
+    }
+
+    impl Seek for Trickle {
+        fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+            self.0.seek(to)
+        }
+    }
+
+    /// A row's values, to compare.
+    fn row_view(r: &Row) -> String {
+        format!(
+            "{:?}",
+            (
+                &r.sample,
+                r.ts.map(f64::to_bits),
+                r.impossible_time,
+                &r.id_key,
+                r.index,
+                &r.name,
+                (
+                    r.mem_total,
+                    r.gen_max,
+                    r.width_max,
+                    r.power_limit.map(f64::to_bits)
+                ),
+            )
+        )
+    }
+
+    /// The careful way: a row as `CsvRead::line` reads it, whole, if it is taken.
+    fn row_by_line(c: &Columns, line: &[u8]) -> Option<String> {
+        let text = super::super::fast::utf8(line);
+        let l = super::super::fast::trim(super::super::fast::chomp(&text));
+        let mut fields = Vec::new();
+        super::super::fast::split_into(l, &mut fields);
+        let complete = line.last() == Some(&b'\n');
+        let mut r = Row::default();
+        if !complete || fields.len() != c.fields.len() {
+            return None;
+        }
+        Row::parse_into(c, &fields, &mut r);
+        (!r.impossible_time && r.has_values()).then(|| row_view(&r))
+    }
+
+    const PLAIN_HEADERS: [&str; 4] = [
+        "timestamp,utilization.gpu",
+        "timestamp, index, name, utilization.gpu [%], memory.used [MiB], power.draw [W], \
+         temperature.gpu, pcie.link.gen.current, clocks_throttle_reasons.active, mem_free",
+        "time_ms,gpu_util,memory.total [GiB],memory.free [MiB],clocks.sm [MHz],extra",
+        "uuid,utilization.gpu,memory.used",
+    ];
+
+    #[test]
+    fn a_log_reads_the_same_from_its_buffer_as_line_by_line() {
+        let mut logs = Vec::new();
+        // Plain rows, with every kind of line that is not one among them.
+        let mut log = String::from("timestamp,index,utilization.gpu [%],memory.used [MiB]\n");
+        for i in 0..6000u32 {
+            let t = 1_706_659_200 + i;
+            let line = match i % 997 {
+                5 => format!("{t}, {}, 45 %, 1024 MiB\r\n", i % 2),
+                6 => format!("{t},{},N/A,[N/A]\n", i % 2),
+                7 => format!("\"{t}\",{},3,7\n", i % 2),
+                8 => "garbage\n".to_string(),
+                9 => format!("{t},{},7\n", i % 2),
+                10 => format!("{t},{},7,8,9\n", i % 2),
+                11 => format!("{t}.5,{},.5,1e3\n", i % 2),
+                12 => format!("{t}\0,{},5,5\n", i % 2),
+                13 => format!("{t},{},\t7\t,8 \n", i % 2),
+                14 => format!("2024/02/30 12:00:00,{},7,8\n", i % 2),
+                _ => format!("{t},{},{},{}\n", i % 2, i % 101, i * 3),
+            };
+            log.push_str(&line);
+        }
+        log.push_str("1706670000,1,5,");
+        logs.push(log);
+        // Rows without an index (the layout found first), and without timestamps.
+        let mut log = String::from("utilization.gpu,memory.used\n");
+        for i in 0..9000u32 {
+            log.push_str(&format!("{},{}\n", i % 100, 1000 + i % 7));
+        }
+        logs.push(log);
+        for log in &logs {
+            let opts = CsvOptions::default();
+            let read_by = |step: usize| {
+                let mut out = Vec::new();
+                let r = Trickle(std::io::Cursor::new(log.as_bytes().to_vec()), step);
+                let (h, i) = read_smi_csv(r, &opts, |l| out.push(format!("{l:?}"))).unwrap();
+                (format!("{h:?}"), format!("{i:?}"), out)
+            };
+            let whole = read_by(usize::MAX);
+            assert!(whole.2.len() > 5000, "{}", whole.1);
+            assert_eq!(whole, read_by(1));
+        }
+    }
+
+    #[test]
+    fn plain_rows_are_taken_from_the_buffer() {
+        let mut r = Row::default();
+        let names = |h: &str| h.split(',').map(str::to_string).collect::<Vec<_>>();
+        let c = Columns::new(&names(PLAIN_HEADERS[0]));
+        assert_eq!(plain_row(&c, b"1706659200,7\n1", &mut r), Some(13));
+        assert_eq!(r.ts, Some(1_706_659_200.0));
+        assert_eq!(r.sample.util_pct, Some(7.0));
+        assert_eq!(plain_row(&c, b"1706659200, 7 \r\n", &mut r), Some(16));
+        for not_plain in [
+            &b"1706659200,7"[..],
+            b"1706659200,7,\n",
+            b" 1,7\n",
+            b"1,\"7\"\n",
+            b"1,N/A\n",
+        ] {
+            assert_eq!(plain_row(&c, not_plain, &mut r), None);
+        }
+        let c = Columns::new(&names(PLAIN_HEADERS[1]));
+        let row = b"2024/01/31 12:00:00.5, 3, A100, 45 %, 1024 MiB, 250.5 W, 61, 4, 0x4, 7\n";
+        assert_eq!(plain_row(&c, row, &mut r), Some(row.len()));
+        assert_eq!(r.index, Some(3));
+        assert_eq!(r.sample.mem_used_bytes, Some(1 << 30));
+        assert_eq!(r.sample.throttle_reasons, Some(4));
+    }
+
     proptest::proptest! {
+        #[test]
+        fn a_plain_row_reads_as_the_line_reader_reads_it(
+            header in 0..PLAIN_HEADERS.len(),
+            fields in proptest::collection::vec(
+                "([0-9]{1,12}|[0-9]{0,6}[.][0-9]{0,4}|[0-9]{1,3} ?(%|MiB|W)|N/A|\\[N/A\\]|0x[0-9a-f]{1,3}|A100|Active|2024/01/31 12:00:0[0-9]|1e3|-5|)",
+                12,
+            ),
+            pads in proptest::collection::vec("(||| |\t)", 12),
+            bad in 0usize..36,
+            bad_byte in "(\"|\r|\0|\u{e9})",
+            off in 0i32..6,
+            end in "(\n|\n|\n|\r\n|\r|)",
+        ) {
+            let names: Vec<String> = PLAIN_HEADERS[header].split(',').map(str::to_string).collect();
+            let c = Columns::new(&names);
+            // As many fields as columns mostly, one more or fewer else.
+            let n = (names.len() as i32 + [0, 0, 0, 0, -1, 1][off as usize]).clamp(0, 12) as usize;
+            let mut line = String::new();
+            for (k, f) in fields.iter().take(n).enumerate() {
+                if k > 0 {
+                    line.push(',');
+                }
+                line.push_str(if k == 0 { "" } else { &pads[k] });
+                if k == 0 && !f.starts_with(|c: char| c.is_ascii_digit()) {
+                    // A row of any other start is no plain row: not worth a case.
+                    line.push('1');
+                }
+                line.push_str(f);
+                if bad == k {
+                    line.push_str(&bad_byte);
+                }
+            }
+            line.push_str(&end);
+            let mut r = Row::default();
+            if let Some(n) = plain_row(&c, line.as_bytes(), &mut r) {
+                proptest::prop_assert_eq!(n, line.len());
+                proptest::prop_assert_eq!(Some(row_view(&r)), row_by_line(&c, line.as_bytes()));
+            }
+        }
+
         #[test]
         fn burst_logs_of_any_size_read_back(n in 1u32..=8, readings in 12u32..40,
                                             every_ms in 100u64..3000, busy in 0u32..8) {
