@@ -102,6 +102,7 @@ impl Pooler {
     }
 
     /// As [`Pooler::push`], with the GPU's memory in use at that reading.
+    #[inline]
     pub(crate) fn push_with_memory(&mut self, t_s: f64, util_pct: f64, mem_bytes: Option<u64>) {
         if !(t_s.is_finite() && util_pct.is_finite()) {
             return;
