@@ -627,7 +627,8 @@ impl FractionCheck {
     fn add(&mut self, u: f64) {
         self.n += 1;
         self.max = self.max.max(u);
-        if !is_whole(u) {
+        // Past 1 no log is a fraction, and what is whole no longer matters: not asked again.
+        if self.max <= 1.0 && !is_whole(u) {
             self.fractional += 1;
         }
     }
@@ -665,6 +666,24 @@ pub(crate) fn is_mostly_unreadable(read: u64, malformed: u64) -> bool {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_fraction_log_is_told_by_its_values_at_most_1() {
+        let check = |values: &[f64]| {
+            let mut f = FractionCheck::default();
+            values.iter().for_each(|&u| f.add(u));
+            f.scale()
+        };
+        let fractions: Vec<f64> = (0..20).map(|i| [0.25, 0.75, 1.0, 0.0][i % 4]).collect();
+        assert_eq!(check(&fractions), 100.0);
+        // A value past 1 anywhere: percent, whatever came before or after it.
+        for at in [0, 10, 20] {
+            let mut v = fractions.clone();
+            v.insert(at, 37.5);
+            assert_eq!(check(&v), 1.0, "37.5 at {at}");
+        }
+        assert_eq!(check(&[1.0; 20]), 1.0, "whole numbers are no fractions");
+    }
 
     proptest! {
         #[test]

@@ -15,6 +15,7 @@ pub(crate) struct Moments {
 }
 
 impl Moments {
+    #[inline]
     pub(crate) fn push(&mut self, v: f64) {
         if !v.is_finite() {
             return;
@@ -81,12 +82,14 @@ impl Split {
 }
 
 impl PctHistogram {
+    #[inline]
     pub(crate) fn push(&mut self, pct: f64) {
         if !pct.is_finite() {
             return;
         }
         let v = pct.clamp(0.0, 100.0);
-        let b = ((v / 5.0) as usize).min(PCT_BINS - 1);
+        // `v / 5` lies in 0..=20: the i32 conversion is the shorter one.
+        let b = ((v / 5.0) as i32 as usize).min(PCT_BINS - 1);
         self.bins[b] += 1;
         (self.lo, self.hi) = if self.n == 0 {
             (v, v)
@@ -228,11 +231,9 @@ pub(crate) struct PeriodicityDetector {
     seen: u64,
     stride: u64,
     flat: u64,
-    /// The last [`RECENT`] values pushed, a ring: `recent_n` of them, the next one written at
-    /// `recent_at` (cheaper per value than a deque's pop and push).
-    recent: [f64; RECENT],
-    recent_n: usize,
-    recent_at: usize,
+    /// The last [`RECENT`] values pushed before the window was last emptied: with the window's,
+    /// the last values pushed (kept when the window empties, not per value).
+    recent: Vec<f64>,
 }
 
 /// Resampled values kept for a zoomed sparkline.
@@ -255,15 +256,13 @@ impl Default for PeriodicityDetector {
             seen: 0,
             stride: 1,
             flat: 0,
-            recent: [0.0; RECENT],
-            recent_n: 0,
-            recent_at: 0,
+            recent: Vec::with_capacity(2 * RECENT),
         }
     }
 }
 
 impl PeriodicityDetector {
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push(&mut self, t: f64, v: f64) {
         if !t.is_finite() || !v.is_finite() {
             return;
@@ -279,6 +278,7 @@ impl PeriodicityDetector {
         }
     }
 
+    #[cold]
     fn calibrate(&mut self) {
         let mut gaps: Vec<f64> = self
             .calib
@@ -298,6 +298,7 @@ impl PeriodicityDetector {
         }
     }
 
+    #[inline(always)]
     fn push_binned(&mut self, t: f64, v: f64) {
         let step = self.step.unwrap_or(0.2);
         let b = floor_i64((t - self.t0) / step);
@@ -306,7 +307,7 @@ impl PeriodicityDetector {
             let gap = b - self.cur_bin - 1;
             if gap > MAX_LAG as i64 {
                 // A long hole: the pattern before it says nothing about the one after.
-                self.window.clear();
+                self.empty_window();
             } else if let Some(last) = self.last {
                 for _ in 0..gap {
                     self.push_value(last);
@@ -318,6 +319,7 @@ impl PeriodicityDetector {
         self.bin_n += 1;
     }
 
+    #[inline(always)]
     fn close_bin(&mut self) {
         if self.bin_n > 0 {
             let v = self.bin_sum / self.bin_n as f64;
@@ -328,14 +330,8 @@ impl PeriodicityDetector {
         }
     }
 
+    #[inline(always)]
     fn push_value(&mut self, v: f64) {
-        self.recent[self.recent_at] = v;
-        self.recent_at = if self.recent_at + 1 == RECENT {
-            0
-        } else {
-            self.recent_at + 1
-        };
-        self.recent_n = (self.recent_n + 1).min(RECENT);
         self.window.push(v);
         if self.window.len() == WINDOW {
             if self.seen % self.stride == 0 {
@@ -347,10 +343,11 @@ impl PeriodicityDetector {
             if self.seen >= WINDOWS_BEFORE_THINNING * self.stride {
                 self.stride *= 2;
             }
-            self.window.clear();
+            self.empty_window();
         }
     }
 
+    #[inline(never)]
     fn analyse(&mut self, x: &[f64], lags: usize) {
         let n = x.len();
         let mean = x.iter().sum::<f64>() / n as f64;
@@ -374,20 +371,29 @@ impl PeriodicityDetector {
         self.used += 1;
     }
 
+    /// Keeps the last [`RECENT`] values pushed, of those kept and the window's: before the
+    /// window empties.
+    fn keep_recent(&mut self) {
+        if self.window.len() >= RECENT {
+            self.recent.clear();
+        } else {
+            let past = self.recent.len() + self.window.len();
+            self.recent.drain(..past.saturating_sub(RECENT));
+        }
+        let from = self.window.len().saturating_sub(RECENT);
+        self.recent.extend_from_slice(&self.window[from..]);
+    }
+
+    fn empty_window(&mut self) {
+        self.keep_recent();
+        self.window.clear();
+    }
+
     /// The last [`RECENT`] resampled values and their step (call after [`Self::finish`]).
     pub(crate) fn recent(&self) -> (f64, Vec<f64>) {
-        (
-            self.step.unwrap_or(0.0),
-            if self.recent_n < RECENT {
-                self.recent[..self.recent_n].to_vec()
-            } else {
-                [
-                    &self.recent[self.recent_at..],
-                    &self.recent[..self.recent_at],
-                ]
-                .concat()
-            },
-        )
+        let mut recent = [&self.recent[..], &self.window[..]].concat();
+        recent.drain(..recent.len().saturating_sub(RECENT));
+        (self.step.unwrap_or(0.0), recent)
     }
 
     /// The strongest repeat, if the series has any non-flat stretch long enough to tell.
@@ -397,6 +403,7 @@ impl PeriodicityDetector {
         }
         self.close_bin();
         if self.used == 0 && self.window.len() >= 16 {
+            self.keep_recent();
             let w = std::mem::take(&mut self.window);
             let lags = w.len() / 2;
             self.acf_len = lags;
@@ -606,7 +613,7 @@ impl Timeline {
         f64_of_rank(yes)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push(&mut self, t: f64, v: f64) {
         // `lo` and `hi` are finite or empty, so `t` is finite here.
         if t >= self.lo && t < self.hi && v.is_finite() {
@@ -618,6 +625,7 @@ impl Timeline {
         self.push_placed(t, v);
     }
 
+    #[inline(never)]
     fn push_placed(&mut self, t: f64, v: f64) {
         if !t.is_finite() || !v.is_finite() {
             return;
@@ -1001,13 +1009,25 @@ mod tests {
         }
 
         #[test]
-        fn the_recent_ring_keeps_the_last_values_in_order(n in 0usize..200) {
+        fn recent_values_are_the_last_pushed_in_order(
+            n in 0usize..2000,
+            holes in proptest::collection::vec(0usize..300, 0..8),
+            finish in any::<bool>(),
+        ) {
             let mut d = PeriodicityDetector::default();
             for i in 0..n {
+                if holes.contains(&i) {
+                    d.empty_window();
+                }
                 d.push_value(i as f64);
+            }
+            if finish {
+                d.step = Some(1.0);
+                d.finish();
             }
             let want: Vec<f64> = (n.saturating_sub(RECENT)..n).map(|i| i as f64).collect();
             prop_assert_eq!(d.recent().1, want);
+            prop_assert!(d.recent.len() <= RECENT, "{} kept", d.recent.len());
         }
     }
 

@@ -188,6 +188,7 @@ impl EvidenceBuilder {
 
     /// Takes one reading of a log, as [`Self::push_gpu`] takes a sample: a log's readings come
     /// by the million, and a sample built for each cost more than all the figures took.
+    #[inline]
     pub(crate) fn push_reading(&mut self, r: &Reading) {
         self.push_reading_with(r, None)
     }
