@@ -13,7 +13,6 @@ use crate::import::{LogError, LogInfo};
 use crate::record::format::ReadError;
 use crate::record::reader::{self, Sink};
 use crate::sample::event::Header;
-use crate::sample::GpuSample;
 use serde::{Deserialize, Serialize};
 use std::io::Read;
 use std::path::Path;
@@ -437,7 +436,7 @@ fn first_look(
                     l.fraction.add(u);
                     l.pooler.push_with_memory(g.t_s, u, g.mem_used_bytes);
                 }
-                l.uncut.push_gpu(&GpuSample::from(g));
+                l.uncut.push_reading(g);
             });
             look.tape.keep(c);
         }
@@ -512,10 +511,10 @@ fn read_log_evidence(
                 phases::judged_time(&phases, g.t_s)
             };
             if let Some(t) = t {
-                let mut g = GpuSample::from(g);
+                let mut g = g.clone();
                 g.t_s = t;
                 g.util_pct = g.util_pct.map(|u| u * scale);
-                b.push_gpu(&g);
+                b.push_reading(&g);
             }
         };
         // The second look replays the first pass's readings from memory; a log too large for
@@ -613,11 +612,23 @@ struct FractionCheck {
     fractional: u64,
 }
 
+/// `u.fract() == 0.0` without `trunc`, a library call on every reading in the baseline x86-64
+/// build: below 2^52 a number is whole when it survives the round trip through an integer; at
+/// and above it every finite number is whole.
+fn is_whole(u: f64) -> bool {
+    if u.abs() < 4_503_599_627_370_496.0 {
+        (u as i64) as f64 == u
+    } else {
+        u.is_finite()
+    }
+}
+
 impl FractionCheck {
     fn add(&mut self, u: f64) {
         self.n += 1;
         self.max = self.max.max(u);
-        if u.fract() != 0.0 {
+        // Past 1 no log is a fraction, and what is whole no longer matters: not asked again.
+        if self.max <= 1.0 && !is_whole(u) {
             self.fractional += 1;
         }
     }
@@ -654,6 +665,43 @@ pub(crate) fn is_mostly_unreadable(read: u64, malformed: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_fraction_log_is_told_by_its_values_at_most_1() {
+        let check = |values: &[f64]| {
+            let mut f = FractionCheck::default();
+            values.iter().for_each(|&u| f.add(u));
+            f.scale()
+        };
+        let fractions: Vec<f64> = (0..20).map(|i| [0.25, 0.75, 1.0, 0.0][i % 4]).collect();
+        assert_eq!(check(&fractions), 100.0);
+        // A value past 1 anywhere: percent, whatever came before or after it.
+        for at in [0, 10, 20] {
+            let mut v = fractions.clone();
+            v.insert(at, 37.5);
+            assert_eq!(check(&v), 1.0, "37.5 at {at}");
+        }
+        assert_eq!(check(&[1.0; 20]), 1.0, "whole numbers are no fractions");
+    }
+
+    proptest! {
+        #[test]
+        fn is_whole_is_no_fraction(u in prop_oneof![
+            any::<f64>(),
+            (-200i64..200).prop_map(|v| v as f64),
+            (-200.0f64..200.0),
+            Just(4_503_599_627_370_496.0f64),
+            Just(4_503_599_627_370_495.5f64),
+            Just(-4_503_599_627_370_495.5f64),
+            Just(f64::INFINITY),
+            Just(f64::NEG_INFINITY),
+            Just(f64::NAN),
+            Just(-0.0f64),
+        ]) {
+            prop_assert_eq!(is_whole(u), u.fract() == 0.0, "{}", u);
+        }
+    }
 
     /// The evidence of `text` read as a log, its second look taken as `look`.
     fn log_outcome(text: &str, look: Look) -> ReadOutcome {

@@ -102,6 +102,7 @@ impl Pooler {
     }
 
     /// As [`Pooler::push`], with the GPU's memory in use at that reading.
+    #[inline(always)]
     pub(crate) fn push_with_memory(&mut self, t_s: f64, util_pct: f64, mem_bytes: Option<u64>) {
         if !(t_s.is_finite() && util_pct.is_finite()) {
             return;
@@ -124,6 +125,7 @@ impl Pooler {
     /// Pools the points held again, twice as wide each time, until they fill at most half of
     /// [`MAX_POOLED`]; when a wider pool hardly shrinks them (times that run backwards, which
     /// no width pools), neighbours are pooled in pairs.
+    #[cold]
     fn coarsen(&mut self) {
         while self.points.len() > MAX_POOLED / 2 {
             self.width_s *= 2.0;

@@ -15,6 +15,7 @@ pub(crate) struct Moments {
 }
 
 impl Moments {
+    #[inline]
     pub(crate) fn push(&mut self, v: f64) {
         if !v.is_finite() {
             return;
@@ -81,12 +82,14 @@ impl Split {
 }
 
 impl PctHistogram {
+    #[inline]
     pub(crate) fn push(&mut self, pct: f64) {
         if !pct.is_finite() {
             return;
         }
         let v = pct.clamp(0.0, 100.0);
-        let b = ((v / 5.0) as usize).min(PCT_BINS - 1);
+        // `v / 5` lies in 0..=20: the i32 conversion is the shorter one.
+        let b = ((v / 5.0) as i32 as usize).min(PCT_BINS - 1);
         self.bins[b] += 1;
         (self.lo, self.hi) = if self.n == 0 {
             (v, v)
@@ -228,7 +231,9 @@ pub(crate) struct PeriodicityDetector {
     seen: u64,
     stride: u64,
     flat: u64,
-    recent: std::collections::VecDeque<f64>,
+    /// The last [`RECENT`] values pushed before the window was last emptied: with the window's,
+    /// the last values pushed (kept when the window empties, not per value).
+    recent: Vec<f64>,
 }
 
 /// Resampled values kept for a zoomed sparkline.
@@ -251,12 +256,13 @@ impl Default for PeriodicityDetector {
             seen: 0,
             stride: 1,
             flat: 0,
-            recent: std::collections::VecDeque::with_capacity(RECENT),
+            recent: Vec::with_capacity(2 * RECENT),
         }
     }
 }
 
 impl PeriodicityDetector {
+    #[inline(always)]
     pub(crate) fn push(&mut self, t: f64, v: f64) {
         if !t.is_finite() || !v.is_finite() {
             return;
@@ -272,6 +278,7 @@ impl PeriodicityDetector {
         }
     }
 
+    #[cold]
     fn calibrate(&mut self) {
         let mut gaps: Vec<f64> = self
             .calib
@@ -291,15 +298,16 @@ impl PeriodicityDetector {
         }
     }
 
+    #[inline(always)]
     fn push_binned(&mut self, t: f64, v: f64) {
         let step = self.step.unwrap_or(0.2);
-        let b = ((t - self.t0) / step).floor() as i64;
+        let b = floor_i64((t - self.t0) / step);
         if b > self.cur_bin {
             self.close_bin();
             let gap = b - self.cur_bin - 1;
             if gap > MAX_LAG as i64 {
                 // A long hole: the pattern before it says nothing about the one after.
-                self.window.clear();
+                self.empty_window();
             } else if let Some(last) = self.last {
                 for _ in 0..gap {
                     self.push_value(last);
@@ -311,6 +319,7 @@ impl PeriodicityDetector {
         self.bin_n += 1;
     }
 
+    #[inline(always)]
     fn close_bin(&mut self) {
         if self.bin_n > 0 {
             let v = self.bin_sum / self.bin_n as f64;
@@ -321,11 +330,8 @@ impl PeriodicityDetector {
         }
     }
 
+    #[inline(always)]
     fn push_value(&mut self, v: f64) {
-        if self.recent.len() == RECENT {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(v);
         self.window.push(v);
         if self.window.len() == WINDOW {
             if self.seen % self.stride == 0 {
@@ -337,10 +343,11 @@ impl PeriodicityDetector {
             if self.seen >= WINDOWS_BEFORE_THINNING * self.stride {
                 self.stride *= 2;
             }
-            self.window.clear();
+            self.empty_window();
         }
     }
 
+    #[inline(never)]
     fn analyse(&mut self, x: &[f64], lags: usize) {
         let n = x.len();
         let mean = x.iter().sum::<f64>() / n as f64;
@@ -364,12 +371,29 @@ impl PeriodicityDetector {
         self.used += 1;
     }
 
+    /// Keeps the last [`RECENT`] values pushed, of those kept and the window's: before the
+    /// window empties.
+    fn keep_recent(&mut self) {
+        if self.window.len() >= RECENT {
+            self.recent.clear();
+        } else {
+            let past = self.recent.len() + self.window.len();
+            self.recent.drain(..past.saturating_sub(RECENT));
+        }
+        let from = self.window.len().saturating_sub(RECENT);
+        self.recent.extend_from_slice(&self.window[from..]);
+    }
+
+    fn empty_window(&mut self) {
+        self.keep_recent();
+        self.window.clear();
+    }
+
     /// The last [`RECENT`] resampled values and their step (call after [`Self::finish`]).
     pub(crate) fn recent(&self) -> (f64, Vec<f64>) {
-        (
-            self.step.unwrap_or(0.0),
-            self.recent.iter().copied().collect(),
-        )
+        let mut recent = [&self.recent[..], &self.window[..]].concat();
+        recent.drain(..recent.len().saturating_sub(RECENT));
+        (self.step.unwrap_or(0.0), recent)
     }
 
     /// The strongest repeat, if the series has any non-flat stretch long enough to tell.
@@ -379,6 +403,7 @@ impl PeriodicityDetector {
         }
         self.close_bin();
         if self.used == 0 && self.window.len() >= 16 {
+            self.keep_recent();
             let w = std::mem::take(&mut self.window);
             let lags = w.len() / 2;
             self.acf_len = lags;
@@ -408,6 +433,18 @@ impl PeriodicityDetector {
 /// sums: one sum per lag is a chain of dependent additions, which the CPU runs at one addition
 /// per add latency; the block keeps its adders busy. Each lag still adds its own products in the
 /// same order, so every sum has the same bits.
+/// `x.floor() as i64`, without `floor`, a library call on every sample in the baseline x86-64
+/// build: the cast truncates (saturating, NaN to 0), one less below zero where that rounded up.
+#[inline]
+fn floor_i64(x: f64) -> i64 {
+    let i = x as i64;
+    if (i as f64) > x {
+        i.saturating_sub(1)
+    } else {
+        i
+    }
+}
+
 fn lag_products(c: &[f64], sums: &mut [f64]) {
     let n = c.len();
     debug_assert!(sums.len() <= n);
@@ -473,7 +510,16 @@ const TIMELINE_CAP: usize = 128;
 pub(crate) struct Timeline {
     t0: Option<f64>,
     width: f64,
+    /// `1 / width`, exact (a width is a power of two): a product rounds as the quotient does, and
+    /// costs a fraction of a division.
+    per_width: f64,
     sums: Vec<(f64, u32)>,
+    /// The bucket the latest sample fell in and, once a second sample fell in it, the times that
+    /// fall in it, `lo <= t < hi` (finite; empty until found): a log's next sample mostly falls
+    /// in the same bucket, and two comparisons place it as the bucket's formula would.
+    cur: usize,
+    lo: f64,
+    hi: f64,
 }
 
 impl Default for Timeline {
@@ -481,33 +527,141 @@ impl Default for Timeline {
         Timeline {
             t0: None,
             width: 0.5,
+            per_width: 2.0,
             sums: Vec::with_capacity(TIMELINE_CAP),
+            cur: usize::MAX,
+            lo: f64::INFINITY,
+            hi: f64::NEG_INFINITY,
         }
     }
 }
 
+/// A finite f64's place in the order of all finite f64s (and back): the bit patterns of
+/// negative numbers run backwards.
+fn f64_rank(x: f64) -> i64 {
+    let b = x.to_bits() as i64;
+    if b < 0 {
+        b ^ i64::MAX
+    } else {
+        b
+    }
+}
+
+fn f64_of_rank(r: i64) -> f64 {
+    f64::from_bits((if r < 0 { r ^ i64::MAX } else { r }) as u64)
+}
+
 impl Timeline {
+    /// The bucket of time `t`: never less for a later time.
+    fn bucket(t0: f64, per_width: f64, t: f64) -> usize {
+        ((t - t0).max(0.0) * per_width) as usize
+    }
+
+    /// The earliest finite time whose bucket is `k` or later (`inf`: none), searched from
+    /// where the arithmetic puts it, a few steps away at most in a log.
+    fn first_time_of(&self, t0: f64, k: usize) -> f64 {
+        let at_least = |r: i64| Self::bucket(t0, self.per_width, f64_of_rank(r)) >= k;
+        let (min, max) = (f64_rank(f64::MIN), f64_rank(f64::MAX));
+        let guess = t0 + k as f64 * self.width;
+        let guess = if guess.is_nan() {
+            return f64::INFINITY;
+        } else {
+            f64_rank(guess.clamp(f64::MIN, f64::MAX))
+        };
+        // Bracket the first rank that is `at_least` in (no, yes], widening by doubling steps.
+        let (mut no, mut yes);
+        if at_least(guess) {
+            yes = guess;
+            let mut step = 1i64;
+            loop {
+                let r = yes.saturating_sub(step).max(min);
+                if !at_least(r) {
+                    no = r;
+                    break;
+                }
+                yes = r;
+                if r == min {
+                    return f64::MIN;
+                }
+                step = step.saturating_mul(2);
+            }
+        } else {
+            no = guess;
+            let mut step = 1i64;
+            loop {
+                let r = no.saturating_add(step).min(max);
+                if at_least(r) {
+                    yes = r;
+                    break;
+                }
+                no = r;
+                if r == max {
+                    return f64::INFINITY;
+                }
+                step = step.saturating_mul(2);
+            }
+        }
+        // The ranks span more than an i64: their distance is taken as a u64.
+        while yes.wrapping_sub(no) as u64 > 1 {
+            let mid = no.wrapping_add((yes.wrapping_sub(no) as u64 / 2) as i64);
+            if at_least(mid) {
+                yes = mid;
+            } else {
+                no = mid;
+            }
+        }
+        f64_of_rank(yes)
+    }
+
+    #[inline(always)]
     pub(crate) fn push(&mut self, t: f64, v: f64) {
+        // `lo` and `hi` are finite or empty, so `t` is finite here.
+        if t >= self.lo && t < self.hi && v.is_finite() {
+            let s = &mut self.sums[self.cur];
+            s.0 += v;
+            s.1 += 1;
+            return;
+        }
+        self.push_placed(t, v);
+    }
+
+    #[inline(never)]
+    fn push_placed(&mut self, t: f64, v: f64) {
         if !t.is_finite() || !v.is_finite() {
             return;
         }
         let t0 = *self.t0.get_or_insert(t);
-        let mut b = ((t - t0).max(0.0) / self.width) as usize;
+        let mut b = Self::bucket(t0, self.per_width, t);
         while b >= TIMELINE_CAP {
             self.width *= 2.0;
+            self.per_width = 1.0 / self.width;
             let merged: Vec<(f64, u32)> = self
                 .sums
                 .chunks(2)
                 .map(|c| c.iter().fold((0.0, 0), |a, x| (a.0 + x.0, a.1 + x.1)))
                 .collect();
             self.sums = merged;
-            b = ((t - t0).max(0.0) / self.width) as usize;
+            self.cur = usize::MAX;
+            b = Self::bucket(t0, self.per_width, t);
         }
         if self.sums.len() <= b {
             self.sums.resize(b + 1, (0.0, 0));
         }
         self.sums[b].0 += v;
         self.sums[b].1 += 1;
+        // A bucket's times are found when a second sample in a row falls in it: a log whose
+        // every sample starts a bucket (or that jumps back and forth) searches for none.
+        if b == self.cur {
+            self.lo = if b == 0 {
+                f64::MIN
+            } else {
+                self.first_time_of(t0, b)
+            };
+            self.hi = self.first_time_of(t0, b + 1);
+        } else {
+            (self.lo, self.hi) = (f64::INFINITY, f64::NEG_INFINITY);
+        }
+        self.cur = b;
     }
 
     /// Bucket width in seconds and the bucket means (gaps carry the previous value).
@@ -708,6 +862,173 @@ mod tests {
         assert!(r.windows < 200, "{r:?}");
         assert!((r.period_s - 3.0).abs() < 0.2, "{r:?}");
         assert!(d.window.capacity() <= WINDOW && d.acf_sum.len() == MAX_LAG);
+    }
+
+    /// The timeline as it placed every sample by its formula, before it knew a bucket's times.
+    struct FormulaTimeline {
+        t0: Option<f64>,
+        width: f64,
+        sums: Vec<(f64, u32)>,
+    }
+
+    impl FormulaTimeline {
+        fn push(&mut self, t: f64, v: f64) {
+            if !t.is_finite() || !v.is_finite() {
+                return;
+            }
+            let t0 = *self.t0.get_or_insert(t);
+            let mut b = ((t - t0).max(0.0) / self.width) as usize;
+            while b >= TIMELINE_CAP {
+                self.width *= 2.0;
+                self.sums = self
+                    .sums
+                    .chunks(2)
+                    .map(|c| c.iter().fold((0.0, 0), |a, x| (a.0 + x.0, a.1 + x.1)))
+                    .collect();
+                b = ((t - t0).max(0.0) / self.width) as usize;
+            }
+            if self.sums.len() <= b {
+                self.sums.resize(b + 1, (0.0, 0));
+            }
+            self.sums[b].0 += v;
+            self.sums[b].1 += 1;
+        }
+    }
+
+    fn timeline_times() -> impl Strategy<Value = Vec<(f64, f64)>> {
+        let start = prop_oneof![
+            Just(0.0f64),
+            Just(1_706_659_200.0f64),
+            -1e6f64..1e6,
+            Just(f64::MAX / 2.0),
+            Just(-f64::MAX),
+        ];
+        let step = prop_oneof![
+            4 => 0.0f64..3.0,
+            1 => Just(0.0f64),
+            1 => Just(1.0f64),
+            1 => -5.0f64..0.0,
+            1 => 1e3f64..1e9,
+            1 => any::<f64>(),
+        ];
+        let value = prop_oneof![
+            8 => (0u32..=100).prop_map(f64::from),
+            2 => -1e3f64..1e3,
+            1 => Just(f64::NAN),
+            1 => Just(f64::INFINITY),
+        ];
+        (start, proptest::collection::vec((step, value), 0..2000)).prop_map(|(t0, steps)| {
+            let mut t = t0;
+            steps
+                .into_iter()
+                .map(|(d, v)| {
+                    t = if (t + d).is_finite() { t + d } else { d };
+                    (t, v)
+                })
+                .collect()
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn timeline_places_samples_as_its_formula_does_bit_for_bit(samples in timeline_times()) {
+            let mut fast = Timeline::default();
+            let mut formula = FormulaTimeline { t0: None, width: 0.5, sums: Vec::new() };
+            for &(t, v) in &samples {
+                fast.push(t, v);
+                formula.push(t, v);
+            }
+            prop_assert_eq!(fast.width.to_bits(), formula.width.to_bits());
+            let bits = |s: &[(f64, u32)]| s.iter().map(|&(a, n)| (a.to_bits(), n)).collect::<Vec<_>>();
+            prop_assert_eq!(bits(&fast.sums), bits(&formula.sums));
+        }
+    }
+
+    #[test]
+    fn a_buckets_times_are_the_times_its_formula_gives_it() {
+        for (t0, width) in [
+            (0.0, 0.5),
+            (1_706_659_200.0, 65536.0),
+            (-3.0, 2.0),
+            (1e300, 0.5),
+        ] {
+            let tl = Timeline {
+                t0: Some(t0),
+                width,
+                per_width: 1.0 / width,
+                ..Timeline::default()
+            };
+            for k in [1, 2, 77, 127, 128] {
+                let first = tl.first_time_of(t0, k);
+                let b = |t: f64| Timeline::bucket(t0, tl.per_width, t);
+                assert!(b(first) >= k, "{t0} {width} {k}: {first}");
+                assert!(b(first.next_down()) < k, "{t0} {width} {k}: {first}");
+            }
+        }
+        let wide = Timeline {
+            t0: Some(0.0),
+            width: f64::INFINITY,
+            per_width: 0.0,
+            ..Timeline::default()
+        };
+        assert_eq!(wide.first_time_of(0.0, 1), f64::INFINITY);
+    }
+
+    #[test]
+    fn floor_i64_is_floor_as_i64() {
+        for x in [
+            0.0,
+            -0.0,
+            0.5,
+            -0.5,
+            1.0,
+            -1.0,
+            2.999,
+            -2.0001,
+            1e18,
+            -1e18,
+            9.3e18,
+            -9.3e18,
+            1e300,
+            -1e300,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            f64::MIN_POSITIVE,
+            -f64::MIN_POSITIVE,
+        ] {
+            assert_eq!(floor_i64(x), x.floor() as i64, "{x}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn floor_i64_is_floor_as_i64_everywhere(x in any::<f64>(), y in -1e6f64..1e6) {
+            prop_assert_eq!(floor_i64(x), x.floor() as i64);
+            prop_assert_eq!(floor_i64(y), y.floor() as i64);
+        }
+
+        #[test]
+        fn recent_values_are_the_last_pushed_in_order(
+            n in 0usize..2000,
+            holes in proptest::collection::vec(0usize..300, 0..8),
+            finish in any::<bool>(),
+        ) {
+            let mut d = PeriodicityDetector::default();
+            for i in 0..n {
+                if holes.contains(&i) {
+                    d.empty_window();
+                }
+                d.push_value(i as f64);
+            }
+            if finish {
+                d.step = Some(1.0);
+                d.finish();
+            }
+            let want: Vec<f64> = (n.saturating_sub(RECENT)..n).map(|i| i as f64).collect();
+            prop_assert_eq!(d.recent().1, want);
+            prop_assert!(d.recent.len() <= RECENT, "{} kept", d.recent.len());
+        }
     }
 
     #[test]

@@ -177,6 +177,16 @@ impl GpuAcc {
         }
     }
 
+    /// A utilization sample `v` at `t`, into every figure made of them.
+    #[inline(always)]
+    pub(super) fn util_sample(&mut self, t: f64, v: f64) {
+        self.spacing(t);
+        self.util.push(v);
+        self.hist.push(v);
+        self.period.push(t, v);
+        self.timeline.push(t, v);
+    }
+
     pub(super) fn sample_interval_s(&self) -> Option<f64> {
         // A spacing that was seen (the upper median), not the mean of two.
         crate::stats::upper_median(&mut self.spacings.clone())

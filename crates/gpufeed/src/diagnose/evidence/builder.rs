@@ -7,6 +7,7 @@
 
 use crate::diagnose::streaming::Moments;
 use crate::import::dcgmi::ProfilingMeans;
+use crate::import::reading::Reading;
 use crate::import::MAX_GPUS;
 use crate::sample::event::{Header, Line, ProcsLine};
 use crate::sample::{throttle, GpuSample, HostSample, ProcSample, ProcStart};
@@ -23,7 +24,10 @@ pub struct EvidenceBuilder {
     t_first: Option<f64>,
     t_last: Option<f64>,
     gpus: Vec<GpuAcc>,
-    /// Where each GPU index sits in `gpus`: looked up for every GPU sample.
+    /// Where each GPU index sits in `gpus`: looked up for every GPU sample, by a plain table for
+    /// the small indices every node uses (one load, where a hash took a tenth of a reading's
+    /// time), by the map past them.
+    gpu_pos_small: [u16; SMALL_GPU_INDICES],
     gpu_pos: FxHashMap<u32, usize>,
     host_n: u64,
     cpu_count_seen: Option<u32>,
@@ -52,6 +56,13 @@ pub struct EvidenceBuilder {
     impossible: Impossible,
     steps: super::pyloop::StepAcc,
 }
+
+/// GPU indices below this find their place in [`EvidenceBuilder::gpus`] by table.
+const SMALL_GPU_INDICES: usize = 32;
+const _: () = assert!(
+    MAX_GPUS < u16::MAX as usize,
+    "a table slot holds a position + 1 in a u16"
+);
 
 /// The evidence is one consumer of the recording reader's single pass.
 impl crate::record::reader::Sink for EvidenceBuilder {
@@ -118,26 +129,78 @@ impl EvidenceBuilder {
         self.profiling.insert(index, p);
     }
 
+    /// Where GPU `index` sits in `gpus`, if it was seen.
+    #[inline]
+    fn slot(&self, index: u32) -> Option<usize> {
+        match self.gpu_pos_small.get(index as usize) {
+            Some(&p) => (p != 0).then(|| p as usize - 1),
+            None => self.gpu_pos.get(&index).copied(),
+        }
+    }
+
     fn gpu(&mut self, index: u32) -> &mut GpuAcc {
-        let pos = match self.gpu_pos.get(&index) {
-            Some(&p) => p,
-            None => {
-                self.gpus.push(GpuAcc {
-                    index,
-                    ..Default::default()
-                });
-                self.gpu_pos.insert(index, self.gpus.len() - 1);
-                self.gpus.len() - 1
-            }
+        let pos = match self.slot(index) {
+            Some(p) => p,
+            None => self.add_gpu(index),
         };
         &mut self.gpus[pos]
+    }
+
+    fn add_gpu(&mut self, index: u32) -> usize {
+        let pos = self.gpus.len();
+        self.gpus.push(GpuAcc {
+            index,
+            ..Default::default()
+        });
+        match self.gpu_pos_small.get_mut(index as usize) {
+            // Past MAX_GPUS only a header's GPUs are added (at the end): a position past the
+            // table's range goes to the map.
+            Some(p) if pos < u16::MAX as usize => *p = (pos + 1) as u16,
+            _ => {
+                self.gpu_pos.insert(index, pos);
+            }
+        }
+        pos
     }
 
     /// Takes one GPU sample; impossible values in it are dropped and counted (see
     /// [`Evidence::warnings`]), never averaged in.
     pub(crate) fn push_gpu(&mut self, s: &GpuSample) {
+        let r = Reading {
+            index: s.index,
+            t_s: s.t_s,
+            util_pct: s.util_pct,
+            mem_util_pct: s.mem_util_pct,
+            mem_used_bytes: s.mem_used_bytes,
+            sm_clock_mhz: s.sm_clock_mhz,
+            power_w: s.power_w,
+            temperature_c: s.temperature_c,
+            pcie_rx_bytes: s.pcie_rx_bytes,
+            pcie_tx_bytes: s.pcie_tx_bytes,
+            pcie_rx_bytes_per_s: s.pcie_rx_bytes_per_s,
+            pcie_tx_bytes_per_s: s.pcie_tx_bytes_per_s,
+            pcie_gen: s.pcie_gen,
+            pcie_width: s.pcie_width,
+            throttle_reasons: s.throttle_reasons,
+        };
+        self.push_reading_with(&r, s.util_samples.as_deref())
+    }
+
+    /// Takes one reading of a log, as [`Self::push_gpu`] takes a sample: a log's readings come
+    /// by the million, and a sample built for each cost more than all the figures took.
+    #[inline]
+    pub(crate) fn push_reading(&mut self, r: &Reading) {
+        self.push_reading_with(r, None)
+    }
+
+    /// A GPU's reading and the utilization samples the driver gave since the one before
+    /// (`None`: it gives none; then `util_pct` counts). Inlined into both callers, so that a
+    /// log's reading, which has no samples, takes no branch for them and no call.
+    #[inline(always)]
+    fn push_reading_with(&mut self, s: &Reading, samples: Option<&[[f64; 2]]>) {
+        let pos = self.slot(s.index);
         // A node holds a few dozen GPUs: past MAX_GPUS a new one is counted, not followed.
-        if !self.gpu_pos.contains_key(&s.index) && self.gpus.len() >= MAX_GPUS {
+        if pos.is_none() && self.gpus.len() >= MAX_GPUS {
             self.impossible.gpus_over_cap += 1;
             return;
         }
@@ -147,16 +210,15 @@ impl EvidenceBuilder {
         }
         let bad_util = s.util_pct.is_some_and(|v| !pct_ok(v))
             || s.mem_util_pct.is_some_and(|v| !pct_ok(v))
-            || s.util_samples
-                .as_ref()
-                .is_some_and(|v| v.iter().any(|&[t, u]| !pct_ok(u) || !t.is_finite()));
+            || samples.is_some_and(|v| v.iter().any(|&[t, u]| !pct_ok(u) || !t.is_finite()));
         let bad_mem = s
             .mem_used_bytes
             .is_some_and(|m| m > MAX_PLAUSIBLE_MEM_BYTES);
         let bad_power = s
             .power_w
             .is_some_and(|p| !(0.0..=MAX_PLAUSIBLE_POWER_W).contains(&p));
-        if bad_util || bad_mem || bad_power {
+        let cleaned;
+        let (s, samples) = if bad_util || bad_mem || bad_power {
             let mut c = s.clone();
             if s.util_pct.is_some_and(|v| !pct_ok(v)) {
                 c.util_pct = None;
@@ -166,11 +228,15 @@ impl EvidenceBuilder {
                 c.mem_util_pct = None;
                 self.impossible.util += 1;
             }
-            if let Some(v) = &mut c.util_samples {
-                let n = v.len();
-                v.retain(|&[t, u]| pct_ok(u) && t.is_finite());
-                self.impossible.util += (n - v.len()) as u64;
-            }
+            let kept: Option<Vec<[f64; 2]>> = samples.map(|v| {
+                let kept: Vec<_> = v
+                    .iter()
+                    .copied()
+                    .filter(|&[t, u]| pct_ok(u) && t.is_finite())
+                    .collect();
+                self.impossible.util += (v.len() - kept.len()) as u64;
+                kept
+            });
             if bad_mem {
                 c.mem_used_bytes = None;
                 self.impossible.mem += 1;
@@ -179,22 +245,29 @@ impl EvidenceBuilder {
                 c.power_w = None;
                 self.impossible.power += 1;
             }
-            return self.push_gpu_checked(&c);
-        }
-        self.push_gpu_checked(s)
+            cleaned = (c, kept);
+            (&cleaned.0, cleaned.1.as_deref())
+        } else {
+            (s, samples)
+        };
+        self.push_gpu_checked(s, samples, pos)
     }
 
-    fn push_gpu_checked(&mut self, s: &GpuSample) {
-        if self
-            .gpu_pos
-            .get(&s.index)
-            .and_then(|&p| self.gpus[p].last_t)
+    /// `pos`: where the GPU sits in `gpus` (`None`: new).
+    #[inline(always)]
+    fn push_gpu_checked(&mut self, s: &Reading, samples: Option<&[[f64; 2]]>, pos: Option<usize>) {
+        if pos
+            .and_then(|p| self.gpus[p].last_t)
             .is_some_and(|l| s.t_s < l - 1e-6)
         {
             self.impossible.backwards += 1;
         }
         self.seen(s.t_s);
-        let g = self.gpu(s.index);
+        let pos = match pos {
+            Some(p) => p,
+            None => self.add_gpu(s.index),
+        };
+        let g = &mut self.gpus[pos];
         let dt = g
             .last_t
             .map(|l| (s.t_s - l).clamp(0.0, 10.0))
@@ -202,24 +275,16 @@ impl EvidenceBuilder {
         g.last_t = Some(s.t_s);
 
         let mut util_now = None;
-        match &s.util_samples {
+        match samples {
             Some(samples) => {
                 for &[t, v] in samples {
-                    g.spacing(t);
-                    g.util.push(v);
-                    g.hist.push(v);
-                    g.period.push(t, v);
-                    g.timeline.push(t, v);
+                    g.util_sample(t, v);
                     util_now = Some(v);
                 }
             }
             None => {
                 if let Some(v) = s.util_pct {
-                    g.spacing(s.t_s);
-                    g.util.push(v);
-                    g.hist.push(v);
-                    g.period.push(s.t_s, v);
-                    g.timeline.push(s.t_s, v);
+                    g.util_sample(s.t_s, v);
                     util_now = Some(v);
                 }
             }
@@ -1362,6 +1427,76 @@ mod tests {
         assert_eq!(e.gpus[1].util_mean_pct, Some(30.0));
         assert_eq!(e.cores_per_gpu(), Some(8.0));
         assert!((e.busy_fraction().unwrap() - 0.6).abs() < 1e-9);
+    }
+
+    #[test]
+    fn each_gpu_is_found_by_its_index_small_or_large_and_those_past_the_cap_are_counted() {
+        let mut b = EvidenceBuilder::new();
+        let indices = [31u32, 0, 32, 5000, u32::MAX, 7];
+        for i in 0..50 {
+            for (k, &index) in indices.iter().enumerate() {
+                b.push_reading(&Reading {
+                    index,
+                    t_s: i as f64,
+                    util_pct: Some(10.0 * k as f64),
+                    ..Default::default()
+                });
+            }
+        }
+        for index in 100..100 + (MAX_GPUS - indices.len()) as u32 + 3 {
+            b.push_reading(&Reading {
+                index,
+                t_s: 50.0,
+                util_pct: Some(1.0),
+                ..Default::default()
+            });
+        }
+        // A GPU already followed is still followed at the cap.
+        b.push_reading(&Reading {
+            index: 5000,
+            t_s: 51.0,
+            util_pct: Some(30.0),
+            ..Default::default()
+        });
+        assert_eq!(b.impossible.gpus_over_cap, 3);
+        let e = b.finish(&header(8, None));
+        assert_eq!(
+            e.gpus.len(),
+            MAX_GPUS,
+            "the header names GPU 0, one of those sampled"
+        );
+        for (k, &index) in indices.iter().enumerate() {
+            let g = e.gpus.iter().find(|g| g.index == index).unwrap();
+            assert_eq!(g.util_mean_pct, Some(10.0 * k as f64), "GPU {index}");
+        }
+    }
+
+    #[test]
+    fn a_reading_counts_as_the_sample_made_of_it() {
+        let readings: Vec<Reading> = (0..400)
+            .map(|i| Reading {
+                index: [0, 3, 40][i % 3],
+                t_s: (i / 3) as f64 * 0.5 - if i % 17 == 0 { 3.0 } else { 0.0 },
+                util_pct: (i % 5 != 0).then_some([50.0, 120.0, -1.0, 99.5][i % 4]),
+                mem_util_pct: (i % 7 == 0).then_some(30.0),
+                mem_used_bytes: Some(if i % 11 == 0 { u64::MAX } else { 1 << 30 }),
+                power_w: (i % 2 == 0).then_some(if i % 13 == 0 { -5.0 } else { 250.0 }),
+                pcie_rx_bytes: Some(i as u64 * 1000),
+                pcie_gen: Some(4),
+                pcie_width: Some(16),
+                throttle_reasons: Some(i as u64 % 8),
+                temperature_c: Some(60),
+                sm_clock_mhz: Some(1400),
+                ..Default::default()
+            })
+            .collect();
+        let (mut a, mut b) = (EvidenceBuilder::new(), EvidenceBuilder::new());
+        for r in &readings {
+            a.push_reading(r);
+            b.push_gpu(&GpuSample::from(r));
+        }
+        let h = header(8, None);
+        assert_eq!(format!("{:?}", a.finish(&h)), format!("{:?}", b.finish(&h)));
     }
 
     #[test]
