@@ -697,6 +697,7 @@ impl Default for Polls {
 
 impl Polls {
     /// The row's GPU index and time since the first row, in seconds.
+    #[inline]
     fn place(&mut self, row: &Row, interval_s: f64) -> (u32, f64) {
         let mut ts = row.ts;
         // Times under a day are times of day (or seconds since a logger started, which never
