@@ -156,6 +156,10 @@ const VALUE_UNITS: [&str; 15] = [
     "%", "W", "MiB", "GiB", "KiB", "MB", "GB", "KB", "kB", "B", "C", "°C", "MHz", "s", "ms",
 ];
 
+/// What a number with each of [`VALUE_UNITS`] after it is multiplied by.
+static VALUE_UNIT_SCALES: std::sync::LazyLock<[f64; VALUE_UNITS.len()]> =
+    std::sync::LazyLock::new(|| VALUE_UNITS.map(unit_scale));
+
 /// A number with an optional unit; MiB/GiB/KiB/MB/GB values become bytes.
 fn number(v: &str, unit_from_header: Option<&str>) -> Option<f64> {
     let v = clean(v)?;
@@ -523,6 +527,39 @@ impl Row {
         }
     }
 
+    /// Reads column `k`'s value `v` (trimmed ASCII) as [`Row::field`] reads it when it is a
+    /// measure's plain decimal and unit (`45 %`, `40000 MiB`) or an index's digits, without
+    /// making it text first; false for any other value (left to `field`).
+    fn plain_value(&mut self, c: &Columns, k: usize, v: &[u8], p: &mut Partial) -> bool {
+        let f = c.fields[k];
+        if f == Field::Index {
+            if !(1..=9).contains(&v.len()) || !v.iter().all(u8::is_ascii_digit) {
+                return false;
+            }
+            let i = v.iter().fold(0u32, |i, d| i * 10 + u32::from(d - b'0'));
+            self.index = Some(i);
+            return true;
+        }
+        if !f.is_measure() {
+            return false;
+        }
+        let Some((x, n)) = super::fast::decimal_prefix(v) else {
+            return false;
+        };
+        // As `number`: no unit is the header's, a unit it knows is its own, another is no value.
+        let unit = v[n..].trim_ascii();
+        let scale = if unit.is_empty() {
+            Some(c.scales[k])
+        } else {
+            VALUE_UNITS
+                .iter()
+                .position(|u| u.as_bytes() == unit)
+                .map(|at| VALUE_UNIT_SCALES[at])
+        };
+        self.measure(f, scale.map(|s| x * s), p);
+        true
+    }
+
     /// The value `x` of a measure field `f` (one [`Field::is_measure`] says is), in its place.
     fn measure(&mut self, f: Field, x: Option<f64>, p: &mut Partial) {
         let s = &mut self.sample;
@@ -646,8 +683,10 @@ fn plain_row(c: &Columns, b: &[u8], r: &mut Row) -> Option<usize> {
             Some(x) if f == Field::Timestamp => r.ts = time_of_decimal(x, c.time_in_ms),
             Some(x) => r.measure(f, Some(x * c.scales[k]), &mut p),
             None => {
-                let v = std::str::from_utf8(b[start..i].trim_ascii()).ok()?;
-                r.field(c, k, v, &mut p);
+                let v = b[start..i].trim_ascii();
+                if !r.plain_value(c, k, v, &mut p) {
+                    r.field(c, k, std::str::from_utf8(v).ok()?, &mut p);
+                }
             }
         }
         if k < last {
