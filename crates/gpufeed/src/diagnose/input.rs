@@ -504,11 +504,12 @@ fn read_log_evidence(
     } else {
         drop(uncut);
         let mut b = EvidenceBuilder::new();
+        let clock = phases::JudgedClock::new(&phases);
         let judge = |g: &Reading| {
             let t = if phases.is_empty() {
                 Some(g.t_s)
             } else {
-                phases::judged_time(&phases, g.t_s)
+                clock.at(g.t_s)
             };
             if let Some(t) = t {
                 let mut g = g.clone();

@@ -390,6 +390,63 @@ pub(crate) fn judged_time(phases: &[Phase], t_s: f64) -> Option<f64> {
     None
 }
 
+/// [`judged_time`] for every reading of a log: the phases looked up by binary search from
+/// where the time falls, not walked from the first (a log of a million readings with thousands
+/// of phases spent seconds walking them). Phases out of order are walked as before.
+pub(crate) struct JudgedClock<'a> {
+    phases: &'a [Phase],
+    /// The time cut out before each phase: the non-active phases' durations before it, summed
+    /// in the order `judged_time` sums them (the same bits).
+    cut_before: Vec<f64>,
+    sorted: bool,
+}
+
+impl<'a> JudgedClock<'a> {
+    pub(crate) fn new(phases: &'a [Phase]) -> Self {
+        let mut cut_before = Vec::with_capacity(phases.len());
+        let mut cut = 0.0;
+        for p in phases {
+            cut_before.push(cut);
+            if p.kind != PhaseKind::Active {
+                cut += p.duration_s();
+            }
+        }
+        let sorted = phases
+            .windows(2)
+            .all(|w| w[0].start_s <= w[1].start_s && w[0].end_s <= w[1].end_s);
+        JudgedClock {
+            phases,
+            cut_before,
+            sorted,
+        }
+    }
+
+    /// [`judged_time`] of `t_s`.
+    pub(crate) fn at(&self, t_s: f64) -> Option<f64> {
+        if !self.sorted {
+            return judged_time(self.phases, t_s);
+        }
+        // Every phase that ends before `t_s` is cut out whole (when not active) and cannot hold
+        // it; a phase that starts after it cannot either, nor any after that.
+        let from = self.phases.partition_point(|p| p.end_s < t_s);
+        let mut cut = self.cut_before.get(from).copied().unwrap_or(0.0);
+        for (i, p) in self.phases.iter().enumerate().skip(from) {
+            if p.start_s > t_s || t_s.is_nan() {
+                break;
+            }
+            if p.kind == PhaseKind::Active {
+                let next_starts_here = self.phases.get(i + 1).is_some_and(|n| n.start_s <= p.end_s);
+                if t_s < p.end_s || (t_s == p.end_s && !next_starts_here) {
+                    return Some(t_s - cut);
+                }
+            } else if t_s >= p.end_s {
+                cut += p.duration_s();
+            }
+        }
+        None
+    }
+}
+
 /// One line for people about what was split off, or `None` when nothing was.
 pub(crate) fn describe(phases: &[Phase]) -> Option<String> {
     if phases.is_empty() {
@@ -488,6 +545,67 @@ pub(crate) fn describe(phases: &[Phase]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Phases from a seed: in order, touching or with holes between them, of every kind; or,
+    /// with `shuffle`, some out of order.
+    fn random_phases(seed: u64, n: usize, shuffle: bool) -> Vec<Phase> {
+        let mut x = seed | 1;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let kinds = [
+            PhaseKind::Active,
+            PhaseKind::StartUp,
+            PhaseKind::BetweenRuns,
+            PhaseKind::IdleTail,
+        ];
+        let mut t = 0.0;
+        let mut out: Vec<Phase> = (0..n)
+            .map(|_| {
+                let start = t + [0.0, 0.0, 1.0, 0.5][(next() % 4) as usize];
+                let end = start + (next() % 50) as f64 * 0.25;
+                t = end;
+                Phase {
+                    kind: kinds[(next() % 4) as usize],
+                    start_s: start,
+                    end_s: end,
+                    util_mean_pct: 50.0,
+                }
+            })
+            .collect();
+        if shuffle && n > 2 {
+            out.swap(0, n - 1);
+        }
+        out
+    }
+
+    #[test]
+    fn the_judged_clock_tells_the_time_judged_time_tells() {
+        for seed in 1..300u64 {
+            let phases = random_phases(seed, (seed % 40) as usize, seed % 7 == 0);
+            let clock = JudgedClock::new(&phases);
+            let end = phases.last().map_or(1.0, |p| p.end_s) + 2.0;
+            let mut t = -1.0;
+            while t < end {
+                let (want, got) = (judged_time(&phases, t), clock.at(t));
+                assert_eq!(
+                    want.map(f64::to_bits),
+                    got.map(f64::to_bits),
+                    "t {t} {phases:?}"
+                );
+                t += 0.125;
+            }
+            for p in &phases {
+                for t in [p.start_s, p.end_s, f64::NAN] {
+                    let (want, got) = (judged_time(&phases, t), clock.at(t));
+                    assert_eq!(want.map(f64::to_bits), got.map(f64::to_bits), "t {t}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn a_long_log_is_pooled_coarser_within_the_cap() {
