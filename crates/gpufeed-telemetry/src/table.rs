@@ -16,7 +16,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The most GPUs (entities) one file is read as; more are counted and left out.
 pub(crate) const MAX_ENTITIES: usize = super::MAX_GPUS;
-/// The most GPU moments held; a longer file is read up to there and says so (about 90 MB).
+/// The most GPU moments held (about 90 MB): past it, each GPU keeps one moment in every bucket of
+/// time, the buckets widened until the moments fit, across the whole file (and a note says so).
 pub(crate) const MAX_POINTS: usize = 500_000;
 /// Unknown names listed in the note.
 const MAX_UNKNOWN_LISTED: usize = 12;
@@ -166,7 +167,11 @@ pub(crate) struct Table {
     by_uuid: HashMap<String, u32>,
     entities_left_out: u64,
     points: BTreeMap<(i64, u32), Point>,
+    /// Values of moments left out (see [`MAX_POINTS`]).
     points_left_out: u64,
+    /// The width of the buckets each GPU keeps one moment in (ms, or readings without time); 0
+    /// while every moment is kept.
+    bucket: i64,
     timed: bool,
     untimed: bool,
     /// Metrics seen with at least one value.
@@ -312,14 +317,60 @@ impl Table {
             }
         };
         let k = (key, e);
-        if !self.points.contains_key(&k) && self.points.len() >= MAX_POINTS {
-            self.points_left_out += 1;
-            return;
+        if !self.points.contains_key(&k) {
+            if self.points.len() >= MAX_POINTS {
+                self.thin();
+            }
+            if self.bucket > 0 && self.holds_bucket_of(key, e) {
+                self.points_left_out += 1;
+                return;
+            }
         }
         self.present.insert(metric);
         let p = self.points.entry(k).or_default();
         p.set |= 1 << s;
         p.v[s] = value;
+    }
+
+    /// Whether GPU `e` holds a moment in the bucket `key` falls in.
+    fn holds_bucket_of(&self, key: i64, e: u32) -> bool {
+        let from = key.div_euclid(self.bucket).saturating_mul(self.bucket);
+        let to = from.saturating_add(self.bucket);
+        self.points
+            .range((from, 0)..(to, 0))
+            .any(|(&(_, pe), _)| pe == e)
+    }
+
+    /// Makes room: each GPU keeps its first moment in every bucket, the buckets wide enough
+    /// that at most half of [`MAX_POINTS`] stay (a file's series one GPU after another keeps
+    /// every GPU, over all its time, not the first GPUs only).
+    fn thin(&mut self) {
+        let (Some(&(first, _)), Some(&(last, _))) =
+            (self.points.keys().next(), self.points.keys().next_back())
+        else {
+            return;
+        };
+        let gpus = self.entities.len().max(1) as i64;
+        let span = last.saturating_sub(first).max(1);
+        let fit = span.saturating_mul(2 * gpus) / MAX_POINTS as i64;
+        let mut bucket = fit.max(self.bucket.saturating_mul(2)).max(1);
+        loop {
+            let mut kept = std::collections::HashSet::new();
+            let mut values = 0u64;
+            self.points.retain(|&(t, e), p| {
+                let keep = kept.insert((e, t.div_euclid(bucket)));
+                if !keep {
+                    values += u64::from(p.set.count_ones());
+                }
+                keep
+            });
+            self.points_left_out += values;
+            self.bucket = bucket;
+            if self.points.len() <= MAX_POINTS / 2 {
+                return;
+            }
+            bucket = bucket.saturating_mul(2);
+        }
     }
 
     /// A name the vocabulary does not know (listed in a note).
@@ -572,9 +623,15 @@ impl Table {
             ));
         }
         if self.points_left_out > 0 {
+            let every = if self.timed {
+                format!("{} s", crate::units::num(self.bucket as f64 / 1000.0))
+            } else {
+                format!("{} readings", self.bucket)
+            };
             notes.push(format!(
-                "The file holds more than {MAX_POINTS} GPU readings: the first {MAX_POINTS} were \
-                 judged, {} values after them left out.",
+                "The file holds more than the {MAX_POINTS} GPU readings gpufeed keeps: each GPU's \
+                 first reading in every {every} was judged, over the whole file; {} values of \
+                 the others were left out.",
                 self.points_left_out
             ));
         }
@@ -657,6 +714,70 @@ mod tests {
             })
             .unwrap();
         (h, i, p, out)
+    }
+
+    /// A file of `gpus` series of `n` seconds each, two metrics each, one GPU after another
+    /// (a Prometheus range answer) or poll by poll (a scrape log, a DCGM export).
+    fn big_table(gpus: u32, n: u32, series_by_series: bool) -> Table {
+        let mut t = Table::new();
+        let es: Vec<u32> = (0..gpus)
+            .map(|g| t.entity(None, &g.to_string()).unwrap())
+            .collect();
+        let put = |t: &mut Table, e: u32, i: u32, m: Metric| {
+            t.put(e, When::At(1e9 + f64::from(i)), m, f64::from(i % 100));
+        };
+        if series_by_series {
+            for m in [Metric::UtilPct, Metric::MemUsedBytes] {
+                for &e in &es {
+                    for i in 0..n {
+                        put(&mut t, e, i, m);
+                    }
+                }
+            }
+        } else {
+            for i in 0..n {
+                for &e in &es {
+                    put(&mut t, e, i, Metric::UtilPct);
+                    put(&mut t, e, i, Metric::MemUsedBytes);
+                }
+            }
+        }
+        t
+    }
+
+    #[test]
+    fn a_file_past_the_readings_kept_keeps_every_gpu_over_all_its_time() {
+        for series_by_series in [true, false] {
+            let (gpus, n) = (8, 200_000);
+            let (h, info, _, s) = run(big_table(gpus, n, series_by_series));
+            assert_eq!(h.gpus.len(), gpus as usize);
+            assert!(s.len() <= MAX_POINTS, "{}", s.len());
+            for g in 0..gpus {
+                let mine: Vec<&Reading> = s.iter().filter(|r| r.index == g).collect();
+                // Each GPU: readings across the whole file, both metrics of each moment.
+                assert!(mine.len() > 20_000, "GPU {g}: {}", mine.len());
+                assert!(mine.last().unwrap().t_s > f64::from(n) * 0.95, "GPU {g}");
+                assert!(mine
+                    .iter()
+                    .all(|r| r.util_pct.is_some() && r.mem_used_bytes.is_some()));
+            }
+            let note = info
+                .notes
+                .iter()
+                .find(|n| n.contains("readings gpufeed keeps"));
+            assert!(
+                note.is_some_and(|n| n.contains("first reading in every")),
+                "{:?}",
+                info.notes
+            );
+        }
+        // Under the cap, every moment is kept and nothing is said.
+        let (_, info, _, s) = run(big_table(2, 1000, true));
+        assert_eq!(s.len(), 2000);
+        assert!(!info
+            .notes
+            .iter()
+            .any(|n| n.contains("readings gpufeed keeps")));
     }
 
     #[test]
