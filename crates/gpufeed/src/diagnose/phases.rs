@@ -172,13 +172,21 @@ impl Pooler {
     }
 
     /// The pooled series, sorted by time, and for each point whether every GPU's memory was
-    /// released (known, and no more than [`RELEASED_BYTES`]).
+    /// released: known, no more than [`RELEASED_BYTES`], and under half of what the job held
+    /// (the 99th percentile of the log's memory): a job that holds under 1 GiB itself has its
+    /// dips at 780 of 800 MiB read as dips, not as gaps between runs.
     pub(crate) fn finish_with_released(self) -> (Vec<(f64, f64)>, Vec<bool>) {
+        let mut known: Vec<u64> = self.mem.iter().flatten().copied().collect();
+        let job = (!known.is_empty()).then(|| {
+            let k = (known.len() - 1) * 99 / 100;
+            *known.select_nth_unstable(k).1
+        });
         let mut both: Vec<((f64, f64), Option<u64>)> =
             self.points.into_iter().zip(self.mem).collect();
         both.sort_by(|a, b| a.0 .0.total_cmp(&b.0 .0));
+        let released = |b: u64| b <= RELEASED_BYTES && job.is_some_and(|j| b.saturating_mul(2) < j);
         both.into_iter()
-            .map(|(p, m)| (p, m.is_some_and(|b| b <= RELEASED_BYTES)))
+            .map(|(p, m)| (p, m.is_some_and(released)))
             .unzip()
     }
 }
@@ -580,6 +588,28 @@ mod tests {
             out.swap(0, n - 1);
         }
         out
+    }
+
+    #[test]
+    fn memory_is_released_only_below_what_the_job_held() {
+        // A job that holds 800 MiB, wobbling by 20, with dips of utilization: no gap between runs.
+        let mib = |m: u64| m << 20;
+        let mut small = Pooler::default();
+        for i in 0..3600u64 {
+            let u = if i % 50 < 5 { 2.0 } else { 90.0 };
+            small.push_with_memory(i as f64, u, Some(mib(800 + i % 41 - 20)));
+        }
+        let (_, released) = small.finish_with_released();
+        assert!(!released.iter().any(|&r| r));
+        // Runs of 40 GiB with 0 MiB between them: released there.
+        let mut runs = Pooler::default();
+        for i in 0..3600u64 {
+            let gap = i % 600 >= 570;
+            let m = if gap { 0 } else { 40 << 10 };
+            runs.push_with_memory(i as f64, if gap { 0.0 } else { 90.0 }, Some(mib(m)));
+        }
+        let (_, released) = runs.finish_with_released();
+        assert_eq!(released.iter().filter(|&&r| r).count(), 6 * 30);
     }
 
     #[test]
