@@ -234,12 +234,16 @@ pub(crate) fn timestamp(v: &str) -> Option<f64> {
 }
 
 /// Might `v` be a date and time of one of the careful path's layouts at all? Each of them has
-/// a `/` or a `-` between the year and the month: a value with neither (an epoch count, a
-/// number) is not one, and needs no `chrono` parse to say so. (A year with a `+` sign has no
+/// a `/` or a `-` between the year and the month, but ctime's, which starts with a weekday's
+/// name and has a `:`: a value with none of these (an epoch count, a number) is not one, and
+/// needs no `chrono` parse to say so. (A year with a `+` sign has no
 /// width limit, and one too long to be a number is "out of range", not "not a date": those
 /// go the careful way too.)
 pub(crate) fn may_be_date(v: &str) -> bool {
-    v.starts_with('+') || memchr::memchr2(b'/', b'-', v.as_bytes()).is_some()
+    v.starts_with('+')
+        || memchr::memchr2(b'/', b'-', v.as_bytes()).is_some()
+        // ctime's `Wed Dec  2 12:00:00 2026`.
+        || (v.as_bytes()[0].is_ascii_alphabetic() && v.contains(':'))
 }
 
 #[cfg(test)]

@@ -218,12 +218,24 @@ pub(crate) struct ImpossibleTime;
 
 /// The date-and-time layouts a timestamp may have: nvidia-smi's `2026/12/02 12:00:00.123`, and
 /// ISO 8601 with `-` and `T` (or either separator with the other); fractional seconds optional.
-const TIME_FORMATS: [&str; 4] = [
+/// Then what scripts write: `2026-12-02_12:00:00` and `20261202-120000` (file-name safe), and C's
+/// `ctime` (`Wed Dec  2 12:00:00 2026`, Python's `time.ctime()`). A date with the year last is
+/// not read: `03-11-2026` is the 3rd of November or the 11th of March by country (a Jetson
+/// script's log of March 11-12 read day first spans a month), and a guess made row by row would
+/// jump months between rows.
+const TIME_FORMATS: [&str; 7] = [
     "%Y/%m/%d %H:%M:%S%.f",
     "%Y-%m-%dT%H:%M:%S%.f",
     "%Y-%m-%d %H:%M:%S%.f",
     "%Y/%m/%dT%H:%M:%S%.f",
+    "%Y-%m-%d_%H:%M:%S%.f",
+    "%Y%m%d-%H%M%S%.f",
+    "%a %b %e %H:%M:%S %Y",
 ];
+
+/// The first formats of [`TIME_FORMATS`], the year first and `/` or `-` after it (a value of
+/// digits alone out of range in the compact layout is no date, not an impossible one).
+const YEAR_FIRST_FORMATS: usize = 5;
 
 /// `2026/12/02 12:00:00.123`, `2026-12-02T12:00:00.123456+01:00` or `…Z` → seconds since the
 /// Unix epoch (a zone offset `Z`, `±HH:MM`, `±HHMM` or `±HH` right after the seconds is applied;
@@ -246,11 +258,13 @@ pub(crate) fn parse_timestamp(v: &str) -> Result<Option<f64>, ImpossibleTime> {
 fn parse_timestamp_careful(v: &str) -> Result<Option<f64>, ImpossibleTime> {
     use chrono::format::{ParseErrorKind, Parsed, StrftimeItems};
     let mut impossible = false;
-    for f in TIME_FORMATS {
+    for (i, f) in TIME_FORMATS.iter().enumerate() {
         let (t, zone) = match chrono::NaiveDateTime::parse_and_remainder(v, f) {
             Ok(x) => x,
             Err(e) => {
-                impossible |= e.kind() == ParseErrorKind::OutOfRange;
+                // Only a year-first layout says a value names no moment: `40` is out of range
+                // as a day first, and no date at all.
+                impossible |= i < YEAR_FIRST_FORMATS && e.kind() == ParseErrorKind::OutOfRange;
                 continue;
             }
         };
@@ -2305,6 +2319,20 @@ mod tests {
         assert_eq!(parse_timestamp("1970/01/01 00:00:10"), Ok(Some(10.0)));
         assert_eq!(parse_timestamp("1970/1/1 0:0:10.25"), Ok(Some(10.25)));
         assert_eq!(parse_timestamp("[N/A]"), Ok(None));
+        // Scripts' own layouts, and C's ctime.
+        for v in [
+            "1970-01-01_00:00:10",
+            "19700101-000010",
+            "Thu Jan  1 00:00:10 1970",
+            "Thu Jan 1 00:00:10 1970",
+        ] {
+            assert_eq!(parse_timestamp(v), Ok(Some(10.0)), "{v}");
+        }
+        // The year last: the day or the month first, by country; not guessed.
+        assert!(!matches!(
+            parse_timestamp("03-11-2026 15:13:16"),
+            Ok(Some(_))
+        ));
         // What is no date and time, or whose zone is not right after the seconds.
         for v in [
             "1764676800",
