@@ -46,10 +46,18 @@ impl Moments {
 /// Number of bins of [`PctHistogram`] (5 percentage points each).
 pub(crate) const PCT_BINS: usize = 20;
 
-/// Histogram of a 0–100 % quantity in 5-point bins.
-#[derive(Debug, Clone, Copy, Default)]
+/// Bins of a tenth of a percent each in [`PctHistogram`]'s fine histogram (0.0 to 100.0).
+const FINE_BINS: usize = 1001;
+
+/// Histogram of a 0–100 % quantity in 5-point bins (the split, the shares, the report's
+/// histogram), and in tenths of a percent for its percentiles.
+#[derive(Debug, Clone, Default)]
 pub(crate) struct PctHistogram {
     pub bins: [u64; PCT_BINS],
+    /// Counts by tenth of a percent (allocated with the first value): a percentile is a value
+    /// read to the tenth, not one interpolated inside a 5-point bin (a GPU at 0% with one
+    /// reading at 1% read "p10 0.5%"; 0% and 100% alternating read "p50 5%").
+    fine: Vec<u32>,
     pub n: u64,
     /// The lowest and highest value pushed (clamped to 0-100): a percentile never lies outside
     /// them (a GPU at 0% all along read "p10 0.5%, p50 2.5%, p90 4.5%" from its bin alone).
@@ -91,6 +99,12 @@ impl PctHistogram {
         // `v / 5` lies in 0..=20: the i32 conversion is the shorter one.
         let b = ((v / 5.0) as i32 as usize).min(PCT_BINS - 1);
         self.bins[b] += 1;
+        if self.fine.is_empty() {
+            self.fine = vec![0; FINE_BINS];
+        }
+        // `v * 10` lies in 0..=1000: rounded to the nearest tenth.
+        let f = ((v * 10.0 + 0.5) as i32 as usize).min(FINE_BINS - 1);
+        self.fine[f] = self.fine[f].saturating_add(1);
         (self.lo, self.hi) = if self.n == 0 {
             (v, v)
         } else {
@@ -99,21 +113,21 @@ impl PctHistogram {
         self.n += 1;
     }
 
-    /// Percentile (0–100) by linear interpolation inside the bin, within the lowest and highest
-    /// value pushed.
+    /// Percentile (0–100), by nearest rank: the lowest value (to the tenth) that at least `p` %
+    /// of the values are at or under, within the lowest and highest value pushed.
     pub(crate) fn percentile(&self, p: f64) -> Option<f64> {
         if self.n == 0 {
             return None;
         }
-        let target = (p / 100.0).clamp(0.0, 1.0) * self.n as f64;
-        let mut acc = 0.0;
-        for (i, &c) in self.bins.iter().enumerate() {
-            let c = c as f64;
-            if c > 0.0 && acc + c >= target {
-                let within = ((target - acc) / c).clamp(0.0, 1.0);
-                return Some((i as f64 * 5.0 + within * 5.0).clamp(self.lo, self.hi));
+        let rank = ((p / 100.0).clamp(0.0, 1.0) * self.n as f64)
+            .ceil()
+            .max(1.0) as u64;
+        let mut acc = 0u64;
+        for (i, &c) in self.fine.iter().enumerate() {
+            acc += u64::from(c);
+            if c > 0 && acc >= rank {
+                return Some((i as f64 / 10.0).clamp(self.lo, self.hi));
             }
-            acc += c;
         }
         Some(self.hi)
     }
@@ -742,6 +756,35 @@ mod tests {
         assert!((h.fraction_below(10.0).unwrap() - 0.1).abs() < 1e-9);
         h.push(150.0); // clamped into the top bin
         assert_eq!(h.bins[PCT_BINS - 1], 6);
+    }
+
+    #[test]
+    fn percentiles_are_values_read() {
+        // A GPU at 0% but for one reading at 1%; 0% and 100% alternating; a steady 91-93%.
+        let mut one = PctHistogram::default();
+        for i in 0..473 {
+            one.push(if i == 100 { 1.0 } else { 0.0 });
+        }
+        assert_eq!(
+            [10.0, 50.0, 90.0].map(|p| one.percentile(p)),
+            [Some(0.0); 3]
+        );
+        let mut two = PctHistogram::default();
+        for i in 0..1000 {
+            two.push(if i % 2 == 0 { 0.0 } else { 100.0 });
+        }
+        let got = [10.0, 50.0, 51.0, 90.0].map(|p| two.percentile(p));
+        assert_eq!(got, [Some(0.0), Some(0.0), Some(100.0), Some(100.0)]);
+        let mut near = PctHistogram::default();
+        for v in [91.0, 92.0, 92.0, 93.0, 92.0] {
+            near.push(v);
+        }
+        assert_eq!(near.percentile(50.0), Some(92.0));
+        assert_eq!(near.percentile(0.0), Some(91.0));
+        assert_eq!(near.percentile(100.0), Some(93.0));
+        let mut tenths = PctHistogram::default();
+        tenths.push(37.25);
+        assert_eq!(tenths.percentile(50.0), Some(37.25), "within what was seen");
     }
 
     #[test]
