@@ -84,7 +84,7 @@ const POW10: [f64; 23] = [
 /// its length in bytes. `None` when the start is not one the fast path takes exactly (a sign, an
 /// exponent, a second dot, more than 15 digits, no digit at all): the caller parses it the
 /// careful way.
-#[inline]
+#[inline(always)]
 pub(crate) fn decimal_prefix(v: &[u8]) -> Option<(f64, usize)> {
     // The integer part's digits, then the fraction's; more than 15 in all are refused below,
     // so the wrapping arithmetic never gives a value that is kept.

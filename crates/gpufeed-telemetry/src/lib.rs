@@ -156,7 +156,7 @@ pub(crate) struct Lines<R> {
 }
 
 /// Bytes read from the input at a time.
-const LINES_BLOCK: usize = 256 << 10;
+const LINES_BLOCK: usize = 1 << 20;
 
 impl<R: Read> Lines<R> {
     pub(crate) fn new(r: R) -> Self {
