@@ -351,11 +351,17 @@ pub(crate) enum LogLine<'a> {
 /// Most physical lines one quoted CSV row may span (see [`each_line`]).
 const MAX_QUOTED_LINES: usize = 8;
 
-/// A CSV line whose first field is quoted and that leaves a quote open: its field goes on over
-/// the line break (`"timestamp","utilization.gpu<LF>[%]"`, a header written by a spreadsheet).
+/// A CSV line that leaves a quote open where a field starts (its first, or one after a comma):
+/// that field goes on over the line break (`"timestamp","utilization.gpu<LF>[%]"`, a header
+/// written by a spreadsheet; `0.08,0,472,"26.11<LF>0"`, a script's value with a newline in it).
 fn opens_quote(line: &[u8]) -> bool {
-    line.trim_ascii_start().first() == Some(&b'"')
-        && line.iter().filter(|&&c| c == b'"').count() % 2 == 1
+    if line.iter().filter(|&&c| c == b'"').count() % 2 == 0 {
+        return false;
+    }
+    let Some(last) = memchr::memrchr(b'"', line) else {
+        return false;
+    };
+    matches!(line[..last].trim_ascii_end().last(), None | Some(b','))
 }
 
 /// The longest line a reader of other tools' wide exports holds (`csv_table`): a W&B or Grafana
@@ -502,6 +508,30 @@ mod line_tests {
             assert_eq!(got, want, "reads of {step} bytes");
             assert_eq!(taken, text.len() as u64);
         }
+    }
+
+    #[test]
+    fn a_quoted_value_goes_on_over_a_line_break() {
+        // A script's last value with a newline in it; a stray quote inside a field is none.
+        let text = "t,u,p\n0.08,0,\"26.11\n0\"\n0.34,2,\"36.51\n0\"\n1,2,3 \"x\n4,5,6\n";
+        let mut got = Vec::new();
+        each_line(text.as_bytes(), |l| {
+            if let LogLine::Text(t) = l {
+                got.push(String::from_utf8_lossy(t).into_owned());
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(
+            got,
+            [
+                "t,u,p\n",
+                "0.08,0,\"26.11 0\"\n",
+                "0.34,2,\"36.51 0\"\n",
+                "1,2,3 \"x\n",
+                "4,5,6\n"
+            ]
+        );
     }
 
     #[test]
