@@ -510,10 +510,8 @@ mod line_tests {
         }
     }
 
-    #[test]
-    fn a_quoted_value_goes_on_over_a_line_break() {
-        // A script's last value with a newline in it; a stray quote inside a field is none.
-        let text = "t,u,p\n0.08,0,\"26.11\n0\"\n0.34,2,\"36.51\n0\"\n1,2,3 \"x\n4,5,6\n";
+    /// The text lines `each_line` hands on for `text`.
+    fn text_lines(text: &str) -> Vec<String> {
         let mut got = Vec::new();
         each_line(text.as_bytes(), |l| {
             if let LogLine::Text(t) = l {
@@ -522,8 +520,15 @@ mod line_tests {
             Ok(())
         })
         .unwrap();
+        got
+    }
+
+    #[test]
+    fn a_quoted_value_goes_on_over_a_line_break() {
+        // A script's last value with a newline in it; a stray quote inside a field is none.
+        let text = "t,u,p\n0.08,0,\"26.11\n0\"\n0.34,2,\"36.51\n0\"\n1,2,3 \"x\n4,5,6\n";
         assert_eq!(
-            got,
+            text_lines(text),
             [
                 "t,u,p\n",
                 "0.08,0,\"26.11 0\"\n",
@@ -537,16 +542,8 @@ mod line_tests {
     #[test]
     fn a_quoted_field_goes_on_over_a_line_break() {
         let text = "\"timestamp\",\"utilization.gpu\n[%]\"\n1,2\n\"open\nlast";
-        let mut got = Vec::new();
-        each_line(text.as_bytes(), |l| {
-            if let LogLine::Text(t) = l {
-                got.push(String::from_utf8_lossy(t).into_owned());
-            }
-            Ok(())
-        })
-        .unwrap();
         assert_eq!(
-            got,
+            text_lines(text),
             [
                 "\"timestamp\",\"utilization.gpu [%]\"\n",
                 "1,2\n",
